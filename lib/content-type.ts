@@ -1,0 +1,49 @@
+/** The body formats the router reads. */
+export type BodyFormat = 'json' | 'form';
+
+/** What a `Content-Type` header allows: a format and a charset, or why it cannot carry the record. */
+export type ContentTypeResult =
+  { ok: true; format: BodyFormat; charset: string } | { ok: false; message: string };
+
+const FORM = 'application/x-www-form-urlencoded';
+
+/**
+ * Reads a `Content-Type` header. JSON is `application/json` or any other `x/json` or `x/y+json`, with any
+ * charset Node can decode; a form is `application/x-www-form-urlencoded` in UTF-8. No header at all is read
+ * as JSON, since that is what the service sends.
+ */
+export function parseContentType(header: string | undefined): ContentTypeResult {
+  if (header === undefined || header.trim() === '') return { ok: true, format: 'json', charset: 'utf-8' };
+  const [mediaType = '', ...parameters] = header.split(';');
+  const type = mediaType.trim().toLowerCase();
+  const charset = charsetOf(parameters);
+  const format: BodyFormat | undefined =
+    type === FORM ? 'form' : /^[\w.+-]+\/(?:[\w.-]+\+)?json$/.test(type) ? 'json' : undefined;
+  if (format === undefined) {
+    return { ok: false, message: `content type ${type} cannot carry a notification: send application/json` };
+  }
+  if (!isSupportedCharset(format, charset)) {
+    return { ok: false, message: `charset ${charset} is not supported for ${type}: send utf-8` };
+  }
+  return { ok: true, format, charset };
+}
+
+function charsetOf(parameters: string[]): string {
+  for (const parameter of parameters) {
+    const [name = '', value = ''] = parameter.split('=');
+    if (name.trim().toLowerCase() === 'charset') return value.trim().replace(/^"|"$/g, '').toLowerCase();
+  }
+  return 'utf-8';
+}
+
+function isSupportedCharset(format: BodyFormat, charset: string): boolean {
+  if (charset === 'utf-8' || charset === 'utf8') return true;
+  // Percent-decoding of a form is defined in UTF-8 only; JSON text can come in any charset Node decodes.
+  if (format === 'form') return charset === 'us-ascii';
+  try {
+    new TextDecoder(charset);
+    return true;
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,39 @@
+import type { z } from 'zod';
+import type { FieldIssue } from './errors.js';
+import { CustomDataError } from './errors.js';
+import { parseJson } from './safe-json.js';
+
+/** `customData` parsed by the partner's schema, or the reason it could not be. */
+export type CustomDataResult<T> = { customData: T } | { customDataError: CustomDataError };
+
+/**
+ * Parses `custom_data` with the partner's schema: as JSON first (partners often put JSON text in it), then as
+ * the raw string (an order id such as `"order-42"`). Never throws: a mismatch is returned, so the payment is
+ * still emitted.
+ */
+export function parseCustomData<S extends z.ZodType>(schema: S, raw: string): CustomDataResult<z.output<S>> {
+  let firstError: z.ZodError | undefined;
+  const json = tryJson(raw);
+  if (json.ok) {
+    const parsed = schema.safeParse(json.value);
+    if (parsed.success) return { customData: parsed.data };
+    firstError = parsed.error;
+  }
+  const parsed = schema.safeParse(raw);
+  if (parsed.success) return { customData: parsed.data };
+  const error = firstError ?? parsed.error;
+  return { customDataError: new CustomDataError(toFieldIssues(error), error) };
+}
+
+/** A zod error as `{ path, message }` pairs, the shape of every field problem ipn-kit reports. */
+export function toFieldIssues(error: z.ZodError): FieldIssue[] {
+  return error.issues.map((issue) => ({ path: issue.path.map(String).join('.'), message: issue.message }));
+}
+
+function tryJson(raw: string): { ok: true; value: unknown } | { ok: false } {
+  try {
+    return { ok: true, value: parseJson(raw) };
+  } catch {
+    return { ok: false };
+  }
+}

@@ -1,0 +1,208 @@
+import type { Readable } from 'node:stream';
+import type { z } from 'zod';
+import { parseContentType } from './content-type.js';
+import { parseCustomData, toFieldIssues } from './custom-data.js';
+import { BodyUnavailableError, StoreError } from './errors.js';
+import type { InvalidEvent, IpnEvents, Notification } from './events.js';
+import type { ResolvedOptions } from './options.js';
+import { parseBody, parseParsedBody, type ParseResult } from './parse-body.js';
+import { isSupportedEncoding, readBody } from './read-body.js';
+import { ipnNotificationSchema, type IpnNotification } from './schema.js';
+
+/** A request as the pipeline sees it: no framework objects, only values and the body stream. */
+export interface IpnRequest {
+  method: string;
+  contentType?: string | undefined;
+  contentLength?: string | undefined;
+  contentEncoding?: string | undefined;
+  /** The body stream to read, the value a host parser already left on `req.body`, or neither. */
+  body: { stream: Readable } | { parsed: unknown } | { consumed: true };
+}
+
+/** The answer to give, and what to do once it is given (emit events). */
+export interface IpnOutcome {
+  status: number;
+  headers?: Record<string, string>;
+  body?: Record<string, unknown>;
+  /** Runs right after the answer is written: listeners never delay the service's 200. */
+  afterResponse?: () => void;
+}
+
+type Emit<C> = <E extends keyof IpnEvents<C>>(event: E, payload: Parameters<IpnEvents<C>[E]>[0]) => unknown;
+
+const ALLOW = 'GET, HEAD, POST';
+const RETRY_AFTER_SECONDS = '30';
+
+/**
+ * The core of the router, over plain values: read the body, parse, validate, dedupe, then answer and emit.
+ * Bad input is an outcome (a status and an `invalid` event), never an exception.
+ */
+export function createIpnPipeline<C>(options: ResolvedOptions<z.ZodType | undefined>, emit: Emit<C>) {
+  const { store, ttl, limit, logger, storeTimeout, customData: schema } = options;
+  let initialised: Promise<void> | undefined;
+  let ready = store.init === undefined;
+
+  const reject = (event: InvalidEvent): IpnOutcome => ({
+    status: event.status,
+    body: { error: event.reason, message: event.message, ...(event.issues ? { issues: event.issues } : {}) },
+    afterResponse: () => {
+      logger.warn(
+        { reason: event.reason, status: event.status },
+        `rejected an IPN request: ${event.message}`,
+      );
+      emit('invalid', event);
+    },
+  });
+
+  async function readRecord(request: IpnRequest): Promise<ParseResult | IpnOutcome> {
+    const type = parseContentType(request.contentType);
+    if (!type.ok)
+      return reject({
+        reason: 'unsupported_media_type',
+        status: 415,
+        message: type.message,
+        received: undefined,
+      });
+    if ('consumed' in request.body) {
+      const error = new BodyUnavailableError();
+      logger.error({ err: error }, error.message);
+      return {
+        status: 500,
+        body: { error: 'body_unavailable', message: error.message },
+        afterResponse: () => emit('error', { error }),
+      };
+    }
+    if ('parsed' in request.body) return parseParsedBody(request.body.parsed, type.format, type.charset);
+    if (!isSupportedEncoding(request.contentEncoding)) {
+      const message = `content encoding ${request.contentEncoding} is not supported: send gzip, deflate, br or none`;
+      return reject({ reason: 'unsupported_media_type', status: 415, message, received: undefined });
+    }
+    const declared = Number(request.contentLength);
+    const identity = request.contentEncoding === undefined || request.contentEncoding === 'identity';
+    if (identity && declared > limit) {
+      return reject({
+        reason: 'body_too_large',
+        status: 413,
+        message: `the body is over the ${limit}-byte limit`,
+        received: undefined,
+      });
+    }
+    const read = await readBody(request.body.stream, limit, request.contentEncoding);
+    if (!read.ok) {
+      const status = read.reason === 'body_too_large' ? 413 : 400;
+      return reject({ reason: read.reason, status, message: read.message, received: undefined });
+    }
+    return parseBody(read.body, type.format, type.charset);
+  }
+
+  async function claim(key: string): Promise<boolean | StoreError> {
+    try {
+      if (!ready) await (initialised ??= initialise());
+      const claimed = store.claim(key, ttl);
+      // A synchronous store (the memory store) answers at once: no timer on the hot path.
+      return typeof claimed === 'boolean' ? claimed : await withTimeout(key, claimed);
+    } catch (cause) {
+      return new StoreError(
+        `the store failed to claim ${key}: ${(cause as Error)?.message ?? String(cause)}`,
+        { cause },
+      );
+    }
+  }
+
+  async function initialise(): Promise<void> {
+    try {
+      await store.init?.();
+      ready = true;
+    } catch (error) {
+      initialised = undefined; // let the next request try again
+      throw error;
+    }
+  }
+
+  function withTimeout(key: string, pending: Promise<boolean>): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, fail) => {
+      timer = setTimeout(() => {
+        // If the claim lands after we gave up, free it: the service will resend, and the resend must not be
+        // mistaken for a duplicate of a notification nobody processed.
+        pending.then((claimed) => claimed && store.release(key)).catch(() => {});
+        fail(new Error(`no answer within ${storeTimeout} ms`));
+      }, storeTimeout);
+    });
+    return Promise.race([pending, timeout]).finally(() => clearTimeout(timer));
+  }
+
+  function deliver(notification: IpnNotification): void {
+    const event = (
+      schema ? { ...notification, ...parseCustomData(schema, notification.custom_data) } : notification
+    ) as Notification<C>;
+    logger.debug({ transaction_id: event.transaction_id, state: event.state }, 'IPN notification accepted');
+    emit('notification', event);
+    if (event.state === 'SUCCESSFUL') emit('successful', event as Notification<C> & { state: 'SUCCESSFUL' });
+    else if (event.state === 'FAILED') emit('failed', event as Notification<C> & { state: 'FAILED' });
+  }
+
+  async function handle(request: IpnRequest): Promise<IpnOutcome> {
+    if (request.method === 'GET' || request.method === 'HEAD') return { status: 200, body: { ok: true } };
+    if (request.method !== 'POST') {
+      const message = `${request.method} is not allowed here: the payment service POSTs notifications`;
+      return { status: 405, headers: { Allow: ALLOW }, body: { error: 'method_not_allowed', message } };
+    }
+    const parsed = await readRecord(request);
+    if ('status' in parsed) return parsed;
+    if (!parsed.ok)
+      return reject({
+        reason: parsed.reason,
+        status: 400,
+        message: parsed.message,
+        received: parsed.received,
+      });
+
+    const validated = ipnNotificationSchema.safeParse(parsed.record);
+    if (!validated.success) {
+      const issues = toFieldIssues(validated.error);
+      const message = `the notification is invalid: ${issues.map((i) => `${i.path || 'body'}: ${i.message}`).join('; ')}`;
+      return reject({ reason: 'invalid_fields', status: 400, message, issues, received: parsed.record });
+    }
+    const notification = validated.data;
+    const key = `${notification.transaction_id}:${notification.state}`;
+    const claimed = await claim(key);
+    if (claimed instanceof StoreError) {
+      logger.error(
+        { err: claimed, transaction_id: notification.transaction_id, state: notification.state },
+        claimed.message,
+      );
+      return {
+        status: 503,
+        headers: { 'Retry-After': RETRY_AFTER_SECONDS },
+        body: {
+          error: 'store_unavailable',
+          message: 'the notification could not be recorded and was not processed: resend it later',
+        },
+        afterResponse: () => emit('error', { error: claimed, notification }),
+      };
+    }
+    if (!claimed) {
+      return {
+        status: 200,
+        body: { ok: true, duplicate: true },
+        afterResponse: () => {
+          logger.debug(
+            { transaction_id: notification.transaction_id, state: notification.state },
+            'IPN resend dropped',
+          );
+          emit('duplicate', notification);
+        },
+      };
+    }
+    return { status: 200, body: { ok: true }, afterResponse: () => deliver(notification) };
+  }
+
+  return {
+    handle,
+    /** Closes the store, if it has a `close`. */
+    close: async (): Promise<void> => {
+      await store.close?.();
+    },
+  };
+}

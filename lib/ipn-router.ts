@@ -1,0 +1,113 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { z } from 'zod';
+import { IpnKitError } from './errors.js';
+import type { IpnEmitter } from './safe-emitter.js';
+import { createSafeEmitter } from './safe-emitter.js';
+import { createIpnPipeline, type IpnOutcome, type IpnRequest } from './ipn-pipeline.js';
+import { resolveOptions, type Options } from './options.js';
+
+/** The type of `customData` for a given `customData` schema (`undefined` when there is none). */
+export type CustomDataOf<S> = S extends z.ZodType ? z.output<S> : undefined;
+
+/**
+ * A request handler that Express (4 or 5) mounts with `app.use(path, ipn)`, and that `http.createServer(ipn)`
+ * takes as it is. Also a typed event emitter.
+ */
+export interface IpnRouter<C = undefined> extends IpnEmitter<C> {
+  (req: IncomingMessage, res: ServerResponse, next?: (error?: unknown) => void): void;
+  /** Closes the store (when it has a `close`). Call it on shutdown. */
+  close(): Promise<void>;
+}
+
+/**
+ * Creates the IPN endpoint: reads and validates the notification, answers 200 at once, drops resends
+ * (same `transaction_id` and `state`), and emits typed events.
+ *
+ * @example
+ * import express from 'express';
+ * import { z } from 'zod';
+ * import { ipnRouter } from 'ipn-kit';
+ *
+ * const ipn = ipnRouter({ customData: z.object({ orderId: z.string() }) });
+ * ipn.on('successful', (n) => {
+ *   if (n.customDataError) return flagForReview(n);
+ *   credit(n.customData.orderId, n.amount);
+ * });
+ * ipn.on('failed', (n) => markFailed(n.custom_data, n.error));
+ *
+ * const app = express();
+ * app.use('/ipn', ipn); // before any global body parser
+ */
+export function ipnRouter<S extends z.ZodType | undefined = undefined>(
+  options?: Partial<Options<S>>,
+): IpnRouter<CustomDataOf<S>> {
+  type C = CustomDataOf<S>;
+  const resolved = resolveOptions(options);
+  const { methods, emit } = createSafeEmitter<C>(resolved.logger, () => router);
+  const pipeline = createIpnPipeline<C>(resolved, emit);
+
+  const handler = (req: IncomingMessage, res: ServerResponse, next?: (error?: unknown) => void): void => {
+    // Mounted by Express, only the mount path itself is ours; anything below it belongs to the host app.
+    if (next && !isMountRoot(req)) return next();
+    pipeline.handle(toIpnRequest(req)).then(
+      (outcome) => send(req, res, outcome),
+      (cause: unknown) => {
+        // A bug of ours, not bad input: answer 500 so the service resends, and say so.
+        const error = new IpnKitError(
+          'IPN_INTERNAL',
+          `ipn-kit failed to handle a request: ${String(cause)}`,
+          { cause },
+        );
+        resolved.logger.error({ err: error }, error.message);
+        const body = {
+          error: 'internal_error',
+          message: 'the notification was not processed: resend it later',
+        };
+        send(req, res, { status: 500, body, afterResponse: () => emit('error', { error }) });
+      },
+    );
+  };
+  const router: IpnRouter<C> = Object.assign(handler, methods, { close: pipeline.close });
+  return router;
+}
+
+type HostRequest = IncomingMessage & { body?: unknown; _body?: boolean; route?: unknown };
+
+/** `app.use('/ipn', ipn)` strips the mount path (url `/`); `app.post('/ipn', ipn)` sets `req.route`. */
+function isMountRoot(req: HostRequest): boolean {
+  if (req.route !== undefined) return true;
+  const url = req.url ?? '/';
+  const end = url.indexOf('?');
+  const path = end === -1 ? url : url.slice(0, end);
+  return path === '/' || path === '';
+}
+
+function toIpnRequest(req: HostRequest): IpnRequest {
+  const { headers } = req;
+  // body-parser sets `_body` once it has read the stream; either way an ended stream has nothing left to read.
+  const consumed = req._body === true || req.readableEnded;
+  return {
+    method: req.method ?? 'GET',
+    contentType: headers['content-type'],
+    contentLength: headers['content-length'],
+    contentEncoding: headers['content-encoding'],
+    body: !consumed ? { stream: req } : req.body === undefined ? { consumed: true } : { parsed: req.body },
+  };
+}
+
+function send(req: IncomingMessage, res: ServerResponse, outcome: IpnOutcome): void {
+  try {
+    if (!res.headersSent && !res.writableEnded) {
+      const payload = outcome.body === undefined ? '' : JSON.stringify(outcome.body);
+      res.writeHead(outcome.status, {
+        ...outcome.headers,
+        'Content-Type': 'application/json; charset=utf-8',
+        'Content-Length': String(Buffer.byteLength(payload)),
+      });
+      res.end(req.method === 'HEAD' ? undefined : payload);
+    }
+  } finally {
+    // Events run even if the answer could not be written: a claimed notification must still be delivered.
+    outcome.afterResponse?.();
+  }
+}

@@ -1,0 +1,20 @@
+/** A log method: pino's `(object, message)` call shape. */
+export type LogFn = (object: Record<string, unknown>, message: string) => void;
+
+/** The subset of a pino (or pino-compatible) logger that ipn-kit uses. */
+export interface Logger {
+  debug: LogFn;
+  info: LogFn;
+  warn: LogFn;
+  error: LogFn;
+}
+
+const noop: LogFn = () => {};
+
+/** The default logger: quiet, except errors, which go to `console.error`. */
+export const defaultLogger: Logger = {
+  debug: noop,
+  info: noop,
+  warn: noop,
+  error: (object, message) => console.error(`[ipn-kit] ${message}`, object),
+};

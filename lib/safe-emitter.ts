@@ -1,0 +1,95 @@
+import { EventEmitter } from 'eventemitter3';
+import { ListenerError } from './errors.js';
+import type { IpnEvents } from './events.js';
+import type { Logger } from './logger.js';
+
+type Events<C> = IpnEvents<C>;
+type Name<C> = keyof Events<C>;
+type Wrapped = ((payload: unknown) => void) & { listener: (...args: never[]) => unknown };
+
+/** The listener methods of an IPN router; they mirror eventemitter3's and return the router for chaining. */
+export interface IpnEmitter<C = undefined> {
+  on<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
+  addListener<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
+  once<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
+  off<E extends Name<C>>(event: E, listener?: Events<C>[E]): this;
+  removeListener<E extends Name<C>>(event: E, listener?: Events<C>[E]): this;
+  removeAllListeners(event?: Name<C>): this;
+  listeners<E extends Name<C>>(event: E): Array<Events<C>[E]>;
+  listenerCount(event: Name<C>): number;
+  eventNames(): Array<Name<C>>;
+}
+
+/**
+ * An eventemitter3 emitter whose listeners cannot hurt the caller: each one runs in isolation, and a throw
+ * or a rejected promise becomes an `error` event (and an error log) instead of an exception or an unhandled
+ * rejection. The other listeners still run.
+ */
+export function createSafeEmitter<C>(logger: Logger, self: () => unknown) {
+  const emitter = new EventEmitter();
+
+  const report = (event: string, cause: unknown, payload: unknown): void => {
+    const error = new ListenerError(event, cause);
+    logger.error({ err: error, event, ...identify(payload) }, error.message);
+    // A failing 'error' listener is only logged: reporting it through 'error' again could loop.
+    if (event !== 'error')
+      emitter.emit('error', { error, notification: event === 'invalid' ? undefined : payload });
+  };
+  const wrap = (event: string, listener: (payload: unknown) => unknown): Wrapped =>
+    Object.assign(
+      (payload: unknown): void => {
+        try {
+          const result = listener(payload);
+          if (isThenable(result)) result.then(undefined, (cause: unknown) => report(event, cause, payload));
+        } catch (cause) {
+          report(event, cause, payload);
+        }
+      },
+      { listener },
+    );
+  const find = (event: string, listener: unknown) =>
+    (emitter.listeners(event) as Wrapped[]).filter((wrapped) => wrapped.listener === listener);
+
+  const methods: IpnEmitter<C> = {
+    on(event, listener) {
+      emitter.on(event, wrap(event, listener as never));
+      return self() as never;
+    },
+    addListener(event, listener) {
+      return methods.on(event, listener);
+    },
+    once(event, listener) {
+      emitter.once(event, wrap(event, listener as never));
+      return self() as never;
+    },
+    off(event, listener) {
+      if (listener === undefined) emitter.removeAllListeners(event);
+      else for (const wrapped of find(event, listener)) emitter.off(event, wrapped);
+      return self() as never;
+    },
+    removeListener(event, listener) {
+      return methods.off(event, listener);
+    },
+    removeAllListeners(event) {
+      emitter.removeAllListeners(event);
+      return self() as never;
+    },
+    listeners: (event) => (emitter.listeners(event) as Wrapped[]).map((wrapped) => wrapped.listener as never),
+    listenerCount: (event) => emitter.listenerCount(event),
+    eventNames: () => emitter.eventNames() as never,
+  };
+  const emit = <E extends Name<C>>(event: E, payload: Parameters<Events<C>[E]>[0]): boolean =>
+    emitter.emit(event, payload);
+  return { methods, emit };
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
+}
+
+/** Which notification a log line is about, without the customer's details. */
+export function identify(payload: unknown): { transaction_id?: unknown; state?: unknown } {
+  if (typeof payload !== 'object' || payload === null) return {};
+  const { transaction_id, state } = payload as Record<string, unknown>;
+  return { transaction_id, state };
+}
