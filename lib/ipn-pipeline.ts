@@ -109,14 +109,19 @@ export function createIpnPipeline<C>(options: ResolvedOptions<z.ZodType | undefi
     }
   }
 
-  async function initialise(): Promise<void> {
-    try {
-      await store.init?.();
-      ready = true;
-    } catch (error) {
-      initialised = undefined; // let the next request try again
-      throw error;
-    }
+  function initialise(): Promise<void> {
+    // Deferred by a tick, so that a failure clears `initialised` after it was assigned, not before.
+    return Promise.resolve()
+      .then(() => store.init?.())
+      .then(
+        () => {
+          ready = true;
+        },
+        (error: unknown) => {
+          initialised = undefined; // the next request tries again
+          throw error;
+        },
+      );
   }
 
   function withTimeout(key: string, pending: Promise<boolean>): Promise<boolean> {

@@ -1,0 +1,52 @@
+import type { Server } from 'node:http';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import express5 from 'express';
+import express4 from 'express4';
+
+/** The Express surface the tests use; both major versions provide it. */
+export interface TestApp {
+  use: (...handlers: unknown[]) => unknown;
+  post: (...handlers: unknown[]) => unknown;
+  get: (...handlers: unknown[]) => unknown;
+}
+
+type ExpressModule = (() => TestApp) & {
+  json: (options?: object) => unknown;
+  urlencoded: (options?: object) => unknown;
+  text: (options?: object) => unknown;
+};
+
+/** Every integration suite runs once per supported Express major version. */
+export const EXPRESS_VERSIONS: Array<[string, ExpressModule]> = [
+  ['Express 5', express5 as unknown as ExpressModule],
+  ['Express 4', express4 as unknown as ExpressModule],
+];
+
+/** A server listening on loopback, its base URL, and a way to stop it. */
+export interface Running {
+  server: Server;
+  url: string;
+  close: () => Promise<void>;
+}
+
+/** Starts `app` on 127.0.0.1 on a free port. */
+export async function listen(app: unknown): Promise<Running> {
+  const server = createServer(app as Parameters<typeof createServer>[0]);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    server,
+    url: `http://127.0.0.1:${port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** Resolves after pending I/O callbacks and microtasks (e.g. a listener's rejected promise) have run. */
+export function settle(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}

@@ -1,0 +1,179 @@
+import request from 'supertest';
+import { ipnRouter, StoreError, type Store } from '../../lib/index.js';
+import { uniquePayload } from '../helpers/payloads.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { EXPRESS_VERSIONS, listen, settle, type Running } from '../helpers/servers.js';
+
+const quiet = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
+
+/** A store that claims like a Map, but whose next calls can be made to fail. */
+function flakyStore() {
+  const keys = new Set<string>();
+  const store = {
+    failure: undefined as undefined | 'throw' | 'reject' | 'hang' | 'late',
+    released: [] as string[],
+    claim(key: string): boolean | Promise<boolean> {
+      if (store.failure === 'throw') throw new Error('connection refused');
+      if (store.failure === 'reject') return Promise.reject(new Error('connection reset'));
+      if (store.failure === 'hang') return new Promise<boolean>(() => {});
+      const claimed = !keys.has(key);
+      keys.add(key);
+      // 'late': the claim succeeds, but after the router's storeTimeout.
+      return store.failure === 'late'
+        ? new Promise((resolve) => setTimeout(() => resolve(claimed), 60))
+        : claimed;
+    },
+    release(key: string): void {
+      store.released.push(key);
+      keys.delete(key);
+    },
+  };
+  return store;
+}
+
+describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
+  let running: Running;
+  const unhandled: unknown[] = [];
+  const onUnhandled = (reason: unknown) => unhandled.push(reason);
+
+  beforeAll(() => process.on('unhandledRejection', onUnhandled));
+  afterAll(() => process.off('unhandledRejection', onUnhandled));
+  afterEach(async () => {
+    await running.close();
+    await settle();
+    expect(unhandled).toEqual([]);
+  });
+
+  async function start(options: Parameters<typeof ipnRouter>[0]) {
+    const ipn = ipnRouter({ logger: quiet, ...options });
+    const recorder = recordEvents(ipn);
+    const app = express();
+    app.use('/ipn', ipn);
+    running = await listen(app);
+    return { ipn, recorder, post: (body: object) => request(running.url).post('/ipn').send(body) };
+  }
+
+  test.each(['throw', 'reject', 'hang'] as const)(
+    'a store that fails (%s) answers 503 with Retry-After and emits error, never successful',
+    async (failure) => {
+      const store = flakyStore();
+      store.failure = failure;
+      const { recorder, post } = await start({ store, storeTimeout: 50 });
+      const payload = uniquePayload();
+
+      const response = await post(payload);
+
+      expect(response.status).toBe(503);
+      expect(response.headers['retry-after']).toBe('30');
+      expect(response.body).toMatchObject({ error: 'store_unavailable' });
+      expect(recorder.names()).toEqual(['error']);
+      const [{ error, notification }] = recorder.of('error');
+      expect(error).toBeInstanceOf(StoreError);
+      expect(error.code).toBe('IPN_STORE_FAILED');
+      expect(notification).toMatchObject({ transaction_id: payload.transaction_id });
+    },
+  );
+
+  test('after the store recovers, the resend of a notification that got 503 is delivered', async () => {
+    const store = flakyStore();
+    store.failure = 'reject';
+    const { recorder, post } = await start({ store });
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(503);
+
+    store.failure = undefined;
+    expect((await post(payload)).status).toBe(200);
+    expect(recorder.names()).toEqual(['error', 'notification', 'successful']);
+  });
+
+  test('a claim that lands after the timeout is released, so the resend is not taken for a duplicate', async () => {
+    const store = flakyStore();
+    store.failure = 'late';
+    const { recorder, post } = await start({ store, storeTimeout: 20 });
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(503);
+    await new Promise((resolve) => setTimeout(resolve, 80));
+    expect(store.released).toEqual([`${String(payload.transaction_id)}:SUCCESSFUL`]);
+
+    store.failure = undefined;
+    expect((await post(payload)).status).toBe(200);
+    expect(recorder.count('successful')).toBe(1);
+  });
+
+  test('a store whose init fails answers 503, and init is tried again on the next request', async () => {
+    let attempts = 0;
+    const keys = new Set<string>();
+    const store: Store = {
+      init: () => {
+        attempts += 1;
+        if (attempts === 1) throw new Error('database starting up');
+      },
+      claim: (key) => !keys.has(key) && Boolean(keys.add(key)),
+      release: (key) => void keys.delete(key),
+    };
+    const { recorder, post } = await start({ store });
+
+    expect((await post(uniquePayload())).status).toBe(503);
+    expect((await post(uniquePayload())).status).toBe(200);
+    expect((await post(uniquePayload())).status).toBe(200);
+    expect(attempts).toBe(2);
+    expect(recorder.count('successful')).toBe(2);
+  });
+
+  test('a listener that throws: the answer is unchanged, error is emitted, other listeners and the app go on', async () => {
+    const { ipn, recorder, post } = await start({});
+    const seen: string[] = [];
+    ipn.on('successful', () => {
+      throw new Error('ledger down');
+    });
+    ipn.on('successful', (n) => void seen.push(n.transaction_id));
+
+    const response = await post(uniquePayload());
+
+    expect(response.status).toBe(200);
+    expect(seen).toHaveLength(1);
+    const [{ error, notification }] = recorder.of('error');
+    expect(error).toMatchObject({
+      code: 'IPN_LISTENER_FAILED',
+      event: 'successful',
+      cause: new Error('ledger down'),
+    });
+    expect(notification.transaction_id).toBe(seen[0]);
+    expect((await post(uniquePayload())).status).toBe(200);
+  });
+
+  test('a listener whose promise rejects: error is emitted, no unhandled rejection', async () => {
+    const { ipn, recorder, post } = await start({});
+    ipn.on('failed', async () => {
+      await settle();
+      throw new Error('refund service timeout');
+    });
+
+    const response = await post(uniquePayload({ state: 'FAILED' }));
+    await settle();
+    await settle();
+
+    expect(response.status).toBe(200);
+    expect(recorder.of('error')).toEqual([
+      {
+        error: expect.objectContaining({ event: 'failed', cause: new Error('refund service timeout') }),
+        notification: expect.anything(),
+      },
+    ]);
+  });
+
+  test('an error listener that throws is logged, not rethrown', async () => {
+    const logged: string[] = [];
+    const logger = { ...quiet, error: (_: object, message: string) => void logged.push(message) };
+    const { ipn, post } = await start({ logger });
+    ipn.on('successful', () => {
+      throw new Error('first');
+    });
+    ipn.on('error', () => {
+      throw new Error('second');
+    });
+
+    expect((await post(uniquePayload())).status).toBe(200);
+    expect(logged).toEqual([expect.stringContaining('first'), expect.stringContaining('second')]);
+  });
+});

@@ -1,0 +1,139 @@
+import request from 'supertest';
+import { ipnRouter, type IpnRouter } from '../../lib/index.js';
+import { uniquePayload } from '../helpers/payloads.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { EXPRESS_VERSIONS, listen, type Running, type TestApp } from '../helpers/servers.js';
+
+const quiet = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
+
+describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s', (_version, express) => {
+  let ipn: IpnRouter;
+  let recorder: ReturnType<typeof recordEvents>;
+  let running: Running | undefined;
+
+  beforeEach(() => {
+    ipn = ipnRouter({ logger: quiet });
+    recorder = recordEvents(ipn);
+  });
+  afterEach(() => running?.close());
+
+  async function start(setup: (app: TestApp) => void): Promise<string> {
+    const app = express();
+    setup(app);
+    running = await listen(app);
+    return running.url;
+  }
+
+  test('a global express.json() before the router: JSON notifications work the same', async () => {
+    const url = await start((app) => {
+      app.use(express.json());
+      app.use('/ipn', ipn);
+    });
+    const payload = uniquePayload();
+
+    const first = await request(url).post('/ipn').send(payload);
+    const resend = await request(url).post('/ipn').send(payload);
+
+    expect([first.status, resend.status]).toEqual([200, 200]);
+    expect(recorder.names()).toEqual(['notification', 'successful', 'duplicate']);
+    expect(recorder.of('successful')[0]).toMatchObject({
+      transaction_id: payload.transaction_id,
+      amount: 5000,
+    });
+  });
+
+  test('a global express.json() before the router: a form notification is still read, never hangs', async () => {
+    const url = await start((app) => {
+      app.use(express.json());
+      app.use('/ipn', ipn);
+    });
+    const payload = uniquePayload();
+    const form = new URLSearchParams({
+      transaction_id: String(payload.transaction_id),
+      state: 'FAILED',
+      custom_data: 'o-1',
+    });
+
+    const response = await request(url).post('/ipn').type('form').send(form.toString());
+
+    expect(response.status).toBe(200);
+    expect(recorder.of('failed')).toEqual([
+      expect.objectContaining({ transaction_id: payload.transaction_id }),
+    ]);
+  });
+
+  test('a global express.urlencoded() before the router: form notifications work the same', async () => {
+    const url = await start((app) => {
+      app.use(express.urlencoded({ extended: false }));
+      app.use('/ipn', ipn);
+    });
+    const payload = uniquePayload();
+    const form = new URLSearchParams({
+      transaction_id: String(payload.transaction_id),
+      state: 'SUCCESSFUL',
+      custom_data: 'o-2',
+      amount: '300',
+    });
+
+    const response = await request(url).post('/ipn').type('form').send(form.toString());
+
+    expect(response.status).toBe(200);
+    expect(recorder.of('successful')).toEqual([expect.objectContaining({ amount: 300, custom_data: 'o-2' })]);
+  });
+
+  test('a global express.text() before the router: the text is parsed as JSON', async () => {
+    const url = await start((app) => {
+      app.use(express.text({ type: '*/*' }));
+      app.use('/ipn', ipn);
+    });
+
+    const response = await request(url).post('/ipn').send(uniquePayload());
+
+    expect(response.status).toBe(200);
+    expect(recorder.count('successful')).toBe(1);
+  });
+
+  test('a host parser that drops prototype keys or keeps them: nothing is polluted', async () => {
+    const url = await start((app) => {
+      app.use(express.json());
+      app.use('/ipn', ipn);
+    });
+    const text = JSON.stringify(uniquePayload()).replace(/}$/, ',"__proto__":{"polluted":"yes"}}');
+
+    const response = await request(url).post('/ipn').set('Content-Type', 'application/json').send(text);
+
+    expect(response.status).toBe(200);
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+    expect(recorder.of('successful')[0].polluted).toBeUndefined();
+  });
+
+  test('a middleware that consumed the body without setting req.body: 500 with a diagnosis and an error event', async () => {
+    const url = await start((app) => {
+      app.use((req: NodeJS.ReadableStream, _res: unknown, next: () => void) => {
+        req.on('end', next);
+        req.resume();
+      });
+      app.use('/ipn', ipn);
+    });
+
+    const response = await request(url).post('/ipn').send(uniquePayload());
+
+    expect(response.status).toBe(500);
+    expect(response.body).toMatchObject({
+      error: 'body_unavailable',
+      message: expect.stringContaining('mount the IPN router before'),
+    });
+    expect(recorder.of('error')).toEqual([
+      { error: expect.objectContaining({ code: 'IPN_BODY_UNAVAILABLE' }) },
+    ]);
+  });
+
+  test('app.post(path, ipn) mounts it as a route as well', async () => {
+    const url = await start((app) => app.post('/callbacks/ipn', ipn));
+
+    const response = await request(url).post('/callbacks/ipn').send(uniquePayload());
+
+    expect(response.status).toBe(200);
+    expect(recorder.count('successful')).toBe(1);
+  });
+});

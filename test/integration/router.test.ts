@@ -1,0 +1,386 @@
+import { gzipSync } from 'node:zlib';
+import request from 'supertest';
+import { z } from 'zod';
+import { ipnRouter, type IpnRouter } from '../../lib/index.js';
+import { failedPayload, successfulPayload, uniquePayload } from '../helpers/payloads.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { EXPRESS_VERSIONS, listen, settle, type Running } from '../helpers/servers.js';
+
+const customData = z.object({ orderId: z.string() });
+
+describe.each(EXPRESS_VERSIONS)('the IPN router under %s', (_version, express) => {
+  let ipn: IpnRouter<{ orderId: string }>;
+  let recorder: ReturnType<typeof recordEvents>;
+  let running: Running;
+
+  beforeEach(async () => {
+    ipn = ipnRouter({ customData, logger: quiet });
+    recorder = recordEvents(ipn);
+    const app = express();
+    app.use('/ipn', ipn);
+    app.get('/ipn/status-page', (_req: unknown, res: { send: (body: string) => void }) =>
+      res.send('host page'),
+    );
+    app.get('/health', (_req: unknown, res: { send: (body: string) => void }) => res.send('host health'));
+    running = await listen(app);
+  });
+  afterEach(() => running.close());
+
+  const post = (body: unknown) =>
+    request(running.url)
+      .post('/ipn')
+      .send(body as object);
+
+  test('a first SUCCESSFUL notification answers 200 and emits notification then successful, fully parsed', async () => {
+    const response = await post(successfulPayload());
+
+    expect(response.status).toBe(200);
+    expect(response.headers['content-type']).toMatch(/^application\/json/);
+    expect(response.body).toEqual({ ok: true });
+    expect(recorder.names()).toEqual(['notification', 'successful']);
+    const notification = recorder.of('successful')[0];
+    expect(notification).toMatchObject({
+      transaction_id: 'EFB.001158',
+      state: 'SUCCESSFUL',
+      amount: 5000,
+      commission: 75,
+      p_id: 7,
+      custom_data: '{"orderId":"order-1001"}',
+      customData: { orderId: 'order-1001' },
+    });
+    expect(notification).not.toHaveProperty('comission');
+    expect(recorder.of('notification')[0]).toBe(notification);
+  });
+
+  test('a first FAILED notification emits notification then failed, lenient on informational fields', async () => {
+    const response = await post(failedPayload({ custom_data: '{"orderId":"order-1002"}' }));
+
+    expect(response.status).toBe(200);
+    expect(recorder.names()).toEqual(['notification', 'failed']);
+    expect(recorder.of('failed')[0]).toMatchObject({
+      transaction_id: 'PIX_22827809',
+      state: 'FAILED',
+      amount: 2500,
+      fee: 0,
+      service_id: 3,
+      hash: '',
+      sms_link: null,
+      error: 'insufficient balance',
+      currency: 'XOF',
+      transaction_channel: 'wave',
+    });
+  });
+
+  test('the 200 is sent before any listener finishes', async () => {
+    let finish!: () => void;
+    let finished = false;
+    ipn.on('successful', async () => {
+      await new Promise<void>((resolve) => (finish = resolve));
+      finished = true;
+    });
+
+    const response = await post(uniquePayload());
+
+    expect(response.status).toBe(200);
+    expect(finished).toBe(false);
+    finish();
+    await settle();
+    expect(finished).toBe(true);
+  });
+
+  test('a resend of a SUCCESSFUL notification emits duplicate only and answers 200', async () => {
+    const payload = uniquePayload();
+    await post(payload);
+    const resend = await post(payload);
+
+    expect(resend.status).toBe(200);
+    expect(resend.body).toEqual({ ok: true, duplicate: true });
+    expect(recorder.names()).toEqual(['notification', 'successful', 'duplicate']);
+    expect(recorder.of('duplicate')[0]).toMatchObject({
+      transaction_id: payload.transaction_id,
+      state: 'SUCCESSFUL',
+    });
+  });
+
+  test('50 concurrent copies of one notification emit exactly one successful and 49 duplicates', async () => {
+    const payload = uniquePayload();
+    const responses = await Promise.all(Array.from({ length: 50 }, () => post(payload)));
+
+    expect(responses.map((r) => r.status)).toEqual(Array(50).fill(200));
+    expect(recorder.count('successful')).toBe(1);
+    expect(recorder.count('notification')).toBe(1);
+    expect(recorder.count('duplicate')).toBe(49);
+  });
+
+  test('FAILED then SUCCESSFUL for one transaction emits both, each once', async () => {
+    const failed = uniquePayload({ state: 'FAILED' });
+    const successful = { ...failed, state: 'SUCCESSFUL' };
+    for (const body of [failed, successful, failed, successful]) expect((await post(body)).status).toBe(200);
+
+    expect(recorder.names()).toEqual([
+      'notification',
+      'failed',
+      'notification',
+      'successful',
+      'duplicate',
+      'duplicate',
+    ]);
+  });
+
+  test('a non-final state is emitted as notification only, never as successful', async () => {
+    await post(uniquePayload({ state: 'PENDING1' }));
+    await post(uniquePayload({ state: 'successful' }));
+
+    expect(recorder.names()).toEqual(['notification', 'notification']);
+    expect(recorder.of('notification').map((n: { state: string }) => n.state)).toEqual([
+      'PENDING1',
+      'successful',
+    ]);
+  });
+
+  test('custom_data that does not match the schema still emits the payment, with customDataError', async () => {
+    await post(uniquePayload({ custom_data: 'not-json-and-not-an-object' }));
+
+    const [notification] = recorder.of('successful');
+    expect(notification.customData).toBeUndefined();
+    expect(notification.customDataError).toMatchObject({ code: 'IPN_CUSTOM_DATA_INVALID' });
+    expect(notification.custom_data).toBe('not-json-and-not-an-object');
+  });
+
+  test.each([
+    ['application/json; charset=utf-8'],
+    ['application/json; charset=UTF-8'],
+    ['text/json'],
+    ['application/vnd.provider.ipn+json'],
+  ])('a JSON body sent as %s is parsed', async (contentType) => {
+    const payload = uniquePayload();
+    const response = await request(running.url)
+      .post('/ipn')
+      .set('Content-Type', contentType)
+      .send(JSON.stringify(payload));
+
+    expect(response.status).toBe(200);
+    expect(recorder.of('successful')[0]).toMatchObject({ transaction_id: payload.transaction_id });
+  });
+
+  test('a JSON body in another charset is decoded by its charset', async () => {
+    const payload = uniquePayload({ customer_name: 'Adjoua Koné' });
+    const response = await postBytes(`${running.url}/ipn`, Buffer.from(JSON.stringify(payload), 'latin1'), {
+      'Content-Type': 'application/json; charset=iso-8859-1',
+    });
+
+    expect(response.status).toBe(200);
+    expect(recorder.of('successful')[0].customer_name).toBe('Adjoua Koné');
+  });
+
+  test('a body with no content type is read as JSON', async () => {
+    const payload = uniquePayload();
+    const response = await postBytes(`${running.url}/ipn`, Buffer.from(JSON.stringify(payload)), {});
+
+    expect(response.status).toBe(200);
+    expect(recorder.count('successful')).toBe(1);
+  });
+
+  test('a url-encoded form is parsed, numbers as numbers', async () => {
+    const payload = uniquePayload();
+    const form = new URLSearchParams(
+      Object.entries(payload).map(([key, value]): [string, string] => [
+        key,
+        value === null ? '' : String(value),
+      ]),
+    );
+    const response = await request(running.url).post('/ipn').type('form').send(form.toString());
+
+    expect(response.status).toBe(200);
+    expect(recorder.of('successful')[0]).toMatchObject({
+      transaction_id: payload.transaction_id,
+      amount: 5000,
+      commission: 75,
+      customData: { orderId: 'order-1001' },
+    });
+  });
+
+  test('a gzip-compressed body is decompressed', async () => {
+    const payload = uniquePayload();
+    const response = await postBytes(`${running.url}/ipn`, gzipSync(JSON.stringify(payload)), {
+      'Content-Type': 'application/json',
+      'Content-Encoding': 'gzip',
+    });
+
+    expect(response.status).toBe(200);
+    expect(recorder.count('successful')).toBe(1);
+  });
+
+  test('malformed JSON answers 400 with a JSON error and emits invalid', async () => {
+    const response = await request(running.url)
+      .post('/ipn')
+      .set('Content-Type', 'application/json')
+      .send('{"transaction_id": ');
+
+    expect(response.status).toBe(400);
+    expect(response.body).toMatchObject({
+      error: 'malformed_body',
+      message: expect.stringContaining('not valid JSON'),
+    });
+    expect(recorder.names()).toEqual(['invalid']);
+    expect(recorder.of('invalid')[0]).toMatchObject({
+      reason: 'malformed_body',
+      status: 400,
+      received: '{"transaction_id": ',
+    });
+  });
+
+  test.each([['[1,2]'], ['"SUCCESSFUL"'], ['null'], ['42']])(
+    'a JSON body that is not an object (%s) answers 400',
+    async (text) => {
+      const response = await request(running.url)
+        .post('/ipn')
+        .set('Content-Type', 'application/json')
+        .send(text);
+
+      expect(response.status).toBe(400);
+      expect(response.body.error).toBe('not_an_object');
+      expect(recorder.of('invalid')).toEqual([
+        expect.objectContaining({ reason: 'not_an_object', status: 400 }),
+      ]);
+    },
+  );
+
+  test('an empty body answers 400', async () => {
+    const response = await request(running.url).post('/ipn').set('Content-Type', 'application/json').send('');
+
+    expect(response.status).toBe(400);
+    expect(response.body).toMatchObject({
+      error: 'malformed_body',
+      message: expect.stringContaining('empty'),
+    });
+    expect(recorder.count('invalid')).toBe(1);
+  });
+
+  test.each([
+    ['transaction_id is missing', { transaction_id: undefined }, 'transaction_id'],
+    ['transaction_id is a number', { transaction_id: 1158 }, 'transaction_id'],
+    ['transaction_id has spaces', { transaction_id: 'EFB 001158' }, 'transaction_id'],
+    ['state is missing', { state: undefined }, 'state'],
+    ['state is empty', { state: '' }, 'state'],
+    ['custom_data is an object', { custom_data: { orderId: 'x' } }, 'custom_data'],
+  ])('when %s it answers 400 with the field errors', async (_case, overrides, field) => {
+    const response = await post(successfulPayload(overrides));
+
+    expect(response.status).toBe(400);
+    expect(response.body).toMatchObject({
+      error: 'invalid_fields',
+      issues: [expect.objectContaining({ path: field })],
+    });
+    expect(recorder.names()).toEqual(['invalid']);
+    expect(recorder.of('invalid')[0]).toMatchObject({ reason: 'invalid_fields', issues: [{ path: field }] });
+  });
+
+  test('a body over the limit answers 413 (declared length)', async () => {
+    const response = await post(uniquePayload({ padding: 'x'.repeat(110 * 1024) }));
+
+    expect(response.status).toBe(413);
+    expect(response.body.error).toBe('body_too_large');
+    expect(recorder.of('invalid')).toEqual([
+      expect.objectContaining({ reason: 'body_too_large', status: 413 }),
+    ]);
+  });
+
+  test('a chunked body over the limit answers 413, and the connection keeps serving', async () => {
+    const response = await fetch(`${running.url}/ipn`, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: chunked([
+        JSON.stringify(uniquePayload()).slice(0, -1),
+        `,"padding":"${'x'.repeat(200 * 1024)}"}`,
+      ]),
+      duplex: 'half',
+    } as RequestInit);
+
+    expect(response.status).toBe(413);
+    expect(recorder.count('invalid')).toBe(1);
+    expect((await post(uniquePayload())).status).toBe(200);
+  });
+
+  test.each([['multipart/form-data; boundary=x'], ['text/plain'], ['application/xml']])(
+    'a content type that cannot carry the record (%s) answers 415',
+    async (contentType) => {
+      const response = await request(running.url).post('/ipn').set('Content-Type', contentType).send('--x--');
+
+      expect(response.status).toBe(415);
+      expect(response.body.error).toBe('unsupported_media_type');
+      expect(recorder.of('invalid')).toEqual([
+        expect.objectContaining({ reason: 'unsupported_media_type', status: 415 }),
+      ]);
+    },
+  );
+
+  test('an unsupported content encoding answers 415', async () => {
+    const response = await request(running.url)
+      .post('/ipn')
+      .set('Content-Type', 'application/json')
+      .set('Content-Encoding', 'compress')
+      .send('{}');
+
+    expect(response.status).toBe(415);
+    expect(recorder.count('invalid')).toBe(1);
+  });
+
+  test('GET and HEAD on the route answer 200 and emit nothing', async () => {
+    const get = await request(running.url).get('/ipn');
+    const head = await request(running.url).head('/ipn');
+
+    expect(get.status).toBe(200);
+    expect(get.body).toEqual({ ok: true });
+    expect(head.status).toBe(200);
+    expect(recorder.events).toEqual([]);
+  });
+
+  test.each([['put'], ['delete'], ['patch'], ['options']] as const)(
+    '%s answers 405 with Allow',
+    async (method) => {
+      const response = await request(running.url)[method]('/ipn');
+
+      expect(response.status).toBe(405);
+      expect(response.headers.allow).toBe('GET, HEAD, POST');
+      expect(recorder.events).toEqual([]);
+    },
+  );
+
+  test('other routes of the host app fall through, also below the mount path', async () => {
+    expect((await request(running.url).get('/health')).text).toBe('host health');
+    expect((await request(running.url).get('/ipn/status-page')).text).toBe('host page');
+    expect((await request(running.url).post('/ipn/unknown').send(uniquePayload())).status).toBe(404);
+    expect(recorder.events).toEqual([]);
+  });
+
+  test('a payload with __proto__ and constructor keys pollutes no prototype', async () => {
+    const text = JSON.stringify(uniquePayload()).replace(
+      /}$/,
+      ',"__proto__":{"polluted":"yes"},"constructor":{"prototype":{"polluted":"yes"}},"nested":{"__proto__":{"polluted":"yes"}}}',
+    );
+    const response = await request(running.url)
+      .post('/ipn')
+      .set('Content-Type', 'application/json')
+      .send(text);
+
+    expect(response.status).toBe(200);
+    const [notification] = recorder.of('successful');
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+    expect(notification.polluted).toBeUndefined();
+    expect(notification.nested.polluted).toBeUndefined();
+    expect(Object.getPrototypeOf(notification)).toBe(Object.prototype);
+  });
+});
+
+const quiet = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
+
+/** Posts raw bytes as they are (supertest would serialise a Buffer as JSON). */
+async function postBytes(url: string, body: Buffer, headers: Record<string, string>) {
+  const response = await fetch(url, { method: 'POST', headers, body });
+  return { status: response.status, body: (await response.json()) as Record<string, unknown> };
+}
+
+async function* chunked(parts: string[]): AsyncGenerator<Uint8Array> {
+  for (const part of parts) yield Buffer.from(part);
+}

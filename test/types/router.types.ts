@@ -1,0 +1,85 @@
+/**
+ * Type tests, checked by `npm run typecheck` (tsc --noEmit), never run. Each @ts-expect-error line must be
+ * an error: if the types loosen, tsc fails on the unused directive.
+ */
+import { createServer } from 'node:http';
+import express5 from 'express';
+import express4 from 'express4';
+import { z } from 'zod';
+import { ipnRouter, MemoryStore, type IpnNotification, type Store } from '../../lib/index.js';
+
+const ipn = ipnRouter({ customData: z.object({ orderId: z.string() }) });
+
+// Mounts in Express 5, Express 4 and plain node:http.
+express5().use('/ipn', ipn);
+express4().use('/ipn', ipn);
+express5().post('/ipn', ipn);
+createServer(ipn);
+
+ipn.on('successful', (n) => {
+  const state: 'SUCCESSFUL' = n.state;
+  const amount: number | null = n.amount;
+  const raw: string = n.custom_data;
+  const extra: unknown = n.currency;
+  if (n.customDataError) {
+    const code: string = n.customDataError.code;
+    // @ts-expect-error customData is undefined when customDataError is set
+    void n.customData.orderId;
+    return void code;
+  }
+  const orderId: string = n.customData.orderId;
+  // @ts-expect-error customData follows the schema
+  void n.customData.missing.field;
+  // @ts-expect-error amount is a number or null, not a string
+  const wrong: string = n.amount;
+  void [state, amount, raw, extra, orderId, wrong];
+});
+
+ipn.on('failed', (n) => {
+  // @ts-expect-error a failed notification is never SUCCESSFUL
+  const state: 'SUCCESSFUL' = n.state;
+  const error: string = n.error;
+  void [state, error];
+});
+
+ipn.on('notification', (n) => {
+  // @ts-expect-error any state reaches 'notification': it is a string, not only the final states
+  const state: 'SUCCESSFUL' | 'FAILED' = n.state;
+  void state;
+});
+
+ipn.on('duplicate', (n: IpnNotification) => void n.transaction_id);
+ipn.on('invalid', (event) => {
+  const status: number = event.status;
+  const reason:
+    | 'malformed_body'
+    | 'not_an_object'
+    | 'invalid_fields'
+    | 'body_too_large'
+    | 'unsupported_media_type'
+    | 'request_aborted' = event.reason;
+  void [status, reason];
+});
+ipn.on('error', ({ error }) => void error.code);
+ipn.on('successful', async () => {}).on('failed', () => {});
+
+// @ts-expect-error no such event
+ipn.on('paid', () => {});
+// @ts-expect-error the payload of 'invalid' is not a notification
+ipn.on('invalid', (n: IpnNotification) => void n);
+
+// Without a customData schema there is no customData field.
+const plain = ipnRouter();
+plain.on('successful', (n) => {
+  // @ts-expect-error customData exists only with a schema
+  void n.customData.orderId;
+});
+
+// Options are checked.
+// @ts-expect-error ttl is a number of milliseconds
+ipnRouter({ ttl: '7d' });
+// @ts-expect-error a store needs claim and release
+ipnRouter({ store: { claim: () => true } });
+ipnRouter({ store: new MemoryStore({ maxEntries: 10 }), limit: '1mb', ttl: 1000, storeTimeout: 100 });
+const asyncStore: Store = { claim: async () => true, release: async () => {} };
+ipnRouter({ store: asyncStore });
