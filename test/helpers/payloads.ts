@@ -19,5 +19,8 @@ let sequence = 0;
 /** A SUCCESSFUL notification with a transaction id no other test uses. */
 export function uniquePayload(overrides: Record<string, unknown> = {}): Record<string, unknown> {
   sequence += 1;
-  return successfulPayload({ transaction_id: `TST.${process.pid}${String(sequence).padStart(6, '0')}`, ...overrides });
+  return successfulPayload({
+    transaction_id: `TST.${process.pid}${String(sequence).padStart(6, '0')}`,
+    ...overrides,
+  });
 }

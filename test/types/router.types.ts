@@ -81,5 +81,5 @@ ipnRouter({ ttl: '7d' });
 // @ts-expect-error a store needs claim and release
 ipnRouter({ store: { claim: () => true } });
 ipnRouter({ store: new MemoryStore({ maxEntries: 10 }), limit: '1mb', ttl: 1000, storeTimeout: 100 });
-const asyncStore: Store = { claim: async () => true, release: async () => {} };
+const asyncStore: Store = { claim: () => Promise.resolve(true), release: () => Promise.resolve() };
 ipnRouter({ store: asyncStore });

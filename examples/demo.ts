@@ -1,0 +1,89 @@
+import type { Server } from 'node:http';
+import { setImmediate as nextTurn } from 'node:timers/promises';
+import type { Express } from 'express';
+import { formatSummary } from './format-summary.js';
+import { createPartnerApp, type IpnCounts, type Order } from './partner-app.js';
+import { PAYMENTS, playPaymentService, type PlannedPayment, type ServiceReport } from './payment-service.js';
+
+/** What the demo ends with: the partner's orders and counts, and what the service sent. */
+export interface DemoSummary {
+  orders: Order[];
+  counts: IpnCounts;
+  /** Notifications the partner could not match to an order: none expected. */
+  review: string[];
+  payments: readonly PlannedPayment[];
+  service: ServiceReport;
+}
+
+/**
+ * Starts the partner's shop on a free loopback port, creates one order per planned payment, plays the payment
+ * service against `/ipn` (resends, concurrent resends, a FAILED then SUCCESSFUL, a malformed request), then
+ * shuts down and returns what the shop ended with.
+ *
+ * @example
+ * const { orders, counts } = await runDemo();
+ */
+export async function runDemo(payments: readonly PlannedPayment[] = PAYMENTS): Promise<DemoSummary> {
+  const partner = createPartnerApp();
+  const server = await listen(partner.app);
+  try {
+    const address = server.address();
+    if (address === null || typeof address === 'string') throw new Error('the server has no TCP address');
+    const base = `http://127.0.0.1:${address.port}`;
+    // The shop's checkout: each order exists before the customer pays it.
+    for (const { orderId, amount } of payments) {
+      const response = await fetch(`${base}/orders`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ orderId, amount }),
+      });
+      if (response.status !== 201) throw new Error(`creating ${orderId} answered ${response.status}`);
+    }
+    const service = await playPaymentService(`${base}/ipn`, payments);
+    // ipn-kit emits right after writing each answer; let that turn end before reading the orders.
+    await nextTurn();
+    return {
+      orders: [...partner.orders.values()].map((order) => ({ ...order })),
+      counts: { ...partner.counts },
+      review: [...partner.review],
+      payments,
+      service,
+    };
+  } finally {
+    await close(server);
+    await partner.close();
+  }
+}
+
+function listen(app: Express): Promise<Server> {
+  return new Promise((resolve, reject) => {
+    const server = app.listen(0, '127.0.0.1', (error?: Error) => (error ? reject(error) : resolve(server)));
+  });
+}
+
+function close(server: Server): Promise<void> {
+  return new Promise((resolve, reject) => {
+    server.close((error) => (error ? reject(error) : resolve()));
+    // fetch keeps connections alive; without this the process would wait for them to time out.
+    server.closeAllConnections();
+  });
+}
+
+/**
+ * True when this file is the program being run (`npm start`), false when a test imports it. Compares the
+ * script path rather than `require.main`, which does not exist when tsx runs the file as ESM.
+ */
+function isEntryPoint(): boolean {
+  const script = process.argv[1];
+  return script !== undefined && /(^|[\\/])examples[\\/]demo(\.[cm]?[jt]s)?$/.test(script);
+}
+
+if (isEntryPoint()) {
+  runDemo().then(
+    (summary) => console.log(formatSummary(summary)),
+    (error: unknown) => {
+      console.error('the demo failed:', error);
+      process.exitCode = 1;
+    },
+  );
+}

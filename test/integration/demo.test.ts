@@ -1,0 +1,79 @@
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { runDemo, type DemoSummary } from '../../examples/demo.js';
+import { PAYMENTS } from '../../examples/payment-service.js';
+
+jest.setTimeout(30_000);
+
+const root = path.resolve(__dirname, '../..');
+
+describe('the demo (npm start)', () => {
+  let summary: DemoSummary;
+  beforeAll(async () => {
+    summary = await runDemo();
+  });
+
+  const order = (orderId: string) => {
+    const found = summary.orders.find((candidate) => candidate.orderId === orderId);
+    if (!found) throw new Error(`the partner has no order ${orderId}`);
+    return found;
+  };
+
+  it('plays about twenty payments with sequential and concurrent resends and a FAILED then SUCCESSFUL', () => {
+    expect(PAYMENTS.length).toBeGreaterThanOrEqual(18);
+    expect(PAYMENTS.some((p) => p.copies > 1 && !p.concurrent)).toBe(true);
+    expect(PAYMENTS.some((p) => p.copies > 1 && p.concurrent)).toBe(true);
+    expect(PAYMENTS.some((p) => p.states.join() === 'FAILED,SUCCESSFUL')).toBe(true);
+  });
+
+  it('credits every paid order exactly once, however many copies of its SUCCESSFUL arrived', () => {
+    const paid = PAYMENTS.filter((p) => p.states.includes('SUCCESSFUL'));
+    for (const payment of paid) {
+      expect(order(payment.orderId)).toMatchObject({
+        status: 'paid',
+        credits: 1,
+        transactionId: payment.transactionId,
+      });
+    }
+  });
+
+  it('marks orders whose only notification is FAILED as failed, with no credit', () => {
+    const failed = PAYMENTS.filter((p) => !p.states.includes('SUCCESSFUL'));
+    expect(failed.length).toBeGreaterThan(0);
+    for (const payment of failed) {
+      expect(order(payment.orderId)).toMatchObject({ status: 'failed', credits: 0 });
+    }
+  });
+
+  it('ends a FAILED then SUCCESSFUL transaction paid with one credit', () => {
+    const retried = PAYMENTS.find((p) => p.states.join() === 'FAILED,SUCCESSFUL');
+    expect(order(retried?.orderId ?? '')).toMatchObject({ status: 'paid', credits: 1 });
+  });
+
+  it('counts each resend as a duplicate, each distinct notification once, and the malformed request as invalid', () => {
+    const resends = PAYMENTS.reduce((sum, p) => sum + p.states.length * (p.copies - 1), 0);
+    const notifications = PAYMENTS.reduce((sum, p) => sum + p.states.length, 0);
+    expect(summary.service).toEqual({ notifications, resends, malformedStatus: 400 });
+    expect(summary.counts).toEqual({ received: notifications, duplicates: resends, invalid: 1 });
+    expect(summary.review).toEqual([]);
+  });
+
+  it('runs as `npm start`: exits 0 and prints the orders and the counts', async () => {
+    const { code, stdout, stderr } = await new Promise<{
+      code: number | null;
+      stdout: string;
+      stderr: string;
+    }>((resolve) => {
+      const tsx = path.join(root, 'node_modules', '.bin', 'tsx');
+      const child = execFile(tsx, ['examples/demo.ts'], { cwd: root }, (_error, stdout, stderr) =>
+        resolve({ code: child.exitCode, stdout, stderr }),
+      );
+    });
+    expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
+    expect(stdout).toMatch(/^order-1001\s+5,000\s+paid\s+1\s+EFB\.001158/m);
+    expect(stdout).toMatch(/^order-1008\s+4,000\s+paid\s+1\s+PIX_22827811/m);
+    expect(stdout).toMatch(new RegExp(`^Received\\s+${summary.counts.received}\\b`, 'm'));
+    expect(stdout).toMatch(new RegExp(`^Duplicates\\s+${summary.counts.duplicates}\\b`, 'm'));
+    expect(stdout).toMatch(/^Invalid\s+1\b/m);
+  });
+});

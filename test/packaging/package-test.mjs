@@ -1,0 +1,140 @@
+// Packaging test: builds the npm tarball, installs it in a scratch project, and checks that `require`,
+// `import` and the type declarations of both all work from the outside, as a user gets them.
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+
+const root = resolve(import.meta.dirname, '../..');
+const scratch = mkdtempSync(join(tmpdir(), 'ipn-kit-package-'));
+const results = [];
+
+function run(command, args, cwd) {
+  return execFileSync(command, args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+}
+
+function check(name, fn) {
+  try {
+    fn();
+    results.push({ name, ok: true });
+    console.log(`  ok    ${name}`);
+  } catch (error) {
+    results.push({ name, ok: false });
+    console.log(
+      `  FAIL  ${name}\n${String(error.stdout ?? '')}${String(error.stderr ?? '')}${error.message}`,
+    );
+  }
+}
+
+// What a user runs: a request to the installed router, through node:http, in each module system.
+const probe = (load) => `${load}
+const { createServer } = require_or_import_http;
+const ipn = ipnRouter();
+let events = 0;
+ipn.on('successful', () => { events += 1; });
+const server = createServer(ipn).listen(0, '127.0.0.1', async () => {
+  const url = 'http://127.0.0.1:' + server.address().port + '/';
+  const body = JSON.stringify({ transaction_id: 'EFB.001158', state: 'SUCCESSFUL', custom_data: 'o-1', comission: '5' });
+  const first = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+  const again = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+  server.close();
+  if (first.status !== 200 || again.status !== 200 || events !== 1 || typeof MemoryStore !== 'function') {
+    console.error('unexpected', first.status, again.status, events);
+    process.exit(1);
+  }
+});
+`;
+
+try {
+  console.log(`packaging test in ${scratch}`);
+  const [{ filename, files }] = JSON.parse(
+    run('npm', ['pack', '--json', '--pack-destination', scratch], root),
+  );
+  const tarball = join(scratch, filename);
+
+  check('the tarball holds the built library and no sources or tests', () => {
+    const paths = files.map((file) => file.path);
+    for (const expected of [
+      'package.json',
+      'README.md',
+      'dist/cjs/index.js',
+      'dist/cjs/index.d.ts',
+      'dist/esm/index.js',
+      'dist/esm/index.d.ts',
+    ]) {
+      if (!paths.includes(expected)) throw new Error(`missing ${expected}`);
+    }
+    const stray = paths.filter(
+      (path) => /^(lib|test|examples)\//.test(path) || path.endsWith('.tsbuildinfo'),
+    );
+    if (stray.length > 0) throw new Error(`should not ship: ${stray.join(', ')}`);
+  });
+
+  const app = join(scratch, 'app');
+  execFileSync('mkdir', ['-p', app]);
+  writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'scratch-app', private: true }));
+  run('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', tarball], app);
+
+  check('require("ipn-kit") works from CommonJS', () => {
+    writeFileSync(
+      join(app, 'probe.cjs'),
+      probe(
+        "const { ipnRouter, MemoryStore } = require('ipn-kit');\nconst require_or_import_http = require('node:http');",
+      ),
+    );
+    run('node', ['probe.cjs'], app);
+  });
+
+  check('import "ipn-kit" works from ESM', () => {
+    writeFileSync(
+      join(app, 'probe.mjs'),
+      probe(
+        "import { ipnRouter, MemoryStore } from 'ipn-kit';\nimport * as require_or_import_http from 'node:http';",
+      ),
+    );
+    run('node', ['probe.mjs'], app);
+  });
+
+  check('the core pulls in no database driver', () => {
+    const installed = readdirSync(join(app, 'node_modules'));
+    const drivers = installed.filter((name) => ['ioredis', 'redis', 'pg', '@redis'].includes(name));
+    if (drivers.length > 0) throw new Error(`installed with ipn-kit: ${drivers.join(', ')}`);
+  });
+
+  check('types resolve for both require (.cts) and import (.mts) under node16 resolution', () => {
+    const source = `import { ipnRouter, MemoryStore, type IpnNotification } from 'ipn-kit';
+const ipn = ipnRouter({ store: new MemoryStore() });
+ipn.on('successful', (n) => { const state: 'SUCCESSFUL' = n.state; const amount: number | null = n.amount; void [state, amount]; });
+// @ts-expect-error no such event
+ipn.on('paid', () => {});
+export const notification: IpnNotification | undefined = undefined;
+`;
+    writeFileSync(join(app, 'check.cts'), source);
+    writeFileSync(join(app, 'check.mts'), source);
+    writeFileSync(
+      join(app, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          module: 'node16',
+          moduleResolution: 'node16',
+          strict: true,
+          noEmit: true,
+          skipLibCheck: false,
+          typeRoots: [join(root, 'node_modules/@types')],
+          types: ['node'],
+        },
+        files: ['check.cts', 'check.mts'],
+      }),
+    );
+    run(join(root, 'node_modules/.bin/tsc'), ['-p', app], app);
+  });
+} catch (error) {
+  results.push({ name: 'setup', ok: false });
+  console.log(`  FAIL  setup\n${String(error.stderr ?? '')}${error.message}`);
+} finally {
+  rmSync(scratch, { recursive: true, force: true });
+}
+
+const failed = results.filter((result) => !result.ok).length;
+console.log(`packaging: ${results.length - failed} passed, ${failed} failed`);
+process.exitCode = failed > 0 ? 1 : 0;
