@@ -46,9 +46,11 @@ export function createIpnPipeline<C>(options: ResolvedOptions<z.ZodType | undefi
     status: event.status,
     body: { error: event.reason, message: event.message, ...(event.issues ? { issues: event.issues } : {}) },
     afterResponse: () => {
+      // Not the message: a JSON syntax error quotes the body, which holds the customer's number and name.
+      const fields = event.issues?.map((issue) => issue.path);
       logger.warn(
-        { reason: event.reason, status: event.status },
-        `rejected an IPN request: ${event.message}`,
+        { reason: event.reason, status: event.status, fields },
+        `rejected an IPN request: ${event.reason}`,
       );
       emit('invalid', event);
     },

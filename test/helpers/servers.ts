@@ -15,6 +15,7 @@ type ExpressModule = (() => TestApp) & {
   json: (options?: object) => unknown;
   urlencoded: (options?: object) => unknown;
   text: (options?: object) => unknown;
+  raw: (options?: object) => unknown;
 };
 
 /** Every integration suite runs once per supported Express major version. */

@@ -93,6 +93,20 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
     expect(recorder.count('successful')).toBe(1);
   });
 
+  test('a global express.raw() before the router: the Buffer is parsed as JSON', async () => {
+    const url = await start((app) => {
+      app.use(express.raw({ type: '*/*' }));
+      app.use('/ipn', ipn);
+    });
+
+    const response = await request(url)
+      .post('/ipn')
+      .send(uniquePayload({ amount: '75' }));
+
+    expect(response.status).toBe(200);
+    expect(recorder.of('successful')).toEqual([expect.objectContaining({ amount: 75 })]);
+  });
+
   test('a host parser that drops prototype keys or keeps them: nothing is polluted', async () => {
     const url = await start((app) => {
       app.use(express.json());
