@@ -1,3 +1,4 @@
+import { connect } from 'node:net';
 import { gzipSync } from 'node:zlib';
 import request from 'supertest';
 import { z } from 'zod';
@@ -299,6 +300,22 @@ describe.each(EXPRESS_VERSIONS)('the IPN router under %s', (_version, express) =
 
     expect(response.status).toBe(413);
     expect(recorder.count('invalid')).toBe(1);
+    expect((await post(uniquePayload())).status).toBe(200);
+  });
+
+  test('a client that goes away mid-body emits invalid (request_aborted), and the server keeps serving', async () => {
+    const { port } = new URL(running.url);
+    const socket = connect(Number(port), '127.0.0.1');
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.write(
+      'POST /ipn HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"tra',
+    );
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    socket.destroy();
+    while (recorder.count('invalid') === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+
+    expect(recorder.names()).toEqual(['invalid']);
+    expect(recorder.of('invalid')[0]).toMatchObject({ reason: 'request_aborted' });
     expect((await post(uniquePayload())).status).toBe(200);
   });
 
