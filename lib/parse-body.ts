@@ -13,7 +13,7 @@ const RECEIVED_EXCERPT = 1024;
  * as JSON or as a url-encoded form. The result is a plain object with no prototype-polluting keys.
  */
 export function parseBody(raw: Buffer | string, format: BodyFormat, charset = 'utf-8'): ParseResult {
-  const text = typeof raw === 'string' ? raw : decode(raw, charset);
+  const text = withoutBom(typeof raw === 'string' ? raw : decode(raw, charset));
   if (format === 'form') return { ok: true, record: parseForm(text) };
   let value: unknown;
   try {
@@ -63,8 +63,12 @@ function parseForm(text: string): Record<string, unknown> {
 }
 
 function decode(raw: Buffer, charset: string): string {
-  const text =
-    charset === 'utf-8' || charset === 'utf8' ? raw.toString('utf8') : new TextDecoder(charset).decode(raw);
+  return charset === 'utf-8' || charset === 'utf8'
+    ? raw.toString('utf8')
+    : new TextDecoder(charset).decode(raw);
+}
+
+function withoutBom(text: string): string {
   return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
 }
 

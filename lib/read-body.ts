@@ -6,17 +6,18 @@ export type ReadResult =
   | { ok: true; body: Buffer }
   | { ok: false; reason: 'body_too_large' | 'malformed_body' | 'request_aborted'; message: string };
 
-const DECODERS: Record<string, (() => NodeJS.ReadWriteStream) | undefined> = {
-  gzip: createGunzip,
-  'x-gzip': createGunzip,
-  deflate: createInflate,
-  br: createBrotliDecompress,
-};
+// A Map, not an object literal: `Content-Encoding: constructor` must not find Object.prototype's members.
+const DECODERS = new Map<string, () => NodeJS.ReadWriteStream>([
+  ['gzip', createGunzip],
+  ['x-gzip', createGunzip],
+  ['deflate', createInflate],
+  ['br', createBrotliDecompress],
+]);
 
 /** Whether {@link readBody} can decode a `Content-Encoding` (absent, identity, gzip, deflate or br). */
 export function isSupportedEncoding(encoding: string | undefined): boolean {
   const name = encoding?.trim().toLowerCase() ?? 'identity';
-  return name === '' || name === 'identity' || DECODERS[name] !== undefined;
+  return name === '' || name === 'identity' || DECODERS.has(name);
 }
 
 /**
@@ -26,7 +27,7 @@ export function isSupportedEncoding(encoding: string | undefined): boolean {
  */
 export function readBody(source: Readable, limit: number, encoding?: string): Promise<ReadResult> {
   return new Promise((resolve) => {
-    const decoder = DECODERS[encoding?.trim().toLowerCase() ?? ''];
+    const decoder = DECODERS.get(encoding?.trim().toLowerCase() ?? '');
     const decoding = decoder?.();
     const input = (decoding ?? source) as Readable;
     const chunks: Buffer[] = [];
