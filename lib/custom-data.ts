@@ -12,17 +12,28 @@ export type CustomDataResult<T> = { customData: T } | { customDataError: CustomD
  * still emitted.
  */
 export function parseCustomData<S extends z.ZodType>(schema: S, raw: string): CustomDataResult<z.output<S>> {
-  let firstError: z.ZodError | undefined;
-  const json = tryJson(raw);
-  if (json.ok) {
-    const parsed = schema.safeParse(json.value);
+  try {
+    let firstError: z.ZodError | undefined;
+    const json = tryJson(raw);
+    if (json.ok) {
+      const parsed = schema.safeParse(json.value);
+      if (parsed.success) return { customData: parsed.data };
+      firstError = parsed.error;
+    }
+    const parsed = schema.safeParse(raw);
     if (parsed.success) return { customData: parsed.data };
-    firstError = parsed.error;
+    const error = firstError ?? parsed.error;
+    return { customDataError: new CustomDataError(toFieldIssues(error), error) };
+  } catch (cause) {
+    // safeParse lets a throwing refine or transform through (and refuses async ones): the payment still goes out.
+    const message = cause instanceof Error ? cause.message : String(cause);
+    return {
+      customDataError: new CustomDataError(
+        [{ path: '', message: `the customData schema threw: ${message}` }],
+        cause,
+      ),
+    };
   }
-  const parsed = schema.safeParse(raw);
-  if (parsed.success) return { customData: parsed.data };
-  const error = firstError ?? parsed.error;
-  return { customDataError: new CustomDataError(toFieldIssues(error), error) };
 }
 
 /** A zod error as `{ path, message }` pairs, the shape of every field problem ipn-kit reports. */

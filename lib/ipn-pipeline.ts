@@ -99,15 +99,18 @@ export function createIpnPipeline<C>(options: ResolvedOptions<z.ZodType | undefi
 
   async function claim(key: string): Promise<boolean | StoreError> {
     try {
-      if (!ready) await (initialised ??= initialise());
-      const claimed = store.claim(key, ttl);
-      // A synchronous store (the memory store) answers at once: no timer on the hot path.
-      return typeof claimed === 'boolean' ? claimed : await withTimeout(key, claimed);
+      if (ready) {
+        const claimed = store.claim(key, ttl);
+        // A synchronous store (the memory store) answers at once: no timer on the hot path.
+        return typeof claimed === 'boolean'
+          ? claimed
+          : checked(await withTimeout(key, Promise.resolve(claimed)));
+      }
+      // A hanging init is bounded by the same timeout as a hanging claim.
+      const pending = (initialised ??= initialise()).then(() => store.claim(key, ttl));
+      return checked(await withTimeout(key, pending));
     } catch (cause) {
-      return new StoreError(
-        `the store failed to claim ${key}: ${(cause as Error)?.message ?? String(cause)}`,
-        { cause },
-      );
+      return new StoreError(`the store failed to claim ${key}: ${describe(cause)}`, { cause });
     }
   }
 
@@ -126,13 +129,13 @@ export function createIpnPipeline<C>(options: ResolvedOptions<z.ZodType | undefi
       );
   }
 
-  function withTimeout(key: string, pending: Promise<boolean>): Promise<boolean> {
+  function withTimeout(key: string, pending: Promise<boolean>): Promise<unknown> {
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, fail) => {
       timer = setTimeout(() => {
         // If the claim lands after we gave up, free it: the service will resend, and the resend must not be
         // mistaken for a duplicate of a notification nobody processed.
-        pending.then((claimed) => claimed && store.release(key)).catch(() => {});
+        pending.then((claimed) => claimed === true && store.release(key)).catch(() => {});
         fail(new Error(`no answer within ${storeTimeout} ms`));
       }, storeTimeout);
     });
@@ -212,4 +215,17 @@ export function createIpnPipeline<C>(options: ResolvedOptions<z.ZodType | undefi
       await store.close?.();
     },
   };
+}
+
+/**
+ * A claim must answer `true` or `false`. Anything else (a store that forgets to return, or returns Redis's
+ * `'OK'`) is a store failure: taking `undefined` for "already claimed" would drop every payment as a resend.
+ */
+function checked(claimed: unknown): boolean {
+  if (typeof claimed === 'boolean') return claimed;
+  throw new TypeError(`store.claim must return true or false (or a promise of it), got ${String(claimed)}`);
+}
+
+function describe(cause: unknown): string {
+  return cause instanceof Error ? cause.message : String(cause);
 }

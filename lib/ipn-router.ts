@@ -46,26 +46,33 @@ export function ipnRouter<S extends z.ZodType | undefined = undefined>(
   const { methods, emit } = createSafeEmitter<C>(resolved.logger, () => router);
   const pipeline = createIpnPipeline<C>(resolved, emit);
 
+  // A bug of ours, not bad input: log it and report it as an `error` event.
+  const internal = (cause: unknown): IpnKitError => {
+    const message = `ipn-kit failed to handle a request: ${cause instanceof Error ? cause.message : String(cause)}`;
+    const error = new IpnKitError('IPN_INTERNAL', message, { cause });
+    resolved.logger.error({ err: error }, error.message);
+    return error;
+  };
+  const onFailure = (cause: unknown): unknown => emit('error', { error: internal(cause) });
+
   const handler = (req: IncomingMessage, res: ServerResponse, next?: (error?: unknown) => void): void => {
     // Mounted by Express, only the mount path itself is ours; anything below it belongs to the host app.
     if (next && !isMountRoot(req)) return next();
-    pipeline.handle(toIpnRequest(req)).then(
-      (outcome) => send(req, res, outcome),
-      (cause: unknown) => {
-        // A bug of ours, not bad input: answer 500 so the service resends, and say so.
-        const error = new IpnKitError(
-          'IPN_INTERNAL',
-          `ipn-kit failed to handle a request: ${String(cause)}`,
-          { cause },
-        );
-        resolved.logger.error({ err: error }, error.message);
+    pipeline
+      .handle(toIpnRequest(req))
+      .catch((cause: unknown): IpnOutcome => {
+        const error = internal(cause);
+        // Answer 500, so the service resends.
         const body = {
           error: 'internal_error',
           message: 'the notification was not processed: resend it later',
         };
-        send(req, res, { status: 500, body, afterResponse: () => emit('error', { error }) });
-      },
-    );
+        return { status: 500, body, afterResponse: () => emit('error', { error }) };
+      })
+      .then((outcome) => send(req, res, outcome, onFailure))
+      .catch(() => {
+        // Only a throwing logger gets here: there is nothing left to report to.
+      });
   };
   const router: IpnRouter<C> = Object.assign(handler, methods, { close: pipeline.close });
   return router;
@@ -95,7 +102,12 @@ function toIpnRequest(req: HostRequest): IpnRequest {
   };
 }
 
-function send(req: IncomingMessage, res: ServerResponse, outcome: IpnOutcome): void {
+function send(
+  req: IncomingMessage,
+  res: ServerResponse,
+  outcome: IpnOutcome,
+  onFailure: (cause: unknown) => unknown,
+): void {
   try {
     if (!res.headersSent && !res.writableEnded) {
       const payload = outcome.body === undefined ? '' : JSON.stringify(outcome.body);
@@ -106,8 +118,13 @@ function send(req: IncomingMessage, res: ServerResponse, outcome: IpnOutcome): v
       });
       res.end(req.method === 'HEAD' ? undefined : payload);
     }
-  } finally {
-    // Events run even if the answer could not be written: a claimed notification must still be delivered.
+  } catch (cause) {
+    onFailure(cause);
+  }
+  // Events run even if the answer could not be written: a claimed notification must still be delivered.
+  try {
     outcome.afterResponse?.();
+  } catch (cause) {
+    onFailure(cause);
   }
 }

@@ -1,4 +1,5 @@
 import request from 'supertest';
+import { z } from 'zod';
 import { ipnRouter, StoreError, type Store } from '../../lib/index.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { recordEvents } from '../helpers/record-events.js';
@@ -118,6 +119,40 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
     expect((await post(uniquePayload())).status).toBe(200);
     expect(attempts).toBe(2);
     expect(recorder.count('successful')).toBe(2);
+  });
+
+  test('a store whose claim returns neither true nor false answers 503: it is never taken for a resend', async () => {
+    const store = { claim: () => undefined as unknown as boolean, release: () => {} };
+    const { recorder, post } = await start({ store });
+
+    const response = await post(uniquePayload());
+
+    expect(response.status).toBe(503);
+    expect(recorder.names()).toEqual(['error']);
+    expect(recorder.of('error')[0].error.message).toContain('store.claim must return true or false');
+  });
+
+  test('a store whose init never finishes answers 503 after storeTimeout', async () => {
+    const store: Store = { init: () => new Promise<void>(() => {}), claim: () => true, release: () => {} };
+    const { recorder, post } = await start({ store, storeTimeout: 30 });
+
+    const response = await post(uniquePayload());
+
+    expect(response.status).toBe(503);
+    expect(recorder.of('error')).toEqual([expect.objectContaining({ error: expect.any(StoreError) })]);
+  });
+
+  test('a customData schema that throws still emits the payment, with customDataError', async () => {
+    const customData = z.string().transform(() => {
+      throw new Error('schema bug');
+    });
+    const { recorder, post } = await start({ customData });
+
+    const response = await post(uniquePayload());
+
+    expect(response.status).toBe(200);
+    expect(recorder.names()).toEqual(['notification', 'successful']);
+    expect(recorder.of('successful')[0].customDataError.message).toContain('schema bug');
   });
 
   test('a listener that throws: the answer is unchanged, error is emitted, other listeners and the app go on', async () => {
