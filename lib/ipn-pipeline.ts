@@ -3,6 +3,7 @@ import type { z } from 'zod';
 import { parseContentType } from './content-type.js';
 import { parseCustomData, toFieldIssues } from './custom-data.js';
 import { BodyUnavailableError, StoreError } from './errors.js';
+import { createStoreClaimer } from './store-claimer.js';
 import type { InvalidEvent, IpnEvents, Notification } from './events.js';
 import type { ResolvedOptions } from './options.js';
 import { parseBody, parseParsedBody, type ParseResult } from './parse-body.js';
@@ -39,8 +40,7 @@ const RETRY_AFTER_SECONDS = '30';
  */
 export function createIpnPipeline<C>(options: ResolvedOptions<z.ZodType | undefined>, emit: Emit<C>) {
   const { store, ttl, limit, logger, storeTimeout, customData: schema } = options;
-  let initialised: Promise<void> | undefined;
-  let ready = store.init === undefined;
+  const claimer = createStoreClaimer(store, ttl, storeTimeout);
 
   const reject = (event: InvalidEvent): IpnOutcome => ({
     status: event.status,
@@ -97,51 +97,6 @@ export function createIpnPipeline<C>(options: ResolvedOptions<z.ZodType | undefi
     return parseBody(read.body, type.format, type.charset);
   }
 
-  async function claim(key: string): Promise<boolean | StoreError> {
-    try {
-      if (ready) {
-        const claimed = store.claim(key, ttl);
-        // A synchronous store (the memory store) answers at once: no timer on the hot path.
-        return typeof claimed === 'boolean'
-          ? claimed
-          : checked(await withTimeout(key, Promise.resolve(claimed)));
-      }
-      // A hanging init is bounded by the same timeout as a hanging claim.
-      const pending = (initialised ??= initialise()).then(() => store.claim(key, ttl));
-      return checked(await withTimeout(key, pending));
-    } catch (cause) {
-      return new StoreError(`the store failed to claim ${key}: ${describe(cause)}`, { cause });
-    }
-  }
-
-  function initialise(): Promise<void> {
-    // Deferred by a tick, so that a failure clears `initialised` after it was assigned, not before.
-    return Promise.resolve()
-      .then(() => store.init?.())
-      .then(
-        () => {
-          ready = true;
-        },
-        (error: unknown) => {
-          initialised = undefined; // the next request tries again
-          throw error;
-        },
-      );
-  }
-
-  function withTimeout(key: string, pending: Promise<boolean>): Promise<unknown> {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, fail) => {
-      timer = setTimeout(() => {
-        // If the claim lands after we gave up, free it: the service will resend, and the resend must not be
-        // mistaken for a duplicate of a notification nobody processed.
-        pending.then((claimed) => claimed === true && store.release(key)).catch(() => {});
-        fail(new Error(`no answer within ${storeTimeout} ms`));
-      }, storeTimeout);
-    });
-    return Promise.race([pending, timeout]).finally(() => clearTimeout(timer));
-  }
-
   function deliver(notification: IpnNotification): void {
     const event = (
       schema ? { ...notification, ...parseCustomData(schema, notification.custom_data) } : notification
@@ -176,7 +131,14 @@ export function createIpnPipeline<C>(options: ResolvedOptions<z.ZodType | undefi
     }
     const notification = validated.data;
     const key = `${notification.transaction_id}:${notification.state}`;
-    const claimed = await claim(key);
+    const claimed = await claimer.claim(key, () => {
+      // Answered 503, but the claim went through after all: ours to deliver, or it would be lost.
+      logger.warn(
+        { transaction_id: notification.transaction_id, state: notification.state },
+        'IPN claim landed after storeTimeout: delivered late',
+      );
+      deliver(notification);
+    });
     if (claimed instanceof StoreError) {
       logger.error(
         { err: claimed, transaction_id: notification.transaction_id, state: notification.state },
@@ -215,17 +177,4 @@ export function createIpnPipeline<C>(options: ResolvedOptions<z.ZodType | undefi
       await store.close?.();
     },
   };
-}
-
-/**
- * A claim must answer `true` or `false`. Anything else (a store that forgets to return, or returns Redis's
- * `'OK'`) is a store failure: taking `undefined` for "already claimed" would drop every payment as a resend.
- */
-function checked(claimed: unknown): boolean {
-  if (typeof claimed === 'boolean') return claimed;
-  throw new TypeError(`store.claim must return true or false (or a promise of it), got ${String(claimed)}`);
-}
-
-function describe(cause: unknown): string {
-  return cause instanceof Error ? cause.message : String(cause);
 }

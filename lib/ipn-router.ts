@@ -57,7 +57,7 @@ export function ipnRouter<S extends z.ZodType | undefined = undefined>(
 
   const handler = (req: IncomingMessage, res: ServerResponse, next?: (error?: unknown) => void): void => {
     // Mounted by Express, only the mount path itself is ours; anything below it belongs to the host app.
-    if (next && !isMountRoot(req)) return next();
+    if (next && !isMountRoot(req, handler)) return next();
     pipeline
       .handle(toIpnRequest(req))
       .catch((cause: unknown): IpnOutcome => {
@@ -78,11 +78,19 @@ export function ipnRouter<S extends z.ZodType | undefined = undefined>(
   return router;
 }
 
-type HostRequest = IncomingMessage & { body?: unknown; _body?: boolean; route?: unknown };
+type HostRequest = IncomingMessage & {
+  body?: unknown;
+  _body?: boolean;
+  route?: { stack?: Array<{ handle?: unknown }> };
+};
 
-/** `app.use('/ipn', ipn)` strips the mount path (url `/`); `app.post('/ipn', ipn)` sets `req.route`. */
-function isMountRoot(req: HostRequest): boolean {
-  if (req.route !== undefined) return true;
+/**
+ * `app.use('/ipn', ipn)` strips the mount path (url `/`); `app.post('/ipn', ipn)` puts the handler in
+ * `req.route`. Only the route that holds this very handler counts: Express leaves `req.route` set after an
+ * earlier route called `next()`.
+ */
+function isMountRoot(req: HostRequest, handler: unknown): boolean {
+  if (req.route?.stack?.some((layer) => layer.handle === handler)) return true;
   const url = req.url ?? '/';
   const end = url.indexOf('?');
   const path = end === -1 ? url : url.slice(0, end);

@@ -27,7 +27,8 @@ export interface Options<S extends z.ZodType | undefined = undefined> {
    */
   limit: number | string;
   /**
-   * How long to wait for the store before answering 503 (so the service resends), in milliseconds.
+   * How long to wait for the store (`init` and `claim` together) before answering 503, so the service resends,
+   * in milliseconds. A claim that lands later is delivered then, and the resend is a duplicate.
    * @default 5_000
    */
   storeTimeout: number;
@@ -69,9 +70,16 @@ export function resolveOptions<S extends z.ZodType | undefined>(
   checkMethods('logger', resolved.logger, ['debug', 'info', 'warn', 'error'], []);
   checkDuration('ttl', resolved.ttl);
   checkDuration('storeTimeout', resolved.storeTimeout);
+  if (resolved.storeTimeout > MAX_TIMER) {
+    // Node fires a longer timer after 1 ms, which would fail every claim of an asynchronous store.
+    throw new TypeError(
+      `ipnRouter: storeTimeout must be at most ${MAX_TIMER} ms, got ${resolved.storeTimeout}`,
+    );
+  }
   return resolved;
 }
 
+const MAX_TIMER = 2 ** 31 - 1;
 const KNOWN = new Set(['customData', 'store', 'ttl', 'limit', 'storeTimeout', 'logger']);
 
 function parseLimit(limit: unknown): number {

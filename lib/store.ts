@@ -24,9 +24,9 @@ export interface Store {
    */
   claim(key: string, ttlMs: number): Awaitable<boolean>;
   /**
-   * Frees `key`, so that the next claim of it succeeds. The router calls it when it claimed a notification
-   * but could not process it (for example a claim that answered after the router had given up waiting), so
-   * that the service's resend is not dropped.
+   * Frees `key`, so that the next claim of it succeeds. The router's default (at-most-once) mode never needs
+   * it; it is the way back for anything that claims a key and then cannot process the notification, so that
+   * the service's resend is processed instead of dropped (an admin tool, a verification step).
    */
   release(key: string): Awaitable<void>;
   /** Optional: called once, before the first claim. A failure answers 503 and is retried on the next request. */

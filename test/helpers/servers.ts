@@ -7,6 +7,7 @@ import express4 from 'express4';
 /** The Express surface the tests use; both major versions provide it. */
 export interface TestApp {
   use: (...handlers: unknown[]) => unknown;
+  all: (...handlers: unknown[]) => unknown;
   post: (...handlers: unknown[]) => unknown;
   get: (...handlers: unknown[]) => unknown;
 }

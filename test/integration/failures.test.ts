@@ -87,17 +87,61 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
     expect(recorder.names()).toEqual(['error', 'notification', 'successful']);
   });
 
-  test('a claim that lands after the timeout is released, so the resend is not taken for a duplicate', async () => {
+  test('a claim that lands after the timeout is delivered then, and the resend is a duplicate', async () => {
     const store = flakyStore();
     store.failure = 'late';
     const { recorder, post } = await start({ store, storeTimeout: 20 });
     const payload = uniquePayload();
     expect((await post(payload)).status).toBe(503);
-    await new Promise((resolve) => setTimeout(resolve, 80));
-    expect(store.released).toEqual([`${String(payload.transaction_id)}:SUCCESSFUL`]);
+    while (recorder.count('successful') === 0) await new Promise((resolve) => setTimeout(resolve, 10));
 
     store.failure = undefined;
-    expect((await post(payload)).status).toBe(200);
+    expect((await post(payload)).body).toEqual({ ok: true, duplicate: true });
+    expect(recorder.names()).toEqual(['error', 'notification', 'successful', 'duplicate']);
+    expect(store.released).toEqual([]);
+  });
+
+  test('a resend queued behind a late claim (a store that queues while down) is delivered exactly once', async () => {
+    // Like ioredis's offline queue: commands wait while the backend is down, then run in order.
+    const keys = new Set<string>();
+    let backendUp!: () => void;
+    const up = new Promise<void>((resolve) => (backendUp = resolve));
+    const store: Store = {
+      claim: async (key) => {
+        await up;
+        return !keys.has(key) && Boolean(keys.add(key));
+      },
+      release: (key) => void keys.delete(key),
+    };
+    const { recorder, post } = await start({ store, storeTimeout: 20 });
+    const payload = uniquePayload();
+
+    expect((await post(payload)).status).toBe(503);
+    const resend = post(payload);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    backendUp();
+    expect((await resend).body).toEqual({ ok: true, duplicate: true });
+    await settle();
+
+    expect(recorder.count('successful')).toBe(1);
+    expect(recorder.count('duplicate')).toBe(1);
+  });
+
+  test('an init that times out is tried again by the next request', async () => {
+    let attempts = 0;
+    const store: Store = {
+      init: () => {
+        attempts += 1;
+        return attempts === 1 ? new Promise<void>(() => {}) : undefined;
+      },
+      claim: () => true,
+      release: () => {},
+    };
+    const { recorder, post } = await start({ store, storeTimeout: 20 });
+
+    expect((await post(uniquePayload())).status).toBe(503);
+    expect((await post(uniquePayload())).status).toBe(200);
+    expect(attempts).toBe(2);
     expect(recorder.count('successful')).toBe(1);
   });
 

@@ -142,6 +142,19 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
     ]);
   });
 
+  test('an earlier catch-all route that calls next() does not make the router take the paths below it', async () => {
+    const url = await start((app) => {
+      app.all(/.*/, (_req: unknown, _res: unknown, next: () => void) => next());
+      app.use('/ipn', ipn);
+      app.get('/ipn/status', (_req: unknown, res: { send: (body: string) => void }) => res.send('host page'));
+    });
+
+    expect((await request(url).get('/ipn/status')).text).toBe('host page');
+    expect((await request(url).post('/ipn/other').send(uniquePayload())).status).toBe(404);
+    expect((await request(url).post('/ipn').send(uniquePayload())).status).toBe(200);
+    expect(recorder.names()).toEqual(['notification', 'successful']);
+  });
+
   test('app.post(path, ipn) mounts it as a route as well', async () => {
     const url = await start((app) => app.post('/callbacks/ipn', ipn));
 

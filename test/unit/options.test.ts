@@ -101,10 +101,13 @@ describe('resolveOptions', () => {
       expect(() => resolveUntyped({ ttl })).toThrow(/ttl/);
     });
 
-    it.each([-1, 0, Number.NaN, Number.POSITIVE_INFINITY])('a storeTimeout of %p', (storeTimeout) => {
-      expect(() => resolveUntyped({ storeTimeout })).toThrow(TypeError);
-      expect(() => resolveUntyped({ storeTimeout })).toThrow(/storeTimeout/);
-    });
+    it.each([-1, 0, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 31])(
+      'a storeTimeout of %p',
+      (storeTimeout) => {
+        expect(() => resolveUntyped({ storeTimeout })).toThrow(TypeError);
+        expect(() => resolveUntyped({ storeTimeout })).toThrow(/storeTimeout/);
+      },
+    );
 
     it.each(['abc', 0, -5, '10 parsecs', '', '0kb', Number.NaN, Number.POSITIVE_INFINITY])(
       'a limit of %p',
