@@ -115,13 +115,10 @@ export function createIpnPipeline<C>(options: ResolvedOptions<z.ZodType | undefi
     }
     const parsed = await readRecord(request);
     if ('status' in parsed) return parsed;
-    if (!parsed.ok)
-      return reject({
-        reason: parsed.reason,
-        status: 400,
-        message: parsed.message,
-        received: parsed.received,
-      });
+    if (!parsed.ok) {
+      const { reason, message, issues, received } = parsed;
+      return reject({ reason, status: 400, message, issues, received });
+    }
 
     const validated = ipnNotificationSchema.safeParse(parsed.record);
     if (!validated.success) {

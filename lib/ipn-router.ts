@@ -99,15 +99,29 @@ function isMountRoot(req: HostRequest, handler: unknown): boolean {
 
 function toIpnRequest(req: HostRequest): IpnRequest {
   const { headers } = req;
-  // body-parser sets `_body` once it has read the stream; either way an ended stream has nothing left to read.
-  const consumed = req._body === true || req.readableEnded;
   return {
     method: req.method ?? 'GET',
     contentType: headers['content-type'],
     contentLength: headers['content-length'],
     contentEncoding: headers['content-encoding'],
-    body: !consumed ? { stream: req } : req.body === undefined ? { consumed: true } : { parsed: req.body },
+    body: bodyOf(req),
   };
+}
+
+/** The stream to read, what a host parser left on `req.body`, or nothing if the stream was drained. */
+function bodyOf(req: HostRequest): IpnRequest['body'] {
+  // body-parser sets `_body` once it has parsed the stream.
+  if (req._body === true) return { parsed: req.body };
+  if (!req.readableEnded) return { stream: req };
+  // Drained by something else. Express 4's parsers set `req.body = {}` even when they skip a request, so an
+  // empty object says nothing was parsed either.
+  const { body } = req;
+  const nothing = body === undefined || (isPlainObject(body) && Object.keys(body).length === 0);
+  return nothing ? { consumed: true } : { parsed: body };
+}
+
+function isPlainObject(value: unknown): value is object {
+  return typeof value === 'object' && value !== null && Object.getPrototypeOf(value) === Object.prototype;
 }
 
 function send(

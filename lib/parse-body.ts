@@ -1,10 +1,19 @@
 import type { BodyFormat } from './content-type.js';
+import type { FieldIssue } from './errors.js';
+import { repeatedJsonKeys } from './repeated-keys.js';
 import { isSafeKey, parseJson, withoutForbiddenKeys } from './safe-json.js';
+import { IDENTITY_FIELDS } from './schema.js';
 
 /** A body turned into a record, or why it could not be. */
 export type ParseResult =
   | { ok: true; record: Record<string, unknown> }
-  | { ok: false; reason: 'malformed_body' | 'not_an_object'; message: string; received: unknown };
+  | {
+      ok: false;
+      reason: 'malformed_body' | 'not_an_object' | 'invalid_fields';
+      message: string;
+      issues?: FieldIssue[];
+      received: unknown;
+    };
 
 const RECEIVED_EXCERPT = 1024;
 
@@ -14,7 +23,8 @@ const RECEIVED_EXCERPT = 1024;
  */
 export function parseBody(raw: Buffer | string, format: BodyFormat, charset = 'utf-8'): ParseResult {
   const text = withoutBom(typeof raw === 'string' ? raw : decode(raw, charset));
-  if (format === 'form') return { ok: true, record: parseForm(text) };
+  // Some HTTP clients label a JSON body as a form (PHP's curl with a string body does): read it as JSON.
+  if (format === 'form' && !text.trimStart().startsWith('{')) return parseForm(text);
   let value: unknown;
   try {
     value = parseJson(text);
@@ -27,7 +37,8 @@ export function parseBody(raw: Buffer | string, format: BodyFormat, charset = 'u
       received: excerpt(text),
     };
   }
-  return asRecord(value);
+  const result = asRecord(value);
+  return result.ok ? unambiguous(result.record, repeatedJsonKeys(text, IDENTITY_FIELDS)) : result;
 }
 
 /**
@@ -52,14 +63,29 @@ function asRecord(value: unknown): ParseResult {
   };
 }
 
-/** A repeated key becomes an array, so `state=FAILED&state=SUCCESSFUL` fails validation instead of picking one. */
-function parseForm(text: string): Record<string, unknown> {
+/**
+ * A repeated informational key becomes an array of its values; a repeated identity key
+ * (`state=FAILED&state=SUCCESSFUL`) is refused rather than resolved by picking one.
+ */
+function parseForm(text: string): ParseResult {
   const record: Record<string, unknown> = {};
+  const repeated = new Set<string>();
   for (const [key, value] of new URLSearchParams(text)) {
     if (!isSafeKey(key)) continue;
+    if (Object.hasOwn(record, key)) repeated.add(key);
     record[key] = Object.hasOwn(record, key) ? [record[key], value].flat() : value;
   }
-  return record;
+  return unambiguous(
+    record,
+    IDENTITY_FIELDS.filter((key) => repeated.has(key)),
+  );
+}
+
+function unambiguous(record: Record<string, unknown>, repeated: readonly string[]): ParseResult {
+  if (repeated.length === 0) return { ok: true, record };
+  const issues = repeated.map((path) => ({ path, message: `${path} appears more than once` }));
+  const message = `the notification is ambiguous: ${issues.map((issue) => issue.message).join('; ')}`;
+  return { ok: false, reason: 'invalid_fields', message, issues, received: record };
 }
 
 function decode(raw: Buffer, charset: string): string {

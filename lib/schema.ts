@@ -6,6 +6,9 @@ export const FINAL_STATES = ['SUCCESSFUL', 'FAILED'] as const;
 /** A final state: `SUCCESSFUL` or `FAILED`. */
 export type FinalState = (typeof FINAL_STATES)[number];
 
+/** The fields that say which transaction, which outcome and which order: read exactly, never guessed. */
+export const IDENTITY_FIELDS = ['transaction_id', 'state', 'custom_data'] as const;
+
 const DECIMAL = /^-?\d+(?:\.\d+)?$/;
 
 /**
@@ -53,17 +56,38 @@ const state = z
   .string({ error: 'state must be a string' })
   .regex(/^[A-Za-z0-9_-]{1,32}$/, { error: 'state must be a word such as SUCCESSFUL, FAILED or PENDING' });
 
-/** Echoed as given at initiation: usually text, a number when the partner sent one. Never trimmed. */
-const customData = z
-  .union([z.string(), z.number()], { error: 'custom_data must be a string, a number or null' })
-  .nullable()
-  .transform((value): string => (value === null ? '' : String(value)));
+/**
+ * Echoed as given at initiation, as text: never trimmed or changed. Usually a string; a number comes back when
+ * the partner sent one, and becomes its text; JSON that came back decoded becomes its JSON text again. Missing
+ * or `null` is `""`: never reject a payment over the partner's own data. The one refusal: an integer too
+ * large to have been read exactly, which could point at another order.
+ */
+const customDataText = z
+  .unknown()
+  .optional()
+  .transform((value, context): string => {
+    if (typeof value === 'string') return value;
+    if (value === null || value === undefined) return '';
+    if (typeof value === 'number' && Number.isInteger(value) && !Number.isSafeInteger(value)) {
+      const message = `custom_data is the number ${value}, too large to have been read exactly: send it as a string`;
+      context.issues.push({ code: 'custom', message, input: value });
+      return z.NEVER;
+    }
+    if (typeof value === 'number' || typeof value === 'boolean') return String(value);
+    return JSON.stringify(value) ?? '';
+  });
 
-/** The service's own samples spell it `comission`; expose the correct spelling only. */
-function normaliseSpelling(input: unknown): unknown {
-  if (typeof input !== 'object' || input === null || !Object.hasOwn(input, 'comission')) return input;
-  const { comission, ...rest } = input as Record<string, unknown>;
-  return { ...rest, commission: rest.commission ?? comission };
+/** Keys ipn-kit adds to a notification; a payload must not be able to supply them. */
+const RESERVED = ['customData', 'customDataError'];
+
+/** The service's own samples spell it `comission`: expose the correct spelling only. Drop reserved keys. */
+function normalise(input: unknown): unknown {
+  if (typeof input !== 'object' || input === null) return input;
+  const record = input as Record<string, unknown>;
+  if (!Object.hasOwn(record, 'comission') && !RESERVED.some((key) => Object.hasOwn(record, key)))
+    return input;
+  const { comission, customData, customDataError, ...rest } = record;
+  return Object.hasOwn(record, 'comission') ? { ...rest, commission: rest.commission ?? comission } : rest;
 }
 
 /**
@@ -72,11 +96,11 @@ function normaliseSpelling(input: unknown): unknown {
  * Lenient on informational fields, exact on `transaction_id`, `state` and `custom_data`.
  */
 export const ipnNotificationSchema = z.preprocess(
-  normaliseSpelling,
+  normalise,
   z.looseObject({
     transaction_id: transactionId,
     state,
-    custom_data: customData,
+    custom_data: customDataText,
     amount: lenientNumber,
     benefice: lenientNumber,
     commission: lenientNumber,

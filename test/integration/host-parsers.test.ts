@@ -155,6 +155,23 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
     expect(recorder.names()).toEqual(['notification', 'successful']);
   });
 
+  test('a body drained by a middleware after a skipping express.json(): 500 body_unavailable, not a field error', async () => {
+    const url = await start((app) => {
+      app.use(express.json()); // skips a form body; Express 4's leaves req.body = {}
+      app.use((req: NodeJS.ReadableStream, _res: unknown, next: () => void) => {
+        req.on('end', next);
+        req.resume();
+      });
+      app.use('/ipn', ipn);
+    });
+
+    const response = await request(url).post('/ipn').type('form').send('transaction_id=A.1&state=FAILED');
+
+    expect(response.status).toBe(500);
+    expect(response.body.error).toBe('body_unavailable');
+    expect(recorder.names()).toEqual(['error']);
+  });
+
   test('app.post(path, ipn) mounts it as a route as well', async () => {
     const url = await start((app) => app.post('/callbacks/ipn', ipn));
 

@@ -111,15 +111,49 @@ describe('parseBody', () => {
       });
     });
 
-    it('makes a repeated key an array, so no single value is picked', () => {
-      expect(recordOf(parseBody('state=FAILED&state=SUCCESSFUL', 'form')).state).toEqual([
-        'FAILED',
-        'SUCCESSFUL',
-      ]);
+    it('refuses a repeated identity key rather than picking one value', () => {
+      expect(parseBody('state=FAILED&state=SUCCESSFUL&transaction_id=A.1', 'form')).toMatchObject({
+        ok: false,
+        reason: 'invalid_fields',
+        issues: [{ path: 'state', message: 'state appears more than once' }],
+      });
+    });
+
+    it('reads a JSON object labelled as a form as JSON', () => {
+      expect(recordOf(parseBody(' {"state":"FAILED","amount":"5"}', 'form'))).toEqual({
+        state: 'FAILED',
+        amount: '5',
+      });
     });
 
     it('keeps every value of a key repeated three times, in order', () => {
       expect(recordOf(parseBody('a=1&a=2&a=3', 'form')).a).toEqual(['1', '2', '3']);
+    });
+  });
+
+  describe('repeated identity keys in JSON', () => {
+    it.each([
+      ['state', '{"transaction_id":"A.1","state":"FAILED","custom_data":"","state":"SUCCESSFUL"}'],
+      ['transaction_id', '{"transaction_id":"A.1","state":"FAILED","transaction_id":"A.2"}'],
+      ['custom_data', '{"custom_data":"o-1","state":"FAILED","custom_data":"o-2"}'],
+      ['state', '{"state":"FAILED","st\\u0061te":"SUCCESSFUL"}'],
+    ])('refuses a JSON object that repeats %s', (path, text) => {
+      expect(parseBody(text, 'json')).toMatchObject({
+        ok: false,
+        reason: 'invalid_fields',
+        issues: [{ path }],
+      });
+    });
+
+    it.each([
+      [
+        'a nested object with the same keys',
+        '{"state":"FAILED","meta":{"state":"x","transaction_id":"y"},"transaction_id":"A.1"}',
+      ],
+      ['a value equal to a key name', '{"state":"FAILED","response":"state","note":"\\"state\\""}'],
+      ['an array of objects', '{"state":"FAILED","items":[{"state":1},{"state":2}]}'],
+    ])('accepts %s', (_case, text) => {
+      expect(parseBody(text, 'json').ok).toBe(true);
     });
   });
 

@@ -214,7 +214,7 @@ describe('ipnNotificationSchema', () => {
     });
   });
 
-  describe('custom_data (exact)', () => {
+  describe('custom_data (as received, as text)', () => {
     it('keeps a string exactly as received, without trimming', () => {
       expect(accept(successfulPayload({ custom_data: '  a ' })).custom_data).toBe('  a ');
     });
@@ -232,17 +232,36 @@ describe('ipnNotificationSchema', () => {
       expect(accept(successfulPayload({ custom_data: null })).custom_data).toBe('');
     });
 
-    it('rejects a missing custom_data', () => {
-      expect(rejectedPaths(without(successfulPayload(), 'custom_data'))).toContain('custom_data');
+    it('reads a missing custom_data as an empty string: the payment is not refused over partner data', () => {
+      expect(accept(without(successfulPayload(), 'custom_data')).custom_data).toBe('');
     });
 
     it.each([
-      ['an object', { orderId: 'order-1001' }],
-      ['an array', ['order-1001']],
-      ['a boolean', true],
-    ])('rejects a custom_data that is %s', (_, value) => {
-      expect(rejectedPaths(successfulPayload({ custom_data: value }))).toContain('custom_data');
+      ['an object', { orderId: 'order-1001' }, '{"orderId":"order-1001"}'],
+      ['an array', ['order-1001'], '["order-1001"]'],
+      ['a boolean', true, 'true'],
+      ['a decimal number', 12.5, '12.5'],
+      ['the largest exact integer', Number.MAX_SAFE_INTEGER, '9007199254740991'],
+    ])('turns a custom_data that is %s into its text', (_, value, text) => {
+      expect(accept(successfulPayload({ custom_data: value })).custom_data).toBe(text);
     });
+
+    it('rejects an integer too large to have been read exactly, which could name another order', () => {
+      const result = ipnNotificationSchema.safeParse(successfulPayload({ custom_data: 2 ** 53 + 2 }));
+      expect(result.success).toBe(false);
+      expect(result.error?.issues[0]).toMatchObject({
+        path: ['custom_data'],
+        message: expect.stringContaining('send it as a string'),
+      });
+    });
+
+    it.each([['customData'], ['customDataError']])(
+      'drops a %s field sent in the payload: it is ipn-kit’s own',
+      (key) => {
+        const parsed = accept(successfulPayload({ [key]: { orderId: 'someone-else' } }));
+        expect(Object.hasOwn(parsed, key)).toBe(false);
+      },
+    );
   });
 
   it('rejects a body that is not an object', () => {
