@@ -1,4 +1,4 @@
-import type { z } from 'zod';
+import { z } from 'zod';
 import type { FieldIssue } from './errors.js';
 import { CustomDataError } from './errors.js';
 import { parseJson } from './safe-json.js';
@@ -11,16 +11,19 @@ export type CustomDataResult<T> = { customData: T } | { customDataError: CustomD
  * the raw string (an order id such as `"order-42"`). Never throws: a mismatch is returned, so the payment is
  * still emitted.
  */
-export function parseCustomData<S extends z.ZodType>(schema: S, raw: string): CustomDataResult<z.output<S>> {
+export function parseCustomData<S extends z.core.$ZodType>(
+  schema: S,
+  raw: string,
+): CustomDataResult<z.core.output<S>> {
   try {
-    let firstError: z.ZodError | undefined;
+    let firstError: z.core.$ZodError | undefined;
     const json = tryJson(raw);
     if (json.ok) {
-      const parsed = schema.safeParse(json.value);
+      const parsed = z.safeParse(schema, json.value);
       if (parsed.success) return { customData: parsed.data };
       firstError = parsed.error;
     }
-    const parsed = schema.safeParse(raw);
+    const parsed = z.safeParse(schema, raw);
     if (parsed.success) return { customData: parsed.data };
     const error = firstError ?? parsed.error;
     return { customDataError: new CustomDataError(toFieldIssues(error), error) };
@@ -37,7 +40,7 @@ export function parseCustomData<S extends z.ZodType>(schema: S, raw: string): Cu
 }
 
 /** A zod error as `{ path, message }` pairs, the shape of every field problem ipn-kit reports. */
-export function toFieldIssues(error: z.ZodError): FieldIssue[] {
+export function toFieldIssues(error: z.core.$ZodError): FieldIssue[] {
   return error.issues.map((issue) => ({ path: issue.path.map(String).join('.'), message: issue.message }));
 }
 

@@ -38,7 +38,7 @@ const RETRY_AFTER_SECONDS = '30';
  * The core of the router, over plain values: read the body, parse, validate, dedupe, then answer and emit.
  * Bad input is an outcome (a status and an `invalid` event), never an exception.
  */
-export function createIpnPipeline<C>(options: ResolvedOptions<z.ZodType | undefined>, emit: Emit<C>) {
+export function createIpnPipeline<C>(options: ResolvedOptions<z.core.$ZodType | undefined>, emit: Emit<C>) {
   const { store, ttl, limit, logger, storeTimeout, customData: schema } = options;
   const claimer = createStoreClaimer(store, ttl, storeTimeout);
 

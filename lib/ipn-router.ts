@@ -7,7 +7,7 @@ import { createIpnPipeline, type IpnOutcome, type IpnRequest } from './ipn-pipel
 import { resolveOptions, type Options } from './options.js';
 
 /** The type of `customData` for a given `customData` schema (`undefined` when there is none). */
-export type CustomDataOf<S> = S extends z.ZodType ? z.output<S> : undefined;
+export type CustomDataOf<S> = S extends z.core.$ZodType ? z.core.output<S> : undefined;
 
 /**
  * A request handler that Express (4 or 5) mounts with `app.use(path, ipn)`, and that `http.createServer(ipn)`
@@ -38,7 +38,7 @@ export interface IpnRouter<C = undefined> extends IpnEmitter<C> {
  * const app = express();
  * app.use('/ipn', ipn); // before any global body parser
  */
-export function ipnRouter<S extends z.ZodType | undefined = undefined>(
+export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
   options?: Partial<Options<S>>,
 ): IpnRouter<CustomDataOf<S>> {
   type C = CustomDataOf<S>;

@@ -15,7 +15,12 @@ export interface MemoryStoreOptions {
 /**
  * The default store: dedupe in this process's memory. Bounded by TTL and by `maxEntries`, O(1) per
  * operation, no timers (nothing keeps the process alive). It does not survive a restart and is not shared
- * between instances: use `RedisStore` or `PostgresStore` when you run more than one.
+ * between instances: when you run more than one, give them one shared store.
+ *
+ * When more than `maxEntries` notifications arrive within the TTL (heavy traffic, or a flood of forged
+ * posts), the oldest keys are forgotten to make room, and a late resend of one of them would be emitted
+ * again; `evictions` counts them. Forgetting was chosen over refusing new claims, which would answer 503 to
+ * every genuine payment until the flood's keys expire.
  *
  * @example
  * app.use('/ipn', ipnRouter({ store: new MemoryStore({ maxEntries: 500_000 }) }));
@@ -25,6 +30,7 @@ export class MemoryStore implements Store {
   readonly #now: () => number;
   /** key -> expiry time. A Map iterates in insertion order, so the oldest claims come first. */
   readonly #expiries = new Map<string, number>();
+  #evictions = 0;
 
   constructor(options: Partial<MemoryStoreOptions> = {}) {
     const maxEntries = options.maxEntries ?? 100_000;
@@ -33,6 +39,11 @@ export class MemoryStore implements Store {
     }
     this.maxEntries = maxEntries;
     this.#now = options.now ?? Date.now;
+  }
+
+  /** How many keys were forgotten before they expired, to stay within `maxEntries`. Watch it: above 0, size up. */
+  get evictions(): number {
+    return this.#evictions;
   }
 
   /** Number of keys held, expired ones not yet swept included. */
@@ -63,7 +74,9 @@ export class MemoryStore implements Store {
   /** Drops expired keys from the front, then the oldest while full: amortised O(1) per claim. */
   #sweep(now: number): void {
     for (const [key, expiry] of this.#expiries) {
-      if (expiry > now && this.#expiries.size < this.maxEntries) return;
+      const expired = expiry <= now;
+      if (!expired && this.#expiries.size < this.maxEntries) return;
+      if (!expired) this.#evictions += 1;
       this.#expiries.delete(key);
     }
   }

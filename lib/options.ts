@@ -5,9 +5,9 @@ import { MemoryStore } from './memory-store.js';
 import type { Store } from './store.js';
 
 /** Options of `ipnRouter()`. Every field is optional; each one's default is given below. */
-export interface Options<S extends z.ZodType | undefined = undefined> {
+export interface Options<S extends z.core.$ZodType | undefined = undefined> {
   /**
-   * A zod schema for your `custom_data`. When given, every notification carries `customData`: the JSON in
+   * A zod 4 schema (from `zod` or `zod/mini`) for your `custom_data`. When given, every notification carries `customData`: the JSON in
    * `custom_data` (or the raw string, when it is not JSON) parsed by this schema. When it does not match, the
    * payment is still emitted, with `customDataError` instead.
    * @default undefined (no parsing: use `custom_data`, the string as received)
@@ -37,7 +37,7 @@ export interface Options<S extends z.ZodType | undefined = undefined> {
 }
 
 /** Options with every default applied and checked, as the router uses them. */
-export interface ResolvedOptions<S extends z.ZodType | undefined = undefined> extends Omit<
+export interface ResolvedOptions<S extends z.core.$ZodType | undefined = undefined> extends Omit<
   Options<S>,
   'limit'
 > {
@@ -48,7 +48,7 @@ export interface ResolvedOptions<S extends z.ZodType | undefined = undefined> ex
 const UNITS: Record<string, number> = { b: 1, kb: 1024, mb: 1024 ** 2, gb: 1024 ** 3 };
 
 /** Applies every default in one place and throws a `TypeError` for a programmer error. */
-export function resolveOptions<S extends z.ZodType | undefined>(
+export function resolveOptions<S extends z.core.$ZodType | undefined>(
   options: Partial<Options<S>> = {},
 ): ResolvedOptions<S> {
   const given = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined));
@@ -94,13 +94,10 @@ function parseLimit(limit: unknown): number {
 
 function checkSchema(schema: unknown): void {
   if (schema === undefined) return;
-  if (
-    typeof schema !== 'object' ||
-    schema === null ||
-    typeof Reflect.get(schema, 'safeParse') !== 'function'
-  ) {
+  // Every zod 4 schema, classic or mini, carries its internals in `_zod`; zod 3 schemas do not.
+  if (typeof schema !== 'object' || schema === null || typeof Reflect.get(schema, '_zod') !== 'object') {
     throw new TypeError(
-      'ipnRouter: customData must be a zod schema, such as z.object({ orderId: z.string() })',
+      'ipnRouter: customData must be a zod 4 schema (from zod or zod/mini), such as z.object({ orderId: z.string() })',
     );
   }
 }

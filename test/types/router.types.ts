@@ -6,6 +6,7 @@ import { createServer } from 'node:http';
 import express5 from 'express';
 import express4 from 'express4';
 import { z } from 'zod';
+import * as zm from 'zod/mini';
 import { ipnRouter, MemoryStore, type IpnNotification, type Store } from '../../lib/index.js';
 
 const ipn = ipnRouter({ customData: z.object({ orderId: z.string() }) });
@@ -83,3 +84,11 @@ ipnRouter({ store: { claim: () => true } });
 ipnRouter({ store: new MemoryStore({ maxEntries: 10 }), limit: '1mb', ttl: 1000, storeTimeout: 100 });
 const asyncStore: Store = { claim: () => Promise.resolve(true), release: () => Promise.resolve() };
 ipnRouter({ store: asyncStore });
+
+// zod/mini schemas are zod 4 schemas too.
+const mini = ipnRouter({ customData: zm.object({ orderId: zm.string() }) });
+mini.on('successful', (n) => {
+  if (n.customDataError) return;
+  const orderId: string = n.customData.orderId;
+  void orderId;
+});

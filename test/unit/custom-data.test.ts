@@ -1,3 +1,4 @@
+import * as zm from 'zod/mini';
 import { z } from 'zod';
 import { parseCustomData } from '../../lib/custom-data.js';
 import type { CustomDataResult } from '../../lib/custom-data.js';
@@ -90,5 +91,16 @@ describe('parseCustomData', () => {
     );
     expect(value).toEqual({ a: { b: 1 } });
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+  });
+});
+
+describe('parseCustomData with a zod/mini schema', () => {
+  it('parses JSON custom_data and reports a mismatch the same way', () => {
+    const schema = zm.object({ orderId: zm.string() });
+    expect(parseCustomData(schema, '{"orderId":"order-7"}')).toEqual({ customData: { orderId: 'order-7' } });
+    const result = parseCustomData(schema, '{"orderId":7}');
+    expect('customDataError' in result && result.customDataError.issues).toEqual([
+      { path: 'orderId', message: expect.any(String) },
+    ]);
   });
 });

@@ -84,6 +84,17 @@ describe('MemoryStore', () => {
     expect(store.size).toBeLessThanOrEqual(3);
   });
 
+  it('counts the keys forgotten before they expired, and not the expired ones it sweeps', () => {
+    const { store, advance } = storeAt(1_000_000, 2);
+    store.claim('short', 10);
+    store.claim('long-1', DAY);
+    advance(11);
+    store.claim('long-2', DAY); // sweeps 'short': expired, not an eviction
+    expect(store.evictions).toBe(0);
+    store.claim('long-3', DAY); // full: forgets 'long-1' early
+    expect(store.evictions).toBe(1);
+  });
+
   it('defaults maxEntries to 100000', () => {
     expect(new MemoryStore().maxEntries).toBe(100_000);
   });
