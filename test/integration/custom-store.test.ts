@@ -1,6 +1,7 @@
 import request from 'supertest';
 import { ipnRouter, type Store } from '../../lib/index.js';
 import { uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { EXPRESS_VERSIONS, listen, type Running } from '../helpers/servers.js';
 
@@ -33,8 +34,6 @@ class SharedKvStore implements Store {
     this.calls.push('close');
   }
 }
-
-const quiet = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
 
 describe.each(EXPRESS_VERSIONS)('a custom store under %s', (_version, express) => {
   const servers: Running[] = [];

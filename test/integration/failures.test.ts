@@ -2,10 +2,9 @@ import request from 'supertest';
 import { z } from 'zod';
 import { ipnRouter, StoreError, type Store } from '../../lib/index.js';
 import { uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { EXPRESS_VERSIONS, listen, settle, type Running } from '../helpers/servers.js';
-
-const quiet = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
 
 /** A store that claims like a Map, but whose next calls can be made to fail. */
 function flakyStore() {

@@ -1,10 +1,9 @@
 import request from 'supertest';
 import { ipnRouter, type IpnRouter } from '../../lib/index.js';
 import { uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { EXPRESS_VERSIONS, listen, type Running, type TestApp } from '../helpers/servers.js';
-
-const quiet = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
 
 describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s', (_version, express) => {
   let ipn: IpnRouter;

@@ -4,6 +4,7 @@ import request from 'supertest';
 import { z } from 'zod';
 import { ipnRouter, type IpnRouter } from '../../lib/index.js';
 import { failedPayload, successfulPayload, uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { EXPRESS_VERSIONS, listen, settle, type Running } from '../helpers/servers.js';
 
@@ -389,8 +390,6 @@ describe.each(EXPRESS_VERSIONS)('the IPN router under %s', (_version, express) =
     expect(Object.getPrototypeOf(notification)).toBe(Object.prototype);
   });
 });
-
-const quiet = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
 
 /** Posts raw bytes as they are (supertest would serialise a Buffer as JSON). */
 async function postBytes(url: string, body: Buffer, headers: Record<string, string>) {
