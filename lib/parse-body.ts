@@ -1,6 +1,6 @@
 import type { BodyFormat } from './content-type.js';
 import type { FieldIssue } from './errors.js';
-import { repeatedJsonKeys } from './repeated-keys.js';
+import { jsonEntries, repeatedJsonKeys } from './json-entries.js';
 import { isSafeKey, parseJson, withoutForbiddenKeys } from './safe-json.js';
 import { IDENTITY_FIELDS } from './schema.js';
 
@@ -38,7 +38,21 @@ export function parseBody(raw: Buffer | string, format: BodyFormat, charset = 'u
     };
   }
   const result = asRecord(value);
-  return result.ok ? unambiguous(result.record, repeatedJsonKeys(text, IDENTITY_FIELDS)) : result;
+  if (!result.ok) return result;
+  const checked = unambiguous(result.record, repeatedJsonKeys(text, IDENTITY_FIELDS));
+  if (checked.ok) keepExactCustomData(checked.record, text);
+  return checked;
+}
+
+/**
+ * A `custom_data` that came back as a number or as decoded JSON is taken as its exact source text:
+ * `JSON.parse` rounds integers above 2^53 and decimals, which could name another order.
+ */
+function keepExactCustomData(record: Record<string, unknown>, text: string): void {
+  const value = record.custom_data;
+  if (value === null || value === undefined || typeof value === 'string') return;
+  const entry = jsonEntries(text).find(({ key }) => key === 'custom_data');
+  if (entry) record.custom_data = entry.value;
 }
 
 /**

@@ -57,10 +57,10 @@ const state = z
   .regex(/^[A-Za-z0-9_-]{1,32}$/, { error: 'state must be a word such as SUCCESSFUL, FAILED or PENDING' });
 
 /**
- * Echoed as given at initiation, as text: never trimmed or changed. Usually a string; a number comes back when
- * the partner sent one, and becomes its text; JSON that came back decoded becomes its JSON text again. Missing
- * or `null` is `""`: never reject a payment over the partner's own data. The one refusal: an integer too
- * large to have been read exactly, which could point at another order.
+ * Echoed as given at initiation, as text: never trimmed or changed. Usually a string. A number, or JSON that
+ * came back decoded, is its exact source text when the router read the body itself; behind a host parser it
+ * is re-serialised, and refused when that could not be exact (an integer above 2^53, which could name
+ * another order). Missing or `null` is `""`: never reject a payment over the partner's own data.
  */
 const customDataText = z
   .unknown()
@@ -68,14 +68,26 @@ const customDataText = z
   .transform((value, context): string => {
     if (typeof value === 'string') return value;
     if (value === null || value === undefined) return '';
-    if (typeof value === 'number' && Number.isInteger(value) && !Number.isSafeInteger(value)) {
-      const message = `custom_data is the number ${value}, too large to have been read exactly: send it as a string`;
-      context.issues.push({ code: 'custom', message, input: value });
-      return z.NEVER;
-    }
-    if (typeof value === 'number' || typeof value === 'boolean') return String(value);
-    return JSON.stringify(value) ?? '';
+    const text = exactText(value);
+    if (text !== undefined) return text;
+    const message = 'custom_data could not be read exactly (an integer above 2^53?): send it as a string';
+    context.issues.push({ code: 'custom', message, input: value });
+    return z.NEVER;
   });
+
+/** The JSON text of a value a host parser decoded, or `undefined` when it cannot be exact or serialised. */
+function exactText(value: unknown): string | undefined {
+  let exact = true;
+  try {
+    const text = JSON.stringify(value, (_key, item: unknown) => {
+      if (typeof item === 'number' && Number.isInteger(item) && !Number.isSafeInteger(item)) exact = false;
+      return item;
+    });
+    return exact && typeof text === 'string' ? text : undefined;
+  } catch {
+    return undefined; // circular, or a BigInt
+  }
+}
 
 /** Keys ipn-kit adds to a notification; a payload must not be able to supply them. */
 const RESERVED = ['customData', 'customDataError'];

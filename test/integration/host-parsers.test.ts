@@ -106,6 +106,19 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
     expect(recorder.of('successful')).toEqual([expect.objectContaining({ amount: 75 })]);
   });
 
+  test('behind express.json(), a custom_data integer above 2^53 (already rounded) is refused with 400', async () => {
+    const url = await start((app) => {
+      app.use(express.json());
+      app.use('/ipn', ipn);
+    });
+    const text = JSON.stringify(uniquePayload({ custom_data: 'X' })).replace('"X"', '12345678901234567891');
+
+    const response = await request(url).post('/ipn').set('Content-Type', 'application/json').send(text);
+
+    expect(response.status).toBe(400);
+    expect(response.body.issues).toEqual([expect.objectContaining({ path: 'custom_data' })]);
+  });
+
   test('a host parser that drops prototype keys or keeps them: nothing is polluted', async () => {
     const url = await start((app) => {
       app.use(express.json());

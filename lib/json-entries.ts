@@ -1,0 +1,65 @@
+/** One key of the outermost object of a JSON text, and the exact source text of its value. */
+export interface JsonEntry {
+  key: string;
+  value: string;
+}
+
+/**
+ * The entries of the outermost object of a JSON text, in order, duplicates included, each value as its
+ * exact source text. `JSON.parse` silently keeps the last of a repeated key, and rounds numbers it cannot
+ * hold: identity fields must be neither ambiguous nor rounded. The text must already be known to be valid
+ * JSON (it has been parsed); the cost is one pass over it.
+ */
+export function jsonEntries(text: string): JsonEntry[] {
+  const entries: JsonEntry[] = [];
+  let depth = 0;
+  let key: string | undefined;
+  let valueStart = 0;
+  const close = (end: number): void => {
+    if (key !== undefined) entries.push({ key, value: text.slice(valueStart, end).trim() });
+    key = undefined;
+  };
+  for (let i = 0; i < text.length; i += 1) {
+    const char = text[i];
+    if (char === '"') {
+      const start = i;
+      for (i += 1; text[i] !== '"'; i += 1) if (text[i] === '\\') i += 1;
+      if (depth === 1 && key === undefined) {
+        let colon = i + 1;
+        while (isWhitespace(text[colon])) colon += 1;
+        key = JSON.parse(text.slice(start, i + 1)) as string;
+        valueStart = colon + 1;
+        i = colon;
+      }
+    } else if (char === '{' || char === '[') {
+      depth += 1;
+    } else if (char === '}' || char === ']') {
+      if (depth === 1) close(i);
+      depth -= 1;
+    } else if (char === ',' && depth === 1) {
+      close(i);
+    }
+  }
+  return entries;
+}
+
+/**
+ * Which of `keys` appear more than once in the outermost object of a JSON text. Scans only when a key could
+ * be repeated: quoted twice, or spelled with an escape (`"st\u0061te"`).
+ */
+export function repeatedJsonKeys(text: string, keys: readonly string[]): string[] {
+  if (!text.includes('\\') && keys.every((key) => occurrences(text, `"${key}"`) < 2)) return [];
+  const counts = new Map<string, number>();
+  for (const { key } of jsonEntries(text)) counts.set(key, (counts.get(key) ?? 0) + 1);
+  return keys.filter((key) => (counts.get(key) ?? 0) > 1);
+}
+
+function occurrences(text: string, needle: string): number {
+  let count = 0;
+  for (let at = text.indexOf(needle); at !== -1 && count < 2; at = text.indexOf(needle, at + 1)) count += 1;
+  return count;
+}
+
+function isWhitespace(char: string | undefined): boolean {
+  return char === ' ' || char === '\n' || char === '\r' || char === '\t';
+}
