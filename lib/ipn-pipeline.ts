@@ -130,11 +130,11 @@ export function createIpnPipeline<C>(options: ResolvedOptions<z.core.$ZodType | 
     const key = `${notification.transaction_id}:${notification.state}`;
     const claimed = await claimer.claim(key, () => {
       // Answered 503, but the claim went through after all: ours to deliver, or it would be lost.
+      deliver(notification);
       logger.warn(
         { transaction_id: notification.transaction_id, state: notification.state },
         'IPN claim landed after storeTimeout: delivered late',
       );
-      deliver(notification);
     });
     if (claimed instanceof StoreError) {
       logger.error(
@@ -146,7 +146,7 @@ export function createIpnPipeline<C>(options: ResolvedOptions<z.core.$ZodType | 
         headers: { 'Retry-After': RETRY_AFTER_SECONDS },
         body: {
           error: 'store_unavailable',
-          message: 'the notification could not be recorded and was not processed: resend it later',
+          message: 'the store did not record the notification in time: resend it later',
         },
         afterResponse: () => emit('error', { error: claimed, notification }),
       };

@@ -57,7 +57,10 @@ export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
 
   const handler = (req: IncomingMessage, res: ServerResponse, next?: (error?: unknown) => void): void => {
     // Mounted by Express, only the mount path itself is ours; anything below it belongs to the host app.
-    if (next && !isMountRoot(req, handler)) return next();
+    if (next && !isMountRoot(req, handler)) {
+      resolved.logger.debug({ url: req.url }, 'ipn-kit passed a request below its mount path on to the app');
+      return next();
+    }
     pipeline
       .handle(toIpnRequest(req))
       .catch((cause: unknown): IpnOutcome => {
@@ -81,20 +84,24 @@ export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
 type HostRequest = IncomingMessage & {
   body?: unknown;
   _body?: boolean;
-  route?: { stack?: Array<{ handle?: unknown }> };
+  route?: { path?: unknown; stack?: Array<{ handle?: unknown }> };
 };
 
 /**
- * `app.use('/ipn', ipn)` strips the mount path (url `/`); `app.post('/ipn', ipn)` puts the handler in
- * `req.route`. Only the route that holds this very handler counts: Express leaves `req.route` set after an
- * earlier route called `next()`.
+ * `app.use('/ipn', ipn)` strips the mount path (url `/`). `app.post('/ipn', ipn)` puts the handler in
+ * `req.route`, or, wrapped in a function of the host's, a route whose path is the request's. A route that
+ * is neither is a stale one: Express leaves `req.route` set after an earlier route called `next()`.
  */
 function isMountRoot(req: HostRequest, handler: unknown): boolean {
-  if (req.route?.stack?.some((layer) => layer.handle === handler)) return true;
   const url = req.url ?? '/';
   const end = url.indexOf('?');
   const path = end === -1 ? url : url.slice(0, end);
-  return path === '/' || path === '';
+  if (path === '/' || path === '') return true;
+  const { route } = req;
+  return (
+    route !== undefined &&
+    (route.path === path || route.stack?.some((layer) => layer.handle === handler) === true)
+  );
 }
 
 function toIpnRequest(req: HostRequest): IpnRequest {
@@ -110,14 +117,16 @@ function toIpnRequest(req: HostRequest): IpnRequest {
 
 /** The stream to read, what a host parser left on `req.body`, or nothing if the stream was drained. */
 function bodyOf(req: HostRequest): IpnRequest['body'] {
-  // body-parser sets `_body` once it has parsed the stream.
+  // body-parser 1.x (Express 4) sets `_body` once it has parsed the stream.
   if (req._body === true) return { parsed: req.body };
   if (!req.readableEnded) return { stream: req };
-  // Drained by something else. Express 4's parsers set `req.body = {}` even when they skip a request, so an
-  // empty object says nothing was parsed either.
   const { body } = req;
-  const nothing = body === undefined || (isPlainObject(body) && Object.keys(body).length === 0);
-  return nothing ? { consumed: true } : { parsed: body };
+  if (body === undefined) return { consumed: true };
+  // Express 4's parsers also set `req.body = {}` when they skip a request: a body longer than `{}` that left
+  // only `{}` was drained by something else. (Express 5's parser leaves `{}` only for a body that was `{}`.)
+  const drained =
+    isPlainObject(body) && Object.keys(body).length === 0 && Number(req.headers['content-length']) > 2;
+  return drained ? { consumed: true } : { parsed: body };
 }
 
 function isPlainObject(value: unknown): value is object {

@@ -61,7 +61,14 @@ function keepExactCustomData(record: Record<string, unknown>, text: string): voi
  */
 export function parseParsedBody(body: unknown, format: BodyFormat, charset = 'utf-8'): ParseResult {
   if (typeof body === 'string' || Buffer.isBuffer(body)) return parseBody(body, format, charset);
-  return asRecord(withoutForbiddenKeys(body));
+  const result = asRecord(withoutForbiddenKeys(body));
+  if (!result.ok || format !== 'form') return result;
+  // The host's form parser turned a repeated key into an array (or qs brackets into an object).
+  const record = result.record;
+  return unambiguous(
+    record,
+    IDENTITY_FIELDS.filter((key) => typeof record[key] === 'object' && record[key] !== null),
+  );
 }
 
 function asRecord(value: unknown): ParseResult {

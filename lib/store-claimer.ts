@@ -2,8 +2,8 @@ import { StoreError } from './errors.js';
 import type { Store } from './store.js';
 
 /**
- * Claims dedupe keys through a store, in bounded time: `init` once (again after a failure or a timeout),
- * then `claim`, with `timeoutMs` for both together. A synchronous store answers without any timer.
+ * Claims dedupe keys through a store, in bounded time: `init` once (again only after it failed), then
+ * `claim`, with `timeoutMs` for both together. A synchronous store answers without any timer.
  */
 export function createStoreClaimer(store: Store, ttl: number, timeoutMs: number) {
   let initialised: Promise<void> | undefined;
@@ -30,12 +30,11 @@ export function createStoreClaimer(store: Store, ttl: number, timeoutMs: number)
    * caller, which was told the store failed: `late` lets it deliver then (the service's resend, meanwhile or
    * later, is a duplicate), so the notification is neither lost nor delivered twice.
    */
-  function bounded(pending: Promise<unknown>, late: () => void, onTimeout?: () => void): Promise<boolean> {
+  function bounded(pending: Promise<unknown>, late: () => void): Promise<boolean> {
     return new Promise((resolve, reject) => {
       let timedOut = false;
       const timer = setTimeout(() => {
         timedOut = true;
-        onTimeout?.();
         reject(new Error(`no answer within ${timeoutMs} ms`));
       }, timeoutMs);
       pending.then(
@@ -71,15 +70,11 @@ export function createStoreClaimer(store: Store, ttl: number, timeoutMs: number)
           const claimed = store.claim(key, ttl);
           return typeof claimed === 'boolean' ? claimed : await bounded(Promise.resolve(claimed), late);
         }
+        // One init at a time: one that hangs is waited on again (bounded per request), not started twice.
         const init = (initialised ??= initialise());
-        // An init that hangs is given up with the claim, and tried again by the next request.
-        const forget = () => {
-          if (initialised === init && !ready) initialised = undefined;
-        };
         return await bounded(
           init.then(() => store.claim(key, ttl)),
           late,
-          forget,
         );
       } catch (cause) {
         return new StoreError(`the store failed to claim ${key}: ${describe(cause)}`, { cause });

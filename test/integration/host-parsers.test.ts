@@ -184,6 +184,47 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
     expect(recorder.names()).toEqual(['error']);
   });
 
+  test('app.post(path, wrapper) that calls ipn itself is served, not passed on', async () => {
+    const url = await start((app) =>
+      app.post('/callbacks/ipn', (req: never, res: never, next: never) => ipn(req, res, next)),
+    );
+
+    const response = await request(url).post('/callbacks/ipn').send(uniquePayload());
+
+    expect(response.status).toBe(200);
+    expect(recorder.count('successful')).toBe(1);
+  });
+
+  test('behind express.json(), a body of {} answers 400 invalid_fields', async () => {
+    const url = await start((app) => {
+      app.use(express.json());
+      app.use('/ipn', ipn);
+    });
+
+    const response = await request(url).post('/ipn').set('Content-Type', 'application/json').send('{}');
+
+    expect(response.status).toBe(400);
+    expect(response.body.error).toBe('invalid_fields');
+  });
+
+  test('behind express.urlencoded(), a repeated identity field is refused, not picked or joined', async () => {
+    const url = await start((app) => {
+      app.use(express.urlencoded({ extended: false }));
+      app.use('/ipn', ipn);
+    });
+
+    const response = await request(url)
+      .post('/ipn')
+      .type('form')
+      .send('transaction_id=A.1&state=SUCCESSFUL&custom_data=order-1&custom_data=order-2');
+
+    expect(response.status).toBe(400);
+    expect(response.body.issues).toEqual([
+      { path: 'custom_data', message: 'custom_data appears more than once' },
+    ]);
+    expect(recorder.names()).toEqual(['invalid']);
+  });
+
   test('app.post(path, ipn) mounts it as a route as well', async () => {
     const url = await start((app) => app.post('/callbacks/ipn', ipn));
 
