@@ -29,7 +29,11 @@ export interface Store {
    * the service's resend is processed instead of dropped (an admin tool, a verification step).
    */
   release(key: string): Awaitable<void>;
-  /** Optional: called once, before the first claim. A failure answers 503 and is retried on the next request. */
+  /**
+   * Optional: called once, before the first claim; requests wait for it up to the router's `storeTimeout`,
+   * then answer 503. A failure is retried by the next request; one that never settles is never started
+   * twice, so give it a timeout of its own.
+   */
   init?(): Awaitable<void>;
   /** Optional: called by `ipn.close()`. */
   close?(): Awaitable<void>;
