@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { z } from 'zod';
 import { IpnKitError } from './errors.js';
+import { guardLogger } from './logger.js';
 import type { IpnEmitter } from './safe-emitter.js';
 import { createSafeEmitter } from './safe-emitter.js';
 import { createIpnPipeline, type IpnOutcome, type IpnRequest } from './ipn-pipeline.js';
@@ -42,7 +43,8 @@ export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
   options?: Partial<Options<S>>,
 ): IpnRouter<CustomDataOf<S>> {
   type C = CustomDataOf<S>;
-  const resolved = resolveOptions(options);
+  const checked = resolveOptions(options);
+  const resolved = { ...checked, logger: guardLogger(checked.logger) };
   const { methods, emit } = createSafeEmitter<C>(resolved.logger, () => router);
   const pipeline = createIpnPipeline<C>(resolved, emit);
 
@@ -61,8 +63,8 @@ export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
       resolved.logger.debug({ url: req.url }, 'ipn-kit passed a request below its mount path on to the app');
       return next();
     }
-    pipeline
-      .handle(toIpnRequest(req))
+    // Started inside a promise, so that even a throw while reading the request becomes a 500, not a crash.
+    new Promise<IpnOutcome>((resolve) => resolve(pipeline.handle(toIpnRequest(req))))
       .catch((cause: unknown): IpnOutcome => {
         const error = internal(cause);
         // Answer 500, so the service resends.
@@ -74,7 +76,7 @@ export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
       })
       .then((outcome) => send(req, res, outcome, onFailure))
       .catch(() => {
-        // Only a throwing logger gets here: there is nothing left to report to.
+        // Unreachable by design (the logger is guarded, listeners are isolated): never leave a rejection unhandled.
       });
   };
   const router: IpnRouter<C> = Object.assign(handler, methods, { close: pipeline.close });

@@ -18,3 +18,25 @@ export const defaultLogger: Logger = {
   warn: noop,
   error: (object, message) => console.error(`[ipn-kit] ${message}`, object),
 };
+
+/**
+ * The user's logger, made unable to throw: a failing log sink must never cost a notification its events
+ * or a request its answer.
+ */
+export function guardLogger(logger: Logger): Logger {
+  const guard =
+    (method: LogFn): LogFn =>
+    (object, message) => {
+      try {
+        method.call(logger, object, message);
+      } catch {
+        // Nowhere left to report it.
+      }
+    };
+  return {
+    debug: guard(logger.debug),
+    info: guard(logger.info),
+    warn: guard(logger.warn),
+    error: guard(logger.error),
+  };
+}

@@ -12,10 +12,13 @@ export interface MemoryStoreOptions {
   now: () => number;
 }
 
+/** Stale queue entries (released or re-claimed keys) tolerated before the queue is rebuilt. */
+const SLACK = 4096;
+
 /**
  * The default store: dedupe in this process's memory. Bounded by TTL and by `maxEntries`, O(1) per
- * operation, no timers (nothing keeps the process alive). It does not survive a restart and is not shared
- * between instances: when you run more than one, give them one shared store.
+ * operation (amortised), no timers (nothing keeps the process alive). It does not survive a restart and is
+ * not shared between instances: when you run more than one, give them one shared store.
  *
  * When more than `maxEntries` notifications arrive within the TTL (heavy traffic, or a flood of forged
  * posts), the oldest keys are forgotten to make room, and a late resend of one of them would be emitted
@@ -28,8 +31,16 @@ export interface MemoryStoreOptions {
 export class MemoryStore implements Store {
   readonly maxEntries: number;
   readonly #now: () => number;
-  /** key -> expiry time. A Map iterates in insertion order, so the oldest claims come first. */
+  /** key -> expiry time of its live claim. */
   readonly #expiries = new Map<string, number>();
+  /**
+   * Claims in the order they were made, as two parallel arrays read from `#head`: the sweep only ever looks
+   * at the front. (Iterating the Map itself from its start would walk past every deleted slot V8 keeps.)
+   * An entry whose expiry is no longer the Map's for its key is stale: the key was released or re-claimed.
+   */
+  #keys: string[] = [];
+  #times: number[] = [];
+  #head = 0;
   #evictions = 0;
 
   constructor(options: Partial<MemoryStoreOptions> = {}) {
@@ -41,24 +52,25 @@ export class MemoryStore implements Store {
     this.#now = options.now ?? Date.now;
   }
 
-  /** How many keys were forgotten before they expired, to stay within `maxEntries`. Watch it: above 0, size up. */
-  get evictions(): number {
-    return this.#evictions;
-  }
-
   /** Number of keys held, expired ones not yet swept included. */
   get size(): number {
     return this.#expiries.size;
+  }
+
+  /** How many keys were forgotten before they expired, to stay within `maxEntries`. Above 0: size up. */
+  get evictions(): number {
+    return this.#evictions;
   }
 
   claim(key: string, ttlMs: number): boolean {
     const now = this.#now();
     const expiry = this.#expiries.get(key);
     if (expiry !== undefined && expiry > now) return false;
-    // Re-inserting moves the key to the end, keeping the Map in claim order.
-    this.#expiries.delete(key);
     this.#sweep(now);
-    this.#expiries.set(key, now + ttlMs);
+    const until = now + ttlMs;
+    this.#expiries.set(key, until);
+    this.#keys.push(key);
+    this.#times.push(until);
     return true;
   }
 
@@ -69,15 +81,45 @@ export class MemoryStore implements Store {
   /** Forgets every key. */
   clear(): void {
     this.#expiries.clear();
+    this.#keys = [];
+    this.#times = [];
+    this.#head = 0;
   }
 
   /** Drops expired keys from the front, then the oldest while full: amortised O(1) per claim. */
   #sweep(now: number): void {
-    for (const [key, expiry] of this.#expiries) {
-      const expired = expiry <= now;
-      if (!expired && this.#expiries.size < this.maxEntries) return;
-      if (!expired) this.#evictions += 1;
-      this.#expiries.delete(key);
+    const expiries = this.#expiries;
+    let head = this.#head;
+    for (; head < this.#keys.length; head += 1) {
+      const key = this.#keys[head]!;
+      const expiry = this.#times[head]!;
+      if (expiries.get(key) !== expiry) continue; // stale
+      if (expiry > now && expiries.size < this.maxEntries) break;
+      if (expiry > now) this.#evictions += 1;
+      expiries.delete(key);
     }
+    this.#head = head;
+    const pending = this.#keys.length - head;
+    // Compact once the passed part is most of the queue, or stale entries outnumber live ones: each compaction
+    // costs no more than the steps since the last one.
+    if ((head > SLACK && head * 2 > this.#keys.length) || pending > 2 * expiries.size + SLACK)
+      this.#compact();
+  }
+
+  /** Keeps only the live entries from the head on. */
+  #compact(): void {
+    const keys: string[] = [];
+    const times: number[] = [];
+    for (let index = this.#head; index < this.#keys.length; index += 1) {
+      const key = this.#keys[index]!;
+      const expiry = this.#times[index]!;
+      if (this.#expiries.get(key) === expiry) {
+        keys.push(key);
+        times.push(expiry);
+      }
+    }
+    this.#keys = keys;
+    this.#times = times;
+    this.#head = 0;
   }
 }

@@ -99,7 +99,9 @@ function normalise(input: unknown): unknown {
   if (!Object.hasOwn(record, 'comission') && !RESERVED.some((key) => Object.hasOwn(record, key)))
     return input;
   const { comission, customData, customDataError, ...rest } = record;
-  return Object.hasOwn(record, 'comission') ? { ...rest, commission: rest.commission ?? comission } : rest;
+  if (!Object.hasOwn(record, 'comission')) return rest;
+  const nothing = rest.commission === undefined || rest.commission === null || rest.commission === '';
+  return { ...rest, commission: nothing ? comission : rest.commission };
 }
 
 /**

@@ -260,6 +260,44 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
     ]);
   });
 
+  test('a logger whose every method throws costs nothing: events and answers are unchanged', async () => {
+    const throwing = () => {
+      throw new Error('log sink down');
+    };
+    const logger = { debug: throwing, info: throwing, warn: throwing, error: throwing };
+    const store = flakyStore();
+    const { recorder, post } = await start({ logger, store });
+
+    expect((await post(uniquePayload())).status).toBe(200);
+    store.failure = 'reject';
+    expect((await post(uniquePayload())).status).toBe(503);
+    expect(recorder.names()).toEqual(['notification', 'successful', 'error']);
+  });
+
+  test('a failure inside ipn-kit answers 500 internal_error and emits error, instead of crashing', async () => {
+    const ipn = ipnRouter({ logger: quiet });
+    const recorder = recordEvents(ipn);
+    const app = express();
+    app.use((req: object, _res: unknown, next: () => void) => {
+      Object.defineProperty(req, 'headers', {
+        get: () => {
+          throw new Error('broken request object');
+        },
+      });
+      next();
+    });
+    app.use('/ipn', ipn);
+    running = await listen(app);
+
+    const response = await request(running.url).post('/ipn').send(uniquePayload());
+
+    expect(response.status).toBe(500);
+    expect(response.body).toMatchObject({ error: 'internal_error' });
+    expect(recorder.of('error')).toEqual([
+      { error: expect.objectContaining({ code: 'IPN_INTERNAL', cause: new Error('broken request object') }) },
+    ]);
+  });
+
   test('an error listener that throws is logged, not rethrown', async () => {
     const logged: string[] = [];
     const logger = { ...quiet, error: (_: object, message: string) => void logged.push(message) };

@@ -90,6 +90,26 @@ describe.each(EXPRESS_VERSIONS)('the IPN router under %s', (_version, express) =
     expect(finished).toBe(true);
   });
 
+  test('the answer is written before any listener runs, even a synchronous one', async () => {
+    const writtenWhenListenersRan: boolean[] = [];
+    let current: { writableEnded: boolean } | undefined;
+    const app = express();
+    app.use((_req: unknown, res: { writableEnded: boolean }, next: () => void) => {
+      current = res;
+      next();
+    });
+    app.use('/ipn', ipn);
+    const own = await listen(app);
+    ipn.on('notification', () => void writtenWhenListenersRan.push(current?.writableEnded === true));
+    ipn.on('successful', () => void writtenWhenListenersRan.push(current?.writableEnded === true));
+
+    const response = await request(own.url).post('/ipn').send(uniquePayload());
+    await own.close();
+
+    expect(response.status).toBe(200);
+    expect(writtenWhenListenersRan).toEqual([true, true]);
+  });
+
   test('a resend of a SUCCESSFUL notification emits duplicate only and answers 200', async () => {
     const payload = uniquePayload();
     await post(payload);

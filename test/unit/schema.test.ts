@@ -75,6 +75,10 @@ describe('ipnNotificationSchema', () => {
       expect(Object.hasOwn(notification, 'comission')).toBe(false);
     });
 
+    it.each([[null], ['']])('falls back to comission when commission is %p (nothing)', (nothing) => {
+      expect(accept(successfulPayload({ commission: nothing, comission: 75 })).commission).toBe(75);
+    });
+
     it('prefers commission over comission when both are present', () => {
       const notification = accept(successfulPayload({ comission: 75, commission: 80 }));
       expect(notification.commission).toBe(80);
