@@ -29,14 +29,12 @@ export function formatSummary({ orders, counts, review, payments, service }: Dem
     '',
     `Orders: ${tally('paid')} paid, ${tally('failed')} failed, ${tally('pending')} pending; ${credits} credits in all`,
     '',
+    `The service sent ${service.notifications + service.resends + 1} requests: ${service.notifications} distinct notifications, ${service.resends} resends of them, 1 malformed.`,
+    'The partner app saw:',
     ...table(
       [
-        [
-          'Received',
-          String(counts.received),
-          `notifications handled, each once (${service.notifications} sent)`,
-        ],
-        ['Duplicates', String(counts.duplicates), `resends dropped (${service.resends} sent, some at once)`],
+        ['Received', String(counts.received), 'notifications handled, each exactly once'],
+        ['Duplicates', String(counts.duplicates), 'resends dropped, concurrent copies included'],
         [
           'Invalid',
           String(counts.invalid),

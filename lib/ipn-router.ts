@@ -1,3 +1,4 @@
+/// <reference types="node" preserve="true" />
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { z } from 'zod';
 import { IpnKitError } from './errors.js';

@@ -5,7 +5,7 @@ export interface MemoryStoreOptions {
   /**
    * Most keys kept at once. When full, the oldest key is forgotten first, so a very late resend of it would
    * be delivered again: size it above the notifications you receive within the router's `ttl`.
-   * @default 100_000 (about 12 MB of heap when full)
+   * @default 100_000 (about 14 MB of heap when full)
    */
   maxEntries: number;
   /** Clock in milliseconds, for tests. @default Date.now */

@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { failedPayload, successfulPayload } from '../helpers/payloads.js';
@@ -24,6 +25,15 @@ async function waitForLine(child: ChildProcess, output: string[], pattern: RegEx
 }
 
 describe('the README quick start (examples/quick-start.ts)', () => {
+  test('the README shows the file as it is', () => {
+    const readme = readFileSync(join(root, 'README.md'), 'utf8');
+    const start =
+      readme.indexOf('```ts\n', readme.indexOf('This is `examples/quick-start.ts`')) + '```ts\n'.length;
+    const block = readme.slice(start, readme.indexOf('```', start));
+
+    expect(block).toBe(readFileSync(join(root, 'examples/quick-start.ts'), 'utf8'));
+  });
+
   let child: ChildProcess | undefined;
   afterEach(() => child?.kill());
 

@@ -101,33 +101,37 @@ try {
     if (drivers.length > 0) throw new Error(`installed with ipn-kit: ${drivers.join(', ')}`);
   });
 
-  check('types resolve for both require (.cts) and import (.mts) under node16 resolution', () => {
-    const source = `import { ipnRouter, MemoryStore, type IpnNotification } from 'ipn-kit';
+  check(
+    'types resolve for both require (.cts) and import (.mts) under node16 resolution, with no global types',
+    () => {
+      const source = `import { ipnRouter, MemoryStore, type IpnNotification } from 'ipn-kit';
 const ipn = ipnRouter({ store: new MemoryStore() });
 ipn.on('successful', (n) => { const state: 'SUCCESSFUL' = n.state; const amount: number | null = n.amount; void [state, amount]; });
 // @ts-expect-error no such event
 ipn.on('paid', () => {});
 export const notification: IpnNotification | undefined = undefined;
 `;
-    writeFileSync(join(app, 'check.cts'), source);
-    writeFileSync(join(app, 'check.mts'), source);
-    writeFileSync(
-      join(app, 'tsconfig.json'),
-      JSON.stringify({
-        compilerOptions: {
-          module: 'node16',
-          moduleResolution: 'node16',
-          strict: true,
-          noEmit: true,
-          skipLibCheck: false,
-          typeRoots: [join(root, 'node_modules/@types')],
-          types: ['node'],
-        },
-        files: ['check.cts', 'check.mts'],
-      }),
-    );
-    run(join(root, 'node_modules/.bin/tsc'), ['-p', app], app);
-  });
+      writeFileSync(join(app, 'check.cts'), source);
+      writeFileSync(join(app, 'check.mts'), source);
+      writeFileSync(
+        join(app, 'tsconfig.json'),
+        JSON.stringify({
+          compilerOptions: {
+            module: 'node16',
+            moduleResolution: 'node16',
+            strict: true,
+            noEmit: true,
+            skipLibCheck: false,
+            typeRoots: [join(root, 'node_modules/@types')],
+            // No global types, as TypeScript 6+ defaults to: the declarations must pull in Node's themselves.
+            types: [],
+          },
+          files: ['check.cts', 'check.mts'],
+        }),
+      );
+      run(join(root, 'node_modules/.bin/tsc'), ['-p', app], app);
+    },
+  );
 } catch (error) {
   results.push({ name: 'setup', ok: false });
   console.log(`  FAIL  setup\n${String(error.stderr ?? '')}${error.message}`);
