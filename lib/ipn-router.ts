@@ -125,12 +125,17 @@ function bodyOf(req: HostRequest): IpnRequest['body'] {
   if (!req.readableEnded) return { stream: req };
   const { body } = req;
   if (body === undefined) return { consumed: true };
-  // Express 4's parsers also set `req.body = {}` when they skip a request: a body longer than `{}` that left
-  // only `{}` was drained by something else. (Express 5's parser leaves `{}` only for a body that was `{}`.)
+  // Express 4's parsers also set `req.body = {}` when they skip a request: a body of more than a padded `{}`
+  // that left only `{}` was drained by something else. (Express 5's leave `{}` only for a body that was `{}`.)
   const drained =
-    isPlainObject(body) && Object.keys(body).length === 0 && Number(req.headers['content-length']) > 2;
+    isPlainObject(body) &&
+    Object.keys(body).length === 0 &&
+    Number(req.headers['content-length']) > PADDED_EMPTY;
   return drained ? { consumed: true } : { parsed: body };
 }
+
+/** Bytes beyond which a JSON text cannot be an empty object with some whitespace. */
+const PADDED_EMPTY = 64;
 
 function isPlainObject(value: unknown): value is object {
   return typeof value === 'object' && value !== null && Object.getPrototypeOf(value) === Object.prototype;

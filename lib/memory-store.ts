@@ -66,6 +66,8 @@ export class MemoryStore implements Store {
     const now = this.#now();
     const expiry = this.#expiries.get(key);
     if (expiry !== undefined && expiry > now) return false;
+    // An expired claim of this key is replaced, not added to: it must not push a live key out.
+    if (expiry !== undefined) this.#expiries.delete(key);
     this.#sweep(now);
     const until = now + ttlMs;
     this.#expiries.set(key, until);

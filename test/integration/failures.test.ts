@@ -117,6 +117,30 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
     expect(recorder.names()).toEqual(['error', 'notification', 'successful']);
   });
 
+  test('a claim that answers false after the timeout delivers nothing: the other copy owns it', async () => {
+    const store: Store = {
+      claim: () => new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 40)),
+      release: () => {},
+    };
+    const { recorder, post } = await start({ store, storeTimeout: 10 });
+
+    expect((await post(uniquePayload())).status).toBe(503);
+    await new Promise((resolve) => setTimeout(resolve, 80));
+
+    expect(recorder.names()).toEqual(['error']);
+  });
+
+  test('an asynchronous claim that answers in time leaves no timer behind', async () => {
+    const store: Store = { claim: () => Promise.resolve(true), release: () => {} };
+    const { post } = await start({ store, storeTimeout: 60_000 });
+    const timers = () => process.getActiveResourcesInfo().filter((name) => name === 'Timeout').length;
+    const before = timers();
+
+    expect((await post(uniquePayload())).status).toBe(200);
+
+    expect(timers()).toBe(before);
+  });
+
   test('a resend queued behind a late claim (a store that queues while down) is delivered exactly once', async () => {
     // Like ioredis's offline queue: commands wait while the backend is down, then run in order.
     const keys = new Set<string>();

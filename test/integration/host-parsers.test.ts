@@ -177,7 +177,12 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
       app.use('/ipn', ipn);
     });
 
-    const response = await request(url).post('/ipn').type('form').send('transaction_id=A.1&state=FAILED');
+    const form = new URLSearchParams({
+      transaction_id: 'A.1',
+      state: 'FAILED',
+      custom_data: '{"orderId":"order-1"}',
+    });
+    const response = await request(url).post('/ipn').type('form').send(form.toString());
 
     expect(response.status).toBe(500);
     expect(response.body.error).toBe('body_unavailable');
@@ -223,6 +228,63 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
       { path: 'custom_data', message: 'custom_data appears more than once' },
     ]);
     expect(recorder.names()).toEqual(['invalid']);
+  });
+
+  test('app.post with a route parameter serves the notification', async () => {
+    const url = await start((app) => app.post('/ipn/:tenant', ipn));
+
+    const response = await request(url).post('/ipn/acme').send(uniquePayload());
+
+    expect(response.status).toBe(200);
+    expect(recorder.count('successful')).toBe(1);
+  });
+
+  test('when the host already answered, the notification is still delivered and no error is made up', async () => {
+    const url = await start((app) => {
+      app.use(
+        (req: object, res: { status: (code: number) => { send: (b: string) => void } }, next: () => void) => {
+          res.status(202).send('accepted by the host');
+          next();
+        },
+      );
+      app.use('/ipn', ipn);
+    });
+
+    const response = await request(url).post('/ipn').send(uniquePayload());
+    await new Promise((resolve) => setTimeout(resolve, 50));
+
+    expect(response.status).toBe(202);
+    expect(recorder.names()).toEqual(['notification', 'successful']);
+  });
+
+  test.each([
+    ['{ }', 'invalid_fields'],
+    ['[ ]', 'not_an_object'],
+  ])('behind express.json(), a body of %s answers 400 %s', async (body, error) => {
+    const url = await start((app) => {
+      app.use(express.json({ strict: false }));
+      app.use('/ipn', ipn);
+    });
+
+    const response = await request(url).post('/ipn').set('Content-Type', 'application/json').send(body);
+
+    expect(response.status).toBe(400);
+    expect(response.body.error).toBe(error);
+  });
+
+  test('behind express.urlencoded({ extended: true }), a bracketed identity field is refused', async () => {
+    const url = await start((app) => {
+      app.use(express.urlencoded({ extended: true }));
+      app.use('/ipn', ipn);
+    });
+
+    const response = await request(url)
+      .post('/ipn')
+      .type('form')
+      .send('transaction_id=A.1&state=SUCCESSFUL&custom_data[a]=order-1&custom_data[b]=order-2');
+
+    expect(response.status).toBe(400);
+    expect(response.body.issues).toEqual([expect.objectContaining({ path: 'custom_data' })]);
   });
 
   test('app.post(path, ipn) mounts it as a route as well', async () => {

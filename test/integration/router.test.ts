@@ -381,6 +381,46 @@ describe.each(EXPRESS_VERSIONS)('the IPN router under %s', (_version, express) =
     expect(recorder.count('invalid')).toBe(1);
   });
 
+  test('a query string on the mount path is still the mount path', async () => {
+    const response = await request(running.url).post('/ipn?source=service&token=abc').send(uniquePayload());
+
+    expect(response.status).toBe(200);
+    expect(recorder.count('successful')).toBe(1);
+  });
+
+  test('a body of exactly the limit is accepted; one byte more is 413', async () => {
+    const text = JSON.stringify(uniquePayload());
+    const limited = ipnRouter({ limit: Buffer.byteLength(text), logger: quiet });
+    const app = express();
+    app.use('/ipn', limited);
+    const own = await listen(app);
+    const send = (body: string) =>
+      request(own.url).post('/ipn').set('Content-Type', 'application/json').send(body);
+
+    const exact = await send(text);
+    const over = await send(`${text} `);
+    await own.close();
+
+    expect([exact.status, over.status]).toEqual([200, 413]);
+  });
+
+  test('a declared Content-Length over the limit is answered 413 before any of the body is sent', async () => {
+    const { port } = new URL(running.url);
+    const socket = connect(Number(port), '127.0.0.1');
+    const answer = new Promise<string>((resolve) =>
+      socket.once('data', (chunk) => resolve(chunk.toString())),
+    );
+    socket.write(
+      'POST /ipn HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 500000\r\n\r\n',
+    );
+
+    const head = await answer;
+    socket.destroy();
+
+    expect(head).toMatch(/^HTTP\/1\.1 413 /);
+    expect(recorder.of('invalid')).toEqual([expect.objectContaining({ reason: 'body_too_large' })]);
+  });
+
   test('GET and HEAD on the route answer 200 and emit nothing', async () => {
     const get = await request(running.url).get('/ipn');
     const head = await request(running.url).head('/ipn');

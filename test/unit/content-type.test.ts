@@ -48,6 +48,14 @@ describe('parseContentType', () => {
     if (!result.ok) expect(result.message).toContain('foo-bar');
   });
 
+  it('accepts a form declared as us-ascii, a subset of UTF-8', () => {
+    expect(parseContentType('application/x-www-form-urlencoded; charset=us-ascii')).toEqual({
+      ok: true,
+      format: 'form',
+      charset: 'us-ascii',
+    });
+  });
+
   it('refuses a form in a charset other than UTF-8, since percent-decoding is UTF-8', () => {
     const result = parseContentType('application/x-www-form-urlencoded; charset=iso-8859-1');
     expect(result.ok).toBe(false);

@@ -17,6 +17,13 @@ describe('jsonEntries', () => {
     expect(jsonEntries('{"st\\u0061te":"FAILED"}')).toEqual([{ key: 'state', value: '"FAILED"' }]);
   });
 
+  it('takes tabs, carriage returns and newlines around the colon as whitespace', () => {
+    expect(jsonEntries('{"a"\t:\t1,"b"\r\n:\r\n2}')).toEqual([
+      { key: 'a', value: '1' },
+      { key: 'b', value: '2' },
+    ]);
+  });
+
   it('finds a key however much whitespace stands before its colon', () => {
     const text = `{"state"${'\n'.repeat(500)}:"FAILED","state":"SUCCESSFUL"}`;
     expect(jsonEntries(text).map(({ key }) => key)).toEqual(['state', 'state']);

@@ -95,6 +95,47 @@ describe('MemoryStore', () => {
     expect(store.evictions).toBe(1);
   });
 
+  it('holds a key until the instant it expires, and frees it at that instant', () => {
+    const { store, advance } = storeAt(0);
+    store.claim('a', 10);
+    advance(9);
+    expect(store.claim('a', 10)).toBe(false);
+    advance(1);
+    expect(store.claim('a', 10)).toBe(true);
+  });
+
+  it('does not count a key that expires exactly when it is swept as an eviction', () => {
+    const { store, advance } = storeAt(0, 1);
+    store.claim('a', 10);
+    advance(10);
+    store.claim('b', 10);
+    expect(store.evictions).toBe(0);
+  });
+
+  it('keeps a re-claimed key by its new claim time, not its first one, when forgetting the oldest', () => {
+    const { store, advance } = storeAt(0, 3);
+    store.claim('a', 1000);
+    store.claim('b', 10);
+    store.claim('c', 1000);
+    advance(20);
+    expect(store.claim('b', 1000)).toBe(true); // expired, claimed again: now the newest
+    expect(store.evictions).toBe(0); // it replaced its own expired claim: nothing had to make room
+    store.claim('d', 1000); // full: forgets 'a', the oldest live claim
+    expect(store.claim('b', 1000)).toBe(false);
+    expect(store.claim('a', 1000)).toBe(true);
+  });
+
+  it('stays bounded and correct when keys are claimed and released over and over', () => {
+    const store = new MemoryStore({ maxEntries: 10 });
+    for (let i = 0; i < 20_000; i += 1) {
+      expect(store.claim('churn', DAY)).toBe(true);
+      store.release('churn');
+    }
+    store.claim('kept', DAY);
+    expect(store.size).toBe(1);
+    expect(store.claim('kept', DAY)).toBe(false);
+  });
+
   it('defaults maxEntries to 100000', () => {
     expect(new MemoryStore().maxEntries).toBe(100_000);
   });

@@ -68,12 +68,17 @@ describe('resolveOptions', () => {
     ['10kb', 10_240],
     ['512b', 512],
     ['1.5kb', 1536],
+    ['1.5b', 1],
     ['100KB', 102_400],
     ['2048', 2048],
     [4096, 4096],
     [1, 1],
   ])('reads the limit %p as %d bytes', (limit, bytes) => {
     expect(resolveOptions({ limit }).limit).toBe(bytes);
+  });
+
+  it("accepts a storeTimeout of 2147483647 ms, Node's longest timer", () => {
+    expect(resolveOptions({ storeTimeout: 2 ** 31 - 1 }).storeTimeout).toBe(2 ** 31 - 1);
   });
 
   describe('programmer errors throw a TypeError that names the option', () => {

@@ -191,7 +191,26 @@ describe('ipnNotificationSchema', () => {
     });
   });
 
+  describe('informational fields: edge values', () => {
+    it('reads a decimal string with spaces around it', () => {
+      expect(accept(successfulPayload({ amount: ' 1500 ' })).amount).toBe(1500);
+    });
+
+    it('keeps a boolean text field as its text', () => {
+      expect(accept(successfulPayload({ error: false })).error).toBe('false');
+    });
+
+    it.each([[7], ['P-7']])('keeps a provider_id of %p as it came', (value) => {
+      expect(accept(successfulPayload({ provider_id: value })).provider_id).toBe(value);
+    });
+  });
+
   describe('state (exact)', () => {
+    it('accepts a state of 32 characters and refuses one of 33', () => {
+      expect(accept(successfulPayload({ state: 'S'.repeat(32) })).state).toHaveLength(32);
+      expect(rejectedPaths(successfulPayload({ state: 'S'.repeat(33) }))).toContain('state');
+    });
+
     it.each(['SUCCESSFUL', 'FAILED', 'PENDING', 'PENDING1'])('accepts the state %s unchanged', (state) => {
       expect(accept(successfulPayload({ state })).state).toBe(state);
     });
@@ -259,13 +278,19 @@ describe('ipnNotificationSchema', () => {
       });
     });
 
-    it.each([['customData'], ['customDataError']])(
-      'drops a %s field sent in the payload: it is ipn-kit’s own',
-      (key) => {
-        const parsed = accept(successfulPayload({ [key]: { orderId: 'someone-else' } }));
-        expect(Object.hasOwn(parsed, key)).toBe(false);
-      },
-    );
+    it.each([
+      ['customData', successfulPayload({ customData: { orderId: 'someone-else' } })],
+      ['customDataError', successfulPayload({ customDataError: 'forged' })],
+      ['customDataError, with comission', successfulPayload({ customDataError: 'forged', comission: 1 })],
+      [
+        'customDataError, without comission',
+        without(successfulPayload({ customDataError: 'forged' }), 'comission'),
+      ],
+    ])("drops %s sent in the payload: it is ipn-kit's own", (_case, payload) => {
+      const parsed = accept(payload);
+      expect(Object.hasOwn(parsed, 'customData')).toBe(false);
+      expect(Object.hasOwn(parsed, 'customDataError')).toBe(false);
+    });
   });
 
   it('rejects a body that is not an object', () => {
