@@ -23,11 +23,15 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
     return running.url;
   }
 
-  test('a global express.json() before the router: JSON notifications work the same', async () => {
-    const url = await start((app) => {
-      app.use(express.json());
+  /** The common host setup: one global parser, then the router. */
+  const behind = (parser: unknown) =>
+    start((app) => {
+      app.use(parser);
       app.use('/ipn', ipn);
     });
+
+  test('a global express.json() before the router: JSON notifications work the same', async () => {
+    const url = await behind(express.json());
     const payload = uniquePayload();
 
     const first = await request(url).post('/ipn').send(payload);
@@ -42,10 +46,7 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
   });
 
   test('a global express.json() before the router: a form notification is still read, never hangs', async () => {
-    const url = await start((app) => {
-      app.use(express.json());
-      app.use('/ipn', ipn);
-    });
+    const url = await behind(express.json());
     const payload = uniquePayload();
     const form = new URLSearchParams({
       transaction_id: String(payload.transaction_id),
@@ -62,10 +63,7 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
   });
 
   test('a global express.urlencoded() before the router: form notifications work the same', async () => {
-    const url = await start((app) => {
-      app.use(express.urlencoded({ extended: false }));
-      app.use('/ipn', ipn);
-    });
+    const url = await behind(express.urlencoded({ extended: false }));
     const payload = uniquePayload();
     const form = new URLSearchParams({
       transaction_id: String(payload.transaction_id),
@@ -81,10 +79,7 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
   });
 
   test('a global express.text() before the router: the text is parsed as JSON', async () => {
-    const url = await start((app) => {
-      app.use(express.text({ type: '*/*' }));
-      app.use('/ipn', ipn);
-    });
+    const url = await behind(express.text({ type: '*/*' }));
 
     const response = await request(url).post('/ipn').send(uniquePayload());
 
@@ -93,10 +88,7 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
   });
 
   test('a global express.raw() before the router: the Buffer is parsed as JSON', async () => {
-    const url = await start((app) => {
-      app.use(express.raw({ type: '*/*' }));
-      app.use('/ipn', ipn);
-    });
+    const url = await behind(express.raw({ type: '*/*' }));
 
     const response = await request(url)
       .post('/ipn')
@@ -107,10 +99,7 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
   });
 
   test('behind express.json(), a custom_data integer above 2^53 (already rounded) is refused with 400', async () => {
-    const url = await start((app) => {
-      app.use(express.json());
-      app.use('/ipn', ipn);
-    });
+    const url = await behind(express.json());
     const text = JSON.stringify(uniquePayload({ custom_data: 'X' })).replace('"X"', '12345678901234567891');
 
     const response = await request(url).post('/ipn').set('Content-Type', 'application/json').send(text);
@@ -120,10 +109,7 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
   });
 
   test('a host parser that drops prototype keys or keeps them: nothing is polluted', async () => {
-    const url = await start((app) => {
-      app.use(express.json());
-      app.use('/ipn', ipn);
-    });
+    const url = await behind(express.json());
     const text = JSON.stringify(uniquePayload()).replace(/}$/, ',"__proto__":{"polluted":"yes"}}');
 
     const response = await request(url).post('/ipn').set('Content-Type', 'application/json').send(text);
@@ -201,10 +187,7 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
   });
 
   test('behind express.json(), a body of {} answers 400 invalid_fields', async () => {
-    const url = await start((app) => {
-      app.use(express.json());
-      app.use('/ipn', ipn);
-    });
+    const url = await behind(express.json());
 
     const response = await request(url).post('/ipn').set('Content-Type', 'application/json').send('{}');
 
@@ -213,10 +196,7 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
   });
 
   test('behind express.urlencoded(), a repeated identity field is refused, not picked or joined', async () => {
-    const url = await start((app) => {
-      app.use(express.urlencoded({ extended: false }));
-      app.use('/ipn', ipn);
-    });
+    const url = await behind(express.urlencoded({ extended: false }));
 
     const response = await request(url)
       .post('/ipn')
@@ -261,10 +241,7 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
     ['{ }', 'invalid_fields'],
     ['[ ]', 'not_an_object'],
   ])('behind express.json(), a body of %s answers 400 %s', async (body, error) => {
-    const url = await start((app) => {
-      app.use(express.json({ strict: false }));
-      app.use('/ipn', ipn);
-    });
+    const url = await behind(express.json({ strict: false }));
 
     const response = await request(url).post('/ipn').set('Content-Type', 'application/json').send(body);
 
@@ -273,10 +250,7 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
   });
 
   test('behind express.urlencoded({ extended: true }), a bracketed identity field is refused', async () => {
-    const url = await start((app) => {
-      app.use(express.urlencoded({ extended: true }));
-      app.use('/ipn', ipn);
-    });
+    const url = await behind(express.urlencoded({ extended: true }));
 
     const response = await request(url)
       .post('/ipn')
