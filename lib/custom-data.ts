@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { FieldIssue } from './errors.js';
-import { CustomDataError } from './errors.js';
+import { CustomDataError, messageOf } from './errors.js';
 import { parseJson } from './safe-json.js';
 
 /** `customData` parsed by the partner's schema, or the reason it could not be. */
@@ -29,10 +29,9 @@ export function parseCustomData<S extends z.core.$ZodType>(
     return { customDataError: new CustomDataError(toFieldIssues(error), error) };
   } catch (cause) {
     // safeParse lets a throwing refine or transform through (and refuses async ones): the payment still goes out.
-    const message = cause instanceof Error ? cause.message : String(cause);
     return {
       customDataError: new CustomDataError(
-        [{ path: '', message: `the customData schema threw: ${message}` }],
+        [{ path: '', message: `the customData schema threw: ${messageOf(cause)}` }],
         cause,
       ),
     };

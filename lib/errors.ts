@@ -36,7 +36,7 @@ export class ListenerError extends IpnKitError {
   readonly event: string;
 
   constructor(event: string, cause: unknown) {
-    super('IPN_LISTENER_FAILED', `a listener of '${event}' failed: ${describe(cause)}`, { cause });
+    super('IPN_LISTENER_FAILED', `a listener of '${event}' failed: ${messageOf(cause)}`, { cause });
     this.event = event;
   }
 }
@@ -81,6 +81,7 @@ export interface FieldIssue {
   readonly message: string;
 }
 
-function describe(cause: unknown): string {
+/** The message of anything thrown: an Error's message, or the thrown value as text. */
+export function messageOf(cause: unknown): string {
   return cause instanceof Error ? cause.message : String(cause);
 }

@@ -1,7 +1,7 @@
 /// <reference types="node" preserve="true" />
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { z } from 'zod';
-import { IpnKitError } from './errors.js';
+import { IpnKitError, messageOf } from './errors.js';
 import { guardLogger } from './logger.js';
 import type { IpnEmitter } from './safe-emitter.js';
 import { createSafeEmitter } from './safe-emitter.js';
@@ -51,7 +51,7 @@ export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
 
   // A bug of ours, not bad input: log it and report it as an `error` event.
   const internal = (cause: unknown): IpnKitError => {
-    const message = `ipn-kit failed to handle a request: ${cause instanceof Error ? cause.message : String(cause)}`;
+    const message = `ipn-kit failed to handle a request: ${messageOf(cause)}`;
     const error = new IpnKitError('IPN_INTERNAL', message, { cause });
     resolved.logger.error({ err: error }, error.message);
     return error;

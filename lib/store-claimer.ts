@@ -1,4 +1,4 @@
-import { StoreError } from './errors.js';
+import { messageOf, StoreError } from './errors.js';
 import type { Store } from './store.js';
 
 /**
@@ -77,7 +77,7 @@ export function createStoreClaimer(store: Store, ttl: number, timeoutMs: number)
           late,
         );
       } catch (cause) {
-        return new StoreError(`the store failed to claim ${key}: ${describe(cause)}`, { cause });
+        return new StoreError(`the store failed to claim ${key}: ${messageOf(cause)}`, { cause });
       }
     },
   };
@@ -90,10 +90,6 @@ export function createStoreClaimer(store: Store, ttl: number, timeoutMs: number)
 function checked(claimed: unknown): boolean {
   if (typeof claimed === 'boolean') return claimed;
   throw new TypeError(`store.claim must return true or false (or a promise of it), got ${String(claimed)}`);
-}
-
-function describe(cause: unknown): string {
-  return cause instanceof Error ? cause.message : String(cause);
 }
 
 /** Runs a callback from a detached promise chain, where a throw would become an unhandled rejection. */
