@@ -85,3 +85,123 @@ export interface FieldIssue {
 export function messageOf(cause: unknown): string {
   return cause instanceof Error ? cause.message : String(cause);
 }
+
+/**
+ * Base class of every status-query failure (`TransactionNotFoundError`, `StatusQueryError`,
+ * `StatusRateLimitError`): catch this one to handle them all, then switch on `code`.
+ */
+export class StatusError extends IpnKitError {
+  override name: string = 'StatusError';
+  /** The transaction asked about. */
+  readonly transactionId: string;
+
+  constructor(code: string, transactionId: string, message: string, options?: { cause?: unknown }) {
+    super(code, message, options);
+    this.transactionId = transactionId;
+  }
+}
+
+/** The service does not know this transaction (or it was created under another API key). */
+export class TransactionNotFoundError extends StatusError {
+  override name = 'TransactionNotFoundError' as const;
+  declare readonly code: 'IPN_TRANSACTION_NOT_FOUND';
+
+  constructor(transactionId: string) {
+    super(
+      'IPN_TRANSACTION_NOT_FOUND',
+      transactionId,
+      `the payment service does not know transaction ${transactionId} (unknown id, or one created under another API key)`,
+    );
+  }
+}
+
+/** What the service (or the network) answered to a status query that failed. */
+export interface StatusQueryFailure {
+  /** The HTTP status, or `undefined` when no answer came (network error, timeout). */
+  httpStatus?: number | undefined;
+  /** The envelope's `statut_code`, when the body was an envelope. */
+  statutCode?: number | undefined;
+  /** The envelope's `message`, when there was one. */
+  serviceMessage?: string | undefined;
+  /** Whether asking again later may succeed (network errors, 5xx, a block). */
+  retryable: boolean;
+}
+
+/** A status query failed: an HTTP error, a `statut_code` other than 200 or 404, a body that is not the envelope, a timeout. */
+export class StatusQueryError extends StatusError {
+  override name = 'StatusQueryError' as const;
+  declare readonly code: 'IPN_STATUS_QUERY_FAILED';
+  readonly httpStatus: number | undefined;
+  readonly statutCode: number | undefined;
+  readonly serviceMessage: string | undefined;
+  readonly retryable: boolean;
+
+  constructor(
+    transactionId: string,
+    message: string,
+    failure: StatusQueryFailure,
+    options?: { cause?: unknown },
+  ) {
+    super('IPN_STATUS_QUERY_FAILED', transactionId, message, options);
+    this.httpStatus = failure.httpStatus;
+    this.statutCode = failure.statutCode;
+    this.serviceMessage = failure.serviceMessage;
+    this.retryable = failure.retryable;
+  }
+}
+
+/**
+ * Refused locally, without asking the service: the query budget is spent, or the service looked like it was
+ * blocking this caller and the cool-down is running. Nothing was sent.
+ */
+export class StatusRateLimitError extends StatusError {
+  override name = 'StatusRateLimitError' as const;
+  declare readonly code: 'IPN_STATUS_RATE_LIMITED';
+  /** Milliseconds until a query may be sent again. */
+  readonly retryAfterMs: number;
+  /** `budget`: `maxQueriesPerMinute` is spent; `blocked`: the service answered 429 or 403 and the cool-down runs. */
+  readonly reason: 'budget' | 'blocked';
+
+  constructor(transactionId: string, reason: 'budget' | 'blocked', retryAfterMs: number) {
+    const why =
+      reason === 'budget'
+        ? 'the status query budget (maxQueriesPerMinute) is spent'
+        : 'the payment service answered as if it were blocking this caller, and the cool-down is running';
+    super(
+      'IPN_STATUS_RATE_LIMITED',
+      transactionId,
+      `status query for ${transactionId} refused locally: ${why}; retry in ${Math.ceil(retryAfterMs / 1000)} s`,
+    );
+    this.reason = reason;
+    this.retryAfterMs = retryAfterMs;
+  }
+}
+
+/**
+ * A notification could not be verified in time: the status query kept failing (service unreachable, budget
+ * spent, a block) through every attempt. It was not emitted; its key was released, so a resend or
+ * `ipn.reconcile(id)` can still deliver it. The `error` event carries the notification.
+ */
+export class VerificationError extends IpnKitError {
+  override name = 'VerificationError' as const;
+  declare readonly code: 'IPN_VERIFY_UNAVAILABLE';
+
+  constructor(transactionId: string, attempts: number, cause: unknown) {
+    super(
+      'IPN_VERIFY_UNAVAILABLE',
+      `could not verify the notification of ${transactionId} after ${attempts} attempts (${messageOf(cause)}): ` +
+        `it was not emitted; reconcile it with ipn.reconcile('${transactionId}') once the service answers`,
+      { cause },
+    );
+  }
+}
+
+/** At-least-once: a delivery attempt failed (a listener failed or timed out, or there was no listener). */
+export class DeliveryError extends IpnKitError {
+  override name = 'DeliveryError' as const;
+  declare readonly code: 'IPN_DELIVERY_FAILED';
+
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('IPN_DELIVERY_FAILED', message, options);
+  }
+}

@@ -1,5 +1,6 @@
 import type { CustomDataError, FieldIssue, IpnKitError } from './errors.js';
 import type { IpnNotification } from './schema.js';
+import type { RejectedEvent } from './verify-notification.js';
 
 /**
  * What `customData` adds when the router has a `customData` schema: either the parsed value, or the reason
@@ -20,12 +21,13 @@ export type InvalidReason =
   | 'invalid_fields'
   | 'body_too_large'
   | 'unsupported_media_type'
-  | 'request_aborted';
+  | 'request_aborted'
+  | 'unauthorized';
 
 /** Payload of the `invalid` event. */
 export interface InvalidEvent {
   reason: InvalidReason;
-  /** The HTTP status answered (400, 413 or 415). */
+  /** The HTTP status answered (400, 401, 413 or 415). */
   status: number;
   message: string;
   /** For `invalid_fields`: each field that failed. */
@@ -36,10 +38,23 @@ export interface InvalidEvent {
 
 /** Payload of the `error` event. */
 export interface ErrorEvent<C = undefined> {
-  /** A `StoreError`, `ListenerError` or `BodyUnavailableError`; its `cause` is the original error. */
+  /**
+   * A `StoreError`, `ListenerError`, `BodyUnavailableError`, `VerificationError` or `DeliveryError` (or, for a
+   * bug, an `IpnKitError` with code `IPN_INTERNAL`); its `cause` is the original error.
+   */
   error: IpnKitError;
   /** The notification being handled, when there was one. */
   notification?: Notification<C> | IpnNotification;
+}
+
+/** Payload of the `dead` event (at-least-once): a notification whose every delivery attempt failed. */
+export interface DeadEvent<C = undefined> {
+  /** Its inbox key, for `ipn.inbox.replay(key)`. */
+  key: string;
+  notification: Notification<C> | IpnNotification;
+  attempts: number;
+  /** The last failure's message. */
+  lastError: string;
 }
 
 /** The events of an IPN router and the payload each listener receives. */
@@ -54,8 +69,12 @@ export interface IpnEvents<C = undefined> {
   duplicate: (notification: IpnNotification) => unknown;
   /** A rejected request. */
   invalid: (event: InvalidEvent) => unknown;
-  /** A listener failed, or the store did. */
+  /** A listener failed, or the store did, or a notification could not be verified in time. */
   error: (event: ErrorEvent<C>) => unknown;
+  /** With `verify`: a notification the service's record contradicts (forged or altered). Never credited. */
+  rejected: (event: RejectedEvent) => unknown;
+  /** With `delivery: 'at-least-once'`: every attempt failed; the notification is kept as `dead` for a replay. */
+  dead: (event: DeadEvent<C>) => unknown;
 }
 
 /** An event name of {@link IpnEvents}. */

@@ -1,14 +1,17 @@
 import type { Readable } from 'node:stream';
 import type { z } from 'zod';
 import { parseContentType } from './content-type.js';
-import { parseCustomData, toFieldIssues } from './custom-data.js';
+import { toFieldIssues } from './custom-data.js';
+import { createDelivery } from './delivery.js';
 import { BodyUnavailableError, StoreError } from './errors.js';
-import { createStoreClaimer } from './store-claimer.js';
-import type { InvalidEvent, IpnEvents, Notification } from './events.js';
+import type { InvalidEvent } from './events.js';
+import { matchesSecret } from './ipn-url.js';
 import type { ResolvedOptions } from './options.js';
 import { parseBody, parseParsedBody, type ParseResult } from './parse-body.js';
 import { isSupportedEncoding, readBody } from './read-body.js';
-import { ipnNotificationSchema, type IpnNotification } from './schema.js';
+import type { createSafeEmitter } from './safe-emitter.js';
+import { ipnNotificationSchema } from './schema.js';
+import { createStoreClaimer } from './store-claimer.js';
 
 /** A request as the pipeline sees it: no framework objects, only values and the body stream. */
 export interface IpnRequest {
@@ -16,6 +19,8 @@ export interface IpnRequest {
   contentType?: string | undefined;
   contentLength?: string | undefined;
   contentEncoding?: string | undefined;
+  /** The `token` query parameter of the address, for `secret`. */
+  token?: string | undefined;
   /** The body stream to read, the value a host parser already left on `req.body`, or neither. */
   body: { stream: Readable } | { parsed: unknown } | { consumed: true };
 }
@@ -29,7 +34,7 @@ export interface IpnOutcome {
   afterResponse?: () => void;
 }
 
-type Emit<C> = <E extends keyof IpnEvents<C>>(event: E, payload: Parameters<IpnEvents<C>[E]>[0]) => unknown;
+type Emitters<C> = Pick<ReturnType<typeof createSafeEmitter<C>>, 'emit' | 'emitAndWait'>;
 
 const ALLOW = 'GET, HEAD, POST';
 const RETRY_AFTER_SECONDS = '30';
@@ -38,9 +43,14 @@ const RETRY_AFTER_SECONDS = '30';
  * The core of the router, over plain values: read the body, parse, validate, dedupe, then answer and emit.
  * Bad input is an outcome (a status and an `invalid` event), never an exception.
  */
-export function createIpnPipeline<C>(options: ResolvedOptions<z.core.$ZodType | undefined>, emit: Emit<C>) {
-  const { store, ttl, limit, logger, storeTimeout, customData: schema } = options;
-  const claimer = createStoreClaimer(store, ttl, storeTimeout);
+export function createIpnPipeline<C>(
+  options: ResolvedOptions<z.core.$ZodType | undefined>,
+  emitters: Emitters<C>,
+) {
+  const { store, ttl, limit, logger, storeTimeout } = options;
+  const { emit } = emitters;
+  const secrets = options.secret === undefined ? undefined : [options.secret].flat();
+  const delivery = createDelivery<C>(options, emitters, createStoreClaimer(store, ttl, storeTimeout));
 
   const reject = (event: InvalidEvent): IpnOutcome => ({
     status: event.status,
@@ -97,21 +107,15 @@ export function createIpnPipeline<C>(options: ResolvedOptions<z.core.$ZodType | 
     return parseBody(read.body, type.format, type.charset);
   }
 
-  function deliver(notification: IpnNotification): void {
-    const event = (
-      schema ? { ...notification, ...parseCustomData(schema, notification.custom_data) } : notification
-    ) as Notification<C>;
-    logger.debug({ transaction_id: event.transaction_id, state: event.state }, 'IPN notification accepted');
-    emit('notification', event);
-    if (event.state === 'SUCCESSFUL') emit('successful', event as Notification<C> & { state: 'SUCCESSFUL' });
-    else if (event.state === 'FAILED') emit('failed', event as Notification<C> & { state: 'FAILED' });
-  }
-
   async function handle(request: IpnRequest): Promise<IpnOutcome> {
     if (request.method === 'GET' || request.method === 'HEAD') return { status: 200, body: { ok: true } };
     if (request.method !== 'POST') {
       const message = `${request.method} is not allowed here: the payment service POSTs notifications`;
       return { status: 405, headers: { Allow: ALLOW }, body: { error: 'method_not_allowed', message } };
+    }
+    if (secrets && !matchesSecret(request.token, secrets)) {
+      const message = `the IPN address token is ${request.token === undefined ? 'missing' : 'wrong'}: give the service the address ipnUrl() builds`;
+      return reject({ reason: 'unauthorized', status: 401, message, received: undefined });
     }
     const parsed = await readRecord(request);
     if ('status' in parsed) return parsed;
@@ -127,15 +131,7 @@ export function createIpnPipeline<C>(options: ResolvedOptions<z.core.$ZodType | 
       return reject({ reason: 'invalid_fields', status: 400, message, issues, received: parsed.record });
     }
     const notification = validated.data;
-    const key = `${notification.transaction_id}:${notification.state}`;
-    const claimed = await claimer.claim(key, () => {
-      // Answered 503, but the claim went through after all: ours to deliver, or it would be lost.
-      deliver(notification);
-      logger.warn(
-        { transaction_id: notification.transaction_id, state: notification.state },
-        'IPN claim landed after storeTimeout: delivered late',
-      );
-    });
+    const { claimed, leaseId } = await delivery.accept(notification);
     if (claimed instanceof StoreError) {
       logger.error(
         { err: claimed, transaction_id: notification.transaction_id, state: notification.state },
@@ -161,16 +157,20 @@ export function createIpnPipeline<C>(options: ResolvedOptions<z.core.$ZodType | 
             'IPN resend dropped',
           );
           emit('duplicate', notification);
+          delivery.duplicate(notification);
         },
       };
     }
-    return { status: 200, body: { ok: true }, afterResponse: () => deliver(notification) };
+    return { status: 200, body: { ok: true }, afterResponse: () => delivery.dispatch(notification, leaseId) };
   }
 
   return {
     handle,
-    /** Closes the store, if it has a `close`. */
+    reconcile: (transactionId: string) => delivery.reconcile(transactionId),
+    inbox: delivery.inbox,
+    /** Stops retries and recovery, then closes the store, if it has a `close`. */
     close: async (): Promise<void> => {
+      delivery.close();
       await store.close?.();
     },
   };

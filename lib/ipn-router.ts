@@ -5,7 +5,9 @@ import { IpnKitError, messageOf } from './errors.js';
 import { guardLogger } from './logger.js';
 import type { IpnEmitter } from './safe-emitter.js';
 import { createSafeEmitter } from './safe-emitter.js';
+import type { Inbox, ReconcileResult } from './delivery.js';
 import { createIpnPipeline, type IpnOutcome, type IpnRequest } from './ipn-pipeline.js';
+import { tokenOf } from './ipn-url.js';
 import { resolveOptions, type Options } from './options.js';
 
 /** The type of `customData` for a given `customData` schema (`undefined` when there is none). */
@@ -17,7 +19,16 @@ export type CustomDataOf<S> = S extends z.core.$ZodType ? z.core.output<S> : und
  */
 export interface IpnRouter<C = undefined> extends IpnEmitter<C> {
   (req: IncomingMessage, res: ServerResponse, next?: (error?: unknown) => void): void;
-  /** Closes the store (when it has a `close`). Call it on shutdown. */
+  /**
+   * For a notification that never arrived: asks the service (through the `verify` client's guard) and, when
+   * the state is final, delivers the record as a notification, dedupe included (if the notification comes
+   * later, it is a resend). Rejects with a `StatusError`, a `StoreError`, or an `IpnKitError` with code
+   * `IPN_NO_STATUS_CLIENT` when the router has no `verify` client.
+   */
+  reconcile(transactionId: string): Promise<ReconcileResult>;
+  /** The inbox, for admin tools (`delivery: 'at-least-once'` only; otherwise each call rejects `IPN_NOT_DURABLE`). */
+  readonly inbox: Inbox;
+  /** Stops pending retries and recovery and closes the store (when it has a `close`). Call it on shutdown. */
   close(): Promise<void>;
 }
 
@@ -46,8 +57,8 @@ export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
   type C = CustomDataOf<S>;
   const checked = resolveOptions(options);
   const resolved = { ...checked, logger: guardLogger(checked.logger) };
-  const { methods, emit } = createSafeEmitter<C>(resolved.logger, () => router);
-  const pipeline = createIpnPipeline<C>(resolved, emit);
+  const { methods, emit, emitAndWait } = createSafeEmitter<C>(resolved.logger, () => router);
+  const pipeline = createIpnPipeline<C>(resolved, { emit, emitAndWait });
 
   // A bug of ours, not bad input: log it and report it as an `error` event.
   const internal = (cause: unknown): IpnKitError => {
@@ -80,7 +91,8 @@ export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
         // Unreachable by design (the logger is guarded, listeners are isolated): never leave a rejection unhandled.
       });
   };
-  const router: IpnRouter<C> = Object.assign(handler, methods, { close: pipeline.close });
+  const { reconcile, inbox, close } = pipeline;
+  const router: IpnRouter<C> = Object.assign(handler, methods, { reconcile, inbox, close });
   return router;
 }
 
@@ -114,6 +126,7 @@ function toIpnRequest(req: HostRequest): IpnRequest {
     contentType: headers['content-type'],
     contentLength: headers['content-length'],
     contentEncoding: headers['content-encoding'],
+    token: tokenOf(req.url),
     body: bodyOf(req),
   };
 }

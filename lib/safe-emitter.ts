@@ -27,22 +27,37 @@ export interface IpnEmitter<C = undefined> {
  */
 export function createSafeEmitter<C>(logger: Logger, self: () => unknown) {
   const emitter = new EventEmitter();
+  /** Set while `emitAndWait` emits: each listener called adds whether it succeeded. */
+  let collecting: Array<Promise<boolean>> | undefined;
 
-  const report = (event: string, cause: unknown, payload: unknown): void => {
+  const report = (event: string, cause: unknown, payload: unknown): false => {
     const error = new ListenerError(event, cause);
     logger.error({ err: error, event, ...identify(payload) }, error.message);
     // A failing 'error' listener is only logged: reporting it through 'error' again could loop.
-    if (event !== 'error')
+    if (event !== 'error') {
+      const outer = collecting;
+      collecting = undefined; // the 'error' listeners' own outcome is not the delivery's
       emitter.emit('error', { error, notification: event === 'invalid' ? undefined : payload });
+      collecting = outer;
+    }
+    return false;
   };
   const wrap = (event: string, listener: (payload: unknown) => unknown): Wrapped =>
     Object.assign(
       (payload: unknown): void => {
+        const outcomes = collecting;
         try {
           const result = listener(payload);
-          if (isThenable(result)) result.then(undefined, (cause: unknown) => report(event, cause, payload));
+          if (isThenable(result)) {
+            const settled = Promise.resolve(result).then(
+              () => true,
+              (cause: unknown) => report(event, cause, payload),
+            );
+            outcomes?.push(settled);
+          } else outcomes?.push(Promise.resolve(true));
         } catch (cause) {
-          report(event, cause, payload);
+          const failed = report(event, cause, payload);
+          outcomes?.push(Promise.resolve(failed));
         }
       },
       { listener },
@@ -80,7 +95,26 @@ export function createSafeEmitter<C>(logger: Logger, self: () => unknown) {
   };
   const emit = <E extends Name<C>>(event: E, payload: Parameters<Events<C>[E]>[0]): boolean =>
     emitter.emit(event, payload);
-  return { methods, emit };
+  /**
+   * Emits, then waits for every listener (and the promise each returns). Resolves how many listeners ran
+   * and whether all of them succeeded; failures are reported as usual.
+   */
+  const emitAndWait = async <E extends Name<C>>(
+    event: E,
+    payload: Parameters<Events<C>[E]>[0],
+  ): Promise<{ listeners: number; ok: boolean }> => {
+    const outer = collecting;
+    const outcomes: Array<Promise<boolean>> = [];
+    collecting = outcomes;
+    try {
+      emitter.emit(event, payload);
+    } finally {
+      collecting = outer;
+    }
+    const results = await Promise.all(outcomes);
+    return { listeners: results.length, ok: results.every(Boolean) };
+  };
+  return { methods, emit, emitAndWait };
 }
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {

@@ -1,5 +1,5 @@
 import { messageOf, StoreError } from './errors.js';
-import type { Store } from './store.js';
+import type { Awaitable, Store } from './store.js';
 
 /**
  * Claims dedupe keys through a store, in bounded time: `init` once (again only after it failed), then
@@ -62,20 +62,21 @@ export function createStoreClaimer(store: Store, ttl: number, timeoutMs: number)
   return {
     /**
      * Resolves `true` (first delivery), `false` (a resend) or a `StoreError` (the store failed or timed out).
-     * Never rejects.
+     * Never rejects. `operation` replaces `store.claim` (a durable store's `receive`).
      */
-    async claim(key: string, late: () => void): Promise<boolean | StoreError> {
+    async claim(
+      key: string,
+      late: () => void,
+      operation: () => Awaitable<boolean> = () => store.claim(key, ttl),
+    ): Promise<boolean | StoreError> {
       try {
         if (ready) {
-          const claimed = store.claim(key, ttl);
+          const claimed = operation();
           return typeof claimed === 'boolean' ? claimed : await bounded(Promise.resolve(claimed), late);
         }
         // One init at a time: one that hangs is waited on again (bounded per request), not started twice.
         const init = (initialised ??= initialise());
-        return await bounded(
-          init.then(() => store.claim(key, ttl)),
-          late,
-        );
+        return await bounded(init.then(operation), late);
       } catch (cause) {
         return new StoreError(`the store failed to claim ${key}: ${messageOf(cause)}`, { cause });
       }

@@ -38,3 +38,77 @@ export interface Store {
   /** Optional: called by `ipn.close()`. */
   close?(): Awaitable<void>;
 }
+
+/** Where a stored notification stands: `received` (not yet delivered), `delivered`, `failed` (to be retried), `dead`. */
+export type DeliveryStatus = 'received' | 'delivered' | 'failed' | 'dead';
+
+/** One notification in a durable store's inbox. */
+export interface InboxEntry {
+  /** The dedupe key: `transaction_id + ':' + state`. */
+  key: string;
+  transactionId: string;
+  state: string;
+  /** The whole notification as received (validated, before any `customData` parsing). */
+  record: Record<string, unknown>;
+  status: DeliveryStatus;
+  /** Delivery attempts started so far (a lease starts one). */
+  attempts: number;
+  /** The last delivery failure's message, or `null`. */
+  lastError: string | null;
+  receivedAt: Date;
+  updatedAt: Date;
+  /** When a `received` or `failed` entry is due for its next attempt. */
+  nextAttemptAt: Date;
+  deliveredAt: Date | null;
+  /** Until when the current lease holds; `null` when no instance holds one. */
+  leaseUntil: Date | null;
+}
+
+/** A lease: who holds an entry (a random id per attempt) and for how long. */
+export interface Lease {
+  id: string;
+  ms: number;
+}
+
+/** How a delivery attempt ended. */
+export type Settlement =
+  | { status: 'delivered' }
+  | { status: 'failed'; error: string; nextAttemptAt: Date }
+  | { status: 'dead'; error: string };
+
+/** Filters of {@link DurableStore.list}. */
+export interface ListOptions {
+  status?: DeliveryStatus;
+  /** At most this many entries, oldest first. @default 100 */
+  limit?: number;
+  /** Skips this many entries first, for paging. @default 0 */
+  offset?: number;
+}
+
+/**
+ * A store that is also a durable inbox, required by `delivery: 'at-least-once'`: the notification is written
+ * before the 200, and each delivery attempt is recorded. Every method is atomic across instances.
+ */
+export interface DurableStore extends Store {
+  readonly durable: true;
+  /**
+   * Records a first delivery: inserts `record` under `key` with status `received`, attempts 1, leased to
+   * `lease`. Resolves `false`, changing nothing, when `key` is already there (a resend).
+   */
+  receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean>;
+  /**
+   * Takes up to `limit` entries that are `received` or `failed`, due, and not leased (or whose lease expired):
+   * leases each to `lease` and counts one more attempt. Two instances never get the same entry at once.
+   */
+  lease(lease: Lease, limit: number): Promise<InboxEntry[]>;
+  /** Ends the attempt held by `leaseId`. Resolves `false` (changing nothing) when that lease was lost. */
+  settle(key: string, leaseId: string, settlement: Settlement): Promise<boolean>;
+  list(options?: ListOptions): Promise<InboxEntry[]>;
+  get(key: string): Promise<InboxEntry | undefined>;
+  /** Makes one entry due again now, attempts reset to 0, whatever its status. `false` when there is none. */
+  replay(key: string): Promise<boolean>;
+  /** Makes every `dead` entry due again now, attempts reset to 0. Resolves how many. */
+  replayDead(): Promise<number>;
+  /** Deletes `delivered` entries delivered before `before` (their resends are then new). Resolves how many. */
+  purge(before: Date): Promise<number>;
+}

@@ -6,7 +6,16 @@ export interface Recorded {
   payload: any;
 }
 
-const NAMES: IpnEventName[] = ['notification', 'successful', 'failed', 'duplicate', 'invalid', 'error'];
+const NAMES: IpnEventName[] = [
+  'notification',
+  'successful',
+  'failed',
+  'duplicate',
+  'invalid',
+  'error',
+  'rejected',
+  'dead',
+];
 
 /** Records every event of a router, so tests can assert names, payloads and counts. */
 export function recordEvents(ipn: IpnRouter<any>) {

@@ -58,6 +58,7 @@ ipn.on('invalid', (event) => {
     | 'invalid_fields'
     | 'body_too_large'
     | 'unsupported_media_type'
+    | 'unauthorized'
     | 'request_aborted' = event.reason;
   void [status, reason];
 });
