@@ -6,7 +6,6 @@ import {
   TransactionNotFoundError,
   VerificationError,
   type Options,
-  type StatusRecord,
   type StatusSource,
 } from '../../lib/index.js';
 import { uniquePayload } from '../helpers/payloads.js';
@@ -18,7 +17,7 @@ import { until } from '../helpers/until.js';
 /** A status source over a table of records the test controls; unknown ids are not found. */
 function fakeSource(records: Record<string, Record<string, unknown>> = {}) {
   const calls: string[] = [];
-  let failWith: unknown;
+  let failWith: Error | undefined;
   let gate: Promise<void> | undefined;
   const source: StatusSource = {
     async getStatus(id) {
@@ -27,14 +26,14 @@ function fakeSource(records: Record<string, Record<string, unknown>> = {}) {
       if (failWith !== undefined) throw failWith;
       const record = records[id];
       if (record === undefined) throw new TransactionNotFoundError(id);
-      return ipnNotificationSchema.parse(record) as StatusRecord;
+      return ipnNotificationSchema.parse(record);
     },
   };
   return {
     source,
     records,
     calls,
-    failWith: (error: unknown) => {
+    failWith: (error: Error | undefined) => {
       failWith = error;
     },
     /** Holds every answer until the returned function is called. */
