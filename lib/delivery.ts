@@ -331,8 +331,8 @@ export function createDelivery<C>(
     },
 
     inbox: {
-      list: (listOptions) => inbox().list(listOptions),
-      get: (key) => inbox().get(key),
+      list: async (listOptions) => inbox().list(listOptions),
+      get: async (key) => inbox().get(key),
       replay: async (key) => {
         const found = await inbox().replay(key);
         if (found) after(0, recover);
@@ -343,7 +343,7 @@ export function createDelivery<C>(
         if (count > 0) after(0, recover);
         return count;
       },
-      purge: (before) => inbox().purge(before),
+      purge: async (before) => inbox().purge(before),
     } satisfies Inbox,
 
     close(): void {

@@ -1,0 +1,229 @@
+import { ipnRouter, type IpnRouter, type Options } from '../../lib/index.js';
+import { MemoryInbox } from '../helpers/memory-inbox.js';
+import { uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { listen, settle, type Running } from '../helpers/servers.js';
+import { until } from '../helpers/until.js';
+
+const servers: Running[] = [];
+const routers: IpnRouter[] = [];
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((server) => server.close()));
+  await Promise.all(routers.splice(0).map((router) => router.close()));
+});
+
+async function start(inbox: MemoryInbox, options: Partial<Options> = {}) {
+  const ipn = ipnRouter({
+    store: inbox,
+    delivery: 'at-least-once',
+    logger: quiet,
+    retryDelayMs: 5,
+    recoveryIntervalMs: 20,
+    ...options,
+  });
+  routers.push(ipn);
+  const recorder = recordEvents(ipn);
+  const running = await listen(ipn);
+  servers.push(running);
+  const post = (body: unknown) =>
+    fetch(running.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+  return { ipn, recorder, post };
+}
+
+const keyOf = (payload: Record<string, unknown>) =>
+  `${String(payload.transaction_id)}:${String(payload.state)}`;
+
+describe("ipnRouter({ delivery: 'at-least-once' })", () => {
+  test('stores the whole notification before the 200, awaits the listener, then marks it delivered', async () => {
+    const inbox = new MemoryInbox();
+    const { ipn, post } = await start(inbox);
+    let finish = () => {};
+    const credited: string[] = [];
+    ipn.on('successful', async (n) => {
+      await new Promise<void>((resolve) => (finish = resolve));
+      credited.push(n.custom_data);
+    });
+    const payload = uniquePayload();
+
+    const response = await post(payload);
+    expect(response.status).toBe(200);
+    const stored = await inbox.get(keyOf(payload));
+    expect(stored).toMatchObject({ status: 'received', attempts: 1 });
+    expect(stored?.record).toMatchObject({
+      transaction_id: payload.transaction_id,
+      customer_name: payload.customer_name,
+    });
+
+    finish();
+    await until(() => inbox.entries.get(keyOf(payload))?.status === 'delivered', 'delivered');
+    expect(credited).toEqual([payload.custom_data]);
+    expect(inbox.entries.get(keyOf(payload))?.deliveredAt).toBeInstanceOf(Date);
+  });
+
+  test('a resend of a stored notification is a duplicate: answered 200, nothing stored twice', async () => {
+    const inbox = new MemoryInbox();
+    const { ipn, recorder, post } = await start(inbox);
+    ipn.on('successful', () => {});
+    const payload = uniquePayload();
+    await post(payload);
+    const again = await post(payload);
+    expect(await again.json()).toEqual({ ok: true, duplicate: true });
+    await until(() => inbox.entries.get(keyOf(payload))?.status === 'delivered', 'delivered');
+    expect(recorder.count('successful')).toBe(1);
+    expect(recorder.count('duplicate')).toBe(1);
+    expect(inbox.entries.size).toBe(1);
+  });
+
+  test('a failed delivery is retried with backoff and delivered once the listener succeeds', async () => {
+    const inbox = new MemoryInbox();
+    const { ipn, recorder, post } = await start(inbox);
+    let calls = 0;
+    ipn.on('successful', () => {
+      calls += 1;
+      if (calls < 3) throw new Error(`ledger unavailable (${calls})`);
+    });
+    const payload = uniquePayload();
+    await post(payload);
+
+    await until(() => inbox.entries.get(keyOf(payload))?.status === 'delivered', 'delivered');
+    expect(calls).toBe(3);
+    expect(inbox.entries.get(keyOf(payload))).toMatchObject({
+      attempts: 3,
+      lastError: expect.stringContaining('listener'),
+    });
+    expect(recorder.of('error').map((event) => event.error.code)).toEqual([
+      'IPN_LISTENER_FAILED',
+      'IPN_DELIVERY_FAILED',
+      'IPN_LISTENER_FAILED',
+      'IPN_DELIVERY_FAILED',
+    ]);
+    expect(recorder.count('dead')).toBe(0);
+  });
+
+  test('after maxAttempts failures the notification is dead and emitted as dead; a replay delivers it', async () => {
+    const inbox = new MemoryInbox();
+    const { ipn, recorder, post } = await start(inbox, { maxAttempts: 3 });
+    let healthy = false;
+    ipn.on('failed', () => {
+      if (!healthy) return Promise.reject(new Error('refund service down'));
+    });
+    const payload = uniquePayload({ state: 'FAILED' });
+    await post(payload);
+
+    await until(() => recorder.count('dead') === 1, 'the dead event');
+    const [dead] = recorder.of('dead');
+    expect(dead).toMatchObject({ key: keyOf(payload), attempts: 3, notification: { state: 'FAILED' } });
+    expect(dead.lastError).toContain('listener');
+    expect(inbox.entries.get(keyOf(payload))?.status).toBe('dead');
+    await settle();
+    expect(inbox.entries.get(keyOf(payload))?.status).toBe('dead'); // not taken up again by itself
+
+    healthy = true;
+    expect(await ipn.inbox.replayDead()).toBe(1);
+    await until(() => inbox.entries.get(keyOf(payload))?.status === 'delivered', 'delivered after replay');
+  });
+
+  test('with no listener at all, nothing counts as delivered', async () => {
+    const inbox = new MemoryInbox();
+    const ipn = ipnRouter({ store: inbox, delivery: 'at-least-once', logger: quiet, maxAttempts: 1 });
+    routers.push(ipn);
+    const errors: string[] = [];
+    let dead = 0;
+    ipn.on('error', ({ error }) => void errors.push(error.message)).on('dead', () => void (dead += 1));
+    const running = await listen(ipn);
+    servers.push(running);
+    const payload = uniquePayload();
+    const response = await fetch(running.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(payload),
+    });
+    expect(response.status).toBe(200);
+    await until(() => dead === 1, 'the dead event');
+    expect(errors).toEqual([expect.stringMatching(/no listener/)]);
+    expect(inbox.entries.get(keyOf(payload))?.status).toBe('dead');
+  });
+
+  test('a listener that never settles fails the attempt when the lease runs out', async () => {
+    const inbox = new MemoryInbox();
+    const { ipn, recorder, post } = await start(inbox, { leaseMs: 100, maxAttempts: 1 });
+    ipn.on('successful', () => new Promise(() => {}));
+    await post(uniquePayload());
+    await until(() => recorder.count('dead') === 1, 'the dead event');
+    expect(recorder.of('error')[0].error.message).toMatch(/did not settle within 90 ms/);
+  });
+
+  test('a notification left received by a process that died is taken up and delivered', async () => {
+    const inbox = new MemoryInbox();
+    const payload = uniquePayload();
+    // What a crashed instance leaves: stored, leased to it, never settled; its lease has run out.
+    await inbox.receive(keyOf(payload), payload, { id: 'dead-process', ms: 1 });
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    const { ipn } = await start(inbox);
+    const credited: string[] = [];
+    ipn.on('successful', (n) => void credited.push(n.transaction_id));
+
+    await until(() => inbox.entries.get(keyOf(payload))?.status === 'delivered', 'delivered by recovery');
+    expect(credited).toEqual([payload.transaction_id]);
+    expect(inbox.entries.get(keyOf(payload))?.attempts).toBe(2);
+  });
+
+  test('when the store cannot record the notification, the answer is 503 with Retry-After and nothing is emitted', async () => {
+    const inbox = new MemoryInbox();
+    const { ipn, recorder, post } = await start(inbox);
+    ipn.on('successful', () => {});
+    inbox.failNext('receive');
+    const payload = uniquePayload();
+
+    const refused = await post(payload);
+    expect(refused.status).toBe(503);
+    expect(refused.headers.get('retry-after')).toBe('30');
+    await settle();
+    expect(recorder.of('error')[0].error.code).toBe('IPN_STORE_FAILED');
+    expect(recorder.count('successful')).toBe(0);
+
+    expect((await post(payload)).status).toBe(200); // the service's resend
+    await until(() => recorder.count('successful') === 1, 'the successful event');
+  });
+
+  test('the inbox API lists, shows, replays and purges', async () => {
+    const inbox = new MemoryInbox();
+    const { ipn, post } = await start(inbox);
+    ipn.on('notification', () => {});
+    const first = uniquePayload();
+    const second = uniquePayload();
+    await post(first);
+    await post(second);
+    await until(() => [...inbox.entries.values()].every((e) => e.status === 'delivered'), 'both delivered');
+
+    expect((await ipn.inbox.list({ status: 'delivered' })).map((entry) => entry.key)).toEqual([
+      keyOf(first),
+      keyOf(second),
+    ]);
+    expect(await ipn.inbox.get(keyOf(first))).toMatchObject({ status: 'delivered' });
+    expect(await ipn.inbox.replay('EFB.000000:SUCCESSFUL')).toBe(false);
+    expect(await ipn.inbox.replay(keyOf(first))).toBe(true);
+    await until(
+      () =>
+        inbox.entries.get(keyOf(first))?.attempts === 1 &&
+        inbox.entries.get(keyOf(first))?.status === 'delivered',
+      'replayed',
+    );
+    expect(await ipn.inbox.purge(new Date(Date.now() + 1000))).toBe(2);
+    expect(inbox.entries.size).toBe(0);
+  });
+});
+
+test('the inbox API of an at-most-once router rejects with IPN_NOT_DURABLE', async () => {
+  const ipn = ipnRouter({ logger: quiet });
+  await expect(ipn.inbox.list()).rejects.toMatchObject({ code: 'IPN_NOT_DURABLE' });
+});
+
+test("delivery 'at-least-once' with a store that only dedupes is a TypeError at construction", () => {
+  expect(() => ipnRouter({ delivery: 'at-least-once' })).toThrow(/needs a durable store/);
+});
