@@ -1,12 +1,14 @@
 import type { DurableStore, InboxEntry, Lease, ListOptions, Settlement } from '../../lib/index.js';
 
+type Held = InboxEntry & { leaseId?: string | null };
+
 /**
  * A `DurableStore` in memory, for fast tests of the delivery logic (the real one, `PostgresStore`, has its
  * own tests against PostgreSQL). `failNext` makes the next calls of a method reject.
  */
 export class MemoryInbox implements DurableStore {
   readonly durable = true as const;
-  readonly entries = new Map<string, InboxEntry>();
+  readonly entries = new Map<string, Held>();
   readonly failures = new Map<string, number>();
 
   failNext(method: 'receive' | 'lease' | 'settle', times = 1): void {
@@ -51,7 +53,7 @@ export class MemoryInbox implements DurableStore {
       deliveredAt: null,
       leaseId: lease.id,
       leaseUntil: new Date(now.getTime() + lease.ms),
-    } as InboxEntry);
+    });
     return true;
   }
 
@@ -78,7 +80,7 @@ export class MemoryInbox implements DurableStore {
   async settle(key: string, leaseId: string, settlement: Settlement): Promise<boolean> {
     await Promise.resolve();
     this.#fail('settle');
-    const entry = this.entries.get(key) as (InboxEntry & { leaseId?: string }) | undefined;
+    const entry = this.entries.get(key);
     if (entry?.leaseId !== leaseId) return false;
     const now = new Date();
     Object.assign(entry, { status: settlement.status, updatedAt: now, leaseId: null, leaseUntil: null });
