@@ -15,7 +15,7 @@ export interface QueryGuardOptions {
 export interface StatusClientStats {
   /** Requests sent to the service (retries included). */
   queries: number;
-  /** Calls refused locally with `StatusRateLimitError`: budget spent or cool-down running. */
+  /** Requests refused locally with `StatusRateLimitError` (a call, or one of its retries): budget spent or cool-down running. */
   refused: number;
   /** Calls answered from the cache (a final state, or a recent non-final or not-found answer). */
   cached: number;

@@ -20,7 +20,7 @@ export interface StatusClientOptions {
   minIntervalMs: number;
   /**
    * After an answer that looks like a block (HTTP 429 or 403), nothing is sent for this long (or the answer's
-   * `Retry-After`, if longer), in ms; calls fail at once with `StatusRateLimitError` (reason `blocked`).
+   * `Retry-After`, if longer, up to a day), in ms; calls fail at once with `StatusRateLimitError` (reason `blocked`).
    * @default 900_000 (15 minutes)
    */
   blockCooldownMs: number;
@@ -127,13 +127,16 @@ export function createStatusClient(
   };
 }
 
-/** `Retry-After` as seconds or an HTTP date, in ms; 0 when absent or unreadable. */
+/** Longest `Retry-After` obeyed: a larger one (or a typo) must not silence the client for weeks. */
+const MAX_RETRY_AFTER = 24 * 60 * 60_000;
+
+/** `Retry-After` as seconds or an HTTP date, in ms (at most a day); 0 when absent or unreadable. */
 function retryAfterMs(header: string | null): number {
   if (header === null) return 0;
   const seconds = Number(header);
-  if (Number.isFinite(seconds)) return Math.max(0, seconds * 1000);
   const date = Date.parse(header);
-  return Number.isNaN(date) ? 0 : Math.max(0, date - Date.now());
+  const ms = Number.isFinite(seconds) ? seconds * 1000 : Number.isNaN(date) ? 0 : date - Date.now();
+  return Math.min(Math.max(0, ms), MAX_RETRY_AFTER);
 }
 
 function resolveStatusOptions(options: Partial<StatusClientOptions>): StatusClientOptions {

@@ -60,12 +60,13 @@ export function parseStatusAnswer(
   const message = typeof envelope.data.message === 'string' ? envelope.data.message : undefined;
   const failure = { httpStatus, statutCode: code, serviceMessage: message };
 
-  if (
+  // A failure (5xx, a block) that happens to say "not found" or to list the id is a failure, not a verdict.
+  const failing = blocked || httpStatus >= 500 || (code ?? 0) >= 500;
+  const unknownId =
     code === 404 ||
-    (message !== undefined && NOT_FOUND.test(message)) ||
-    holdsOnlyTheId(data, transactionId)
-  )
-    return new TransactionNotFoundError(transactionId);
+    (!failing && message !== undefined && NOT_FOUND.test(message)) ||
+    (!failing && (code === undefined || code === 200) && holdsOnlyTheId(data, transactionId));
+  if (unknownId) return new TransactionNotFoundError(transactionId);
   if (blocked || httpStatus >= 400 || (code !== undefined && code !== 200)) {
     const detail = `HTTP ${httpStatus}, statut_code ${code ?? 'missing'}${message ? `: ${message}` : ''}`;
     return new StatusQueryError(transactionId, `the status query for ${transactionId} failed (${detail})`, {
@@ -95,10 +96,10 @@ function pickRecord(data: unknown, transactionId: string): Record<string, unknow
   return record && { ...record, transaction_id: transactionId };
 }
 
-/** The unknown-id answer: `data` is the id string, or an array holding only strings. */
+/** The unknown-id answer: `data` is the id itself, or an array holding only the id. */
 function holdsOnlyTheId(data: unknown, transactionId: string): boolean {
   if (data === transactionId) return true;
-  return Array.isArray(data) && data.length > 0 && data.every((item) => typeof item === 'string');
+  return Array.isArray(data) && data.length > 0 && data.every((item) => item === transactionId);
 }
 
 function tryParseJson(text: string): { ok: true; value: unknown } | { ok: false } {
