@@ -1,0 +1,148 @@
+/** One part of a table name: an unquoted-style identifier, within PostgreSQL's 63-byte limit. */
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+
+/** Index names get this suffix; the table part is shortened so that the whole stays within 63 bytes. */
+const INDEX_SUFFIX = '_due_idx';
+
+/** A table name checked and quoted for SQL, with the names derived from it. */
+export interface TableNames {
+  /** As given: `ipn_inbox` or `schema.ipn_inbox`. */
+  name: string;
+  /** Quoted for SQL: `"ipn_inbox"` or `"schema"."ipn_inbox"`. */
+  quoted: string;
+  /** The quoted name of the index of due entries (created in the table's schema). */
+  dueIndex: string;
+}
+
+/**
+ * Checks `table` (`name` or `schema.name`, each of letters, digits and underscores, not starting with a
+ * digit) and quotes it. Names are quoted, so they are case-sensitive: `Inbox` is not `inbox`.
+ * @throws TypeError when `table` is not such a name.
+ */
+export function tableNames(table: unknown, owner = 'PostgresStore'): TableNames {
+  const parts = typeof table === 'string' ? table.split('.') : [];
+  if (parts.length < 1 || parts.length > 2 || !parts.every((part) => IDENTIFIER.test(part))) {
+    throw new TypeError(
+      `${owner}: table must be a name such as 'ipn_inbox' or 'app.ipn_inbox' (letters, digits and ` +
+        `underscores, at most 63 per part, not starting with a digit), got ${JSON.stringify(table) ?? String(table)}`,
+    );
+  }
+  const name = parts[parts.length - 1]!;
+  return {
+    name: table as string,
+    quoted: parts.map((part) => `"${part}"`).join('.'),
+    dueIndex: `"${name.slice(0, 63 - INDEX_SUFFIX.length)}${INDEX_SUFFIX}"`,
+  };
+}
+
+/**
+ * The SQL that creates the inbox table and its index, for teams that run their own migrations (the same SQL
+ * `PostgresStore.migrate()` runs). Idempotent: `IF NOT EXISTS` throughout.
+ *
+ * The key `transaction_id:state` is the primary key: it is what makes a claim or a receive atomic across
+ * instances. A `CHECK` keeps it equal to `transaction_id || ':' || state`, so `(transaction_id, state)` is
+ * unique too, without a second unique index to maintain on every insert.
+ *
+ * @param table `name` or `schema.name`. @default 'ipn_inbox'
+ * @throws TypeError when `table` is not such a name.
+ * @example
+ * // In a migration of your own (node-pg-migrate, knex, a .sql file):
+ * import { postgresSchemaSql } from 'ipn-kit/postgres';
+ * await db.query(postgresSchemaSql('ipn_inbox'));
+ */
+export function postgresSchemaSql(table = 'ipn_inbox'): string {
+  const { quoted, dueIndex } = tableNames(table, 'postgresSchemaSql');
+  return `CREATE TABLE IF NOT EXISTS ${quoted} (
+  key text PRIMARY KEY,
+  transaction_id text NOT NULL,
+  state text NOT NULL,
+  record jsonb NOT NULL,
+  status text NOT NULL CHECK (status IN ('received', 'delivered', 'failed', 'dead')),
+  attempts integer NOT NULL DEFAULT 0,
+  last_error text,
+  received_at timestamptz NOT NULL DEFAULT now(),
+  updated_at timestamptz NOT NULL DEFAULT now(),
+  next_attempt_at timestamptz NOT NULL DEFAULT now(),
+  delivered_at timestamptz,
+  lease_id text,
+  lease_until timestamptz,
+  CHECK (key = transaction_id || ':' || state)
+);
+CREATE INDEX IF NOT EXISTS ${dueIndex} ON ${quoted} (status, next_attempt_at);
+`;
+}
+
+/**
+ * The schema SQL behind a transaction-scoped advisory lock, as one multi-statement query: PostgreSQL runs it
+ * as one implicit transaction, so two processes migrating at once take turns (a bare `CREATE TABLE IF NOT
+ * EXISTS` can fail with a unique violation when two run concurrently), and a failure rolls back and leaves
+ * the connection clean, with no BEGIN/COMMIT to pair on a pooled connection.
+ */
+export function migrateSql(table: string): string {
+  const { quoted } = tableNames(table);
+  // The name is checked above (letters, digits, underscores, quotes and a dot), so it is a safe literal.
+  return `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK}, hashtext('${quoted.replaceAll("'", "''")}'));\n${postgresSchemaSql(table)}`;
+}
+
+/** The first key of the migration's advisory lock: ipn-kit's own, so it does not meet an app's locks. */
+const MIGRATE_LOCK = 0x69706e6b; // 'ipnk'
+
+/** The columns an `InboxEntry` is read from. */
+const COLUMNS =
+  'key, transaction_id, state, record, status, attempts, last_error, received_at, updated_at, next_attempt_at, delivered_at, lease_until';
+
+/** `$n` milliseconds after the database's now. */
+const FROM_NOW = (n: number): string => `now() + $${n}::double precision * interval '1 millisecond'`;
+
+/** Lease columns cleared when an attempt ends. */
+const END_LEASE = 'lease_id = NULL, lease_until = NULL, updated_at = now()';
+
+/**
+ * Every statement the store runs on `table`, with `$n` parameters for every value. Each compares times with
+ * the database's `now()`, so that instances whose clocks disagree still agree on what is due and leased.
+ */
+export function inboxSql(table: string) {
+  const t = tableNames(table).quoted;
+  return {
+    claim: `INSERT INTO ${t} (key, transaction_id, state, record, status, delivered_at)
+      VALUES ($1, $2, $3, '{}'::jsonb, 'delivered', now()) ON CONFLICT (key) DO NOTHING`,
+    release: `DELETE FROM ${t} WHERE key = $1`,
+    receive: `INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
+      VALUES ($1, $2, $3, $4::jsonb, 'received', 1, $5, ${FROM_NOW(6)}) ON CONFLICT (key) DO NOTHING`,
+    // SKIP LOCKED: a concurrent lease passes over the rows another one is taking instead of waiting for them,
+    // and re-checks each row it locks, so no row is ever leased twice at once. RETURNING has no order of its
+    // own: the outer SELECT gives the oldest first again.
+    lease: `WITH due AS (
+        SELECT key FROM ${t}
+        WHERE status IN ('received', 'failed') AND next_attempt_at <= now()
+          AND (lease_until IS NULL OR lease_until < now())
+        ORDER BY received_at, key
+        LIMIT $3
+        FOR UPDATE SKIP LOCKED
+      ), taken AS (
+        UPDATE ${t} AS inbox
+        SET lease_id = $1, lease_until = ${FROM_NOW(2)}, attempts = inbox.attempts + 1, updated_at = now()
+        FROM due WHERE inbox.key = due.key
+        RETURNING ${COLUMNS.split(', ')
+          .map((column) => `inbox.${column}`)
+          .join(', ')}
+      )
+      SELECT * FROM taken ORDER BY received_at, key`,
+    delivered: `UPDATE ${t} SET status = 'delivered', delivered_at = now(), ${END_LEASE}
+      WHERE key = $1 AND lease_id = $2`,
+    failed: `UPDATE ${t} SET status = 'failed', last_error = $3, next_attempt_at = $4, ${END_LEASE}
+      WHERE key = $1 AND lease_id = $2`,
+    dead: `UPDATE ${t} SET status = 'dead', last_error = $3, ${END_LEASE} WHERE key = $1 AND lease_id = $2`,
+    list: `SELECT ${COLUMNS} FROM ${t} ORDER BY received_at, key LIMIT $1 OFFSET $2`,
+    listByStatus: `SELECT ${COLUMNS} FROM ${t} WHERE status = $3 ORDER BY received_at, key LIMIT $1 OFFSET $2`,
+    get: `SELECT ${COLUMNS} FROM ${t} WHERE key = $1`,
+    replay: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = now(), ${END_LEASE}
+      WHERE key = $1`,
+    replayDead: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = now(), ${END_LEASE}
+      WHERE status = 'dead'`,
+    purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < $1`,
+  };
+}
+
+/** The statements of {@link inboxSql}. */
+export type InboxSql = ReturnType<typeof inboxSql>;

@@ -1,0 +1,284 @@
+import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.js';
+import type { DeliveryStatus, DurableStore, InboxEntry, Lease, ListOptions, Settlement } from './store.js';
+
+/** What a query resolves: the part of `pg`'s `QueryResult` the store reads. */
+export interface PgQueryResult {
+  rows: unknown[];
+  rowCount: number | null;
+}
+
+/**
+ * The part of a `pg` `Pool` (or `Client`) the store uses. Declared here so that ipn-kit's types never name
+ * the `pg` package.
+ */
+export interface PgQueryable {
+  query(text: string, values?: unknown[]): Promise<PgQueryResult>;
+}
+
+/** Options of {@link PostgresStore}. */
+export interface PostgresStoreOptions {
+  /**
+   * Your `pg` pool (`new Pool()`). The store only runs queries through it; it never ends it. Listen to its
+   * `error` event, as `pg` asks: without a listener, a dropped idle connection crashes the process. Required.
+   */
+  pool: PgQueryable;
+  /**
+   * The inbox table: `name` or `schema.name`, of letters, digits and underscores. It is quoted, so it is
+   * case-sensitive.
+   * @default 'ipn_inbox'
+   */
+  table: string;
+}
+
+const STATUSES: ReadonlySet<string> = new Set<DeliveryStatus>(['received', 'delivered', 'failed', 'dead']);
+
+/** PostgreSQL's "undefined_table" error code. */
+const UNDEFINED_TABLE = '42P01';
+
+/**
+ * A dedupe store and durable inbox in PostgreSQL, shared by every instance of your app. A notification's row
+ * is keyed by `transaction_id:state`: the primary key makes a claim (or a receive) atomic across instances.
+ *
+ * - As a plain store (the router's default, at-most-once mode), `claim` inserts a `delivered` row with an
+ *   empty `record`. The router's `ttl` does not apply: rows stay until you purge them
+ *   (`purge(before)`, or `ipn-kit inbox purge --before <date>`), and until then a resend is dropped.
+ * - As a durable inbox (`delivery: 'at-least-once'`), each notification is stored whole, and its delivery
+ *   attempts are leased, settled and retried through the table.
+ *
+ * Create the table once with {@link PostgresStore.migrate} (safe to run on every start, from every instance
+ * at once), or with {@link postgresSchemaSql} in your own migrations. Every time comparison uses the
+ * database's clock. Give it your own `pg` pool; ipn-kit loads no PostgreSQL package, and `ipn.close()` leaves
+ * the pool open.
+ *
+ * @example
+ * import { Pool } from 'pg';
+ * import { ipnRouter } from 'ipn-kit';
+ * import { PostgresStore } from 'ipn-kit/postgres';
+ *
+ * const pool = new Pool({ connectionString: process.env.DATABASE_URL });
+ * pool.on('error', (error) => logger.error(error)); // a dropped idle connection, reported instead of a crash
+ * const store = new PostgresStore({ pool });
+ * await store.migrate();
+ * app.use('/ipn', ipnRouter({ store }));
+ */
+export class PostgresStore implements DurableStore {
+  /** This store keeps each notification and its delivery state: the router may deliver at least once. */
+  readonly durable = true as const;
+  /** The table, as given. */
+  readonly table: string;
+  readonly #pool: PgQueryable;
+  readonly #sql: InboxSql;
+
+  /** @throws TypeError when `pool` has no `query` method or `table` is not a valid name. */
+  constructor(options: Partial<PostgresStoreOptions> & Pick<PostgresStoreOptions, 'pool'>) {
+    const given = options as Partial<PostgresStoreOptions> | undefined;
+    const pool = given?.pool;
+    if (typeof pool !== 'object' || pool === null || typeof Reflect.get(pool, 'query') !== 'function') {
+      throw new TypeError(
+        'PostgresStore: pool must be a pg Pool (new Pool() from the pg package), or an object with its query(text, values) method',
+      );
+    }
+    this.table = tableNames(given?.table ?? 'ipn_inbox').name;
+    this.#pool = pool;
+    this.#sql = inboxSql(this.table);
+  }
+
+  /**
+   * Creates the table and its index if they do not exist. Idempotent, and safe to run from several processes
+   * at once: an advisory lock makes them take turns.
+   */
+  async migrate(): Promise<void> {
+    await this.#pool.query(migrateSql(this.table));
+  }
+
+  /**
+   * Inserts a `delivered` row for `key`, unless one exists. `ttlMs` is not applied: purge old rows instead.
+   * @returns `true` when this call inserted the row, `false` when the key was already there.
+   */
+  // eslint-disable-next-line @typescript-eslint/no-unused-vars -- the Store signature; rows are purged instead
+  async claim(key: string, ttlMs: number): Promise<boolean> {
+    const [transactionId, state] = splitKey(key);
+    return (await this.#query(this.#sql.claim, [key, transactionId, state])).rowCount === 1;
+  }
+
+  /** Deletes the row of `key`, so that the next claim or receive of it succeeds. */
+  async release(key: string): Promise<void> {
+    await this.#query(this.#sql.release, [key]);
+  }
+
+  /** Inserts `record` as `received`, attempts 1, leased to `lease` (until the database's now + `lease.ms`). */
+  async receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
+    const [transactionId, state] = splitKey(key);
+    const ms = leaseMs(lease);
+    const values = [key, transactionId, state, JSON.stringify(record), lease.id, ms];
+    return (await this.#query(this.#sql.receive, values)).rowCount === 1;
+  }
+
+  /**
+   * Leases up to `limit` due entries, oldest received first, in one statement (`FOR UPDATE SKIP LOCKED`):
+   * instances leasing at the same time get disjoint entries.
+   */
+  async lease(lease: Lease, limit: number): Promise<InboxEntry[]> {
+    if (!Number.isInteger(limit) || limit < 0) {
+      throw new TypeError(`PostgresStore.lease: limit must be a whole number, got ${limit}`);
+    }
+    const ms = leaseMs(lease);
+    if (limit === 0) return [];
+    const { rows } = await this.#query(this.#sql.lease, [lease.id, ms, limit]);
+    return rows.map(toEntry);
+  }
+
+  /** Ends the attempt, only while `leaseId` still holds the entry. A failure's `nextAttemptAt` is stored as given. */
+  async settle(key: string, leaseId: string, settlement: Settlement): Promise<boolean> {
+    const { rowCount } = await this.#query(...settleQuery(this.#sql, key, leaseId, settlement));
+    return rowCount === 1;
+  }
+
+  /** Entries oldest received first, optionally of one status. @throws TypeError for a bad status, limit, offset. */
+  async list(options: ListOptions = {}): Promise<InboxEntry[]> {
+    const { status, limit = 100, offset = 0 } = options;
+    if (!Number.isInteger(limit) || limit < 0) {
+      throw new TypeError(`PostgresStore.list: limit must be a whole number, got ${limit}`);
+    }
+    if (!Number.isInteger(offset) || offset < 0) {
+      throw new TypeError(`PostgresStore.list: offset must be a whole number, got ${offset}`);
+    }
+    if (status !== undefined && !STATUSES.has(status)) {
+      throw new TypeError(
+        `PostgresStore.list: status must be one of ${[...STATUSES].join(', ')}, got ${String(status)}`,
+      );
+    }
+    const { rows } =
+      status === undefined
+        ? await this.#query(this.#sql.list, [limit, offset])
+        : await this.#query(this.#sql.listByStatus, [limit, offset, status]);
+    return rows.map(toEntry);
+  }
+
+  /** The entry of `key`, or `undefined`. */
+  async get(key: string): Promise<InboxEntry | undefined> {
+    const { rows } = await this.#query(this.#sql.get, [key]);
+    return rows.length > 0 ? toEntry(rows[0]) : undefined;
+  }
+
+  /** Makes `key` due now whatever its status: `received`, attempts 0, lease cleared, `last_error` kept. */
+  async replay(key: string): Promise<boolean> {
+    return (await this.#query(this.#sql.replay, [key])).rowCount === 1;
+  }
+
+  /** {@link PostgresStore.replay} for every `dead` entry; resolves how many. */
+  async replayDead(): Promise<number> {
+    return (await this.#query(this.#sql.replayDead, [])).rowCount ?? 0;
+  }
+
+  /** Deletes `delivered` rows (claim markers included) delivered before `before`; resolves how many. */
+  async purge(before: Date): Promise<number> {
+    if (!(before instanceof Date) || Number.isNaN(before.getTime())) {
+      throw new TypeError(`PostgresStore.purge: before must be a valid Date, got ${String(before)}`);
+    }
+    return (await this.#query(this.#sql.purge, [before])).rowCount ?? 0;
+  }
+
+  /** Does nothing: the pool is yours, and other parts of your app may still use it. End it yourself. */
+  close(): void {}
+
+  async #query(text: string, values: unknown[]): Promise<PgQueryResult> {
+    try {
+      return await this.#pool.query(text, values);
+    } catch (error) {
+      // pg's own message (relation "ipn_inbox" does not exist) does not say what to do about it.
+      if (Reflect.get(Object(error), 'code') === UNDEFINED_TABLE) {
+        throw new Error(
+          `PostgresStore: the table ${this.table} does not exist: run \`await store.migrate()\` once, or create it ` +
+            'with the SQL of postgresSchemaSql() in your migrations',
+          { cause: error },
+        );
+      }
+      throw error;
+    }
+  }
+}
+
+/** The statement and values that end an attempt as `settlement` says. */
+function settleQuery(
+  sql: InboxSql,
+  key: string,
+  leaseId: string,
+  settlement: Settlement,
+): [string, unknown[]] {
+  switch (settlement.status) {
+    case 'delivered':
+      return [sql.delivered, [key, leaseId]];
+    case 'failed': {
+      const { nextAttemptAt } = settlement;
+      if (!(nextAttemptAt instanceof Date) || Number.isNaN(nextAttemptAt.getTime())) {
+        throw new TypeError(
+          `PostgresStore.settle: nextAttemptAt must be a valid Date, got ${String(nextAttemptAt)}`,
+        );
+      }
+      return [sql.failed, [key, leaseId, String(settlement.error), nextAttemptAt]];
+    }
+    case 'dead':
+      return [sql.dead, [key, leaseId, String(settlement.error)]];
+    default:
+      throw new TypeError(
+        `PostgresStore.settle: status must be delivered, failed or dead, got ${String((settlement as { status: unknown }).status)}`,
+      );
+  }
+}
+
+/** `transaction_id:state`, split at the last `:` (a transaction id may contain one; a state never does). */
+function splitKey(key: string): [string, string] {
+  const at = typeof key === 'string' ? key.lastIndexOf(':') : -1;
+  if (at === -1) {
+    throw new TypeError(`PostgresStore: a key must be transaction_id:state, got ${String(key)}`);
+  }
+  return [key.slice(0, at), key.slice(at + 1)];
+}
+
+function leaseMs(lease: Lease): number {
+  if (typeof lease?.id !== 'string' || lease.id === '' || !Number.isFinite(lease.ms) || lease.ms <= 0) {
+    throw new TypeError(
+      `PostgresStore: a lease must have a non-empty id and a positive ms, got ${JSON.stringify(lease)}`,
+    );
+  }
+  return lease.ms;
+}
+
+/** A row as `pg` returns it by default; `toEntry` also accepts strings, for pools with custom type parsers. */
+interface InboxRow {
+  key: string;
+  transaction_id: string;
+  state: string;
+  record: unknown;
+  status: DeliveryStatus;
+  attempts: number | string;
+  last_error: string | null;
+  received_at: Date | string;
+  updated_at: Date | string;
+  next_attempt_at: Date | string;
+  delivered_at: Date | string | null;
+  lease_until: Date | string | null;
+}
+
+function toEntry(value: unknown): InboxEntry {
+  const row = value as InboxRow;
+  return {
+    key: row.key,
+    transactionId: row.transaction_id,
+    state: row.state,
+    record: (typeof row.record === 'string' ? JSON.parse(row.record) : row.record) as Record<string, unknown>,
+    status: row.status,
+    attempts: Number(row.attempts),
+    lastError: row.last_error,
+    receivedAt: toDate(row.received_at),
+    updatedAt: toDate(row.updated_at),
+    nextAttemptAt: toDate(row.next_attempt_at),
+    deliveredAt: row.delivered_at === null ? null : toDate(row.delivered_at),
+    leaseUntil: row.lease_until === null ? null : toDate(row.lease_until),
+  };
+}
+
+function toDate(value: Date | string): Date {
+  return value instanceof Date ? value : new Date(value);
+}

@@ -1,0 +1,8 @@
+/**
+ * `ipn-kit/postgres`: a dedupe store and durable inbox in PostgreSQL, over your own `pg` pool. This entry
+ * point loads no PostgreSQL package itself.
+ * @packageDocumentation
+ */
+export { PostgresStore } from './postgres-store.js';
+export type { PostgresStoreOptions, PgQueryable, PgQueryResult } from './postgres-store.js';
+export { postgresSchemaSql } from './postgres-sql.js';

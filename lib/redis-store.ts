@@ -1,0 +1,144 @@
+import type { Store } from './store.js';
+
+/**
+ * The part of an [ioredis](https://github.com/redis/ioredis) client (`new Redis()`, or a `Cluster`) that
+ * {@link RedisStore} uses. Declared here so that ipn-kit's types never name the `ioredis` package.
+ */
+export interface IoRedisClient {
+  call(command: string, ...args: Array<string | number>): Promise<unknown>;
+}
+
+/**
+ * The part of a [node-redis](https://github.com/redis/node-redis) client (v4 or v5, `createClient()`) that
+ * {@link RedisStore} uses. Declared here so that ipn-kit's types never name the `redis` package.
+ */
+export interface NodeRedisClient {
+  sendCommand(args: string[]): Promise<unknown>;
+}
+
+/** Options of {@link RedisStore}. */
+export interface RedisStoreOptions {
+  /**
+   * Your connected client: ioredis or node-redis. The store only sends commands through it; it never
+   * connects, quits or configures it. Required.
+   */
+  client: IoRedisClient | NodeRedisClient;
+  /**
+   * Prepended to every dedupe key, so that the keys neither collide with your app's nor with another
+   * router's on the same Redis.
+   * @default 'ipn-kit:'
+   */
+  prefix: string;
+}
+
+/** Sends one raw command, whichever client it is. */
+type Send = (args: string[]) => Promise<unknown>;
+
+/**
+ * A dedupe store in Redis, shared by every instance of your app: a claim is one `SET key 1 NX PX ttl`, which
+ * Redis runs atomically, so exactly one instance delivers a notification. Keys expire after the router's
+ * `ttl` by themselves.
+ *
+ * Give it your own client, ioredis or node-redis; ipn-kit loads neither package. You own the client: connect
+ * it before the first notification (node-redis: `await client.connect()`), listen to its `error` event, and
+ * quit it on shutdown; `ipn.close()` leaves it open.
+ *
+ * While Redis is unreachable, a claim fails or waits (ioredis and node-redis queue commands while they
+ * reconnect); the router answers 503 after its `storeTimeout`, and the service resends later.
+ *
+ * @example
+ * import Redis from 'ioredis';
+ * import { ipnRouter } from 'ipn-kit';
+ * import { RedisStore } from 'ipn-kit/redis';
+ *
+ * const redis = new Redis(process.env.REDIS_URL);
+ * app.use('/ipn', ipnRouter({ store: new RedisStore({ client: redis }) }));
+ *
+ * @example
+ * import { createClient } from 'redis';
+ *
+ * const redis = createClient({ url: process.env.REDIS_URL });
+ * redis.on('error', (error) => logger.error(error));
+ * await redis.connect();
+ * app.use('/ipn', ipnRouter({ store: new RedisStore({ client: redis, prefix: 'shop:ipn:' }) }));
+ */
+export class RedisStore implements Store {
+  /** The prefix of every key this store writes. */
+  readonly prefix: string;
+  readonly #send: Send;
+  readonly #client: object;
+
+  constructor(options: Partial<RedisStoreOptions> & Pick<RedisStoreOptions, 'client'>) {
+    const { client, prefix = 'ipn-kit:' } = (options ?? {}) as Partial<RedisStoreOptions>;
+    this.#send = senderOf(client);
+    this.#client = client as object;
+    if (typeof prefix !== 'string') {
+      throw new TypeError(`RedisStore: prefix must be a string, got ${typeof prefix}`);
+    }
+    this.prefix = prefix;
+  }
+
+  /**
+   * Claims `key` for `ttlMs` milliseconds with `SET prefix+key 1 NX PX ttlMs`.
+   * @returns `true` when this call set the key, `false` when it already existed.
+   */
+  async claim(key: string, ttlMs: number): Promise<boolean> {
+    if (!Number.isFinite(ttlMs) || ttlMs <= 0) {
+      throw new RangeError(`RedisStore: ttlMs must be a positive number of milliseconds, got ${ttlMs}`);
+    }
+    // PX takes whole milliseconds; rounding up never shortens the dedupe window.
+    const reply = await this.#command(['SET', this.prefix + key, '1', 'NX', 'PX', String(Math.ceil(ttlMs))]);
+    if (reply === 'OK') return true;
+    if (reply === null) return false;
+    // The router takes anything but a boolean as a store failure; say what Redis answered instead.
+    throw new Error(`RedisStore: unexpected reply to SET NX: ${JSON.stringify(reply) ?? typeof reply}`);
+  }
+
+  /** Deletes `prefix+key`, so that the next claim of `key` succeeds. */
+  async release(key: string): Promise<void> {
+    await this.#command(['DEL', this.prefix + key]);
+  }
+
+  /** Does nothing: the client is yours, and other parts of your app may still use it. Quit it yourself. */
+  close(): void {}
+
+  async #command(args: string[]): Promise<unknown> {
+    // node-redis answers a command on a client that was never connected with "The client is closed", which
+    // does not say what to do about it.
+    if (Reflect.get(this.#client, 'isOpen') === false) {
+      throw new Error(
+        'RedisStore: the node-redis client is not connected: call `await client.connect()` before the first notification',
+      );
+    }
+    return this.#send(args);
+  }
+}
+
+/** Finds how to send a raw command through `client`, or throws a `TypeError` naming what was expected. */
+function senderOf(client: unknown): Send {
+  if (typeof client !== 'object' || client === null) {
+    throw new TypeError(
+      `RedisStore: client must be an ioredis or node-redis client instance, got ${client === null ? 'null' : typeof client}`,
+    );
+  }
+  const call: unknown = Reflect.get(client, 'call');
+  const sendCommand: unknown = Reflect.get(client, 'sendCommand');
+  // ioredis first: its clients also have a `sendCommand`, which takes a Command object, not an array.
+  if (typeof call === 'function') {
+    return (args) => (call as (...args: string[]) => Promise<unknown>).apply(client, args);
+  }
+  if (typeof sendCommand === 'function') {
+    // A node-redis cluster's sendCommand takes (firstKey, isReadonly, args): an array alone would fail there.
+    if (typeof Reflect.get(client, 'getSlotMaster') === 'function') {
+      throw new TypeError(
+        'RedisStore: node-redis cluster clients (createCluster) are not supported; use an ioredis Cluster, ' +
+          'or a node-redis client of one node (createClient)',
+      );
+    }
+    return (args) => (sendCommand as (args: string[]) => Promise<unknown>).call(client, args);
+  }
+  throw new TypeError(
+    'RedisStore: client must be an ioredis client (with a call() method) or a node-redis client from ' +
+      'createClient() (with a sendCommand() method); this object has neither',
+  );
+}

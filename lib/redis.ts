@@ -1,0 +1,7 @@
+/**
+ * `ipn-kit/redis`: a dedupe store in Redis, over your own ioredis or node-redis client. This entry point
+ * loads no Redis package itself.
+ * @packageDocumentation
+ */
+export { RedisStore } from './redis-store.js';
+export type { RedisStoreOptions, IoRedisClient, NodeRedisClient } from './redis-store.js';

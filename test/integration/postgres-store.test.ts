@@ -1,0 +1,535 @@
+import { randomUUID } from 'node:crypto';
+import express from 'express';
+import { Pool } from 'pg';
+import request from 'supertest';
+import { ipnRouter } from 'ipn-kit';
+import { PostgresStore, postgresSchemaSql } from 'ipn-kit/postgres';
+import { uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { listen, type Running } from '../helpers/servers.js';
+import { databaseUrl, describeWithService } from '../helpers/services.js';
+
+const HOUR = 60 * 60 * 1000;
+const lease = (ms = 60_000) => ({ id: randomUUID(), ms });
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describeWithService('PostgreSQL', 'PostgresStore', () => {
+  // Two pools: two app instances, each with its own connections.
+  let poolA: Pool;
+  let poolB: Pool;
+  const tables: string[] = [];
+  const servers: Running[] = [];
+
+  /** A table name no other test (of this file or another, in this process or another) uses. */
+  function uniqueTable(): string {
+    const table = `ipn_test_pg_${process.pid}_${tables.length}_${randomUUID().slice(0, 8)}`;
+    tables.push(table);
+    return table;
+  }
+
+  /** A store on a new, migrated table. */
+  async function freshStore(pool = poolA): Promise<PostgresStore> {
+    const store = new PostgresStore({ pool, table: uniqueTable() });
+    await store.migrate();
+    return store;
+  }
+
+  /** Runs SQL on the store's table: for setting times the store would take real time to reach. */
+  const sql = (store: PostgresStore, text: string, values: unknown[] = []) =>
+    poolA.query(text.replaceAll('$table', `"${store.table}"`), values);
+
+  /** Ends the lease of `key` as if it had run out. */
+  const expireLease = (store: PostgresStore, key: string) =>
+    sql(store, `UPDATE $table SET lease_until = now() - interval '1 second' WHERE key = $1`, [key]);
+
+  let sequence = 0;
+  const uniqueKey = (state = 'SUCCESSFUL') => `TX.${process.pid}.${(sequence += 1)}:${state}`;
+  const recordOf = (key: string) => ({
+    transaction_id: key.split(':')[0],
+    amount: 1000,
+    nested: { ok: true },
+  });
+
+  beforeAll(() => {
+    poolA = new Pool({ connectionString: databaseUrl(), max: 5 });
+    poolB = new Pool({ connectionString: databaseUrl(), max: 5 });
+    poolA.on('error', () => {});
+    poolB.on('error', () => {});
+  });
+
+  afterEach(async () => {
+    await Promise.all(servers.splice(0).map((server) => server.close()));
+  });
+
+  afterAll(async () => {
+    for (const table of tables) await poolA.query(`DROP TABLE IF EXISTS "${table}"`);
+    await Promise.all([poolA.end(), poolB.end()]);
+  });
+
+  describe('migrate', () => {
+    test('creates the table with its columns, and running it again changes nothing', async () => {
+      const store = new PostgresStore({ pool: poolA, table: uniqueTable() });
+
+      await store.migrate();
+      await store.claim(uniqueKey(), 1000);
+      await store.migrate();
+
+      const { rows } = await poolA.query(
+        'SELECT column_name FROM information_schema.columns WHERE table_name = $1 ORDER BY ordinal_position',
+        [store.table],
+      );
+      expect(rows.map((row) => row.column_name)).toEqual([
+        'key',
+        'transaction_id',
+        'state',
+        'record',
+        'status',
+        'attempts',
+        'last_error',
+        'received_at',
+        'updated_at',
+        'next_attempt_at',
+        'delivered_at',
+        'lease_id',
+        'lease_until',
+      ]);
+      expect(await store.list()).toHaveLength(1);
+    });
+
+    test('run from two pools at once on a new table, succeeds in both', async () => {
+      for (let round = 0; round < 5; round += 1) {
+        const table = uniqueTable();
+        const stores = [new PostgresStore({ pool: poolA, table }), new PostgresStore({ pool: poolB, table })];
+
+        await Promise.all(stores.map((store) => store.migrate()));
+
+        expect(await stores[0]!.claim(uniqueKey(), 1000)).toBe(true);
+      }
+    });
+
+    test('accepts a schema-qualified table', async () => {
+      const store = new PostgresStore({ pool: poolA, table: `public.${uniqueTable()}` });
+
+      await store.migrate();
+
+      expect(await store.claim(uniqueKey(), 1000)).toBe(true);
+    });
+
+    test('postgresSchemaSql is the same schema, for your own migrations', async () => {
+      const table = uniqueTable();
+      await poolA.query(postgresSchemaSql(table));
+      await poolA.query(postgresSchemaSql(table)); // idempotent
+      const store = new PostgresStore({ pool: poolA, table });
+
+      expect(postgresSchemaSql(table)).toContain(`CREATE TABLE IF NOT EXISTS "${table}"`);
+      expect(await store.receive(uniqueKey(), { a: 1 }, lease())).toBe(true);
+    });
+
+    test('the table refuses a key that is not transaction_id:state, and an unknown status', async () => {
+      const store = await freshStore();
+      const insert = (key: string, status: string) =>
+        sql(
+          store,
+          `INSERT INTO $table (key, transaction_id, state, record, status) VALUES ($1, 'TX', 'SUCCESSFUL', '{}', $2)`,
+          [key, status],
+        );
+
+      await expect(insert('TX:FAILED', 'received')).rejects.toThrow(/check constraint/);
+      await expect(insert('TX:SUCCESSFUL', 'lost')).rejects.toThrow(/check constraint/);
+    });
+
+    test('a store on a table that was never created says to migrate', async () => {
+      const store = new PostgresStore({ pool: poolA, table: uniqueTable() });
+
+      await expect(store.claim(uniqueKey(), 1000)).rejects.toThrow(
+        /does not exist: run `await store.migrate\(\)`/,
+      );
+    });
+  });
+
+  describe('as a dedupe store (claim)', () => {
+    test('a claim answers true once, then false; its row is delivered, with an empty record', async () => {
+      const store = await freshStore();
+      const key = 'EFB.12:34:SUCCESSFUL'; // the transaction id holds a ':'; the state never does
+
+      expect(await store.claim(key, 1000)).toBe(true);
+      expect(await store.claim(key, 1000)).toBe(false);
+
+      expect(await store.get(key)).toMatchObject({
+        key,
+        transactionId: 'EFB.12:34',
+        state: 'SUCCESSFUL',
+        status: 'delivered',
+        record: {},
+        deliveredAt: expect.any(Date),
+      });
+    });
+
+    test('50 concurrent claims of one key from two pools: exactly one answers true', async () => {
+      const a = await freshStore();
+      const b = new PostgresStore({ pool: poolB, table: a.table });
+      const key = uniqueKey();
+
+      const results = await Promise.all(
+        Array.from({ length: 50 }, (_, i) => (i % 2 ? a : b).claim(key, 1000)),
+      );
+
+      expect(results.filter((result) => result === true)).toHaveLength(1);
+      expect(results.filter((result) => result === false)).toHaveLength(49);
+    });
+
+    test('release deletes the row, so the next claim succeeds', async () => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      await store.claim(key, 1000);
+
+      await store.release(key);
+
+      expect(await store.get(key)).toBeUndefined();
+      expect(await store.claim(key, 1000)).toBe(true);
+    });
+
+    test('a key without a state is refused', async () => {
+      const store = await freshStore();
+
+      await expect(store.claim('no-colon', 1000)).rejects.toThrow(TypeError);
+    });
+
+    test('close leaves the pool open: it is the caller’s', async () => {
+      const store = await freshStore();
+
+      store.close();
+
+      expect(await store.claim(uniqueKey(), 1000)).toBe(true);
+    });
+  });
+
+  describe('as a durable inbox', () => {
+    test('receive stores the record leased; receiving the key again answers false and changes nothing', async () => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      const first = lease();
+
+      expect(await store.receive(key, recordOf(key), first)).toBe(true);
+      expect(await store.receive(key, { other: true }, lease())).toBe(false);
+
+      const entry = await store.get(key);
+      expect(entry).toMatchObject({
+        status: 'received',
+        attempts: 1,
+        record: recordOf(key),
+        lastError: null,
+      });
+      expect(entry!.leaseUntil!.getTime()).toBeGreaterThan(entry!.receivedAt.getTime());
+      expect(await store.lease(lease(), 10)).toEqual([]); // still leased by the receive
+    });
+
+    test('lease takes due entries whose lease ran out, oldest first, and counts an attempt', async () => {
+      const store = await freshStore();
+      const keys = [uniqueKey(), uniqueKey(), uniqueKey()];
+      for (const key of keys) await store.receive(key, recordOf(key), lease());
+      await expireLease(store, keys[0]!);
+      await expireLease(store, keys[2]!);
+      const taken = lease();
+
+      const entries = await store.lease(taken, 10);
+
+      expect(entries.map((entry) => entry.key)).toEqual([keys[0], keys[2]]);
+      expect(entries.map((entry) => entry.attempts)).toEqual([2, 2]);
+      expect(entries[0]!.record).toEqual(recordOf(keys[0]!));
+      expect(entries[0]!.leaseUntil).toBeInstanceOf(Date);
+      expect(await store.lease(lease(), 10)).toEqual([]);
+    });
+
+    test('lease takes at most limit entries', async () => {
+      const store = await freshStore();
+      for (let i = 0; i < 5; i += 1) {
+        const key = uniqueKey();
+        await store.receive(key, recordOf(key), lease());
+        await expireLease(store, key);
+      }
+
+      expect(await store.lease(lease(), 2)).toHaveLength(2);
+      expect(await store.lease(lease(), 0)).toEqual([]);
+      expect(await store.lease(lease(), 10)).toHaveLength(3);
+    });
+
+    test('concurrent leases from two pools never return the same key', async () => {
+      const a = await freshStore();
+      const b = new PostgresStore({ pool: poolB, table: a.table });
+      const keys = Array.from({ length: 40 }, () => uniqueKey());
+      for (const key of keys) await a.receive(key, recordOf(key), lease());
+      await sql(a, `UPDATE $table SET lease_until = now() - interval '1 second'`);
+
+      const batches = await Promise.all(
+        Array.from({ length: 6 }, (_, i) => (i % 2 ? a : b).lease(lease(), 10)),
+      );
+
+      const leased = batches.flat().map((entry) => entry.key);
+      expect(new Set(leased).size).toBe(leased.length);
+      expect(leased.sort()).toEqual([...keys].sort());
+    });
+
+    test('a lease that ran out is taken again, with one more attempt', async () => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      await store.receive(key, recordOf(key), lease(1));
+      await sleep(20); // the database's clock passes the 1 ms lease
+
+      const [again] = await store.lease(lease(), 10);
+      expect(again).toMatchObject({ key, attempts: 2 });
+
+      await expireLease(store, key);
+      const [third] = await store.lease(lease(), 10);
+      expect(third).toMatchObject({ key, attempts: 3 });
+    });
+
+    test('settle with a lease that was lost answers false and changes nothing', async () => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      const stale = lease();
+      await store.receive(key, recordOf(key), stale);
+      await expireLease(store, key);
+      const [current] = await store.lease(lease(), 10);
+
+      expect(await store.settle(key, stale.id, { status: 'delivered' })).toBe(false);
+      expect(await store.get(key)).toMatchObject({ status: 'received', attempts: 2, deliveredAt: null });
+      expect(current).toBeDefined();
+    });
+
+    test('settle delivered: marked delivered, lease cleared, never leased again', async () => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      const held = lease();
+      await store.receive(key, recordOf(key), held);
+
+      expect(await store.settle(key, held.id, { status: 'delivered' })).toBe(true);
+
+      const entry = await store.get(key);
+      expect(entry).toMatchObject({ status: 'delivered', leaseUntil: null, deliveredAt: expect.any(Date) });
+      await expireLease(store, key);
+      expect(await store.lease(lease(), 10)).toEqual([]);
+      expect(await store.settle(key, held.id, { status: 'delivered' })).toBe(false); // the lease is gone
+    });
+
+    test('settle failed: kept with its error, and leased again only once it is due', async () => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      const held = lease();
+      await store.receive(key, recordOf(key), held);
+      const nextAttemptAt = new Date(Date.now() + HOUR);
+
+      expect(
+        await store.settle(key, held.id, { status: 'failed', error: 'listener threw', nextAttemptAt }),
+      ).toBe(true);
+
+      const entry = await store.get(key);
+      expect(entry).toMatchObject({ status: 'failed', lastError: 'listener threw', leaseUntil: null });
+      expect(entry!.nextAttemptAt.getTime()).toBe(nextAttemptAt.getTime());
+      expect(await store.lease(lease(), 10)).toEqual([]); // not due yet
+
+      await sql(store, `UPDATE $table SET next_attempt_at = now() - interval '1 second' WHERE key = $1`, [
+        key,
+      ]);
+      const [due] = await store.lease(lease(), 10);
+      expect(due).toMatchObject({ key, status: 'failed', attempts: 2, lastError: 'listener threw' });
+    });
+
+    test('settle dead: never leased again, until replayed', async () => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      const held = lease();
+      await store.receive(key, recordOf(key), held);
+
+      expect(await store.settle(key, held.id, { status: 'dead', error: 'gave up' })).toBe(true);
+
+      expect(await store.get(key)).toMatchObject({ status: 'dead', lastError: 'gave up', leaseUntil: null });
+      expect(await store.lease(lease(), 10)).toEqual([]);
+    });
+
+    test('replayDead makes every dead entry due now, attempts reset, error kept; it counts them', async () => {
+      const store = await freshStore();
+      const dead = [uniqueKey(), uniqueKey()];
+      for (const key of dead) {
+        const held = lease();
+        await store.receive(key, recordOf(key), held);
+        await store.settle(key, held.id, { status: 'dead', error: 'gave up' });
+      }
+      const alive = uniqueKey();
+      await store.receive(alive, recordOf(alive), lease());
+
+      expect(await store.replayDead()).toBe(2);
+
+      const entries = await store.lease(lease(), 10);
+      expect(entries.map((entry) => entry.key)).toEqual(dead);
+      expect(entries.map((entry) => [entry.status, entry.attempts, entry.lastError])).toEqual([
+        ['received', 1, 'gave up'],
+        ['received', 1, 'gave up'],
+      ]);
+      expect(await store.replayDead()).toBe(0);
+    });
+
+    test('replay makes one entry of any status due now, attempts reset; false for a missing key', async () => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      const held = lease();
+      await store.receive(key, recordOf(key), held);
+      await store.settle(key, held.id, {
+        status: 'failed',
+        error: 'boom',
+        nextAttemptAt: new Date(Date.now() + HOUR),
+      });
+
+      expect(await store.replay(key)).toBe(true);
+      expect(await store.replay(uniqueKey())).toBe(false);
+
+      expect(await store.get(key)).toMatchObject({
+        status: 'received',
+        attempts: 0,
+        lastError: 'boom',
+        leaseUntil: null,
+      });
+      const [due] = await store.lease(lease(), 10);
+      expect(due).toMatchObject({ key, attempts: 1 });
+      expect(await store.settle(key, held.id, { status: 'delivered' })).toBe(false); // the old lease is gone
+    });
+
+    test('list filters by status and pages, oldest first', async () => {
+      const store = await freshStore();
+      const keys = Array.from({ length: 5 }, () => uniqueKey());
+      for (const [index, key] of keys.entries()) {
+        const held = lease();
+        await store.receive(key, recordOf(key), held);
+        if (index % 2 === 1) await store.settle(key, held.id, { status: 'dead', error: 'gave up' });
+      }
+
+      expect((await store.list()).map((entry) => entry.key)).toEqual(keys);
+      expect((await store.list({ status: 'dead' })).map((entry) => entry.key)).toEqual([keys[1], keys[3]]);
+      expect(
+        (await store.list({ status: 'received', limit: 1, offset: 1 })).map((entry) => entry.key),
+      ).toEqual([keys[2]]);
+      expect((await store.list({ limit: 2, offset: 3 })).map((entry) => entry.key)).toEqual([
+        keys[3],
+        keys[4],
+      ]);
+      expect(await store.list({ status: 'delivered' })).toEqual([]);
+      await expect(store.list({ status: 'lost' as any })).rejects.toThrow(TypeError);
+      await expect(store.list({ limit: -1 })).rejects.toThrow(TypeError);
+    });
+
+    test('get returns the whole entry, with dates as Date; undefined when missing', async () => {
+      const store = await freshStore();
+      const key = uniqueKey('FAILED');
+      await store.receive(key, recordOf(key), lease());
+
+      const entry = await store.get(key);
+
+      expect(entry).toEqual({
+        key,
+        transactionId: key.split(':')[0],
+        state: 'FAILED',
+        record: recordOf(key),
+        status: 'received',
+        attempts: 1,
+        lastError: null,
+        receivedAt: expect.any(Date),
+        updatedAt: expect.any(Date),
+        nextAttemptAt: expect.any(Date),
+        deliveredAt: null,
+        leaseUntil: expect.any(Date),
+      });
+      expect(await store.get(uniqueKey())).toBeUndefined();
+    });
+
+    test('purge deletes delivered entries delivered before the date, and nothing else', async () => {
+      const store = await freshStore();
+      const [old, recent, pending, dead] = [uniqueKey(), uniqueKey(), uniqueKey(), uniqueKey()];
+      for (const key of [old, recent, pending, dead]) {
+        const held = lease();
+        await store.receive(key, recordOf(key), held);
+        if (key === old || key === recent) await store.settle(key, held.id, { status: 'delivered' });
+        if (key === dead) await store.settle(key, held.id, { status: 'dead', error: 'gave up' });
+      }
+      await sql(store, `UPDATE $table SET delivered_at = now() - interval '2 days' WHERE key = $1`, [old]);
+      await sql(store, `UPDATE $table SET received_at = now() - interval '3 days' WHERE key = $1`, [pending]);
+
+      expect(await store.purge(new Date(Date.now() - 24 * HOUR))).toBe(1);
+
+      expect(await store.get(old)).toBeUndefined();
+      expect((await store.list()).map((entry) => entry.key).sort()).toEqual([recent, pending, dead].sort());
+      // Its resend is now a first delivery again.
+      expect(await store.receive(old, recordOf(old), lease())).toBe(true);
+      await expect(store.purge(new Date('nope'))).rejects.toThrow(TypeError);
+    });
+  });
+
+  test('two app instances sharing the table deliver 20 concurrent copies exactly once, and record the key', async () => {
+    const table = (await freshStore()).table;
+    async function instance(pool: Pool) {
+      const ipn = ipnRouter({ store: new PostgresStore({ pool, table }), logger: quiet });
+      const app = express();
+      app.use('/ipn', ipn);
+      const running = await listen(app);
+      servers.push(running);
+      return { recorder: recordEvents(ipn), url: running.url };
+    }
+    const a = await instance(poolA);
+    const b = await instance(poolB);
+    const payload = uniquePayload();
+
+    const responses = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        request(i % 2 ? a.url : b.url)
+          .post('/ipn')
+          .send(payload),
+      ),
+    );
+
+    expect(responses.map((response) => response.status)).toEqual(Array(20).fill(200));
+    expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(1);
+    expect(a.recorder.count('duplicate') + b.recorder.count('duplicate')).toBe(19);
+    const { rows } = await poolA.query(`SELECT key, status FROM "${table}"`);
+    expect(rows).toEqual([{ key: `${String(payload.transaction_id)}:SUCCESSFUL`, status: 'delivered' }]);
+  });
+});
+
+describe('PostgresStore construction', () => {
+  const pool = { query: () => Promise.resolve({ rows: [], rowCount: 0 }) };
+
+  test.each([
+    'bad-name',
+    'a.b.c',
+    '"quoted"',
+    '',
+    '1table',
+    'inbox; DROP TABLE users',
+    'schema.',
+    'x'.repeat(64),
+  ])('throws a TypeError for the table name %j', (table) => {
+    expect(() => new PostgresStore({ pool, table })).toThrow(TypeError);
+    expect(() => postgresSchemaSql(table)).toThrow(TypeError);
+  });
+
+  test.each(['ipn_inbox', 'app.ipn_inbox', 'Inbox2', '_x', 'x'.repeat(63)])(
+    'accepts the table name %j',
+    (table) => {
+      expect(new PostgresStore({ pool, table }).table).toBe(table);
+    },
+  );
+
+  test("the table defaults to 'ipn_inbox', and the store says it is durable", () => {
+    const store = new PostgresStore({ pool });
+    expect(store.table).toBe('ipn_inbox');
+    expect(store.durable).toBe(true);
+  });
+
+  test.each([
+    ['no options', undefined],
+    ['no pool', {}],
+    ['a pool without query()', { pool: { connect: () => {} } }],
+    ['a connection string instead of a pool', { pool: 'postgres://localhost/db' }],
+  ])('throws a TypeError for %s', (_case, options) => {
+    expect(() => new PostgresStore(options as any)).toThrow(/pool must be a pg Pool/);
+  });
+});

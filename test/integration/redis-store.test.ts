@@ -1,0 +1,249 @@
+import express from 'express';
+import Redis from 'ioredis';
+import { createClient } from 'redis';
+import request from 'supertest';
+import { ipnRouter } from 'ipn-kit';
+import { RedisStore } from 'ipn-kit/redis';
+import { uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { listen, type Running } from '../helpers/servers.js';
+import { describeWithService, redisUrl } from '../helpers/services.js';
+
+/** A connected client of one kind, a way to send raw commands for assertions, and a way to quit it. */
+interface Connection {
+  client: ConstructorParameters<typeof RedisStore>[0]['client'];
+  raw: (args: string[]) => Promise<unknown>;
+  quit: () => Promise<void>;
+}
+
+async function ioredis(): Promise<Connection> {
+  const client = new Redis(redisUrl(), { lazyConnect: true });
+  client.on('error', () => {});
+  await client.connect();
+  return {
+    client,
+    raw: ([command, ...args]) => client.call(command!, ...args),
+    quit: async () => void (await client.quit()),
+  };
+}
+
+async function nodeRedis(): Promise<Connection> {
+  const client = createClient({ url: redisUrl() });
+  client.on('error', () => {});
+  await client.connect();
+  return { client, raw: (args) => client.sendCommand(args), quit: () => client.close() };
+}
+
+const CLIENTS: Array<[string, () => Promise<Connection>]> = [
+  ['ioredis', ioredis],
+  ['node-redis', nodeRedis],
+];
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describeWithService('Redis', 'RedisStore', () => {
+  describe.each(CLIENTS)('with %s', (kind, connect) => {
+    // Unique per file, worker process and client kind, so suites can share one Redis at the same time.
+    const prefix = `ipn-kit-test:redis-store:${process.pid}:${kind}:`;
+    const connections: Connection[] = [];
+    const servers: Running[] = [];
+    let sequence = 0;
+    const uniqueKey = () => `TX.${(sequence += 1)}:SUCCESSFUL`;
+
+    async function open(): Promise<Connection> {
+      const connection = await connect();
+      connections.push(connection);
+      return connection;
+    }
+
+    afterEach(async () => {
+      await Promise.all(servers.splice(0).map((server) => server.close()));
+    });
+
+    afterAll(async () => {
+      const [first] = connections;
+      if (first) {
+        // Every key this file wrote starts with its prefix; they would expire, but tidy up now.
+        let cursor = '0';
+        do {
+          const [next, keys] = (await first.raw([
+            'SCAN',
+            cursor,
+            'MATCH',
+            `${prefix}*`,
+            'COUNT',
+            '1000',
+          ])) as [string, string[]];
+          if (keys.length > 0) await first.raw(['DEL', ...keys]);
+          cursor = next;
+        } while (cursor !== '0');
+      }
+      await Promise.all(connections.map((connection) => connection.quit()));
+    });
+
+    test('a claim answers true for a new key, then false while the key lives', async () => {
+      const { client } = await open();
+      const store = new RedisStore({ client, prefix });
+      const key = uniqueKey();
+
+      const first = await store.claim(key, 60_000);
+      const second = await store.claim(key, 60_000);
+
+      expect(first).toBe(true);
+      expect(second).toBe(false);
+    });
+
+    test('a claim expires after its ttl, then the key can be claimed again', async () => {
+      const { client, raw } = await open();
+      const store = new RedisStore({ client, prefix });
+      const key = uniqueKey();
+
+      expect(await store.claim(key, 50)).toBe(true);
+      const ttl = Number(await raw(['PTTL', prefix + key]));
+      expect(ttl).toBeGreaterThan(0);
+      expect(ttl).toBeLessThanOrEqual(50);
+      expect(await store.claim(key, 50)).toBe(false);
+      await sleep(150);
+
+      expect(await store.claim(key, 60_000)).toBe(true);
+    });
+
+    test('keys live under the prefix, and stores with different prefixes do not see each other', async () => {
+      const { client, raw } = await open();
+      const a = new RedisStore({ client, prefix: `${prefix}a:` });
+      const b = new RedisStore({ client, prefix: `${prefix}b:` });
+      const key = uniqueKey();
+
+      expect(await a.claim(key, 60_000)).toBe(true);
+      expect(await b.claim(key, 60_000)).toBe(true);
+
+      expect(await raw(['GET', `${prefix}a:${key}`])).toBe('1');
+      expect(await raw(['GET', `${prefix}b:${key}`])).toBe('1');
+      expect(await a.claim(key, 60_000)).toBe(false);
+    });
+
+    test("the prefix defaults to 'ipn-kit:'", async () => {
+      const { client, raw } = await open();
+      const store = new RedisStore({ client });
+      const key = `${prefix}${uniqueKey()}`;
+
+      expect(store.prefix).toBe('ipn-kit:');
+      expect(await store.claim(key, 60_000)).toBe(true);
+      expect(await raw(['GET', `ipn-kit:${key}`])).toBe('1');
+      await store.release(key);
+    });
+
+    test('release deletes the key, so the next claim of it succeeds', async () => {
+      const { client, raw } = await open();
+      const store = new RedisStore({ client, prefix });
+      const key = uniqueKey();
+      await store.claim(key, 60_000);
+
+      await store.release(key);
+
+      expect(await raw(['EXISTS', prefix + key])).toBe(0);
+      expect(await store.claim(key, 60_000)).toBe(true);
+    });
+
+    test('50 concurrent claims of one key through two connections: exactly one answers true', async () => {
+      const stores = [
+        new RedisStore({ client: (await open()).client, prefix }),
+        new RedisStore({ client: (await open()).client, prefix }),
+      ];
+      const key = uniqueKey();
+
+      const results = await Promise.all(
+        Array.from({ length: 50 }, (_, i) => stores[i % 2]!.claim(key, 60_000)),
+      );
+
+      expect(results.every((result) => typeof result === 'boolean')).toBe(true);
+      expect(results.filter((result) => result)).toHaveLength(1);
+    });
+
+    test('close leaves the client open: it is the caller’s', async () => {
+      const { client, raw } = await open();
+      const store = new RedisStore({ client, prefix });
+
+      store.close();
+
+      expect(await raw(['PING'])).toBe('PONG');
+      expect(await store.claim(uniqueKey(), 60_000)).toBe(true);
+    });
+
+    test('two app instances, each with its own client, deliver 20 concurrent copies exactly once', async () => {
+      async function instance() {
+        const ipn = ipnRouter({
+          store: new RedisStore({ client: (await open()).client, prefix }),
+          logger: quiet,
+        });
+        const app = express();
+        app.use('/ipn', ipn);
+        const running = await listen(app);
+        servers.push(running);
+        return { recorder: recordEvents(ipn), url: running.url };
+      }
+      const a = await instance();
+      const b = await instance();
+      const payload = uniquePayload();
+
+      const responses = await Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          request(i % 2 ? a.url : b.url)
+            .post('/ipn')
+            .send(payload),
+        ),
+      );
+
+      expect(responses.map((response) => response.status)).toEqual(Array(20).fill(200));
+      expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(1);
+      expect(a.recorder.count('duplicate') + b.recorder.count('duplicate')).toBe(19);
+    });
+  });
+
+  test('a node-redis client that was never connected: the claim rejects, saying to connect it', async () => {
+    const client = createClient({ url: redisUrl() });
+    const store = new RedisStore({ client });
+
+    await expect(store.claim('TX.1:SUCCESSFUL', 1000)).rejects.toThrow(/not connected.*client\.connect\(\)/);
+  });
+});
+
+describe('RedisStore construction', () => {
+  test.each([
+    ['no options', undefined],
+    ['no client', {}],
+    ['a client of null', { client: null }],
+    ['a client with neither call() nor sendCommand()', { client: { get: () => {}, set: () => {} } }],
+    ['a client that is a string', { client: 'redis://localhost' }],
+  ])('throws a TypeError for %s', (_case, options) => {
+    expect(() => new RedisStore(options as any)).toThrow(TypeError);
+  });
+
+  test('the TypeError names both supported clients', () => {
+    expect(() => new RedisStore({ client: {} as any })).toThrow(/ioredis.*node-redis/);
+  });
+
+  test('throws a TypeError for a prefix that is not a string', () => {
+    const client = { call: () => Promise.resolve('OK') };
+    expect(() => new RedisStore({ client, prefix: 42 as any })).toThrow(/prefix must be a string/);
+  });
+
+  test('refuses a node-redis cluster, whose sendCommand takes other arguments', () => {
+    const cluster = { sendCommand: () => Promise.resolve(null), getSlotMaster: () => ({}) };
+    expect(() => new RedisStore({ client: cluster })).toThrow(
+      /cluster clients \(createCluster\) are not supported/,
+    );
+  });
+
+  test('a claim refuses a ttl that is not a positive number of milliseconds', async () => {
+    const store = new RedisStore({ client: { call: () => Promise.resolve('OK') } });
+    await expect(store.claim('TX.1:SUCCESSFUL', 0)).rejects.toThrow(RangeError);
+    await expect(store.claim('TX.1:SUCCESSFUL', Number.NaN)).rejects.toThrow(RangeError);
+  });
+
+  test('an unexpected reply to SET is a rejection, never a claim', async () => {
+    const store = new RedisStore({ client: { sendCommand: () => Promise.resolve('QUEUED') } });
+    await expect(store.claim('TX.1:SUCCESSFUL', 1000)).rejects.toThrow(/unexpected reply/);
+  });
+});
