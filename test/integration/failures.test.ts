@@ -12,16 +12,23 @@ function flakyStore() {
   const store = {
     failure: undefined as undefined | 'throw' | 'reject' | 'hang' | 'late',
     released: [] as string[],
+    /** Lands the claims held back by 'late'. */
+    land: () => {},
     claim(key: string): boolean | Promise<boolean> {
       if (store.failure === 'throw') throw new Error('connection refused');
       if (store.failure === 'reject') return Promise.reject(new Error('connection reset'));
       if (store.failure === 'hang') return new Promise<boolean>(() => {});
       const claimed = !keys.has(key);
       keys.add(key);
-      // 'late': the claim succeeds, but after the router's storeTimeout.
-      return store.failure === 'late'
-        ? new Promise((resolve) => setTimeout(() => resolve(claimed), 60))
-        : claimed;
+      // 'late': the claim succeeds, but only when the test lands it, after the router answered 503.
+      if (store.failure !== 'late') return claimed;
+      return new Promise((resolve) => {
+        const before = store.land;
+        store.land = () => {
+          before();
+          resolve(claimed);
+        };
+      });
     },
     release(key: string): void {
       store.released.push(key);
@@ -92,6 +99,7 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
     const { recorder, post } = await start({ store, storeTimeout: 20 });
     const payload = uniquePayload();
     expect((await post(payload)).status).toBe(503);
+    store.land();
     while (recorder.count('successful') === 0) await new Promise((resolve) => setTimeout(resolve, 10));
 
     store.failure = undefined;
@@ -112,20 +120,23 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
     const { recorder, post } = await start({ store, storeTimeout: 20, logger });
 
     expect((await post(uniquePayload())).status).toBe(503);
+    store.land();
     while (recorder.count('successful') === 0) await new Promise((resolve) => setTimeout(resolve, 10));
 
     expect(recorder.names()).toEqual(['error', 'notification', 'successful']);
   });
 
   test('a claim that answers false after the timeout delivers nothing: the other copy owns it', async () => {
+    let land = () => {};
     const store: Store = {
-      claim: () => new Promise<boolean>((resolve) => setTimeout(() => resolve(false), 40)),
+      claim: () => new Promise<boolean>((resolve) => (land = () => resolve(false))),
       release: () => {},
     };
     const { recorder, post } = await start({ store, storeTimeout: 10 });
 
     expect((await post(uniquePayload())).status).toBe(503);
-    await new Promise((resolve) => setTimeout(resolve, 80));
+    land();
+    await new Promise((resolve) => setTimeout(resolve, 20));
 
     expect(recorder.names()).toEqual(['error']);
   });
@@ -169,10 +180,11 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
 
   test('a slow init is started once: requests answer 503 meanwhile, and the first one is delivered when it lands', async () => {
     let attempts = 0;
+    let ready = () => {};
     const store: Store = {
       init: () => {
         attempts += 1;
-        return new Promise<void>((resolve) => setTimeout(resolve, 60));
+        return new Promise<void>((resolve) => (ready = resolve));
       },
       claim: () => true,
       release: () => {},
@@ -181,6 +193,7 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
 
     expect((await post(uniquePayload())).status).toBe(503);
     expect((await post(uniquePayload())).status).toBe(503);
+    ready();
     while (recorder.count('successful') < 2) await new Promise((resolve) => setTimeout(resolve, 10));
     expect((await post(uniquePayload())).status).toBe(200);
 
