@@ -3,12 +3,15 @@ import { parseCustomData } from './custom-data.js';
 import { IpnKitError, messageOf, StoreError } from './errors.js';
 import type { Notification } from './events.js';
 import type { ResolvedOptions } from './options.js';
-import type { createSafeEmitter } from './safe-emitter.js';
+import type { Emit, EmitAndWait } from './safe-emitter.js';
 import type { IpnNotification } from './schema.js';
 import type { RejectedEvent } from './verify-notification.js';
 
 /** The router's emitters: fire-and-forget, and fire-then-await-every-listener. */
-export type Emitters<C> = Pick<ReturnType<typeof createSafeEmitter<C>>, 'emit' | 'emitAndWait'>;
+export interface Emitters<C> {
+  emit: Emit<C>;
+  emitAndWait: EmitAndWait<C>;
+}
 
 /** The dedupe key of a notification: `transaction_id:state`. */
 export const keyOf = (n: IpnNotification): string => `${n.transaction_id}:${n.state}`;

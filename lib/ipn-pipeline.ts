@@ -3,13 +3,13 @@ import type { z } from 'zod';
 import { parseContentType } from './content-type.js';
 import { toFieldIssues } from './custom-data.js';
 import { createDelivery } from './delivery.js';
+import type { Emitters } from './delivery-context.js';
 import { BodyUnavailableError, StoreError } from './errors.js';
 import type { InvalidEvent } from './events.js';
 import { matchesSecret } from './ipn-url.js';
 import type { ResolvedOptions } from './options.js';
 import { parseBody, parseParsedBody, type ParseResult } from './parse-body.js';
 import { isSupportedEncoding, readBody } from './read-body.js';
-import type { createSafeEmitter } from './safe-emitter.js';
 import { ipnNotificationSchema } from './schema.js';
 import { createStoreClaimer } from './store-claimer.js';
 
@@ -33,8 +33,6 @@ export interface IpnOutcome {
   /** Runs right after the answer is written: listeners never delay the service's 200. */
   afterResponse?: () => void;
 }
-
-type Emitters<C> = Pick<ReturnType<typeof createSafeEmitter<C>>, 'emit' | 'emitAndWait'>;
 
 const ALLOW = 'GET, HEAD, POST';
 const RETRY_AFTER_SECONDS = '30';

@@ -20,6 +20,15 @@ export interface IpnEmitter<C = undefined> {
   eventNames(): Array<Name<C>>;
 }
 
+/** Emits an event to every listener, each isolated; answers whether there was any. */
+export type Emit<C> = <E extends Name<C>>(event: E, payload: Parameters<Events<C>[E]>[0]) => boolean;
+
+/** Emits, then waits for every listener: how many ran, and whether all of them succeeded. */
+export type EmitAndWait<C> = <E extends Name<C>>(
+  event: E,
+  payload: Parameters<Events<C>[E]>[0],
+) => Promise<{ listeners: number; ok: boolean }>;
+
 /**
  * An eventemitter3 emitter whose listeners cannot hurt the caller: each one runs in isolation, and a throw
  * or a rejected promise becomes an `error` event (and an error log) instead of an exception or an unhandled
@@ -93,16 +102,12 @@ export function createSafeEmitter<C>(logger: Logger, self: () => unknown) {
     listenerCount: (event) => emitter.listenerCount(event),
     eventNames: () => emitter.eventNames() as never,
   };
-  const emit = <E extends Name<C>>(event: E, payload: Parameters<Events<C>[E]>[0]): boolean =>
-    emitter.emit(event, payload);
+  const emit: Emit<C> = (event, payload) => emitter.emit(event, payload);
   /**
    * Emits, then waits for every listener (and the promise each returns). Resolves how many listeners ran
    * and whether all of them succeeded; failures are reported as usual.
    */
-  const emitAndWait = async <E extends Name<C>>(
-    event: E,
-    payload: Parameters<Events<C>[E]>[0],
-  ): Promise<{ listeners: number; ok: boolean }> => {
+  const emitAndWait: EmitAndWait<C> = async (event, payload) => {
     const outer = collecting;
     const outcomes: Array<Promise<boolean>> = [];
     collecting = outcomes;
