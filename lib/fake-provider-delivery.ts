@@ -1,0 +1,157 @@
+/// <reference types="node" preserve="true" />
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { InitiateOptions } from './fake-provider-initiate.js';
+import type { FakeTransaction } from './fake-provider-record.js';
+import { ipnForm, oppositeState } from './fake-provider-record.js';
+
+/** How the delivery of one transaction's notification ended. */
+export interface DeliveryReport {
+  /**
+   * Every POST sent for the transaction: the first delivery (each `concurrent` copy counts), its resends,
+   * the `duplicates`, and the notification sent first when `outOfOrder`.
+   */
+  attempts: number;
+  /** The HTTP status of each POST, in the order the answers came; `0` for a network error or a timeout. */
+  statuses: number[];
+  /** Whether the real (final-state) notification was answered 200. */
+  acknowledged: boolean;
+}
+
+/** A report of a delivery that sent nothing (not delivered, or stopped while processing). */
+export function emptyReport(): DeliveryReport {
+  return { attempts: 0, statuses: [], acknowledged: false };
+}
+
+/** What one POST got back: the HTTP status and body text, or status `0` and the reason no answer came. */
+export interface PostResult {
+  status: number;
+  body: string;
+  error?: string;
+}
+
+/**
+ * POSTs a JSON text and reads the whole answer. Never rejects: a network error, the timeout or `signal`
+ * aborting resolve status `0`.
+ */
+export async function postJson(
+  url: string,
+  body: string,
+  options: { timeoutMs: number; signal?: AbortSignal },
+): Promise<PostResult> {
+  if (options.signal?.aborted) return { status: 0, body: '', error: 'stopped before sending' };
+  const controller = new AbortController();
+  // A timer of our own rather than AbortSignal.timeout: cleared at once, so nothing outlives the request.
+  const timer = setTimeout(
+    () => controller.abort(new Error(`no answer within ${options.timeoutMs} ms`)),
+    options.timeoutMs,
+  );
+  const stop = () => controller.abort(new Error('stopped'));
+  options.signal?.addEventListener('abort', stop, { once: true });
+  try {
+    const response = await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body,
+      signal: controller.signal,
+    });
+    return { status: response.status, body: await response.text() };
+  } catch (error) {
+    return {
+      status: 0,
+      body: '',
+      error: reasonOf(controller.signal.aborted ? controller.signal.reason : error),
+    };
+  } finally {
+    clearTimeout(timer);
+    options.signal?.removeEventListener('abort', stop);
+  }
+}
+
+/** fetch says only "fetch failed"; the cause says what happened (`connect ECONNREFUSED ...`). */
+function reasonOf(error: unknown): string {
+  // Duck-typed: fetch's errors may come from another realm (a test runner's), where instanceof fails.
+  const { message, cause } = (typeof error === 'object' && error !== null ? error : {}) as {
+    message?: unknown;
+    cause?: { message?: unknown } | null;
+  };
+  if (typeof cause?.message === 'string') return cause.message;
+  return typeof message === 'string' ? message : String(error);
+}
+
+/** Waits `ms`; resolves `false` instead when `signal` aborts first (the provider is closing). */
+export async function pause(ms: number, signal: AbortSignal): Promise<boolean> {
+  if (signal.aborted) return false;
+  if (ms <= 0) return true;
+  try {
+    await sleep(ms, undefined, { signal });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** How to deliver one notification, and where to record what happened. */
+export interface Delivery {
+  url: string;
+  body: string;
+  resends: number;
+  resendIntervalMs: number;
+  timeoutMs: number;
+  signal: AbortSignal;
+  report: DeliveryReport;
+  /** Called with the status of every POST, for the provider's counters. */
+  onAnswer: (status: number) => void;
+}
+
+/** Sends the notification once and records the answer. */
+export async function sendOnce(delivery: Delivery): Promise<number> {
+  delivery.report.attempts += 1;
+  const { status } = await postJson(delivery.url, delivery.body, delivery);
+  delivery.report.statuses.push(status);
+  delivery.onAnswer(status);
+  return status;
+}
+
+/**
+ * Sends the notification until it is answered 200, as the service does: `copies` POSTs at once first, then
+ * one more after each non-200 answer or network error, `resends` times at most. Resolves whether it was
+ * acknowledged.
+ */
+export async function deliverUntilAcknowledged(delivery: Delivery, copies = 1): Promise<boolean> {
+  for (let attempt = 0; attempt <= delivery.resends; attempt += 1) {
+    if (attempt > 0 && !(await pause(delivery.resendIntervalMs, delivery.signal))) return false;
+    if (delivery.signal.aborted) return false;
+    const statuses = await Promise.all(
+      Array.from({ length: attempt === 0 ? copies : 1 }, () => sendOnce(delivery)),
+    );
+    if (statuses.includes(200)) return true;
+  }
+  return false;
+}
+
+/**
+ * Notifies a processed transaction as `plan` says: the opposite state first when `outOfOrder`, then the real
+ * one (`concurrent` copies at once, resent until acknowledged), then `duplicates` one after another.
+ */
+export async function deliverTransaction(
+  transaction: FakeTransaction,
+  plan: Pick<InitiateOptions, 'concurrent' | 'duplicates' | 'outOfOrder'>,
+  context: Omit<Delivery, 'body' | 'report'>,
+): Promise<DeliveryReport> {
+  const report = emptyReport();
+  const delivery = (state: string): Delivery => ({
+    ...context,
+    body: JSON.stringify(ipnForm(transaction, state)),
+    report,
+  });
+  if (plan.outOfOrder === true) {
+    await deliverUntilAcknowledged(delivery(oppositeState(transaction.outcome)));
+  }
+  const real = delivery(transaction.outcome);
+  report.acknowledged = await deliverUntilAcknowledged(real, plan.concurrent ?? 1);
+  for (let copy = 0; copy < (plan.duplicates ?? 0) && report.acknowledged; copy += 1) {
+    if (context.signal.aborted) break;
+    await sendOnce(real);
+  }
+  return report;
+}

@@ -1,0 +1,259 @@
+import { randomUUID } from 'node:crypto';
+import { Pool } from 'pg';
+import { runCli, type CliIo } from '../../lib/cli.js';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { databaseUrl, describeWithService } from '../helpers/services.js';
+
+/** Runs `ipn-kit inbox ...args` with DATABASE_URL set (unless `env` says otherwise), capturing its output. */
+async function inbox(args: string[], env: CliIo['env'] = { DATABASE_URL: databaseUrl() }) {
+  const stdout: string[] = [];
+  const stderr: string[] = [];
+  const code = await runCli(['inbox', ...args], {
+    stdout: (line) => stdout.push(line),
+    stderr: (line) => stderr.push(line),
+    env,
+  });
+  return { code, stdout: stdout.join('\n'), stderr: stderr.join('\n') };
+}
+
+const lease = () => ({ id: randomUUID(), ms: 60_000 });
+
+describeWithService('PostgreSQL', 'ipn-kit inbox', () => {
+  let pool: Pool;
+  const tables: string[] = [];
+  let sequence = 0;
+
+  /** A migrated table no other test uses, and its store. */
+  async function freshStore(): Promise<PostgresStore> {
+    const table = `ipn_test_cli_${process.pid}_${randomUUID().slice(0, 8)}`;
+    tables.push(table);
+    const store = new PostgresStore({ pool, table });
+    await store.migrate();
+    return store;
+  }
+
+  /** Receives a notification and ends its first attempt as `status` says. Keys sort in creation order. */
+  async function entry(store: PostgresStore, status: 'received' | 'delivered' | 'failed' | 'dead') {
+    sequence += 1;
+    const key = `TX.${process.pid}.${String(sequence).padStart(4, '0')}:SUCCESSFUL`;
+    const held = lease();
+    await store.receive(key, { transaction_id: key.split(':')[0], amount: 500 }, held);
+    if (status === 'delivered') await store.settle(key, held.id, { status });
+    if (status === 'failed') {
+      const nextAttemptAt = new Date(Date.now() + 60_000);
+      await store.settle(key, held.id, { status, error: 'listener threw\nat line 3', nextAttemptAt });
+    }
+    if (status === 'dead') await store.settle(key, held.id, { status, error: 'gave up' });
+    return key;
+  }
+
+  beforeAll(() => {
+    pool = new Pool({ connectionString: databaseUrl(), max: 2 });
+    pool.on('error', () => {});
+  });
+
+  afterAll(async () => {
+    for (const table of tables) await pool.query(`DROP TABLE IF EXISTS "${table}"`);
+    await pool.end();
+  });
+
+  test('list prints a table of entries, oldest first, and says how many', async () => {
+    const store = await freshStore();
+    const keys = [
+      await entry(store, 'received'),
+      await entry(store, 'delivered'),
+      await entry(store, 'failed'),
+      await entry(store, 'dead'),
+    ];
+
+    const { code, stdout, stderr } = await inbox(['list', '--table', store.table]);
+
+    expect(code).toBe(0);
+    expect(stderr).toBe('');
+    const lines = stdout.split('\n');
+    expect(lines[0]).toMatch(/^KEY +STATUS +ATTEMPTS +RECEIVED +NEXT ATTEMPT +LAST ERROR$/);
+    expect(lines.slice(1, 5).map((line) => line.split(/ +/).slice(0, 3))).toEqual([
+      [keys[0], 'received', '1'],
+      [keys[1], 'delivered', '1'],
+      [keys[2], 'failed', '1'],
+      [keys[3], 'dead', '1'],
+    ]);
+    expect(lines[3]).toContain('listener threw at line 3'); // one line per entry
+    expect(lines[5]).toBe(`4 entries in ${store.table}`);
+  });
+
+  test('list --status filters, --limit and --offset page, and it says when more may follow', async () => {
+    const store = await freshStore();
+    const dead = [await entry(store, 'dead'), await entry(store, 'received'), await entry(store, 'dead')];
+
+    const filtered = await inbox(['list', '--table', store.table, '--status', 'dead']);
+    const paged = await inbox(['list', `--table=${store.table}`, '--limit', '1', '--offset', '1']);
+
+    expect(filtered.code).toBe(0);
+    expect(filtered.stdout).toContain(dead[0]);
+    expect(filtered.stdout).not.toContain(dead[1]);
+    expect(filtered.stdout).toContain(dead[2]);
+    expect(paged.stdout.split('\n')[1]).toContain(dead[1]);
+    expect(paged.stdout).toContain('more may follow: --offset 2');
+  });
+
+  test('list --json prints one JSON object per line', async () => {
+    const store = await freshStore();
+    const key = await entry(store, 'failed');
+
+    const { code, stdout } = await inbox(['list', '--table', store.table, '--json']);
+
+    expect(code).toBe(0);
+    const lines = stdout.split('\n');
+    expect(lines).toHaveLength(1);
+    expect(JSON.parse(lines[0]!)).toMatchObject({
+      key,
+      status: 'failed',
+      attempts: 1,
+      lastError: 'listener threw\nat line 3',
+      record: { amount: 500 },
+      receivedAt: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T/),
+    });
+  });
+
+  test('show prints one entry as JSON; a missing key exits 1', async () => {
+    const store = await freshStore();
+    const key = await entry(store, 'dead');
+
+    const shown = await inbox(['show', key, '--table', store.table]);
+    const missing = await inbox(['show', 'TX.none:SUCCESSFUL', '--table', store.table]);
+
+    expect(shown.code).toBe(0);
+    expect(JSON.parse(shown.stdout)).toMatchObject({ key, status: 'dead', lastError: 'gave up' });
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain("no entry with key 'TX.none:SUCCESSFUL'");
+  });
+
+  test('replay <key> makes the entry due again and says the app delivers it', async () => {
+    const store = await freshStore();
+    const key = await entry(store, 'dead');
+
+    const { code, stdout } = await inbox(['replay', key, '--table', store.table]);
+
+    expect(code).toBe(0);
+    expect(stdout).toContain(`${key} is due again (was dead)`);
+    expect(stdout).toContain('recovery loop');
+    expect(await store.get(key)).toMatchObject({ status: 'received', attempts: 0, leaseUntil: null });
+  });
+
+  test('replay of a missing key, or of a key claimed in at-most-once mode, exits 1 and changes nothing', async () => {
+    const store = await freshStore();
+    const claimed = `TX.${process.pid}.claimed:SUCCESSFUL`;
+    await store.claim(claimed, 1000);
+
+    const missing = await inbox(['replay', 'TX.none:FAILED', '--table', store.table]);
+    const marker = await inbox(['replay', claimed, '--table', store.table]);
+
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain("no entry with key 'TX.none:FAILED'");
+    expect(marker.code).toBe(1);
+    expect(marker.stderr).toContain('at-most-once');
+    expect(await store.get(claimed)).toMatchObject({ status: 'delivered' });
+  });
+
+  test('replay --dead makes every dead entry due again and counts them', async () => {
+    const store = await freshStore();
+    const dead = [await entry(store, 'dead'), await entry(store, 'dead')];
+    const delivered = await entry(store, 'delivered');
+
+    const { code, stdout } = await inbox(['replay', '--dead', '--table', store.table]);
+
+    expect(code).toBe(0);
+    expect(stdout).toMatch(/^2 dead entries are due again: .*recovery loop/);
+    for (const key of dead) expect(await store.get(key)).toMatchObject({ status: 'received', attempts: 0 });
+    expect(await store.get(delivered)).toMatchObject({ status: 'delivered' });
+  });
+
+  test('purge --before deletes delivered entries delivered before the date', async () => {
+    const store = await freshStore();
+    const old = await entry(store, 'delivered');
+    const recent = await entry(store, 'delivered');
+    const dead = await entry(store, 'dead');
+    await pool.query(`UPDATE "${store.table}" SET delivered_at = '2020-01-01T00:00:00Z' WHERE key = $1`, [
+      old,
+    ]);
+
+    const { code, stdout } = await inbox(['purge', '--before', '2021-06-01', '--table', store.table]);
+
+    expect(code).toBe(0);
+    expect(stdout).toBe(
+      `deleted 1 delivered entry delivered before 2021-06-01T00:00:00.000Z from ${store.table}`,
+    );
+    expect(await store.get(old)).toBeUndefined();
+    expect(await store.get(recent)).toBeDefined();
+    expect(await store.get(dead)).toBeDefined();
+  });
+
+  test('a table that does not exist exits 1, saying to migrate', async () => {
+    const { code, stderr } = await inbox(['list', '--table', `ipn_test_cli_missing_${process.pid}`]);
+
+    expect(code).toBe(1);
+    expect(stderr).toMatch(/does not exist: run `await store.migrate\(\)`/);
+  });
+});
+
+describe('ipn-kit inbox usage', () => {
+  test.each([
+    ['no command', []],
+    ['an unknown command', ['drop']],
+    ['purge without --before', ['purge']],
+    ['purge --before a word', ['purge', '--before', 'yesterday']],
+    ['purge --before a day that does not exist', ['purge', '--before', '2024-02-30']],
+    ['purge --before a time that does not exist', ['purge', '--before', '2024-02-01T25:00Z']],
+    ['purge --before a bare number', ['purge', '--before', '1']],
+    ['purge --before with no date', ['purge', '--before']],
+    ['list --status that is not a status', ['list', '--status', 'lost']],
+    ['list --limit 0', ['list', '--limit', '0']],
+    ['list --limit that is not a number', ['list', '--limit', 'ten']],
+    ['list --offset -1', ['list', '--offset=-1']],
+    ['list with a key', ['list', 'TX.1:SUCCESSFUL']],
+    ['show without a key', ['show']],
+    ['show with two keys', ['show', 'a:B', 'c:D']],
+    ['replay without a key or --dead', ['replay']],
+    ['replay with a key and --dead', ['replay', 'TX.1:SUCCESSFUL', '--dead']],
+    ['an option of another command', ['show', 'TX.1:SUCCESSFUL', '--json']],
+    ['an unknown option', ['list', '--verbose']],
+    ['an invalid --table', ['list', '--table', 'inbox; DROP TABLE users']],
+  ])('%s exits 2 with the usage, before connecting', async (_case, args) => {
+    const { code, stderr, stdout } = await inbox(args, {
+      DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none',
+    });
+
+    expect(code).toBe(2);
+    expect(stderr).toMatch(/^ipn-kit inbox: .+\nusage:/);
+    expect(stdout).toBe('');
+  });
+
+  test('DATABASE_URL unset exits 2, saying what to set', async () => {
+    const { code, stderr } = await inbox(['list'], {});
+
+    expect(code).toBe(2);
+    expect(stderr).toMatch(/DATABASE_URL is not set: set it to the connection string/);
+  });
+
+  test('an unreachable database exits 1 with the reason', async () => {
+    const { code, stderr } = await inbox(['list'], { DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' });
+
+    expect(code).toBe(1);
+    expect(stderr).toMatch(/^ipn-kit inbox list: .*ECONNREFUSED/);
+  });
+
+  test.each([
+    ['--help', ['--help']],
+    ['-h', ['-h']],
+    ['help', ['help']],
+    ['list --help', ['list', '--help']],
+    ['purge -h', ['purge', '-h']],
+  ])('%s prints the usage and exits 0', async (_case, args) => {
+    const { code, stdout } = await inbox(args, {});
+
+    expect(code).toBe(0);
+    expect(stdout).toMatch(/^usage:\n {2}ipn-kit inbox list/);
+    expect(stdout).toContain('recovery loop');
+  });
+});

@@ -1,0 +1,180 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { ipnNotificationSchema } from 'ipn-kit';
+import { runCli, type CliIo } from '../../lib/cli.js';
+import successful from '../fixtures/ipn-successful.json';
+import { listen, type Running } from '../helpers/servers.js';
+
+/** An IPN endpoint that records bodies, answers `status`, and can hold answers until `holdUntil` arrived. */
+async function startReceiver(status = 200, holdUntil = 0) {
+  const bodies: Record<string, any>[] = [];
+  const held: Array<() => void> = [];
+  let inFlight = 0;
+  let maxInFlight = 0;
+  const releaseAll = () => held.splice(0).forEach((answer) => answer());
+  const running: Running = await listen((req: IncomingMessage, res: ServerResponse) => {
+    inFlight += 1;
+    maxInFlight = Math.max(maxInFlight, inFlight);
+    const chunks: Buffer[] = [];
+    req.on('data', (chunk: Buffer) => chunks.push(chunk));
+    req.on('end', () => {
+      bodies.push(JSON.parse(Buffer.concat(chunks).toString('utf8')));
+      const answer = () => {
+        inFlight -= 1;
+        res
+          .writeHead(status, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ ok: status === 200 }));
+      };
+      if (bodies.length > holdUntil) return void setImmediate(answer);
+      held.push(answer);
+      // Never hang the suite: a failing test sees maxInFlight below holdUntil instead.
+      if (held.length === 1) setTimeout(releaseAll, 2_000).unref();
+      if (held.length >= holdUntil) releaseAll();
+    });
+  });
+  return { ...running, bodies, maxInFlight: () => maxInFlight };
+}
+
+function capture() {
+  const stdout: string[] = [];
+  const stderr: string[] = [];
+  const io: CliIo = { stdout: (line) => stdout.push(line), stderr: (line) => stderr.push(line), env: {} };
+  return { io, stdout, stderr };
+}
+
+let receiver: Awaited<ReturnType<typeof startReceiver>>;
+afterEach(() => receiver?.close());
+
+async function send(...args: string[]) {
+  const { io, stdout, stderr } = capture();
+  const code = await runCli(['send', ...args], io);
+  return { code, stdout, stderr };
+}
+
+describe('ipn-kit send', () => {
+  test('POSTs one realistic SUCCESSFUL notification, prints the answer, exits 0', async () => {
+    receiver = await startReceiver();
+
+    const result = await send(`${receiver.url}/ipn`);
+
+    expect(result.code).toBe(0);
+    expect(receiver.bodies).toHaveLength(1);
+    const body = receiver.bodies[0]!;
+    expect(Object.keys(body)).toEqual(Object.keys(successful));
+    expect(body).toMatchObject({
+      state: 'SUCCESSFUL',
+      amount: 5000,
+      response: 'operation success',
+      error: '',
+    });
+    expect(body.transaction_id).toMatch(/^CLI\.\d{9}$/);
+    expect(ipnNotificationSchema.safeParse(body).success).toBe(true);
+    expect(result.stdout).toEqual([
+      `POST ${receiver.url}/ipn: ${body.transaction_id} SUCCESSFUL amount 5000, once`,
+      '#1 200 {"ok":true}',
+      '1 sent: 1 answered 2xx, 0 did not',
+    ]);
+    expect(result.stderr).toEqual([]);
+  });
+
+  test('--state, --custom-data, --transaction-id and --amount set the notification fields', async () => {
+    receiver = await startReceiver();
+
+    const result = await send(
+      `${receiver.url}/ipn`,
+      '--state',
+      'FAILED',
+      '--custom-data',
+      '{"orderId":"order-9"}',
+      '--transaction-id',
+      'EFB.000042',
+      '--amount=1200',
+    );
+
+    expect(result.code).toBe(0);
+    expect(receiver.bodies[0]).toMatchObject({
+      transaction_id: 'EFB.000042',
+      state: 'FAILED',
+      custom_data: '{"orderId":"order-9"}',
+      amount: 1200,
+      response: '',
+      error: 'insufficient balance',
+    });
+  });
+
+  test('--repeat 3 sends the same notification three times, one after another', async () => {
+    receiver = await startReceiver();
+
+    const result = await send(`${receiver.url}/ipn`, '--repeat', '3');
+
+    expect(result.code).toBe(0);
+    expect(receiver.bodies).toHaveLength(3);
+    expect(new Set(receiver.bodies.map((body) => JSON.stringify(body))).size).toBe(1);
+    expect(receiver.maxInFlight()).toBe(1);
+    expect(result.stdout.slice(1)).toEqual([
+      '#1 200 {"ok":true}',
+      '#2 200 {"ok":true}',
+      '#3 200 {"ok":true}',
+      '3 sent: 3 answered 2xx, 0 did not',
+    ]);
+  });
+
+  test('--repeat 3 --concurrent sends the three copies at once', async () => {
+    receiver = await startReceiver(200, 3);
+
+    const result = await send(`${receiver.url}/ipn`, '--repeat', '3', '--concurrent');
+
+    expect(result.code).toBe(0);
+    expect(receiver.bodies).toHaveLength(3);
+    expect(receiver.maxInFlight()).toBe(3);
+    expect(result.stdout[0]).toMatch(/3 times, all at once$/);
+  });
+
+  test('a non-2xx answer is printed and exits 1', async () => {
+    receiver = await startReceiver(503);
+
+    const result = await send(`${receiver.url}/ipn`, '--repeat', '2');
+
+    expect(result.code).toBe(1);
+    expect(result.stdout.slice(1)).toEqual([
+      '#1 503 {"ok":false}',
+      '#2 503 {"ok":false}',
+      '2 sent: 0 answered 2xx, 2 did not',
+    ]);
+  });
+
+  test('no answer at all (nothing listens) is printed as an error and exits 1', async () => {
+    receiver = await startReceiver();
+    await receiver.close();
+
+    const result = await send(`${receiver.url}/ipn`);
+
+    expect(result.code).toBe(1);
+    expect(result.stdout[1]).toMatch(/^#1 error: .*ECONNREFUSED/);
+  });
+
+  test('--help prints the usage and exits 0', async () => {
+    const result = await send('--help');
+
+    expect(result.code).toBe(0);
+    expect(result.stdout[0]).toMatch(/^usage: ipn-kit send <url>/);
+  });
+
+  test.each([
+    [[], /the <url> to send to is missing/],
+    [['http://127.0.0.1:9/ipn', '--bogus'], /^ipn-kit send: Unknown option '--bogus'/],
+    [['ftp://127.0.0.1/ipn'], /<url> must be an http\(s\) URL/],
+    [['http://127.0.0.1:9/a', 'http://127.0.0.1:9/b'], /one <url> only/],
+    [['http://127.0.0.1:9/ipn', '--state', 'PENDING'], /--state must be SUCCESSFUL or FAILED, got 'PENDING'/],
+    [['http://127.0.0.1:9/ipn', '--repeat', 'abc'], /--repeat must be a number, got 'abc'/],
+    [['http://127.0.0.1:9/ipn', '--repeat', '0'], /--repeat must be a whole number from 1 to 1000/],
+    [['http://127.0.0.1:9/ipn', '--amount', '12x'], /--amount must be a number, got '12x'/],
+    [['http://127.0.0.1:9/ipn', '--transaction-id', 'a b'], /--transaction-id must be a token/],
+  ])('usage error %j exits 2 with a message on stderr', async (args, message) => {
+    const result = await send(...args);
+
+    expect(result.code).toBe(2);
+    expect(result.stdout).toEqual([]);
+    expect(result.stderr.join('\n')).toMatch(message);
+    expect(result.stderr.join('\n')).toMatch(/^ipn-kit send: /);
+  });
+});
