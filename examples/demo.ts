@@ -1,6 +1,8 @@
 import type { Server } from 'node:http';
-import { setImmediate as nextTurn } from 'node:timers/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { Express } from 'express';
+import { createStatusClient } from 'ipn-kit';
+import { createFakeProvider } from 'ipn-kit/testing';
 import { formatSummary } from './format-summary.js';
 import { createPartnerApp, type IpnCounts, type Order } from './partner-app.js';
 import { PAYMENTS, playPaymentService, type PlannedPayment, type ServiceReport } from './payment-service.js';
@@ -13,18 +15,25 @@ export interface DemoSummary {
   review: string[];
   payments: readonly PlannedPayment[];
   service: ServiceReport;
+  /** Status queries the service received: one per distinct notification, at most. */
+  statusQueries: number;
 }
 
+const API_KEY = 'demo-api-key';
+
 /**
- * Starts the partner's shop on a free loopback port, creates one order per planned payment, plays the payment
- * service against `/ipn` (resends, concurrent resends, a FAILED then SUCCESSFUL, a malformed request), then
- * shuts down and returns what the shop ended with.
+ * Starts the partner's shop on a free loopback port, and ipn-kit's fake payment service beside it; creates
+ * one order per planned payment, lets the service notify them (resends, concurrent resends, a FAILED then
+ * SUCCESSFUL), then a forged notification and a malformed request; the shop verifies each notification with
+ * the service's status query. Then shuts down and returns what the shop ended with.
  *
  * @example
  * const { orders, counts } = await runDemo();
  */
 export async function runDemo(payments: readonly PlannedPayment[] = PAYMENTS): Promise<DemoSummary> {
-  const partner = createPartnerApp();
+  const provider = await createFakeProvider({ apiKey: API_KEY, resendIntervalMs: 20 });
+  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: API_KEY });
+  const partner = createPartnerApp({ verify: client });
   const server = await listen(partner.app);
   try {
     const address = server.address();
@@ -39,19 +48,22 @@ export async function runDemo(payments: readonly PlannedPayment[] = PAYMENTS): P
       });
       if (response.status !== 201) throw new Error(`creating ${orderId} answered ${response.status}`);
     }
-    const service = await playPaymentService(`${base}/ipn`, payments);
-    // ipn-kit emits right after writing each answer; let that turn end before reading the orders.
-    await nextTurn();
+    const service = await playPaymentService(provider, `${base}/ipn`, payments);
+    // Events follow each 200 once the status query confirms (or contradicts) the notification.
+    const settled = () => partner.counts.received + partner.counts.rejected >= service.notifications + 1;
+    for (let wait = 0; wait < 500 && !settled(); wait += 1) await sleep(10);
     return {
       orders: [...partner.orders.values()].map((order) => ({ ...order })),
       counts: { ...partner.counts },
       review: [...partner.review],
       payments,
       service,
+      statusQueries: provider.stats.statusQueries,
     };
   } finally {
     await close(server);
     await partner.close();
+    await provider.close();
   }
 }
 

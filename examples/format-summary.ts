@@ -7,7 +7,14 @@ type Align = 'left' | 'right';
  * The demo's outcome as plain text for a terminal: one row per order with what the service sent for it, then
  * the counts of the IPN endpoint.
  */
-export function formatSummary({ orders, counts, review, payments, service }: DemoSummary): string {
+export function formatSummary({
+  orders,
+  counts,
+  review,
+  payments,
+  service,
+  statusQueries,
+}: DemoSummary): string {
   const sent = new Map(payments.map((payment) => [payment.orderId, describe(payment)]));
   const rows = orders.map((order) => [
     order.orderId,
@@ -29,8 +36,9 @@ export function formatSummary({ orders, counts, review, payments, service }: Dem
     '',
     `Orders: ${tally('paid')} paid, ${tally('failed')} failed, ${tally('pending')} pending; ${credits} credits in all`,
     '',
-    `The service sent ${service.notifications + service.resends + 1} requests: ${service.notifications} distinct notifications, ${service.resends} resends of them, 1 malformed.`,
-    'The partner app saw:',
+    `The service sent ${service.notifications + service.resends} notifications: ${service.notifications} distinct, ${service.resends} resends of them;`,
+    `a stranger sent 1 forged SUCCESSFUL for ${service.forgedOrderId} and 1 malformed request.`,
+    'The partner app, verifying each notification with the status query, saw:',
     ...table(
       [
         ['Received', String(counts.received), 'notifications handled, each exactly once'],
@@ -40,6 +48,12 @@ export function formatSummary({ orders, counts, review, payments, service }: Dem
           String(counts.invalid),
           `malformed request rejected (answered ${service.malformedStatus})`,
         ],
+        [
+          'Rejected',
+          String(counts.rejected),
+          'contradicted by the status query (the forgery, a FAILED the service reversed): never credited',
+        ],
+        ['Queries', String(statusQueries), 'status queries made to verify them: at most one per transaction'],
       ],
       ['left', 'right', 'left'],
     ),

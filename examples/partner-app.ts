@@ -1,6 +1,6 @@
 import express from 'express';
 import { z } from 'zod';
-import { ipnRouter } from 'ipn-kit';
+import { ipnRouter, type StatusSource } from 'ipn-kit';
 
 /** Where an order stands: waiting for its payment, paid, or failed (the customer may pay again). */
 export type OrderStatus = 'pending' | 'paid' | 'failed';
@@ -27,6 +27,8 @@ export interface IpnCounts {
   duplicates: number;
   /** Requests rejected as not a notification at all. */
   invalid: number;
+  /** Notifications the service's own record contradicts (forged, or superseded): never credited. */
+  rejected: number;
 }
 
 /** The partner's app and the state the demo reads back. */
@@ -44,19 +46,21 @@ const newOrder = z.object({ orderId: z.string().min(1), amount: z.number().posit
 
 /**
  * Builds the partner's shop: `POST /orders` creates an order, and `/ipn` receives the payment service's
- * notifications and reconciles the orders.
+ * notifications and reconciles the orders. With `verify` (a status client), each notification is confirmed
+ * with the service before it is credited.
  *
  * @example
- * const { app } = createPartnerApp();
+ * const client = createStatusClient({ baseUrl: process.env.PAYMENT_API!, apiKey: process.env.API_KEY! });
+ * const { app } = createPartnerApp({ verify: client });
  * app.listen(3000);
  */
-export function createPartnerApp(): PartnerApp {
+export function createPartnerApp(options: { verify?: StatusSource } = {}): PartnerApp {
   const orders = new Map<string, Order>();
-  const counts: IpnCounts = { received: 0, duplicates: 0, invalid: 0 };
+  const counts: IpnCounts = { received: 0, duplicates: 0, invalid: 0, rejected: 0 };
   const review: string[] = [];
 
   // We put `{"orderId": "..."}` in custom_data when initiating a payment; the service echoes it back.
-  const ipn = ipnRouter({ customData: z.object({ orderId: z.string() }) });
+  const ipn = ipnRouter({ customData: z.object({ orderId: z.string() }), verify: options.verify });
 
   ipn.on('notification', () => {
     counts.received += 1;
@@ -105,6 +109,11 @@ export function createPartnerApp(): PartnerApp {
   // Answered 400/413/415 already; worth an alert if it keeps happening (someone probing the endpoint).
   ipn.on('invalid', () => {
     counts.invalid += 1;
+  });
+
+  // The status query contradicts the notification: a forgery, or a state the service has since reversed.
+  ipn.on('rejected', () => {
+    counts.rejected += 1;
   });
 
   // A listener above threw: the service got its 200, so this order must be fixed by hand.

@@ -1,4 +1,4 @@
-import { setTimeout as sleep } from 'node:timers/promises';
+import type { FakeProvider } from 'ipn-kit/testing';
 
 /** A final state, as the service notifies it. */
 export type ServiceState = 'SUCCESSFUL' | 'FAILED';
@@ -85,117 +85,58 @@ export interface ServiceReport {
   resends: number;
   /** The HTTP status the partner answered to the malformed request (400 expected). */
   malformedStatus: number;
+  /** The HTTP status the partner answered to the forged notification (200: it must not tell a forger). */
+  forgedStatus: number;
+  /** The order the forger claimed to pay. */
+  forgedOrderId: string;
 }
 
-const MAX_ATTEMPTS = 5;
-const RETRY_DELAY_MS = 50;
 const CUSTOMERS = ['Awa Kone', 'Yao Koffi', 'Mariam Traore', 'Kouadio Yao', 'Fatou Diallo'];
 
 /**
- * Plays the payment service against a partner's IPN address: notifies every payment (with its resends), then
- * posts one malformed request, as a broken proxy or a stranger might.
+ * Plays the payment service against a partner's IPN address with ipn-kit's fake provider: initiates every
+ * payment and lets the provider notify it (with its resends), then a stranger forges a SUCCESSFUL for an
+ * unpaid order, and posts one malformed request.
  */
 export async function playPaymentService(
+  provider: FakeProvider,
   ipnUrl: string,
   payments: readonly PlannedPayment[] = PAYMENTS,
 ): Promise<ServiceReport> {
-  const report: ServiceReport = { notifications: 0, resends: 0, malformedStatus: 0 };
+  const report = { notifications: 0, resends: 0, malformedStatus: 0, forgedStatus: 0, forgedOrderId: '' };
   for (const [index, payment] of payments.entries()) {
-    for (const state of payment.states) {
-      const body = JSON.stringify(notification(payment, state, index));
-      const send = () => deliver(ipnUrl, body);
-      if (payment.concurrent) await Promise.all(Array.from({ length: payment.copies }, send));
-      else for (let copy = 0; copy < payment.copies; copy += 1) await send();
-      report.notifications += 1;
-      report.resends += payment.copies - 1;
-    }
+    const extra = payment.copies - 1;
+    const { delivered } = provider.initiate({
+      transactionId: payment.transactionId,
+      amount: payment.amount,
+      ipnUrl,
+      customData: JSON.stringify({ orderId: payment.orderId }),
+      outcome: payment.states[payment.states.length - 1] ?? 'SUCCESSFUL',
+      // FAILED then SUCCESSFUL: the service notified a failure it later reversed.
+      outOfOrder: payment.states.length > 1,
+      concurrent: payment.concurrent ? payment.copies : 1,
+      duplicates: payment.concurrent ? 0 : extra,
+      customerName: CUSTOMERS[index % CUSTOMERS.length],
+    });
+    const { acknowledged } = await delivered;
+    if (!acknowledged) throw new Error(`the partner never acknowledged ${payment.transactionId}`);
+    report.notifications += payment.states.length;
+    report.resends += payment.states.length * extra;
   }
-  const malformed = await post(ipnUrl, '{"transaction_id": "EFB.009999", "state": "SUCCESSFUL",');
-  report.malformedStatus = malformed.status;
-  return report;
-}
-
-/** POSTs a notification until the partner answers 200, like the real service (which gives up eventually). */
-async function deliver(url: string, body: string): Promise<void> {
-  for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt += 1) {
-    const { status } = await post(url, body);
-    if (status === 200) return;
-    await sleep(RETRY_DELAY_MS * attempt);
-  }
-  throw new Error(`the partner did not answer 200 to ${body.slice(0, 60)}... after ${MAX_ATTEMPTS} attempts`);
-}
-
-async function post(url: string, body: string): Promise<{ status: number }> {
-  const response = await fetch(url, {
+  // Someone who learned the IPN address claims an unpaid order was paid.
+  const victim = payments.find((payment) => !payment.states.includes('SUCCESSFUL'));
+  report.forgedOrderId = victim?.orderId ?? '';
+  report.forgedStatus = await provider.forge({
+    ipnUrl,
+    customData: JSON.stringify({ orderId: report.forgedOrderId }),
+    amount: victim?.amount ?? 1,
+  });
+  const malformed = await fetch(ipnUrl, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body,
+    body: '{"transaction_id": "EFB.009999", "state": "SUCCESSFUL",',
   });
-  await response.arrayBuffer(); // read the answer to the end so the connection is reused
-  return { status: response.status };
-}
-
-/**
- * A notification with every field of the interface. `EFB.` transactions use the documented shape (numbers,
- * empty strings, the service's `comission` spelling); `PIX_` ones the looser shape seen in the wild (numbers
- * as strings, nulls, extra fields).
- */
-function notification(payment: PlannedPayment, state: ServiceState, index: number): Record<string, unknown> {
-  const ok = state === 'SUCCESSFUL';
-  const created = new Date(Date.UTC(2026, 10, 20, 10, index * 3, 0));
-  const updated = new Date(created.getTime() + 7_412);
-  const common = {
-    transaction_id: payment.transactionId,
-    destination: `07000${String(index + 1).padStart(5, '0')}`,
-    customer_name: CUSTOMERS[index % CUSTOMERS.length],
-    state,
-    custom_data: JSON.stringify({ orderId: payment.orderId }),
-    ipn_url: '',
-    provider_id: null,
-    created_at: stamp(created),
-    updated_at: stamp(updated),
-    p_new_wallet_amount: null,
-  };
-  if (payment.transactionId.startsWith('EFB.')) {
-    return {
-      ...common,
-      amount: payment.amount,
-      benefice: 0,
-      comission: Math.round(payment.amount * 0.015),
-      fee: 0,
-      response: ok ? 'operation success' : '',
-      error: ok ? '' : 'insufficient balance',
-      service_id: 12,
-      sms_link: 0,
-      ipn_state: 0,
-      w_amount_after_transaction: '',
-      p_last_wallet_amount: 125000,
-      p_id: '7',
-      hash: '',
-    };
-  }
-  return {
-    ...common,
-    amount: String(payment.amount),
-    benefice: '0',
-    commission: '0',
-    fee: '0',
-    // Seen in an official sample: a FAILED notification that also says "operation success".
-    response: 'operation success',
-    error: ok ? null : 'transaction declined by the customer',
-    service_id: '3',
-    sms_link: null,
-    ipn_state: 1,
-    w_amount_after_transaction: null,
-    p_last_wallet_amount: null,
-    p_id: 7,
-    hash: null,
-    currency: 'XOF',
-    transaction_channel: 'wave',
-  };
-}
-
-/** The service's timestamp format: `YYYY-MM-DDThh:mm:ss.SSS+00:00`. */
-function stamp(date: Date): string {
-  return date.toISOString().replace('Z', '+00:00');
+  await malformed.arrayBuffer();
+  report.malformedStatus = malformed.status;
+  return report;
 }

@@ -50,12 +50,27 @@ describe('the demo (npm start)', () => {
     expect(order(retried?.orderId ?? '')).toMatchObject({ status: 'paid', credits: 1 });
   });
 
-  it('counts each resend as a duplicate, each distinct notification once, and the malformed request as invalid', () => {
+  it('counts each resend as a duplicate, each verified notification once, and the malformed request as invalid', () => {
     const resends = PAYMENTS.reduce((sum, p) => sum + p.states.length * (p.copies - 1), 0);
     const notifications = PAYMENTS.reduce((sum, p) => sum + p.states.length, 0);
-    expect(summary.service).toEqual({ notifications, resends, malformedStatus: 400 });
-    expect(summary.counts).toEqual({ received: notifications, duplicates: resends, invalid: 1 });
+    const reversed = PAYMENTS.filter((p) => p.states.length > 1).length;
+    expect(summary.service).toMatchObject({ notifications, resends, malformedStatus: 400 });
+    expect(summary.counts).toEqual({
+      received: notifications - reversed,
+      duplicates: resends,
+      invalid: 1,
+      rejected: reversed + 1,
+    });
     expect(summary.review).toEqual([]);
+  });
+
+  it('rejects the forged SUCCESSFUL: answered 200, the order stays failed, nothing credited', () => {
+    expect(summary.service.forgedStatus).toBe(200);
+    expect(order(summary.service.forgedOrderId)).toMatchObject({ status: 'failed', credits: 0 });
+  });
+
+  it('verifies with at most one status query per transaction, however many copies arrived', () => {
+    expect(summary.statusQueries).toBeLessThanOrEqual(PAYMENTS.length + 1);
   });
 
   it('runs as `npm start`: exits 0 and prints the orders and the counts', async () => {
@@ -75,5 +90,6 @@ describe('the demo (npm start)', () => {
     expect(stdout).toMatch(new RegExp(`^Received\\s+${summary.counts.received}\\b`, 'm'));
     expect(stdout).toMatch(new RegExp(`^Duplicates\\s+${summary.counts.duplicates}\\b`, 'm'));
     expect(stdout).toMatch(/^Invalid\s+1\b/m);
+    expect(stdout).toMatch(/^Rejected\s+2\b/m);
   });
 });
