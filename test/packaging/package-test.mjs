@@ -61,6 +61,12 @@ try {
       'dist/cjs/index.d.ts',
       'dist/esm/index.js',
       'dist/esm/index.d.ts',
+      ...['redis', 'postgres', 'testing'].flatMap((entry) => [
+        `dist/cjs/${entry}.js`,
+        `dist/esm/${entry}.js`,
+        `dist/cjs/${entry}.d.ts`,
+      ]),
+      'dist/cjs/cli.js',
     ]) {
       if (!paths.includes(expected)) throw new Error(`missing ${expected}`);
     }
@@ -95,6 +101,50 @@ try {
     run('node', ['probe.mjs'], app);
   });
 
+  check('the Redis, PostgreSQL and testing entry points load, with no database driver installed', () => {
+    writeFileSync(
+      join(app, 'entries.cjs'),
+      `const { RedisStore } = require('ipn-kit/redis');
+const { PostgresStore, postgresSchemaSql } = require('ipn-kit/postgres');
+const { createFakeProvider } = require('ipn-kit/testing');
+if (typeof RedisStore !== 'function' || typeof PostgresStore !== 'function') process.exit(1);
+if (!postgresSchemaSql('ipn_inbox').includes('ipn_inbox') || typeof createFakeProvider !== 'function') process.exit(1);
+`,
+    );
+    run('node', ['entries.cjs'], app);
+  });
+
+  check('the testing kit plays the service for a router and a status client, from ESM', () => {
+    writeFileSync(
+      join(app, 'kit.mjs'),
+      `import { createServer } from 'node:http';
+import { ipnRouter, createStatusClient } from 'ipn-kit';
+import { createFakeProvider } from 'ipn-kit/testing';
+const provider = await createFakeProvider({ apiKey: 'key' });
+const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'key' });
+const ipn = ipnRouter({ verify: client });
+const events = [];
+ipn.on('successful', (n) => events.push(n.custom_data));
+ipn.on('rejected', (e) => events.push('rejected:' + e.reason));
+const server = createServer(ipn);
+await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+const ipnUrl = 'http://127.0.0.1:' + server.address().port + '/';
+await provider.initiate({ amount: 100, ipnUrl, customData: 'order-1', outcome: 'SUCCESSFUL' }).delivered;
+await provider.forge({ ipnUrl, customData: 'order-2' });
+for (let i = 0; i < 200 && events.length < 2; i += 1) await new Promise((r) => setTimeout(r, 10));
+server.close();
+await provider.close();
+if (events.join() !== 'order-1,rejected:not_found') { console.error(events); process.exit(1); }
+`,
+    );
+    run('node', ['kit.mjs'], app);
+  });
+
+  check('npx ipn-kit runs the CLI', () => {
+    const help = run(join(app, 'node_modules/.bin/ipn-kit'), ['--help'], app);
+    if (!help.includes('ipn-kit send <url>')) throw new Error(`unexpected help:\n${help}`);
+  });
+
   check('the core pulls in no database driver', () => {
     const installed = readdirSync(join(app, 'node_modules'));
     const drivers = installed.filter((name) => ['ioredis', 'redis', 'pg', '@redis'].includes(name));
@@ -104,7 +154,11 @@ try {
   check(
     'types resolve for both require (.cts) and import (.mts) under node16 resolution, with no global types',
     () => {
-      const source = `import { ipnRouter, MemoryStore, type IpnNotification } from 'ipn-kit';
+      const source = `import { ipnRouter, MemoryStore, createStatusClient, type IpnNotification } from 'ipn-kit';
+import { RedisStore } from 'ipn-kit/redis';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { createFakeProvider } from 'ipn-kit/testing';
+export const stores = [RedisStore, PostgresStore, createFakeProvider, createStatusClient];
 const ipn = ipnRouter({ store: new MemoryStore() });
 ipn.on('successful', (n) => { const state: 'SUCCESSFUL' = n.state; const amount: number | null = n.amount; void [state, amount]; });
 // @ts-expect-error no such event
