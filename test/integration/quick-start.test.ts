@@ -24,16 +24,23 @@ async function waitForLine(child: ChildProcess, output: string[], pattern: RegEx
   }
 }
 
+/** The first TypeScript block of the README after `marker`. */
+function readmeBlockAfter(marker: string): string {
+  const readme = readFileSync(join(root, 'README.md'), 'utf8');
+  const at = readme.indexOf(marker);
+  if (at === -1) throw new Error(`the README no longer says ${marker}`);
+  const start = readme.indexOf('```ts\n', at) + '```ts\n'.length;
+  return readme.slice(start, readme.indexOf('```', start));
+}
+
+test.each([
+  ['This is `examples/quick-start.ts`', 'examples/quick-start.ts'],
+  ['this is `test/integration/partner-kit.test.ts`', 'test/integration/partner-kit.test.ts'],
+])('the README block after "%s" is that file as it is', (marker, file) => {
+  expect(readmeBlockAfter(marker)).toBe(readFileSync(join(root, file), 'utf8'));
+});
+
 describe('the README quick start (examples/quick-start.ts)', () => {
-  test('the README shows the file as it is', () => {
-    const readme = readFileSync(join(root, 'README.md'), 'utf8');
-    const start =
-      readme.indexOf('```ts\n', readme.indexOf('This is `examples/quick-start.ts`')) + '```ts\n'.length;
-    const block = readme.slice(start, readme.indexOf('```', start));
-
-    expect(block).toBe(readFileSync(join(root, 'examples/quick-start.ts'), 'utf8'));
-  });
-
   let child: ChildProcess | undefined;
   afterEach(() => child?.kill());
 
