@@ -95,11 +95,6 @@ export function createDelivery<C>(
     /** Runs after the answer: verification, then the events. */
     dispatch,
 
-    /** A resend. At-most-once with `verify`, a copy that differs from the one being verified waits its turn. */
-    duplicate(n: IpnNotification): void {
-      verifying?.duplicate(n);
-    },
-
     async reconcile(transactionId: string): Promise<ReconcileResult> {
       if (verify === undefined) {
         throw new IpnKitError(
@@ -138,6 +133,9 @@ export function createDelivery<C>(
       purge: async (before) => inbox().purge(before),
     } satisfies Inbox,
 
-    close: context.close,
+    close(): void {
+      verifying?.close();
+      context.close();
+    },
   };
 }

@@ -5,7 +5,7 @@ import { DeliveryError, IpnKitError, messageOf, StoreError, VerificationError } 
 import type { Notification } from './events.js';
 import { ipnNotificationSchema, type IpnNotification } from './schema.js';
 import type { DurableStore } from './store.js';
-import { verifyNotification, type Verdict } from './verify-notification.js';
+import { genuineRecord, verifyNotification, type Verdict } from './verify-notification.js';
 
 /** How an attempt ended: `later` is a verification that could not be made yet. */
 type Attempt =
@@ -73,7 +73,11 @@ export function createDurableDelivery<C>(context: DeliveryContext<C>, inbox: Dur
       }
       if (result.kind === 'rejected') {
         reject(result.event);
-        await inbox.release(key); // a genuine notification of this key can still come
+        await inbox.release(key); // a genuine notification of this key can still come...
+        // ...or it came already, answered as a duplicate of the forgery: deliver the service's own record.
+        const genuine = genuineRecord(result.event);
+        const lease = { id: randomUUID(), ms: options.leaseMs };
+        if (genuine && (await inbox.receive(key, genuine, lease))) return deliver(key, genuine, lease.id, 1);
         return false;
       }
       const failure =
@@ -82,7 +86,8 @@ export function createDurableDelivery<C>(context: DeliveryContext<C>, inbox: Dur
           : new VerificationError(n.transaction_id, attempts, result.reason);
       if (result.kind === 'failed') report(failure, n);
       if (attempts >= options.maxAttempts) {
-        await inbox.settle(key, leaseId, { status: 'dead', error: failure.message });
+        // Emitted by the instance that still held the lease, only: a replay may have taken it meanwhile.
+        if (!(await inbox.settle(key, leaseId, { status: 'dead', error: failure.message }))) return false;
         logger.error(
           { ...identify(n), attempts },
           `IPN notification ${key} is dead after ${attempts} attempts`,
@@ -144,6 +149,7 @@ function within<T>(pending: Promise<T>, ms: number, key: string): Promise<T> {
   return new Promise((resolve, reject) => {
     const message = `the listeners of ${key} did not settle within ${ms} ms (leaseMs)`;
     const timer = setTimeout(() => reject(new DeliveryError(message)), ms);
+    timer.unref(); // a listener that never settles must not keep a closing process alive
     pending.then(resolve, reject).finally(() => clearTimeout(timer));
   });
 }

@@ -125,6 +125,8 @@ export interface StatusQueryFailure {
   serviceMessage?: string | undefined;
   /** Whether asking again later may succeed (network errors, 5xx, a block). */
   retryable: boolean;
+  /** Whether the answer looks like the service blocking this caller (429 or 403, as HTTP status or `statut_code`). */
+  blocked?: boolean | undefined;
 }
 
 /** A status query failed: an HTTP error, a `statut_code` other than 200 or 404, a body that is not the envelope, a timeout. */
@@ -135,6 +137,8 @@ export class StatusQueryError extends StatusError {
   readonly statutCode: number | undefined;
   readonly serviceMessage: string | undefined;
   readonly retryable: boolean;
+  /** The answer looked like a block: the client sends nothing during its cool-down. */
+  readonly blocked: boolean;
 
   constructor(
     transactionId: string,
@@ -147,6 +151,7 @@ export class StatusQueryError extends StatusError {
     this.statutCode = failure.statutCode;
     this.serviceMessage = failure.serviceMessage;
     this.retryable = failure.retryable;
+    this.blocked = failure.blocked === true;
   }
 }
 

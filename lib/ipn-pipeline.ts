@@ -155,7 +155,6 @@ export function createIpnPipeline<C>(
             'IPN resend dropped',
           );
           emit('duplicate', notification);
-          delivery.duplicate(notification);
         },
       };
     }

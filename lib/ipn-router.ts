@@ -72,7 +72,9 @@ export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
   const handler = (req: IncomingMessage, res: ServerResponse, next?: (error?: unknown) => void): void => {
     // Mounted by Express, only the mount path itself is ours; anything below it belongs to the host app.
     if (next && !isMountRoot(req, handler)) {
-      resolved.logger.debug({ url: req.url }, 'ipn-kit passed a request below its mount path on to the app');
+      // The path only: a query string may carry the IPN address token.
+      const path = (req.url ?? '').split('?')[0];
+      resolved.logger.debug({ path }, 'ipn-kit passed a request below its mount path on to the app');
       return next();
     }
     // Started inside a promise, so that even a throw while reading the request becomes a 500, not a crash.

@@ -136,10 +136,12 @@ export function inboxSql(table: string) {
     list: `SELECT ${COLUMNS} FROM ${t} ORDER BY received_at, key LIMIT $1 OFFSET $2`,
     listByStatus: `SELECT ${COLUMNS} FROM ${t} WHERE status = $3 ORDER BY received_at, key LIMIT $1 OFFSET $2`,
     get: `SELECT ${COLUMNS} FROM ${t} WHERE key = $1`,
-    replay: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = now(), ${END_LEASE}
-      WHERE key = $1`,
-    replayDead: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = now(), ${END_LEASE}
-      WHERE status = 'dead'`,
+    // A replay keeps a live lease (an attempt still running finishes first, alone) and skips the rows
+    // claim() writes, which hold no notification to deliver.
+    replay: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = now(), updated_at = now()
+      WHERE key = $1 AND record <> '{}'::jsonb`,
+    replayDead: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = now(), updated_at = now()
+      WHERE status = 'dead' AND record <> '{}'::jsonb`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < $1`,
   };
 }

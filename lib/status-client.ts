@@ -70,7 +70,8 @@ export function createStatusClient(
   const { apiKey, timeoutMs, retries, retryDelayMs } = resolved;
   const logger = guardLogger(resolved.logger);
   const url = `${resolved.baseUrl}/status`;
-  const guard = createQueryGuard({ ...resolved, now: Date.now });
+  // A monotonic clock: a wall-clock step must neither reopen the budget nor end a cool-down early.
+  const guard = createQueryGuard({ ...resolved, now: () => performance.now() });
 
   async function request(transactionId: string): Promise<StatusRecord> {
     guard.permit(transactionId);
@@ -89,14 +90,14 @@ export function createStatusClient(
       const message = `the status query for ${transactionId} got no answer: ${messageOf(cause)}`;
       throw new StatusQueryError(transactionId, message, { retryable: true }, { cause });
     }
-    if (response.status === 429 || response.status === 403) {
+    const answer = parseStatusAnswer(transactionId, { httpStatus: response.status, body });
+    if (answer instanceof StatusQueryError && answer.blocked) {
       guard.blocked(retryAfterMs(response.headers.get('retry-after')));
       logger.warn(
         { transaction_id: transactionId, status: response.status },
         'the payment service may be blocking status queries: sending none during the cool-down',
       );
     }
-    const answer = parseStatusAnswer(transactionId, { httpStatus: response.status, body });
     if (answer instanceof Error) throw answer;
     return answer;
   }
@@ -106,9 +107,7 @@ export function createStatusClient(
       try {
         return await request(transactionId);
       } catch (error) {
-        const blocked =
-          error instanceof StatusQueryError && (error.httpStatus === 429 || error.httpStatus === 403);
-        if (!(error instanceof StatusQueryError) || !error.retryable || blocked || attempt >= retries)
+        if (!(error instanceof StatusQueryError) || !error.retryable || error.blocked || attempt >= retries)
           throw error;
         // Exponential backoff with jitter, so that many clients recovering at once do not ask in step.
         await sleep(retryDelayMs * 2 ** attempt * (0.5 + Math.random() / 2));

@@ -25,6 +25,9 @@ const envelopeSchema = z.looseObject({
 
 const NOT_FOUND = /transaction\s+not\s+found/i;
 
+/** Answers that look like the service blocking the caller, as HTTP status or `statut_code`. */
+const BLOCK_CODES = new Set([429, 403]);
+
 /** An HTTP answer to a status query, as plain values. */
 export interface StatusAnswer {
   httpStatus: number;
@@ -43,27 +46,26 @@ export function parseStatusAnswer(
   const { httpStatus } = answer;
   const parsed = tryParseJson(answer.body);
   const envelope = parsed.ok ? envelopeSchema.safeParse(parsed.value) : undefined;
-  const blocked = httpStatus === 429 || httpStatus === 403;
+  const blockedHttp = BLOCK_CODES.has(httpStatus);
   if (!envelope?.success) {
     const what = parsed.ok ? 'a JSON body that is not the status envelope' : 'a body that is not JSON';
     const hint = httpStatus === 404 ? ' (is baseUrl right? it should end with /api_v1/transaction)' : '';
     return new StatusQueryError(
       transactionId,
       `the status query answered HTTP ${httpStatus} with ${what}${hint}`,
-      {
-        httpStatus,
-        retryable: httpStatus >= 500 || blocked,
-      },
+      { httpStatus, retryable: httpStatus >= 500 || blockedHttp, blocked: blockedHttp },
     );
   }
   const { data, statut_code: code } = envelope.data;
   const message = typeof envelope.data.message === 'string' ? envelope.data.message : undefined;
   const failure = { httpStatus, statutCode: code, serviceMessage: message };
 
+  // The service puts its own codes in the body: a block may come as statut_code 429 in an HTTP 200.
+  const blocked = blockedHttp || BLOCK_CODES.has(code ?? 0);
   // A failure (5xx, a block) that happens to say "not found" or to list the id is a failure, not a verdict.
   const failing = blocked || httpStatus >= 500 || (code ?? 0) >= 500;
   const unknownId =
-    code === 404 ||
+    (!failing && code === 404) ||
     (!failing && message !== undefined && NOT_FOUND.test(message)) ||
     (!failing && (code === undefined || code === 200) && holdsOnlyTheId(data, transactionId));
   if (unknownId) return new TransactionNotFoundError(transactionId);
@@ -71,7 +73,8 @@ export function parseStatusAnswer(
     const detail = `HTTP ${httpStatus}, statut_code ${code ?? 'missing'}${message ? `: ${message}` : ''}`;
     return new StatusQueryError(transactionId, `the status query for ${transactionId} failed (${detail})`, {
       ...failure,
-      retryable: httpStatus >= 500 || (code ?? 0) >= 500 || blocked,
+      retryable: failing,
+      blocked,
     });
   }
   const record = pickRecord(data, transactionId);

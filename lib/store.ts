@@ -105,7 +105,10 @@ export interface DurableStore extends Store {
   settle(key: string, leaseId: string, settlement: Settlement): Promise<boolean>;
   list(options?: ListOptions): Promise<InboxEntry[]>;
   get(key: string): Promise<InboxEntry | undefined>;
-  /** Makes one entry due again now, attempts reset to 0, whatever its status. `false` when there is none. */
+  /**
+   * Makes one entry due again now, attempts reset to 0, whatever its status; a live lease is kept (the
+   * attempt holding it finishes first). `false` when there is none, or only a `claim` row without a record.
+   */
   replay(key: string): Promise<boolean>;
   /** Makes every `dead` entry due again now, attempts reset to 0. Resolves how many. */
   replayDead(): Promise<number>;

@@ -43,8 +43,47 @@ export function mismatchesOf(notification: IpnNotification, status: StatusRecord
   const fields: VerifiedField[] = [];
   if (status.state !== notification.state) fields.push('state');
   if (status.amount !== notification.amount) fields.push('amount');
-  if (status.custom_data !== notification.custom_data) fields.push('custom_data');
+  if (!sameCustomData(status.custom_data, notification.custom_data)) fields.push('custom_data');
   return fields;
+}
+
+/**
+ * `custom_data` as the partner gave it: the same text, or, when both are JSON (the service may re-serialise
+ * what it decoded: `{"a": 1}` and `{"a":1}`, `12.50` and `12.5`), the same JSON value.
+ */
+export function sameCustomData(a: string, b: string): boolean {
+  if (a === b) return true;
+  const left = canonicalJson(a);
+  return left !== undefined && left === canonicalJson(b);
+}
+
+/**
+ * JSON text with object keys sorted, or `undefined` when `text` is not JSON, or holds a number too long to be
+ * read exactly (two different 20-digit order numbers must never compare equal).
+ */
+function canonicalJson(text: string): string | undefined {
+  if (/\d{16,}/.test(text)) return undefined;
+  try {
+    return JSON.stringify(JSON.parse(text), (_key, value: unknown) =>
+      typeof value === 'object' && value !== null && !Array.isArray(value)
+        ? Object.fromEntries(Object.entries(value).sort(([x], [y]) => (x < y ? -1 : x > y ? 1 : 0)))
+        : value,
+    );
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * When a rejected notification names a transaction that did end in its state (only the amount or
+ * `custom_data` were altered), the genuine notification of that key exists: the service's own record, to
+ * deliver in the forgery's place. Otherwise `undefined`.
+ */
+export function genuineRecord(event: RejectedEvent): StatusRecord | undefined {
+  const { status } = event;
+  return event.reason === 'mismatch' && status !== undefined && status.state === event.notification.state
+    ? status
+    : undefined;
 }
 
 /**

@@ -2,43 +2,50 @@ import type { DeliveryContext } from './delivery-context.js';
 import { keyOf } from './delivery-context.js';
 import { VerificationError } from './errors.js';
 import type { IpnNotification } from './schema.js';
-import { verifyNotification, type StatusSource, type Verdict } from './verify-notification.js';
+import { genuineRecord, verifyNotification, type StatusSource, type Verdict } from './verify-notification.js';
 
 const MAX_VERIFY_DELAY = 10 * 60_000;
 
 /**
  * At-most-once with `verify`: each accepted notification is emitted once the service confirms it, retried
- * within `verifyAttempts` when the service cannot answer now. A copy of the same key that differs from the
- * one being verified (a genuine one behind a forgery) waits its turn.
+ * within `verifyAttempts` when the service cannot answer now.
+ *
+ * A copy that the service contradicts in amount or `custom_data` only, for a transaction that did end in that
+ * state, is a forgery of a real payment that claimed the key first: the genuine copy was (or will be) a
+ * duplicate of that key. So the service's own record is delivered in its place, and the payment is not lost.
  */
 export function createVerifyQueue<C>(context: DeliveryContext<C>, source: StatusSource) {
-  const { options, after, detach, reject, release, report, emitNow } = context;
-  /** Notifications of one key awaiting verification, the one being verified first. */
-  const candidates = new Map<string, IpnNotification[]>();
+  const { options, after, detach, reject, release, report, emitNow, logger } = context;
+  /** Keys being verified, with the notification that claimed each. */
+  const pending = new Map<string, IpnNotification>();
 
-  async function verifyNext(key: string, attempt: number): Promise<void> {
-    const head = candidates.get(key)?.[0];
-    if (head === undefined) return;
-    const verdict = await verifyNotification(source, head);
-    if (context.isClosed()) return;
+  async function verify(n: IpnNotification, attempt: number): Promise<void> {
+    const key = keyOf(n);
+    const verdict = await verifyNotification(source, n);
+    if (context.isClosed() || pending.get(key) !== n) return;
     if (verdict.kind === 'confirmed') {
-      candidates.delete(key);
-      emitNow(head);
+      pending.delete(key);
+      emitNow(n);
     } else if (verdict.kind === 'rejected') {
+      pending.delete(key);
       reject(verdict.event);
-      candidates.get(key)?.shift();
-      if (candidates.get(key)?.length) detach(verifyNext(key, 1));
+      const genuine = genuineRecord(verdict.event);
+      if (genuine === undefined)
+        release(key); // no genuine notification of this key can exist
       else {
-        candidates.delete(key);
-        release(key); // a genuine notification of this key can still come
+        logger.warn(
+          { transaction_id: n.transaction_id, state: n.state },
+          'delivered the service record instead',
+        );
+        emitNow(genuine);
       }
     } else if (attempt < options.verifyAttempts) {
       const backoff = Math.min(options.verifyRetryDelayMs * 2 ** (attempt - 1), MAX_VERIFY_DELAY);
-      after(Math.max(backoff, verdict.retryAfterMs), () => detach(verifyNext(key, attempt + 1)));
+      after(Math.max(backoff, verdict.retryAfterMs), () => detach(verify(n, attempt + 1)));
     } else {
-      candidates.delete(key);
+      pending.delete(key);
       release(key); // so that a resend or ipn.reconcile() can still deliver it
-      giveUp(head, verdict, attempt);
+      giveUp(n, verdict, attempt);
     }
   }
 
@@ -54,14 +61,22 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
   return {
     /** Verifies a notification just accepted, then emits it (or `rejected`, or `error`). */
     start(n: IpnNotification): void {
-      candidates.set(keyOf(n), [n]);
-      detach(verifyNext(keyOf(n), 1));
+      pending.set(keyOf(n), n);
+      detach(verify(n, 1));
     },
-    /** A resend: queued when it differs from the copy being verified, so a forgery cannot hide it. */
-    duplicate(n: IpnNotification): void {
-      const queue = candidates.get(keyOf(n));
-      if (queue && !queue.some((c) => c.amount === n.amount && c.custom_data === n.custom_data))
-        queue.push(n);
+    /**
+     * On shutdown: every notification still awaiting verification is reported (`error` with it) and its key
+     * released, so that the service's resend or a reconcile after the restart delivers it.
+     */
+    close(): void {
+      for (const [key, n] of pending) {
+        release(key);
+        report(
+          new VerificationError(n.transaction_id, 0, 'the router was closed before it could verify it'),
+          n,
+        );
+      }
+      pending.clear();
     },
   };
 }

@@ -108,7 +108,8 @@ export class MemoryInbox implements DurableStore {
     await Promise.resolve();
     const entry = this.entries.get(key);
     if (!entry) return false;
-    Object.assign(entry, { status: 'received', attempts: 0, nextAttemptAt: new Date(), leaseUntil: null });
+    // As PostgresStore: a live lease is kept, so an attempt still running finishes alone.
+    Object.assign(entry, { status: 'received', attempts: 0, nextAttemptAt: new Date() });
     return true;
   }
 

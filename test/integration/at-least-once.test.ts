@@ -1,4 +1,4 @@
-import { ipnRouter, type IpnRouter, type Options } from '../../lib/index.js';
+import { ipnNotificationSchema, ipnRouter, type IpnRouter, type Options } from '../../lib/index.js';
 import { MemoryInbox } from '../helpers/memory-inbox.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
@@ -189,6 +189,27 @@ describe("ipnRouter({ delivery: 'at-least-once' })", () => {
 
     expect((await post(payload)).status).toBe(200); // the service's resend
     await until(() => recorder.count('successful') === 1, 'the successful event');
+  });
+
+  test('with verify, a forgery that took the key first is rejected and the genuine record delivered in its place', async () => {
+    const genuine = uniquePayload();
+    const source = { getStatus: () => Promise.resolve(ipnNotificationSchema.parse(genuine)) };
+    let open = () => {};
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const slow = { getStatus: async () => (await gate, source.getStatus()) };
+    const inbox = new MemoryInbox();
+    const { ipn, recorder, post } = await start(inbox, { verify: slow });
+    const credited: string[] = [];
+    ipn.on('successful', (n) => void credited.push(n.custom_data));
+
+    await post({ ...genuine, custom_data: 'forger-order', amount: 1 });
+    expect(await (await post(genuine)).json()).toEqual({ ok: true, duplicate: true }); // the service stops here
+    open();
+
+    await until(() => inbox.entries.get(keyOf(genuine))?.status === 'delivered', 'delivered');
+    expect(recorder.of('rejected')).toEqual([expect.objectContaining({ reason: 'mismatch' })]);
+    expect(credited).toEqual([genuine.custom_data]);
+    expect(inbox.entries.get(keyOf(genuine))?.record).toMatchObject({ custom_data: genuine.custom_data });
   });
 
   test('the inbox API lists, shows, replays and purges', async () => {

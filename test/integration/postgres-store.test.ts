@@ -395,6 +395,22 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
       expect(await store.settle(key, held.id, { status: 'delivered' })).toBe(false); // the old lease is gone
     });
 
+    test('replay keeps a live lease: the attempt holding it finishes alone, and a claim row is not replayed', async () => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      const held = lease();
+      await store.receive(key, recordOf(key), held); // an attempt is running
+
+      expect(await store.replay(key)).toBe(true);
+      expect(await store.lease(lease(), 10)).toEqual([]); // nobody else takes it meanwhile
+      expect(await store.settle(key, held.id, { status: 'delivered' })).toBe(true);
+
+      const claimed = uniqueKey();
+      await store.claim(claimed, 1000);
+      expect(await store.replay(claimed)).toBe(false);
+      expect(await store.get(claimed)).toMatchObject({ status: 'delivered' });
+    });
+
     test('list filters by status and pages, oldest first', async () => {
       const store = await freshStore();
       const keys = Array.from({ length: 5 }, () => uniqueKey());

@@ -11,7 +11,7 @@ import {
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
-import { listen, type Running } from '../helpers/servers.js';
+import { listen, settle, type Running } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
 
 /** A status source over a table of records the test controls; unknown ids are not found. */
@@ -107,9 +107,32 @@ describe('ipnRouter({ verify })', () => {
   test.each([
     ['amount', { amount: 999999 }, ['amount']],
     ['custom_data', { custom_data: 'someone-elses-order' }, ['custom_data']],
-    ['state', { state: 'FAILED' }, ['state']],
   ])(
-    'a notification whose %s differs from the service record is rejected with both records',
+    'a notification whose %s differs from the service record is rejected, and the service record is delivered in its place',
+    async (_field, change, mismatches) => {
+      const genuine = uniquePayload();
+      const fake = fakeSource({ [genuine.transaction_id as string]: genuine });
+      const { recorder, post } = await start({ verify: fake.source });
+
+      await post({ ...genuine, ...change });
+      await until(() => recorder.count('successful') === 1, 'the successful event');
+      const [event] = recorder.of('rejected');
+      expect(event).toMatchObject({ reason: 'mismatch', mismatches });
+      expect(event.notification).toMatchObject(change);
+      // The transaction did succeed: its genuine notification was (or will be) a duplicate of the forgery's key.
+      expect(recorder.names().filter((name) => name !== 'notification')).toEqual(['rejected', 'successful']);
+      expect(recorder.of('successful')[0]).toMatchObject({
+        amount: genuine.amount,
+        custom_data: genuine.custom_data,
+      });
+      expect((await post(genuine)).status).toBe(200);
+      await settle();
+      expect(recorder.count('successful')).toBe(1);
+    },
+  );
+
+  test.each([['state', { state: 'FAILED' }, ['state']]])(
+    'a notification whose %s differs from the service record is rejected with both records, and nothing is emitted',
     async (_field, change, mismatches) => {
       const genuine = uniquePayload();
       const fake = fakeSource({ [genuine.transaction_id as string]: genuine });
@@ -217,7 +240,7 @@ describe('ipnRouter({ verify })', () => {
     expect(recorder.count('successful')).toBe(0);
   });
 
-  test('close() stops pending verification retries', async () => {
+  test('close() stops pending verification retries and reports the notification it could not verify', async () => {
     const payload = uniquePayload();
     const fake = fakeSource({ [payload.transaction_id as string]: payload });
     fake.failWith(new StatusQueryError(payload.transaction_id as string, 'down', { retryable: true }));
@@ -230,9 +253,16 @@ describe('ipnRouter({ verify })', () => {
     await post(payload);
     await until(() => fake.calls.length === 1, 'the first attempt');
     await ipn.close();
+    expect(recorder.of('error')).toEqual([
+      expect.objectContaining({
+        error: expect.objectContaining({ code: 'IPN_VERIFY_UNAVAILABLE' }),
+        notification: expect.objectContaining({ transaction_id: payload.transaction_id }),
+      }),
+    ]);
     await new Promise((resolve) => setTimeout(resolve, 200));
     expect(fake.calls).toHaveLength(1);
-    expect(recorder.count('error')).toBe(0);
+    expect(recorder.count('error')).toBe(1);
+    expect(recorder.count('successful')).toBe(0);
   });
 });
 

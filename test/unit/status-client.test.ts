@@ -276,6 +276,19 @@ describe('createStatusClient', () => {
   });
 
   describe('a block', () => {
+    it('takes statut_code 429 in an HTTP 200 body for a block too: nothing more is sent during the cool-down', async () => {
+      const fetch = answersInTurn(
+        () => reply(JSON.stringify({ data: [], message: 'too many requests', statut_code: 429 })),
+        () => reply(envelope(record())),
+      );
+      const statusClient = client(fetch, { blockCooldownMs: 60_000 });
+      const error = await rejectionOf(statusClient.getStatus(ID));
+      expect(error).toMatchObject({ code: 'IPN_STATUS_QUERY_FAILED', statutCode: 429, blocked: true });
+      const refusal = await rejectionOf(statusClient.getStatus('EFB.000002'));
+      expect(refusal).toMatchObject({ code: 'IPN_STATUS_RATE_LIMITED', reason: 'blocked' });
+      expect(fetch).toHaveBeenCalledTimes(1);
+    });
+
     it.each([[429], [403]])(
       'after HTTP %i, rejects that call and refuses other ids without fetching during the cool-down',
       async (status) => {

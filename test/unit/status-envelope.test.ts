@@ -224,6 +224,15 @@ describe('parseStatusAnswer', () => {
   });
 
   describe('a failed query', () => {
+    it('is a retryable StatusQueryError, never not-found, for an HTTP 503 whose body says statut_code 404', () => {
+      const result = parseStatusAnswer(
+        ID,
+        answer({ data: [ID], message: 'transaction not found', statut_code: 404 }, 503),
+      );
+      expect(result).toBeInstanceOf(StatusQueryError);
+      expect((result as StatusQueryError).retryable).toBe(true);
+    });
+
     it('is a retryable StatusQueryError for statut_code 500, with what the service said', () => {
       const error = queryErrorOf({ data: null, message: 'internal error', statut_code: 500 });
       expect(error).toBeInstanceOf(StatusError);

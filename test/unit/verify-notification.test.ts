@@ -2,7 +2,7 @@ import { StatusQueryError, StatusRateLimitError, TransactionNotFoundError } from
 import { ipnNotificationSchema } from '../../lib/schema.js';
 import type { IpnNotification } from '../../lib/schema.js';
 import type { StatusRecord } from '../../lib/status-envelope.js';
-import { mismatchesOf, verifyNotification } from '../../lib/verify-notification.js';
+import { mismatchesOf, sameCustomData, verifyNotification } from '../../lib/verify-notification.js';
 import type { StatusSource, Verdict } from '../../lib/verify-notification.js';
 import { successfulPayload } from '../helpers/payloads.js';
 
@@ -157,5 +157,26 @@ describe('mismatchesOf', () => {
 
   it('counts a custom_data left out of the status answer ("") as a difference', () => {
     expect(mismatchesOf(read(), read({ custom_data: null }))).toEqual(['custom_data']);
+  });
+});
+
+describe('sameCustomData', () => {
+  it.each([
+    ['order-1', 'order-1'],
+    ['{"orderId": "o1", "n": 2}', '{"n":2,"orderId":"o1"}'],
+    ['12.50', '12.5'],
+    ['[1, 2]', '[1,2]'],
+  ])('takes %s and %s for the same custom_data', (a, b) => {
+    expect(sameCustomData(a, b)).toBe(true);
+  });
+
+  it.each([
+    ['order-1', 'order-2'],
+    [' order-1', 'order-1'],
+    ['{"orderId":"o1"}', '{"orderId":"o2"}'],
+    ['12345678901234567891', '12345678901234567890'],
+    ['{"id":12345678901234567891}', '{"id":12345678901234567890}'],
+  ])('tells %s from %s', (a, b) => {
+    expect(sameCustomData(a, b)).toBe(false);
   });
 });
