@@ -52,3 +52,24 @@ export async function listen(app: unknown): Promise<Running> {
 export function settle(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
 }
+
+/** POSTs `copies` copies of one JSON notification at once to `path`, alternating between `bases`; resolves the statuses. */
+export function postCopies(
+  bases: string[],
+  payload: unknown,
+  copies: number,
+  path = '/ipn',
+): Promise<number[]> {
+  return Promise.all(
+    Array.from({ length: copies }, (_, i) =>
+      fetch(`${bases[i % bases.length] ?? ''}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(payload),
+      }).then(async (response) => {
+        await response.arrayBuffer();
+        return response.status;
+      }),
+    ),
+  );
+}

@@ -1,38 +1,7 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ipnNotificationSchema } from 'ipn-kit';
 import { runCli, type CliIo } from '../../lib/cli.js';
 import successful from '../fixtures/ipn-successful.json';
-import { listen, type Running } from '../helpers/servers.js';
-
-/** An IPN endpoint that records bodies, answers `status`, and can hold answers until `holdUntil` arrived. */
-async function startReceiver(status = 200, holdUntil = 0) {
-  const bodies: Record<string, any>[] = [];
-  const held: Array<() => void> = [];
-  let inFlight = 0;
-  let maxInFlight = 0;
-  const releaseAll = () => held.splice(0).forEach((answer) => answer());
-  const running: Running = await listen((req: IncomingMessage, res: ServerResponse) => {
-    inFlight += 1;
-    maxInFlight = Math.max(maxInFlight, inFlight);
-    const chunks: Buffer[] = [];
-    req.on('data', (chunk: Buffer) => chunks.push(chunk));
-    req.on('end', () => {
-      bodies.push(JSON.parse(Buffer.concat(chunks).toString('utf8')));
-      const answer = () => {
-        inFlight -= 1;
-        res
-          .writeHead(status, { 'content-type': 'application/json' })
-          .end(JSON.stringify({ ok: status === 200 }));
-      };
-      if (bodies.length > holdUntil) return void setImmediate(answer);
-      held.push(answer);
-      // Never hang the suite: a failing test sees maxInFlight below holdUntil instead.
-      if (held.length === 1) setTimeout(releaseAll, 2_000).unref();
-      if (held.length >= holdUntil) releaseAll();
-    });
-  });
-  return { ...running, bodies, maxInFlight: () => maxInFlight };
-}
+import { startReceiver, type Receiver } from '../helpers/receiver.js';
 
 function capture() {
   const stdout: string[] = [];
@@ -41,7 +10,7 @@ function capture() {
   return { io, stdout, stderr };
 }
 
-let receiver: Awaited<ReturnType<typeof startReceiver>>;
+let receiver: Receiver;
 afterEach(() => receiver?.close());
 
 async function send(...args: string[]) {
@@ -119,7 +88,7 @@ describe('ipn-kit send', () => {
   });
 
   test('--repeat 3 --concurrent sends the three copies at once', async () => {
-    receiver = await startReceiver(200, 3);
+    receiver = await startReceiver({ holdUntil: 3 });
 
     const result = await send(`${receiver.url}/ipn`, '--repeat', '3', '--concurrent');
 
@@ -130,7 +99,7 @@ describe('ipn-kit send', () => {
   });
 
   test('a non-2xx answer is printed and exits 1', async () => {
-    receiver = await startReceiver(503);
+    receiver = await startReceiver({ otherwise: 503 });
 
     const result = await send(`${receiver.url}/ipn`, '--repeat', '2');
 

@@ -1,50 +1,12 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import express from 'express';
 import { ipnRouter } from 'ipn-kit';
 import { createFakeProvider, type FakeProvider, type FakeProviderOptions } from 'ipn-kit/testing';
 import successful from '../fixtures/ipn-successful.json';
 import { quiet } from '../helpers/quiet-logger.js';
+import { startReceiver, type Receiver } from '../helpers/receiver.js';
 import { recordEvents } from '../helpers/record-events.js';
-import { listen, settle, type Running } from '../helpers/servers.js';
-
-/** An IPN endpoint that records what it receives and answers the scripted statuses in turn, then 200. */
-interface Receiver extends Running {
-  bodies: Record<string, any>[];
-  /** Most requests it was answering at the same time. */
-  maxInFlight: () => number;
-}
-
-/** `holdUntil`: keep the first answers until that many requests arrived (proves they came at once). */
-async function startReceiver(statuses: number[] = [], holdUntil = 0): Promise<Receiver> {
-  const bodies: Record<string, any>[] = [];
-  const held: Array<() => void> = [];
-  let inFlight = 0;
-  let maxInFlight = 0;
-  const releaseAll = () => held.splice(0).forEach((answer) => answer());
-  const running = await listen((req: IncomingMessage, res: ServerResponse) => {
-    inFlight += 1;
-    maxInFlight = Math.max(maxInFlight, inFlight);
-    const chunks: Buffer[] = [];
-    req.on('data', (chunk: Buffer) => chunks.push(chunk));
-    req.on('end', () => {
-      bodies.push(JSON.parse(Buffer.concat(chunks).toString('utf8')));
-      const status = statuses[bodies.length - 1] ?? 200;
-      const answer = () => {
-        inFlight -= 1;
-        res
-          .writeHead(status, { 'content-type': 'application/json' })
-          .end(JSON.stringify({ ok: status === 200 }));
-      };
-      if (bodies.length > holdUntil) return void setImmediate(answer);
-      held.push(answer);
-      // Never hang the suite: a failing test sees maxInFlight below holdUntil instead.
-      if (held.length === 1) setTimeout(releaseAll, 2_000).unref();
-      if (held.length >= holdUntil) releaseAll();
-    });
-  });
-  return { ...running, bodies, maxInFlight: () => maxInFlight };
-}
+import { listen, settle } from '../helpers/servers.js';
 
 const API_KEY = 'test-key';
 let provider: FakeProvider;
@@ -52,7 +14,7 @@ let receiver: Receiver;
 
 async function start(options: Partial<FakeProviderOptions> = {}, statuses: number[] = [], holdUntil = 0) {
   provider = await createFakeProvider({ apiKey: API_KEY, resendIntervalMs: 10, ...options });
-  receiver = await startReceiver(statuses, holdUntil);
+  receiver = await startReceiver({ statuses, holdUntil });
 }
 afterEach(async () => {
   await provider?.close();

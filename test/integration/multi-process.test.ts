@@ -3,6 +3,7 @@ import { Pool } from 'pg';
 import { PostgresStore } from '../../lib/postgres.js';
 import { startInstance, type Instance } from '../helpers/instances.js';
 import { uniquePayload } from '../helpers/payloads.js';
+import { postCopies } from '../helpers/servers.js';
 import { databaseUrl, describeWithService, redisUrl } from '../helpers/services.js';
 
 jest.setTimeout(60_000);
@@ -20,17 +21,13 @@ async function start(config: Record<string, unknown>): Promise<Instance> {
 }
 
 /** Posts `copies` copies of one notification at once, alternating between the instances. */
-function fire(targets: Instance[], payload: Record<string, unknown>, copies: number) {
-  return Promise.all(
-    Array.from({ length: copies }, (_, i) =>
-      fetch((targets[i % targets.length] as Instance).url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(payload),
-      }).then((response) => response.status),
-    ),
+const fire = (targets: Instance[], payload: Record<string, unknown>, copies: number) =>
+  postCopies(
+    targets.map((instance) => instance.url),
+    payload,
+    copies,
+    '',
   );
-}
 
 async function total(targets: Instance[]): Promise<number> {
   const counts = await Promise.all(targets.map((instance) => instance.successful()));

@@ -1,13 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import express from 'express';
 import { Pool } from 'pg';
-import request from 'supertest';
 import { ipnRouter } from 'ipn-kit';
 import { PostgresStore, postgresSchemaSql } from 'ipn-kit/postgres';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
-import { listen, type Running } from '../helpers/servers.js';
+import { listen, type Running, postCopies } from '../helpers/servers.js';
 import { databaseUrl, describeWithService } from '../helpers/services.js';
 
 const HOUR = 60 * 60 * 1000;
@@ -494,15 +493,9 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
     const b = await instance(poolB);
     const payload = uniquePayload();
 
-    const responses = await Promise.all(
-      Array.from({ length: 20 }, (_, i) =>
-        request(i % 2 ? a.url : b.url)
-          .post('/ipn')
-          .send(payload),
-      ),
-    );
+    const statuses = await postCopies([b.url, a.url], payload, 20);
 
-    expect(responses.map((response) => response.status)).toEqual(Array(20).fill(200));
+    expect(statuses).toEqual(Array(20).fill(200));
     expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(1);
     expect(a.recorder.count('duplicate') + b.recorder.count('duplicate')).toBe(19);
     const { rows } = await poolA.query(`SELECT key, status FROM "${table}"`);

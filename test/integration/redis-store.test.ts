@@ -1,13 +1,12 @@
 import express from 'express';
 import Redis from 'ioredis';
 import { createClient } from 'redis';
-import request from 'supertest';
 import { ipnRouter } from 'ipn-kit';
 import { RedisStore } from 'ipn-kit/redis';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
-import { listen, type Running } from '../helpers/servers.js';
+import { listen, type Running, postCopies } from '../helpers/servers.js';
 import { describeWithService, redisUrl } from '../helpers/services.js';
 
 /** A connected client of one kind, a way to send raw commands for assertions, and a way to quit it. */
@@ -187,15 +186,9 @@ describeWithService('Redis', 'RedisStore', () => {
       const b = await instance();
       const payload = uniquePayload();
 
-      const responses = await Promise.all(
-        Array.from({ length: 20 }, (_, i) =>
-          request(i % 2 ? a.url : b.url)
-            .post('/ipn')
-            .send(payload),
-        ),
-      );
+      const statuses = await postCopies([b.url, a.url], payload, 20);
 
-      expect(responses.map((response) => response.status)).toEqual(Array(20).fill(200));
+      expect(statuses).toEqual(Array(20).fill(200));
       expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(1);
       expect(a.recorder.count('duplicate') + b.recorder.count('duplicate')).toBe(19);
     });
