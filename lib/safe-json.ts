@@ -12,15 +12,33 @@ export function parseJson(text: string): unknown {
   return SUSPICIOUS.test(text) ? withoutForbiddenKeys(value) : value;
 }
 
-/** A deep copy of a JSON-like value without `__proto__`, `constructor` and `prototype` keys. */
+/**
+ * A deep copy of a JSON-like value without `__proto__`, `constructor` and `prototype` keys. A loop with its
+ * own stack, not recursion: a valid body nested a few thousand levels deep must not overflow the call stack.
+ */
 export function withoutForbiddenKeys(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(withoutForbiddenKeys);
-  if (typeof value !== 'object' || value === null || Buffer.isBuffer(value)) return value;
-  const copy: Record<string, unknown> = {};
-  for (const key of Object.keys(value)) {
-    if (!FORBIDDEN.has(key)) copy[key] = withoutForbiddenKeys((value as Record<string, unknown>)[key]);
+  const root = shallowCopy(value);
+  const pending: Array<[source: unknown, copy: unknown]> = [[value, root]];
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const [source, copy] = next;
+    if (source === copy) continue; // a scalar or a Buffer: nothing inside to copy
+    const array = Array.isArray(source);
+    for (const key of Object.keys(source as object)) {
+      if (!array && FORBIDDEN.has(key)) continue;
+      const item = (source as Record<string, unknown>)[key];
+      const child = shallowCopy(item);
+      (copy as Record<string, unknown>)[key] = child;
+      pending.push([item, child]);
+    }
   }
-  return copy;
+  return root;
+}
+
+/** An empty container of the same kind, or the value itself when it holds nothing to copy. */
+function shallowCopy(value: unknown): unknown {
+  if (Array.isArray(value)) return new Array<unknown>(value.length);
+  if (typeof value !== 'object' || value === null || Buffer.isBuffer(value)) return value;
+  return {};
 }
 
 /** Whether a key may be copied onto a plain object. */
