@@ -135,6 +135,7 @@ export function createDelivery<C>(
 
     close(): void {
       verifying?.close();
+      claimer.close();
       context.close();
     },
   };

@@ -104,8 +104,14 @@ const END_LEASE = 'lease_id = NULL, lease_until = NULL, updated_at = now()';
 export function inboxSql(table: string) {
   const t = tableNames(table).quoted;
   return {
-    claim: `INSERT INTO ${t} (key, transaction_id, state, record, status, delivered_at)
-      VALUES ($1, $2, $3, '{}'::jsonb, 'delivered', now()) ON CONFLICT (key) DO NOTHING`,
+    // The claim's token is kept in lease_id, so that the same claim asked again (its answer was lost) is
+    // recognised as this caller's own: true, not a resend.
+    claim: `WITH inserted AS (
+        INSERT INTO ${t} (key, transaction_id, state, record, status, delivered_at, lease_id)
+        VALUES ($1, $2, $3, '{}'::jsonb, 'delivered', now(), $4) ON CONFLICT (key) DO NOTHING RETURNING 1
+      )
+      SELECT EXISTS (SELECT 1 FROM inserted)
+        OR EXISTS (SELECT 1 FROM ${t} WHERE key = $1 AND lease_id = $4 AND record = '{}'::jsonb) AS claimed`,
     release: `DELETE FROM ${t} WHERE key = $1`,
     receive: `INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
       VALUES ($1, $2, $3, $4::jsonb, 'received', 1, $5, ${FROM_NOW(6)}) ON CONFLICT (key) DO NOTHING`,

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.js';
 import type { DeliveryStatus, DurableStore, InboxEntry, Lease, ListOptions, Settlement } from './store.js';
 
@@ -93,12 +94,13 @@ export class PostgresStore implements DurableStore {
 
   /**
    * Inserts a `delivered` row for `key`, unless one exists. `ttlMs` is not applied: purge old rows instead.
-   * @returns `true` when this call inserted the row, `false` when the key was already there.
+   * @returns `true` when this call inserted the row (or an earlier call with the same `token` did), `false`
+   * when the key was already there.
    */
-  // eslint-disable-next-line @typescript-eslint/no-unused-vars -- the Store signature; rows are purged instead
-  async claim(key: string, ttlMs: number): Promise<boolean> {
+  async claim(key: string, ttlMs: number, token: string = randomUUID()): Promise<boolean> {
     const [transactionId, state] = splitKey(key);
-    return (await this.#query(this.#sql.claim, [key, transactionId, state])).rowCount === 1;
+    const { rows } = await this.#query(this.#sql.claim, [key, transactionId, state, token]);
+    return (rows[0] as { claimed?: unknown } | undefined)?.claimed === true;
   }
 
   /** Deletes the row of `key`, so that the next claim or receive of it succeeds. */

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { Store } from './store.js';
 
 /**
@@ -30,6 +31,11 @@ export interface RedisStoreOptions {
    */
   prefix: string;
 }
+
+/** SET NX with this claim's token, or the token already there: atomic, as a script runs alone. */
+const CLAIM_SCRIPT = `if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
+return 0`;
 
 /** Sends one raw command, whichever client it is. */
 type Send = (args: string[]) => Promise<unknown>;
@@ -79,19 +85,25 @@ export class RedisStore implements Store {
   }
 
   /**
-   * Claims `key` for `ttlMs` milliseconds with `SET prefix+key 1 NX PX ttlMs`.
-   * @returns `true` when this call set the key, `false` when it already existed.
+   * Claims `key` for `ttlMs` milliseconds: one script that runs `SET prefix+key token NX PX ttlMs`, and answers
+   * true also when the key already holds this `token`. So a claim sent again after its answer was lost (a
+   * connection reset after the write; ioredis resends unanswered commands by itself) is still this caller's.
+   * @returns `true` when this call (or an earlier one with the same token) set the key, `false` when another
+   * claim holds it.
    */
-  async claim(key: string, ttlMs: number): Promise<boolean> {
+  async claim(key: string, ttlMs: number, token: string = randomUUID()): Promise<boolean> {
     if (!Number.isFinite(ttlMs) || ttlMs <= 0) {
       throw new RangeError(`RedisStore: ttlMs must be a positive number of milliseconds, got ${ttlMs}`);
     }
     // PX takes whole milliseconds; rounding up never shortens the dedupe window.
-    const reply = await this.#command(['SET', this.prefix + key, '1', 'NX', 'PX', String(Math.ceil(ttlMs))]);
-    if (reply === 'OK') return true;
-    if (reply === null) return false;
+    const ttl = String(Math.ceil(ttlMs));
+    const reply = await this.#command(['EVAL', CLAIM_SCRIPT, '1', this.prefix + key, token, ttl]);
+    if (reply === 1) return true;
+    if (reply === 0) return false;
     // The router takes anything but a boolean as a store failure; say what Redis answered instead.
-    throw new Error(`RedisStore: unexpected reply to SET NX: ${JSON.stringify(reply) ?? typeof reply}`);
+    throw new Error(
+      `RedisStore: unexpected reply to the claim script: ${JSON.stringify(reply) ?? typeof reply}`,
+    );
   }
 
   /** Deletes `prefix+key`, so that the next claim of `key` succeeds. */

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { messageOf, StoreError } from './errors.js';
 import type { Awaitable, Store } from './store.js';
 
@@ -25,12 +26,40 @@ export function createStoreClaimer(store: Store, ttl: number, timeoutMs: number)
     return attempt;
   }
 
+  const timers = new Set<NodeJS.Timeout>();
+  let closed = false;
+
+  /**
+   * A claim whose answer never came (the store rejected: a connection reset, maybe after the write) is asked
+   * again in the background with the same token, until the store answers: `true` means it was this
+   * caller's, and `late` delivers it (the service's resend is then a duplicate); `false`, another's.
+   */
+  function askAgain(operation: () => Awaitable<boolean>, late: () => void, attempt = 0): void {
+    if (closed || attempt >= LOST_ANSWER_RETRIES) return;
+    const timer = setTimeout(
+      () => {
+        timers.delete(timer);
+        Promise.resolve()
+          .then(operation)
+          .then(
+            (claimed) => {
+              if (claimed === true) safely(late);
+            },
+            () => askAgain(operation, late, attempt + 1),
+          );
+      },
+      LOST_ANSWER_DELAY_MS * 2 ** attempt,
+    );
+    timer.unref();
+    timers.add(timer);
+  }
+
   /**
    * Waits for `pending` at most `timeoutMs`. A claim that answers `true` after that still belongs to this
    * caller, which was told the store failed: `late` lets it deliver then (the service's resend, meanwhile or
    * later, is a duplicate), so the notification is neither lost nor delivered twice.
    */
-  function bounded(pending: Promise<unknown>, late: () => void): Promise<boolean> {
+  function bounded(pending: Promise<unknown>, late: () => void, lost?: () => void): Promise<boolean> {
     return new Promise((resolve, reject) => {
       let timedOut = false;
       const timer = setTimeout(() => {
@@ -51,6 +80,7 @@ export function createStoreClaimer(store: Store, ttl: number, timeoutMs: number)
           }
         },
         (error: unknown) => {
+          lost?.();
           if (timedOut) return;
           clearTimeout(timer);
           reject(asError(error));
@@ -67,12 +97,16 @@ export function createStoreClaimer(store: Store, ttl: number, timeoutMs: number)
     async claim(
       key: string,
       late: () => void,
-      operation: () => Awaitable<boolean> = () => store.claim(key, ttl),
+      durable?: () => Awaitable<boolean>,
     ): Promise<boolean | StoreError> {
+      const token = randomUUID();
+      const operation = durable ?? (() => store.claim(key, ttl, token));
+      // A durable store's receive needs no second asking: the stored entry is taken up by recovery.
+      const lost = durable ? undefined : () => askAgain(operation, late);
       try {
         if (ready) {
           const claimed = operation();
-          return typeof claimed === 'boolean' ? claimed : await bounded(Promise.resolve(claimed), late);
+          return typeof claimed === 'boolean' ? claimed : await bounded(Promise.resolve(claimed), late, lost);
         }
         // One init at a time: one that hangs is waited on again (bounded per request), not started twice.
         const init = (initialised ??= initialise());
@@ -81,8 +115,19 @@ export function createStoreClaimer(store: Store, ttl: number, timeoutMs: number)
         return new StoreError(`the store failed to claim ${key}: ${messageOf(cause)}`, { cause });
       }
     },
+
+    /** Stops asking again for lost answers. */
+    close(): void {
+      closed = true;
+      for (const timer of timers) clearTimeout(timer);
+      timers.clear();
+    },
   };
 }
+
+/** How many times, and from how long a first wait (doubling), a claim whose answer was lost is asked again. */
+const LOST_ANSWER_RETRIES = 6;
+const LOST_ANSWER_DELAY_MS = 500;
 
 /**
  * A claim must answer `true` or `false`. Anything else (a store that forgets to return, or returns Redis's

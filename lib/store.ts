@@ -18,11 +18,14 @@ export type Awaitable<T> = T | Promise<T>;
  */
 export interface Store {
   /**
-   * Atomically claims `key` for `ttlMs` milliseconds.
-   * @returns `true` when this call claimed the key (first delivery), `false` when it was already claimed and
-   * has not expired (a resend).
+   * Atomically claims `key` for `ttlMs` milliseconds. `token` is unique to this claim: a networked store
+   * should keep it with the key and answer `true` again when the same claim is asked twice, because the
+   * router asks again when a claim's answer was lost (a connection reset after the write), and a store
+   * that answers `false` then would drop the notification as a resend.
+   * @returns `true` when this call (or an earlier one with the same token) claimed the key (first
+   * delivery), `false` when another claim holds it and has not expired (a resend).
    */
-  claim(key: string, ttlMs: number): Awaitable<boolean>;
+  claim(key: string, ttlMs: number, token: string): Awaitable<boolean>;
   /**
    * Frees `key`, so that the next claim of it succeeds. The router's default (at-most-once) mode never needs
    * it; it is the way back for anything that claims a key and then cannot process the notification, so that

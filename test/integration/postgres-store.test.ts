@@ -165,6 +165,14 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
       });
     });
 
+    test('the same claim asked twice (its answer was lost) answers true again; another claim answers false', async () => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      expect(await store.claim(key, 1000, 'token-1')).toBe(true);
+      expect(await store.claim(key, 1000, 'token-1')).toBe(true);
+      expect(await store.claim(key, 1000, 'token-2')).toBe(false);
+    });
+
     test('50 concurrent claims of one key from two pools: exactly one answers true', async () => {
       const a = await freshStore();
       const b = new PostgresStore({ pool: poolB, table: a.table });

@@ -41,6 +41,9 @@ const CLIENTS: Array<[string, () => Promise<Connection>]> = [
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** What a claim writes: its token. */
+const UUID = /^[0-9a-f-]{36}$/;
+
 describeWithService('Redis', 'RedisStore', () => {
   describe.each(CLIENTS)('with %s', (kind, connect) => {
     // Unique per file, worker process and client kind, so suites can share one Redis at the same time.
@@ -117,8 +120,8 @@ describeWithService('Redis', 'RedisStore', () => {
       expect(await a.claim(key, 60_000)).toBe(true);
       expect(await b.claim(key, 60_000)).toBe(true);
 
-      expect(await raw(['GET', `${prefix}a:${key}`])).toBe('1');
-      expect(await raw(['GET', `${prefix}b:${key}`])).toBe('1');
+      expect(await raw(['GET', `${prefix}a:${key}`])).toMatch(UUID);
+      expect(await raw(['GET', `${prefix}b:${key}`])).toMatch(UUID);
       expect(await a.claim(key, 60_000)).toBe(false);
     });
 
@@ -129,8 +132,18 @@ describeWithService('Redis', 'RedisStore', () => {
 
       expect(store.prefix).toBe('ipn-kit:');
       expect(await store.claim(key, 60_000)).toBe(true);
-      expect(await raw(['GET', `ipn-kit:${key}`])).toBe('1');
+      expect(await raw(['GET', `ipn-kit:${key}`])).toMatch(UUID);
       await store.release(key);
+    });
+
+    test('the same claim asked twice (its answer was lost) answers true again; another claim answers false', async () => {
+      const { client } = await open();
+      const store = new RedisStore({ client, prefix });
+      const key = uniqueKey();
+      expect(await store.claim(key, 60_000, 'token-1')).toBe(true);
+      expect(await store.claim(key, 60_000, 'token-1')).toBe(true);
+      expect(await store.claim(key, 60_000, 'token-2')).toBe(false);
+      expect(await store.claim(key, 60_000)).toBe(false);
     });
 
     test('release deletes the key, so the next claim of it succeeds', async () => {
