@@ -5,6 +5,7 @@ import type { Notification } from './events.js';
 import type { ResolvedOptions } from './options.js';
 import type { Emit, EmitAndWait } from './safe-emitter.js';
 import type { IpnNotification } from './schema.js';
+import { loggableError } from './redact.js';
 import type { RejectedEvent } from './verify-notification.js';
 
 /** The router's emitters: fire-and-forget, and fire-then-await-every-listener. */
@@ -32,7 +33,9 @@ export function createDeliveryContext<C>(
   let closed = false;
 
   const report = (error: IpnKitError, notification?: IpnNotification): void => {
-    logger.error({ err: error, ...(notification && identify(notification)) }, error.message);
+    const err = options.logCustomerData ? error : loggableError(error, notification);
+    const message = options.logCustomerData ? error.message : (err.message as string);
+    logger.error({ err, ...(notification && identify(notification)) }, message);
     emit('error', { error, notification });
   };
   const toEvent = (n: IpnNotification): Notification<C> =>

@@ -9,6 +9,7 @@ import type { createStoreClaimer } from './store-claimer.js';
 import type { DurableStore, InboxEntry, ListOptions } from './store.js';
 import type { StatusRecord } from './status-envelope.js';
 import { createVerifyQueue } from './verify-queue.js';
+import type { Metrics } from './metrics.js';
 
 type Claimer = ReturnType<typeof createStoreClaimer>;
 
@@ -44,11 +45,12 @@ export function createDelivery<C>(
   options: ResolvedOptions<z.core.$ZodType | undefined>,
   emitters: Emitters<C>,
   claimer: Claimer,
+  metrics?: Metrics,
 ) {
   const { store, logger, verify, leaseMs } = options;
   const context = createDeliveryContext<C>(options, emitters);
   const durable = options.delivery === 'at-least-once' ? (store as DurableStore) : undefined;
-  const durably = durable && createDurableDelivery(context, durable);
+  const durably = durable && createDurableDelivery(context, durable, metrics);
   const verifying = verify && !durable ? createVerifyQueue(context, verify) : undefined;
   const { detach, after } = context;
 

@@ -4,6 +4,7 @@ import { identify, keyOf } from './delivery-context.js';
 import { DeliveryError, IpnKitError, messageOf, StoreError, VerificationError } from './errors.js';
 import type { Notification } from './events.js';
 import { ipnNotificationSchema, type IpnNotification } from './schema.js';
+import type { Metrics } from './metrics.js';
 import type { DurableStore } from './store.js';
 import { genuineRecord, verifyNotification, type Verdict } from './verify-notification.js';
 
@@ -19,7 +20,11 @@ const RECOVERY_BATCH = 50;
  * awaits every listener, and records the outcome: delivered, failed (retried with backoff), dead after
  * `maxAttempts`. Entries left due or abandoned (a retry, a replay, a crash) are taken up by `recover`.
  */
-export function createDurableDelivery<C>(context: DeliveryContext<C>, inbox: DurableStore) {
+export function createDurableDelivery<C>(
+  context: DeliveryContext<C>,
+  inbox: DurableStore,
+  metrics?: Metrics,
+) {
   const { options, logger, emit, emitAndWait, toEvent, report, reject, after } = context;
   let recovering = false;
 
@@ -58,6 +63,7 @@ export function createDurableDelivery<C>(context: DeliveryContext<C>, inbox: Dur
     leaseId: string,
     attempts: number,
   ): Promise<boolean> {
+    metrics?.attempt();
     let result: Attempt;
     try {
       result = await within(attempt(n), Math.floor(options.leaseMs * 0.9), key);

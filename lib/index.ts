@@ -2,6 +2,7 @@ export { ipnRouter } from './ipn-router.js';
 export type { IpnRouter, CustomDataOf } from './ipn-router.js';
 export type { IpnEmitter } from './safe-emitter.js';
 export type { Inbox, ReconcileResult } from './delivery.js';
+export type { IpnMetrics } from './metrics.js';
 export { MemoryStore } from './memory-store.js';
 export type { MemoryStoreOptions } from './memory-store.js';
 export type {

@@ -4,6 +4,7 @@ import { parseContentType } from './content-type.js';
 import { toFieldIssues } from './custom-data.js';
 import { createDelivery } from './delivery.js';
 import type { Emitters } from './delivery-context.js';
+import type { Metrics } from './metrics.js';
 import { BodyUnavailableError, StoreError } from './errors.js';
 import type { InvalidEvent } from './events.js';
 import { matchesSecret } from './ipn-url.js';
@@ -44,11 +45,17 @@ const RETRY_AFTER_SECONDS = '30';
 export function createIpnPipeline<C>(
   options: ResolvedOptions<z.core.$ZodType | undefined>,
   emitters: Emitters<C>,
+  metrics?: Metrics,
 ) {
   const { store, ttl, limit, logger, storeTimeout } = options;
   const { emit } = emitters;
   const secrets = options.secret === undefined ? undefined : [options.secret].flat();
-  const delivery = createDelivery<C>(options, emitters, createStoreClaimer(store, ttl, storeTimeout));
+  const delivery = createDelivery<C>(
+    options,
+    emitters,
+    createStoreClaimer(store, ttl, storeTimeout),
+    metrics,
+  );
 
   const reject = (event: InvalidEvent): IpnOutcome => ({
     status: event.status,
@@ -129,6 +136,7 @@ export function createIpnPipeline<C>(
       return reject({ reason: 'invalid_fields', status: 400, message, issues, received: parsed.record });
     }
     const notification = validated.data;
+    metrics?.received();
     const { claimed, leaseId } = await delivery.accept(notification);
     if (claimed instanceof StoreError) {
       logger.error(

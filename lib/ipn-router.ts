@@ -6,6 +6,7 @@ import { guardLogger } from './logger.js';
 import type { IpnEmitter } from './safe-emitter.js';
 import { createSafeEmitter } from './safe-emitter.js';
 import type { Inbox, ReconcileResult } from './delivery.js';
+import { createMetrics, type IpnMetrics } from './metrics.js';
 import { createIpnPipeline, type IpnOutcome, type IpnRequest } from './ipn-pipeline.js';
 import { tokenOf } from './ipn-url.js';
 import { resolveOptions, type Options } from './options.js';
@@ -28,6 +29,8 @@ export interface IpnRouter<C = undefined> extends IpnEmitter<C> {
   reconcile(transactionId: string): Promise<ReconcileResult>;
   /** The inbox, for admin tools (`delivery: 'at-least-once'` only; otherwise each call rejects `IPN_NOT_DURABLE`). */
   readonly inbox: Inbox;
+  /** What the router has counted so far (received, duplicates, emitted by state, errors, ...): a copy. */
+  metrics(): IpnMetrics;
   /** Stops pending retries and recovery and closes the store (when it has a `close`). Call it on shutdown. */
   close(): Promise<void>;
 }
@@ -57,8 +60,16 @@ export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
   type C = CustomDataOf<S>;
   const checked = resolveOptions(options);
   const resolved = { ...checked, logger: guardLogger(checked.logger) };
-  const { methods, emit, emitAndWait } = createSafeEmitter<C>(resolved.logger, () => router);
-  const pipeline = createIpnPipeline<C>(resolved, { emit, emitAndWait });
+  const verifier = resolved.verify as { stats?: unknown } | undefined;
+  const metrics = createMetrics(() => verifier?.stats);
+  // Every event is counted on its way out: the counters need no listener of their own.
+  const { methods, emit, emitAndWait } = createSafeEmitter<C>(
+    resolved.logger,
+    () => router,
+    metrics.count,
+    !resolved.logCustomerData,
+  );
+  const pipeline = createIpnPipeline<C>(resolved, { emit, emitAndWait }, metrics);
 
   // A bug of ours, not bad input: log it and report it as an `error` event.
   const internal = (cause: unknown): IpnKitError => {
@@ -94,7 +105,12 @@ export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
       });
   };
   const { reconcile, inbox, close } = pipeline;
-  const router: IpnRouter<C> = Object.assign(handler, methods, { reconcile, inbox, close });
+  const router: IpnRouter<C> = Object.assign(handler, methods, {
+    reconcile,
+    inbox,
+    close,
+    metrics: metrics.snapshot,
+  });
   return router;
 }
 

@@ -36,6 +36,12 @@ export interface Options<S extends z.core.$ZodType | undefined = undefined> {
   /** A pino-compatible logger (`debug`, `info`, `warn`, `error`). @default errors to `console.error`, the rest quiet */
   logger: Logger;
   /**
+   * Whether log lines may show the customer's number (`destination`) and name in clear. Off, they are
+   * replaced by `[redacted]` wherever they appear, error messages of your listeners included.
+   * @default false
+   */
+  logCustomerData: boolean;
+  /**
    * A status client (`createStatusClient()`): every notification is confirmed with the service before it is
    * emitted (state, amount and `custom_data` must match); one that does not match emits `rejected`. Also the
    * client `ipn.reconcile()` uses.
@@ -104,6 +110,7 @@ export function resolveOptions<S extends z.core.$ZodType | undefined>(
     ttl: 7 * 24 * 60 * 60 * 1000,
     storeTimeout: 5_000,
     logger: defaultLogger,
+    logCustomerData: false,
     verify: undefined,
     verifyAttempts: 6,
     verifyRetryDelayMs: 10_000,
@@ -168,6 +175,7 @@ const KNOWN = new Set([
   'limit',
   'storeTimeout',
   'logger',
+  'logCustomerData',
   'verify',
   'verifyAttempts',
   'verifyRetryDelayMs',

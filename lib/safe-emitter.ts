@@ -2,6 +2,7 @@ import { EventEmitter } from 'eventemitter3';
 import { ListenerError } from './errors.js';
 import type { IpnEvents } from './events.js';
 import type { Logger } from './logger.js';
+import { loggableError } from './redact.js';
 
 type Events<C> = IpnEvents<C>;
 type Name<C> = keyof Events<C>;
@@ -32,21 +33,30 @@ export type EmitAndWait<C> = <E extends Name<C>>(
 /**
  * An eventemitter3 emitter whose listeners cannot hurt the caller: each one runs in isolation, and a throw
  * or a rejected promise becomes an `error` event (and an error log) instead of an exception or an unhandled
- * rejection. The other listeners still run.
+ * rejection. The other listeners still run. `observe` sees every event emitted (for counters), listener
+ * failures included.
  */
-export function createSafeEmitter<C>(logger: Logger, self: () => unknown) {
+export function createSafeEmitter<C>(
+  logger: Logger,
+  self: () => unknown,
+  observe: (event: string, payload: unknown) => void = () => {},
+  redact = true,
+) {
   const emitter = new EventEmitter();
   /** Set while `emitAndWait` emits: each listener called adds whether it succeeded. */
   let collecting: Array<Promise<boolean>> | undefined;
 
   const report = (event: string, cause: unknown, payload: unknown): false => {
     const error = new ListenerError(event, cause);
-    logger.error({ err: error, event, ...identify(payload) }, error.message);
+    const err = redact ? loggableError(error, payload) : error;
+    logger.error({ err, event, ...identify(payload) }, redact ? (err.message as string) : error.message);
     // A failing 'error' listener is only logged: reporting it through 'error' again could loop.
     if (event !== 'error') {
       const outer = collecting;
       collecting = undefined; // the 'error' listeners' own outcome is not the delivery's
-      emitter.emit('error', { error, notification: event === 'invalid' ? undefined : payload });
+      const failure = { error, notification: event === 'invalid' ? undefined : payload };
+      observe('error', failure);
+      emitter.emit('error', failure);
       collecting = outer;
     }
     return false;
@@ -102,7 +112,10 @@ export function createSafeEmitter<C>(logger: Logger, self: () => unknown) {
     listenerCount: (event) => emitter.listenerCount(event),
     eventNames: () => emitter.eventNames() as never,
   };
-  const emit: Emit<C> = (event, payload) => emitter.emit(event, payload);
+  const emit: Emit<C> = (event, payload) => {
+    observe(event, payload);
+    return emitter.emit(event, payload);
+  };
   /**
    * Emits, then waits for every listener (and the promise each returns). Resolves how many listeners ran
    * and whether all of them succeeded; failures are reported as usual.
@@ -112,6 +125,7 @@ export function createSafeEmitter<C>(logger: Logger, self: () => unknown) {
     const outcomes: Array<Promise<boolean>> = [];
     collecting = outcomes;
     try {
+      observe(event, payload);
       emitter.emit(event, payload);
     } finally {
       collecting = outer;

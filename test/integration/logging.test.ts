@@ -49,4 +49,43 @@ describe('logging', () => {
     }
     expect(lines[1]).toContain(String(payload.transaction_id));
   });
+
+  describe("a listener's error that quotes the customer", () => {
+    async function run(logCustomerData?: boolean) {
+      const lines: string[] = [];
+      const record = (object: object, message: string) =>
+        void lines.push(`${message} ${JSON.stringify(object)}`);
+      const logger = { debug: record, info: record, warn: record, error: record };
+      const ipn = ipnRouter({ logger, logCustomerData });
+      const errors: Error[] = [];
+      ipn.on('successful', (n) => {
+        throw new Error(`could not credit ${n.customer_name} (${n.destination})`, {
+          cause: new Error(`wallet ${n.destination} locked`),
+        });
+      });
+      ipn.on('error', ({ error }) => void errors.push(error));
+      running = await listen(ipn);
+      const payload = uniquePayload({ customer_name: 'Awa Kone', destination: '0700000001' });
+      await request(running.url)
+        .post('/')
+        .set('Content-Type', 'application/json')
+        .send(JSON.stringify(payload));
+      return { lines, errors };
+    }
+
+    test('is logged with the number and name redacted, by default; the error event keeps them', async () => {
+      const { lines, errors } = await run();
+      const logged = lines.join('\n');
+      expect(logged).toContain('could not credit [redacted] ([redacted])');
+      expect(logged).toContain('wallet [redacted] locked');
+      expect(logged).not.toContain('0700000001');
+      expect(logged).not.toContain('Awa Kone');
+      expect(errors[0]?.message).toContain('Awa Kone');
+    });
+
+    test('is logged in clear with logCustomerData: true', async () => {
+      const { lines } = await run(true);
+      expect(lines.join('\n')).toContain('could not credit Awa Kone (0700000001)');
+    });
+  });
 });

@@ -61,7 +61,7 @@ try {
       'dist/cjs/index.d.ts',
       'dist/esm/index.js',
       'dist/esm/index.d.ts',
-      ...['redis', 'postgres', 'testing'].flatMap((entry) => [
+      ...['redis', 'postgres', 'testing', 'prometheus'].flatMap((entry) => [
         `dist/cjs/${entry}.js`,
         `dist/esm/${entry}.js`,
         `dist/cjs/${entry}.d.ts`,

@@ -1,0 +1,126 @@
+import { Registry } from 'prom-client';
+import { ipnRouter, type IpnRouter } from '../../lib/index.js';
+import { registerIpnMetrics } from '../../lib/prometheus.js';
+import { createStatusClient } from '../../lib/status-client.js';
+import { MemoryInbox } from '../helpers/memory-inbox.js';
+import { uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
+import { listen, settle, type Running } from '../helpers/servers.js';
+import { until } from '../helpers/until.js';
+
+const servers: Running[] = [];
+const routers: IpnRouter[] = [];
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((server) => server.close()));
+  await Promise.all(routers.splice(0).map((router) => router.close()));
+});
+
+async function serve(ipn: IpnRouter) {
+  routers.push(ipn);
+  const running = await listen(ipn);
+  servers.push(running);
+  return (body: unknown, type = 'application/json') =>
+    fetch(running.url, {
+      method: 'POST',
+      headers: { 'content-type': type },
+      body: typeof body === 'string' ? body : JSON.stringify(body),
+    });
+}
+
+describe('ipn.metrics()', () => {
+  test('counts what the router received, dropped, rejected, emitted and failed, and the status queries', async () => {
+    const genuine = uniquePayload();
+    const failed = uniquePayload({ state: 'FAILED' });
+    const known = { [String(genuine.transaction_id)]: genuine, [String(failed.transaction_id)]: failed };
+    const fetchStatus = (_url: string | URL | Request, init?: RequestInit) => {
+      const id = (JSON.parse(String(init?.body)) as { transaction_ids: string }).transaction_ids;
+      const record = known[id];
+      const body = record
+        ? { data: record, message: '', statut_code: 200 }
+        : { data: [id], message: 'transaction not found', statut_code: 404 };
+      return Promise.resolve(new Response(JSON.stringify(body)));
+    };
+    const client = createStatusClient({
+      baseUrl: 'http://service.test/api_v1/transaction',
+      apiKey: 'k',
+      fetch: fetchStatus,
+    });
+    const ipn = ipnRouter({ verify: client, logger: quiet });
+    ipn.on('failed', () => {
+      throw new Error('refund service down');
+    });
+    const post = await serve(ipn);
+
+    await post(genuine);
+    await post(genuine); // a resend
+    await post(failed);
+    await post(uniquePayload()); // forged: unknown to the service
+    await post('{"transaction_id":', 'application/json'); // malformed
+    await until(() => ipn.metrics().rejected === 1 && ipn.metrics().emitted.FAILED === 1, 'the events');
+    await settle();
+
+    expect(ipn.metrics()).toEqual({
+      received: 4,
+      duplicates: 1,
+      invalid: 1,
+      emitted: { SUCCESSFUL: 1, FAILED: 1, other: 0 },
+      rejected: 1,
+      listenerErrors: 1,
+      storeErrors: 0,
+      verificationErrors: 0,
+      deliveryAttempts: 0,
+      dead: 0,
+      statusQueries: { made: 3, refused: 0, cached: 0, shared: 0 },
+    });
+  });
+
+  test('at least once: counts delivery attempts and dead notifications', async () => {
+    const ipn = ipnRouter({
+      store: new MemoryInbox(),
+      delivery: 'at-least-once',
+      maxAttempts: 2,
+      retryDelayMs: 5,
+      recoveryIntervalMs: 20,
+      logger: quiet,
+    });
+    ipn.on('successful', () => Promise.reject(new Error('ledger down')));
+    const post = await serve(ipn);
+    await post(uniquePayload());
+    await until(() => ipn.metrics().dead === 1, 'the dead notification');
+    expect(ipn.metrics()).toMatchObject({ received: 1, deliveryAttempts: 2, dead: 1, listenerErrors: 2 });
+    expect(ipn.metrics().statusQueries).toBeUndefined();
+  });
+});
+
+describe('registerIpnMetrics (ipn-kit/prometheus)', () => {
+  test('exports the counters to a prom-client registry, and each scrape adds only what is new', async () => {
+    const ipn = ipnRouter({ logger: quiet });
+    ipn.on('notification', () => {});
+    const registry = new Registry();
+    registerIpnMetrics(ipn, { registry });
+    const post = await serve(ipn);
+    const payload = uniquePayload();
+
+    await post(payload);
+    await post(payload);
+    await settle();
+    const first = await registry.metrics();
+    expect(first).toMatch(/^ipn_kit_notifications_received_total 2$/m);
+    expect(first).toMatch(/^ipn_kit_duplicates_total 1$/m);
+    expect(first).toMatch(/^ipn_kit_emitted_total\{state="SUCCESSFUL"\} 1$/m);
+
+    await post(uniquePayload({ state: 'FAILED' }));
+    await settle();
+    const second = await registry.metrics();
+    expect(second).toMatch(/^ipn_kit_notifications_received_total 3$/m);
+    expect(second).toMatch(/^ipn_kit_emitted_total\{state="FAILED"\} 1$/m);
+    expect(second).toMatch(/^ipn_kit_emitted_total\{state="SUCCESSFUL"\} 1$/m);
+  });
+
+  test('a prefix of your own, and a clear error for something that is not a router', () => {
+    const registry = new Registry();
+    registerIpnMetrics(ipnRouter({ logger: quiet }), { registry, prefix: 'shop_ipn_' });
+    expect(registry.getSingleMetric('shop_ipn_dead_total')).toBeDefined();
+    expect(() => registerIpnMetrics({} as never)).toThrow(/pass the router/);
+  });
+});
