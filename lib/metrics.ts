@@ -49,7 +49,7 @@ export function createMetrics(statusStats?: () => unknown) {
 
   return {
     /** Counts one emitted event. */
-    count(event: string, payload: unknown): void {
+    count: (event: string, payload: unknown): void => {
       if (event === 'duplicate') counts.duplicates += 1;
       else if (event === 'invalid') counts.invalid += 1;
       else if (event === 'rejected') counts.rejected += 1;
@@ -63,14 +63,14 @@ export function createMetrics(statusStats?: () => unknown) {
         if (counter) counts[counter] += 1;
       }
     },
-    received(): void {
+    received: (): void => {
       counts.received += 1;
     },
-    attempt(): void {
+    attempt: (): void => {
       counts.deliveryAttempts += 1;
     },
     /** A copy of every figure, now. */
-    snapshot(): IpnMetrics {
+    snapshot: (): IpnMetrics => {
       const stats = statusStats?.() as
         Partial<Record<'queries' | 'refused' | 'cached' | 'shared', number>> | undefined;
       const statusQueries =

@@ -33,7 +33,7 @@ describe('ipn.metrics()', () => {
     const failed = uniquePayload({ state: 'FAILED' });
     const known = { [String(genuine.transaction_id)]: genuine, [String(failed.transaction_id)]: failed };
     const fetchStatus = (_url: string | URL | Request, init?: RequestInit) => {
-      const id = (JSON.parse(String(init?.body)) as { transaction_ids: string }).transaction_ids;
+      const id = (JSON.parse(init?.body as string) as { transaction_ids: string }).transaction_ids;
       const record = known[id];
       const body = record
         ? { data: record, message: '', statut_code: 200 }

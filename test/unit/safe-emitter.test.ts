@@ -79,7 +79,7 @@ describe('createSafeEmitter', () => {
     expect(logger.error).toHaveBeenCalledTimes(1);
     expect(logger.error).toHaveBeenCalledWith(
       expect.objectContaining({
-        err: expect.any(ListenerError),
+        err: expect.objectContaining({ type: 'ListenerError', code: 'IPN_LISTENER_FAILED' }),
         event: 'duplicate',
         transaction_id: 'EFB.001158',
         state: 'SUCCESSFUL',
@@ -165,7 +165,10 @@ describe('createSafeEmitter', () => {
     expect(errorListener).toHaveBeenCalledTimes(1);
     expect(logger.error).toHaveBeenCalledTimes(2);
     expect(logger.error).toHaveBeenLastCalledWith(
-      expect.objectContaining({ event: 'error', err: expect.any(ListenerError) }),
+      expect.objectContaining({
+        event: 'error',
+        err: expect.objectContaining({ type: 'ListenerError', code: 'IPN_LISTENER_FAILED' }),
+      }),
       expect.stringContaining('alerting down'),
     );
   });
