@@ -230,15 +230,20 @@ describe('the status endpoint', () => {
   });
 
   test('statusDelayMs holds the answer: a request sent later is answered first', async () => {
-    await start({ statusDelayMs: 500 });
+    // Long enough that no busy machine could answer the status first; close() ends the wait.
+    await start({ statusDelayMs: 60_000 });
     const order: string[] = [];
 
-    const slow = ask('EFB.000001').then(() => order.push('status'));
+    const slow = ask('EFB.000001').then(
+      () => order.push('status'),
+      () => order.push('closed'),
+    );
     while (provider.stats.statusQueries === 0) await sleep(5);
     await fetch(`${provider.url}/elsewhere`).then(() => order.push('other'));
-    await slow;
 
-    expect(order).toEqual(['other', 'status']);
+    expect(order).toEqual(['other']); // the status answer is still held
+    await provider.close();
+    await slow;
   });
 });
 
