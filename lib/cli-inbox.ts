@@ -1,9 +1,10 @@
 import { parseArgs } from 'node:util';
 import type { CliIo } from './cli.js';
 import { messageOf } from './errors.js';
+import { count, formatTable, parseIsoDate, UsageError } from './cli-inbox-text.js';
 import { tableNames } from './postgres-sql.js';
 import { PostgresStore, type PgQueryable } from './postgres-store.js';
-import type { DeliveryStatus, InboxEntry } from './store.js';
+import type { DeliveryStatus } from './store.js';
 
 const USAGE = `usage:
   ipn-kit inbox list [--status received|delivered|failed|dead] [--limit N] [--offset N] [--json]
@@ -26,9 +27,6 @@ const STATUSES: readonly DeliveryStatus[] = ['received', 'delivered', 'failed', 
 
 /** One run of a subcommand against the store; resolves the exit code. */
 type Run = (store: PostgresStore, io: CliIo) => Promise<number>;
-
-/** A command line that makes no sense: exit 2 with the usage. */
-class UsageError extends Error {}
 
 /** A `pg` Pool: what the CLI creates and ends. */
 interface PgPool extends PgQueryable {
@@ -210,72 +208,6 @@ function purge(before: Date): Run {
     );
     return 0;
   };
-}
-
-/** The table `list` prints: one line per entry, columns padded to their widest cell. */
-function formatTable(entries: InboxEntry[]): string {
-  const rows = [
-    ['KEY', 'STATUS', 'ATTEMPTS', 'RECEIVED', 'NEXT ATTEMPT', 'LAST ERROR'],
-    ...entries.map((entry) => [
-      entry.key,
-      entry.status,
-      String(entry.attempts),
-      entry.receivedAt.toISOString(),
-      entry.status === 'received' || entry.status === 'failed' ? entry.nextAttemptAt.toISOString() : '-',
-      oneLine(entry.lastError ?? '-', 60),
-    ]),
-  ];
-  const widths = rows[0]!.map((_, column) => Math.max(...rows.map((row) => row[column]!.length)));
-  return rows
-    .map((row) =>
-      row
-        .map((cell, column) => cell.padEnd(widths[column]!))
-        .join('  ')
-        .trimEnd(),
-    )
-    .join('\n');
-}
-
-function oneLine(text: string, max: number): string {
-  const flat = text.replace(/\s+/g, ' ');
-  return flat.length > max ? `${flat.slice(0, max - 1)}…` : flat;
-}
-
-function count(option: string, text: string, min: number): number {
-  if (!/^\d+$/.test(text) || Number(text) < min || !Number.isSafeInteger(Number(text))) {
-    throw new UsageError(`${option} must be a whole number of at least ${min}, got '${text}'`);
-  }
-  return Number(text);
-}
-
-/** A date, or a date and time, in ISO 8601; a time without offset is local. */
-const ISO_DATE =
-  /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/i;
-
-function parseIsoDate(text: string): Date {
-  const match = ISO_DATE.exec(text.trim());
-  const date = new Date(text.trim());
-  if (match === null || Number.isNaN(date.getTime()) || !isOnCalendar(match)) {
-    throw new UsageError(
-      `--before must be an ISO date such as 2024-05-01 or 2024-05-01T12:00:00Z, got '${text}'`,
-    );
-  }
-  return date;
-}
-
-/** Whether the day exists in its month and the time in a day: Date rolls 2024-02-30 over to March. */
-function isOnCalendar(match: RegExpExecArray): boolean {
-  const [year = 0, month = 0, day = 0, hours = 0, minutes = 0, seconds = 0] = match
-    .slice(1)
-    .map((part) => Number(part ?? 0));
-  const calendar = new Date(Date.UTC(year, month - 1, day));
-  return (
-    calendar.getUTCMonth() === month - 1 &&
-    calendar.getUTCDate() === day &&
-    hours < 24 &&
-    minutes < 60 &&
-    seconds < 60
-  );
 }
 
 /** Loads `pg` only now: ipn-kit does not depend on it, and the rest of the CLI works without it. */
