@@ -36,6 +36,10 @@ export interface IpnOutcome {
 }
 
 const ALLOW = 'GET, HEAD, POST';
+
+/** The two answers nearly every request gets; the adapter writes their JSON once. */
+export const OK_BODY: Record<string, unknown> = Object.freeze({ ok: true });
+export const DUPLICATE_BODY: Record<string, unknown> = Object.freeze({ ok: true, duplicate: true });
 const RETRY_AFTER_SECONDS = '30';
 
 /**
@@ -113,7 +117,7 @@ export function createIpnPipeline<C>(
   }
 
   async function handle(request: IpnRequest): Promise<IpnOutcome> {
-    if (request.method === 'GET' || request.method === 'HEAD') return { status: 200, body: { ok: true } };
+    if (request.method === 'GET' || request.method === 'HEAD') return { status: 200, body: OK_BODY };
     if (request.method !== 'POST') {
       const message = `${request.method} is not allowed here: the payment service POSTs notifications`;
       return { status: 405, headers: { Allow: ALLOW }, body: { error: 'method_not_allowed', message } };
@@ -156,7 +160,7 @@ export function createIpnPipeline<C>(
     if (!claimed) {
       return {
         status: 200,
-        body: { ok: true, duplicate: true },
+        body: DUPLICATE_BODY,
         afterResponse: () => {
           logger.debug(
             { transaction_id: notification.transaction_id, state: notification.state },
@@ -166,7 +170,7 @@ export function createIpnPipeline<C>(
         },
       };
     }
-    return { status: 200, body: { ok: true }, afterResponse: () => delivery.dispatch(notification, leaseId) };
+    return { status: 200, body: OK_BODY, afterResponse: () => delivery.dispatch(notification, leaseId) };
   }
 
   return {

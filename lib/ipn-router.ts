@@ -7,7 +7,13 @@ import type { IpnEmitter } from './safe-emitter.js';
 import { createSafeEmitter } from './safe-emitter.js';
 import type { Inbox, ReconcileResult } from './delivery.js';
 import { createMetrics, type IpnMetrics } from './metrics.js';
-import { createIpnPipeline, type IpnOutcome, type IpnRequest } from './ipn-pipeline.js';
+import {
+  createIpnPipeline,
+  DUPLICATE_BODY,
+  OK_BODY,
+  type IpnOutcome,
+  type IpnRequest,
+} from './ipn-pipeline.js';
 import { tokenOf } from './ipn-url.js';
 import { resolveOptions, type Options } from './options.js';
 
@@ -88,21 +94,24 @@ export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
       resolved.logger.debug({ path }, 'ipn-kit passed a request below its mount path on to the app');
       return next();
     }
-    // Started inside a promise, so that even a throw while reading the request becomes a 500, not a crash.
-    new Promise<IpnOutcome>((resolve) => resolve(pipeline.handle(toIpnRequest(req))))
-      .catch((cause: unknown): IpnOutcome => {
-        const error = internal(cause);
-        // Answer 500, so the service resends.
-        const body = {
-          error: 'internal_error',
-          message: 'the notification was not processed: resend it later',
-        };
-        return { status: 500, body, afterResponse: () => emit('error', { error }) };
-      })
-      .then((outcome) => send(req, res, outcome, onFailure))
-      .catch(() => {
-        // Unreachable by design (the logger is guarded, listeners are isolated): never leave a rejection unhandled.
-      });
+    void respond(req, res);
+  };
+  /** One async step per request: even a throw while reading the request becomes a 500, not a crash. */
+  const respond = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    let outcome: IpnOutcome;
+    try {
+      outcome = await pipeline.handle(toIpnRequest(req));
+    } catch (cause) {
+      const error = internal(cause);
+      // Answer 500, so the service resends.
+      const body = {
+        error: 'internal_error',
+        message: 'the notification was not processed: resend it later',
+      };
+      outcome = { status: 500, body, afterResponse: () => emit('error', { error }) };
+    }
+    // Never throws: the logger is guarded, listeners are isolated, and send catches what writing throws.
+    send(req, res, outcome, onFailure);
   };
   const { reconcile, inbox, close } = pipeline;
   const router: IpnRouter<C> = Object.assign(handler, methods, {
@@ -172,6 +181,18 @@ function isPlainObject(value: unknown): value is object {
   return typeof value === 'object' && value !== null && Object.getPrototypeOf(value) === Object.prototype;
 }
 
+const JSON_TYPE = 'application/json; charset=utf-8';
+const FIXED = new Map<object, string>([
+  [OK_BODY, JSON.stringify(OK_BODY)],
+  [DUPLICATE_BODY, JSON.stringify(DUPLICATE_BODY)],
+]);
+
+/** The JSON text of an answer's body; the few fixed ones are written once. */
+function payloadOf(body: Record<string, unknown> | undefined): string {
+  if (body === undefined) return '';
+  return FIXED.get(body) ?? JSON.stringify(body);
+}
+
 function send(
   req: IncomingMessage,
   res: ServerResponse,
@@ -180,12 +201,12 @@ function send(
 ): void {
   try {
     if (!res.headersSent && !res.writableEnded) {
-      const payload = outcome.body === undefined ? '' : JSON.stringify(outcome.body);
-      res.writeHead(outcome.status, {
-        ...outcome.headers,
-        'Content-Type': 'application/json; charset=utf-8',
-        'Content-Length': String(Buffer.byteLength(payload)),
-      });
+      const payload = payloadOf(outcome.body);
+      const length = String(Buffer.byteLength(payload));
+      const headers = outcome.headers
+        ? { ...outcome.headers, 'Content-Type': JSON_TYPE, 'Content-Length': length }
+        : { 'Content-Type': JSON_TYPE, 'Content-Length': length };
+      res.writeHead(outcome.status, headers);
       res.end(req.method === 'HEAD' ? undefined : payload);
     }
   } catch (cause) {

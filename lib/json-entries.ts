@@ -45,10 +45,12 @@ export function jsonEntries(text: string): JsonEntry[] {
 
 /**
  * Which of `keys` appear more than once in the outermost object of a JSON text. Scans only when a key could
- * be repeated: quoted twice, or spelled with an escape (`"st\u0061te"`).
+ * be repeated: quoted twice, or spelled with a `\u` escape (`"st\u0061te"`). Other escapes (`\"`, `\n`,
+ * ...) never decode to the letters and underscores of a key, and real notifications carry them in
+ * `custom_data` (JSON inside a string), so they do not make every body take the slow path.
  */
 export function repeatedJsonKeys(text: string, keys: readonly string[]): string[] {
-  if (!text.includes('\\') && keys.every((key) => occurrences(text, `"${key}"`) < 2)) return [];
+  if (!text.includes('\\u') && keys.every((key) => occurrences(text, `"${key}"`) < 2)) return [];
   const counts = new Map<string, number>();
   for (const { key } of jsonEntries(text)) counts.set(key, (counts.get(key) ?? 0) + 1);
   return keys.filter((key) => (counts.get(key) ?? 0) > 1);

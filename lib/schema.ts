@@ -92,16 +92,24 @@ function exactText(value: unknown): string | undefined {
 /** Keys ipn-kit adds to a notification; a payload must not be able to supply them. */
 const RESERVED = ['customData', 'customDataError'];
 
-/** The service's own samples spell it `comission`: expose the correct spelling only. Drop reserved keys. */
+/**
+ * The service's own samples spell it `comission`: expose the correct spelling only. Drop reserved keys.
+ * One copy at most, on the path every real notification takes.
+ */
 function normalise(input: unknown): unknown {
   if (typeof input !== 'object' || input === null) return input;
   const record = input as Record<string, unknown>;
-  if (!Object.hasOwn(record, 'comission') && !RESERVED.some((key) => Object.hasOwn(record, key)))
-    return input;
-  const { comission, customData, customDataError, ...rest } = record;
-  if (!Object.hasOwn(record, 'comission')) return rest;
-  const nothing = rest.commission === undefined || rest.commission === null || rest.commission === '';
-  return { ...rest, commission: nothing ? comission : rest.commission };
+  const misspelt = Object.hasOwn(record, 'comission');
+  if (!misspelt && !RESERVED.some((key) => Object.hasOwn(record, key))) return input;
+  const copy: Record<string, unknown> = {};
+  for (const key of Object.keys(record)) {
+    if (key !== 'comission' && !RESERVED.includes(key)) copy[key] = record[key];
+  }
+  const { commission } = copy;
+  if (misspelt && (commission === undefined || commission === null || commission === '')) {
+    copy.commission = record.comission;
+  }
+  return copy;
 }
 
 /**
