@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import type { Store } from './store.js';
 
 /**
@@ -36,6 +36,7 @@ export interface RedisStoreOptions {
 const CLAIM_SCRIPT = `if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
 return 0`;
+const CLAIM_SHA = createHash('sha1').update(CLAIM_SCRIPT).digest('hex');
 
 /** Sends one raw command, whichever client it is. */
 type Send = (args: string[]) => Promise<unknown>;
@@ -97,7 +98,13 @@ export class RedisStore implements Store {
     }
     // PX takes whole milliseconds; rounding up never shortens the dedupe window.
     const ttl = String(Math.ceil(ttlMs));
-    const reply = await this.#command(['EVAL', CLAIM_SCRIPT, '1', this.prefix + key, token, ttl]);
+    const args = ['1', this.prefix + key, token, ttl];
+    // EVALSHA sends 40 bytes instead of the script; a Redis that has not seen the script yet (a restart, a
+    // SCRIPT FLUSH) answers NOSCRIPT, and EVAL both runs and caches it.
+    const reply = await this.#command(['EVALSHA', CLAIM_SHA, ...args]).catch((error: unknown) => {
+      if (!String((error as Error | undefined)?.message).startsWith('NOSCRIPT')) throw error;
+      return this.#command(['EVAL', CLAIM_SCRIPT, ...args]);
+    });
     if (reply === 1) return true;
     if (reply === 0) return false;
     // The router takes anything but a boolean as a store failure; say what Redis answered instead.

@@ -136,6 +136,16 @@ describeWithService('Redis', 'RedisStore', () => {
       await store.release(key);
     });
 
+    test('a Redis that forgot the claim script (restart, SCRIPT FLUSH) is sent it again, and claims still work', async () => {
+      const { client, raw } = await open();
+      const store = new RedisStore({ client, prefix });
+      const key = uniqueKey();
+      await raw(['SCRIPT', 'FLUSH']);
+      expect(await store.claim(key, 60_000, 'token-1')).toBe(true);
+      await raw(['SCRIPT', 'FLUSH']);
+      expect(await store.claim(key, 60_000, 'token-2')).toBe(false);
+    });
+
     test('the same claim asked twice (its answer was lost) answers true again; another claim answers false', async () => {
       const { client } = await open();
       const store = new RedisStore({ client, prefix });
