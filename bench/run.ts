@@ -1,0 +1,222 @@
+/**
+ * `npm run bench`: throughput and latency of the router's variants against a bare Express app, measured in
+ * interleaved rounds, then the MemoryStore's heap and claim cost. Each server runs in a child process and is
+ * driven by autocannon from another child process. See bench/README.md.
+ */
+import { join } from 'node:path';
+import { ended, killAll, receive, start, tell } from './children.js';
+import type { LoadConfig, LoadResult } from './load.js';
+import { describeMachine, LOAD_AT_START } from './machine.js';
+import type { MemoryResult } from './memory.js';
+import { openPostgres, openRedis, type BenchService } from './services.js';
+import { readSettings, USAGE, type Settings } from './settings.js';
+import { aggregate, checkTargets, type Aggregate, type Measurement, type VariantRun } from './summary.js';
+import { markdownTable, memoryLines, readmeSection, rows, targetLines, textTable } from './tables.js';
+import {
+  databaseUrl,
+  redisUrl,
+  VARIANT_INFO,
+  VARIANTS,
+  type ServerConfig,
+  type ServerStats,
+  type Variant,
+} from './variants.js';
+import { rewriteSection, writeJson } from './write-results.js';
+
+const RUN_TAG = Date.now().toString(36);
+const PREFIX = `ipn-kit-bench:${process.pid}-${RUN_TAG}:`;
+const TABLE = `ipn_bench_${process.pid}_${RUN_TAG}`;
+
+/** The services of this run, by the variant that needs them; each is cleaned up however the run ends. */
+const services = new Map<Variant, BenchService>();
+
+let cleaning: Promise<void> | undefined;
+/** Kills the children, deletes the run's keys and drops its table. Idempotent. */
+function cleanup(): Promise<void> {
+  killAll();
+  cleaning ??= Promise.all([...services.values()].map((service) => service.cleanup())).then(() => {});
+  return cleaning;
+}
+
+const errorText = (error: unknown): string => (error instanceof Error ? error.message : String(error));
+const hostOf = (url: string): string => {
+  try {
+    return new URL(url).host;
+  } catch {
+    return '(an unparsable URL)';
+  }
+};
+
+/** Connects the services the selected variants need; a variant whose service is unreachable is skipped. */
+async function openServices(runs: VariantRun[]): Promise<void> {
+  for (const run of runs) {
+    const needs = VARIANT_INFO[run.variant].needs;
+    if (!needs) continue;
+    const url = needs === 'Redis' ? redisUrl() : databaseUrl();
+    try {
+      services.set(
+        run.variant,
+        needs === 'Redis' ? await openRedis(url, PREFIX) : await openPostgres(url, TABLE),
+      );
+    } catch (error) {
+      const variable = needs === 'Redis' ? 'REDIS_URL' : 'DATABASE_URL';
+      run.skipped = `${needs} at ${hostOf(url)} is unreachable (${errorText(error)}); set ${variable}`;
+      console.warn(`bench: skipping ${run.variant}: ${run.skipped}`);
+    }
+  }
+}
+
+/** One measurement: a fresh server process, a fresh load process, then both gone. */
+async function measure(settings: Settings, variant: Variant, round: number): Promise<Measurement> {
+  // A directory per process: with tsx, its loader thread writes a profile too, under a name of its own.
+  const profile = settings.cpuProf
+    ? ['--cpu-prof', `--cpu-prof-dir=${join(settings.cpuProf, `${variant}-round${round}`)}`]
+    : [];
+  const config: ServerConfig = {
+    variant,
+    redisUrl: redisUrl(),
+    prefix: PREFIX,
+    databaseUrl: databaseUrl(),
+    table: TABLE,
+  };
+  const children = [];
+  try {
+    await services.get(variant)?.reset();
+    const server = start('server.ts', { BENCH_SERVER: JSON.stringify(config) }, profile);
+    children.push(server);
+    const { port } = await receive<{ port: number }>(server, 'ready', 30_000);
+    const load: LoadConfig = {
+      url: `http://127.0.0.1:${port}/ipn`,
+      connections: settings.connections,
+      duration: settings.duration,
+      warmup: settings.warmup,
+      idPrefix: `BN.${RUN_TAG}.${round}.${VARIANTS.indexOf(variant)}.`,
+    };
+    const loader = start('load.ts', { BENCH_LOAD: JSON.stringify(load) });
+    children.push(loader);
+    const limit = (settings.duration + settings.warmup) * 1000 + 30_000;
+    const { result } = await receive<{ result: LoadResult }>(loader, 'result', limit);
+    tell(server, 'stop');
+    const { stats } = await receive<{ stats: ServerStats }>(server, 'stats', 10_000);
+    await ended(server, 10_000);
+    return { round, result, stats };
+  } catch (error) {
+    return { round, error: errorText(error) };
+  } finally {
+    for (const child of children) await ended(child, 1_000);
+  }
+}
+
+function progress(variant: Variant, round: number, settings: Settings, measurement: Measurement): string {
+  const where = `round ${round}/${settings.rounds}  ${variant.padEnd(9)}`;
+  const { result, stats, error } = measurement;
+  if (!result) return `${where}  FAILED: ${error}`;
+  let line = `${where}  ${Math.round(result.rps).toLocaleString('en-US').padStart(7)} req/s  p50 ${result.p50.toFixed(2)} ms  p99 ${result.p99.toFixed(2)} ms  non-2xx ${result.non2xx}`;
+  const cpu = stats ? stats.cpuMicros / (result.responses + result.warmupResponses) : Number.NaN;
+  line += `  CPU ${cpu.toFixed(0)} µs/req`;
+  // Every id is new: a duplicate or an invalid event would mean the load is not what it claims to be.
+  const odd = stats && (stats.duplicate > 0 || stats.invalid > 0 || stats.error > 0);
+  return odd ? `${line}  (events: ${JSON.stringify(stats)})` : line;
+}
+
+async function measureMemory(keys: number): Promise<MemoryResult | string> {
+  if (keys === 0) return 'not asked for (--memory-keys 0)';
+  const child = start('memory.ts', { BENCH_MEMORY_KEYS: String(keys) }, ['--expose-gc']);
+  try {
+    return (await receive<{ result: MemoryResult }>(child, 'memory', 300_000)).result;
+  } catch (error) {
+    return `failed: ${errorText(error)}`;
+  } finally {
+    await ended(child, 1_000);
+  }
+}
+
+async function main(): Promise<number> {
+  const settings = readSettings(process.argv.slice(2), process.env);
+  if (settings === 'help') {
+    console.log(USAGE);
+    return 0;
+  }
+  let interrupted = false;
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      console.error(`bench: ${signal}: stopping and cleaning up`);
+      interrupted = true;
+      // The children die now, so the measurement under way ends at once; main() then cleans up and returns.
+      killAll();
+      // In case it is stuck anyway (a service that does not answer).
+      setTimeout(() => void cleanup().finally(() => process.exit(130)), 15_000).unref();
+    });
+  }
+  const runs: VariantRun[] = settings.variants.map((variant) => ({
+    variant,
+    label: VARIANT_INFO[variant].label,
+    rounds: [],
+  }));
+  const busy = LOAD_AT_START;
+  console.log(
+    `bench: ${settings.rounds} rounds × ${settings.variants.length} variants, ${settings.duration} s each ` +
+      `after ${settings.warmup} s of warm-up, ${settings.connections} connections; load average ${busy.toFixed(2)}`,
+  );
+  if (busy > 0.5) console.warn('bench: the machine is busy with other work: expect noisy figures');
+  try {
+    await openServices(runs);
+    const active = runs.filter((run) => run.skipped === undefined);
+    for (let round = 1; round <= settings.rounds; round += 1) {
+      for (const run of active) {
+        const measurement = await measure(settings, run.variant, round);
+        if (interrupted) return 130;
+        run.rounds.push(measurement);
+        console.log(progress(run.variant, round, settings, measurement));
+      }
+    }
+    const memory = await measureMemory(settings.memoryKeys);
+    if (interrupted) return 130;
+    const about = describeMachine([...new Set([...services.values()].map((service) => service.version))]);
+
+    const baseline = runs.find((run) => run.variant === 'baseline');
+    const aggregates = new Map<VariantRun, Aggregate | undefined>(
+      runs.map((run) => [run, aggregate(run, baseline)]),
+    );
+    const byVariant = Object.fromEntries(runs.map((run) => [run.variant, aggregates.get(run)]));
+    const checks = checkTargets(byVariant, memory);
+    const body = rows(runs, aggregates);
+    console.log(
+      `\n${textTable(body)}\n\n${memoryLines(memory).join('\n')}\n\n${targetLines(checks).join('\n')}`,
+    );
+
+    if (settings.write) {
+      const { write, cpuProf, ...recorded } = settings;
+      await writeJson(join(__dirname, 'results.json'), {
+        machine: about,
+        settings: {
+          ...recorded,
+          bodyBytes: runs.flatMap((run) => run.rounds).find((m) => m.result)?.result?.bodyBytes,
+        },
+        variants: runs.map((run) => ({ ...run, aggregate: aggregates.get(run) ?? null })),
+        memory,
+        targets: checks,
+      });
+      const section = readmeSection(settings, about, markdownTable(body), memoryLines(memory), checks);
+      await rewriteSection(join(__dirname, 'README.md'), section);
+      console.log('\nbench: wrote bench/results.json and the results section of bench/README.md');
+    }
+    // A measurement that failed (a crashed server) makes the run a failure; a missed target does not.
+    const failed = runs.some((run) => run.rounds.some((measurement) => measurement.error !== undefined));
+    return failed ? 1 : 0;
+  } finally {
+    await cleanup();
+  }
+}
+
+main().then(
+  (code) => process.exit(code),
+  async (error: unknown) => {
+    // A TypeError is a bad flag or variable, whose message says which: the stack would only hide it.
+    const text =
+      error instanceof TypeError ? error.message : error instanceof Error ? error.stack : undefined;
+    console.error(`bench: ${text ?? String(error)}`);
+    await cleanup();
+    process.exit(1);
+  },
+);

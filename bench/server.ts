@@ -1,0 +1,124 @@
+/**
+ * One server variant, alone in its process, on a random loopback port. Run by bench/run.ts as
+ * `node --import tsx bench/server.ts` with BENCH_SERVER (a `ServerConfig`, as JSON). Talks over IPC: sends
+ * `{ type: 'ready', port }` once listening; on `'stop'` sends `{ type: 'stats', stats }`, closes everything
+ * and exits (exiting, not being killed, is what lets `--cpu-prof` write its profile).
+ */
+import { createServer, type RequestListener, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import express from 'express';
+import Redis from 'ioredis';
+import { Pool } from 'pg';
+import { ipnRouter, type IpnRouter } from '../lib/index.js';
+import { PostgresStore } from '../lib/postgres.js';
+import { RedisStore } from '../lib/redis.js';
+import type { ServerConfig, ServerStats } from './variants.js';
+
+const config = JSON.parse(process.env.BENCH_SERVER ?? '{}') as ServerConfig;
+const stats: ServerStats = { cpuMicros: 0, successful: 0, duplicate: 0, invalid: 0, error: 0 };
+/** CPU time when listening began: loading the modules is not the requests' cost. */
+let listening: NodeJS.CpuUsage | undefined;
+/** Closes what the variant opened (router, client, pool). */
+const closers: Array<() => Promise<unknown> | void> = [];
+
+/** Counts events; the one `successful` listener is the only one a delivered notification runs. */
+function counted(ipn: IpnRouter): IpnRouter {
+  ipn.on('successful', () => {
+    stats.successful += 1;
+  });
+  ipn.on('duplicate', () => {
+    stats.duplicate += 1;
+  });
+  ipn.on('invalid', () => {
+    stats.invalid += 1;
+  });
+  ipn.on('error', () => {
+    stats.error += 1;
+  });
+  closers.push(() => ipn.close());
+  return ipn;
+}
+
+/** An Express 5 app with the router mounted where the load generator posts. */
+function mounted(ipn: IpnRouter): RequestListener {
+  const app = express();
+  app.use('/ipn', ipn);
+  return app;
+}
+
+function handlerOf(variant: ServerConfig['variant']): RequestListener {
+  switch (variant) {
+    case 'baseline': {
+      const app = express();
+      app.use(express.json());
+      app.post('/ipn', (_req, res) => {
+        res.status(200).json({ ok: true });
+      });
+      return app;
+    }
+    case 'memory':
+      return mounted(counted(ipnRouter()));
+    case 'redis': {
+      const client = new Redis(config.redisUrl, { lazyConnect: false });
+      client.on('error', (error: Error) => console.error(`bench server: Redis: ${error.message}`));
+      closers.push(() => client.quit());
+      return mounted(counted(ipnRouter({ store: new RedisStore({ client, prefix: config.prefix }) })));
+    }
+    case 'postgres': {
+      const pool = new Pool({ connectionString: config.databaseUrl });
+      pool.on('error', (error) => console.error(`bench server: PostgreSQL: ${error.message}`));
+      // After the router's close: deliveries still settling need the pool until they are done.
+      closers.push(async () => {
+        await drained(pool);
+        await pool.end();
+      });
+      const store = new PostgresStore({ pool, table: config.table });
+      return mounted(counted(ipnRouter({ store, delivery: 'at-least-once' })));
+    }
+    case 'node-http':
+      return counted(ipnRouter());
+  }
+}
+
+/** Resolves once no query is running or waiting in `pool`, or after 5 s. */
+async function drained(pool: Pool): Promise<void> {
+  for (
+    let tries = 0;
+    tries < 500 && (pool.waitingCount > 0 || pool.idleCount < pool.totalCount);
+    tries += 1
+  ) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+async function stop(server: Server): Promise<void> {
+  const cpu = process.cpuUsage(listening);
+  stats.cpuMicros = cpu.user + cpu.system;
+  process.send?.({ type: 'stats', stats });
+  server.closeAllConnections();
+  server.close();
+  // Reverse order: the router before the client or pool it uses.
+  for (const close of closers.reverse()) {
+    try {
+      await close();
+    } catch (error) {
+      console.error(`bench server: closing failed: ${String(error)}`);
+    }
+  }
+  process.exit(0);
+}
+
+function main(): void {
+  const server = createServer(handlerOf(config.variant));
+  // Without the orchestrator, nobody is left to stop this process.
+  process.on('disconnect', () => process.exit(1));
+  process.on('message', (message) => {
+    if (message === 'stop') void stop(server);
+  });
+  server.listen(0, '127.0.0.1', () => {
+    listening = process.cpuUsage();
+    process.send?.({ type: 'ready', port: (server.address() as AddressInfo).port });
+  });
+}
+
+main();

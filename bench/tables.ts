@@ -1,0 +1,109 @@
+import type { Machine } from './machine.js';
+import type { MemoryResult } from './memory.js';
+import type { Settings } from './settings.js';
+import type { Aggregate, TargetCheck, VariantRun } from './summary.js';
+
+const HEADER = [
+  'variant',
+  'req/s',
+  'p50 ms',
+  'p99 ms',
+  'non-2xx',
+  'errors',
+  'vs baseline',
+  'CPU µs/req',
+  'req/s per round',
+];
+const RIGHT = [false, true, true, true, true, true, true, true, false];
+
+const integer = (value: number): string => Math.round(value).toLocaleString('en-US');
+
+/** One row per variant: its aggregate, or why it has none. */
+export function rows(runs: VariantRun[], aggregates: Map<VariantRun, Aggregate | undefined>): string[][] {
+  return runs.map((run) => {
+    const found = aggregates.get(run);
+    const name = `${run.variant}: ${run.label}`;
+    if (!found) {
+      const failures = run.rounds.flatMap(({ round, error }) => (error ? [`round ${round}: ${error}`] : []));
+      const why = run.skipped ?? (failures.join('; ') || 'no numbers');
+      return [name, run.skipped ? 'skipped' : 'failed', '', '', '', '', '', '', why];
+    }
+    const perRound = run.rounds
+      .map(({ result, error }) => (result ? integer(result.rps) : error ? 'failed' : '-'))
+      .join(' / ');
+    return [
+      name,
+      integer(found.rps),
+      found.p50.toFixed(2),
+      found.p99.toFixed(2),
+      String(found.non2xx),
+      String(found.errors),
+      found.ratio === null ? '-' : `${found.ratio.toFixed(2)}x`,
+      found.cpuPerRequest === null ? '-' : found.cpuPerRequest.toFixed(0),
+      perRound,
+    ];
+  });
+}
+
+/** The table as aligned text, for the terminal. */
+export function textTable(body: string[][]): string {
+  const all = [HEADER, ...body];
+  const widths = HEADER.map((_, column) => Math.max(...all.map((row) => (row[column] ?? '').length)));
+  const line = (row: string[]): string =>
+    row
+      .map((cell, column) => (RIGHT[column] ? cell.padStart(widths[column]!) : cell.padEnd(widths[column]!)))
+      .join('  ')
+      .trimEnd();
+  return [line(HEADER), widths.map((width) => '-'.repeat(width)).join('  '), ...body.map(line)].join('\n');
+}
+
+/** The table in Markdown. */
+export function markdownTable(body: string[][]): string {
+  const line = (row: string[]): string => `| ${row.map((cell) => cell.replaceAll('|', '\\|')).join(' | ')} |`;
+  const rule = `|${RIGHT.map((right) => (right ? ' ---: ' : ' --- ')).join('|')}|`;
+  return [line(HEADER), rule, ...body.map(line)].join('\n');
+}
+
+/** The MemoryStore figures, one per line. */
+export function memoryLines(memory: MemoryResult | string): string[] {
+  if (typeof memory === 'string') return [`MemoryStore: not measured: ${memory}`];
+  const keys = memory.keys.toLocaleString('en-US');
+  return [
+    `MemoryStore heap after ${keys} distinct keys: ${memory.heapMB.toFixed(1)} MB ` +
+      `(${(memory.heapBytes / 2 ** 20).toFixed(1)} MiB, ${Math.round(memory.bytesPerKey)} bytes per key; ` +
+      `${memory.size.toLocaleString('en-US')} held, ${memory.evictions} evicted)`,
+    `MemoryStore claim: ${memory.claimMicros.toFixed(3)} µs per new key, ` +
+      `${memory.resendMicros.toFixed(3)} µs per resend (means over ${keys} claims)`,
+  ];
+}
+
+/** `PASS  target: measured`, one per target. */
+export function targetLines(checks: TargetCheck[]): string[] {
+  return checks.map(({ status, target, measured }) => `${status.padEnd(4)}  ${target}: ${measured}`);
+}
+
+/** The results section of bench/README.md: the settings, the table, the memory figures, targets, machine. */
+export function readmeSection(
+  settings: Settings,
+  machine: Machine,
+  table: string,
+  memory: string[],
+  checks: TargetCheck[],
+): string {
+  const packages = Object.entries(machine.packages).map(([name, version]) => `${name} ${version}`);
+  return [
+    `Last run ${machine.date.slice(0, 10)}: ${settings.rounds} rounds of ${settings.duration} s per variant ` +
+      `(after ${settings.warmup} s of warm-up), ${settings.connections} connections. Means over the rounds; ` +
+      '"vs baseline" is the mean of each round\'s ratio to the baseline of the same round.',
+    table,
+    memory.map((line) => `- ${line}`).join('\n'),
+    '**Targets** (informational):',
+    checks.map(({ status, target, measured }) => `- **${status}** ${target}: ${measured}`).join('\n'),
+    '**Machine**:',
+    [
+      `- ${machine.os}, ${machine.cpuCount} × ${machine.cpuModel}, ${machine.memoryGiB} GiB; load average ` +
+        `(1, 5, 15 min) ${machine.loadAverage.start} at the start, ${machine.loadAverage.end} at the end`,
+      `- Node.js ${machine.node}; ${[...machine.services, ...packages].join(', ')}`,
+    ].join('\n'),
+  ].join('\n\n');
+}
