@@ -74,7 +74,7 @@ export function createDurableDelivery<C>(
     }
     try {
       if (result.kind === 'delivered') {
-        await inbox.settle(key, leaseId, { status: 'delivered' });
+        if (await inbox.settle(key, leaseId, { status: 'delivered' })) metrics?.delivered(n.state);
         return true;
       }
       if (result.kind === 'rejected') {

@@ -8,7 +8,7 @@ export interface IpnMetrics {
   duplicates: number;
   /** Requests rejected (400, 401, 413, 415). */
   invalid: number;
-  /** Notifications emitted (the `notification` event), by state. */
+  /** Notifications emitted (the `notification` event), by state; at-least-once, the ones delivered. */
   emitted: { SUCCESSFUL: number; FAILED: number; other: number };
   /** Notifications the status query contradicted. */
   rejected: number;
@@ -41,6 +41,10 @@ export function createMetrics(statusStats?: () => unknown) {
     dead: 0,
   };
   const emitted = { SUCCESSFUL: 0, FAILED: 0, other: 0 };
+  const countEmitted = (state: string): void => {
+    if (state === 'SUCCESSFUL' || state === 'FAILED') emitted[state] += 1;
+    else emitted.other += 1;
+  };
   const ERROR_COUNTERS: Record<string, keyof Counted> = {
     IPN_LISTENER_FAILED: 'listenerErrors',
     IPN_STORE_FAILED: 'storeErrors',
@@ -49,16 +53,14 @@ export function createMetrics(statusStats?: () => unknown) {
 
   return {
     /** Counts one emitted event. */
-    count: (event: string, payload: unknown): void => {
+    count: (event: string, payload: unknown, awaited = false): void => {
       if (event === 'duplicate') counts.duplicates += 1;
       else if (event === 'invalid') counts.invalid += 1;
       else if (event === 'rejected') counts.rejected += 1;
       else if (event === 'dead') counts.dead += 1;
-      else if (event === 'notification') {
-        const { state } = payload as { state: string };
-        if (state === 'SUCCESSFUL' || state === 'FAILED') emitted[state] += 1;
-        else emitted.other += 1;
-      } else if (event === 'error') {
+      // An at-least-once attempt is counted once it is delivered (see `delivered`), not at each try.
+      else if (event === 'notification' && !awaited) countEmitted((payload as { state: string }).state);
+      else if (event === 'error') {
         const counter = ERROR_COUNTERS[(payload as { error: IpnKitError }).error.code];
         if (counter) counts[counter] += 1;
       }
@@ -69,6 +71,8 @@ export function createMetrics(statusStats?: () => unknown) {
     attempt: (): void => {
       counts.deliveryAttempts += 1;
     },
+    /** At-least-once: a notification delivered (every listener succeeded). */
+    delivered: (state: string): void => countEmitted(state),
     /** A copy of every figure, now. */
     snapshot: (): IpnMetrics => {
       const stats = statusStats?.() as

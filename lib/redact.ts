@@ -29,10 +29,19 @@ export function loggableError(error: IpnKitError, notification: unknown): Record
   return describe(error) as Record<string, unknown>;
 }
 
-/** The customer's number and name in a notification: the texts to scrub (ignoring ones too short to matter). */
-function customerValues(notification: unknown): string[] {
-  if (typeof notification !== 'object' || notification === null) return [];
-  return CUSTOMER_FIELDS.map((field) => (notification as Record<string, unknown>)[field]).filter(
-    (value): value is string => typeof value === 'string' && value.trim().length >= 3,
+/** Where an event's payload may hold a notification: itself, or one of these fields (`error`, `rejected`, `dead`, `invalid`). */
+const HOLDERS = ['notification', 'status', 'received'] as const;
+
+/** The customer's number and name in a payload: the texts to scrub (ignoring ones too short to matter). */
+function customerValues(payload: unknown): string[] {
+  if (typeof payload !== 'object' || payload === null) return [];
+  const record = payload as Record<string, unknown>;
+  const records = [record, ...HOLDERS.map((field) => record[field])];
+  return records.flatMap((item) =>
+    typeof item === 'object' && item !== null
+      ? CUSTOMER_FIELDS.map((field) => (item as Record<string, unknown>)[field]).filter(
+          (value): value is string => typeof value === 'string' && value.trim().length >= 3,
+        )
+      : [],
   );
 }

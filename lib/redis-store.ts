@@ -42,9 +42,10 @@ const CLAIM_SHA = createHash('sha1').update(CLAIM_SCRIPT).digest('hex');
 type Send = (args: string[]) => Promise<unknown>;
 
 /**
- * A dedupe store in Redis, shared by every instance of your app: a claim is one `SET key 1 NX PX ttl`, which
- * Redis runs atomically, so exactly one instance delivers a notification. Keys expire after the router's
- * `ttl` by themselves.
+ * A dedupe store in Redis, shared by every instance of your app: a claim is one small script (`SET key token
+ * NX PX ttl`, or the same token already there), which Redis runs atomically, so exactly one instance delivers
+ * a notification. Keys expire after the router's `ttl` by themselves. It needs the commands EVALSHA, EVAL
+ * and DEL (a Redis whose ACL or hosting forbids scripts answers every claim with an error, so 503s).
  *
  * Give it your own client, ioredis or node-redis; ipn-kit loads neither package. You own the client: connect
  * it before the first notification (node-redis: `await client.connect()`), listen to its `error` event, and

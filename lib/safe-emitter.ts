@@ -34,12 +34,12 @@ export type EmitAndWait<C> = <E extends Name<C>>(
  * An eventemitter3 emitter whose listeners cannot hurt the caller: each one runs in isolation, and a throw
  * or a rejected promise becomes an `error` event (and an error log) instead of an exception or an unhandled
  * rejection. The other listeners still run. `observe` sees every event emitted (for counters), listener
- * failures included.
+ * failures included, and whether it was emitted to be awaited (an at-least-once attempt).
  */
 export function createSafeEmitter<C>(
   logger: Logger,
   self: () => unknown,
-  observe: (event: string, payload: unknown) => void = () => {},
+  observe: (event: string, payload: unknown, awaited: boolean) => void = () => {},
   redact = true,
 ) {
   const emitter = new EventEmitter();
@@ -55,7 +55,7 @@ export function createSafeEmitter<C>(
       const outer = collecting;
       collecting = undefined; // the 'error' listeners' own outcome is not the delivery's
       const failure = { error, notification: event === 'invalid' ? undefined : payload };
-      observe('error', failure);
+      observe('error', failure, false);
       emitter.emit('error', failure);
       collecting = outer;
     }
@@ -113,7 +113,7 @@ export function createSafeEmitter<C>(
     eventNames: () => emitter.eventNames() as never,
   };
   const emit: Emit<C> = (event, payload) => {
-    observe(event, payload);
+    observe(event, payload, false);
     return emitter.emit(event, payload);
   };
   /**
@@ -125,7 +125,7 @@ export function createSafeEmitter<C>(
     const outcomes: Array<Promise<boolean>> = [];
     collecting = outcomes;
     try {
-      observe(event, payload);
+      observe(event, payload, true);
       emitter.emit(event, payload);
     } finally {
       collecting = outer;

@@ -110,7 +110,14 @@ export function createStoreClaimer(store: Store, ttl: number, timeoutMs: number)
         }
         // One init at a time: one that hangs is waited on again (bounded per request), not started twice.
         const init = (initialised ??= initialise());
-        return await bounded(init.then(operation), late);
+        // Only the claim's own failure is a lost answer to ask again about, not a failed init.
+        const claim = init.then(() =>
+          Promise.resolve(operation()).catch((error: unknown) => {
+            lost?.();
+            throw error;
+          }),
+        );
+        return await bounded(claim, late);
       } catch (cause) {
         return new StoreError(`the store failed to claim ${key}: ${messageOf(cause)}`, { cause });
       }

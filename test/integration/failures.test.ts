@@ -201,6 +201,31 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
     expect(recorder.count('successful')).toBe(3);
   });
 
+  test('a claim whose answer is lost while init was pending is asked again, and delivered once', async () => {
+    const tokens = new Map<string, string>();
+    let loseNext = true;
+    const store: Store = {
+      init: () => Promise.resolve(),
+      claim: (key, _ttl, token) => {
+        const mine = !tokens.has(key) || tokens.get(key) === token;
+        if (!tokens.has(key)) tokens.set(key, token);
+        if (loseNext) {
+          loseNext = false;
+          return Promise.reject(new Error('connection reset after the write'));
+        }
+        return Promise.resolve(mine);
+      },
+      release: (key) => void tokens.delete(key),
+    };
+    const { recorder, post } = await start({ store, storeTimeout: 1_000 });
+    const payload = uniquePayload();
+
+    expect((await post(payload)).status).toBe(503);
+    while (recorder.count('successful') === 0) await new Promise((resolve) => setTimeout(resolve, 20));
+    expect((await post(payload)).body).toEqual({ ok: true, duplicate: true });
+    expect(recorder.count('successful')).toBe(1);
+  });
+
   test('a store whose init fails answers 503, and init is tried again on the next request', async () => {
     let attempts = 0;
     const keys = new Set<string>();

@@ -83,6 +83,36 @@ describe('logging', () => {
       expect(errors[0]?.message).toContain('Awa Kone');
     });
 
+    test('is redacted too when it is a listener of error or invalid that quotes the customer', async () => {
+      const lines: string[] = [];
+      const record = (object: object, message: string) =>
+        void lines.push(`${message} ${JSON.stringify(object)}`);
+      const ipn = ipnRouter({ logger: { debug: record, info: record, warn: record, error: record } });
+      ipn.on('successful', () => {
+        throw new Error('ledger down');
+      });
+      ipn.on('error', ({ notification }) => {
+        throw new Error(
+          `alert failed for ${String(notification?.destination)} ${String(notification?.customer_name)}`,
+        );
+      });
+      ipn.on('invalid', ({ received }) => {
+        throw new Error(`bad body from ${JSON.stringify(received)}`);
+      });
+      running = await listen(ipn);
+      const customer = { customer_name: 'Awa Kone', destination: '0700000001' };
+      const send = (body: unknown) =>
+        request(running.url).post('/').set('Content-Type', 'application/json').send(JSON.stringify(body));
+      await send(uniquePayload(customer));
+      await send({ ...uniquePayload(customer), transaction_id: 'bad id' });
+
+      const logged = lines.join('\n');
+      expect(logged).toContain('alert failed for [redacted] [redacted]');
+      expect(logged).toContain('bad body from');
+      expect(logged).not.toContain('0700000001');
+      expect(logged).not.toContain('Awa Kone');
+    });
+
     test('is logged in clear with logCustomerData: true', async () => {
       const { lines } = await run(true);
       expect(lines.join('\n')).toContain('could not credit Awa Kone (0700000001)');

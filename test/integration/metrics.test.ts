@@ -87,9 +87,35 @@ describe('ipn.metrics()', () => {
     const post = await serve(ipn);
     await post(uniquePayload());
     await until(() => ipn.metrics().dead === 1, 'the dead notification');
-    expect(ipn.metrics()).toMatchObject({ received: 1, deliveryAttempts: 2, dead: 1, listenerErrors: 2 });
+    expect(ipn.metrics()).toMatchObject({
+      received: 1,
+      deliveryAttempts: 2,
+      dead: 1,
+      listenerErrors: 2,
+      emitted: { SUCCESSFUL: 0, FAILED: 0, other: 0 },
+    });
     expect(ipn.metrics().statusQueries).toBeUndefined();
   });
+});
+
+test('at least once: a notification delivered on its third attempt counts as emitted once', async () => {
+  const ipn = ipnRouter({
+    store: new MemoryInbox(),
+    delivery: 'at-least-once',
+    retryDelayMs: 5,
+    recoveryIntervalMs: 20,
+    logger: quiet,
+  });
+  let calls = 0;
+  ipn.on('successful', () => {
+    calls += 1;
+    if (calls < 3) throw new Error('ledger down');
+  });
+  const post = await serve(ipn);
+  await post(uniquePayload());
+  await until(() => ipn.metrics().emitted.SUCCESSFUL === 1, 'the delivery');
+  await settle();
+  expect(ipn.metrics()).toMatchObject({ deliveryAttempts: 3, emitted: { SUCCESSFUL: 1 }, listenerErrors: 2 });
 });
 
 describe('registerIpnMetrics (ipn-kit/prometheus)', () => {
