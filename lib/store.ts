@@ -27,9 +27,9 @@ export interface Store {
    */
   claim(key: string, ttlMs: number, token: string): Awaitable<boolean>;
   /**
-   * Frees `key`, so that the next claim of it succeeds. The router's default (at-most-once) mode never needs
-   * it; it is the way back for anything that claims a key and then cannot process the notification, so that
-   * the service's resend is processed instead of dropped (an admin tool, a verification step).
+   * Frees `key`, so that the next claim of it succeeds. The router calls it when a claimed notification is
+   * not delivered after all (`verify` rejected it or gave up, or the router closed while verifying), so that
+   * a genuine resend or a reconcile is processed instead of dropped as a duplicate.
    */
   release(key: string): Awaitable<void>;
   /**
