@@ -3,7 +3,7 @@ import { parseCustomData } from './custom-data.js';
 import { IpnKitError, messageOf, StoreError } from './errors.js';
 import type { Notification } from './events.js';
 import type { ResolvedOptions } from './options.js';
-import type { Emit, EmitAndWait } from './safe-emitter.js';
+import { identify, type Emit, type EmitAndWait } from './safe-emitter.js';
 import type { IpnNotification } from './schema.js';
 import { loggableError } from './redact.js';
 import type { RejectedEvent } from './verify-notification.js';
@@ -17,8 +17,7 @@ export interface Emitters<C> {
 /** The dedupe key of a notification: `transaction_id:state`. */
 export const keyOf = (n: IpnNotification): string => `${n.transaction_id}:${n.state}`;
 
-/** Which notification a log line is about, without the customer's details. */
-export const identify = (n: IpnNotification) => ({ transaction_id: n.transaction_id, state: n.state });
+export { identify } from './safe-emitter.js';
 
 /**
  * What the delivery steps share: the options, the emitters, timers that `close()` clears, and the ways to

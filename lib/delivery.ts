@@ -4,7 +4,7 @@ import { createDeliveryContext, identify, keyOf, type Emitters } from './deliver
 import { createDurableDelivery } from './durable-delivery.js';
 import { IpnKitError, StoreError } from './errors.js';
 import type { ResolvedOptions } from './options.js';
-import { FINAL_STATES, type IpnNotification } from './schema.js';
+import { isFinalState, type IpnNotification } from './schema.js';
 import type { createStoreClaimer } from './store-claimer.js';
 import type { DurableStore, InboxEntry, ListOptions } from './store.js';
 import type { StatusRecord } from './status-envelope.js';
@@ -34,8 +34,6 @@ export interface Inbox {
   /** Deletes delivered entries delivered before `before`. Resolves how many. */
   purge(before: Date): Promise<number>;
 }
-
-const isFinal = (state: string): boolean => (FINAL_STATES as readonly string[]).includes(state);
 
 /**
  * What happens to a notification once the router has accepted it: verification (with `verify`), then the
@@ -84,14 +82,16 @@ export function createDelivery<C>(
      */
     async accept(n: IpnNotification): Promise<{ claimed: boolean | StoreError; leaseId: string }> {
       const key = keyOf(n);
-      const lease = { id: randomUUID(), ms: leaseMs };
+      // Only a durable store leases: the at-most-once path makes no lease id.
+      const leaseId = durable ? randomUUID() : '';
       const late = (): void => {
         // Answered 503, but the claim went through after all: ours to deliver, or it would be lost.
         logger.warn(identify(n), 'IPN claim landed after storeTimeout: delivered late');
-        dispatch(n, lease.id);
+        dispatch(n, leaseId);
       };
-      const claimed = await claimer.claim(key, late, durable && (() => durable.receive(key, n, lease)));
-      return { claimed, leaseId: lease.id };
+      const receive = durable && (() => durable.receive(key, n, { id: leaseId, ms: leaseMs }));
+      const claimed = await claimer.claim(key, late, receive);
+      return { claimed, leaseId };
     },
 
     /** Runs after the answer: verification, then the events. */
@@ -105,7 +105,7 @@ export function createDelivery<C>(
         );
       }
       const record = await verify.getStatus(transactionId);
-      if (!isFinal(record.state)) return { record, emitted: false };
+      if (!isFinalState(record.state)) return { record, emitted: false };
       const key = keyOf(record);
       const lease = { id: randomUUID(), ms: leaseMs };
       // The service's own record needs no verification: emitted directly, through the same dedupe.

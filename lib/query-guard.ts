@@ -1,5 +1,5 @@
 import { StatusRateLimitError, TransactionNotFoundError } from './errors.js';
-import { FINAL_STATES } from './schema.js';
+import { isFinalState } from './schema.js';
 import type { StatusRecord } from './status-envelope.js';
 
 /** What the guard needs to know; the status client's options supply it. */
@@ -75,7 +75,7 @@ export function createQueryGuard(options: QueryGuardOptions) {
       }
       const started = query().then(
         (record) => {
-          const final = (FINAL_STATES as readonly string[]).includes(record.state);
+          const final = isFinalState(record.state);
           if (final) remember(finals, id, record);
           else remember(recent, id, { at: now(), answer: record });
           return record;

@@ -6,6 +6,11 @@ export const FINAL_STATES = ['SUCCESSFUL', 'FAILED'] as const;
 /** A final state: `SUCCESSFUL` or `FAILED`. */
 export type FinalState = (typeof FINAL_STATES)[number];
 
+/** Whether `state` is final. Any other state, known or not, is never taken for an outcome. */
+export function isFinalState(state: string): state is FinalState {
+  return (FINAL_STATES as readonly string[]).includes(state);
+}
+
 /** The fields that say which transaction, which outcome and which order: read exactly, never guessed. */
 export const IDENTITY_FIELDS = ['transaction_id', 'state', 'custom_data'] as const;
 

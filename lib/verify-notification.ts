@@ -1,5 +1,5 @@
 import { StatusRateLimitError, TransactionNotFoundError } from './errors.js';
-import { FINAL_STATES, type IpnNotification } from './schema.js';
+import { isFinalState, type IpnNotification } from './schema.js';
 import type { StatusRecord } from './status-envelope.js';
 
 /** What `verify` needs of a status client: `createStatusClient()` gives one. */
@@ -108,7 +108,7 @@ export async function verifyNotification(
     // A bug in a custom source is not a reason to believe the notification either: try later, then report.
     return { kind: 'later', reason: error, retryAfterMs };
   }
-  if (!(FINAL_STATES as readonly string[]).includes(status.state)) {
+  if (!isFinalState(status.state)) {
     return { kind: 'later', reason: `the service reports ${status.state}`, retryAfterMs: 0, pending: status };
   }
   const mismatches = mismatchesOf(notification, status);
