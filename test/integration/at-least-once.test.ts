@@ -128,6 +128,23 @@ describe("ipnRouter({ delivery: 'at-least-once' })", () => {
     await until(() => inbox.entries.get(keyOf(payload))?.status === 'delivered', 'delivered after replay');
   });
 
+  test('dead is emitted only by the instance that still held the lease', async () => {
+    // A replay or another instance took the entry meanwhile: this attempt's verdict no longer counts.
+    class LostLease extends MemoryInbox {
+      override async settle(): Promise<boolean> {
+        await Promise.resolve();
+        return false;
+      }
+    }
+    const inbox = new LostLease();
+    const { ipn, recorder, post } = await start(inbox, { maxAttempts: 1 });
+    ipn.on('successful', () => Promise.reject(new Error('ledger down')));
+    await post(uniquePayload());
+    await until(() => recorder.count('error') >= 2, 'the failed attempt');
+    await settle();
+    expect(recorder.count('dead')).toBe(0);
+  });
+
   test('with no listener at all, nothing counts as delivered', async () => {
     const inbox = new MemoryInbox();
     const ipn = ipnRouter({ store: inbox, delivery: 'at-least-once', logger: quiet, maxAttempts: 1 });

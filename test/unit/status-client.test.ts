@@ -327,6 +327,15 @@ describe('createStatusClient', () => {
       expect(fetch).toHaveBeenCalledTimes(1);
     });
 
+    it('obeys a Retry-After of a month for one day at most', async () => {
+      const fetch = answersInTurn(() => reply('slow down', 429, { 'retry-after': String(30 * 24 * 3600) }));
+      const statusClient = client(fetch, { blockCooldownMs: 1_000 });
+      await rejectionOf(statusClient.getStatus(ID));
+      const refusal = (await rejectionOf(statusClient.getStatus('EFB.000002'))) as StatusRateLimitError;
+      expect(refusal.retryAfterMs).toBeGreaterThan(23 * 3600 * 1000);
+      expect(refusal.retryAfterMs).toBeLessThanOrEqual(24 * 3600 * 1000);
+    });
+
     it('extends the cool-down to a longer Retry-After given as an HTTP date', async () => {
       const later = new Date(Date.now() + 120_000).toUTCString();
       const fetch = answersInTurn(() => reply('slow down', 429, { 'retry-after': later }));
