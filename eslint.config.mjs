@@ -9,7 +9,7 @@ export default tseslint.config(
   {
     languageOptions: {
       parserOptions: {
-        projectService: { allowDefaultProject: ['*.mjs', 'test/packaging/*.mjs'] },
+        projectService: { allowDefaultProject: ['*.mjs', '.*.cjs', 'test/packaging/*.mjs'] },
         tsconfigRootDir: import.meta.dirname,
       },
     },
@@ -34,5 +34,9 @@ export default tseslint.config(
       '@typescript-eslint/no-unsafe-return': 'off',
     },
   },
-  { files: ['**/*.mjs'], ...tseslint.configs.disableTypeChecked, languageOptions: { globals: globals.node } },
+  {
+    files: ['**/*.mjs', '**/*.cjs'],
+    ...tseslint.configs.disableTypeChecked,
+    languageOptions: { globals: globals.node },
+  },
 );

@@ -1,36 +1,14 @@
 #!/usr/bin/env node
 /// <reference types="node" preserve="true" />
-import { inboxCommand } from './cli-inbox.js';
-import { sendCommand } from './cli-send.js';
+/**
+ * The `ipn-kit` command (`npx ipn-kit send|inbox ...`): the package's `bin`. The commands live in `cli/`.
+ * @packageDocumentation
+ */
+import type { CliIo } from './cli/cli-io.js';
+import { runCli } from './cli/run-cli.js';
 
-/** What a command writes to and reads from: the process's, or a test's. */
-export interface CliIo {
-  stdout: (line: string) => void;
-  stderr: (line: string) => void;
-  env: Record<string, string | undefined>;
-}
-
-const USAGE = `usage:
-  ipn-kit send <url> [--state SUCCESSFUL|FAILED] [--custom-data TEXT] [--transaction-id ID] [--amount N]
-                     [--repeat N] [--concurrent]
-  ipn-kit inbox list [--status received|delivered|failed|dead] [--limit N]
-  ipn-kit inbox show <key>
-  ipn-kit inbox replay <key> | --dead
-  ipn-kit inbox purge --before <ISO date>
-Run 'ipn-kit <command> --help' for details.`;
-
-/** Runs the CLI on `argv` (without `node` and the script) and resolves the exit code. */
-export async function runCli(argv: string[], io: CliIo): Promise<number> {
-  const [command, ...rest] = argv;
-  if (command === 'send') return sendCommand(rest, io);
-  if (command === 'inbox') return inboxCommand(rest, io);
-  if (command === undefined || command === '--help' || command === '-h') {
-    io.stdout(USAGE);
-    return command === undefined ? 2 : 0;
-  }
-  io.stderr(`ipn-kit: unknown command '${command}'\n${USAGE}`);
-  return 2;
-}
+export { runCli };
+export type { CliIo };
 
 if (typeof require !== 'undefined' && require.main === module) {
   const io: CliIo = {

@@ -1,10 +1,10 @@
-export { ipnRouter } from './ipn-router.js';
-export type { IpnRouter, CustomDataOf } from './ipn-router.js';
-export type { IpnEmitter } from './safe-emitter.js';
-export type { Inbox, ReconcileResult } from './delivery.js';
-export type { IpnMetrics } from './metrics.js';
-export { MemoryStore } from './memory-store.js';
-export type { MemoryStoreOptions } from './memory-store.js';
+export { ipnRouter } from './adapters/ipn-router.js';
+export type { IpnRouter, CustomDataOf } from './adapters/ipn-router.js';
+export type { IpnEmitter } from './delivery/safe-emitter.js';
+export type { Inbox, ReconcileResult } from './delivery/delivery.js';
+export type { IpnMetrics } from './observability/metrics.js';
+export { MemoryStore } from './stores/memory-store.js';
+export type { MemoryStoreOptions } from './stores/memory-store.js';
 export type {
   Store,
   DurableStore,
@@ -14,17 +14,22 @@ export type {
   Lease,
   Settlement,
   ListOptions,
-} from './store.js';
-export type { Options } from './options.js';
-export type { Logger, LogFn } from './logger.js';
-export { ipnNotificationSchema, FINAL_STATES } from './schema.js';
-export type { IpnNotification, FinalState } from './schema.js';
-export { createStatusClient } from './status-client.js';
-export type { StatusClient, StatusClientOptions } from './status-client.js';
-export type { StatusClientStats } from './query-guard.js';
-export type { StatusRecord } from './status-envelope.js';
-export type { StatusSource, RejectedEvent, RejectionReason, VerifiedField } from './verify-notification.js';
-export { ipnUrl } from './ipn-url.js';
+} from './stores/store.js';
+export type { Options } from './config/options.js';
+export type { Logger, LogFn } from './observability/logger.js';
+export { ipnNotificationSchema, FINAL_STATES } from './pipeline/schema.js';
+export type { IpnNotification, FinalState } from './pipeline/schema.js';
+export { createStatusClient } from './status/status-client.js';
+export type { StatusClient, StatusClientOptions } from './status/status-client.js';
+export type { StatusClientStats } from './status/query-guard.js';
+export type { StatusRecord } from './status/status-envelope.js';
+export type {
+  StatusSource,
+  RejectedEvent,
+  RejectionReason,
+  VerifiedField,
+} from './status/verify-notification.js';
+export { ipnUrl } from './pipeline/ipn-url.js';
 export type {
   IpnEvents,
   IpnEventName,
@@ -34,7 +39,7 @@ export type {
   InvalidReason,
   ErrorEvent,
   DeadEvent,
-} from './events.js';
+} from './delivery/events.js';
 export {
   IpnKitError,
   StoreError,
@@ -47,5 +52,5 @@ export {
   StatusRateLimitError,
   VerificationError,
   DeliveryError,
-} from './errors.js';
-export type { FieldIssue, StatusQueryFailure } from './errors.js';
+} from './pipeline/errors.js';
+export type { FieldIssue, StatusQueryFailure } from './pipeline/errors.js';

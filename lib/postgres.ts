@@ -3,6 +3,6 @@
  * point loads no PostgreSQL package itself.
  * @packageDocumentation
  */
-export { PostgresStore } from './postgres-store.js';
-export type { PostgresStoreOptions, PgQueryable, PgQueryResult } from './postgres-store.js';
-export { postgresSchemaSql } from './postgres-sql.js';
+export { PostgresStore } from './stores/postgres-store.js';
+export type { PostgresStoreOptions, PgQueryable, PgQueryResult } from './stores/postgres-store.js';
+export { postgresSchemaSql } from './stores/postgres-sql.js';

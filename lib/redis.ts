@@ -3,5 +3,5 @@
  * loads no Redis package itself.
  * @packageDocumentation
  */
-export { RedisStore } from './redis-store.js';
-export type { RedisStoreOptions, IoRedisClient, NodeRedisClient } from './redis-store.js';
+export { RedisStore } from './stores/redis-store.js';
+export type { RedisStoreOptions, IoRedisClient, NodeRedisClient } from './stores/redis-store.js';

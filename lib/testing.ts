@@ -1,6 +1,6 @@
-export { createFakeProvider } from './fake-provider.js';
-export type { FakeProvider, FakeProviderStats, InitiatedTransaction } from './fake-provider.js';
-export type { FakeProviderOptions } from './fake-provider-options.js';
-export type { InitiateOptions, ForgeOptions } from './fake-provider-initiate.js';
-export type { DeliveryReport } from './fake-provider-delivery.js';
-export type { FakeTransaction } from './fake-provider-record.js';
+export { createFakeProvider } from './testing/fake-provider.js';
+export type { FakeProvider, FakeProviderStats, InitiatedTransaction } from './testing/fake-provider.js';
+export type { FakeProviderOptions } from './testing/fake-provider-options.js';
+export type { InitiateOptions, ForgeOptions } from './testing/fake-provider-initiate.js';
+export type { DeliveryReport } from './testing/fake-provider-delivery.js';
+export type { FakeTransaction } from './testing/fake-provider-record.js';

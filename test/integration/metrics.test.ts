@@ -1,7 +1,7 @@
 import { Registry } from 'prom-client';
 import { ipnRouter, type IpnRouter } from '../../lib/index.js';
 import { registerIpnMetrics } from '../../lib/prometheus.js';
-import { createStatusClient } from '../../lib/status-client.js';
+import { createStatusClient } from '../../lib/status/status-client.js';
 import { MemoryInbox } from '../helpers/memory-inbox.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';

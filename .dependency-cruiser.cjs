@@ -1,0 +1,64 @@
+/**
+ * The architecture, checked by `npm run lint`: no import cycle, and each folder of lib/ imports only the
+ * folders below it. Bottom to top:
+ */
+const LAYERS = [
+  'pipeline', // read, parse, validate: the transport-free first stages, errors and the schema
+  'observability', // logger, redaction, metrics
+  'stores', // the Store interface and its backends (they take the user's client)
+  'status', // the status client, its guard, and the comparison verify makes
+  'config', // the router's options and their defaults
+  'delivery', // dedupe claims, the verify queue, durable delivery, the emitter
+  'router', // the core that wires the stages: IpnRequest in, IpnOutcome out
+  'adapters', // node:http and Express (and every other transport) over the core
+  'testing', // the fake payment service
+  'cli', // the ipn-kit command
+];
+
+const above = (layer) => LAYERS.slice(LAYERS.indexOf(layer) + 1);
+
+/** @type {import('dependency-cruiser').IConfiguration} */
+module.exports = {
+  forbidden: [
+    {
+      name: 'no-circular',
+      severity: 'error',
+      comment: 'An import cycle: move the shared piece down a layer.',
+      from: {},
+      to: { circular: true },
+    },
+    ...LAYERS.filter((layer) => above(layer).length > 0).map((layer) => ({
+      name: `${layer}-imports-downward`,
+      severity: 'error',
+      comment: `lib/${layer}/ may import only the folders below it (${LAYERS.slice(0, LAYERS.indexOf(layer)).join(', ') || 'none'}).`,
+      from: { path: `^lib/${layer}/` },
+      to: { path: `^lib/(${above(layer).join('|')})/` },
+    })),
+    {
+      name: 'entry-points-on-top',
+      severity: 'error',
+      comment: 'The public entry points (lib/*.ts) re-export; nothing inside lib/ imports them.',
+      from: { path: '^lib/[^/]+/' },
+      to: { path: '^lib/[^/]+\\.ts$' },
+    },
+    {
+      name: 'no-driver-in-core',
+      severity: 'error',
+      comment:
+        "The library takes the user's client (only the CLI opens its own): it never loads a database driver, a framework or prom-client.",
+      from: { path: '^lib/', pathNot: '^lib/(cli/|observability/register-ipn-metrics\\.ts$)' },
+      to: { path: 'node_modules/(pg|ioredis|redis|@redis|prom-client|express)/' },
+    },
+    {
+      name: 'not-to-unresolvable',
+      severity: 'error',
+      from: { path: '^lib/' },
+      to: { couldNotResolve: true },
+    },
+  ],
+  options: {
+    doNotFollow: { path: 'node_modules' },
+    tsPreCompilationDeps: true,
+    tsConfig: { fileName: 'tsconfig.json' },
+  },
+};

@@ -1,0 +1,136 @@
+/// <reference types="node" preserve="true" />
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { DUPLICATE_BODY, OK_BODY, type IpnOutcome, type IpnRequest } from '../router/ipn-pipeline.js';
+import type { IpnCore } from '../router/ipn-core.js';
+import { tokenOf } from '../pipeline/ipn-url.js';
+
+/** A handler that Express (4 or 5) mounts and that `http.createServer` takes as it is. */
+export type NodeHandler = (
+  req: IncomingMessage,
+  res: ServerResponse,
+  next?: (error?: unknown) => void,
+) => void;
+
+/** The node:http and Express adapter over the core. */
+export function createNodeHandler(core: IpnCore<unknown>): NodeHandler {
+  const { logger } = core.options;
+  const handler: NodeHandler = (req, res, next) => {
+    // Mounted by Express, only the mount path itself is ours; anything below it belongs to the host app.
+    if (next && !isMountRoot(req, handler)) {
+      // The path only: a query string may carry the IPN address token.
+      const path = (req.url ?? '').split('?')[0];
+      logger.debug({ path }, 'ipn-kit passed a request below its mount path on to the app');
+      return next();
+    }
+    void respond(req, res);
+  };
+  /** One async step per request: even a throw while reading the request becomes a 500, not a crash. */
+  const respond = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    let outcome: IpnOutcome;
+    try {
+      outcome = await core.handle(toIpnRequest(req));
+    } catch (cause) {
+      outcome = core.failure(cause);
+    }
+    // Never throws: the logger is guarded, listeners are isolated, and send catches what writing throws.
+    send(req, res, outcome, core.onFailure);
+  };
+  return handler;
+}
+
+type HostRequest = IncomingMessage & {
+  body?: unknown;
+  _body?: boolean;
+  route?: { path?: unknown; stack?: Array<{ handle?: unknown }> };
+};
+
+/**
+ * `app.use('/ipn', ipn)` strips the mount path (url `/`). `app.post('/ipn', ipn)` puts the handler in
+ * `req.route`, or, wrapped in a function of the host's, a route whose path is the request's. A route that
+ * is neither is a stale one: Express leaves `req.route` set after an earlier route called `next()`.
+ */
+function isMountRoot(req: HostRequest, handler: unknown): boolean {
+  const url = req.url ?? '/';
+  const end = url.indexOf('?');
+  const path = end === -1 ? url : url.slice(0, end);
+  if (path === '/' || path === '') return true;
+  const { route } = req;
+  return (
+    route !== undefined &&
+    (route.path === path || route.stack?.some((layer) => layer.handle === handler) === true)
+  );
+}
+
+function toIpnRequest(req: HostRequest): IpnRequest {
+  const { headers } = req;
+  return {
+    method: req.method ?? 'GET',
+    contentType: headers['content-type'],
+    contentLength: headers['content-length'],
+    contentEncoding: headers['content-encoding'],
+    token: tokenOf(req.url),
+    body: bodyOf(req),
+  };
+}
+
+/** The stream to read, what a host parser left on `req.body`, or nothing if the stream was drained. */
+function bodyOf(req: HostRequest): IpnRequest['body'] {
+  // body-parser 1.x (Express 4) sets `_body` once it has parsed the stream.
+  if (req._body === true) return { parsed: req.body };
+  if (!req.readableEnded) return { stream: req };
+  const { body } = req;
+  if (body === undefined) return { consumed: true };
+  // Express 4's parsers also set `req.body = {}` when they skip a request: a body of more than a padded `{}`
+  // that left only `{}` was drained by something else. (Express 5's leave `{}` only for a body that was `{}`.)
+  const drained =
+    isPlainObject(body) &&
+    Object.keys(body).length === 0 &&
+    Number(req.headers['content-length']) > PADDED_EMPTY;
+  return drained ? { consumed: true } : { parsed: body };
+}
+
+/** Bytes beyond which a JSON text cannot be an empty object with some whitespace. */
+const PADDED_EMPTY = 64;
+
+function isPlainObject(value: unknown): value is object {
+  return typeof value === 'object' && value !== null && Object.getPrototypeOf(value) === Object.prototype;
+}
+
+const JSON_TYPE = 'application/json; charset=utf-8';
+const FIXED = new Map<object, string>([
+  [OK_BODY, JSON.stringify(OK_BODY)],
+  [DUPLICATE_BODY, JSON.stringify(DUPLICATE_BODY)],
+]);
+
+/** The JSON text of an answer's body; the few fixed ones are written once. */
+export function payloadOf(body: Record<string, unknown> | undefined): string {
+  if (body === undefined) return '';
+  return FIXED.get(body) ?? JSON.stringify(body);
+}
+
+function send(
+  req: IncomingMessage,
+  res: ServerResponse,
+  outcome: IpnOutcome,
+  onFailure: (cause: unknown) => void,
+): void {
+  try {
+    if (!res.headersSent && !res.writableEnded) {
+      const payload = payloadOf(outcome.body);
+      const length = String(Buffer.byteLength(payload));
+      const headers = outcome.headers
+        ? { ...outcome.headers, 'Content-Type': JSON_TYPE, 'Content-Length': length }
+        : { 'Content-Type': JSON_TYPE, 'Content-Length': length };
+      res.writeHead(outcome.status, headers);
+      res.end(req.method === 'HEAD' ? undefined : payload);
+    }
+  } catch (cause) {
+    onFailure(cause);
+  }
+  // Events run even if the answer could not be written: a claimed notification must still be delivered.
+  try {
+    outcome.afterResponse?.();
+  } catch (cause) {
+    onFailure(cause);
+  }
+}

@@ -1,0 +1,222 @@
+import { parseArgs } from 'node:util';
+import type { CliIo } from './cli-io.js';
+import { messageOf } from '../pipeline/errors.js';
+import { count, formatTable, parseIsoDate, UsageError } from './cli-inbox-text.js';
+import { tableNames } from '../stores/postgres-sql.js';
+import { PostgresStore, type PgQueryable } from '../stores/postgres-store.js';
+import type { DeliveryStatus } from '../stores/store.js';
+
+const USAGE = `usage:
+  ipn-kit inbox list [--status received|delivered|failed|dead] [--limit N] [--offset N] [--json]
+  ipn-kit inbox show <key>
+  ipn-kit inbox replay <key>
+  ipn-kit inbox replay --dead
+  ipn-kit inbox purge --before <ISO date>
+
+Reads and repairs the PostgreSQL inbox of ipn-kit/postgres (PostgresStore).
+  <key>             transaction_id:state, e.g. EFB.123456:SUCCESSFUL
+  --table NAME      the inbox table, name or schema.name (default ipn_inbox)
+  --json            list: one JSON object per line instead of a table
+  --dead            replay: every dead entry
+  --before DATE     purge: delete delivered entries delivered before DATE (2024-05-01, 2024-05-01T12:00Z);
+                    a resend of a purged notification is delivered again
+replay only makes entries due again: your running app's recovery loop (delivery: 'at-least-once')
+delivers them. The database is DATABASE_URL (postgres://user:password@host:5432/db).`;
+
+const STATUSES: readonly DeliveryStatus[] = ['received', 'delivered', 'failed', 'dead'];
+
+/** One run of a subcommand against the store; resolves the exit code. */
+type Run = (store: PostgresStore, io: CliIo) => Promise<number>;
+
+/** A `pg` Pool: what the CLI creates and ends. */
+interface PgPool extends PgQueryable {
+  end(): Promise<void>;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+}
+type PoolConstructor = new (config: { connectionString: string; max: number }) => PgPool;
+
+/** `ipn-kit inbox <list|show|replay|purge>`: reads and repairs a PostgresStore inbox. Resolves the exit code. */
+export async function inboxCommand(argv: string[], io: CliIo): Promise<number> {
+  let table: string;
+  let run: Run;
+  try {
+    const planned = plan(argv);
+    if (planned === 'help') {
+      io.stdout(USAGE);
+      return 0;
+    }
+    ({ table, run } = planned);
+  } catch (error) {
+    io.stderr(`ipn-kit inbox: ${messageOf(error)}\n${USAGE}`);
+    return 2;
+  }
+  const url = io.env.DATABASE_URL;
+  if (url === undefined || url === '') {
+    io.stderr(
+      'ipn-kit inbox: DATABASE_URL is not set: set it to the connection string of the database that holds ' +
+        'the inbox, e.g. DATABASE_URL=postgres://user:password@host:5432/db',
+    );
+    return 2;
+  }
+  let Pool: PoolConstructor;
+  try {
+    Pool = await loadPool();
+  } catch (error) {
+    io.stderr(
+      `ipn-kit inbox: could not load the pg package: install pg (npm install pg): ${messageOf(error)}`,
+    );
+    return 1;
+  }
+  // One connection is all a command needs; the pool is ours, so it is ended here whatever happens.
+  const pool = new Pool({ connectionString: url, max: 1 });
+  pool.on('error', () => {
+    // A dropped idle connection: the query in flight reports it; without a listener it would crash the CLI.
+  });
+  try {
+    return await run(new PostgresStore({ pool, table }), io);
+  } catch (error) {
+    io.stderr(`ipn-kit inbox ${argv[0] ?? ''}: ${messageOf(error)}`);
+    return 1;
+  } finally {
+    await pool.end().catch(() => {});
+  }
+}
+
+/** Parses the command line into a table and a run, or `'help'`. @throws UsageError, or parseArgs' TypeError. */
+function plan(argv: string[]): { table: string; run: Run } | 'help' {
+  const [command, ...rest] = argv;
+  if (command === undefined) throw new UsageError('missing command: list, show, replay or purge');
+  if (command === '--help' || command === '-h' || command === 'help') return 'help';
+  const { values, positionals } = parseArgs({
+    args: rest,
+    allowPositionals: true,
+    strict: true,
+    options: {
+      table: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+      status: { type: 'string' },
+      limit: { type: 'string' },
+      offset: { type: 'string' },
+      json: { type: 'boolean' },
+      dead: { type: 'boolean' },
+      before: { type: 'string' },
+    },
+  });
+  if (values.help) return 'help';
+  const table = tableNames(values.table ?? 'ipn_inbox', '--table').name;
+  const allowed: Record<string, string[]> = {
+    list: ['table', 'status', 'limit', 'offset', 'json'],
+    show: ['table'],
+    replay: ['table', 'dead'],
+    purge: ['table', 'before'],
+  };
+  const known = allowed[command];
+  if (known === undefined) throw new UsageError(`unknown command '${command}'`);
+  const misplaced = Object.keys(values).filter((option) => !known.includes(option));
+  if (misplaced.length > 0) throw new UsageError(`${command} does not take --${misplaced.join(', --')}`);
+  const takes = command === 'show' || (command === 'replay' && !values.dead) ? 1 : 0;
+  if (positionals.length !== takes) {
+    throw new UsageError(
+      takes === 1
+        ? `${command} takes one key (transaction_id:state)${command === 'replay' ? ', or --dead' : ''}`
+        : `${command} takes no ${command === 'replay' ? 'key with --dead' : 'argument'}: got ${positionals.join(' ')}`,
+    );
+  }
+  const key = positionals[0] ?? '';
+  if (command === 'list') {
+    const status = values.status;
+    if (status !== undefined && !STATUSES.includes(status as DeliveryStatus)) {
+      throw new UsageError(`--status must be one of ${STATUSES.join(', ')}, got '${status}'`);
+    }
+    const limit = count('--limit', values.limit ?? '100', 1);
+    const offset = count('--offset', values.offset ?? '0', 0);
+    return { table, run: list(status as DeliveryStatus | undefined, limit, offset, values.json === true) };
+  }
+  if (command === 'show') return { table, run: show(key) };
+  if (command === 'replay') return { table, run: values.dead ? replayDead : replay(key) };
+  if (values.before === undefined) {
+    throw new UsageError('purge needs --before <ISO date>: the entries delivered before it are deleted');
+  }
+  return { table, run: purge(parseIsoDate(values.before)) };
+}
+
+function list(status: DeliveryStatus | undefined, limit: number, offset: number, json: boolean): Run {
+  return async (store, io) => {
+    const entries = await store.list({ status, limit, offset });
+    if (json) {
+      for (const entry of entries) io.stdout(JSON.stringify(entry));
+      return 0;
+    }
+    io.stdout(formatTable(entries));
+    const more = entries.length === limit ? `; more may follow: --offset ${offset + limit}` : '';
+    io.stdout(`${entries.length} ${entries.length === 1 ? 'entry' : 'entries'} in ${store.table}${more}`);
+    return 0;
+  };
+}
+
+function show(key: string): Run {
+  return async (store, io) => {
+    const entry = await store.get(key);
+    if (entry === undefined) {
+      io.stderr(`ipn-kit inbox show: no entry with key '${key}' in ${store.table}`);
+      return 1;
+    }
+    io.stdout(JSON.stringify(entry, null, 2));
+    return 0;
+  };
+}
+
+function replay(key: string): Run {
+  return async (store, io) => {
+    const entry = await store.get(key);
+    if (entry === undefined) {
+      io.stderr(`ipn-kit inbox replay: no entry with key '${key}' in ${store.table}`);
+      return 1;
+    }
+    // A key claimed in at-most-once mode has only a marker row: marking it due would deliver an empty record.
+    if (Object.keys(entry.record).length === 0) {
+      io.stderr(
+        `ipn-kit inbox replay: '${key}' holds no notification (it was claimed in at-most-once mode): there is ` +
+          'nothing to deliver again',
+      );
+      return 1;
+    }
+    if (!(await store.replay(key))) {
+      io.stderr(`ipn-kit inbox replay: '${key}' was deleted meanwhile`);
+      return 1;
+    }
+    io.stdout(`${key} is due again (was ${entry.status}): ${RECOVERY}`);
+    return 0;
+  };
+}
+
+const replayDead: Run = async (store, io) => {
+  const replayed = await store.replayDead();
+  io.stdout(`${replayed} dead ${replayed === 1 ? 'entry is' : 'entries are'} due again: ${RECOVERY}`);
+  return 0;
+};
+
+const RECOVERY =
+  "the running app's recovery loop (delivery: 'at-least-once') delivers it; nothing is delivered by this command";
+
+function purge(before: Date): Run {
+  return async (store, io) => {
+    const purged = await store.purge(before);
+    io.stdout(
+      `deleted ${purged} delivered ${purged === 1 ? 'entry' : 'entries'} delivered before ${before.toISOString()} ` +
+        `from ${store.table}`,
+    );
+    return 0;
+  };
+}
+
+/** Loads `pg` only now: ipn-kit does not depend on it, and the rest of the CLI works without it. */
+async function loadPool(): Promise<PoolConstructor> {
+  const pg = (await import('pg')) as unknown as {
+    Pool?: PoolConstructor;
+    default?: { Pool?: PoolConstructor };
+  };
+  const Pool = pg.Pool ?? pg.default?.Pool;
+  if (typeof Pool !== 'function') throw new Error('the pg module has no Pool');
+  return Pool;
+}

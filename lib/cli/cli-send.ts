@@ -1,0 +1,148 @@
+import { randomInt } from 'node:crypto';
+import { parseArgs } from 'node:util';
+import type { CliIo } from './cli-io.js';
+import { postJson, type PostResult } from '../testing/fake-provider-delivery.js';
+import { httpUrl } from '../testing/fake-provider-initiate.js';
+import { ipnForm, newTransaction } from '../testing/fake-provider-record.js';
+import type { FinalState } from '../pipeline/schema.js';
+
+const USAGE = `usage: ipn-kit send <url> [--state SUCCESSFUL|FAILED] [--custom-data TEXT] [--transaction-id ID]
+                     [--amount N] [--repeat N] [--concurrent]
+
+POSTs a notification shaped like the payment service's own to <url>, and prints each answer.
+  --state           final state notified: SUCCESSFUL (default) or FAILED
+  --custom-data     the custom_data echoed back to you (default: empty)
+  --transaction-id  the transaction id (default: a fresh one, such as CLI.482913377)
+  --amount          the amount (default: 5000)
+  --repeat          send the same notification N times, as the service's resends (default: 1)
+  --concurrent      send the N copies all at once instead of one after another
+Exit code: 0 when every answer is 2xx, 1 otherwise, 2 for a usage error.`;
+
+const TIMEOUT_MS = 10_000;
+
+/** What `ipn-kit send` was asked to do. */
+interface SendPlan {
+  url: string;
+  state: FinalState;
+  customData: string;
+  transactionId: string;
+  amount: number;
+  repeat: number;
+  concurrent: boolean;
+}
+
+/** A mistake in the command line: reported with the usage, exit code 2. */
+class UsageError extends Error {}
+
+/**
+ * `ipn-kit send <url>`: POSTs a realistic notification (the fake provider's builder) to `url`, `--repeat` times,
+ * one after another or `--concurrent`ly. Prints one line per request and a summary; resolves the exit code:
+ * 0 when every answer is 2xx, 1 otherwise, 2 for a usage error.
+ */
+export async function sendCommand(argv: string[], io: CliIo): Promise<number> {
+  let plan: SendPlan | 'help';
+  try {
+    plan = readPlan(argv);
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    io.stderr(`ipn-kit send: ${error.message}\n${USAGE}`);
+    return 2;
+  }
+  if (plan === 'help') {
+    io.stdout(USAGE);
+    return 0;
+  }
+  const transaction = newTransaction({ ...plan, outcome: plan.state, state: plan.state });
+  const body = JSON.stringify(ipnForm(transaction));
+  const mode = plan.concurrent ? 'all at once' : 'one after another';
+  const times = plan.repeat === 1 ? 'once' : `${plan.repeat} times, ${mode}`;
+  io.stdout(`POST ${plan.url}: ${plan.transactionId} ${plan.state} amount ${plan.amount}, ${times}`);
+
+  const send = () => postJson(plan.url, body, { timeoutMs: TIMEOUT_MS });
+  const results: PostResult[] = [];
+  if (plan.concurrent) {
+    results.push(...(await Promise.all(Array.from({ length: plan.repeat }, send))));
+    results.forEach((result, index) => io.stdout(line(index, result)));
+  } else {
+    for (let index = 0; index < plan.repeat; index += 1) {
+      const result = await send();
+      results.push(result);
+      io.stdout(line(index, result));
+    }
+  }
+  const ok = results.filter(({ status }) => status >= 200 && status < 300).length;
+  const failed = results.length - ok;
+  io.stdout(`${results.length} sent: ${ok} answered 2xx, ${failed} did not`);
+  return failed === 0 ? 0 : 1;
+}
+
+/** `#1 200 {"ok":true}`, or `#1 error: connect ECONNREFUSED ...` when no answer came. */
+function line(index: number, result: PostResult): string {
+  if (result.status === 0) return `#${index + 1} error: ${result.error ?? 'no answer'}`;
+  const body = result.body.replace(/\s+/g, ' ').trim();
+  return `#${index + 1} ${result.status} ${body.length > 200 ? `${body.slice(0, 200)}...` : body}`;
+}
+
+function readPlan(argv: string[]): SendPlan | 'help' {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      strict: true,
+      options: {
+        state: { type: 'string' },
+        'custom-data': { type: 'string' },
+        'transaction-id': { type: 'string' },
+        amount: { type: 'string' },
+        repeat: { type: 'string' },
+        concurrent: { type: 'boolean' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    });
+  } catch (error) {
+    // parseArgs throws a TypeError with a clear message ("Unknown option '--bogus'...").
+    const { message } = error as { message?: unknown };
+    throw new UsageError(typeof message === 'string' ? message : String(error));
+  }
+  const { values, positionals } = parsed;
+  if (values.help === true) return 'help';
+  if (positionals.length === 0) throw new UsageError('the <url> to send to is missing');
+  if (positionals.length > 1) throw new UsageError(`one <url> only, got ${positionals.join(' ')}`);
+  let url: string;
+  try {
+    url = httpUrl('send', positionals[0]);
+  } catch {
+    throw new UsageError(
+      `<url> must be an http(s) URL such as http://127.0.0.1:3000/ipn, got '${positionals[0]}'`,
+    );
+  }
+  const state = values.state ?? 'SUCCESSFUL';
+  if (state !== 'SUCCESSFUL' && state !== 'FAILED') {
+    throw new UsageError(`--state must be SUCCESSFUL or FAILED, got '${state}'`);
+  }
+  const transactionId = values['transaction-id'] ?? `CLI.${randomInt(100_000_000, 1_000_000_000)}`;
+  if (!/^[A-Za-z0-9][A-Za-z0-9._:-]*$/.test(transactionId)) {
+    throw new UsageError(`--transaction-id must be a token such as EFB.001158, got '${transactionId}'`);
+  }
+  const amount = number('--amount', values.amount ?? '5000');
+  if (!(amount > 0)) throw new UsageError(`--amount must be a number above 0, got '${values.amount}'`);
+  const repeat = number('--repeat', values.repeat ?? '1');
+  if (!Number.isInteger(repeat) || repeat < 1 || repeat > 1000) {
+    throw new UsageError(`--repeat must be a whole number from 1 to 1000, got '${values.repeat}'`);
+  }
+  return {
+    url,
+    state,
+    customData: values['custom-data'] ?? '',
+    transactionId,
+    amount,
+    repeat,
+    concurrent: values.concurrent === true,
+  };
+}
+
+function number(flag: string, text: string): number {
+  if (!/^\d+(?:\.\d+)?$/.test(text.trim())) throw new UsageError(`${flag} must be a number, got '${text}'`);
+  return Number(text);
+}

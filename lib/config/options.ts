@@ -1,0 +1,230 @@
+import type { z } from 'zod';
+import type { Logger } from '../observability/logger.js';
+import { defaultLogger } from '../observability/logger.js';
+import { MemoryStore } from '../stores/memory-store.js';
+import type { DurableStore, Store } from '../stores/store.js';
+import type { StatusSource } from '../status/verify-notification.js';
+
+/** Options of `ipnRouter()`. Every field is optional; each one's default is given below. */
+export interface Options<S extends z.core.$ZodType | undefined = undefined> {
+  /**
+   * A zod 4 schema (from `zod` or `zod/mini`) for your `custom_data`. When given, every notification carries `customData`: the JSON in
+   * `custom_data` (or the raw string, when it is not JSON) parsed by this schema. When it does not match, the
+   * payment is still emitted, with `customDataError` instead.
+   * @default undefined (no parsing: use `custom_data`, the string as received)
+   */
+  customData: S;
+  /** Where handled notifications are remembered, so resends are dropped. @default new MemoryStore() */
+  store: Store;
+  /**
+   * How long a handled notification is remembered, in milliseconds. Must outlive the service's resends.
+   * @default 604_800_000 (7 days)
+   */
+  ttl: number;
+  /**
+   * Largest accepted body (after decompression): a number of bytes, or a string such as `'100kb'` or `'1mb'`.
+   * A larger body is answered 413.
+   * @default '100kb'
+   */
+  limit: number | string;
+  /**
+   * How long to wait for the store (`init` and `claim` together) before answering 503, so the service resends,
+   * in milliseconds. A claim that lands later is delivered then, and the resend is a duplicate.
+   * @default 5_000
+   */
+  storeTimeout: number;
+  /** A pino-compatible logger (`debug`, `info`, `warn`, `error`). @default errors to `console.error`, the rest quiet */
+  logger: Logger;
+  /**
+   * Whether log lines may show the customer's number (`destination`) and name in clear. Off, they are
+   * replaced by `[redacted]` wherever they appear, error messages of your listeners included.
+   * @default false
+   */
+  logCustomerData: boolean;
+  /**
+   * A status client (`createStatusClient()`): every notification is confirmed with the service before it is
+   * emitted (state, amount and `custom_data` must match); one that does not match emits `rejected`. Also the
+   * client `ipn.reconcile()` uses.
+   * @default undefined (notifications are believed as posted)
+   */
+  verify: StatusSource | undefined;
+  /**
+   * How many times a verification that cannot be made now (service unreachable, budget spent, state not final
+   * yet) is tried in all before giving up: an `error` event (or `rejected`, reason `not_final`). With
+   * `delivery: 'at-least-once'`, `maxAttempts` applies instead.
+   * @default 6
+   */
+  verifyAttempts: number;
+  /** Wait before the first verification retry, in ms; it doubles each time, up to 10 minutes. @default 10_000 */
+  verifyRetryDelayMs: number;
+  /**
+   * A secret the IPN address must carry as its `token` query parameter (build the address with `ipnUrl()`);
+   * several, during a rotation. A request without it, or with another, is answered 401.
+   * @default undefined (no token required)
+   */
+  secret: string | readonly string[] | undefined;
+  /**
+   * `'at-most-once'`: the 200 is sent once the notification is claimed; listeners run after it and a failure
+   * is only reported. `'at-least-once'` (needs a durable store such as `PostgresStore`): the notification is
+   * stored before the 200, listeners are awaited, and failed deliveries are retried, then marked dead.
+   * @default 'at-most-once'
+   */
+  delivery: 'at-most-once' | 'at-least-once';
+  /** At-least-once: delivery attempts before a notification is marked dead and emitted as `dead`. @default 8 */
+  maxAttempts: number;
+  /** At-least-once: wait before the second attempt, in ms; it doubles each time, up to 1 hour. @default 30_000 */
+  retryDelayMs: number;
+  /**
+   * At-least-once: how long one attempt may hold a notification, in ms. Listeners that have not settled by
+   * then count as failed, and another instance may take it up. Keep it above your listeners' longest run.
+   * @default 60_000
+   */
+  leaseMs: number;
+  /** At-least-once: how often notifications left undelivered (a crash, a retry that is due) are taken up, in ms. @default 15_000 */
+  recoveryIntervalMs: number;
+}
+
+/** Options with every default applied and checked, as the router uses them. */
+export interface ResolvedOptions<S extends z.core.$ZodType | undefined = undefined> extends Omit<
+  Options<S>,
+  'limit'
+> {
+  /** The body limit in bytes. */
+  limit: number;
+}
+
+const UNITS: Record<string, number> = { b: 1, kb: 1024, mb: 1024 ** 2, gb: 1024 ** 3 };
+
+/** Applies every default in one place and throws a `TypeError` for a programmer error. */
+export function resolveOptions<S extends z.core.$ZodType | undefined>(
+  options: Partial<Options<S>> = {},
+): ResolvedOptions<S> {
+  const given = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined));
+  const unknown = Object.keys(given).filter((key) => !KNOWN.has(key));
+  if (unknown.length > 0) {
+    throw new TypeError(`ipnRouter: unknown option ${unknown.join(', ')} (known: ${[...KNOWN].join(', ')})`);
+  }
+  const resolved = {
+    customData: undefined as S,
+    store: new MemoryStore(),
+    ttl: 7 * 24 * 60 * 60 * 1000,
+    storeTimeout: 5_000,
+    logger: defaultLogger,
+    logCustomerData: false,
+    verify: undefined,
+    verifyAttempts: 6,
+    verifyRetryDelayMs: 10_000,
+    secret: undefined,
+    delivery: 'at-most-once' as const,
+    maxAttempts: 8,
+    retryDelayMs: 30_000,
+    leaseMs: 60_000,
+    recoveryIntervalMs: 15_000,
+    ...(given as Partial<Options<S>>),
+    limit: parseLimit(given.limit ?? '100kb'),
+  };
+  checkSchema(resolved.customData);
+  checkMethods('store', resolved.store, ['claim', 'release'], ['init', 'close']);
+  checkMethods('logger', resolved.logger, ['debug', 'info', 'warn', 'error'], []);
+  checkDuration('ttl', resolved.ttl);
+  // Node fires a longer timer after 1 ms: a timeout that long would fire at once.
+  for (const name of [
+    'storeTimeout',
+    'verifyRetryDelayMs',
+    'retryDelayMs',
+    'leaseMs',
+    'recoveryIntervalMs',
+  ] as const)
+    checkDuration(name, resolved[name], MAX_TIMER);
+  for (const name of ['verifyAttempts', 'maxAttempts'] as const) {
+    if (!Number.isInteger(resolved[name]) || resolved[name] < 1)
+      throw new TypeError(`ipnRouter: ${name} must be a positive integer, got ${String(resolved[name])}`);
+  }
+  if (resolved.verify !== undefined) checkMethods('verify', resolved.verify, ['getStatus'], []);
+  checkSecret(resolved.secret);
+  if (resolved.delivery !== 'at-most-once' && resolved.delivery !== 'at-least-once') {
+    throw new TypeError(
+      `ipnRouter: delivery must be 'at-most-once' or 'at-least-once', got ${String(resolved.delivery)}`,
+    );
+  }
+  if (resolved.delivery === 'at-least-once' && (resolved.store as Partial<DurableStore>).durable !== true) {
+    throw new TypeError(
+      "ipnRouter: delivery 'at-least-once' needs a durable store that keeps the notification, such as " +
+        "new PostgresStore({ pool }) from 'ipn-kit/postgres'; this store only dedupes",
+    );
+  }
+  return resolved;
+}
+
+function checkSecret(secret: unknown): void {
+  if (secret === undefined) return;
+  const secrets: unknown[] = Array.isArray(secret) ? secret : [secret];
+  if (secrets.length === 0 || secrets.some((item) => typeof item !== 'string' || item.length < 16)) {
+    throw new TypeError(
+      'ipnRouter: secret must be a string of at least 16 characters (or an array of them, during a rotation), ' +
+        "such as require('node:crypto').randomBytes(24).toString('base64url')",
+    );
+  }
+}
+
+const MAX_TIMER = 2 ** 31 - 1;
+const KNOWN = new Set([
+  'customData',
+  'store',
+  'ttl',
+  'limit',
+  'storeTimeout',
+  'logger',
+  'logCustomerData',
+  'verify',
+  'verifyAttempts',
+  'verifyRetryDelayMs',
+  'secret',
+  'delivery',
+  'maxAttempts',
+  'retryDelayMs',
+  'leaseMs',
+  'recoveryIntervalMs',
+]);
+
+function parseLimit(limit: unknown): number {
+  if (typeof limit === 'number' && Number.isInteger(limit) && limit > 0) return limit;
+  const match = typeof limit === 'string' ? /^\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb)?\s*$/i.exec(limit) : null;
+  const bytes = match ? Math.floor(Number(match[1]) * (UNITS[(match[2] ?? 'b').toLowerCase()] ?? 1)) : 0;
+  if (bytes > 0) return bytes;
+  throw new TypeError(
+    `ipnRouter: limit must be a positive number of bytes or a size such as '100kb', got ${String(limit)}`,
+  );
+}
+
+function checkSchema(schema: unknown): void {
+  if (schema === undefined) return;
+  // Every zod 4 schema, classic or mini, carries its internals in `_zod`; zod 3 schemas do not.
+  if (typeof schema !== 'object' || schema === null || typeof Reflect.get(schema, '_zod') !== 'object') {
+    throw new TypeError(
+      'ipnRouter: customData must be a zod 4 schema (from zod or zod/mini), such as z.object({ orderId: z.string() })',
+    );
+  }
+}
+
+function checkMethods(name: string, value: unknown, required: string[], optional: string[]): void {
+  const target = value as Record<string, unknown> | null;
+  const missing = required.filter((method) => typeof target?.[method] !== 'function');
+  const wrong = optional.filter(
+    (method) => target?.[method] !== undefined && typeof target[method] !== 'function',
+  );
+  if (missing.length > 0 || wrong.length > 0) {
+    throw new TypeError(
+      `ipnRouter: ${name} must have the methods ${required.join(', ')}` +
+        (optional.length > 0 ? ` (and optionally ${optional.join(', ')})` : '') +
+        `; ${[...missing, ...wrong].join(', ')} ${missing.length + wrong.length > 1 ? 'are' : 'is'} not a function`,
+    );
+  }
+}
+
+function checkDuration(name: string, value: unknown, max = Infinity): void {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
+    throw new TypeError(`ipnRouter: ${name} must be a positive number of milliseconds, got ${String(value)}`);
+  }
+  if (value > max) throw new TypeError(`ipnRouter: ${name} must be at most ${max} ms, got ${value}`);
+}

@@ -1,0 +1,116 @@
+import type { z } from 'zod';
+import { parseCustomData } from '../pipeline/custom-data.js';
+import { IpnKitError, messageOf, StoreError } from '../pipeline/errors.js';
+import type { Notification } from './events.js';
+import type { ResolvedOptions } from '../config/options.js';
+import { identify, type Emit, type EmitAndWait } from './safe-emitter.js';
+import type { IpnNotification } from '../pipeline/schema.js';
+import { loggableError } from '../observability/redact.js';
+import type { RejectedEvent } from '../status/verify-notification.js';
+
+/** The router's emitters: fire-and-forget, and fire-then-await-every-listener. */
+export interface Emitters<C> {
+  emit: Emit<C>;
+  emitAndWait: EmitAndWait<C>;
+}
+
+/** The dedupe key of a notification: `transaction_id:state`. */
+export const keyOf = (n: IpnNotification): string => `${n.transaction_id}:${n.state}`;
+
+export { identify } from './safe-emitter.js';
+
+/**
+ * What the delivery steps share: the options, the emitters, timers that `close()` clears, and the ways to
+ * report, reject, release and emit a notification.
+ */
+export function createDeliveryContext<C>(
+  options: ResolvedOptions<z.core.$ZodType | undefined>,
+  { emit, emitAndWait }: Emitters<C>,
+) {
+  const { store, logger, customData: schema } = options;
+  const timers = new Set<NodeJS.Timeout>();
+  let closed = false;
+
+  const report = (error: IpnKitError, notification?: IpnNotification): void => {
+    const err = options.logCustomerData ? error : loggableError(error, notification);
+    const message = options.logCustomerData ? error.message : (err.message as string);
+    logger.error({ err, ...(notification && identify(notification)) }, message);
+    emit('error', { error, notification });
+  };
+  const toEvent = (n: IpnNotification): Notification<C> =>
+    (schema ? { ...n, ...parseCustomData(schema, n.custom_data) } : n) as Notification<C>;
+
+  return {
+    options,
+    logger,
+    emit,
+    emitAndWait,
+    report,
+    toEvent,
+    isClosed: () => closed,
+
+    /** Runs `run` after `ms`, unless closed first; the timer never keeps the process alive. */
+    after: (ms: number, run: () => unknown): void => {
+      if (closed) return;
+      const timer = setTimeout(() => {
+        timers.delete(timer);
+        run();
+      }, ms);
+      timer.unref();
+      timers.add(timer);
+    },
+
+    /** Runs `run` every `ms` until closed, without keeping the process alive. */
+    every: (ms: number, run: () => unknown): void => {
+      const interval = setInterval(run, ms);
+      interval.unref();
+      timers.add(interval);
+    },
+
+    /** A promise nobody awaits: a failure (a bug of ours) is reported, never an unhandled rejection. */
+    detach: (pending: Promise<unknown>): void => {
+      pending.catch((cause: unknown) => {
+        const message = `ipn-kit failed to deliver a notification: ${messageOf(cause)}`;
+        report(new IpnKitError('IPN_INTERNAL', message, { cause }));
+      });
+    },
+
+    /** Frees a key, so that a genuine resend (or a reconcile) of it is processed. */
+    release: (key: string): void => {
+      Promise.resolve()
+        .then(() => store.release(key))
+        .catch((cause: unknown) =>
+          report(new StoreError(`the store failed to release ${key}: ${messageOf(cause)}`, { cause })),
+        );
+    },
+
+    /** Emits `rejected`: the service's record contradicts the notification. */
+    reject: (event: RejectedEvent): void => {
+      logger.warn(
+        { ...identify(event.notification), reason: event.reason, fields: event.mismatches },
+        event.message,
+      );
+      emit('rejected', event);
+    },
+
+    /** Emits the notification's events at once (at-most-once). */
+    emitNow: (n: IpnNotification): void => {
+      const event = toEvent(n);
+      logger.debug(identify(n), 'IPN notification delivered');
+      emit('notification', event);
+      if (event.state === 'SUCCESSFUL')
+        emit('successful', event as Notification<C> & { state: 'SUCCESSFUL' });
+      else if (event.state === 'FAILED') emit('failed', event as Notification<C> & { state: 'FAILED' });
+    },
+
+    /** Stops every timer; later `after` calls do nothing. */
+    close: (): void => {
+      closed = true;
+      for (const timer of timers) clearTimeout(timer);
+      timers.clear();
+    },
+  };
+}
+
+/** What {@link createDeliveryContext} returns. */
+export type DeliveryContext<C> = ReturnType<typeof createDeliveryContext<C>>;

@@ -1,0 +1,161 @@
+import { randomUUID } from 'node:crypto';
+import type { DeliveryContext } from './delivery-context.js';
+import { identify, keyOf } from './delivery-context.js';
+import { DeliveryError, IpnKitError, messageOf, StoreError, VerificationError } from '../pipeline/errors.js';
+import type { Notification } from './events.js';
+import { ipnNotificationSchema, type IpnNotification } from '../pipeline/schema.js';
+import type { Metrics } from '../observability/metrics.js';
+import type { DurableStore } from '../stores/store.js';
+import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
+
+/** How an attempt ended: `later` is a verification that could not be made yet. */
+type Attempt =
+  Exclude<Verdict, { kind: 'confirmed' }> | { kind: 'delivered' } | { kind: 'failed'; error: IpnKitError };
+
+const MAX_RETRY_DELAY = 60 * 60_000;
+const RECOVERY_BATCH = 50;
+
+/**
+ * At-least-once: the notification was stored before the 200; each attempt verifies it (with `verify`),
+ * awaits every listener, and records the outcome: delivered, failed (retried with backoff), dead after
+ * `maxAttempts`. Entries left due or abandoned (a retry, a replay, a crash) are taken up by `recover`.
+ */
+export function createDurableDelivery<C>(
+  context: DeliveryContext<C>,
+  inbox: DurableStore,
+  metrics?: Metrics,
+) {
+  const { options, logger, emit, emitAndWait, toEvent, report, reject, after } = context;
+  let recovering = false;
+
+  /** Emits and waits for every listener: delivered only when at least one ran and none failed. */
+  async function emitAndSettle(n: IpnNotification): Promise<Attempt> {
+    const event = toEvent(n);
+    const own =
+      event.state === 'SUCCESSFUL'
+        ? emitAndWait('successful', event as Notification<C> & { state: 'SUCCESSFUL' })
+        : event.state === 'FAILED'
+          ? emitAndWait('failed', event as Notification<C> & { state: 'FAILED' })
+          : undefined;
+    const results = await Promise.all([emitAndWait('notification', event), own]);
+    if (results.some((result) => result?.ok === false))
+      return { kind: 'failed', error: new DeliveryError(`a listener failed for ${keyOf(n)}`) };
+    if (results.every((result) => (result?.listeners ?? 0) === 0)) {
+      const name = event.state === 'FAILED' ? 'failed' : 'successful';
+      const message = `no listener for ${keyOf(n)}: add ipn.on('${name}', ...) before the router starts`;
+      return { kind: 'failed', error: new DeliveryError(message) };
+    }
+    return { kind: 'delivered' };
+  }
+
+  async function attempt(n: IpnNotification): Promise<Attempt> {
+    if (options.verify) {
+      const verdict = await verifyNotification(options.verify, n);
+      if (verdict.kind !== 'confirmed') return verdict;
+    }
+    return emitAndSettle(n);
+  }
+
+  /** One attempt at `n`, held by `leaseId`; resolves whether it was delivered. Never rejects. */
+  async function deliver(
+    key: string,
+    n: IpnNotification,
+    leaseId: string,
+    attempts: number,
+  ): Promise<boolean> {
+    metrics?.attempt();
+    let result: Attempt;
+    try {
+      result = await within(attempt(n), Math.floor(options.leaseMs * 0.9), key);
+    } catch (error) {
+      const failure =
+        error instanceof IpnKitError ? error : new DeliveryError(messageOf(error), { cause: error });
+      result = { kind: 'failed', error: failure };
+    }
+    try {
+      if (result.kind === 'delivered') {
+        if (await inbox.settle(key, leaseId, { status: 'delivered' })) metrics?.delivered(n.state);
+        return true;
+      }
+      if (result.kind === 'rejected') {
+        reject(result.event);
+        await inbox.release(key); // a genuine notification of this key can still come...
+        // ...or it came already, answered as a duplicate of the forgery: deliver the service's own record.
+        const genuine = genuineRecord(result.event);
+        const lease = { id: randomUUID(), ms: options.leaseMs };
+        if (genuine && (await inbox.receive(key, genuine, lease))) return deliver(key, genuine, lease.id, 1);
+        return false;
+      }
+      const failure =
+        result.kind === 'failed'
+          ? result.error
+          : new VerificationError(n.transaction_id, attempts, result.reason);
+      if (result.kind === 'failed') report(failure, n);
+      if (attempts >= options.maxAttempts) {
+        // Emitted by the instance that still held the lease, only: a replay may have taken it meanwhile.
+        if (!(await inbox.settle(key, leaseId, { status: 'dead', error: failure.message }))) return false;
+        logger.error(
+          { ...identify(n), attempts },
+          `IPN notification ${key} is dead after ${attempts} attempts`,
+        );
+        emit('dead', { key, notification: toEvent(n), attempts, lastError: failure.message });
+        return false;
+      }
+      const delay = Math.min(options.retryDelayMs * 2 ** (attempts - 1), MAX_RETRY_DELAY);
+      const nextAttemptAt = new Date(Date.now() + delay);
+      await inbox.settle(key, leaseId, { status: 'failed', error: failure.message, nextAttemptAt });
+      after(delay, recover);
+    } catch (cause) {
+      // The lease runs out and the entry is taken up again: at least once, never lost.
+      const message = `the store failed to record the delivery of ${key}: ${messageOf(cause)}`;
+      report(new StoreError(message, { cause }), n);
+    }
+    return false;
+  }
+
+  /** Takes up due and abandoned entries and delivers them; one run at a time. */
+  function recover(): void {
+    if (recovering || context.isClosed()) return;
+    recovering = true;
+    const lease = { id: randomUUID(), ms: options.leaseMs };
+    inbox
+      .lease(lease, RECOVERY_BATCH)
+      .then(async (entries) => {
+        await Promise.all(
+          entries.map((entry) => {
+            const read = ipnNotificationSchema.safeParse(entry.record);
+            if (read.success) return deliver(entry.key, read.data, lease.id, entry.attempts);
+            const error = `the stored record of ${entry.key} is not a notification`;
+            return inbox.settle(entry.key, lease.id, { status: 'dead', error });
+          }),
+        );
+        return entries.length;
+      })
+      .then(
+        (taken) => {
+          recovering = false;
+          if (taken === RECOVERY_BATCH) after(0, recover); // more are waiting
+        },
+        (cause: unknown) => {
+          recovering = false;
+          const message = `the store failed to hand out undelivered notifications: ${messageOf(cause)}`;
+          report(new StoreError(message, { cause }));
+        },
+      );
+  }
+
+  after(0, recover); // at start, once the caller has added its listeners
+  context.every(options.recoveryIntervalMs, recover);
+
+  return { deliver, recover };
+}
+
+/** Rejects with a `DeliveryError` when `pending` has not settled within `ms`. */
+function within<T>(pending: Promise<T>, ms: number, key: string): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const message = `the listeners of ${key} did not settle within ${ms} ms (leaseMs)`;
+    const timer = setTimeout(() => reject(new DeliveryError(message)), ms);
+    timer.unref(); // a listener that never settles must not keep a closing process alive
+    pending.then(resolve, reject).finally(() => clearTimeout(timer));
+  });
+}

@@ -1,0 +1,81 @@
+import type { CustomDataError, FieldIssue, IpnKitError } from '../pipeline/errors.js';
+import type { IpnNotification } from '../pipeline/schema.js';
+import type { RejectedEvent } from '../status/verify-notification.js';
+
+/**
+ * What `customData` adds when the router has a `customData` schema: either the parsed value, or the reason
+ * it could not be parsed (the payment is emitted either way). Test `customDataError` first to narrow.
+ */
+export type CustomDataFields<C> = [C] extends [undefined]
+  ? unknown
+  : | { customData: C; customDataError?: undefined }
+    | { customData?: undefined; customDataError: CustomDataError };
+
+/** What a listener receives: the validated notification, plus `customData` when a schema was given. */
+export type Notification<C = undefined> = IpnNotification & CustomDataFields<C>;
+
+/** Why a request was rejected. */
+export type InvalidReason =
+  | 'malformed_body'
+  | 'not_an_object'
+  | 'invalid_fields'
+  | 'body_too_large'
+  | 'unsupported_media_type'
+  | 'request_aborted'
+  | 'unauthorized';
+
+/** Payload of the `invalid` event. */
+export interface InvalidEvent {
+  reason: InvalidReason;
+  /** The HTTP status answered (400, 401, 413 or 415). */
+  status: number;
+  message: string;
+  /** For `invalid_fields`: each field that failed. */
+  issues?: readonly FieldIssue[];
+  /** What was received: the parsed body, an excerpt of the raw text, or `undefined` when it was not read. */
+  received: unknown;
+}
+
+/** Payload of the `error` event. */
+export interface ErrorEvent<C = undefined> {
+  /**
+   * A `StoreError`, `ListenerError`, `BodyUnavailableError`, `VerificationError` or `DeliveryError` (or, for a
+   * bug, an `IpnKitError` with code `IPN_INTERNAL`); its `cause` is the original error.
+   */
+  error: IpnKitError;
+  /** The notification being handled, when there was one. */
+  notification?: Notification<C> | IpnNotification;
+}
+
+/** Payload of the `dead` event (at-least-once): a notification whose every delivery attempt failed. */
+export interface DeadEvent<C = undefined> {
+  /** Its inbox key, for `ipn.inbox.replay(key)`. */
+  key: string;
+  notification: Notification<C> | IpnNotification;
+  attempts: number;
+  /** The last failure's message. */
+  lastError: string;
+}
+
+/** The events of an IPN router and the payload each listener receives. */
+export interface IpnEvents<C = undefined> {
+  /** A first delivery in state SUCCESSFUL: credit the order. */
+  successful: (notification: Notification<C> & { state: 'SUCCESSFUL' }) => unknown;
+  /** A first delivery in state FAILED: release or cancel the order. */
+  failed: (notification: Notification<C> & { state: 'FAILED' }) => unknown;
+  /** Every first delivery, whatever its state (before `successful` / `failed`); other states are never success. */
+  notification: (notification: Notification<C>) => unknown;
+  /** A resend of a notification already handled (same `transaction_id` and `state`): dropped. */
+  duplicate: (notification: IpnNotification) => unknown;
+  /** A rejected request. */
+  invalid: (event: InvalidEvent) => unknown;
+  /** A listener failed, or the store did, or a notification could not be verified in time. */
+  error: (event: ErrorEvent<C>) => unknown;
+  /** With `verify`: a notification the service's record contradicts (forged or altered). Never credited. */
+  rejected: (event: RejectedEvent) => unknown;
+  /** With `delivery: 'at-least-once'`: every attempt failed; the notification is kept as `dead` for a replay. */
+  dead: (event: DeadEvent<C>) => unknown;
+}
+
+/** An event name of {@link IpnEvents}. */
+export type IpnEventName = keyof IpnEvents;

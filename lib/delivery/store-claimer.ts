@@ -1,0 +1,159 @@
+import { randomUUID } from 'node:crypto';
+import { messageOf, StoreError } from '../pipeline/errors.js';
+import type { Awaitable, Store } from '../stores/store.js';
+
+/**
+ * Claims dedupe keys through a store, in bounded time: `init` once (again only after it failed), then
+ * `claim`, with `timeoutMs` for both together. A synchronous store answers without any timer.
+ */
+export function createStoreClaimer(store: Store, ttl: number, timeoutMs: number) {
+  let initialised: Promise<void> | undefined;
+  let ready = store.init === undefined;
+
+  function initialise(): Promise<void> {
+    // Deferred by a tick, so that a failure clears `initialised` after it was assigned, not before.
+    const attempt: Promise<void> = Promise.resolve()
+      .then(() => store.init?.())
+      .then(
+        () => {
+          ready = true;
+        },
+        (error: unknown) => {
+          if (initialised === attempt) initialised = undefined; // the next request tries again
+          throw error;
+        },
+      );
+    return attempt;
+  }
+
+  const timers = new Set<NodeJS.Timeout>();
+  let closed = false;
+
+  /**
+   * A claim whose answer never came (the store rejected: a connection reset, maybe after the write) is asked
+   * again in the background with the same token, until the store answers: `true` means it was this
+   * caller's, and `late` delivers it (the service's resend is then a duplicate); `false`, another's.
+   */
+  function askAgain(operation: () => Awaitable<boolean>, late: () => void, attempt = 0): void {
+    if (closed || attempt >= LOST_ANSWER_RETRIES) return;
+    const timer = setTimeout(
+      () => {
+        timers.delete(timer);
+        Promise.resolve()
+          .then(operation)
+          .then(
+            (claimed) => {
+              if (claimed === true) safely(late);
+            },
+            () => askAgain(operation, late, attempt + 1),
+          );
+      },
+      LOST_ANSWER_DELAY_MS * 2 ** attempt,
+    );
+    timer.unref();
+    timers.add(timer);
+  }
+
+  /**
+   * Waits for `pending` at most `timeoutMs`. A claim that answers `true` after that still belongs to this
+   * caller, which was told the store failed: `late` lets it deliver then (the service's resend, meanwhile or
+   * later, is a duplicate), so the notification is neither lost nor delivered twice.
+   */
+  function bounded(pending: Promise<unknown>, late: () => void, lost?: () => void): Promise<boolean> {
+    return new Promise((resolve, reject) => {
+      let timedOut = false;
+      const timer = setTimeout(() => {
+        timedOut = true;
+        reject(new Error(`no answer within ${timeoutMs} ms`));
+      }, timeoutMs);
+      pending.then(
+        (claimed) => {
+          if (timedOut) {
+            if (claimed === true) safely(late);
+            return;
+          }
+          clearTimeout(timer);
+          try {
+            resolve(checked(claimed));
+          } catch (error) {
+            reject(asError(error));
+          }
+        },
+        (error: unknown) => {
+          lost?.();
+          if (timedOut) return;
+          clearTimeout(timer);
+          reject(asError(error));
+        },
+      );
+    });
+  }
+
+  return {
+    /**
+     * Resolves `true` (first delivery), `false` (a resend) or a `StoreError` (the store failed or timed out).
+     * Never rejects. `operation` replaces `store.claim` (a durable store's `receive`).
+     */
+    async claim(
+      key: string,
+      late: () => void,
+      durable?: () => Awaitable<boolean>,
+    ): Promise<boolean | StoreError> {
+      const token = randomUUID();
+      const operation = durable ?? (() => store.claim(key, ttl, token));
+      // A durable store's receive needs no second asking: the stored entry is taken up by recovery.
+      const lost = durable ? undefined : () => askAgain(operation, late);
+      try {
+        if (ready) {
+          const claimed = operation();
+          return typeof claimed === 'boolean' ? claimed : await bounded(Promise.resolve(claimed), late, lost);
+        }
+        // One init at a time: one that hangs is waited on again (bounded per request), not started twice.
+        const init = (initialised ??= initialise());
+        // Only the claim's own failure is a lost answer to ask again about, not a failed init.
+        const claim = init.then(() =>
+          Promise.resolve(operation()).catch((error: unknown) => {
+            lost?.();
+            throw error;
+          }),
+        );
+        return await bounded(claim, late);
+      } catch (cause) {
+        return new StoreError(`the store failed to claim ${key}: ${messageOf(cause)}`, { cause });
+      }
+    },
+
+    /** Stops asking again for lost answers. */
+    close(): void {
+      closed = true;
+      for (const timer of timers) clearTimeout(timer);
+      timers.clear();
+    },
+  };
+}
+
+/** How many times, and from how long a first wait (doubling), a claim whose answer was lost is asked again. */
+const LOST_ANSWER_RETRIES = 6;
+const LOST_ANSWER_DELAY_MS = 500;
+
+/**
+ * A claim must answer `true` or `false`. Anything else (a store that forgets to return, or returns Redis's
+ * `'OK'`) is a store failure: taking `undefined` for "already claimed" would drop every payment as a resend.
+ */
+function checked(claimed: unknown): boolean {
+  if (typeof claimed === 'boolean') return claimed;
+  throw new TypeError(`store.claim must return true or false (or a promise of it), got ${String(claimed)}`);
+}
+
+/** Runs a callback from a detached promise chain, where a throw would become an unhandled rejection. */
+function safely(callback: () => void): void {
+  try {
+    callback();
+  } catch {
+    // The caller reports its own failures; nothing is left to report to here.
+  }
+}
+
+function asError(value: unknown): Error {
+  return value instanceof Error ? value : new Error(String(value));
+}

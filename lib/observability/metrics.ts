@@ -1,0 +1,95 @@
+import type { IpnKitError } from '../pipeline/errors.js';
+
+/** What a router has counted since it was created: read it with `ipn.metrics()`, export it as you like. */
+export interface IpnMetrics {
+  /** Valid notifications received: first deliveries and resends. */
+  received: number;
+  /** Resends dropped. */
+  duplicates: number;
+  /** Requests rejected (400, 401, 413, 415). */
+  invalid: number;
+  /** Notifications emitted (the `notification` event), by state; at-least-once, the ones delivered. */
+  emitted: { SUCCESSFUL: number; FAILED: number; other: number };
+  /** Notifications the status query contradicted. */
+  rejected: number;
+  /** Listeners that threw or rejected. */
+  listenerErrors: number;
+  /** Store failures (answered 503, or a delivery that could not be recorded). */
+  storeErrors: number;
+  /** Notifications that could not be verified in time. */
+  verificationErrors: number;
+  /** At-least-once: delivery attempts started, and notifications marked dead. */
+  deliveryAttempts: number;
+  dead: number;
+  /** With a `verify` client that counts (`createStatusClient()` does): its requests, refusals and savings. */
+  statusQueries: { made: number; refused: number; cached: number; shared: number } | undefined;
+}
+
+type Counted = Omit<IpnMetrics, 'emitted' | 'statusQueries'>;
+
+/** The router's counters, fed by its events. */
+export function createMetrics(statusStats?: () => unknown) {
+  const counts: Counted = {
+    received: 0,
+    duplicates: 0,
+    invalid: 0,
+    rejected: 0,
+    listenerErrors: 0,
+    storeErrors: 0,
+    verificationErrors: 0,
+    deliveryAttempts: 0,
+    dead: 0,
+  };
+  const emitted = { SUCCESSFUL: 0, FAILED: 0, other: 0 };
+  const countEmitted = (state: string): void => {
+    if (state === 'SUCCESSFUL' || state === 'FAILED') emitted[state] += 1;
+    else emitted.other += 1;
+  };
+  const ERROR_COUNTERS: Record<string, keyof Counted> = {
+    IPN_LISTENER_FAILED: 'listenerErrors',
+    IPN_STORE_FAILED: 'storeErrors',
+    IPN_VERIFY_UNAVAILABLE: 'verificationErrors',
+  };
+
+  return {
+    /** Counts one emitted event. */
+    count: (event: string, payload: unknown, awaited = false): void => {
+      if (event === 'duplicate') counts.duplicates += 1;
+      else if (event === 'invalid') counts.invalid += 1;
+      else if (event === 'rejected') counts.rejected += 1;
+      else if (event === 'dead') counts.dead += 1;
+      // An at-least-once attempt is counted once it is delivered (see `delivered`), not at each try.
+      else if (event === 'notification' && !awaited) countEmitted((payload as { state: string }).state);
+      else if (event === 'error') {
+        const counter = ERROR_COUNTERS[(payload as { error: IpnKitError }).error.code];
+        if (counter) counts[counter] += 1;
+      }
+    },
+    received: (): void => {
+      counts.received += 1;
+    },
+    attempt: (): void => {
+      counts.deliveryAttempts += 1;
+    },
+    /** At-least-once: a notification delivered (every listener succeeded). */
+    delivered: (state: string): void => countEmitted(state),
+    /** A copy of every figure, now. */
+    snapshot: (): IpnMetrics => {
+      const stats = statusStats?.() as
+        Partial<Record<'queries' | 'refused' | 'cached' | 'shared', number>> | undefined;
+      const statusQueries =
+        typeof stats?.queries === 'number'
+          ? {
+              made: stats.queries,
+              refused: stats.refused ?? 0,
+              cached: stats.cached ?? 0,
+              shared: stats.shared ?? 0,
+            }
+          : undefined;
+      return { ...counts, emitted: { ...emitted }, statusQueries };
+    },
+  };
+}
+
+/** What {@link createMetrics} returns. */
+export type Metrics = ReturnType<typeof createMetrics>;

@@ -1,0 +1,47 @@
+import type { IpnKitError } from '../pipeline/errors.js';
+
+/** The fields that identify the customer: never written to a log in clear unless `logCustomerData` is on. */
+export const CUSTOMER_FIELDS = ['destination', 'customer_name'] as const;
+
+const REDACTED = '[redacted]';
+
+/**
+ * What a log line may say of an error raised while handling `notification`: its name, code, message and
+ * stack, with the customer's number and name replaced wherever they appear (a listener's own message may
+ * quote them), and the same for its cause. The error itself, which the `error` event carries, is untouched.
+ */
+export function loggableError(error: IpnKitError, notification: unknown): Record<string, unknown> {
+  const values = customerValues(notification);
+  const scrub = (text: string | undefined) =>
+    text === undefined
+      ? undefined
+      : values.reduce((result, value) => result.split(value).join(REDACTED), text);
+  const describe = (value: unknown): unknown => {
+    if (!(value instanceof Error)) return typeof value === 'string' ? scrub(value) : value;
+    return {
+      type: value.name,
+      code: (value as Partial<IpnKitError>).code,
+      message: scrub(value.message),
+      stack: scrub(value.stack),
+      cause: value.cause === undefined ? undefined : describe(value.cause),
+    };
+  };
+  return describe(error) as Record<string, unknown>;
+}
+
+/** Where an event's payload may hold a notification: itself, or one of these fields (`error`, `rejected`, `dead`, `invalid`). */
+const HOLDERS = ['notification', 'status', 'received'] as const;
+
+/** The customer's number and name in a payload: the texts to scrub (ignoring ones too short to matter). */
+function customerValues(payload: unknown): string[] {
+  if (typeof payload !== 'object' || payload === null) return [];
+  const record = payload as Record<string, unknown>;
+  const records = [record, ...HOLDERS.map((field) => record[field])];
+  return records.flatMap((item) =>
+    typeof item === 'object' && item !== null
+      ? CUSTOMER_FIELDS.map((field) => (item as Record<string, unknown>)[field]).filter(
+          (value): value is string => typeof value === 'string' && value.trim().length >= 3,
+        )
+      : [],
+  );
+}

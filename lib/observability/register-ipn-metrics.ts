@@ -1,0 +1,84 @@
+import { Counter, register as defaultRegistry, type Registry } from 'prom-client';
+import type { IpnMetrics } from './metrics.js';
+
+/** Options of {@link registerIpnMetrics}. */
+export interface PrometheusOptions {
+  /** Where the metrics are registered. @default prom-client's default registry */
+  registry: Registry;
+  /** Prepended to every metric name. @default 'ipn_kit_' */
+  prefix: string;
+}
+
+/** One exported counter: its name after the prefix, its help, and how to read it (by label). */
+const COUNTERS: Array<[string, string, (m: IpnMetrics) => Record<string, number>]> = [
+  [
+    'notifications_received_total',
+    'Valid notifications received, resends included',
+    (m) => ({ '': m.received }),
+  ],
+  ['duplicates_total', 'Resends dropped', (m) => ({ '': m.duplicates })],
+  ['invalid_total', 'Requests rejected (400, 401, 413, 415)', (m) => ({ '': m.invalid })],
+  ['emitted_total', 'Notifications emitted, by state', (m) => m.emitted],
+  ['rejected_total', 'Notifications the status query contradicted', (m) => ({ '': m.rejected })],
+  [
+    'errors_total',
+    'Failures reported through the error event, by kind',
+    (m) => ({ listener: m.listenerErrors, store: m.storeErrors, verification: m.verificationErrors }),
+  ],
+  ['delivery_attempts_total', 'At-least-once delivery attempts', (m) => ({ '': m.deliveryAttempts })],
+  ['dead_total', 'At-least-once notifications marked dead', (m) => ({ '': m.dead })],
+  [
+    'status_queries_total',
+    'Status queries of the verify client, by outcome',
+    (m): Record<string, number> => ({ ...m.statusQueries }),
+  ],
+];
+
+const LABELS: Record<string, string> = {
+  emitted_total: 'state',
+  errors_total: 'kind',
+  status_queries_total: 'outcome',
+};
+
+/**
+ * Registers a router's counters as Prometheus counters, read from `ipn.metrics()` at each scrape.
+ *
+ * @example
+ * import { register } from 'prom-client';
+ * import { registerIpnMetrics } from 'ipn-kit/prometheus';
+ *
+ * registerIpnMetrics(ipn);
+ * app.get('/metrics', async (_req, res) => {
+ *   res.type(register.contentType).send(await register.metrics());
+ * });
+ */
+export function registerIpnMetrics(
+  source: { metrics(): IpnMetrics },
+  options: Partial<PrometheusOptions> = {},
+): void {
+  if (typeof source?.metrics !== 'function') {
+    throw new TypeError('registerIpnMetrics: pass the router (anything with a metrics() method)');
+  }
+  const registry = options.registry ?? defaultRegistry;
+  const prefix = options.prefix ?? 'ipn_kit_';
+  for (const [name, help, read] of COUNTERS) {
+    const label = LABELS[name];
+    // Counters only go up; each scrape adds what the router counted since the previous one.
+    const seen = new Map<string, number>();
+    new Counter({
+      name: prefix + name,
+      help,
+      labelNames: label ? [label] : [],
+      registers: [registry],
+      collect() {
+        for (const [value, total] of Object.entries(read(source.metrics()))) {
+          const delta = total - (seen.get(value) ?? 0);
+          if (delta <= 0) continue;
+          seen.set(value, total);
+          if (label) this.inc({ [label]: value }, delta);
+          else this.inc(delta);
+        }
+      },
+    });
+  }
+}

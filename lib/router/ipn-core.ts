@@ -1,0 +1,90 @@
+import type { z } from 'zod';
+import { IpnKitError, messageOf } from '../pipeline/errors.js';
+import { guardLogger } from '../observability/logger.js';
+import type { IpnEmitter } from '../delivery/safe-emitter.js';
+import { createSafeEmitter } from '../delivery/safe-emitter.js';
+import type { Inbox, ReconcileResult } from '../delivery/delivery.js';
+import { createMetrics, type IpnMetrics } from '../observability/metrics.js';
+import { createIpnPipeline, type IpnOutcome, type IpnRequest } from './ipn-pipeline.js';
+import { resolveOptions, type Options, type ResolvedOptions } from '../config/options.js';
+
+/** The type of `customData` for a given `customData` schema (`undefined` when there is none). */
+export type CustomDataOf<S> = S extends z.core.$ZodType ? z.core.output<S> : undefined;
+
+/** What every transport adapter (node:http and Express, fetch, Fastify) is a thin layer over. */
+export interface IpnCore<C> {
+  /** The options with every default applied, and the logger guarded. */
+  readonly options: ResolvedOptions<z.core.$ZodType | undefined>;
+  /** The typed emitter methods (`on`, `once`, `off`, ...) that the public router carries. */
+  readonly methods: IpnEmitter<C>;
+  /** One request in, one answer out. Never rejects: a bug of ours becomes a 500, so the service resends. */
+  readonly handle: (request: IpnRequest) => Promise<IpnOutcome>;
+  /** The 500 answer (and its `error` event) for a bug of ours an adapter caught, e.g. reading the request. */
+  readonly failure: (cause: unknown) => IpnOutcome;
+  /** Reports a failure of the transport (writing the answer, an `afterResponse` that threw) as `error`. */
+  readonly onFailure: (cause: unknown) => void;
+  readonly reconcile: (transactionId: string) => Promise<ReconcileResult>;
+  readonly inbox: Inbox;
+  readonly metrics: () => IpnMetrics;
+  readonly close: () => Promise<void>;
+}
+
+/**
+ * Builds the transport-free core: options, emitter, metrics and pipeline. `self` is the public object the
+ * events are emitted on (listeners' `this`).
+ */
+export function createIpnCore<S extends z.core.$ZodType | undefined>(
+  options: Partial<Options<S>> | undefined,
+  self: () => unknown,
+): IpnCore<CustomDataOf<S>> {
+  type C = CustomDataOf<S>;
+  const checked = resolveOptions(options);
+  const resolved = { ...checked, logger: guardLogger(checked.logger) };
+  const verifier = resolved.verify as { stats?: unknown } | undefined;
+  const metrics = createMetrics(() => verifier?.stats);
+  // Every event is counted on its way out: the counters need no listener of their own.
+  const { methods, emit, emitAndWait } = createSafeEmitter<C>(
+    resolved.logger,
+    self,
+    metrics.count,
+    !resolved.logCustomerData,
+  );
+  const pipeline = createIpnPipeline<C>(resolved, { emit, emitAndWait }, metrics);
+
+  // A bug of ours, not bad input: log it and report it as an `error` event.
+  const internal = (cause: unknown): IpnKitError => {
+    const message = `ipn-kit failed to handle a request: ${messageOf(cause)}`;
+    const error = new IpnKitError('IPN_INTERNAL', message, { cause });
+    resolved.logger.error({ err: error }, error.message);
+    return error;
+  };
+
+  const failure = (cause: unknown): IpnOutcome => {
+    const error = internal(cause);
+    // Answer 500, so the service resends.
+    const body = {
+      error: 'internal_error',
+      message: 'the notification was not processed: resend it later',
+    };
+    return { status: 500, body, afterResponse: () => emit('error', { error }) };
+  };
+  const handle = async (request: IpnRequest): Promise<IpnOutcome> => {
+    try {
+      return await pipeline.handle(request);
+    } catch (cause) {
+      return failure(cause);
+    }
+  };
+  const { reconcile, inbox, close } = pipeline;
+  return {
+    options: resolved,
+    methods,
+    handle,
+    failure,
+    onFailure: (cause) => emit('error', { error: internal(cause) }),
+    reconcile,
+    inbox,
+    metrics: metrics.snapshot,
+    close,
+  };
+}

@@ -1,0 +1,201 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { messageOf, StatusQueryError } from '../pipeline/errors.js';
+import { defaultLogger, guardLogger, type Logger } from '../observability/logger.js';
+import { createQueryGuard, type StatusClientStats } from './query-guard.js';
+import { parseStatusAnswer, type StatusRecord } from './status-envelope.js';
+
+/** Options of {@link createStatusClient}. `baseUrl` and `apiKey` are required; each other default is given. */
+export interface StatusClientOptions {
+  /** The service's transaction API, such as `https://host/api_v1/transaction`; queries go to `{baseUrl}/status`. */
+  baseUrl: string;
+  /** Your API key, sent as `api_key` in the body. */
+  apiKey: string;
+  /**
+   * Most requests sent in any 60 s window, retries included. Over it, calls fail at once with
+   * `StatusRateLimitError` (reason `budget`) instead of queueing.
+   * @default 30
+   */
+  maxQueriesPerMinute: number;
+  /** How long a non-final answer (such as `PENDING1`) or a not-found answer is reused before that id is asked again, in ms. @default 60_000 */
+  minIntervalMs: number;
+  /**
+   * After an answer that looks like a block (HTTP 429 or 403), nothing is sent for this long (or the answer's
+   * `Retry-After`, if longer, up to a day), in ms; calls fail at once with `StatusRateLimitError` (reason `blocked`).
+   * @default 900_000 (15 minutes)
+   */
+  blockCooldownMs: number;
+  /** Time limit of each request, answer body included, in ms. @default 10_000 */
+  timeoutMs: number;
+  /** Extra attempts after a network error, a timeout or a 5xx answer (never after any other answer). @default 2 */
+  retries: number;
+  /** Base of the exponential backoff between attempts, in ms; each wait is jittered. @default 500 */
+  retryDelayMs: number;
+  /** Most ids whose answers are cached. @default 10_000 */
+  cacheSize: number;
+  /** The fetch to use. @default globalThis.fetch */
+  fetch: typeof fetch;
+  /** A pino-compatible logger. @default errors to `console.error`, the rest quiet */
+  logger: Logger;
+}
+
+/** A status client: `getStatus` through the guard, and what the guard counted. */
+export interface StatusClient {
+  /**
+   * The current record of one transaction, any state (`SUCCESSFUL`, `FAILED`, or a non-final one such as
+   * `PENDING1`). Rejects with `TransactionNotFoundError`, `StatusQueryError` or `StatusRateLimitError`
+   * (all `StatusError`s).
+   */
+  getStatus(transactionId: string): Promise<StatusRecord>;
+  /** Requests sent, calls refused, answered from cache, or shared with a request in flight. */
+  readonly stats: Readonly<StatusClientStats>;
+}
+
+/**
+ * A client for the status query that can never get its caller blocked: concurrent calls for one id share
+ * one request, final answers are cached, other answers are reused for `minIntervalMs`, a budget of
+ * `maxQueriesPerMinute` is never exceeded, and after a 429 or 403 nothing is sent during a cool-down. It
+ * never polls by itself.
+ *
+ * @example
+ * import { createStatusClient } from 'ipn-kit';
+ *
+ * const client = createStatusClient({ baseUrl: 'https://api.example.com/api_v1/transaction', apiKey });
+ * const record = await client.getStatus('PIX_22827809');
+ * if (record.state === 'SUCCESSFUL') markPaid(record.custom_data);
+ */
+export function createStatusClient(
+  options: Partial<StatusClientOptions> & Pick<StatusClientOptions, 'baseUrl' | 'apiKey'>,
+): StatusClient {
+  const resolved = resolveStatusOptions(options);
+  const { apiKey, timeoutMs, retries, retryDelayMs } = resolved;
+  const logger = guardLogger(resolved.logger);
+  const url = `${resolved.baseUrl}/status`;
+  // A monotonic clock: a wall-clock step must neither reopen the budget nor end a cool-down early.
+  const guard = createQueryGuard({ ...resolved, now: () => performance.now() });
+
+  async function request(transactionId: string): Promise<StatusRecord> {
+    guard.permit(transactionId);
+    logger.debug({ transaction_id: transactionId }, 'status query sent');
+    let response: Response;
+    let body: string;
+    try {
+      response = await resolved.fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json' },
+        body: JSON.stringify({ api_key: apiKey, transaction_ids: transactionId }),
+        signal: AbortSignal.timeout(timeoutMs),
+      });
+      body = await response.text();
+    } catch (cause) {
+      const message = `the status query for ${transactionId} got no answer: ${messageOf(cause)}`;
+      throw new StatusQueryError(transactionId, message, { retryable: true }, { cause });
+    }
+    const answer = parseStatusAnswer(transactionId, { httpStatus: response.status, body });
+    if (answer instanceof StatusQueryError && answer.blocked) {
+      guard.blocked(retryAfterMs(response.headers.get('retry-after')));
+      logger.warn(
+        { transaction_id: transactionId, status: response.status },
+        'the payment service may be blocking status queries: sending none during the cool-down',
+      );
+    }
+    if (answer instanceof Error) throw answer;
+    return answer;
+  }
+
+  async function withRetries(transactionId: string): Promise<StatusRecord> {
+    for (let attempt = 0; ; attempt += 1) {
+      try {
+        return await request(transactionId);
+      } catch (error) {
+        if (!(error instanceof StatusQueryError) || !error.retryable || error.blocked || attempt >= retries)
+          throw error;
+        // Exponential backoff with jitter, so that many clients recovering at once do not ask in step.
+        await sleep(retryDelayMs * 2 ** attempt * (0.5 + Math.random() / 2));
+      }
+    }
+  }
+
+  return {
+    getStatus(transactionId) {
+      if (typeof transactionId !== 'string' || transactionId.length === 0) {
+        return Promise.reject(new TypeError('getStatus: transactionId must be a non-empty string'));
+      }
+      return guard.ask(transactionId, () => withRetries(transactionId));
+    },
+    stats: guard.stats,
+  };
+}
+
+/** Longest `Retry-After` obeyed: a larger one (or a typo) must not silence the client for weeks. */
+const MAX_RETRY_AFTER = 24 * 60 * 60_000;
+
+/** `Retry-After` as seconds or an HTTP date, in ms (at most a day); 0 when absent or unreadable. */
+function retryAfterMs(header: string | null): number {
+  if (header === null) return 0;
+  const seconds = Number(header);
+  const date = Date.parse(header);
+  const ms = Number.isFinite(seconds) ? seconds * 1000 : Number.isNaN(date) ? 0 : date - Date.now();
+  return Math.min(Math.max(0, ms), MAX_RETRY_AFTER);
+}
+
+function resolveStatusOptions(options: Partial<StatusClientOptions>): StatusClientOptions {
+  const given = Object.fromEntries(Object.entries(options ?? {}).filter(([, value]) => value !== undefined));
+  const resolved: StatusClientOptions = {
+    baseUrl: '',
+    apiKey: '',
+    maxQueriesPerMinute: 30,
+    minIntervalMs: 60_000,
+    blockCooldownMs: 15 * 60_000,
+    timeoutMs: 10_000,
+    retries: 2,
+    retryDelayMs: 500,
+    cacheSize: 10_000,
+    fetch: globalThis.fetch,
+    logger: defaultLogger,
+    ...given,
+  };
+  const fail = (message: string): never => {
+    throw new TypeError(`createStatusClient: ${message}`);
+  };
+  const unknown = Object.keys(given).filter((key) => !(key in STATUS_DEFAULT_KEYS));
+  if (unknown.length > 0) fail(`unknown option ${unknown.join(', ')}`);
+  if (typeof resolved.baseUrl !== 'string' || !/^https?:\/\/[^/]/i.test(resolved.baseUrl))
+    fail(
+      `baseUrl must be an http(s) URL such as https://host/api_v1/transaction, got ${String(resolved.baseUrl)}`,
+    );
+  if (typeof resolved.apiKey !== 'string' || resolved.apiKey.length === 0)
+    fail('apiKey must be a non-empty string');
+  for (const name of ['maxQueriesPerMinute', 'cacheSize'] as const) {
+    if (!Number.isInteger(resolved[name]) || resolved[name] < 1)
+      fail(`${name} must be a positive integer, got ${String(resolved[name])}`);
+  }
+  for (const name of ['minIntervalMs', 'blockCooldownMs', 'timeoutMs', 'retryDelayMs', 'retries'] as const) {
+    const value = resolved[name];
+    if (
+      typeof value !== 'number' ||
+      !Number.isFinite(value) ||
+      value < 0 ||
+      (name === 'timeoutMs' && value === 0)
+    )
+      fail(
+        `${name} must be a ${name === 'timeoutMs' ? 'positive' : 'non-negative'} number, got ${String(value)}`,
+      );
+  }
+  if (!Number.isInteger(resolved.retries)) fail(`retries must be an integer, got ${resolved.retries}`);
+  if (typeof resolved.fetch !== 'function') fail('fetch must be a function (Node 18+ has one built in)');
+  return { ...resolved, baseUrl: resolved.baseUrl.replace(/\/+$/, '') };
+}
+
+const STATUS_DEFAULT_KEYS: Record<keyof StatusClientOptions, true> = {
+  baseUrl: true,
+  apiKey: true,
+  maxQueriesPerMinute: true,
+  minIntervalMs: true,
+  blockCooldownMs: true,
+  timeoutMs: true,
+  retries: true,
+  retryDelayMs: true,
+  cacheSize: true,
+  fetch: true,
+  logger: true,
+};

@@ -1,0 +1,283 @@
+import { ListenerError } from '../../../lib/pipeline/errors.js';
+import type { ErrorEvent, InvalidEvent } from '../../../lib/delivery/events.js';
+import type { Logger } from '../../../lib/observability/logger.js';
+import { createSafeEmitter } from '../../../lib/delivery/safe-emitter.js';
+import { ipnNotificationSchema } from '../../../lib/pipeline/schema.js';
+import type { IpnNotification } from '../../../lib/pipeline/schema.js';
+import { failedPayload, successfulPayload } from '../../helpers/payloads.js';
+
+const notification: IpnNotification = ipnNotificationSchema.parse(successfulPayload());
+const other: IpnNotification = ipnNotificationSchema.parse(failedPayload());
+
+/** Lets pending promise reactions and I/O callbacks run. */
+function tick(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+function setup() {
+  const logger = { debug: jest.fn(), info: jest.fn(), warn: jest.fn(), error: jest.fn() } satisfies Logger;
+  const router = { name: 'the router' };
+  const { methods, emit } = createSafeEmitter<undefined>(logger, () => router);
+  const errors: ErrorEvent[] = [];
+  return {
+    logger,
+    router,
+    methods,
+    emit,
+    errors,
+    recordErrors: () => methods.on('error', (e) => errors.push(e)),
+  };
+}
+
+describe('createSafeEmitter', () => {
+  it('passes the payload to every listener, in the order they were added', () => {
+    const { methods, emit } = setup();
+    const calls: Array<[string, IpnNotification]> = [];
+    methods.on('notification', (n) => calls.push(['first', n]));
+    methods.on('notification', (n) => calls.push(['second', n]));
+    expect(emit('notification', notification)).toBe(true);
+    expect(calls).toEqual([
+      ['first', notification],
+      ['second', notification],
+    ]);
+    expect(calls[0]?.[1]).toBe(notification);
+  });
+
+  it('answers false when an event has no listener', () => {
+    const { emit } = setup();
+    expect(emit('notification', notification)).toBe(false);
+  });
+
+  it('runs the next listener after one throws, and emits exactly one error event for it', () => {
+    const { methods, emit, errors, recordErrors } = setup();
+    recordErrors();
+    const cause = new Error('crediting failed');
+    const next = jest.fn();
+    methods.on('notification', () => {
+      throw cause;
+    });
+    methods.on('notification', next);
+    expect(() => emit('notification', notification)).not.toThrow();
+    expect(next).toHaveBeenCalledTimes(1);
+    expect(next).toHaveBeenCalledWith(notification);
+    expect(errors).toHaveLength(1);
+    const [event] = errors;
+    expect(event?.error).toBeInstanceOf(ListenerError);
+    expect(event?.error.code).toBe('IPN_LISTENER_FAILED');
+    expect((event?.error as ListenerError).event).toBe('notification');
+    expect(event?.error.cause).toBe(cause);
+    expect(event?.error.message).toContain('crediting failed');
+    expect(event?.notification).toBe(notification);
+  });
+
+  it('logs a throwing listener with the event and the notification id', () => {
+    const { methods, emit, logger } = setup();
+    methods.on('duplicate', () => {
+      throw new Error('boom');
+    });
+    emit('duplicate', notification);
+    expect(logger.error).toHaveBeenCalledTimes(1);
+    expect(logger.error).toHaveBeenCalledWith(
+      expect.objectContaining({
+        err: expect.objectContaining({ type: 'ListenerError', code: 'IPN_LISTENER_FAILED' }),
+        event: 'duplicate',
+        transaction_id: 'EFB.001158',
+        state: 'SUCCESSFUL',
+      }),
+      expect.stringContaining('boom'),
+    );
+  });
+
+  it('reports a failing invalid listener without a notification', () => {
+    const { methods, emit, errors, recordErrors } = setup();
+    recordErrors();
+    methods.on('invalid', () => {
+      throw new Error('boom');
+    });
+    const invalid: InvalidEvent = { reason: 'malformed_body', status: 400, message: 'bad', received: '{' };
+    emit('invalid', invalid);
+    expect(errors).toHaveLength(1);
+    expect((errors[0]?.error as ListenerError).event).toBe('invalid');
+    expect(errors[0]?.notification).toBeUndefined();
+  });
+
+  // Jest fails a test in which a promise rejection goes unhandled, so these also prove there is none.
+  describe('async listeners', () => {
+    it('turns a rejected listener promise into an error event, not an unhandled rejection', async () => {
+      const { methods, emit, errors, recordErrors, logger } = setup();
+      recordErrors();
+      const cause = new Error('database down');
+      const next = jest.fn();
+      methods.on('notification', () => Promise.reject(cause));
+      methods.on('notification', next);
+      emit('notification', notification);
+      expect(next).toHaveBeenCalledTimes(1);
+      await tick();
+      await tick();
+      expect(errors).toHaveLength(1);
+      expect(errors[0]?.error).toBeInstanceOf(ListenerError);
+      expect(errors[0]?.error.cause).toBe(cause);
+      expect(errors[0]?.notification).toBe(notification);
+      expect(logger.error).toHaveBeenCalledTimes(1);
+    });
+
+    it('emits nothing for an async listener that resolves', async () => {
+      const { methods, emit, errors, recordErrors, logger } = setup();
+      recordErrors();
+      methods.on('notification', async () => {
+        await Promise.resolve();
+      });
+      emit('notification', notification);
+      await tick();
+      expect(errors).toEqual([]);
+      expect(logger.error).not.toHaveBeenCalled();
+    });
+
+    it('only logs a rejecting error listener', async () => {
+      const { methods, emit, logger } = setup();
+      const errorListener = jest.fn(() => Promise.reject(new Error('alerting down')));
+      methods.on('error', errorListener);
+      methods.on('notification', () => {
+        throw new Error('boom');
+      });
+      emit('notification', notification);
+      await tick();
+      await tick();
+      expect(errorListener).toHaveBeenCalledTimes(1);
+      expect(logger.error).toHaveBeenCalledTimes(2);
+      expect(logger.error).toHaveBeenLastCalledWith(
+        expect.objectContaining({ event: 'error' }),
+        expect.stringContaining('alerting down'),
+      );
+    });
+  });
+
+  it('only logs a throwing error listener, without calling it again', () => {
+    const { methods, emit, logger } = setup();
+    const errorListener = jest.fn(() => {
+      throw new Error('alerting down');
+    });
+    methods.on('error', errorListener);
+    methods.on('notification', () => {
+      throw new Error('boom');
+    });
+    expect(() => emit('notification', notification)).not.toThrow();
+    expect(errorListener).toHaveBeenCalledTimes(1);
+    expect(logger.error).toHaveBeenCalledTimes(2);
+    expect(logger.error).toHaveBeenLastCalledWith(
+      expect.objectContaining({
+        event: 'error',
+        err: expect.objectContaining({ type: 'ListenerError', code: 'IPN_LISTENER_FAILED' }),
+      }),
+      expect.stringContaining('alerting down'),
+    );
+  });
+
+  it('calls a once listener for the first emit only', () => {
+    const { methods, emit } = setup();
+    const listener = jest.fn();
+    methods.once('notification', listener);
+    emit('notification', notification);
+    emit('notification', other);
+    expect(listener).toHaveBeenCalledTimes(1);
+    expect(listener).toHaveBeenCalledWith(notification);
+    expect(methods.listenerCount('notification')).toBe(0);
+  });
+
+  it('isolates a throwing once listener too', () => {
+    const { methods, emit, errors, recordErrors } = setup();
+    recordErrors();
+    methods.once('notification', () => {
+      throw new Error('boom');
+    });
+    expect(() => emit('notification', notification)).not.toThrow();
+    expect(errors).toHaveLength(1);
+  });
+
+  it('removes a listener by the function that was added', () => {
+    const { methods, emit } = setup();
+    const removed = jest.fn();
+    const kept = jest.fn();
+    methods.on('notification', removed);
+    methods.on('notification', kept);
+    methods.off('notification', removed);
+    emit('notification', notification);
+    expect(removed).not.toHaveBeenCalled();
+    expect(kept).toHaveBeenCalledTimes(1);
+    expect(methods.listeners('notification')).toEqual([kept]);
+  });
+
+  it('removes a once listener by the function that was added', () => {
+    const { methods, emit } = setup();
+    const listener = jest.fn();
+    methods.once('notification', listener);
+    methods.removeListener('notification', listener);
+    emit('notification', notification);
+    expect(listener).not.toHaveBeenCalled();
+    expect(methods.listenerCount('notification')).toBe(0);
+  });
+
+  it('leaves other events alone when removing a listener', () => {
+    const { methods } = setup();
+    const listener = jest.fn();
+    methods.on('notification', listener);
+    methods.on('duplicate', listener);
+    methods.off('notification', listener);
+    expect(methods.listeners('duplicate')).toEqual([listener]);
+  });
+
+  it('removes every listener of an event when off is given no function', () => {
+    const { methods, emit } = setup();
+    const listener = jest.fn();
+    methods.on('notification', listener);
+    methods.on('notification', jest.fn());
+    methods.on('duplicate', listener);
+    methods.off('notification');
+    emit('notification', notification);
+    expect(listener).not.toHaveBeenCalled();
+    expect(methods.listenerCount('notification')).toBe(0);
+    expect(methods.listenerCount('duplicate')).toBe(1);
+  });
+
+  it('removes all listeners of every event with removeAllListeners', () => {
+    const { methods } = setup();
+    methods.on('notification', jest.fn());
+    methods.on('duplicate', jest.fn());
+    methods.removeAllListeners();
+    expect(methods.eventNames()).toEqual([]);
+  });
+
+  it('lists the functions that were added, not wrappers', () => {
+    const { methods } = setup();
+    const first = jest.fn();
+    const second = jest.fn();
+    methods.on('notification', first);
+    methods.once('notification', second);
+    const listed = methods.listeners('notification');
+    expect(listed).toHaveLength(2);
+    expect(listed[0]).toBe(first);
+    expect(listed[1]).toBe(second);
+  });
+
+  it('counts the listeners of an event', () => {
+    const { methods } = setup();
+    expect(methods.listenerCount('notification')).toBe(0);
+    methods.on('notification', jest.fn());
+    methods.addListener('notification', jest.fn());
+    methods.on('duplicate', jest.fn());
+    expect(methods.listenerCount('notification')).toBe(2);
+    expect(methods.listenerCount('duplicate')).toBe(1);
+    expect(methods.eventNames()).toEqual(['notification', 'duplicate']);
+  });
+
+  it('returns the router from every chaining method', () => {
+    const { methods, router } = setup();
+    const listener = jest.fn();
+    expect(methods.on('notification', listener)).toBe(router);
+    expect(methods.addListener('notification', listener)).toBe(router);
+    expect(methods.once('notification', listener)).toBe(router);
+    expect(methods.off('notification', listener)).toBe(router);
+    expect(methods.removeListener('notification', listener)).toBe(router);
+    expect(methods.removeAllListeners('notification')).toBe(router);
+  });
+});

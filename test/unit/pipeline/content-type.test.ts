@@ -1,0 +1,64 @@
+import { parseContentType } from '../../../lib/pipeline/content-type.js';
+
+describe('parseContentType', () => {
+  it.each([
+    ['application/json', 'utf-8'],
+    ['application/json; charset=utf-8', 'utf-8'],
+    ['application/json; charset=UTF-8', 'utf-8'],
+    ['application/json;charset="utf-8"', 'utf-8'],
+    ['Application/JSON; Charset=utf8', 'utf8'],
+    ['text/json', 'utf-8'],
+    ['application/vnd.api+json', 'utf-8'],
+    ['application/json; charset=utf-16le', 'utf-16le'],
+  ])('reads %s as JSON in %s', (header, charset) => {
+    expect(parseContentType(header)).toEqual({ ok: true, format: 'json', charset });
+  });
+
+  it.each([undefined, '', '  '])(
+    'reads a missing header (%p) as UTF-8 JSON, what the service sends',
+    (header) => {
+      expect(parseContentType(header)).toEqual({ ok: true, format: 'json', charset: 'utf-8' });
+    },
+  );
+
+  it.each(['application/x-www-form-urlencoded', 'application/x-www-form-urlencoded; charset=UTF-8'])(
+    'reads %s as a UTF-8 form',
+    (header) => {
+      expect(parseContentType(header)).toEqual({ ok: true, format: 'form', charset: 'utf-8' });
+    },
+  );
+
+  it.each([
+    ['multipart/form-data; boundary=----x', 'multipart/form-data'],
+    ['text/plain', 'text/plain'],
+    ['text/html; charset=utf-8', 'text/html'],
+    ['application/xml', 'application/xml'],
+    ['application/jsonp', 'application/jsonp'],
+  ])('refuses %s, naming the type and what to send', (header, type) => {
+    const result = parseContentType(header);
+    expect(result.ok).toBe(false);
+    if (result.ok) return;
+    expect(result.message).toContain(type);
+    expect(result.message).toContain('application/json');
+  });
+
+  it('refuses JSON in a charset Node cannot decode, naming the charset', () => {
+    const result = parseContentType('application/json; charset=foo-bar');
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.message).toContain('foo-bar');
+  });
+
+  it('accepts a form declared as us-ascii, a subset of UTF-8', () => {
+    expect(parseContentType('application/x-www-form-urlencoded; charset=us-ascii')).toEqual({
+      ok: true,
+      format: 'form',
+      charset: 'us-ascii',
+    });
+  });
+
+  it('refuses a form in a charset other than UTF-8, since percent-decoding is UTF-8', () => {
+    const result = parseContentType('application/x-www-form-urlencoded; charset=iso-8859-1');
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.message).toContain('iso-8859-1');
+  });
+});

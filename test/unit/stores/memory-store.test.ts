@@ -1,0 +1,158 @@
+import { MemoryStore } from '../../../lib/stores/memory-store.js';
+
+const DAY = 24 * 60 * 60 * 1000;
+
+/** A store on a clock the test moves by hand. */
+function storeAt(start = 1_000_000, maxEntries?: number) {
+  let time = start;
+  const store = new MemoryStore({ now: () => time, ...(maxEntries === undefined ? {} : { maxEntries }) });
+  return {
+    store,
+    advance: (ms: number) => {
+      time += ms;
+    },
+  };
+}
+
+describe('MemoryStore', () => {
+  it('lets the first claim of a key succeed and refuses the second', () => {
+    const store = new MemoryStore();
+    expect(store.claim('EFB.001158:SUCCESSFUL', DAY)).toBe(true);
+    expect(store.claim('EFB.001158:SUCCESSFUL', DAY)).toBe(false);
+  });
+
+  it('keeps different keys independent', () => {
+    const store = new MemoryStore();
+    expect(store.claim('EFB.001158:SUCCESSFUL', DAY)).toBe(true);
+    expect(store.claim('EFB.001158:FAILED', DAY)).toBe(true);
+    expect(store.claim('EFB.001159:SUCCESSFUL', DAY)).toBe(true);
+    expect(store.claim('EFB.001158:FAILED', DAY)).toBe(false);
+  });
+
+  it('frees a released key, so the next claim of it succeeds', () => {
+    const store = new MemoryStore();
+    store.claim('a', DAY);
+    store.release('a');
+    expect(store.claim('a', DAY)).toBe(true);
+    expect(store.claim('a', DAY)).toBe(false);
+  });
+
+  it('releases a key that was never claimed without harm', () => {
+    const store = new MemoryStore();
+    expect(() => store.release('never')).not.toThrow();
+    expect(store.claim('never', DAY)).toBe(true);
+  });
+
+  it('holds a key until its ttl has passed, then lets it be claimed again', () => {
+    const { store, advance } = storeAt();
+    expect(store.claim('a', 1000)).toBe(true);
+    advance(999);
+    expect(store.claim('a', 1000)).toBe(false);
+    advance(2);
+    expect(store.claim('a', 1000)).toBe(true);
+    expect(store.claim('a', 1000)).toBe(false);
+  });
+
+  it('does not extend a key when a claim of it is refused', () => {
+    const { store, advance } = storeAt();
+    store.claim('a', 1000);
+    advance(900);
+    expect(store.claim('a', 1000)).toBe(false);
+    advance(200);
+    expect(store.claim('a', 1000)).toBe(true);
+  });
+
+  it('sweeps expired keys when a new key is claimed', () => {
+    const { store, advance } = storeAt();
+    store.claim('a', 10);
+    store.claim('b', 10);
+    expect(store.size).toBe(2);
+    advance(11);
+    store.claim('c', 10);
+    expect(store.size).toBe(1);
+  });
+
+  it('holds at most maxEntries keys, forgetting the oldest first', () => {
+    const store = new MemoryStore({ maxEntries: 3 });
+    for (let i = 0; i < 3 + 4; i += 1) {
+      expect(store.claim(`key-${i}`, DAY)).toBe(true);
+      expect(store.size).toBeLessThanOrEqual(3);
+    }
+    // The newest is still held; the oldest was forgotten, so it can be claimed again.
+    expect(store.claim('key-6', DAY)).toBe(false);
+    expect(store.claim('key-0', DAY)).toBe(true);
+    expect(store.size).toBeLessThanOrEqual(3);
+  });
+
+  it('counts the keys forgotten before they expired, and not the expired ones it sweeps', () => {
+    const { store, advance } = storeAt(1_000_000, 2);
+    store.claim('short', 10);
+    store.claim('long-1', DAY);
+    advance(11);
+    store.claim('long-2', DAY); // sweeps 'short': expired, not an eviction
+    expect(store.evictions).toBe(0);
+    store.claim('long-3', DAY); // full: forgets 'long-1' early
+    expect(store.evictions).toBe(1);
+  });
+
+  it('holds a key until the instant it expires, and frees it at that instant', () => {
+    const { store, advance } = storeAt(0);
+    store.claim('a', 10);
+    advance(9);
+    expect(store.claim('a', 10)).toBe(false);
+    advance(1);
+    expect(store.claim('a', 10)).toBe(true);
+  });
+
+  it('does not count a key that expires exactly when it is swept as an eviction', () => {
+    const { store, advance } = storeAt(0, 1);
+    store.claim('a', 10);
+    advance(10);
+    store.claim('b', 10);
+    expect(store.evictions).toBe(0);
+  });
+
+  it('keeps a re-claimed key by its new claim time, not its first one, when forgetting the oldest', () => {
+    const { store, advance } = storeAt(0, 3);
+    store.claim('a', 1000);
+    store.claim('b', 10);
+    store.claim('c', 1000);
+    advance(20);
+    expect(store.claim('b', 1000)).toBe(true); // expired, claimed again: now the newest
+    expect(store.evictions).toBe(0); // it replaced its own expired claim: nothing had to make room
+    store.claim('d', 1000); // full: forgets 'a', the oldest live claim
+    expect(store.claim('b', 1000)).toBe(false);
+    expect(store.claim('a', 1000)).toBe(true);
+  });
+
+  it('stays bounded and correct when keys are claimed and released over and over', () => {
+    const store = new MemoryStore({ maxEntries: 10 });
+    for (let i = 0; i < 20_000; i += 1) {
+      expect(store.claim('churn', DAY)).toBe(true);
+      store.release('churn');
+    }
+    store.claim('kept', DAY);
+    expect(store.size).toBe(1);
+    expect(store.claim('kept', DAY)).toBe(false);
+  });
+
+  it('defaults maxEntries to 100000', () => {
+    expect(new MemoryStore().maxEntries).toBe(100_000);
+  });
+
+  it('forgets every key on clear', () => {
+    const store = new MemoryStore();
+    store.claim('a', DAY);
+    store.clear();
+    expect(store.size).toBe(0);
+    expect(store.claim('a', DAY)).toBe(true);
+  });
+
+  it.each([0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY])(
+    'throws a TypeError naming maxEntries for maxEntries %p',
+    (maxEntries) => {
+      expect(() => new MemoryStore({ maxEntries })).toThrow(TypeError);
+      expect(() => new MemoryStore({ maxEntries })).toThrow(/maxEntries/);
+    },
+  );
+});
