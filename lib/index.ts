@@ -14,6 +14,7 @@ export type {
   Lease,
   Settlement,
   ListOptions,
+  StatusCounts,
 } from './stores/store.js';
 export type { Options } from './config/options.js';
 export type { Logger, LogFn } from './observability/logger.js';

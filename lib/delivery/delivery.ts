@@ -6,7 +6,7 @@ import { IpnKitError, StoreError } from '../pipeline/errors.js';
 import type { ResolvedOptions } from '../config/options.js';
 import { isFinalState, type IpnNotification } from '../pipeline/schema.js';
 import type { createStoreClaimer } from './store-claimer.js';
-import type { DurableStore, InboxEntry, ListOptions } from '../stores/store.js';
+import type { DurableStore, InboxEntry, ListOptions, StatusCounts } from '../stores/store.js';
 import type { StatusRecord } from '../status/status-envelope.js';
 import { createVerifyQueue } from './verify-queue.js';
 import type { Metrics } from '../observability/metrics.js';
@@ -23,8 +23,13 @@ export interface ReconcileResult {
 
 /** The notification's inbox, for the host's admin tools (with `delivery: 'at-least-once'`). */
 export interface Inbox {
-  /** Entries, oldest first, by status. */
+  /** Entries matching the filters (status, transaction, text in `custom_data`, dates), oldest first by default. */
   list(options?: ListOptions): Promise<InboxEntry[]>;
+  /**
+   * How many notifications the inbox holds by status (received at or after `receivedFrom`, when given);
+   * `undefined` when the store cannot count (its `countByStatus` is optional).
+   */
+  countByStatus(receivedFrom?: Date): Promise<StatusCounts | undefined>;
   /** One entry by key (`transaction_id:state`). */
   get(key: string): Promise<InboxEntry | undefined>;
   /** Delivers one entry again, whatever its status (attempts start over). `false` when there is none. */
@@ -122,6 +127,10 @@ export function createDelivery<C>(
     inbox: {
       list: async (listOptions) => inbox().list(listOptions),
       get: async (key) => inbox().get(key),
+      countByStatus: async (receivedFrom) => {
+        const store = inbox();
+        return store.countByStatus ? store.countByStatus(receivedFrom) : undefined;
+      },
       replay: async (key) => {
         const found = await inbox().replay(key);
         if (found) recoverSoon();

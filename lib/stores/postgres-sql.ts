@@ -139,8 +139,16 @@ export function inboxSql(table: string) {
     failed: `UPDATE ${t} SET status = 'failed', last_error = $3, next_attempt_at = $4, ${END_LEASE}
       WHERE key = $1 AND lease_id = $2`,
     dead: `UPDATE ${t} SET status = 'dead', last_error = $3, ${END_LEASE} WHERE key = $1 AND lease_id = $2`,
-    list: `SELECT ${COLUMNS} FROM ${t} ORDER BY received_at, key LIMIT $1 OFFSET $2`,
-    listByStatus: `SELECT ${COLUMNS} FROM ${t} WHERE status = $3 ORDER BY received_at, key LIMIT $1 OFFSET $2`,
+    // Each filter is off when its parameter is null.
+    list: (newest: boolean) => `SELECT ${COLUMNS} FROM ${t}
+      WHERE ($3::text IS NULL OR status = $3)
+        AND ($4::text IS NULL OR transaction_id = $4)
+        AND ($5::text IS NULL OR strpos(lower(record->>'custom_data'), lower($5)) > 0)
+        AND ($6::timestamptz IS NULL OR received_at >= $6)
+        AND ($7::timestamptz IS NULL OR received_at < $7)
+      ORDER BY ${newest ? 'received_at DESC, key DESC' : 'received_at, key'} LIMIT $1 OFFSET $2`,
+    countByStatus: `SELECT status, count(*)::int AS count FROM ${t}
+      WHERE $1::timestamptz IS NULL OR received_at >= $1 GROUP BY status`,
     get: `SELECT ${COLUMNS} FROM ${t} WHERE key = $1`,
     // A replay keeps a live lease (an attempt still running finishes first, alone) and skips the rows
     // claim() writes, which hold no notification to deliver.

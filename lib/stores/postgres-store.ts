@@ -1,7 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { leaseMs, settleQuery, splitKey, toEntry } from './postgres-rows.js';
 import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.js';
-import type { DeliveryStatus, DurableStore, InboxEntry, Lease, ListOptions, Settlement } from './store.js';
+import type {
+  DeliveryStatus,
+  DurableStore,
+  InboxEntry,
+  Lease,
+  ListOptions,
+  Settlement,
+  StatusCounts,
+} from './store.js';
 
 /** What a query resolves: the part of `pg`'s `QueryResult` the store reads. */
 export interface PgQueryResult {
@@ -137,7 +145,7 @@ export class PostgresStore implements DurableStore {
     return rowCount === 1;
   }
 
-  /** Entries oldest received first, optionally of one status. @throws TypeError for a bad status, limit, offset. */
+  /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */
   async list(options: ListOptions = {}): Promise<InboxEntry[]> {
     const { status, limit = 100, offset = 0 } = options;
     if (!Number.isInteger(limit) || limit < 0) {
@@ -151,11 +159,29 @@ export class PostgresStore implements DurableStore {
         `PostgresStore.list: status must be one of ${[...STATUSES].join(', ')}, got ${String(status)}`,
       );
     }
-    const { rows } =
-      status === undefined
-        ? await this.#query(this.#sql.list, [limit, offset])
-        : await this.#query(this.#sql.listByStatus, [limit, offset, status]);
+    const { transactionId, customDataContains, receivedFrom, receivedBefore, order = 'oldest' } = options;
+    if (order !== 'oldest' && order !== 'newest') {
+      throw new TypeError(`PostgresStore.list: order must be 'oldest' or 'newest', got ${String(order)}`);
+    }
+    const { rows } = await this.#query(this.#sql.list(order === 'newest'), [
+      limit,
+      offset,
+      status ?? null,
+      transactionId ?? null,
+      customDataContains ?? null,
+      receivedFrom ?? null,
+      receivedBefore ?? null,
+    ]);
     return rows.map(toEntry);
+  }
+
+  /** How many notifications the inbox holds by status (received at or after `receivedFrom`, when given). */
+  async countByStatus(receivedFrom?: Date): Promise<StatusCounts> {
+    const counts: StatusCounts = { received: 0, delivered: 0, failed: 0, dead: 0 };
+    const { rows } = await this.#query(this.#sql.countByStatus, [receivedFrom ?? null]);
+    for (const row of rows as Array<{ status: DeliveryStatus; count: number }>)
+      counts[row.status] = row.count;
+    return counts;
   }
 
   /** The entry of `key`, or `undefined`. */

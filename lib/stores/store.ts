@@ -79,14 +79,28 @@ export type Settlement =
   | { status: 'failed'; error: string; nextAttemptAt: Date }
   | { status: 'dead'; error: string };
 
-/** Filters of {@link DurableStore.list}. */
+/** Filters of {@link DurableStore.list}. Every filter given must hold. */
 export interface ListOptions {
+  /** Only entries of this status. */
   status?: DeliveryStatus;
-  /** At most this many entries, oldest first. @default 100 */
+  /** Only the entries of this transaction (its `SUCCESSFUL` and `FAILED` notifications). */
+  transactionId?: string;
+  /** Only entries whose `custom_data` contains this text, ignoring case. */
+  customDataContains?: string;
+  /** Only entries received at or after this time. */
+  receivedFrom?: Date;
+  /** Only entries received before this time. */
+  receivedBefore?: Date;
+  /** `'oldest'` first (the delivery order) or `'newest'` first (an operator's view). @default 'oldest' */
+  order?: 'oldest' | 'newest';
+  /** At most this many entries. @default 100 */
   limit?: number;
   /** Skips this many entries first, for paging. @default 0 */
   offset?: number;
 }
+
+/** How many entries a durable store holds, by status: what {@link DurableStore.countByStatus} resolves. */
+export type StatusCounts = Record<DeliveryStatus, number>;
 
 /**
  * A store that is also a durable inbox, required by `delivery: 'at-least-once'`: the notification is written
@@ -106,8 +120,15 @@ export interface DurableStore extends Store {
   lease(lease: Lease, limit: number): Promise<InboxEntry[]>;
   /** Ends the attempt held by `leaseId`. Resolves `false` (changing nothing) when that lease was lost. */
   settle(key: string, leaseId: string, settlement: Settlement): Promise<boolean>;
+  /** Entries matching every filter of `options`, in its `order`. */
   list(options?: ListOptions): Promise<InboxEntry[]>;
+  /** The entry of `key`, or `undefined`. */
   get(key: string): Promise<InboxEntry | undefined>;
+  /**
+   * Optional: how many notifications the inbox holds by status, those received at or after `receivedFrom`
+   * only when it is given. The operator's page (`ipn-kit/admin`) shows them; without it, it shows none.
+   */
+  countByStatus?(receivedFrom?: Date): Promise<StatusCounts>;
   /**
    * Makes one entry due again now, attempts reset to 0, whatever its status; a live lease is kept (the
    * attempt holding it finishes first). `false` when there is none, or only a `claim` row without a record.

@@ -441,6 +441,40 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
       await expect(store.list({ limit: -1 })).rejects.toThrow(TypeError);
     });
 
+    test('list filters by transaction, text in custom_data and dates, newest first on request; countByStatus counts', async () => {
+      const store = await freshStore();
+      const keys = Array.from({ length: 4 }, () => uniqueKey());
+      for (const [index, key] of keys.entries()) {
+        const held = lease();
+        await store.receive(key, { ...recordOf(key), custom_data: `Order-${index}` }, held);
+        if (index === 3) await store.settle(key, held.id, { status: 'dead', error: 'gave up' });
+      }
+      // Received an hour apart, oldest first: keys[0] three hours ago ... keys[3] now.
+      for (const [index, key] of keys.entries()) {
+        await sql(
+          store,
+          `UPDATE $table SET received_at = now() - make_interval(hours => $2) WHERE key = $1`,
+          [key, 3 - index],
+        );
+      }
+      const keysOf = (entries: Array<{ key: string }>) => entries.map((entry) => entry.key);
+      const idOf = (key: string) => key.split(':')[0] as string;
+
+      expect(keysOf(await store.list({ transactionId: idOf(keys[2] as string) }))).toEqual([keys[2]]);
+      expect(keysOf(await store.list({ customDataContains: 'order-1' }))).toEqual([keys[1]]);
+      expect(keysOf(await store.list({ customDataContains: '%' }))).toEqual([]);
+      expect(keysOf(await store.list({ order: 'newest' }))).toEqual([...keys].reverse());
+      const twoHoursAgo = new Date(Date.now() - 2 * 60 * 60 * 1000 - 60_000);
+      const anHourAgo = new Date(Date.now() - 60 * 60 * 1000 + 60_000);
+      expect(keysOf(await store.list({ receivedFrom: twoHoursAgo, receivedBefore: anHourAgo }))).toEqual([
+        keys[1],
+        keys[2],
+      ]);
+      expect(await store.countByStatus()).toEqual({ received: 3, delivered: 0, failed: 0, dead: 1 });
+      expect(await store.countByStatus(anHourAgo)).toEqual({ received: 0, delivered: 0, failed: 0, dead: 1 });
+      await expect(store.list({ order: 'random' as any })).rejects.toThrow(TypeError);
+    });
+
     test('get returns the whole entry, with dates as Date; undefined when missing', async () => {
       const store = await freshStore();
       const key = uniqueKey('FAILED');
