@@ -22,7 +22,16 @@ export interface IpnMetrics {
   deliveryAttempts: number;
   dead: number;
   /** With a `verify` client that counts (`createStatusClient()` does): its requests, refusals and savings. */
-  statusQueries: { made: number; refused: number; cached: number; shared: number } | undefined;
+  statusQueries:
+    | {
+        made: number;
+        refused: number;
+        cached: number;
+        shared: number;
+        /** Requests the client may still send in the current minute, when it says (`createStatusClient()` does). */
+        budgetLeft?: number;
+      }
+    | undefined;
 }
 
 type Counted = Omit<IpnMetrics, 'emitted' | 'statusQueries'>;
@@ -76,7 +85,7 @@ export function createMetrics(statusStats?: () => unknown) {
     /** A copy of every figure, now. */
     snapshot: (): IpnMetrics => {
       const stats = statusStats?.() as
-        Partial<Record<'queries' | 'refused' | 'cached' | 'shared', number>> | undefined;
+        Partial<Record<'queries' | 'refused' | 'cached' | 'shared' | 'budgetLeft', number>> | undefined;
       const statusQueries =
         typeof stats?.queries === 'number'
           ? {
@@ -84,6 +93,7 @@ export function createMetrics(statusStats?: () => unknown) {
               refused: stats.refused ?? 0,
               cached: stats.cached ?? 0,
               shared: stats.shared ?? 0,
+              ...(typeof stats.budgetLeft === 'number' ? { budgetLeft: stats.budgetLeft } : {}),
             }
           : undefined;
       return { ...counts, emitted: { ...emitted }, statusQueries };

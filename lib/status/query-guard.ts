@@ -21,6 +21,8 @@ export interface StatusClientStats {
   cached: number;
   /** Calls that joined a request already in flight for the same id. */
   shared: number;
+  /** Requests that may still be sent in the current 60 s window (0 during a cool-down). */
+  readonly budgetLeft: number;
 }
 
 const MINUTE = 60_000;
@@ -37,7 +39,20 @@ export function createQueryGuard(options: QueryGuardOptions) {
   const recent = new Map<string, { at: number; answer: StatusRecord | TransactionNotFoundError }>();
   const sent: number[] = []; // send times within the last minute, oldest first
   let blockedUntil = 0;
-  const stats: StatusClientStats = { queries: 0, refused: 0, cached: 0, shared: 0 };
+  const prune = (time: number): void => {
+    while (sent.length > 0 && (sent[0] as number) <= time - MINUTE) sent.shift();
+  };
+  const stats: StatusClientStats = {
+    queries: 0,
+    refused: 0,
+    cached: 0,
+    shared: 0,
+    get budgetLeft() {
+      const time = now();
+      prune(time);
+      return time < blockedUntil ? 0 : Math.max(0, maxQueriesPerMinute - sent.length);
+    },
+  };
 
   const remember = <V>(map: Map<string, V>, id: string, value: V): void => {
     map.delete(id);
@@ -93,7 +108,7 @@ export function createQueryGuard(options: QueryGuardOptions) {
     /** Takes one request from the budget, or throws `StatusRateLimitError` when none may be sent now. */
     permit(id: string): void {
       const time = now();
-      while (sent.length > 0 && (sent[0] as number) <= time - MINUTE) sent.shift();
+      prune(time);
       let refusal: StatusRateLimitError | undefined;
       if (time < blockedUntil) refusal = new StatusRateLimitError(id, 'blocked', blockedUntil - time);
       else if (sent.length >= maxQueriesPerMinute)

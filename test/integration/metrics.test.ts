@@ -70,7 +70,7 @@ describe('ipn.metrics()', () => {
       verificationErrors: 0,
       deliveryAttempts: 0,
       dead: 0,
-      statusQueries: { made: 3, refused: 0, cached: 0, shared: 0 },
+      statusQueries: { made: 3, refused: 0, cached: 0, shared: 0, budgetLeft: 27 },
     });
   });
 
