@@ -11,6 +11,7 @@ const LAYERS = [
   'delivery', // dedupe claims, the verify queue, durable delivery, the emitter
   'router', // the core that wires the stages: IpnRequest in, IpnOutcome out
   'adapters', // node:http and Express (and every other transport) over the core
+  'admin', // the operator's page (ipn-kit/admin)
   'testing', // the fake payment service
   'cli', // the ipn-kit command
 ];

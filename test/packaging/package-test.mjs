@@ -61,7 +61,7 @@ try {
       'dist/cjs/index.d.ts',
       'dist/esm/index.js',
       'dist/esm/index.d.ts',
-      ...['redis', 'postgres', 'testing', 'prometheus'].flatMap((entry) => [
+      ...['redis', 'postgres', 'testing', 'prometheus', 'admin'].flatMap((entry) => [
         `dist/cjs/${entry}.js`,
         `dist/esm/${entry}.js`,
         `dist/cjs/${entry}.d.ts`,
@@ -112,6 +112,22 @@ if (!postgresSchemaSql('ipn_inbox').includes('ipn_inbox') || typeof createFakePr
 `,
     );
     run('node', ['entries.cjs'], app);
+  });
+
+  check('ipn-kit/admin loads from CommonJS and ESM, and refuses to be created without authorize', () => {
+    writeFileSync(
+      join(app, 'admin.cjs'),
+      `const { adminRouter } = require('ipn-kit/admin');
+const { ipnRouter } = require('ipn-kit');
+try { adminRouter({ ipn: ipnRouter() }); process.exit(1); } catch (error) { if (!(error instanceof TypeError)) process.exit(1); }
+if (typeof adminRouter({ ipn: ipnRouter(), authorize: () => false }) !== 'function') process.exit(1);`,
+    );
+    run('node', ['admin.cjs'], app);
+    writeFileSync(
+      join(app, 'admin.mjs'),
+      "import { adminRouter } from 'ipn-kit/admin';\nif (typeof adminRouter !== 'function') process.exit(1);",
+    );
+    run('node', ['admin.mjs'], app);
   });
 
   check('the testing kit plays the service for a router and a status client, from ESM', () => {

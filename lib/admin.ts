@@ -1,0 +1,7 @@
+/**
+ * `ipn-kit/admin`: the operator's page for payment notifications, mounted in your app behind your login.
+ * @packageDocumentation
+ */
+export { adminRouter } from './admin/admin-router.js';
+export type { AdminRouter } from './admin/admin-router.js';
+export type { AdminOptions, AdminSource } from './admin/admin-options.js';

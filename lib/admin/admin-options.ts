@@ -1,0 +1,75 @@
+import type { IncomingMessage } from 'node:http';
+import type { IpnRouter } from '../adapters/ipn-router.js';
+
+/** What the page needs of the router: `ipnRouter()` returns it. */
+export type AdminSource = Pick<IpnRouter<unknown>, 'inbox' | 'metrics' | 'reconcile' | 'on'>;
+
+/** Options of {@link adminRouter}. */
+export interface AdminOptions {
+  /** The router whose inbox, metrics and events the page shows: what `ipnRouter()` returned. Required. */
+  ipn: AdminSource;
+  /**
+   * Decides whether a request may see the page and act on it (replay, purge, reconcile): return `true` for
+   * your operators, from your own session or login. Every request is asked, pages and actions alike; `false`,
+   * a rejection or a throw answers 403. Required: a page that can replay payments is never public by accident.
+   * @example (req) => req.session?.user?.role === 'admin'
+   */
+  authorize: (req: IncomingMessage) => boolean | Promise<boolean>;
+  /** Show the customer's number and name (`destination`, `customer_name`) in clear, as the router's option of the same name does for logs. @default false */
+  logCustomerData: boolean;
+  /** How many recent `rejected` and `error` events the page keeps in memory (for at-most-once mode too). @default 50 */
+  recentEvents: number;
+  /** Entries per page of the list. @default 50 */
+  pageSize: number;
+  /** The page's title. @default 'ipn-kit' */
+  title: string;
+}
+
+const KNOWN = new Set(['ipn', 'authorize', 'logCustomerData', 'recentEvents', 'pageSize', 'title']);
+
+/** Applies every default and throws a `TypeError` for a programmer error. */
+export function resolveAdminOptions(given: Partial<AdminOptions> | undefined): AdminOptions {
+  const options = Object.fromEntries(
+    Object.entries(given ?? {}).filter(([, value]) => value !== undefined),
+  ) as Partial<AdminOptions>;
+  const unknown = Object.keys(options).filter((key) => !KNOWN.has(key));
+  if (unknown.length > 0) {
+    throw new TypeError(
+      `adminRouter: unknown option ${unknown.join(', ')} (known: ${[...KNOWN].join(', ')})`,
+    );
+  }
+  const { ipn, authorize } = options;
+  if (typeof authorize !== 'function') {
+    throw new TypeError(
+      'adminRouter: authorize is required, a function (req) => boolean that lets only your operators in: this page can replay payments',
+    );
+  }
+  if (typeof ipn !== 'function' && (typeof ipn !== 'object' || ipn === null)) {
+    throw new TypeError('adminRouter: ipn is required: the router that ipnRouter() returned');
+  }
+  for (const method of ['metrics', 'reconcile', 'on'] as const) {
+    if (typeof ipn[method] !== 'function') {
+      throw new TypeError(`adminRouter: ipn must be what ipnRouter() returned (it has no ${method}())`);
+    }
+  }
+  const resolved: AdminOptions = {
+    ipn,
+    authorize,
+    logCustomerData: false,
+    recentEvents: 50,
+    pageSize: 50,
+    title: 'ipn-kit',
+    ...options,
+  };
+  for (const key of ['recentEvents', 'pageSize'] as const) {
+    const value = resolved[key];
+    if (!Number.isInteger(value) || value < 1 || value > 1000) {
+      throw new TypeError(`adminRouter: ${key} must be a whole number from 1 to 1000, got ${String(value)}`);
+    }
+  }
+  if (typeof resolved.logCustomerData !== 'boolean') {
+    throw new TypeError(`adminRouter: logCustomerData must be a boolean`);
+  }
+  if (typeof resolved.title !== 'string') throw new TypeError('adminRouter: title must be a string');
+  return resolved;
+}
