@@ -23,6 +23,7 @@ export type { IpnNotification, FinalState } from './pipeline/schema.js';
 export { createStatusClient } from './status/status-client.js';
 export type { StatusClient, StatusClientOptions } from './status/status-client.js';
 export type { StatusClientStats } from './status/query-guard.js';
+export type { SharedGuard, SharedPermit } from './status/shared-guard.js';
 export type { StatusRecord } from './status/status-envelope.js';
 export type {
   StatusSource,

@@ -164,14 +164,24 @@ export class StatusRateLimitError extends StatusError {
   declare readonly code: 'IPN_STATUS_RATE_LIMITED';
   /** Milliseconds until a query may be sent again. */
   readonly retryAfterMs: number;
-  /** `budget`: `maxQueriesPerMinute` is spent; `blocked`: the service answered 429 or 403 and the cool-down runs. */
-  readonly reason: 'budget' | 'blocked';
+  /**
+   * `budget`: `maxQueriesPerMinute` is spent; `blocked`: the service answered 429 or 403 and the cool-down
+   * runs; `guard_unavailable`: the shared guard (`shared: redisGuard(...)`) is unreachable and no fallback
+   * budget is configured, so nothing is sent rather than risk a block.
+   */
+  readonly reason: 'budget' | 'blocked' | 'guard_unavailable';
 
-  constructor(transactionId: string, reason: 'budget' | 'blocked', retryAfterMs: number) {
+  constructor(
+    transactionId: string,
+    reason: 'budget' | 'blocked' | 'guard_unavailable',
+    retryAfterMs: number,
+  ) {
     const why =
       reason === 'budget'
         ? 'the status query budget (maxQueriesPerMinute) is spent'
-        : 'the payment service answered as if it were blocking this caller, and the cool-down is running';
+        : reason === 'blocked'
+          ? 'the payment service answered as if it were blocking this caller, and the cool-down is running'
+          : 'the shared guard is unreachable and no fallback budget is configured (fallbackInstances)';
     super(
       'IPN_STATUS_RATE_LIMITED',
       transactionId,

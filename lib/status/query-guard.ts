@@ -21,8 +21,12 @@ export interface StatusClientStats {
   cached: number;
   /** Calls that joined a request already in flight for the same id. */
   shared: number;
-  /** Requests that may still be sent in the current 60 s window (0 during a cool-down). */
+  /** Requests that may still be sent in the current 60 s window (0 during a cool-down); fleet-wide with `shared`. */
   readonly budgetLeft: number;
+  /** With `shared`: `'shared'` while the shared guard answers, `'fallback'` while it does not. */
+  readonly guard?: 'shared' | 'fallback';
+  /** With `shared`: calls to the shared guard that failed or timed out. */
+  readonly guardFailures?: number;
 }
 
 const MINUTE = 60_000;

@@ -1,7 +1,9 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf, StatusQueryError } from '../pipeline/errors.js';
 import { defaultLogger, guardLogger, type Logger } from '../observability/logger.js';
+import { createFleetGuard } from './fleet-guard.js';
 import { createQueryGuard, type StatusClientStats } from './query-guard.js';
+import type { SharedGuard } from './shared-guard.js';
 import { parseStatusAnswer, type StatusRecord } from './status-envelope.js';
 
 /** Options of {@link createStatusClient}. `baseUrl` and `apiKey` are required; each other default is given. */
@@ -36,6 +38,12 @@ export interface StatusClientOptions {
   fetch: typeof fetch;
   /** A pino-compatible logger. @default errors to `console.error`, the rest quiet */
   logger: Logger;
+  /**
+   * A guard shared by every instance of your app (`redisGuard({ client })` from `ipn-kit/redis`): then the
+   * budget, the cool-down, the answers and the one-request-per-id rule hold for the whole fleet, not per
+   * process. @default none: the guard is this process's own
+   */
+  shared: SharedGuard | undefined;
 }
 
 /** A status client: `getStatus` through the guard, and what the guard counted. */
@@ -71,10 +79,14 @@ export function createStatusClient(
   const logger = guardLogger(resolved.logger);
   const url = `${resolved.baseUrl}/status`;
   // A monotonic clock: a wall-clock step must neither reopen the budget nor end a cool-down early.
-  const guard = createQueryGuard({ ...resolved, now: () => performance.now() });
+  const now = () => performance.now();
+  const { shared } = resolved;
+  const guard: Guard = shared
+    ? createFleetGuard({ ...resolved, shared, logger, now, lockMs: lockMsOf(resolved) })
+    : createQueryGuard({ ...resolved, now });
 
   async function request(transactionId: string): Promise<StatusRecord> {
-    guard.permit(transactionId);
+    await guard.permit(transactionId);
     logger.debug({ transaction_id: transactionId }, 'status query sent');
     let response: Response;
     let body: string;
@@ -126,6 +138,19 @@ export function createStatusClient(
   };
 }
 
+/** What the client asks of its guard: this process's own, or the fleet's (whose permit asks Redis). */
+interface Guard {
+  readonly stats: StatusClientStats;
+  ask(id: string, query: () => Promise<StatusRecord>): Promise<StatusRecord>;
+  permit(id: string): void | Promise<void>;
+  blocked(retryAfterMs?: number): void;
+}
+
+/** How long one request of an id may take, retries and their backoff included: how long its lock holds. */
+function lockMsOf({ timeoutMs, retries, retryDelayMs }: StatusClientOptions): number {
+  return timeoutMs * (retries + 1) + retryDelayMs * 2 ** retries + 1_000;
+}
+
 /** Longest `Retry-After` obeyed: a larger one (or a typo) must not silence the client for weeks. */
 const MAX_RETRY_AFTER = 24 * 60 * 60_000;
 
@@ -152,6 +177,7 @@ function resolveStatusOptions(options: Partial<StatusClientOptions>): StatusClie
     cacheSize: 10_000,
     fetch: globalThis.fetch,
     logger: defaultLogger,
+    shared: undefined,
     ...given,
   };
   const fail = (message: string): never => {
@@ -183,6 +209,14 @@ function resolveStatusOptions(options: Partial<StatusClientOptions>): StatusClie
   }
   if (!Number.isInteger(resolved.retries)) fail(`retries must be an integer, got ${resolved.retries}`);
   if (typeof resolved.fetch !== 'function') fail('fetch must be a function (Node 18+ has one built in)');
+  const { shared } = resolved;
+  if (
+    shared !== undefined &&
+    ['take', 'block', 'read', 'write', 'lock', 'unlock'].some(
+      (m) => typeof Reflect.get(Object(shared), m) !== 'function',
+    )
+  )
+    fail('shared must be a shared guard, such as redisGuard({ client }) from ipn-kit/redis');
   return { ...resolved, baseUrl: resolved.baseUrl.replace(/\/+$/, '') };
 }
 
@@ -198,4 +232,5 @@ const STATUS_DEFAULT_KEYS: Record<keyof StatusClientOptions, true> = {
   cacheSize: true,
   fetch: true,
   logger: true,
+  shared: true,
 };

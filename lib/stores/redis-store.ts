@@ -39,7 +39,7 @@ return 0`;
 const CLAIM_SHA = createHash('sha1').update(CLAIM_SCRIPT).digest('hex');
 
 /** Sends one raw command, whichever client it is. */
-type Send = (args: string[]) => Promise<unknown>;
+export type Send = (args: string[]) => Promise<unknown>;
 
 /**
  * A dedupe store in Redis, shared by every instance of your app: a claim is one small script (`SET key token
@@ -135,7 +135,7 @@ export class RedisStore implements Store {
 }
 
 /** Finds how to send a raw command through `client`, or throws a `TypeError` naming what was expected. */
-function senderOf(client: unknown): Send {
+export function senderOf(client: unknown): Send {
   if (typeof client !== 'object' || client === null) {
     throw new TypeError(
       `RedisStore: client must be an ioredis or node-redis client instance, got ${client === null ? 'null' : typeof client}`,

@@ -136,7 +136,7 @@ describe('createStatusClient', () => {
       const created = client(fetch, { minIntervalMs: 1, blockCooldownMs: 1, timeoutMs: 1 });
       await sleep(50);
       expect(fetch).not.toHaveBeenCalled();
-      expect(created.stats).toEqual({ queries: 0, refused: 0, cached: 0, shared: 0 });
+      expect(created.stats).toEqual({ queries: 0, refused: 0, cached: 0, shared: 0, budgetLeft: 30 });
     });
 
     it('rejects getStatus("") with a TypeError and sends nothing', async () => {
@@ -158,7 +158,7 @@ describe('createStatusClient', () => {
       const records = await Promise.all(calls);
       expect(fetch).toHaveBeenCalledTimes(1);
       expect(records.map((status) => status.state)).toEqual(Array(10).fill('SUCCESSFUL'));
-      expect(statusClient.stats).toEqual({ queries: 1, refused: 0, cached: 0, shared: 9 });
+      expect(statusClient.stats).toEqual({ queries: 1, refused: 0, cached: 0, shared: 9, budgetLeft: 29 });
     });
 
     it('shares a failure among concurrent calls too', async () => {

@@ -1,0 +1,207 @@
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { messageOf, StatusRateLimitError, TransactionNotFoundError } from '../pipeline/errors.js';
+import { isFinalState } from '../pipeline/schema.js';
+import type { Logger } from '../observability/logger.js';
+import { createQueryGuard, type QueryGuardOptions, type StatusClientStats } from './query-guard.js';
+import type { SharedGuard } from './shared-guard.js';
+import type { StatusRecord } from './status-envelope.js';
+
+/** What the fleet guard needs beyond the local guard's options. */
+export interface FleetGuardOptions extends QueryGuardOptions {
+  shared: SharedGuard;
+  /** How long one instance may hold an id's lock (its request, retries included), in ms. */
+  lockMs: number;
+  logger: Logger;
+}
+
+const UNREACHABLE = Symbol('unreachable');
+/** How often an instance waiting for another's answer looks for it, in ms. */
+const POLL_MS = 50;
+/** At most one warning a minute while the shared store stays unreachable. */
+const WARN_EVERY_MS = 60_000;
+
+/**
+ * A guard shared by every instance through `shared` (Redis): one budget, one cool-down, one cache, one
+ * request per id at a time, fleet-wide. The local guard still answers what this process already knows and
+ * joins its own concurrent calls. When the shared store is unreachable, a local budget divided by
+ * `fallbackInstances` is used, or nothing is sent at all.
+ */
+export function createFleetGuard(options: FleetGuardOptions) {
+  const { shared, lockMs, minIntervalMs, maxQueriesPerMinute, logger, now } = options;
+  const local = createQueryGuard(options);
+  const instances = shared.fallbackInstances;
+  const fallback =
+    instances === undefined
+      ? undefined
+      : createQueryGuard({
+          ...options,
+          maxQueriesPerMinute: Math.max(1, Math.floor(maxQueriesPerMinute / instances)),
+        });
+  let blockedUntil = 0;
+  let left = maxQueriesPerMinute;
+  let warnedAt = -Infinity;
+  const counts = { queries: 0, refused: 0, guardFailures: 0 };
+  let mode: 'shared' | 'fallback' = 'shared';
+  const stats: StatusClientStats & { readonly guard: 'shared' | 'fallback'; readonly guardFailures: number } =
+    {
+      get queries() {
+        return counts.queries;
+      },
+      get refused() {
+        return counts.refused;
+      },
+      get cached() {
+        return local.stats.cached;
+      },
+      get shared() {
+        return local.stats.shared;
+      },
+      get budgetLeft() {
+        if (now() < blockedUntil) return 0;
+        return mode === 'shared' ? left : (fallback?.stats.budgetLeft ?? 0);
+      },
+      get guard() {
+        return mode;
+      },
+      get guardFailures() {
+        return counts.guardFailures;
+      },
+    };
+
+  /** Runs one call to the shared store within its time limit; `UNREACHABLE` (and a warning) when it fails. */
+  async function call<T>(what: string, run: () => Promise<T>): Promise<T | typeof UNREACHABLE> {
+    let timer: NodeJS.Timeout | undefined;
+    const limit = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new Error(`no answer within ${shared.timeoutMs} ms`)),
+        shared.timeoutMs,
+      );
+    });
+    try {
+      const result = await Promise.race([run(), limit]);
+      if (mode === 'fallback')
+        logger.info({}, 'the shared status-query guard answers again: back to the fleet budget');
+      mode = 'shared';
+      return result;
+    } catch (error) {
+      counts.guardFailures += 1;
+      mode = 'fallback';
+      if (now() - warnedAt >= WARN_EVERY_MS) {
+        warnedAt = now();
+        logger.warn(
+          { err: { message: messageOf(error) }, fallbackInstances: instances ?? null },
+          `the shared status-query guard is unreachable (${what}): ${
+            fallback
+              ? `using a local budget of ${Math.max(1, Math.floor(maxQueriesPerMinute / (instances ?? 1)))} a minute`
+              : 'sending no status query until it answers'
+          }`,
+        );
+      }
+      return UNREACHABLE;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  const refuse = (id: string, reason: StatusRateLimitError['reason'], retryAfterMs: number): never => {
+    counts.refused += 1;
+    throw new StatusRateLimitError(id, reason, retryAfterMs);
+  };
+
+  function permitLocally(id: string): void {
+    if (!fallback) return refuse(id, 'guard_unavailable', 5_000);
+    try {
+      fallback.permit(id);
+    } catch (error) {
+      counts.refused += 1;
+      throw error;
+    }
+    counts.queries += 1;
+  }
+
+  const encode = (answer: StatusRecord | TransactionNotFoundError): string | undefined => {
+    try {
+      return answer instanceof TransactionNotFoundError
+        ? JSON.stringify({ notFound: true })
+        : JSON.stringify({ record: answer });
+    } catch {
+      return undefined; // not JSON (a BigInt): this answer is simply not shared
+    }
+  };
+  /** A cached answer, if it is one for `id`: an entry naming another transaction is never taken. */
+  const decode = (id: string, text: string): StatusRecord | TransactionNotFoundError | undefined => {
+    try {
+      const value = JSON.parse(text) as { record?: StatusRecord; notFound?: boolean };
+      if (value.notFound === true) return new TransactionNotFoundError(id);
+      if (value.record?.transaction_id === id) return value.record;
+    } catch {
+      // unreadable: ask again
+    }
+    return undefined;
+  };
+  const settleWith = (answer: StatusRecord | TransactionNotFoundError): StatusRecord => {
+    if (answer instanceof TransactionNotFoundError) throw answer;
+    return answer;
+  };
+
+  /** The fleet-wide step: the shared cache, then the id's lock (one instance asks, the others wait for it). */
+  async function askFleet(id: string, query: () => Promise<StatusRecord>): Promise<StatusRecord> {
+    const deadline = now() + lockMs * 2;
+    const token = randomUUID();
+    for (;;) {
+      const cached = await call('read', () => shared.read(id));
+      if (cached === UNREACHABLE) return query();
+      const answer = cached === undefined ? undefined : decode(id, cached);
+      if (answer !== undefined) return settleWith(answer);
+      const locked = await call('lock', () => shared.lock(id, token, lockMs));
+      if (locked === UNREACHABLE) return query();
+      if (locked) return askHoldingLock(id, token, query);
+      // Another instance is asking: its answer lands in the cache, or its lock lapses and this one asks.
+      if (now() > deadline) return query();
+      await sleep(POLL_MS);
+    }
+  }
+
+  async function askHoldingLock(id: string, token: string, query: () => Promise<StatusRecord>) {
+    const share = async (answer: StatusRecord | TransactionNotFoundError, ttlMs: number) => {
+      const text = encode(answer);
+      if (text !== undefined && ttlMs > 0) await call('write', () => shared.write(id, text, ttlMs));
+    };
+    try {
+      const record = await query();
+      await share(record, isFinalState(record.state) ? shared.finalTtlMs : minIntervalMs);
+      return record;
+    } catch (error) {
+      if (error instanceof TransactionNotFoundError) await share(error, minIntervalMs);
+      throw error;
+    } finally {
+      await call('unlock', () => shared.unlock(id, token));
+    }
+  }
+
+  return {
+    stats,
+    ask: (id: string, query: () => Promise<StatusRecord>): Promise<StatusRecord> =>
+      local.ask(id, () => askFleet(id, query)),
+
+    /** Takes one request from the fleet's budget, or from the fallback's, or refuses. */
+    async permit(id: string): Promise<void> {
+      const time = now();
+      if (time < blockedUntil) return refuse(id, 'blocked', blockedUntil - time);
+      const permit = await call('take', () => shared.take(maxQueriesPerMinute));
+      if (permit === UNREACHABLE) return permitLocally(id);
+      left = permit.left;
+      if (!permit.granted) return refuse(id, permit.reason ?? 'budget', permit.retryAfterMs);
+      counts.queries += 1;
+    },
+
+    /** A block seen here starts the fleet's cool-down, and this instance's own in case that write fails. */
+    blocked(retryAfterMs = 0): void {
+      const ms = Math.max(options.blockCooldownMs, retryAfterMs);
+      blockedUntil = Math.max(blockedUntil, now() + ms);
+      fallback?.blocked(ms);
+      void call('block', () => shared.block(ms));
+    },
+  };
+}
