@@ -1,5 +1,4 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { failedPayload, successfulPayload } from '../helpers/payloads.js';
@@ -23,22 +22,6 @@ async function waitForLine(child: ChildProcess, output: string[], pattern: RegEx
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }
-
-/** The first TypeScript block of the README after `marker`. */
-function readmeBlockAfter(marker: string): string {
-  const readme = readFileSync(join(root, 'README.md'), 'utf8');
-  const at = readme.indexOf(marker);
-  if (at === -1) throw new Error(`the README no longer says ${marker}`);
-  const start = readme.indexOf('```ts\n', at) + '```ts\n'.length;
-  return readme.slice(start, readme.indexOf('```', start));
-}
-
-test.each([
-  ['This is `examples/quick-start.ts`', 'examples/quick-start.ts'],
-  ['this is `test/integration/partner-kit.test.ts`', 'test/integration/partner-kit.test.ts'],
-])('the README block after "%s" is that file as it is', (marker, file) => {
-  expect(readmeBlockAfter(marker)).toBe(readFileSync(join(root, file), 'utf8'));
-});
 
 describe('the README quick start (examples/quick-start.ts)', () => {
   let child: ChildProcess | undefined;

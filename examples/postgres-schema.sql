@@ -1,0 +1,21 @@
+-- What PostgresStore.migrate() runs: postgresSchemaSql('ipn_inbox') from ipn-kit/postgres, which
+-- test/docs/postgres-schema.test.ts checks this file against. docs/stores-and-delivery.md quotes it.
+-- #region schema
+CREATE TABLE IF NOT EXISTS "ipn_inbox" (
+  key text PRIMARY KEY,
+  transaction_id text NOT NULL,
+  state text NOT NULL,
+  record jsonb NOT NULL,
+  status text NOT NULL CHECK (status IN ('received', 'delivered', 'failed', 'dead')),
+  attempts integer NOT NULL DEFAULT 0,
+  last_error text,
+  received_at timestamptz NOT NULL DEFAULT now(),
+  updated_at timestamptz NOT NULL DEFAULT now(),
+  next_attempt_at timestamptz NOT NULL DEFAULT now(),
+  delivered_at timestamptz,
+  lease_id text,
+  lease_until timestamptz,
+  CHECK (key = transaction_id || ':' || state)
+);
+CREATE INDEX IF NOT EXISTS "ipn_inbox_due_idx" ON "ipn_inbox" (status, next_attempt_at);
+-- #endregion schema

@@ -1,0 +1,13 @@
+import { app, logger } from './context.js';
+// #region postgres-store
+import { Pool } from 'pg';
+import { ipnRouter } from 'ipn-kit';
+import { PostgresStore } from 'ipn-kit/postgres';
+
+const pool = new Pool({ connectionString: process.env.DATABASE_URL });
+// Without an error listener, pg crashes the process when an idle connection drops.
+pool.on('error', (error) => logger.error({ error }, 'idle PostgreSQL connection lost'));
+const store = new PostgresStore({ pool });
+await store.migrate(); // once, at start (safe from several instances at once)
+app.use('/ipn', ipnRouter({ store, delivery: 'at-least-once' }));
+// #endregion postgres-store

@@ -1,0 +1,87 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { codeBlocks, documentationFiles, QUOTED_LANGUAGES, quotedText, type CodeBlock } from './quotes.js';
+
+const root = join(__dirname, '../..');
+const HOW =
+  'Put the code in a file under examples/ (type-checked by `npm run typecheck`; run it from a test where ' +
+  'practical) or quote a test, and put `<!-- quote: examples/x.ts -->` (the whole file) or ' +
+  '`<!-- quote: examples/x.ts#name -->` (the lines between `// #region name` and `// #endregion name`, ' +
+  'dedented) on the line just before the block.';
+
+const all = documentationFiles(root).map((file) => ({
+  file,
+  ...codeBlocks(file, readFileSync(join(root, file), 'utf8')),
+}));
+const quotable = all.flatMap(({ blocks }) =>
+  blocks.filter((block) => QUOTED_LANGUAGES.includes(block.language)),
+);
+
+/** Why a block breaks the quote rule, or undefined when it keeps it. */
+function problem(block: CodeBlock): string | undefined {
+  const where = `${block.file}:${block.line} (a ${block.language} block)`;
+  if (block.quote === undefined) return `${where} is not a quote of a file that a test runs. ${HOW}`;
+  let expected: string;
+  try {
+    expected = quotedText(root, block.quote);
+  } catch (error) {
+    return `${where} quotes ${block.quote}, but ${(error as Error).message}. ${HOW}`;
+  }
+  if (block.text !== expected) {
+    return (
+      `${where} differs from ${block.quote}: copy the file (or region) into the block as it is, ` +
+      `or change the file and copy it again.\n--- the block\n${block.text}--- ${block.quote}\n${expected}`
+    );
+  }
+  return undefined;
+}
+
+test('README.md and docs/ have code blocks to check, with the quick start among them', () => {
+  expect(
+    quotable.some((block) => block.file === 'README.md' && block.quote === 'examples/quick-start.ts'),
+  ).toBe(true);
+  expect(all.some(({ file }) => file.startsWith('docs/'))).toBe(true);
+});
+
+test.each(quotable.map((block) => [`${block.file}:${block.line}`, block] as const))(
+  'the code block at %s is a quote of a file a test runs, as it is',
+  (_where, block) => {
+    expect(problem(block)).toBeUndefined();
+  },
+);
+
+test('every quote marker is followed by a code block', () => {
+  expect(all.flatMap(({ file, strayMarkers }) => strayMarkers.map((line) => `${file}:${line}`))).toEqual([]);
+});
+
+describe('the rule itself', () => {
+  const check = (markdown: string) =>
+    codeBlocks('x.md', markdown)
+      .blocks.filter((block) => QUOTED_LANGUAGES.includes(block.language))
+      .map(problem);
+
+  test('a ts block without a marker fails, saying how to fix it', () => {
+    expect(check('text\n```ts\nconst a = 1;\n```\n')[0]).toMatch(
+      /is not a quote.*<!-- quote: examples\/x\.ts -->/s,
+    );
+  });
+
+  test('a block that differs from its file fails, showing both', () => {
+    expect(check('<!-- quote: examples/quick-start.ts -->\n```ts\nconst a = 1;\n```\n')[0]).toMatch(
+      /differs from examples\/quick-start\.ts/,
+    );
+  });
+
+  test('a quote of a file outside examples/ and test/, or of a missing file or region, fails', () => {
+    expect(check('<!-- quote: lib/index.ts -->\n```ts\n```\n')[0]).toMatch(/not under examples\/ or test\//);
+    expect(check('<!-- quote: examples/nope.ts -->\n```ts\n```\n')[0]).toMatch(/does not exist/);
+    expect(check('<!-- quote: examples/quick-start.ts#nope -->\n```ts\n```\n')[0]).toMatch(/exactly one/);
+  });
+
+  test('a region is the lines between its markers, dedented; sh and json blocks are free', () => {
+    const region = quotedText(root, 'examples/snippets/verify.ts#verify');
+    expect(region.startsWith('const ipn = ipnRouter(')).toBe(true);
+    expect(region).not.toMatch(/#(end)?region/);
+    expect(check('```sh\nnpm test\n```\n```json\n{}\n```\n')).toEqual([]);
+  });
+});
