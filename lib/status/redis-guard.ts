@@ -21,8 +21,10 @@ export interface RedisGuardOptions {
 }
 
 // One sliding 60 s window by Redis's own clock (the instances' clocks may disagree), and the cool-down
-// checked in the same step: two instances can never both take the last request.
-const TAKE = `local t = redis.call('TIME')
+// checked in the same step: two instances can never both take the last request. replicate_commands lets a
+// Redis older than 5 write after TIME (newer ones always do; there it is a no-op).
+const TAKE = `pcall(redis.replicate_commands)
+local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local max = tonumber(ARGV[1])
 local blocked = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -38,7 +40,8 @@ redis.call('PEXPIRE', KEYS[3], 120000)
 redis.call('ZADD', KEYS[1], now, now .. ':' .. seq)
 redis.call('PEXPIRE', KEYS[1], 61000)
 return {2, 0, max - used - 1}`;
-const BLOCK = `local t = redis.call('TIME')
+const BLOCK = `pcall(redis.replicate_commands)
+local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local until_ = now + tonumber(ARGV[1])
 local current = tonumber(redis.call('GET', KEYS[1]) or '0')
