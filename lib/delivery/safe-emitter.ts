@@ -10,14 +10,23 @@ type Wrapped = ((payload: unknown) => void) & { listener: (...args: never[]) => 
 
 /** The listener methods of an IPN router; they mirror eventemitter3's and return the router for chaining. */
 export interface IpnEmitter<C = undefined> {
+  /** Adds a listener of `event`; its payload is typed by the event's name. */
   on<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
+  /** The same as {@link IpnEmitter.on}. */
   addListener<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
+  /** Adds a listener that runs for the next `event` only. */
   once<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
+  /** Removes `listener` of `event`, or every listener of it when none is given. */
   off<E extends Name<C>>(event: E, listener?: Events<C>[E]): this;
+  /** The same as {@link IpnEmitter.off}. */
   removeListener<E extends Name<C>>(event: E, listener?: Events<C>[E]): this;
+  /** Removes every listener of `event`, or of every event when none is given. */
   removeAllListeners(event?: Name<C>): this;
+  /** The listeners of `event`, as they were added. */
   listeners<E extends Name<C>>(event: E): Array<Events<C>[E]>;
+  /** How many listeners `event` has. */
   listenerCount(event: Name<C>): number;
+  /** The events that have at least one listener. */
   eventNames(): Array<Name<C>>;
 }
 

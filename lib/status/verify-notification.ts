@@ -4,6 +4,7 @@ import type { StatusRecord } from './status-envelope.js';
 
 /** What `verify` needs of a status client: `createStatusClient()` gives one. */
 export interface StatusSource {
+  /** The service's record of `transactionId`; rejects with `TransactionNotFoundError` when it has none. */
   getStatus(transactionId: string): Promise<StatusRecord>;
 }
 

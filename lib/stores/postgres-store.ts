@@ -22,6 +22,7 @@ export interface PgQueryResult {
  * the `pg` package.
  */
 export interface PgQueryable {
+  /** Runs one parameterised statement (`$1`, `$2`, ... bound to `values`). */
   query(text: string, values?: unknown[]): Promise<PgQueryResult>;
 }
 

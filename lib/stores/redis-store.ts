@@ -6,6 +6,7 @@ import type { Store } from './store.js';
  * {@link RedisStore} uses. Declared here so that ipn-kit's types never name the `ioredis` package.
  */
 export interface IoRedisClient {
+  /** Sends one command with its arguments and resolves with Redis's reply. */
   call(command: string, ...args: Array<string | number>): Promise<unknown>;
 }
 
@@ -14,6 +15,7 @@ export interface IoRedisClient {
  * {@link RedisStore} uses. Declared here so that ipn-kit's types never name the `redis` package.
  */
 export interface NodeRedisClient {
+  /** Sends one command (its name, then its arguments) and resolves with Redis's reply. */
   sendCommand(args: string[]): Promise<unknown>;
 }
 
