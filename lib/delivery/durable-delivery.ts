@@ -5,6 +5,7 @@ import { DeliveryError, IpnKitError, messageOf, StoreError, VerificationError } 
 import type { Notification } from './events.js';
 import { ipnNotificationSchema, type IpnNotification } from '../pipeline/schema.js';
 import type { Metrics } from '../observability/metrics.js';
+import { redactText } from '../observability/redact.js';
 import type { DurableStore } from '../stores/store.js';
 import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
 
@@ -38,8 +39,14 @@ export function createDurableDelivery<C>(
           ? emitAndWait('failed', event as Notification<C> & { state: 'FAILED' })
           : undefined;
     const results = await Promise.all([emitAndWait('notification', event), own]);
-    if (results.some((result) => result?.ok === false))
-      return { kind: 'failed', error: new DeliveryError(`a listener failed for ${keyOf(n)}`) };
+    const failures = results.flatMap((result) => result?.failures ?? []);
+    if (failures.length > 0) {
+      // One error for the attempt, carrying the listeners' own messages (redacted as logs are): the
+      // inbox's last error and `dead.lastError` say what went wrong, not only that something did.
+      const said = failures.map((failure) => failure.message).join('; ');
+      const message = options.logCustomerData ? said : redactText(said, n);
+      return { kind: 'failed', error: new DeliveryError(message, { cause: failures[0] }) };
+    }
     if (results.every((result) => (result?.listeners ?? 0) === 0)) {
       const name = event.state === 'FAILED' ? 'failed' : 'successful';
       const message = `no listener for ${keyOf(n)}: add ipn.on('${name}', ...) before the router starts`;
@@ -66,7 +73,9 @@ export function createDurableDelivery<C>(
     metrics?.attempt();
     let result: Attempt;
     try {
-      result = await within(attempt(n), Math.floor(options.leaseMs * 0.9), key);
+      const ms = Math.floor(options.leaseMs * 0.9);
+      const message = `the listeners of ${key} did not settle within ${ms} ms (leaseMs)`;
+      result = await within(attempt(n), ms, () => new DeliveryError(message));
     } catch (error) {
       const failure =
         error instanceof IpnKitError ? error : new DeliveryError(messageOf(error), { cause: error });
@@ -74,16 +83,22 @@ export function createDurableDelivery<C>(
     }
     try {
       if (result.kind === 'delivered') {
-        if (await inbox.settle(key, leaseId, { status: 'delivered' })) metrics?.delivered(n.state);
+        if (await timed(inbox.settle(key, leaseId, { status: 'delivered' }), 'settle', key))
+          metrics?.delivered(n.state);
         return true;
       }
       if (result.kind === 'rejected') {
         reject(result.event);
-        await inbox.release(key); // a genuine notification of this key can still come...
-        // ...or it came already, answered as a duplicate of the forgery: deliver the service's own record.
         const genuine = genuineRecord(result.event);
+        if (!genuine) {
+          await timed(inbox.release(key), 'release', key); // a genuine notification of this key can still come
+          return false;
+        }
+        // The genuine copy came already, answered as a duplicate of the forgery: the service's own record
+        // takes the forgery's place in one step, so that it is in the inbox at every moment.
         const lease = { id: randomUUID(), ms: options.leaseMs };
-        if (genuine && (await inbox.receive(key, genuine, lease))) return deliver(key, genuine, lease.id, 1);
+        if (await timed(inbox.replace(key, leaseId, genuine, lease), 'replace', key))
+          return deliver(key, genuine, lease.id, 1);
         return false;
       }
       const failure =
@@ -93,7 +108,8 @@ export function createDurableDelivery<C>(
       if (result.kind === 'failed') report(failure, n);
       if (attempts >= options.maxAttempts) {
         // Emitted by the instance that still held the lease, only: a replay may have taken it meanwhile.
-        if (!(await inbox.settle(key, leaseId, { status: 'dead', error: failure.message }))) return false;
+        const dead = { status: 'dead', error: failure.message } as const;
+        if (!(await timed(inbox.settle(key, leaseId, dead), 'settle', key))) return false;
         logger.error(
           { ...identify(n), attempts },
           `IPN notification ${key} is dead after ${attempts} attempts`,
@@ -103,10 +119,12 @@ export function createDurableDelivery<C>(
       }
       const delay = Math.min(options.retryDelayMs * 2 ** (attempts - 1), MAX_RETRY_DELAY);
       const nextAttemptAt = new Date(Date.now() + delay);
-      await inbox.settle(key, leaseId, { status: 'failed', error: failure.message, nextAttemptAt });
+      const failed = { status: 'failed', error: failure.message, nextAttemptAt } as const;
+      await timed(inbox.settle(key, leaseId, failed), 'settle', key);
       after(delay, recover);
     } catch (cause) {
-      // The lease runs out and the entry is taken up again: at least once, never lost.
+      // The entry is still in the inbox (every write above changes it in one step, none deletes a
+      // notification still to deliver): its lease runs out and it is taken up again. At least once.
       const message = `the store failed to record the delivery of ${key}: ${messageOf(cause)}`;
       report(new StoreError(message, { cause }), n);
     }
@@ -118,15 +136,14 @@ export function createDurableDelivery<C>(
     if (recovering || context.isClosed()) return;
     recovering = true;
     const lease = { id: randomUUID(), ms: options.leaseMs };
-    inbox
-      .lease(lease, RECOVERY_BATCH)
+    timed(inbox.lease(lease, RECOVERY_BATCH), 'lease')
       .then(async (entries) => {
         await Promise.all(
           entries.map((entry) => {
             const read = ipnNotificationSchema.safeParse(entry.record);
             if (read.success) return deliver(entry.key, read.data, lease.id, entry.attempts);
             const error = `the stored record of ${entry.key} is not a notification`;
-            return inbox.settle(entry.key, lease.id, { status: 'dead', error });
+            return timed(inbox.settle(entry.key, lease.id, { status: 'dead', error }), 'settle', entry.key);
           }),
         );
         return entries.length;
@@ -144,18 +161,29 @@ export function createDurableDelivery<C>(
       );
   }
 
+  /**
+   * Waits for a store call at most `storeTimeout`: a call that never settles (a connection stuck behind a
+   * dropped network) must not hold an attempt, or stop recovery for good. What it did meanwhile is safe:
+   * every write is guarded by the lease, and an entry leased by a call that timed out is taken up again
+   * once that lease runs out.
+   */
+  function timed<T>(pending: T | Promise<T>, call: string, key?: string): Promise<T> {
+    const about = key === undefined ? '' : ` for ${key}`;
+    const message = `the store's ${call}${about} did not answer within ${options.storeTimeout} ms (storeTimeout)`;
+    return within(Promise.resolve(pending), options.storeTimeout, () => new StoreError(message));
+  }
+
   after(0, recover); // at start, once the caller has added its listeners
   context.every(options.recoveryIntervalMs, recover);
 
   return { deliver, recover };
 }
 
-/** Rejects with a `DeliveryError` when `pending` has not settled within `ms`. */
-function within<T>(pending: Promise<T>, ms: number, key: string): Promise<T> {
+/** Rejects with `timeout()` when `pending` has not settled within `ms`. */
+function within<T>(pending: Promise<T>, ms: number, timeout: () => Error): Promise<T> {
   return new Promise((resolve, reject) => {
-    const message = `the listeners of ${key} did not settle within ${ms} ms (leaseMs)`;
-    const timer = setTimeout(() => reject(new DeliveryError(message)), ms);
-    timer.unref(); // a listener that never settles must not keep a closing process alive
+    const timer = setTimeout(() => reject(timeout()), ms);
+    timer.unref(); // a call that never settles must not keep a closing process alive
     pending.then(resolve, reject).finally(() => clearTimeout(timer));
   });
 }

@@ -33,11 +33,14 @@ export interface IpnEmitter<C = undefined> {
 /** Emits an event to every listener, each isolated; answers whether there was any. */
 export type Emit<C> = <E extends Name<C>>(event: E, payload: Parameters<Events<C>[E]>[0]) => boolean;
 
-/** Emits, then waits for every listener: how many ran, and whether all of them succeeded. */
+/**
+ * Emits, then waits for every listener: how many ran, whether all of them succeeded, and each failure. The
+ * failures are not reported (no `error` event, no log line): the caller reports the attempt once.
+ */
 export type EmitAndWait<C> = <E extends Name<C>>(
   event: E,
   payload: Parameters<Events<C>[E]>[0],
-) => Promise<{ listeners: number; ok: boolean }>;
+) => Promise<{ listeners: number; ok: boolean; failures: ListenerError[] }>;
 
 /**
  * An eventemitter3 emitter whose listeners cannot hurt the caller: each one runs in isolation, and a throw
@@ -52,10 +55,10 @@ export function createSafeEmitter<C>(
   redact = true,
 ) {
   const emitter = new EventEmitter();
-  /** Set while `emitAndWait` emits: each listener called adds whether it succeeded. */
-  let collecting: Array<Promise<boolean>> | undefined;
+  /** Set while `emitAndWait` emits: each listener called adds its failure, or `undefined` when it succeeded. */
+  let collecting: Array<Promise<ListenerError | undefined>> | undefined;
 
-  const report = (event: string, cause: unknown, payload: unknown): false => {
+  const report = (event: string, cause: unknown, payload: unknown): void => {
     const error = new ListenerError(event, cause);
     const err = redact ? loggableError(error, payload) : error;
     logger.error({ err, event, ...identify(payload) }, redact ? (err.message as string) : error.message);
@@ -68,24 +71,27 @@ export function createSafeEmitter<C>(
       emitter.emit('error', failure);
       collecting = outer;
     }
-    return false;
   };
   const wrap = (event: string, listener: (payload: unknown) => unknown): Wrapped =>
     Object.assign(
       (payload: unknown): void => {
         const outcomes = collecting;
+        // Awaited (an at-least-once attempt): the failure goes back to the caller, which reports the attempt
+        // once; otherwise it is reported here.
+        const fail = (cause: unknown): ListenerError | undefined => {
+          if (outcomes) return new ListenerError(event, cause);
+          report(event, cause, payload);
+          return undefined;
+        };
         try {
           const result = listener(payload);
           if (isThenable(result)) {
-            const settled = Promise.resolve(result).then(
-              () => true,
-              (cause: unknown) => report(event, cause, payload),
-            );
+            const settled = Promise.resolve(result).then(() => undefined, fail);
             outcomes?.push(settled);
-          } else outcomes?.push(Promise.resolve(true));
+          } else outcomes?.push(Promise.resolve(undefined));
         } catch (cause) {
-          const failed = report(event, cause, payload);
-          outcomes?.push(Promise.resolve(failed));
+          const failure = fail(cause);
+          outcomes?.push(Promise.resolve(failure));
         }
       },
       { listener },
@@ -131,7 +137,7 @@ export function createSafeEmitter<C>(
    */
   const emitAndWait: EmitAndWait<C> = async (event, payload) => {
     const outer = collecting;
-    const outcomes: Array<Promise<boolean>> = [];
+    const outcomes: Array<Promise<ListenerError | undefined>> = [];
     collecting = outcomes;
     try {
       observe(event, payload, true);
@@ -140,7 +146,8 @@ export function createSafeEmitter<C>(
       collecting = outer;
     }
     const results = await Promise.all(outcomes);
-    return { listeners: results.length, ok: results.every(Boolean) };
+    const failures = results.filter((failure): failure is ListenerError => failure !== undefined);
+    return { listeners: results.length, ok: failures.length === 0, failures };
   };
   return { methods, emit, emitAndWait };
 }

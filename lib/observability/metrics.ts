@@ -70,7 +70,11 @@ export function createMetrics(statusStats?: () => unknown) {
       // An at-least-once attempt is counted once it is delivered (see `delivered`), not at each try.
       else if (event === 'notification' && !awaited) countEmitted((payload as { state: string }).state);
       else if (event === 'error') {
-        const counter = ERROR_COUNTERS[(payload as { error: IpnKitError }).error.code];
+        const { error } = payload as { error: IpnKitError };
+        // An at-least-once attempt a listener failed is one error, a DeliveryError caused by the listener's.
+        const cause = error.cause as Partial<IpnKitError> | undefined;
+        const code = error.code === 'IPN_DELIVERY_FAILED' && cause?.code ? cause.code : error.code;
+        const counter = ERROR_COUNTERS[code];
         if (counter) counts[counter] += 1;
       }
     },

@@ -12,10 +12,7 @@ const REDACTED = '[redacted]';
  */
 export function loggableError(error: IpnKitError, notification: unknown): Record<string, unknown> {
   const values = customerValues(notification);
-  const scrub = (text: string | undefined) =>
-    text === undefined
-      ? undefined
-      : values.reduce((result, value) => result.split(value).join(REDACTED), text);
+  const scrub = (text: string | undefined) => (text === undefined ? undefined : scrubbed(text, values));
   const describe = (value: unknown): unknown => {
     if (!(value instanceof Error)) return typeof value === 'string' ? scrub(value) : value;
     return {
@@ -27,6 +24,15 @@ export function loggableError(error: IpnKitError, notification: unknown): Record
     };
   };
   return describe(error) as Record<string, unknown>;
+}
+
+/** `text` with the customer's number and name (those of `notification`) replaced by `[redacted]`. */
+export function redactText(text: string, notification: unknown): string {
+  return scrubbed(text, customerValues(notification));
+}
+
+function scrubbed(text: string, values: readonly string[]): string {
+  return values.reduce((result, value) => result.split(value).join(REDACTED), text);
 }
 
 /** Where an event's payload may hold a notification: itself, or one of these fields (`error`, `rejected`, `dead`, `invalid`). */

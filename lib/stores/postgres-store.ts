@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { leaseMs, settleQuery, splitKey, toEntry } from './postgres-rows.js';
+import { leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
 import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.js';
 import type {
   DeliveryStatus,
@@ -122,8 +122,20 @@ export class PostgresStore implements DurableStore {
   async receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
     const [transactionId, state] = splitKey(key);
     const ms = leaseMs(lease);
-    const values = [key, transactionId, state, JSON.stringify(record), lease.id, ms];
+    const values = [key, transactionId, state, toStoredJson(record), lease.id, ms];
     return (await this.#query(this.#sql.receive, values)).rowCount === 1;
+  }
+
+  /** Puts the service's `record` in place of the entry `leaseId` holds, in one statement (see `DurableStore`). */
+  async replace(
+    key: string,
+    leaseId: string,
+    record: Record<string, unknown>,
+    lease: Lease,
+  ): Promise<boolean> {
+    const ms = leaseMs(lease);
+    const values = [key, leaseId, toStoredJson(record), lease.id, ms];
+    return (await this.#query(this.#sql.replace, values)).rowCount === 1;
   }
 
   /**

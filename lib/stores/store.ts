@@ -114,6 +114,14 @@ export interface DurableStore extends Store {
    */
   receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean>;
   /**
+   * Puts `record` (the service's own record) in place of the entry of `key` held by `leaseId` (a copy the
+   * service contradicted), in one atomic step: status `received`, attempts 1, last error cleared, due now,
+   * leased to `lease`. The entry goes from the forged record to the genuine one and never through "absent",
+   * so a crash or a failure at any point leaves one of them in the inbox. Resolves `false`, changing
+   * nothing, when `leaseId` no longer holds the entry.
+   */
+  replace(key: string, leaseId: string, record: Record<string, unknown>, lease: Lease): Promise<boolean>;
+  /**
    * Takes up to `limit` entries that are `received` or `failed`, due, and not leased (or whose lease expired):
    * leases each to `lease` and counts one more attempt. Two instances never get the same entry at once.
    */

@@ -232,6 +232,90 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
       expect(await store.lease(lease(), 10)).toEqual([]); // still leased by the receive
     });
 
+    test('replace swaps the record held by a lease for another in one statement, due and leased anew', async () => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      const forged = lease();
+      await store.receive(key, { ...recordOf(key), amount: 1 }, forged);
+      await sql(store, `UPDATE $table SET attempts = 3, last_error = 'x' WHERE key = $1`, [key]);
+      const next = lease();
+
+      expect(await store.replace(key, 'another-lease', recordOf(key), next)).toBe(false);
+      expect((await store.get(key))?.record).toMatchObject({ amount: 1 });
+      expect(await store.replace(key, forged.id, recordOf(key), next)).toBe(true);
+
+      expect(await store.get(key)).toMatchObject({
+        record: recordOf(key),
+        status: 'received',
+        attempts: 1,
+        lastError: null,
+      });
+      // Held by the new lease: the old one can no longer settle it, the new one can.
+      expect(await store.settle(key, forged.id, { status: 'delivered' })).toBe(false);
+      expect(await store.settle(key, next.id, { status: 'delivered' })).toBe(true);
+    });
+
+    test.each([
+      ['a NUL', 'order\u0000-7'],
+      ['a lone surrogate (half an emoji)', 'Awa \ud83d'],
+      ['a lone low surrogate and a whole emoji', '\ude00 \ud83d\ude00'],
+    ])('a record holding %s in a string round-trips exactly, and stays searchable', async (_what, text) => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      const record = { ...recordOf(key), custom_data: `order ${text}`, [`k${text}`]: [text, { text }] };
+
+      expect(await store.receive(key, record, lease())).toBe(true);
+
+      expect((await store.get(key))?.record).toEqual(record);
+      expect((await store.list({ customDataContains: 'ORDER' })).map((e) => e.key)).toEqual([key]);
+    });
+
+    test('a stored record that only looks like an escaped one is read as itself', async () => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      // A notification always has transaction_id: a record with other keys is never taken for the wrapper.
+      const record = { ...recordOf(key), 'ipn-kit:json': '{"a":1}' };
+      await store.receive(key, record, lease());
+      expect((await store.get(key))?.record).toEqual(record);
+    });
+
+    test.each([
+      ['a NUL', '\\u0000'],
+      ['a lone surrogate', '\\ud83d'],
+    ])(
+      'at least once, a notification with %s in its text fields is answered 200 and delivered once with the exact strings',
+      async (_what, escape) => {
+        const store = await freshStore();
+        const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet });
+        const received: Array<Record<string, unknown>> = [];
+        ipn.on('successful', (n) => void received.push({ ...n }));
+        const running = await listen(ipn);
+        servers.push(running);
+        const payload = uniquePayload({ custom_data: 'order-1', customer_name: 'Awa' });
+        // Written by hand: JSON.parse accepts the escape, and so must the inbox.
+        const body = JSON.stringify(payload)
+          .replace('"order-1"', `"order${escape}-1"`)
+          .replace('"Awa"', `"Awa ${escape}"`);
+        const post = () =>
+          fetch(running.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+
+        expect((await post()).status).toBe(200);
+        expect(await (await post()).json()).toEqual({ ok: true, duplicate: true });
+        const exact = JSON.parse(body) as Record<string, unknown>;
+        const key = `${String(payload.transaction_id)}:SUCCESSFUL`;
+        for (let tries = 0; (await store.get(key))?.status !== 'delivered' && tries < 500; tries += 1)
+          await sleep(10);
+        // Delivered: every listener succeeded once, and nothing takes a delivered entry up again.
+        expect(received).toHaveLength(1);
+        expect(received[0]).toMatchObject({
+          custom_data: exact.custom_data,
+          customer_name: exact.customer_name,
+        });
+        expect((await store.get(key))?.status).toBe('delivered');
+        await ipn.close();
+      },
+    );
+
     test('lease takes due entries whose lease ran out, oldest first, and counts an attempt', async () => {
       const store = await freshStore();
       const keys = [uniqueKey(), uniqueKey(), uniqueKey()];
