@@ -59,6 +59,13 @@ export function createSafeEmitter<C>(
   let collecting: Array<Promise<ListenerError | undefined>> | undefined;
 
   const report = (event: string, cause: unknown, payload: unknown): void => {
+    try {
+      reportFailure(event, cause, payload);
+    } catch {
+      // Nothing in it should throw; if a bug of ours does, the next listener must still run.
+    }
+  };
+  const reportFailure = (event: string, cause: unknown, payload: unknown): void => {
     const error = new ListenerError(event, cause);
     const err = redact ? loggableError(error, payload) : error;
     logger.error({ err, event, ...identify(payload) }, redact ? (err.message as string) : error.message);
@@ -66,10 +73,13 @@ export function createSafeEmitter<C>(
     if (event !== 'error') {
       const outer = collecting;
       collecting = undefined; // the 'error' listeners' own outcome is not the delivery's
-      const failure = { error, notification: event === 'invalid' ? undefined : payload };
-      observe('error', failure, false);
-      emitter.emit('error', failure);
-      collecting = outer;
+      try {
+        const failure = { error, notification: event === 'invalid' ? undefined : payload };
+        observe('error', failure, false);
+        emitter.emit('error', failure);
+      } finally {
+        collecting = outer;
+      }
     }
   };
   const wrap = (event: string, listener: (payload: unknown) => unknown): Wrapped =>

@@ -81,9 +81,40 @@ export interface FieldIssue {
   readonly message: string;
 }
 
-/** The message of anything thrown: an Error's message, or the thrown value as text. */
+/**
+ * The message of anything thrown: an Error's message (or any object's string `message`), or the thrown value
+ * as text. Never throws, whatever was thrown: a null-prototype object, a Symbol, an object whose `toString`
+ * or `message` getter throws, a revoked Proxy.
+ */
 export function messageOf(cause: unknown): string {
-  return cause instanceof Error ? cause.message : String(cause);
+  try {
+    if (typeof cause === 'string') return cause;
+    if (typeof cause === 'object' && cause !== null) {
+      const { message } = cause as { message?: unknown };
+      if (typeof message === 'string') return message;
+      if (cause instanceof Error) return message === undefined ? '' : textOf(message);
+    }
+    return textOf(cause);
+  } catch {
+    return UNPRINTABLE;
+  }
+}
+
+const UNPRINTABLE = '(a thrown value that cannot be shown as text)';
+
+/** `String(value)`, or its `[object Tag]` when that throws (a null-prototype object, a throwing `toString`). */
+function textOf(value: unknown): string {
+  try {
+    const text: unknown = String(value);
+    if (typeof text === 'string') return text;
+  } catch {
+    // Fall through to the tag, which calls no method of the value's own.
+  }
+  try {
+    return Object.prototype.toString.call(value);
+  } catch {
+    return UNPRINTABLE;
+  }
 }
 
 /**
