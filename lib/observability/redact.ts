@@ -5,9 +5,12 @@ export const CUSTOMER_FIELDS = ['destination', 'customer_name'] as const;
 
 const REDACTED = '[redacted]';
 
+/** Fields of a driver's error worth logging (PostgreSQL's), scrubbed like the message; the rest is left out. */
+const DRIVER_FIELDS = ['detail', 'hint', 'where'] as const;
+
 /**
- * What a log line may say of an error raised while handling `notification`: its name, code, message and
- * stack, with the customer's number and name replaced wherever they appear (a listener's own message may
+ * What a log line may say of an error raised while handling `notification`: its name, code, message,
+ * PostgreSQL's `detail`, `hint` and `where`, and stack, with the customer's number and name replaced wherever they appear (a listener's own message may
  * quote them), and the same for its cause. The error itself, which the `error` event carries, is untouched.
  */
 export function loggableError(error: IpnKitError, notification: unknown): Record<string, unknown> {
@@ -15,10 +18,17 @@ export function loggableError(error: IpnKitError, notification: unknown): Record
   const scrub = (text: string | undefined) => (text === undefined ? undefined : scrubbed(text, values));
   const describe = (value: unknown): unknown => {
     if (!(value instanceof Error)) return typeof value === 'string' ? scrub(value) : value;
+    // A database driver's own fields (pg's `detail`: "Failing row contains (...)") may quote the record.
+    const extra = Object.fromEntries(
+      DRIVER_FIELDS.map((field) => [field, Reflect.get(value, field) as unknown])
+        .filter((entry): entry is [string, string] => typeof entry[1] === 'string')
+        .map(([field, text]) => [field, scrub(text)]),
+    );
     return {
       type: value.name,
       code: (value as Partial<IpnKitError>).code,
       message: scrub(value.message),
+      ...extra,
       stack: scrub(value.stack),
       cause: value.cause === undefined ? undefined : describe(value.cause),
     };

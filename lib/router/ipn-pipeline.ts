@@ -5,6 +5,7 @@ import { toFieldIssues } from '../pipeline/custom-data.js';
 import { createDelivery } from '../delivery/delivery.js';
 import type { Emitters } from '../delivery/delivery-context.js';
 import type { Metrics } from '../observability/metrics.js';
+import { loggableError } from '../observability/redact.js';
 import { BodyUnavailableError, StoreError } from '../pipeline/errors.js';
 import type { InvalidEvent } from '../delivery/events.js';
 import { matchesSecret } from '../pipeline/ipn-url.js';
@@ -143,9 +144,11 @@ export function createIpnPipeline<C>(
     metrics?.received();
     const { claimed, leaseId } = await delivery.accept(notification);
     if (claimed instanceof StoreError) {
+      // The driver's error may quote the record (PostgreSQL's "Failing row contains (...)"): redacted.
+      const err = options.logCustomerData ? claimed : loggableError(claimed, notification);
       logger.error(
-        { err: claimed, transaction_id: notification.transaction_id, state: notification.state },
-        claimed.message,
+        { err, transaction_id: notification.transaction_id, state: notification.state },
+        options.logCustomerData ? claimed.message : (err.message as string),
       );
       return {
         status: 503,
