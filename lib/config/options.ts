@@ -55,6 +55,14 @@ export interface Options<S extends z.core.$ZodType | undefined = undefined> {
    * @default 6
    */
   verifyAttempts: number;
+  /**
+   * How long one status query of `verify` may take, in ms, before that verification counts as one that
+   * could not be made now (retried, then reported): a custom source that never settles must not hold a
+   * notification forever. Keep it above the client's own worst case (`createStatusClient()`: `timeoutMs`
+   * times `retries + 1`, plus its backoff: about 33 s by default).
+   * @default 60_000
+   */
+  verifyTimeout: number;
   /** Wait before the first verification retry, in ms; it doubles each time, up to 10 minutes. @default 10_000 */
   verifyRetryDelayMs: number;
   /**
@@ -113,6 +121,7 @@ export function resolveOptions<S extends z.core.$ZodType | undefined>(
     logCustomerData: false,
     verify: undefined,
     verifyAttempts: 6,
+    verifyTimeout: 60_000,
     verifyRetryDelayMs: 10_000,
     secret: undefined,
     delivery: 'at-most-once' as const,
@@ -130,6 +139,7 @@ export function resolveOptions<S extends z.core.$ZodType | undefined>(
   // Node fires a longer timer after 1 ms: a timeout that long would fire at once.
   for (const name of [
     'storeTimeout',
+    'verifyTimeout',
     'verifyRetryDelayMs',
     'retryDelayMs',
     'leaseMs',
@@ -178,6 +188,7 @@ const KNOWN = new Set([
   'logCustomerData',
   'verify',
   'verifyAttempts',
+  'verifyTimeout',
   'verifyRetryDelayMs',
   'secret',
   'delivery',

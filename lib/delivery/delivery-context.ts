@@ -75,14 +75,13 @@ export function createDeliveryContext<C>(
       });
     },
 
-    /** Frees a key, so that a genuine resend (or a reconcile) of it is processed. */
-    release: (key: string): void => {
+    /** Frees a key, so that a genuine resend (or a reconcile) of it is processed. Never rejects. */
+    release: (key: string): Promise<void> =>
       Promise.resolve()
         .then(() => store.release(key))
         .catch((cause: unknown) =>
           report(new StoreError(`the store failed to release ${key}: ${messageOf(cause)}`, { cause })),
-        );
-    },
+        ),
 
     /** Emits `rejected`: the service's record contradicts the notification. */
     reject: (event: RejectedEvent): void => {

@@ -2,13 +2,15 @@ import { randomUUID } from 'node:crypto';
 import type { z } from 'zod';
 import { createDeliveryContext, identify, keyOf, type Emitters } from './delivery-context.js';
 import { createDurableDelivery } from './durable-delivery.js';
-import { IpnKitError, StoreError } from '../pipeline/errors.js';
+import { IpnKitError, StatusQueryError, StoreError } from '../pipeline/errors.js';
 import type { ResolvedOptions } from '../config/options.js';
 import { isFinalState, type IpnNotification } from '../pipeline/schema.js';
 import type { createStoreClaimer } from './store-claimer.js';
 import type { DurableStore, InboxEntry, ListOptions, StatusCounts } from '../stores/store.js';
 import type { StatusRecord } from '../status/status-envelope.js';
 import { createVerifyQueue } from './verify-queue.js';
+import type { StatusSource } from '../status/verify-notification.js';
+import { within } from './within.js';
 import type { Metrics } from '../observability/metrics.js';
 
 type Claimer = ReturnType<typeof createStoreClaimer>;
@@ -50,8 +52,9 @@ export function createDelivery<C>(
   claimer: Claimer,
   metrics?: Metrics,
 ) {
-  const { store, logger, verify, leaseMs } = options;
-  const context = createDeliveryContext<C>(options, emitters);
+  const { store, logger, leaseMs } = options;
+  const verify = options.verify && timeLimited(options.verify, options.verifyTimeout);
+  const context = createDeliveryContext<C>({ ...options, verify }, emitters);
   const durable = options.delivery === 'at-least-once' ? (store as DurableStore) : undefined;
   const durably = durable && createDurableDelivery(context, durable, metrics);
   const verifying = verify && !durable ? createVerifyQueue(context, verify) : undefined;
@@ -102,6 +105,14 @@ export function createDelivery<C>(
     /** Runs after the answer: verification, then the events. */
     dispatch,
 
+    /**
+     * Undoes a claim the router will not deliver (it closed meanwhile), so that the service's resend is
+     * processed. A durable store keeps what it stored: the next start delivers it. Never rejects.
+     */
+    async unclaim(n: IpnNotification): Promise<void> {
+      if (!durable) await context.release(keyOf(n));
+    },
+
     async reconcile(transactionId: string): Promise<ReconcileResult> {
       if (verify === undefined) {
         throw new IpnKitError(
@@ -149,5 +160,20 @@ export function createDelivery<C>(
       claimer.close();
       context.close();
     },
+  };
+}
+
+/** `source`, whose every query fails as a retryable `StatusQueryError` after `ms` without an answer. */
+function timeLimited(source: StatusSource, ms: number): StatusSource {
+  return {
+    getStatus: (id) =>
+      within(
+        Promise.resolve().then(() => source.getStatus(id)),
+        ms,
+        () => {
+          const message = `the status source did not answer about ${id} within ${ms} ms (verifyTimeout)`;
+          return new StatusQueryError(id, message, { retryable: true });
+        },
+      ),
   };
 }

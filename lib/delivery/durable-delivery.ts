@@ -7,6 +7,7 @@ import { ipnNotificationSchema, type IpnNotification } from '../pipeline/schema.
 import type { Metrics } from '../observability/metrics.js';
 import { redactText } from '../observability/redact.js';
 import type { DurableStore } from '../stores/store.js';
+import { within } from './within.js';
 import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
 
 /** How an attempt ended: `later` is a verification that could not be made yet. */
@@ -170,20 +171,11 @@ export function createDurableDelivery<C>(
   function timed<T>(pending: T | Promise<T>, call: string, key?: string): Promise<T> {
     const about = key === undefined ? '' : ` for ${key}`;
     const message = `the store's ${call}${about} did not answer within ${options.storeTimeout} ms (storeTimeout)`;
-    return within(Promise.resolve(pending), options.storeTimeout, () => new StoreError(message));
+    return within(pending, options.storeTimeout, () => new StoreError(message));
   }
 
   after(0, recover); // at start, once the caller has added its listeners
   context.every(options.recoveryIntervalMs, recover);
 
   return { deliver, recover };
-}
-
-/** Rejects with `timeout()` when `pending` has not settled within `ms`. */
-function within<T>(pending: Promise<T>, ms: number, timeout: () => Error): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(timeout()), ms);
-    timer.unref(); // a call that never settles must not keep a closing process alive
-    pending.then(resolve, reject).finally(() => clearTimeout(timer));
-  });
 }

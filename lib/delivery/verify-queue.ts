@@ -36,7 +36,7 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
       reject(verdict.event);
       const genuine = genuineRecord(verdict.event);
       if (genuine === undefined)
-        release(key); // no genuine notification of this key can exist
+        void release(key); // no genuine notification of this key can exist
       else {
         logger.warn(
           { transaction_id: n.transaction_id, state: n.state },
@@ -49,7 +49,7 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
       after(Math.max(backoff, verdict.retryAfterMs), () => detach(verify(n, attempt + 1)));
     } else {
       pending.delete(key);
-      release(key); // so that a resend or ipn.reconcile() can still deliver it
+      void release(key); // so that a resend or ipn.reconcile() can still deliver it
       giveUp(n, verdict, attempt);
     }
   }
@@ -66,6 +66,13 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
   return {
     /** Verifies a notification just accepted, then emits it (or `rejected`, or `error`). */
     start(n: IpnNotification): void {
+      if (context.isClosed()) {
+        // Claimed as the router closed (a claim that landed late): released and reported, as on close.
+        void release(keyOf(n));
+        const why = 'the router was closed before it could verify it';
+        report(new VerificationError(n.transaction_id, 0, why), n);
+        return;
+      }
       pending.set(keyOf(n), n);
       detach(verify(n, 1));
     },
@@ -75,7 +82,7 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
      */
     close(): void {
       for (const [key, n] of pending) {
-        release(key);
+        void release(key);
         report(
           new VerificationError(n.transaction_id, 0, 'the router was closed before it could verify it'),
           n,

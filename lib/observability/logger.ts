@@ -21,14 +21,18 @@ export const defaultLogger: Logger = {
 
 /**
  * The user's logger, made unable to throw: a failing log sink must never cost a notification its events
- * or a request its answer.
+ * or a request its answer. A method that returns a promise (an async transport) has its rejection caught
+ * too: left alone, it would be an unhandled rejection, which ends the process by default.
  */
 export function guardLogger(logger: Logger): Logger {
   const guard =
     (method: LogFn): LogFn =>
     (object, message) => {
       try {
-        method.call(logger, object, message);
+        const result: unknown = method.call(logger, object, message);
+        if (typeof (result as PromiseLike<unknown> | null)?.then === 'function') {
+          Promise.resolve(result).catch(() => {}); // nowhere left to report it
+        }
       } catch {
         // Nowhere left to report it.
       }

@@ -5,9 +5,12 @@ export const CUSTOMER_FIELDS = ['destination', 'customer_name'] as const;
 
 const REDACTED = '[redacted]';
 
+/** Fields of a driver's error worth logging (PostgreSQL's), scrubbed like the message; the rest is left out. */
+const DRIVER_FIELDS = ['detail', 'hint', 'where'] as const;
+
 /**
- * What a log line may say of an error raised while handling `notification`: its name, code, message and
- * stack, with the customer's number and name replaced wherever they appear (a listener's own message may
+ * What a log line may say of an error raised while handling `notification`: its name, code, message,
+ * PostgreSQL's `detail`, `hint` and `where`, and stack, with the customer's number and name replaced wherever they appear (a listener's own message may
  * quote them), and the same for its cause. The error itself, which the `error` event carries, is untouched.
  */
 export function loggableError(error: IpnKitError, notification: unknown): Record<string, unknown> {
@@ -32,10 +35,17 @@ export function loggableError(error: IpnKitError, notification: unknown): Record
     }
     const cause = read(value, 'cause');
     const code = read(value, 'code');
+    // A database driver's own fields (pg's `detail`: "Failing row contains (...)") may quote the record.
+    const extra = Object.fromEntries(
+      DRIVER_FIELDS.map((field) => [field, read(value, field)])
+        .filter((entry): entry is [string, string] => typeof entry[1] === 'string')
+        .map(([field, text]) => [field, scrub(text)]),
+    );
     return {
       type: scrub(read(value, 'name')),
       code: typeof code === 'string' ? code : undefined,
       message: scrub(messageOf(value)),
+      ...extra,
       stack: scrub(read(value, 'stack')),
       // A cause chain may loop (a.cause = b, b.cause = a): a few levels say enough.
       cause: cause === undefined || depth >= MAX_CAUSES ? undefined : describe(cause, depth + 1),

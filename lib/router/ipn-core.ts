@@ -1,6 +1,7 @@
 import type { z } from 'zod';
 import { IpnKitError, messageOf } from '../pipeline/errors.js';
 import { guardLogger } from '../observability/logger.js';
+import { loggableError } from '../observability/redact.js';
 import type { IpnEmitter } from '../delivery/safe-emitter.js';
 import { createSafeEmitter } from '../delivery/safe-emitter.js';
 import type { Inbox, ReconcileResult } from '../delivery/delivery.js';
@@ -55,7 +56,9 @@ export function createIpnCore<S extends z.core.$ZodType | undefined>(
   const internal = (cause: unknown): IpnKitError => {
     const message = `ipn-kit failed to handle a request: ${messageOf(cause)}`;
     const error = new IpnKitError('IPN_INTERNAL', message, { cause });
-    resolved.logger.error({ err: error }, error.message);
+    // No notification to scrub here, but the same shape as every other log line: no driver's own fields.
+    const err = resolved.logCustomerData ? error : loggableError(error, undefined);
+    resolved.logger.error({ err }, error.message);
     return error;
   };
 

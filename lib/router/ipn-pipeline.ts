@@ -5,14 +5,16 @@ import { toFieldIssues } from '../pipeline/custom-data.js';
 import { createDelivery } from '../delivery/delivery.js';
 import type { Emitters } from '../delivery/delivery-context.js';
 import type { Metrics } from '../observability/metrics.js';
-import { BodyUnavailableError, StoreError } from '../pipeline/errors.js';
+import { loggableError } from '../observability/redact.js';
+import { BodyUnavailableError, messageOf, StoreError } from '../pipeline/errors.js';
 import type { InvalidEvent } from '../delivery/events.js';
 import { matchesSecret } from '../pipeline/ipn-url.js';
 import type { ResolvedOptions } from '../config/options.js';
 import { parseBody, parseParsedBody, type ParseResult } from '../pipeline/parse-body.js';
 import { isSupportedEncoding, readBody } from '../pipeline/read-body.js';
-import { ipnNotificationSchema } from '../pipeline/schema.js';
+import { ipnNotificationSchema, type IpnNotification } from '../pipeline/schema.js';
 import { createStoreClaimer } from '../delivery/store-claimer.js';
+import { within } from '../delivery/within.js';
 
 /** A request as the pipeline sees it: no framework objects, only values and the body stream. */
 export interface IpnRequest {
@@ -41,6 +43,8 @@ const ALLOW = 'GET, HEAD, POST';
 export const OK_BODY: Record<string, unknown> = Object.freeze({ ok: true });
 export const DUPLICATE_BODY: Record<string, unknown> = Object.freeze({ ok: true, duplicate: true });
 const RETRY_AFTER_SECONDS = '30';
+/** What a claim resolves when the router closed while it was in flight. */
+const CLOSED = Symbol('closed');
 
 /**
  * The core of the router, over plain values: read the body, parse, validate, dedupe, then answer and emit.
@@ -116,12 +120,43 @@ export function createIpnPipeline<C>(
     return parseBody(read.body, type.format, type.charset);
   }
 
+  /**
+   * After `close()`: 503, so that the service resends to the instance that replaces this one, and nothing
+   * claimed (a claim now would hold the key with nobody left to deliver it).
+   */
+  let closed = false;
+  const inflight = new Set<Promise<unknown>>();
+  const track = <T>(pending: Promise<T>): Promise<T> => {
+    inflight.add(pending);
+    const done = (): void => void inflight.delete(pending);
+    pending.then(done, done);
+    return pending;
+  };
+  const closedOutcome = (): IpnOutcome => ({
+    status: 503,
+    headers: { 'Retry-After': RETRY_AFTER_SECONDS },
+    body: {
+      error: 'closed',
+      message: 'the IPN router is closed (the app is shutting down): resend it later',
+    },
+  });
+  /** Claims, unless the router closed meanwhile: then the claim is undone (the inbox keeps a stored one). */
+  async function admit(
+    n: IpnNotification,
+  ): Promise<{ claimed: boolean | StoreError | typeof CLOSED; leaseId: string }> {
+    const accepted = await delivery.accept(n);
+    if (!closed || accepted.claimed !== true) return accepted;
+    await delivery.unclaim(n);
+    return { claimed: CLOSED, leaseId: accepted.leaseId };
+  }
+
   async function handle(request: IpnRequest): Promise<IpnOutcome> {
     if (request.method === 'GET' || request.method === 'HEAD') return { status: 200, body: OK_BODY };
     if (request.method !== 'POST') {
       const message = `${request.method} is not allowed here: the payment service POSTs notifications`;
       return { status: 405, headers: { Allow: ALLOW }, body: { error: 'method_not_allowed', message } };
     }
+    if (closed) return closedOutcome();
     if (secrets && !matchesSecret(request.token, secrets)) {
       const message = `the IPN address token is ${request.token === undefined ? 'missing' : 'wrong'}: give the service the address ipnUrl() builds`;
       return reject({ reason: 'unauthorized', status: 401, message, received: undefined });
@@ -141,11 +176,15 @@ export function createIpnPipeline<C>(
     }
     const notification = validated.data;
     metrics?.received();
-    const { claimed, leaseId } = await delivery.accept(notification);
+    if (closed) return closedOutcome();
+    const { claimed, leaseId } = await track(admit(notification));
+    if (claimed === CLOSED) return closedOutcome();
     if (claimed instanceof StoreError) {
+      // The driver's error may quote the record (PostgreSQL's "Failing row contains (...)"): redacted.
+      const err = options.logCustomerData ? claimed : loggableError(claimed, notification);
       logger.error(
-        { err: claimed, transaction_id: notification.transaction_id, state: notification.state },
-        claimed.message,
+        { err, transaction_id: notification.transaction_id, state: notification.state },
+        options.logCustomerData ? claimed.message : (err.message as string),
       );
       return {
         status: 503,
@@ -177,10 +216,30 @@ export function createIpnPipeline<C>(
     handle,
     reconcile: (transactionId: string) => delivery.reconcile(transactionId),
     inbox: delivery.inbox,
-    /** Stops retries and recovery, then closes the store, if it has a `close`. */
+    /**
+     * Answers 503 from now on, waits for the claims in flight (each bounded by `storeTimeout`), stops
+     * retries and recovery, then closes the store, if it has a `close`, waiting for it at most
+     * `storeTimeout`: a `close()` that never settles is reported (`error`), not waited on forever.
+     */
     close: async (): Promise<void> => {
+      closed = true;
+      await Promise.allSettled([...inflight]);
       delivery.close();
-      await store.close?.();
+      try {
+        const message = `the store's close() did not settle within ${storeTimeout} ms (storeTimeout)`;
+        await within(
+          Promise.resolve().then(() => store.close?.()),
+          storeTimeout,
+          () => new StoreError(message),
+        );
+      } catch (cause) {
+        const error =
+          cause instanceof StoreError
+            ? cause
+            : new StoreError(`the store's close() failed: ${messageOf(cause)}`, { cause });
+        logger.error({ err: loggableError(error, undefined) }, error.message);
+        emit('error', { error });
+      }
     },
   };
 }

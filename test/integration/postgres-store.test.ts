@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { format, inspect } from 'node:util';
 import express from 'express';
 import { Pool } from 'pg';
 import { ipnRouter } from 'ipn-kit';
@@ -604,6 +605,61 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
       await expect(store.purge(new Date('nope'))).rejects.toThrow(TypeError);
     });
   });
+
+  test.each([
+    ['the default logger', undefined],
+    ['a pino-style logger', 'custom'],
+  ])(
+    "a PostgreSQL error quoting the record puts neither the customer's number nor name in the log (%s)",
+    async (_name, kind) => {
+      const store = await freshStore();
+      // A check of the partner's own that refuses the row, quoting it in its message and its detail, as
+      // PostgreSQL's own errors do ("Failing row contains (...)", "Key (...)=(...) already exists").
+      const fn = `${store.table}_refuse`;
+      await poolA.query(`CREATE FUNCTION "${fn}"() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'too_big: refused for %', NEW.record->>'customer_name'
+          USING DETAIL = 'Failing row contains ' || NEW.record::text; END $$`);
+      await sql(
+        store,
+        `CREATE TRIGGER refuse BEFORE INSERT ON $table FOR EACH ROW EXECUTE FUNCTION "${fn}"()`,
+      );
+      const lines: string[] = [];
+      const spy = jest.spyOn(console, 'error').mockImplementation((...args: unknown[]) => {
+        lines.push(format(...args));
+      });
+      const capture = (object: Record<string, unknown>, message: string) =>
+        void lines.push(`${message} ${inspect(object, { depth: 10 })}`);
+      const logger = kind === 'custom' ? { ...quiet, error: capture, warn: capture } : undefined;
+      try {
+        const ipn = ipnRouter({ store, delivery: 'at-least-once', logger });
+        const errors: unknown[] = [];
+        ipn.on('error', ({ error }) => void errors.push(error));
+        const running = await listen(ipn);
+        servers.push(running);
+        const payload = uniquePayload({ destination: '221770001122', customer_name: 'Awa Ndiaye' });
+        const response = await fetch(running.url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(payload),
+        });
+        expect(response.status).toBe(503);
+        for (let tries = 0; errors.length === 0 && tries < 200; tries += 1) await sleep(10);
+        await ipn.close();
+
+        const log = lines.join('\n');
+        expect(log).toContain('too_big');
+        expect(log).toContain('Failing row contains'); // the detail is kept, scrubbed
+        expect(log).toContain('[redacted]');
+        expect(log).not.toContain('221770001122');
+        expect(log).not.toContain('Awa Ndiaye');
+        // The error event still carries the driver's error, untouched, for the partner's own handling.
+        expect(String((errors[0] as { cause: { detail?: string } }).cause.detail)).toContain('Awa Ndiaye');
+      } finally {
+        spy.mockRestore();
+        await poolA.query(`DROP FUNCTION IF EXISTS "${fn}" CASCADE`);
+      }
+    },
+  );
 
   test('two app instances sharing the table deliver 20 concurrent copies exactly once, and record the key', async () => {
     const table = (await freshStore()).table;
