@@ -21,14 +21,16 @@ export const defaultLogger: Logger = {
 
 /**
  * The user's logger, made unable to throw: a failing log sink must never cost a notification its events
- * or a request its answer.
+ * or a request its answer. A method that returns a promise (an async sink) has its rejection caught, so it
+ * never becomes an unhandled rejection that ends the process.
  */
 export function guardLogger(logger: Logger): Logger {
   const guard =
     (method: LogFn): LogFn =>
     (object, message) => {
       try {
-        method.call(logger, object, message);
+        const result: unknown = method.call(logger, object, message);
+        if (isThenable(result)) Promise.resolve(result).catch(() => {});
       } catch {
         // Nowhere left to report it.
       }
@@ -39,4 +41,8 @@ export function guardLogger(logger: Logger): Logger {
     warn: guard(logger.warn),
     error: guard(logger.error),
   };
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
 }
