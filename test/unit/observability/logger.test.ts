@@ -19,7 +19,7 @@ describe('guardLogger', () => {
       calls.push(`${level} ${message}`);
       return Promise.reject(new Error('log sink down'));
     };
-    // What an async sink is typed as in the host's code: ipn-kit's type says void, the value is a promise.
+    // LogFn says void; an async sink returns a promise all the same.
     const methods = {
       debug: method('debug'),
       info: method('info'),
