@@ -76,11 +76,16 @@ export async function sendCommand(argv: string[], io: CliIo): Promise<number> {
   return failed === 0 ? 0 : 1;
 }
 
-/** `#1 200 {"ok":true}`, or `#1 error: connect ECONNREFUSED ...` when no answer came. */
+/**
+ * `#1 200 {"ok":true}`, `#1 301 a redirect to ..., not followed: nothing was delivered`, or
+ * `#1 error: connect ECONNREFUSED ...` when no answer came.
+ */
 function line(index: number, result: PostResult): string {
   if (result.status === 0) return `#${index + 1} error: ${result.error ?? 'no answer'}`;
+  if (result.error !== undefined) return `#${index + 1} ${result.status} ${result.error}`;
   const body = result.body.replace(/\s+/g, ' ').trim();
-  return `#${index + 1} ${result.status} ${body.length > 200 ? `${body.slice(0, 200)}...` : body}`;
+  const shown = body.length > 200 || result.truncated === true ? `${body.slice(0, 200)}...` : body;
+  return `#${index + 1} ${result.status} ${shown}`;
 }
 
 function readPlan(argv: string[]): SendPlan | 'help' {

@@ -21,8 +21,8 @@ export const defaultLogger: Logger = {
 
 /**
  * The user's logger, made unable to throw: a failing log sink must never cost a notification its events
- * or a request its answer. A method that returns a promise (an async transport) has its rejection caught
- * too: left alone, it would be an unhandled rejection, which ends the process by default.
+ * or a request its answer. A method that returns a promise (an async sink) has its rejection caught, so it
+ * never becomes an unhandled rejection that ends the process.
  */
 export function guardLogger(logger: Logger): Logger {
   const guard =
@@ -30,9 +30,7 @@ export function guardLogger(logger: Logger): Logger {
     (object, message) => {
       try {
         const result: unknown = method.call(logger, object, message);
-        if (typeof (result as PromiseLike<unknown> | null)?.then === 'function') {
-          Promise.resolve(result).catch(() => {}); // nowhere left to report it
-        }
+        if (isThenable(result)) Promise.resolve(result).catch(() => {});
       } catch {
         // Nowhere left to report it.
       }
@@ -43,4 +41,8 @@ export function guardLogger(logger: Logger): Logger {
     warn: guard(logger.warn),
     error: guard(logger.error),
   };
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
 }

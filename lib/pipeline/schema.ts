@@ -94,8 +94,12 @@ function exactText(value: unknown): string | undefined {
   }
 }
 
-/** Keys ipn-kit adds to a notification; a payload must not be able to supply them. */
-const RESERVED = ['customData', 'customDataError'];
+/**
+ * Keys a payload must not be able to supply: the ones ipn-kit adds to a notification, and every name of
+ * `Object.prototype` (`toString`, `valueOf`, `hasOwnProperty`, `__proto__`, ...), which as own properties
+ * would break partner code such as `String(n)` or `n.hasOwnProperty('amount')`.
+ */
+const RESERVED = new Set(['customData', 'customDataError', ...Object.getOwnPropertyNames(Object.prototype)]);
 
 /**
  * The service's own samples spell it `comission`: expose the correct spelling only. Drop reserved keys.
@@ -105,10 +109,11 @@ function normalise(input: unknown): unknown {
   if (typeof input !== 'object' || input === null) return input;
   const record = input as Record<string, unknown>;
   const misspelt = Object.hasOwn(record, 'comission');
-  if (!misspelt && !RESERVED.some((key) => Object.hasOwn(record, key))) return input;
+  const keys = Object.keys(record);
+  if (!misspelt && !keys.some((key) => RESERVED.has(key))) return input;
   const copy: Record<string, unknown> = {};
-  for (const key of Object.keys(record)) {
-    if (key !== 'comission' && !RESERVED.includes(key)) copy[key] = record[key];
+  for (const key of keys) {
+    if (key !== 'comission' && !RESERVED.has(key)) copy[key] = record[key];
   }
   const { commission } = copy;
   if (misspelt && (commission === undefined || commission === null || commission === '')) {

@@ -1,7 +1,13 @@
-import { ipnNotificationSchema } from 'ipn-kit';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import express from 'express';
+import { ipnNotificationSchema, ipnRouter } from 'ipn-kit';
 import { runCli, type CliIo } from '../../lib/cli.js';
 import successful from '../fixtures/ipn-successful.json';
+import { quiet } from '../helpers/quiet-logger.js';
 import { startReceiver, type Receiver } from '../helpers/receiver.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { listen } from '../helpers/servers.js';
 
 function capture() {
   const stdout: string[] = [];
@@ -17,6 +23,30 @@ async function send(...args: string[]) {
   const { io, stdout, stderr } = capture();
   const code = await runCli(['send', ...args], io);
   return { code, stdout, stderr };
+}
+
+/** An endpoint that answers 200 and writes its body for as long as the client reads it. */
+async function startEndlessAnswer() {
+  let written = 0;
+  let onClosed!: () => void;
+  const closed = new Promise<void>((resolve) => (onClosed = resolve));
+  const server = http.createServer((req, res) => {
+    req.resume();
+    res.writeHead(200, { 'content-type': 'text/plain' });
+    const chunk = Buffer.alloc(16 * 1024, 'x');
+    const pump = (): void => {
+      while (!res.destroyed && res.write(chunk)) written += chunk.length;
+    };
+    res.on('drain', pump);
+    res.on('close', () => {
+      server.close();
+      onClosed();
+    });
+    pump();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return { url: `http://127.0.0.1:${port}/ipn`, closed, written: () => written };
 }
 
 describe('ipn-kit send', () => {
@@ -119,6 +149,38 @@ describe('ipn-kit send', () => {
 
     expect(result.code).toBe(1);
     expect(result.stdout[1]).toMatch(/^#1 error: .*ECONNREFUSED/);
+  });
+
+  test('a redirect is not followed: the 3xx is printed as not delivered and exits 1', async () => {
+    const ipn = ipnRouter({ logger: quiet });
+    const events = recordEvents(ipn);
+    const app = express();
+    app.post('/moved', (_req, res) => res.redirect(301, '/ipn'));
+    app.use('/ipn', ipn); // it answers a GET 200: a followed redirect would look delivered
+    const host = await listen(app);
+    try {
+      const result = await send(`${host.url}/moved`);
+
+      expect(result.code).toBe(1);
+      expect(result.stdout.slice(1)).toEqual([
+        '#1 301 a redirect to /ipn, not followed: nothing was delivered',
+        '1 sent: 0 answered 2xx, 1 did not',
+      ]);
+      expect(events.names()).toEqual([]);
+    } finally {
+      await host.close();
+    }
+  });
+
+  test('an endless answer is read only up to its cap, and the connection is closed', async () => {
+    const endless = await startEndlessAnswer();
+
+    const result = await send(endless.url);
+    await endless.closed;
+
+    expect(result.code).toBe(0);
+    expect(result.stdout[1]).toBe(`#1 200 ${'x'.repeat(200)}...`);
+    expect(endless.written()).toBeLessThan(64 * 1024 * 1024);
   });
 
   test('--help prints the usage and exits 0', async () => {

@@ -319,6 +319,31 @@ describe('notifications', () => {
     expect(receiver.bodies).toHaveLength(3);
   });
 
+  test('a redirect is not followed: the 301 is recorded, resent, and never acknowledged', async () => {
+    await start({ resends: 1 });
+    const ipn = ipnRouter({ logger: quiet });
+    const events = recordEvents(ipn);
+    const gets: string[] = [];
+    const app = express();
+    app.post('/moved', (_req, res) => res.redirect(301, '/ipn'));
+    app.use((req, _res, next) => {
+      if (req.method === 'GET') gets.push(req.url);
+      next();
+    });
+    app.use('/ipn', ipn); // it answers a GET 200: a followed redirect would look acknowledged
+    const host = await listen(app);
+    try {
+      const tx = provider.initiate({ ...plan, ipnUrl: `${host.url}/moved` });
+
+      expect(await tx.delivered).toEqual({ attempts: 2, statuses: [301, 301], acknowledged: false });
+      expect(gets).toEqual([]);
+      expect(events.names()).toEqual([]);
+      expect(provider.stats).toMatchObject({ notificationsSent: 2, answers: { 301: 2 } });
+    } finally {
+      await host.close();
+    }
+  });
+
   test('a network error counts as status 0 and is resent', async () => {
     await start({ resends: 1 });
     await receiver.close(); // nothing listens there any more

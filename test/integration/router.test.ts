@@ -466,6 +466,38 @@ describe.each(EXPRESS_VERSIONS)('the IPN router under %s', (_version, express) =
     expect(notification.nested.polluted).toBeUndefined();
     expect(Object.getPrototypeOf(notification)).toBe(Object.prototype);
   });
+
+  const PROTOTYPE_NAMES = Object.getOwnPropertyNames(Object.prototype);
+
+  test.each([
+    ['JSON', 'application/json'],
+    ['a form', 'application/x-www-form-urlencoded'],
+  ])(
+    'unknown fields named after Object.prototype members, in %s, are dropped: String(n) works',
+    async (_format, type) => {
+      const payload: Record<string, unknown> = { ...uniquePayload(), currency: 'XOF' };
+      for (const name of PROTOTYPE_NAMES) if (name !== '__proto__') payload[name] = 'x';
+      const text =
+        type === 'application/json'
+          ? JSON.stringify(payload)
+          : new URLSearchParams(payload as Record<string, string>).toString();
+      const texts: string[] = [];
+      // What partner code does with a notification: both threw when the payload supplied these names.
+      ipn.on('successful', (n) =>
+        // eslint-disable-next-line @typescript-eslint/no-base-to-string, no-prototype-builtins
+        texts.push(String(n), `${n.hasOwnProperty('amount')}`),
+      );
+
+      const response = await request(running.url).post('/ipn').set('Content-Type', type).send(text);
+
+      expect(response.status).toBe(200);
+      const [notification] = recorder.of('successful');
+      for (const name of PROTOTYPE_NAMES) expect(Object.hasOwn(notification, name)).toBe(false);
+      expect(notification.currency).toBe('XOF'); // other unknown fields are kept
+      expect(texts).toEqual(['[object Object]', 'true']);
+      expect(recorder.names()).toEqual(['notification', 'successful']);
+    },
+  );
 });
 
 /** Posts raw bytes as they are (supertest would serialise a Buffer as JSON). */

@@ -62,6 +62,22 @@ describe('ipnNotificationSchema', () => {
     });
   });
 
+  describe('unknown fields named after Object.prototype members', () => {
+    test.each(Object.getOwnPropertyNames(Object.prototype))('%s is dropped, like __proto__', (name) => {
+      const payload = JSON.parse(
+        JSON.stringify(successfulPayload({ extra_field: 1 })).replace(/}$/, `,${JSON.stringify(name)}:"x"}`),
+      ) as Record<string, unknown>;
+      expect(Object.hasOwn(payload, name)).toBe(true);
+
+      const notification = accept(payload);
+
+      expect(Object.hasOwn(notification, name)).toBe(false);
+      expect(notification.extra_field).toBe(1);
+      // eslint-disable-next-line @typescript-eslint/no-base-to-string -- partner code does this
+      expect(String(notification)).toBe('[object Object]');
+    });
+  });
+
   describe('commission spelling', () => {
     it('exposes the service spelling comission as commission only', () => {
       const notification = accept(successfulPayload({ comission: 75 }));
