@@ -29,7 +29,9 @@ export interface Options<S extends z.core.$ZodType | undefined = undefined> {
   limit: number | string;
   /**
    * How long to wait for the store (`init` and `claim` together) before answering 503, so the service resends,
-   * in milliseconds. A claim that lands later is delivered then, and the resend is a duplicate.
+   * in milliseconds. A claim that lands later is delivered then, and the resend is a duplicate. At-least-once,
+   * it also bounds each inbox call of delivery and recovery (a timeout is reported, and the entry taken up
+   * again); `ipn.close()` waits for the store's `close()` at most this long.
    * @default 5_000
    */
   storeTimeout: number;

@@ -242,7 +242,11 @@ export class VerificationError extends IpnKitError {
   }
 }
 
-/** At-least-once: a delivery attempt failed (a listener failed or timed out, or there was no listener). */
+/**
+ * At-least-once: a delivery attempt failed (a listener failed or timed out, or there was no listener). One
+ * per failed attempt: when listeners failed, the message is theirs (redacted as logs are, unless
+ * `logCustomerData`) and `cause` is the first one's `ListenerError`.
+ */
 export class DeliveryError extends IpnKitError {
   override name = 'DeliveryError' as const;
   declare readonly code: 'IPN_DELIVERY_FAILED';

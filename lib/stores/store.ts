@@ -38,7 +38,7 @@ export interface Store {
    * twice, so give it a timeout of its own.
    */
   init?(): Awaitable<void>;
-  /** Optional: called by `ipn.close()`. */
+  /** Optional: called by `ipn.close()`, which waits for it at most the router's `storeTimeout`. */
   close?(): Awaitable<void>;
 }
 

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Pool } from 'pg';
 import { runCli, type CliIo } from '../../lib/cli.js';
+import { cliPoolConfig } from '../../lib/cli/cli-inbox.js';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { databaseUrl, describeWithService } from '../helpers/services.js';
 
@@ -194,6 +195,18 @@ describeWithService('PostgreSQL', 'ipn-kit inbox', () => {
 
     expect(code).toBe(1);
     expect(stderr).toMatch(/does not exist: run `await store.migrate\(\)`/);
+  });
+});
+
+test("the CLI's own pool keeps connections alive and bounds connecting and every query in time", () => {
+  // What makes a command fail with a message, instead of hanging, behind a network that drops packets.
+  expect(cliPoolConfig('postgres://db/x')).toEqual({
+    connectionString: 'postgres://db/x',
+    max: 1,
+    keepAlive: true,
+    connectionTimeoutMillis: 10_000,
+    query_timeout: 30_000,
+    statement_timeout: 30_000,
   });
 });
 
