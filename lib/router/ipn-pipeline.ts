@@ -6,6 +6,7 @@ import { createDelivery } from '../delivery/delivery.js';
 import type { Emitters } from '../delivery/delivery-context.js';
 import type { Metrics } from '../observability/metrics.js';
 import { loggableError } from '../observability/redact.js';
+import { createUnmatchedTokenWarning } from '../observability/unmatched-token-warning.js';
 import { BodyUnavailableError, messageOf, StoreError } from '../pipeline/errors.js';
 import type { InvalidEvent } from '../delivery/events.js';
 import { matchesSecret } from '../pipeline/ipn-url.js';
@@ -58,6 +59,7 @@ export function createIpnPipeline<C>(
   const { store, ttl, limit, logger, storeTimeout } = options;
   const { emit } = emitters;
   const secrets = options.secret === undefined ? undefined : [options.secret].flat();
+  const tokenWarning = createUnmatchedTokenWarning(logger);
   const delivery = createDelivery<C>(
     options,
     emitters,
@@ -157,9 +159,20 @@ export function createIpnPipeline<C>(
       return { status: 405, headers: { Allow: ALLOW }, body: { error: 'method_not_allowed', message } };
     }
     if (closed) return closedOutcome();
-    if (secrets && !matchesSecret(request.token, secrets)) {
-      const message = `the IPN address token is ${request.token === undefined ? 'missing' : 'wrong'}: give the service the address ipnUrl() builds`;
-      return reject({ reason: 'unauthorized', status: 401, message, received: undefined });
+    if (secrets) {
+      if (!matchesSecret(request.token, secrets)) {
+        const missing = request.token === undefined;
+        const message = `the IPN address token is ${missing ? 'missing' : 'wrong'}: give the service the address ipnUrl() builds`;
+        const outcome = reject({ reason: 'unauthorized', status: 401, message, received: undefined });
+        const { afterResponse } = outcome;
+        // Besides this request's own line: the one warning that says the secret itself may be wrong.
+        outcome.afterResponse = () => {
+          afterResponse?.();
+          tokenWarning.refused(missing);
+        };
+        return outcome;
+      }
+      tokenWarning.matched();
     }
     const parsed = await readRecord(request);
     if ('status' in parsed) return parsed;
