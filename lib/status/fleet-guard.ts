@@ -16,6 +16,7 @@ export interface FleetGuardOptions extends QueryGuardOptions {
 }
 
 const UNREACHABLE = Symbol('unreachable');
+const MINUTE = 60_000;
 /** How often an instance waiting for another's answer looks for it, in ms. */
 const POLL_MS = 50;
 /** At most one warning a minute while the shared store stays unreachable. */
@@ -31,13 +32,22 @@ export function createFleetGuard(options: FleetGuardOptions) {
   const { shared, lockMs, minIntervalMs, maxQueriesPerMinute, logger, now } = options;
   const local = createQueryGuard(options);
   const instances = shared.fallbackInstances;
+  /** This instance's share of the budget while the shared store is unreachable. */
+  const share = instances === undefined ? 0 : Math.max(1, Math.floor(maxQueriesPerMinute / instances));
   const fallback =
-    instances === undefined
-      ? undefined
-      : createQueryGuard({
-          ...options,
-          maxQueriesPerMinute: Math.max(1, Math.floor(maxQueriesPerMinute / instances)),
-        });
+    instances === undefined ? undefined : createQueryGuard({ ...options, maxQueriesPerMinute: share });
+  // Every request this instance sent in the last minute, through the fleet's budget or its share: when the
+  // shared store dies mid-burst, what it already sent this minute counts against its share.
+  const sentHere: number[] = [];
+  const sentLastMinute = (): number => {
+    const time = now();
+    while (sentHere.length > 0 && (sentHere[0] as number) <= time - MINUTE) sentHere.shift();
+    return sentHere.length;
+  };
+  const noteSent = (): void => {
+    sentLastMinute(); // prunes: the list never holds more than a minute's requests
+    sentHere.push(now());
+  };
   let blockedUntil = 0;
   let left = maxQueriesPerMinute;
   let warnedAt = -Infinity;
@@ -59,7 +69,8 @@ export function createFleetGuard(options: FleetGuardOptions) {
       },
       get budgetLeft() {
         if (now() < blockedUntil) return 0;
-        return mode === 'shared' ? left : (fallback?.stats.budgetLeft ?? 0);
+        if (mode === 'shared') return left;
+        return fallback ? Math.min(fallback.stats.budgetLeft, Math.max(0, share - sentLastMinute())) : 0;
       },
       get guard() {
         return mode;
@@ -93,7 +104,7 @@ export function createFleetGuard(options: FleetGuardOptions) {
           { err: { message: messageOf(error) }, fallbackInstances: instances ?? null },
           `the shared status-query guard is unreachable (${what}): ${
             fallback
-              ? `using a local budget of ${Math.max(1, Math.floor(maxQueriesPerMinute / (instances ?? 1)))} a minute`
+              ? `using a local budget of ${share} a minute`
               : 'sending no status query until it answers'
           }`,
         );
@@ -111,12 +122,14 @@ export function createFleetGuard(options: FleetGuardOptions) {
 
   function permitLocally(id: string): void {
     if (!fallback) return refuse(id, 'guard_unavailable', 5_000);
+    if (sentLastMinute() >= share) return refuse(id, 'budget', (sentHere[0] as number) + MINUTE - now());
     try {
       fallback.permit(id);
     } catch (error) {
       counts.refused += 1;
       throw error;
     }
+    noteSent();
     counts.queries += 1;
   }
 
@@ -193,6 +206,7 @@ export function createFleetGuard(options: FleetGuardOptions) {
       if (permit === UNREACHABLE) return permitLocally(id);
       left = permit.left;
       if (!permit.granted) return refuse(id, permit.reason ?? 'budget', permit.retryAfterMs);
+      noteSent();
       counts.queries += 1;
     },
 
