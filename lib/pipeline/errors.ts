@@ -127,6 +127,8 @@ export interface StatusQueryFailure {
   retryable: boolean;
   /** Whether the answer looks like the service blocking this caller (429 or 403, as HTTP status or `statut_code`). */
   blocked?: boolean | undefined;
+  /** A redirect's `Location` (never followed), for the operator. */
+  location?: string | undefined;
 }
 
 /** A status query failed: an HTTP error, a `statut_code` other than 200 or 404, a body that is not the envelope, a timeout. */
@@ -139,6 +141,8 @@ export class StatusQueryError extends StatusError {
   readonly retryable: boolean;
   /** The answer looked like a block: the client sends nothing during its cool-down. */
   readonly blocked: boolean;
+  /** The answer was a redirect (never followed): where it pointed. */
+  readonly location: string | undefined;
 
   constructor(
     transactionId: string,
@@ -152,6 +156,7 @@ export class StatusQueryError extends StatusError {
     this.serviceMessage = failure.serviceMessage;
     this.retryable = failure.retryable;
     this.blocked = failure.blocked === true;
+    this.location = failure.location;
   }
 }
 

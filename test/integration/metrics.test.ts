@@ -41,7 +41,7 @@ describe('ipn.metrics()', () => {
       return Promise.resolve(new Response(JSON.stringify(body)));
     };
     const client = createStatusClient({
-      baseUrl: 'http://service.test/api_v1/transaction',
+      baseUrl: 'https://service.test/api_v1/transaction',
       apiKey: 'k',
       fetch: fetchStatus,
     });
