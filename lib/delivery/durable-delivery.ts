@@ -6,6 +6,7 @@ import type { Notification } from './events.js';
 import { ipnNotificationSchema, type IpnNotification } from '../pipeline/schema.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { DurableStore } from '../stores/store.js';
+import { statusClock } from '../status/query-guard.js';
 import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
 
 /** How an attempt ended: `later` is a verification that could not be made yet. */
@@ -48,9 +49,14 @@ export function createDurableDelivery<C>(
     return { kind: 'delivered' };
   }
 
-  async function attempt(n: IpnNotification): Promise<Attempt> {
+  async function attempt(n: IpnNotification, attempts: number): Promise<Attempt> {
     if (options.verify) {
-      const verdict = await verifyNotification(options.verify, n);
+      // No answer older than this attempt condemns it; a not-found is believed from the second attempt on.
+      const now = statusClock();
+      const verdict = await verifyNotification(options.verify, n, {
+        arrivedAt: now,
+        notFoundAt: attempts > 1 ? now : undefined,
+      });
       if (verdict.kind !== 'confirmed') return verdict;
     }
     return emitAndSettle(n);
@@ -66,7 +72,7 @@ export function createDurableDelivery<C>(
     metrics?.attempt();
     let result: Attempt;
     try {
-      result = await within(attempt(n), Math.floor(options.leaseMs * 0.9), key);
+      result = await within(attempt(n, attempts), Math.floor(options.leaseMs * 0.9), key);
     } catch (error) {
       const failure =
         error instanceof IpnKitError ? error : new DeliveryError(messageOf(error), { cause: error });

@@ -172,13 +172,14 @@ export class StatusRateLimitError extends StatusError {
   /**
    * `budget`: `maxQueriesPerMinute` is spent; `blocked`: the service answered 429 or 403 and the cool-down
    * runs; `guard_unavailable`: the shared guard (`shared: redisGuard(...)`) is unreachable and no fallback
-   * budget is configured, so nothing is sent rather than risk a block.
+   * budget is configured, so nothing is sent rather than risk a block; `interval`: the caller needs a newer
+   * answer than the cached one (`since`), and the id was asked less than `minIntervalMs` ago.
    */
-  readonly reason: 'budget' | 'blocked' | 'guard_unavailable';
+  readonly reason: 'budget' | 'blocked' | 'guard_unavailable' | 'interval';
 
   constructor(
     transactionId: string,
-    reason: 'budget' | 'blocked' | 'guard_unavailable',
+    reason: 'budget' | 'blocked' | 'guard_unavailable' | 'interval',
     retryAfterMs: number,
   ) {
     const why =
@@ -186,7 +187,9 @@ export class StatusRateLimitError extends StatusError {
         ? 'the status query budget (maxQueriesPerMinute) is spent'
         : reason === 'blocked'
           ? 'the payment service answered as if it were blocking this caller, and the cool-down is running'
-          : 'the shared guard is unreachable and no fallback budget is configured (fallbackInstances)';
+          : reason === 'interval'
+            ? 'a newer answer than the last one is needed, and this id was asked less than minIntervalMs ago'
+            : 'the shared guard is unreachable and no fallback budget is configured (fallbackInstances)';
     super(
       'IPN_STATUS_RATE_LIMITED',
       transactionId,
@@ -212,6 +215,24 @@ export class VerificationError extends IpnKitError {
       `could not verify the notification of ${transactionId} after ${attempts} attempts (${messageOf(cause)}): ` +
         `it was not emitted; reconcile it with ipn.reconcile('${transactionId}') once the service answers`,
       { cause },
+    );
+  }
+}
+
+/**
+ * With `verify`: `maxPendingVerifications` notifications were already being verified, so a new one was
+ * answered 503 (with `Retry-After`) before its key was claimed: the service resends it later, while a
+ * forger's flood is simply dropped. The `error` event carries the notification.
+ */
+export class VerificationBusyError extends IpnKitError {
+  override name = 'VerificationBusyError' as const;
+  declare readonly code: 'IPN_VERIFY_BUSY';
+
+  constructor(transactionId: string, pending: number) {
+    super(
+      'IPN_VERIFY_BUSY',
+      `${pending} notifications are already being verified (maxPendingVerifications): the notification of ` +
+        `${transactionId} was answered 503, so that the service resends it later`,
     );
   }
 }

@@ -5,7 +5,7 @@ import { toFieldIssues } from '../pipeline/custom-data.js';
 import { createDelivery } from '../delivery/delivery.js';
 import type { Emitters } from '../delivery/delivery-context.js';
 import type { Metrics } from '../observability/metrics.js';
-import { BodyUnavailableError, StoreError } from '../pipeline/errors.js';
+import { BodyUnavailableError, StoreError, VerificationBusyError } from '../pipeline/errors.js';
 import type { InvalidEvent } from '../delivery/events.js';
 import { matchesSecret } from '../pipeline/ipn-url.js';
 import type { ResolvedOptions } from '../config/options.js';
@@ -153,6 +153,17 @@ export function createIpnPipeline<C>(
         body: {
           error: 'store_unavailable',
           message: 'the store did not record the notification in time: resend it later',
+        },
+        afterResponse: () => emit('error', { error: claimed, notification }),
+      };
+    }
+    if (claimed instanceof VerificationBusyError) {
+      return {
+        status: 503,
+        headers: { 'Retry-After': RETRY_AFTER_SECONDS },
+        body: {
+          error: 'verification_busy',
+          message: 'too many notifications are being verified: resend it later',
         },
         afterResponse: () => emit('error', { error: claimed, notification }),
       };

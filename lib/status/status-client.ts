@@ -2,7 +2,12 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { StatusQueryError } from '../pipeline/errors.js';
 import { defaultLogger, guardLogger, type Logger } from '../observability/logger.js';
 import { createFleetGuard } from './fleet-guard.js';
-import { createQueryGuard, type StatusClientStats } from './query-guard.js';
+import {
+  createQueryGuard,
+  statusClock,
+  type StatusClientStats,
+  type StatusQueryOptions,
+} from './query-guard.js';
 import type { SharedGuard } from './shared-guard.js';
 import { parseStatusAnswer, type StatusRecord } from './status-envelope.js';
 import { exchangeStatus, isLoopback, withoutKey } from './status-request.js';
@@ -65,7 +70,7 @@ export interface StatusClient {
    * `PENDING1`). Rejects with `TransactionNotFoundError`, `StatusQueryError` or `StatusRateLimitError`
    * (all `StatusError`s).
    */
-  getStatus(transactionId: string): Promise<StatusRecord>;
+  getStatus(transactionId: string, options?: StatusQueryOptions): Promise<StatusRecord>;
   /** Requests sent, calls refused, answered from cache, or shared with a request in flight. */
   readonly stats: Readonly<StatusClientStats>;
 }
@@ -91,7 +96,7 @@ export function createStatusClient(
   const logger = guardLogger(resolved.logger);
   const exchange = { ...resolved, url: `${resolved.baseUrl}/status` };
   // A monotonic clock: a wall-clock step must neither reopen the budget nor end a cool-down early.
-  const now = () => performance.now();
+  const now = statusClock;
   const { shared } = resolved;
   const guard: Guard = shared
     ? createFleetGuard({ ...resolved, shared, logger, now, lockMs: lockMsOf(resolved) })
@@ -127,11 +132,12 @@ export function createStatusClient(
   }
 
   return {
-    getStatus(transactionId) {
+    getStatus(transactionId, options) {
       if (typeof transactionId !== 'string' || transactionId.length === 0) {
         return Promise.reject(new TypeError('getStatus: transactionId must be a non-empty string'));
       }
-      return guard.ask(transactionId, () => withRetries(transactionId));
+      const since = typeof options?.since === 'number' ? options.since : undefined;
+      return guard.ask(transactionId, () => withRetries(transactionId), since);
     },
     stats: guard.stats,
   };
@@ -140,7 +146,7 @@ export function createStatusClient(
 /** What the client asks of its guard: this process's own, or the fleet's (whose permit asks Redis). */
 interface Guard {
   readonly stats: StatusClientStats;
-  ask(id: string, query: () => Promise<StatusRecord>): Promise<StatusRecord>;
+  ask(id: string, query: () => Promise<StatusRecord>, since?: number): Promise<StatusRecord>;
   permit(id: string): void | Promise<void>;
   blocked(retryAfterMs?: number): void;
 }
