@@ -22,7 +22,7 @@ export { ipnNotificationSchema, FINAL_STATES } from './pipeline/schema.js';
 export type { IpnNotification, FinalState } from './pipeline/schema.js';
 export { createStatusClient } from './status/status-client.js';
 export type { StatusClient, StatusClientOptions } from './status/status-client.js';
-export type { StatusClientStats } from './status/query-guard.js';
+export type { StatusClientStats, StatusQueryOptions } from './status/query-guard.js';
 export type { SharedGuard, SharedPermit } from './status/shared-guard.js';
 export type { StatusRecord } from './status/status-envelope.js';
 export type {
@@ -52,6 +52,7 @@ export {
   TransactionNotFoundError,
   StatusQueryError,
   StatusRateLimitError,
+  VerificationBusyError,
   VerificationError,
   DeliveryError,
 } from './pipeline/errors.js';

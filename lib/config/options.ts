@@ -68,6 +68,14 @@ export interface Options<S extends z.core.$ZodType | undefined = undefined> {
   /** Wait before the first verification retry, in ms; it doubles each time, up to 10 minutes. @default 10_000 */
   verifyRetryDelayMs: number;
   /**
+   * At-most-once with `verify`: most notifications being verified at once. Past it, a new notification is
+   * answered 503 with `Retry-After` before its key is claimed (the service resends it later; a forger's flood
+   * is dropped), with an `error` event (`VerificationBusyError`). Bounds memory: about this many times your
+   * `limit`, at worst.
+   * @default 500
+   */
+  maxPendingVerifications: number;
+  /**
    * A secret the IPN address must carry as its `token` query parameter (build the address with `ipnUrl()`);
    * several, during a rotation. A request without it, or with another, is answered 401.
    * @default undefined (no token required)
@@ -125,6 +133,7 @@ export function resolveOptions<S extends z.core.$ZodType | undefined>(
     verifyAttempts: 6,
     verifyTimeout: 60_000,
     verifyRetryDelayMs: 10_000,
+    maxPendingVerifications: 500,
     secret: undefined,
     delivery: 'at-most-once' as const,
     maxAttempts: 8,
@@ -148,7 +157,7 @@ export function resolveOptions<S extends z.core.$ZodType | undefined>(
     'recoveryIntervalMs',
   ] as const)
     checkDuration(name, resolved[name], MAX_TIMER);
-  for (const name of ['verifyAttempts', 'maxAttempts'] as const) {
+  for (const name of ['verifyAttempts', 'maxAttempts', 'maxPendingVerifications'] as const) {
     if (!Number.isInteger(resolved[name]) || resolved[name] < 1)
       throw new TypeError(`ipnRouter: ${name} must be a positive integer, got ${String(resolved[name])}`);
   }
@@ -192,6 +201,7 @@ const KNOWN = new Set([
   'verifyAttempts',
   'verifyTimeout',
   'verifyRetryDelayMs',
+  'maxPendingVerifications',
   'secret',
   'delivery',
   'maxAttempts',

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { z } from 'zod';
 import { createDeliveryContext, identify, keyOf, type Emitters } from './delivery-context.js';
 import { createDurableDelivery } from './durable-delivery.js';
-import { IpnKitError, StatusQueryError, StoreError } from '../pipeline/errors.js';
+import { IpnKitError, StatusQueryError, StoreError, VerificationBusyError } from '../pipeline/errors.js';
 import type { ResolvedOptions } from '../config/options.js';
 import { isFinalState, type IpnNotification } from '../pipeline/schema.js';
 import type { createStoreClaimer } from './store-claimer.js';
@@ -59,6 +59,25 @@ export function createDelivery<C>(
   const durably = durable && createDurableDelivery(context, durable, metrics);
   const verifying = verify && !durable ? createVerifyQueue(context, verify) : undefined;
   const { detach, after } = context;
+  let shedSince = 0;
+  let shedLoggedAt = -Infinity;
+
+  /** A notification turned away by the bound: logged at most once a minute, with how many were. */
+  function shed(n: IpnNotification): VerificationBusyError {
+    const error = new VerificationBusyError(n.transaction_id, verifying?.size() ?? 0);
+    shedSince += 1;
+    const now = Date.now();
+    if (now - shedLoggedAt >= 60_000) {
+      logger.warn(
+        { shed: shedSince, maxPendingVerifications: options.maxPendingVerifications },
+        `${shedSince} notification(s) answered 503 since the last warning: maxPendingVerifications are ` +
+          'being verified (a flood of forged notifications? add a secret)',
+      );
+      shedLoggedAt = now;
+      shedSince = 0;
+    }
+    return error;
+  }
 
   function inbox(): DurableStore {
     if (durable) return durable;
@@ -88,8 +107,12 @@ export function createDelivery<C>(
      * Claims (or, at-least-once, stores) a notification before the answer: `true` first, `false` a resend.
      * `leaseId` goes to `dispatch`, after the answer.
      */
-    async accept(n: IpnNotification): Promise<{ claimed: boolean | StoreError; leaseId: string }> {
+    async accept(
+      n: IpnNotification,
+    ): Promise<{ claimed: boolean | StoreError | VerificationBusyError; leaseId: string }> {
       const key = keyOf(n);
+      // Past the bound, shed before claiming: nothing to release, and the service's resend is processed.
+      if (verifying && !verifying.reserve(key)) return { claimed: shed(n), leaseId: '' };
       // Only a durable store leases: the at-most-once path makes no lease id.
       const leaseId = durable ? randomUUID() : '';
       const late = (): void => {
@@ -99,6 +122,7 @@ export function createDelivery<C>(
       };
       const receive = durable && (() => durable.receive(key, n, { id: leaseId, ms: leaseMs }));
       const claimed = await claimer.claim(key, late, receive);
+      if (claimed !== true) verifying?.unreserve(key);
       return { claimed, leaseId };
     },
 
@@ -110,6 +134,7 @@ export function createDelivery<C>(
      * processed. A durable store keeps what it stored: the next start delivers it. Never rejects.
      */
     async unclaim(n: IpnNotification): Promise<void> {
+      verifying?.unreserve(keyOf(n));
       if (!durable) await context.release(keyOf(n));
     },
 

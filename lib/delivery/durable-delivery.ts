@@ -8,6 +8,7 @@ import type { Metrics } from '../observability/metrics.js';
 import { redactText } from '../observability/redact.js';
 import type { DurableStore } from '../stores/store.js';
 import { within } from './within.js';
+import { statusClock } from '../status/query-guard.js';
 import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
 
 /** How an attempt ended: `later` is a verification that could not be made yet. */
@@ -56,9 +57,14 @@ export function createDurableDelivery<C>(
     return { kind: 'delivered' };
   }
 
-  async function attempt(n: IpnNotification): Promise<Attempt> {
+  async function attempt(n: IpnNotification, attempts: number): Promise<Attempt> {
     if (options.verify) {
-      const verdict = await verifyNotification(options.verify, n);
+      // No answer older than this attempt condemns it; a not-found is believed from the second attempt on.
+      const now = statusClock();
+      const verdict = await verifyNotification(options.verify, n, {
+        arrivedAt: now,
+        notFoundAt: attempts > 1 ? now : undefined,
+      });
       if (verdict.kind !== 'confirmed') return verdict;
     }
     return emitAndSettle(n);
@@ -76,7 +82,7 @@ export function createDurableDelivery<C>(
     try {
       const ms = Math.floor(options.leaseMs * 0.9);
       const message = `the listeners of ${key} did not settle within ${ms} ms (leaseMs)`;
-      result = await within(attempt(n), ms, () => new DeliveryError(message));
+      result = await within(attempt(n, attempts), ms, () => new DeliveryError(message));
     } catch (error) {
       const failure =
         error instanceof IpnKitError ? error : new DeliveryError(messageOf(error), { cause: error });

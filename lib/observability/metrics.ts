@@ -18,6 +18,8 @@ export interface IpnMetrics {
   storeErrors: number;
   /** Notifications that could not be verified in time. */
   verificationErrors: number;
+  /** With `verify`: notifications answered 503 because `maxPendingVerifications` were being verified. */
+  verificationsShed: number;
   /** At-least-once: delivery attempts started, and notifications marked dead. */
   deliveryAttempts: number;
   dead: number;
@@ -46,6 +48,7 @@ export function createMetrics(statusStats?: () => unknown) {
     listenerErrors: 0,
     storeErrors: 0,
     verificationErrors: 0,
+    verificationsShed: 0,
     deliveryAttempts: 0,
     dead: 0,
   };
@@ -58,6 +61,7 @@ export function createMetrics(statusStats?: () => unknown) {
     IPN_LISTENER_FAILED: 'listenerErrors',
     IPN_STORE_FAILED: 'storeErrors',
     IPN_VERIFY_UNAVAILABLE: 'verificationErrors',
+    IPN_VERIFY_BUSY: 'verificationsShed',
   };
 
   return {

@@ -23,7 +23,12 @@ const COUNTERS: Array<[string, string, (m: IpnMetrics) => Record<string, number>
   [
     'errors_total',
     'Failures reported through the error event, by kind',
-    (m) => ({ listener: m.listenerErrors, store: m.storeErrors, verification: m.verificationErrors }),
+    (m) => ({
+      listener: m.listenerErrors,
+      store: m.storeErrors,
+      verification: m.verificationErrors,
+      verification_shed: m.verificationsShed,
+    }),
   ],
   ['delivery_attempts_total', 'At-least-once delivery attempts', (m) => ({ '': m.deliveryAttempts })],
   ['dead_total', 'At-least-once notifications marked dead', (m) => ({ '': m.dead })],

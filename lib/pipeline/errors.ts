@@ -158,6 +158,8 @@ export interface StatusQueryFailure {
   retryable: boolean;
   /** Whether the answer looks like the service blocking this caller (429 or 403, as HTTP status or `statut_code`). */
   blocked?: boolean | undefined;
+  /** A redirect's `Location` (never followed), for the operator. */
+  location?: string | undefined;
 }
 
 /** A status query failed: an HTTP error, a `statut_code` other than 200 or 404, a body that is not the envelope, a timeout. */
@@ -170,6 +172,8 @@ export class StatusQueryError extends StatusError {
   readonly retryable: boolean;
   /** The answer looked like a block: the client sends nothing during its cool-down. */
   readonly blocked: boolean;
+  /** The answer was a redirect (never followed): where it pointed. */
+  readonly location: string | undefined;
 
   constructor(
     transactionId: string,
@@ -183,6 +187,7 @@ export class StatusQueryError extends StatusError {
     this.serviceMessage = failure.serviceMessage;
     this.retryable = failure.retryable;
     this.blocked = failure.blocked === true;
+    this.location = failure.location;
   }
 }
 
@@ -198,13 +203,14 @@ export class StatusRateLimitError extends StatusError {
   /**
    * `budget`: `maxQueriesPerMinute` is spent; `blocked`: the service answered 429 or 403 and the cool-down
    * runs; `guard_unavailable`: the shared guard (`shared: redisGuard(...)`) is unreachable and no fallback
-   * budget is configured, so nothing is sent rather than risk a block.
+   * budget is configured, so nothing is sent rather than risk a block; `interval`: the caller needs a newer
+   * answer than the cached one (`since`), and the id was asked less than `minIntervalMs` ago.
    */
-  readonly reason: 'budget' | 'blocked' | 'guard_unavailable';
+  readonly reason: 'budget' | 'blocked' | 'guard_unavailable' | 'interval';
 
   constructor(
     transactionId: string,
-    reason: 'budget' | 'blocked' | 'guard_unavailable',
+    reason: 'budget' | 'blocked' | 'guard_unavailable' | 'interval',
     retryAfterMs: number,
   ) {
     const why =
@@ -212,7 +218,9 @@ export class StatusRateLimitError extends StatusError {
         ? 'the status query budget (maxQueriesPerMinute) is spent'
         : reason === 'blocked'
           ? 'the payment service answered as if it were blocking this caller, and the cool-down is running'
-          : 'the shared guard is unreachable and no fallback budget is configured (fallbackInstances)';
+          : reason === 'interval'
+            ? 'a newer answer than the last one is needed, and this id was asked less than minIntervalMs ago'
+            : 'the shared guard is unreachable and no fallback budget is configured (fallbackInstances)';
     super(
       'IPN_STATUS_RATE_LIMITED',
       transactionId,
@@ -238,6 +246,24 @@ export class VerificationError extends IpnKitError {
       `could not verify the notification of ${transactionId} after ${attempts} attempts (${messageOf(cause)}): ` +
         `it was not emitted; reconcile it with ipn.reconcile('${transactionId}') once the service answers`,
       { cause },
+    );
+  }
+}
+
+/**
+ * With `verify`: `maxPendingVerifications` notifications were already being verified, so a new one was
+ * answered 503 (with `Retry-After`) before its key was claimed: the service resends it later, while a
+ * forger's flood is simply dropped. The `error` event carries the notification.
+ */
+export class VerificationBusyError extends IpnKitError {
+  override name = 'VerificationBusyError' as const;
+  declare readonly code: 'IPN_VERIFY_BUSY';
+
+  constructor(transactionId: string, pending: number) {
+    super(
+      'IPN_VERIFY_BUSY',
+      `${pending} notifications are already being verified (maxPendingVerifications): the notification of ` +
+        `${transactionId} was answered 503, so that the service resends it later`,
     );
   }
 }

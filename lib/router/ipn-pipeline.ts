@@ -7,7 +7,7 @@ import type { Emitters } from '../delivery/delivery-context.js';
 import type { Metrics } from '../observability/metrics.js';
 import { loggableError } from '../observability/redact.js';
 import { createUnmatchedTokenWarning } from '../observability/unmatched-token-warning.js';
-import { BodyUnavailableError, messageOf, StoreError } from '../pipeline/errors.js';
+import { BodyUnavailableError, messageOf, StoreError, VerificationBusyError } from '../pipeline/errors.js';
 import type { InvalidEvent } from '../delivery/events.js';
 import { matchesSecret } from '../pipeline/ipn-url.js';
 import type { ResolvedOptions } from '../config/options.js';
@@ -145,7 +145,7 @@ export function createIpnPipeline<C>(
   /** Claims, unless the router closed meanwhile: then the claim is undone (the inbox keeps a stored one). */
   async function admit(
     n: IpnNotification,
-  ): Promise<{ claimed: boolean | StoreError | typeof CLOSED; leaseId: string }> {
+  ): Promise<{ claimed: boolean | StoreError | VerificationBusyError | typeof CLOSED; leaseId: string }> {
     const accepted = await delivery.accept(n);
     if (!closed || accepted.claimed !== true) return accepted;
     await delivery.unclaim(n);
@@ -205,6 +205,17 @@ export function createIpnPipeline<C>(
         body: {
           error: 'store_unavailable',
           message: 'the store did not record the notification in time: resend it later',
+        },
+        afterResponse: () => emit('error', { error: claimed, notification }),
+      };
+    }
+    if (claimed instanceof VerificationBusyError) {
+      return {
+        status: 503,
+        headers: { 'Retry-After': RETRY_AFTER_SECONDS },
+        body: {
+          error: 'verification_busy',
+          message: 'too many notifications are being verified: resend it later',
         },
         afterResponse: () => emit('error', { error: claimed, notification }),
       };

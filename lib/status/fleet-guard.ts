@@ -1,11 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf, StatusRateLimitError, TransactionNotFoundError } from '../pipeline/errors.js';
-import { isFinalState } from '../pipeline/schema.js';
 import type { Logger } from '../observability/logger.js';
-import { createQueryGuard, type QueryGuardOptions, type StatusClientStats } from './query-guard.js';
+import {
+  createQueryGuard,
+  isLasting,
+  type QueryGuardOptions,
+  type StatusClientStats,
+} from './query-guard.js';
 import type { SharedGuard } from './shared-guard.js';
-import type { StatusRecord } from './status-envelope.js';
+import { lackingFields, markLacking, type StatusRecord } from './status-envelope.js';
 
 /** What the fleet guard needs beyond the local guard's options. */
 export interface FleetGuardOptions extends QueryGuardOptions {
@@ -133,21 +137,35 @@ export function createFleetGuard(options: FleetGuardOptions) {
     counts.queries += 1;
   }
 
-  const encode = (answer: StatusRecord | TransactionNotFoundError): string | undefined => {
+  /** An answer as the shared cache keeps it: with when it was asked, and the fields a partial record lacks. */
+  const encode = (answer: StatusRecord | TransactionNotFoundError, at: number): string | undefined => {
     try {
       return answer instanceof TransactionNotFoundError
-        ? JSON.stringify({ notFound: true })
-        : JSON.stringify({ record: answer });
+        ? JSON.stringify({ notFound: true, at })
+        : JSON.stringify({ record: answer, at, lacking: lackingFields(answer) });
     } catch {
       return undefined; // not JSON (a BigInt): this answer is simply not shared
     }
   };
   /** A cached answer, if it is one for `id`: an entry naming another transaction is never taken. */
-  const decode = (id: string, text: string): StatusRecord | TransactionNotFoundError | undefined => {
+  const decode = (
+    id: string,
+    text: string,
+  ): { answer: StatusRecord | TransactionNotFoundError; at: number } | undefined => {
     try {
-      const value = JSON.parse(text) as { record?: StatusRecord; notFound?: boolean };
-      if (value.notFound === true) return new TransactionNotFoundError(id);
-      if (value.record?.transaction_id === id) return value.record;
+      const value = JSON.parse(text) as {
+        record?: StatusRecord;
+        notFound?: boolean;
+        at?: unknown;
+        lacking?: unknown;
+      };
+      // An entry written before `at` was kept counts as old: a caller needing a newer answer asks again.
+      const at = typeof value.at === 'number' ? value.at : 0;
+      if (value.notFound === true) return { answer: new TransactionNotFoundError(id), at };
+      if (value.record?.transaction_id === id) {
+        const lacking = Array.isArray(value.lacking) ? value.lacking.map(String) : [];
+        return { answer: markLacking(value.record, lacking), at };
+      }
     } catch {
       // unreadable: ask again
     }
@@ -159,14 +177,22 @@ export function createFleetGuard(options: FleetGuardOptions) {
   };
 
   /** The fleet-wide step: the shared cache, then the id's lock (one instance asks, the others wait for it). */
-  async function askFleet(id: string, query: () => Promise<StatusRecord>): Promise<StatusRecord> {
+  async function askFleet(
+    id: string,
+    query: () => Promise<StatusRecord>,
+    since: number | undefined,
+  ): Promise<StatusRecord> {
     const deadline = now() + lockMs * 2;
     const token = randomUUID();
     for (;;) {
       const cached = await call('read', () => shared.read(id));
       if (cached === UNREACHABLE) return query();
-      const answer = cached === undefined ? undefined : decode(id, cached);
-      if (answer !== undefined) return settleWith(answer);
+      const entry = cached === undefined ? undefined : decode(id, cached);
+      if (entry !== undefined && (since === undefined || entry.at > since)) return settleWith(entry.answer);
+      if (entry !== undefined && now() - entry.at < minIntervalMs) {
+        counts.refused += 1;
+        throw new StatusRateLimitError(id, 'interval', entry.at + minIntervalMs - now());
+      }
       const locked = await call('lock', () => shared.lock(id, token, lockMs));
       if (locked === UNREACHABLE) return query();
       if (locked) return askHoldingLock(id, token, query);
@@ -177,13 +203,14 @@ export function createFleetGuard(options: FleetGuardOptions) {
   }
 
   async function askHoldingLock(id: string, token: string, query: () => Promise<StatusRecord>) {
+    const at = now();
     const share = async (answer: StatusRecord | TransactionNotFoundError, ttlMs: number) => {
-      const text = encode(answer);
+      const text = encode(answer, at);
       if (text !== undefined && ttlMs > 0) await call('write', () => shared.write(id, text, ttlMs));
     };
     try {
       const record = await query();
-      await share(record, isFinalState(record.state) ? shared.finalTtlMs : minIntervalMs);
+      await share(record, isLasting(record) ? shared.finalTtlMs : minIntervalMs);
       return record;
     } catch (error) {
       if (error instanceof TransactionNotFoundError) await share(error, minIntervalMs);
@@ -195,8 +222,8 @@ export function createFleetGuard(options: FleetGuardOptions) {
 
   return {
     stats,
-    ask: (id: string, query: () => Promise<StatusRecord>): Promise<StatusRecord> =>
-      local.ask(id, () => askFleet(id, query)),
+    ask: (id: string, query: () => Promise<StatusRecord>, since?: number): Promise<StatusRecord> =>
+      local.ask(id, () => askFleet(id, query, since), since),
 
     /** Takes one request from the fleet's budget, or from the fallback's, or refuses. */
     async permit(id: string): Promise<void> {

@@ -368,6 +368,53 @@ describe('a verify source that never settles', () => {
   });
 });
 
+describe('ipnRouter({ verify, maxPendingVerifications })', () => {
+  test('past the bound, a new notification is answered 503 with Retry-After, unclaimed, and reported', async () => {
+    const payloads = [uniquePayload(), uniquePayload(), uniquePayload()];
+    const fake = fakeSource(Object.fromEntries(payloads.map((p) => [String(p.transaction_id), p])));
+    const { ipn, recorder, post } = await start({ verify: fake.source, maxPendingVerifications: 2 });
+    const open = fake.hold();
+    const [first, second, third] = payloads as [Record<string, unknown>, ...Array<Record<string, unknown>>];
+
+    expect((await post(first)).status).toBe(200);
+    expect((await post(second)).status).toBe(200);
+    const shed = await post(third);
+    expect(shed.status).toBe(503);
+    expect(shed.headers.get('retry-after')).toBe('30');
+    expect(await shed.json()).toMatchObject({ error: 'verification_busy' });
+    await until(() => recorder.count('error') === 1, 'the error event');
+    expect(recorder.of('error')[0]).toMatchObject({
+      error: { code: 'IPN_VERIFY_BUSY', name: 'VerificationBusyError' },
+      notification: { transaction_id: third?.transaction_id },
+    });
+    expect(ipn.metrics().verificationsShed).toBe(1);
+    expect(fake.calls).toHaveLength(2); // the shed one cost no status query
+
+    open();
+    await until(() => recorder.count('successful') === 2, 'the first two');
+    // Its key was never claimed: the service's resend is processed, once.
+    const resend = await post(third);
+    expect(await resend.json()).toEqual({ ok: true });
+    await until(() => recorder.count('successful') === 3, 'the resend');
+    expect(recorder.of('successful').map((n) => n.transaction_id)).toEqual(
+      payloads.map((p) => p.transaction_id),
+    );
+  });
+
+  test('a resend after verification is a duplicate (200), never shed', async () => {
+    const payload = uniquePayload();
+    const fake = fakeSource({ [String(payload.transaction_id)]: payload });
+    const { recorder, post } = await start({ verify: fake.source, maxPendingVerifications: 1 });
+    const open = fake.hold();
+    expect((await post(payload)).status).toBe(200);
+    open();
+    await until(() => recorder.count('successful') === 1, 'the successful event');
+    const resend = await post(payload);
+    expect(await resend.json()).toEqual({ ok: true, duplicate: true });
+    expect(recorder.count('error')).toBe(0);
+  });
+});
+
 describe('ipn.reconcile()', () => {
   test('delivers a final record that never arrived, and the late notification is then a duplicate', async () => {
     const payload = uniquePayload();
