@@ -174,6 +174,8 @@ export function resolveOptions<S extends z.core.$ZodType | undefined>(
         "new PostgresStore({ pool }) from 'ipn-kit/postgres'; this store only dedupes",
     );
   }
+  // A durable store without one of these would fail at the first delivery, or the first forgery, instead.
+  if (resolved.delivery === 'at-least-once') checkMethods('store', resolved.store, DURABLE_METHODS, []);
   return resolved;
 }
 
@@ -189,6 +191,7 @@ function checkSecret(secret: unknown): void {
 }
 
 const MAX_TIMER = 2 ** 31 - 1;
+const DURABLE_METHODS = ['claim', 'release', 'receive', 'replace', 'lease', 'settle', 'list', 'get'];
 const KNOWN = new Set([
   'customData',
   'store',

@@ -98,7 +98,9 @@ export function createDurableDelivery<C>(
         reject(result.event);
         const genuine = genuineRecord(result.event);
         if (!genuine) {
-          await timed(inbox.release(key), 'release', key); // a genuine notification of this key can still come
+          // A genuine notification of this key can still come. Only while this attempt holds the entry:
+          // another one may have put the service's own record there since.
+          await timed(inbox.release(key, leaseId), 'release', key);
           return false;
         }
         // The genuine copy came already, answered as a duplicate of the forgery: the service's own record

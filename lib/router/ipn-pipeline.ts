@@ -3,7 +3,7 @@ import type { z } from 'zod';
 import { parseContentType } from '../pipeline/content-type.js';
 import { toFieldIssues } from '../pipeline/custom-data.js';
 import { createDelivery } from '../delivery/delivery.js';
-import type { Emitters } from '../delivery/delivery-context.js';
+import { identify, keyOf, type Emitters } from '../delivery/delivery-context.js';
 import type { Metrics } from '../observability/metrics.js';
 import { loggableError } from '../observability/redact.js';
 import { createUnmatchedTokenWarning } from '../observability/unmatched-token-warning.js';
@@ -148,7 +148,13 @@ export function createIpnPipeline<C>(
   ): Promise<{ claimed: boolean | StoreError | VerificationBusyError | typeof CLOSED; leaseId: string }> {
     const accepted = await delivery.accept(n);
     if (!closed || accepted.claimed !== true) return accepted;
-    await delivery.unclaim(n);
+    const message = `the store did not release ${keyOf(n)} within ${storeTimeout} ms (storeTimeout) on close`;
+    await within(delivery.unclaim(n), storeTimeout, () => new StoreError(message)).catch(
+      (error: StoreError) => {
+        logger.error({ err: loggableError(error, n), ...identify(n) }, error.message);
+        emit('error', { error, notification: n });
+      },
+    );
     return { claimed: CLOSED, leaseId: accepted.leaseId };
   }
 

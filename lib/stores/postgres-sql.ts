@@ -112,7 +112,7 @@ export function inboxSql(table: string) {
       )
       SELECT EXISTS (SELECT 1 FROM inserted)
         OR EXISTS (SELECT 1 FROM ${t} WHERE key = $1 AND lease_id = $4 AND record = '{}'::jsonb) AS claimed`,
-    release: `DELETE FROM ${t} WHERE key = $1`,
+    release: `DELETE FROM ${t} WHERE key = $1 AND ($2::text IS NULL OR lease_id = $2)`,
     receive: `INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
       VALUES ($1, $2, $3, $4::jsonb, 'received', 1, $5, ${FROM_NOW(6)}) ON CONFLICT (key) DO NOTHING`,
     // SKIP LOCKED: a concurrent lease passes over the rows another one is taking instead of waiting for them,

@@ -113,9 +113,12 @@ export class PostgresStore implements DurableStore {
     return (rows[0] as { claimed?: unknown } | undefined)?.claimed === true;
   }
 
-  /** Deletes the row of `key`, so that the next claim or receive of it succeeds. */
-  async release(key: string): Promise<void> {
-    await this.#query(this.#sql.release, [key]);
+  /**
+   * Deletes the row of `key`, so that the next claim or receive of it succeeds; given `leaseId`, only while
+   * that lease holds it.
+   */
+  async release(key: string, leaseId?: string): Promise<void> {
+    await this.#query(this.#sql.release, [key, leaseId ?? null]);
   }
 
   /** Inserts `record` as `received`, attempts 1, leased to `lease` (until the database's now + `lease.ms`). */

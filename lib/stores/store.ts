@@ -109,6 +109,11 @@ export type StatusCounts = Record<DeliveryStatus, number>;
 export interface DurableStore extends Store {
   readonly durable: true;
   /**
+   * Frees `key`, as {@link Store.release}; given `leaseId`, only while that lease still holds the entry, so
+   * that an attempt whose lease was lost never deletes what another attempt put there since.
+   */
+  release(key: string, leaseId?: string): Awaitable<void>;
+  /**
    * Records a first delivery: inserts `record` under `key` with status `received`, attempts 1, leased to
    * `lease`. Resolves `false`, changing nothing, when `key` is already there (a resend).
    */

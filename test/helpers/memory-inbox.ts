@@ -27,9 +27,9 @@ export class MemoryInbox implements DurableStore {
     return this.receive(key, {}, { id: 'claim', ms: 0 });
   }
 
-  async release(key: string): Promise<void> {
+  async release(key: string, leaseId?: string): Promise<void> {
     await Promise.resolve();
-    this.entries.delete(key);
+    if (leaseId === undefined || this.entries.get(key)?.leaseId === leaseId) this.entries.delete(key);
   }
 
   async receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {

@@ -256,6 +256,22 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
       expect(await store.settle(key, next.id, { status: 'delivered' })).toBe(true);
     });
 
+    test('release with a lease deletes the entry only while that lease holds it', async () => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      const held = lease();
+      await store.receive(key, recordOf(key), held);
+
+      await store.release(key, 'a-lost-lease');
+      expect(await store.get(key)).toBeDefined();
+      await store.release(key, held.id);
+      expect(await store.get(key)).toBeUndefined();
+
+      await store.receive(key, recordOf(key), lease());
+      await store.release(key); // without a lease, as at-most-once: whatever holds it
+      expect(await store.get(key)).toBeUndefined();
+    });
+
     test.each([
       ['a NUL', 'order\u0000-7'],
       ['a lone surrogate (half an emoji)', 'Awa \ud83d'],

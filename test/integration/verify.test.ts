@@ -341,6 +341,26 @@ describe('after ipn.close()', () => {
       },
     ]);
   });
+
+  test('a store close() that rejects is reported as an error event, and ipn.close() resolves', async () => {
+    const store = {
+      claim: () => true,
+      release: () => {},
+      close: () => Promise.reject(new Error('connection already closed')),
+    };
+    const { ipn, recorder } = await start({ store });
+
+    await expect(ipn.close()).resolves.toBeUndefined();
+
+    expect(recorder.of('error')).toEqual([
+      {
+        error: expect.objectContaining({
+          code: 'IPN_STORE_FAILED',
+          message: "the store's close() failed: connection already closed",
+        }),
+      },
+    ]);
+  });
 });
 
 describe('a verify source that never settles', () => {

@@ -146,3 +146,26 @@ describe('resolveOptions', () => {
     });
   });
 });
+
+describe('resolveOptions, at least once', () => {
+  it('applies verifyTimeout 60_000 by default, and checks it as a duration', () => {
+    expect(resolveOptions().verifyTimeout).toBe(60_000);
+    expect(() => resolveOptions({ verifyTimeout: 0 })).toThrow(/verifyTimeout must be a positive number/);
+  });
+
+  it('throws a TypeError naming the method a durable store lacks (replace), at construction', () => {
+    const partial = {
+      durable: true,
+      claim: () => true,
+      release: () => {},
+      receive: () => Promise.resolve(true),
+      lease: () => Promise.resolve([]),
+      settle: () => Promise.resolve(true),
+      list: () => Promise.resolve([]),
+      get: () => Promise.resolve(undefined),
+    };
+    expect(() => resolveOptions({ store: partial as unknown as Store, delivery: 'at-least-once' })).toThrow(
+      /store must have the methods .*; replace is not a function/,
+    );
+  });
+});

@@ -280,4 +280,30 @@ describe('createSafeEmitter', () => {
     expect(methods.removeListener('notification', listener)).toBe(router);
     expect(methods.removeAllListeners('notification')).toBe(router);
   });
+
+  it('emitAndWait hands each failure back to the caller, with no error event and no log line of its own', async () => {
+    const logger = { debug: jest.fn(), info: jest.fn(), warn: jest.fn(), error: jest.fn() } satisfies Logger;
+    const { methods, emitAndWait } = createSafeEmitter<undefined>(logger, () => ({}));
+    const errors: ErrorEvent[] = [];
+    methods.on('error', (e) => void errors.push(e));
+    const ran: string[] = [];
+    methods.on('notification', () => {
+      throw new Error('ledger down');
+    });
+    methods.on('notification', () => Promise.reject(new Error('queue full')));
+    methods.on('notification', () => void ran.push('third'));
+
+    const result = await emitAndWait('notification', notification);
+
+    expect(result).toMatchObject({ listeners: 3, ok: false });
+    expect(result.failures.map((failure) => failure.message)).toEqual([
+      "a listener of 'notification' failed: ledger down",
+      "a listener of 'notification' failed: queue full",
+    ]);
+    expect(result.failures[0]).toBeInstanceOf(ListenerError);
+    expect(ran).toEqual(['third']);
+    await tick();
+    expect(errors).toEqual([]); // the caller reports the attempt, once
+    expect(logger.error).not.toHaveBeenCalled();
+  });
 });
