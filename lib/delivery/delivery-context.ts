@@ -97,9 +97,20 @@ export function createDeliveryContext<C>(
       const event = toEvent(n);
       logger.debug(identify(n), 'IPN notification delivered');
       emit('notification', event);
+      let heard = true;
       if (event.state === 'SUCCESSFUL')
-        emit('successful', event as Notification<C> & { state: 'SUCCESSFUL' });
-      else if (event.state === 'FAILED') emit('failed', event as Notification<C> & { state: 'FAILED' });
+        heard = emit('successful', event as Notification<C> & { state: 'SUCCESSFUL' });
+      else if (event.state === 'FAILED')
+        heard = emit('failed', event as Notification<C> & { state: 'FAILED' });
+      // Answered 200 already, and never sent again: say so, or a missing listener loses payments silently.
+      if (!heard) {
+        const name = event.state === 'SUCCESSFUL' ? 'successful' : 'failed';
+        logger.warn(
+          identify(n),
+          `a ${event.state} notification was emitted with no '${name}' listener: it was acknowledged and ` +
+            `the service will not send it again. Add ipn.on('${name}', ...) before the router serves requests`,
+        );
+      }
     },
 
     /** Stops every timer; later `after` calls do nothing. */

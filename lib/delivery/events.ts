@@ -79,3 +79,26 @@ export interface IpnEvents<C = undefined> {
 
 /** An event name of {@link IpnEvents}. */
 export type IpnEventName = keyof IpnEvents;
+
+/**
+ * Every event name a router emits, in the order of {@link IpnEvents}. A `Record` over the names, so that
+ * adding an event to the interface without adding it here fails to compile.
+ */
+const EVENTS: Record<IpnEventName, true> = {
+  successful: true,
+  failed: true,
+  notification: true,
+  duplicate: true,
+  invalid: true,
+  error: true,
+  rejected: true,
+  dead: true,
+};
+
+/** The known event names, for the check that turns a typo (`'success'`) into a `TypeError`. */
+export const IPN_EVENT_NAMES: readonly IpnEventName[] = Object.freeze(Object.keys(EVENTS) as IpnEventName[]);
+
+/** Whether `name` is one of {@link IPN_EVENT_NAMES}. */
+export function isIpnEventName(name: unknown): name is IpnEventName {
+  return typeof name === 'string' && Object.hasOwn(EVENTS, name);
+}

@@ -1,21 +1,30 @@
 import { EventEmitter } from 'eventemitter3';
-import { ListenerError } from '../pipeline/errors.js';
-import type { IpnEvents } from './events.js';
+import { ListenerError, messageOf } from '../pipeline/errors.js';
+import { IPN_EVENT_NAMES, isIpnEventName, type IpnEventName, type IpnEvents } from './events.js';
 import type { Logger } from '../observability/logger.js';
 import { loggableError } from '../observability/redact.js';
 
 type Events<C> = IpnEvents<C>;
 type Name<C> = keyof Events<C>;
 type Wrapped = ((payload: unknown) => void) & { listener: (...args: never[]) => unknown };
+type Listener = (payload: unknown) => unknown;
 
-/** The listener methods of an IPN router; they mirror eventemitter3's and return the router for chaining. */
+/**
+ * The listener methods of an IPN router; they mirror Node's and eventemitter3's and return the router for
+ * chaining. An unknown event name (`'success'`, `'SUCCESSFUL'`) or a listener that is not a function throws a
+ * `TypeError` listing the known names, in JavaScript as in TypeScript: a typo must not leave payments unheard.
+ */
 export interface IpnEmitter<C = undefined> {
   /** Adds a listener of `event`; its payload is typed by the event's name. */
   on<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
   /** The same as {@link IpnEmitter.on}. */
   addListener<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
+  /** Adds the listener before the ones already added, so it runs first. */
+  prependListener<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
   /** Adds a listener that runs for the next `event` only. */
   once<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
+  /** Adds a one-time listener before the ones already added. */
+  prependOnceListener<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
   /** Removes `listener` of `event`, or every listener of it when none is given. */
   off<E extends Name<C>>(event: E, listener?: Events<C>[E]): this;
   /** The same as {@link IpnEmitter.off}. */
@@ -82,9 +91,11 @@ export function createSafeEmitter<C>(
       }
     }
   };
-  const wrap = (event: string, listener: (payload: unknown) => unknown): Wrapped =>
-    Object.assign(
+  /** The listener, isolated; a one-time one removes itself before it runs (so a prepend keeps it one-time). */
+  const wrap = (event: string, listener: Listener, once = false): Wrapped => {
+    const wrapped: Wrapped = Object.assign(
       (payload: unknown): void => {
+        if (once) emitter.off(event, wrapped);
         const outcomes = collecting;
         // Awaited (an at-least-once attempt): the failure goes back to the caller, which reports the attempt
         // once; otherwise it is reported here.
@@ -106,35 +117,71 @@ export function createSafeEmitter<C>(
       },
       { listener },
     );
+    return wrapped;
+  };
+  const add = (method: string, event: unknown, listener: unknown, once: boolean, first: boolean): void => {
+    checkEvent(method, event);
+    if (typeof listener !== 'function') {
+      throw new TypeError(
+        `ipn.${method}('${event}', listener): the listener must be a function, got ${typeof listener}`,
+      );
+    }
+    const wrapped = wrap(event, listener as Listener, once);
+    if (!first) {
+      emitter.on(event, wrapped);
+      return;
+    }
+    const existing = emitter.listeners(event) as Wrapped[];
+    emitter.removeAllListeners(event);
+    for (const item of [wrapped, ...existing]) emitter.on(event, item);
+  };
   const find = (event: string, listener: unknown) =>
     (emitter.listeners(event) as Wrapped[]).filter((wrapped) => wrapped.listener === listener);
 
   const methods: IpnEmitter<C> = {
     on(event, listener) {
-      emitter.on(event, wrap(event, listener as never));
+      add('on', event, listener, false, false);
       return self() as never;
     },
     addListener(event, listener) {
-      return methods.on(event, listener);
+      add('addListener', event, listener, false, false);
+      return self() as never;
+    },
+    prependListener(event, listener) {
+      add('prependListener', event, listener, false, true);
+      return self() as never;
     },
     once(event, listener) {
-      emitter.once(event, wrap(event, listener as never));
+      add('once', event, listener, true, false);
+      return self() as never;
+    },
+    prependOnceListener(event, listener) {
+      add('prependOnceListener', event, listener, true, true);
       return self() as never;
     },
     off(event, listener) {
+      checkEvent('off', event);
       if (listener === undefined) emitter.removeAllListeners(event);
       else for (const wrapped of find(event, listener)) emitter.off(event, wrapped);
       return self() as never;
     },
     removeListener(event, listener) {
+      checkEvent('removeListener', event);
       return methods.off(event, listener);
     },
     removeAllListeners(event) {
+      if (event !== undefined) checkEvent('removeAllListeners', event);
       emitter.removeAllListeners(event);
       return self() as never;
     },
-    listeners: (event) => (emitter.listeners(event) as Wrapped[]).map((wrapped) => wrapped.listener as never),
-    listenerCount: (event) => emitter.listenerCount(event),
+    listeners: (event) => {
+      checkEvent('listeners', event);
+      return (emitter.listeners(event) as Wrapped[]).map((wrapped) => wrapped.listener as never);
+    },
+    listenerCount: (event) => {
+      checkEvent('listenerCount', event);
+      return emitter.listenerCount(event);
+    },
     eventNames: () => emitter.eventNames() as never,
   };
   const emit: Emit<C> = (event, payload) => {
@@ -171,4 +218,22 @@ export function identify(payload: unknown): { transaction_id?: unknown; state?: 
   if (typeof payload !== 'object' || payload === null) return {};
   const { transaction_id, state } = payload as Record<string, unknown>;
   return { transaction_id, state };
+}
+
+/** Throws a `TypeError` for an event name the router never emits, naming the known ones. */
+function checkEvent(method: string, event: unknown): asserts event is IpnEventName {
+  if (isIpnEventName(event)) return;
+  const shown = typeof event === 'string' ? `'${event}'` : messageOf(event);
+  const near = typeof event === 'string' ? nearest(event) : undefined;
+  throw new TypeError(
+    `ipn.${method}(${shown}): the router emits no such event${near ? ` (did you mean '${near}'?)` : ''}; ` +
+      `the events are ${IPN_EVENT_NAMES.map((name) => `'${name}'`).join(', ')}`,
+  );
+}
+
+/** The known name a typo most likely meant: the same in another case, or one that starts like it. */
+function nearest(event: string): IpnEventName | undefined {
+  const typed = event.toLowerCase();
+  if (typed.length < 3) return undefined;
+  return IPN_EVENT_NAMES.find((name) => name === typed || name.startsWith(typed) || typed.startsWith(name));
 }

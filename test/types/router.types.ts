@@ -67,6 +67,9 @@ ipn.on('successful', async () => {}).on('failed', () => {});
 
 // @ts-expect-error no such event
 ipn.on('paid', () => {});
+// @ts-expect-error no such event
+ipn.prependListener('success', () => {});
+ipn.prependOnceListener('successful', (n) => void n.amount);
 // @ts-expect-error the payload of 'invalid' is not a notification
 ipn.on('invalid', (n: IpnNotification) => void n);
 
