@@ -32,8 +32,9 @@ const API_KEY = 'demo-api-key';
  */
 export async function runDemo(payments: readonly PlannedPayment[] = PAYMENTS): Promise<DemoSummary> {
   const provider = await createFakeProvider({ apiKey: API_KEY, resendIntervalMs: 20 });
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: API_KEY });
-  const partner = createPartnerApp({ verify: client });
+  // Short waits for a demo: the forged id is rejected once the service says "not found" twice, 200 ms apart.
+  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: API_KEY, minIntervalMs: 200 });
+  const partner = createPartnerApp({ verify: client, verifyRetryDelayMs: 100 });
   const server = await listen(partner.app);
   try {
     const address = server.address();

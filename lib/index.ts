@@ -22,6 +22,7 @@ export { ipnNotificationSchema, FINAL_STATES } from './pipeline/schema.js';
 export type { IpnNotification, FinalState } from './pipeline/schema.js';
 export { createStatusClient } from './status/status-client.js';
 export type { StatusClient, StatusClientOptions } from './status/status-client.js';
+export type { StatusCheck, StatusCheckOptions, StatusCheckVerdict } from './status/status-check.js';
 export type { StatusClientStats, StatusQueryOptions } from './status/query-guard.js';
 export type { SharedGuard, SharedPermit } from './status/shared-guard.js';
 export type { StatusRecord } from './status/status-envelope.js';

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { StatusQueryError } from '../pipeline/errors.js';
+import { StatusQueryError, TransactionNotFoundError } from '../pipeline/errors.js';
 import { defaultLogger, guardLogger, type Logger } from '../observability/logger.js';
 import { createFleetGuard } from './fleet-guard.js';
 import {
@@ -11,6 +11,12 @@ import {
 import type { SharedGuard } from './shared-guard.js';
 import { parseStatusAnswer, type StatusRecord } from './status-envelope.js';
 import { exchangeStatus, isLoopback, withoutKey } from './status-request.js';
+import {
+  checkStatus,
+  createNotFoundWatch,
+  type StatusCheck,
+  type StatusCheckOptions,
+} from './status-check.js';
 
 /** Options of {@link createStatusClient}. `baseUrl` and `apiKey` are required; each other default is given. */
 export interface StatusClientOptions {
@@ -71,6 +77,15 @@ export interface StatusClient {
    * (all `StatusError`s).
    */
   getStatus(transactionId: string, options?: StatusQueryOptions): Promise<StatusRecord>;
+  /**
+   * A self-test to run at start: asks the status query once, through the guard, about a made-up id (or
+   * `transactionId`, one of yours) and says whether `baseUrl` and the key work, and if not, which one is
+   * likely wrong. Never rejects.
+   * @example
+   * const check = await client.check();
+   * if (!check.ok) logger.error(check, `status client misconfigured: ${check.message}`);
+   */
+  check(options?: StatusCheckOptions): Promise<StatusCheck>;
   /** Requests sent, calls refused, answered from cache, or shared with a request in flight. */
   readonly stats: Readonly<StatusClientStats>;
 }
@@ -107,6 +122,9 @@ export function createStatusClient(
     logger.debug({ transaction_id: transactionId }, 'status query sent');
     const { httpStatus, retryAfter, body } = await exchangeStatus(transactionId, exchange);
     const answer = parseStatusAnswer(transactionId, { httpStatus, body });
+    if (answer instanceof TransactionNotFoundError) {
+      if (!transactionId.startsWith(CHECK_PREFIX)) watch.notFound(transactionId);
+    } else if (!(answer instanceof Error)) watch.found();
     if (answer instanceof StatusQueryError && answer.blocked) {
       guard.blocked(retryAfterMs(retryAfter));
       logger.warn(
@@ -117,6 +135,8 @@ export function createStatusClient(
     if (answer instanceof Error) throw withoutKeyIn(answer, apiKey);
     return answer;
   }
+
+  const watch = createNotFoundWatch(logger, now);
 
   async function withRetries(transactionId: string): Promise<StatusRecord> {
     for (let attempt = 0; ; attempt += 1) {
@@ -139,9 +159,13 @@ export function createStatusClient(
       const since = typeof options?.since === 'number' ? options.since : undefined;
       return guard.ask(transactionId, () => withRetries(transactionId), since);
     },
+    check: (options) => checkStatus((id) => guard.ask(id, () => withRetries(id)), options),
     stats: guard.stats,
   };
 }
+
+/** The made-up ids `check()` asks about start so: they are not counted as notifications not found. */
+const CHECK_PREFIX = 'IPNKIT.CHECK';
 
 /** What the client asks of its guard: this process's own, or the fleet's (whose permit asks Redis). */
 interface Guard {

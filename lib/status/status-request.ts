@@ -38,6 +38,7 @@ export async function exchangeStatus(
     () => controller.abort(new Error(`no complete answer within ${timeoutMs} ms (timeoutMs)`)),
     timeoutMs,
   );
+  timer.unref(); // the request's own socket keeps the process alive while it runs, not this timer
   // Rejects once aborted: raced with every step, so that a fetch ignoring its signal cannot hang the call.
   const aborted = new Promise<never>((_resolve, reject) => {
     signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true });

@@ -70,7 +70,10 @@ describe('the demo (npm start)', () => {
   });
 
   it('verifies with at most one status query per transaction, however many copies arrived', () => {
-    expect(summary.statusQueries).toBeLessThanOrEqual(PAYMENTS.length + 1);
+    // Plus one for the forged id (a not-found is believed once the service repeats it), and one for each
+    // transaction notified in two states, whose second may need an answer newer than the first one's.
+    const reversed = PAYMENTS.filter((p) => p.states.length > 1).length;
+    expect(summary.statusQueries).toBeLessThanOrEqual(PAYMENTS.length + 2 + reversed);
   });
 
   it('runs as `npm start`: exits 0 and prints the orders and the counts', async () => {
