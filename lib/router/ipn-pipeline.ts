@@ -11,7 +11,7 @@ import { matchesSecret } from '../pipeline/ipn-url.js';
 import type { ResolvedOptions } from '../config/options.js';
 import { parseBody, parseParsedBody, type ParseResult } from '../pipeline/parse-body.js';
 import { isSupportedEncoding, readBody } from '../pipeline/read-body.js';
-import { ipnNotificationSchema } from '../pipeline/schema.js';
+import { ipnNotificationSchema, isFinalState } from '../pipeline/schema.js';
 import { createStoreClaimer } from '../delivery/store-claimer.js';
 
 /** A request as the pipeline sees it: no framework objects, only values and the body stream. */
@@ -169,6 +169,14 @@ export function createIpnPipeline<C>(
           emit('duplicate', notification);
         },
       };
+    }
+    if (!isFinalState(notification.state)) {
+      // Only `notification` is emitted for it: say so loudly, or a new success spelling is a lost payment.
+      metrics?.unknownState();
+      logger.warn(
+        { transaction_id: notification.transaction_id, state: notification.state },
+        `IPN in state ${notification.state}, neither SUCCESSFUL nor FAILED: emitted as notification only, never as a success`,
+      );
     }
     return { status: 200, body: OK_BODY, afterResponse: () => delivery.dispatch(notification, leaseId) };
   }
