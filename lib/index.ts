@@ -32,6 +32,9 @@ export type {
   VerifiedField,
 } from './status/verify-notification.js';
 export { ipnUrl } from './pipeline/ipn-url.js';
+export { hmacAuthenticator } from './pipeline/hmac-authenticator.js';
+export type { HmacOptions } from './pipeline/hmac-authenticator.js';
+export type { Authenticate, AuthenticateInput } from './pipeline/authenticate.js';
 export type {
   IpnEvents,
   IpnEventName,

@@ -4,6 +4,7 @@ import { defaultLogger } from '../observability/logger.js';
 import { MemoryStore } from '../stores/memory-store.js';
 import type { DurableStore, Store } from '../stores/store.js';
 import type { StatusSource } from '../status/verify-notification.js';
+import type { Authenticate } from '../pipeline/authenticate.js';
 
 /** Options of `ipnRouter()`. Every field is optional; each one's default is given below. */
 export interface Options<S extends z.core.$ZodType | undefined = undefined> {
@@ -64,6 +65,14 @@ export interface Options<S extends z.core.$ZodType | undefined = undefined> {
    */
   secret: string | readonly string[] | undefined;
   /**
+   * Proves each notification's origin before it is accepted: a function of the raw body, the headers and the
+   * record, such as `hmacAuthenticator({ secret, header: 'x-signature' })` for the signature the service may
+   * send. A notification that fails it is answered 401 (an `invalid` event, reason `unauthorized`), with an
+   * error log line at most once a minute. A function that throws is answered 500 (an `error` event).
+   * @default undefined (no signature checked)
+   */
+  authenticate: Authenticate | undefined;
+  /**
    * `'at-most-once'`: the 200 is sent once the notification is claimed; listeners run after it and a failure
    * is only reported. `'at-least-once'` (needs a durable store such as `PostgresStore`): the notification is
    * stored before the 200, listeners are awaited, and failed deliveries are retried, then marked dead.
@@ -115,6 +124,7 @@ export function resolveOptions<S extends z.core.$ZodType | undefined>(
     verifyAttempts: 6,
     verifyRetryDelayMs: 10_000,
     secret: undefined,
+    authenticate: undefined,
     delivery: 'at-most-once' as const,
     maxAttempts: 8,
     retryDelayMs: 30_000,
@@ -142,6 +152,10 @@ export function resolveOptions<S extends z.core.$ZodType | undefined>(
   }
   if (resolved.verify !== undefined) checkMethods('verify', resolved.verify, ['getStatus'], []);
   checkSecret(resolved.secret);
+  if (resolved.authenticate !== undefined && typeof resolved.authenticate !== 'function')
+    throw new TypeError(
+      "ipnRouter: authenticate must be a function of { rawBody, body, headers, record }, such as hmacAuthenticator({ secret, header: 'x-signature' })",
+    );
   if (resolved.delivery !== 'at-most-once' && resolved.delivery !== 'at-least-once') {
     throw new TypeError(
       `ipnRouter: delivery must be 'at-most-once' or 'at-least-once', got ${String(resolved.delivery)}`,
@@ -180,6 +194,7 @@ const KNOWN = new Set([
   'verifyAttempts',
   'verifyRetryDelayMs',
   'secret',
+  'authenticate',
   'delivery',
   'maxAttempts',
   'retryDelayMs',
