@@ -2,6 +2,9 @@ export { ipnRouter } from './adapters/ipn-router.js';
 export type { IpnRouter, CustomDataOf } from './adapters/ipn-router.js';
 export type { IpnEmitter } from './delivery/safe-emitter.js';
 export type { Inbox, ReconcileResult } from './delivery/delivery.js';
+export type { ExpectOptions } from './delivery/expectations.js';
+export type { SweepResult } from './delivery/reconcile-sweep.js';
+export type { Expectation, ExpectationStore } from './stores/expectation-store.js';
 export type { IpnMetrics } from './observability/metrics.js';
 export { MemoryStore } from './stores/memory-store.js';
 export type { MemoryStoreOptions } from './stores/memory-store.js';
@@ -44,6 +47,8 @@ export type {
   InvalidReason,
   ErrorEvent,
   DeadEvent,
+  StaleEvent,
+  StaleReason,
 } from './delivery/events.js';
 export {
   IpnKitError,

@@ -50,6 +50,32 @@ export interface Options<S extends z.core.$ZodType | undefined = undefined> {
    */
   verify: StatusSource | undefined;
   /**
+   * A status client for the reconciliation sweep and `ipn.reconcile()`, without verifying every notification
+   * (the service asks that the status query be used only for notifications that never arrived). When not
+   * given, the `verify` client is used for them.
+   * @default undefined (the `verify` client, if any)
+   */
+  statusClient: StatusSource | undefined;
+  /**
+   * How long after `ipn.expect()` an expected transaction with no final notification is reconciled through
+   * the status client, in ms. Later queries of one transaction are at least this far apart, and never
+   * closer than 15 minutes (the service's rule).
+   * @default 900_000 (15 minutes)
+   */
+  reconcileAfterMs: number;
+  /**
+   * How many status queries the sweep makes for one expected transaction (a non-final or unknown answer, a
+   * failure) before it reports it with a `stale` event and forgets it.
+   * @default 8
+   */
+  reconcileAttempts: number;
+  /**
+   * How often the sweep looks for expected transactions that are due, in ms (one instance at a time when the
+   * store is shared). Only due ones are queried, within the status client's budget.
+   * @default 60_000
+   */
+  sweepIntervalMs: number;
+  /**
    * How many times a verification that cannot be made now (service unreachable, budget spent, state not final
    * yet) is tried in all before giving up: an `error` event (or `rejected`, reason `not_final`). With
    * `delivery: 'at-least-once'`, `maxAttempts` applies instead.
@@ -121,6 +147,10 @@ export function resolveOptions<S extends z.core.$ZodType | undefined>(
     logger: defaultLogger,
     logCustomerData: false,
     verify: undefined,
+    statusClient: undefined,
+    reconcileAfterMs: 15 * 60_000,
+    reconcileAttempts: 8,
+    sweepIntervalMs: 60_000,
     verifyAttempts: 6,
     verifyRetryDelayMs: 10_000,
     secret: undefined,
@@ -144,13 +174,17 @@ export function resolveOptions<S extends z.core.$ZodType | undefined>(
     'retryDelayMs',
     'leaseMs',
     'recoveryIntervalMs',
+    'sweepIntervalMs',
   ] as const)
     checkDuration(name, resolved[name], MAX_TIMER);
-  for (const name of ['verifyAttempts', 'maxAttempts'] as const) {
+  checkDuration('reconcileAfterMs', resolved.reconcileAfterMs);
+  for (const name of ['verifyAttempts', 'maxAttempts', 'reconcileAttempts'] as const) {
     if (!Number.isInteger(resolved[name]) || resolved[name] < 1)
       throw new TypeError(`ipnRouter: ${name} must be a positive integer, got ${String(resolved[name])}`);
   }
   if (resolved.verify !== undefined) checkMethods('verify', resolved.verify, ['getStatus'], []);
+  if (resolved.statusClient !== undefined)
+    checkMethods('statusClient', resolved.statusClient, ['getStatus'], []);
   checkSecret(resolved.secret);
   if (resolved.authenticate !== undefined && typeof resolved.authenticate !== 'function')
     throw new TypeError(
@@ -191,6 +225,10 @@ const KNOWN = new Set([
   'logger',
   'logCustomerData',
   'verify',
+  'statusClient',
+  'reconcileAfterMs',
+  'reconcileAttempts',
+  'sweepIntervalMs',
   'verifyAttempts',
   'verifyRetryDelayMs',
   'secret',

@@ -175,7 +175,15 @@ export function createIpnPipeline<C>(
     }
     const notification = validated.data;
     metrics?.received();
-    const { claimed, leaseId } = await delivery.accept(notification);
+    // An expected transaction is checked before the claim: a contradicting copy must not take the key.
+    const expected = await delivery.expectations.check(notification);
+    if (expected.kind === 'mismatch') {
+      return { status: 200, body: OK_BODY, afterResponse: () => delivery.rejectExpected(expected.event) };
+    }
+    const { claimed, leaseId } =
+      expected.kind === 'error'
+        ? { claimed: expected.error, leaseId: '' }
+        : await delivery.accept(notification);
     if (claimed instanceof StoreError) {
       logger.error(
         { err: claimed, transaction_id: notification.transaction_id, state: notification.state },
@@ -204,6 +212,7 @@ export function createIpnPipeline<C>(
         },
       };
     }
+    delivery.expectations.settle(notification);
     if (!isFinalState(notification.state)) {
       // Only `notification` is emitted for it: say so loudly, or a new success spelling is a lost payment.
       metrics?.unknownState();
@@ -218,6 +227,8 @@ export function createIpnPipeline<C>(
   return {
     handle,
     reconcile: (transactionId: string) => delivery.reconcile(transactionId),
+    expect: (...args: Parameters<typeof delivery.expect>) => delivery.expect(...args),
+    sweep: () => delivery.sweep(),
     inbox: delivery.inbox,
     /** Stops retries and recovery, then closes the store, if it has a `close`. */
     close: async (): Promise<void> => {
