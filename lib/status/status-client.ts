@@ -5,6 +5,7 @@ import { createFleetGuard } from './fleet-guard.js';
 import { createQueryGuard, type StatusClientStats } from './query-guard.js';
 import type { SharedGuard } from './shared-guard.js';
 import { parseStatusAnswer, type StatusRecord } from './status-envelope.js';
+import { waitFromMessage } from './wait-message.js';
 
 /** Options of {@link createStatusClient}. `baseUrl` and `apiKey` are required; each other default is given. */
 export interface StatusClientOptions {
@@ -18,11 +19,15 @@ export interface StatusClientOptions {
    * @default 30
    */
   maxQueriesPerMinute: number;
-  /** How long a non-final answer (such as `PENDING1`) or a not-found answer is reused before that id is asked again, in ms. @default 60_000 */
+  /**
+   * How long a non-final answer (such as `PENDING1`) or a not-found answer is reused before that id is asked
+   * again, in ms: the service asks for 15 minutes between repeated queries of one transaction.
+   * @default 900_000 (15 minutes)
+   */
   minIntervalMs: number;
   /**
-   * After an answer that looks like a block (HTTP 429 or 403), nothing is sent for this long (or the answer's
-   * `Retry-After`, if longer, up to a day), in ms; calls fail at once with `StatusRateLimitError` (reason `blocked`).
+   * After an answer that looks like a block (HTTP 429 or 403), nothing is sent for this long (or the wait the
+   * answer gives, in `Retry-After` or in its message, if longer, up to a day), in ms; calls fail at once with `StatusRateLimitError` (reason `blocked`).
    * @default 900_000 (15 minutes)
    */
   blockCooldownMs: number;
@@ -104,7 +109,8 @@ export function createStatusClient(
     }
     const answer = parseStatusAnswer(transactionId, { httpStatus: response.status, body });
     if (answer instanceof StatusQueryError && answer.blocked) {
-      guard.blocked(retryAfterMs(response.headers.get('retry-after')));
+      // The service's 429 gives the wait in its message: obey the longer of it and Retry-After.
+      guard.blocked(Math.max(retryAfterMs(response.headers.get('retry-after')), waitFromMessage(body)));
       logger.warn(
         { transaction_id: transactionId, status: response.status },
         'the payment service may be blocking status queries: sending none during the cool-down',
@@ -169,7 +175,7 @@ function resolveStatusOptions(options: Partial<StatusClientOptions>): StatusClie
     baseUrl: '',
     apiKey: '',
     maxQueriesPerMinute: 30,
-    minIntervalMs: 60_000,
+    minIntervalMs: 15 * 60_000,
     blockCooldownMs: 15 * 60_000,
     timeoutMs: 10_000,
     retries: 2,
