@@ -8,6 +8,7 @@ export type { Expectation, ExpectationStore } from './stores/expectation-store.j
 export type { IpnMetrics } from './observability/metrics.js';
 export { MemoryStore } from './stores/memory-store.js';
 export type { MemoryStoreOptions } from './stores/memory-store.js';
+export type { MemoryExpectations } from './stores/memory-expectations.js';
 export type {
   Store,
   DurableStore,

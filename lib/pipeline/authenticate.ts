@@ -10,6 +10,11 @@ export interface AuthenticateInput {
    * `JSON.stringify(req.body)` in the service's own example is computed over. `undefined` when it is not JSON.
    */
   body: unknown;
+  /**
+   * The `token` query parameter of the IPN address, if any: for a token per transaction (an `ipn_url` built
+   * for each payment), which `authenticate` checks against the record (its `custom_data`, say).
+   */
+  token: string | undefined;
   /** The request's headers, names in lower case. */
   headers: Readonly<Record<string, string | readonly string[] | undefined>>;
   /** The body read as a record (not yet validated): `record.hash` is the notification's own `hash` field. */

@@ -140,6 +140,7 @@ export function createIpnPipeline<C>(
     const passed = await authentication.check({
       rawBody,
       body,
+      token: request.token,
       headers: request.headers ?? {},
       record: read.record,
     });

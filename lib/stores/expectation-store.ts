@@ -1,8 +1,6 @@
-/** A value, or a promise of it (as `Awaitable` of store.ts, which imports this file). */
-type Awaitable<T> = T | Promise<T>;
-
 /** A transaction the partner initiated and expects a notification for (`ipn.expect()`). */
 export interface Expectation {
+  /** The transaction's id, as the initiation returned it. */
   transactionId: string;
   /** The `custom_data` given at initiation, as text; `undefined` when not to be checked. */
   customData?: string | undefined;
@@ -23,18 +21,18 @@ export interface Expectation {
  */
 export interface ExpectationStore {
   /** Adds (or replaces) the expectation of its `transactionId`. */
-  put(expectation: Expectation): Awaitable<void>;
+  put(expectation: Expectation): void | Promise<void>;
   /** The expectation of `transactionId`, or `undefined`. */
-  get(transactionId: string): Awaitable<Expectation | undefined>;
+  get(transactionId: string): Expectation | undefined | Promise<Expectation | undefined>;
   /** Forgets the expectation of `transactionId` (settled, or reported stale). */
-  delete(transactionId: string): Awaitable<void>;
+  delete(transactionId: string): void | Promise<void>;
   /**
    * Takes up to `limit` expectations whose `dueAt` is at or before `now`: each is moved to `dueAt =
    * nextDueAt` with one more attempt, and returned so. Two callers never take the same one for one due time.
    */
-  takeDue(now: number, nextDueAt: number, limit: number): Awaitable<Expectation[]>;
+  takeDue(now: number, nextDueAt: number, limit: number): Expectation[] | Promise<Expectation[]>;
   /** Holds the sweep's lock as `owner` for `ms` (or extends it): `false` when another owner holds it. */
-  lockSweep(owner: string, ms: number): Awaitable<boolean>;
+  lockSweep(owner: string, ms: number): boolean | Promise<boolean>;
   /** Lets go of the sweep's lock, if `owner` holds it. */
-  unlockSweep(owner: string): Awaitable<void>;
+  unlockSweep(owner: string): void | Promise<void>;
 }

@@ -111,6 +111,31 @@ describe.each(EXPRESS_VERSIONS)('ipnRouter({ authenticate }) under %s', (_versio
     expect(recorder.names()).toEqual(['notification', 'successful', 'duplicate']);
   });
 
+  test('authenticate sees the address token: a token per transaction, checked against custom_data', async () => {
+    const tokenFor = (orderId: string) => sign(`token:${orderId}`);
+    const ipn = ipnRouter({
+      logger: { debug() {}, info() {}, warn() {}, error() {} },
+      authenticate: ({ token, record }) => token === tokenFor(String(record.custom_data)),
+    });
+    const recorder = recordEvents(ipn);
+    const app = express();
+    app.use('/ipn', ipn);
+    const running = await listen(app);
+    servers.push(running);
+    const send = (token: string, customData: string) =>
+      fetch(`${running.url}/ipn?token=${token}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(uniquePayload({ custom_data: customData })),
+      });
+    const genuine = await send(tokenFor('order-42'), 'order-42');
+    const reused = await send(tokenFor('order-42'), 'order-43'); // another order's token
+    await settle();
+
+    expect([genuine.status, reused.status]).toEqual([200, 401]);
+    expect(recorder.names()).toEqual(['notification', 'successful', 'invalid']);
+  });
+
   test('an authenticate function that throws answers 500 (the service resends) and emits error', async () => {
     const ipn = ipnRouter({
       logger: { debug() {}, info() {}, warn() {}, error() {} },

@@ -11,7 +11,7 @@ const vector = (text: string, encoding: 'hex' | 'base64' = 'hex', secret = SECRE
 function input(overrides: Partial<AuthenticateInput> & { raw?: string } = {}): AuthenticateInput {
   const raw = overrides.raw ?? RAW;
   const body = JSON.parse(raw) as Record<string, unknown>;
-  return { rawBody: Buffer.from(raw), body, headers: {}, record: body, ...overrides };
+  return { rawBody: Buffer.from(raw), body, token: undefined, headers: {}, record: body, ...overrides };
 }
 
 describe('hmacAuthenticator', () => {
