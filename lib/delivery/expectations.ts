@@ -32,6 +32,8 @@ export function contradictions(expectation: Expectation, record: IpnNotification
 export function createExpectations<C>(context: DeliveryContext<C>, store: Store) {
   const { options, report } = context;
   const expectations: ExpectationStore | undefined = store.expectations;
+  // A router that never uses expectations pays nothing for them: no read, no delete per notification.
+  let active = options.statusClient !== undefined;
 
   function stored(): ExpectationStore {
     if (expectations) return expectations;
@@ -53,8 +55,10 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
         throw new TypeError(`ipn.expect: amount must be a finite number, got ${String(amount)}`);
       const text =
         customData === undefined || typeof customData === 'string' ? customData : JSON.stringify(customData);
+      const target = stored();
+      active = true;
       const now = Date.now();
-      await stored().put({
+      await target.put({
         transactionId,
         customData: text,
         amount,
@@ -64,9 +68,12 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
       });
     },
 
-    /** Compares a notification with its expectation, if there is one; no status query is made. */
+    /**
+     * Compares a notification with its expectation, if there is one; no status query is made. Only once
+     * expectations are in use: with `statusClient`, or after this process called `ipn.expect()`.
+     */
     async check(n: IpnNotification): Promise<ExpectationCheck> {
-      if (!expectations) return { kind: 'none' };
+      if (!expectations || !active) return { kind: 'none' };
       let expectation: Expectation | undefined;
       try {
         expectation = await expectations.get(n.transaction_id);
@@ -81,9 +88,9 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
       return { kind: 'mismatch', event: { reason: 'mismatch', message, mismatches, notification: n } };
     },
 
-    /** A final notification was accepted for this transaction: its expectation is settled. */
-    settle(n: IpnNotification): void {
-      if (!expectations || !isFinalState(n.state)) return;
+    /** A final notification that matched its expectation was accepted: the expectation is settled. */
+    settle(n: IpnNotification, checked: ExpectationCheck): void {
+      if (!expectations || checked.kind !== 'match' || !isFinalState(n.state)) return;
       Promise.resolve()
         .then(() => expectations.delete(n.transaction_id))
         .catch((cause: unknown) =>

@@ -213,7 +213,7 @@ export function createIpnPipeline<C>(
         },
       };
     }
-    delivery.expectations.settle(notification);
+    delivery.expectations.settle(notification, expected);
     if (!isFinalState(notification.state)) {
       // Only `notification` is emitted for it: say so loudly, or a new success spelling is a lost payment.
       metrics?.unknownState();

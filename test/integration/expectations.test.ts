@@ -254,6 +254,44 @@ describe('expectations and the sweep with MemoryStore', () => {
     await ipn.close();
   });
 
+  test('a router that uses no expectations (no statusClient, no expect()) never reads them', async () => {
+    const store = new MemoryStore();
+    const reads = jest.spyOn(store.expectations, 'get').mockImplementation(() => {
+      throw new Error('must not be read');
+    });
+    const ipn = ipnRouter({ logger: quiet, store });
+    const recorder = recordEvents(ipn);
+    const answer = await request(ipn).post('/').send(uniquePayload());
+    await settle();
+    expect(answer.status).toBe(200);
+    expect(recorder.names()).toEqual(['notification', 'successful']);
+    expect(reads).not.toHaveBeenCalled();
+    await ipn.close();
+  });
+
+  test('the store failing to read an expectation answers 503 and emits error; the resend goes through', async () => {
+    const store = new MemoryStore();
+    const ipn = ipnRouter({
+      logger: quiet,
+      store,
+      statusClient: { getStatus: () => Promise.reject(new Error('unused')) },
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    const recorder = recordEvents(ipn);
+    const payload = uniquePayload();
+    const read = jest.spyOn(store.expectations, 'get').mockImplementationOnce(() => {
+      throw new Error('connection reset');
+    });
+    const first = await request(ipn).post('/').send(payload);
+    const resend = await request(ipn).post('/').send(payload);
+    await settle();
+    expect([first.status, resend.status]).toEqual([503, 200]);
+    expect(first.body).toMatchObject({ error: 'store_unavailable' });
+    expect(recorder.names()).toEqual(['error', 'notification', 'successful']);
+    expect(read).toHaveBeenCalledTimes(2);
+    await ipn.close();
+  });
+
   test('a store without expectations makes ipn.expect() reject with IPN_NO_EXPECTATIONS', async () => {
     const ipn = ipnRouter({ logger: quiet, store: { claim: () => true, release: () => {} } });
     await expect(ipn.expect('EFB.1')).rejects.toMatchObject({ code: 'IPN_NO_EXPECTATIONS' });
