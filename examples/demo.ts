@@ -4,6 +4,7 @@ import type { Express } from 'express';
 import { createStatusClient } from 'ipn-kit';
 import { createFakeProvider } from 'ipn-kit/testing';
 import { formatSummary } from './format-summary.js';
+import { formatRules, runServiceRules } from './service-rules.js';
 import { createPartnerApp, type IpnCounts, type Order } from './partner-app.js';
 import { PAYMENTS, playPaymentService, type PlannedPayment, type ServiceReport } from './payment-service.js';
 
@@ -92,11 +93,16 @@ function isEntryPoint(): boolean {
 }
 
 if (isEntryPoint()) {
-  runDemo().then(
-    (summary) => console.log(formatSummary(summary)),
-    (error: unknown) => {
-      console.error('the demo failed:', error);
-      process.exitCode = 1;
-    },
-  );
+  runDemo()
+    .then(async (summary) => {
+      console.log(formatSummary(summary));
+      console.log(`\n${formatRules(await runServiceRules())}`);
+    })
+    .then(
+      () => {},
+      (error: unknown) => {
+        console.error('the demo failed:', error);
+        process.exitCode = 1;
+      },
+    );
 }

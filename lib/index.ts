@@ -2,9 +2,13 @@ export { ipnRouter } from './adapters/ipn-router.js';
 export type { IpnRouter, CustomDataOf } from './adapters/ipn-router.js';
 export type { IpnEmitter } from './delivery/safe-emitter.js';
 export type { Inbox, ReconcileResult } from './delivery/delivery.js';
+export type { ExpectOptions } from './delivery/expectations.js';
+export type { SweepResult } from './delivery/reconcile-sweep.js';
+export type { Expectation, ExpectationStore } from './stores/expectation-store.js';
 export type { IpnMetrics } from './observability/metrics.js';
 export { MemoryStore } from './stores/memory-store.js';
 export type { MemoryStoreOptions } from './stores/memory-store.js';
+export type { MemoryExpectations } from './stores/memory-expectations.js';
 export type {
   Store,
   DurableStore,
@@ -33,6 +37,9 @@ export type {
   VerifiedField,
 } from './status/verify-notification.js';
 export { ipnUrl } from './pipeline/ipn-url.js';
+export { hmacAuthenticator } from './pipeline/hmac-authenticator.js';
+export type { HmacOptions } from './pipeline/hmac-authenticator.js';
+export type { Authenticate, AuthenticateInput } from './pipeline/authenticate.js';
 export type {
   IpnEvents,
   IpnEventName,
@@ -42,6 +49,8 @@ export type {
   InvalidReason,
   ErrorEvent,
   DeadEvent,
+  StaleEvent,
+  StaleReason,
 } from './delivery/events.js';
 export {
   IpnKitError,

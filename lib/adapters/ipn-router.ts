@@ -1,6 +1,8 @@
 import type { z } from 'zod';
 import type { IpnEmitter } from '../delivery/safe-emitter.js';
 import type { Inbox, ReconcileResult } from '../delivery/delivery.js';
+import type { ExpectOptions } from '../delivery/expectations.js';
+import type { SweepResult } from '../delivery/reconcile-sweep.js';
 import type { IpnMetrics } from '../observability/metrics.js';
 import type { Options } from '../config/options.js';
 import { createIpnCore, type CustomDataOf, type IpnCore } from '../router/ipn-core.js';
@@ -20,6 +22,19 @@ export interface IpnRouter<C = undefined> extends IpnEmitter<C>, NodeHandler {
    * `IPN_NO_STATUS_CLIENT` when the router has no `verify` client.
    */
   reconcile(transactionId: string): Promise<ReconcileResult>;
+  /**
+   * Records that you initiated `transactionId` (call it when you start the payment), in the store: a
+   * notification that contradicts it (another amount or `custom_data`) is `rejected` without any status
+   * query, and if no final notification comes within `reconcileAfterMs`, the sweep asks the service
+   * (through `statusClient`, or `verify`), delivers the record as a notification, or reports `stale`.
+   * Rejects with `IPN_NO_EXPECTATIONS` when the store keeps no expectations.
+   */
+  expect(transactionId: string, expectation?: ExpectOptions): Promise<void>;
+  /**
+   * Runs one reconciliation pass now (the router runs one every `sweepIntervalMs` once `ipn.expect()` was
+   * called, or from the start with `statusClient`). Never rejects; a store failure is an `error` event.
+   */
+  sweep(): Promise<SweepResult>;
   /** The inbox, for admin tools (`delivery: 'at-least-once'` only; otherwise each call rejects `IPN_NOT_DURABLE`). */
   readonly inbox: Inbox;
   /** What the router has counted so far (received, duplicates, emitted by state, errors, ...): a copy. */
@@ -52,9 +67,11 @@ export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
 ): IpnRouter<CustomDataOf<S>> {
   type C = CustomDataOf<S>;
   const core = createIpnCore(options, () => router);
-  const { methods, reconcile, inbox, metrics, close } = core;
+  const { methods, reconcile, expect, sweep, inbox, metrics, close } = core;
   const router: IpnRouter<C> = Object.assign(createNodeHandler(core as IpnCore<unknown>), methods, {
     reconcile,
+    expect,
+    sweep,
     inbox,
     close,
     metrics,

@@ -87,6 +87,7 @@ function toIpnRequest(req: HostRequest): IpnRequest {
     contentLength: headers['content-length'],
     contentEncoding: headers['content-encoding'],
     token: tokenOf(req.url),
+    headers,
     body: bodyOf(req),
   };
 }

@@ -4,6 +4,7 @@ import { defaultLogger } from '../observability/logger.js';
 import { MemoryStore } from '../stores/memory-store.js';
 import type { DurableStore, Store } from '../stores/store.js';
 import type { StatusSource } from '../status/verify-notification.js';
+import type { Authenticate } from '../pipeline/authenticate.js';
 
 /** Options of `ipnRouter()`. Every field is optional; each one's default is given below. */
 export interface Options<S extends z.core.$ZodType | undefined = undefined> {
@@ -51,6 +52,32 @@ export interface Options<S extends z.core.$ZodType | undefined = undefined> {
    */
   verify: StatusSource | undefined;
   /**
+   * A status client for the reconciliation sweep and `ipn.reconcile()`, without verifying every notification
+   * (the service asks that the status query be used only for notifications that never arrived). When not
+   * given, the `verify` client is used for them.
+   * @default undefined (the `verify` client, if any)
+   */
+  statusClient: StatusSource | undefined;
+  /**
+   * How long after `ipn.expect()` an expected transaction with no final notification is reconciled through
+   * the status client, in ms. Later queries of one transaction are at least this far apart, and never
+   * closer than 15 minutes (the service's rule).
+   * @default 900_000 (15 minutes)
+   */
+  reconcileAfterMs: number;
+  /**
+   * How many status queries the sweep makes for one expected transaction (a non-final or unknown answer, a
+   * failure) before it reports it with a `stale` event and forgets it.
+   * @default 8
+   */
+  reconcileAttempts: number;
+  /**
+   * How often the sweep looks for expected transactions that are due, in ms (one instance at a time when the
+   * store is shared). Only due ones are queried, within the status client's budget.
+   * @default 60_000
+   */
+  sweepIntervalMs: number;
+  /**
    * How many times a verification that cannot be made now (service unreachable, budget spent, state not final
    * yet) is tried in all before giving up: an `error` event (or `rejected`, reason `not_final`). With
    * `delivery: 'at-least-once'`, `maxAttempts` applies instead.
@@ -81,6 +108,14 @@ export interface Options<S extends z.core.$ZodType | undefined = undefined> {
    * @default undefined (no token required)
    */
   secret: string | readonly string[] | undefined;
+  /**
+   * Proves each notification's origin before it is accepted: a function of the raw body, the headers and the
+   * record, such as `hmacAuthenticator({ secret, header: 'x-signature' })` for the signature the service may
+   * send. A notification that fails it is answered 401 (an `invalid` event, reason `unauthorized`), with an
+   * error log line at most once a minute. A function that throws is answered 500 (an `error` event).
+   * @default undefined (no signature checked)
+   */
+  authenticate: Authenticate | undefined;
   /**
    * `'at-most-once'`: the 200 is sent once the notification is claimed; listeners run after it and a failure
    * is only reported. `'at-least-once'` (needs a durable store such as `PostgresStore`): the notification is
@@ -130,11 +165,16 @@ export function resolveOptions<S extends z.core.$ZodType | undefined>(
     logger: defaultLogger,
     logCustomerData: false,
     verify: undefined,
+    statusClient: undefined,
+    reconcileAfterMs: 15 * 60_000,
+    reconcileAttempts: 8,
+    sweepIntervalMs: 60_000,
     verifyAttempts: 6,
     verifyTimeout: 60_000,
     verifyRetryDelayMs: 10_000,
     maxPendingVerifications: 500,
     secret: undefined,
+    authenticate: undefined,
     delivery: 'at-most-once' as const,
     maxAttempts: 8,
     retryDelayMs: 30_000,
@@ -155,14 +195,27 @@ export function resolveOptions<S extends z.core.$ZodType | undefined>(
     'retryDelayMs',
     'leaseMs',
     'recoveryIntervalMs',
+    'sweepIntervalMs',
   ] as const)
     checkDuration(name, resolved[name], MAX_TIMER);
-  for (const name of ['verifyAttempts', 'maxAttempts', 'maxPendingVerifications'] as const) {
+  checkDuration('reconcileAfterMs', resolved.reconcileAfterMs);
+  for (const name of [
+    'verifyAttempts',
+    'maxAttempts',
+    'maxPendingVerifications',
+    'reconcileAttempts',
+  ] as const) {
     if (!Number.isInteger(resolved[name]) || resolved[name] < 1)
       throw new TypeError(`ipnRouter: ${name} must be a positive integer, got ${String(resolved[name])}`);
   }
   if (resolved.verify !== undefined) checkMethods('verify', resolved.verify, ['getStatus'], []);
+  if (resolved.statusClient !== undefined)
+    checkMethods('statusClient', resolved.statusClient, ['getStatus'], []);
   checkSecret(resolved.secret);
+  if (resolved.authenticate !== undefined && typeof resolved.authenticate !== 'function')
+    throw new TypeError(
+      "ipnRouter: authenticate must be a function of { rawBody, body, headers, record }, such as hmacAuthenticator({ secret, header: 'x-signature' })",
+    );
   if (resolved.delivery !== 'at-most-once' && resolved.delivery !== 'at-least-once') {
     throw new TypeError(
       `ipnRouter: delivery must be 'at-most-once' or 'at-least-once', got ${String(resolved.delivery)}`,
@@ -201,11 +254,16 @@ const KNOWN = new Set([
   'logger',
   'logCustomerData',
   'verify',
+  'statusClient',
+  'reconcileAfterMs',
+  'reconcileAttempts',
+  'sweepIntervalMs',
   'verifyAttempts',
   'verifyTimeout',
   'verifyRetryDelayMs',
   'maxPendingVerifications',
   'secret',
+  'authenticate',
   'delivery',
   'maxAttempts',
   'retryDelayMs',

@@ -8,10 +8,13 @@ import { isFinalState, type IpnNotification } from '../pipeline/schema.js';
 import type { createStoreClaimer } from './store-claimer.js';
 import type { DurableStore, InboxEntry, ListOptions, StatusCounts } from '../stores/store.js';
 import type { StatusRecord } from '../status/status-envelope.js';
+import type { RejectedEvent } from '../status/verify-notification.js';
 import { createVerifyQueue } from './verify-queue.js';
 import type { StatusSource } from '../status/verify-notification.js';
 import { within } from './within.js';
 import type { Metrics } from '../observability/metrics.js';
+import { createExpectations } from './expectations.js';
+import { createReconcileSweep } from './reconcile-sweep.js';
 
 type Claimer = ReturnType<typeof createStoreClaimer>;
 
@@ -78,6 +81,15 @@ export function createDelivery<C>(
     }
     return error;
   }
+  // The status query is for notifications that never arrived: the sweep's client, not necessarily verify's.
+  const statusSource = options.statusClient ?? verify;
+  const expectations = createExpectations(context, store);
+  const sweeper =
+    expectations.store &&
+    createReconcileSweep(context, expectations.store, statusSource, (record) => deliverRecord(record));
+  const sweep = () => sweeper?.sweep();
+  const startSweeping = (): void => sweeper?.start(() => void sweep());
+  if (options.statusClient !== undefined) startSweeping();
 
   function inbox(): DurableStore {
     if (durable) return durable;
@@ -100,6 +112,23 @@ export function createDelivery<C>(
     if (durably) return durably.deliver(key, record, leaseId, 1);
     context.emitNow(record);
     return true;
+  }
+
+  /**
+   * Delivers a final record of the service as a notification, through the same dedupe: `true` when this
+   * call emitted it, `false` when it was already handled. The service's own record needs no verification.
+   */
+  async function deliverRecord(record: IpnNotification): Promise<boolean> {
+    const key = keyOf(record);
+    const lease = { id: randomUUID(), ms: leaseMs };
+    const claimed = await claimer.claim(
+      key,
+      () => detach(settleReconciled(record, key, lease.id)),
+      durable && (() => durable.receive(key, record, lease)),
+    );
+    if (claimed instanceof StoreError) throw claimed;
+    if (!claimed) return false;
+    return settleReconciled(record, key, lease.id);
   }
 
   return {
@@ -139,26 +168,28 @@ export function createDelivery<C>(
     },
 
     async reconcile(transactionId: string): Promise<ReconcileResult> {
-      if (verify === undefined) {
+      if (statusSource === undefined) {
         throw new IpnKitError(
           'IPN_NO_STATUS_CLIENT',
-          'reconcile needs a status client: ipnRouter({ verify: createStatusClient({ baseUrl, apiKey }) })',
+          'reconcile needs a status client: ipnRouter({ statusClient: createStatusClient({ baseUrl, apiKey }) })',
         );
       }
-      const record = await verify.getStatus(transactionId);
+      const record = await statusSource.getStatus(transactionId);
       if (!isFinalState(record.state)) return { record, emitted: false };
-      const key = keyOf(record);
-      const lease = { id: randomUUID(), ms: leaseMs };
-      // The service's own record needs no verification: emitted directly, through the same dedupe.
-      const claimed = await claimer.claim(
-        key,
-        () => detach(settleReconciled(record, key, lease.id)),
-        durable && (() => durable.receive(key, record, lease)),
-      );
-      if (claimed instanceof StoreError) throw claimed;
-      if (!claimed) return { record, emitted: false };
-      return { record, emitted: await settleReconciled(record, key, lease.id) };
+      return { record, emitted: await deliverRecord(record) };
     },
+
+    /** `ipn.expect()`: keeps the expectation, and starts this instance's sweep. */
+    async expect(...args: Parameters<typeof expectations.expect>): Promise<void> {
+      await expectations.expect(...args);
+      startSweeping();
+    },
+    /** The expectation check of an incoming notification, and its settling. */
+    expectations,
+    /** Emits `rejected` for a notification its expectation contradicts (made without any status query). */
+    rejectExpected: (event: RejectedEvent) => context.reject(event),
+    /** `ipn.sweep()`: one reconciliation pass now. */
+    sweep: async () => (await sweep()) ?? { queried: 0, reconciled: 0, rejected: 0, stale: 0, swept: false },
 
     inbox: {
       list: async (listOptions) => inbox().list(listOptions),

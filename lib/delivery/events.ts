@@ -57,6 +57,37 @@ export interface DeadEvent<C = undefined> {
   lastError: string;
 }
 
+/** Why the sweep gave up on an expected transaction: the `reason` of a `stale` event. */
+export type StaleReason =
+  /** The service still reported a non-final state at every query. */
+  | 'not_final'
+  /** The service did not know the transaction at any query. */
+  | 'not_found'
+  /** The status query failed at the last attempt (network, 5xx). */
+  | 'unavailable'
+  /** The router has no status client to ask (neither `statusClient` nor `verify`). */
+  | 'no_status_client';
+
+/**
+ * Payload of the `stale` event: an expected transaction (`ipn.expect()`) for which no final notification
+ * came and the sweep could not reconcile it within `reconcileAttempts` status queries. It is forgotten
+ * after this event: look into it (the service's back office, `ipn.reconcile(transactionId)` later).
+ */
+export interface StaleEvent {
+  transactionId: string;
+  reason: StaleReason;
+  message: string;
+  /** The `custom_data` and amount given to `ipn.expect()`, when given. */
+  customData?: string | undefined;
+  amount?: number | undefined;
+  /** When `ipn.expect()` was called. */
+  expectedAt: Date;
+  /** Status queries made for it. */
+  attempts: number;
+  /** The service's last answer, when it found the transaction (a non-final state such as `PENDING1`). */
+  status?: IpnNotification;
+}
+
 /** The events of an IPN router and the payload each listener receives. */
 export interface IpnEvents<C = undefined> {
   /** A first delivery in state SUCCESSFUL: credit the order. */
@@ -71,8 +102,13 @@ export interface IpnEvents<C = undefined> {
   invalid: (event: InvalidEvent) => unknown;
   /** A listener failed, or the store did, or a notification could not be verified in time. */
   error: (event: ErrorEvent<C>) => unknown;
-  /** With `verify`: a notification the service's record contradicts (forged or altered). Never credited. */
+  /**
+   * A notification the service's record (with `verify`) or its expectation (`ipn.expect()`) contradicts:
+   * forged or altered. Never credited.
+   */
   rejected: (event: RejectedEvent) => unknown;
+  /** An expected transaction the reconciliation sweep could not settle within its bound. */
+  stale: (event: StaleEvent) => unknown;
   /** With `delivery: 'at-least-once'`: every attempt failed; the notification is kept as `dead` for a replay. */
   dead: (event: DeadEvent<C>) => unknown;
 }
@@ -92,6 +128,7 @@ const EVENTS: Record<IpnEventName, true> = {
   invalid: true,
   error: true,
   rejected: true,
+  stale: true,
   dead: true,
 };
 

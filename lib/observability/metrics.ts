@@ -10,8 +10,15 @@ export interface IpnMetrics {
   invalid: number;
   /** Notifications emitted (the `notification` event), by state; at-least-once, the ones delivered. */
   emitted: { SUCCESSFUL: number; FAILED: number; other: number };
-  /** Notifications the status query contradicted. */
+  /** Notifications the status query or an expectation contradicted. */
   rejected: number;
+  /**
+   * First deliveries in a state that is neither final nor a known spelling of one (such as `PENDING`, or a
+   * state the service started sending): they reach only `notification`, with a warning in the log.
+   */
+  unknownStates: number;
+  /** Expected transactions the sweep could not reconcile within its bound: the `stale` event. */
+  stale: number;
   /** Listeners that threw or rejected. */
   listenerErrors: number;
   /** Store failures (answered 503, or a delivery that could not be recorded). */
@@ -45,6 +52,8 @@ export function createMetrics(statusStats?: () => unknown) {
     duplicates: 0,
     invalid: 0,
     rejected: 0,
+    unknownStates: 0,
+    stale: 0,
     listenerErrors: 0,
     storeErrors: 0,
     verificationErrors: 0,
@@ -71,6 +80,7 @@ export function createMetrics(statusStats?: () => unknown) {
       else if (event === 'invalid') counts.invalid += 1;
       else if (event === 'rejected') counts.rejected += 1;
       else if (event === 'dead') counts.dead += 1;
+      else if (event === 'stale') counts.stale += 1;
       // An at-least-once attempt is counted once it is delivered (see `delivered`), not at each try.
       else if (event === 'notification' && !awaited) countEmitted((payload as { state: string }).state);
       else if (event === 'error') {
@@ -84,6 +94,10 @@ export function createMetrics(statusStats?: () => unknown) {
     },
     received: (): void => {
       counts.received += 1;
+    },
+    /** A first delivery in a state that is neither final nor a known spelling of one. */
+    unknownState: (): void => {
+      counts.unknownStates += 1;
     },
     attempt: (): void => {
       counts.deliveryAttempts += 1;

@@ -99,32 +99,57 @@ function exactText(value: unknown): string | undefined {
  * `Object.prototype` (`toString`, `valueOf`, `hasOwnProperty`, `__proto__`, ...), which as own properties
  * would break partner code such as `String(n)` or `n.hasOwnProperty('amount')`.
  */
-const RESERVED = new Set(['customData', 'customDataError', ...Object.getOwnPropertyNames(Object.prototype)]);
+const RESERVED = new Set([
+  'customData',
+  'customDataError',
+  'rawState',
+  ...Object.getOwnPropertyNames(Object.prototype),
+]);
 
 /**
- * The service's own samples spell it `comission`: expose the correct spelling only. Drop reserved keys.
- * One copy at most, on the path every real notification takes.
+ * Spellings of a final state that the service's own documentation uses besides the interface's: the IPN
+ * configuration page's sample sends `SUCCESS`. Read as the final state they name, never guessed further.
+ */
+const STATE_ALIASES: Readonly<Record<string, FinalState>> = { SUCCESS: 'SUCCESSFUL' };
+
+/** Informational fields the service also spells another way: the other spelling, then the one exposed. */
+const SPELLINGS = [
+  ['comission', 'commission'],
+  ['reponse', 'response'],
+] as const;
+
+const isEmpty = (value: unknown): boolean => value === undefined || value === null || value === '';
+
+/**
+ * The service's own samples spell `comission` and `reponse`: expose the correct spellings only. `SUCCESS`
+ * becomes `SUCCESSFUL` (kept as received in `rawState`). Drop reserved keys. One copy at most, on the path
+ * every real notification takes.
  */
 function normalise(input: unknown): unknown {
   if (typeof input !== 'object' || input === null) return input;
   const record = input as Record<string, unknown>;
-  const misspelt = Object.hasOwn(record, 'comission');
+  const alias = typeof record.state === 'string' ? STATE_ALIASES[record.state] : undefined;
+  const misspelt = SPELLINGS.filter(([other]) => Object.hasOwn(record, other));
   const keys = Object.keys(record);
-  if (!misspelt && !keys.some((key) => RESERVED.has(key))) return input;
+  if (alias === undefined && misspelt.length === 0 && !keys.some((key) => RESERVED.has(key))) return input;
   const copy: Record<string, unknown> = {};
   for (const key of keys) {
-    if (key !== 'comission' && !RESERVED.has(key)) copy[key] = record[key];
+    if (!RESERVED.has(key) && !SPELLINGS.some(([other]) => other === key)) copy[key] = record[key];
   }
-  const { commission } = copy;
-  if (misspelt && (commission === undefined || commission === null || commission === '')) {
-    copy.commission = record.comission;
+  for (const [other, exposed] of misspelt) {
+    if (isEmpty(copy[exposed])) copy[exposed] = record[other];
+  }
+  if (alias !== undefined) {
+    copy.rawState = record.state;
+    copy.state = alias;
   }
   return copy;
 }
 
 /**
  * The notification the service POSTs to the IPN address, as ipn-kit exposes it: every field of the interface
- * under its own name, numbers as numbers, `commission` from either spelling, unknown extra fields kept.
+ * under its own name, numbers as numbers, `commission` and `response` from either spelling, `SUCCESS` read
+ * as `SUCCESSFUL` (`rawState` keeps it), unknown extra fields kept.
  * Lenient on informational fields, exact on `transaction_id`, `state` and `custom_data`.
  */
 export const ipnNotificationSchema = z.preprocess(
@@ -153,6 +178,11 @@ export const ipnNotificationSchema = z.preprocess(
     p_new_wallet_amount: lenientNumber,
     p_id: lenientNumber,
     hash: lenientString,
+    /**
+     * The state as received, only when it was another spelling of a final state (`SUCCESS`, read as
+     * `SUCCESSFUL` in `state`, in the events and in the dedupe key). Absent otherwise.
+     */
+    rawState: z.string().optional(),
   }),
 );
 

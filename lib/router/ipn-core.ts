@@ -5,6 +5,8 @@ import { loggableError } from '../observability/redact.js';
 import type { IpnEmitter } from '../delivery/safe-emitter.js';
 import { createSafeEmitter } from '../delivery/safe-emitter.js';
 import type { Inbox, ReconcileResult } from '../delivery/delivery.js';
+import type { ExpectOptions } from '../delivery/expectations.js';
+import type { SweepResult } from '../delivery/reconcile-sweep.js';
 import { createMetrics, type IpnMetrics } from '../observability/metrics.js';
 import { createIpnPipeline, type IpnOutcome, type IpnRequest } from './ipn-pipeline.js';
 import { resolveOptions, type Options, type ResolvedOptions } from '../config/options.js';
@@ -25,6 +27,8 @@ export interface IpnCore<C> {
   /** Reports a failure of the transport (writing the answer, an `afterResponse` that threw) as `error`. */
   readonly onFailure: (cause: unknown) => void;
   readonly reconcile: (transactionId: string) => Promise<ReconcileResult>;
+  readonly expect: (transactionId: string, expectation?: ExpectOptions) => Promise<void>;
+  readonly sweep: () => Promise<SweepResult>;
   readonly inbox: Inbox;
   readonly metrics: () => IpnMetrics;
   readonly close: () => Promise<void>;
@@ -78,7 +82,7 @@ export function createIpnCore<S extends z.core.$ZodType | undefined>(
       return failure(cause);
     }
   };
-  const { reconcile, inbox, close } = pipeline;
+  const { reconcile, expect, sweep, inbox, close } = pipeline;
   return {
     options: resolved,
     methods,
@@ -86,6 +90,8 @@ export function createIpnCore<S extends z.core.$ZodType | undefined>(
     failure,
     onFailure: (cause) => emit('error', { error: internal(cause) }),
     reconcile,
+    expect,
+    sweep,
     inbox,
     metrics: metrics.snapshot,
     close,

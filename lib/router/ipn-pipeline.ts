@@ -13,9 +13,10 @@ import { matchesSecret } from '../pipeline/ipn-url.js';
 import type { ResolvedOptions } from '../config/options.js';
 import { parseBody, parseParsedBody, type ParseResult } from '../pipeline/parse-body.js';
 import { isSupportedEncoding, readBody } from '../pipeline/read-body.js';
-import { ipnNotificationSchema, type IpnNotification } from '../pipeline/schema.js';
+import { ipnNotificationSchema, isFinalState, type IpnNotification } from '../pipeline/schema.js';
 import { createStoreClaimer } from '../delivery/store-claimer.js';
 import { within } from '../delivery/within.js';
+import { createAuthentication } from './authentication.js';
 
 /** A request as the pipeline sees it: no framework objects, only values and the body stream. */
 export interface IpnRequest {
@@ -25,6 +26,8 @@ export interface IpnRequest {
   contentEncoding?: string | undefined;
   /** The `token` query parameter of the address, for `secret`. */
   token?: string | undefined;
+  /** The request's headers, names in lower case (for `authenticate`). */
+  headers?: Readonly<Record<string, string | readonly string[] | undefined>> | undefined;
   /** The body stream to read, the value a host parser already left on `req.body`, or neither. */
   body: { stream: Readable } | { parsed: unknown } | { consumed: true };
 }
@@ -81,7 +84,12 @@ export function createIpnPipeline<C>(
     },
   });
 
-  async function readRecord(request: IpnRequest): Promise<ParseResult | IpnOutcome> {
+  const authentication = options.authenticate && createAuthentication(options.authenticate, logger);
+
+  /** A parsed body, with what `authenticate` needs of it: its bytes, when the router read them itself. */
+  type Read = ParseResult & { raw?: Buffer | string | undefined; parsedBody?: unknown };
+
+  async function readRecord(request: IpnRequest): Promise<Read | IpnOutcome> {
     const type = parseContentType(request.contentType);
     if (!type.ok)
       return reject({
@@ -99,7 +107,11 @@ export function createIpnPipeline<C>(
         afterResponse: () => emit('error', { error }),
       };
     }
-    if ('parsed' in request.body) return parseParsedBody(request.body.parsed, type.format, type.charset);
+    if ('parsed' in request.body) {
+      const { parsed } = request.body;
+      const raw = typeof parsed === 'string' || Buffer.isBuffer(parsed) ? parsed : undefined;
+      return { ...parseParsedBody(parsed, type.format, type.charset), raw, parsedBody: parsed };
+    }
     if (!isSupportedEncoding(request.contentEncoding)) {
       const message = `content encoding ${request.contentEncoding} is not supported: send gzip, deflate, br or none`;
       return reject({ reason: 'unsupported_media_type', status: 415, message, received: undefined });
@@ -119,7 +131,28 @@ export function createIpnPipeline<C>(
       const status = read.reason === 'body_too_large' ? 413 : 400;
       return reject({ reason: read.reason, status, message: read.message, received: undefined });
     }
-    return parseBody(read.body, type.format, type.charset);
+    return { ...parseBody(read.body, type.format, type.charset), raw: read.body };
+  }
+
+  /** Runs `authenticate` over the body as read; `undefined` when it passes, the 401 otherwise. */
+  async function authenticated(
+    request: IpnRequest,
+    read: Read & { ok: true },
+  ): Promise<IpnOutcome | undefined> {
+    if (!authentication) return undefined;
+    const { raw } = read;
+    const rawBody = typeof raw === 'string' ? Buffer.from(raw) : raw;
+    const body = raw === undefined ? read.parsedBody : jsonValueOf(rawBody);
+    const passed = await authentication.check({
+      rawBody,
+      body,
+      token: request.token,
+      headers: request.headers ?? {},
+      record: read.record,
+    });
+    if (passed) return undefined;
+    const message = 'the notification failed authentication: its signature is missing or does not match';
+    return reject({ reason: 'unauthorized', status: 401, message, received: undefined });
   }
 
   /**
@@ -186,6 +219,8 @@ export function createIpnPipeline<C>(
       const { reason, message, issues, received } = parsed;
       return reject({ reason, status: 400, message, issues, received });
     }
+    const refused = await authenticated(request, parsed);
+    if (refused) return refused;
 
     const validated = ipnNotificationSchema.safeParse(parsed.record);
     if (!validated.success) {
@@ -196,7 +231,13 @@ export function createIpnPipeline<C>(
     const notification = validated.data;
     metrics?.received();
     if (closed) return closedOutcome();
-    const { claimed, leaseId } = await track(admit(notification));
+    // An expected transaction is checked before the claim: a contradicting copy must not take the key.
+    const expected = await delivery.expectations.check(notification);
+    if (expected.kind === 'mismatch') {
+      return { status: 200, body: OK_BODY, afterResponse: () => delivery.rejectExpected(expected.event) };
+    }
+    const { claimed, leaseId } =
+      expected.kind === 'error' ? { claimed: expected.error, leaseId: '' } : await track(admit(notification));
     if (claimed === CLOSED) return closedOutcome();
     if (claimed instanceof StoreError) {
       // The driver's error may quote the record (PostgreSQL's "Failing row contains (...)"): redacted.
@@ -239,12 +280,23 @@ export function createIpnPipeline<C>(
         },
       };
     }
+    delivery.expectations.settle(notification, expected);
+    if (!isFinalState(notification.state)) {
+      // Only `notification` is emitted for it: say so loudly, or a new success spelling is a lost payment.
+      metrics?.unknownState();
+      logger.warn(
+        { transaction_id: notification.transaction_id, state: notification.state },
+        `IPN in state ${notification.state}, neither SUCCESSFUL nor FAILED: emitted as notification only, never as a success`,
+      );
+    }
     return { status: 200, body: OK_BODY, afterResponse: () => delivery.dispatch(notification, leaseId) };
   }
 
   return {
     handle,
     reconcile: (transactionId: string) => delivery.reconcile(transactionId),
+    expect: (...args: Parameters<typeof delivery.expect>) => delivery.expect(...args),
+    sweep: () => delivery.sweep(),
     inbox: delivery.inbox,
     /**
      * Answers 503 from now on, waits for the claims in flight (each bounded by `storeTimeout`), stops
@@ -272,4 +324,14 @@ export function createIpnPipeline<C>(
       }
     },
   };
+}
+
+/** The JSON value of a body, as `JSON.parse` (and so `express.json()`) decodes it; `undefined` if not JSON. */
+function jsonValueOf(raw: Buffer | undefined): unknown {
+  if (raw === undefined) return undefined;
+  try {
+    return JSON.parse(raw.toString('utf8')) as unknown;
+  } catch {
+    return undefined;
+  }
 }

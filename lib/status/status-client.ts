@@ -17,6 +17,7 @@ import {
   type StatusCheck,
   type StatusCheckOptions,
 } from './status-check.js';
+import { waitFromMessage } from './wait-message.js';
 
 /** Options of {@link createStatusClient}. `baseUrl` and `apiKey` are required; each other default is given. */
 export interface StatusClientOptions {
@@ -30,11 +31,15 @@ export interface StatusClientOptions {
    * @default 30
    */
   maxQueriesPerMinute: number;
-  /** How long a non-final answer (such as `PENDING1`) or a not-found answer is reused before that id is asked again, in ms. @default 60_000 */
+  /**
+   * How long a non-final answer (such as `PENDING1`) or a not-found answer is reused before that id is asked
+   * again, in ms: the service asks for 15 minutes between repeated queries of one transaction.
+   * @default 900_000 (15 minutes)
+   */
   minIntervalMs: number;
   /**
-   * After an answer that looks like a block (HTTP 429 or 403), nothing is sent for this long (or the answer's
-   * `Retry-After`, if longer, up to a day), in ms; calls fail at once with `StatusRateLimitError` (reason `blocked`).
+   * After an answer that looks like a block (HTTP 429 or 403), nothing is sent for this long (or the wait the
+   * answer gives, in `Retry-After` or in its message, if longer, up to a day), in ms; calls fail at once with `StatusRateLimitError` (reason `blocked`).
    * @default 900_000 (15 minutes)
    */
   blockCooldownMs: number;
@@ -126,7 +131,8 @@ export function createStatusClient(
       if (!transactionId.startsWith(CHECK_PREFIX)) watch.notFound(transactionId);
     } else if (!(answer instanceof Error)) watch.found();
     if (answer instanceof StatusQueryError && answer.blocked) {
-      guard.blocked(retryAfterMs(retryAfter));
+      // The service's 429 gives the wait in its message: obey the longer of it and Retry-After.
+      guard.blocked(Math.max(retryAfterMs(retryAfter), waitFromMessage(body)));
       logger.warn(
         { transaction_id: transactionId, status: httpStatus },
         'the payment service may be blocking status queries: sending none during the cool-down',
@@ -198,7 +204,7 @@ function resolveStatusOptions(options: Partial<StatusClientOptions>): StatusClie
     baseUrl: '',
     apiKey: '',
     maxQueriesPerMinute: 30,
-    minIntervalMs: 60_000,
+    minIntervalMs: 15 * 60_000,
     blockCooldownMs: 15 * 60_000,
     timeoutMs: 10_000,
     maxResponseBytes: 65_536,

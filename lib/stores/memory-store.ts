@@ -1,4 +1,5 @@
 import type { Store } from './store.js';
+import { MemoryExpectations } from './memory-expectations.js';
 
 /** Options of {@link MemoryStore}. */
 export interface MemoryStoreOptions {
@@ -30,6 +31,8 @@ const SLACK = 4096;
  */
 export class MemoryStore implements Store {
   readonly maxEntries: number;
+  /** The transactions `ipn.expect()` was told about, in this process's memory too (at most `maxEntries`). */
+  readonly expectations: MemoryExpectations;
   readonly #now: () => number;
   /** key -> expiry time of its live claim. */
   readonly #expiries = new Map<string, number>();
@@ -50,6 +53,7 @@ export class MemoryStore implements Store {
     }
     this.maxEntries = maxEntries;
     this.#now = options.now ?? Date.now;
+    this.expectations = new MemoryExpectations(maxEntries, () => this.#now());
   }
 
   /** Number of keys held, expired ones not yet swept included. */

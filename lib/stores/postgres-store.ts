@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
 import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.js';
+import { PostgresExpectations, postgresExpectationsSql } from './postgres-expectations.js';
 import type {
   DeliveryStatus,
   DurableStore,
@@ -77,6 +78,8 @@ export class PostgresStore implements DurableStore {
   readonly durable = true as const;
   /** The table, as given. */
   readonly table: string;
+  /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
+  readonly expectations: PostgresExpectations;
   readonly #pool: PgQueryable;
   readonly #sql: InboxSql;
 
@@ -92,14 +95,19 @@ export class PostgresStore implements DurableStore {
     this.table = tableNames(given?.table ?? 'ipn_inbox').name;
     this.#pool = pool;
     this.#sql = inboxSql(this.table);
+    this.expectations = new PostgresExpectations((text, values) => this.#query(text, values), this.table);
   }
 
   /**
-   * Creates the table and its index if they do not exist. Idempotent, and safe to run from several processes
-   * at once: an advisory lock makes them take turns.
+   * Creates the table and its index if they do not exist, and the expectations table beside it
+   * (`<table>_expected`). Idempotent, and safe to run from several processes at once: an advisory lock makes
+   * them take turns.
    */
   async migrate(): Promise<void> {
     await this.#pool.query(migrateSql(this.table));
+    await this.#pool.query(
+      `${migrateSql(this.table).split('\n')[0]}\n${postgresExpectationsSql(this.table)}`,
+    );
   }
 
   /**

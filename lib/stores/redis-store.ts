@@ -1,5 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { Store } from './store.js';
+import { RedisExpectations } from './redis-expectations.js';
 
 /**
  * The part of an [ioredis](https://github.com/redis/ioredis) client (`new Redis()`, or a `Cluster`) that
@@ -75,6 +76,8 @@ export type Send = (args: string[]) => Promise<unknown>;
 export class RedisStore implements Store {
   /** The prefix of every key this store writes. */
   readonly prefix: string;
+  /** Where `ipn.expect()` keeps expected transactions: under `prefix + 'expected:'`, shared by every instance. */
+  readonly expectations: RedisExpectations;
   readonly #send: Send;
   readonly #client: object;
 
@@ -86,6 +89,7 @@ export class RedisStore implements Store {
       throw new TypeError(`RedisStore: prefix must be a string, got ${typeof prefix}`);
     }
     this.prefix = prefix;
+    this.expectations = new RedisExpectations((args) => this.#command(args), prefix);
   }
 
   /**

@@ -1,3 +1,5 @@
+import type { ExpectationStore } from './expectation-store.js';
+
 /** A value, or a promise of it: store methods may answer either way. */
 export type Awaitable<T> = T | Promise<T>;
 
@@ -40,6 +42,11 @@ export interface Store {
   init?(): Awaitable<void>;
   /** Optional: called by `ipn.close()`, which waits for it at most the router's `storeTimeout`. */
   close?(): Awaitable<void>;
+  /**
+   * Optional: where `ipn.expect()` keeps expected transactions for the reconciliation sweep. `MemoryStore`,
+   * `RedisStore` and `PostgresStore` have one; without it, `ipn.expect()` rejects.
+   */
+  readonly expectations?: ExpectationStore;
 }
 
 /** Where a stored notification stands: `received` (not yet delivered), `delivered`, `failed` (to be retried), `dead`. */

@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { InitiateOptions } from './fake-provider-initiate.js';
 import type { FakeTransaction } from './fake-provider-record.js';
 import { ipnForm, oppositeState } from './fake-provider-record.js';
+import { styleNotification, type NotificationStyle } from './fake-provider-style.js';
 
 /** How the delivery of one transaction's notification ended. */
 export interface DeliveryReport {
@@ -46,7 +47,7 @@ export const MAX_ANSWER_BYTES = 64 * 1024;
 export async function postJson(
   url: string,
   body: string,
-  options: { timeoutMs: number; signal?: AbortSignal },
+  options: { timeoutMs: number; signal?: AbortSignal; headers?: Record<string, string> },
 ): Promise<PostResult> {
   if (options.signal?.aborted) return { status: 0, body: '', error: 'stopped before sending' };
   const controller = new AbortController();
@@ -60,7 +61,7 @@ export async function postJson(
   try {
     const response = await fetch(url, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { ...options.headers, 'content-type': 'application/json' },
       body,
       redirect: 'manual',
       signal: controller.signal,
@@ -130,6 +131,8 @@ export async function pause(ms: number, signal: AbortSignal): Promise<boolean> {
 export interface Delivery {
   url: string;
   body: string;
+  /** Extra headers of each POST (the signature, with a `hashSecret`). */
+  headers?: Record<string, string>;
   resends: number;
   resendIntervalMs: number;
   timeoutMs: number;
@@ -172,14 +175,13 @@ export async function deliverUntilAcknowledged(delivery: Delivery, copies = 1): 
 export async function deliverTransaction(
   transaction: FakeTransaction,
   plan: Pick<InitiateOptions, 'concurrent' | 'duplicates' | 'outOfOrder'>,
-  context: Omit<Delivery, 'body' | 'report'>,
+  context: Omit<Delivery, 'body' | 'report'> & NotificationStyle,
 ): Promise<DeliveryReport> {
   const report = emptyReport();
-  const delivery = (state: string): Delivery => ({
-    ...context,
-    body: JSON.stringify(ipnForm(transaction, state)),
-    report,
-  });
+  const delivery = (state: string): Delivery => {
+    const { text, headers } = styleNotification(ipnForm(transaction, state), context);
+    return { ...context, body: text, headers, report };
+  };
   if (plan.outOfOrder === true) {
     await deliverUntilAcknowledged(delivery(oppositeState(transaction.outcome)));
   }

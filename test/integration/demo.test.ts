@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import path from 'node:path';
 import { runDemo, type DemoSummary } from '../../examples/demo.js';
 import { PAYMENTS } from '../../examples/payment-service.js';
+import { runServiceRules, type RulesSummary } from '../../examples/service-rules.js';
 
 jest.setTimeout(30_000);
 
@@ -101,5 +102,37 @@ describe('the demo (npm start)', () => {
     expect(stdout).toMatch(new RegExp(`^Duplicates\\s+${summary.counts.duplicates}\\b`, 'm'));
     expect(stdout).toMatch(/^Invalid\s+1\b/m);
     expect(stdout).toMatch(/^Rejected\s+2\b/m);
+    expect(stdout).toMatch(
+      /^order-2001\s+1000\s+SUCCESS notification\s+1\s+credited \(state received: SUCCESS\)$/m,
+    );
+    expect(stdout).toMatch(/^Rejected by their expectation: 1, with 0 status queries$/m);
+    expect(stdout).toMatch(/^order-2003\s+3000\s+notification lost\s+1\s+credited by the sweep/m);
+  });
+});
+
+describe("the demo's second scene: the service's own rules", () => {
+  let rules: RulesSummary;
+  beforeAll(async () => {
+    rules = await runServiceRules();
+  });
+  const order = (orderId: string) => rules.orders.find((candidate) => candidate.orderId === orderId);
+
+  it('credits a SUCCESS notification (written with reponse) once', () => {
+    expect(order('order-2001')).toMatchObject({ credits: 1, outcome: 'credited (state received: SUCCESS)' });
+  });
+
+  it('rejects the forged copy by its expectation, with no status query', () => {
+    expect(rules.rejected).toBe(1);
+    expect(rules.queriesBeforeSweep).toBe(0);
+    expect(order('order-2002')?.credits).toBe(1); // the genuine payment, from the sweep
+  });
+
+  it('reconciles the lost notification through the sweep: one status query per missing notification', () => {
+    expect(order('order-2003')).toMatchObject({
+      credits: 1,
+      outcome: 'credited by the sweep (status query)',
+    });
+    expect(rules.reconciled).toBe(2);
+    expect(rules.statusQueries).toBe(2);
   });
 });

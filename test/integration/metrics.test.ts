@@ -66,6 +66,8 @@ describe('ipn.metrics()', () => {
       invalid: 1,
       emitted: { SUCCESSFUL: 1, FAILED: 1, other: 0 },
       rejected: 1,
+      unknownStates: 0,
+      stale: 0,
       listenerErrors: 1,
       storeErrors: 0,
       verificationErrors: 0,

@@ -309,7 +309,7 @@ describe('createSafeEmitter', () => {
 
   describe('event names are checked at run time, as plain JavaScript calls them', () => {
     const KNOWN =
-      "the events are 'successful', 'failed', 'notification', 'duplicate', 'invalid', 'error', 'rejected', 'dead'";
+      "the events are 'successful', 'failed', 'notification', 'duplicate', 'invalid', 'error', 'rejected', 'stale', 'dead'";
 
     it.each([
       ['on', 'success', "ipn.on('success'): the router emits no such event (did you mean 'successful'?); "],
