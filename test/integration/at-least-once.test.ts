@@ -274,7 +274,7 @@ describe("ipnRouter({ delivery: 'at-least-once' })", () => {
       getStatus: async () => (await gate, ipnNotificationSchema.parse(genuine)),
     };
     const inbox = new MemoryInbox();
-    const { ipn, recorder, post } = await start(inbox, { verify, leaseMs: 150 });
+    const { ipn, recorder, post } = await start(inbox, { verify, leaseMs: 500 });
     const credited: string[] = [];
     ipn.on('successful', (n) => void credited.push(n.custom_data));
 

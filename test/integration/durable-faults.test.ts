@@ -83,7 +83,7 @@ describeWithService('PostgreSQL', 'the durable path under faults at every write'
       store: new PostgresStore({ pool: queryable, table }),
       delivery: 'at-least-once',
       logger: quiet,
-      leaseMs: 300,
+      leaseMs: 1_500, // an attempt may take 1.35 s on a busy machine before it counts as failed
       retryDelayMs: 5,
       recoveryIntervalMs: 50,
       ...options,
