@@ -1,9 +1,9 @@
 // Packaging test: builds the npm tarball, installs it in a scratch project, and checks that `require`,
 // `import` and the type declarations of both all work from the outside, as a user gets them.
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join, posix, resolve } from 'node:path';
 
 const root = resolve(import.meta.dirname, '../..');
 const scratch = mkdtempSync(join(tmpdir(), 'ipn-kit-package-'));
@@ -57,6 +57,8 @@ try {
     for (const expected of [
       'package.json',
       'README.md',
+      'LICENSE',
+      'CHANGELOG.md',
       'dist/cjs/index.js',
       'dist/cjs/index.d.ts',
       'dist/esm/index.js',
@@ -74,6 +76,30 @@ try {
       (path) => /^(lib|test|examples)\//.test(path) || path.endsWith('.tsbuildinfo'),
     );
     if (stray.length > 0) throw new Error(`should not ship: ${stray.join(', ')}`);
+  });
+
+  check('every relative link of the README and the docs pages points to a file the tarball holds', () => {
+    const paths = new Set(files.map((file) => file.path));
+    const pages = [...paths].filter((path) => path.endsWith('.md'));
+    const broken = [];
+    for (const page of pages) {
+      const text = readFileSync(join(root, page), 'utf8');
+      for (const [, target] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+        if (/^[a-z]+:/i.test(target) || target.startsWith('#')) continue;
+        const path = posix.normalize(posix.join(posix.dirname(page), target.split('#')[0]));
+        if (!paths.has(path)) broken.push(`${page}: ${target}`);
+      }
+    }
+    if (broken.length > 0) throw new Error(`links to files the tarball does not hold:\n${broken.join('\n')}`);
+  });
+
+  check('package.json names the repository, the home page and where to report bugs', () => {
+    const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+    const repository = 'https://github.com/ipn-kit/ipn-kit';
+    if (manifest.repository?.url !== `git+${repository}.git`) throw new Error('repository.url');
+    if (manifest.homepage !== `${repository}#readme`) throw new Error('homepage');
+    if (manifest.bugs?.url !== `${repository}/issues`) throw new Error('bugs.url');
+    if (manifest.license !== 'MIT') throw new Error('license');
   });
 
   const app = join(scratch, 'app');
@@ -159,6 +185,9 @@ if (events.join() !== 'order-1,rejected:not_found') { console.error(events); pro
   check('npx ipn-kit runs the CLI', () => {
     const help = run(join(app, 'node_modules/.bin/ipn-kit'), ['--help'], app);
     if (!help.includes('ipn-kit send <url>')) throw new Error(`unexpected help:\n${help}`);
+    const version = run(join(app, 'node_modules/.bin/ipn-kit'), ['--version'], app).trim();
+    const { version: expected } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+    if (version !== expected) throw new Error(`--version printed ${version}, not ${expected}`);
   });
 
   check('the core pulls in no database driver', () => {
