@@ -12,3 +12,4 @@ const verify = createStatusClient({
 });
 export const ipn = ipnRouter({ store: new RedisStore({ client: redis }), verify });
 // #endregion fleet
+export { redis };

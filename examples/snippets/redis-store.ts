@@ -7,3 +7,4 @@ import { RedisStore } from 'ipn-kit/redis';
 const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379');
 app.use('/ipn', ipnRouter({ store: new RedisStore({ client: redis }) }));
 // #endregion redis-store
+export { redis };

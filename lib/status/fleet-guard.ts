@@ -209,6 +209,11 @@ export function createFleetGuard(options: FleetGuardOptions) {
       if (text !== undefined && ttlMs > 0) await call('write', () => shared.write(id, text, ttlMs));
     };
     try {
+      // The holder before this one may have cached its answer and freed the lock between this instance's
+      // read and its lock: read again under the lock, or the same id is asked twice.
+      const cached = await call('read', () => shared.read(id));
+      const answer = cached === UNREACHABLE || cached === undefined ? undefined : decode(id, cached);
+      if (answer !== undefined) return settleWith(answer);
       const record = await query();
       await share(record, isLasting(record) ? shared.finalTtlMs : minIntervalMs);
       return record;

@@ -5,8 +5,9 @@ import { calls } from '../../examples/snippets/context.js';
 import { successfulPayload } from '../helpers/payloads.js';
 import { until } from '../helpers/until.js';
 
-// The documentation's snippets (examples/snippets/), run: those that need no outside service. The ones
-// that open a Redis or PostgreSQL connection at load are type-checked only.
+// The documentation's snippets (examples/snippets/), run: those that need no outside service. Those that
+// open a Redis connection at load run in redis-snippets.test.ts; postgres-store.ts and status-client.ts
+// (a top-level await, an `apiKey` of yours) are type-checked only.
 
 beforeEach(() => {
   calls.length = 0;

@@ -155,6 +155,26 @@ describeWithService('Redis', 'createStatusClient({ shared: redisGuard() }): one 
     await Promise.all([one.close(), two.close()]);
   });
 
+  test('an instance that took the lock just after another cached the answer reads it, and asks nothing', async () => {
+    const prefix = uniquePrefix();
+    const [a] = fleet(1, { prefix });
+    const id = settled('order-8');
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    expect((await a!.getStatus(id)).state).toBe('SUCCESSFUL');
+    // B's first read came before A's answer was cached; by the time B takes the lock, A has freed it.
+    const guard = redisGuard({ client: redis, prefix });
+    let reads = 0;
+    const b = createStatusClient({
+      baseUrl: provider.statusBaseUrl,
+      apiKey: API_KEY,
+      logger: quiet,
+      shared: { ...guard, read: (key) => (++reads === 1 ? Promise.resolve(undefined) : guard.read(key)) },
+    });
+    expect((await b.getStatus(id)).state).toBe('SUCCESSFUL');
+    expect(reads).toBe(2);
+    expect(provider.statusQueriesFor(id)).toBe(1);
+  });
+
   test('a cached entry that names another transaction is never taken for this one', async () => {
     const prefix = uniquePrefix();
     const [client] = fleet(1, { prefix });
