@@ -15,6 +15,9 @@ interface GuardedConfig {
   apiKey: string;
   prefix: string;
   maxQueriesPerMinute: number;
+  /** Short waits for a test (a FAILED answer to a SUCCESSFUL notification is asked again after it). */
+  minIntervalMs?: number;
+  verifyRetryDelayMs?: number;
 }
 
 const config = JSON.parse(process.env.GUARDED ?? '{}') as GuardedConfig;
@@ -26,6 +29,7 @@ const client = createStatusClient({
   baseUrl: config.baseUrl,
   apiKey: config.apiKey,
   maxQueriesPerMinute: config.maxQueriesPerMinute,
+  minIntervalMs: config.minIntervalMs,
   logger: quiet,
   shared: redisGuard({ client: redis, prefix: `${config.prefix}guard:` }),
 });
@@ -33,6 +37,7 @@ const ipn = ipnRouter({
   store: new RedisStore({ client: redis, prefix: `${config.prefix}dedupe:` }),
   verify: client,
   logger: quiet,
+  verifyRetryDelayMs: config.verifyRetryDelayMs,
 });
 ipn.on('successful', (n) =>
   send({ type: 'event', event: 'successful', id: n.transaction_id, amount: n.amount }),
