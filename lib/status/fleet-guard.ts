@@ -5,6 +5,7 @@ import type { Logger } from '../observability/logger.js';
 import {
   createQueryGuard,
   isLasting,
+  stampSentAt,
   type QueryGuardOptions,
   type StatusClientStats,
 } from './query-guard.js';
@@ -188,7 +189,8 @@ export function createFleetGuard(options: FleetGuardOptions) {
       const cached = await call('read', () => shared.read(id));
       if (cached === UNREACHABLE) return query();
       const entry = cached === undefined ? undefined : decode(id, cached);
-      if (entry !== undefined && (since === undefined || entry.at > since)) return settleWith(entry.answer);
+      if (entry !== undefined && (since === undefined || entry.at > since))
+        return settleWith(stampSentAt(entry.answer, entry.at));
       if (entry !== undefined && now() - entry.at < minIntervalMs) {
         counts.refused += 1;
         throw new StatusRateLimitError(id, 'interval', entry.at + minIntervalMs - now());

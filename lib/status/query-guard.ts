@@ -52,6 +52,18 @@ interface Entry {
   at: number;
 }
 
+/**
+ * When the request behind an answer was sent, for answers that come from elsewhere (the fleet's shared
+ * cache): a local cache must not take an old answer for a new one.
+ */
+const sentAt = new WeakMap<object, number>();
+
+/** Marks `answer` (a record, or a not-found error) as the answer to a request sent at `at`. */
+export function stampSentAt<T extends object>(answer: T, at: number): T {
+  sentAt.set(answer, at);
+  return answer;
+}
+
 /** A cached not-found: no error object (with its stack) is kept per id. */
 const NOT_FOUND = Symbol('not found');
 
@@ -151,11 +163,13 @@ export function createQueryGuard(options: QueryGuardOptions) {
       const at = now();
       const started = query().then(
         (record) => {
-          remember(isLasting(record) ? finals : recent, id, { answer: record, at });
+          const when = sentAt.get(record) ?? at;
+          remember(isLasting(record) ? finals : recent, id, { answer: record, at: when });
           return record;
         },
         (error: unknown) => {
-          if (error instanceof TransactionNotFoundError) remember(recent, id, { answer: NOT_FOUND, at });
+          if (error instanceof TransactionNotFoundError)
+            remember(recent, id, { answer: NOT_FOUND, at: sentAt.get(error) ?? at });
           throw error;
         },
       );

@@ -118,14 +118,18 @@ async function answerOf(source: StatusSource, id: string, since?: number): Promi
   }
 }
 
-/** Whether an answer would condemn the notification: not found, or a whole final record that differs. */
-function condemns(answer: Answer, n: IpnNotification): boolean {
+/**
+ * Whether an answer would wrongly condemn the notification if it were stale: not found (the transaction may
+ * be younger than the answer), or FAILED for a notification that says SUCCESSFUL (a late operator
+ * confirmation moves a transaction from FAILED to SUCCESSFUL). Such an answer is asked for again when it
+ * is older than the notification. Any other difference is final: a paid transaction does not become
+ * FAILED, nor change its amount or `custom_data`, so a forged copy of it is rejected at once, at no cost.
+ */
+function mayBeStale(answer: Answer, n: IpnNotification): boolean {
   if ('notFound' in answer) return true;
   if (!('record' in answer)) return false;
   const { record } = answer;
-  return (
-    isFinalState(record.state) && lackingFields(record).length === 0 && mismatchesOf(n, record).length > 0
-  );
+  return record.state === 'FAILED' && n.state === 'SUCCESSFUL' && lackingFields(record).length === 0;
 }
 
 /**
@@ -134,9 +138,9 @@ function condemns(answer: Answer, n: IpnNotification): boolean {
  *
  * - an answer that lacks the amount or `custom_data` (a partial record) can neither confirm nor contradict:
  *   `later`, like an unreachable service;
- * - an answer that would condemn the notification (not found, or a final record that differs) is used only
- *   when it is newer than the notification (`context.arrivedAt`): a cached one is asked again, within the
- *   guard's rules (a FAILED that became SUCCESSFUL, an id a forger asked about before it existed);
+ * - an answer that may be stale (not found, or FAILED for a SUCCESSFUL notification) is used only when it is
+ *   newer than the notification (`context.arrivedAt`): a cached one is asked again, within the guard's
+ *   rules (a FAILED that became SUCCESSFUL, an id a forger asked about before it existed);
  * - a not-found is believed only when the service says it again after `context.notFoundAt`: the first one
  *   is `later` (with `notFoundAt`), in case the service's replicas lag.
  */
@@ -147,7 +151,7 @@ export async function verifyNotification(
 ): Promise<Verdict> {
   const id = notification.transaction_id;
   let answer = await answerOf(source, id);
-  if (condemns(answer, notification)) {
+  if (mayBeStale(answer, notification)) {
     const since =
       'notFound' in answer && context.notFoundAt !== undefined ? context.notFoundAt : context.arrivedAt;
     if (Number.isFinite(since)) answer = await answerOf(source, id, since);

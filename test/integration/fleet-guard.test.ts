@@ -31,7 +31,7 @@ describeWithService('Redis', 'createStatusClient({ shared: redisGuard() }): one 
   /** `count` clients, like `count` instances of an app, sharing one guard's keys. */
   function fleet(
     count: number,
-    options: { maxQueriesPerMinute?: number; prefix?: string } = {},
+    options: { maxQueriesPerMinute?: number; prefix?: string; minIntervalMs?: number } = {},
   ): StatusClient[] {
     const prefix = options.prefix ?? uniquePrefix();
     return Array.from({ length: count }, () =>
@@ -41,6 +41,7 @@ describeWithService('Redis', 'createStatusClient({ shared: redisGuard() }): one 
         logger: quiet,
         retries: 0,
         maxQueriesPerMinute: options.maxQueriesPerMinute ?? 30,
+        ...(options.minIntervalMs === undefined ? {} : { minIntervalMs: options.minIntervalMs }),
         shared: redisGuard({ client: redis, prefix }),
       }),
     );
@@ -114,6 +115,24 @@ describeWithService('Redis', 'createStatusClient({ shared: redisGuard() }): one 
       if (client !== redis) await (client as { quit(): Promise<unknown> }).quit();
     },
   );
+
+  test('since: an answer another instance cached before it is not used; the id is asked again after minIntervalMs', async () => {
+    const [a, b] = fleet(2, { minIntervalMs: 50 });
+    const id = settled('x', 'FAILED');
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    expect((await a!.getStatus(id)).state).toBe('FAILED');
+    const since = performance.timeOrigin + performance.now();
+    provider.setState(id, 'SUCCESSFUL'); // a late confirmation
+    await expect(b!.getStatus(id)).resolves.toMatchObject({ state: 'FAILED' }); // the fleet's cached final
+    await expect(b!.getStatus(id, { since })).rejects.toMatchObject({ reason: 'interval' });
+    expect(provider.stats.statusQueries).toBe(1);
+    await new Promise((resolve) => setTimeout(resolve, 60));
+    await expect(b!.getStatus(id, { since })).resolves.toMatchObject({ state: 'SUCCESSFUL' });
+    expect(provider.stats.statusQueries).toBe(2);
+    // Another instance needing an answer newer than `since` takes the one just shared.
+    await expect(a!.getStatus(id, { since })).resolves.toMatchObject({ state: 'SUCCESSFUL' });
+    expect(provider.stats.statusQueries).toBe(2);
+  });
 
   test('concurrent asks for one id from several instances lead to one request', async () => {
     await provider.close();

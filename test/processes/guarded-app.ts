@@ -19,6 +19,8 @@ interface GuardedConfig {
   guardRedisUrl?: string;
   fallbackInstances?: number;
   guardTimeoutMs?: number;
+  /** Short waits for a test (a FAILED answer to a SUCCESSFUL notification is asked again after it). */
+  minIntervalMs?: number;
   verifyRetryDelayMs?: number;
 }
 
@@ -34,6 +36,7 @@ const client = createStatusClient({
   baseUrl: config.baseUrl,
   apiKey: config.apiKey,
   maxQueriesPerMinute: config.maxQueriesPerMinute,
+  minIntervalMs: config.minIntervalMs,
   logger: quiet,
   shared: redisGuard({
     client: guardRedis,

@@ -232,14 +232,14 @@ describe('verifyNotification: an answer older than the notification never condem
     } satisfies StatusSource;
   }
 
-  it('a contradicting answer is asked again for one newer than the notification, which confirms it', async () => {
+  it('a FAILED answer to a SUCCESSFUL notification is asked again for one newer than it, which confirms it', async () => {
     const statusSource = inTurn(read({ state: 'FAILED' }), read());
     const verdict = await verifyNotification(statusSource, read(), { arrivedAt: 5_000 });
     expect(verdict.kind).toBe('confirmed');
     expect(statusSource.getStatus.mock.calls).toEqual([[ID], [ID, { since: 5_000 }]]);
   });
 
-  it('a contradicting answer confirmed by a newer one is rejected', async () => {
+  it('a FAILED answer confirmed by a newer one rejects the SUCCESSFUL notification', async () => {
     const verdict = await verifyNotification(inTurn(read({ state: 'FAILED' })), read(), { arrivedAt: 5_000 });
     expect(rejected(verdict).mismatches).toEqual(['state']);
   });
@@ -250,6 +250,17 @@ describe('verifyNotification: an answer older than the notification never condem
       arrivedAt: 5_000,
     });
     expect(later(verdict)).toMatchObject({ reason: wait, retryAfterMs: 30_000 });
+  });
+
+  it.each<[string, Record<string, unknown>, Record<string, unknown>]>([
+    ['a SUCCESSFUL answer to a FAILED notification', { state: 'SUCCESSFUL' }, { state: 'FAILED' }],
+    ['another amount', { amount: 1 }, {}],
+    ['another custom_data', { custom_data: 'other' }, {}],
+  ])('%s is final: rejected at once, without asking again', async (_, status, notification) => {
+    const statusSource = inTurn(read(status));
+    const verdict = await verifyNotification(statusSource, read(notification), { arrivedAt: 5_000 });
+    expect(verdict.kind).toBe('rejected');
+    expect(statusSource.getStatus).toHaveBeenCalledTimes(1);
   });
 
   it('a not-found seen before keeps its time through a later verdict', async () => {
