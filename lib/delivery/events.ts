@@ -1,6 +1,7 @@
 import type { CustomDataError, FieldIssue, IpnKitError } from '../pipeline/errors.js';
 import type { IpnNotification } from '../pipeline/schema.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
+import type { StatusRecord } from '../status/status-envelope.js';
 
 /**
  * What `customData` adds when the router has a `customData` schema: either the parsed value, or the reason
@@ -74,18 +75,22 @@ export type StaleReason =
  * after this event: look into it (the service's back office, `ipn.reconcile(transactionId)` later).
  */
 export interface StaleEvent {
+  /** The expected transaction. */
   transactionId: string;
+  /** Why the sweep gave up on it. */
   reason: StaleReason;
+  /** The same, in words, with the number of queries made. */
   message: string;
-  /** The `custom_data` and amount given to `ipn.expect()`, when given. */
+  /** The `custom_data` given to `ipn.expect()`, when given. */
   customData?: string | undefined;
+  /** The amount given to `ipn.expect()`, when given. */
   amount?: number | undefined;
   /** When `ipn.expect()` was called. */
   expectedAt: Date;
   /** Status queries made for it. */
   attempts: number;
   /** The service's last answer, when it found the transaction (a non-final state such as `PENDING1`). */
-  status?: IpnNotification;
+  status?: StatusRecord;
 }
 
 /** The events of an IPN router and the payload each listener receives. */

@@ -9,6 +9,8 @@ import { contradictions } from './expectations.js';
 
 /** The service's rule: at least 15 minutes between two status queries of one transaction. */
 export const MIN_QUERY_SPACING_MS = 15 * 60_000;
+/** Shortest wait before a query the client refused (budget, block) is tried again. */
+const MIN_RETRY_MS = 1_000;
 /** Expectations taken from the store at a time. */
 const BATCH = 20;
 /** How long one sweep may hold the lock before another instance may take over (a crashed sweeper). */
@@ -78,7 +80,7 @@ export function createReconcileSweep<C>(
       if (error instanceof StatusRateLimitError) {
         // Not an attempt: put it back for when the client may send again, and stop this pass.
         result.queried -= 1;
-        const dueAt = Date.now() + Math.max(error.retryAfterMs, options.sweepIntervalMs);
+        const dueAt = Date.now() + Math.max(error.retryAfterMs, MIN_RETRY_MS);
         await expectations.put({ ...e, attempts: e.attempts - 1, dueAt });
         return true;
       }

@@ -5,6 +5,7 @@ import request from 'supertest';
 import {
   ipnRouter,
   MemoryStore,
+  StatusRateLimitError,
   TransactionNotFoundError,
   type IpnRouter,
   type StatusRecord,
@@ -206,6 +207,30 @@ function suite(backend: Backend): void {
       status: { state: 'PENDING1' },
     });
     expect(ipn.metrics().stale).toBe(1);
+  });
+
+  test('a query refused by the budget is not an attempt: put back for when the client may send again', async () => {
+    let refuse = true;
+    const payload = uniquePayload();
+    const id = payload.transaction_id as string;
+    service.set(payload);
+    const budgeted = {
+      getStatus: (transactionId: string) =>
+        refuse
+          ? Promise.reject(new StatusRateLimitError(transactionId, 'budget', 20 * MINUTE))
+          : service.client.getStatus(transactionId),
+    };
+    const { ipn, recorder } = await instance({ statusClient: budgeted, reconcileAttempts: 1 });
+    await ipn.expect(id);
+    at(15);
+    expect(await ipn.sweep()).toMatchObject({ queried: 0, stale: 0 });
+    refuse = false;
+    at(34);
+    expect(await ipn.sweep()).toMatchObject({ queried: 0 }); // due again at 35
+    at(35);
+    expect(await ipn.sweep()).toMatchObject({ queried: 1, reconciled: 1 });
+    await settle();
+    expect(recorder.names()).toEqual(['notification', 'successful']);
   });
 
   test('without a status client, an expectation overdue is reported stale', async () => {

@@ -96,3 +96,20 @@ mini.on('successful', (n) => {
   const orderId: string = n.customData.orderId;
   void orderId;
 });
+
+// The service's rules: rawState, stale, expect, authenticate.
+ipn.on('successful', (n) => {
+  const received: string | undefined = n.rawState;
+  return void received;
+});
+ipn.on('stale', (event) => {
+  const reason: 'not_final' | 'not_found' | 'unavailable' | 'no_status_client' = event.reason;
+  const at: Date = event.expectedAt;
+  return void [reason, at];
+});
+void ipn.expect('EFB.001158', { amount: 5000, customData: { orderId: 'order-1' } });
+// @ts-expect-error amount is a number
+void ipn.expect('EFB.001158', { amount: '5000' });
+ipnRouter({ authenticate: ({ rawBody, headers, token }) => rawBody !== undefined && !!headers.x && !!token });
+// @ts-expect-error authenticate answers a boolean
+ipnRouter({ authenticate: () => 'yes' });
