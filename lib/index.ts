@@ -19,7 +19,13 @@ export type {
 export type { Options } from './config/options.js';
 export type { Logger, LogFn } from './observability/logger.js';
 export { ipnNotificationSchema, FINAL_STATES } from './pipeline/schema.js';
-export type { IpnNotification, FinalState } from './pipeline/schema.js';
+export type {
+  IpnNotification,
+  IpnListedFields,
+  IpnExtra,
+  IpnExtraFields,
+  FinalState,
+} from './pipeline/schema.js';
 export { createStatusClient } from './status/status-client.js';
 export type { StatusClient, StatusClientOptions } from './status/status-client.js';
 export type { StatusClientStats } from './status/query-guard.js';
@@ -55,4 +61,4 @@ export {
   VerificationError,
   DeliveryError,
 } from './pipeline/errors.js';
-export type { FieldIssue, StatusQueryFailure } from './pipeline/errors.js';
+export type { FieldIssue, StatusQueryFailure, IpnKitErrorCode, StatusErrorCode } from './pipeline/errors.js';

@@ -4,7 +4,7 @@ import { createDeliveryContext, identify, keyOf, type Emitters } from './deliver
 import { createDurableDelivery } from './durable-delivery.js';
 import { IpnKitError, StoreError } from '../pipeline/errors.js';
 import type { ResolvedOptions } from '../config/options.js';
-import { isFinalState, type IpnNotification } from '../pipeline/schema.js';
+import { isFinalState, toRecord, type IpnNotification } from '../pipeline/schema.js';
 import type { createStoreClaimer } from './store-claimer.js';
 import type { DurableStore, InboxEntry, ListOptions, StatusCounts } from '../stores/store.js';
 import type { StatusRecord } from '../status/status-envelope.js';
@@ -94,7 +94,7 @@ export function createDelivery<C>(
         logger.warn(identify(n), 'IPN claim landed after storeTimeout: delivered late');
         dispatch(n, leaseId);
       };
-      const receive = durable && (() => durable.receive(key, n, { id: leaseId, ms: leaseMs }));
+      const receive = durable && (() => durable.receive(key, toRecord(n), { id: leaseId, ms: leaseMs }));
       const claimed = await claimer.claim(key, late, receive);
       return { claimed, leaseId };
     },
@@ -117,7 +117,7 @@ export function createDelivery<C>(
       const claimed = await claimer.claim(
         key,
         () => detach(settleReconciled(record, key, lease.id)),
-        durable && (() => durable.receive(key, record, lease)),
+        durable && (() => durable.receive(key, toRecord(record), lease)),
       );
       if (claimed instanceof StoreError) throw claimed;
       if (!claimed) return { record, emitted: false };

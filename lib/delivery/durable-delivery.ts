@@ -3,7 +3,7 @@ import type { DeliveryContext } from './delivery-context.js';
 import { identify, keyOf } from './delivery-context.js';
 import { DeliveryError, IpnKitError, messageOf, StoreError, VerificationError } from '../pipeline/errors.js';
 import type { Notification } from './events.js';
-import { ipnNotificationSchema, type IpnNotification } from '../pipeline/schema.js';
+import { ipnNotificationSchema, toRecord, type IpnNotification } from '../pipeline/schema.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { DurableStore } from '../stores/store.js';
 import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
@@ -83,7 +83,8 @@ export function createDurableDelivery<C>(
         // ...or it came already, answered as a duplicate of the forgery: deliver the service's own record.
         const genuine = genuineRecord(result.event);
         const lease = { id: randomUUID(), ms: options.leaseMs };
-        if (genuine && (await inbox.receive(key, genuine, lease))) return deliver(key, genuine, lease.id, 1);
+        if (genuine && (await inbox.receive(key, toRecord(genuine), lease)))
+          return deliver(key, genuine, lease.id, 1);
         return false;
       }
       const failure =
