@@ -1,6 +1,14 @@
 export { ipnRouter } from './adapters/ipn-router.js';
 export type { IpnRouter, CustomDataOf } from './adapters/ipn-router.js';
 export type { IpnEmitter } from './delivery/safe-emitter.js';
+export type {
+  StandardSchemaV1,
+  StandardSchemaProps,
+  StandardResult,
+  StandardIssue,
+  StandardTypes,
+  StandardOutput,
+} from './pipeline/standard-schema.js';
 export type { Inbox, ReconcileResult } from './delivery/delivery.js';
 export type { IpnMetrics } from './observability/metrics.js';
 export { MemoryStore } from './stores/memory-store.js';

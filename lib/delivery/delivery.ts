@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { z } from 'zod';
+import type { StandardSchemaV1 } from '../pipeline/standard-schema.js';
 import { createDeliveryContext, identify, keyOf, type Emitters } from './delivery-context.js';
 import { createDurableDelivery } from './durable-delivery.js';
 import { IpnKitError, StoreError } from '../pipeline/errors.js';
@@ -45,7 +45,7 @@ export interface Inbox {
  * events; at-least-once, the inbox's bookkeeping around them (attempts, retries, dead ones, recovery).
  */
 export function createDelivery<C>(
-  options: ResolvedOptions<z.core.$ZodType | undefined>,
+  options: ResolvedOptions<StandardSchemaV1 | undefined>,
   emitters: Emitters<C>,
   claimer: Claimer,
   metrics?: Metrics,
