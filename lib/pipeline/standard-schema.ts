@@ -21,19 +21,41 @@ export interface StandardSchemaProps<Input = unknown, Output = Input> {
 }
 
 /** The result of `validate`: the output, or the issues. */
-export type StandardResult<Output> =
-  { readonly value: Output; readonly issues?: undefined } | { readonly issues: readonly StandardIssue[] };
+export type StandardResult<Output> = StandardSuccess<Output> | StandardFailure;
+
+/** A value that matched. */
+export interface StandardSuccess<Output> {
+  /** The validated (and transformed) value. */
+  readonly value: Output;
+  /** Absent on success. */
+  readonly issues?: undefined;
+}
+
+/** A value that did not match. */
+export interface StandardFailure {
+  /** What did not match. */
+  readonly issues: readonly StandardIssue[];
+}
 
 /** One problem `validate` found. */
 export interface StandardIssue {
+  /** What is wrong, in the schema library's words. */
   readonly message: string;
   /** Where in the value: keys, or segments holding a key. */
-  readonly path?: ReadonlyArray<PropertyKey | { readonly key: PropertyKey }> | undefined;
+  readonly path?: ReadonlyArray<PropertyKey | StandardPathSegment> | undefined;
+}
+
+/** One segment of an issue's path, when a library gives it as an object. */
+export interface StandardPathSegment {
+  /** The key of this segment. */
+  readonly key: PropertyKey;
 }
 
 /** The input and output types of a Standard Schema. */
 export interface StandardTypes<Input = unknown, Output = Input> {
+  /** What the schema takes. */
   readonly input: Input;
+  /** What the schema gives: the type of `customData`. */
   readonly output: Output;
 }
 
