@@ -1,6 +1,7 @@
 // Packaging test: builds the npm tarball, installs it in a scratch project, and checks that `require`,
 // `import` and the type declarations of both all work from the outside, as a user gets them.
 import { execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
 import {
   cpSync,
   existsSync,
@@ -259,6 +260,31 @@ export const notification: IpnNotification | undefined = undefined;
       run(join(root, 'node_modules/.bin/tsc'), ['-p', dir], dir);
     },
   );
+
+  check('the published declarations keep the TSDoc of every notification field', () => {
+    const ts = createRequire(import.meta.url)('typescript');
+    const file = join(app, 'fields.ts');
+    writeFileSync(
+      file,
+      "import type { IpnNotification } from 'ipn-kit';\nexport type N = IpnNotification;\n",
+    );
+    const program = ts.createProgram([file], {
+      module: ts.ModuleKind.Node16,
+      moduleResolution: ts.ModuleResolutionKind.Node16,
+      strict: true,
+      noEmit: true,
+      types: [],
+    });
+    const checker = program.getTypeChecker();
+    const alias = program.getSourceFile(file).statements.find((node) => ts.isTypeAliasDeclaration(node));
+    const fields = checker.getTypeAtLocation(alias.name).getProperties();
+    if (fields.length < 24) throw new Error(`IpnNotification has ${fields.length} fields, expected 24`);
+    const bare = fields.filter(
+      (field) => ts.displayPartsToString(field.getDocumentationComment(checker)) === '',
+    );
+    if (bare.length > 0)
+      throw new Error(`no TSDoc in the declarations: ${bare.map((f) => f.name).join(', ')}`);
+  });
 
   check(
     'every ts block of README.md and docs/ compiles against the package: nodenext strict, and commonjs',
