@@ -287,7 +287,7 @@ export const notification: IpnNotification | undefined = undefined;
   });
 
   check(
-    'every ts block of README.md and docs/ compiles against the package: nodenext strict, and commonjs',
+    'every ts block of README.md and docs/ compiles against the package: nodenext strict, commonjs, bundler',
     () => {
       compileSnippets(app);
     },
@@ -334,8 +334,8 @@ function copyWithImports(file, to, copied = new Set()) {
 
 /**
  * Type-checks every quoted file as a user's project would: ipn-kit from the tarball, the other packages a
- * snippet imports (express, ioredis, pg, prom-client, their types) linked from ours. Twice: an ESM project
- * under `module: nodenext` and strict, and a CommonJS one under `module: commonjs` (node10 resolution).
+ * snippet imports (express, ioredis, pg, prom-client, their types) linked from ours: an ESM project under
+ * `module: nodenext` and strict, a CommonJS one under `module: commonjs` (node10 resolution), and a bundler one.
  */
 function compileSnippets(app) {
   const files = quotedTsFiles();
@@ -361,12 +361,14 @@ function compileSnippets(app) {
   const configs = {
     nodenext: { ...common, module: 'nodenext', moduleResolution: 'nodenext' },
     commonjs: { ...common, module: 'commonjs', esModuleInterop: true },
+    // What Vite, esbuild and Next.js projects use.
+    bundler: { ...common, module: 'preserve', moduleResolution: 'bundler' },
   };
   const failures = [];
   for (const [name, compilerOptions] of Object.entries(configs)) {
     writeFileSync(
       join(dir, 'package.json'),
-      JSON.stringify({ private: true, type: name === 'nodenext' ? 'module' : 'commonjs' }),
+      JSON.stringify({ private: true, type: name === 'commonjs' ? 'commonjs' : 'module' }),
     );
     writeFileSync(join(dir, `tsconfig.${name}.json`), JSON.stringify({ compilerOptions, files }));
     try {
