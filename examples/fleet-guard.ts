@@ -1,4 +1,4 @@
-import Redis from 'ioredis';
+import { Redis } from 'ioredis';
 import { createStatusClient, ipnRouter } from 'ipn-kit';
 import { RedisStore, redisGuard } from 'ipn-kit/redis';
 

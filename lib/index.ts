@@ -1,6 +1,17 @@
 export { ipnRouter } from './adapters/ipn-router.js';
 export type { IpnRouter, CustomDataOf } from './adapters/ipn-router.js';
 export type { IpnEmitter } from './delivery/safe-emitter.js';
+export type {
+  StandardSchemaV1,
+  StandardSchemaProps,
+  StandardResult,
+  StandardSuccess,
+  StandardFailure,
+  StandardPathSegment,
+  StandardIssue,
+  StandardTypes,
+  StandardOutput,
+} from './pipeline/standard-schema.js';
 export type { Inbox, ReconcileResult } from './delivery/delivery.js';
 export type { ExpectOptions } from './delivery/expectations.js';
 export type { SweepResult } from './delivery/reconcile-sweep.js';
@@ -23,7 +34,13 @@ export type {
 export type { Options } from './config/options.js';
 export type { Logger, LogFn } from './observability/logger.js';
 export { ipnNotificationSchema, FINAL_STATES } from './pipeline/schema.js';
-export type { IpnNotification, FinalState } from './pipeline/schema.js';
+export type {
+  IpnNotification,
+  IpnListedFields,
+  IpnExtra,
+  IpnExtraFields,
+  FinalState,
+} from './pipeline/schema.js';
 export { createStatusClient } from './status/status-client.js';
 export type { StatusClient, StatusClientOptions } from './status/status-client.js';
 export type { StatusCheck, StatusCheckOptions, StatusCheckVerdict } from './status/status-check.js';
@@ -66,4 +83,4 @@ export {
   VerificationError,
   DeliveryError,
 } from './pipeline/errors.js';
-export type { FieldIssue, StatusQueryFailure } from './pipeline/errors.js';
+export type { FieldIssue, StatusQueryFailure, IpnKitErrorCode, StatusErrorCode } from './pipeline/errors.js';

@@ -16,6 +16,14 @@ const pool = new Pool({
 // Without an error listener, pg crashes the process when an idle connection drops.
 pool.on('error', (error) => logger.error({ error }, 'idle PostgreSQL connection lost'));
 const store = new PostgresStore({ pool });
-await store.migrate(); // once, at start (safe from several instances at once)
 app.use('/ipn', ipnRouter({ store, delivery: 'at-least-once' }));
+
+async function start(): Promise<void> {
+  await store.migrate(); // once, before listening (safe from several instances at once)
+  app.listen(Number(process.env.PORT ?? 3000));
+}
+start().catch((error: unknown) => {
+  logger.error({ error }, 'could not start');
+  process.exit(1);
+});
 // #endregion postgres-store

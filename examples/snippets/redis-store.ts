@@ -1,6 +1,6 @@
 import { app } from './context.js';
 // #region redis-store
-import Redis from 'ioredis';
+import { Redis } from 'ioredis';
 import { ipnRouter } from 'ipn-kit';
 import { RedisStore } from 'ipn-kit/redis';
 

@@ -1,4 +1,4 @@
-import type { z } from 'zod';
+import type { StandardSchemaV1 } from '../pipeline/standard-schema.js';
 import type { IpnEmitter } from '../delivery/safe-emitter.js';
 import type { Inbox, ReconcileResult } from '../delivery/delivery.js';
 import type { ExpectOptions } from '../delivery/expectations.js';
@@ -62,7 +62,7 @@ export interface IpnRouter<C = undefined> extends IpnEmitter<C>, NodeHandler {
  * const app = express();
  * app.use('/ipn', ipn); // before any global body parser
  */
-export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
+export function ipnRouter<S extends StandardSchemaV1 | undefined = undefined>(
   options?: Partial<Options<S>>,
 ): IpnRouter<CustomDataOf<S>> {
   type C = CustomDataOf<S>;

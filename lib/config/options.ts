@@ -1,4 +1,4 @@
-import type { z } from 'zod';
+import { isStandardSchema, type StandardSchemaV1 } from '../pipeline/standard-schema.js';
 import type { Logger } from '../observability/logger.js';
 import { defaultLogger } from '../observability/logger.js';
 import { MemoryStore } from '../stores/memory-store.js';
@@ -7,11 +7,13 @@ import type { StatusSource } from '../status/verify-notification.js';
 import type { Authenticate } from '../pipeline/authenticate.js';
 
 /** Options of `ipnRouter()`. Every field is optional; each one's default is given below. */
-export interface Options<S extends z.core.$ZodType | undefined = undefined> {
+export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
   /**
-   * A zod 4 schema (from `zod` or `zod/mini`) for your `custom_data`. When given, every notification carries `customData`: the JSON in
-   * `custom_data` (or the raw string, when it is not JSON) parsed by this schema. When it does not match, the
-   * payment is still emitted, with `customDataError` instead.
+   * A schema for your `custom_data`: any synchronous Standard Schema (https://standardschema.dev): zod 4
+   * (`zod` or `zod/mini`), zod 3.24+, valibot, arktype, ... When given, every notification carries
+   * `customData`, typed as the schema's output: the JSON in `custom_data` (or the raw string, when it is not
+   * JSON) parsed by this schema. When it does not match, the payment is still emitted, with `customDataError`
+   * instead.
    * @default undefined (no parsing: use `custom_data`, the string as received)
    */
   customData: S;
@@ -138,7 +140,7 @@ export interface Options<S extends z.core.$ZodType | undefined = undefined> {
 }
 
 /** Options with every default applied and checked, as the router uses them. */
-export interface ResolvedOptions<S extends z.core.$ZodType | undefined = undefined> extends Omit<
+export interface ResolvedOptions<S extends StandardSchemaV1 | undefined = undefined> extends Omit<
   Options<S>,
   'limit'
 > {
@@ -149,7 +151,7 @@ export interface ResolvedOptions<S extends z.core.$ZodType | undefined = undefin
 const UNITS: Record<string, number> = { b: 1, kb: 1024, mb: 1024 ** 2, gb: 1024 ** 3 };
 
 /** Applies every default in one place and throws a `TypeError` for a programmer error. */
-export function resolveOptions<S extends z.core.$ZodType | undefined>(
+export function resolveOptions<S extends StandardSchemaV1 | undefined>(
   options: Partial<Options<S>> = {},
 ): ResolvedOptions<S> {
   const given = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined));
@@ -283,10 +285,10 @@ function parseLimit(limit: unknown): number {
 
 function checkSchema(schema: unknown): void {
   if (schema === undefined) return;
-  // Every zod 4 schema, classic or mini, carries its internals in `_zod`; zod 3 schemas do not.
-  if (typeof schema !== 'object' || schema === null || typeof Reflect.get(schema, '_zod') !== 'object') {
+  if (!isStandardSchema(schema)) {
     throw new TypeError(
-      'ipnRouter: customData must be a zod 4 schema (from zod or zod/mini), such as z.object({ orderId: z.string() })',
+      'ipnRouter: customData must be a Standard Schema (zod 3.24+ or 4, valibot, arktype, ...), such as ' +
+        'z.object({ orderId: z.string() })',
     );
   }
 }

@@ -1,4 +1,4 @@
-import type { z } from 'zod';
+import type { StandardSchemaV1 } from '../pipeline/standard-schema.js';
 import { parseCustomData } from '../pipeline/custom-data.js';
 import { IpnKitError, messageOf, StoreError } from '../pipeline/errors.js';
 import type { Notification } from './events.js';
@@ -24,7 +24,7 @@ export { identify } from './safe-emitter.js';
  * report, reject, release and emit a notification.
  */
 export function createDeliveryContext<C>(
-  options: ResolvedOptions<z.core.$ZodType | undefined>,
+  options: ResolvedOptions<StandardSchemaV1 | undefined>,
   { emit, emitAndWait }: Emitters<C>,
 ) {
   const { store, logger, customData: schema } = options;

@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import type { z } from 'zod';
+import type { StandardSchemaV1 } from '../pipeline/standard-schema.js';
 import { createDeliveryContext, identify, keyOf, type Emitters } from './delivery-context.js';
 import { createDurableDelivery } from './durable-delivery.js';
 import { IpnKitError, StatusQueryError, StoreError, VerificationBusyError } from '../pipeline/errors.js';
 import type { ResolvedOptions } from '../config/options.js';
-import { isFinalState, type IpnNotification } from '../pipeline/schema.js';
+import { isFinalState, toRecord, type IpnNotification } from '../pipeline/schema.js';
 import type { createStoreClaimer } from './store-claimer.js';
 import type { DurableStore, InboxEntry, ListOptions, StatusCounts } from '../stores/store.js';
 import type { StatusRecord } from '../status/status-envelope.js';
@@ -50,7 +50,7 @@ export interface Inbox {
  * events; at-least-once, the inbox's bookkeeping around them (attempts, retries, dead ones, recovery).
  */
 export function createDelivery<C>(
-  options: ResolvedOptions<z.core.$ZodType | undefined>,
+  options: ResolvedOptions<StandardSchemaV1 | undefined>,
   emitters: Emitters<C>,
   claimer: Claimer,
   metrics?: Metrics,
@@ -124,7 +124,7 @@ export function createDelivery<C>(
     const claimed = await claimer.claim(
       key,
       () => detach(settleReconciled(record, key, lease.id)),
-      durable && (() => durable.receive(key, record, lease)),
+      durable && (() => durable.receive(key, toRecord(record), lease)),
     );
     if (claimed instanceof StoreError) throw claimed;
     if (!claimed) return false;
@@ -149,7 +149,7 @@ export function createDelivery<C>(
         logger.warn(identify(n), 'IPN claim landed after storeTimeout: delivered late');
         dispatch(n, leaseId);
       };
-      const receive = durable && (() => durable.receive(key, n, { id: leaseId, ms: leaseMs }));
+      const receive = durable && (() => durable.receive(key, toRecord(n), { id: leaseId, ms: leaseMs }));
       const claimed = await claimer.claim(key, late, receive);
       if (claimed !== true) verifying?.unreserve(key);
       return { claimed, leaseId };

@@ -3,7 +3,7 @@ import type { DeliveryContext } from './delivery-context.js';
 import { identify, keyOf } from './delivery-context.js';
 import { DeliveryError, IpnKitError, messageOf, StoreError, VerificationError } from '../pipeline/errors.js';
 import type { Notification } from './events.js';
-import { ipnNotificationSchema, type IpnNotification } from '../pipeline/schema.js';
+import { ipnNotificationSchema, toRecord, type IpnNotification } from '../pipeline/schema.js';
 import type { Metrics } from '../observability/metrics.js';
 import { redactText } from '../observability/redact.js';
 import type { DurableStore } from '../stores/store.js';
@@ -106,7 +106,7 @@ export function createDurableDelivery<C>(
         // The genuine copy came already, answered as a duplicate of the forgery: the service's own record
         // takes the forgery's place in one step, so that it is in the inbox at every moment.
         const lease = { id: randomUUID(), ms: options.leaseMs };
-        if (await timed(inbox.replace(key, leaseId, genuine, lease), 'replace', key))
+        if (await timed(inbox.replace(key, leaseId, toRecord(genuine), lease), 'replace', key))
           return deliver(key, genuine, lease.id, 1);
         return false;
       }

@@ -9,8 +9,18 @@ import type { StatusRecord } from '../status/status-envelope.js';
  */
 export type CustomDataFields<C> = [C] extends [undefined]
   ? unknown
-  : | { customData: C; customDataError?: undefined }
-    | { customData?: undefined; customDataError: CustomDataError };
+  : | {
+        /** `custom_data` parsed by your `customData` schema: its output type. */
+        customData: C;
+        /** Absent when `customData` is set. */
+        customDataError?: undefined;
+      }
+    | {
+        /** Absent when `custom_data` did not match the schema. */
+        customData?: undefined;
+        /** Why `custom_data` did not match the schema (or the schema threw): the payment still happened. */
+        customDataError: CustomDataError;
+      };
 
 /** What a listener receives: the validated notification, plus `customData` when a schema was given. */
 export type Notification<C = undefined> = IpnNotification & CustomDataFields<C>;

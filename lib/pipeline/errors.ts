@@ -1,4 +1,27 @@
 /**
+ * The `code` of a status-query failure ({@link StatusError} and its subclasses): the service does not know
+ * the transaction, the query failed, or it was refused locally to avoid a block.
+ */
+export type StatusErrorCode =
+  'IPN_TRANSACTION_NOT_FOUND' | 'IPN_STATUS_QUERY_FAILED' | 'IPN_STATUS_RATE_LIMITED';
+
+/**
+ * Every `code` an ipn-kit error carries, so that a typo in a comparison (`error.code === 'IPN_STORE_FAIL'`)
+ * does not type-check. Each is stable across versions; docs/errors.md says when each happens.
+ */
+export type IpnKitErrorCode =
+  | 'IPN_STORE_FAILED'
+  | 'IPN_LISTENER_FAILED'
+  | 'IPN_CUSTOM_DATA_INVALID'
+  | 'IPN_BODY_UNAVAILABLE'
+  | 'IPN_VERIFY_UNAVAILABLE'
+  | 'IPN_DELIVERY_FAILED'
+  | 'IPN_INTERNAL'
+  | 'IPN_NO_STATUS_CLIENT'
+  | 'IPN_NOT_DURABLE'
+  | StatusErrorCode;
+
+/**
  * Base class of every error ipn-kit creates. `code` is stable across versions: match on it, not on the
  * message.
  *
@@ -9,10 +32,10 @@
  */
 export class IpnKitError extends Error {
   override name: string = 'IpnKitError';
-  /** Stable, machine-readable identifier of the failure kind. */
-  readonly code: string;
+  /** Stable, machine-readable identifier of the failure kind: one of {@link IpnKitErrorCode}. */
+  readonly code: IpnKitErrorCode;
 
-  constructor(code: string, message: string, options?: { cause?: unknown }) {
+  constructor(code: IpnKitErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.code = code;
   }
@@ -123,10 +146,11 @@ function textOf(value: unknown): string {
  */
 export class StatusError extends IpnKitError {
   override name: string = 'StatusError';
+  declare readonly code: StatusErrorCode;
   /** The transaction asked about. */
   readonly transactionId: string;
 
-  constructor(code: string, transactionId: string, message: string, options?: { cause?: unknown }) {
+  constructor(code: StatusErrorCode, transactionId: string, message: string, options?: { cause?: unknown }) {
     super(code, message, options);
     this.transactionId = transactionId;
   }

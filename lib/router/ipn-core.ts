@@ -1,4 +1,4 @@
-import type { z } from 'zod';
+import type { StandardOutput, StandardSchemaV1 } from '../pipeline/standard-schema.js';
 import { IpnKitError, messageOf } from '../pipeline/errors.js';
 import { guardLogger } from '../observability/logger.js';
 import { loggableError } from '../observability/redact.js';
@@ -12,12 +12,12 @@ import { createIpnPipeline, type IpnOutcome, type IpnRequest } from './ipn-pipel
 import { resolveOptions, type Options, type ResolvedOptions } from '../config/options.js';
 
 /** The type of `customData` for a given `customData` schema (`undefined` when there is none). */
-export type CustomDataOf<S> = S extends z.core.$ZodType ? z.core.output<S> : undefined;
+export type CustomDataOf<S> = S extends StandardSchemaV1 ? StandardOutput<S> : undefined;
 
 /** What every transport adapter (node:http and Express, fetch, Fastify) is a thin layer over. */
 export interface IpnCore<C> {
   /** The options with every default applied, and the logger guarded. */
-  readonly options: ResolvedOptions<z.core.$ZodType | undefined>;
+  readonly options: ResolvedOptions<StandardSchemaV1 | undefined>;
   /** The typed emitter methods (`on`, `once`, `off`, ...) that the public router carries. */
   readonly methods: IpnEmitter<C>;
   /** One request in, one answer out. Never rejects: a bug of ours becomes a 500, so the service resends. */
@@ -38,7 +38,7 @@ export interface IpnCore<C> {
  * Builds the transport-free core: options, emitter, metrics and pipeline. `self` is the public object the
  * events are emitted on (listeners' `this`).
  */
-export function createIpnCore<S extends z.core.$ZodType | undefined>(
+export function createIpnCore<S extends StandardSchemaV1 | undefined>(
   options: Partial<Options<S>> | undefined,
   self: () => unknown,
 ): IpnCore<CustomDataOf<S>> {

@@ -1,5 +1,5 @@
 import type { Readable } from 'node:stream';
-import type { z } from 'zod';
+import type { StandardSchemaV1 } from '../pipeline/standard-schema.js';
 import { parseContentType } from '../pipeline/content-type.js';
 import { toFieldIssues } from '../pipeline/custom-data.js';
 import { createDelivery } from '../delivery/delivery.js';
@@ -55,7 +55,7 @@ const CLOSED = Symbol('closed');
  * Bad input is an outcome (a status and an `invalid` event), never an exception.
  */
 export function createIpnPipeline<C>(
-  options: ResolvedOptions<z.core.$ZodType | undefined>,
+  options: ResolvedOptions<StandardSchemaV1 | undefined>,
   emitters: Emitters<C>,
   metrics?: Metrics,
 ) {

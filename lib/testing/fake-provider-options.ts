@@ -54,6 +54,13 @@ export interface FakeProviderOptions {
   timeoutMs: number;
 }
 
+/**
+ * What `createFakeProvider()` takes: `apiKey` is required (a test without it would never match a status
+ * query), every other option is optional, with the defaults of {@link FakeProviderOptions}.
+ */
+export type FakeProviderInit = Pick<FakeProviderOptions, 'apiKey'> &
+  Partial<Omit<FakeProviderOptions, 'apiKey'>>;
+
 /** Longest delay Node's timers take: a longer one fires after 1 ms. */
 const MAX_TIMER = 2 ** 31 - 1;
 
@@ -75,9 +82,7 @@ const DEFAULTS: Omit<FakeProviderOptions, 'apiKey'> = {
 const KNOWN = new Set(['apiKey', ...Object.keys(DEFAULTS)]);
 
 /** Applies every default in one place and throws a `TypeError` for a programmer error. */
-export function resolveFakeProviderOptions(
-  options: Partial<FakeProviderOptions> | undefined,
-): FakeProviderOptions {
+export function resolveFakeProviderOptions(options: FakeProviderInit | undefined): FakeProviderOptions {
   if (typeof options !== 'object' || options === null) {
     throw new TypeError("createFakeProvider: pass the options, at least { apiKey: 'test-key' }");
   }

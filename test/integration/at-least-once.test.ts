@@ -112,6 +112,25 @@ describe("ipnRouter({ delivery: 'at-least-once' })", () => {
     expect(recorder.count('dead')).toBe(0);
   });
 
+  test('a retried delivery carries the same extra fields: the inbox keeps them beside the listed ones', async () => {
+    const inbox = new MemoryInbox();
+    const { ipn, post } = await start(inbox);
+    const seen: unknown[] = [];
+    ipn.on('successful', (n) => {
+      seen.push(n.extra);
+      if (seen.length === 1) throw new Error('ledger unavailable');
+    });
+    const payload = uniquePayload({ currency: 'XOF', transaction_channel: 'wave' });
+    await post(payload);
+
+    await until(() => inbox.entries.get(keyOf(payload))?.status === 'delivered', 'delivered');
+    const extra = { currency: 'XOF', transaction_channel: 'wave' };
+    expect(seen).toEqual([extra, extra]);
+    const stored = await inbox.get(keyOf(payload));
+    expect(stored?.record).toMatchObject(extra);
+    expect(stored?.record).not.toHaveProperty('extra');
+  });
+
   test('after maxAttempts failures the notification is dead and emitted as dead; a replay delivers it', async () => {
     const inbox = new MemoryInbox();
     const { ipn, recorder, post } = await start(inbox, { maxAttempts: 3 });

@@ -36,8 +36,8 @@ const ask = (transactionId: string, apiKey = API_KEY) =>
   status({ api_key: apiKey, transaction_ids: transactionId });
 
 describe('createFakeProvider options', () => {
-  test('apiKey is required: a TypeError says so', async () => {
-    await expect(createFakeProvider({})).rejects.toThrow(
+  test('apiKey is required: a TypeError says so (from JavaScript; TypeScript refuses it already)', async () => {
+    await expect(createFakeProvider({} as never)).rejects.toThrow(
       new TypeError(
         "createFakeProvider: apiKey is required, a non-empty string such as 'test-key' (got undefined)",
       ),

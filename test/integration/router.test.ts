@@ -68,8 +68,7 @@ describe.each(EXPRESS_VERSIONS)('the IPN router under %s', (_version, express) =
       hash: '',
       sms_link: null,
       error: 'insufficient balance',
-      currency: 'XOF',
-      transaction_channel: 'wave',
+      extra: { currency: 'XOF', transaction_channel: 'wave' },
     });
   });
 
@@ -463,7 +462,8 @@ describe.each(EXPRESS_VERSIONS)('the IPN router under %s', (_version, express) =
     const [notification] = recorder.of('successful');
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
     expect(notification.polluted).toBeUndefined();
-    expect(notification.nested.polluted).toBeUndefined();
+    expect(notification.extra.polluted).toBeUndefined();
+    expect(notification.extra.nested.polluted).toBeUndefined();
     expect(Object.getPrototypeOf(notification)).toBe(Object.prototype);
   });
 

@@ -1,9 +1,20 @@
 // Packaging test: builds the npm tarball, installs it in a scratch project, and checks that `require`,
 // `import` and the type declarations of both all work from the outside, as a user gets them.
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, posix, resolve } from 'node:path';
+import { dirname, join, posix, resolve } from 'node:path';
 
 const root = resolve(import.meta.dirname, '../..');
 const scratch = mkdtempSync(join(tmpdir(), 'ipn-kit-package-'));
@@ -231,11 +242,172 @@ export const notification: IpnNotification | undefined = undefined;
       run(join(root, 'node_modules/.bin/tsc'), ['-p', app], app);
     },
   );
+
+  check(
+    'subpath types resolve under moduleResolution node10 (the NestJS default), through typesVersions',
+    () => {
+      const dir = join(app, 'node10');
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(
+        join(dir, 'check.ts'),
+        `import { ipnRouter, type IpnNotification } from 'ipn-kit';
+import { RedisStore, redisGuard } from 'ipn-kit/redis';
+import { PostgresStore, postgresSchemaSql } from 'ipn-kit/postgres';
+import { createFakeProvider, type FakeProvider } from 'ipn-kit/testing';
+import { registerIpnMetrics } from 'ipn-kit/prometheus';
+import { adminRouter } from 'ipn-kit/admin';
+const sql: string = postgresSchemaSql('ipn_inbox');
+export const used = [ipnRouter, RedisStore, redisGuard, PostgresStore, registerIpnMetrics, adminRouter, sql];
+export const provider: Promise<FakeProvider> = createFakeProvider({ apiKey: 'key' });
+// Real types, not any: each of these is an error.
+// @ts-expect-error apiKey is required
+void createFakeProvider({});
+// @ts-expect-error adminRouter needs its options
+void adminRouter();
+// @ts-expect-error postgresSchemaSql takes a table name
+void postgresSchemaSql(1);
+export const notification: IpnNotification | undefined = undefined;
+`,
+      );
+      writeFileSync(
+        join(dir, 'tsconfig.json'),
+        JSON.stringify({
+          compilerOptions: {
+            module: 'commonjs',
+            moduleResolution: 'node10',
+            target: 'es2022',
+            strict: true,
+            noEmit: true,
+            esModuleInterop: true,
+            skipLibCheck: true,
+            typeRoots: [join(root, 'node_modules/@types')],
+            types: ['node'],
+          },
+          files: ['check.ts'],
+        }),
+      );
+      run(join(root, 'node_modules/.bin/tsc'), ['-p', dir], dir);
+    },
+  );
+
+  check('the published declarations keep the TSDoc of every notification field', () => {
+    const ts = createRequire(import.meta.url)('typescript');
+    const file = join(app, 'fields.ts');
+    writeFileSync(
+      file,
+      "import type { IpnNotification } from 'ipn-kit';\nexport type N = IpnNotification;\n",
+    );
+    const program = ts.createProgram([file], {
+      module: ts.ModuleKind.Node16,
+      moduleResolution: ts.ModuleResolutionKind.Node16,
+      strict: true,
+      noEmit: true,
+      types: [],
+    });
+    const checker = program.getTypeChecker();
+    const alias = program.getSourceFile(file).statements.find((node) => ts.isTypeAliasDeclaration(node));
+    const fields = checker.getTypeAtLocation(alias.name).getProperties();
+    if (fields.length < 24) throw new Error(`IpnNotification has ${fields.length} fields, expected 24`);
+    const bare = fields.filter(
+      (field) => ts.displayPartsToString(field.getDocumentationComment(checker)) === '',
+    );
+    if (bare.length > 0)
+      throw new Error(`no TSDoc in the declarations: ${bare.map((f) => f.name).join(', ')}`);
+  });
+
+  check(
+    'every ts block of README.md and docs/ compiles against the package: nodenext strict, commonjs, bundler',
+    () => {
+      compileSnippets(app);
+    },
+  );
 } catch (error) {
   results.push({ name: 'setup', ok: false });
   console.log(`  FAIL  setup\n${String(error.stderr ?? '')}${error.message}`);
 } finally {
   rmSync(scratch, { recursive: true, force: true });
+}
+
+/** The files the README's and docs' ts blocks quote (`<!-- quote: path[#region] -->`), as root-relative paths. */
+function quotedTsFiles() {
+  const documents = [
+    'README.md',
+    ...readdirSync(join(root, 'docs'))
+      .filter((name) => name.endsWith('.md'))
+      .map((name) => `docs/${name}`),
+  ];
+  const files = new Set();
+  for (const document of documents) {
+    const lines = readFileSync(join(root, document), 'utf8').split('\n');
+    lines.forEach((line, i) => {
+      const marker = /^<!-- quote: (\S+) -->$/.exec(line);
+      if (marker && /^(```|~~~)\s*(ts|tsx|mts|cts)\s*$/.test(lines[i + 1] ?? ''))
+        files.add(marker[1].split('#')[0]);
+    });
+  }
+  return [...files].sort();
+}
+
+/** A quoted file and every file it imports by a relative path, copied at the same paths under `to`. */
+function copyWithImports(file, to, copied = new Set()) {
+  if (copied.has(file)) return;
+  copied.add(file);
+  mkdirSync(dirname(join(to, file)), { recursive: true });
+  cpSync(join(root, file), join(to, file));
+  const text = readFileSync(join(root, file), 'utf8');
+  for (const [, specifier] of text.matchAll(/from '(\.{1,2}\/[^']+)'/g)) {
+    const target = join(dirname(file), specifier.replace(/\.js$/, '.ts'));
+    if (existsSync(join(root, target))) copyWithImports(target, to, copied);
+  }
+}
+
+/**
+ * Type-checks every quoted file as a user's project would: ipn-kit from the tarball, the other packages a
+ * snippet imports (express, ioredis, pg, prom-client, their types) linked from ours: an ESM project under
+ * `module: nodenext` and strict, a CommonJS one under `module: commonjs` (node10 resolution), and a bundler one.
+ */
+function compileSnippets(app) {
+  const files = quotedTsFiles();
+  if (files.length < 5)
+    throw new Error(`found only ${files.length} quoted ts files: is the marker format the same?`);
+  const dir = join(app, 'snippets');
+  for (const file of files) copyWithImports(file, dir);
+  // Link what the snippets import and the tarball did not install; ipn-kit and zod stay the installed ones.
+  const ours = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+  for (const name of Object.keys({ ...ours.devDependencies, ...ours.peerDependencies })) {
+    const link = join(app, 'node_modules', name);
+    if (existsSync(link)) continue;
+    mkdirSync(dirname(link), { recursive: true });
+    symlinkSync(join(root, 'node_modules', name), link, 'dir');
+  }
+  const common = {
+    target: 'es2022',
+    strict: true,
+    noEmit: true,
+    skipLibCheck: true,
+    types: ['node', 'jest'],
+  };
+  const configs = {
+    nodenext: { ...common, module: 'nodenext', moduleResolution: 'nodenext' },
+    commonjs: { ...common, module: 'commonjs', esModuleInterop: true },
+    // What Vite, esbuild and Next.js projects use.
+    bundler: { ...common, module: 'preserve', moduleResolution: 'bundler' },
+  };
+  const failures = [];
+  for (const [name, compilerOptions] of Object.entries(configs)) {
+    writeFileSync(
+      join(dir, 'package.json'),
+      JSON.stringify({ private: true, type: name === 'commonjs' ? 'commonjs' : 'module' }),
+    );
+    writeFileSync(join(dir, `tsconfig.${name}.json`), JSON.stringify({ compilerOptions, files }));
+    try {
+      run(join(root, 'node_modules/.bin/tsc'), ['-p', `tsconfig.${name}.json`], dir);
+    } catch (error) {
+      failures.push(`under module ${name}:\n${String(error.stdout ?? '')}${String(error.stderr ?? '')}`);
+    }
+  }
+  if (failures.length > 0)
+    throw new Error(`the documentation's snippets do not compile\n${failures.join('\n')}`);
 }
 
 const failed = results.filter((result) => !result.ok).length;

@@ -21,7 +21,7 @@ ipn.on('successful', (n) => {
   const state: 'SUCCESSFUL' = n.state;
   const amount: number | null = n.amount;
   const raw: string = n.custom_data;
-  const extra: unknown = n.currency;
+  const extra: unknown = n.extra.currency;
   if (n.customDataError) {
     const code: string = n.customDataError.code;
     // @ts-expect-error customData is undefined when customDataError is set
