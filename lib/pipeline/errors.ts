@@ -19,6 +19,8 @@ export type IpnKitErrorCode =
   | 'IPN_INTERNAL'
   | 'IPN_NO_STATUS_CLIENT'
   | 'IPN_NOT_DURABLE'
+  | 'IPN_VERIFY_BUSY'
+  | 'IPN_NO_EXPECTATIONS'
   | StatusErrorCode;
 
 /**

@@ -214,8 +214,8 @@ export function createFleetGuard(options: FleetGuardOptions) {
       // The holder before this one may have cached its answer and freed the lock between this instance's
       // read and its lock: read again under the lock, or the same id is asked twice.
       const cached = await call('read', () => shared.read(id));
-      const answer = cached === UNREACHABLE || cached === undefined ? undefined : decode(id, cached);
-      if (answer !== undefined) return settleWith(answer);
+      const entry = cached === UNREACHABLE || cached === undefined ? undefined : decode(id, cached);
+      if (entry !== undefined) return settleWith(stampSentAt(entry.answer, entry.at));
       const record = await query();
       await share(record, isLasting(record) ? shared.finalTtlMs : minIntervalMs);
       return record;
