@@ -130,7 +130,8 @@ export function createIpnPipeline<C>(
     if ('status' in parsed) return parsed;
     if (!parsed.ok) {
       const { reason, message, issues, received } = parsed;
-      return reject({ reason, status: 400, message, issues, received });
+      const status = reason === 'unsupported_media_type' ? 415 : 400;
+      return reject({ reason, status, message, issues, received });
     }
 
     const validated = ipnNotificationSchema.safeParse(parsed.record);
