@@ -5,6 +5,7 @@ import type { IpnMetrics } from '../observability/metrics.js';
 import type { Options } from '../config/options.js';
 import { createIpnCore, type CustomDataOf, type IpnCore } from '../router/ipn-core.js';
 import { createNodeHandler, type NodeHandler } from './node-handler.js';
+import { createFetchHandler, type FetchContext } from './fetch-handler.js';
 
 export type { CustomDataOf };
 
@@ -22,6 +23,19 @@ export interface IpnRouter<C = undefined> extends IpnEmitter<C>, NodeHandler {
   reconcile(transactionId: string): Promise<ReconcileResult>;
   /** The inbox, for admin tools (`delivery: 'at-least-once'` only; otherwise each call rejects `IPN_NOT_DURABLE`). */
   readonly inbox: Inbox;
+  /**
+   * The same endpoint as a Web-standard handler: a WHATWG `Request` in, a `Response` out, with the same
+   * statuses, bodies and events. For a Next.js App Router route handler, Hono, Deno, Bun, Cloudflare
+   * Workers and any fetch-style server. On a platform that freezes the function once the response is
+   * returned, pass its `waitUntil` (Next.js `after`), so the work after the 200 (verification, your
+   * listeners, at-least-once bookkeeping) can finish. Never rejects. Needs no `this`: `POST = ipn.fetch`.
+   *
+   * @example
+   * // app/api/ipn/route.ts
+   * import { after } from 'next/server';
+   * export const POST = (req: Request) => ipn.fetch(req, { waitUntil: after });
+   */
+  fetch(request: Request, context?: FetchContext): Promise<Response>;
   /** What the router has counted so far (received, duplicates, emitted by state, errors, ...): a copy. */
   metrics(): IpnMetrics;
   /** Stops pending retries and recovery and closes the store (when it has a `close`). Call it on shutdown. */
@@ -54,6 +68,7 @@ export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
   const core = createIpnCore(options, () => router);
   const { methods, reconcile, inbox, metrics, close } = core;
   const router: IpnRouter<C> = Object.assign(createNodeHandler(core as IpnCore<unknown>), methods, {
+    fetch: createFetchHandler(core as IpnCore<unknown>),
     reconcile,
     inbox,
     close,

@@ -24,6 +24,9 @@ export interface IpnEmitter<C = undefined> {
 /** Emits an event to every listener, each isolated; answers whether there was any. */
 export type Emit<C> = <E extends Name<C>>(event: E, payload: Parameters<Events<C>[E]>[0]) => boolean;
 
+/** Runs code that emits; resolves once every listener it called has settled. Never rejects. */
+export type Track = (run: () => void) => Promise<void>;
+
 /** Emits, then waits for every listener: how many ran, and whether all of them succeeded. */
 export type EmitAndWait<C> = <E extends Name<C>>(
   event: E,
@@ -133,8 +136,25 @@ export function createSafeEmitter<C>(
     const results = await Promise.all(outcomes);
     return { listeners: results.length, ok: results.every(Boolean) };
   };
-  return { methods, emit, emitAndWait };
+  /**
+   * Runs `run` (which emits) and resolves once every listener it called has settled, the promises they
+   * returned included. Never rejects: a listener's failure is reported as usual. For a `waitUntil`.
+   */
+  const track = (run: () => void): Promise<void> => {
+    const outer = collecting;
+    const outcomes: Array<Promise<boolean>> = [];
+    collecting = outcomes;
+    try {
+      run();
+    } finally {
+      collecting = outer;
+    }
+    return outcomes.length === 0 ? SETTLED : Promise.all(outcomes).then(() => undefined);
+  };
+  return { methods, emit, emitAndWait, track };
 }
+
+const SETTLED: Promise<void> = Promise.resolve();
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === 'function';

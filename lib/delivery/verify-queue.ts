@@ -30,7 +30,7 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
     if (context.isClosed() || pending.get(key) !== n) return;
     if (verdict.kind === 'confirmed') {
       pending.delete(key);
-      emitNow(n);
+      await emitNow(n);
     } else if (verdict.kind === 'rejected') {
       pending.delete(key);
       reject(verdict.event);
@@ -42,7 +42,7 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
           { transaction_id: n.transaction_id, state: n.state },
           'delivered the service record instead',
         );
-        emitNow(genuine);
+        await emitNow(genuine);
       }
     } else if (attempt < options.verifyAttempts) {
       const backoff = Math.min(options.verifyRetryDelayMs * 2 ** (attempt - 1), MAX_VERIFY_DELAY);
@@ -64,10 +64,13 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
   }
 
   return {
-    /** Verifies a notification just accepted, then emits it (or `rejected`, or `error`). */
-    start(n: IpnNotification): void {
+    /**
+     * Verifies a notification just accepted, then emits it (or `rejected`, or `error`). Resolves when the
+     * first attempt and its listeners have settled (a retry is scheduled for later); never rejects.
+     */
+    start(n: IpnNotification): Promise<void> {
       pending.set(keyOf(n), n);
-      detach(verify(n, 1));
+      return detach(verify(n, 1));
     },
     /**
      * On shutdown: every notification still awaiting verification is reported (`error` with it) and its key

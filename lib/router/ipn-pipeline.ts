@@ -31,8 +31,11 @@ export interface IpnOutcome {
   status: number;
   headers?: Record<string, string>;
   body?: Record<string, unknown>;
-  /** Runs right after the answer is written: listeners never delay the service's 200. */
-  afterResponse?: () => void;
+  /**
+   * Runs right after the answer is written: listeners never delay the service's 200. May return a promise
+   * of the work it started (verification, delivery), which never rejects.
+   */
+  afterResponse?: () => unknown;
 }
 
 const ALLOW = 'GET, HEAD, POST';
