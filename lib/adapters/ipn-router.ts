@@ -10,6 +10,19 @@ import { createFetchHandler, type FetchContext } from './fetch-handler.js';
 export type { CustomDataOf };
 
 /**
+ * Where a router keeps its core, for the adapters of other entry points (`ipn-kit/fastify`). A registered
+ * symbol: a router made by the CommonJS build still works with the ESM build of the adapter.
+ */
+const CORE = Symbol.for('ipn-kit.core');
+
+/** The core of a router made by {@link ipnRouter}; a `TypeError` for anything else (a programmer error). */
+export function coreOf(router: unknown, who: string): IpnCore<unknown> {
+  const core = (router as { [CORE]?: IpnCore<unknown> } | null | undefined)?.[CORE];
+  if (core === undefined) throw new TypeError(`${who} needs the router ipnRouter() made: { router: ipn }`);
+  return core;
+}
+
+/**
  * A request handler that Express (4 or 5) mounts with `app.use(path, ipn)`, and that `http.createServer(ipn)`
  * takes as it is. Also a typed event emitter.
  */
@@ -74,5 +87,6 @@ export function ipnRouter<S extends z.core.$ZodType | undefined = undefined>(
     close,
     metrics,
   });
+  Object.defineProperty(router, CORE, { value: core });
   return router;
 }
