@@ -16,6 +16,8 @@ export interface Mounted {
  * the documented answer and event, and a JSON object is read whatever its label.
  */
 export function describeFramework(name: string, mount: (ipn: IpnRouter) => Promise<Mounted>): void {
+  // The tests wait on events, never on a timer; a loaded CI machine may take its time to deliver them.
+  jest.setTimeout(30_000);
   describe(`${name}: the IPN route through a real server`, () => {
     let provider: FakeProvider;
     let ipn: IpnRouter;
@@ -57,8 +59,8 @@ export function describeFramework(name: string, mount: (ipn: IpnRouter) => Promi
       });
       const { transactionId, delivered } = paid;
       const report = await delivered;
-      await until(() => recorder.count('successful') === 1, 'the verified payment');
-      await until(() => recorder.count('duplicate') === 2, 'both resends');
+      await until(() => recorder.count('successful') === 1, 'the verified payment', 20_000);
+      await until(() => recorder.count('duplicate') === 2, 'both resends', 20_000);
 
       expect(report.statuses).toEqual([200, 200, 200]);
       expect(recorder.of('successful')).toEqual([
@@ -70,7 +72,7 @@ export function describeFramework(name: string, mount: (ipn: IpnRouter) => Promi
 
     test('a forged notification under verify answers 200 and emits rejected, never successful', async () => {
       const status = await provider.forge({ ipnUrl: mounted.ipnUrl, customData: 'order-2' });
-      await until(() => recorder.count('rejected') === 1, 'the rejection');
+      await until(() => recorder.count('rejected') === 1, 'the rejection', 20_000);
 
       expect(status).toBe(200);
       expect(recorder.of('rejected')[0]).toMatchObject({
@@ -101,7 +103,7 @@ export function describeFramework(name: string, mount: (ipn: IpnRouter) => Promi
       const body = JSON.stringify({ transaction_id: 'TXT.1', state: 'SUCCESSFUL', custom_data: 'o' });
 
       const response = await post(body, 'text/plain');
-      await until(() => recorder.count('rejected') === 1, 'the rejection');
+      await until(() => recorder.count('rejected') === 1, 'the rejection', 20_000);
 
       expect(response.status).toBe(200);
       expect(recorder.count('invalid')).toBe(0);

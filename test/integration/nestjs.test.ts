@@ -11,6 +11,8 @@ import { until } from '../helpers/until.js';
  */
 
 const root = join(__dirname, '../..');
+// Each test waits on the app's output (never on a timer); a loaded CI machine may take its time.
+jest.setTimeout(60_000);
 
 interface Line {
   event: string;

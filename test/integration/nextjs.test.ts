@@ -15,6 +15,8 @@ import { until } from '../helpers/until.js';
 
 const root = join(__dirname, '../..');
 const BUILD_TIMEOUT = 10 * 60_000;
+// Each test waits on the app's output (never on a timer); a loaded CI machine may take its time.
+jest.setTimeout(60_000);
 
 /** Why Next.js cannot build here, or undefined when it can: the package and its native compiler. */
 function missing(): string | undefined {
