@@ -48,6 +48,8 @@ export function createSafeEmitter<C>(
   const emitter = new EventEmitter();
   /** Set while `emitAndWait` emits: each listener called adds whether it succeeded. */
   let collecting: Array<Promise<boolean>> | undefined;
+  /** Set while `track` runs: only the promises listeners return matter, not a count of listeners. */
+  let pendingOnly = false;
 
   const report = (event: string, cause: unknown, payload: unknown): false => {
     const error = new ListenerError(event, cause);
@@ -76,7 +78,7 @@ export function createSafeEmitter<C>(
               (cause: unknown) => report(event, cause, payload),
             );
             outcomes?.push(settled);
-          } else outcomes?.push(Promise.resolve(true));
+          } else if (!pendingOnly) outcomes?.push(Promise.resolve(true));
         } catch (cause) {
           const failed = report(event, cause, payload);
           outcomes?.push(Promise.resolve(failed));
@@ -125,13 +127,16 @@ export function createSafeEmitter<C>(
    */
   const emitAndWait: EmitAndWait<C> = async (event, payload) => {
     const outer = collecting;
+    const outerPendingOnly = pendingOnly;
     const outcomes: Array<Promise<boolean>> = [];
     collecting = outcomes;
+    pendingOnly = false; // every listener counts here
     try {
       observe(event, payload, true);
       emitter.emit(event, payload);
     } finally {
       collecting = outer;
+      pendingOnly = outerPendingOnly;
     }
     const results = await Promise.all(outcomes);
     return { listeners: results.length, ok: results.every(Boolean) };
@@ -142,12 +147,15 @@ export function createSafeEmitter<C>(
    */
   const track = (run: () => void): Promise<void> => {
     const outer = collecting;
+    const outerPendingOnly = pendingOnly;
     const outcomes: Array<Promise<boolean>> = [];
     collecting = outcomes;
+    pendingOnly = true; // a listener that returned nothing is done: nothing to allocate for it
     try {
       run();
     } finally {
       collecting = outer;
+      pendingOnly = outerPendingOnly;
     }
     return outcomes.length === 0 ? SETTLED : Promise.all(outcomes).then(() => undefined);
   };
