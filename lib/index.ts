@@ -1,5 +1,6 @@
 export { ipnRouter } from './adapters/ipn-router.js';
 export type { IpnRouter, CustomDataOf } from './adapters/ipn-router.js';
+export type { FetchContext, FetchHandler } from './adapters/fetch-handler.js';
 export type { IpnEmitter } from './delivery/safe-emitter.js';
 export type {
   StandardSchemaV1,

@@ -7,8 +7,22 @@ import type { IpnMetrics } from '../observability/metrics.js';
 import type { Options } from '../config/options.js';
 import { createIpnCore, type CustomDataOf, type IpnCore } from '../router/ipn-core.js';
 import { createNodeHandler, type NodeHandler } from './node-handler.js';
+import { createFetchHandler, type FetchContext } from './fetch-handler.js';
 
 export type { CustomDataOf };
+
+/**
+ * Where a router keeps its core, for the adapters of other entry points (`ipn-kit/fastify`). A registered
+ * symbol: a router made by the CommonJS build still works with the ESM build of the adapter.
+ */
+const CORE = Symbol.for('ipn-kit.core');
+
+/** The core of a router made by {@link ipnRouter}; a `TypeError` for anything else (a programmer error). */
+export function coreOf(router: unknown, who: string): IpnCore<unknown> {
+  const core = (router as { [CORE]?: IpnCore<unknown> } | null | undefined)?.[CORE];
+  if (core === undefined) throw new TypeError(`${who} needs the router ipnRouter() made: { router: ipn }`);
+  return core;
+}
 
 /**
  * A request handler that Express (4 or 5) mounts with `app.use(path, ipn)`, and that `http.createServer(ipn)`
@@ -37,6 +51,19 @@ export interface IpnRouter<C = undefined> extends IpnEmitter<C>, NodeHandler {
   sweep(): Promise<SweepResult>;
   /** The inbox, for admin tools (`delivery: 'at-least-once'` only; otherwise each call rejects `IPN_NOT_DURABLE`). */
   readonly inbox: Inbox;
+  /**
+   * The same endpoint as a Web-standard handler: a WHATWG `Request` in, a `Response` out, with the same
+   * statuses, bodies and events. For a Next.js App Router route handler, Hono, Deno, Bun, Cloudflare
+   * Workers and any fetch-style server. On a platform that freezes the function once the response is
+   * returned, pass its `waitUntil` (Next.js `after`), so the work after the 200 (verification, your
+   * listeners, at-least-once bookkeeping) can finish. Never rejects. Needs no `this`: `POST = ipn.fetch`.
+   *
+   * @example
+   * // app/api/ipn/route.ts
+   * import { after } from 'next/server';
+   * export const POST = (req: Request) => ipn.fetch(req, { waitUntil: after });
+   */
+  fetch(request: Request, context?: FetchContext): Promise<Response>;
   /** What the router has counted so far (received, duplicates, emitted by state, errors, ...): a copy. */
   metrics(): IpnMetrics;
   /** Stops pending retries and recovery and closes the store (when it has a `close`). Call it on shutdown. */
@@ -69,6 +96,7 @@ export function ipnRouter<S extends StandardSchemaV1 | undefined = undefined>(
   const core = createIpnCore(options, () => router);
   const { methods, reconcile, expect, sweep, inbox, metrics, close } = core;
   const router: IpnRouter<C> = Object.assign(createNodeHandler(core as IpnCore<unknown>), methods, {
+    fetch: createFetchHandler(core as IpnCore<unknown>),
     reconcile,
     expect,
     sweep,
@@ -76,5 +104,6 @@ export function ipnRouter<S extends StandardSchemaV1 | undefined = undefined>(
     close,
     metrics,
   });
+  Object.defineProperty(router, CORE, { value: core });
   return router;
 }

@@ -148,7 +148,7 @@ function send(
   }
   // Events run even if the answer could not be written: a claimed notification must still be delivered.
   try {
-    outcome.afterResponse?.();
+    void outcome.afterResponse?.(); // its promise never rejects, and nothing here waits for it
   } catch (cause) {
     onFailure(cause);
   }

@@ -102,15 +102,16 @@ export function createDelivery<C>(
     if (durably) after(0, durably.recover);
   };
 
-  function dispatch(n: IpnNotification, leaseId: string): void {
-    if (durably) detach(durably.deliver(keyOf(n), n, leaseId, 1));
-    else if (verifying) verifying.start(n);
-    else context.emitNow(n);
+  /** Resolves when the first attempt has settled, listeners included (for a `waitUntil`); never rejects. */
+  function dispatch(n: IpnNotification, leaseId: string): Promise<void> {
+    if (durably) return detach(durably.deliver(keyOf(n), n, leaseId, 1));
+    if (verifying) return verifying.start(n);
+    return context.emitNow(n);
   }
 
   async function settleReconciled(record: IpnNotification, key: string, leaseId: string): Promise<boolean> {
     if (durably) return durably.deliver(key, record, leaseId, 1);
-    context.emitNow(record);
+    void context.emitNow(record); // reconcile resolves at once, as before: listeners are not awaited
     return true;
   }
 
@@ -123,7 +124,7 @@ export function createDelivery<C>(
     const lease = { id: randomUUID(), ms: leaseMs };
     const claimed = await claimer.claim(
       key,
-      () => detach(settleReconciled(record, key, lease.id)),
+      () => void detach(settleReconciled(record, key, lease.id)),
       durable && (() => durable.receive(key, toRecord(record), lease)),
     );
     if (claimed instanceof StoreError) throw claimed;
@@ -147,7 +148,7 @@ export function createDelivery<C>(
       const late = (): void => {
         // Answered 503, but the claim went through after all: ours to deliver, or it would be lost.
         logger.warn(identify(n), 'IPN claim landed after storeTimeout: delivered late');
-        dispatch(n, leaseId);
+        void dispatch(n, leaseId);
       };
       const receive = durable && (() => durable.receive(key, toRecord(n), { id: leaseId, ms: leaseMs }));
       const claimed = await claimer.claim(key, late, receive);

@@ -42,6 +42,9 @@ export interface IpnEmitter<C = undefined> {
 /** Emits an event to every listener, each isolated; answers whether there was any. */
 export type Emit<C> = <E extends Name<C>>(event: E, payload: Parameters<Events<C>[E]>[0]) => boolean;
 
+/** Runs code that emits; resolves once every listener it called has settled. Never rejects. */
+export type Track = (run: () => void) => Promise<void>;
+
 /**
  * Emits, then waits for every listener: how many ran, whether all of them succeeded, and each failure. The
  * failures are not reported (no `error` event, no log line): the caller reports the attempt once.
@@ -66,6 +69,8 @@ export function createSafeEmitter<C>(
   const emitter = new EventEmitter();
   /** Set while `emitAndWait` emits: each listener called adds its failure, or `undefined` when it succeeded. */
   let collecting: Array<Promise<ListenerError | undefined>> | undefined;
+  /** Set while `track` runs: only the promises listeners return matter, and failures are reported here. */
+  let pendingOnly = false;
 
   const report = (event: string, cause: unknown, payload: unknown): void => {
     try {
@@ -97,10 +102,11 @@ export function createSafeEmitter<C>(
       (payload: unknown): void => {
         if (once) emitter.off(event, wrapped);
         const outcomes = collecting;
+        const tracking = pendingOnly;
         // Awaited (an at-least-once attempt): the failure goes back to the caller, which reports the attempt
-        // once; otherwise it is reported here.
+        // once; otherwise (tracked for a `waitUntil`, or not awaited) it is reported here.
         const fail = (cause: unknown): ListenerError | undefined => {
-          if (outcomes) return new ListenerError(event, cause);
+          if (outcomes && !tracking) return new ListenerError(event, cause);
           report(event, cause, payload);
           return undefined;
         };
@@ -109,7 +115,7 @@ export function createSafeEmitter<C>(
           if (isThenable(result)) {
             const settled = Promise.resolve(result).then(() => undefined, fail);
             outcomes?.push(settled);
-          } else outcomes?.push(Promise.resolve(undefined));
+          } else if (!tracking) outcomes?.push(Promise.resolve(undefined));
         } catch (cause) {
           const failure = fail(cause);
           outcomes?.push(Promise.resolve(failure));
@@ -194,20 +200,43 @@ export function createSafeEmitter<C>(
    */
   const emitAndWait: EmitAndWait<C> = async (event, payload) => {
     const outer = collecting;
+    const outerPendingOnly = pendingOnly;
     const outcomes: Array<Promise<ListenerError | undefined>> = [];
     collecting = outcomes;
+    pendingOnly = false; // every listener counts here
     try {
       observe(event, payload, true);
       emitter.emit(event, payload);
     } finally {
       collecting = outer;
+      pendingOnly = outerPendingOnly;
     }
     const results = await Promise.all(outcomes);
     const failures = results.filter((failure): failure is ListenerError => failure !== undefined);
     return { listeners: results.length, ok: failures.length === 0, failures };
   };
-  return { methods, emit, emitAndWait };
+  /**
+   * Runs `run` (which emits) and resolves once every listener it called has settled, the promises they
+   * returned included. Never rejects: a listener's failure is reported as usual. For a `waitUntil`.
+   */
+  const track = (run: () => void): Promise<void> => {
+    const outer = collecting;
+    const outerPendingOnly = pendingOnly;
+    const outcomes: Array<Promise<ListenerError | undefined>> = [];
+    collecting = outcomes;
+    pendingOnly = true; // a listener that returned nothing is done: nothing to allocate for it
+    try {
+      run();
+    } finally {
+      collecting = outer;
+      pendingOnly = outerPendingOnly;
+    }
+    return outcomes.length === 0 ? SETTLED : Promise.all(outcomes).then(() => undefined);
+  };
+  return { methods, emit, emitAndWait, track };
 }
+
+const SETTLED: Promise<void> = Promise.resolve();
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === 'function';

@@ -54,7 +54,7 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
     if (context.isClosed() || pending.get(key) !== entry) return;
     if (verdict.kind === 'confirmed') {
       pending.delete(key);
-      emitNow(n);
+      await emitNow(n);
     } else if (verdict.kind === 'rejected') {
       pending.delete(key);
       reject(verdict.event);
@@ -66,7 +66,7 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
           { transaction_id: n.transaction_id, state: n.state },
           'delivered the service record instead',
         );
-        emitNow(genuine);
+        await emitNow(genuine);
       }
     } else if (attempt < options.verifyAttempts) {
       entry.notFoundAt = verdict.notFoundAt ?? entry.notFoundAt;
@@ -103,8 +103,11 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
     unreserve,
     /** How many notifications are being verified, or reserved. */
     size: (): number => pending.size + reservations,
-    /** Verifies a notification just accepted, then emits it (or `rejected`, or `error`). */
-    start(n: IpnNotification): void {
+    /**
+     * Verifies a notification just accepted, then emits it (or `rejected`, or `error`). Resolves when the
+     * first attempt and its listeners have settled (a retry is scheduled for later); never rejects.
+     */
+    start(n: IpnNotification): Promise<void> {
       const key = keyOf(n);
       unreserve(key);
       if (context.isClosed()) {
@@ -112,11 +115,11 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
         void release(key);
         const why = 'the router was closed before it could verify it';
         report(new VerificationError(n.transaction_id, 0, why), n);
-        return;
+        return Promise.resolve();
       }
       const entry: Pending = { notification: n, arrivedAt: statusClock() };
       pending.set(key, entry);
-      detach(verify(entry, 1));
+      return detach(verify(entry, 1));
     },
     /**
      * On shutdown: every notification still awaiting verification is reported (`error` with it) and its key

@@ -26,6 +26,12 @@ export interface IpnCore<C> {
   readonly failure: (cause: unknown) => IpnOutcome;
   /** Reports a failure of the transport (writing the answer, an `afterResponse` that threw) as `error`. */
   readonly onFailure: (cause: unknown) => void;
+  /**
+   * Runs an outcome's `afterResponse` and resolves once the work it started has settled: verification,
+   * the listeners and the promises they return, the store's bookkeeping (retries scheduled for later
+   * excepted). Never rejects. What a serverless adapter hands to the platform's `waitUntil`.
+   */
+  readonly afterResponse: (outcome: IpnOutcome) => Promise<void>;
   readonly reconcile: (transactionId: string) => Promise<ReconcileResult>;
   readonly expect: (transactionId: string, expectation?: ExpectOptions) => Promise<void>;
   readonly sweep: () => Promise<SweepResult>;
@@ -48,13 +54,13 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
   const verifier = resolved.verify as { stats?: unknown } | undefined;
   const metrics = createMetrics(() => verifier?.stats);
   // Every event is counted on its way out: the counters need no listener of their own.
-  const { methods, emit, emitAndWait } = createSafeEmitter<C>(
+  const { methods, emit, emitAndWait, track } = createSafeEmitter<C>(
     resolved.logger,
     self,
     metrics.count,
     !resolved.logCustomerData,
   );
-  const pipeline = createIpnPipeline<C>(resolved, { emit, emitAndWait }, metrics);
+  const pipeline = createIpnPipeline<C>(resolved, { emit, emitAndWait, track }, metrics);
 
   // A bug of ours, not bad input: log it and report it as an `error` event.
   const internal = (cause: unknown): IpnKitError => {
@@ -82,13 +88,28 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
       return failure(cause);
     }
   };
+  const onFailure = (cause: unknown): void => {
+    emit('error', { error: internal(cause) });
+  };
+  const afterResponse = async (outcome: IpnOutcome): Promise<void> => {
+    let started: unknown;
+    const listeners = track(() => {
+      try {
+        started = outcome.afterResponse?.();
+      } catch (cause) {
+        onFailure(cause);
+      }
+    });
+    await Promise.all([listeners, started]);
+  };
   const { reconcile, expect, sweep, inbox, close } = pipeline;
   return {
     options: resolved,
     methods,
     handle,
     failure,
-    onFailure: (cause) => emit('error', { error: internal(cause) }),
+    onFailure,
+    afterResponse,
     reconcile,
     expect,
     sweep,

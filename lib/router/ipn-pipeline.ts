@@ -37,8 +37,11 @@ export interface IpnOutcome {
   status: number;
   headers?: Record<string, string>;
   body?: Record<string, unknown>;
-  /** Runs right after the answer is written: listeners never delay the service's 200. */
-  afterResponse?: () => void;
+  /**
+   * Runs right after the answer is written: listeners never delay the service's 200. May return a promise
+   * of the work it started (verification, delivery), which never rejects.
+   */
+  afterResponse?: () => unknown;
 }
 
 const ALLOW = 'GET, HEAD, POST';
@@ -217,7 +220,8 @@ export function createIpnPipeline<C>(
     if ('status' in parsed) return parsed;
     if (!parsed.ok) {
       const { reason, message, issues, received } = parsed;
-      return reject({ reason, status: 400, message, issues, received });
+      const status = reason === 'unsupported_media_type' ? 415 : 400;
+      return reject({ reason, status, message, issues, received });
     }
     const refused = await authenticated(request, parsed);
     if (refused) return refused;

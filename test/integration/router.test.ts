@@ -356,18 +356,48 @@ describe.each(EXPRESS_VERSIONS)('the IPN router under %s', (_version, express) =
     expect((await post(uniquePayload())).status).toBe(200);
   });
 
-  test.each([['multipart/form-data; boundary=x'], ['text/plain'], ['application/xml']])(
-    'a content type that cannot carry the record (%s) answers 415',
-    async (contentType) => {
-      const response = await request(running.url).post('/ipn').set('Content-Type', contentType).send('--x--');
+  test.each([
+    ['multipart/form-data; boundary=x', '--x--'],
+    ['text/plain', '--x--'],
+    ['application/xml', '<ipn/>'],
+    ['application/json; charset=foo-bar', '{}'],
+  ])('a body that cannot carry the record (%s, %s) answers 415', async (contentType, body) => {
+    const response = await request(running.url).post('/ipn').set('Content-Type', contentType).send(body);
 
-      expect(response.status).toBe(415);
-      expect(response.body.error).toBe('unsupported_media_type');
-      expect(recorder.of('invalid')).toEqual([
-        expect.objectContaining({ reason: 'unsupported_media_type', status: 415 }),
-      ]);
-    },
-  );
+    expect(response.status).toBe(415);
+    expect(response.body.error).toBe('unsupported_media_type');
+    expect(recorder.of('invalid')).toEqual([
+      expect.objectContaining({ reason: 'unsupported_media_type', status: 415 }),
+    ]);
+  });
+
+  test.each([
+    ['text/plain'],
+    ['text/plain; charset=utf-8'],
+    ['application/octet-stream'],
+    ['application/x-www-form-urlencoded'],
+    ['text/html'],
+  ])('a JSON object labelled %s is read as JSON: 200, then its resend is a duplicate', async (type) => {
+    const payload = uniquePayload();
+    const send = () =>
+      request(running.url).post('/ipn').set('Content-Type', type).send(JSON.stringify(payload));
+
+    const first = await send();
+    const resend = await send();
+
+    expect([first.status, resend.status]).toEqual([200, 200]);
+    expect(resend.body).toEqual({ ok: true, duplicate: true });
+    expect(recorder.names()).toEqual(['notification', 'successful', 'duplicate']);
+    expect(recorder.of('successful')[0]).toMatchObject({ transaction_id: payload.transaction_id });
+  });
+
+  test('a broken JSON object labelled text/plain answers 400 malformed_body, as under application/json', async () => {
+    const response = await request(running.url).post('/ipn').set('Content-Type', 'text/plain').send('{"a":');
+
+    expect(response.status).toBe(400);
+    expect(response.body.error).toBe('malformed_body');
+    expect(recorder.of('invalid')).toEqual([expect.objectContaining({ reason: 'malformed_body' })]);
+  });
 
   test('an unsupported content encoding answers 415', async () => {
     const response = await request(running.url)

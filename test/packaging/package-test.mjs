@@ -74,7 +74,7 @@ try {
       'dist/cjs/index.d.ts',
       'dist/esm/index.js',
       'dist/esm/index.d.ts',
-      ...['redis', 'postgres', 'testing', 'prometheus', 'admin'].flatMap((entry) => [
+      ...['redis', 'postgres', 'testing', 'prometheus', 'admin', 'fastify'].flatMap((entry) => [
         `dist/cjs/${entry}.js`,
         `dist/esm/${entry}.js`,
         `dist/cjs/${entry}.d.ts`,
@@ -193,18 +193,77 @@ if (events.join() !== 'order-1,rejected:not_found') { console.error(events); pro
     run('node', ['kit.mjs'], app);
   });
 
+  check('ipn-kit/fastify loads from CommonJS and ESM with no Fastify installed', () => {
+    writeFileSync(
+      join(app, 'fastify-entry.cjs'),
+      `const { ipnPlugin } = require('ipn-kit/fastify');
+if (typeof ipnPlugin !== 'function') process.exit(1);`,
+    );
+    run('node', ['fastify-entry.cjs'], app);
+    writeFileSync(
+      join(app, 'fastify-entry.mjs'),
+      "import { ipnPlugin } from 'ipn-kit/fastify';\nif (typeof ipnPlugin !== 'function') process.exit(1);",
+    );
+    run('node', ['fastify-entry.mjs'], app);
+  });
+
+  check('the core pulls in no database driver and no framework', () => {
+    const installed = readdirSync(join(app, 'node_modules'));
+    const unwanted = [
+      'ioredis',
+      'redis',
+      'pg',
+      '@redis',
+      'fastify',
+      'next',
+      'react',
+      'hono',
+      '@hono',
+      '@nestjs',
+    ];
+    const found = installed.filter((name) => unwanted.includes(name));
+    if (found.length > 0) throw new Error(`installed with ipn-kit: ${found.join(', ')}`);
+  });
+
+  check(
+    'ipn-kit/fastify serves a notification in a real Fastify app (the ESM build with a CommonJS router)',
+    () => {
+      // The user's Fastify: ours, linked in (Node resolves its own dependencies from where it really is).
+      mkdirSync(join(app, 'node_modules'), { recursive: true });
+      symlinkSync(join(root, 'node_modules/fastify'), join(app, 'node_modules/fastify'), 'dir');
+      writeFileSync(
+        join(app, 'fastify-app.mjs'),
+        `import Fastify from 'fastify';
+import { createRequire } from 'node:module';
+import { ipnPlugin } from 'ipn-kit/fastify';
+const { ipnRouter } = createRequire(import.meta.url)('ipn-kit');
+const ipn = ipnRouter();
+let events = 0;
+ipn.on('successful', () => { events += 1; });
+const fastify = Fastify();
+fastify.addContentTypeParser('text/plain', (_req, _payload, done) => done(new Error('host parser')));
+await fastify.register(ipnPlugin, { prefix: '/ipn', router: ipn });
+const url = (await fastify.listen({ port: 0, host: '127.0.0.1' })) + '/ipn';
+const body = JSON.stringify({ transaction_id: 'EFB.001158', state: 'SUCCESSFUL', custom_data: 'o-1' });
+const first = await fetch(url, { method: 'POST', headers: { 'content-type': 'text/plain' }, body });
+const again = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+await fastify.close();
+if (first.status !== 200 || again.status !== 200 || events !== 1) {
+  console.error('unexpected', first.status, again.status, events);
+  process.exit(1);
+}
+`,
+      );
+      run('node', ['fastify-app.mjs'], app);
+    },
+  );
+
   check('npx ipn-kit runs the CLI', () => {
     const help = run(join(app, 'node_modules/.bin/ipn-kit'), ['--help'], app);
     if (!help.includes('ipn-kit send <url>')) throw new Error(`unexpected help:\n${help}`);
     const version = run(join(app, 'node_modules/.bin/ipn-kit'), ['--version'], app).trim();
     const { version: expected } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
     if (version !== expected) throw new Error(`--version printed ${version}, not ${expected}`);
-  });
-
-  check('the core pulls in no database driver', () => {
-    const installed = readdirSync(join(app, 'node_modules'));
-    const drivers = installed.filter((name) => ['ioredis', 'redis', 'pg', '@redis'].includes(name));
-    if (drivers.length > 0) throw new Error(`installed with ipn-kit: ${drivers.join(', ')}`);
   });
 
   check(
@@ -214,6 +273,9 @@ if (events.join() !== 'order-1,rejected:not_found') { console.error(events); pro
 import { RedisStore } from 'ipn-kit/redis';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { createFakeProvider } from 'ipn-kit/testing';
+import type { IpnPluginOptions } from 'ipn-kit/fastify';
+export const pluginOptions: IpnPluginOptions | undefined = undefined;
+export const handle = (request: Request): Promise<Response> => ipnRouter().fetch(request, { waitUntil: () => {} });
 export const stores = [RedisStore, PostgresStore, createFakeProvider, createStatusClient];
 const ipn = ipnRouter({ store: new MemoryStore() });
 ipn.on('successful', (n) => { const state: 'SUCCESSFUL' = n.state; const amount: number | null = n.amount; void [state, amount]; });

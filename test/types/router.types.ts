@@ -8,6 +8,7 @@ import express4 from 'express4';
 import { z } from 'zod';
 import * as zm from 'zod/mini';
 import { ipnRouter, MemoryStore, type IpnNotification, type Store } from '../../lib/index.js';
+import type { IpnPluginOptions } from '../../lib/fastify.js';
 
 const ipn = ipnRouter({ customData: z.object({ orderId: z.string() }) });
 
@@ -113,3 +114,20 @@ void ipn.expect('EFB.001158', { amount: '5000' });
 ipnRouter({ authenticate: ({ rawBody, headers, token }) => rawBody !== undefined && !!headers.x && !!token });
 // @ts-expect-error authenticate answers a boolean
 ipnRouter({ authenticate: () => 'yes' });
+
+// The Web-standard handler: a Request in, a Response out; any platform's waitUntil fits.
+const handled: Promise<Response> = ipnRouter().fetch(new Request('https://shop.example/ipn'), {
+  waitUntil: (promise: Promise<unknown>) => void promise,
+});
+void handled;
+// @ts-expect-error a Request, not a URL string
+void ipnRouter().fetch('https://shop.example/ipn');
+// @ts-expect-error waitUntil takes a promise
+void ipnRouter().fetch(new Request('https://shop.example/ipn'), { waitUntil: (ms: number) => ms });
+
+// The Fastify plugin takes the router itself.
+const pluginOptions: IpnPluginOptions = { router: ipnRouter() };
+void pluginOptions;
+// @ts-expect-error router is required
+const noRouter: IpnPluginOptions = {};
+void noRouter;

@@ -401,3 +401,45 @@ describe('createSafeEmitter', () => {
     });
   });
 });
+
+describe('track', () => {
+  test('resolves once every listener the emits called has settled, the promises they returned included', async () => {
+    const logger = { debug: jest.fn(), info: jest.fn(), warn: jest.fn(), error: jest.fn() } satisfies Logger;
+    const { methods, emit, track } = createSafeEmitter<undefined>(logger, () => undefined);
+    let finish: () => void = () => {};
+    const done: string[] = [];
+    methods.on('successful', async () => {
+      await new Promise<void>((resolve) => (finish = resolve));
+      done.push('slow');
+    });
+    methods.on('successful', () => void done.push('sync'));
+    let settled = false;
+
+    const tracked = track(() => emit('successful', notification as never)).then(() => (settled = true));
+    await tick();
+    expect([settled, done]).toEqual([false, ['sync']]);
+    finish();
+    await tracked;
+
+    expect(done).toEqual(['sync', 'slow']);
+  });
+
+  test('never rejects: a listener that rejects is reported as error, and track still resolves', async () => {
+    const logger = { debug: jest.fn(), info: jest.fn(), warn: jest.fn(), error: jest.fn() } satisfies Logger;
+    const { methods, emit, track } = createSafeEmitter<undefined>(logger, () => undefined);
+    const errors: unknown[] = [];
+    methods.on('error', (e) => void errors.push(e.error));
+    methods.on('failed', () => Promise.reject(new Error('ledger down')));
+
+    await expect(track(() => emit('failed', other as never))).resolves.toBeUndefined();
+
+    expect(errors).toEqual([expect.any(ListenerError)]);
+  });
+
+  test('resolves at once when no listener ran', async () => {
+    const logger = { debug: jest.fn(), info: jest.fn(), warn: jest.fn(), error: jest.fn() } satisfies Logger;
+    const { track } = createSafeEmitter<undefined>(logger, () => undefined);
+
+    await expect(track(() => {})).resolves.toBeUndefined();
+  });
+});
