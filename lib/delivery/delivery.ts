@@ -220,12 +220,18 @@ export function createDelivery<C>(
   };
 }
 
-/** `source`, whose every query fails as a retryable `StatusQueryError` after `ms` without an answer. */
+/**
+ * `source`, whose every query fails as a retryable `StatusQueryError` after `ms` without an answer. The
+ * query's options (`since`) are passed on: without them a cached answer older than the notification (a
+ * not-found, a FAILED) would be taken for a fresh one, and condemn it.
+ */
 function timeLimited(source: StatusSource, ms: number): StatusSource {
   return {
-    getStatus: (id) =>
+    getStatus: (id, options) =>
       within(
-        Promise.resolve().then(() => source.getStatus(id)),
+        Promise.resolve().then(() =>
+          options === undefined ? source.getStatus(id) : source.getStatus(id, options),
+        ),
         ms,
         () => {
           const message = `the status source did not answer about ${id} within ${ms} ms (verifyTimeout)`;

@@ -197,14 +197,19 @@ export function createFleetGuard(options: FleetGuardOptions) {
       }
       const locked = await call('lock', () => shared.lock(id, token, lockMs));
       if (locked === UNREACHABLE) return query();
-      if (locked) return askHoldingLock(id, token, query);
+      if (locked) return askHoldingLock(id, token, query, since);
       // Another instance is asking: its answer lands in the cache, or its lock lapses and this one asks.
       if (now() > deadline) return query();
       await sleep(POLL_MS);
     }
   }
 
-  async function askHoldingLock(id: string, token: string, query: () => Promise<StatusRecord>) {
+  async function askHoldingLock(
+    id: string,
+    token: string,
+    query: () => Promise<StatusRecord>,
+    since: number | undefined,
+  ) {
     const at = now();
     const share = async (answer: StatusRecord | TransactionNotFoundError, ttlMs: number) => {
       const text = encode(answer, at);
@@ -212,10 +217,16 @@ export function createFleetGuard(options: FleetGuardOptions) {
     };
     try {
       // The holder before this one may have cached its answer and freed the lock between this instance's
-      // read and its lock: read again under the lock, or the same id is asked twice.
+      // read and its lock: read again under the lock, or the same id is asked twice. Under the same rules
+      // as the first read: an answer older than `since` is never taken for a newer one.
       const cached = await call('read', () => shared.read(id));
       const entry = cached === UNREACHABLE || cached === undefined ? undefined : decode(id, cached);
-      if (entry !== undefined) return settleWith(stampSentAt(entry.answer, entry.at));
+      if (entry !== undefined && (since === undefined || entry.at > since))
+        return settleWith(stampSentAt(entry.answer, entry.at));
+      if (entry !== undefined && now() - entry.at < minIntervalMs) {
+        counts.refused += 1;
+        throw new StatusRateLimitError(id, 'interval', entry.at + minIntervalMs - now());
+      }
       const record = await query();
       await share(record, isLasting(record) ? shared.finalTtlMs : minIntervalMs);
       return record;

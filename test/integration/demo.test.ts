@@ -89,12 +89,16 @@ describe('the demo (npm start)', () => {
       );
     });
     expect(code).toBe(0);
-    // The default logger is loud: the three requests the demo stages to be refused are warned about, no more.
+    // The default logger is loud: the four requests the demo stages to be refused are warned about, no more
+    // (the second scene's forged copy, rejected by its expectation, is the fourth).
     const warnings = stderr.trimEnd().split('\n').sort();
     expect(warnings).toEqual([
       expect.stringMatching(/^\[ipn-kit\] WARN rejected an IPN request: malformed_body /),
+      expect.stringMatching(
+        /^\[ipn-kit\] WARN the notification of \S+ contradicts its expectation in amount/,
+      ),
       expect.stringMatching(/^\[ipn-kit\] WARN the notification of \S+ differs from the service's record /),
-      expect.stringMatching(/^\[ipn-kit\] WARN the payment service does not know transaction \S+: /),
+      expect.stringMatching(/^\[ipn-kit\] WARN the payment service does not know transaction \S+, twice: /),
     ]);
     expect(stdout).toMatch(/^order-1001\s+5,000\s+paid\s+1\s+EFB\.001158/m);
     expect(stdout).toMatch(/^order-1008\s+4,000\s+paid\s+1\s+PIX_22827811/m);

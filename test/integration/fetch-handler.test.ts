@@ -291,16 +291,21 @@ describe('ipn.fetch with waitUntil: the work after the 200 is handed to the plat
 
   test('under verify, waitUntil covers the status query: successful for a real one, rejected for a forgery', async () => {
     const real = uniquePayload();
+    // The forgery claims SUCCESSFUL for a transaction the service has as FAILED: contradicted on the first
+    // attempt. (An id the service does not know is only rejected on a later attempt, once the service has
+    // said so twice: a retry is a timer, outside the first attempt that waitUntil is given.)
+    const failed = uniquePayload({ state: 'FAILED' });
     const ipn = ipnRouter({
       logger: quiet,
-      verify: sourceOf({ [String(real.transaction_id)]: real }),
+      verify: sourceOf({ [String(real.transaction_id)]: real, [String(failed.transaction_id)]: failed }),
     });
     const recorder = recordEvents(ipn);
     const handed: Array<Promise<unknown>> = [];
     const waitUntil = (p: Promise<unknown>) => void handed.push(p);
 
     const first = await ipn.fetch(post(real), { waitUntil });
-    const forged = await ipn.fetch(post(uniquePayload({ custom_data: 'forged' })), { waitUntil });
+    const forgery = { ...failed, state: 'SUCCESSFUL', custom_data: 'forged' };
+    const forged = await ipn.fetch(post(forgery), { waitUntil });
     expect(recorder.names()).toEqual([]); // nothing emitted before the service answered
     await Promise.all(handed);
 
