@@ -13,6 +13,7 @@ export type {
   InboxEntry,
   Lease,
   Settlement,
+  DeliveryTransaction,
   ListOptions,
   StatusCounts,
 } from './stores/store.js';
@@ -35,6 +36,9 @@ export { ipnUrl } from './pipeline/ipn-url.js';
 export type {
   IpnEvents,
   IpnEventName,
+  AttemptInfo,
+  ListenerContext,
+  ListenerContextOf,
   Notification,
   CustomDataFields,
   InvalidEvent,

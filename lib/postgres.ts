@@ -5,4 +5,5 @@
  */
 export { PostgresStore } from './stores/postgres-store.js';
 export type { PostgresStoreOptions, PgQueryable, PgQueryResult } from './stores/postgres-store.js';
+export type { PgClientOf, PgPoolClient } from './stores/postgres-transaction.js';
 export { postgresSchemaSql } from './stores/postgres-sql.js';

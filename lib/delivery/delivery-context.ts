@@ -96,11 +96,13 @@ export function createDeliveryContext<C>(
     /** Emits the notification's events at once (at-most-once). */
     emitNow: (n: IpnNotification): void => {
       const event = toEvent(n);
+      const attempt = { key: keyOf(n), attempt: 1 };
       logger.debug(identify(n), 'IPN notification delivered');
-      emit('notification', event);
+      emit('notification', event, attempt);
       if (event.state === 'SUCCESSFUL')
-        emit('successful', event as Notification<C> & { state: 'SUCCESSFUL' });
-      else if (event.state === 'FAILED') emit('failed', event as Notification<C> & { state: 'FAILED' });
+        emit('successful', event as Notification<C> & { state: 'SUCCESSFUL' }, attempt);
+      else if (event.state === 'FAILED')
+        emit('failed', event as Notification<C> & { state: 'FAILED' }, attempt);
     },
 
     /** Stops every timer; later `after` calls do nothing. */

@@ -5,7 +5,8 @@ import { DeliveryError, IpnKitError, messageOf, StoreError, VerificationError } 
 import type { Notification } from './events.js';
 import { ipnNotificationSchema, type IpnNotification } from '../pipeline/schema.js';
 import type { Metrics } from '../observability/metrics.js';
-import type { DurableStore } from '../stores/store.js';
+import type { Attempt as Context } from './safe-emitter.js';
+import type { DeliveryTransaction, DurableStore } from '../stores/store.js';
 import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
 
 /** How an attempt ended: `later` is a verification that could not be made yet. */
@@ -29,15 +30,15 @@ export function createDurableDelivery<C>(
   let recovering = false;
 
   /** Emits and waits for every listener: delivered only when at least one ran and none failed. */
-  async function emitAndSettle(n: IpnNotification): Promise<Attempt> {
+  async function emitAndSettle(n: IpnNotification, context: Context): Promise<Attempt> {
     const event = toEvent(n);
     const own =
       event.state === 'SUCCESSFUL'
-        ? emitAndWait('successful', event as Notification<C> & { state: 'SUCCESSFUL' })
+        ? emitAndWait('successful', event as Notification<C> & { state: 'SUCCESSFUL' }, context)
         : event.state === 'FAILED'
-          ? emitAndWait('failed', event as Notification<C> & { state: 'FAILED' })
+          ? emitAndWait('failed', event as Notification<C> & { state: 'FAILED' }, context)
           : undefined;
-    const results = await Promise.all([emitAndWait('notification', event), own]);
+    const results = await Promise.all([emitAndWait('notification', event, context), own]);
     if (results.some((result) => result?.ok === false))
       return { kind: 'failed', error: new DeliveryError(`a listener failed for ${keyOf(n)}`) };
     if (results.every((result) => (result?.listeners ?? 0) === 0)) {
@@ -48,12 +49,14 @@ export function createDurableDelivery<C>(
     return { kind: 'delivered' };
   }
 
-  async function attempt(n: IpnNotification): Promise<Attempt> {
+  /** Verifies, then (in the store's transaction, when it opens one) emits to every listener. */
+  async function attempt(n: IpnNotification, context: Context, tx: TransactionHolder): Promise<Attempt> {
     if (options.verify) {
       const verdict = await verifyNotification(options.verify, n);
       if (verdict.kind !== 'confirmed') return verdict;
     }
-    return emitAndSettle(n);
+    const db = (await tx.open())?.db;
+    return emitAndSettle(n, db === undefined ? context : { ...context, db });
   }
 
   /** One attempt at `n`, held by `leaseId`; resolves whether it was delivered. Never rejects. */
@@ -65,18 +68,28 @@ export function createDurableDelivery<C>(
   ): Promise<boolean> {
     metrics?.attempt();
     let result: Attempt;
+    const tx = holdTransaction(inbox, key, leaseId);
+    let abandoned = false; // the listeners may still be running: their transaction's connection is closed
     try {
-      result = await within(attempt(n), Math.floor(options.leaseMs * 0.9), key);
+      const context = { key, attempt: attempts };
+      result = await within(attempt(n, context, tx), Math.floor(options.leaseMs * 0.9), key);
     } catch (error) {
       const failure =
         error instanceof IpnKitError ? error : new DeliveryError(messageOf(error), { cause: error });
       result = { kind: 'failed', error: failure };
+      abandoned = true;
     }
     try {
       if (result.kind === 'delivered') {
-        if (await inbox.settle(key, leaseId, { status: 'delivered' })) metrics?.delivered(n.state);
+        // Transactional: the listeners' writes and the delivered mark commit together, or neither does.
+        const open = tx.current();
+        const settled = open
+          ? await open.commit()
+          : await inbox.settle(key, leaseId, { status: 'delivered' });
+        if (settled) metrics?.delivered(n.state);
         return true;
       }
+      await tx.end(abandoned); // the listeners' writes vanish with the attempt
       if (result.kind === 'rejected') {
         reject(result.event);
         await inbox.release(key); // a genuine notification of this key can still come...
@@ -148,6 +161,35 @@ export function createDurableDelivery<C>(
   context.every(options.recoveryIntervalMs, recover);
 
   return { deliver, recover };
+}
+
+/** One attempt's transaction: opened (when the store opens one) after verification, before the listeners. */
+interface TransactionHolder {
+  open(): Promise<DeliveryTransaction | undefined>;
+  current(): DeliveryTransaction | undefined;
+  /** Rolls back what was opened; one that opens later (the attempt timed out meanwhile) is closed at once. */
+  end(abandon: boolean): Promise<void>;
+}
+
+function holdTransaction(inbox: DurableStore, key: string, leaseId: string): TransactionHolder {
+  let tx: DeliveryTransaction | undefined;
+  let ended = false;
+  return {
+    async open() {
+      const opened = await inbox.begin?.(key, leaseId);
+      if (ended) {
+        await opened?.rollback(true);
+        throw new DeliveryError(`the attempt at ${key} ended before its transaction opened`);
+      }
+      tx = opened;
+      return tx;
+    },
+    current: () => tx,
+    async end(abandon) {
+      ended = true;
+      await tx?.rollback(abandon);
+    },
+  };
 }
 
 /** Rejects with a `DeliveryError` when `pending` has not settled within `ms`. */

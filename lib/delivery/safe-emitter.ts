@@ -1,33 +1,41 @@
 import { EventEmitter } from 'eventemitter3';
 import { ListenerError } from '../pipeline/errors.js';
-import type { IpnEvents } from './events.js';
+import type { AttemptInfo, IpnEvents, ListenerContext } from './events.js';
 import type { Logger } from '../observability/logger.js';
 import { loggableError } from '../observability/redact.js';
 
-type Events<C> = IpnEvents<C>;
+type Events<C, X = ListenerContext> = IpnEvents<C, X>;
 type Name<C> = keyof Events<C>;
-type Wrapped = ((payload: unknown) => void) & { listener: (...args: never[]) => unknown };
+type Wrapped = ((payload: unknown, context?: Attempt) => void) & { listener: (...args: never[]) => unknown };
+
+/** The context the router passes to listeners at run time: a `db` only inside a delivery transaction. */
+export type Attempt = AttemptInfo & { db?: unknown };
 
 /** The listener methods of an IPN router; they mirror eventemitter3's and return the router for chaining. */
-export interface IpnEmitter<C = undefined> {
-  on<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
-  addListener<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
-  once<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
-  off<E extends Name<C>>(event: E, listener?: Events<C>[E]): this;
-  removeListener<E extends Name<C>>(event: E, listener?: Events<C>[E]): this;
+export interface IpnEmitter<C = undefined, X = ListenerContext> {
+  on<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
+  addListener<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
+  once<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
+  off<E extends Name<C>>(event: E, listener?: Events<C, X>[E]): this;
+  removeListener<E extends Name<C>>(event: E, listener?: Events<C, X>[E]): this;
   removeAllListeners(event?: Name<C>): this;
-  listeners<E extends Name<C>>(event: E): Array<Events<C>[E]>;
+  listeners<E extends Name<C>>(event: E): Array<Events<C, X>[E]>;
   listenerCount(event: Name<C>): number;
   eventNames(): Array<Name<C>>;
 }
 
 /** Emits an event to every listener, each isolated; answers whether there was any. */
-export type Emit<C> = <E extends Name<C>>(event: E, payload: Parameters<Events<C>[E]>[0]) => boolean;
+export type Emit<C> = <E extends Name<C>>(
+  event: E,
+  payload: Parameters<Events<C>[E]>[0],
+  context?: Attempt,
+) => boolean;
 
 /** Emits, then waits for every listener: how many ran, and whether all of them succeeded. */
 export type EmitAndWait<C> = <E extends Name<C>>(
   event: E,
   payload: Parameters<Events<C>[E]>[0],
+  context?: Attempt,
 ) => Promise<{ listeners: number; ok: boolean }>;
 
 /**
@@ -61,12 +69,13 @@ export function createSafeEmitter<C>(
     }
     return false;
   };
-  const wrap = (event: string, listener: (payload: unknown) => unknown): Wrapped =>
+  const wrap = (event: string, listener: (payload: unknown, context?: Attempt) => unknown): Wrapped =>
     Object.assign(
-      (payload: unknown): void => {
+      (payload: unknown, context?: Attempt): void => {
         const outcomes = collecting;
         try {
-          const result = listener(payload);
+          // Only the notification events carry a context: the others' listeners get their payload alone.
+          const result = context === undefined ? listener(payload) : listener(payload, context);
           if (isThenable(result)) {
             const settled = Promise.resolve(result).then(
               () => true,
@@ -112,21 +121,21 @@ export function createSafeEmitter<C>(
     listenerCount: (event) => emitter.listenerCount(event),
     eventNames: () => emitter.eventNames() as never,
   };
-  const emit: Emit<C> = (event, payload) => {
+  const emit: Emit<C> = (event, payload, context) => {
     observe(event, payload, false);
-    return emitter.emit(event, payload);
+    return emitter.emit(event, payload, context);
   };
   /**
    * Emits, then waits for every listener (and the promise each returns). Resolves how many listeners ran
    * and whether all of them succeeded; failures are reported as usual.
    */
-  const emitAndWait: EmitAndWait<C> = async (event, payload) => {
+  const emitAndWait: EmitAndWait<C> = async (event, payload, context) => {
     const outer = collecting;
     const outcomes: Array<Promise<boolean>> = [];
     collecting = outcomes;
     try {
       observe(event, payload, true);
-      emitter.emit(event, payload);
+      emitter.emit(event, payload, context);
     } finally {
       collecting = outer;
     }

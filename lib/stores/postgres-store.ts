@@ -1,8 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { leaseMs, settleQuery, splitKey, toEntry } from './postgres-rows.js';
 import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.js';
+import { canConnect, openTransaction, type PgClientOf } from './postgres-transaction.js';
 import type {
   DeliveryStatus,
+  DeliveryTransaction,
   DurableStore,
   InboxEntry,
   Lease,
@@ -26,12 +28,15 @@ export interface PgQueryable {
 }
 
 /** Options of {@link PostgresStore}. */
-export interface PostgresStoreOptions {
+export interface PostgresStoreOptions<P extends PgQueryable = PgQueryable> {
   /**
    * Your `pg` pool (`new Pool()`). The store only runs queries through it; it never ends it. Listen to its
    * `error` event, as `pg` asks: without a listener, a dropped idle connection crashes the process. Required.
+   * At least once, each delivery attempt takes one client of it (`pool.connect()`) for its transaction, so
+   * size `max` for your concurrent deliveries plus the receives. A single `Client` works too, without
+   * transactional delivery (listeners get no `db`).
    */
-  pool: PgQueryable;
+  pool: P;
   /**
    * The inbox table: `name` or `schema.name`, of letters, digits and underscores. It is quoted, so it is
    * case-sensitive.
@@ -60,6 +65,10 @@ const UNDEFINED_TABLE = '42P01';
  * database's clock. Give it your own `pg` pool; ipn-kit loads no PostgreSQL package, and `ipn.close()` leaves
  * the pool open.
  *
+ * With `delivery: 'at-least-once'` over a `Pool`, each delivery attempt runs in a transaction: the
+ * listeners get its client as `db`, and what they write through it commits together with the `delivered`
+ * mark, or rolls back with a failed attempt (see {@link PostgresStore.begin}).
+ *
  * @example
  * import { Pool } from 'pg';
  * import { ipnRouter } from 'ipn-kit';
@@ -69,19 +78,23 @@ const UNDEFINED_TABLE = '42P01';
  * pool.on('error', (error) => logger.error(error)); // a dropped idle connection, reported instead of a crash
  * const store = new PostgresStore({ pool });
  * await store.migrate();
- * app.use('/ipn', ipnRouter({ store }));
+ * const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+ * ipn.on('successful', async (n, { db }) => {
+ *   await db.query('INSERT INTO ledger (transaction_id, amount) VALUES ($1, $2)', [n.transaction_id, n.amount]);
+ * });
+ * app.use('/ipn', ipn);
  */
-export class PostgresStore implements DurableStore {
+export class PostgresStore<P extends PgQueryable = PgQueryable> implements DurableStore {
   /** This store keeps each notification and its delivery state: the router may deliver at least once. */
   readonly durable = true as const;
   /** The table, as given. */
   readonly table: string;
-  readonly #pool: PgQueryable;
+  readonly #pool: P;
   readonly #sql: InboxSql;
 
   /** @throws TypeError when `pool` has no `query` method or `table` is not a valid name. */
-  constructor(options: Partial<PostgresStoreOptions> & Pick<PostgresStoreOptions, 'pool'>) {
-    const given = options as Partial<PostgresStoreOptions> | undefined;
+  constructor(options: Partial<PostgresStoreOptions<P>> & Pick<PostgresStoreOptions<P>, 'pool'>) {
+    const given = options as Partial<PostgresStoreOptions<P>> | undefined;
     const pool = given?.pool;
     if (typeof pool !== 'object' || pool === null || typeof Reflect.get(pool, 'query') !== 'function') {
       throw new TypeError(
@@ -143,6 +156,20 @@ export class PostgresStore implements DurableStore {
   async settle(key: string, leaseId: string, settlement: Settlement): Promise<boolean> {
     const { rowCount } = await this.#query(...settleQuery(this.#sql, key, leaseId, settlement));
     return rowCount === 1;
+  }
+
+  /**
+   * Opens the transaction of one delivery attempt held by `leaseId` (the router calls it, at least once,
+   * after verification and before the listeners): `BEGIN` on a client of the pool, which listeners get as
+   * `db`. Its `commit()` marks the entry delivered in the same transaction, only while `leaseId` still holds
+   * it (otherwise it rolls back: another attempt has the entry), then commits. So the listeners' writes and
+   * the mark land together or not at all, whatever crashes when. Resolves `undefined` when the pool hands out
+   * no clients (a single `Client`).
+   */
+  async begin(key: string, leaseId: string): Promise<DeliveryTransaction<PgClientOf<P>> | undefined> {
+    if (!canConnect(this.#pool)) return undefined;
+    const opened = await openTransaction(this.#pool, key, [this.#sql.delivered, [key, leaseId]]);
+    return opened as DeliveryTransaction<PgClientOf<P>>;
   }
 
   /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */
