@@ -43,9 +43,7 @@ describeWithService('PostgreSQL', 'exactly once on the ledger across SIGKILLs', 
   afterAll(async () => {
     finished = true;
     const started = await Promise.allSettled(launches);
-    await Promise.all(
-      started.map((start) => (start.status === 'fulfilled' ? start.value.kill('SIGKILL') : undefined)),
-    );
+    for (const start of started) if (start.status === 'fulfilled') await start.value.kill('SIGKILL');
     await pool.query(`DROP TABLE IF EXISTS ${table}, ${ledger}`);
     await pool.end();
     rmSync(folder, { recursive: true, force: true });
