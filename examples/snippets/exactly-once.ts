@@ -48,17 +48,19 @@ const kyselyOn = (db: PoolClient) =>
       pool: { connect: () => Promise.resolve(db), end: () => Promise.resolve() },
     }),
   });
+// #endregion exactly-once-kysely
 
 export function withKysely(pool: Pool) {
   const ipn = exactlyOnceRouter(pool);
+  // #region exactly-once-kysely-listener
   ipn.on('successful', async (n, { db }) => {
-    const trx = kyselyOn(db);
+    const trx = kyselyOn(db); // every query of `trx` runs inside the delivery's transaction
     await trx
       .insertInto('ledger')
       .values({ transaction_id: n.transaction_id, order_id: n.custom_data, amount: n.amount })
       .execute();
     await trx.updateTable('orders').set({ paid_at: new Date() }).where('id', '=', n.custom_data).execute();
   });
+  // #endregion exactly-once-kysely-listener
   return ipn;
 }
-// #endregion exactly-once-kysely
