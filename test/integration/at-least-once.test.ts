@@ -263,5 +263,6 @@ test('the inbox API of an at-most-once router rejects with IPN_NOT_DURABLE', asy
 });
 
 test("delivery 'at-least-once' with a store that only dedupes is a TypeError at construction", () => {
-  expect(() => ipnRouter({ delivery: 'at-least-once' })).toThrow(/needs a durable store/);
+  const dedupeOnly = { claim: () => true, release: () => {} };
+  expect(() => ipnRouter({ store: dedupeOnly, delivery: 'at-least-once' })).toThrow(/needs a durable store/);
 });
