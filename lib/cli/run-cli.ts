@@ -9,6 +9,7 @@ const USAGE = `usage:
   ipn-kit inbox show <key>
   ipn-kit inbox replay <key> | --dead
   ipn-kit inbox purge --before <ISO date>
+  (inbox: PostgreSQL at DATABASE_URL, or Redis with --redis-url URL [--prefix P])
 Run 'ipn-kit <command> --help' for details.`;
 
 /** Runs the CLI on `argv` (without `node` and the script) and resolves the exit code. */
