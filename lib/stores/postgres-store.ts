@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { leaseMs, settleQuery, splitKey, toEntry } from './postgres-rows.js';
 import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.js';
+import { createBatcher } from './postgres-batch.js';
 import { canConnect, openTransaction, type PgClientOf } from './postgres-transaction.js';
 import type {
   DeliveryStatus,
@@ -91,6 +92,9 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
   readonly table: string;
   readonly #pool: P;
   readonly #sql: InboxSql;
+  /** Receives and `delivered` settlements that arrive together go as one statement each (group commit). */
+  readonly #receives = createBatcher((items: unknown[][]) => this.#receiveMany(items));
+  readonly #deliveries = createBatcher((items: Array<[string, string]>) => this.#deliverMany(items));
 
   /** @throws TypeError when `pool` has no `query` method or `table` is not a valid name. */
   constructor(options: Partial<PostgresStoreOptions<P>> & Pick<PostgresStoreOptions<P>, 'pool'>) {
@@ -134,8 +138,40 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
   async receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
     const [transactionId, state] = splitKey(key);
     const ms = leaseMs(lease);
-    const values = [key, transactionId, state, JSON.stringify(record), lease.id, ms];
-    return (await this.#query(this.#sql.receive, values)).rowCount === 1;
+    return this.#receives([key, transactionId, state, JSON.stringify(record), lease.id, ms]);
+  }
+
+  /**
+   * One batch of receives: one statement (`unnest`), one commit. A key twice in one batch is inserted once,
+   * and only its first caller is told so. A failed batch rejects every caller (each answers 503).
+   */
+  async #receiveMany(items: unknown[][]): Promise<boolean[]> {
+    if (items.length === 1) return [(await this.#query(this.#sql.receive, items[0]!)).rowCount === 1];
+    const first = new Map<unknown, number>();
+    items.forEach((item, index) => {
+      if (!first.has(item[0])) first.set(item[0], index);
+    });
+    const unique = [...first.values()].map((index) => items[index]!);
+    const columns = [0, 1, 2, 3, 4, 5].map((column) => unique.map((item) => item[column]));
+    const { rows } = await this.#query(this.#sql.receiveMany, columns);
+    const inserted = new Set((rows as Array<{ key: string }>).map((row) => row.key));
+    return items.map((item, index) => first.get(item[0]) === index && inserted.has(item[0] as string));
+  }
+
+  /** One batch of `delivered` settlements, each guarded by its own lease. */
+  async #deliverMany(items: Array<[string, string]>): Promise<boolean[]> {
+    if (items.length === 1) {
+      const [key, leaseId] = items[0]!;
+      return [(await this.#query(this.#sql.delivered, [key, leaseId])).rowCount === 1];
+    }
+    const { rows } = await this.#query(this.#sql.deliveredMany, [
+      items.map(([key]) => key),
+      items.map(([, leaseId]) => leaseId),
+    ]);
+    const settled = new Set(
+      (rows as Array<{ key: string; lease_id: string }>).map((row) => `${row.lease_id} ${row.key}`),
+    );
+    return items.map(([key, leaseId]) => settled.has(`${leaseId} ${key}`));
   }
 
   /**
@@ -154,6 +190,7 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
 
   /** Ends the attempt, only while `leaseId` still holds the entry. A failure's `nextAttemptAt` is stored as given. */
   async settle(key: string, leaseId: string, settlement: Settlement): Promise<boolean> {
+    if (settlement?.status === 'delivered') return this.#deliveries([key, leaseId]);
     const { rowCount } = await this.#query(...settleQuery(this.#sql, key, leaseId, settlement));
     return rowCount === 1;
   }
