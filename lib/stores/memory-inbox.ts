@@ -25,9 +25,33 @@ export class MemoryInbox {
     return this.#entries.size;
   }
 
-  delete(key: string): void {
+  /** Forgets `key`; given `leaseId`, only while that lease holds it. */
+  delete(key: string, leaseId?: string): void {
+    if (leaseId !== undefined && this.#entries.get(key)?.leaseId !== leaseId) return;
     this.#entries.delete(key);
     this.#pending.delete(key);
+  }
+
+  /**
+   * Puts `record` in place of the entry held by `leaseId`, in one step: received, attempts 1, last error
+   * cleared, due now, leased to `lease`. `false`, changing nothing, when `leaseId` no longer holds it.
+   */
+  replace(key: string, leaseId: string, record: Record<string, unknown>, lease: Lease): boolean {
+    const entry = this.#entries.get(key);
+    if (entry === undefined || entry.leaseId !== leaseId) return false;
+    const now = new Date(this.#now());
+    Object.assign(entry, {
+      record: structuredClone(record),
+      status: 'received',
+      attempts: 1,
+      lastError: null,
+      nextAttemptAt: now,
+      updatedAt: now,
+      leaseId: lease.id,
+      leaseUntil: new Date(now.getTime() + lease.ms),
+    });
+    this.#pending.add(key);
+    return true;
   }
 
   receive(key: string, record: Record<string, unknown>, lease: Lease): boolean {

@@ -138,9 +138,15 @@ export class MemoryStore implements DurableStore {
     return true;
   }
 
-  release(key: string): void {
-    this.#expiries.delete(key);
-    this.#inbox.delete(key);
+  /** Frees `key`; at least once, given `leaseId`, only while that lease holds its inbox entry. */
+  release(key: string, leaseId?: string): void {
+    if (leaseId === undefined) this.#expiries.delete(key);
+    this.#inbox.delete(key, leaseId);
+  }
+
+  /** Puts the service's `record` in place of the entry held by `leaseId`, atomically (see `DurableStore`). */
+  replace(key: string, leaseId: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
+    return settled(() => this.#inbox.replace(key, leaseId, record, lease));
   }
 
   /** Forgets every claim (the inbox's entries stay). */

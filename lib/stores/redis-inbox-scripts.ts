@@ -105,9 +105,26 @@ for _, k in ipairs(keys) do
 end
 return #keys`,
 
-  /** ARGV: key. Forgets the entry whatever its status (a release). */
+  /**
+   * ARGV: key, record JSON, lease id held, new lease id, lease ms. Puts the record in place of the entry held
+   * by that lease, in one step (never through absent). 1 when replaced, 0 when the lease no longer holds it.
+   */
+  replace: `${NOW}
+local k = ARGV[1]
+local e = base .. 'e:' .. k
+if redis.call('HGET', e, 'lease_id') ~= ARGV[3] then return 0 end
+local held = now + tonumber(ARGV[5])
+redis.call('HMSET', e, 'record', ARGV[2], 'status', 'received', 'attempts', 1, 'last_error', '',
+  'next_attempt_at', now, 'updated_at', now, 'lease_id', ARGV[4], 'lease_until', held)
+redis.call('ZADD', base .. 'due', held, k)
+redis.call('ZREM', base .. 'done', k)
+redis.call('SREM', base .. 'dead', k)
+return 1`,
+
+  /** ARGV: key, lease id or ''. Forgets the entry whatever its status (a release); given a lease, only its. */
   forget: `local base = KEYS[1]
 local k = ARGV[1]
+if ARGV[2] ~= '' and redis.call('HGET', base .. 'e:' .. k, 'lease_id') ~= ARGV[2] then return 0 end
 redis.call('DEL', base .. 'e:' .. k)
 redis.call('ZREM', base .. 'due', k)
 redis.call('ZREM', base .. 'all', k)

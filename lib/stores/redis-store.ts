@@ -134,10 +134,25 @@ export class RedisStore implements DurableStore {
     );
   }
 
-  /** Deletes `prefix+key` and its inbox entry, so that the next claim or receive of `key` succeeds. */
-  async release(key: string): Promise<void> {
-    await this.#command(['DEL', this.prefix + key]);
-    await this.#inbox('forget', [key]);
+  /**
+   * Deletes `prefix+key` and its inbox entry, so that the next claim or receive of `key` succeeds; given
+   * `leaseId`, only the inbox entry, and only while that lease holds it.
+   */
+  async release(key: string, leaseId?: string): Promise<void> {
+    if (leaseId === undefined) await this.#command(['DEL', this.prefix + key]);
+    await this.#inbox('forget', [key, leaseId ?? '']);
+  }
+
+  /** Puts the service's `record` in place of the entry held by `leaseId`, atomically (see `DurableStore`). */
+  async replace(
+    key: string,
+    leaseId: string,
+    record: Record<string, unknown>,
+    lease: Lease,
+  ): Promise<boolean> {
+    checkLease(lease);
+    const args = [key, JSON.stringify(record), leaseId, lease.id, lease.ms];
+    return (await this.#inbox('replace', args)) === 1;
   }
 
   /** At least once: stores `record` as received, leased to `lease`; `false` when `key` is there already. */

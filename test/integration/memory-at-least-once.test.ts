@@ -95,6 +95,24 @@ describe("MemoryStore with delivery: 'at-least-once'", () => {
     expect((await store.get('D:SUCCESSFUL'))?.record).toEqual({ n: 4 });
   });
 
+  test('replace puts a record in place of the entry only for its lease holder; release with a lease is guarded', async () => {
+    const store = new MemoryStore();
+    await store.receive('F:SUCCESSFUL', { amount: 1 }, { id: 'held', ms: 60_000 });
+    expect(await store.replace('F:SUCCESSFUL', 'other', { amount: 2 }, { id: 'new', ms: 60_000 })).toBe(
+      false,
+    );
+    expect(await store.replace('F:SUCCESSFUL', 'held', { amount: 5 }, { id: 'new', ms: 60_000 })).toBe(true);
+    expect(await store.get('F:SUCCESSFUL')).toMatchObject({
+      record: { amount: 5 },
+      status: 'received',
+      attempts: 1,
+    });
+    store.release('F:SUCCESSFUL', 'held'); // a lost lease deletes nothing
+    expect(await store.get('F:SUCCESSFUL')).toBeDefined();
+    store.release('F:SUCCESSFUL', 'new');
+    expect(await store.get('F:SUCCESSFUL')).toBeUndefined();
+  });
+
   test('a lease is exclusive until it runs out, and a settle by a lost lease changes nothing', async () => {
     let now = 1_000_000;
     const store = new MemoryStore({ now: () => now });

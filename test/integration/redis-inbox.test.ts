@@ -124,6 +124,26 @@ describeWithService('Redis', "RedisStore as a durable inbox (delivery: 'at-least
       expect(await store.receive('A:SUCCESSFUL', {}, lease('6'))).toBe(true);
     });
 
+    test('replace puts a record in place of the entry only for its lease holder; release with a lease is guarded', async () => {
+      const store = fresh();
+      await store.receive('F:SUCCESSFUL', { amount: 1 }, lease('held'));
+      await store.settle('F:SUCCESSFUL', 'held', { status: 'failed', error: 'x', nextAttemptAt: new Date() });
+      const [taken] = await store.lease(lease('held2'), 1);
+      expect(taken?.key).toBe('F:SUCCESSFUL');
+      expect(await store.replace('F:SUCCESSFUL', 'held', { amount: 2 }, lease('new'))).toBe(false);
+      expect(await store.replace('F:SUCCESSFUL', 'held2', { amount: 5 }, lease('new'))).toBe(true);
+      expect(await store.get('F:SUCCESSFUL')).toMatchObject({
+        record: { amount: 5 },
+        status: 'received',
+        attempts: 1,
+        lastError: null,
+      });
+      await store.release('F:SUCCESSFUL', 'held2'); // a lost lease deletes nothing
+      expect(await store.get('F:SUCCESSFUL')).toBeDefined();
+      await store.release('F:SUCCESSFUL', 'new');
+      expect(await store.get('F:SUCCESSFUL')).toBeUndefined();
+    });
+
     test('the router at least once: a failing listener is retried and delivered once; a resend is a duplicate', async () => {
       const store = fresh();
       const ipn = ipnRouter({
