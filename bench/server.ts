@@ -6,6 +6,7 @@
  */
 import { createServer, type RequestListener, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { getRequestListener } from '@hono/node-server';
 import express from 'express';
 import Redis from 'ioredis';
 import { Pool } from 'pg';
@@ -77,6 +78,13 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
     }
     case 'node-http':
       return counted(ipnRouter());
+    case 'fetch': {
+      // The Web-standard handler as fetch-style servers on Node run it: a Request made from the
+      // IncomingMessage, the Response written back (@hono/node-server's listener, what Hono uses).
+      const ipn = counted(ipnRouter());
+      const listener = getRequestListener((request) => ipn.fetch(request));
+      return (req, res) => void listener(req, res);
+    }
   }
 }
 

@@ -1,5 +1,5 @@
 /** The servers the benchmark compares, in the order each round runs them. */
-export const VARIANTS = ['baseline', 'memory', 'redis', 'postgres', 'node-http'] as const;
+export const VARIANTS = ['baseline', 'memory', 'redis', 'postgres', 'node-http', 'fetch'] as const;
 
 /** One server variant's name. */
 export type Variant = (typeof VARIANTS)[number];
@@ -11,6 +11,7 @@ export const VARIANT_INFO: Record<Variant, { label: string; needs?: 'Redis' | 'P
   redis: { label: 'ipnRouter() in Express 5, RedisStore (ioredis)', needs: 'Redis' },
   postgres: { label: 'ipnRouter() in Express 5, PostgresStore, at-least-once', needs: 'PostgreSQL' },
   'node-http': { label: 'http.createServer(ipnRouter()), MemoryStore' },
+  fetch: { label: 'ipn.fetch (Web Request/Response) on node:http, MemoryStore' },
 };
 
 /** How the orchestrator configures a server process (the BENCH_SERVER environment variable, as JSON). */

@@ -4,6 +4,7 @@ import type { Express } from 'express';
 import { createStatusClient } from 'ipn-kit';
 import { createFakeProvider } from 'ipn-kit/testing';
 import { formatSummary } from './format-summary.js';
+import { formatRules, runServiceRules } from './service-rules.js';
 import { createPartnerApp, type IpnCounts, type Order } from './partner-app.js';
 import { PAYMENTS, playPaymentService, type PlannedPayment, type ServiceReport } from './payment-service.js';
 
@@ -32,8 +33,9 @@ const API_KEY = 'demo-api-key';
  */
 export async function runDemo(payments: readonly PlannedPayment[] = PAYMENTS): Promise<DemoSummary> {
   const provider = await createFakeProvider({ apiKey: API_KEY, resendIntervalMs: 20 });
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: API_KEY });
-  const partner = createPartnerApp({ verify: client });
+  // Short waits for a demo: the forged id is rejected once the service says "not found" twice, 200 ms apart.
+  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: API_KEY, minIntervalMs: 200 });
+  const partner = createPartnerApp({ verify: client, verifyRetryDelayMs: 100 });
   const server = await listen(partner.app);
   try {
     const address = server.address();
@@ -91,11 +93,16 @@ function isEntryPoint(): boolean {
 }
 
 if (isEntryPoint()) {
-  runDemo().then(
-    (summary) => console.log(formatSummary(summary)),
-    (error: unknown) => {
-      console.error('the demo failed:', error);
-      process.exitCode = 1;
-    },
-  );
+  runDemo()
+    .then(async (summary) => {
+      console.log(formatSummary(summary));
+      console.log(`\n${formatRules(await runServiceRules())}`);
+    })
+    .then(
+      () => {},
+      (error: unknown) => {
+        console.error('the demo failed:', error);
+        process.exitCode = 1;
+      },
+    );
 }

@@ -1,4 +1,4 @@
-import Redis from 'ioredis';
+import { Redis } from 'ioredis';
 import { createStatusClient, ipnRouter } from 'ipn-kit';
 import { RedisStore, redisGuard } from 'ipn-kit/redis';
 
@@ -12,3 +12,4 @@ const verify = createStatusClient({
 });
 export const ipn = ipnRouter({ store: new RedisStore({ client: redis }), verify });
 // #endregion fleet
+export { redis };

@@ -54,13 +54,19 @@ const newOrder = z.object({ orderId: z.string().min(1), amount: z.number().posit
  * const { app } = createPartnerApp({ verify: client });
  * app.listen(3000);
  */
-export function createPartnerApp(options: { verify?: StatusSource } = {}): PartnerApp {
+export function createPartnerApp(
+  options: { verify?: StatusSource; verifyRetryDelayMs?: number } = {},
+): PartnerApp {
   const orders = new Map<string, Order>();
   const counts: IpnCounts = { received: 0, duplicates: 0, invalid: 0, rejected: 0 };
   const review: string[] = [];
 
   // We put `{"orderId": "..."}` in custom_data when initiating a payment; the service echoes it back.
-  const ipn = ipnRouter({ customData: z.object({ orderId: z.string() }), verify: options.verify });
+  const ipn = ipnRouter({
+    customData: z.object({ orderId: z.string() }),
+    verify: options.verify,
+    verifyRetryDelayMs: options.verifyRetryDelayMs,
+  });
 
   ipn.on('notification', () => {
     counts.received += 1;

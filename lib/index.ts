@@ -1,10 +1,26 @@
 export { ipnRouter } from './adapters/ipn-router.js';
 export type { IpnRouter, CustomDataOf } from './adapters/ipn-router.js';
+export type { FetchContext, FetchHandler } from './adapters/fetch-handler.js';
 export type { IpnEmitter } from './delivery/safe-emitter.js';
+export type {
+  StandardSchemaV1,
+  StandardSchemaProps,
+  StandardResult,
+  StandardSuccess,
+  StandardFailure,
+  StandardPathSegment,
+  StandardIssue,
+  StandardTypes,
+  StandardOutput,
+} from './pipeline/standard-schema.js';
 export type { Inbox, ReconcileResult } from './delivery/delivery.js';
+export type { ExpectOptions } from './delivery/expectations.js';
+export type { SweepResult } from './delivery/reconcile-sweep.js';
+export type { Expectation, ExpectationStore } from './stores/expectation-store.js';
 export type { IpnMetrics } from './observability/metrics.js';
 export { MemoryStore } from './stores/memory-store.js';
 export type { MemoryStoreOptions } from './stores/memory-store.js';
+export type { MemoryExpectations } from './stores/memory-expectations.js';
 export type {
   Store,
   DurableStore,
@@ -20,10 +36,17 @@ export type {
 export type { Options } from './config/options.js';
 export type { Logger, LogFn } from './observability/logger.js';
 export { ipnNotificationSchema, FINAL_STATES } from './pipeline/schema.js';
-export type { IpnNotification, FinalState } from './pipeline/schema.js';
+export type {
+  IpnNotification,
+  IpnListedFields,
+  IpnExtra,
+  IpnExtraFields,
+  FinalState,
+} from './pipeline/schema.js';
 export { createStatusClient } from './status/status-client.js';
 export type { StatusClient, StatusClientOptions } from './status/status-client.js';
-export type { StatusClientStats } from './status/query-guard.js';
+export type { StatusCheck, StatusCheckOptions, StatusCheckVerdict } from './status/status-check.js';
+export type { StatusClientStats, StatusQueryOptions } from './status/query-guard.js';
 export type { SharedGuard, SharedPermit } from './status/shared-guard.js';
 export type { StatusRecord } from './status/status-envelope.js';
 export type {
@@ -33,6 +56,9 @@ export type {
   VerifiedField,
 } from './status/verify-notification.js';
 export { ipnUrl } from './pipeline/ipn-url.js';
+export { hmacAuthenticator } from './pipeline/hmac-authenticator.js';
+export type { HmacOptions } from './pipeline/hmac-authenticator.js';
+export type { Authenticate, AuthenticateInput } from './pipeline/authenticate.js';
 export type {
   IpnEvents,
   IpnEventName,
@@ -45,6 +71,8 @@ export type {
   InvalidReason,
   ErrorEvent,
   DeadEvent,
+  StaleEvent,
+  StaleReason,
 } from './delivery/events.js';
 export {
   IpnKitError,
@@ -56,7 +84,8 @@ export {
   TransactionNotFoundError,
   StatusQueryError,
   StatusRateLimitError,
+  VerificationBusyError,
   VerificationError,
   DeliveryError,
 } from './pipeline/errors.js';
-export type { FieldIssue, StatusQueryFailure } from './pipeline/errors.js';
+export type { FieldIssue, StatusQueryFailure, IpnKitErrorCode, StatusErrorCode } from './pipeline/errors.js';

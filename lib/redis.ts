@@ -8,3 +8,4 @@ export type { RedisStoreOptions, IoRedisClient, NodeRedisClient } from './stores
 export { redisGuard } from './status/redis-guard.js';
 export type { RedisGuardOptions } from './status/redis-guard.js';
 export type { SharedGuard, SharedPermit } from './status/shared-guard.js';
+export type { RedisExpectations } from './stores/redis-expectations.js';

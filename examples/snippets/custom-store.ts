@@ -14,3 +14,4 @@ const store: Store = {
 };
 app.use('/ipn', ipnRouter({ store }));
 // #endregion custom-store
+export { redis };

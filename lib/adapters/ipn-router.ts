@@ -1,14 +1,30 @@
-import type { z } from 'zod';
+import type { StandardSchemaV1 } from '../pipeline/standard-schema.js';
 import type { IpnEmitter } from '../delivery/safe-emitter.js';
 import type { ListenerContext, ListenerContextOf } from '../delivery/events.js';
 import type { Store } from '../stores/store.js';
 import type { Inbox, ReconcileResult } from '../delivery/delivery.js';
+import type { ExpectOptions } from '../delivery/expectations.js';
+import type { SweepResult } from '../delivery/reconcile-sweep.js';
 import type { IpnMetrics } from '../observability/metrics.js';
 import type { Options } from '../config/options.js';
 import { createIpnCore, type CustomDataOf, type IpnCore } from '../router/ipn-core.js';
 import { createNodeHandler, type NodeHandler } from './node-handler.js';
+import { createFetchHandler, type FetchContext } from './fetch-handler.js';
 
 export type { CustomDataOf };
+
+/**
+ * Where a router keeps its core, for the adapters of other entry points (`ipn-kit/fastify`). A registered
+ * symbol: a router made by the CommonJS build still works with the ESM build of the adapter.
+ */
+const CORE = Symbol.for('ipn-kit.core');
+
+/** The core of a router made by {@link ipnRouter}; a `TypeError` for anything else (a programmer error). */
+export function coreOf(router: unknown, who: string): IpnCore<unknown> {
+  const core = (router as { [CORE]?: IpnCore<unknown> } | null | undefined)?.[CORE];
+  if (core === undefined) throw new TypeError(`${who} needs the router ipnRouter() made: { router: ipn }`);
+  return core;
+}
 
 /**
  * A request handler that Express (4 or 5) mounts with `app.use(path, ipn)`, and that `http.createServer(ipn)`
@@ -22,8 +38,34 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
    * `IPN_NO_STATUS_CLIENT` when the router has no `verify` client.
    */
   reconcile(transactionId: string): Promise<ReconcileResult>;
+  /**
+   * Records that you initiated `transactionId` (call it when you start the payment), in the store: a
+   * notification that contradicts it (another amount or `custom_data`) is `rejected` without any status
+   * query, and if no final notification comes within `reconcileAfterMs`, the sweep asks the service
+   * (through `statusClient`, or `verify`), delivers the record as a notification, or reports `stale`.
+   * Rejects with `IPN_NO_EXPECTATIONS` when the store keeps no expectations.
+   */
+  expect(transactionId: string, expectation?: ExpectOptions): Promise<void>;
+  /**
+   * Runs one reconciliation pass now (the router runs one every `sweepIntervalMs` once `ipn.expect()` was
+   * called, or from the start with `statusClient`). Never rejects; a store failure is an `error` event.
+   */
+  sweep(): Promise<SweepResult>;
   /** The inbox, for admin tools (`delivery: 'at-least-once'` only; otherwise each call rejects `IPN_NOT_DURABLE`). */
   readonly inbox: Inbox;
+  /**
+   * The same endpoint as a Web-standard handler: a WHATWG `Request` in, a `Response` out, with the same
+   * statuses, bodies and events. For a Next.js App Router route handler, Hono, Deno, Bun, Cloudflare
+   * Workers and any fetch-style server. On a platform that freezes the function once the response is
+   * returned, pass its `waitUntil` (Next.js `after`), so the work after the 200 (verification, your
+   * listeners, at-least-once bookkeeping) can finish. Never rejects. Needs no `this`: `POST = ipn.fetch`.
+   *
+   * @example
+   * // app/api/ipn/route.ts
+   * import { after } from 'next/server';
+   * export const POST = (req: Request) => ipn.fetch(req, { waitUntil: after });
+   */
+  fetch(request: Request, context?: FetchContext): Promise<Response>;
   /** What the router has counted so far (received, duplicates, emitted by state, errors, ...): a copy. */
   metrics(): IpnMetrics;
   /** Stops pending retries and recovery and closes the store (when it has a `close`). Call it on shutdown. */
@@ -57,7 +99,7 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
  * });
  */
 export function ipnRouter<
-  S extends z.core.$ZodType | undefined = undefined,
+  S extends StandardSchemaV1 | undefined = undefined,
   St extends Store = Store,
   D extends Options['delivery'] = 'at-most-once',
 >(
@@ -66,12 +108,16 @@ export function ipnRouter<
   type C = CustomDataOf<S>;
   type X = ListenerContextOf<St, D>;
   const core = createIpnCore(options, () => router);
-  const { methods, reconcile, inbox, metrics, close } = core;
+  const { methods, reconcile, expect, sweep, inbox, metrics, close } = core;
   const router: IpnRouter<C, X> = Object.assign(createNodeHandler(core as IpnCore<unknown>), methods, {
+    fetch: createFetchHandler(core as IpnCore<unknown>),
     reconcile,
+    expect,
+    sweep,
     inbox,
     close,
     metrics,
   });
+  Object.defineProperty(router, CORE, { value: core });
   return router;
 }

@@ -46,8 +46,9 @@ type HostRequest = IncomingMessage & {
 
 /**
  * `app.use('/ipn', ipn)` strips the mount path (url `/`). `app.post('/ipn', ipn)` puts the handler in
- * `req.route`, or, wrapped in a function of the host's, a route whose path is the request's. A route that
- * is neither is a stale one: Express leaves `req.route` set after an earlier route called `next()`.
+ * `req.route`, or, wrapped in a function of the host's, a route whose path matches the request's as Express
+ * matches it. A route that is neither is a stale one: Express leaves `req.route` set after an earlier route
+ * called `next()`.
  */
 function isMountRoot(req: HostRequest, handler: unknown): boolean {
   const url = req.url ?? '/';
@@ -57,8 +58,25 @@ function isMountRoot(req: HostRequest, handler: unknown): boolean {
   const { route } = req;
   return (
     route !== undefined &&
-    (route.path === path || route.stack?.some((layer) => layer.handle === handler) === true)
+    (routeMatches(route.path, path) || route.stack?.some((layer) => layer.handle === handler) === true)
   );
+}
+
+/**
+ * Whether a route path (`/ipn`, or a list of paths) matches `path` as Express 4 and 5 route by default:
+ * case-insensitive, with or without one trailing slash. A pattern (a parameter, a wildcard, a regular
+ * expression) is not taken for a match: it may be a stale route's, which says nothing of this request.
+ */
+function routeMatches(routePath: unknown, path: string): boolean {
+  if (Array.isArray(routePath)) return routePath.some((item) => routeMatches(item, path));
+  if (typeof routePath !== 'string') return false;
+  if (routePath === path) return true;
+  if (/[^\w\-./~%]/.test(routePath)) return false;
+  return withoutTrailingSlash(routePath).toLowerCase() === withoutTrailingSlash(path).toLowerCase();
+}
+
+function withoutTrailingSlash(path: string): string {
+  return path.length > 1 && path.endsWith('/') ? path.slice(0, -1) : path;
 }
 
 function toIpnRequest(req: HostRequest): IpnRequest {
@@ -69,6 +87,7 @@ function toIpnRequest(req: HostRequest): IpnRequest {
     contentLength: headers['content-length'],
     contentEncoding: headers['content-encoding'],
     token: tokenOf(req.url),
+    headers,
     body: bodyOf(req),
   };
 }
@@ -129,7 +148,7 @@ function send(
   }
   // Events run even if the answer could not be written: a claimed notification must still be delivered.
   try {
-    outcome.afterResponse?.();
+    void outcome.afterResponse?.(); // its promise never rejects, and nothing here waits for it
   } catch (cause) {
     onFailure(cause);
   }

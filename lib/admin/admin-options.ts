@@ -1,5 +1,6 @@
 import type { IncomingMessage } from 'node:http';
 import type { IpnRouter } from '../adapters/ipn-router.js';
+import { defaultLogger, guardLogger, type Logger } from '../observability/logger.js';
 
 /** What the page needs of the router: `ipnRouter()` returns it. */
 export type AdminSource = Pick<IpnRouter<unknown>, 'inbox' | 'metrics' | 'reconcile' | 'on'>;
@@ -23,9 +24,14 @@ export interface AdminOptions {
   pageSize: number;
   /** The page's title. @default 'ipn-kit' */
   title: string;
+  /**
+   * Where the page reports what failed underneath it (the store could not be read, an action threw): a
+   * pino-compatible logger, the same as the router's if you like. @default errors to `console.error`
+   */
+  logger: Logger;
 }
 
-const KNOWN = new Set(['ipn', 'authorize', 'logCustomerData', 'recentEvents', 'pageSize', 'title']);
+const KNOWN = new Set(['ipn', 'authorize', 'logCustomerData', 'recentEvents', 'pageSize', 'title', 'logger']);
 
 /** Applies every default and throws a `TypeError` for a programmer error. */
 export function resolveAdminOptions(given: Partial<AdminOptions> | undefined): AdminOptions {
@@ -59,6 +65,7 @@ export function resolveAdminOptions(given: Partial<AdminOptions> | undefined): A
     recentEvents: 50,
     pageSize: 50,
     title: 'ipn-kit',
+    logger: defaultLogger,
     ...options,
   };
   for (const key of ['recentEvents', 'pageSize'] as const) {
@@ -71,5 +78,11 @@ export function resolveAdminOptions(given: Partial<AdminOptions> | undefined): A
     throw new TypeError(`adminRouter: logCustomerData must be a boolean`);
   }
   if (typeof resolved.title !== 'string') throw new TypeError('adminRouter: title must be a string');
-  return resolved;
+  const { logger } = resolved;
+  for (const method of ['debug', 'info', 'warn', 'error'] as const) {
+    if (typeof logger !== 'object' || logger === null || typeof logger[method] !== 'function') {
+      throw new TypeError(`adminRouter: logger must have a ${method}() method (a pino-compatible logger)`);
+    }
+  }
+  return { ...resolved, logger: guardLogger(logger) };
 }

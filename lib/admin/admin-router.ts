@@ -1,6 +1,6 @@
 /// <reference types="node" preserve="true" />
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { IpnKitError } from '../pipeline/errors.js';
+import { IpnKitError, messageOf } from '../pipeline/errors.js';
 import type { NodeHandler } from '../adapters/node-handler.js';
 import type { DeliveryStatus, ListOptions } from '../stores/store.js';
 import { resolveAdminOptions, type AdminOptions } from './admin-options.js';
@@ -39,22 +39,38 @@ export function adminRouter(
   options: Partial<AdminOptions> & Pick<AdminOptions, 'ipn' | 'authorize'>,
 ): AdminRouter {
   const resolved = resolveAdminOptions(options);
-  const { ipn, authorize, title, pageSize } = resolved;
+  const { ipn, authorize, title, pageSize, logger } = resolved;
   const mask = createMasker(resolved.logCustomerData);
   const ring = createEventRing(ipn, resolved.recentEvents);
 
   const handler: AdminRouter = (req, res) => {
-    void respond(req, res).catch(() => {
-      if (!res.headersSent) res.writeHead(500, { 'Content-Type': 'text/plain' });
-      res.end('ipn-kit admin: internal error');
+    const mount = (req as { baseUrl?: unknown }).baseUrl;
+    const base = stripSlash(typeof mount === 'string' ? mount : '');
+    void respond(req, res, base).catch((error: unknown) => {
+      // What failed underneath (the store, most likely): logged, and a page that says so, never a crash.
+      logger.error(
+        { err: { message: messageOf(error) }, path: (req.url ?? '').split('?')[0] },
+        'ipn-kit admin: the page could not be built (the store failed?)',
+      );
+      try {
+        if (!res.headersSent) {
+          const message =
+            'The inbox could not be read or changed: see the application log, and retry in a moment.';
+          return send(res, 503, page(base, resultPage(base, message, false)), undefined, {
+            'Retry-After': '5',
+          });
+        }
+        res.end();
+      } catch {
+        // The connection is gone: nothing left to answer.
+      }
     });
   };
 
-  async function respond(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const mount = (req as { baseUrl?: unknown }).baseUrl;
-    const base = stripSlash(typeof mount === 'string' ? mount : '');
-    const url = new URL(req.url ?? '/', 'http://admin.invalid');
+  async function respond(req: IncomingMessage, res: ServerResponse, base: string): Promise<void> {
     if (!(await allowed(req))) return send(res, 403, page(base, resultPage(base, 'Not authorised.', false)));
+    const url = parseUrl(req.url);
+    if (url === undefined || hasNul(url.searchParams)) return badRequest(res, base);
     if (url.pathname === '/admin.css') return send(res, 200, STYLE, 'text/css; charset=utf-8');
     const method = req.method ?? 'GET';
     if (method === 'GET' || method === 'HEAD') return get(req, res, base, url);
@@ -142,6 +158,7 @@ export function adminRouter(
     const form = await readForm(req);
     if (form === undefined)
       return send(res, 413, page(base, resultPage(base, 'The form is too large.', false)));
+    if (hasNul(form)) return badRequest(res, base);
     if (!csrfAllows(req, form.get('csrf') ?? undefined)) {
       return send(
         res,
@@ -184,12 +201,36 @@ export function adminRouter(
         return done(`The service says ${id} is ${String(record.state)}: ${outcome}.`);
       }
     } catch (error) {
+      if (!(error instanceof IpnKitError)) {
+        logger.error({ err: { message: messageOf(error) }, action }, 'ipn-kit admin: an action failed');
+      }
       return done(describe(error), false);
     }
     return send(res, 404, page(base, resultPage(base, 'No such action.', false)));
   }
 
+  function badRequest(res: ServerResponse, base: string): void {
+    const message =
+      'The address or the form holds something no notification can hold (a NUL character, a broken URL).';
+    return send(res, 400, page(base, resultPage(base, message, false)));
+  }
+
   return handler;
+}
+
+/** The request's path and query, or `undefined` for a target that is no URL (`//[`). */
+function parseUrl(target: string | undefined): URL | undefined {
+  try {
+    return new URL(target ?? '/', 'http://admin.invalid');
+  } catch {
+    return undefined;
+  }
+}
+
+/** A NUL character fits in no key, transaction id or `custom_data` (PostgreSQL's text refuses it). */
+function hasNul(values: URLSearchParams): boolean {
+  for (const [name, value] of values) if (name.includes('\u0000') || value.includes('\u0000')) return true;
+  return false;
 }
 
 /** `undefined` when the router has no durable inbox (at-most-once mode); other failures propagate. */
@@ -244,11 +285,11 @@ function filtersOf(query: URLSearchParams): ListOptions {
   };
 }
 
-/** A `YYYY-MM-DD` date (UTC midnight), or `undefined`. */
+/** A `YYYY-MM-DD` date (UTC midnight), or `undefined`; never a rolled-over one (`2026-02-31` is no date). */
 function dateOf(value: string | null | undefined): Date | undefined {
   if (!value || !/^\d{4}-\d{2}-\d{2}$/.test(value)) return undefined;
   const date = new Date(`${value}T00:00:00.000Z`);
-  return Number.isNaN(date.getTime()) ? undefined : date;
+  return !Number.isNaN(date.getTime()) && date.toISOString().slice(0, 10) === value ? date : undefined;
 }
 
 function keep(query: URLSearchParams, names: string[]): URLSearchParams {

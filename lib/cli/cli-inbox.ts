@@ -45,7 +45,33 @@ interface PgPool extends PgQueryable {
   end(): Promise<void>;
   on(event: 'error', listener: (error: Error) => void): unknown;
 }
-type PoolConstructor = new (config: { connectionString: string; max: number }) => PgPool;
+type PoolConstructor = new (config: CliPoolConfig) => PgPool;
+
+/** The `pg` pool options the CLI uses: `pg`'s own names. */
+export interface CliPoolConfig {
+  connectionString: string;
+  max: number;
+  keepAlive: boolean;
+  connectionTimeoutMillis: number;
+  query_timeout: number;
+  statement_timeout: number;
+}
+
+/**
+ * The CLI's own pool: one connection, TCP keep-alive (a connection behind a dropped network is found dead
+ * instead of waited on), and time limits on connecting and on each query (client side, and server side for
+ * a statement stuck on a lock), so that a command fails with a message instead of hanging.
+ */
+export function cliPoolConfig(connectionString: string): CliPoolConfig {
+  return {
+    connectionString,
+    max: 1,
+    keepAlive: true,
+    connectionTimeoutMillis: 10_000,
+    query_timeout: 30_000,
+    statement_timeout: 30_000,
+  };
+}
 
 /** `ipn-kit inbox <list|show|replay|purge>`: reads and repairs a PostgresStore inbox. Resolves the exit code. */
 export async function inboxCommand(argv: string[], io: CliIo): Promise<number> {
@@ -82,7 +108,7 @@ export async function inboxCommand(argv: string[], io: CliIo): Promise<number> {
     return 1;
   }
   // One connection is all a command needs; the pool is ours, so it is ended here whatever happens.
-  const pool = new Pool({ connectionString: url, max: 1 });
+  const pool = new Pool(cliPoolConfig(url));
   pool.on('error', () => {
     // A dropped idle connection: the query in flight reports it; without a listener it would crash the CLI.
   });

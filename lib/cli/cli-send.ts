@@ -5,17 +5,22 @@ import { postJson, type PostResult } from '../testing/fake-provider-delivery.js'
 import { httpUrl } from '../testing/fake-provider-initiate.js';
 import { ipnForm, newTransaction } from '../testing/fake-provider-record.js';
 import type { FinalState } from '../pipeline/schema.js';
+import { ipnUrl, TOKEN_PARAMETER } from '../pipeline/ipn-url.js';
 
 const USAGE = `usage: ipn-kit send <url> [--state SUCCESSFUL|FAILED] [--custom-data TEXT] [--transaction-id ID]
-                     [--amount N] [--repeat N] [--concurrent]
+                     [--amount N] [--token SECRET] [--field NAME=VALUE]... [--repeat N] [--concurrent]
 
 POSTs a notification shaped like the payment service's own to <url>, and prints each answer.
   --state           final state notified: SUCCESSFUL (default) or FAILED
   --custom-data     the custom_data echoed back to you (default: empty)
   --transaction-id  the transaction id (default: a fresh one, such as CLI.482913377)
   --amount          the amount (default: 5000)
+  --token, --secret the router's secret: sent as the address's ?token=, as ipnUrl() builds it (default: none)
+  --field           set any field of the body, NAME=VALUE, repeatable: VALUE is JSON when it parses
+                    as JSON (42, null, "7"), else the text itself (--field currency=XOF)
   --repeat          send the same notification N times, as the service's resends (default: 1)
   --concurrent      send the N copies all at once instead of one after another
+Redirects are not followed (a 3xx is not delivered); at most 64 KiB of each answer is read.
 Exit code: 0 when every answer is 2xx, 1 otherwise, 2 for a usage error.`;
 
 const TIMEOUT_MS = 10_000;
@@ -29,6 +34,8 @@ interface SendPlan {
   amount: number;
   repeat: number;
   concurrent: boolean;
+  /** Fields set with `--field`, in order, over the built notification. */
+  fields: Array<[name: string, value: unknown]>;
 }
 
 /** A mistake in the command line: reported with the usage, exit code 2. */
@@ -53,10 +60,17 @@ export async function sendCommand(argv: string[], io: CliIo): Promise<number> {
     return 0;
   }
   const transaction = newTransaction({ ...plan, outcome: plan.state, state: plan.state });
-  const body = JSON.stringify(ipnForm(transaction));
+  const form = ipnForm(transaction);
+  // defineProperty, not assignment: `--field __proto__=...` sends a field, it does not set a prototype.
+  for (const [name, value] of plan.fields)
+    Object.defineProperty(form, name, { value, enumerable: true, writable: true, configurable: true });
+  const body = JSON.stringify(form);
   const mode = plan.concurrent ? 'all at once' : 'one after another';
   const times = plan.repeat === 1 ? 'once' : `${plan.repeat} times, ${mode}`;
-  io.stdout(`POST ${plan.url}: ${plan.transactionId} ${plan.state} amount ${plan.amount}, ${times}`);
+  const shown = (name: string) => (typeof form[name] === 'string' ? form[name] : JSON.stringify(form[name]));
+  io.stdout(
+    `POST ${redactToken(plan.url)}: ${shown('transaction_id')} ${shown('state')} amount ${shown('amount')}, ${times}`,
+  );
 
   const send = () => postJson(plan.url, body, { timeoutMs: TIMEOUT_MS });
   const results: PostResult[] = [];
@@ -76,11 +90,16 @@ export async function sendCommand(argv: string[], io: CliIo): Promise<number> {
   return failed === 0 ? 0 : 1;
 }
 
-/** `#1 200 {"ok":true}`, or `#1 error: connect ECONNREFUSED ...` when no answer came. */
+/**
+ * `#1 200 {"ok":true}`, `#1 301 a redirect to ..., not followed: nothing was delivered`, or
+ * `#1 error: connect ECONNREFUSED ...` when no answer came.
+ */
 function line(index: number, result: PostResult): string {
   if (result.status === 0) return `#${index + 1} error: ${result.error ?? 'no answer'}`;
+  if (result.error !== undefined) return `#${index + 1} ${result.status} ${result.error}`;
   const body = result.body.replace(/\s+/g, ' ').trim();
-  return `#${index + 1} ${result.status} ${body.length > 200 ? `${body.slice(0, 200)}...` : body}`;
+  const shown = body.length > 200 || result.truncated === true ? `${body.slice(0, 200)}...` : body;
+  return `#${index + 1} ${result.status} ${shown}`;
 }
 
 function readPlan(argv: string[]): SendPlan | 'help' {
@@ -97,6 +116,9 @@ function readPlan(argv: string[]): SendPlan | 'help' {
         amount: { type: 'string' },
         repeat: { type: 'string' },
         concurrent: { type: 'boolean' },
+        token: { type: 'string' },
+        secret: { type: 'string' },
+        field: { type: 'string', multiple: true },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -131,6 +153,15 @@ function readPlan(argv: string[]): SendPlan | 'help' {
   if (!Number.isInteger(repeat) || repeat < 1 || repeat > 1000) {
     throw new UsageError(`--repeat must be a whole number from 1 to 1000, got '${values.repeat}'`);
   }
+  const { token, secret } = values;
+  if (token !== undefined && secret !== undefined && token !== secret) {
+    throw new UsageError('--token and --secret are the same thing: give one of them');
+  }
+  const shared = token ?? secret;
+  if (shared !== undefined) {
+    if (shared.length === 0) throw new UsageError('--token must not be empty');
+    url = ipnUrl(url, { secret: shared });
+  }
   return {
     url,
     state,
@@ -139,7 +170,31 @@ function readPlan(argv: string[]): SendPlan | 'help' {
     amount,
     repeat,
     concurrent: values.concurrent === true,
+    fields: (values.field ?? []).map(readField),
   };
+}
+
+/** `NAME=VALUE` as a field: the value as JSON when it parses as JSON, else the text itself. */
+function readField(text: string): [string, unknown] {
+  const at = text.indexOf('=');
+  const name = at === -1 ? '' : text.slice(0, at);
+  if (name.trim() === '') {
+    throw new UsageError(`--field must be NAME=VALUE, such as --field currency=XOF, got '${text}'`);
+  }
+  const raw = text.slice(at + 1);
+  try {
+    return [name, JSON.parse(raw) as unknown];
+  } catch {
+    return [name, raw];
+  }
+}
+
+/** The URL as printed: the token is a credential, kept out of the terminal's scrollback. */
+function redactToken(url: string): string {
+  const parsed = new URL(url);
+  if (!parsed.searchParams.has(TOKEN_PARAMETER)) return url;
+  parsed.searchParams.set(TOKEN_PARAMETER, '***');
+  return parsed.toString().replace('%2A%2A%2A', '***');
 }
 
 function number(flag: string, text: string): number {

@@ -1,15 +1,17 @@
 import type { CliIo } from './cli-io.js';
 import { inboxCommand } from './cli-inbox.js';
 import { sendCommand } from './cli-send.js';
+import { packageVersion } from './package-version.js';
 
 const USAGE = `usage:
   ipn-kit send <url> [--state SUCCESSFUL|FAILED] [--custom-data TEXT] [--transaction-id ID] [--amount N]
-                     [--repeat N] [--concurrent]
+                     [--token SECRET] [--field NAME=VALUE]... [--repeat N] [--concurrent]
   ipn-kit inbox list [--status received|delivered|failed|dead] [--limit N]
   ipn-kit inbox show <key>
   ipn-kit inbox replay <key> | --dead
   ipn-kit inbox purge --before <ISO date>
   (inbox: PostgreSQL at DATABASE_URL, or Redis with --redis-url URL [--prefix P])
+  ipn-kit --version
 Run 'ipn-kit <command> --help' for details.`;
 
 /** Runs the CLI on `argv` (without `node` and the script) and resolves the exit code. */
@@ -17,6 +19,10 @@ export async function runCli(argv: string[], io: CliIo): Promise<number> {
   const [command, ...rest] = argv;
   if (command === 'send') return sendCommand(rest, io);
   if (command === 'inbox') return inboxCommand(rest, io);
+  if (command === '--version' || command === '-v') {
+    io.stdout(packageVersion());
+    return 0;
+  }
   if (command === undefined || command === '--help' || command === '-h') {
     io.stdout(USAGE);
     return command === undefined ? 2 : 0;

@@ -1,16 +1,19 @@
-import type { z } from 'zod';
+import { isStandardSchema, type StandardSchemaV1 } from '../pipeline/standard-schema.js';
 import type { Logger } from '../observability/logger.js';
 import { defaultLogger } from '../observability/logger.js';
 import { MemoryStore } from '../stores/memory-store.js';
 import type { DurableStore, Store } from '../stores/store.js';
 import type { StatusSource } from '../status/verify-notification.js';
+import type { Authenticate } from '../pipeline/authenticate.js';
 
 /** Options of `ipnRouter()`. Every field is optional; each one's default is given below. */
-export interface Options<S extends z.core.$ZodType | undefined = undefined> {
+export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
   /**
-   * A zod 4 schema (from `zod` or `zod/mini`) for your `custom_data`. When given, every notification carries `customData`: the JSON in
-   * `custom_data` (or the raw string, when it is not JSON) parsed by this schema. When it does not match, the
-   * payment is still emitted, with `customDataError` instead.
+   * A schema for your `custom_data`: any synchronous Standard Schema (https://standardschema.dev): zod 4
+   * (`zod` or `zod/mini`), zod 3.24+, valibot, arktype, ... When given, every notification carries
+   * `customData`, typed as the schema's output: the JSON in `custom_data` (or the raw string, when it is not
+   * JSON) parsed by this schema. When it does not match, the payment is still emitted, with `customDataError`
+   * instead.
    * @default undefined (no parsing: use `custom_data`, the string as received)
    */
   customData: S;
@@ -29,7 +32,9 @@ export interface Options<S extends z.core.$ZodType | undefined = undefined> {
   limit: number | string;
   /**
    * How long to wait for the store (`init` and `claim` together) before answering 503, so the service resends,
-   * in milliseconds. A claim that lands later is delivered then, and the resend is a duplicate.
+   * in milliseconds. A claim that lands later is delivered then, and the resend is a duplicate. At-least-once,
+   * it also bounds each inbox call of delivery and recovery (a timeout is reported, and the entry taken up
+   * again); `ipn.close()` waits for the store's `close()` at most this long.
    * @default 5_000
    */
   storeTimeout: number;
@@ -49,20 +54,70 @@ export interface Options<S extends z.core.$ZodType | undefined = undefined> {
    */
   verify: StatusSource | undefined;
   /**
+   * A status client for the reconciliation sweep and `ipn.reconcile()`, without verifying every notification
+   * (the service asks that the status query be used only for notifications that never arrived). When not
+   * given, the `verify` client is used for them.
+   * @default undefined (the `verify` client, if any)
+   */
+  statusClient: StatusSource | undefined;
+  /**
+   * How long after `ipn.expect()` an expected transaction with no final notification is reconciled through
+   * the status client, in ms. Later queries of one transaction are at least this far apart, and never
+   * closer than 15 minutes (the service's rule).
+   * @default 900_000 (15 minutes)
+   */
+  reconcileAfterMs: number;
+  /**
+   * How many status queries the sweep makes for one expected transaction (a non-final or unknown answer, a
+   * failure) before it reports it with a `stale` event and forgets it.
+   * @default 8
+   */
+  reconcileAttempts: number;
+  /**
+   * How often the sweep looks for expected transactions that are due, in ms (one instance at a time when the
+   * store is shared). Only due ones are queried, within the status client's budget.
+   * @default 60_000
+   */
+  sweepIntervalMs: number;
+  /**
    * How many times a verification that cannot be made now (service unreachable, budget spent, state not final
    * yet) is tried in all before giving up: an `error` event (or `rejected`, reason `not_final`). With
    * `delivery: 'at-least-once'`, `maxAttempts` applies instead.
    * @default 6
    */
   verifyAttempts: number;
+  /**
+   * How long one status query of `verify` may take, in ms, before that verification counts as one that
+   * could not be made now (retried, then reported): a custom source that never settles must not hold a
+   * notification forever. Keep it above the client's own worst case (`createStatusClient()`: `timeoutMs`
+   * times `retries + 1`, plus its backoff: about 33 s by default).
+   * @default 60_000
+   */
+  verifyTimeout: number;
   /** Wait before the first verification retry, in ms; it doubles each time, up to 10 minutes. @default 10_000 */
   verifyRetryDelayMs: number;
+  /**
+   * At-most-once with `verify`: most notifications being verified at once. Past it, a new notification is
+   * answered 503 with `Retry-After` before its key is claimed (the service resends it later; a forger's flood
+   * is dropped), with an `error` event (`VerificationBusyError`). Bounds memory: about this many times your
+   * `limit`, at worst.
+   * @default 500
+   */
+  maxPendingVerifications: number;
   /**
    * A secret the IPN address must carry as its `token` query parameter (build the address with `ipnUrl()`);
    * several, during a rotation. A request without it, or with another, is answered 401.
    * @default undefined (no token required)
    */
   secret: string | readonly string[] | undefined;
+  /**
+   * Proves each notification's origin before it is accepted: a function of the raw body, the headers and the
+   * record, such as `hmacAuthenticator({ secret, header: 'x-signature' })` for the signature the service may
+   * send. A notification that fails it is answered 401 (an `invalid` event, reason `unauthorized`), with an
+   * error log line at most once a minute. A function that throws is answered 500 (an `error` event).
+   * @default undefined (no signature checked)
+   */
+  authenticate: Authenticate | undefined;
   /**
    * `'at-most-once'`: the 200 is sent once the notification is claimed; listeners run after it and a failure
    * is only reported. `'at-least-once'` (needs a store with an inbox: `PostgresStore`, durable; `RedisStore`,
@@ -86,7 +141,7 @@ export interface Options<S extends z.core.$ZodType | undefined = undefined> {
 }
 
 /** Options with every default applied and checked, as the router uses them. */
-export interface ResolvedOptions<S extends z.core.$ZodType | undefined = undefined> extends Omit<
+export interface ResolvedOptions<S extends StandardSchemaV1 | undefined = undefined> extends Omit<
   Options<S>,
   'limit'
 > {
@@ -97,7 +152,7 @@ export interface ResolvedOptions<S extends z.core.$ZodType | undefined = undefin
 const UNITS: Record<string, number> = { b: 1, kb: 1024, mb: 1024 ** 2, gb: 1024 ** 3 };
 
 /** Applies every default in one place and throws a `TypeError` for a programmer error. */
-export function resolveOptions<S extends z.core.$ZodType | undefined>(
+export function resolveOptions<S extends StandardSchemaV1 | undefined>(
   options: Partial<Options<S>> = {},
 ): ResolvedOptions<S> {
   const given = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined));
@@ -113,9 +168,16 @@ export function resolveOptions<S extends z.core.$ZodType | undefined>(
     logger: defaultLogger,
     logCustomerData: false,
     verify: undefined,
+    statusClient: undefined,
+    reconcileAfterMs: 15 * 60_000,
+    reconcileAttempts: 8,
+    sweepIntervalMs: 60_000,
     verifyAttempts: 6,
+    verifyTimeout: 60_000,
     verifyRetryDelayMs: 10_000,
+    maxPendingVerifications: 500,
     secret: undefined,
+    authenticate: undefined,
     delivery: 'at-most-once' as const,
     maxAttempts: 8,
     retryDelayMs: 30_000,
@@ -131,18 +193,32 @@ export function resolveOptions<S extends z.core.$ZodType | undefined>(
   // Node fires a longer timer after 1 ms: a timeout that long would fire at once.
   for (const name of [
     'storeTimeout',
+    'verifyTimeout',
     'verifyRetryDelayMs',
     'retryDelayMs',
     'leaseMs',
     'recoveryIntervalMs',
+    'sweepIntervalMs',
   ] as const)
     checkDuration(name, resolved[name], MAX_TIMER);
-  for (const name of ['verifyAttempts', 'maxAttempts'] as const) {
+  checkDuration('reconcileAfterMs', resolved.reconcileAfterMs);
+  for (const name of [
+    'verifyAttempts',
+    'maxAttempts',
+    'maxPendingVerifications',
+    'reconcileAttempts',
+  ] as const) {
     if (!Number.isInteger(resolved[name]) || resolved[name] < 1)
       throw new TypeError(`ipnRouter: ${name} must be a positive integer, got ${String(resolved[name])}`);
   }
   if (resolved.verify !== undefined) checkMethods('verify', resolved.verify, ['getStatus'], []);
+  if (resolved.statusClient !== undefined)
+    checkMethods('statusClient', resolved.statusClient, ['getStatus'], []);
   checkSecret(resolved.secret);
+  if (resolved.authenticate !== undefined && typeof resolved.authenticate !== 'function')
+    throw new TypeError(
+      "ipnRouter: authenticate must be a function of { rawBody, body, headers, record }, such as hmacAuthenticator({ secret, header: 'x-signature' })",
+    );
   if (resolved.delivery !== 'at-most-once' && resolved.delivery !== 'at-least-once') {
     throw new TypeError(
       `ipnRouter: delivery must be 'at-most-once' or 'at-least-once', got ${String(resolved.delivery)}`,
@@ -154,6 +230,8 @@ export function resolveOptions<S extends z.core.$ZodType | undefined>(
         "new PostgresStore({ pool }) from 'ipn-kit/postgres'; this store only dedupes",
     );
   }
+  // A durable store without one of these would fail at the first delivery, or the first forgery, instead.
+  if (resolved.delivery === 'at-least-once') checkMethods('store', resolved.store, DURABLE_METHODS, []);
   return resolved;
 }
 
@@ -169,6 +247,7 @@ function checkSecret(secret: unknown): void {
 }
 
 const MAX_TIMER = 2 ** 31 - 1;
+const DURABLE_METHODS = ['claim', 'release', 'receive', 'replace', 'lease', 'settle', 'list', 'get'];
 const KNOWN = new Set([
   'customData',
   'store',
@@ -178,9 +257,16 @@ const KNOWN = new Set([
   'logger',
   'logCustomerData',
   'verify',
+  'statusClient',
+  'reconcileAfterMs',
+  'reconcileAttempts',
+  'sweepIntervalMs',
   'verifyAttempts',
+  'verifyTimeout',
   'verifyRetryDelayMs',
+  'maxPendingVerifications',
   'secret',
+  'authenticate',
   'delivery',
   'maxAttempts',
   'retryDelayMs',
@@ -200,10 +286,10 @@ function parseLimit(limit: unknown): number {
 
 function checkSchema(schema: unknown): void {
   if (schema === undefined) return;
-  // Every zod 4 schema, classic or mini, carries its internals in `_zod`; zod 3 schemas do not.
-  if (typeof schema !== 'object' || schema === null || typeof Reflect.get(schema, '_zod') !== 'object') {
+  if (!isStandardSchema(schema)) {
     throw new TypeError(
-      'ipnRouter: customData must be a zod 4 schema (from zod or zod/mini), such as z.object({ orderId: z.string() })',
+      'ipnRouter: customData must be a Standard Schema (zod 3.24+ or 4, valibot, arktype, ...), such as ' +
+        'z.object({ orderId: z.string() })',
     );
   }
 }

@@ -1,17 +1,18 @@
-import type { z } from 'zod';
+import type { StandardSchemaV1 } from '../pipeline/standard-schema.js';
 import { parseCustomData } from '../pipeline/custom-data.js';
 import { IpnKitError, messageOf, StoreError } from '../pipeline/errors.js';
 import type { Notification } from './events.js';
 import type { ResolvedOptions } from '../config/options.js';
-import { identify, type Emit, type EmitAndWait } from './safe-emitter.js';
+import { identify, type Emit, type EmitAndWait, type Track } from './safe-emitter.js';
 import type { IpnNotification } from '../pipeline/schema.js';
 import { loggableError } from '../observability/redact.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
 
-/** The router's emitters: fire-and-forget, and fire-then-await-every-listener. */
+/** The router's emitters: fire-and-forget, fire-then-await-every-listener, and track what listeners start. */
 export interface Emitters<C> {
   emit: Emit<C>;
   emitAndWait: EmitAndWait<C>;
+  track: Track;
 }
 
 /** The dedupe key of a notification: `transaction_id:state`. */
@@ -24,8 +25,8 @@ export { identify } from './safe-emitter.js';
  * report, reject, release and emit a notification.
  */
 export function createDeliveryContext<C>(
-  options: ResolvedOptions<z.core.$ZodType | undefined>,
-  { emit, emitAndWait }: Emitters<C>,
+  options: ResolvedOptions<StandardSchemaV1 | undefined>,
+  { emit, emitAndWait, track }: Emitters<C>,
 ) {
   const { store, logger, customData: schema } = options;
   const timers = new Set<NodeJS.Timeout>();
@@ -67,22 +68,26 @@ export function createDeliveryContext<C>(
       timers.add(interval);
     },
 
-    /** A promise nobody awaits: a failure (a bug of ours) is reported, never an unhandled rejection. */
-    detach: (pending: Promise<unknown>): void => {
-      pending.catch((cause: unknown) => {
-        const message = `ipn-kit failed to deliver a notification: ${messageOf(cause)}`;
-        report(new IpnKitError('IPN_INTERNAL', message, { cause }));
-      });
-    },
+    /**
+     * A promise nobody needs to await: a failure (a bug of ours) is reported, never an unhandled rejection.
+     * Resolves once it has settled (for a `waitUntil`); never rejects.
+     */
+    detach: (pending: Promise<unknown>): Promise<void> =>
+      pending.then(
+        () => undefined,
+        (cause: unknown) => {
+          const message = `ipn-kit failed to deliver a notification: ${messageOf(cause)}`;
+          report(new IpnKitError('IPN_INTERNAL', message, { cause }));
+        },
+      ),
 
-    /** Frees a key, so that a genuine resend (or a reconcile) of it is processed. */
-    release: (key: string): void => {
+    /** Frees a key, so that a genuine resend (or a reconcile) of it is processed. Never rejects. */
+    release: (key: string): Promise<void> =>
       Promise.resolve()
         .then(() => store.release(key))
         .catch((cause: unknown) =>
           report(new StoreError(`the store failed to release ${key}: ${messageOf(cause)}`, { cause })),
-        );
-    },
+        ),
 
     /** Emits `rejected`: the service's record contradicts the notification. */
     reject: (event: RejectedEvent): void => {
@@ -93,17 +98,31 @@ export function createDeliveryContext<C>(
       emit('rejected', event);
     },
 
-    /** Emits the notification's events at once (at-most-once). */
-    emitNow: (n: IpnNotification): void => {
-      const event = toEvent(n);
-      const attempt = { key: keyOf(n), attempt: 1 };
-      logger.debug(identify(n), 'IPN notification delivered');
-      emit('notification', event, attempt);
-      if (event.state === 'SUCCESSFUL')
-        emit('successful', event as Notification<C> & { state: 'SUCCESSFUL' }, attempt);
-      else if (event.state === 'FAILED')
-        emit('failed', event as Notification<C> & { state: 'FAILED' }, attempt);
-    },
+    /**
+     * Emits the notification's events at once (at-most-once). Resolves once the listeners have settled
+     * (nothing waits for that but a `waitUntil`); never rejects.
+     */
+    emitNow: (n: IpnNotification): Promise<void> =>
+      track(() => {
+        const event = toEvent(n);
+        const attempt = { key: keyOf(n), attempt: 1 };
+        logger.debug(identify(n), 'IPN notification delivered');
+        emit('notification', event, attempt);
+        let heard = true;
+        if (event.state === 'SUCCESSFUL')
+          heard = emit('successful', event as Notification<C> & { state: 'SUCCESSFUL' }, attempt);
+        else if (event.state === 'FAILED')
+          heard = emit('failed', event as Notification<C> & { state: 'FAILED' }, attempt);
+        // Answered 200 already, and never sent again: say so, or a missing listener loses payments silently.
+        if (!heard) {
+          const name = event.state === 'SUCCESSFUL' ? 'successful' : 'failed';
+          logger.warn(
+            identify(n),
+            `a ${event.state} notification was emitted with no '${name}' listener: it was acknowledged and ` +
+              `the service will not send it again. Add ipn.on('${name}', ...) before the router serves requests`,
+          );
+        }
+      }),
 
     /** Stops every timer; later `after` calls do nothing. */
     close: (): void => {

@@ -1,15 +1,20 @@
 import { randomUUID } from 'node:crypto';
-import type { z } from 'zod';
+import type { StandardSchemaV1 } from '../pipeline/standard-schema.js';
 import { createDeliveryContext, identify, keyOf, type Emitters } from './delivery-context.js';
 import { createDurableDelivery } from './durable-delivery.js';
-import { IpnKitError, StoreError } from '../pipeline/errors.js';
+import { IpnKitError, StatusQueryError, StoreError, VerificationBusyError } from '../pipeline/errors.js';
 import type { ResolvedOptions } from '../config/options.js';
-import { isFinalState, type IpnNotification } from '../pipeline/schema.js';
+import { isFinalState, toRecord, type IpnNotification } from '../pipeline/schema.js';
 import type { createStoreClaimer } from './store-claimer.js';
 import type { DurableStore, InboxEntry, ListOptions, StatusCounts } from '../stores/store.js';
 import type { StatusRecord } from '../status/status-envelope.js';
+import type { RejectedEvent } from '../status/verify-notification.js';
 import { createVerifyQueue } from './verify-queue.js';
+import type { StatusSource } from '../status/verify-notification.js';
+import { within } from './within.js';
 import type { Metrics } from '../observability/metrics.js';
+import { createExpectations } from './expectations.js';
+import { createReconcileSweep } from './reconcile-sweep.js';
 
 type Claimer = ReturnType<typeof createStoreClaimer>;
 
@@ -45,17 +50,46 @@ export interface Inbox {
  * events; at-least-once, the inbox's bookkeeping around them (attempts, retries, dead ones, recovery).
  */
 export function createDelivery<C>(
-  options: ResolvedOptions<z.core.$ZodType | undefined>,
+  options: ResolvedOptions<StandardSchemaV1 | undefined>,
   emitters: Emitters<C>,
   claimer: Claimer,
   metrics?: Metrics,
 ) {
-  const { store, logger, verify, leaseMs } = options;
-  const context = createDeliveryContext<C>(options, emitters);
+  const { store, logger, leaseMs } = options;
+  const verify = options.verify && timeLimited(options.verify, options.verifyTimeout);
+  const context = createDeliveryContext<C>({ ...options, verify }, emitters);
   const durable = options.delivery === 'at-least-once' ? (store as DurableStore) : undefined;
   const durably = durable && createDurableDelivery(context, durable, metrics);
   const verifying = verify && !durable ? createVerifyQueue(context, verify) : undefined;
   const { detach, after } = context;
+  let shedSince = 0;
+  let shedLoggedAt = -Infinity;
+
+  /** A notification turned away by the bound: logged at most once a minute, with how many were. */
+  function shed(n: IpnNotification): VerificationBusyError {
+    const error = new VerificationBusyError(n.transaction_id, verifying?.size() ?? 0);
+    shedSince += 1;
+    const now = Date.now();
+    if (now - shedLoggedAt >= 60_000) {
+      logger.warn(
+        { shed: shedSince, maxPendingVerifications: options.maxPendingVerifications },
+        `${shedSince} notification(s) answered 503 since the last warning: maxPendingVerifications are ` +
+          'being verified (a flood of forged notifications? add a secret)',
+      );
+      shedLoggedAt = now;
+      shedSince = 0;
+    }
+    return error;
+  }
+  // The status query is for notifications that never arrived: the sweep's client, not necessarily verify's.
+  const statusSource = options.statusClient ?? verify;
+  const expectations = createExpectations(context, store);
+  const sweeper =
+    expectations.store &&
+    createReconcileSweep(context, expectations.store, statusSource, (record) => deliverRecord(record));
+  const sweep = () => sweeper?.sweep();
+  const startSweeping = (): void => sweeper?.start(() => void sweep());
+  if (options.statusClient !== undefined) startSweeping();
 
   function inbox(): DurableStore {
     if (durable) return durable;
@@ -68,16 +102,34 @@ export function createDelivery<C>(
     if (durably) after(0, durably.recover);
   };
 
-  function dispatch(n: IpnNotification, leaseId: string): void {
-    if (durably) detach(durably.deliver(keyOf(n), n, leaseId, 1));
-    else if (verifying) verifying.start(n);
-    else context.emitNow(n);
+  /** Resolves when the first attempt has settled, listeners included (for a `waitUntil`); never rejects. */
+  function dispatch(n: IpnNotification, leaseId: string): Promise<void> {
+    if (durably) return detach(durably.deliver(keyOf(n), n, leaseId, 1));
+    if (verifying) return verifying.start(n);
+    return context.emitNow(n);
   }
 
   async function settleReconciled(record: IpnNotification, key: string, leaseId: string): Promise<boolean> {
     if (durably) return durably.deliver(key, record, leaseId, 1);
-    context.emitNow(record);
+    void context.emitNow(record); // reconcile resolves at once, as before: listeners are not awaited
     return true;
+  }
+
+  /**
+   * Delivers a final record of the service as a notification, through the same dedupe: `true` when this
+   * call emitted it, `false` when it was already handled. The service's own record needs no verification.
+   */
+  async function deliverRecord(record: IpnNotification): Promise<boolean> {
+    const key = keyOf(record);
+    const lease = { id: randomUUID(), ms: leaseMs };
+    const claimed = await claimer.claim(
+      key,
+      () => void detach(settleReconciled(record, key, lease.id)),
+      durable && (() => durable.receive(key, toRecord(record), lease)),
+    );
+    if (claimed instanceof StoreError) throw claimed;
+    if (!claimed) return false;
+    return settleReconciled(record, key, lease.id);
   }
 
   return {
@@ -85,44 +137,60 @@ export function createDelivery<C>(
      * Claims (or, at-least-once, stores) a notification before the answer: `true` first, `false` a resend.
      * `leaseId` goes to `dispatch`, after the answer.
      */
-    async accept(n: IpnNotification): Promise<{ claimed: boolean | StoreError; leaseId: string }> {
+    async accept(
+      n: IpnNotification,
+    ): Promise<{ claimed: boolean | StoreError | VerificationBusyError; leaseId: string }> {
       const key = keyOf(n);
+      // Past the bound, shed before claiming: nothing to release, and the service's resend is processed.
+      if (verifying && !verifying.reserve(key)) return { claimed: shed(n), leaseId: '' };
       // Only a durable store leases: the at-most-once path makes no lease id.
       const leaseId = durable ? randomUUID() : '';
       const late = (): void => {
         // Answered 503, but the claim went through after all: ours to deliver, or it would be lost.
         logger.warn(identify(n), 'IPN claim landed after storeTimeout: delivered late');
-        dispatch(n, leaseId);
+        void dispatch(n, leaseId);
       };
-      const receive = durable && (() => durable.receive(key, n, { id: leaseId, ms: leaseMs }));
+      const receive = durable && (() => durable.receive(key, toRecord(n), { id: leaseId, ms: leaseMs }));
       const claimed = await claimer.claim(key, late, receive);
+      if (claimed !== true) verifying?.unreserve(key);
       return { claimed, leaseId };
     },
 
     /** Runs after the answer: verification, then the events. */
     dispatch,
 
+    /**
+     * Undoes a claim the router will not deliver (it closed meanwhile), so that the service's resend is
+     * processed. A durable store keeps what it stored: the next start delivers it. Never rejects.
+     */
+    async unclaim(n: IpnNotification): Promise<void> {
+      verifying?.unreserve(keyOf(n));
+      if (!durable) await context.release(keyOf(n));
+    },
+
     async reconcile(transactionId: string): Promise<ReconcileResult> {
-      if (verify === undefined) {
+      if (statusSource === undefined) {
         throw new IpnKitError(
           'IPN_NO_STATUS_CLIENT',
-          'reconcile needs a status client: ipnRouter({ verify: createStatusClient({ baseUrl, apiKey }) })',
+          'reconcile needs a status client: ipnRouter({ statusClient: createStatusClient({ baseUrl, apiKey }) })',
         );
       }
-      const record = await verify.getStatus(transactionId);
+      const record = await statusSource.getStatus(transactionId);
       if (!isFinalState(record.state)) return { record, emitted: false };
-      const key = keyOf(record);
-      const lease = { id: randomUUID(), ms: leaseMs };
-      // The service's own record needs no verification: emitted directly, through the same dedupe.
-      const claimed = await claimer.claim(
-        key,
-        () => detach(settleReconciled(record, key, lease.id)),
-        durable && (() => durable.receive(key, record, lease)),
-      );
-      if (claimed instanceof StoreError) throw claimed;
-      if (!claimed) return { record, emitted: false };
-      return { record, emitted: await settleReconciled(record, key, lease.id) };
+      return { record, emitted: await deliverRecord(record) };
     },
+
+    /** `ipn.expect()`: keeps the expectation, and starts this instance's sweep. */
+    async expect(...args: Parameters<typeof expectations.expect>): Promise<void> {
+      await expectations.expect(...args);
+      startSweeping();
+    },
+    /** The expectation check of an incoming notification, and its settling. */
+    expectations,
+    /** Emits `rejected` for a notification its expectation contradicts (made without any status query). */
+    rejectExpected: (event: RejectedEvent) => context.reject(event),
+    /** `ipn.sweep()`: one reconciliation pass now. */
+    sweep: async () => (await sweep()) ?? { queried: 0, reconciled: 0, rejected: 0, stale: 0, swept: false },
 
     inbox: {
       list: async (listOptions) => inbox().list(listOptions),
@@ -149,5 +217,20 @@ export function createDelivery<C>(
       claimer.close();
       context.close();
     },
+  };
+}
+
+/** `source`, whose every query fails as a retryable `StatusQueryError` after `ms` without an answer. */
+function timeLimited(source: StatusSource, ms: number): StatusSource {
+  return {
+    getStatus: (id) =>
+      within(
+        Promise.resolve().then(() => source.getStatus(id)),
+        ms,
+        () => {
+          const message = `the status source did not answer about ${id} within ${ms} ms (verifyTimeout)`;
+          return new StatusQueryError(id, message, { retryable: true });
+        },
+      ),
   };
 }

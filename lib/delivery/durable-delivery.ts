@@ -3,10 +3,13 @@ import type { DeliveryContext } from './delivery-context.js';
 import { identify, keyOf } from './delivery-context.js';
 import { DeliveryError, IpnKitError, messageOf, StoreError, VerificationError } from '../pipeline/errors.js';
 import type { Notification } from './events.js';
-import { ipnNotificationSchema, type IpnNotification } from '../pipeline/schema.js';
+import { ipnNotificationSchema, toRecord, type IpnNotification } from '../pipeline/schema.js';
 import type { Metrics } from '../observability/metrics.js';
+import { redactText } from '../observability/redact.js';
 import type { Attempt as Context } from './safe-emitter.js';
 import type { DeliveryTransaction, DurableStore } from '../stores/store.js';
+import { within } from './within.js';
+import { statusClock } from '../status/query-guard.js';
 import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
 
 /** How an attempt ended: `later` is a verification that could not be made yet. */
@@ -39,8 +42,14 @@ export function createDurableDelivery<C>(
           ? emitAndWait('failed', event as Notification<C> & { state: 'FAILED' }, context)
           : undefined;
     const results = await Promise.all([emitAndWait('notification', event, context), own]);
-    if (results.some((result) => result?.ok === false))
-      return { kind: 'failed', error: new DeliveryError(`a listener failed for ${keyOf(n)}`) };
+    const failures = results.flatMap((result) => result?.failures ?? []);
+    if (failures.length > 0) {
+      // One error for the attempt, carrying the listeners' own messages (redacted as logs are): the
+      // inbox's last error and `dead.lastError` say what went wrong, not only that something did.
+      const said = failures.map((failure) => failure.message).join('; ');
+      const message = options.logCustomerData ? said : redactText(said, n);
+      return { kind: 'failed', error: new DeliveryError(message, { cause: failures[0] }) };
+    }
     if (results.every((result) => (result?.listeners ?? 0) === 0)) {
       const name = event.state === 'FAILED' ? 'failed' : 'successful';
       const message = `no listener for ${keyOf(n)}: add ipn.on('${name}', ...) before the router starts`;
@@ -51,8 +60,14 @@ export function createDurableDelivery<C>(
 
   /** Verifies, then (in the store's transaction, when it opens one) emits to every listener. */
   async function attempt(n: IpnNotification, context: Context, tx: TransactionHolder): Promise<Attempt> {
+    const attempts = context.attempt;
     if (options.verify) {
-      const verdict = await verifyNotification(options.verify, n);
+      // No answer older than this attempt condemns it; a not-found is believed from the second attempt on.
+      const now = statusClock();
+      const verdict = await verifyNotification(options.verify, n, {
+        arrivedAt: now,
+        notFoundAt: attempts > 1 ? now : undefined,
+      });
       if (verdict.kind !== 'confirmed') return verdict;
     }
     const db = (await tx.open())?.db;
@@ -71,8 +86,10 @@ export function createDurableDelivery<C>(
     const tx = holdTransaction(inbox, key, leaseId);
     let abandoned = false; // the listeners may still be running: their transaction's connection is closed
     try {
+      const ms = Math.floor(options.leaseMs * 0.9);
+      const message = `the listeners of ${key} did not settle within ${ms} ms (leaseMs)`;
       const context = { key, attempt: attempts };
-      result = await within(attempt(n, context, tx), Math.floor(options.leaseMs * 0.9), key);
+      result = await within(attempt(n, context, tx), ms, () => new DeliveryError(message));
     } catch (error) {
       const failure =
         error instanceof IpnKitError ? error : new DeliveryError(messageOf(error), { cause: error });
@@ -84,19 +101,26 @@ export function createDurableDelivery<C>(
         // Transactional: the listeners' writes and the delivered mark commit together, or neither does.
         const open = tx.current();
         const settled = open
-          ? await open.commit()
-          : await inbox.settle(key, leaseId, { status: 'delivered' });
+          ? await timed(open.commit(), 'commit', key)
+          : await timed(inbox.settle(key, leaseId, { status: 'delivered' }), 'settle', key);
         if (settled) metrics?.delivered(n.state);
         return true;
       }
-      await tx.end(abandoned); // the listeners' writes vanish with the attempt
+      await timed(tx.end(abandoned), 'rollback', key); // the listeners' writes vanish with the attempt
       if (result.kind === 'rejected') {
         reject(result.event);
-        await inbox.release(key); // a genuine notification of this key can still come...
-        // ...or it came already, answered as a duplicate of the forgery: deliver the service's own record.
         const genuine = genuineRecord(result.event);
+        if (!genuine) {
+          // A genuine notification of this key can still come. Only while this attempt holds the entry:
+          // another one may have put the service's own record there since.
+          await timed(inbox.release(key, leaseId), 'release', key);
+          return false;
+        }
+        // The genuine copy came already, answered as a duplicate of the forgery: the service's own record
+        // takes the forgery's place in one step, so that it is in the inbox at every moment.
         const lease = { id: randomUUID(), ms: options.leaseMs };
-        if (genuine && (await inbox.receive(key, genuine, lease))) return deliver(key, genuine, lease.id, 1);
+        if (await timed(inbox.replace(key, leaseId, toRecord(genuine), lease), 'replace', key))
+          return deliver(key, genuine, lease.id, 1);
         return false;
       }
       const failure =
@@ -106,7 +130,8 @@ export function createDurableDelivery<C>(
       if (result.kind === 'failed') report(failure, n);
       if (attempts >= options.maxAttempts) {
         // Emitted by the instance that still held the lease, only: a replay may have taken it meanwhile.
-        if (!(await inbox.settle(key, leaseId, { status: 'dead', error: failure.message }))) return false;
+        const dead = { status: 'dead', error: failure.message } as const;
+        if (!(await timed(inbox.settle(key, leaseId, dead), 'settle', key))) return false;
         logger.error(
           { ...identify(n), attempts },
           `IPN notification ${key} is dead after ${attempts} attempts`,
@@ -116,10 +141,12 @@ export function createDurableDelivery<C>(
       }
       const delay = Math.min(options.retryDelayMs * 2 ** (attempts - 1), MAX_RETRY_DELAY);
       const nextAttemptAt = new Date(Date.now() + delay);
-      await inbox.settle(key, leaseId, { status: 'failed', error: failure.message, nextAttemptAt });
+      const failed = { status: 'failed', error: failure.message, nextAttemptAt } as const;
+      await timed(inbox.settle(key, leaseId, failed), 'settle', key);
       after(delay, recover);
     } catch (cause) {
-      // The lease runs out and the entry is taken up again: at least once, never lost.
+      // The entry is still in the inbox (every write above changes it in one step, none deletes a
+      // notification still to deliver): its lease runs out and it is taken up again. At least once.
       const message = `the store failed to record the delivery of ${key}: ${messageOf(cause)}`;
       report(new StoreError(message, { cause }), n);
     }
@@ -131,15 +158,14 @@ export function createDurableDelivery<C>(
     if (recovering || context.isClosed()) return;
     recovering = true;
     const lease = { id: randomUUID(), ms: options.leaseMs };
-    inbox
-      .lease(lease, RECOVERY_BATCH)
+    timed(inbox.lease(lease, RECOVERY_BATCH), 'lease')
       .then(async (entries) => {
         await Promise.all(
           entries.map((entry) => {
             const read = ipnNotificationSchema.safeParse(entry.record);
             if (read.success) return deliver(entry.key, read.data, lease.id, entry.attempts);
             const error = `the stored record of ${entry.key} is not a notification`;
-            return inbox.settle(entry.key, lease.id, { status: 'dead', error });
+            return timed(inbox.settle(entry.key, lease.id, { status: 'dead', error }), 'settle', entry.key);
           }),
         );
         return entries.length;
@@ -155,6 +181,18 @@ export function createDurableDelivery<C>(
           report(new StoreError(message, { cause }));
         },
       );
+  }
+
+  /**
+   * Waits for a store call at most `storeTimeout`: a call that never settles (a connection stuck behind a
+   * dropped network) must not hold an attempt, or stop recovery for good. What it did meanwhile is safe:
+   * every write is guarded by the lease, and an entry leased by a call that timed out is taken up again
+   * once that lease runs out.
+   */
+  function timed<T>(pending: T | Promise<T>, call: string, key?: string): Promise<T> {
+    const about = key === undefined ? '' : ` for ${key}`;
+    const message = `the store's ${call}${about} did not answer within ${options.storeTimeout} ms (storeTimeout)`;
+    return within(pending, options.storeTimeout, () => new StoreError(message));
   }
 
   after(0, recover); // at start, once the caller has added its listeners
@@ -190,14 +228,4 @@ function holdTransaction(inbox: DurableStore, key: string, leaseId: string): Tra
       await tx?.rollback(abandon);
     },
   };
-}
-
-/** Rejects with a `DeliveryError` when `pending` has not settled within `ms`. */
-function within<T>(pending: Promise<T>, ms: number, key: string): Promise<T> {
-  return new Promise((resolve, reject) => {
-    const message = `the listeners of ${key} did not settle within ${ms} ms (leaseMs)`;
-    const timer = setTimeout(() => reject(new DeliveryError(message)), ms);
-    timer.unref(); // a listener that never settles must not keep a closing process alive
-    pending.then(resolve, reject).finally(() => clearTimeout(timer));
-  });
 }

@@ -1,6 +1,7 @@
 import type { CustomDataError, FieldIssue, IpnKitError } from '../pipeline/errors.js';
 import type { IpnNotification } from '../pipeline/schema.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
+import type { StatusRecord } from '../status/status-envelope.js';
 import type { DeliveryTransaction } from '../stores/store.js';
 
 /** What every listener of `successful`, `failed` and `notification` learns about the delivery attempt. */
@@ -39,8 +40,18 @@ export type ListenerContextOf<St, D> = D extends 'at-least-once'
  */
 export type CustomDataFields<C> = [C] extends [undefined]
   ? unknown
-  : | { customData: C; customDataError?: undefined }
-    | { customData?: undefined; customDataError: CustomDataError };
+  : | {
+        /** `custom_data` parsed by your `customData` schema: its output type. */
+        customData: C;
+        /** Absent when `customData` is set. */
+        customDataError?: undefined;
+      }
+    | {
+        /** Absent when `custom_data` did not match the schema. */
+        customData?: undefined;
+        /** Why `custom_data` did not match the schema (or the schema threw): the payment still happened. */
+        customDataError: CustomDataError;
+      };
 
 /** What a listener receives: the validated notification, plus `customData` when a schema was given. */
 export type Notification<C = undefined> = IpnNotification & CustomDataFields<C>;
@@ -88,6 +99,41 @@ export interface DeadEvent<C = undefined> {
   lastError: string;
 }
 
+/** Why the sweep gave up on an expected transaction: the `reason` of a `stale` event. */
+export type StaleReason =
+  /** The service still reported a non-final state at every query. */
+  | 'not_final'
+  /** The service did not know the transaction at any query. */
+  | 'not_found'
+  /** The status query failed at the last attempt (network, 5xx). */
+  | 'unavailable'
+  /** The router has no status client to ask (neither `statusClient` nor `verify`). */
+  | 'no_status_client';
+
+/**
+ * Payload of the `stale` event: an expected transaction (`ipn.expect()`) for which no final notification
+ * came and the sweep could not reconcile it within `reconcileAttempts` status queries. It is forgotten
+ * after this event: look into it (the service's back office, `ipn.reconcile(transactionId)` later).
+ */
+export interface StaleEvent {
+  /** The expected transaction. */
+  transactionId: string;
+  /** Why the sweep gave up on it. */
+  reason: StaleReason;
+  /** The same, in words, with the number of queries made. */
+  message: string;
+  /** The `custom_data` given to `ipn.expect()`, when given. */
+  customData?: string | undefined;
+  /** The amount given to `ipn.expect()`, when given. */
+  amount?: number | undefined;
+  /** When `ipn.expect()` was called. */
+  expectedAt: Date;
+  /** Status queries made for it. */
+  attempts: number;
+  /** The service's last answer, when it found the transaction (a non-final state such as `PENDING1`). */
+  status?: StatusRecord;
+}
+
 /** The events of an IPN router and the payload each listener receives. */
 export interface IpnEvents<C = undefined, X = ListenerContext> {
   /** A first delivery in state SUCCESSFUL: credit the order (through `context.db`, when there is one). */
@@ -102,11 +148,40 @@ export interface IpnEvents<C = undefined, X = ListenerContext> {
   invalid: (event: InvalidEvent) => unknown;
   /** A listener failed, or the store did, or a notification could not be verified in time. */
   error: (event: ErrorEvent<C>) => unknown;
-  /** With `verify`: a notification the service's record contradicts (forged or altered). Never credited. */
+  /**
+   * A notification the service's record (with `verify`) or its expectation (`ipn.expect()`) contradicts:
+   * forged or altered. Never credited.
+   */
   rejected: (event: RejectedEvent) => unknown;
+  /** An expected transaction the reconciliation sweep could not settle within its bound. */
+  stale: (event: StaleEvent) => unknown;
   /** With `delivery: 'at-least-once'`: every attempt failed; the notification is kept as `dead` for a replay. */
   dead: (event: DeadEvent<C>) => unknown;
 }
 
 /** An event name of {@link IpnEvents}. */
 export type IpnEventName = keyof IpnEvents;
+
+/**
+ * Every event name a router emits, in the order of {@link IpnEvents}. A `Record` over the names, so that
+ * adding an event to the interface without adding it here fails to compile.
+ */
+const EVENTS: Record<IpnEventName, true> = {
+  successful: true,
+  failed: true,
+  notification: true,
+  duplicate: true,
+  invalid: true,
+  error: true,
+  rejected: true,
+  stale: true,
+  dead: true,
+};
+
+/** The known event names, for the check that turns a typo (`'success'`) into a `TypeError`. */
+export const IPN_EVENT_NAMES: readonly IpnEventName[] = Object.freeze(Object.keys(EVENTS) as IpnEventName[]);
+
+/** Whether `name` is one of {@link IPN_EVENT_NAMES}. */
+export function isIpnEventName(name: unknown): name is IpnEventName {
+  return typeof name === 'string' && Object.hasOwn(EVENTS, name);
+}

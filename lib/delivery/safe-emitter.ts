@@ -1,26 +1,51 @@
 import { EventEmitter } from 'eventemitter3';
-import { ListenerError } from '../pipeline/errors.js';
-import type { AttemptInfo, IpnEvents, ListenerContext } from './events.js';
+import { ListenerError, messageOf } from '../pipeline/errors.js';
+import {
+  IPN_EVENT_NAMES,
+  isIpnEventName,
+  type AttemptInfo,
+  type IpnEventName,
+  type IpnEvents,
+  type ListenerContext,
+} from './events.js';
 import type { Logger } from '../observability/logger.js';
 import { loggableError } from '../observability/redact.js';
 
 type Events<C, X = ListenerContext> = IpnEvents<C, X>;
 type Name<C> = keyof Events<C>;
 type Wrapped = ((payload: unknown, context?: Attempt) => void) & { listener: (...args: never[]) => unknown };
+type Listener = (payload: unknown, context?: Attempt) => unknown;
 
 /** The context the router passes to listeners at run time: a `db` only inside a delivery transaction. */
 export type Attempt = AttemptInfo & { db?: unknown };
 
-/** The listener methods of an IPN router; they mirror eventemitter3's and return the router for chaining. */
+/**
+ * The listener methods of an IPN router; they mirror Node's and eventemitter3's and return the router for
+ * chaining. An unknown event name (`'success'`, `'SUCCESSFUL'`) or a listener that is not a function throws a
+ * `TypeError` listing the known names, in JavaScript as in TypeScript: a typo must not leave payments unheard.
+ */
 export interface IpnEmitter<C = undefined, X = ListenerContext> {
+  /** Adds a listener of `event`; its payload is typed by the event's name. */
   on<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
+  /** The same as {@link IpnEmitter.on}. */
   addListener<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
+  /** Adds the listener before the ones already added, so it runs first. */
+  prependListener<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
+  /** Adds a listener that runs for the next `event` only. */
   once<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
+  /** Adds a one-time listener before the ones already added. */
+  prependOnceListener<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
+  /** Removes `listener` of `event`, or every listener of it when none is given. */
   off<E extends Name<C>>(event: E, listener?: Events<C, X>[E]): this;
+  /** The same as {@link IpnEmitter.off}. */
   removeListener<E extends Name<C>>(event: E, listener?: Events<C, X>[E]): this;
+  /** Removes every listener of `event`, or of every event when none is given. */
   removeAllListeners(event?: Name<C>): this;
+  /** The listeners of `event`, as they were added. */
   listeners<E extends Name<C>>(event: E): Array<Events<C, X>[E]>;
+  /** How many listeners `event` has. */
   listenerCount(event: Name<C>): number;
+  /** The events that have at least one listener. */
   eventNames(): Array<Name<C>>;
 }
 
@@ -31,12 +56,18 @@ export type Emit<C> = <E extends Name<C>>(
   context?: Attempt,
 ) => boolean;
 
-/** Emits, then waits for every listener: how many ran, and whether all of them succeeded. */
+/** Runs code that emits; resolves once every listener it called has settled. Never rejects. */
+export type Track = (run: () => void) => Promise<void>;
+
+/**
+ * Emits, then waits for every listener: how many ran, whether all of them succeeded, and each failure. The
+ * failures are not reported (no `error` event, no log line): the caller reports the attempt once.
+ */
 export type EmitAndWait<C> = <E extends Name<C>>(
   event: E,
   payload: Parameters<Events<C>[E]>[0],
   context?: Attempt,
-) => Promise<{ listeners: number; ok: boolean }>;
+) => Promise<{ listeners: number; ok: boolean; failures: ListenerError[] }>;
 
 /**
  * An eventemitter3 emitter whose listeners cannot hurt the caller: each one runs in isolation, and a throw
@@ -51,10 +82,19 @@ export function createSafeEmitter<C>(
   redact = true,
 ) {
   const emitter = new EventEmitter();
-  /** Set while `emitAndWait` emits: each listener called adds whether it succeeded. */
-  let collecting: Array<Promise<boolean>> | undefined;
+  /** Set while `emitAndWait` emits: each listener called adds its failure, or `undefined` when it succeeded. */
+  let collecting: Array<Promise<ListenerError | undefined>> | undefined;
+  /** Set while `track` runs: only the promises listeners return matter, and failures are reported here. */
+  let pendingOnly = false;
 
-  const report = (event: string, cause: unknown, payload: unknown): false => {
+  const report = (event: string, cause: unknown, payload: unknown): void => {
+    try {
+      reportFailure(event, cause, payload);
+    } catch {
+      // Nothing in it should throw; if a bug of ours does, the next listener must still run.
+    }
+  };
+  const reportFailure = (event: string, cause: unknown, payload: unknown): void => {
     const error = new ListenerError(event, cause);
     const err = redact ? loggableError(error, payload) : error;
     logger.error({ err, event, ...identify(payload) }, redact ? (err.message as string) : error.message);
@@ -62,63 +102,108 @@ export function createSafeEmitter<C>(
     if (event !== 'error') {
       const outer = collecting;
       collecting = undefined; // the 'error' listeners' own outcome is not the delivery's
-      const failure = { error, notification: event === 'invalid' ? undefined : payload };
-      observe('error', failure, false);
-      emitter.emit('error', failure);
-      collecting = outer;
+      try {
+        const failure = { error, notification: event === 'invalid' ? undefined : payload };
+        observe('error', failure, false);
+        emitter.emit('error', failure);
+      } finally {
+        collecting = outer;
+      }
     }
-    return false;
   };
-  const wrap = (event: string, listener: (payload: unknown, context?: Attempt) => unknown): Wrapped =>
-    Object.assign(
+  /** The listener, isolated; a one-time one removes itself before it runs (so a prepend keeps it one-time). */
+  const wrap = (event: string, listener: Listener, once = false): Wrapped => {
+    const wrapped: Wrapped = Object.assign(
       (payload: unknown, context?: Attempt): void => {
+        if (once) emitter.off(event, wrapped);
         const outcomes = collecting;
+        const tracking = pendingOnly;
+        // Awaited (an at-least-once attempt): the failure goes back to the caller, which reports the attempt
+        // once; otherwise (tracked for a `waitUntil`, or not awaited) it is reported here.
+        const fail = (cause: unknown): ListenerError | undefined => {
+          if (outcomes && !tracking) return new ListenerError(event, cause);
+          report(event, cause, payload);
+          return undefined;
+        };
         try {
           // Only the notification events carry a context: the others' listeners get their payload alone.
           const result = context === undefined ? listener(payload) : listener(payload, context);
           if (isThenable(result)) {
-            const settled = Promise.resolve(result).then(
-              () => true,
-              (cause: unknown) => report(event, cause, payload),
-            );
+            const settled = Promise.resolve(result).then(() => undefined, fail);
             outcomes?.push(settled);
-          } else outcomes?.push(Promise.resolve(true));
+          } else if (!tracking) outcomes?.push(Promise.resolve(undefined));
         } catch (cause) {
-          const failed = report(event, cause, payload);
-          outcomes?.push(Promise.resolve(failed));
+          const failure = fail(cause);
+          outcomes?.push(Promise.resolve(failure));
         }
       },
       { listener },
     );
+    return wrapped;
+  };
+  const add = (method: string, event: unknown, listener: unknown, once: boolean, first: boolean): void => {
+    checkEvent(method, event);
+    if (typeof listener !== 'function') {
+      throw new TypeError(
+        `ipn.${method}('${event}', listener): the listener must be a function, got ${typeof listener}`,
+      );
+    }
+    const wrapped = wrap(event, listener as Listener, once);
+    if (!first) {
+      emitter.on(event, wrapped);
+      return;
+    }
+    const existing = emitter.listeners(event) as Wrapped[];
+    emitter.removeAllListeners(event);
+    for (const item of [wrapped, ...existing]) emitter.on(event, item);
+  };
   const find = (event: string, listener: unknown) =>
     (emitter.listeners(event) as Wrapped[]).filter((wrapped) => wrapped.listener === listener);
 
   const methods: IpnEmitter<C> = {
     on(event, listener) {
-      emitter.on(event, wrap(event, listener as never));
+      add('on', event, listener, false, false);
       return self() as never;
     },
     addListener(event, listener) {
-      return methods.on(event, listener);
+      add('addListener', event, listener, false, false);
+      return self() as never;
+    },
+    prependListener(event, listener) {
+      add('prependListener', event, listener, false, true);
+      return self() as never;
     },
     once(event, listener) {
-      emitter.once(event, wrap(event, listener as never));
+      add('once', event, listener, true, false);
+      return self() as never;
+    },
+    prependOnceListener(event, listener) {
+      add('prependOnceListener', event, listener, true, true);
       return self() as never;
     },
     off(event, listener) {
+      checkEvent('off', event);
       if (listener === undefined) emitter.removeAllListeners(event);
       else for (const wrapped of find(event, listener)) emitter.off(event, wrapped);
       return self() as never;
     },
     removeListener(event, listener) {
+      checkEvent('removeListener', event);
       return methods.off(event, listener);
     },
     removeAllListeners(event) {
+      if (event !== undefined) checkEvent('removeAllListeners', event);
       emitter.removeAllListeners(event);
       return self() as never;
     },
-    listeners: (event) => (emitter.listeners(event) as Wrapped[]).map((wrapped) => wrapped.listener as never),
-    listenerCount: (event) => emitter.listenerCount(event),
+    listeners: (event) => {
+      checkEvent('listeners', event);
+      return (emitter.listeners(event) as Wrapped[]).map((wrapped) => wrapped.listener as never);
+    },
+    listenerCount: (event) => {
+      checkEvent('listenerCount', event);
+      return emitter.listenerCount(event);
+    },
     eventNames: () => emitter.eventNames() as never,
   };
   const emit: Emit<C> = (event, payload, context) => {
@@ -131,19 +216,43 @@ export function createSafeEmitter<C>(
    */
   const emitAndWait: EmitAndWait<C> = async (event, payload, context) => {
     const outer = collecting;
-    const outcomes: Array<Promise<boolean>> = [];
+    const outerPendingOnly = pendingOnly;
+    const outcomes: Array<Promise<ListenerError | undefined>> = [];
     collecting = outcomes;
+    pendingOnly = false; // every listener counts here
     try {
       observe(event, payload, true);
       emitter.emit(event, payload, context);
     } finally {
       collecting = outer;
+      pendingOnly = outerPendingOnly;
     }
     const results = await Promise.all(outcomes);
-    return { listeners: results.length, ok: results.every(Boolean) };
+    const failures = results.filter((failure): failure is ListenerError => failure !== undefined);
+    return { listeners: results.length, ok: failures.length === 0, failures };
   };
-  return { methods, emit, emitAndWait };
+  /**
+   * Runs `run` (which emits) and resolves once every listener it called has settled, the promises they
+   * returned included. Never rejects: a listener's failure is reported as usual. For a `waitUntil`.
+   */
+  const track = (run: () => void): Promise<void> => {
+    const outer = collecting;
+    const outerPendingOnly = pendingOnly;
+    const outcomes: Array<Promise<ListenerError | undefined>> = [];
+    collecting = outcomes;
+    pendingOnly = true; // a listener that returned nothing is done: nothing to allocate for it
+    try {
+      run();
+    } finally {
+      collecting = outer;
+      pendingOnly = outerPendingOnly;
+    }
+    return outcomes.length === 0 ? SETTLED : Promise.all(outcomes).then(() => undefined);
+  };
+  return { methods, emit, emitAndWait, track };
 }
+
+const SETTLED: Promise<void> = Promise.resolve();
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
@@ -154,4 +263,22 @@ export function identify(payload: unknown): { transaction_id?: unknown; state?: 
   if (typeof payload !== 'object' || payload === null) return {};
   const { transaction_id, state } = payload as Record<string, unknown>;
   return { transaction_id, state };
+}
+
+/** Throws a `TypeError` for an event name the router never emits, naming the known ones. */
+function checkEvent(method: string, event: unknown): asserts event is IpnEventName {
+  if (isIpnEventName(event)) return;
+  const shown = typeof event === 'string' ? `'${event}'` : messageOf(event);
+  const near = typeof event === 'string' ? nearest(event) : undefined;
+  throw new TypeError(
+    `ipn.${method}(${shown}): the router emits no such event${near ? ` (did you mean '${near}'?)` : ''}; ` +
+      `the events are ${IPN_EVENT_NAMES.map((name) => `'${name}'`).join(', ')}`,
+  );
+}
+
+/** The known name a typo most likely meant: the same in another case, or one that starts like it. */
+function nearest(event: string): IpnEventName | undefined {
+  const typed = event.toLowerCase();
+  if (typed.length < 3) return undefined;
+  return IPN_EVENT_NAMES.find((name) => name === typed || name.startsWith(typed) || typed.startsWith(name));
 }

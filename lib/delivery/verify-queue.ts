@@ -2,6 +2,7 @@ import type { DeliveryContext } from './delivery-context.js';
 import { keyOf } from './delivery-context.js';
 import { VerificationError } from '../pipeline/errors.js';
 import type { IpnNotification } from '../pipeline/schema.js';
+import { statusClock } from '../status/query-guard.js';
 import {
   genuineRecord,
   verifyNotification,
@@ -11,6 +12,13 @@ import {
 
 const MAX_VERIFY_DELAY = 10 * 60_000;
 
+/** One notification being verified: what verification needs, and what it learnt so far. */
+interface Pending {
+  notification: IpnNotification;
+  arrivedAt: number;
+  notFoundAt?: number | undefined;
+}
+
 /**
  * At-most-once with `verify`: each accepted notification is emitted once the service confirms it, retried
  * within `verifyAttempts` when the service cannot answer now.
@@ -18,38 +26,55 @@ const MAX_VERIFY_DELAY = 10 * 60_000;
  * A copy that the service contradicts in amount or `custom_data` only, for a transaction that did end in that
  * state, is a forgery of a real payment that claimed the key first: the genuine copy was (or will be) a
  * duplicate of that key. So the service's own record is delivered in its place, and the payment is not lost.
+ *
+ * At most `maxPendingVerifications` notifications wait at once (those reserved by a request being answered
+ * included): past it, {@link reserve} refuses, and the router answers 503 before claiming the key.
  */
 export function createVerifyQueue<C>(context: DeliveryContext<C>, source: StatusSource) {
   const { options, after, detach, reject, release, report, emitNow, logger } = context;
+  const max = options.maxPendingVerifications;
   /** Keys being verified, with the notification that claimed each. */
-  const pending = new Map<string, IpnNotification>();
+  const pending = new Map<string, Pending>();
+  /** Keys reserved by requests not answered yet, with how many requests hold each. */
+  const reserved = new Map<string, number>();
+  let reservations = 0;
 
-  async function verify(n: IpnNotification, attempt: number): Promise<void> {
+  const unreserve = (key: string): void => {
+    const count = reserved.get(key);
+    if (count === undefined) return;
+    reservations -= 1;
+    if (count > 1) reserved.set(key, count - 1);
+    else reserved.delete(key);
+  };
+
+  async function verify(entry: Pending, attempt: number): Promise<void> {
+    const n = entry.notification;
     const key = keyOf(n);
-    const verdict = await verifyNotification(source, n);
-    if (context.isClosed() || pending.get(key) !== n) return;
+    const verdict = await verifyNotification(source, n, entry);
+    if (context.isClosed() || pending.get(key) !== entry) return;
     if (verdict.kind === 'confirmed') {
       pending.delete(key);
-      emitNow(n);
+      await emitNow(n);
     } else if (verdict.kind === 'rejected') {
       pending.delete(key);
       reject(verdict.event);
       const genuine = genuineRecord(verdict.event);
       if (genuine === undefined)
-        release(key); // no genuine notification of this key can exist
+        void release(key); // no genuine notification of this key can exist
       else {
         logger.warn(
           { transaction_id: n.transaction_id, state: n.state },
           'delivered the service record instead',
         );
-        emitNow(genuine);
+        await emitNow(genuine);
       }
     } else if (attempt < options.verifyAttempts) {
+      entry.notFoundAt = verdict.notFoundAt ?? entry.notFoundAt;
       const backoff = Math.min(options.verifyRetryDelayMs * 2 ** (attempt - 1), MAX_VERIFY_DELAY);
-      after(Math.max(backoff, verdict.retryAfterMs), () => detach(verify(n, attempt + 1)));
+      after(Math.max(backoff, verdict.retryAfterMs), () => detach(verify(entry, attempt + 1)));
     } else {
       pending.delete(key);
-      release(key); // so that a resend or ipn.reconcile() can still deliver it
+      void release(key); // so that a resend or ipn.reconcile() can still deliver it
       giveUp(n, verdict, attempt);
     }
   }
@@ -64,18 +89,45 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
   }
 
   return {
-    /** Verifies a notification just accepted, then emits it (or `rejected`, or `error`). */
-    start(n: IpnNotification): void {
-      pending.set(keyOf(n), n);
-      detach(verify(n, 1));
+    /**
+     * Holds a place for a notification about to be claimed; `false` when `maxPendingVerifications` are taken
+     * (the router then answers 503 and claims nothing). {@link start} or {@link unreserve} gives it back.
+     */
+    reserve(key: string): boolean {
+      if (pending.size + reservations >= max) return false;
+      reservations += 1;
+      reserved.set(key, (reserved.get(key) ?? 0) + 1);
+      return true;
+    },
+    /** Gives back a place {@link reserve} held, for a request that claimed nothing (a resend, a store error). */
+    unreserve,
+    /** How many notifications are being verified, or reserved. */
+    size: (): number => pending.size + reservations,
+    /**
+     * Verifies a notification just accepted, then emits it (or `rejected`, or `error`). Resolves when the
+     * first attempt and its listeners have settled (a retry is scheduled for later); never rejects.
+     */
+    start(n: IpnNotification): Promise<void> {
+      const key = keyOf(n);
+      unreserve(key);
+      if (context.isClosed()) {
+        // Claimed as the router closed (a claim that landed late): released and reported, as on close.
+        void release(key);
+        const why = 'the router was closed before it could verify it';
+        report(new VerificationError(n.transaction_id, 0, why), n);
+        return Promise.resolve();
+      }
+      const entry: Pending = { notification: n, arrivedAt: statusClock() };
+      pending.set(key, entry);
+      return detach(verify(entry, 1));
     },
     /**
      * On shutdown: every notification still awaiting verification is reported (`error` with it) and its key
      * released, so that the service's resend or a reconcile after the restart delivers it.
      */
     close(): void {
-      for (const [key, n] of pending) {
-        release(key);
+      for (const [key, { notification: n }] of pending) {
+        void release(key);
         report(
           new VerificationError(n.transaction_id, 0, 'the router was closed before it could verify it'),
           n,

@@ -11,24 +11,73 @@ export interface Logger {
 
 const noop: LogFn = () => {};
 
-/** The default logger: quiet, except errors, which go to `console.error`. */
+/**
+ * The default logger: `warn` and `error` lines go to stderr (`console.error`), one line each, such as
+ * `[ipn-kit] WARN rejected an IPN request: unauthorized {"reason":"unauthorized","status":401}`; `debug` and
+ * `info` are quiet. An error line ends with the stack of the original error. The fields are the ones
+ * ipn-kit logs, already redacted: the customer's number and name never appear unless `logCustomerData`.
+ */
 export const defaultLogger: Logger = {
   debug: noop,
   info: noop,
-  warn: noop,
-  error: (object, message) => console.error(`[ipn-kit] ${message}`, object),
+  warn: (object, message) => console.error(formatLine('WARN', object, message)),
+  error: (object, message) => console.error(formatLine('ERROR', object, message)),
 };
+
+/** One log line: prefix, level, message, the fields as JSON, and (for an error) the original stack. */
+export function formatLine(level: string, object: Record<string, unknown>, message: string): string {
+  const fields = Object.keys(object).length === 0 ? '' : ` ${toJson(object)}`;
+  const stack = level === 'ERROR' ? rootStack(object.err) : undefined;
+  return `[ipn-kit] ${level} ${message}${fields}${stack === undefined ? '' : `\n${stack}`}`;
+}
+
+/** The fields as JSON: errors as `{ type, code, message, cause }` (stacks apart), never a throw. */
+function toJson(object: Record<string, unknown>): string {
+  const seen = new WeakSet<object>();
+  try {
+    return JSON.stringify(object, (key, value: unknown) => {
+      if (key === 'stack') return undefined;
+      if (typeof value === 'bigint') return value.toString();
+      if (value instanceof Error) {
+        const { name, message, cause } = value;
+        const code = (value as { code?: unknown }).code;
+        return { type: name, code, message, cause };
+      }
+      if (typeof value === 'object' && value !== null) {
+        if (seen.has(value)) return '[circular]';
+        seen.add(value);
+      }
+      return value;
+    });
+  } catch {
+    return '{"fields":"(not printable)"}';
+  }
+}
+
+/** The stack of the innermost cause of a logged error (where the failure began), if it has one. */
+function rootStack(err: unknown): string | undefined {
+  let stack: string | undefined;
+  let current = err;
+  for (let depth = 0; depth < 8 && typeof current === 'object' && current !== null; depth += 1) {
+    const { stack: own, cause } = current as { stack?: unknown; cause?: unknown };
+    if (typeof own === 'string') stack = own;
+    current = cause;
+  }
+  return stack;
+}
 
 /**
  * The user's logger, made unable to throw: a failing log sink must never cost a notification its events
- * or a request its answer.
+ * or a request its answer. A method that returns a promise (an async sink) has its rejection caught, so it
+ * never becomes an unhandled rejection that ends the process.
  */
 export function guardLogger(logger: Logger): Logger {
   const guard =
     (method: LogFn): LogFn =>
     (object, message) => {
       try {
-        method.call(logger, object, message);
+        const result: unknown = method.call(logger, object, message);
+        if (isThenable(result)) Promise.resolve(result).catch(() => {});
       } catch {
         // Nowhere left to report it.
       }
@@ -39,4 +88,8 @@ export function guardLogger(logger: Logger): Logger {
     warn: guard(logger.warn),
     error: guard(logger.error),
   };
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
 }

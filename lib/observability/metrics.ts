@@ -10,14 +10,23 @@ export interface IpnMetrics {
   invalid: number;
   /** Notifications emitted (the `notification` event), by state; at-least-once, the ones delivered. */
   emitted: { SUCCESSFUL: number; FAILED: number; other: number };
-  /** Notifications the status query contradicted. */
+  /** Notifications the status query or an expectation contradicted. */
   rejected: number;
+  /**
+   * First deliveries in a state that is neither final nor a known spelling of one (such as `PENDING`, or a
+   * state the service started sending): they reach only `notification`, with a warning in the log.
+   */
+  unknownStates: number;
+  /** Expected transactions the sweep could not reconcile within its bound: the `stale` event. */
+  stale: number;
   /** Listeners that threw or rejected. */
   listenerErrors: number;
   /** Store failures (answered 503, or a delivery that could not be recorded). */
   storeErrors: number;
   /** Notifications that could not be verified in time. */
   verificationErrors: number;
+  /** With `verify`: notifications answered 503 because `maxPendingVerifications` were being verified. */
+  verificationsShed: number;
   /** At-least-once: delivery attempts started, and notifications marked dead. */
   deliveryAttempts: number;
   dead: number;
@@ -43,9 +52,12 @@ export function createMetrics(statusStats?: () => unknown) {
     duplicates: 0,
     invalid: 0,
     rejected: 0,
+    unknownStates: 0,
+    stale: 0,
     listenerErrors: 0,
     storeErrors: 0,
     verificationErrors: 0,
+    verificationsShed: 0,
     deliveryAttempts: 0,
     dead: 0,
   };
@@ -58,6 +70,7 @@ export function createMetrics(statusStats?: () => unknown) {
     IPN_LISTENER_FAILED: 'listenerErrors',
     IPN_STORE_FAILED: 'storeErrors',
     IPN_VERIFY_UNAVAILABLE: 'verificationErrors',
+    IPN_VERIFY_BUSY: 'verificationsShed',
   };
 
   return {
@@ -67,15 +80,24 @@ export function createMetrics(statusStats?: () => unknown) {
       else if (event === 'invalid') counts.invalid += 1;
       else if (event === 'rejected') counts.rejected += 1;
       else if (event === 'dead') counts.dead += 1;
+      else if (event === 'stale') counts.stale += 1;
       // An at-least-once attempt is counted once it is delivered (see `delivered`), not at each try.
       else if (event === 'notification' && !awaited) countEmitted((payload as { state: string }).state);
       else if (event === 'error') {
-        const counter = ERROR_COUNTERS[(payload as { error: IpnKitError }).error.code];
+        const { error } = payload as { error: IpnKitError };
+        // An at-least-once attempt a listener failed is one error, a DeliveryError caused by the listener's.
+        const cause = error.cause as Partial<IpnKitError> | undefined;
+        const code = error.code === 'IPN_DELIVERY_FAILED' && cause?.code ? cause.code : error.code;
+        const counter = ERROR_COUNTERS[code];
         if (counter) counts[counter] += 1;
       }
     },
     received: (): void => {
       counts.received += 1;
+    },
+    /** A first delivery in a state that is neither final nor a known spelling of one. */
+    unknownState: (): void => {
+      counts.unknownStates += 1;
     },
     attempt: (): void => {
       counts.deliveryAttempts += 1;

@@ -19,11 +19,26 @@ const COUNTERS: Array<[string, string, (m: IpnMetrics) => Record<string, number>
   ['duplicates_total', 'Resends dropped', (m) => ({ '': m.duplicates })],
   ['invalid_total', 'Requests rejected (400, 401, 413, 415)', (m) => ({ '': m.invalid })],
   ['emitted_total', 'Notifications emitted, by state', (m) => m.emitted],
-  ['rejected_total', 'Notifications the status query contradicted', (m) => ({ '': m.rejected })],
+  [
+    'rejected_total',
+    'Notifications the status query or an expectation contradicted',
+    (m) => ({ '': m.rejected }),
+  ],
+  [
+    'unknown_states_total',
+    'First deliveries in a state neither final nor a known spelling of one',
+    (m) => ({ '': m.unknownStates }),
+  ],
+  ['stale_total', 'Expected transactions the sweep could not reconcile', (m) => ({ '': m.stale })],
   [
     'errors_total',
     'Failures reported through the error event, by kind',
-    (m) => ({ listener: m.listenerErrors, store: m.storeErrors, verification: m.verificationErrors }),
+    (m) => ({
+      listener: m.listenerErrors,
+      store: m.storeErrors,
+      verification: m.verificationErrors,
+      verification_shed: m.verificationsShed,
+    }),
   ],
   ['delivery_attempts_total', 'At-least-once delivery attempts', (m) => ({ '': m.deliveryAttempts })],
   ['dead_total', 'At-least-once notifications marked dead', (m) => ({ '': m.dead })],

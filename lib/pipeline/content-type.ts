@@ -1,5 +1,8 @@
-/** The body formats the router reads. */
-export type BodyFormat = 'json' | 'form';
+/**
+ * The body formats the router reads. `other` is a type that does not say JSON (`text/plain`,
+ * `application/octet-stream`, none the router knows): the body is read as JSON when it is a JSON object.
+ */
+export type BodyFormat = 'json' | 'form' | 'other';
 
 /** What a `Content-Type` header allows: a format and a charset, or why it cannot carry the record. */
 export type ContentTypeResult =
@@ -10,18 +13,20 @@ const FORM = 'application/x-www-form-urlencoded';
 /**
  * Reads a `Content-Type` header. JSON is `application/json` or any other `x/json` or `x/y+json`, with any
  * charset Node can decode; a form is `application/x-www-form-urlencoded` in UTF-8. No header at all is read
- * as JSON, since that is what the service sends.
+ * as JSON, since that is what the service sends. Any other type is `other` (read as JSON when the body is a
+ * JSON object: a 415 for a body the router could read is a payment that never arrives), except `multipart/*`,
+ * which cannot carry the record.
  */
 export function parseContentType(header: string | undefined): ContentTypeResult {
   if (header === undefined || header.trim() === '') return { ok: true, format: 'json', charset: 'utf-8' };
   const [mediaType = '', ...parameters] = header.split(';');
   const type = mediaType.trim().toLowerCase();
   const charset = charsetOf(parameters);
-  const format: BodyFormat | undefined =
-    type === FORM ? 'form' : /^[\w.+-]+\/(?:[\w.-]+\+)?json$/.test(type) ? 'json' : undefined;
-  if (format === undefined) {
+  if (type.startsWith('multipart/')) {
     return { ok: false, message: `content type ${type} cannot carry a notification: send application/json` };
   }
+  const format: BodyFormat =
+    type === FORM ? 'form' : /^[\w.+-]+\/(?:[\w.-]+\+)?json$/.test(type) ? 'json' : 'other';
   if (!isSupportedCharset(format, charset)) {
     return { ok: false, message: `charset ${charset} is not supported for ${type}: send utf-8` };
   }

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { FieldIssue } from './errors.js';
 import { CustomDataError, messageOf } from './errors.js';
 import { parseJson } from './safe-json.js';
+import type { StandardIssue, StandardOutput, StandardSchemaV1 } from './standard-schema.js';
 
 /** `customData` parsed by the partner's schema, or the reason it could not be. */
 export type CustomDataResult<T> = { customData: T } | { customDataError: CustomDataError };
@@ -9,26 +10,28 @@ export type CustomDataResult<T> = { customData: T } | { customDataError: CustomD
 /**
  * Parses `custom_data` with the partner's schema: as JSON first (partners often put JSON text in it), then as
  * the raw string (an order id such as `"order-42"`). Never throws: a mismatch is returned, so the payment is
- * still emitted.
+ * still emitted. The schema is any synchronous Standard Schema: zod 4 (`zod`, `zod/mini`) is read through
+ * zod itself, any other (zod 3.24+, valibot, arktype, ...) through its `~standard.validate`.
  */
-export function parseCustomData<S extends z.core.$ZodType>(
+export function parseCustomData<S extends StandardSchemaV1>(
   schema: S,
   raw: string,
-): CustomDataResult<z.core.output<S>> {
+): CustomDataResult<StandardOutput<S>> {
   try {
-    let firstError: z.core.$ZodError | undefined;
+    const check = checkerOf(schema);
+    let firstFailure: Failure | undefined;
     const json = tryJson(raw);
     if (json.ok) {
-      const parsed = z.safeParse(schema, json.value);
-      if (parsed.success) return { customData: parsed.data };
-      firstError = parsed.error;
+      const parsed = check(json.value);
+      if (parsed.ok) return { customData: parsed.value as StandardOutput<S> };
+      firstFailure = parsed;
     }
-    const parsed = z.safeParse(schema, raw);
-    if (parsed.success) return { customData: parsed.data };
-    const error = firstError ?? parsed.error;
-    return { customDataError: new CustomDataError(toFieldIssues(error), error) };
+    const parsed = check(raw);
+    if (parsed.ok) return { customData: parsed.value as StandardOutput<S> };
+    const failure = firstFailure ?? parsed;
+    return { customDataError: new CustomDataError(failure.issues, failure.cause) };
   } catch (cause) {
-    // safeParse lets a throwing refine or transform through (and refuses async ones): the payment still goes out.
+    // A throwing refine or transform, or an asynchronous schema: the payment still goes out.
     return {
       customDataError: new CustomDataError(
         [{ path: '', message: `the customData schema threw: ${messageOf(cause)}` }],
@@ -36,6 +39,48 @@ export function parseCustomData<S extends z.core.$ZodType>(
       ),
     };
   }
+}
+
+interface Failure {
+  ok: false;
+  issues: FieldIssue[];
+  /** The zod error, or the Standard Schema issues as the schema reported them. */
+  cause: unknown;
+}
+
+/** One value checked by the schema: its output, or the issues. Throws for a throwing or asynchronous schema. */
+function checkerOf(schema: StandardSchemaV1): (value: unknown) => { ok: true; value: unknown } | Failure {
+  // Every zod 4 schema, classic or mini, carries its internals in `_zod`: read it with zod, our own validator.
+  if (typeof Reflect.get(schema, '_zod') === 'object') {
+    const zodSchema = schema as unknown as z.core.$ZodType;
+    return (value) => {
+      const parsed = z.safeParse(zodSchema, value);
+      return parsed.success
+        ? { ok: true, value: parsed.data }
+        : { ok: false, issues: toFieldIssues(parsed.error), cause: parsed.error };
+    };
+  }
+  return (value) => {
+    const result = schema['~standard'].validate(value);
+    if (isThenable(result)) {
+      result.then(undefined, () => undefined); // its outcome is not awaited: never an unhandled rejection
+      throw new Error('it is asynchronous; custom_data is parsed synchronously: give a synchronous schema');
+    }
+    if (result.issues === undefined) return { ok: true, value: result.value };
+    return { ok: false, issues: result.issues.map(toFieldIssue), cause: result.issues };
+  };
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof value === 'object' && value !== null && typeof Reflect.get(value, 'then') === 'function';
+}
+
+/** A Standard Schema issue as `{ path, message }`. */
+function toFieldIssue(issue: StandardIssue): FieldIssue {
+  const path = (issue.path ?? []).map((segment) =>
+    String(typeof segment === 'object' && segment !== null ? segment.key : segment),
+  );
+  return { path: path.join('.'), message: issue.message };
 }
 
 /** A zod error as `{ path, message }` pairs, the shape of every field problem ipn-kit reports. */

@@ -1,4 +1,29 @@
 /**
+ * The `code` of a status-query failure ({@link StatusError} and its subclasses): the service does not know
+ * the transaction, the query failed, or it was refused locally to avoid a block.
+ */
+export type StatusErrorCode =
+  'IPN_TRANSACTION_NOT_FOUND' | 'IPN_STATUS_QUERY_FAILED' | 'IPN_STATUS_RATE_LIMITED';
+
+/**
+ * Every `code` an ipn-kit error carries, so that a typo in a comparison (`error.code === 'IPN_STORE_FAIL'`)
+ * does not type-check. Each is stable across versions; docs/errors.md says when each happens.
+ */
+export type IpnKitErrorCode =
+  | 'IPN_STORE_FAILED'
+  | 'IPN_LISTENER_FAILED'
+  | 'IPN_CUSTOM_DATA_INVALID'
+  | 'IPN_BODY_UNAVAILABLE'
+  | 'IPN_VERIFY_UNAVAILABLE'
+  | 'IPN_DELIVERY_FAILED'
+  | 'IPN_INTERNAL'
+  | 'IPN_NO_STATUS_CLIENT'
+  | 'IPN_NOT_DURABLE'
+  | 'IPN_VERIFY_BUSY'
+  | 'IPN_NO_EXPECTATIONS'
+  | StatusErrorCode;
+
+/**
  * Base class of every error ipn-kit creates. `code` is stable across versions: match on it, not on the
  * message.
  *
@@ -9,10 +34,10 @@
  */
 export class IpnKitError extends Error {
   override name: string = 'IpnKitError';
-  /** Stable, machine-readable identifier of the failure kind. */
-  readonly code: string;
+  /** Stable, machine-readable identifier of the failure kind: one of {@link IpnKitErrorCode}. */
+  readonly code: IpnKitErrorCode;
 
-  constructor(code: string, message: string, options?: { cause?: unknown }) {
+  constructor(code: IpnKitErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.code = code;
   }
@@ -81,9 +106,40 @@ export interface FieldIssue {
   readonly message: string;
 }
 
-/** The message of anything thrown: an Error's message, or the thrown value as text. */
+/**
+ * The message of anything thrown: an Error's message (or any object's string `message`), or the thrown value
+ * as text. Never throws, whatever was thrown: a null-prototype object, a Symbol, an object whose `toString`
+ * or `message` getter throws, a revoked Proxy.
+ */
 export function messageOf(cause: unknown): string {
-  return cause instanceof Error ? cause.message : String(cause);
+  try {
+    if (typeof cause === 'string') return cause;
+    if (typeof cause === 'object' && cause !== null) {
+      const { message } = cause as { message?: unknown };
+      if (typeof message === 'string') return message;
+      if (cause instanceof Error) return message === undefined ? '' : textOf(message);
+    }
+    return textOf(cause);
+  } catch {
+    return UNPRINTABLE;
+  }
+}
+
+const UNPRINTABLE = '(a thrown value that cannot be shown as text)';
+
+/** `String(value)`, or its `[object Tag]` when that throws (a null-prototype object, a throwing `toString`). */
+function textOf(value: unknown): string {
+  try {
+    const text: unknown = String(value);
+    if (typeof text === 'string') return text;
+  } catch {
+    // Fall through to the tag, which calls no method of the value's own.
+  }
+  try {
+    return Object.prototype.toString.call(value);
+  } catch {
+    return UNPRINTABLE;
+  }
 }
 
 /**
@@ -92,10 +148,11 @@ export function messageOf(cause: unknown): string {
  */
 export class StatusError extends IpnKitError {
   override name: string = 'StatusError';
+  declare readonly code: StatusErrorCode;
   /** The transaction asked about. */
   readonly transactionId: string;
 
-  constructor(code: string, transactionId: string, message: string, options?: { cause?: unknown }) {
+  constructor(code: StatusErrorCode, transactionId: string, message: string, options?: { cause?: unknown }) {
     super(code, message, options);
     this.transactionId = transactionId;
   }
@@ -127,6 +184,8 @@ export interface StatusQueryFailure {
   retryable: boolean;
   /** Whether the answer looks like the service blocking this caller (429 or 403, as HTTP status or `statut_code`). */
   blocked?: boolean | undefined;
+  /** A redirect's `Location` (never followed), for the operator. */
+  location?: string | undefined;
 }
 
 /** A status query failed: an HTTP error, a `statut_code` other than 200 or 404, a body that is not the envelope, a timeout. */
@@ -139,6 +198,8 @@ export class StatusQueryError extends StatusError {
   readonly retryable: boolean;
   /** The answer looked like a block: the client sends nothing during its cool-down. */
   readonly blocked: boolean;
+  /** The answer was a redirect (never followed): where it pointed. */
+  readonly location: string | undefined;
 
   constructor(
     transactionId: string,
@@ -152,6 +213,7 @@ export class StatusQueryError extends StatusError {
     this.serviceMessage = failure.serviceMessage;
     this.retryable = failure.retryable;
     this.blocked = failure.blocked === true;
+    this.location = failure.location;
   }
 }
 
@@ -167,13 +229,14 @@ export class StatusRateLimitError extends StatusError {
   /**
    * `budget`: `maxQueriesPerMinute` is spent; `blocked`: the service answered 429 or 403 and the cool-down
    * runs; `guard_unavailable`: the shared guard (`shared: redisGuard(...)`) is unreachable and no fallback
-   * budget is configured, so nothing is sent rather than risk a block.
+   * budget is configured, so nothing is sent rather than risk a block; `interval`: the caller needs a newer
+   * answer than the cached one (`since`), and the id was asked less than `minIntervalMs` ago.
    */
-  readonly reason: 'budget' | 'blocked' | 'guard_unavailable';
+  readonly reason: 'budget' | 'blocked' | 'guard_unavailable' | 'interval';
 
   constructor(
     transactionId: string,
-    reason: 'budget' | 'blocked' | 'guard_unavailable',
+    reason: 'budget' | 'blocked' | 'guard_unavailable' | 'interval',
     retryAfterMs: number,
   ) {
     const why =
@@ -181,7 +244,9 @@ export class StatusRateLimitError extends StatusError {
         ? 'the status query budget (maxQueriesPerMinute) is spent'
         : reason === 'blocked'
           ? 'the payment service answered as if it were blocking this caller, and the cool-down is running'
-          : 'the shared guard is unreachable and no fallback budget is configured (fallbackInstances)';
+          : reason === 'interval'
+            ? 'a newer answer than the last one is needed, and this id was asked less than minIntervalMs ago'
+            : 'the shared guard is unreachable and no fallback budget is configured (fallbackInstances)';
     super(
       'IPN_STATUS_RATE_LIMITED',
       transactionId,
@@ -211,7 +276,29 @@ export class VerificationError extends IpnKitError {
   }
 }
 
-/** At-least-once: a delivery attempt failed (a listener failed or timed out, or there was no listener). */
+/**
+ * With `verify`: `maxPendingVerifications` notifications were already being verified, so a new one was
+ * answered 503 (with `Retry-After`) before its key was claimed: the service resends it later, while a
+ * forger's flood is simply dropped. The `error` event carries the notification.
+ */
+export class VerificationBusyError extends IpnKitError {
+  override name = 'VerificationBusyError' as const;
+  declare readonly code: 'IPN_VERIFY_BUSY';
+
+  constructor(transactionId: string, pending: number) {
+    super(
+      'IPN_VERIFY_BUSY',
+      `${pending} notifications are already being verified (maxPendingVerifications): the notification of ` +
+        `${transactionId} was answered 503, so that the service resends it later`,
+    );
+  }
+}
+
+/**
+ * At-least-once: a delivery attempt failed (a listener failed or timed out, or there was no listener). One
+ * per failed attempt: when listeners failed, the message is theirs (redacted as logs are, unless
+ * `logCustomerData`) and `cause` is the first one's `ListenerError`.
+ */
 export class DeliveryError extends IpnKitError {
   override name = 'DeliveryError' as const;
   declare readonly code: 'IPN_DELIVERY_FAILED';

@@ -9,7 +9,7 @@ export type ParseResult =
   | { ok: true; record: Record<string, unknown> }
   | {
       ok: false;
-      reason: 'malformed_body' | 'not_an_object' | 'invalid_fields';
+      reason: 'malformed_body' | 'not_an_object' | 'invalid_fields' | 'unsupported_media_type';
       message: string;
       issues?: FieldIssue[];
       received: unknown;
@@ -25,6 +25,15 @@ export function parseBody(raw: Buffer | string, format: BodyFormat, charset = 'u
   const text = withoutBom(typeof raw === 'string' ? raw : decode(raw, charset));
   // Some HTTP clients label a JSON body as a form (PHP's curl with a string body does): read it as JSON.
   if (format === 'form' && !text.trimStart().startsWith('{')) return parseForm(text);
+  // A body labelled neither JSON nor a form (text/plain, octet-stream) is read when it is a JSON object.
+  if (format === 'other' && !text.trimStart().startsWith('{')) {
+    return {
+      ok: false,
+      reason: 'unsupported_media_type',
+      message: 'the body is neither a JSON object nor a form: send the notification as application/json',
+      received: excerpt(text),
+    };
+  }
   let value: unknown;
   try {
     value = parseJson(text);

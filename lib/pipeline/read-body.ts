@@ -1,5 +1,6 @@
 import type { Readable } from 'node:stream';
 import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
+import { messageOf } from './errors.js';
 
 /** The bytes of a body, or why they could not be read. */
 export type ReadResult =
@@ -22,11 +23,16 @@ export function isSupportedEncoding(encoding: string | undefined): boolean {
 
 /**
  * Reads a body stream to its end, decompressing it when `encoding` says so, and stops at `limit` decoded
- * bytes. Never rejects. On a failure the source is drained in the background, so the connection can carry
- * the answer and stay usable.
+ * bytes. Bad input never rejects: it resolves why the body could not be read. On a failure the source is
+ * drained in the background, so the connection can carry the answer and stay usable.
+ *
+ * A host middleware may have called `req.setEncoding()` (a raw-body capture does): the chunks are then
+ * strings, turned back into bytes in that encoding. A UTF-8 decoding has already replaced the bytes that were
+ * not UTF-8 (so a compressed body read that way cannot be decompressed: 400 `malformed_body`).
+ * @returns rejects only on a bug of ours in a stream callback, which the router answers 500.
  */
 export function readBody(source: Readable, limit: number, encoding?: string): Promise<ReadResult> {
-  return new Promise((resolve) => {
+  return new Promise((resolve, reject) => {
     const decoder = DECODERS.get(encoding?.trim().toLowerCase() ?? '');
     const decoding = decoder?.();
     const input = (decoding ?? source) as Readable;
@@ -34,12 +40,18 @@ export function readBody(source: Readable, limit: number, encoding?: string): Pr
     let size = 0;
     let settled = false;
 
+    const cleanUp = (): void => {
+      input.off('data', onData).off('end', onEnd);
+      source.off('error', onSourceError).off('close', onClose);
+      if (decoding) {
+        decoding.off('error', onDecodeError).off('drain', onDrain);
+        source.off('data', feed).off('end', endFeed);
+      }
+    };
     const finish = (result: ReadResult): void => {
       if (settled) return;
       settled = true;
-      input.off('data', onData).off('end', onEnd);
-      source.off('error', onSourceError).off('close', onClose);
-      decoding?.off('error', onDecodeError);
+      cleanUp();
       if (!result.ok) {
         if (decoding) {
           source.unpipe(decoding);
@@ -50,38 +62,75 @@ export function readBody(source: Readable, limit: number, encoding?: string): Pr
       }
       resolve(result);
     };
-    const onData = (chunk: Buffer): void => {
-      size += chunk.length;
+    /** Each callback runs through this: a throw inside a stream callback must not crash the host. */
+    const guarded =
+      <A extends unknown[]>(callback: (...args: A) => void) =>
+      (...args: A): void => {
+        try {
+          callback(...args);
+        } catch (cause) {
+          if (settled) return;
+          settled = true;
+          try {
+            cleanUp();
+            source.resume();
+          } finally {
+            reject(cause instanceof Error ? cause : new Error(messageOf(cause)));
+          }
+        }
+      };
+    const onData = guarded((chunk: Buffer | string): void => {
+      const bytes = toBytes(chunk, input);
+      size += bytes.length;
       if (size > limit) {
         finish({ ok: false, reason: 'body_too_large', message: `the body is over the ${limit}-byte limit` });
       } else {
-        chunks.push(chunk);
+        chunks.push(bytes);
       }
-    };
-    const onEnd = (): void => {
+    });
+    const onEnd = guarded((): void => {
       finish({ ok: true, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size) });
-    };
-    const onSourceError = (error: Error): void => {
-      finish({ ok: false, reason: 'request_aborted', message: `the request was aborted: ${error.message}` });
-    };
-    const onDecodeError = (error: Error): void => {
+    });
+    const onSourceError = guarded((error: Error): void => {
+      finish({
+        ok: false,
+        reason: 'request_aborted',
+        message: `the request was aborted: ${messageOf(error)}`,
+      });
+    });
+    const onDecodeError = guarded((error: Error): void => {
       finish({
         ok: false,
         reason: 'malformed_body',
-        message: `the body could not be decompressed: ${error.message}`,
+        message: `the body could not be decompressed: ${messageOf(error)}`,
       });
-    };
+    });
     // 'close' before 'end' means the client went away mid-body.
-    const onClose = (): void => {
+    const onClose = guarded((): void => {
       if (!source.readableEnded)
         finish({ ok: false, reason: 'request_aborted', message: 'the request was aborted' });
-    };
+    });
+    // A source that yields strings is fed to the decoder by hand: `pipe` would re-encode them as UTF-8.
+    const feed = guarded((chunk: Buffer | string): void => {
+      if (decoding?.write(toBytes(chunk, source)) === false) source.pause();
+    });
+    const endFeed = guarded((): void => void decoding?.end());
+    const onDrain = guarded((): void => void source.resume());
 
     input.on('data', onData).on('end', onEnd);
     source.on('error', onSourceError).on('close', onClose);
     if (decoding) {
       decoding.on('error', onDecodeError);
-      source.pipe(decoding);
+      if (source.readableEncoding === null) source.pipe(decoding);
+      else {
+        decoding.on('drain', onDrain);
+        source.on('data', feed).on('end', endFeed);
+      }
     }
   });
+}
+
+/** A chunk as bytes: a stream whose `setEncoding()` was called yields strings in that encoding. */
+function toBytes(chunk: Buffer | string, stream: Readable): Buffer {
+  return typeof chunk === 'string' ? Buffer.from(chunk, stream.readableEncoding ?? 'utf8') : chunk;
 }

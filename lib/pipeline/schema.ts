@@ -94,61 +94,188 @@ function exactText(value: unknown): string | undefined {
   }
 }
 
-/** Keys ipn-kit adds to a notification; a payload must not be able to supply them. */
-const RESERVED = ['customData', 'customDataError'];
+/**
+ * Keys a payload must not be able to supply: the ones ipn-kit adds to a notification, and every name of
+ * `Object.prototype` (`toString`, `valueOf`, `hasOwnProperty`, `__proto__`, ...), which as own properties
+ * would break partner code such as `String(n)` or `n.hasOwnProperty('amount')`.
+ */
+const RESERVED = new Set([
+  'customData',
+  'customDataError',
+  'rawState',
+  ...Object.getOwnPropertyNames(Object.prototype),
+]);
 
 /**
- * The service's own samples spell it `comission`: expose the correct spelling only. Drop reserved keys.
- * One copy at most, on the path every real notification takes.
+ * Spellings of a final state that the service's own documentation uses besides the interface's: the IPN
+ * configuration page's sample sends `SUCCESS`. Read as the final state they name, never guessed further.
+ */
+const STATE_ALIASES: Readonly<Record<string, FinalState>> = { SUCCESS: 'SUCCESSFUL' };
+
+/** Informational fields the service also spells another way: the other spelling, then the one exposed. */
+const SPELLINGS = [
+  ['comission', 'commission'],
+  ['reponse', 'response'],
+] as const;
+
+const isEmpty = (value: unknown): boolean => value === undefined || value === null || value === '';
+
+/**
+ * The service's own samples spell `comission` and `reponse`: expose the correct spellings only. `SUCCESS`
+ * becomes `SUCCESSFUL` (kept as received in `rawState`). Drop reserved keys. One copy at most, on the path
+ * every real notification takes.
  */
 function normalise(input: unknown): unknown {
   if (typeof input !== 'object' || input === null) return input;
   const record = input as Record<string, unknown>;
-  const misspelt = Object.hasOwn(record, 'comission');
-  if (!misspelt && !RESERVED.some((key) => Object.hasOwn(record, key))) return input;
+  const alias = typeof record.state === 'string' ? STATE_ALIASES[record.state] : undefined;
+  const misspelt = SPELLINGS.filter(([other]) => Object.hasOwn(record, other));
+  const keys = Object.keys(record);
+  if (alias === undefined && misspelt.length === 0 && !keys.some((key) => RESERVED.has(key))) return input;
   const copy: Record<string, unknown> = {};
-  for (const key of Object.keys(record)) {
-    if (key !== 'comission' && !RESERVED.includes(key)) copy[key] = record[key];
+  for (const key of keys) {
+    if (!RESERVED.has(key) && !SPELLINGS.some(([other]) => other === key)) copy[key] = record[key];
   }
-  const { commission } = copy;
-  if (misspelt && (commission === undefined || commission === null || commission === '')) {
-    copy.commission = record.comission;
+  for (const [other, exposed] of misspelt) {
+    if (isEmpty(copy[exposed])) copy[exposed] = record[other];
+  }
+  if (alias !== undefined) {
+    copy.rawState = record.state;
+    copy.state = alias;
   }
   return copy;
 }
 
 /**
- * The notification the service POSTs to the IPN address, as ipn-kit exposes it: every field of the interface
- * under its own name, numbers as numbers, `commission` from either spelling, unknown extra fields kept.
- * Lenient on informational fields, exact on `transaction_id`, `state` and `custom_data`.
+ * The fields the interface lists, each with what is known of it. The TSDoc here is what an editor shows on a
+ * notification's fields: sources are the published interface and what real payloads show.
  */
-export const ipnNotificationSchema = z.preprocess(
+const fields = {
+  /**
+   * The transaction's identifier, returned at initiation: the key to your order. Exact: 1 to 128 letters,
+   * digits, `.`, `_`, `:` or `-` (shapes seen: `EFB.001158`, `PIX_22827809`).
+   */
+  transaction_id: transactionId,
+  /**
+   * `SUCCESSFUL` or `FAILED` in a notification: the only two final states, and the state decides the outcome
+   * (not `response` or `error`). Any other word (`PENDING`, `PENDING1`, ...) is non-final or unknown: never a
+   * success.
+   */
+  state,
+  /**
+   * What you gave at initiation, echoed back as text, unchanged (never trimmed); `""` when missing or `null`.
+   * A number or decoded JSON is its exact source text. Parsed into `customData` when you give a schema.
+   */
+  custom_data: customDataText,
+  /**
+   * The transaction amount, as a number; `null` when missing or unreadable. Its currency is not stated by the
+   * interface: some payloads carry it as a `currency` field (`XOF`, the West African CFA franc, which has no
+   * minor unit), found in `extra.currency`. Whether it is in major or minor units: unknown (not documented).
+   * Check it against your order.
+   */
+  amount: lenientNumber,
+  /** A number the interface lists without saying what it means or how it is computed: unknown. */
+  benefice: lenientNumber,
+  /**
+   * A commission on the transaction: who pays it, its unit and how it is computed are unknown. Read from
+   * either spelling, `commission` or the service's own `comission`.
+   */
+  commission: lenientNumber,
+  /** A fee on the transaction (sometimes sent as text, `"0"`): its unit and who pays it are unknown. */
+  fee: lenientNumber,
+  /** The destination number of the transaction (digits, may start with 0): the customer's. Personal data. */
+  destination: lenientString,
+  /**
+   * The service's message when the transaction succeeded; `""` on failure. Not reliable (a FAILED sample also
+   * says "operation success"): `state` decides.
+   */
+  response: lenientString,
+  /** The service's error message when the transaction failed; `""` otherwise. Not reliable: `state` decides. */
+  error: lenientString,
+  /** Integer identifier of the service used (which services exist is not documented). Check it against your records. */
+  service_id: lenientNumber,
+  /** Name of the customer or of the partner (the interface says either). Personal data. */
+  customer_name: lenientString,
+  /** The IPN address; `""` in every payload seen. */
+  ipn_url: lenientString,
+  /** `null` in every payload seen; meaning unknown. A string, a number or `null`. */
+  provider_id: lenientScalar,
+  /** An integer in notifications; meaning unknown. */
+  sms_link: lenientNumber,
+  /** When the transaction was created, as sent: `YYYY-MM-DDThh:mm:ss.SSS+00:00` (text, not parsed). */
+  created_at: lenientString,
+  /** When the transaction was last updated, in the format of `created_at`. */
+  updated_at: lenientString,
+  /** An integer in notifications; meaning unknown. */
+  ipn_state: lenientNumber,
+  /** Text, `""` in every payload seen; meaning unknown (by its name, a wallet amount: not documented). */
+  w_amount_after_transaction: lenientString,
+  /** A number in notifications, `null` in status answers; meaning unknown (not documented). */
+  p_last_wallet_amount: lenientNumber,
+  /** `null` in every payload seen; meaning unknown. */
+  p_new_wallet_amount: lenientNumber,
+  /** An integer (text in some notifications); meaning unknown. */
+  p_id: lenientNumber,
+  /**
+   * `""` in every payload seen. The service's documentation says it confirms the notification comes from the
+   * service, but no source says how it is computed: ipn-kit does not check it (use `verify` and `secret`).
+   */
+  hash: lenientString,
+  /**
+   * The state as received, only when it was another spelling of a final state (`SUCCESS`, read as
+   * `SUCCESSFUL` in `state`, in the events and in the dedupe key). Absent otherwise.
+   */
+  rawState: z.string().optional(),
+};
+
+/**
+ * The fields the interface lists, as a notification carries them. Written from `typeof fields`, so that the
+ * published declarations keep each field's TSDoc.
+ */
+export type IpnListedFields = z.output<z.ZodObject<typeof fields>>;
+
+/** Fields the interface does not list, kept as they arrived (prototype-polluting keys dropped). */
+export type IpnExtraFields = Record<string, unknown>;
+
+/** What `extra` adds to the listed fields. */
+export interface IpnExtra {
+  /**
+   * Every field of the payload the interface does not list, as it arrived: seen are `currency` (`XOF`),
+   * `transaction_channel` (`wave`) and link fields for some wallets. `{}` when there are none. Never a reason
+   * to reject a notification.
+   */
+  extra: IpnExtraFields;
+}
+
+/** Moves every field the interface does not list under `extra`, so typos in field names do not type-check. */
+function gatherExtra(record: Record<string, unknown>): IpnListedFields & IpnExtra {
+  const known: Record<string, unknown> = {};
+  const extra: IpnExtraFields = {};
+  for (const key of Object.keys(record)) {
+    if (Object.hasOwn(fields, key)) known[key] = record[key];
+    else extra[key] = record[key];
+  }
+  return { ...(known as IpnListedFields), extra };
+}
+
+/**
+ * A notification as a plain record, its `extra` fields back beside the listed ones: what a durable store keeps,
+ * so that parsing it again gives the same notification (and rows kept before `extra` existed still parse).
+ */
+export function toRecord(notification: IpnListedFields & IpnExtra): Record<string, unknown> {
+  const { extra, rawState, ...known } = notification;
+  // The state as received: parsing it again reads `SUCCESS` as `SUCCESSFUL` and keeps `rawState` once more.
+  return { ...extra, ...known, ...(rawState === undefined ? {} : { state: rawState }) };
+}
+
+/**
+ * The notification the service POSTs to the IPN address, as ipn-kit exposes it: every field of the interface
+ * under its own name, numbers as numbers, `commission` and `response` from either spelling, `SUCCESS` read as
+ * `SUCCESSFUL` (`rawState` keeps it), fields the interface does not list under `extra`. Lenient on informational fields, exact on `transaction_id`, `state` and `custom_data`.
+ */
+export const ipnNotificationSchema: z.ZodType<IpnListedFields & IpnExtra, unknown> = z.preprocess(
   normalise,
-  z.looseObject({
-    transaction_id: transactionId,
-    state,
-    custom_data: customDataText,
-    amount: lenientNumber,
-    benefice: lenientNumber,
-    commission: lenientNumber,
-    fee: lenientNumber,
-    destination: lenientString,
-    response: lenientString,
-    error: lenientString,
-    service_id: lenientNumber,
-    customer_name: lenientString,
-    ipn_url: lenientString,
-    provider_id: lenientScalar,
-    sms_link: lenientNumber,
-    created_at: lenientString,
-    updated_at: lenientString,
-    ipn_state: lenientNumber,
-    w_amount_after_transaction: lenientString,
-    p_last_wallet_amount: lenientNumber,
-    p_new_wallet_amount: lenientNumber,
-    p_id: lenientNumber,
-    hash: lenientString,
-  }),
+  z.looseObject(fields).transform(gatherExtra),
 );
 
 /** A validated notification: the single source of the types that listeners receive. */

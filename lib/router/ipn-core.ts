@@ -1,20 +1,23 @@
-import type { z } from 'zod';
+import type { StandardOutput, StandardSchemaV1 } from '../pipeline/standard-schema.js';
 import { IpnKitError, messageOf } from '../pipeline/errors.js';
 import { guardLogger } from '../observability/logger.js';
+import { loggableError } from '../observability/redact.js';
 import type { IpnEmitter } from '../delivery/safe-emitter.js';
 import { createSafeEmitter } from '../delivery/safe-emitter.js';
 import type { Inbox, ReconcileResult } from '../delivery/delivery.js';
+import type { ExpectOptions } from '../delivery/expectations.js';
+import type { SweepResult } from '../delivery/reconcile-sweep.js';
 import { createMetrics, type IpnMetrics } from '../observability/metrics.js';
 import { createIpnPipeline, type IpnOutcome, type IpnRequest } from './ipn-pipeline.js';
 import { resolveOptions, type Options, type ResolvedOptions } from '../config/options.js';
 
 /** The type of `customData` for a given `customData` schema (`undefined` when there is none). */
-export type CustomDataOf<S> = S extends z.core.$ZodType ? z.core.output<S> : undefined;
+export type CustomDataOf<S> = S extends StandardSchemaV1 ? StandardOutput<S> : undefined;
 
 /** What every transport adapter (node:http and Express, fetch, Fastify) is a thin layer over. */
 export interface IpnCore<C> {
   /** The options with every default applied, and the logger guarded. */
-  readonly options: ResolvedOptions<z.core.$ZodType | undefined>;
+  readonly options: ResolvedOptions<StandardSchemaV1 | undefined>;
   /** The typed emitter methods (`on`, `once`, `off`, ...) that the public router carries. */
   readonly methods: IpnEmitter<C>;
   /** One request in, one answer out. Never rejects: a bug of ours becomes a 500, so the service resends. */
@@ -23,7 +26,15 @@ export interface IpnCore<C> {
   readonly failure: (cause: unknown) => IpnOutcome;
   /** Reports a failure of the transport (writing the answer, an `afterResponse` that threw) as `error`. */
   readonly onFailure: (cause: unknown) => void;
+  /**
+   * Runs an outcome's `afterResponse` and resolves once the work it started has settled: verification,
+   * the listeners and the promises they return, the store's bookkeeping (retries scheduled for later
+   * excepted). Never rejects. What a serverless adapter hands to the platform's `waitUntil`.
+   */
+  readonly afterResponse: (outcome: IpnOutcome) => Promise<void>;
   readonly reconcile: (transactionId: string) => Promise<ReconcileResult>;
+  readonly expect: (transactionId: string, expectation?: ExpectOptions) => Promise<void>;
+  readonly sweep: () => Promise<SweepResult>;
   readonly inbox: Inbox;
   readonly metrics: () => IpnMetrics;
   readonly close: () => Promise<void>;
@@ -33,7 +44,7 @@ export interface IpnCore<C> {
  * Builds the transport-free core: options, emitter, metrics and pipeline. `self` is the public object the
  * events are emitted on (listeners' `this`).
  */
-export function createIpnCore<S extends z.core.$ZodType | undefined>(
+export function createIpnCore<S extends StandardSchemaV1 | undefined>(
   options: Partial<Options<S>> | undefined,
   self: () => unknown,
 ): IpnCore<CustomDataOf<S>> {
@@ -43,19 +54,21 @@ export function createIpnCore<S extends z.core.$ZodType | undefined>(
   const verifier = resolved.verify as { stats?: unknown } | undefined;
   const metrics = createMetrics(() => verifier?.stats);
   // Every event is counted on its way out: the counters need no listener of their own.
-  const { methods, emit, emitAndWait } = createSafeEmitter<C>(
+  const { methods, emit, emitAndWait, track } = createSafeEmitter<C>(
     resolved.logger,
     self,
     metrics.count,
     !resolved.logCustomerData,
   );
-  const pipeline = createIpnPipeline<C>(resolved, { emit, emitAndWait }, metrics);
+  const pipeline = createIpnPipeline<C>(resolved, { emit, emitAndWait, track }, metrics);
 
   // A bug of ours, not bad input: log it and report it as an `error` event.
   const internal = (cause: unknown): IpnKitError => {
     const message = `ipn-kit failed to handle a request: ${messageOf(cause)}`;
     const error = new IpnKitError('IPN_INTERNAL', message, { cause });
-    resolved.logger.error({ err: error }, error.message);
+    // No notification to scrub here, but the same shape as every other log line: no driver's own fields.
+    const err = resolved.logCustomerData ? error : loggableError(error, undefined);
+    resolved.logger.error({ err }, error.message);
     return error;
   };
 
@@ -75,14 +88,31 @@ export function createIpnCore<S extends z.core.$ZodType | undefined>(
       return failure(cause);
     }
   };
-  const { reconcile, inbox, close } = pipeline;
+  const onFailure = (cause: unknown): void => {
+    emit('error', { error: internal(cause) });
+  };
+  const afterResponse = async (outcome: IpnOutcome): Promise<void> => {
+    let started: unknown;
+    const listeners = track(() => {
+      try {
+        started = outcome.afterResponse?.();
+      } catch (cause) {
+        onFailure(cause);
+      }
+    });
+    await Promise.all([listeners, started]);
+  };
+  const { reconcile, expect, sweep, inbox, close } = pipeline;
   return {
     options: resolved,
     methods,
     handle,
     failure,
-    onFailure: (cause) => emit('error', { error: internal(cause) }),
+    onFailure,
+    afterResponse,
     reconcile,
+    expect,
+    sweep,
     inbox,
     metrics: metrics.snapshot,
     close,

@@ -1,11 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf, StatusRateLimitError, TransactionNotFoundError } from '../pipeline/errors.js';
-import { isFinalState } from '../pipeline/schema.js';
 import type { Logger } from '../observability/logger.js';
-import { createQueryGuard, type QueryGuardOptions, type StatusClientStats } from './query-guard.js';
+import {
+  createQueryGuard,
+  isLasting,
+  stampSentAt,
+  type QueryGuardOptions,
+  type StatusClientStats,
+} from './query-guard.js';
 import type { SharedGuard } from './shared-guard.js';
-import type { StatusRecord } from './status-envelope.js';
+import { lackingFields, markLacking, type StatusRecord } from './status-envelope.js';
 
 /** What the fleet guard needs beyond the local guard's options. */
 export interface FleetGuardOptions extends QueryGuardOptions {
@@ -16,6 +21,7 @@ export interface FleetGuardOptions extends QueryGuardOptions {
 }
 
 const UNREACHABLE = Symbol('unreachable');
+const MINUTE = 60_000;
 /** How often an instance waiting for another's answer looks for it, in ms. */
 const POLL_MS = 50;
 /** At most one warning a minute while the shared store stays unreachable. */
@@ -31,13 +37,22 @@ export function createFleetGuard(options: FleetGuardOptions) {
   const { shared, lockMs, minIntervalMs, maxQueriesPerMinute, logger, now } = options;
   const local = createQueryGuard(options);
   const instances = shared.fallbackInstances;
+  /** This instance's share of the budget while the shared store is unreachable. */
+  const share = instances === undefined ? 0 : Math.max(1, Math.floor(maxQueriesPerMinute / instances));
   const fallback =
-    instances === undefined
-      ? undefined
-      : createQueryGuard({
-          ...options,
-          maxQueriesPerMinute: Math.max(1, Math.floor(maxQueriesPerMinute / instances)),
-        });
+    instances === undefined ? undefined : createQueryGuard({ ...options, maxQueriesPerMinute: share });
+  // Every request this instance sent in the last minute, through the fleet's budget or its share: when the
+  // shared store dies mid-burst, what it already sent this minute counts against its share.
+  const sentHere: number[] = [];
+  const sentLastMinute = (): number => {
+    const time = now();
+    while (sentHere.length > 0 && (sentHere[0] as number) <= time - MINUTE) sentHere.shift();
+    return sentHere.length;
+  };
+  const noteSent = (): void => {
+    sentLastMinute(); // prunes: the list never holds more than a minute's requests
+    sentHere.push(now());
+  };
   let blockedUntil = 0;
   let left = maxQueriesPerMinute;
   let warnedAt = -Infinity;
@@ -59,7 +74,8 @@ export function createFleetGuard(options: FleetGuardOptions) {
       },
       get budgetLeft() {
         if (now() < blockedUntil) return 0;
-        return mode === 'shared' ? left : (fallback?.stats.budgetLeft ?? 0);
+        if (mode === 'shared') return left;
+        return fallback ? Math.min(fallback.stats.budgetLeft, Math.max(0, share - sentLastMinute())) : 0;
       },
       get guard() {
         return mode;
@@ -93,7 +109,7 @@ export function createFleetGuard(options: FleetGuardOptions) {
           { err: { message: messageOf(error) }, fallbackInstances: instances ?? null },
           `the shared status-query guard is unreachable (${what}): ${
             fallback
-              ? `using a local budget of ${Math.max(1, Math.floor(maxQueriesPerMinute / (instances ?? 1)))} a minute`
+              ? `using a local budget of ${share} a minute`
               : 'sending no status query until it answers'
           }`,
         );
@@ -111,30 +127,46 @@ export function createFleetGuard(options: FleetGuardOptions) {
 
   function permitLocally(id: string): void {
     if (!fallback) return refuse(id, 'guard_unavailable', 5_000);
+    if (sentLastMinute() >= share) return refuse(id, 'budget', (sentHere[0] as number) + MINUTE - now());
     try {
       fallback.permit(id);
     } catch (error) {
       counts.refused += 1;
       throw error;
     }
+    noteSent();
     counts.queries += 1;
   }
 
-  const encode = (answer: StatusRecord | TransactionNotFoundError): string | undefined => {
+  /** An answer as the shared cache keeps it: with when it was asked, and the fields a partial record lacks. */
+  const encode = (answer: StatusRecord | TransactionNotFoundError, at: number): string | undefined => {
     try {
       return answer instanceof TransactionNotFoundError
-        ? JSON.stringify({ notFound: true })
-        : JSON.stringify({ record: answer });
+        ? JSON.stringify({ notFound: true, at })
+        : JSON.stringify({ record: answer, at, lacking: lackingFields(answer) });
     } catch {
       return undefined; // not JSON (a BigInt): this answer is simply not shared
     }
   };
   /** A cached answer, if it is one for `id`: an entry naming another transaction is never taken. */
-  const decode = (id: string, text: string): StatusRecord | TransactionNotFoundError | undefined => {
+  const decode = (
+    id: string,
+    text: string,
+  ): { answer: StatusRecord | TransactionNotFoundError; at: number } | undefined => {
     try {
-      const value = JSON.parse(text) as { record?: StatusRecord; notFound?: boolean };
-      if (value.notFound === true) return new TransactionNotFoundError(id);
-      if (value.record?.transaction_id === id) return value.record;
+      const value = JSON.parse(text) as {
+        record?: StatusRecord;
+        notFound?: boolean;
+        at?: unknown;
+        lacking?: unknown;
+      };
+      // An entry written before `at` was kept counts as old: a caller needing a newer answer asks again.
+      const at = typeof value.at === 'number' ? value.at : 0;
+      if (value.notFound === true) return { answer: new TransactionNotFoundError(id), at };
+      if (value.record?.transaction_id === id) {
+        const lacking = Array.isArray(value.lacking) ? value.lacking.map(String) : [];
+        return { answer: markLacking(value.record, lacking), at };
+      }
     } catch {
       // unreadable: ask again
     }
@@ -146,14 +178,23 @@ export function createFleetGuard(options: FleetGuardOptions) {
   };
 
   /** The fleet-wide step: the shared cache, then the id's lock (one instance asks, the others wait for it). */
-  async function askFleet(id: string, query: () => Promise<StatusRecord>): Promise<StatusRecord> {
+  async function askFleet(
+    id: string,
+    query: () => Promise<StatusRecord>,
+    since: number | undefined,
+  ): Promise<StatusRecord> {
     const deadline = now() + lockMs * 2;
     const token = randomUUID();
     for (;;) {
       const cached = await call('read', () => shared.read(id));
       if (cached === UNREACHABLE) return query();
-      const answer = cached === undefined ? undefined : decode(id, cached);
-      if (answer !== undefined) return settleWith(answer);
+      const entry = cached === undefined ? undefined : decode(id, cached);
+      if (entry !== undefined && (since === undefined || entry.at > since))
+        return settleWith(stampSentAt(entry.answer, entry.at));
+      if (entry !== undefined && now() - entry.at < minIntervalMs) {
+        counts.refused += 1;
+        throw new StatusRateLimitError(id, 'interval', entry.at + minIntervalMs - now());
+      }
       const locked = await call('lock', () => shared.lock(id, token, lockMs));
       if (locked === UNREACHABLE) return query();
       if (locked) return askHoldingLock(id, token, query);
@@ -164,13 +205,19 @@ export function createFleetGuard(options: FleetGuardOptions) {
   }
 
   async function askHoldingLock(id: string, token: string, query: () => Promise<StatusRecord>) {
+    const at = now();
     const share = async (answer: StatusRecord | TransactionNotFoundError, ttlMs: number) => {
-      const text = encode(answer);
+      const text = encode(answer, at);
       if (text !== undefined && ttlMs > 0) await call('write', () => shared.write(id, text, ttlMs));
     };
     try {
+      // The holder before this one may have cached its answer and freed the lock between this instance's
+      // read and its lock: read again under the lock, or the same id is asked twice.
+      const cached = await call('read', () => shared.read(id));
+      const entry = cached === UNREACHABLE || cached === undefined ? undefined : decode(id, cached);
+      if (entry !== undefined) return settleWith(stampSentAt(entry.answer, entry.at));
       const record = await query();
-      await share(record, isFinalState(record.state) ? shared.finalTtlMs : minIntervalMs);
+      await share(record, isLasting(record) ? shared.finalTtlMs : minIntervalMs);
       return record;
     } catch (error) {
       if (error instanceof TransactionNotFoundError) await share(error, minIntervalMs);
@@ -182,8 +229,8 @@ export function createFleetGuard(options: FleetGuardOptions) {
 
   return {
     stats,
-    ask: (id: string, query: () => Promise<StatusRecord>): Promise<StatusRecord> =>
-      local.ask(id, () => askFleet(id, query)),
+    ask: (id: string, query: () => Promise<StatusRecord>, since?: number): Promise<StatusRecord> =>
+      local.ask(id, () => askFleet(id, query, since), since),
 
     /** Takes one request from the fleet's budget, or from the fallback's, or refuses. */
     async permit(id: string): Promise<void> {
@@ -193,6 +240,7 @@ export function createFleetGuard(options: FleetGuardOptions) {
       if (permit === UNREACHABLE) return permitLocally(id);
       left = permit.left;
       if (!permit.granted) return refuse(id, permit.reason ?? 'budget', permit.retryAfterMs);
+      noteSent();
       counts.queries += 1;
     },
 

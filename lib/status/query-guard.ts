@@ -1,6 +1,6 @@
 import { StatusRateLimitError, TransactionNotFoundError } from '../pipeline/errors.js';
 import { isFinalState } from '../pipeline/schema.js';
-import type { StatusRecord } from './status-envelope.js';
+import { lackingFields, type StatusRecord } from './status-envelope.js';
 
 /** What the guard needs to know; the status client's options supply it. */
 export interface QueryGuardOptions {
@@ -31,16 +31,61 @@ export interface StatusClientStats {
 
 const MINUTE = 60_000;
 
+/** The clock of the status client and of `since`: ms since the epoch, but monotonic (never steps back). */
+export const statusClock = (): number => performance.timeOrigin + performance.now();
+
+/** What `getStatus` may be told about the answer it must give. */
+export interface StatusQueryOptions {
+  /**
+   * Only an answer to a request sent after this time (ms since the epoch, as {@link statusClock} or
+   * `Date.now()` gives) will do: a cached one that is older is not used, and the service is asked again,
+   * unless the id was asked less than `minIntervalMs` ago: then the call fails at once with
+   * `StatusRateLimitError` (reason `interval`, with the wait). `verify` uses it so that an answer older than
+   * the notification never condemns it.
+   */
+  since?: number | undefined;
+}
+
+/** A cached answer, and when the request that got it was sent (on the guard's clock). */
+interface Entry {
+  answer: StatusRecord | typeof NOT_FOUND;
+  at: number;
+}
+
+/**
+ * When the request behind an answer was sent, for answers that come from elsewhere (the fleet's shared
+ * cache): a local cache must not take an old answer for a new one.
+ */
+const sentAt = new WeakMap<object, number>();
+
+/** Marks `answer` (a record, or a not-found error) as the answer to a request sent at `at`. */
+export function stampSentAt<T extends object>(answer: T, at: number): T {
+  sentAt.set(answer, at);
+  return answer;
+}
+
+/** A cached not-found: no error object (with its stack) is kept per id. */
+const NOT_FOUND = Symbol('not found');
+
+/**
+ * A final answer is cached for good only when it is complete: one that lacks the amount or `custom_data`
+ * can neither confirm nor contradict a notification, so it is asked again after `minIntervalMs`.
+ */
+export function isLasting(record: StatusRecord): boolean {
+  return isFinalState(record.state) && lackingFields(record).length === 0;
+}
+
 /**
  * Keeps a status client sparing: one request in flight per id, final answers cached, non-final and
  * not-found answers reused for `minIntervalMs`, at most `maxQueriesPerMinute` requests in any 60 s window,
- * and nothing at all during a cool-down after the service looked like it was blocking.
+ * and nothing at all during a cool-down after the service looked like it was blocking. A caller that needs
+ * an answer newer than a time (`since`) gets one, at most once per `minIntervalMs` per id.
  */
 export function createQueryGuard(options: QueryGuardOptions) {
   const { maxQueriesPerMinute, minIntervalMs, blockCooldownMs, cacheSize, now } = options;
-  const inflight = new Map<string, Promise<StatusRecord>>();
-  const finals = new Map<string, StatusRecord>();
-  const recent = new Map<string, { at: number; answer: StatusRecord | TransactionNotFoundError }>();
+  const inflight = new Map<string, { at: number; promise: Promise<StatusRecord> }>();
+  const finals = new Map<string, Entry>();
+  const recent = new Map<string, Entry>();
   const sent: number[] = []; // send times within the last minute, oldest first
   let blockedUntil = 0;
   const prune = (time: number): void => {
@@ -58,54 +103,78 @@ export function createQueryGuard(options: QueryGuardOptions) {
     },
   };
 
-  const remember = <V>(map: Map<string, V>, id: string, value: V): void => {
-    map.delete(id);
+  const remember = (map: Map<string, Entry>, id: string, value: Entry): void => {
+    finals.delete(id);
+    recent.delete(id);
     map.set(id, value);
     // Oldest first out: a Map iterates in insertion order.
     if (map.size > cacheSize) map.delete(map.keys().next().value as string);
   };
 
-  function cachedAnswer(id: string): StatusRecord | TransactionNotFoundError | undefined {
-    const final = finals.get(id);
-    if (final) return final;
-    const entry = recent.get(id);
-    if (entry && now() - entry.at < minIntervalMs) return entry.answer;
-    if (entry) recent.delete(id);
+  /** The cached answer of `id` a caller may use: any newer than `since`; else a final one, or a recent one. */
+  function cachedEntry(id: string, since: number | undefined): Entry | undefined {
+    const entry = finals.get(id) ?? recent.get(id);
+    if (entry === undefined) return undefined;
+    if (since !== undefined && entry.at > since) return entry;
+    if (finals.has(id) || now() - entry.at < minIntervalMs) return entry;
+    recent.delete(id);
     return undefined;
   }
+
+  /** Refuses a call that needs a newer answer than the one of `at`, when the id was asked too recently. */
+  const tooSoon = (id: string, at: number): StatusRateLimitError | undefined => {
+    const wait = at + minIntervalMs - now();
+    if (wait <= 0) return undefined;
+    stats.refused += 1;
+    return new StatusRateLimitError(id, 'interval', wait);
+  };
 
   return {
     stats,
 
     /**
      * Answers from the cache, joins a request in flight, or starts `query`, which must call `permit()` before
-     * each request it sends.
+     * each request it sends. With `since`, only an answer to a request sent after it will do.
      */
-    ask(id: string, query: () => Promise<StatusRecord>): Promise<StatusRecord> {
-      const cached = cachedAnswer(id);
+    ask(id: string, query: () => Promise<StatusRecord>, since?: number): Promise<StatusRecord> {
+      const cached = cachedEntry(id, since);
       if (cached !== undefined) {
-        stats.cached += 1;
-        return cached instanceof TransactionNotFoundError ? Promise.reject(cached) : Promise.resolve(cached);
+        if (since === undefined || cached.at > since) {
+          stats.cached += 1;
+          const { answer } = cached;
+          return answer === NOT_FOUND
+            ? Promise.reject(new TransactionNotFoundError(id))
+            : Promise.resolve(answer);
+        }
+        const refusal = tooSoon(id, cached.at);
+        if (refusal) return Promise.reject(refusal);
       }
       const pending = inflight.get(id);
       if (pending) {
+        if (since !== undefined && pending.at <= since) {
+          // Sent before `since`, and one request per id at a time: ask again once it has answered.
+          stats.refused += 1;
+          const wait = Math.max(pending.at + minIntervalMs - now(), 1_000);
+          return Promise.reject(new StatusRateLimitError(id, 'interval', wait));
+        }
         stats.shared += 1;
-        return pending;
+        return pending.promise;
       }
+      const at = now();
       const started = query().then(
         (record) => {
-          const final = isFinalState(record.state);
-          if (final) remember(finals, id, record);
-          else remember(recent, id, { at: now(), answer: record });
+          const when = sentAt.get(record) ?? at;
+          remember(isLasting(record) ? finals : recent, id, { answer: record, at: when });
           return record;
         },
         (error: unknown) => {
-          if (error instanceof TransactionNotFoundError) remember(recent, id, { at: now(), answer: error });
+          if (error instanceof TransactionNotFoundError)
+            remember(recent, id, { answer: NOT_FOUND, at: sentAt.get(error) ?? at });
           throw error;
         },
       );
       const tracked = started.finally(() => inflight.delete(id));
-      inflight.set(id, tracked);
+      inflight.set(id, { at, promise: tracked });
       return tracked;
     },
 

@@ -1,10 +1,23 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { messageOf, StatusQueryError } from '../pipeline/errors.js';
+import { StatusQueryError, TransactionNotFoundError } from '../pipeline/errors.js';
 import { defaultLogger, guardLogger, type Logger } from '../observability/logger.js';
 import { createFleetGuard } from './fleet-guard.js';
-import { createQueryGuard, type StatusClientStats } from './query-guard.js';
+import {
+  createQueryGuard,
+  statusClock,
+  type StatusClientStats,
+  type StatusQueryOptions,
+} from './query-guard.js';
 import type { SharedGuard } from './shared-guard.js';
 import { parseStatusAnswer, type StatusRecord } from './status-envelope.js';
+import { exchangeStatus, isLoopback, withoutKey } from './status-request.js';
+import {
+  checkStatus,
+  createNotFoundWatch,
+  type StatusCheck,
+  type StatusCheckOptions,
+} from './status-check.js';
+import { waitFromMessage } from './wait-message.js';
 
 /** Options of {@link createStatusClient}. `baseUrl` and `apiKey` are required; each other default is given. */
 export interface StatusClientOptions {
@@ -18,16 +31,31 @@ export interface StatusClientOptions {
    * @default 30
    */
   maxQueriesPerMinute: number;
-  /** How long a non-final answer (such as `PENDING1`) or a not-found answer is reused before that id is asked again, in ms. @default 60_000 */
+  /**
+   * How long a non-final answer (such as `PENDING1`) or a not-found answer is reused before that id is asked
+   * again, in ms: the service asks for 15 minutes between repeated queries of one transaction.
+   * @default 900_000 (15 minutes)
+   */
   minIntervalMs: number;
   /**
-   * After an answer that looks like a block (HTTP 429 or 403), nothing is sent for this long (or the answer's
-   * `Retry-After`, if longer, up to a day), in ms; calls fail at once with `StatusRateLimitError` (reason `blocked`).
+   * After an answer that looks like a block (HTTP 429 or 403), nothing is sent for this long (or the wait the
+   * answer gives, in `Retry-After` or in its message, if longer, up to a day), in ms; calls fail at once with `StatusRateLimitError` (reason `blocked`).
    * @default 900_000 (15 minutes)
    */
   blockCooldownMs: number;
-  /** Time limit of each request, answer body included, in ms. @default 10_000 */
+  /** Time limit of each request, answer body included (a body that dribbles in counts), in ms. @default 10_000 */
   timeoutMs: number;
+  /**
+   * Largest answer read, in bytes: past it the connection is dropped and the call fails with
+   * `StatusQueryError` (a real envelope is well under 2 KB). @default 65_536
+   */
+  maxResponseBytes: number;
+  /**
+   * Accept an `http:` `baseUrl` to a host other than loopback. Off, `baseUrl` must be `https:` (or `http:` to
+   * 127.0.0.1, ::1 or localhost): the API key travels in the body, readable by anyone on the way.
+   * @default false
+   */
+  allowInsecureHttp: boolean;
   /** Extra attempts after a network error, a timeout or a 5xx answer (never after any other answer). @default 2 */
   retries: number;
   /** Base of the exponential backoff between attempts, in ms; each wait is jittered. @default 500 */
@@ -53,7 +81,16 @@ export interface StatusClient {
    * `PENDING1`). Rejects with `TransactionNotFoundError`, `StatusQueryError` or `StatusRateLimitError`
    * (all `StatusError`s).
    */
-  getStatus(transactionId: string): Promise<StatusRecord>;
+  getStatus(transactionId: string, options?: StatusQueryOptions): Promise<StatusRecord>;
+  /**
+   * A self-test to run at start: asks the status query once, through the guard, about a made-up id (or
+   * `transactionId`, one of yours) and says whether `baseUrl` and the key work, and if not, which one is
+   * likely wrong. Never rejects.
+   * @example
+   * const check = await client.check();
+   * if (!check.ok) logger.error(check, `status client misconfigured: ${check.message}`);
+   */
+  check(options?: StatusCheckOptions): Promise<StatusCheck>;
   /** Requests sent, calls refused, answered from cache, or shared with a request in flight. */
   readonly stats: Readonly<StatusClientStats>;
 }
@@ -75,11 +112,11 @@ export function createStatusClient(
   options: Partial<StatusClientOptions> & Pick<StatusClientOptions, 'baseUrl' | 'apiKey'>,
 ): StatusClient {
   const resolved = resolveStatusOptions(options);
-  const { apiKey, timeoutMs, retries, retryDelayMs } = resolved;
+  const { apiKey, retries, retryDelayMs } = resolved;
   const logger = guardLogger(resolved.logger);
-  const url = `${resolved.baseUrl}/status`;
+  const exchange = { ...resolved, url: `${resolved.baseUrl}/status` };
   // A monotonic clock: a wall-clock step must neither reopen the budget nor end a cool-down early.
-  const now = () => performance.now();
+  const now = statusClock;
   const { shared } = resolved;
   const guard: Guard = shared
     ? createFleetGuard({ ...resolved, shared, logger, now, lockMs: lockMsOf(resolved) })
@@ -88,31 +125,24 @@ export function createStatusClient(
   async function request(transactionId: string): Promise<StatusRecord> {
     await guard.permit(transactionId);
     logger.debug({ transaction_id: transactionId }, 'status query sent');
-    let response: Response;
-    let body: string;
-    try {
-      response = await resolved.fetch(url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json', accept: 'application/json' },
-        body: JSON.stringify({ api_key: apiKey, transaction_ids: transactionId }),
-        signal: AbortSignal.timeout(timeoutMs),
-      });
-      body = await response.text();
-    } catch (cause) {
-      const message = `the status query for ${transactionId} got no answer: ${messageOf(cause)}`;
-      throw new StatusQueryError(transactionId, message, { retryable: true }, { cause });
-    }
-    const answer = parseStatusAnswer(transactionId, { httpStatus: response.status, body });
+    const { httpStatus, retryAfter, body } = await exchangeStatus(transactionId, exchange);
+    const answer = parseStatusAnswer(transactionId, { httpStatus, body });
+    if (answer instanceof TransactionNotFoundError) {
+      if (!transactionId.startsWith(CHECK_PREFIX)) watch.notFound(transactionId);
+    } else if (!(answer instanceof Error)) watch.found();
     if (answer instanceof StatusQueryError && answer.blocked) {
-      guard.blocked(retryAfterMs(response.headers.get('retry-after')));
+      // The service's 429 gives the wait in its message: obey the longer of it and Retry-After.
+      guard.blocked(Math.max(retryAfterMs(retryAfter), waitFromMessage(body)));
       logger.warn(
-        { transaction_id: transactionId, status: response.status },
+        { transaction_id: transactionId, status: httpStatus },
         'the payment service may be blocking status queries: sending none during the cool-down',
       );
     }
-    if (answer instanceof Error) throw answer;
+    if (answer instanceof Error) throw withoutKeyIn(answer, apiKey);
     return answer;
   }
+
+  const watch = createNotFoundWatch(logger, now);
 
   async function withRetries(transactionId: string): Promise<StatusRecord> {
     for (let attempt = 0; ; attempt += 1) {
@@ -128,20 +158,25 @@ export function createStatusClient(
   }
 
   return {
-    getStatus(transactionId) {
+    getStatus(transactionId, options) {
       if (typeof transactionId !== 'string' || transactionId.length === 0) {
         return Promise.reject(new TypeError('getStatus: transactionId must be a non-empty string'));
       }
-      return guard.ask(transactionId, () => withRetries(transactionId));
+      const since = typeof options?.since === 'number' ? options.since : undefined;
+      return guard.ask(transactionId, () => withRetries(transactionId), since);
     },
+    check: (options) => checkStatus((id) => guard.ask(id, () => withRetries(id)), options),
     stats: guard.stats,
   };
 }
 
+/** The made-up ids `check()` asks about start so: they are not counted as notifications not found. */
+const CHECK_PREFIX = 'IPNKIT.CHECK';
+
 /** What the client asks of its guard: this process's own, or the fleet's (whose permit asks Redis). */
 interface Guard {
   readonly stats: StatusClientStats;
-  ask(id: string, query: () => Promise<StatusRecord>): Promise<StatusRecord>;
+  ask(id: string, query: () => Promise<StatusRecord>, since?: number): Promise<StatusRecord>;
   permit(id: string): void | Promise<void>;
   blocked(retryAfterMs?: number): void;
 }
@@ -169,9 +204,11 @@ function resolveStatusOptions(options: Partial<StatusClientOptions>): StatusClie
     baseUrl: '',
     apiKey: '',
     maxQueriesPerMinute: 30,
-    minIntervalMs: 60_000,
+    minIntervalMs: 15 * 60_000,
     blockCooldownMs: 15 * 60_000,
     timeoutMs: 10_000,
+    maxResponseBytes: 65_536,
+    allowInsecureHttp: false,
     retries: 2,
     retryDelayMs: 500,
     cacheSize: 10_000,
@@ -185,13 +222,10 @@ function resolveStatusOptions(options: Partial<StatusClientOptions>): StatusClie
   };
   const unknown = Object.keys(given).filter((key) => !(key in STATUS_DEFAULT_KEYS));
   if (unknown.length > 0) fail(`unknown option ${unknown.join(', ')}`);
-  if (typeof resolved.baseUrl !== 'string' || !/^https?:\/\/[^/]/i.test(resolved.baseUrl))
-    fail(
-      `baseUrl must be an http(s) URL such as https://host/api_v1/transaction, got ${String(resolved.baseUrl)}`,
-    );
+  checkBaseUrl(resolved.baseUrl, resolved.allowInsecureHttp === true, fail);
   if (typeof resolved.apiKey !== 'string' || resolved.apiKey.length === 0)
     fail('apiKey must be a non-empty string');
-  for (const name of ['maxQueriesPerMinute', 'cacheSize'] as const) {
+  for (const name of ['maxQueriesPerMinute', 'cacheSize', 'maxResponseBytes'] as const) {
     if (!Number.isInteger(resolved[name]) || resolved[name] < 1)
       fail(`${name} must be a positive integer, got ${String(resolved[name])}`);
   }
@@ -220,6 +254,39 @@ function resolveStatusOptions(options: Partial<StatusClientOptions>): StatusClie
   return { ...resolved, baseUrl: resolved.baseUrl.replace(/\/+$/, '') };
 }
 
+/** `baseUrl` must be absolute, and `https:` unless the host is loopback or `allowInsecureHttp` is on. */
+function checkBaseUrl(baseUrl: unknown, allowInsecureHttp: boolean, fail: (message: string) => never): void {
+  const example = 'such as https://host/api_v1/transaction';
+  let url: URL | undefined;
+  try {
+    url = typeof baseUrl === 'string' ? new URL(baseUrl) : undefined;
+  } catch {
+    url = undefined;
+  }
+  if (url === undefined || (url.protocol !== 'https:' && url.protocol !== 'http:'))
+    fail(`baseUrl must be an absolute https: URL ${example}, got ${String(baseUrl)}`);
+  else if (url.protocol === 'http:' && !isLoopback(url.hostname) && !allowInsecureHttp)
+    fail(
+      `baseUrl must be an https: URL ${example}, got ${url.origin}: the API key travels in the body, ` +
+        'readable on the way over http: (accepted only for a loopback host, or with allowInsecureHttp: true)',
+    );
+}
+
+/** A status error whose text (a message the service echoed) holds the API key, with the key replaced. */
+function withoutKeyIn<E extends Error>(error: E, apiKey: string): E {
+  if (!(error instanceof StatusQueryError)) return error;
+  const texts = [error.message, error.serviceMessage ?? '', error.location ?? ''];
+  if (!texts.some((text) => text.includes(apiKey))) return error;
+  return new StatusQueryError(error.transactionId, withoutKey(error.message, apiKey), {
+    httpStatus: error.httpStatus,
+    statutCode: error.statutCode,
+    serviceMessage: error.serviceMessage && withoutKey(error.serviceMessage, apiKey),
+    location: error.location && withoutKey(error.location, apiKey),
+    retryable: error.retryable,
+    blocked: error.blocked,
+  }) as Error as E;
+}
+
 const STATUS_DEFAULT_KEYS: Record<keyof StatusClientOptions, true> = {
   baseUrl: true,
   apiKey: true,
@@ -227,6 +294,8 @@ const STATUS_DEFAULT_KEYS: Record<keyof StatusClientOptions, true> = {
   minIntervalMs: true,
   blockCooldownMs: true,
   timeoutMs: true,
+  maxResponseBytes: true,
+  allowInsecureHttp: true,
   retries: true,
   retryDelayMs: true,
   cacheSize: true,

@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { StatusQueryError, TransactionNotFoundError } from '../pipeline/errors.js';
 import { parseJson } from '../pipeline/safe-json.js';
-import { ipnNotificationSchema, type IpnNotification } from '../pipeline/schema.js';
+import { jsonEntries, repeatedJsonKeys } from '../pipeline/json-entries.js';
+import { IDENTITY_FIELDS, ipnNotificationSchema, type IpnNotification } from '../pipeline/schema.js';
 
 /**
  * A transaction as the status query returns it: the notification's record, read by the same schema (so the
@@ -77,26 +78,134 @@ export function parseStatusAnswer(
       blocked,
     });
   }
-  const record = pickRecord(data, transactionId);
-  const read = record === undefined ? undefined : ipnNotificationSchema.safeParse(record);
-  if (!read?.success) {
-    return new StatusQueryError(
-      transactionId,
-      `the status answer for ${transactionId} holds no usable record of it (data must be a record with its state)`,
-      { ...failure, retryable: false },
-    );
+  const picked = pickRecord(data, transactionId);
+  if (typeof picked === 'string') {
+    return new StatusQueryError(transactionId, `the status answer for ${transactionId} ${picked}`, {
+      ...failure,
+      retryable: false,
+    });
   }
+  const exact = picked && exactRecord(picked, transactionId, answer.body);
+  const read = exact === undefined ? undefined : ipnNotificationSchema.safeParse(exact);
+  if (picked === undefined || typeof exact === 'string' || !read?.success) {
+    const why =
+      typeof exact === 'string'
+        ? exact
+        : 'holds no usable record of it (data must be a record with its state)';
+    return new StatusQueryError(transactionId, `the status answer for ${transactionId} ${why}`, {
+      ...failure,
+      retryable: false,
+    });
+  }
+  const lacking = LACKABLE.filter(
+    (field) => !Object.hasOwn(picked.record, field) || read.data[field] === null,
+  );
+  if (lacking.length > 0) partial.set(read.data, lacking);
   return read.data;
 }
 
-/** `data` as one record or an array of records: the one about `transactionId` (a partial one may omit the id). */
-function pickRecord(data: unknown, transactionId: string): Record<string, unknown> | undefined {
-  const records = (Array.isArray(data) ? data : [data]).filter(isRecord);
-  const record =
-    records.find((item) => item.transaction_id === transactionId) ??
-    (records.length === 1 && records[0]?.transaction_id === undefined ? records[0] : undefined);
-  // A record without its id is taken as the one asked about; one with another id never is.
-  return record && { ...record, transaction_id: transactionId };
+/** The fields a comparison needs that a record may lack (`state` it cannot: it is required). */
+const LACKABLE = ['amount', 'custom_data'] as const;
+
+/** Records read from a partial answer, with the fields they lack. */
+const partial = new WeakMap<StatusRecord, ReadonlyArray<'amount' | 'custom_data'>>();
+
+/**
+ * The fields a comparison needs that the service's answer left out (`amount` missing or unreadable,
+ * `custom_data` missing): such a record can neither confirm nor contradict a notification.
+ */
+export function lackingFields(record: StatusRecord): ReadonlyArray<'amount' | 'custom_data'> {
+  return partial.get(record) ?? [];
+}
+
+/** Marks a record (decoded from a shared cache) as lacking `fields`, as the answer it came from did. */
+export function markLacking(record: StatusRecord, fields: readonly string[]): StatusRecord {
+  const lacking = LACKABLE.filter((field) => fields.includes(field));
+  if (lacking.length > 0) partial.set(record, lacking);
+  return record;
+}
+
+/** The record picked from `data`, where it was (`index` in an array), or why none may be taken. */
+interface Picked {
+  record: Record<string, unknown>;
+  index: number | undefined;
+}
+
+/**
+ * `data` as one record or an array of records: the one about `transactionId`. Exact about which
+ * transaction: a record naming another id is never taken, nor one of several records none of which names
+ * it; a record without its id is taken only when it is the whole of `data` (a partial answer). Two records of
+ * the id that disagree are refused.
+ */
+function pickRecord(data: unknown, transactionId: string): Picked | string | undefined {
+  const items: unknown[] = Array.isArray(data) ? data : [data];
+  const matches = items.flatMap((item, index) =>
+    isRecord(item) && item.transaction_id === transactionId ? [{ record: item, index }] : [],
+  );
+  const [first] = matches;
+  if (first !== undefined) {
+    const disagree = matches.some(({ record }) =>
+      (['state', 'amount', 'custom_data'] as const).some(
+        (field) => JSON.stringify(record[field]) !== JSON.stringify(first.record[field]),
+      ),
+    );
+    if (disagree) return `holds several records of ${transactionId} that disagree`;
+    return { record: first.record, index: Array.isArray(data) ? first.index : undefined };
+  }
+  const [only] = items;
+  if (items.length === 1 && isRecord(only) && !Object.hasOwn(only, 'transaction_id'))
+    return { record: only, index: Array.isArray(data) ? 0 : undefined };
+  return undefined;
+}
+
+/**
+ * The picked record named as `transactionId`, with a `custom_data` that came back as a number or decoded JSON
+ * as its exact source text (as a notification's is: `JSON.parse` rounds integers above 2^53); or why it
+ * cannot be read exactly (an identity field given twice).
+ */
+function exactRecord(picked: Picked, transactionId: string, body: string): Record<string, unknown> | string {
+  const record: Record<string, unknown> = { ...picked.record, transaction_id: transactionId };
+  const source = recordSource(body, picked.index);
+  if (source !== undefined && repeatedJsonKeys(source, IDENTITY_FIELDS).length > 0)
+    return 'is ambiguous: its record gives an identity field (transaction_id, state, custom_data) twice';
+  const value = record.custom_data;
+  if (source !== undefined && value !== null && value !== undefined && typeof value !== 'string') {
+    const entry = jsonEntries(source).find(({ key }) => key === 'custom_data');
+    if (entry) record.custom_data = entry.value;
+  }
+  return record;
+}
+
+/** The source text of the record: `data` itself, or its `index`-th element. */
+function recordSource(body: string, index: number | undefined): string | undefined {
+  const data = jsonEntries(body)
+    .filter(({ key }) => key === 'data')
+    .at(-1)?.value;
+  if (data === undefined) return undefined;
+  const source = index === undefined ? data : jsonElements(data)[index];
+  return source?.startsWith('{') ? source : undefined;
+}
+
+/** The elements of a JSON array text, each as its exact source text. The text is known to be valid JSON. */
+function jsonElements(text: string): string[] {
+  const elements: string[] = [];
+  let depth = 0;
+  let start = 1;
+  for (let i = 0; i < text.length; i += 1) {
+    const char = text[i];
+    if (char === '"') {
+      for (i += 1; text[i] !== '"'; i += 1) if (text[i] === '\\') i += 1;
+    } else if (char === '{' || char === '[') {
+      depth += 1;
+    } else if (char === '}' || char === ']') {
+      if (depth === 1) elements.push(text.slice(start, i).trim());
+      depth -= 1;
+    } else if (char === ',' && depth === 1) {
+      elements.push(text.slice(start, i).trim());
+      start = i + 1;
+    }
+  }
+  return elements.filter((element) => element !== '');
 }
 
 /** The unknown-id answer: `data` is the id itself, or an array holding only the id. */

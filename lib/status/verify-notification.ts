@@ -1,10 +1,23 @@
 import { StatusRateLimitError, TransactionNotFoundError } from '../pipeline/errors.js';
 import { isFinalState, type IpnNotification } from '../pipeline/schema.js';
-import type { StatusRecord } from './status-envelope.js';
+import { statusClock, type StatusQueryOptions } from './query-guard.js';
+import { lackingFields, type StatusRecord } from './status-envelope.js';
 
-/** What `verify` needs of a status client: `createStatusClient()` gives one. */
+/**
+ * What `verify` needs of a status client: `createStatusClient()` gives one. A source of your own may ignore
+ * `options`; then a not-found or contradicting answer is simply asked for again on the next attempt.
+ */
 export interface StatusSource {
-  getStatus(transactionId: string): Promise<StatusRecord>;
+  /** The service's record of `transactionId`; rejects with `TransactionNotFoundError` when it has none. */
+  getStatus(transactionId: string, options?: StatusQueryOptions): Promise<StatusRecord>;
+}
+
+/** What a verification attempt knows of the notification's history, on the status client's clock. */
+export interface VerifyContext {
+  /** When the notification arrived (or this attempt began): an answer older than it never condemns it. */
+  arrivedAt: number;
+  /** When the service first said it does not know the transaction: a not-found is believed once repeated after it. */
+  notFoundAt?: number | undefined;
 }
 
 /** The fields a notification must share with the service's own record to be believed. */
@@ -35,8 +48,11 @@ export interface RejectedEvent {
 export type Verdict =
   | { kind: 'confirmed'; status: StatusRecord }
   | { kind: 'rejected'; event: RejectedEvent }
-  /** Not decided now (the service is unreachable, the budget is spent, or the state is not final yet). */
-  | { kind: 'later'; reason: unknown; retryAfterMs: number; pending?: StatusRecord };
+  /**
+   * Not decided now: the service is unreachable, the budget is spent, the state is not final yet, the answer
+   * lacks a field the comparison needs, or a not-found waits to be repeated (`notFoundAt`).
+   */
+  | { kind: 'later'; reason: unknown; retryAfterMs: number; pending?: StatusRecord; notFoundAt?: number };
 
 /** The fields where the notification and the service's record disagree. */
 export function mismatchesOf(notification: IpnNotification, status: StatusRecord): VerifiedField[] {
@@ -77,39 +93,103 @@ function canonicalJson(text: string): string | undefined {
 /**
  * When a rejected notification names a transaction that did end in its state (only the amount or
  * `custom_data` were altered), the genuine notification of that key exists: the service's own record, to
- * deliver in the forgery's place. Otherwise `undefined`.
+ * deliver in the forgery's place, but only when that record is whole (it carries the state, the amount and
+ * `custom_data`): a partial record is never credited. Otherwise `undefined`.
  */
 export function genuineRecord(event: RejectedEvent): StatusRecord | undefined {
   const { status } = event;
-  return event.reason === 'mismatch' && status !== undefined && status.state === event.notification.state
+  return event.reason === 'mismatch' &&
+    status !== undefined &&
+    status.state === event.notification.state &&
+    isFinalState(status.state) &&
+    typeof status.amount === 'number' &&
+    lackingFields(status).length === 0
     ? status
     : undefined;
 }
 
+type Answer = { record: StatusRecord } | { notFound: TransactionNotFoundError } | { error: unknown };
+
+async function answerOf(source: StatusSource, id: string, since?: number): Promise<Answer> {
+  try {
+    return { record: await (since === undefined ? source.getStatus(id) : source.getStatus(id, { since })) };
+  } catch (error) {
+    return error instanceof TransactionNotFoundError ? { notFound: error } : { error };
+  }
+}
+
+/**
+ * Whether an answer would wrongly condemn the notification if it were stale: not found (the transaction may
+ * be younger than the answer), or FAILED for a notification that says SUCCESSFUL (a late operator
+ * confirmation moves a transaction from FAILED to SUCCESSFUL). Such an answer is asked for again when it
+ * is older than the notification. Any other difference is final: a paid transaction does not become
+ * FAILED, nor change its amount or `custom_data`, so a forged copy of it is rejected at once, at no cost.
+ */
+function mayBeStale(answer: Answer, n: IpnNotification): boolean {
+  if ('notFound' in answer) return true;
+  if (!('record' in answer)) return false;
+  const { record } = answer;
+  return record.state === 'FAILED' && n.state === 'SUCCESSFUL' && lackingFields(record).length === 0;
+}
+
 /**
  * Asks the service (through the client's guard) whether the notification is true: the state, the amount and
- * `custom_data` must match its own record. A field the answer left out counts as a difference: nothing is
- * credited on a guess.
+ * `custom_data` must match its own record. Nothing is decided on a guess:
+ *
+ * - an answer that lacks the amount or `custom_data` (a partial record) can neither confirm nor contradict:
+ *   `later`, like an unreachable service;
+ * - an answer that may be stale (not found, or FAILED for a SUCCESSFUL notification) is used only when it is
+ *   newer than the notification (`context.arrivedAt`): a cached one is asked again, within the guard's
+ *   rules (a FAILED that became SUCCESSFUL, an id a forger asked about before it existed);
+ * - a not-found is believed only when the service says it again after `context.notFoundAt`: the first one
+ *   is `later` (with `notFoundAt`), in case the service's replicas lag.
  */
 export async function verifyNotification(
   source: StatusSource,
   notification: IpnNotification,
+  context: VerifyContext = { arrivedAt: -Infinity },
 ): Promise<Verdict> {
   const id = notification.transaction_id;
-  let status: StatusRecord;
-  try {
-    status = await source.getStatus(id);
-  } catch (error) {
-    if (error instanceof TransactionNotFoundError) {
-      const message = `the payment service does not know transaction ${id}: the notification is forged`;
-      return { kind: 'rejected', event: { reason: 'not_found', message, mismatches: [], notification } };
+  let answer = await answerOf(source, id);
+  if (mayBeStale(answer, notification)) {
+    const since =
+      'notFound' in answer && context.notFoundAt !== undefined ? context.notFoundAt : context.arrivedAt;
+    if (Number.isFinite(since)) answer = await answerOf(source, id, since);
+  }
+  const notFoundAt = context.notFoundAt;
+  if ('notFound' in answer) {
+    if (notFoundAt === undefined) {
+      const reason = `the payment service does not know transaction ${id} yet: asking once more before rejecting it`;
+      return { kind: 'later', reason, retryAfterMs: 0, notFoundAt: statusClock() };
     }
+    const message =
+      `the payment service does not know transaction ${id}, twice: the notification is forged, or the ` +
+      "status client's apiKey or baseUrl is wrong (an id created under another API key is not found either)";
+    return { kind: 'rejected', event: { reason: 'not_found', message, mismatches: [], notification } };
+  }
+  if ('error' in answer) {
+    const { error } = answer;
     const retryAfterMs = error instanceof StatusRateLimitError ? error.retryAfterMs : 0;
     // A bug in a custom source is not a reason to believe the notification either: try later, then report.
-    return { kind: 'later', reason: error, retryAfterMs };
+    return {
+      kind: 'later',
+      reason: error,
+      retryAfterMs,
+      ...(notFoundAt === undefined ? {} : { notFoundAt }),
+    };
   }
+  const status = answer.record;
   if (!isFinalState(status.state)) {
     return { kind: 'later', reason: `the service reports ${status.state}`, retryAfterMs: 0, pending: status };
+  }
+  const lacking = lackingFields(status);
+  if (lacking.length > 0 || status.amount === null) {
+    const fields = lacking.length > 0 ? lacking.join(' and ') : 'amount';
+    return {
+      kind: 'later',
+      reason: `the service's answer for ${id} lacks ${fields}: it can neither confirm nor contradict the notification`,
+      retryAfterMs: 0,
+    };
   }
   const mismatches = mismatchesOf(notification, status);
   if (mismatches.length === 0) return { kind: 'confirmed', status };

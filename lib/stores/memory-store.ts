@@ -1,4 +1,5 @@
 import { MemoryInbox } from './memory-inbox.js';
+import { MemoryExpectations } from './memory-expectations.js';
 import type { DurableStore, InboxEntry, Lease, ListOptions, Settlement, StatusCounts } from './store.js';
 
 /** Options of {@link MemoryStore}. */
@@ -41,6 +42,8 @@ export class MemoryStore implements DurableStore {
   /** Accepted by `delivery: 'at-least-once'`; durable only while this process lives. */
   readonly durable = true as const;
   readonly maxEntries: number;
+  /** The transactions `ipn.expect()` was told about, in this process's memory too (at most `maxEntries`). */
+  readonly expectations: MemoryExpectations;
   readonly #now: () => number;
   /** key -> expiry time of its live claim. */
   readonly #expiries = new Map<string, number>();
@@ -64,6 +67,7 @@ export class MemoryStore implements DurableStore {
     this.maxEntries = maxEntries;
     this.#now = options.now ?? Date.now;
     this.#inbox = new MemoryInbox(maxEntries, () => this.#now());
+    this.expectations = new MemoryExpectations(maxEntries, () => this.#now());
   }
 
   /** Number of keys held (claims, expired ones not yet swept included, and inbox entries). */

@@ -71,7 +71,7 @@ export function toEntry(value: unknown): InboxEntry {
     key: row.key,
     transactionId: row.transaction_id,
     state: row.state,
-    record: (typeof row.record === 'string' ? JSON.parse(row.record) : row.record) as Record<string, unknown>,
+    record: fromStoredJson(typeof row.record === 'string' ? JSON.parse(row.record) : row.record),
     status: row.status,
     attempts: Number(row.attempts),
     lastError: row.last_error,
@@ -85,4 +85,42 @@ export function toEntry(value: unknown): InboxEntry {
 
 function toDate(value: Date | string): Date {
   return value instanceof Date ? value : new Date(value);
+}
+
+/**
+ * The key of a record stored as JSON text. A notification always has `transaction_id` and `state`, so a
+ * stored record whose only key is this one is such a wrapper, and nothing else: the encoding is unambiguous,
+ * rows written before it existed included.
+ */
+export const AS_TEXT = 'ipn-kit:json';
+
+/** What `jsonb` refuses in a string (a NUL, a lone surrogate such as half an emoji) and `JSON.parse` accepts. */
+// eslint-disable-next-line no-control-regex -- the NUL is exactly what is looked for
+const UNSTORABLE = /[\u0000\p{Cs}]/u;
+
+function unstorable(value: unknown): boolean {
+  if (typeof value === 'string') return UNSTORABLE.test(value);
+  if (typeof value !== 'object' || value === null) return false;
+  return Object.entries(value).some(([key, item]) => UNSTORABLE.test(key) || unstorable(item));
+}
+
+/**
+ * The JSON to store in the `jsonb` column. A record holding a string `jsonb` refuses is stored as its JSON
+ * text (where `JSON.stringify` escapes such characters as `\u0000`, `\ud83d`) inside `{"ipn-kit:json": ...}`,
+ * so that it round-trips exactly; every other record is stored as itself, searchable as before.
+ */
+export function toStoredJson(record: Record<string, unknown>): string {
+  const text = JSON.stringify(record);
+  return unstorable(record) ? JSON.stringify({ [AS_TEXT]: text }) : text;
+}
+
+/** The record a stored `jsonb` value holds: the inverse of {@link toStoredJson}. */
+export function fromStoredJson(stored: unknown): Record<string, unknown> {
+  const record = stored as Record<string, unknown>;
+  if (typeof record === 'object' && record !== null) {
+    const keys = Object.keys(record);
+    const text = record[AS_TEXT];
+    if (keys.length === 1 && typeof text === 'string') return JSON.parse(text) as Record<string, unknown>;
+  }
+  return record;
 }

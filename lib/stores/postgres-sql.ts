@@ -112,12 +112,16 @@ export function inboxSql(table: string) {
       )
       SELECT EXISTS (SELECT 1 FROM inserted)
         OR EXISTS (SELECT 1 FROM ${t} WHERE key = $1 AND lease_id = $4 AND record = '{}'::jsonb) AS claimed`,
-    release: `DELETE FROM ${t} WHERE key = $1`,
+    release: `DELETE FROM ${t} WHERE key = $1 AND ($2::text IS NULL OR lease_id = $2)`,
     receive: `INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
       VALUES ($1, $2, $3, $4::jsonb, 'received', 1, $5, ${FROM_NOW(6)}) ON CONFLICT (key) DO NOTHING`,
     // SKIP LOCKED: a concurrent lease passes over the rows another one is taking instead of waiting for them,
     // and re-checks each row it locks, so no row is ever leased twice at once. RETURNING has no order of its
     // own: the outer SELECT gives the oldest first again.
+    // One statement: the row goes from the contradicted copy to the service's record, never through absent.
+    replace: `UPDATE ${t} SET record = $3::jsonb, status = 'received', attempts = 1, last_error = NULL,
+        next_attempt_at = now(), lease_id = $4, lease_until = ${FROM_NOW(5)}, updated_at = now()
+      WHERE key = $1 AND lease_id = $2`,
     lease: `WITH due AS (
         SELECT key FROM ${t}
         WHERE status IN ('received', 'failed') AND next_attempt_at <= now()
@@ -155,7 +159,7 @@ export function inboxSql(table: string) {
     list: (newest: boolean) => `SELECT ${COLUMNS} FROM ${t}
       WHERE ($3::text IS NULL OR status = $3)
         AND ($4::text IS NULL OR transaction_id = $4)
-        AND ($5::text IS NULL OR strpos(lower(record->>'custom_data'), lower($5)) > 0)
+        AND ($5::text IS NULL OR strpos(lower(coalesce(record->>'custom_data', record->>'ipn-kit:json')), lower($5)) > 0)
         AND ($6::timestamptz IS NULL OR received_at >= $6)
         AND ($7::timestamptz IS NULL OR received_at < $7)
       ORDER BY ${newest ? 'received_at DESC, key DESC' : 'received_at, key'} LIMIT $1 OFFSET $2`,

@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { leaseMs, settleQuery, splitKey, toEntry } from './postgres-rows.js';
+import { leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
 import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.js';
 import { createBatcher } from './postgres-batch.js';
 import { canConnect, openTransaction, type PgClientOf } from './postgres-transaction.js';
+import { PostgresExpectations, postgresExpectationsSql } from './postgres-expectations.js';
 import type {
   DeliveryStatus,
   DeliveryTransaction,
@@ -25,6 +26,7 @@ export interface PgQueryResult {
  * the `pg` package.
  */
 export interface PgQueryable {
+  /** Runs one parameterised statement (`$1`, `$2`, ... bound to `values`). */
   query(text: string, values?: unknown[]): Promise<PgQueryResult>;
 }
 
@@ -90,6 +92,8 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
   readonly durable = true as const;
   /** The table, as given. */
   readonly table: string;
+  /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
+  readonly expectations: PostgresExpectations;
   readonly #pool: P;
   readonly #sql: InboxSql;
   /** Receives and `delivered` settlements that arrive together go as one statement each (group commit). */
@@ -108,14 +112,19 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
     this.table = tableNames(given?.table ?? 'ipn_inbox').name;
     this.#pool = pool;
     this.#sql = inboxSql(this.table);
+    this.expectations = new PostgresExpectations((text, values) => this.#query(text, values), this.table);
   }
 
   /**
-   * Creates the table and its index if they do not exist. Idempotent, and safe to run from several processes
-   * at once: an advisory lock makes them take turns.
+   * Creates the table and its index if they do not exist, and the expectations table beside it
+   * (`<table>_expected`). Idempotent, and safe to run from several processes at once: an advisory lock makes
+   * them take turns.
    */
   async migrate(): Promise<void> {
     await this.#pool.query(migrateSql(this.table));
+    await this.#pool.query(
+      `${migrateSql(this.table).split('\n')[0]}\n${postgresExpectationsSql(this.table)}`,
+    );
   }
 
   /**
@@ -129,16 +138,19 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
     return (rows[0] as { claimed?: unknown } | undefined)?.claimed === true;
   }
 
-  /** Deletes the row of `key`, so that the next claim or receive of it succeeds. */
-  async release(key: string): Promise<void> {
-    await this.#query(this.#sql.release, [key]);
+  /**
+   * Deletes the row of `key`, so that the next claim or receive of it succeeds; given `leaseId`, only while
+   * that lease holds it.
+   */
+  async release(key: string, leaseId?: string): Promise<void> {
+    await this.#query(this.#sql.release, [key, leaseId ?? null]);
   }
 
   /** Inserts `record` as `received`, attempts 1, leased to `lease` (until the database's now + `lease.ms`). */
   async receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
     const [transactionId, state] = splitKey(key);
     const ms = leaseMs(lease);
-    return this.#receives([key, transactionId, state, JSON.stringify(record), lease.id, ms]);
+    return this.#receives([key, transactionId, state, toStoredJson(record), lease.id, ms]);
   }
 
   /**
@@ -172,6 +184,18 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
       (rows as Array<{ key: string; lease_id: string }>).map((row) => `${row.lease_id} ${row.key}`),
     );
     return items.map(([key, leaseId]) => settled.has(`${leaseId} ${key}`));
+  }
+
+  /** Puts the service's `record` in place of the entry `leaseId` holds, in one statement (see `DurableStore`). */
+  async replace(
+    key: string,
+    leaseId: string,
+    record: Record<string, unknown>,
+    lease: Lease,
+  ): Promise<boolean> {
+    const ms = leaseMs(lease);
+    const values = [key, leaseId, toStoredJson(record), lease.id, ms];
+    return (await this.#query(this.#sql.replace, values)).rowCount === 1;
   }
 
   /**

@@ -9,12 +9,14 @@ import type {
   Settlement,
   StatusCounts,
 } from './store.js';
+import { RedisExpectations } from './redis-expectations.js';
 
 /**
  * The part of an [ioredis](https://github.com/redis/ioredis) client (`new Redis()`, or a `Cluster`) that
  * {@link RedisStore} uses. Declared here so that ipn-kit's types never name the `ioredis` package.
  */
 export interface IoRedisClient {
+  /** Sends one command with its arguments and resolves with Redis's reply. */
   call(command: string, ...args: Array<string | number>): Promise<unknown>;
 }
 
@@ -23,6 +25,7 @@ export interface IoRedisClient {
  * {@link RedisStore} uses. Declared here so that ipn-kit's types never name the `redis` package.
  */
 export interface NodeRedisClient {
+  /** Sends one command (its name, then its arguments) and resolves with Redis's reply. */
   sendCommand(args: string[]): Promise<unknown>;
 }
 
@@ -93,6 +96,8 @@ export class RedisStore implements DurableStore {
   readonly durable = true as const;
   /** The prefix of every key this store writes. */
   readonly prefix: string;
+  /** Where `ipn.expect()` keeps expected transactions: under `prefix + 'expected:'`, shared by every instance. */
+  readonly expectations: RedisExpectations;
   readonly #send: Send;
   readonly #client: object;
 
@@ -104,6 +109,7 @@ export class RedisStore implements DurableStore {
       throw new TypeError(`RedisStore: prefix must be a string, got ${typeof prefix}`);
     }
     this.prefix = prefix;
+    this.expectations = new RedisExpectations((args) => this.#command(args), prefix);
   }
 
   /**

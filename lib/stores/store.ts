@@ -1,3 +1,5 @@
+import type { ExpectationStore } from './expectation-store.js';
+
 /** A value, or a promise of it: store methods may answer either way. */
 export type Awaitable<T> = T | Promise<T>;
 
@@ -38,8 +40,13 @@ export interface Store {
    * twice, so give it a timeout of its own.
    */
   init?(): Awaitable<void>;
-  /** Optional: called by `ipn.close()`. */
+  /** Optional: called by `ipn.close()`, which waits for it at most the router's `storeTimeout`. */
   close?(): Awaitable<void>;
+  /**
+   * Optional: where `ipn.expect()` keeps expected transactions for the reconciliation sweep. `MemoryStore`,
+   * `RedisStore` and `PostgresStore` have one; without it, `ipn.expect()` rejects.
+   */
+  readonly expectations?: ExpectationStore;
 }
 
 /** Where a stored notification stands: `received` (not yet delivered), `delivered`, `failed` (to be retried), `dead`. */
@@ -109,10 +116,23 @@ export type StatusCounts = Record<DeliveryStatus, number>;
 export interface DurableStore extends Store {
   readonly durable: true;
   /**
+   * Frees `key`, as {@link Store.release}; given `leaseId`, only while that lease still holds the entry, so
+   * that an attempt whose lease was lost never deletes what another attempt put there since.
+   */
+  release(key: string, leaseId?: string): Awaitable<void>;
+  /**
    * Records a first delivery: inserts `record` under `key` with status `received`, attempts 1, leased to
    * `lease`. Resolves `false`, changing nothing, when `key` is already there (a resend).
    */
   receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean>;
+  /**
+   * Puts `record` (the service's own record) in place of the entry of `key` held by `leaseId` (a copy the
+   * service contradicted), in one atomic step: status `received`, attempts 1, last error cleared, due now,
+   * leased to `lease`. The entry goes from the forged record to the genuine one and never through "absent",
+   * so a crash or a failure at any point leaves one of them in the inbox. Resolves `false`, changing
+   * nothing, when `leaseId` no longer holds the entry.
+   */
+  replace(key: string, leaseId: string, record: Record<string, unknown>, lease: Lease): Promise<boolean>;
   /**
    * Takes up to `limit` entries that are `received` or `failed`, due, and not leased (or whose lease expired):
    * leases each to `lease` and counts one more attempt. Two instances never get the same entry at once.

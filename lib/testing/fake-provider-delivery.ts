@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { InitiateOptions } from './fake-provider-initiate.js';
 import type { FakeTransaction } from './fake-provider-record.js';
 import { ipnForm, oppositeState } from './fake-provider-record.js';
+import { styleNotification, type NotificationStyle } from './fake-provider-style.js';
 
 /** How the delivery of one transaction's notification ended. */
 export interface DeliveryReport {
@@ -22,21 +23,31 @@ export function emptyReport(): DeliveryReport {
   return { attempts: 0, statuses: [], acknowledged: false };
 }
 
-/** What one POST got back: the HTTP status and body text, or status `0` and the reason no answer came. */
+/**
+ * What one POST got back: the HTTP status and body text, or status `0` and the reason no answer came. A
+ * redirect (3xx) is not followed (the payment service does not follow one either): its status is kept, and
+ * `error` says where it pointed.
+ */
 export interface PostResult {
   status: number;
   body: string;
   error?: string;
+  /** Whether the answer was longer than {@link MAX_ANSWER_BYTES} and only its start was read. */
+  truncated?: boolean;
 }
 
+/** The most of an answer's body read: an endpoint that answers without end must not fill the memory. */
+export const MAX_ANSWER_BYTES = 64 * 1024;
+
 /**
- * POSTs a JSON text and reads the whole answer. Never rejects: a network error, the timeout or `signal`
- * aborting resolve status `0`.
+ * POSTs a JSON text and reads the answer, up to {@link MAX_ANSWER_BYTES}. Never follows a redirect: fetch
+ * would turn the POST into a GET, which an IPN route answers 200, and report a delivery that never
+ * happened. Never rejects: a network error, the timeout or `signal` aborting resolve status `0`.
  */
 export async function postJson(
   url: string,
   body: string,
-  options: { timeoutMs: number; signal?: AbortSignal },
+  options: { timeoutMs: number; signal?: AbortSignal; headers?: Record<string, string> },
 ): Promise<PostResult> {
   if (options.signal?.aborted) return { status: 0, body: '', error: 'stopped before sending' };
   const controller = new AbortController();
@@ -50,11 +61,18 @@ export async function postJson(
   try {
     const response = await fetch(url, {
       method: 'POST',
-      headers: { 'content-type': 'application/json' },
+      headers: { ...options.headers, 'content-type': 'application/json' },
       body,
+      redirect: 'manual',
       signal: controller.signal,
     });
-    return { status: response.status, body: await response.text() };
+    const answer = await readCapped(response, MAX_ANSWER_BYTES);
+    const result: PostResult = { status: response.status, ...answer };
+    if (response.status >= 300 && response.status < 400) {
+      const location = response.headers.get('location');
+      result.error = `a redirect${location === null ? '' : ` to ${location}`}, not followed: nothing was delivered`;
+    }
+    return result;
   } catch (error) {
     return {
       status: 0,
@@ -64,6 +82,25 @@ export async function postJson(
   } finally {
     clearTimeout(timer);
     options.signal?.removeEventListener('abort', stop);
+  }
+}
+
+/** The start of an answer's body, at most `cap` bytes; the rest is not read, and the connection is closed. */
+async function readCapped(response: Response, cap: number): Promise<{ body: string; truncated?: true }> {
+  if (response.body === null) return { body: '' };
+  const reader = (response.body as ReadableStream<Uint8Array>).getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return { body: Buffer.concat(chunks, size).toString('utf8') };
+    if (size + value.length > cap) {
+      chunks.push(value.subarray(0, cap - size));
+      await reader.cancel().catch(() => {});
+      return { body: Buffer.concat(chunks, cap).toString('utf8'), truncated: true };
+    }
+    chunks.push(value);
+    size += value.length;
   }
 }
 
@@ -94,6 +131,8 @@ export async function pause(ms: number, signal: AbortSignal): Promise<boolean> {
 export interface Delivery {
   url: string;
   body: string;
+  /** Extra headers of each POST (the signature, with a `hashSecret`). */
+  headers?: Record<string, string>;
   resends: number;
   resendIntervalMs: number;
   timeoutMs: number;
@@ -136,14 +175,13 @@ export async function deliverUntilAcknowledged(delivery: Delivery, copies = 1): 
 export async function deliverTransaction(
   transaction: FakeTransaction,
   plan: Pick<InitiateOptions, 'concurrent' | 'duplicates' | 'outOfOrder'>,
-  context: Omit<Delivery, 'body' | 'report'>,
+  context: Omit<Delivery, 'body' | 'report'> & NotificationStyle,
 ): Promise<DeliveryReport> {
   const report = emptyReport();
-  const delivery = (state: string): Delivery => ({
-    ...context,
-    body: JSON.stringify(ipnForm(transaction, state)),
-    report,
-  });
+  const delivery = (state: string): Delivery => {
+    const { text, headers } = styleNotification(ipnForm(transaction, state), context);
+    return { ...context, body: text, headers, report };
+  };
   if (plan.outOfOrder === true) {
     await deliverUntilAcknowledged(delivery(oppositeState(transaction.outcome)));
   }

@@ -19,7 +19,8 @@ export interface FakeProviderOptions {
   statusDelayMs: number;
   /**
    * Status queries answered before the caller is blocked: every further query is answered HTTP 429 with
-   * `{ data: [], message: 'too many requests: caller blocked', statut_code: 429 }`, for `blockForMs`. When a
+   * `{ data: [], message: 'too many requests: caller blocked, retry in N seconds', statut_code: 429 }` (the
+   * wait left, in seconds; no wait when `blockForMs` is `Infinity`), for `blockForMs`. When a
    * block ends, the count starts again from zero.
    * @default undefined (never blocks)
    */
@@ -32,11 +33,33 @@ export interface FakeProviderOptions {
    * @default 'object'
    */
   dataShape: 'object' | 'array';
+  /**
+   * How a success is written in notifications: `'SUCCESSFUL'`, or `'SUCCESS'` as the service's IPN
+   * configuration page shows it (status answers always say `SUCCESSFUL`).
+   * @default 'SUCCESSFUL'
+   */
+  successState: 'SUCCESSFUL' | 'SUCCESS';
+  /** The success message field of notifications: `'response'`, or `'reponse'` as the documentation spells it. @default 'response' */
+  responseField: 'response' | 'reponse';
+  /**
+   * A shared secret to sign notifications with: `hash` holds the hex HMAC-SHA256 of the body's JSON without
+   * `hash`, and the `x-signature` header the hex HMAC-SHA256 of the body as sent (`JSON.stringify(req.body)`).
+   * Forgeries (`forge()`) are never signed.
+   * @default undefined (`hash` empty, no header)
+   */
+  hashSecret: string | undefined;
   /** The port to listen on, on 127.0.0.1. @default 0 (a free port) */
   port: number;
   /** Milliseconds to wait for the IPN endpoint's answer before counting a network error. @default 5_000 */
   timeoutMs: number;
 }
+
+/**
+ * What `createFakeProvider()` takes: `apiKey` is required (a test without it would never match a status
+ * query), every other option is optional, with the defaults of {@link FakeProviderOptions}.
+ */
+export type FakeProviderInit = Pick<FakeProviderOptions, 'apiKey'> &
+  Partial<Omit<FakeProviderOptions, 'apiKey'>>;
 
 /** Longest delay Node's timers take: a longer one fires after 1 ms. */
 const MAX_TIMER = 2 ** 31 - 1;
@@ -49,6 +72,9 @@ const DEFAULTS: Omit<FakeProviderOptions, 'apiKey'> = {
   blockAfter: undefined,
   blockForMs: Infinity,
   dataShape: 'object',
+  successState: 'SUCCESSFUL',
+  responseField: 'response',
+  hashSecret: undefined,
   port: 0,
   timeoutMs: 5_000,
 };
@@ -56,9 +82,7 @@ const DEFAULTS: Omit<FakeProviderOptions, 'apiKey'> = {
 const KNOWN = new Set(['apiKey', ...Object.keys(DEFAULTS)]);
 
 /** Applies every default in one place and throws a `TypeError` for a programmer error. */
-export function resolveFakeProviderOptions(
-  options: Partial<FakeProviderOptions> | undefined,
-): FakeProviderOptions {
+export function resolveFakeProviderOptions(options: FakeProviderInit | undefined): FakeProviderOptions {
   if (typeof options !== 'object' || options === null) {
     throw new TypeError("createFakeProvider: pass the options, at least { apiKey: 'test-key' }");
   }
@@ -96,6 +120,24 @@ export function resolveFakeProviderOptions(
   if (resolved.dataShape !== 'object' && resolved.dataShape !== 'array') {
     throw new TypeError(
       `createFakeProvider: dataShape must be 'object' or 'array' (got ${describe(resolved.dataShape)})`,
+    );
+  }
+  if (resolved.successState !== 'SUCCESSFUL' && resolved.successState !== 'SUCCESS') {
+    throw new TypeError(
+      `createFakeProvider: successState must be 'SUCCESSFUL' or 'SUCCESS' (got ${describe(resolved.successState)})`,
+    );
+  }
+  if (resolved.responseField !== 'response' && resolved.responseField !== 'reponse') {
+    throw new TypeError(
+      `createFakeProvider: responseField must be 'response' or 'reponse' (got ${describe(resolved.responseField)})`,
+    );
+  }
+  if (
+    resolved.hashSecret !== undefined &&
+    (typeof resolved.hashSecret !== 'string' || resolved.hashSecret === '')
+  ) {
+    throw new TypeError(
+      `createFakeProvider: hashSecret must be a non-empty string (got ${describe(resolved.hashSecret)})`,
     );
   }
   if (!Number.isInteger(resolved.port) || resolved.port < 0 || resolved.port > 65535) {

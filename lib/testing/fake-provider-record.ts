@@ -2,7 +2,7 @@ import type { FinalState } from '../pipeline/schema.js';
 
 /**
  * A transaction as the fake provider stores it. The notification and the status answer are both built from
- * it, in the service's own shapes ({@link ipnForm}, {@link statusForm}).
+ * it, in the service's own shapes (`ipnForm()`, `statusForm()`).
  */
 export interface FakeTransaction {
   /** Shape `FKP.000001`: prefix, dot, digits. */

@@ -34,17 +34,24 @@ export interface StatusDesk {
   queriesFor(transactionId: string): number;
 }
 
-const BLOCKED: StatusAnswer = {
-  status: 429,
-  body: { data: [], message: 'too many requests: caller blocked', statut_code: 429 },
-};
+/**
+ * The 429 answer. As the service documents, its message gives the wait when the block has an end (in
+ * seconds, rounded up): `too many requests: caller blocked, retry in 30 seconds`.
+ */
+function blockedAnswer(waitMs: number): StatusAnswer {
+  const wait = Number.isFinite(waitMs) ? `, retry in ${Math.ceil(waitMs / 1000)} seconds` : '';
+  return {
+    status: 429,
+    body: { data: [], message: `too many requests: caller blocked${wait}`, statut_code: 429 },
+  };
+}
 
 /**
  * The status endpoint as plain values. Answers, in this order of checks:
  *
  * | HTTP | body | when |
  * |---|---|---|
- * | 429 | `{ data: [], message: 'too many requests: caller blocked', statut_code: 429 }` | blocked |
+ * | 429 | `{ data: [], message: 'too many requests: caller blocked, retry in N seconds', statut_code: 429 }` (no wait when the block has no end) | blocked |
  * | 400 | `{ data: [], message: '...', statut_code: 400 }` | not JSON, or no `api_key` / `transaction_ids` |
  * | 200 | `{ data: [id], message: 'transaction not found', statut_code: 404 }` | unknown id, or wrong key |
  * | 200 | `{ data: record (or [record]), message: '', statut_code: 200 }` | found |
@@ -83,7 +90,7 @@ export function createStatusDesk(config: StatusDeskConfig): StatusDesk {
       }
       if (isBlocked()) {
         blocked += 1;
-        return BLOCKED;
+        return blockedAnswer((blockedUntil ?? Infinity) - now());
       }
       if (query.problem !== undefined) {
         return { status: 400, body: { data: [], message: query.problem, statut_code: 400 } };

@@ -7,7 +7,7 @@ import {
 } from './fake-provider-delivery.js';
 import type { InitiateOptions, ForgeOptions } from './fake-provider-initiate.js';
 import { checkForge, checkInitiate } from './fake-provider-initiate.js';
-import { describe, resolveFakeProviderOptions, type FakeProviderOptions } from './fake-provider-options.js';
+import { describe, resolveFakeProviderOptions, type FakeProviderInit } from './fake-provider-options.js';
 import type { FakeTransaction } from './fake-provider-record.js';
 import { ipnForm, newTransaction } from './fake-provider-record.js';
 import { startStatusServer } from './fake-provider-server.js';
@@ -85,7 +85,7 @@ export interface FakeProvider {
  * expect(credits('order-1')).toBe(1);
  * await provider.close();
  */
-export async function createFakeProvider(options: Partial<FakeProviderOptions>): Promise<FakeProvider> {
+export async function createFakeProvider(options: FakeProviderInit): Promise<FakeProvider> {
   const settings = resolveFakeProviderOptions(options);
   const transactions = new Map<string, FakeTransaction>();
   const setByHand = new Set<string>();

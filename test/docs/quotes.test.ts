@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { codeBlocks, documentationFiles, QUOTED_LANGUAGES, quotedText, type CodeBlock } from './quotes.js';
+import { codeBlocks, documentationFiles, mustBeQuoted, quotedText, type CodeBlock } from './quotes.js';
 
 const root = join(__dirname, '../..');
 const HOW =
@@ -13,13 +13,11 @@ const all = documentationFiles(root).map((file) => ({
   file,
   ...codeBlocks(file, readFileSync(join(root, file), 'utf8')),
 }));
-const quotable = all.flatMap(({ blocks }) =>
-  blocks.filter((block) => QUOTED_LANGUAGES.includes(block.language)),
-);
+const quotable = all.flatMap(({ blocks }) => blocks.filter(mustBeQuoted));
 
 /** Why a block breaks the quote rule, or undefined when it keeps it. */
 function problem(block: CodeBlock): string | undefined {
-  const where = `${block.file}:${block.line} (a ${block.language} block)`;
+  const where = `${block.file}:${block.line} (${block.language ? `a ${block.language}` : 'an unlabelled'} block)`;
   if (block.quote === undefined) return `${where} is not a quote of a file that a test runs. ${HOW}`;
   let expected: string;
   try {
@@ -55,10 +53,7 @@ test('every quote marker is followed by a code block', () => {
 });
 
 describe('the rule itself', () => {
-  const check = (markdown: string) =>
-    codeBlocks('x.md', markdown)
-      .blocks.filter((block) => QUOTED_LANGUAGES.includes(block.language))
-      .map(problem);
+  const check = (markdown: string) => codeBlocks('x.md', markdown).blocks.filter(mustBeQuoted).map(problem);
 
   test('a ts block without a marker fails, saying how to fix it', () => {
     expect(check('text\n```ts\nconst a = 1;\n```\n')[0]).toMatch(
@@ -76,6 +71,26 @@ describe('the rule itself', () => {
     expect(check('<!-- quote: lib/index.ts -->\n```ts\n```\n')[0]).toMatch(/not under examples\/ or test\//);
     expect(check('<!-- quote: examples/nope.ts -->\n```ts\n```\n')[0]).toMatch(/does not exist/);
     expect(check('<!-- quote: examples/quick-start.ts#nope -->\n```ts\n```\n')[0]).toMatch(/exactly one/);
+  });
+
+  test('a block without a language, or labelled typescript or javascript, falls under the rule too', () => {
+    const problems = check('```\nconst a = 1;\n```\n```typescript\nconst b = 2;\n```\n```javascript\n```\n');
+    expect(problems).toHaveLength(3);
+    expect(problems[0]).toMatch(/an unlabelled block\) is not a quote/);
+    expect(problems[1]).toMatch(/a typescript block\) is not a quote/);
+  });
+
+  test('a block indented inside a list item is checked too, and its quote compared dedented', () => {
+    const quick = quotedText(root, 'examples/snippets/verify.ts#verify')
+      .split('\n')
+      .map((line) => (line ? `   ${line}` : line))
+      .join('\n');
+    expect(check('- a step:\n   ```ts\n   const a = 1;\n   ```\n')[0]).toMatch(/is not a quote/);
+    expect(
+      check(
+        `- a step:\n   <!-- quote: examples/snippets/verify.ts#verify -->\n   \`\`\`ts\n${quick}   \`\`\`\n`,
+      ),
+    ).toEqual([undefined]);
   });
 
   test('a region is the lines between its markers, dedented; sh and json blocks are free', () => {

@@ -10,6 +10,16 @@ import { join, normalize } from 'node:path';
 /** The languages whose blocks must be quotes. */
 export const QUOTED_LANGUAGES = ['ts', 'tsx', 'js', 'mjs', 'cjs', 'sql'];
 
+/**
+ * The only blocks that need no quote: shell commands, plain text and JSON. Every other block, one in
+ * another spelling of a language (`typescript`, `javascript`, `shell`) or with no language at all
+ * included, must be a quote, or be given one of these languages: nothing escapes the rule by its label.
+ */
+export const FREE_LANGUAGES = ['sh', 'text', 'json'];
+
+/** Whether the quote rule applies to `block`. */
+export const mustBeQuoted = (block: CodeBlock): boolean => !FREE_LANGUAGES.includes(block.language);
+
 /** One fenced code block of a Markdown file. */
 export interface CodeBlock {
   /** The Markdown file, relative to the root. */
@@ -43,19 +53,23 @@ export function codeBlocks(file: string, markdown: string): { blocks: CodeBlock[
   const strayMarkers: number[] = [];
   for (let i = 0; i < lines.length; i += 1) {
     const line = lines[i] ?? '';
-    const fence = /^(```+|~~~+)\s*([\w-]*)/.exec(line);
-    if (MARKER.test(line) && !/^(```|~~~)/.test(lines[i + 1] ?? '')) strayMarkers.push(i + 1);
+    // A fence may be indented (a block inside a list item): its body is then indented as much.
+    const fence = /^( *)(```+|~~~+)\s*([\w-]*)/.exec(line);
+    if (MARKER.test(line.trim()) && !/^ *(```|~~~)/.test(lines[i + 1] ?? '')) strayMarkers.push(i + 1);
     if (!fence) continue;
-    const close = fence[1] ?? '```';
+    const indent = fence[1]?.length ?? 0;
+    const close = fence[2] ?? '```';
     let end = i + 1;
-    while (end < lines.length && !(lines[end] ?? '').startsWith(close)) end += 1;
-    const body = lines.slice(i + 1, end);
+    while (end < lines.length && !(lines[end] ?? '').trimStart().startsWith(close)) end += 1;
+    const body = lines
+      .slice(i + 1, end)
+      .map((text) => text.slice(Math.min(indent, /^ */.exec(text)![0].length)));
     blocks.push({
       file,
       line: i + 1,
-      language: (fence[2] ?? '').toLowerCase(),
+      language: (fence[3] ?? '').toLowerCase(),
       text: body.map((text) => `${text}\n`).join(''),
-      quote: MARKER.exec(lines[i - 1] ?? '')?.[1],
+      quote: MARKER.exec((lines[i - 1] ?? '').trim())?.[1],
     });
     i = end;
   }

@@ -5,8 +5,9 @@ import { calls } from '../../examples/snippets/context.js';
 import { successfulPayload } from '../helpers/payloads.js';
 import { until } from '../helpers/until.js';
 
-// The documentation's snippets (examples/snippets/), run: those that need no outside service. The ones
-// that open a Redis or PostgreSQL connection at load are type-checked only.
+// The documentation's snippets (examples/snippets/), run: those that need no outside service. Those that
+// open a Redis connection at load run in redis-snippets.test.ts; postgres-store.ts and status-client.ts
+// (a top-level await, an `apiKey` of yours) are type-checked only.
 
 beforeEach(() => {
   calls.length = 0;
@@ -37,10 +38,28 @@ describe('the verification page, against the fake payment service', () => {
     const ipn = verifiedRouter(
       createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'snippet-key' }),
     );
-    const forged = successfulPayload({ transaction_id: 'EFB.999999', custom_data: 'order-9' });
+    // A forged copy of a real payment, naming another order: rejected, and the service's record credited.
+    // (A forged id the service does not know is rejected too, once the service says so twice, a minute apart.)
+    provider.initiate({
+      transactionId: 'EFB.999999',
+      amount: 5000,
+      ipnUrl: 'http://127.0.0.1:9/',
+      customData: 'order-9',
+      outcome: 'SUCCESSFUL',
+      deliver: false,
+    });
+    await until(() => provider.transaction('EFB.999999')?.state === 'SUCCESSFUL', 'processing');
+    const forged = successfulPayload({
+      transaction_id: 'EFB.999999',
+      custom_data: 'order-666',
+      amount: 5000,
+    });
     await request(ipn).post('/').send(forged).expect(200);
-    await until(() => calls.length === 1, 'the rejected listener');
-    expect(calls).toEqual([['alert', 'not_found', expect.any(Array), 'EFB.999999']]);
+    await until(() => calls.length === 2, 'the rejected and successful listeners');
+    expect(calls).toEqual([
+      ['alert', 'mismatch', ['custom_data'], 'EFB.999999'],
+      ['credit', 'order-9', 5000],
+    ]);
 
     // The snippet reconciles PIX_22827809: the service processed it, and no notification ever came.
     provider.initiate({
@@ -53,7 +72,7 @@ describe('the verification page, against the fake payment service', () => {
     });
     const { emitted } = await reconcileOne(ipn);
     expect(emitted).toBe(true);
-    expect(calls[1]).toEqual(['credit', 'order-7', 7000]);
+    expect(calls[2]).toEqual(['credit', 'order-7', 7000]);
     await ipn.close();
   });
 });

@@ -11,7 +11,7 @@ export class MemoryInbox implements DurableStore {
   readonly entries = new Map<string, Held>();
   readonly failures = new Map<string, number>();
 
-  failNext(method: 'receive' | 'lease' | 'settle', times = 1): void {
+  failNext(method: 'receive' | 'lease' | 'settle' | 'replace', times = 1): void {
     this.failures.set(method, times);
   }
 
@@ -27,9 +27,9 @@ export class MemoryInbox implements DurableStore {
     return this.receive(key, {}, { id: 'claim', ms: 0 });
   }
 
-  async release(key: string): Promise<void> {
+  async release(key: string, leaseId?: string): Promise<void> {
     await Promise.resolve();
-    this.entries.delete(key);
+    if (leaseId === undefined || this.entries.get(key)?.leaseId === leaseId) this.entries.delete(key);
   }
 
   async receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
@@ -51,6 +51,31 @@ export class MemoryInbox implements DurableStore {
       updatedAt: now,
       nextAttemptAt: now,
       deliveredAt: null,
+      leaseId: lease.id,
+      leaseUntil: new Date(now.getTime() + lease.ms),
+    });
+    return true;
+  }
+
+  async replace(
+    key: string,
+    leaseId: string,
+    record: Record<string, unknown>,
+    lease: Lease,
+  ): Promise<boolean> {
+    await Promise.resolve();
+    this.#fail('replace');
+    const entry = this.entries.get(key);
+    if (entry?.leaseId !== leaseId) return false;
+    const now = new Date();
+    // One step, as PostgresStore's single UPDATE: the entry is never absent.
+    Object.assign(entry, {
+      record: JSON.parse(JSON.stringify(record)) as Record<string, unknown>,
+      status: 'received',
+      attempts: 1,
+      lastError: null,
+      updatedAt: now,
+      nextAttemptAt: now,
       leaseId: lease.id,
       leaseUntil: new Date(now.getTime() + lease.ms),
     });

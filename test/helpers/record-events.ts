@@ -15,6 +15,7 @@ const NAMES: IpnEventName[] = [
   'error',
   'rejected',
   'dead',
+  'stale',
 ];
 
 /** Records every event of a router, so tests can assert names, payloads and counts. */

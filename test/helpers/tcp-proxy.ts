@@ -16,6 +16,7 @@ export class TcpProxy {
   readonly #target: { host: string; port: number };
   readonly #sockets = new Set<Socket>();
   #server: Server | undefined;
+  #stalled = false;
   #port = 0;
 
   private constructor(target: { host: string; port: number }) {
@@ -74,6 +75,20 @@ export class TcpProxy {
     await closed;
   }
 
+  /**
+   * A network that drops every packet: connections stay open and new ones are accepted, but nothing gets
+   * through either way, until {@link TcpProxy.heal}. What was sent meanwhile is lost, so a connection in
+   * use during the stall stays stuck after it: only a client-side timeout frees it.
+   */
+  stall(): void {
+    this.#stalled = true;
+  }
+
+  /** Lets packets through again. */
+  heal(): void {
+    this.#stalled = false;
+  }
+
   /** Stops for good. */
   async close(): Promise<void> {
     await this.stop();
@@ -94,7 +109,7 @@ export class TcpProxy {
       socket.on('error', end);
       socket.on('close', end);
     }
-    client.pipe(upstream);
-    upstream.pipe(client);
+    client.on('data', (chunk: Buffer) => void (this.#stalled || upstream.write(chunk)));
+    upstream.on('data', (chunk: Buffer) => void (this.#stalled || client.write(chunk)));
   }
 }

@@ -94,15 +94,41 @@ describe("ipnRouter({ delivery: 'at-least-once' })", () => {
     expect(calls).toBe(3);
     expect(inbox.entries.get(keyOf(payload))).toMatchObject({
       attempts: 3,
-      lastError: expect.stringContaining('listener'),
+      lastError: "a listener of 'successful' failed: ledger unavailable (2)",
     });
-    expect(recorder.of('error').map((event) => event.error.code)).toEqual([
-      'IPN_LISTENER_FAILED',
-      'IPN_DELIVERY_FAILED',
-      'IPN_LISTENER_FAILED',
-      'IPN_DELIVERY_FAILED',
+    // One failed attempt, one error: the listener's own failure is its cause, not a second event.
+    const errors = recorder.of('error');
+    expect(errors.map((event) => event.error.code)).toEqual(['IPN_DELIVERY_FAILED', 'IPN_DELIVERY_FAILED']);
+    expect(errors.map((event) => event.error.message)).toEqual([
+      "a listener of 'successful' failed: ledger unavailable (1)",
+      "a listener of 'successful' failed: ledger unavailable (2)",
     ]);
+    expect(errors[0]!.error.cause).toMatchObject({
+      code: 'IPN_LISTENER_FAILED',
+      event: 'successful',
+      cause: new Error('ledger unavailable (1)'),
+    });
+    expect(errors[0]!.notification).toMatchObject({ transaction_id: payload.transaction_id });
     expect(recorder.count('dead')).toBe(0);
+  });
+
+  test('a retried delivery carries the same extra fields: the inbox keeps them beside the listed ones', async () => {
+    const inbox = new MemoryInbox();
+    const { ipn, post } = await start(inbox);
+    const seen: unknown[] = [];
+    ipn.on('successful', (n) => {
+      seen.push(n.extra);
+      if (seen.length === 1) throw new Error('ledger unavailable');
+    });
+    const payload = uniquePayload({ currency: 'XOF', transaction_channel: 'wave' });
+    await post(payload);
+
+    await until(() => inbox.entries.get(keyOf(payload))?.status === 'delivered', 'delivered');
+    const extra = { currency: 'XOF', transaction_channel: 'wave' };
+    expect(seen).toEqual([extra, extra]);
+    const stored = await inbox.get(keyOf(payload));
+    expect(stored?.record).toMatchObject(extra);
+    expect(stored?.record).not.toHaveProperty('extra');
   });
 
   test('after maxAttempts failures the notification is dead and emitted as dead; a replay delivers it', async () => {
@@ -118,7 +144,7 @@ describe("ipnRouter({ delivery: 'at-least-once' })", () => {
     await until(() => recorder.count('dead') === 1, 'the dead event');
     const [dead] = recorder.of('dead');
     expect(dead).toMatchObject({ key: keyOf(payload), attempts: 3, notification: { state: 'FAILED' } });
-    expect(dead.lastError).toContain('listener');
+    expect(dead.lastError).toBe("a listener of 'failed' failed: refund service down");
     expect(inbox.entries.get(keyOf(payload))?.status).toBe('dead');
     await settle();
     expect(inbox.entries.get(keyOf(payload))?.status).toBe('dead'); // not taken up again by itself
@@ -126,6 +152,36 @@ describe("ipnRouter({ delivery: 'at-least-once' })", () => {
     healthy = true;
     expect(await ipn.inbox.replayDead()).toBe(1);
     await until(() => inbox.entries.get(keyOf(payload))?.status === 'delivered', 'delivered after replay');
+  });
+
+  test("the listener's own message, redacted as logs are, is the error, the inbox's last error and dead.lastError", async () => {
+    const inbox = new MemoryInbox();
+    const { ipn, recorder, post } = await start(inbox, { maxAttempts: 1 });
+    const payload = uniquePayload();
+    ipn.on('successful', (n) => {
+      throw new Error(`no account for ${n.customer_name} (${n.destination})`);
+    });
+    await post(payload);
+
+    await until(() => recorder.count('dead') === 1, 'the dead event');
+    const said = "a listener of 'successful' failed: no account for [redacted] ([redacted])";
+    expect(recorder.of('dead')[0]!.lastError).toBe(said);
+    expect(inbox.entries.get(keyOf(payload))?.lastError).toBe(said);
+    expect(recorder.of('error').map((event) => event.error.message)).toEqual([said]);
+    // The original stays reachable through the cause, for the partner's own handling.
+    expect((recorder.of('error')[0]!.error.cause as Error).message).toContain(String(payload.customer_name));
+  });
+
+  test('with logCustomerData, the listener message is kept in clear', async () => {
+    const inbox = new MemoryInbox();
+    const { ipn, recorder, post } = await start(inbox, { maxAttempts: 1, logCustomerData: true });
+    const payload = uniquePayload();
+    ipn.on('successful', (n) => Promise.reject(new Error(`no account for ${n.customer_name}`)));
+    await post(payload);
+    await until(() => recorder.count('dead') === 1, 'the dead event');
+    expect(recorder.of('dead')[0]!.lastError).toBe(
+      `a listener of 'successful' failed: no account for ${String(payload.customer_name)}`,
+    );
   });
 
   test('dead is emitted only by the instance that still held the lease', async () => {
@@ -140,7 +196,7 @@ describe("ipnRouter({ delivery: 'at-least-once' })", () => {
     const { ipn, recorder, post } = await start(inbox, { maxAttempts: 1 });
     ipn.on('successful', () => Promise.reject(new Error('ledger down')));
     await post(uniquePayload());
-    await until(() => recorder.count('error') >= 2, 'the failed attempt');
+    await until(() => recorder.count('error') >= 1, 'the failed attempt');
     await settle();
     expect(recorder.count('dead')).toBe(0);
   });
@@ -227,6 +283,68 @@ describe("ipnRouter({ delivery: 'at-least-once' })", () => {
     expect(recorder.of('rejected')).toEqual([expect.objectContaining({ reason: 'mismatch' })]);
     expect(credited).toEqual([genuine.custom_data]);
     expect(inbox.entries.get(keyOf(genuine))?.record).toMatchObject({ custom_data: genuine.custom_data });
+  });
+
+  test('a failed replacement of a forgery leaves the forgery in the inbox, never nothing, and the genuine record is delivered later', async () => {
+    const genuine = uniquePayload();
+    let open = () => {};
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const verify = {
+      getStatus: async () => (await gate, ipnNotificationSchema.parse(genuine)),
+    };
+    const inbox = new MemoryInbox();
+    const { ipn, recorder, post } = await start(inbox, { verify, leaseMs: 500 });
+    const credited: string[] = [];
+    ipn.on('successful', (n) => void credited.push(n.custom_data));
+
+    await post({ ...genuine, custom_data: 'forger-order', amount: 1 });
+    expect(await (await post(genuine)).json()).toEqual({ ok: true, duplicate: true });
+    inbox.failNext('replace');
+    open();
+
+    await until(() => recorder.count('error') === 1, 'the failed replacement');
+    expect(recorder.of('error')[0]!.error).toMatchObject({ code: 'IPN_STORE_FAILED' });
+    expect(inbox.entries.get(keyOf(genuine))).toMatchObject({ record: { custom_data: 'forger-order' } });
+
+    // Its lease runs out, recovery verifies it again, and the replacement goes through this time.
+    await until(() => inbox.entries.get(keyOf(genuine))?.status === 'delivered', 'delivered');
+    expect(credited).toEqual([genuine.custom_data]);
+    expect(inbox.entries.get(keyOf(genuine))?.record).toMatchObject({ custom_data: genuine.custom_data });
+  });
+
+  test('a store lease() that never settles is reported as a timeout, and the next recovery round runs', async () => {
+    class HangingLease extends MemoryInbox {
+      hangs = 0;
+      override lease(...args: Parameters<MemoryInbox['lease']>) {
+        if (this.hangs > 0) {
+          this.hangs -= 1;
+          return new Promise<never>(() => {});
+        }
+        return super.lease(...args);
+      }
+    }
+    const inbox = new HangingLease();
+    const payload = uniquePayload();
+    // A notification due for a retry, as a failed first attempt leaves it.
+    await inbox.receive(keyOf(payload), payload, { id: 'earlier-attempt', ms: 1 });
+    await inbox.settle(keyOf(payload), 'earlier-attempt', {
+      status: 'failed',
+      error: 'ledger down',
+      nextAttemptAt: new Date(),
+    });
+    inbox.hangs = 1;
+    const { ipn, recorder } = await start(inbox, { storeTimeout: 50 });
+    const credited: string[] = [];
+    ipn.on('successful', (n) => void credited.push(n.transaction_id));
+
+    await until(
+      () => inbox.entries.get(keyOf(payload))?.status === 'delivered',
+      'delivered by a later round',
+    );
+    expect(credited).toEqual([payload.transaction_id]);
+    const [timeout] = recorder.of('error');
+    expect(timeout!.error).toMatchObject({ code: 'IPN_STORE_FAILED' });
+    expect(timeout!.error.message).toMatch(/lease did not answer within 50 ms \(storeTimeout\)/);
   });
 
   test('the inbox API lists, shows, replays and purges', async () => {

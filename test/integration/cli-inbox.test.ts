@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import Redis from 'ioredis';
 import { Pool } from 'pg';
 import { runCli, type CliIo } from '../../lib/cli.js';
+import { cliPoolConfig } from '../../lib/cli/cli-inbox.js';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { RedisStore } from 'ipn-kit/redis';
 import { databaseUrl, describeWithService, redisUrl } from '../helpers/services.js';
@@ -196,6 +197,18 @@ describeWithService('PostgreSQL', 'ipn-kit inbox', () => {
 
     expect(code).toBe(1);
     expect(stderr).toMatch(/does not exist: run `await store.migrate\(\)`/);
+  });
+});
+
+test("the CLI's own pool keeps connections alive and bounds connecting and every query in time", () => {
+  // What makes a command fail with a message, instead of hanging, behind a network that drops packets.
+  expect(cliPoolConfig('postgres://db/x')).toEqual({
+    connectionString: 'postgres://db/x',
+    max: 1,
+    keepAlive: true,
+    connectionTimeoutMillis: 10_000,
+    query_timeout: 30_000,
+    statement_timeout: 30_000,
   });
 });
 

@@ -1,7 +1,15 @@
-import { ipnNotificationSchema } from 'ipn-kit';
+import { readFileSync } from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import type { AddressInfo } from 'node:net';
+import express from 'express';
+import { ipnNotificationSchema, ipnRouter } from 'ipn-kit';
 import { runCli, type CliIo } from '../../lib/cli.js';
 import successful from '../fixtures/ipn-successful.json';
+import { quiet } from '../helpers/quiet-logger.js';
 import { startReceiver, type Receiver } from '../helpers/receiver.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { listen } from '../helpers/servers.js';
 
 function capture() {
   const stdout: string[] = [];
@@ -17,6 +25,30 @@ async function send(...args: string[]) {
   const { io, stdout, stderr } = capture();
   const code = await runCli(['send', ...args], io);
   return { code, stdout, stderr };
+}
+
+/** An endpoint that answers 200 and writes its body for as long as the client reads it. */
+async function startEndlessAnswer() {
+  let written = 0;
+  let onClosed!: () => void;
+  const closed = new Promise<void>((resolve) => (onClosed = resolve));
+  const server = http.createServer((req, res) => {
+    req.resume();
+    res.writeHead(200, { 'content-type': 'text/plain' });
+    const chunk = Buffer.alloc(16 * 1024, 'x');
+    const pump = (): void => {
+      while (!res.destroyed && res.write(chunk)) written += chunk.length;
+    };
+    res.on('drain', pump);
+    res.on('close', () => {
+      server.close();
+      onClosed();
+    });
+    pump();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  return { url: `http://127.0.0.1:${port}/ipn`, closed, written: () => written };
 }
 
 describe('ipn-kit send', () => {
@@ -121,6 +153,95 @@ describe('ipn-kit send', () => {
     expect(result.stdout[1]).toMatch(/^#1 error: .*ECONNREFUSED/);
   });
 
+  test('a redirect is not followed: the 3xx is printed as not delivered and exits 1', async () => {
+    const ipn = ipnRouter({ logger: quiet });
+    const events = recordEvents(ipn);
+    const app = express();
+    app.post('/moved', (_req, res) => res.redirect(301, '/ipn'));
+    app.use('/ipn', ipn); // it answers a GET 200: a followed redirect would look delivered
+    const host = await listen(app);
+    try {
+      const result = await send(`${host.url}/moved`);
+
+      expect(result.code).toBe(1);
+      expect(result.stdout.slice(1)).toEqual([
+        '#1 301 a redirect to /ipn, not followed: nothing was delivered',
+        '1 sent: 0 answered 2xx, 1 did not',
+      ]);
+      expect(events.names()).toEqual([]);
+    } finally {
+      await host.close();
+    }
+  });
+
+  test('an endless answer is read only up to its cap, and the connection is closed', async () => {
+    const endless = await startEndlessAnswer();
+
+    const result = await send(endless.url);
+    await endless.closed;
+
+    expect(result.code).toBe(0);
+    expect(result.stdout[1]).toBe(`#1 200 ${'x'.repeat(200)}...`);
+    expect(endless.written()).toBeLessThan(64 * 1024 * 1024);
+  });
+
+  test('--token (or --secret) sends the address ipnUrl() builds: a router with that secret answers 200', async () => {
+    const secret = 'a-secret-of-at-least-16-chars';
+    const ipn = ipnRouter({ secret, logger: quiet });
+    const events = recordEvents(ipn);
+    const host = await listen(ipn);
+    try {
+      const without = await send(`${host.url}/ipn`);
+      const withToken = await send(`${host.url}/ipn`, '--token', secret);
+      const withSecret = await send(`${host.url}/ipn?token=stale`, '--secret', secret);
+
+      expect([without.code, withToken.code, withSecret.code]).toEqual([1, 0, 0]);
+      expect(without.stdout[1]).toMatch(/^#1 401 /);
+      expect(withToken.stdout[0]).toMatch(new RegExp(`^POST ${host.url}/ipn\\?token=\\*\\*\\*: `));
+      expect([...withToken.stdout, ...withSecret.stdout].join('\n')).not.toContain(secret);
+      expect(events.names()).toEqual(['invalid', 'notification', 'successful', 'notification', 'successful']);
+    } finally {
+      await host.close();
+    }
+  });
+
+  test('--field NAME=VALUE sets any field: JSON values as JSON, other text as text', async () => {
+    receiver = await startReceiver();
+
+    const result = await send(
+      `${receiver.url}/ipn`,
+      '--field',
+      'currency=XOF',
+      '--field',
+      'fee=25',
+      '--field',
+      'p_id="7"',
+      '--field',
+      'hash=null',
+      '--field',
+      'note=a=b',
+      '--field=__proto__={"polluted":true}',
+    );
+
+    expect(result.code).toBe(0);
+    const body = receiver.bodies[0]!;
+    expect(body).toMatchObject({ currency: 'XOF', fee: 25, p_id: '7', hash: null, note: 'a=b' });
+    expect(Object.keys(body).slice(0, 3)).toEqual(Object.keys(successful).slice(0, 3)); // the rest unchanged
+    expect(Object.hasOwn(body, '__proto__')).toBe(true); // sent as a field, to test a receiver's guard
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
+  });
+
+  test('--version prints the version of package.json and exits 0', async () => {
+    const { io, stdout } = capture();
+    const { version } = JSON.parse(readFileSync(path.join(__dirname, '../../package.json'), 'utf8')) as {
+      version: string;
+    };
+
+    expect(await runCli(['--version'], io)).toBe(0);
+    expect(stdout).toEqual([version]);
+    expect(version).toMatch(/^\d+\.\d+\.\d+/);
+  });
+
   test('--help prints the usage and exits 0', async () => {
     const result = await send('--help');
 
@@ -138,6 +259,9 @@ describe('ipn-kit send', () => {
     [['http://127.0.0.1:9/ipn', '--repeat', '0'], /--repeat must be a whole number from 1 to 1000/],
     [['http://127.0.0.1:9/ipn', '--amount', '12x'], /--amount must be a number, got '12x'/],
     [['http://127.0.0.1:9/ipn', '--transaction-id', 'a b'], /--transaction-id must be a token/],
+    [['http://127.0.0.1:9/ipn', '--field', 'currency'], /--field must be NAME=VALUE/],
+    [['http://127.0.0.1:9/ipn', '--field', '=XOF'], /--field must be NAME=VALUE/],
+    [['http://127.0.0.1:9/ipn', '--token', 'a', '--secret', 'b'], /--token and --secret are the same thing/],
   ])('usage error %j exits 2 with a message on stderr', async (args, message) => {
     const result = await send(...args);
 

@@ -289,7 +289,7 @@ describe('a claim that lands but whose answer is lost (a connection reset after 
 });
 
 describe('the status service fails while notifications are verified', () => {
-  const baseUrl = 'http://status.invalid/api_v1/transaction';
+  const baseUrl = 'https://status.invalid/api_v1/transaction';
   /** The id a status query asks about, from the body the client sends. */
   const queriedId = (init: RequestInit | undefined): string =>
     typeof init?.body === 'string'

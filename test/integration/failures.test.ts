@@ -1,10 +1,12 @@
 import request from 'supertest';
+import * as v from 'valibot';
 import { z } from 'zod';
 import { ipnRouter, StoreError, type Store } from '../../lib/index.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { EXPRESS_VERSIONS, listen, settle, type Running } from '../helpers/servers.js';
+import { until } from '../helpers/until.js';
 
 /** A store that claims like a Map, but whose next calls can be made to fail. */
 function flakyStore() {
@@ -278,6 +280,23 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
     expect(response.status).toBe(200);
     expect(recorder.names()).toEqual(['notification', 'successful']);
     expect(recorder.of('successful')[0].customDataError.message).toContain('schema bug');
+  });
+
+  test('a valibot customData schema: a matching custom_data is parsed, one that does not match still emits', async () => {
+    const customData = v.object({ orderId: v.string() });
+    const { recorder, post } = await start({ customData });
+
+    const good = uniquePayload({ custom_data: '{"orderId":"order-5"}' });
+    const bad = uniquePayload({ custom_data: '{"orderId":5}' });
+    expect((await post(good)).status).toBe(200);
+    expect((await post(bad)).status).toBe(200);
+
+    await until(() => recorder.count('successful') === 2, 'both payments');
+    const [first, second] = recorder.of('successful');
+    expect(first.customData).toEqual({ orderId: 'order-5' });
+    expect(first.customDataError).toBeUndefined();
+    expect(second.customData).toBeUndefined();
+    expect(second.customDataError.issues).toEqual([{ path: 'orderId', message: expect.any(String) }]);
   });
 
   test('a listener that throws: the answer is unchanged, error is emitted, other listeners and the app go on', async () => {

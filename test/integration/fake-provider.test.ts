@@ -36,8 +36,8 @@ const ask = (transactionId: string, apiKey = API_KEY) =>
   status({ api_key: apiKey, transaction_ids: transactionId });
 
 describe('createFakeProvider options', () => {
-  test('apiKey is required: a TypeError says so', async () => {
-    await expect(createFakeProvider({})).rejects.toThrow(
+  test('apiKey is required: a TypeError says so (from JavaScript; TypeScript refuses it already)', async () => {
+    await expect(createFakeProvider({} as never)).rejects.toThrow(
       new TypeError(
         "createFakeProvider: apiKey is required, a non-empty string such as 'test-key' (got undefined)",
       ),
@@ -317,6 +317,31 @@ describe('notifications', () => {
 
     expect(await tx.delivered).toEqual({ attempts: 3, statuses: [503, 503, 503], acknowledged: false });
     expect(receiver.bodies).toHaveLength(3);
+  });
+
+  test('a redirect is not followed: the 301 is recorded, resent, and never acknowledged', async () => {
+    await start({ resends: 1 });
+    const ipn = ipnRouter({ logger: quiet });
+    const events = recordEvents(ipn);
+    const gets: string[] = [];
+    const app = express();
+    app.post('/moved', (_req, res) => res.redirect(301, '/ipn'));
+    app.use((req, _res, next) => {
+      if (req.method === 'GET') gets.push(req.url);
+      next();
+    });
+    app.use('/ipn', ipn); // it answers a GET 200: a followed redirect would look acknowledged
+    const host = await listen(app);
+    try {
+      const tx = provider.initiate({ ...plan, ipnUrl: `${host.url}/moved` });
+
+      expect(await tx.delivered).toEqual({ attempts: 2, statuses: [301, 301], acknowledged: false });
+      expect(gets).toEqual([]);
+      expect(events.names()).toEqual([]);
+      expect(provider.stats).toMatchObject({ notificationsSent: 2, answers: { 301: 2 } });
+    } finally {
+      await host.close();
+    }
   });
 
   test('a network error counts as status 0 and is resent', async () => {

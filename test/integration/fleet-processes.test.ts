@@ -2,9 +2,16 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
 import { describeWithService, eventually, redisUrl } from '../helpers/services.js';
+import { canStartRedis, throwawayRedis, type ThrowawayRedis } from '../helpers/throwaway-redis.js';
 
 const API_KEY = 'fleet-process-key';
 const SCRIPT = join(__dirname, '..', 'processes', 'guarded-app.ts');
+
+interface Stats {
+  guard: string;
+  queries: number;
+  guardFailures: number;
+}
 
 interface Reported {
   event: string;
@@ -22,7 +29,10 @@ describeWithService('Redis', 'three app processes with verify and the fleet guar
     await provider?.close();
   });
 
-  function start(prefix: string): Promise<{ url: string; child: ChildProcess }> {
+  function start(
+    prefix: string,
+    extra: Record<string, unknown> = {},
+  ): Promise<{ url: string; child: ChildProcess }> {
     const child = fork(SCRIPT, [], {
       execArgv: ['--import', 'tsx'],
       env: {
@@ -32,7 +42,11 @@ describeWithService('Redis', 'three app processes with verify and the fleet guar
           baseUrl: provider.statusBaseUrl,
           apiKey: API_KEY,
           prefix,
-          maxQueriesPerMinute: 80,
+          maxQueriesPerMinute: 100,
+          // A forged SUCCESSFUL of a FAILED transaction is asked again (FAILED may become SUCCESSFUL): short waits.
+          minIntervalMs: 300,
+          verifyRetryDelayMs: 50,
+          ...extra,
         }),
       },
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
@@ -51,15 +65,19 @@ describeWithService('Redis', 'three app processes with verify and the fleet guar
   }
 
   test('a burst of a few hundred notifications: within one budget, never blocked, one query per transaction, each payment once', async () => {
-    // The service blocks (429) a caller past 80 queries: the fleet's budget of 80 a minute must keep all three under it.
+    // The service blocks (429) a caller past 100 queries: the fleet's budget of 100 a minute must keep all three under it.
     provider = await createFakeProvider({
       apiKey: API_KEY,
-      blockAfter: 80,
+      blockAfter: 100,
       resendIntervalMs: 20,
       resends: 3,
     });
     const prefix = `{ipn-kit-test-fleet-${process.pid}-${Date.now()}}:`;
-    const apps = await Promise.all([start(prefix), start(prefix), start(prefix)]);
+    // A guard call slower than its time limit counts as Redis unreachable, and a query may then go out
+    // without the fleet's lock: on this shared, busy machine a loopback Redis can take over a second, so
+    // the limit is raised, and the test checks below that the guard never failed.
+    const healthy = { guardTimeoutMs: 10_000 };
+    const apps = await Promise.all([start(prefix, healthy), start(prefix, healthy), start(prefix, healthy)]);
     const genuine = Array.from({ length: 50 }, (_, index) =>
       provider.initiate({
         amount: 1000 + index,
@@ -100,14 +118,100 @@ describeWithService('Redis', 'three app processes with verify and the fleet guar
       genuine.every((tx) => events.some((e) => e.id === tx.transactionId && e.event !== 'rejected')),
     );
 
+    const stats = await Promise.all(apps.map((app) => statsOf(app.child)));
+    expect(stats.map((each) => each.guardFailures)).toEqual([0, 0, 0]);
     expect(provider.stats.statusQueriesBlocked).toBe(0);
-    expect(provider.stats.statusQueries).toBeLessThanOrEqual(80);
+    expect(provider.stats.statusQueries).toBeLessThanOrEqual(100);
     for (const tx of genuine) {
-      expect(provider.statusQueriesFor(tx.transactionId)).toBeLessThanOrEqual(1);
+      // One query, and one more for a FAILED one whose forged SUCCESSFUL copy needed an answer newer than it.
+      const forgedSuccess =
+        genuine.indexOf(tx) < 40 && provider.transaction(tx.transactionId)?.outcome === 'FAILED';
+      expect(provider.statusQueriesFor(tx.transactionId)).toBeLessThanOrEqual(forgedSuccess ? 2 : 1);
       const emitted = events.filter((e) => e.id === tx.transactionId && e.event !== 'rejected');
       expect(emitted).toHaveLength(1);
       expect(emitted[0]!.amount).toBe(provider.transaction(tx.transactionId)!.amount);
     }
     expect(events.filter((e) => e.event !== 'rejected')).toHaveLength(finals);
   }, 90_000);
+
+  /** Asks an instance for its status client's stats. */
+  function statsOf(child: ChildProcess): Promise<Stats> {
+    return new Promise((resolve) => {
+      const listener = (message: { type: string; stats?: Stats }) => {
+        if (message.type !== 'stats' || !message.stats) return;
+        child.off('message', listener);
+        resolve(message.stats);
+      };
+      child.on('message', listener);
+      child.send('stats');
+    });
+  }
+
+  (canStartRedis() || process.env.CI === 'true' ? test : test.skip)(
+    "the guard's own Redis killed mid-burst: within the fallback shares, no crash, each payment once, the fleet guard back after",
+    async () => {
+      // The dedupe store stays on the shared Redis; the guard has a throwaway one, killed mid-burst.
+      const guardRedis: ThrowawayRedis = await throwawayRedis();
+      try {
+        await provider?.close();
+        provider = await createFakeProvider({ apiKey: API_KEY, blockAfter: 30, resendIntervalMs: 20 });
+        events.length = 0;
+        const prefix = `{ipn-kit-test-fleet-kill-${process.pid}-${Date.now()}}:`;
+        const extra = {
+          guardRedisUrl: guardRedis.url,
+          fallbackInstances: 3,
+          guardTimeoutMs: 300,
+          maxQueriesPerMinute: 30,
+          verifyRetryDelayMs: 200,
+        };
+        const apps = await Promise.all([start(prefix, extra), start(prefix, extra), start(prefix, extra)]);
+        const pay = (from: number, count: number) =>
+          Array.from({ length: count }, (_, index) =>
+            provider.initiate({
+              amount: 2000 + from + index,
+              ipnUrl: `${apps[(from + index) % 3]!.url}/`,
+              customData: `order-${from + index}`,
+              outcome: 'SUCCESSFUL',
+              duplicates: 1,
+            }),
+          );
+        const first = pay(0, 9);
+        await eventually('the first half emitted', () =>
+          first.every((tx) => events.some((e) => e.id === tx.transactionId)),
+        );
+        const second = pay(9, 9); // in flight while the guard's Redis dies
+        await guardRedis.stop();
+        await Promise.all(second.map((tx) => tx.delivered));
+        await eventually('the second half emitted on the fallback shares', () =>
+          second.every((tx) => events.some((e) => e.id === tx.transactionId)),
+        );
+        const during = await Promise.all(apps.map((app) => statsOf(app.child)));
+        expect(during.map((stats) => stats.guard)).toEqual(['fallback', 'fallback', 'fallback']);
+        // Each instance keeps to 30 / 3 = 10 a minute whatever it sent before: 30 at most, never a block.
+        for (const stats of during) expect(stats.queries).toBeLessThanOrEqual(10);
+        expect(provider.stats.statusQueries).toBeLessThanOrEqual(30);
+        expect(provider.stats.statusQueriesBlocked).toBe(0);
+        for (const app of apps) expect(app.child.exitCode).toBeNull();
+
+        await guardRedis.start();
+        const third = pay(18, 3);
+        await eventually('the third batch emitted once the guard is back', () =>
+          third.every((tx) => events.some((e) => e.id === tx.transactionId)),
+        );
+        await eventually('every instance on the fleet guard again', async () =>
+          (await Promise.all(apps.map((app) => statsOf(app.child)))).some(
+            (stats) => stats.guard === 'shared',
+          ),
+        );
+        for (const tx of [...first, ...second, ...third]) {
+          expect(events.filter((e) => e.id === tx.transactionId)).toHaveLength(1);
+          expect(provider.statusQueriesFor(tx.transactionId)).toBeLessThanOrEqual(1);
+        }
+        expect(provider.stats.statusQueriesBlocked).toBe(0);
+      } finally {
+        await guardRedis.stop();
+      }
+    },
+    90_000,
+  );
 });

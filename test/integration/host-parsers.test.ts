@@ -186,6 +186,34 @@ describe.each(EXPRESS_VERSIONS)('a host app that parses bodies itself, under %s'
     expect(recorder.count('successful')).toBe(1);
   });
 
+  test.each(['/ipn/', '/IPN', '/Ipn/', '/IPN?source=service'])(
+    'app.post("/ipn", wrapper) serves %s, as Express routes it to the wrapper',
+    async (path) => {
+      const url = await start((app) =>
+        app.post('/ipn', (req: never, res: never, next: never) => ipn(req, res, next)),
+      );
+
+      const response = await request(url).post(path).send(uniquePayload());
+
+      expect(response.status).toBe(200);
+      expect(response.body).toEqual({ ok: true });
+      expect(recorder.names()).toEqual(['notification', 'successful']);
+    },
+  );
+
+  test('a wrapper route inside a router mounted at a prefix serves /api/IPN/', async () => {
+    const url = await start((app) => {
+      const router = (express as unknown as { Router: () => TestApp }).Router();
+      router.post('/ipn', (req: never, res: never, next: never) => ipn(req, res, next));
+      app.use('/api', router);
+    });
+
+    const response = await request(url).post('/api/IPN/').send(uniquePayload());
+
+    expect(response.status).toBe(200);
+    expect(recorder.count('successful')).toBe(1);
+  });
+
   test('behind express.json(), a body of {} answers 400 invalid_fields', async () => {
     const url = await behind(express.json());
 

@@ -3,6 +3,7 @@ import { ipnRouter } from '../../lib/index.js';
 import { successfulPayload, uniquePayload } from '../helpers/payloads.js';
 import { listen, type Running } from '../helpers/servers.js';
 import express from 'express';
+import { formatLine } from '../../lib/observability/logger.js';
 
 describe('logging', () => {
   let running: Running;
@@ -117,5 +118,78 @@ describe('logging', () => {
       const { lines } = await run(true);
       expect(lines.join('\n')).toContain('could not credit Awa Kone (0700000001)');
     });
+  });
+});
+
+describe('the default logger (no logger option): loud by default', () => {
+  let running: Running | undefined;
+  let printed: string[];
+  let spy: jest.SpyInstance;
+  beforeEach(() => {
+    printed = [];
+    spy = jest.spyOn(console, 'error').mockImplementation((...args: unknown[]) => {
+      printed.push(args.map(String).join(' '));
+    });
+  });
+  afterEach(async () => {
+    spy.mockRestore();
+    await running?.close();
+    running = undefined;
+  });
+
+  test('prints warnings and errors to stderr, one line each with its level, redacted', async () => {
+    const ipn = ipnRouter();
+    ipn.on('successful', (n) => {
+      throw new Error(`could not credit ${n.customer_name} (${n.destination})`);
+    });
+    running = await listen(ipn);
+    const customer = { customer_name: 'Awa Kone', destination: '0700000001' };
+    const send = (body: unknown) =>
+      request(running!.url).post('/').set('Content-Type', 'application/json').send(JSON.stringify(body));
+
+    await send({ ...uniquePayload(customer), transaction_id: 'bad id' }); // a warning
+    await send(uniquePayload(customer)); // a listener error
+
+    expect(printed).toHaveLength(2);
+    expect(printed[0]).toBe(
+      '[ipn-kit] WARN rejected an IPN request: invalid_fields ' +
+        '{"reason":"invalid_fields","status":400,"fields":["transaction_id"]}',
+    );
+    const [errorLine, ...stack] = printed[1]!.split('\n');
+    expect(errorLine).toMatch(
+      /^\[ipn-kit\] ERROR a listener of 'successful' failed: could not credit \[redacted\] \(\[redacted\]\) \{.*"type":"ListenerError","code":"IPN_LISTENER_FAILED"/,
+    );
+    expect(stack[0]).toBe('Error: could not credit [redacted] ([redacted])'); // the listener's own stack
+    expect(stack[1]).toMatch(/^\s+at /);
+    expect(printed.join('\n')).not.toMatch(/Awa Kone|0700000001/);
+  });
+
+  test('debug and info stay quiet', async () => {
+    const ipn = ipnRouter();
+    running = await listen(ipn);
+    const payload = uniquePayload();
+    await request(running.url).post('/').send(payload);
+    await request(running.url).post('/').send(payload); // a resend: a debug line
+
+    expect(printed).toEqual([]);
+  });
+});
+
+describe('formatLine', () => {
+  test('never throws on fields JSON cannot print, and keeps the message', () => {
+    const circular: Record<string, unknown> = { a: 1 };
+    circular.self = circular;
+    const hostile = {
+      get boom(): never {
+        throw new Error('getter');
+      },
+    };
+    expect(formatLine('WARN', { big: 10n, circular }, 'm')).toBe(
+      '[ipn-kit] WARN m {"big":"10","circular":{"a":1,"self":"[circular]"}}',
+    );
+    expect(formatLine('WARN', { hostile }, 'still printed')).toBe(
+      '[ipn-kit] WARN still printed {"fields":"(not printable)"}',
+    );
+    expect(formatLine('WARN', {}, 'no fields')).toBe('[ipn-kit] WARN no fields');
   });
 });

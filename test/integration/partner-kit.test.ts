@@ -14,8 +14,13 @@ afterAll(async () => {
 });
 
 test('a paid order is credited once, a forged one never', async () => {
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'test-key' });
-  const ipn = ipnRouter({ verify: client });
+  // Short waits for a test: a not-found is believed once the service repeats it minIntervalMs later.
+  const client = createStatusClient({
+    baseUrl: provider.statusBaseUrl,
+    apiKey: 'test-key',
+    minIntervalMs: 50,
+  });
+  const ipn = ipnRouter({ verify: client, verifyRetryDelayMs: 20 });
   const credited: string[] = [];
   const rejected: string[] = [];
   ipn.on('successful', (n) => void credited.push(n.custom_data));

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { format, inspect } from 'node:util';
 import express from 'express';
 import { Pool } from 'pg';
 import { ipnRouter } from 'ipn-kit';
@@ -231,6 +232,106 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
       expect(entry!.leaseUntil!.getTime()).toBeGreaterThan(entry!.receivedAt.getTime());
       expect(await store.lease(lease(), 10)).toEqual([]); // still leased by the receive
     });
+
+    test('replace swaps the record held by a lease for another in one statement, due and leased anew', async () => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      const forged = lease();
+      await store.receive(key, { ...recordOf(key), amount: 1 }, forged);
+      await sql(store, `UPDATE $table SET attempts = 3, last_error = 'x' WHERE key = $1`, [key]);
+      const next = lease();
+
+      expect(await store.replace(key, 'another-lease', recordOf(key), next)).toBe(false);
+      expect((await store.get(key))?.record).toMatchObject({ amount: 1 });
+      expect(await store.replace(key, forged.id, recordOf(key), next)).toBe(true);
+
+      expect(await store.get(key)).toMatchObject({
+        record: recordOf(key),
+        status: 'received',
+        attempts: 1,
+        lastError: null,
+      });
+      // Held by the new lease: the old one can no longer settle it, the new one can.
+      expect(await store.settle(key, forged.id, { status: 'delivered' })).toBe(false);
+      expect(await store.settle(key, next.id, { status: 'delivered' })).toBe(true);
+    });
+
+    test('release with a lease deletes the entry only while that lease holds it', async () => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      const held = lease();
+      await store.receive(key, recordOf(key), held);
+
+      await store.release(key, 'a-lost-lease');
+      expect(await store.get(key)).toBeDefined();
+      await store.release(key, held.id);
+      expect(await store.get(key)).toBeUndefined();
+
+      await store.receive(key, recordOf(key), lease());
+      await store.release(key); // without a lease, as at-most-once: whatever holds it
+      expect(await store.get(key)).toBeUndefined();
+    });
+
+    test.each([
+      ['a NUL', 'order\u0000-7'],
+      ['a lone surrogate (half an emoji)', 'Awa \ud83d'],
+      ['a lone low surrogate and a whole emoji', '\ude00 \ud83d\ude00'],
+    ])('a record holding %s in a string round-trips exactly, and stays searchable', async (_what, text) => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      const record = { ...recordOf(key), custom_data: `order ${text}`, [`k${text}`]: [text, { text }] };
+
+      expect(await store.receive(key, record, lease())).toBe(true);
+
+      expect((await store.get(key))?.record).toEqual(record);
+      expect((await store.list({ customDataContains: 'ORDER' })).map((e) => e.key)).toEqual([key]);
+    });
+
+    test('a stored record that only looks like an escaped one is read as itself', async () => {
+      const store = await freshStore();
+      const key = uniqueKey();
+      // A notification always has transaction_id: a record with other keys is never taken for the wrapper.
+      const record = { ...recordOf(key), 'ipn-kit:json': '{"a":1}' };
+      await store.receive(key, record, lease());
+      expect((await store.get(key))?.record).toEqual(record);
+    });
+
+    test.each([
+      ['a NUL', '\\u0000'],
+      ['a lone surrogate', '\\ud83d'],
+    ])(
+      'at least once, a notification with %s in its text fields is answered 200 and delivered once with the exact strings',
+      async (_what, escape) => {
+        const store = await freshStore();
+        const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet });
+        const received: Array<Record<string, unknown>> = [];
+        ipn.on('successful', (n) => void received.push({ ...n }));
+        const running = await listen(ipn);
+        servers.push(running);
+        const payload = uniquePayload({ custom_data: 'order-1', customer_name: 'Awa' });
+        // Written by hand: JSON.parse accepts the escape, and so must the inbox.
+        const body = JSON.stringify(payload)
+          .replace('"order-1"', `"order${escape}-1"`)
+          .replace('"Awa"', `"Awa ${escape}"`);
+        const post = () =>
+          fetch(running.url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+
+        expect((await post()).status).toBe(200);
+        expect(await (await post()).json()).toEqual({ ok: true, duplicate: true });
+        const exact = JSON.parse(body) as Record<string, unknown>;
+        const key = `${String(payload.transaction_id)}:SUCCESSFUL`;
+        for (let tries = 0; (await store.get(key))?.status !== 'delivered' && tries < 500; tries += 1)
+          await sleep(10);
+        // Delivered: every listener succeeded once, and nothing takes a delivered entry up again.
+        expect(received).toHaveLength(1);
+        expect(received[0]).toMatchObject({
+          custom_data: exact.custom_data,
+          customer_name: exact.customer_name,
+        });
+        expect((await store.get(key))?.status).toBe('delivered');
+        await ipn.close();
+      },
+    );
 
     test('lease takes due entries whose lease ran out, oldest first, and counts an attempt', async () => {
       const store = await freshStore();
@@ -520,6 +621,61 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
       await expect(store.purge(new Date('nope'))).rejects.toThrow(TypeError);
     });
   });
+
+  test.each([
+    ['the default logger', undefined],
+    ['a pino-style logger', 'custom'],
+  ])(
+    "a PostgreSQL error quoting the record puts neither the customer's number nor name in the log (%s)",
+    async (_name, kind) => {
+      const store = await freshStore();
+      // A check of the partner's own that refuses the row, quoting it in its message and its detail, as
+      // PostgreSQL's own errors do ("Failing row contains (...)", "Key (...)=(...) already exists").
+      const fn = `${store.table}_refuse`;
+      await poolA.query(`CREATE FUNCTION "${fn}"() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'too_big: refused for %', NEW.record->>'customer_name'
+          USING DETAIL = 'Failing row contains ' || NEW.record::text; END $$`);
+      await sql(
+        store,
+        `CREATE TRIGGER refuse BEFORE INSERT ON $table FOR EACH ROW EXECUTE FUNCTION "${fn}"()`,
+      );
+      const lines: string[] = [];
+      const spy = jest.spyOn(console, 'error').mockImplementation((...args: unknown[]) => {
+        lines.push(format(...args));
+      });
+      const capture = (object: Record<string, unknown>, message: string) =>
+        void lines.push(`${message} ${inspect(object, { depth: 10 })}`);
+      const logger = kind === 'custom' ? { ...quiet, error: capture, warn: capture } : undefined;
+      try {
+        const ipn = ipnRouter({ store, delivery: 'at-least-once', logger });
+        const errors: unknown[] = [];
+        ipn.on('error', ({ error }) => void errors.push(error));
+        const running = await listen(ipn);
+        servers.push(running);
+        const payload = uniquePayload({ destination: '221770001122', customer_name: 'Awa Ndiaye' });
+        const response = await fetch(running.url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(payload),
+        });
+        expect(response.status).toBe(503);
+        for (let tries = 0; errors.length === 0 && tries < 200; tries += 1) await sleep(10);
+        await ipn.close();
+
+        const log = lines.join('\n');
+        expect(log).toContain('too_big');
+        expect(log).toContain('Failing row contains'); // the detail is kept, scrubbed
+        expect(log).toContain('[redacted]');
+        expect(log).not.toContain('221770001122');
+        expect(log).not.toContain('Awa Ndiaye');
+        // The error event still carries the driver's error, untouched, for the partner's own handling.
+        expect(String((errors[0] as { cause: { detail?: string } }).cause.detail)).toContain('Awa Ndiaye');
+      } finally {
+        spy.mockRestore();
+        await poolA.query(`DROP FUNCTION IF EXISTS "${fn}" CASCADE`);
+      }
+    },
+  );
 
   test('two app instances sharing the table deliver 20 concurrent copies exactly once, and record the key', async () => {
     const table = (await freshStore()).table;

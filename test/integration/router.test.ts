@@ -68,8 +68,7 @@ describe.each(EXPRESS_VERSIONS)('the IPN router under %s', (_version, express) =
       hash: '',
       sms_link: null,
       error: 'insufficient balance',
-      currency: 'XOF',
-      transaction_channel: 'wave',
+      extra: { currency: 'XOF', transaction_channel: 'wave' },
     });
   });
 
@@ -357,18 +356,48 @@ describe.each(EXPRESS_VERSIONS)('the IPN router under %s', (_version, express) =
     expect((await post(uniquePayload())).status).toBe(200);
   });
 
-  test.each([['multipart/form-data; boundary=x'], ['text/plain'], ['application/xml']])(
-    'a content type that cannot carry the record (%s) answers 415',
-    async (contentType) => {
-      const response = await request(running.url).post('/ipn').set('Content-Type', contentType).send('--x--');
+  test.each([
+    ['multipart/form-data; boundary=x', '--x--'],
+    ['text/plain', '--x--'],
+    ['application/xml', '<ipn/>'],
+    ['application/json; charset=foo-bar', '{}'],
+  ])('a body that cannot carry the record (%s, %s) answers 415', async (contentType, body) => {
+    const response = await request(running.url).post('/ipn').set('Content-Type', contentType).send(body);
 
-      expect(response.status).toBe(415);
-      expect(response.body.error).toBe('unsupported_media_type');
-      expect(recorder.of('invalid')).toEqual([
-        expect.objectContaining({ reason: 'unsupported_media_type', status: 415 }),
-      ]);
-    },
-  );
+    expect(response.status).toBe(415);
+    expect(response.body.error).toBe('unsupported_media_type');
+    expect(recorder.of('invalid')).toEqual([
+      expect.objectContaining({ reason: 'unsupported_media_type', status: 415 }),
+    ]);
+  });
+
+  test.each([
+    ['text/plain'],
+    ['text/plain; charset=utf-8'],
+    ['application/octet-stream'],
+    ['application/x-www-form-urlencoded'],
+    ['text/html'],
+  ])('a JSON object labelled %s is read as JSON: 200, then its resend is a duplicate', async (type) => {
+    const payload = uniquePayload();
+    const send = () =>
+      request(running.url).post('/ipn').set('Content-Type', type).send(JSON.stringify(payload));
+
+    const first = await send();
+    const resend = await send();
+
+    expect([first.status, resend.status]).toEqual([200, 200]);
+    expect(resend.body).toEqual({ ok: true, duplicate: true });
+    expect(recorder.names()).toEqual(['notification', 'successful', 'duplicate']);
+    expect(recorder.of('successful')[0]).toMatchObject({ transaction_id: payload.transaction_id });
+  });
+
+  test('a broken JSON object labelled text/plain answers 400 malformed_body, as under application/json', async () => {
+    const response = await request(running.url).post('/ipn').set('Content-Type', 'text/plain').send('{"a":');
+
+    expect(response.status).toBe(400);
+    expect(response.body.error).toBe('malformed_body');
+    expect(recorder.of('invalid')).toEqual([expect.objectContaining({ reason: 'malformed_body' })]);
+  });
 
   test('an unsupported content encoding answers 415', async () => {
     const response = await request(running.url)
@@ -463,9 +492,42 @@ describe.each(EXPRESS_VERSIONS)('the IPN router under %s', (_version, express) =
     const [notification] = recorder.of('successful');
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
     expect(notification.polluted).toBeUndefined();
-    expect(notification.nested.polluted).toBeUndefined();
+    expect(notification.extra.polluted).toBeUndefined();
+    expect(notification.extra.nested.polluted).toBeUndefined();
     expect(Object.getPrototypeOf(notification)).toBe(Object.prototype);
   });
+
+  const PROTOTYPE_NAMES = Object.getOwnPropertyNames(Object.prototype);
+
+  test.each([
+    ['JSON', 'application/json'],
+    ['a form', 'application/x-www-form-urlencoded'],
+  ])(
+    'unknown fields named after Object.prototype members, in %s, are dropped: String(n) works',
+    async (_format, type) => {
+      const payload: Record<string, unknown> = { ...uniquePayload(), currency: 'XOF' };
+      for (const name of PROTOTYPE_NAMES) if (name !== '__proto__') payload[name] = 'x';
+      const text =
+        type === 'application/json'
+          ? JSON.stringify(payload)
+          : new URLSearchParams(payload as Record<string, string>).toString();
+      const texts: string[] = [];
+      // What partner code does with a notification: both threw when the payload supplied these names.
+      ipn.on('successful', (n) =>
+        // eslint-disable-next-line @typescript-eslint/no-base-to-string, no-prototype-builtins
+        texts.push(String(n), `${n.hasOwnProperty('amount')}`),
+      );
+
+      const response = await request(running.url).post('/ipn').set('Content-Type', type).send(text);
+
+      expect(response.status).toBe(200);
+      const [notification] = recorder.of('successful');
+      for (const name of PROTOTYPE_NAMES) expect(Object.hasOwn(notification, name)).toBe(false);
+      expect(notification.currency).toBe('XOF'); // other unknown fields are kept
+      expect(texts).toEqual(['[object Object]', 'true']);
+      expect(recorder.names()).toEqual(['notification', 'successful']);
+    },
+  );
 });
 
 /** Posts raw bytes as they are (supertest would serialise a Buffer as JSON). */

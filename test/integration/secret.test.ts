@@ -68,3 +68,57 @@ test('a secret shorter than 16 characters is a TypeError at construction', () =>
   expect(() => ipnRouter({ secret: 'short' })).toThrow(/at least 16 characters/);
   expect(() => ipnRouter({ secret: [] })).toThrow(TypeError);
 });
+
+describe('a secret that no request has matched since start', () => {
+  async function start() {
+    const warnings: Array<[Record<string, unknown>, string]> = [];
+    const logger = {
+      ...quiet,
+      warn: (object: Record<string, unknown>, message: string) => void warnings.push([object, message]),
+    };
+    const ipn = ipnRouter({ secret: SECRET, logger });
+    const running = await listen(ipn);
+    const post = (address: string) =>
+      fetch(address, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(uniquePayload()),
+      });
+    const likelyCause = () => warnings.filter(([, message]) => message.includes('the `secret` option'));
+    return { running, post, base: `${running.url}/`, warnings, likelyCause };
+  }
+
+  test('three refused notifications log ONE warning naming the secret and the address token', async () => {
+    const { running, post, base, warnings, likelyCause } = await start();
+    try {
+      expect((await post(ipnUrl(base, { secret: 'a-secret-the-service-was-given' }))).status).toBe(401);
+      expect((await post(base)).status).toBe(401);
+      expect((await post(ipnUrl(base, { secret: 'a-secret-the-service-was-given' }))).status).toBe(401);
+      await settle();
+
+      expect(warnings.filter(([, message]) => message.startsWith('rejected an IPN request'))).toHaveLength(3);
+      expect(likelyCause()).toHaveLength(1);
+      const [[fields, message]] = likelyCause() as [[Record<string, unknown>, string]];
+      expect(message).toContain('no request to the IPN address has carried the right token since start');
+      expect(message).toContain('?token=');
+      expect(message).toContain('ipnUrl(yourUrl, secret)');
+      expect(message).not.toContain(SECRET);
+      expect(fields).toEqual({ unauthorized: 1, withoutToken: 0, withOtherToken: 1 });
+    } finally {
+      await running.close();
+    }
+  });
+
+  test('once a token has matched, later 401s are forgeries: no such warning', async () => {
+    const { running, post, base, likelyCause } = await start();
+    try {
+      expect((await post(ipnUrl(base, { secret: SECRET }))).status).toBe(200);
+      expect((await post(base)).status).toBe(401);
+      await settle();
+
+      expect(likelyCause()).toEqual([]);
+    } finally {
+      await running.close();
+    }
+  });
+});

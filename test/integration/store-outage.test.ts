@@ -181,3 +181,47 @@ describeWithService('Redis', 'a store outage with RedisStore over node-redis', (
 describeWithService('PostgreSQL', 'a store outage with PostgresStore', () => {
   outageSuite(postgresBackend, () => hostAndPort(databaseUrl(), 5432));
 });
+
+describeWithService(
+  'PostgreSQL',
+  'a network that drops packets, with the pool settings the docs give',
+  () => {
+    test('the router answers 503 during the stall and 200 again once the network heals', async () => {
+      const proxy = await TcpProxy.open(hostAndPort(databaseUrl(), 5432));
+      // The settings of examples/snippets/postgres-store.ts; one connection, so that a stuck one would block all.
+      const pool = new Pool({
+        connectionString: viaPort(databaseUrl(), proxy.port),
+        max: 1,
+        keepAlive: true,
+        query_timeout: 1_000,
+        connectionTimeoutMillis: 1_000,
+      });
+      pool.on('error', () => {});
+      const table = `ipn_test_stall_${process.pid}_${randomUUID().slice(0, 8)}`;
+      const store = new PostgresStore({ pool, table });
+      const ipn = ipnRouter({ store, logger: quiet, storeTimeout: 500 });
+      const running = await listen(ipn);
+      try {
+        await store.migrate();
+        expect((await request(running.url).post('/').send(uniquePayload())).status).toBe(200);
+
+        proxy.stall();
+        const during = uniquePayload();
+        expect((await request(running.url).post('/').send(during)).status).toBe(503);
+        proxy.heal();
+
+        // The service resends: the query stuck on the dead connection times out, pg drops that connection,
+        // and a new one carries the resend. Without query_timeout it would hold the only connection for good.
+        await eventually('a resend answered 200', async () => {
+          return (await request(running.url).post('/').send(during)).status === 200;
+        });
+      } finally {
+        await running.close();
+        await ipn.close();
+        await pool.query(`DROP TABLE IF EXISTS "${table}"`).catch(() => {});
+        await pool.end();
+        await proxy.close();
+      }
+    }, 30_000);
+  },
+);

@@ -55,11 +55,13 @@ describe('ipnRouter({ verify }) against the fake payment service', () => {
     expect(recorder.count('rejected')).toBe(0);
   });
 
-  test('a forged SUCCESSFUL for an id the service never processed is rejected, never emitted', async () => {
-    const { recorder, ipnUrl } = await partner();
+  test('a forged SUCCESSFUL for an id the service never processed is rejected once the service says so twice, never emitted', async () => {
+    // Not-found is believed only when repeated at least minIntervalMs later (replicas may lag).
+    const { client, recorder, ipnUrl } = await partner({ minIntervalMs: 200 });
     expect(await provider.forge({ ipnUrl, customData: 'order-2' })).toBe(200);
     await until(() => recorder.count('rejected') === 1, 'the rejected event');
     expect(recorder.of('rejected')[0]).toMatchObject({ reason: 'not_found' });
+    expect(client.stats.queries).toBeGreaterThanOrEqual(2);
     expect(recorder.count('successful')).toBe(0);
   });
 

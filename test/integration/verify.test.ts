@@ -1,6 +1,7 @@
 import {
   ipnNotificationSchema,
   ipnRouter,
+  MemoryStore,
   StatusQueryError,
   StatusRateLimitError,
   TransactionNotFoundError,
@@ -263,6 +264,174 @@ describe('ipnRouter({ verify })', () => {
     expect(fake.calls).toHaveLength(1);
     expect(recorder.count('error')).toBe(1);
     expect(recorder.count('successful')).toBe(0);
+  });
+});
+
+describe('after ipn.close()', () => {
+  const keyOf = (payload: Record<string, unknown>) => `${String(payload.transaction_id)}:SUCCESSFUL`;
+
+  test('a notification is answered 503 with Retry-After and a JSON body; nothing is claimed, nobody is asked', async () => {
+    const payload = uniquePayload();
+    const fake = fakeSource({ [payload.transaction_id as string]: payload });
+    const store = new MemoryStore();
+    const { ipn, recorder, post } = await start({ verify: fake.source, store });
+    await ipn.close();
+
+    const response = await post(payload);
+
+    expect(response.status).toBe(503);
+    expect(response.headers.get('retry-after')).toBe('30');
+    expect(response.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(await response.json()).toEqual({
+      error: 'closed',
+      message: 'the IPN router is closed (the app is shutting down): resend it later',
+    });
+    await settle();
+    expect(fake.calls).toEqual([]);
+    expect(recorder.events).toEqual([]);
+    expect(store.claim(keyOf(payload), 60_000)).toBe(true); // the key was never taken
+  });
+
+  test('a claim in flight when close() is called is undone and answered 503, so the resend is delivered', async () => {
+    const payload = uniquePayload();
+    const fake = fakeSource({ [payload.transaction_id as string]: payload });
+    const inner = new MemoryStore();
+    let open = () => {};
+    let claiming = false;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const store = {
+      claim: async (key: string, ttl: number) => {
+        claiming = true;
+        await gate;
+        return inner.claim(key, ttl);
+      },
+      release: (key: string) => inner.release(key),
+    };
+    const { ipn, recorder, post } = await start({ verify: fake.source, store });
+
+    const answer = post(payload);
+    await until(() => claiming, 'the claim');
+    const closing = ipn.close();
+    open();
+
+    expect((await answer).status).toBe(503);
+    await closing;
+    expect(fake.calls).toEqual([]);
+    expect(recorder.count('successful')).toBe(0);
+    expect(inner.claim(keyOf(payload), 60_000)).toBe(true); // released: the resend is not a duplicate
+  });
+
+  test('a store close() that never settles is reported after storeTimeout, and ipn.close() resolves', async () => {
+    const store = {
+      ...new MemoryStore(),
+      claim: () => true,
+      release: () => {},
+      close: () => new Promise<void>(() => {}),
+    };
+    const { ipn, recorder } = await start({ store, storeTimeout: 50 });
+
+    await ipn.close();
+
+    expect(recorder.of('error')).toEqual([
+      {
+        error: expect.objectContaining({
+          code: 'IPN_STORE_FAILED',
+          message: "the store's close() did not settle within 50 ms (storeTimeout)",
+        }),
+      },
+    ]);
+  });
+
+  test('a store close() that rejects is reported as an error event, and ipn.close() resolves', async () => {
+    const store = {
+      claim: () => true,
+      release: () => {},
+      close: () => Promise.reject(new Error('connection already closed')),
+    };
+    const { ipn, recorder } = await start({ store });
+
+    await expect(ipn.close()).resolves.toBeUndefined();
+
+    expect(recorder.of('error')).toEqual([
+      {
+        error: expect.objectContaining({
+          code: 'IPN_STORE_FAILED',
+          message: "the store's close() failed: connection already closed",
+        }),
+      },
+    ]);
+  });
+});
+
+describe('a verify source that never settles', () => {
+  test('holds no notification forever: each query times out (verifyTimeout), and after verifyAttempts it is reported', async () => {
+    const payload = uniquePayload();
+    const calls: string[] = [];
+    const source: StatusSource = {
+      getStatus: (id) => {
+        calls.push(id);
+        return new Promise(() => {});
+      },
+    };
+    const { recorder, post } = await start({ verify: source, verifyTimeout: 20, verifyAttempts: 2 });
+
+    expect((await post(payload)).status).toBe(200);
+
+    await until(() => recorder.count('error') === 1, 'the error event');
+    const [{ error, notification }] = recorder.of('error');
+    expect(error).toMatchObject({ code: 'IPN_VERIFY_UNAVAILABLE' });
+    expect(error.message).toContain('did not answer about');
+    expect(error.cause).toMatchObject({ code: 'IPN_STATUS_QUERY_FAILED', retryable: true });
+    expect(notification).toMatchObject({ transaction_id: payload.transaction_id });
+    expect(calls).toHaveLength(2);
+    expect(recorder.count('successful')).toBe(0);
+  });
+});
+
+describe('ipnRouter({ verify, maxPendingVerifications })', () => {
+  test('past the bound, a new notification is answered 503 with Retry-After, unclaimed, and reported', async () => {
+    const payloads = [uniquePayload(), uniquePayload(), uniquePayload()];
+    const fake = fakeSource(Object.fromEntries(payloads.map((p) => [String(p.transaction_id), p])));
+    const { ipn, recorder, post } = await start({ verify: fake.source, maxPendingVerifications: 2 });
+    const open = fake.hold();
+    const [first, second, third] = payloads as [Record<string, unknown>, ...Array<Record<string, unknown>>];
+
+    expect((await post(first)).status).toBe(200);
+    expect((await post(second)).status).toBe(200);
+    const shed = await post(third);
+    expect(shed.status).toBe(503);
+    expect(shed.headers.get('retry-after')).toBe('30');
+    expect(await shed.json()).toMatchObject({ error: 'verification_busy' });
+    await until(() => recorder.count('error') === 1, 'the error event');
+    expect(recorder.of('error')[0]).toMatchObject({
+      error: { code: 'IPN_VERIFY_BUSY', name: 'VerificationBusyError' },
+      notification: { transaction_id: third?.transaction_id },
+    });
+    expect(ipn.metrics().verificationsShed).toBe(1);
+    expect(fake.calls).toHaveLength(2); // the shed one cost no status query
+
+    open();
+    await until(() => recorder.count('successful') === 2, 'the first two');
+    // Its key was never claimed: the service's resend is processed, once.
+    const resend = await post(third);
+    expect(await resend.json()).toEqual({ ok: true });
+    await until(() => recorder.count('successful') === 3, 'the resend');
+    expect(recorder.of('successful').map((n) => n.transaction_id)).toEqual(
+      payloads.map((p) => p.transaction_id),
+    );
+  });
+
+  test('a resend after verification is a duplicate (200), never shed', async () => {
+    const payload = uniquePayload();
+    const fake = fakeSource({ [String(payload.transaction_id)]: payload });
+    const { recorder, post } = await start({ verify: fake.source, maxPendingVerifications: 1 });
+    const open = fake.hold();
+    expect((await post(payload)).status).toBe(200);
+    open();
+    await until(() => recorder.count('successful') === 1, 'the successful event');
+    const resend = await post(payload);
+    expect(await resend.json()).toEqual({ ok: true, duplicate: true });
+    expect(recorder.count('error')).toBe(0);
   });
 });
 

@@ -1,9 +1,20 @@
 // Packaging test: builds the npm tarball, installs it in a scratch project, and checks that `require`,
 // `import` and the type declarations of both all work from the outside, as a user gets them.
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, posix, resolve } from 'node:path';
 
 const root = resolve(import.meta.dirname, '../..');
 const scratch = mkdtempSync(join(tmpdir(), 'ipn-kit-package-'));
@@ -57,11 +68,13 @@ try {
     for (const expected of [
       'package.json',
       'README.md',
+      'LICENSE',
+      'CHANGELOG.md',
       'dist/cjs/index.js',
       'dist/cjs/index.d.ts',
       'dist/esm/index.js',
       'dist/esm/index.d.ts',
-      ...['redis', 'postgres', 'testing', 'prometheus', 'admin'].flatMap((entry) => [
+      ...['redis', 'postgres', 'testing', 'prometheus', 'admin', 'fastify'].flatMap((entry) => [
         `dist/cjs/${entry}.js`,
         `dist/esm/${entry}.js`,
         `dist/cjs/${entry}.d.ts`,
@@ -74,6 +87,30 @@ try {
       (path) => /^(lib|test|examples)\//.test(path) || path.endsWith('.tsbuildinfo'),
     );
     if (stray.length > 0) throw new Error(`should not ship: ${stray.join(', ')}`);
+  });
+
+  check('every relative link of the README and the docs pages points to a file the tarball holds', () => {
+    const paths = new Set(files.map((file) => file.path));
+    const pages = [...paths].filter((path) => path.endsWith('.md'));
+    const broken = [];
+    for (const page of pages) {
+      const text = readFileSync(join(root, page), 'utf8');
+      for (const [, target] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+        if (/^[a-z]+:/i.test(target) || target.startsWith('#')) continue;
+        const path = posix.normalize(posix.join(posix.dirname(page), target.split('#')[0]));
+        if (!paths.has(path)) broken.push(`${page}: ${target}`);
+      }
+    }
+    if (broken.length > 0) throw new Error(`links to files the tarball does not hold:\n${broken.join('\n')}`);
+  });
+
+  check('package.json names the repository, the home page and where to report bugs', () => {
+    const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+    const repository = 'https://github.com/ipn-kit/ipn-kit';
+    if (manifest.repository?.url !== `git+${repository}.git`) throw new Error('repository.url');
+    if (manifest.homepage !== `${repository}#readme`) throw new Error('homepage');
+    if (manifest.bugs?.url !== `${repository}/issues`) throw new Error('bugs.url');
+    if (manifest.license !== 'MIT') throw new Error('license');
   });
 
   const app = join(scratch, 'app');
@@ -156,15 +193,77 @@ if (events.join() !== 'order-1,rejected:not_found') { console.error(events); pro
     run('node', ['kit.mjs'], app);
   });
 
+  check('ipn-kit/fastify loads from CommonJS and ESM with no Fastify installed', () => {
+    writeFileSync(
+      join(app, 'fastify-entry.cjs'),
+      `const { ipnPlugin } = require('ipn-kit/fastify');
+if (typeof ipnPlugin !== 'function') process.exit(1);`,
+    );
+    run('node', ['fastify-entry.cjs'], app);
+    writeFileSync(
+      join(app, 'fastify-entry.mjs'),
+      "import { ipnPlugin } from 'ipn-kit/fastify';\nif (typeof ipnPlugin !== 'function') process.exit(1);",
+    );
+    run('node', ['fastify-entry.mjs'], app);
+  });
+
+  check('the core pulls in no database driver and no framework', () => {
+    const installed = readdirSync(join(app, 'node_modules'));
+    const unwanted = [
+      'ioredis',
+      'redis',
+      'pg',
+      '@redis',
+      'fastify',
+      'next',
+      'react',
+      'hono',
+      '@hono',
+      '@nestjs',
+    ];
+    const found = installed.filter((name) => unwanted.includes(name));
+    if (found.length > 0) throw new Error(`installed with ipn-kit: ${found.join(', ')}`);
+  });
+
+  check(
+    'ipn-kit/fastify serves a notification in a real Fastify app (the ESM build with a CommonJS router)',
+    () => {
+      // The user's Fastify: ours, linked in (Node resolves its own dependencies from where it really is).
+      mkdirSync(join(app, 'node_modules'), { recursive: true });
+      symlinkSync(join(root, 'node_modules/fastify'), join(app, 'node_modules/fastify'), 'dir');
+      writeFileSync(
+        join(app, 'fastify-app.mjs'),
+        `import Fastify from 'fastify';
+import { createRequire } from 'node:module';
+import { ipnPlugin } from 'ipn-kit/fastify';
+const { ipnRouter } = createRequire(import.meta.url)('ipn-kit');
+const ipn = ipnRouter();
+let events = 0;
+ipn.on('successful', () => { events += 1; });
+const fastify = Fastify();
+fastify.addContentTypeParser('text/plain', (_req, _payload, done) => done(new Error('host parser')));
+await fastify.register(ipnPlugin, { prefix: '/ipn', router: ipn });
+const url = (await fastify.listen({ port: 0, host: '127.0.0.1' })) + '/ipn';
+const body = JSON.stringify({ transaction_id: 'EFB.001158', state: 'SUCCESSFUL', custom_data: 'o-1' });
+const first = await fetch(url, { method: 'POST', headers: { 'content-type': 'text/plain' }, body });
+const again = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+await fastify.close();
+if (first.status !== 200 || again.status !== 200 || events !== 1) {
+  console.error('unexpected', first.status, again.status, events);
+  process.exit(1);
+}
+`,
+      );
+      run('node', ['fastify-app.mjs'], app);
+    },
+  );
+
   check('npx ipn-kit runs the CLI', () => {
     const help = run(join(app, 'node_modules/.bin/ipn-kit'), ['--help'], app);
     if (!help.includes('ipn-kit send <url>')) throw new Error(`unexpected help:\n${help}`);
-  });
-
-  check('the core pulls in no database driver', () => {
-    const installed = readdirSync(join(app, 'node_modules'));
-    const drivers = installed.filter((name) => ['ioredis', 'redis', 'pg', '@redis'].includes(name));
-    if (drivers.length > 0) throw new Error(`installed with ipn-kit: ${drivers.join(', ')}`);
+    const version = run(join(app, 'node_modules/.bin/ipn-kit'), ['--version'], app).trim();
+    const { version: expected } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+    if (version !== expected) throw new Error(`--version printed ${version}, not ${expected}`);
   });
 
   check(
@@ -174,6 +273,9 @@ if (events.join() !== 'order-1,rejected:not_found') { console.error(events); pro
 import { RedisStore } from 'ipn-kit/redis';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { createFakeProvider } from 'ipn-kit/testing';
+import type { IpnPluginOptions } from 'ipn-kit/fastify';
+export const pluginOptions: IpnPluginOptions | undefined = undefined;
+export const handle = (request: Request): Promise<Response> => ipnRouter().fetch(request, { waitUntil: () => {} });
 export const stores = [RedisStore, PostgresStore, createFakeProvider, createStatusClient];
 const ipn = ipnRouter({ store: new MemoryStore() });
 ipn.on('successful', (n) => { const state: 'SUCCESSFUL' = n.state; const amount: number | null = n.amount; void [state, amount]; });
@@ -202,11 +304,172 @@ export const notification: IpnNotification | undefined = undefined;
       run(join(root, 'node_modules/.bin/tsc'), ['-p', app], app);
     },
   );
+
+  check(
+    'subpath types resolve under moduleResolution node10 (the NestJS default), through typesVersions',
+    () => {
+      const dir = join(app, 'node10');
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(
+        join(dir, 'check.ts'),
+        `import { ipnRouter, type IpnNotification } from 'ipn-kit';
+import { RedisStore, redisGuard } from 'ipn-kit/redis';
+import { PostgresStore, postgresSchemaSql } from 'ipn-kit/postgres';
+import { createFakeProvider, type FakeProvider } from 'ipn-kit/testing';
+import { registerIpnMetrics } from 'ipn-kit/prometheus';
+import { adminRouter } from 'ipn-kit/admin';
+const sql: string = postgresSchemaSql('ipn_inbox');
+export const used = [ipnRouter, RedisStore, redisGuard, PostgresStore, registerIpnMetrics, adminRouter, sql];
+export const provider: Promise<FakeProvider> = createFakeProvider({ apiKey: 'key' });
+// Real types, not any: each of these is an error.
+// @ts-expect-error apiKey is required
+void createFakeProvider({});
+// @ts-expect-error adminRouter needs its options
+void adminRouter();
+// @ts-expect-error postgresSchemaSql takes a table name
+void postgresSchemaSql(1);
+export const notification: IpnNotification | undefined = undefined;
+`,
+      );
+      writeFileSync(
+        join(dir, 'tsconfig.json'),
+        JSON.stringify({
+          compilerOptions: {
+            module: 'commonjs',
+            moduleResolution: 'node10',
+            target: 'es2022',
+            strict: true,
+            noEmit: true,
+            esModuleInterop: true,
+            skipLibCheck: true,
+            typeRoots: [join(root, 'node_modules/@types')],
+            types: ['node'],
+          },
+          files: ['check.ts'],
+        }),
+      );
+      run(join(root, 'node_modules/.bin/tsc'), ['-p', dir], dir);
+    },
+  );
+
+  check('the published declarations keep the TSDoc of every notification field', () => {
+    const ts = createRequire(import.meta.url)('typescript');
+    const file = join(app, 'fields.ts');
+    writeFileSync(
+      file,
+      "import type { IpnNotification } from 'ipn-kit';\nexport type N = IpnNotification;\n",
+    );
+    const program = ts.createProgram([file], {
+      module: ts.ModuleKind.Node16,
+      moduleResolution: ts.ModuleResolutionKind.Node16,
+      strict: true,
+      noEmit: true,
+      types: [],
+    });
+    const checker = program.getTypeChecker();
+    const alias = program.getSourceFile(file).statements.find((node) => ts.isTypeAliasDeclaration(node));
+    const fields = checker.getTypeAtLocation(alias.name).getProperties();
+    if (fields.length < 24) throw new Error(`IpnNotification has ${fields.length} fields, expected 24`);
+    const bare = fields.filter(
+      (field) => ts.displayPartsToString(field.getDocumentationComment(checker)) === '',
+    );
+    if (bare.length > 0)
+      throw new Error(`no TSDoc in the declarations: ${bare.map((f) => f.name).join(', ')}`);
+  });
+
+  check(
+    'every ts block of README.md and docs/ compiles against the package: nodenext strict, commonjs, bundler',
+    () => {
+      compileSnippets(app);
+    },
+  );
 } catch (error) {
   results.push({ name: 'setup', ok: false });
   console.log(`  FAIL  setup\n${String(error.stderr ?? '')}${error.message}`);
 } finally {
   rmSync(scratch, { recursive: true, force: true });
+}
+
+/** The files the README's and docs' ts blocks quote (`<!-- quote: path[#region] -->`), as root-relative paths. */
+function quotedTsFiles() {
+  const documents = [
+    'README.md',
+    ...readdirSync(join(root, 'docs'))
+      .filter((name) => name.endsWith('.md'))
+      .map((name) => `docs/${name}`),
+  ];
+  const files = new Set();
+  for (const document of documents) {
+    const lines = readFileSync(join(root, document), 'utf8').split('\n');
+    lines.forEach((line, i) => {
+      const marker = /^<!-- quote: (\S+) -->$/.exec(line);
+      if (marker && /^(```|~~~)\s*(ts|tsx|mts|cts)\s*$/.test(lines[i + 1] ?? ''))
+        files.add(marker[1].split('#')[0]);
+    });
+  }
+  return [...files].sort();
+}
+
+/** A quoted file and every file it imports by a relative path, copied at the same paths under `to`. */
+function copyWithImports(file, to, copied = new Set()) {
+  if (copied.has(file)) return;
+  copied.add(file);
+  mkdirSync(dirname(join(to, file)), { recursive: true });
+  cpSync(join(root, file), join(to, file));
+  const text = readFileSync(join(root, file), 'utf8');
+  for (const [, specifier] of text.matchAll(/from '(\.{1,2}\/[^']+)'/g)) {
+    const target = join(dirname(file), specifier.replace(/\.js$/, '.ts'));
+    if (existsSync(join(root, target))) copyWithImports(target, to, copied);
+  }
+}
+
+/**
+ * Type-checks every quoted file as a user's project would: ipn-kit from the tarball, the other packages a
+ * snippet imports (express, ioredis, pg, prom-client, their types) linked from ours: an ESM project under
+ * `module: nodenext` and strict, a CommonJS one under `module: commonjs` (node10 resolution), and a bundler one.
+ */
+function compileSnippets(app) {
+  const files = quotedTsFiles();
+  if (files.length < 5)
+    throw new Error(`found only ${files.length} quoted ts files: is the marker format the same?`);
+  const dir = join(app, 'snippets');
+  for (const file of files) copyWithImports(file, dir);
+  // Link what the snippets import and the tarball did not install; ipn-kit and zod stay the installed ones.
+  const ours = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+  for (const name of Object.keys({ ...ours.devDependencies, ...ours.peerDependencies })) {
+    const link = join(app, 'node_modules', name);
+    if (existsSync(link)) continue;
+    mkdirSync(dirname(link), { recursive: true });
+    symlinkSync(join(root, 'node_modules', name), link, 'dir');
+  }
+  const common = {
+    target: 'es2022',
+    strict: true,
+    noEmit: true,
+    skipLibCheck: true,
+    types: ['node', 'jest'],
+  };
+  const configs = {
+    nodenext: { ...common, module: 'nodenext', moduleResolution: 'nodenext' },
+    commonjs: { ...common, module: 'commonjs', esModuleInterop: true },
+    // What Vite, esbuild and Next.js projects use.
+    bundler: { ...common, module: 'preserve', moduleResolution: 'bundler' },
+  };
+  const failures = [];
+  for (const [name, compilerOptions] of Object.entries(configs)) {
+    writeFileSync(
+      join(dir, 'package.json'),
+      JSON.stringify({ private: true, type: name === 'commonjs' ? 'commonjs' : 'module' }),
+    );
+    writeFileSync(join(dir, `tsconfig.${name}.json`), JSON.stringify({ compilerOptions, files }));
+    try {
+      run(join(root, 'node_modules/.bin/tsc'), ['-p', `tsconfig.${name}.json`], dir);
+    } catch (error) {
+      failures.push(`under module ${name}:\n${String(error.stdout ?? '')}${String(error.stderr ?? '')}`);
+    }
+  }
+  if (failures.length > 0)
+    throw new Error(`the documentation's snippets do not compile\n${failures.join('\n')}`);
 }
 
 const failed = results.filter((result) => !result.ok).length;

@@ -15,6 +15,13 @@ interface GuardedConfig {
   apiKey: string;
   prefix: string;
   maxQueriesPerMinute: number;
+  /** The guard's own Redis (a throwaway one the test may kill), when not REDIS_URL. */
+  guardRedisUrl?: string;
+  fallbackInstances?: number;
+  guardTimeoutMs?: number;
+  /** Short waits for a test (a FAILED answer to a SUCCESSFUL notification is asked again after it). */
+  minIntervalMs?: number;
+  verifyRetryDelayMs?: number;
 }
 
 const config = JSON.parse(process.env.GUARDED ?? '{}') as GuardedConfig;
@@ -22,17 +29,27 @@ const send = (message: unknown) => process.send?.(message);
 const quiet = { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} };
 
 const redis = new Redis(process.env.REDIS_URL ?? '');
+const guardRedis = config.guardRedisUrl
+  ? new Redis(config.guardRedisUrl, { retryStrategy: () => 50 }).on('error', () => {})
+  : redis;
 const client = createStatusClient({
   baseUrl: config.baseUrl,
   apiKey: config.apiKey,
   maxQueriesPerMinute: config.maxQueriesPerMinute,
+  minIntervalMs: config.minIntervalMs,
   logger: quiet,
-  shared: redisGuard({ client: redis, prefix: `${config.prefix}guard:` }),
+  shared: redisGuard({
+    client: guardRedis,
+    prefix: `${config.prefix}guard:`,
+    fallbackInstances: config.fallbackInstances,
+    timeoutMs: config.guardTimeoutMs,
+  }),
 });
 const ipn = ipnRouter({
   store: new RedisStore({ client: redis, prefix: `${config.prefix}dedupe:` }),
   verify: client,
   logger: quiet,
+  verifyRetryDelayMs: config.verifyRetryDelayMs,
 });
 ipn.on('successful', (n) =>
   send({ type: 'event', event: 'successful', id: n.transaction_id, amount: n.amount }),
@@ -41,7 +58,15 @@ ipn.on('failed', (n) => send({ type: 'event', event: 'failed', id: n.transaction
 ipn.on('rejected', (r) => send({ type: 'event', event: 'rejected', id: r.notification.transaction_id }));
 process.on('message', (message) => {
   if (message === 'stats')
-    send({ type: 'stats', stats: { ...client.stats, budgetLeft: client.stats.budgetLeft } });
+    send({
+      type: 'stats',
+      stats: {
+        ...client.stats,
+        budgetLeft: client.stats.budgetLeft,
+        guard: client.stats.guard,
+        guardFailures: client.stats.guardFailures,
+      },
+    });
 });
 const server = createServer(ipn).listen(0, '127.0.0.1', () => {
   send({ type: 'ready', url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` });

@@ -466,7 +466,7 @@ describe('the router, whatever it is sent (property)', () => {
     const recorder = recordEvents(ipn);
     // What a careless host does with a payload: merge it into its own objects.
     for (const name of ['notification', 'duplicate'] as const)
-      ipn.on(name, (n: Record<string, unknown>) => naiveMerge({}, n));
+      ipn.on(name, (n: object) => naiveMerge({}, n as Record<string, unknown>));
     ipn.on('invalid', (event) => {
       if (event.received !== null && typeof event.received === 'object')
         naiveMerge({}, event.received as Record<string, unknown>);

@@ -10,6 +10,7 @@ import * as zm from 'zod/mini';
 import { Client, Pool, type PoolClient } from 'pg';
 import { ipnRouter, MemoryStore, type IpnNotification, type Store } from '../../lib/index.js';
 import { PostgresStore } from '../../lib/postgres.js';
+import type { IpnPluginOptions } from '../../lib/fastify.js';
 
 const ipn = ipnRouter({ customData: z.object({ orderId: z.string() }) });
 
@@ -23,7 +24,7 @@ ipn.on('successful', (n) => {
   const state: 'SUCCESSFUL' = n.state;
   const amount: number | null = n.amount;
   const raw: string = n.custom_data;
-  const extra: unknown = n.currency;
+  const extra: unknown = n.extra.currency;
   if (n.customDataError) {
     const code: string = n.customDataError.code;
     // @ts-expect-error customData is undefined when customDataError is set
@@ -69,6 +70,9 @@ ipn.on('successful', async () => {}).on('failed', () => {});
 
 // @ts-expect-error no such event
 ipn.on('paid', () => {});
+// @ts-expect-error no such event
+ipn.prependListener('success', () => {});
+ipn.prependOnceListener('successful', (n) => void n.amount);
 // @ts-expect-error the payload of 'invalid' is not a notification
 ipn.on('invalid', (n: IpnNotification) => void n);
 
@@ -122,3 +126,37 @@ atMostOnce.on('successful', (n, { db }) => void db.query('SELECT 1'));
 const single = ipnRouter({ store: new PostgresStore({ pool: new Client() }), delivery: 'at-least-once' });
 // @ts-expect-error no db over a single Client
 single.on('successful', (n, { db }) => void db.query('SELECT 1'));
+
+// The service's rules: rawState, stale, expect, authenticate.
+ipn.on('successful', (n) => {
+  const received: string | undefined = n.rawState;
+  return void received;
+});
+ipn.on('stale', (event) => {
+  const reason: 'not_final' | 'not_found' | 'unavailable' | 'no_status_client' = event.reason;
+  const at: Date = event.expectedAt;
+  return void [reason, at];
+});
+void ipn.expect('EFB.001158', { amount: 5000, customData: { orderId: 'order-1' } });
+// @ts-expect-error amount is a number
+void ipn.expect('EFB.001158', { amount: '5000' });
+ipnRouter({ authenticate: ({ rawBody, headers, token }) => rawBody !== undefined && !!headers.x && !!token });
+// @ts-expect-error authenticate answers a boolean
+ipnRouter({ authenticate: () => 'yes' });
+
+// The Web-standard handler: a Request in, a Response out; any platform's waitUntil fits.
+const handled: Promise<Response> = ipnRouter().fetch(new Request('https://shop.example/ipn'), {
+  waitUntil: (promise: Promise<unknown>) => void promise,
+});
+void handled;
+// @ts-expect-error a Request, not a URL string
+void ipnRouter().fetch('https://shop.example/ipn');
+// @ts-expect-error waitUntil takes a promise
+void ipnRouter().fetch(new Request('https://shop.example/ipn'), { waitUntil: (ms: number) => ms });
+
+// The Fastify plugin takes the router itself.
+const pluginOptions: IpnPluginOptions = { router: ipnRouter() };
+void pluginOptions;
+// @ts-expect-error router is required
+const noRouter: IpnPluginOptions = {};
+void noRouter;

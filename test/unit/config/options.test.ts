@@ -1,4 +1,6 @@
+import * as v from 'valibot';
 import { z } from 'zod';
+import { z as z3 } from 'zod/v3';
 import { defaultLogger } from '../../../lib/observability/logger.js';
 import type { Logger } from '../../../lib/observability/logger.js';
 import { MemoryStore } from '../../../lib/stores/memory-store.js';
@@ -134,9 +136,18 @@ describe('resolveOptions', () => {
       ['a function', (value: unknown) => value],
       ['a string', 'z.string()'],
       ['null', null],
-    ])('a customData that is %s, not a zod schema', (_, customData) => {
+      ['an object with a ~standard that has no validate', { '~standard': { version: 1, vendor: 'x' } }],
+    ])('a customData that is %s, not a Standard Schema', (_, customData) => {
       expect(() => resolveUntyped({ customData })).toThrow(TypeError);
-      expect(() => resolveUntyped({ customData })).toThrow(/customData/);
+      expect(() => resolveUntyped({ customData })).toThrow(/customData must be a Standard Schema/);
+    });
+
+    it.each([
+      ['zod 4', z.object({ orderId: z.string() })],
+      ['zod 3 (zod/v3)', z3.object({ orderId: z3.string() })],
+      ['valibot', v.object({ orderId: v.string() })],
+    ])('accepts a %s schema as customData', (_, customData) => {
+      expect(resolveUntyped({ customData }).customData).toBe(customData);
     });
 
     it('an unknown option, naming it and the known ones', () => {
@@ -144,5 +155,28 @@ describe('resolveOptions', () => {
       expect(() => resolveUntyped({ limt: '1mb' })).toThrow(/limt/);
       expect(() => resolveUntyped({ limt: '1mb' })).toThrow(/limit/);
     });
+  });
+});
+
+describe('resolveOptions, at least once', () => {
+  it('applies verifyTimeout 60_000 by default, and checks it as a duration', () => {
+    expect(resolveOptions().verifyTimeout).toBe(60_000);
+    expect(() => resolveOptions({ verifyTimeout: 0 })).toThrow(/verifyTimeout must be a positive number/);
+  });
+
+  it('throws a TypeError naming the method a durable store lacks (replace), at construction', () => {
+    const partial = {
+      durable: true,
+      claim: () => true,
+      release: () => {},
+      receive: () => Promise.resolve(true),
+      lease: () => Promise.resolve([]),
+      settle: () => Promise.resolve(true),
+      list: () => Promise.resolve([]),
+      get: () => Promise.resolve(undefined),
+    };
+    expect(() => resolveOptions({ store: partial as unknown as Store, delivery: 'at-least-once' })).toThrow(
+      /store must have the methods .*; replace is not a function/,
+    );
   });
 });

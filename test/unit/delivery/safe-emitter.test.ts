@@ -280,4 +280,166 @@ describe('createSafeEmitter', () => {
     expect(methods.removeListener('notification', listener)).toBe(router);
     expect(methods.removeAllListeners('notification')).toBe(router);
   });
+
+  it('emitAndWait hands each failure back to the caller, with no error event and no log line of its own', async () => {
+    const logger = { debug: jest.fn(), info: jest.fn(), warn: jest.fn(), error: jest.fn() } satisfies Logger;
+    const { methods, emitAndWait } = createSafeEmitter<undefined>(logger, () => ({}));
+    const errors: ErrorEvent[] = [];
+    methods.on('error', (e) => void errors.push(e));
+    const ran: string[] = [];
+    methods.on('notification', () => {
+      throw new Error('ledger down');
+    });
+    methods.on('notification', () => Promise.reject(new Error('queue full')));
+    methods.on('notification', () => void ran.push('third'));
+
+    const result = await emitAndWait('notification', notification);
+
+    expect(result).toMatchObject({ listeners: 3, ok: false });
+    expect(result.failures.map((failure) => failure.message)).toEqual([
+      "a listener of 'notification' failed: ledger down",
+      "a listener of 'notification' failed: queue full",
+    ]);
+    expect(result.failures[0]).toBeInstanceOf(ListenerError);
+    expect(ran).toEqual(['third']);
+    await tick();
+    expect(errors).toEqual([]); // the caller reports the attempt, once
+    expect(logger.error).not.toHaveBeenCalled();
+  });
+
+  describe('event names are checked at run time, as plain JavaScript calls them', () => {
+    const KNOWN =
+      "the events are 'successful', 'failed', 'notification', 'duplicate', 'invalid', 'error', 'rejected', 'stale', 'dead'";
+
+    it.each([
+      ['on', 'success', "ipn.on('success'): the router emits no such event (did you mean 'successful'?); "],
+      [
+        'once',
+        'SUCCESSFUL',
+        "ipn.once('SUCCESSFUL'): the router emits no such event (did you mean 'successful'?); ",
+      ],
+      [
+        'addListener',
+        'fail',
+        "ipn.addListener('fail'): the router emits no such event (did you mean 'failed'?); ",
+      ],
+      ['prependListener', 'paid', "ipn.prependListener('paid'): the router emits no such event; "],
+      [
+        'prependOnceListener',
+        'errors',
+        "ipn.prependOnceListener('errors'): the router emits no such event (did you mean 'error'?); ",
+      ],
+    ])('%s(%j) throws a TypeError listing the known names', (method, event, start) => {
+      const { methods } = setup();
+      const call = () => (methods as any)[method](event, () => {});
+      expect(call).toThrow(TypeError);
+      expect(call).toThrow(start + KNOWN);
+      expect(methods.eventNames()).toEqual([]);
+    });
+
+    it.each(['off', 'removeListener', 'removeAllListeners', 'listeners', 'listenerCount'])(
+      '%s with an unknown name throws too',
+      (method) => {
+        const { methods } = setup();
+        expect(() => (methods as any)[method]('sucessful', () => {})).toThrow(TypeError);
+      },
+    );
+
+    it('a name that is not a string, or a listener that is not a function, throws a TypeError', () => {
+      const { methods } = setup();
+      expect(() => (methods as any).on(Symbol('successful'), () => {})).toThrow(
+        'ipn.on(Symbol(successful)): the router emits no such event; ' + KNOWN,
+      );
+      expect(() => (methods as any).on('__proto__', () => {})).toThrow(TypeError);
+      expect(() => (methods as any).on('successful')).toThrow(
+        "ipn.on('successful', listener): the listener must be a function, got undefined",
+      );
+      expect(methods.eventNames()).toEqual([]);
+    });
+
+    it('removeAllListeners() without a name still removes everything', () => {
+      const { methods } = setup();
+      methods.on('successful', jest.fn());
+      methods.on('failed', jest.fn());
+      methods.removeAllListeners();
+      expect(methods.eventNames()).toEqual([]);
+    });
+  });
+
+  describe('prependListener and prependOnceListener', () => {
+    it('run before the listeners already added; a prepended once listener runs once, others keep theirs', () => {
+      const { methods, emit } = setup();
+      const calls: string[] = [];
+      methods.on('notification', () => void calls.push('on'));
+      methods.once('notification', () => void calls.push('once'));
+      methods.prependListener('notification', () => void calls.push('prepended'));
+      methods.prependOnceListener('notification', () => void calls.push('prepended once'));
+
+      emit('notification', notification);
+      emit('notification', notification);
+
+      expect(calls).toEqual(['prepended once', 'prepended', 'on', 'once', 'prepended', 'on']);
+      expect(methods.listenerCount('notification')).toBe(2);
+    });
+
+    it('a prepended listener is isolated like the others, and off removes it', () => {
+      const { methods, emit, errors, recordErrors } = setup();
+      recordErrors();
+      const later = jest.fn();
+      const failing = () => {
+        throw new Error('first one fails');
+      };
+      methods.on('notification', later);
+      methods.prependListener('notification', failing);
+
+      emit('notification', notification);
+      methods.off('notification', failing);
+      emit('notification', notification);
+
+      expect(later).toHaveBeenCalledTimes(2);
+      expect(errors).toHaveLength(1);
+    });
+  });
+});
+
+describe('track', () => {
+  test('resolves once every listener the emits called has settled, the promises they returned included', async () => {
+    const logger = { debug: jest.fn(), info: jest.fn(), warn: jest.fn(), error: jest.fn() } satisfies Logger;
+    const { methods, emit, track } = createSafeEmitter<undefined>(logger, () => undefined);
+    let finish: () => void = () => {};
+    const done: string[] = [];
+    methods.on('successful', async () => {
+      await new Promise<void>((resolve) => (finish = resolve));
+      done.push('slow');
+    });
+    methods.on('successful', () => void done.push('sync'));
+    let settled = false;
+
+    const tracked = track(() => emit('successful', notification as never)).then(() => (settled = true));
+    await tick();
+    expect([settled, done]).toEqual([false, ['sync']]);
+    finish();
+    await tracked;
+
+    expect(done).toEqual(['sync', 'slow']);
+  });
+
+  test('never rejects: a listener that rejects is reported as error, and track still resolves', async () => {
+    const logger = { debug: jest.fn(), info: jest.fn(), warn: jest.fn(), error: jest.fn() } satisfies Logger;
+    const { methods, emit, track } = createSafeEmitter<undefined>(logger, () => undefined);
+    const errors: unknown[] = [];
+    methods.on('error', (e) => void errors.push(e.error));
+    methods.on('failed', () => Promise.reject(new Error('ledger down')));
+
+    await expect(track(() => emit('failed', other as never))).resolves.toBeUndefined();
+
+    expect(errors).toEqual([expect.any(ListenerError)]);
+  });
+
+  test('resolves at once when no listener ran', async () => {
+    const logger = { debug: jest.fn(), info: jest.fn(), warn: jest.fn(), error: jest.fn() } satisfies Logger;
+    const { track } = createSafeEmitter<undefined>(logger, () => undefined);
+
+    await expect(track(() => {})).resolves.toBeUndefined();
+  });
 });

@@ -30,16 +30,30 @@ describe('parseContentType', () => {
 
   it.each([
     ['multipart/form-data; boundary=----x', 'multipart/form-data'],
-    ['text/plain', 'text/plain'],
-    ['text/html; charset=utf-8', 'text/html'],
-    ['application/xml', 'application/xml'],
-    ['application/jsonp', 'application/jsonp'],
-  ])('refuses %s, naming the type and what to send', (header, type) => {
+    ['multipart/mixed', 'multipart/mixed'],
+  ])('refuses %s, which cannot carry the record, naming the type and what to send', (header, type) => {
     const result = parseContentType(header);
     expect(result.ok).toBe(false);
     if (result.ok) return;
     expect(result.message).toContain(type);
     expect(result.message).toContain('application/json');
+  });
+
+  it.each([
+    'text/plain',
+    'text/html; charset=utf-8',
+    'application/octet-stream',
+    'application/xml',
+    'application/jsonp',
+    'bogus',
+  ])('reads %s as other: JSON when the body is a JSON object', (header) => {
+    expect(parseContentType(header)).toEqual({ ok: true, format: 'other', charset: 'utf-8' });
+  });
+
+  it('refuses a body of another type in a charset Node cannot decode', () => {
+    const result = parseContentType('text/plain; charset=foo-bar');
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.message).toContain('foo-bar');
   });
 
   it('refuses JSON in a charset Node cannot decode, naming the charset', () => {

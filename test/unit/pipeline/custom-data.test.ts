@@ -1,8 +1,11 @@
+import * as v from 'valibot';
 import * as zm from 'zod/mini';
 import { z } from 'zod';
+import { z as z3 } from 'zod/v3';
 import { parseCustomData } from '../../../lib/pipeline/custom-data.js';
 import type { CustomDataResult } from '../../../lib/pipeline/custom-data.js';
 import { CustomDataError, IpnKitError } from '../../../lib/pipeline/errors.js';
+import type { StandardSchemaV1 } from '../../../lib/pipeline/standard-schema.js';
 
 function valueOf<T>(result: CustomDataResult<T>): T {
   if ('customDataError' in result) throw new Error(`expected a match: ${result.customDataError.message}`);
@@ -102,5 +105,73 @@ describe('parseCustomData with a zod/mini schema', () => {
     expect('customDataError' in result && result.customDataError.issues).toEqual([
       { path: 'orderId', message: expect.any(String) },
     ]);
+  });
+});
+
+describe('parseCustomData with a Standard Schema other than zod 4', () => {
+  it('valibot: parses JSON custom_data, applies transforms, and reports a mismatch with its paths', () => {
+    const schema = v.object({ orderId: v.string(), qty: v.pipe(v.string(), v.transform(Number)) });
+    expect(parseCustomData(schema, '{"orderId":"order-7","qty":"3"}')).toEqual({
+      customData: { orderId: 'order-7', qty: 3 },
+    });
+    const error = errorOf(parseCustomData(schema, '{"orderId":7,"qty":"3"}'));
+    expect(error).toBeInstanceOf(CustomDataError);
+    expect(error.code).toBe('IPN_CUSTOM_DATA_INVALID');
+    expect(error.issues).toEqual([{ path: 'orderId', message: expect.stringContaining('string') }]);
+    expect(error.message).toContain('orderId');
+    expect(error.cause).toEqual([expect.objectContaining({ message: error.issues[0]?.message })]);
+  });
+
+  it('valibot: takes the raw string when it is not JSON', () => {
+    expect(valueOf(parseCustomData(v.string(), 'order-42'))).toBe('order-42');
+    expect(valueOf(parseCustomData(v.number(), '42'))).toBe(42);
+  });
+
+  it('zod 3 (zod/v3): parses and reports a mismatch the same way', () => {
+    const schema = z3.object({ orderId: z3.string() });
+    expect(valueOf(parseCustomData(schema, '{"orderId":"order-8"}'))).toEqual({ orderId: 'order-8' });
+    expect(errorOf(parseCustomData(schema, '{"orderId":8}')).issues).toEqual([
+      { path: 'orderId', message: expect.any(String) },
+    ]);
+  });
+
+  it('a hand-written Standard Schema: path segments given as { key } are read too', () => {
+    const schema: StandardSchemaV1<unknown, never> = {
+      '~standard': {
+        version: 1,
+        vendor: 'test',
+        validate: () => ({ issues: [{ message: 'no', path: [{ key: 'items' }, 0, 'id'] }] }),
+      },
+    };
+    expect(errorOf(parseCustomData(schema, '{}')).issues).toEqual([{ path: 'items.0.id', message: 'no' }]);
+  });
+
+  it('an asynchronous schema is a CustomDataError saying so, and its promise never rejects unhandled', async () => {
+    const rejections: unknown[] = [];
+    const onRejection = (reason: unknown) => void rejections.push(reason);
+    process.on('unhandledRejection', onRejection);
+    try {
+      const schema = v.pipeAsync(
+        v.string(),
+        v.checkAsync(() => Promise.reject(new Error('lookup failed')), 'unknown order'),
+      );
+      const error = errorOf(parseCustomData(schema, 'order-1'));
+      expect(error.code).toBe('IPN_CUSTOM_DATA_INVALID');
+      expect(error.message).toMatch(/asynchronous/);
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(rejections).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onRejection);
+    }
+  });
+
+  it('a schema whose validate throws is a CustomDataError, not a crash', () => {
+    const schema = v.pipe(
+      v.string(),
+      v.transform(() => {
+        throw new Error('boom');
+      }),
+    );
+    expect(errorOf(parseCustomData(schema, 'order-1')).message).toMatch(/threw: boom/);
   });
 });

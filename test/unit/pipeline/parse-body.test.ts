@@ -131,6 +131,30 @@ describe('parseBody', () => {
     });
   });
 
+  describe('a body labelled neither JSON nor a form', () => {
+    it('reads a JSON object as JSON, whatever the label', () => {
+      expect(recordOf(parseBody('\n {"state":"FAILED","amount":5}', 'other'))).toEqual({
+        state: 'FAILED',
+        amount: 5,
+      });
+    });
+
+    it('answers malformed_body for a broken JSON object, as under application/json', () => {
+      expect(parseBody('{"state":', 'other')).toMatchObject({ ok: false, reason: 'malformed_body' });
+    });
+
+    it.each(['--x--', 'state=FAILED', '[{"state":"FAILED"}]', ''])(
+      'refuses %p, which is not a JSON object, as unsupported_media_type',
+      (text) => {
+        expect(parseBody(text, 'other')).toMatchObject({ ok: false, reason: 'unsupported_media_type' });
+      },
+    );
+
+    it('keeps an object a host parser already made of it', () => {
+      expect(recordOf(parseParsedBody({ state: 'FAILED' }, 'other'))).toEqual({ state: 'FAILED' });
+    });
+  });
+
   describe('repeated identity keys in JSON', () => {
     it.each([
       ['state', '{"transaction_id":"A.1","state":"FAILED","custom_data":"","state":"SUCCESSFUL"}'],

@@ -170,6 +170,51 @@ describe('readBody', () => {
       expect(typeof result.ok).toBe('boolean');
     },
   );
+  describe('a source whose setEncoding() a host middleware called', () => {
+    const text = '{"customer_name":"Aïssata Koné 🙂","state":"SUCCESSFUL"}';
+
+    /** A source that yields strings, as a request does once `req.setEncoding(encoding)` was called. */
+    function encoded(bytes: Buffer, encoding: BufferEncoding): Readable {
+      const source = Readable.from([bytes.subarray(0, 7), bytes.subarray(7, 23), bytes.subarray(23)], {
+        objectMode: false,
+      });
+      source.setEncoding(encoding);
+      return source;
+    }
+
+    it.each(['utf8', 'latin1', 'hex', 'base64'] as const)(
+      'reads string chunks (%s) back to the exact bytes, multi-byte characters included',
+      async (encoding) => {
+        const body = bodyOf(await readBody(encoded(Buffer.from(text), encoding), 1024));
+        expect(Buffer.isBuffer(body)).toBe(true);
+        expect(body.toString('utf8')).toBe(text);
+      },
+    );
+
+    it('counts the limit in bytes, not in characters', async () => {
+      const bytes = Buffer.byteLength(text);
+      expect(bodyOf(await readBody(encoded(Buffer.from(text), 'utf8'), bytes))).toHaveLength(bytes);
+      const failure = failureOf(await readBody(encoded(Buffer.from(text), 'utf8'), bytes - 1));
+      expect(failure.reason).toBe('body_too_large');
+    });
+
+    it('decompresses a gzip body read as latin1 strings', async () => {
+      const body = bodyOf(await readBody(encoded(gzipSync(text), 'latin1'), 1024, 'gzip'));
+      expect(body.toString('utf8')).toBe(text);
+    });
+
+    it('refuses a gzip body already mangled by a UTF-8 decoding as malformed_body, without throwing', async () => {
+      const failure = failureOf(await readBody(encoded(gzipSync(text), 'utf8'), 1024, 'gzip'));
+      expect(failure.reason).toBe('malformed_body');
+    });
+  });
+
+  it('rejects, instead of throwing from a stream callback, when a chunk is neither bytes nor text', async () => {
+    const source = Readable.from([{ not: 'bytes' }, { nor: 'text' }], { objectMode: true });
+    await expect(readBody(source, 1024)).rejects.toHaveProperty('message');
+    // The rest of the source is drained, so the connection stays usable.
+    await finished(source);
+  });
 });
 
 describe('isSupportedEncoding', () => {

@@ -1,4 +1,4 @@
-import { ipnNotificationSchema } from '../../../lib/pipeline/schema.js';
+import { ipnNotificationSchema, toRecord } from '../../../lib/pipeline/schema.js';
 import { failedPayload, successfulPayload } from '../../helpers/payloads.js';
 
 function parse(payload: Record<string, unknown>) {
@@ -9,7 +9,7 @@ function parse(payload: Record<string, unknown>) {
 function accept(payload: Record<string, unknown>) {
   const result = parse(payload);
   if (!result.success) throw new Error(`expected the payload to be accepted: ${result.error.message}`);
-  return result.data as Record<string, unknown>;
+  return result.data as unknown as Record<string, unknown>;
 }
 
 /** The paths of the fields a payload is rejected for. */
@@ -59,6 +59,22 @@ describe('ipnNotificationSchema', () => {
         response: 'operation success',
         error: 'insufficient balance',
       });
+    });
+  });
+
+  describe('unknown fields named after Object.prototype members', () => {
+    test.each(Object.getOwnPropertyNames(Object.prototype))('%s is dropped, like __proto__', (name) => {
+      const payload = JSON.parse(
+        JSON.stringify(successfulPayload({ extra_field: 1 })).replace(/}$/, `,${JSON.stringify(name)}:"x"}`),
+      ) as Record<string, unknown>;
+      expect(Object.hasOwn(payload, name)).toBe(true);
+
+      const notification = accept(payload);
+
+      expect(Object.hasOwn(notification, name)).toBe(false);
+      expect(notification.extra_field).toBe(1);
+      // eslint-disable-next-line @typescript-eslint/no-base-to-string -- partner code does this
+      expect(String(notification)).toBe('[object Object]');
     });
   });
 
@@ -152,15 +168,34 @@ describe('ipnNotificationSchema', () => {
       expect(notification.response).toBe('');
     });
 
-    it('keeps extra fields the interface does not list', () => {
+    it('keeps extra fields the interface does not list, under extra and only there', () => {
       const notification = accept(successfulPayload({ currency: 'XOF', transaction_channel: 'wave' }));
-      expect(notification.currency).toBe('XOF');
-      expect(notification.transaction_channel).toBe('wave');
+      expect(notification.extra).toEqual({ currency: 'XOF', transaction_channel: 'wave' });
+      expect(notification).not.toHaveProperty('currency');
+      expect(notification).not.toHaveProperty('transaction_channel');
     });
 
-    it('keeps the extra fields of the FAILED fixture', () => {
+    it('keeps the extra fields of the FAILED fixture under extra', () => {
       const notification = accept(failedPayload());
-      expect(notification).toMatchObject({ currency: 'XOF', transaction_channel: 'wave' });
+      expect(notification.extra).toEqual({ currency: 'XOF', transaction_channel: 'wave' });
+    });
+
+    it('gives an empty extra when every field is listed, and never puts a listed field in it', () => {
+      const notification = accept(successfulPayload());
+      expect(notification.extra).toEqual({});
+      expect(accept(successfulPayload({ comission: 5, commission: undefined })).extra).toEqual({});
+    });
+
+    it('keeps a payload field named extra as an extra field, not as the extra object', () => {
+      const notification = accept(successfulPayload({ extra: { currency: 'XOF' } }));
+      expect(notification.extra).toEqual({ extra: { currency: 'XOF' } });
+    });
+
+    it('gives the same notification when its stored record (toRecord) is parsed again', () => {
+      const first = ipnNotificationSchema.parse(successfulPayload({ currency: 'XOF', extra: 1 }));
+      const record = toRecord(first);
+      expect(record).toMatchObject({ currency: 'XOF', extra: 1, transaction_id: first.transaction_id });
+      expect(ipnNotificationSchema.parse(record)).toEqual(first);
     });
   });
 

@@ -279,6 +279,58 @@ describe('createStatusClient', () => {
     });
   });
 
+  describe('since: an answer newer than a time', () => {
+    it('answers from the cache when the cached answer is newer than since', async () => {
+      const fetch = successfulService();
+      const api = client(fetch);
+      const before = Date.now() - 1_000;
+      await api.getStatus(ID);
+      await expect(api.getStatus(ID, { since: before })).resolves.toMatchObject({ state: 'SUCCESSFUL' });
+      expect(fetch).toHaveBeenCalledTimes(1);
+    });
+
+    it('refuses with reason interval when the cached answer is older than since and the id was just asked', async () => {
+      const fetch = successfulService();
+      const api = client(fetch, { minIntervalMs: 60_000 });
+      await api.getStatus(ID);
+      const error = await rejectionOf(
+        api.getStatus(ID, { since: performance.timeOrigin + performance.now() }),
+      );
+      expect(error).toBeInstanceOf(StatusRateLimitError);
+      expect(error).toMatchObject({ reason: 'interval' });
+      expect((error as StatusRateLimitError).retryAfterMs).toBeGreaterThan(50_000);
+      expect(fetch).toHaveBeenCalledTimes(1);
+      expect(api.stats.refused).toBe(1);
+    });
+
+    it('asks again, even over a cached final answer, once minIntervalMs has passed', async () => {
+      const fetch = answersInTurn(
+        () => reply(envelope(record({ transaction_id: ID, state: 'FAILED' }))),
+        () => reply(envelope(record({ transaction_id: ID, state: 'SUCCESSFUL' }))),
+      );
+      const api = client(fetch, { minIntervalMs: 10 });
+      expect((await api.getStatus(ID)).state).toBe('FAILED');
+      const since = performance.timeOrigin + performance.now();
+      await sleep(20);
+      expect((await api.getStatus(ID, { since })).state).toBe('SUCCESSFUL');
+      expect((await api.getStatus(ID)).state).toBe('SUCCESSFUL'); // the newer answer is the cached one
+      expect(fetch).toHaveBeenCalledTimes(2);
+    });
+
+    it('does not cache a final answer that lacks the amount for good: asked again after minIntervalMs', async () => {
+      const fetch = fakeFetch(() =>
+        Promise.resolve(reply({ data: { transaction_id: ID, state: 'SUCCESSFUL', custom_data: 'o' } })),
+      );
+      const api = client(fetch, { minIntervalMs: 10 });
+      await api.getStatus(ID);
+      await api.getStatus(ID);
+      expect(fetch).toHaveBeenCalledTimes(1);
+      await sleep(20);
+      await api.getStatus(ID);
+      expect(fetch).toHaveBeenCalledTimes(2);
+    });
+  });
+
   describe('a block', () => {
     it('takes statut_code 429 in an HTTP 200 body for a block too: nothing more is sent during the cool-down', async () => {
       const fetch = answersInTurn(

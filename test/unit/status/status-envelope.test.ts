@@ -1,5 +1,5 @@
 import { StatusError, StatusQueryError, TransactionNotFoundError } from '../../../lib/pipeline/errors.js';
-import { parseStatusAnswer } from '../../../lib/status/status-envelope.js';
+import { lackingFields, parseStatusAnswer } from '../../../lib/status/status-envelope.js';
 import type { StatusRecord } from '../../../lib/status/status-envelope.js';
 import { successfulPayload } from '../../helpers/payloads.js';
 
@@ -351,5 +351,79 @@ describe('parseStatusAnswer', () => {
       const error = queryErrorOf({ data: statusRecord(), statut_code: 200 }, 429);
       expect(error.retryable).toBe(true);
     });
+  });
+});
+
+describe('parseStatusAnswer: exact about which transaction, and about custom_data', () => {
+  const big = '12345678901234567890';
+  /** A record's JSON text with a raw custom_data value (a number JSON.parse would round). */
+  const rawRecord = (id: string, customData: string) =>
+    `{"transaction_id":"${id}","state":"SUCCESSFUL","amount":5000,"custom_data":${customData}}`;
+
+  it.each([
+    ['data as one record', `{"data":${rawRecord(ID, big)},"statut_code":200}`],
+    [
+      'the second record of an array',
+      `{"statut_code":200,"data":[${rawRecord('EFB.000001', '1')}, ${rawRecord(ID, big)}]}`,
+    ],
+    [
+      'an array of one record without its id',
+      `{"data":[{"state":"SUCCESSFUL","amount":1,"custom_data":${big}}]}`,
+    ],
+  ])('reads a custom_data integer above 2^53 as its exact digits: %s', (_, body) => {
+    expect(recordOf(body).custom_data).toBe(big);
+  });
+
+  it('reads decoded JSON custom_data holding a big integer as its exact source text', () => {
+    const customData = `{"orderId": ${big}}`;
+    expect(recordOf(`{"data":${rawRecord(ID, customData)}}`).custom_data).toBe(customData);
+  });
+
+  it.each<[string, unknown]>([
+    ['one record of another id', statusRecord({ transaction_id: 'EFB.999999' })],
+    [
+      'several records, none of the id',
+      [statusRecord({ transaction_id: 'EFB.000001' }), statusRecord({ transaction_id: 'EFB.000002' })],
+    ],
+    [
+      'several records without an id',
+      [
+        { state: 'SUCCESSFUL', amount: 1 },
+        { state: 'FAILED', amount: 1 },
+      ],
+    ],
+    ['another id beside a record without one', ['EFB.999999', { state: 'SUCCESSFUL', amount: 5000 }]],
+    ['a record whose id is null', { ...statusRecord(), transaction_id: null }],
+    ['a record whose id differs in case', statusRecord({ transaction_id: ID.toLowerCase() })],
+    ['a record whose id has a trailing space', statusRecord({ transaction_id: `${ID} ` })],
+  ])('never takes %s as the status of the id asked', (_, data) => {
+    const error = queryErrorOf({ data, statut_code: 200, message: '' });
+    expect(error.transactionId).toBe(ID);
+    expect(error.retryable).toBe(false);
+  });
+
+  it('refuses two records of the id that disagree', () => {
+    const data = [statusRecord({ state: 'FAILED' }), statusRecord({ state: 'SUCCESSFUL' })];
+    expect(queryErrorOf({ data, statut_code: 200 }).message).toContain('disagree');
+  });
+
+  it('takes two identical records of the id as one', () => {
+    expect(recordOf({ data: [statusRecord(), statusRecord()], statut_code: 200 }).state).toBe('SUCCESSFUL');
+  });
+
+  it('refuses a record that gives an identity field twice', () => {
+    const body = `{"data":{"transaction_id":"${ID}","state":"FAILED","amount":1,"custom_data":"a","state":"SUCCESSFUL"}}`;
+    expect(queryErrorOf(body).message).toContain('ambiguous');
+  });
+
+  it.each<[string, Record<string, unknown>, string[]]>([
+    ['a complete record', statusRecord(), []],
+    ['a record without amount', { transaction_id: ID, state: 'SUCCESSFUL', custom_data: 'o-1' }, ['amount']],
+    ['a record with an unreadable amount', statusRecord({ amount: 'n/a' }), ['amount']],
+    ['a record without custom_data', { transaction_id: ID, state: 'SUCCESSFUL', amount: 5 }, ['custom_data']],
+    ['a record with neither', { transaction_id: ID, state: 'SUCCESSFUL' }, ['amount', 'custom_data']],
+    ['a record whose custom_data is null (said empty)', statusRecord({ custom_data: null }), []],
+  ])('lackingFields of %s', (_, data, lacking) => {
+    expect(lackingFields(recordOf({ data, statut_code: 200 }))).toEqual(lacking);
   });
 });

@@ -6,7 +6,13 @@ import {
 import { ipnNotificationSchema } from '../../../lib/pipeline/schema.js';
 import type { IpnNotification } from '../../../lib/pipeline/schema.js';
 import type { StatusRecord } from '../../../lib/status/status-envelope.js';
-import { mismatchesOf, sameCustomData, verifyNotification } from '../../../lib/status/verify-notification.js';
+import { parseStatusAnswer } from '../../../lib/status/status-envelope.js';
+import {
+  genuineRecord,
+  mismatchesOf,
+  sameCustomData,
+  verifyNotification,
+} from '../../../lib/status/verify-notification.js';
 import type { StatusSource, Verdict } from '../../../lib/status/verify-notification.js';
 import { successfulPayload } from '../../helpers/payloads.js';
 
@@ -44,6 +50,7 @@ describe('verifyNotification', () => {
     expect(verdict).toEqual({ kind: 'confirmed', status });
     expect(statusSource.getStatus).toHaveBeenCalledTimes(1);
     expect(statusSource.getStatus).toHaveBeenCalledWith(ID);
+    expect(statusSource.getStatus.mock.calls[0]).toHaveLength(1);
   });
 
   it('confirms a FAILED notification the service reports FAILED', async () => {
@@ -76,12 +83,59 @@ describe('verifyNotification', () => {
     },
   );
 
-  it('rejects a notification when the status record has no amount (null) and the notification has one', async () => {
+  it('decides later, never rejects, when the status record has no amount (null) and the notification has one', async () => {
     const status = read({ amount: null });
     expect(status.amount).toBeNull();
-    const event = rejected(await verifyNotification(source(status), read()));
-    expect(event.reason).toBe('mismatch');
-    expect(event.mismatches).toEqual(['amount']);
+    const verdict = later(await verifyNotification(source(status), read()));
+    expect(String(verdict.reason)).toContain('lacks amount');
+  });
+
+  it('never confirms when neither the notification nor the answer has an amount (null == null)', async () => {
+    const verdict = await verifyNotification(source(read({ amount: null })), read({ amount: null }));
+    expect(later(verdict).reason).toEqual(expect.stringContaining('lacks amount'));
+  });
+
+  it.each<[string, Record<string, unknown>, string]>([
+    [
+      'an amount',
+      { transaction_id: ID, state: 'SUCCESSFUL', custom_data: '{"orderId":"order-1001"}' },
+      'amount',
+    ],
+    ['custom_data', { transaction_id: ID, state: 'SUCCESSFUL', amount: 5000 }, 'custom_data'],
+    ['both', { transaction_id: ID, state: 'SUCCESSFUL' }, 'amount and custom_data'],
+  ])(
+    'decides later when the status answer lacks %s, even if the notification lacks it too',
+    async (_, data, what) => {
+      const status = parseStatusAnswer(ID, {
+        httpStatus: 200,
+        body: JSON.stringify({ data, statut_code: 200 }),
+      });
+      if (status instanceof Error) throw status;
+      const partialNotification = read({
+        amount: data.amount ?? null,
+        custom_data: data.custom_data ?? null,
+      });
+      for (const notification of [read(), partialNotification]) {
+        const verdict = later(await verifyNotification(source(status), notification));
+        expect(String(verdict.reason)).toContain(`lacks ${what}`);
+      }
+      // Not whole: never delivered in a forgery's place either.
+      const event = {
+        reason: 'mismatch' as const,
+        message: '',
+        mismatches: [],
+        notification: read(),
+        status,
+      };
+      expect(genuineRecord(event)).toBeUndefined();
+    },
+  );
+
+  it("delivers a whole record in a forgery of the same state's place, and nothing for another state", () => {
+    const status = read();
+    const event = { reason: 'mismatch' as const, message: '', mismatches: [], status };
+    expect(genuineRecord({ ...event, notification: read({ amount: 1 }) })).toBe(status);
+    expect(genuineRecord({ ...event, notification: read({ state: 'FAILED' }) })).toBeUndefined();
   });
 
   it('compares custom_data exactly: surrounding spaces are a difference', async () => {
@@ -94,9 +148,21 @@ describe('verifyNotification', () => {
     expect(event.mismatches).toEqual(['custom_data']);
   });
 
-  it('rejects a notification of a transaction the service does not know as not_found', async () => {
+  it('does not reject on a first not-found: later, with when it was seen, to ask once more', async () => {
+    const notFound = source(new TransactionNotFoundError(ID));
+    const verdict = later(await verifyNotification(notFound, read(), { arrivedAt: 1_000 }));
+    expect(verdict.notFoundAt).toBeGreaterThan(1_000);
+    // The answer might have been cached before the notification arrived: asked again for a newer one.
+    expect(notFound.getStatus.mock.calls).toEqual([[ID], [ID, { since: 1_000 }]]);
+  });
+
+  it('rejects as not_found when the service says it again after the first not-found', async () => {
     const notification = read();
-    const event = rejected(await verifyNotification(source(new TransactionNotFoundError(ID)), notification));
+    const notFound = source(new TransactionNotFoundError(ID));
+    const context = { arrivedAt: 1_000, notFoundAt: 2_000 };
+    const event = rejected(await verifyNotification(notFound, notification, context));
+    expect(notFound.getStatus.mock.calls).toEqual([[ID], [ID, { since: 2_000 }]]);
+    expect(event.message).toContain('apiKey or baseUrl');
     expect(event.reason).toBe('not_found');
     expect(event.mismatches).toEqual([]);
     expect(event.notification).toBe(notification);
@@ -151,6 +217,57 @@ describe('verifyNotification', () => {
     };
     const verdict = later(await verifyNotification(throwing, read()));
     expect(verdict.reason).toBe(bug);
+  });
+});
+
+describe('verifyNotification: an answer older than the notification never condemns it', () => {
+  /** A source answering `answers` in turn (an Error rejects), then repeating the last. */
+  function inTurn(...answers: Array<StatusRecord | Error>) {
+    let call = 0;
+    return {
+      getStatus: jest.fn<Promise<StatusRecord>, [string, { since?: number }?]>(() => {
+        const answer = answers[Math.min(call++, answers.length - 1)] as StatusRecord | Error;
+        return answer instanceof Error ? Promise.reject(answer) : Promise.resolve(answer);
+      }),
+    } satisfies StatusSource;
+  }
+
+  it('a FAILED answer to a SUCCESSFUL notification is asked again for one newer than it, which confirms it', async () => {
+    const statusSource = inTurn(read({ state: 'FAILED' }), read());
+    const verdict = await verifyNotification(statusSource, read(), { arrivedAt: 5_000 });
+    expect(verdict.kind).toBe('confirmed');
+    expect(statusSource.getStatus.mock.calls).toEqual([[ID], [ID, { since: 5_000 }]]);
+  });
+
+  it('a FAILED answer confirmed by a newer one rejects the SUCCESSFUL notification', async () => {
+    const verdict = await verifyNotification(inTurn(read({ state: 'FAILED' })), read(), { arrivedAt: 5_000 });
+    expect(rejected(verdict).mismatches).toEqual(['state']);
+  });
+
+  it('when no newer answer may be had yet (interval), it decides later with the wait', async () => {
+    const wait = new StatusRateLimitError(ID, 'interval', 30_000);
+    const verdict = await verifyNotification(inTurn(read({ state: 'FAILED' }), wait), read(), {
+      arrivedAt: 5_000,
+    });
+    expect(later(verdict)).toMatchObject({ reason: wait, retryAfterMs: 30_000 });
+  });
+
+  it.each<[string, Record<string, unknown>, Record<string, unknown>]>([
+    ['a SUCCESSFUL answer to a FAILED notification', { state: 'SUCCESSFUL' }, { state: 'FAILED' }],
+    ['another amount', { amount: 1 }, {}],
+    ['another custom_data', { custom_data: 'other' }, {}],
+  ])('%s is final: rejected at once, without asking again', async (_, status, notification) => {
+    const statusSource = inTurn(read(status));
+    const verdict = await verifyNotification(statusSource, read(notification), { arrivedAt: 5_000 });
+    expect(verdict.kind).toBe('rejected');
+    expect(statusSource.getStatus).toHaveBeenCalledTimes(1);
+  });
+
+  it('a not-found seen before keeps its time through a later verdict', async () => {
+    const wait = new StatusRateLimitError(ID, 'interval', 30_000);
+    const notFound = new TransactionNotFoundError(ID);
+    const verdict = await verifyNotification(inTurn(notFound, wait), read(), { arrivedAt: 1, notFoundAt: 2 });
+    expect(later(verdict).notFoundAt).toBe(2);
   });
 });
 

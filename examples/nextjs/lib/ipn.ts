@@ -1,0 +1,16 @@
+import { createStatusClient, ipnRouter } from 'ipn-kit';
+
+// One router per server process. In a serverless function MemoryStore dedupes within one instance only:
+// give it a RedisStore or PostgresStore there (see docs/stores-and-delivery.md).
+export const ipn = ipnRouter({
+  verify: createStatusClient({
+    baseUrl: process.env.PAYMENT_STATUS_URL ?? 'https://payments.example/api_v1/transaction',
+    apiKey: process.env.PAYMENT_API_KEY ?? '',
+  }),
+});
+
+ipn.on('successful', (n) => console.log(`credit ${n.custom_data}: ${n.amount} (${n.transaction_id})`));
+ipn.on('failed', (n) => console.log(`failed ${n.custom_data}: ${n.error}`));
+ipn.on('rejected', (e) => console.log(`rejected ${e.notification.custom_data}: ${e.reason}`));
+ipn.on('invalid', (e) => console.log(`invalid ${e.status} ${e.reason}`));
+ipn.on('error', ({ error }) => console.error(`error ${error.message}`));

@@ -1,0 +1,99 @@
+/// <reference types="node" preserve="true" />
+import { Readable } from 'node:stream';
+import type { FastifyPluginCallback, FastifyReply, FastifyRequest } from 'fastify';
+import type { IpnOutcome, IpnRequest } from '../router/ipn-pipeline.js';
+import type { IpnCore } from '../router/ipn-core.js';
+import type { IpnRouter } from './ipn-router.js';
+import { coreOf } from './ipn-router.js';
+import { payloadOf } from './node-handler.js';
+import { tokenOf } from '../pipeline/ipn-url.js';
+
+/** The options of {@link ipnPlugin}, beside Fastify's own (`prefix`). */
+export interface IpnPluginOptions {
+  /** The router `ipnRouter()` made: its options, listeners, store and metrics serve this route. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- any customData type
+  router: IpnRouter<any>;
+}
+
+const JSON_TYPE = 'application/json; charset=utf-8';
+// GET and HEAD are liveness pings; every other method gets the router's 405.
+const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'];
+/** Marks the stream the plugin's own content-type parser handed over, unread. */
+const UNREAD = Symbol('ipn-kit.unread');
+
+/**
+ * A Fastify (4 or 5) plugin serving the IPN route at its prefix:
+ * `app.register(ipnPlugin, { prefix: '/ipn', router: ipn })`. The plugin is encapsulated: inside it, every
+ * content-type parser the host registered is replaced by one that hands the body over unread, so the router
+ * reads it with its own limit and leniency (a JSON object labelled `text/plain` included), whatever the host
+ * parses elsewhere. Fastify's `bodyLimit` does not apply to this route: the router's `limit` does.
+ *
+ * @example
+ * import Fastify from 'fastify';
+ * import { ipnRouter } from 'ipn-kit';
+ * import { ipnPlugin } from 'ipn-kit/fastify';
+ *
+ * const ipn = ipnRouter();
+ * ipn.on('successful', (n) => credit(n.custom_data, n.amount));
+ * const app = Fastify();
+ * await app.register(ipnPlugin, { prefix: '/ipn', router: ipn });
+ */
+export const ipnPlugin: FastifyPluginCallback<IpnPluginOptions> = (instance, options, done) => {
+  let core: IpnCore<unknown>;
+  try {
+    core = coreOf(options.router, 'ipnPlugin');
+  } catch (error) {
+    done(error as Error); // fails app.register() / app.ready(), as Fastify reports a plugin's error
+    return;
+  }
+  instance.removeAllContentTypeParsers();
+  instance.addContentTypeParser('*', (_request, payload, parsed) => {
+    parsed(null, { [UNREAD]: payload });
+  });
+
+  const handler = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
+    let outcome: IpnOutcome;
+    try {
+      outcome = await core.handle(toIpnRequest(request));
+    } catch (cause) {
+      outcome = core.failure(cause);
+    }
+    try {
+      // The JSON text as it is: a host's reply serializer applies to objects only.
+      void reply
+        .code(outcome.status)
+        .headers(outcome.headers ?? {})
+        .type(JSON_TYPE)
+        .send(payloadOf(outcome.body));
+    } catch (cause) {
+      core.onFailure(cause);
+    }
+    // Events run even if the answer could not be written: a claimed notification must still be delivered.
+    void core.afterResponse(outcome);
+    return reply;
+  };
+  instance.route({ method: METHODS, url: '/', exposeHeadRoute: false, handler });
+  done();
+};
+
+function toIpnRequest(request: FastifyRequest): IpnRequest {
+  const { headers } = request.raw;
+  return {
+    method: request.method,
+    contentType: headers['content-type'],
+    contentLength: headers['content-length'],
+    contentEncoding: headers['content-encoding'],
+    token: tokenOf(request.raw.url),
+    body: bodyOf(request),
+  };
+}
+
+function bodyOf(request: FastifyRequest): IpnRequest['body'] {
+  const body = request.body as { [UNREAD]?: Readable } | undefined;
+  const stream = body?.[UNREAD];
+  if (stream !== undefined) return { stream };
+  // Fastify runs no parser for a request without a body: the stream is empty, or a host hook drained it.
+  if (!request.raw.readableEnded) return { stream: request.raw };
+  if (body !== undefined) return { parsed: body };
+  return request.headers['content-length'] === '0' ? { stream: Readable.from([]) } : { consumed: true };
+}

@@ -1,0 +1,84 @@
+/// <reference types="node" preserve="true" />
+import { Readable } from 'node:stream';
+import type { IpnOutcome, IpnRequest } from '../router/ipn-pipeline.js';
+import type { IpnCore } from '../router/ipn-core.js';
+import { tokenOf } from '../pipeline/ipn-url.js';
+import { payloadOf } from './node-handler.js';
+
+/**
+ * What a fetch-style platform gives a handler beside the request. Only `waitUntil` is read: Next.js's
+ * `after`, Vercel's `waitUntil`, a Cloudflare Worker's `ctx` (passed as it is), Deno's and Bun's equivalents.
+ */
+export interface FetchContext {
+  /**
+   * Keeps the function alive until the promise settles, once the response is returned. The router hands
+   * it the work that runs after the 200: verification (with `verify`), your listeners and the promises they
+   * return, and at-least-once the store's bookkeeping. The promise never rejects.
+   */
+  waitUntil?(promise: Promise<unknown>): void;
+}
+
+/**
+ * A Web-standard handler: a WHATWG `Request` in, a `Response` out, with the router's statuses and JSON
+ * bodies. Any further argument (a Next.js route's `{ params }`) is ignored unless it has a `waitUntil`.
+ */
+export type FetchHandler = (request: Request, context?: FetchContext) => Promise<Response>;
+
+const JSON_TYPE = 'application/json; charset=utf-8';
+
+/** The fetch (Web `Request` / `Response`) adapter over the core. Never rejects. */
+export function createFetchHandler(core: IpnCore<unknown>): FetchHandler {
+  return async (request, context) => {
+    let outcome: IpnOutcome;
+    try {
+      outcome = await core.handle(toIpnRequest(request));
+    } catch (cause) {
+      outcome = core.failure(cause);
+    }
+    let response: Response;
+    try {
+      response = toResponse(request.method, outcome);
+    } catch (cause) {
+      // Not reachable with the router's own answers; still never a rejection, and the service resends.
+      core.onFailure(cause);
+      response = new Response(null, { status: 500 });
+    }
+    // Started now, not once the response is written: a frozen function may never run a later timer.
+    const work = core.afterResponse(outcome);
+    // Called as a method: a Cloudflare Worker's `ctx.waitUntil` needs its `this`.
+    if (typeof context?.waitUntil === 'function') {
+      try {
+        context.waitUntil(work);
+      } catch (cause) {
+        core.onFailure(cause);
+      }
+    }
+    return response;
+  };
+}
+
+function toIpnRequest(request: Request): IpnRequest {
+  const { headers } = request;
+  return {
+    method: request.method,
+    contentType: headers.get('content-type') ?? undefined,
+    contentLength: headers.get('content-length') ?? undefined,
+    contentEncoding: headers.get('content-encoding') ?? undefined,
+    token: tokenOf(request.url),
+    body: bodyOf(request),
+  };
+}
+
+function bodyOf(request: Request): IpnRequest['body'] {
+  // Something read the body before the router (`await req.json()` in the host's code, a middleware).
+  if (request.bodyUsed) return { consumed: true };
+  if (request.body === null) return { stream: Readable.from([]) };
+  return { stream: Readable.fromWeb(request.body) };
+}
+
+function toResponse(method: string, outcome: IpnOutcome): Response {
+  const headers = new Headers(outcome.headers);
+  headers.set('Content-Type', JSON_TYPE);
+  const body = method === 'HEAD' ? null : payloadOf(outcome.body);
+  return new Response(body, { status: outcome.status, headers });
+}

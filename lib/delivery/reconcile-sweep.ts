@@ -1,0 +1,165 @@
+import { randomUUID } from 'node:crypto';
+import { messageOf, StatusRateLimitError, StoreError, TransactionNotFoundError } from '../pipeline/errors.js';
+import { isFinalState, type IpnNotification } from '../pipeline/schema.js';
+import type { Expectation, ExpectationStore } from '../stores/expectation-store.js';
+import type { StatusSource } from '../status/verify-notification.js';
+import type { DeliveryContext } from './delivery-context.js';
+import type { StaleReason } from './events.js';
+import { contradictions } from './expectations.js';
+
+/** The service's rule: at least 15 minutes between two status queries of one transaction. */
+export const MIN_QUERY_SPACING_MS = 15 * 60_000;
+/** Shortest wait before a query the client refused (budget, block) is tried again. */
+const MIN_RETRY_MS = 1_000;
+/** Expectations taken from the store at a time. */
+const BATCH = 20;
+/** How long one sweep may hold the lock before another instance may take over (a crashed sweeper). */
+const LOCK_MS = 5 * 60_000;
+
+/** What one sweep did: what `ipn.sweep()` resolves. */
+export interface SweepResult {
+  /** Status queries made. */
+  queried: number;
+  /** Expected transactions delivered from the service's record (their events emitted). */
+  reconciled: number;
+  /** Expected transactions whose record contradicted the expectation (`rejected`). */
+  rejected: number;
+  /** Expected transactions given up on (`stale`). */
+  stale: number;
+  /** `false` when another instance held the sweep's lock: this call did nothing. */
+  swept: boolean;
+}
+
+/**
+ * The reconciliation sweep: expected transactions with no final notification after `reconcileAfterMs` are
+ * asked about through the status client (one at a time, within its budget, at least 15 minutes apart per
+ * transaction), delivered from the service's record when final, and reported `stale` after
+ * `reconcileAttempts` queries. One instance sweeps at a time: the store's lock.
+ */
+export function createReconcileSweep<C>(
+  context: DeliveryContext<C>,
+  expectations: ExpectationStore,
+  source: StatusSource | undefined,
+  deliver: (record: IpnNotification) => Promise<boolean>,
+) {
+  const { options, emit, logger, reject, report } = context;
+  const owner = randomUUID();
+  const spacing = Math.max(options.reconcileAfterMs, MIN_QUERY_SPACING_MS);
+  let running: Promise<SweepResult> | undefined;
+  let started = false;
+
+  function stale(e: Expectation, reason: StaleReason, detail: string, status?: IpnNotification): void {
+    const message = `no final notification for expected transaction ${e.transactionId} after ${e.attempts} status queries: ${detail}`;
+    logger.warn({ transaction_id: e.transactionId, reason, attempts: e.attempts }, message);
+    emit('stale', {
+      transactionId: e.transactionId,
+      reason,
+      message,
+      customData: e.customData,
+      amount: e.amount,
+      expectedAt: new Date(e.expectedAt),
+      attempts: e.attempts,
+      ...(status ? { status } : {}),
+    });
+  }
+
+  /** Settles one due expectation; `true` when the pass must stop (the budget is spent). */
+  async function settleOne(e: Expectation, result: SweepResult): Promise<boolean> {
+    const last = e.attempts >= options.reconcileAttempts;
+    if (source === undefined) {
+      result.stale += 1;
+      await expectations.delete(e.transactionId);
+      stale(e, 'no_status_client', 'the router has no status client (statusClient or verify) to ask');
+      return false;
+    }
+    let record: IpnNotification;
+    try {
+      result.queried += 1;
+      record = await source.getStatus(e.transactionId);
+    } catch (error) {
+      if (error instanceof StatusRateLimitError) {
+        // Not an attempt: put it back for when the client may send again, and stop this pass.
+        result.queried -= 1;
+        const dueAt = Date.now() + Math.max(error.retryAfterMs, MIN_RETRY_MS);
+        await expectations.put({ ...e, attempts: e.attempts - 1, dueAt });
+        return true;
+      }
+      if (!last) return false; // already moved to its next due time
+      result.stale += 1;
+      await expectations.delete(e.transactionId);
+      const notFound = error instanceof TransactionNotFoundError;
+      stale(e, notFound ? 'not_found' : 'unavailable', messageOf(error));
+      return false;
+    }
+    if (!isFinalState(record.state)) {
+      if (!last) return false;
+      result.stale += 1;
+      await expectations.delete(e.transactionId);
+      stale(e, 'not_final', `the service still reports ${record.state}`, record);
+      return false;
+    }
+    const mismatches = contradictions(e, record);
+    if (mismatches.length > 0) {
+      result.rejected += 1;
+      await expectations.delete(e.transactionId);
+      const message = `the service's record of ${e.transactionId} contradicts its expectation in ${mismatches.join(', ')}: not credited`;
+      reject({ reason: 'mismatch', message, mismatches, notification: record, status: record });
+      return false;
+    }
+    const emitted = await deliver(record);
+    await expectations.delete(e.transactionId);
+    if (emitted) {
+      result.reconciled += 1;
+      logger.info(
+        { transaction_id: e.transactionId, state: record.state },
+        'expected transaction reconciled through the status query: its notification never arrived',
+      );
+    }
+    return false;
+  }
+
+  async function pass(): Promise<SweepResult> {
+    const result: SweepResult = { queried: 0, reconciled: 0, rejected: 0, stale: 0, swept: false };
+    if (!(await expectations.lockSweep(owner, LOCK_MS))) return result;
+    result.swept = true;
+    try {
+      for (;;) {
+        const now = Date.now();
+        const due = await expectations.takeDue(now, now + spacing, BATCH);
+        for (const e of due) {
+          if (context.isClosed()) return result;
+          try {
+            if (await settleOne(e, result)) return result;
+          } catch (cause) {
+            // A store or delivery failure: reported; the expectation stays, due again later.
+            report(new StoreError(`the sweep failed for ${e.transactionId}: ${messageOf(cause)}`, { cause }));
+          }
+        }
+        if (due.length < BATCH) return result;
+      }
+    } finally {
+      await expectations.unlockSweep(owner);
+    }
+  }
+
+  return {
+    /** One pass now (or the one running). Never rejects: a store failure is an `error` event. */
+    sweep(): Promise<SweepResult> {
+      running ??= pass()
+        .catch((cause: unknown) => {
+          report(new StoreError(`the reconciliation sweep failed: ${messageOf(cause)}`, { cause }));
+          return { queried: 0, reconciled: 0, rejected: 0, stale: 0, swept: false };
+        })
+        .finally(() => {
+          running = undefined;
+        });
+      return running;
+    },
+    /** Starts sweeping every `sweepIntervalMs` (once; later calls do nothing). */
+    start(run: () => void): void {
+      if (started) return;
+      started = true;
+      context.every(options.sweepIntervalMs, run);
+    },
+  };
+}

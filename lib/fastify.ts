@@ -1,0 +1,7 @@
+/**
+ * `ipn-kit/fastify`: the IPN route as a Fastify plugin, `app.register(ipnPlugin, { prefix, router })`.
+ * Fastify is an optional peer dependency, loaded only by your app: this entry point imports its types only.
+ * @packageDocumentation
+ */
+export { ipnPlugin } from './adapters/fastify-plugin.js';
+export type { IpnPluginOptions } from './adapters/fastify-plugin.js';

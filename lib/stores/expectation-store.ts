@@ -1,0 +1,38 @@
+/** A transaction the partner initiated and expects a notification for (`ipn.expect()`). */
+export interface Expectation {
+  /** The transaction's id, as the initiation returned it. */
+  transactionId: string;
+  /** The `custom_data` given at initiation, as text; `undefined` when not to be checked. */
+  customData?: string | undefined;
+  /** The amount of the transaction; `undefined` when not to be checked. */
+  amount?: number | undefined;
+  /** When `ipn.expect()` was called, in ms since the epoch. */
+  expectedAt: number;
+  /** When the sweep next asks the service about it, in ms since the epoch. */
+  dueAt: number;
+  /** Status queries the sweep has made for it so far. */
+  attempts: number;
+}
+
+/**
+ * Where a store keeps expectations, so that they survive a restart (where the store does) and are shared by
+ * every instance using it. Every method may answer a value or a promise; `takeDue` and `lockSweep` must be
+ * atomic across instances when the store is shared.
+ */
+export interface ExpectationStore {
+  /** Adds (or replaces) the expectation of its `transactionId`. */
+  put(expectation: Expectation): void | Promise<void>;
+  /** The expectation of `transactionId`, or `undefined`. */
+  get(transactionId: string): Expectation | undefined | Promise<Expectation | undefined>;
+  /** Forgets the expectation of `transactionId` (settled, or reported stale). */
+  delete(transactionId: string): void | Promise<void>;
+  /**
+   * Takes up to `limit` expectations whose `dueAt` is at or before `now`: each is moved to `dueAt =
+   * nextDueAt` with one more attempt, and returned so. Two callers never take the same one for one due time.
+   */
+  takeDue(now: number, nextDueAt: number, limit: number): Expectation[] | Promise<Expectation[]>;
+  /** Holds the sweep's lock as `owner` for `ms` (or extends it): `false` when another owner holds it. */
+  lockSweep(owner: string, ms: number): boolean | Promise<boolean>;
+  /** Lets go of the sweep's lock, if `owner` holds it. */
+  unlockSweep(owner: string): void | Promise<void>;
+}

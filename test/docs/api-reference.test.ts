@@ -1,0 +1,68 @@
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+// The API reference (`npm run docs`, part of `npm test`): it covers every public entry point, and the build
+// fails on an undocumented export or a broken {@link}, so neither can reach a release.
+
+const root = join(__dirname, '../..');
+const json = (path: string) => JSON.parse(readFileSync(join(root, path), 'utf8'));
+const config = json('docs/typedoc.json') as {
+  [option: string]: unknown;
+  entryPoints: string[];
+  validation: Record<string, boolean>;
+  treatWarningsAsErrors: boolean;
+  treatValidationWarningsAsErrors: boolean;
+};
+const pkg = json('package.json') as { exports: Record<string, unknown>; scripts: Record<string, string> };
+
+test('npm test builds the API reference with docs/typedoc.json', () => {
+  expect(pkg.scripts.docs).toBe('typedoc --options docs/typedoc.json');
+  expect(pkg.scripts.test).toMatch(/npm run docs &&/);
+});
+
+test('the API reference has one entry point per public entry point of the package, no more, no less', () => {
+  const published = Object.keys(pkg.exports)
+    .filter((name) => name !== './package.json')
+    .map((name) => `../lib/${name === '.' ? 'index' : name.slice(2)}.ts`)
+    .sort();
+  expect([...config.entryPoints].sort()).toEqual(published);
+});
+
+test('an undocumented export or a broken link fails the build, and says which', () => {
+  expect(config.validation).toMatchObject({ notDocumented: true, invalidLink: true, notExported: true });
+  expect(config.treatValidationWarningsAsErrors).toBe(true);
+  const scratch = mkdtempSync(join(tmpdir(), 'ipn-kit-typedoc-'));
+  try {
+    writeFileSync(
+      join(scratch, 'api.ts'),
+      '/** Documented, but its link goes nowhere: {@link Nowhere}. */\n' +
+        'export function documented(): void {}\n' +
+        'export const undocumentedThing = 1;\n',
+    );
+    writeFileSync(
+      join(scratch, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: { strict: true, module: 'commonjs', target: 'es2022', types: [] },
+        files: ['api.ts'],
+      }),
+    );
+    // The project's own settings, over this one file.
+    writeFileSync(
+      join(scratch, 'typedoc.json'),
+      JSON.stringify({ ...config, entryPoints: ['api.ts'], tsconfig: 'tsconfig.json', out: 'api' }),
+    );
+    const run = spawnSync(
+      process.execPath,
+      [join(root, 'node_modules/typedoc/bin/typedoc'), '--options', join(scratch, 'typedoc.json')],
+      { cwd: scratch, encoding: 'utf8', env: { ...process.env, NO_COLOR: '1' } },
+    );
+    const output = `${run.stdout}${run.stderr}`;
+    expect(run.status).not.toBe(0);
+    expect(output).toMatch(/undocumentedThing.*does not have any documentation/);
+    expect(output).toMatch(/Failed to resolve link to "Nowhere"/);
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
+}, 60_000);

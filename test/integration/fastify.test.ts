@@ -1,0 +1,75 @@
+import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify4 from 'fastify4';
+import { ipnRouter, type IpnRouter } from '../../lib/index.js';
+import { ipnPlugin } from '../../lib/fastify.js';
+import { createFastifyApp } from '../../examples/frameworks/fastify.js';
+import { describeFramework, type Mounted } from '../helpers/framework-scenario.js';
+import { uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
+import { recordEvents } from '../helpers/record-events.js';
+
+async function serve(app: FastifyInstance): Promise<Mounted> {
+  const address = await app.listen({ port: 0, host: '127.0.0.1' });
+  return { ipnUrl: `${address}/ipn`, close: () => app.close() };
+}
+
+/** A host app whose own parsers would break the route: JSON parsed strictly, everything else refused. */
+async function hostileHost(ipn: IpnRouter): Promise<FastifyInstance> {
+  const app = Fastify();
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser('application/json', { parseAs: 'string', bodyLimit: 10 }, (_req, body, done) =>
+    done(null, JSON.parse(String(body))),
+  );
+  app.addContentTypeParser('*', (_req, _payload, done) => done(new Error('the host refuses this body')));
+  app.post('/orders', (request, reply) => reply.send({ received: request.body }));
+  await app.register(ipnPlugin, { prefix: '/ipn', router: ipn });
+  return app;
+}
+
+describeFramework('Fastify 5, the documented snippet', async (ipn) => serve(await createFastifyApp(ipn)));
+
+describeFramework('Fastify 5, behind host content-type parsers that would refuse the body', async (ipn) =>
+  serve(await hostileHost(ipn)),
+);
+
+describeFramework('Fastify 4', async (ipn) => {
+  const app = Fastify4();
+  await app.register(ipnPlugin as never, { prefix: '/ipn', router: ipn });
+  return serve(app as unknown as FastifyInstance);
+});
+
+describe('ipn-kit/fastify beside the host app', () => {
+  test("the host's own parsers still serve its other routes, and the plugin route a large JSON body", async () => {
+    const ipn = ipnRouter({ logger: quiet });
+    const recorder = recordEvents(ipn);
+    const app = await hostileHost(ipn);
+    const { ipnUrl, close } = await serve(app);
+    const origin = new URL(ipnUrl).origin;
+
+    const orders = await fetch(`${origin}/orders`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"a":1}',
+    });
+    // Over the host parser's 10-byte bodyLimit: the plugin's route reads with the router's limit.
+    const notified = await fetch(`${ipnUrl}?source=service`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(uniquePayload()),
+    });
+    await close();
+    await ipn.close();
+
+    expect(orders.status).toBe(200);
+    expect(await orders.json()).toEqual({ received: { a: 1 } });
+    expect(notified.status).toBe(200);
+    expect(recorder.names()).toEqual(['notification', 'successful']);
+  });
+
+  test('a router that is not one ipnRouter() made is refused when the plugin registers', async () => {
+    const app = Fastify();
+    await expect(
+      app.register(ipnPlugin, { prefix: '/ipn', router: (() => {}) as unknown as IpnRouter }),
+    ).rejects.toThrow(TypeError);
+  });
+});

@@ -1,0 +1,127 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
+import { until } from '../helpers/until.js';
+
+/**
+ * The NestJS example (examples/nestjs: IpnModule, Nest's body parser off, JSON for the controllers) on real
+ * NestJS 12 and its Express platform. NestJS 12 is ESM-only and jest loads CommonJS, so the app runs in a
+ * process of its own (test/processes/nest-app.ts, through tsx), printing each event as a line of JSON.
+ */
+
+const root = join(__dirname, '../..');
+// Each test waits on the app's output (never on a timer); a loaded CI machine may take its time.
+jest.setTimeout(60_000);
+
+interface Line {
+  event: string;
+  transaction_id?: string;
+  custom_data?: string;
+  reason?: string;
+  status?: number;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const probe = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+describe('the NestJS example on NestJS 12, through a real server', () => {
+  let provider: FakeProvider;
+  let child: ChildProcess | undefined;
+  let base: string;
+  const output: string[] = [];
+  const events = (): Line[] =>
+    output.filter((line) => line.startsWith('{')).map((line) => JSON.parse(line) as Line);
+  const count = (event: string, custom_data?: string) =>
+    events().filter(
+      (line) => line.event === event && (custom_data === undefined || line.custom_data === custom_data),
+    ).length;
+
+  beforeAll(async () => {
+    provider = await createFakeProvider({ apiKey: 'nest-key', resendIntervalMs: 10 });
+    const port = await freePort();
+    base = `http://127.0.0.1:${port}`;
+    child = spawn(join(root, 'node_modules/.bin/tsx'), ['test/processes/nest-app.ts'], {
+      cwd: root,
+      env: {
+        ...process.env,
+        PORT: String(port),
+        PAYMENT_STATUS_URL: provider.statusBaseUrl,
+        PAYMENT_API_KEY: 'nest-key',
+      },
+    });
+    child.stdout?.on('data', (chunk: Buffer) => output.push(...chunk.toString().split('\n').filter(Boolean)));
+    child.stderr?.on('data', (chunk: Buffer) => output.push(chunk.toString()));
+    await until(
+      () => {
+        if (child?.exitCode !== null) throw new Error(`the Nest app exited:\n${output.join('\n')}`);
+        return count('listening') === 1;
+      },
+      'the Nest app to listen',
+      60_000,
+    );
+  }, 90_000);
+
+  afterAll(async () => {
+    child?.kill();
+    await provider?.close();
+  });
+
+  const post = (path: string, body: string, type = 'application/json') =>
+    fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': type }, body });
+
+  test('a payment notified then resent twice answers 200 each time and is credited once', async () => {
+    const paid = provider.initiate({
+      amount: 5000,
+      ipnUrl: `${base}/ipn`,
+      customData: 'nest-order-1',
+      outcome: 'SUCCESSFUL',
+      duplicates: 2,
+    });
+    const report = await paid.delivered;
+    await until(
+      () => count('duplicate') === 2 && count('successful') === 1,
+      'the credit and both resends',
+      20_000,
+    );
+
+    expect(report.statuses).toEqual([200, 200, 200]);
+    expect(events().filter((line) => line.event === 'successful')).toEqual([
+      expect.objectContaining({ transaction_id: paid.transactionId, custom_data: 'nest-order-1' }),
+    ]);
+    expect(provider.statusQueriesFor(paid.transactionId)).toBe(1);
+  });
+
+  test('a forged notification is rejected by verify, never credited', async () => {
+    const status = await provider.forge({ ipnUrl: `${base}/ipn`, customData: 'nest-forged' });
+    await until(() => count('rejected', 'nest-forged') === 1, 'the rejection', 20_000);
+
+    expect(status).toBe(200);
+    expect(count('successful', 'nest-forged')).toBe(0);
+  });
+
+  test("malformed JSON answers the router's 400 in JSON, not Nest's body parser's, and emits invalid", async () => {
+    const response = await post('/ipn', '{"transaction_id":');
+    await until(() => count('invalid') === 1, 'the invalid event', 20_000);
+
+    expect(response.status).toBe(400);
+    expect(await response.json()).toMatchObject({ error: 'malformed_body' });
+    expect(events().find((line) => line.event === 'invalid')).toMatchObject({
+      reason: 'malformed_body',
+      status: 400,
+    });
+  });
+
+  test('the controllers still get their JSON parsed', async () => {
+    const response = await post('/orders', '{"id":"o-1"}');
+
+    expect(response.status).toBe(201);
+    expect(await response.json()).toEqual({ received: { id: 'o-1' } });
+  });
+});

@@ -1,0 +1,154 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync, readdirSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
+import { buildNextApp, isBuilt, NEXT_BIN, nextAppDir } from '../helpers/next-app.js';
+import { until } from '../helpers/until.js';
+
+/**
+ * A real Next.js application (examples/nextjs: an App Router route handler and a Pages Router API route),
+ * production-built with `next build` and served by `next start`, receiving notifications from the fake
+ * payment service. The build is cached in the OS temp dir under a hash of its sources (test/helpers/
+ * next-app.ts): the first run builds (a minute or two on 2 cores), later runs with nothing changed do not.
+ */
+
+const root = join(__dirname, '../..');
+const BUILD_TIMEOUT = 10 * 60_000;
+// Each test waits on the app's output (never on a timer); a loaded CI machine may take its time.
+jest.setTimeout(60_000);
+
+/** Why Next.js cannot build here, or undefined when it can: the package and its native compiler. */
+function missing(): string | undefined {
+  if (!existsSync(join(root, 'node_modules/next/package.json'))) return 'next is not installed';
+  const swc = existsSync(join(root, 'node_modules/@next'))
+    ? readdirSync(join(root, 'node_modules/@next')).filter((name) => name.startsWith('swc-'))
+    : [];
+  if (swc.length === 0) return "no @next/swc-* binary for this platform (npm ci skipped Next's compiler)";
+  return undefined;
+}
+
+const reason = missing();
+if (reason !== undefined && process.env.CI === 'true')
+  throw new Error(`the Next.js suite cannot run: ${reason}`);
+if (reason !== undefined) console.warn(`skipping the Next.js suite: ${reason}`);
+const describeNext = reason === undefined ? describe : describe.skip;
+
+function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const probe = createServer().listen(0, '127.0.0.1', () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+describeNext('a Next.js app (production build, next start) receiving notifications', () => {
+  let provider: FakeProvider;
+  let server: ChildProcess | undefined;
+  let base: string;
+  const output: string[] = [];
+  const lines = (prefix: string) => output.filter((line) => line.startsWith(prefix));
+
+  beforeAll(async () => {
+    provider = await createFakeProvider({ apiKey: 'next-key', resendIntervalMs: 10 });
+    const dir = nextAppDir();
+    if (!isBuilt(dir)) buildNextApp(dir);
+    const port = await freePort();
+    base = `http://127.0.0.1:${port}`;
+    server = spawn(process.execPath, [NEXT_BIN, 'start', '-p', String(port), '-H', '127.0.0.1'], {
+      cwd: dir,
+      env: {
+        ...process.env,
+        NEXT_TELEMETRY_DISABLED: '1',
+        NODE_ENV: 'production',
+        PAYMENT_STATUS_URL: provider.statusBaseUrl,
+        PAYMENT_API_KEY: 'next-key',
+      },
+    });
+    const collect = (chunk: Buffer) => output.push(...chunk.toString().split('\n').filter(Boolean));
+    server.stdout?.on('data', collect);
+    server.stderr?.on('data', collect);
+    await until(
+      () => {
+        if (server?.exitCode !== null) throw new Error(`next start exited:\n${output.join('\n')}`);
+        return output.some((line) => /Ready in|ready/i.test(line));
+      },
+      'next start to be ready',
+      60_000,
+    );
+  }, BUILD_TIMEOUT);
+
+  afterAll(async () => {
+    server?.kill();
+    await provider?.close();
+  });
+
+  const post = (path: string, body: string, type = 'application/json') =>
+    fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': type }, body });
+
+  test('App Router: a payment notified then resent twice answers 200 each time and is credited once', async () => {
+    const ipnUrl = `${base}/api/ipn`;
+    const paid = provider.initiate({
+      amount: 5000,
+      ipnUrl,
+      customData: 'order-next-1',
+      outcome: 'SUCCESSFUL',
+      duplicates: 2,
+    });
+    const report = await paid.delivered;
+    await until(() => lines('credit order-next-1').length === 1, 'the credit line', 20_000);
+    // A later notification's line proves the resends' turn is over: a second credit would have come first.
+    await provider.initiate({ amount: 10, ipnUrl, customData: 'order-next-2', outcome: 'FAILED' }).delivered;
+    await until(() => lines('failed order-next-2').length === 1, 'the failed line', 20_000);
+
+    expect(report.statuses).toEqual([200, 200, 200]);
+    expect(lines('credit order-next-1')).toEqual([`credit order-next-1: 5000 (${paid.transactionId})`]);
+    expect(provider.statusQueriesFor(paid.transactionId)).toBe(1);
+  });
+
+  test('App Router: a forged notification is rejected by verify, never credited', async () => {
+    const status = await provider.forge({ ipnUrl: `${base}/api/ipn`, customData: 'order-forged' });
+    await until(() => lines('rejected order-forged').length === 1, 'the rejection', 20_000);
+
+    expect(status).toBe(200);
+    expect(lines('rejected order-forged')).toEqual(['rejected order-forged: not_found']);
+    expect(lines('credit order-forged')).toEqual([]);
+  });
+
+  test('App Router: a bad body answers 400 malformed_body in JSON and emits invalid', async () => {
+    const response = await post('/api/ipn', '{"transaction_id":');
+    await until(() => lines('invalid 400 malformed_body').length === 1, 'the invalid line', 20_000);
+
+    expect(response.status).toBe(400);
+    expect(response.headers.get('content-type')).toMatch(/^application\/json/);
+    expect(await response.json()).toMatchObject({ error: 'malformed_body' });
+  });
+
+  test('App Router: GET answers 200 {"ok":true}', async () => {
+    const response = await fetch(`${base}/api/ipn`);
+
+    expect(response.status).toBe(200);
+    expect(await response.json()).toEqual({ ok: true });
+  });
+
+  test('Pages Router: a payment and its resend answer 200 then duplicate; a bad body 400', async () => {
+    const ipnUrl = `${base}/api/legacy-ipn`;
+    const paid = provider.initiate({
+      amount: 700,
+      ipnUrl,
+      customData: 'order-pages-1',
+      outcome: 'SUCCESSFUL',
+      duplicates: 1,
+    });
+    const report = await paid.delivered;
+    await until(() => lines('credit order-pages-1').length === 1, 'the credit line', 20_000);
+    const bad = await post('/api/legacy-ipn', '[1]');
+
+    expect(report.statuses).toEqual([200, 200]);
+    expect(bad.status).toBe(400);
+    expect(await bad.json()).toMatchObject({ error: 'not_an_object' });
+    await until(() => lines('invalid 400 not_an_object').length === 1, 'the invalid line', 20_000);
+    expect(lines('credit order-pages-1')).toHaveLength(1);
+  });
+});

@@ -1,0 +1,32 @@
+import { ListenerError, messageOf } from '../../../lib/pipeline/errors.js';
+import { oddThrownValues } from '../../helpers/odd-values.js';
+
+describe('messageOf', () => {
+  test.each(oddThrownValues())('never throws for %s, and answers a string', (_name, value) => {
+    let message: unknown;
+    expect(() => (message = messageOf(value))).not.toThrow();
+    expect(typeof message).toBe('string');
+  });
+
+  test('says what it can of each odd value', () => {
+    const values = new Map(oddThrownValues());
+    expect(messageOf(values.get('a null-prototype object'))).toBe('[object Object]');
+    expect(messageOf(values.get('a Symbol'))).toBe('Symbol(odd)');
+    expect(messageOf(values.get('an object whose toString throws'))).toBe('[object Object]');
+    expect(messageOf(values.get('an Error whose message is a number'))).toBe('42');
+    expect(messageOf(values.get('undefined'))).toBe('undefined');
+  });
+
+  test("an Error's message, a string, or any object's string message", () => {
+    expect(messageOf(new Error('ledger down'))).toBe('ledger down');
+    expect(messageOf('plain text')).toBe('plain text');
+    expect(messageOf({ message: 'from a plain object' })).toBe('from a plain object');
+    expect(messageOf(42)).toBe('42');
+  });
+
+  test.each(oddThrownValues())('a ListenerError can be built around %s', (_name, value) => {
+    const error = new ListenerError('notification', value);
+    expect(error.message).toMatch(/^a listener of 'notification' failed: /);
+    expect(error.cause).toBe(value);
+  });
+});
