@@ -47,12 +47,19 @@ describe("MemoryStore with delivery: 'at-least-once'", () => {
     const payload = uniquePayload();
     expect((await post(payload)).status).toBe(200);
     await until(() => attempts.length === 3, 'three attempts');
-    // Each failed attempt is reported (the listener's own error, at least).
-    const listenerErrors = () =>
-      recorder.of('error').filter(({ error }: { error: Error }) => error.name === 'ListenerError');
-    await until(() => listenerErrors().length === 2, "two listeners' errors");
+    // Each failed attempt is one error: a DeliveryError whose cause is the listener's own failure.
+    await until(() => recorder.count('error') === 2, 'two errors');
+    for (const { error } of recorder.of('error') as Array<{ error: Error }>) {
+      expect(error.name).toBe('DeliveryError');
+      expect(error.cause).toMatchObject({ name: 'ListenerError' });
+      expect(error.message).toContain('the ledger is busy');
+    }
     const entry = await ipn.inbox.get(keyOf(payload));
-    expect(entry).toMatchObject({ status: 'delivered', attempts: 3, lastError: expect.any(String) });
+    expect(entry).toMatchObject({
+      status: 'delivered',
+      attempts: 3,
+      lastError: expect.stringContaining('the ledger is busy'),
+    });
     expect(attempts).toEqual([1, 2, 3]);
     expect(await (await post(payload)).json()).toEqual({ ok: true, duplicate: true });
     expect(recorder.count('successful')).toBe(3);
