@@ -2,9 +2,9 @@
  * The Lua scripts of `RedisStore`'s inbox (at least once). Each runs atomically in Redis. KEYS[1] is the
  * base of every key (`prefix + '{inbox}:'`: one hash tag, so a Redis Cluster keeps them in one slot):
  *
- * - `e:<key>`: a hash per notification (`key`, `record` as JSON, `status`, `attempts`, `last_error`, and the
- *   times `received_at`, `updated_at`, `next_attempt_at`, `delivered_at`, `lease_until` in ms; `lease_id`);
- *   an empty string stands for null.
+ * - `e:<key>`: a hash per notification (`key`, `record` as JSON, `search`: its `custom_data` in lower case,
+ *   `status`, `attempts`, `last_error`, and the times `received_at`, `updated_at`, `next_attempt_at`,
+ *   `delivered_at`, `lease_until` in ms; `lease_id`); an empty string stands for null.
  * - `due`: `received` and `failed` keys, scored by when they may be leased (the later of their next attempt
  *   and their lease's end); `all`: every key by `received_at`; `done`: delivered keys by `delivered_at`;
  *   `dead`: the set of dead keys.
@@ -32,7 +32,10 @@ const REPLAY_ONE = `local function replay(k)
 end`;
 
 export const INBOX_SCRIPTS = {
-  /** ARGV: key, record JSON, lease id, lease ms. 1 when stored, 0 when the key is there already. */
+  /**
+   * ARGV: key, record JSON, lease id, lease ms, custom_data in lower case (what `list` searches). 1 when
+   * stored, 0 when the key is there already.
+   */
   receive: `${NOW}
 local k = ARGV[1]
 local e = base .. 'e:' .. k
@@ -40,7 +43,7 @@ if redis.call('EXISTS', e) == 1 then return 0 end
 local held = now + tonumber(ARGV[4])
 redis.call('HMSET', e, 'key', k, 'record', ARGV[2], 'status', 'received', 'attempts', 1, 'last_error', '',
   'received_at', now, 'updated_at', now, 'next_attempt_at', now, 'delivered_at', '', 'lease_id', ARGV[3],
-  'lease_until', held)
+  'lease_until', held, 'search', ARGV[5])
 redis.call('ZADD', base .. 'due', held, k)
 redis.call('ZADD', base .. 'all', now, k)
 return 1`,
@@ -106,8 +109,9 @@ end
 return #keys`,
 
   /**
-   * ARGV: key, record JSON, lease id held, new lease id, lease ms. Puts the record in place of the entry held
-   * by that lease, in one step (never through absent). 1 when replaced, 0 when the lease no longer holds it.
+   * ARGV: key, record JSON, lease id held, new lease id, lease ms, custom_data in lower case. Puts the record
+   * in place of the entry held by that lease, in one step (never through absent). 1 when replaced, 0 when the
+   * lease no longer holds it.
    */
   replace: `${NOW}
 local k = ARGV[1]
@@ -115,7 +119,7 @@ local e = base .. 'e:' .. k
 if redis.call('HGET', e, 'lease_id') ~= ARGV[3] then return 0 end
 local held = now + tonumber(ARGV[5])
 redis.call('HMSET', e, 'record', ARGV[2], 'status', 'received', 'attempts', 1, 'last_error', '',
-  'next_attempt_at', now, 'updated_at', now, 'lease_id', ARGV[4], 'lease_until', held)
+  'next_attempt_at', now, 'updated_at', now, 'lease_id', ARGV[4], 'lease_until', held, 'search', ARGV[6])
 redis.call('ZADD', base .. 'due', held, k)
 redis.call('ZREM', base .. 'done', k)
 redis.call('SREM', base .. 'dead', k)
@@ -156,9 +160,8 @@ for _, k in ipairs(keys) do
     ok = at ~= nil and string.sub(k, 1, at - 1) == ARGV[2]
   end
   if ok and ARGV[3] ~= '' then
-    local decoded, record = pcall(cjson.decode, redis.call('HGET', e, 'record'))
-    local data = decoded and type(record) == 'table' and record['custom_data'] or nil
-    ok = type(data) == 'string' and string.find(string.lower(data), ARGV[3], 1, true) ~= nil
+    local data = redis.call('HGET', e, 'search')
+    ok = type(data) == 'string' and string.find(data, ARGV[3], 1, true) ~= nil
   end
   if ok then
     if skip > 0 then skip = skip - 1 else out[#out + 1] = redis.call('HGETALL', e) end

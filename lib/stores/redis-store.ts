@@ -157,14 +157,15 @@ export class RedisStore implements DurableStore {
     lease: Lease,
   ): Promise<boolean> {
     checkLease(lease);
-    const args = [key, JSON.stringify(record), leaseId, lease.id, lease.ms];
+    const args = [key, JSON.stringify(record), leaseId, lease.id, lease.ms, searchText(record)];
     return (await this.#inbox('replace', args)) === 1;
   }
 
   /** At least once: stores `record` as received, leased to `lease`; `false` when `key` is there already. */
   async receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
     checkLease(lease);
-    const stored = await this.#inbox('receive', [key, JSON.stringify(record), lease.id, lease.ms]);
+    const args = [key, JSON.stringify(record), lease.id, lease.ms, searchText(record)];
+    const stored = await this.#inbox('receive', args);
     return stored === 1;
   }
 
@@ -344,4 +345,14 @@ function toEntry(fields: Record<string, string>): InboxEntry {
     deliveredAt: time(fields.delivered_at),
     leaseUntil: time(fields.lease_until),
   };
+}
+
+/**
+ * What `list({ customDataContains })` searches: `custom_data` in lower case, kept beside the record. Redis's
+ * JSON decoder refuses a lone surrogate, which the record (JSON text) keeps exactly, so the search cannot
+ * decode the record in the script. Lower-cased here, as the needle is, so non-ASCII letters match too.
+ */
+function searchText(record: Record<string, unknown>): string {
+  const data = record.custom_data;
+  return typeof data === 'string' ? data.toLowerCase() : '';
 }

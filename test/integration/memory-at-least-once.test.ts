@@ -120,6 +120,24 @@ describe("MemoryStore with delivery: 'at-least-once'", () => {
     expect(await store.get('F:SUCCESSFUL')).toBeUndefined();
   });
 
+  test('a retried delivery carries the same extra fields: the inbox keeps them beside the listed ones', async () => {
+    const store = new MemoryStore();
+    const { ipn, post } = await start(store);
+    const seen: unknown[] = [];
+    ipn.on('successful', (n) => {
+      seen.push(n.extra);
+      if (seen.length === 1) throw new Error('busy');
+    });
+    const payload = uniquePayload({ currency: 'XOF', transaction_channel: 'wave', note: 'a\u0000b \ud83d' });
+    expect((await post(payload)).status).toBe(200);
+    await until(() => seen.length === 2, 'the retry');
+    const extra = { currency: 'XOF', transaction_channel: 'wave', note: 'a\u0000b \ud83d' };
+    expect(seen).toEqual([extra, extra]);
+    const stored = await store.get(keyOf(payload));
+    expect(stored?.record).toMatchObject(extra);
+    expect(stored?.record).not.toHaveProperty('extra');
+  });
+
   test('a lease is exclusive until it runs out, and a settle by a lost lease changes nothing', async () => {
     let now = 1_000_000;
     const store = new MemoryStore({ now: () => now });

@@ -144,6 +144,70 @@ describeWithService('Redis', "RedisStore as a durable inbox (delivery: 'at-least
       expect(await store.get('F:SUCCESSFUL')).toBeUndefined();
     });
 
+    test.each([
+      ['a NUL', 'order\u0000-7'],
+      ['a lone surrogate (half an emoji)', 'Awa \ud83d'],
+      ['a lone low surrogate and a whole emoji', '\ude00 \ud83d\ude00'],
+    ])(
+      'a record holding %s in a string round-trips exactly, leased and replaced too',
+      async (_what, text) => {
+        const store = fresh();
+        const record = {
+          transaction_id: 'N1',
+          state: 'SUCCESSFUL',
+          custom_data: `order ${text}`,
+          [`k${text}`]: [text],
+        };
+        expect(await store.receive('N1:SUCCESSFUL', record, lease('a'))).toBe(true);
+        expect((await store.get('N1:SUCCESSFUL'))?.record).toEqual(record);
+        expect((await store.list({ customDataContains: 'ORDER' })).map((e) => e.key)).toEqual([
+          'N1:SUCCESSFUL',
+        ]);
+        const replaced = { ...record, amount: 7 };
+        expect(await store.replace('N1:SUCCESSFUL', 'a', replaced, lease('b', 1))).toBe(true);
+        let taken: Awaited<ReturnType<RedisStore['lease']>> = [];
+        const deadline = Date.now() + 5_000;
+        while (taken.length === 0 && Date.now() < deadline) taken = await store.lease(lease('c'), 10);
+        expect(taken.map((entry) => entry.record)).toEqual([replaced]);
+      },
+    );
+
+    test('a retried delivery carries the same extra fields: the inbox keeps them beside the listed ones', async () => {
+      const store = fresh();
+      const ipn = ipnRouter({
+        store,
+        delivery: 'at-least-once',
+        logger: quiet,
+        retryDelayMs: 5,
+        recoveryIntervalMs: 20,
+      });
+      routers.push(ipn);
+      const seen: unknown[] = [];
+      ipn.on('successful', (n) => {
+        seen.push(n.extra);
+        if (seen.length === 1) throw new Error('busy');
+      });
+      const running = await listen(ipn);
+      servers.push(running);
+      const payload = uniquePayload({ currency: 'XOF', transaction_channel: 'wave' });
+      const response = await fetch(running.url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(payload),
+      });
+      expect(response.status).toBe(200);
+      const key = `${String(payload.transaction_id)}:SUCCESSFUL`;
+      let status: string | undefined;
+      const deadline = Date.now() + 5_000;
+      while (status !== 'delivered' && Date.now() < deadline) status = (await ipn.inbox.get(key))?.status;
+      expect(status).toBe('delivered');
+      const extra = { currency: 'XOF', transaction_channel: 'wave' };
+      expect(seen).toEqual([extra, extra]);
+      const stored = await store.get(key);
+      expect(stored?.record).toMatchObject(extra);
+      expect(stored?.record).not.toHaveProperty('extra');
+    });
+
     test('the router at least once: a failing listener is retried and delivered once; a resend is a duplicate', async () => {
       const store = fresh();
       const ipn = ipnRouter({
