@@ -83,7 +83,7 @@ export function createDurableDelivery<C>(
   ): Promise<boolean> {
     metrics?.attempt();
     let result: Attempt;
-    const tx = holdTransaction(inbox, key, leaseId);
+    const tx = holdTransaction(inbox, key, leaseId, (pending) => timed(pending, 'begin', key));
     let abandoned = false; // the listeners may still be running: their transaction's connection is closed
     try {
       const ms = Math.floor(options.leaseMs * 0.9);
@@ -209,16 +209,28 @@ interface TransactionHolder {
   end(abandon: boolean): Promise<void>;
 }
 
-function holdTransaction(inbox: DurableStore, key: string, leaseId: string): TransactionHolder {
+function holdTransaction(
+  inbox: DurableStore,
+  key: string,
+  leaseId: string,
+  bound: <T>(pending: Promise<T>) => Promise<T>,
+): TransactionHolder {
   let tx: DeliveryTransaction | undefined;
   let ended = false;
   return {
     async open() {
-      const opened = await inbox.begin?.(key, leaseId);
-      if (ended) {
-        await opened?.rollback(true);
-        throw new DeliveryError(`the attempt at ${key} ended before its transaction opened`);
-      }
+      const pending = inbox.begin?.(key, leaseId);
+      if (pending === undefined) return undefined;
+      // One that opens after the attempt ended (its begin timed out, or the listeners' time ran out) is
+      // closed at once: no connection stays held by an attempt nobody waits for.
+      pending.then(
+        (late) => {
+          if (ended && late !== tx) void late?.rollback(true);
+        },
+        () => {}, // the rejection is the awaited call's below
+      );
+      const opened = await bound(pending);
+      if (ended) throw new DeliveryError(`the attempt at ${key} ended before its transaction opened`);
       tx = opened;
       return tx;
     },
