@@ -126,6 +126,10 @@ atMostOnce.on('successful', (n, { db }) => void db.query('SELECT 1'));
 const single = ipnRouter({ store: new PostgresStore({ pool: new Client() }), delivery: 'at-least-once' });
 // @ts-expect-error no db over a single Client
 single.on('successful', (n, { db }) => void db.query('SELECT 1'));
+// A transactional router is a router like any other: the Fastify plugin and ipn.fetch take it as it is.
+const transactionalPlugin: IpnPluginOptions = { router: transactional };
+const transactionalFetch: Promise<Response> = transactional.fetch(new Request('https://shop.example/ipn'));
+void [transactionalPlugin, transactionalFetch];
 
 // The service's rules: rawState, stale, expect, authenticate.
 ipn.on('successful', (n) => {
