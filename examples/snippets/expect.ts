@@ -11,13 +11,14 @@ ipn.on('rejected', (event) => alertSomeone(event.message)); // a forged copy, no
 ipn.on('stale', (event) => alertSomeone(event.message)); // no outcome after reconcileAttempts queries
 
 // When the customer starts paying, right after the initiation request answered:
-await ipn.expect(transactionId, { amount: 5000, customData: 'order-42' });
+export async function paymentStarted(transactionId: string): Promise<void> {
+  await ipn.expect(transactionId, { amount: 5000, customData: 'order-42' });
+}
 // #endregion expect
 
 declare const redis: ConstructorParameters<typeof RedisStore>[0]['client'];
 declare const baseUrl: string;
 declare const apiKey: string;
-declare const transactionId: string;
 declare function credit(orderId: string, amount: number | null): void;
 declare function alertSomeone(message: string): void;
 export { ipn };

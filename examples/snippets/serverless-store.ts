@@ -1,5 +1,5 @@
 // #region serverless-store
-import Redis from 'ioredis';
+import { Redis } from 'ioredis';
 import { ipnRouter } from 'ipn-kit';
 import { RedisStore } from 'ipn-kit/redis';
 

@@ -147,8 +147,9 @@ function normalise(input: unknown): unknown {
 }
 
 /**
- * The fields the interface lists, each with what is known of it. The TSDoc here is what an editor shows on a
- * notification's fields: sources are the published interface and what real payloads show.
+ * The fields the interface lists, each with what is known of it, and `rawState` (ipn-kit's own). The TSDoc here
+ * is what an editor shows on a notification's fields: sources are the published interface and what real
+ * payloads show.
  */
 const fields = {
   /**
@@ -222,8 +223,9 @@ const fields = {
    */
   hash: lenientString,
   /**
-   * The state as received, only when it was another spelling of a final state (`SUCCESS`, read as
-   * `SUCCESSFUL` in `state`, in the events and in the dedupe key). Absent otherwise.
+   * ipn-kit's own, not a field of the interface (a payload cannot supply it): the state as received, only when
+   * it was another spelling of a final state (`SUCCESS`, read as `SUCCESSFUL` in `state`, in the events and in
+   * the dedupe key). Absent otherwise.
    */
   rawState: z.string().optional(),
 };

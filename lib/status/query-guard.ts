@@ -37,7 +37,7 @@ export const statusClock = (): number => performance.timeOrigin + performance.no
 /** What `getStatus` may be told about the answer it must give. */
 export interface StatusQueryOptions {
   /**
-   * Only an answer to a request sent after this time (ms since the epoch, as {@link statusClock} or
+   * Only an answer to a request sent after this time (ms since the epoch, as `performance.timeOrigin + performance.now()` or
    * `Date.now()` gives) will do: a cached one that is older is not used, and the service is asked again,
    * unless the id was asked less than `minIntervalMs` ago: then the call fails at once with
    * `StatusRateLimitError` (reason `interval`, with the wait). `verify` uses it so that an answer older than

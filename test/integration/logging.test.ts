@@ -166,6 +166,7 @@ describe('the default logger (no logger option): loud by default', () => {
 
   test('debug and info stay quiet', async () => {
     const ipn = ipnRouter();
+    ipn.on('successful', () => {}); // without it, the SUCCESSFUL is a warning: emitted to no listener
     running = await listen(ipn);
     const payload = uniquePayload();
     await request(running.url).post('/').send(payload);

@@ -174,8 +174,9 @@ if (typeof adminRouter({ ipn: ipnRouter(), authorize: () => false }) !== 'functi
 import { ipnRouter, createStatusClient } from 'ipn-kit';
 import { createFakeProvider } from 'ipn-kit/testing';
 const provider = await createFakeProvider({ apiKey: 'key' });
-const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'key' });
-const ipn = ipnRouter({ verify: client });
+// An unknown id is believed forged once the service says so twice, minIntervalMs apart: short waits here.
+const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'key', minIntervalMs: 50 });
+const ipn = ipnRouter({ verify: client, verifyRetryDelayMs: 20 });
 const events = [];
 ipn.on('successful', (n) => events.push(n.custom_data));
 ipn.on('rejected', (e) => events.push('rejected:' + e.reason));
@@ -184,7 +185,7 @@ await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
 const ipnUrl = 'http://127.0.0.1:' + server.address().port + '/';
 await provider.initiate({ amount: 100, ipnUrl, customData: 'order-1', outcome: 'SUCCESSFUL' }).delivered;
 await provider.forge({ ipnUrl, customData: 'order-2' });
-for (let i = 0; i < 200 && events.length < 2; i += 1) await new Promise((r) => setTimeout(r, 10));
+for (let i = 0; i < 500 && events.length < 2; i += 1) await new Promise((r) => setTimeout(r, 10));
 server.close();
 await provider.close();
 if (events.join() !== 'order-1,rejected:not_found') { console.error(events); process.exit(1); }
@@ -429,7 +430,9 @@ function copyWithImports(file, to, copied = new Set()) {
  * `module: nodenext` and strict, a CommonJS one under `module: commonjs` (node10 resolution), and a bundler one.
  */
 function compileSnippets(app) {
-  const files = quotedTsFiles();
+  // The Next.js and NestJS apps compile under their framework's own settings (next build, decorators): their
+  // tests build and run them for real.
+  const files = quotedTsFiles().filter((file) => !/^examples\/(nextjs|nestjs)\//.test(file));
   if (files.length < 5)
     throw new Error(`found only ${files.length} quoted ts files: is the marker format the same?`);
   const dir = join(app, 'snippets');

@@ -15,13 +15,13 @@ const alias = source?.statements.find(
 const fields = alias ? checker.getTypeAtLocation(alias.name).getProperties() : [];
 const docOf = (field: ts.Symbol) => ts.displayPartsToString(field.getDocumentationComment(checker));
 
-test('IpnNotification has every field of the interface, and extra, and nothing else', () => {
+test('IpnNotification has every field of the interface, extra and rawState, and nothing else', () => {
   expect(fields.map((field) => field.name).sort()).toEqual(
     [
       ...['transaction_id', 'state', 'custom_data', 'amount', 'benefice', 'commission', 'fee', 'destination'],
       ...['response', 'error', 'service_id', 'customer_name', 'ipn_url', 'provider_id', 'sms_link'],
       ...['created_at', 'updated_at', 'ipn_state', 'w_amount_after_transaction', 'p_last_wallet_amount'],
-      ...['p_new_wallet_amount', 'p_id', 'hash', 'extra'],
+      ...['p_new_wallet_amount', 'p_id', 'hash', 'extra', 'rawState'],
     ].sort(),
   );
 });

@@ -70,9 +70,11 @@ describe('ipnNotificationSchema', () => {
       expect(Object.hasOwn(payload, name)).toBe(true);
 
       const notification = accept(payload);
+      const extra = notification.extra as Record<string, unknown>;
 
       expect(Object.hasOwn(notification, name)).toBe(false);
-      expect(notification.extra_field).toBe(1);
+      expect(Object.hasOwn(extra, name)).toBe(false); // not under extra either: String(n.extra) works too
+      expect(extra.extra_field).toBe(1); // other unknown fields are kept, under extra
       // eslint-disable-next-line @typescript-eslint/no-base-to-string -- partner code does this
       expect(String(notification)).toBe('[object Object]');
     });
@@ -196,6 +198,18 @@ describe('ipnNotificationSchema', () => {
       const record = toRecord(first);
       expect(record).toMatchObject({ currency: 'XOF', extra: 1, transaction_id: first.transaction_id });
       expect(ipnNotificationSchema.parse(record)).toEqual(first);
+    });
+
+    it('keeps the state as received in the stored record, so a SUCCESS parsed again keeps its rawState', () => {
+      const first = ipnNotificationSchema.parse(successfulPayload({ state: 'SUCCESS', currency: 'XOF' }));
+      expect(first).toMatchObject({ state: 'SUCCESSFUL', rawState: 'SUCCESS', extra: { currency: 'XOF' } });
+      const record = toRecord(first);
+      expect(record.state).toBe('SUCCESS');
+      expect(record).not.toHaveProperty('rawState');
+      expect(ipnNotificationSchema.parse(record)).toEqual(first);
+      expect(
+        ipnNotificationSchema.parse(toRecord(ipnNotificationSchema.parse(successfulPayload()))),
+      ).not.toHaveProperty('rawState');
     });
   });
 
