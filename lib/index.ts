@@ -29,6 +29,7 @@ export type {
   InboxEntry,
   Lease,
   Settlement,
+  DeliveryTransaction,
   ListOptions,
   StatusCounts,
 } from './stores/store.js';
@@ -61,6 +62,9 @@ export type { Authenticate, AuthenticateInput } from './pipeline/authenticate.js
 export type {
   IpnEvents,
   IpnEventName,
+  AttemptInfo,
+  ListenerContext,
+  ListenerContextOf,
   Notification,
   CustomDataFields,
   InvalidEvent,

@@ -1,5 +1,7 @@
 import type { StandardSchemaV1 } from '../pipeline/standard-schema.js';
 import type { IpnEmitter } from '../delivery/safe-emitter.js';
+import type { ListenerContext, ListenerContextOf } from '../delivery/events.js';
+import type { Store } from '../stores/store.js';
 import type { Inbox, ReconcileResult } from '../delivery/delivery.js';
 import type { ExpectOptions } from '../delivery/expectations.js';
 import type { SweepResult } from '../delivery/reconcile-sweep.js';
@@ -28,7 +30,7 @@ export function coreOf(router: unknown, who: string): IpnCore<unknown> {
  * A request handler that Express (4 or 5) mounts with `app.use(path, ipn)`, and that `http.createServer(ipn)`
  * takes as it is. Also a typed event emitter.
  */
-export interface IpnRouter<C = undefined> extends IpnEmitter<C>, NodeHandler {
+export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitter<C, X>, NodeHandler {
   /**
    * For a notification that never arrived: asks the service (through the `verify` client's guard) and, when
    * the state is final, delivers the record as a notification, dedupe included (if the notification comes
@@ -88,14 +90,26 @@ export interface IpnRouter<C = undefined> extends IpnEmitter<C>, NodeHandler {
  *
  * const app = express();
  * app.use('/ipn', ipn); // before any global body parser
+ *
+ * @example
+ * // Exactly once on your ledger: with PostgresStore at least once, `db` is inside the delivery's transaction.
+ * const ipn = ipnRouter({ store: new PostgresStore({ pool }), delivery: 'at-least-once' });
+ * ipn.on('successful', async (n, { db }) => {
+ *   await db.query('UPDATE orders SET paid_at = now() WHERE id = $1', [n.custom_data]);
+ * });
  */
-export function ipnRouter<S extends StandardSchemaV1 | undefined = undefined>(
-  options?: Partial<Options<S>>,
-): IpnRouter<CustomDataOf<S>> {
+export function ipnRouter<
+  S extends StandardSchemaV1 | undefined = undefined,
+  St extends Store = Store,
+  D extends Options['delivery'] = 'at-most-once',
+>(
+  options?: Partial<Options<S>> & { store?: St; delivery?: D },
+): IpnRouter<CustomDataOf<S>, ListenerContextOf<St, D>> {
   type C = CustomDataOf<S>;
+  type X = ListenerContextOf<St, D>;
   const core = createIpnCore(options, () => router);
   const { methods, reconcile, expect, sweep, inbox, metrics, close } = core;
-  const router: IpnRouter<C> = Object.assign(createNodeHandler(core as IpnCore<unknown>), methods, {
+  const router: IpnRouter<C, X> = Object.assign(createNodeHandler(core as IpnCore<unknown>), methods, {
     fetch: createFetchHandler(core as IpnCore<unknown>),
     reconcile,
     expect,

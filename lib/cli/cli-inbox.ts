@@ -4,7 +4,8 @@ import { messageOf } from '../pipeline/errors.js';
 import { count, formatTable, parseIsoDate, UsageError } from './cli-inbox-text.js';
 import { tableNames } from '../stores/postgres-sql.js';
 import { PostgresStore, type PgQueryable } from '../stores/postgres-store.js';
-import type { DeliveryStatus } from '../stores/store.js';
+import { RedisStore } from '../stores/redis-store.js';
+import type { DeliveryStatus, DurableStore } from '../stores/store.js';
 
 const USAGE = `usage:
   ipn-kit inbox list [--status received|delivered|failed|dead] [--limit N] [--offset N] [--json]
@@ -13,9 +14,12 @@ const USAGE = `usage:
   ipn-kit inbox replay --dead
   ipn-kit inbox purge --before <ISO date>
 
-Reads and repairs the PostgreSQL inbox of ipn-kit/postgres (PostgresStore).
+Reads and repairs the PostgreSQL inbox of ipn-kit/postgres (PostgresStore), or with --redis-url the Redis
+inbox of ipn-kit/redis (RedisStore).
   <key>             transaction_id:state, e.g. EFB.123456:SUCCESSFUL
   --table NAME      the inbox table, name or schema.name (default ipn_inbox)
+  --redis-url URL   the Redis that holds the inbox (redis://host:6379) instead of DATABASE_URL's PostgreSQL
+  --prefix TEXT     with --redis-url: the RedisStore's prefix (default ipn-kit:)
   --json            list: one JSON object per line instead of a table
   --dead            replay: every dead entry
   --before DATE     purge: delete delivered entries delivered before DATE (2024-05-01, 2024-05-01T12:00Z);
@@ -25,8 +29,16 @@ delivers them. The database is DATABASE_URL (postgres://user:password@host:5432/
 
 const STATUSES: readonly DeliveryStatus[] = ['received', 'delivered', 'failed', 'dead'];
 
-/** One run of a subcommand against the store; resolves the exit code. */
-type Run = (store: PostgresStore, io: CliIo) => Promise<number>;
+/** One run of a subcommand against the store (`where` names it in messages); resolves the exit code. */
+type Run = (store: DurableStore, io: CliIo, where: string) => Promise<number>;
+
+/** An ioredis client: what the CLI creates and disconnects. */
+interface RedisClient {
+  call(command: string, ...args: Array<string | number>): Promise<unknown>;
+  disconnect(): void;
+  on(event: 'error', listener: (error: Error) => void): unknown;
+}
+type RedisConstructor = new (url: string, options: Record<string, unknown>) => RedisClient;
 
 /** A `pg` Pool: what the CLI creates and ends. */
 interface PgPool extends PgQueryable {
@@ -65,17 +77,19 @@ export function cliPoolConfig(connectionString: string): CliPoolConfig {
 export async function inboxCommand(argv: string[], io: CliIo): Promise<number> {
   let table: string;
   let run: Run;
+  let redis: { url: string; prefix: string } | undefined;
   try {
     const planned = plan(argv);
     if (planned === 'help') {
       io.stdout(USAGE);
       return 0;
     }
-    ({ table, run } = planned);
+    ({ table, run, redis } = planned);
   } catch (error) {
     io.stderr(`ipn-kit inbox: ${messageOf(error)}\n${USAGE}`);
     return 2;
   }
+  if (redis !== undefined) return onRedis(redis, run, argv, io);
   const url = io.env.DATABASE_URL;
   if (url === undefined || url === '') {
     io.stderr(
@@ -99,7 +113,7 @@ export async function inboxCommand(argv: string[], io: CliIo): Promise<number> {
     // A dropped idle connection: the query in flight reports it; without a listener it would crash the CLI.
   });
   try {
-    return await run(new PostgresStore({ pool, table }), io);
+    return await run(new PostgresStore({ pool, table }), io, table);
   } catch (error) {
     io.stderr(`ipn-kit inbox ${argv[0] ?? ''}: ${messageOf(error)}`);
     return 1;
@@ -108,8 +122,43 @@ export async function inboxCommand(argv: string[], io: CliIo): Promise<number> {
   }
 }
 
+/** Runs `run` on the RedisStore inbox at `url`, through an ioredis client of its own (disconnected after). */
+async function onRedis(
+  redis: { url: string; prefix: string },
+  run: Run,
+  argv: string[],
+  io: CliIo,
+): Promise<number> {
+  let Redis: RedisConstructor;
+  try {
+    const loaded = (await import('ioredis')) as unknown as { default?: RedisConstructor };
+    Redis = loaded.default ?? (loaded as unknown as RedisConstructor);
+  } catch (error) {
+    io.stderr(`ipn-kit inbox: could not load the ioredis package: install ioredis: ${messageOf(error)}`);
+    return 1;
+  }
+  // No endless reconnecting: a command that cannot reach Redis fails, and says why.
+  const client = new Redis(redis.url, { maxRetriesPerRequest: 1, retryStrategy: () => null });
+  client.on('error', () => {});
+  try {
+    const where = `Redis (prefix ${redis.prefix})`;
+    return await run(new RedisStore({ client, prefix: redis.prefix }), io, where);
+  } catch (error) {
+    io.stderr(`ipn-kit inbox ${argv[0] ?? ''}: ${messageOf(error)}`);
+    return 1;
+  } finally {
+    client.disconnect();
+  }
+}
+
+interface Plan {
+  table: string;
+  run: Run;
+  redis?: { url: string; prefix: string };
+}
+
 /** Parses the command line into a table and a run, or `'help'`. @throws UsageError, or parseArgs' TypeError. */
-function plan(argv: string[]): { table: string; run: Run } | 'help' {
+function plan(argv: string[]): Plan | 'help' {
   const [command, ...rest] = argv;
   if (command === undefined) throw new UsageError('missing command: list, show, replay or purge');
   if (command === '--help' || command === '-h' || command === 'help') return 'help';
@@ -126,15 +175,26 @@ function plan(argv: string[]): { table: string; run: Run } | 'help' {
       json: { type: 'boolean' },
       dead: { type: 'boolean' },
       before: { type: 'string' },
+      'redis-url': { type: 'string' },
+      prefix: { type: 'string' },
     },
   });
   if (values.help) return 'help';
   const table = tableNames(values.table ?? 'ipn_inbox', '--table').name;
+  const redisUrl = values['redis-url'];
+  if (redisUrl !== undefined && values.table !== undefined) {
+    throw new UsageError('--table is for PostgreSQL: with --redis-url, name the inbox with --prefix');
+  }
+  if (redisUrl === undefined && values.prefix !== undefined) {
+    throw new UsageError('--prefix is for Redis: give --redis-url too');
+  }
+  const redis = redisUrl === undefined ? undefined : { url: redisUrl, prefix: values.prefix ?? 'ipn-kit:' };
+  const where = ['table', 'redis-url', 'prefix'];
   const allowed: Record<string, string[]> = {
-    list: ['table', 'status', 'limit', 'offset', 'json'],
-    show: ['table'],
-    replay: ['table', 'dead'],
-    purge: ['table', 'before'],
+    list: [...where, 'status', 'limit', 'offset', 'json'],
+    show: where,
+    replay: [...where, 'dead'],
+    purge: [...where, 'before'],
   };
   const known = allowed[command];
   if (known === undefined) throw new UsageError(`unknown command '${command}'`);
@@ -156,18 +216,19 @@ function plan(argv: string[]): { table: string; run: Run } | 'help' {
     }
     const limit = count('--limit', values.limit ?? '100', 1);
     const offset = count('--offset', values.offset ?? '0', 0);
-    return { table, run: list(status as DeliveryStatus | undefined, limit, offset, values.json === true) };
+    const run = list(status as DeliveryStatus | undefined, limit, offset, values.json === true);
+    return { table, redis, run };
   }
-  if (command === 'show') return { table, run: show(key) };
-  if (command === 'replay') return { table, run: values.dead ? replayDead : replay(key) };
+  if (command === 'show') return { table, redis, run: show(key) };
+  if (command === 'replay') return { table, redis, run: values.dead ? replayDead : replay(key) };
   if (values.before === undefined) {
     throw new UsageError('purge needs --before <ISO date>: the entries delivered before it are deleted');
   }
-  return { table, run: purge(parseIsoDate(values.before)) };
+  return { table, redis, run: purge(parseIsoDate(values.before)) };
 }
 
 function list(status: DeliveryStatus | undefined, limit: number, offset: number, json: boolean): Run {
-  return async (store, io) => {
+  return async (store, io, where) => {
     const entries = await store.list({ status, limit, offset });
     if (json) {
       for (const entry of entries) io.stdout(JSON.stringify(entry));
@@ -175,16 +236,16 @@ function list(status: DeliveryStatus | undefined, limit: number, offset: number,
     }
     io.stdout(formatTable(entries));
     const more = entries.length === limit ? `; more may follow: --offset ${offset + limit}` : '';
-    io.stdout(`${entries.length} ${entries.length === 1 ? 'entry' : 'entries'} in ${store.table}${more}`);
+    io.stdout(`${entries.length} ${entries.length === 1 ? 'entry' : 'entries'} in ${where}${more}`);
     return 0;
   };
 }
 
 function show(key: string): Run {
-  return async (store, io) => {
+  return async (store, io, where) => {
     const entry = await store.get(key);
     if (entry === undefined) {
-      io.stderr(`ipn-kit inbox show: no entry with key '${key}' in ${store.table}`);
+      io.stderr(`ipn-kit inbox show: no entry with key '${key}' in ${where}`);
       return 1;
     }
     io.stdout(JSON.stringify(entry, null, 2));
@@ -193,10 +254,10 @@ function show(key: string): Run {
 }
 
 function replay(key: string): Run {
-  return async (store, io) => {
+  return async (store, io, where) => {
     const entry = await store.get(key);
     if (entry === undefined) {
-      io.stderr(`ipn-kit inbox replay: no entry with key '${key}' in ${store.table}`);
+      io.stderr(`ipn-kit inbox replay: no entry with key '${key}' in ${where}`);
       return 1;
     }
     // A key claimed in at-most-once mode has only a marker row: marking it due would deliver an empty record.
@@ -226,11 +287,11 @@ const RECOVERY =
   "the running app's recovery loop (delivery: 'at-least-once') delivers it; nothing is delivered by this command";
 
 function purge(before: Date): Run {
-  return async (store, io) => {
+  return async (store, io, where) => {
     const purged = await store.purge(before);
     io.stdout(
       `deleted ${purged} delivered ${purged === 1 ? 'entry' : 'entries'} delivered before ${before.toISOString()} ` +
-        `from ${store.table}`,
+        `from ${where}`,
     );
     return 0;
   };

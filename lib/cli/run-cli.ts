@@ -10,6 +10,7 @@ const USAGE = `usage:
   ipn-kit inbox show <key>
   ipn-kit inbox replay <key> | --dead
   ipn-kit inbox purge --before <ISO date>
+  (inbox: PostgreSQL at DATABASE_URL, or Redis with --redis-url URL [--prefix P])
   ipn-kit --version
 Run 'ipn-kit <command> --help' for details.`;
 

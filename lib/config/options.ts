@@ -120,8 +120,9 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
   authenticate: Authenticate | undefined;
   /**
    * `'at-most-once'`: the 200 is sent once the notification is claimed; listeners run after it and a failure
-   * is only reported. `'at-least-once'` (needs a durable store such as `PostgresStore`): the notification is
-   * stored before the 200, listeners are awaited, and failed deliveries are retried, then marked dead.
+   * is only reported. `'at-least-once'` (needs a store with an inbox: `PostgresStore`, durable; `RedisStore`,
+   * as durable as Redis's persistence; or `MemoryStore`, in this process only): the notification is stored
+   * before the 200, listeners are awaited, and failed deliveries are retried, then marked dead.
    * @default 'at-most-once'
    */
   delivery: 'at-most-once' | 'at-least-once';

@@ -105,13 +105,14 @@ export function createDeliveryContext<C>(
     emitNow: (n: IpnNotification): Promise<void> =>
       track(() => {
         const event = toEvent(n);
+        const attempt = { key: keyOf(n), attempt: 1 };
         logger.debug(identify(n), 'IPN notification delivered');
-        emit('notification', event);
+        emit('notification', event, attempt);
         let heard = true;
         if (event.state === 'SUCCESSFUL')
-          heard = emit('successful', event as Notification<C> & { state: 'SUCCESSFUL' });
+          heard = emit('successful', event as Notification<C> & { state: 'SUCCESSFUL' }, attempt);
         else if (event.state === 'FAILED')
-          heard = emit('failed', event as Notification<C> & { state: 'FAILED' });
+          heard = emit('failed', event as Notification<C> & { state: 'FAILED' }, attempt);
         // Answered 200 already, and never sent again: say so, or a missing listener loses payments silently.
         if (!heard) {
           const name = event.state === 'SUCCESSFUL' ? 'successful' : 'failed';

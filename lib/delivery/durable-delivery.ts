@@ -6,7 +6,8 @@ import type { Notification } from './events.js';
 import { ipnNotificationSchema, toRecord, type IpnNotification } from '../pipeline/schema.js';
 import type { Metrics } from '../observability/metrics.js';
 import { redactText } from '../observability/redact.js';
-import type { DurableStore } from '../stores/store.js';
+import type { Attempt as Context } from './safe-emitter.js';
+import type { DeliveryTransaction, DurableStore } from '../stores/store.js';
 import { within } from './within.js';
 import { statusClock } from '../status/query-guard.js';
 import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
@@ -32,15 +33,15 @@ export function createDurableDelivery<C>(
   let recovering = false;
 
   /** Emits and waits for every listener: delivered only when at least one ran and none failed. */
-  async function emitAndSettle(n: IpnNotification): Promise<Attempt> {
+  async function emitAndSettle(n: IpnNotification, context: Context): Promise<Attempt> {
     const event = toEvent(n);
     const own =
       event.state === 'SUCCESSFUL'
-        ? emitAndWait('successful', event as Notification<C> & { state: 'SUCCESSFUL' })
+        ? emitAndWait('successful', event as Notification<C> & { state: 'SUCCESSFUL' }, context)
         : event.state === 'FAILED'
-          ? emitAndWait('failed', event as Notification<C> & { state: 'FAILED' })
+          ? emitAndWait('failed', event as Notification<C> & { state: 'FAILED' }, context)
           : undefined;
-    const results = await Promise.all([emitAndWait('notification', event), own]);
+    const results = await Promise.all([emitAndWait('notification', event, context), own]);
     const failures = results.flatMap((result) => result?.failures ?? []);
     if (failures.length > 0) {
       // One error for the attempt, carrying the listeners' own messages (redacted as logs are): the
@@ -57,7 +58,9 @@ export function createDurableDelivery<C>(
     return { kind: 'delivered' };
   }
 
-  async function attempt(n: IpnNotification, attempts: number): Promise<Attempt> {
+  /** Verifies, then (in the store's transaction, when it opens one) emits to every listener. */
+  async function attempt(n: IpnNotification, context: Context, tx: TransactionHolder): Promise<Attempt> {
+    const attempts = context.attempt;
     if (options.verify) {
       // No answer older than this attempt condemns it; a not-found is believed from the second attempt on.
       const now = statusClock();
@@ -67,7 +70,8 @@ export function createDurableDelivery<C>(
       });
       if (verdict.kind !== 'confirmed') return verdict;
     }
-    return emitAndSettle(n);
+    const db = (await tx.open())?.db;
+    return emitAndSettle(n, db === undefined ? context : { ...context, db });
   }
 
   /** One attempt at `n`, held by `leaseId`; resolves whether it was delivered. Never rejects. */
@@ -79,21 +83,30 @@ export function createDurableDelivery<C>(
   ): Promise<boolean> {
     metrics?.attempt();
     let result: Attempt;
+    const tx = holdTransaction(inbox, key, leaseId, (pending) => timed(pending, 'begin', key));
+    let abandoned = false; // the listeners may still be running: their transaction's connection is closed
     try {
       const ms = Math.floor(options.leaseMs * 0.9);
       const message = `the listeners of ${key} did not settle within ${ms} ms (leaseMs)`;
-      result = await within(attempt(n, attempts), ms, () => new DeliveryError(message));
+      const context = { key, attempt: attempts };
+      result = await within(attempt(n, context, tx), ms, () => new DeliveryError(message));
     } catch (error) {
       const failure =
         error instanceof IpnKitError ? error : new DeliveryError(messageOf(error), { cause: error });
       result = { kind: 'failed', error: failure };
+      abandoned = true;
     }
     try {
       if (result.kind === 'delivered') {
-        if (await timed(inbox.settle(key, leaseId, { status: 'delivered' }), 'settle', key))
-          metrics?.delivered(n.state);
+        // Transactional: the listeners' writes and the delivered mark commit together, or neither does.
+        const open = tx.current();
+        const settled = open
+          ? await timed(open.commit(), 'commit', key)
+          : await timed(inbox.settle(key, leaseId, { status: 'delivered' }), 'settle', key);
+        if (settled) metrics?.delivered(n.state);
         return true;
       }
+      await timed(tx.end(abandoned), 'rollback', key); // the listeners' writes vanish with the attempt
       if (result.kind === 'rejected') {
         reject(result.event);
         const genuine = genuineRecord(result.event);
@@ -186,4 +199,45 @@ export function createDurableDelivery<C>(
   context.every(options.recoveryIntervalMs, recover);
 
   return { deliver, recover };
+}
+
+/** One attempt's transaction: opened (when the store opens one) after verification, before the listeners. */
+interface TransactionHolder {
+  open(): Promise<DeliveryTransaction | undefined>;
+  current(): DeliveryTransaction | undefined;
+  /** Rolls back what was opened; one that opens later (the attempt timed out meanwhile) is closed at once. */
+  end(abandon: boolean): Promise<void>;
+}
+
+function holdTransaction(
+  inbox: DurableStore,
+  key: string,
+  leaseId: string,
+  bound: <T>(pending: Promise<T>) => Promise<T>,
+): TransactionHolder {
+  let tx: DeliveryTransaction | undefined;
+  let ended = false;
+  return {
+    async open() {
+      const pending = inbox.begin?.(key, leaseId);
+      if (pending === undefined) return undefined;
+      // One that opens after the attempt ended (its begin timed out, or the listeners' time ran out) is
+      // closed at once: no connection stays held by an attempt nobody waits for.
+      pending.then(
+        (late) => {
+          if (ended && late !== tx) void late?.rollback(true);
+        },
+        () => {}, // the rejection is the awaited call's below
+      );
+      const opened = await bound(pending);
+      if (ended) throw new DeliveryError(`the attempt at ${key} ended before its transaction opened`);
+      tx = opened;
+      return tx;
+    },
+    current: () => tx,
+    async end(abandon) {
+      ended = true;
+      await tx?.rollback(abandon);
+    },
+  };
 }

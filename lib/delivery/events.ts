@@ -2,6 +2,37 @@ import type { CustomDataError, FieldIssue, IpnKitError } from '../pipeline/error
 import type { IpnNotification } from '../pipeline/schema.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
 import type { StatusRecord } from '../status/status-envelope.js';
+import type { DeliveryTransaction } from '../stores/store.js';
+
+/** What every listener of `successful`, `failed` and `notification` learns about the delivery attempt. */
+export interface AttemptInfo {
+  /** The notification's inbox and dedupe key: `transaction_id:state`. */
+  key: string;
+  /**
+   * Which attempt this is: 1 at first; at-least-once, counts each retry (a replay starts over at 1).
+   */
+  attempt: number;
+}
+
+/**
+ * The second argument of a `successful`, `failed` or `notification` listener. With `PostgresStore` and
+ * `delivery: 'at-least-once'`, `db` is a client of your `pg` pool inside the transaction that marks this
+ * notification delivered: what a listener writes through it commits with that mark, or rolls back with it.
+ * Every other store and mode passes no `db` (`Db` is `never`).
+ */
+export type ListenerContext<Db = never> = [Db] extends [never]
+  ? AttemptInfo & { db?: undefined }
+  : AttemptInfo & { db: Db };
+
+/**
+ * The listener context a router gets from its store and delivery mode: a `db` only from a store that opens
+ * delivery transactions (`begin`), at least once.
+ */
+export type ListenerContextOf<St, D> = D extends 'at-least-once'
+  ? St extends { begin(key: string, leaseId: string): Promise<DeliveryTransaction<infer Db> | undefined> }
+    ? ListenerContext<Db>
+    : ListenerContext
+  : ListenerContext;
 
 /**
  * What `customData` adds when the router has a `customData` schema: either the parsed value, or the reason
@@ -104,13 +135,13 @@ export interface StaleEvent {
 }
 
 /** The events of an IPN router and the payload each listener receives. */
-export interface IpnEvents<C = undefined> {
-  /** A first delivery in state SUCCESSFUL: credit the order. */
-  successful: (notification: Notification<C> & { state: 'SUCCESSFUL' }) => unknown;
+export interface IpnEvents<C = undefined, X = ListenerContext> {
+  /** A first delivery in state SUCCESSFUL: credit the order (through `context.db`, when there is one). */
+  successful: (notification: Notification<C> & { state: 'SUCCESSFUL' }, context: X) => unknown;
   /** A first delivery in state FAILED: release or cancel the order. */
-  failed: (notification: Notification<C> & { state: 'FAILED' }) => unknown;
+  failed: (notification: Notification<C> & { state: 'FAILED' }, context: X) => unknown;
   /** Every first delivery, whatever its state (before `successful` / `failed`); other states are never success. */
-  notification: (notification: Notification<C>) => unknown;
+  notification: (notification: Notification<C>, context: X) => unknown;
   /** A resend of a notification already handled (same `transaction_id` and `state`): dropped. */
   duplicate: (notification: IpnNotification) => unknown;
   /** A rejected request. */

@@ -1,38 +1,48 @@
 import { EventEmitter } from 'eventemitter3';
 import { ListenerError, messageOf } from '../pipeline/errors.js';
-import { IPN_EVENT_NAMES, isIpnEventName, type IpnEventName, type IpnEvents } from './events.js';
+import {
+  IPN_EVENT_NAMES,
+  isIpnEventName,
+  type AttemptInfo,
+  type IpnEventName,
+  type IpnEvents,
+  type ListenerContext,
+} from './events.js';
 import type { Logger } from '../observability/logger.js';
 import { loggableError } from '../observability/redact.js';
 
-type Events<C> = IpnEvents<C>;
+type Events<C, X = ListenerContext> = IpnEvents<C, X>;
 type Name<C> = keyof Events<C>;
-type Wrapped = ((payload: unknown) => void) & { listener: (...args: never[]) => unknown };
-type Listener = (payload: unknown) => unknown;
+type Wrapped = ((payload: unknown, context?: Attempt) => void) & { listener: (...args: never[]) => unknown };
+type Listener = (payload: unknown, context?: Attempt) => unknown;
+
+/** The context the router passes to listeners at run time: a `db` only inside a delivery transaction. */
+export type Attempt = AttemptInfo & { db?: unknown };
 
 /**
  * The listener methods of an IPN router; they mirror Node's and eventemitter3's and return the router for
  * chaining. An unknown event name (`'success'`, `'SUCCESSFUL'`) or a listener that is not a function throws a
  * `TypeError` listing the known names, in JavaScript as in TypeScript: a typo must not leave payments unheard.
  */
-export interface IpnEmitter<C = undefined> {
+export interface IpnEmitter<C = undefined, X = ListenerContext> {
   /** Adds a listener of `event`; its payload is typed by the event's name. */
-  on<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
+  on<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
   /** The same as {@link IpnEmitter.on}. */
-  addListener<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
+  addListener<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
   /** Adds the listener before the ones already added, so it runs first. */
-  prependListener<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
+  prependListener<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
   /** Adds a listener that runs for the next `event` only. */
-  once<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
+  once<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
   /** Adds a one-time listener before the ones already added. */
-  prependOnceListener<E extends Name<C>>(event: E, listener: Events<C>[E]): this;
+  prependOnceListener<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
   /** Removes `listener` of `event`, or every listener of it when none is given. */
-  off<E extends Name<C>>(event: E, listener?: Events<C>[E]): this;
+  off<E extends Name<C>>(event: E, listener?: Events<C, X>[E]): this;
   /** The same as {@link IpnEmitter.off}. */
-  removeListener<E extends Name<C>>(event: E, listener?: Events<C>[E]): this;
+  removeListener<E extends Name<C>>(event: E, listener?: Events<C, X>[E]): this;
   /** Removes every listener of `event`, or of every event when none is given. */
   removeAllListeners(event?: Name<C>): this;
   /** The listeners of `event`, as they were added. */
-  listeners<E extends Name<C>>(event: E): Array<Events<C>[E]>;
+  listeners<E extends Name<C>>(event: E): Array<Events<C, X>[E]>;
   /** How many listeners `event` has. */
   listenerCount(event: Name<C>): number;
   /** The events that have at least one listener. */
@@ -40,7 +50,11 @@ export interface IpnEmitter<C = undefined> {
 }
 
 /** Emits an event to every listener, each isolated; answers whether there was any. */
-export type Emit<C> = <E extends Name<C>>(event: E, payload: Parameters<Events<C>[E]>[0]) => boolean;
+export type Emit<C> = <E extends Name<C>>(
+  event: E,
+  payload: Parameters<Events<C>[E]>[0],
+  context?: Attempt,
+) => boolean;
 
 /** Runs code that emits; resolves once every listener it called has settled. Never rejects. */
 export type Track = (run: () => void) => Promise<void>;
@@ -52,6 +66,7 @@ export type Track = (run: () => void) => Promise<void>;
 export type EmitAndWait<C> = <E extends Name<C>>(
   event: E,
   payload: Parameters<Events<C>[E]>[0],
+  context?: Attempt,
 ) => Promise<{ listeners: number; ok: boolean; failures: ListenerError[] }>;
 
 /**
@@ -99,7 +114,7 @@ export function createSafeEmitter<C>(
   /** The listener, isolated; a one-time one removes itself before it runs (so a prepend keeps it one-time). */
   const wrap = (event: string, listener: Listener, once = false): Wrapped => {
     const wrapped: Wrapped = Object.assign(
-      (payload: unknown): void => {
+      (payload: unknown, context?: Attempt): void => {
         if (once) emitter.off(event, wrapped);
         const outcomes = collecting;
         const tracking = pendingOnly;
@@ -111,7 +126,8 @@ export function createSafeEmitter<C>(
           return undefined;
         };
         try {
-          const result = listener(payload);
+          // Only the notification events carry a context: the others' listeners get their payload alone.
+          const result = context === undefined ? listener(payload) : listener(payload, context);
           if (isThenable(result)) {
             const settled = Promise.resolve(result).then(() => undefined, fail);
             outcomes?.push(settled);
@@ -190,15 +206,15 @@ export function createSafeEmitter<C>(
     },
     eventNames: () => emitter.eventNames() as never,
   };
-  const emit: Emit<C> = (event, payload) => {
+  const emit: Emit<C> = (event, payload, context) => {
     observe(event, payload, false);
-    return emitter.emit(event, payload);
+    return emitter.emit(event, payload, context);
   };
   /**
    * Emits, then waits for every listener (and the promise each returns). Resolves how many listeners ran
    * and whether all of them succeeded; failures are reported as usual.
    */
-  const emitAndWait: EmitAndWait<C> = async (event, payload) => {
+  const emitAndWait: EmitAndWait<C> = async (event, payload, context) => {
     const outer = collecting;
     const outerPendingOnly = pendingOnly;
     const outcomes: Array<Promise<ListenerError | undefined>> = [];
@@ -206,7 +222,7 @@ export function createSafeEmitter<C>(
     pendingOnly = false; // every listener counts here
     try {
       observe(event, payload, true);
-      emitter.emit(event, payload);
+      emitter.emit(event, payload, context);
     } finally {
       collecting = outer;
       pendingOnly = outerPendingOnly;

@@ -1,5 +1,6 @@
-import type { Store } from './store.js';
+import { MemoryInbox } from './memory-inbox.js';
 import { MemoryExpectations } from './memory-expectations.js';
+import type { DurableStore, InboxEntry, Lease, ListOptions, Settlement, StatusCounts } from './store.js';
 
 /** Options of {@link MemoryStore}. */
 export interface MemoryStoreOptions {
@@ -26,10 +27,20 @@ const SLACK = 4096;
  * again; `evictions` counts them. Forgetting was chosen over refusing new claims, which would answer 503 to
  * every genuine payment until the flood's keys expire.
  *
+ * With `delivery: 'at-least-once'` it keeps each notification and its delivery state in memory too: a
+ * listener that fails is retried with the same backoff while the process lives. That survives a listener's
+ * transient failure, not a crash or a restart: use `PostgresStore` for that. Delivered entries are forgotten
+ * oldest first beyond `maxEntries` (never undelivered ones), or by `purge`.
+ *
  * @example
  * app.use('/ipn', ipnRouter({ store: new MemoryStore({ maxEntries: 500_000 }) }));
+ * @example
+ * // Retries in this process, lost on a crash:
+ * app.use('/ipn', ipnRouter({ store: new MemoryStore(), delivery: 'at-least-once' }));
  */
-export class MemoryStore implements Store {
+export class MemoryStore implements DurableStore {
+  /** Accepted by `delivery: 'at-least-once'`; durable only while this process lives. */
+  readonly durable = true as const;
   readonly maxEntries: number;
   /** The transactions `ipn.expect()` was told about, in this process's memory too (at most `maxEntries`). */
   readonly expectations: MemoryExpectations;
@@ -45,6 +56,8 @@ export class MemoryStore implements Store {
   #times: number[] = [];
   #head = 0;
   #evictions = 0;
+  /** The notifications kept at least once (`receive`), apart from the at-most-once claims. */
+  readonly #inbox: MemoryInbox;
 
   constructor(options: Partial<MemoryStoreOptions> = {}) {
     const maxEntries = options.maxEntries ?? 100_000;
@@ -53,17 +66,66 @@ export class MemoryStore implements Store {
     }
     this.maxEntries = maxEntries;
     this.#now = options.now ?? Date.now;
+    this.#inbox = new MemoryInbox(maxEntries, () => this.#now());
     this.expectations = new MemoryExpectations(maxEntries, () => this.#now());
   }
 
-  /** Number of keys held, expired ones not yet swept included. */
+  /** Number of keys held (claims, expired ones not yet swept included, and inbox entries). */
   get size(): number {
-    return this.#expiries.size;
+    return this.#expiries.size + this.#inbox.size;
   }
 
-  /** How many keys were forgotten before they expired, to stay within `maxEntries`. Above 0: size up. */
+  /**
+   * How many keys were forgotten before they expired (or, at least once, delivered entries before a purge),
+   * to stay within `maxEntries`. Above 0: size up.
+   */
   get evictions(): number {
-    return this.#evictions;
+    return this.#evictions + this.#inbox.evictions;
+  }
+
+  /** At least once: stores `record` as received, leased to `lease`; `false` when `key` is there already. */
+  receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
+    return settled(() => this.#inbox.receive(key, record, lease));
+  }
+
+  /** Leases up to `limit` due entries, oldest received first. */
+  lease(lease: Lease, limit: number): Promise<InboxEntry[]> {
+    return settled(() => this.#inbox.lease(lease, limit));
+  }
+
+  /** Ends the attempt held by `leaseId`; `false` when that lease was lost. */
+  settle(key: string, leaseId: string, settlement: Settlement): Promise<boolean> {
+    return settled(() => this.#inbox.settle(key, leaseId, settlement));
+  }
+
+  /** Inbox entries matching every filter, oldest (or newest) first. */
+  list(options?: ListOptions): Promise<InboxEntry[]> {
+    return settled(() => this.#inbox.list(options));
+  }
+
+  /** How many inbox entries there are by status (received at or after `receivedFrom`, when given). */
+  countByStatus(receivedFrom?: Date): Promise<StatusCounts> {
+    return settled(() => this.#inbox.countByStatus(receivedFrom));
+  }
+
+  /** The inbox entry of `key`, or `undefined`. */
+  get(key: string): Promise<InboxEntry | undefined> {
+    return settled(() => this.#inbox.get(key));
+  }
+
+  /** Makes `key` due now, attempts 0, whatever its status. */
+  replay(key: string): Promise<boolean> {
+    return settled(() => this.#inbox.replay(key));
+  }
+
+  /** Replays every dead entry; resolves how many. */
+  replayDead(): Promise<number> {
+    return settled(() => this.#inbox.replayDead());
+  }
+
+  /** Deletes delivered entries delivered before `before`; resolves how many. */
+  purge(before: Date): Promise<number> {
+    return settled(() => this.#inbox.purge(before));
   }
 
   claim(key: string, ttlMs: number): boolean {
@@ -80,11 +142,18 @@ export class MemoryStore implements Store {
     return true;
   }
 
-  release(key: string): void {
-    this.#expiries.delete(key);
+  /** Frees `key`; at least once, given `leaseId`, only while that lease holds its inbox entry. */
+  release(key: string, leaseId?: string): void {
+    if (leaseId === undefined) this.#expiries.delete(key);
+    this.#inbox.delete(key, leaseId);
   }
 
-  /** Forgets every key. */
+  /** Puts the service's `record` in place of the entry held by `leaseId`, atomically (see `DurableStore`). */
+  replace(key: string, leaseId: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
+    return settled(() => this.#inbox.replace(key, leaseId, record, lease));
+  }
+
+  /** Forgets every claim (the inbox's entries stay). */
   clear(): void {
     this.#expiries.clear();
     this.#keys = [];
@@ -127,5 +196,14 @@ export class MemoryStore implements Store {
     this.#keys = keys;
     this.#times = times;
     this.#head = 0;
+  }
+}
+
+/** The inbox answers at once; as a promise, as `DurableStore` says, and a throw as a rejection. */
+function settled<T>(run: () => T): Promise<T> {
+  try {
+    return Promise.resolve(run());
+  } catch (error) {
+    return Promise.reject(error instanceof Error ? error : new Error(String(error)));
   }
 }

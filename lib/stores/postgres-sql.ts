@@ -138,8 +138,20 @@ export function inboxSql(table: string) {
           .join(', ')}
       )
       SELECT * FROM taken ORDER BY received_at, key`,
+    // Group commit: many receives in one statement. Keys are unique within a batch (the store sees to it).
+    receiveMany: `INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
+      SELECT u.key, u.transaction_id, u.state, u.record::jsonb, 'received', 1, u.lease_id,
+        now() + u.ms * interval '1 millisecond'
+      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::double precision[])
+        AS u(key, transaction_id, state, record, lease_id, ms)
+      ON CONFLICT (key) DO NOTHING RETURNING key`,
     delivered: `UPDATE ${t} SET status = 'delivered', delivered_at = now(), ${END_LEASE}
       WHERE key = $1 AND lease_id = $2`,
+    // Group commit: many `delivered` settlements in one statement, each still guarded by its lease.
+    deliveredMany: `UPDATE ${t} AS inbox SET status = 'delivered', delivered_at = now(),
+        lease_id = NULL, lease_until = NULL, updated_at = now()
+      FROM unnest($1::text[], $2::text[]) AS u(key, lease_id)
+      WHERE inbox.key = u.key AND inbox.lease_id = u.lease_id RETURNING inbox.key, u.lease_id`,
     failed: `UPDATE ${t} SET status = 'failed', last_error = $3, next_attempt_at = $4, ${END_LEASE}
       WHERE key = $1 AND lease_id = $2`,
     dead: `UPDATE ${t} SET status = 'dead', last_error = $3, ${END_LEASE} WHERE key = $1 AND lease_id = $2`,

@@ -1,9 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
 import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.js';
+import { createBatcher } from './postgres-batch.js';
+import { canConnect, openTransaction, type PgClientOf } from './postgres-transaction.js';
 import { PostgresExpectations, postgresExpectationsSql } from './postgres-expectations.js';
 import type {
   DeliveryStatus,
+  DeliveryTransaction,
   DurableStore,
   InboxEntry,
   Lease,
@@ -28,12 +31,15 @@ export interface PgQueryable {
 }
 
 /** Options of {@link PostgresStore}. */
-export interface PostgresStoreOptions {
+export interface PostgresStoreOptions<P extends PgQueryable = PgQueryable> {
   /**
    * Your `pg` pool (`new Pool()`). The store only runs queries through it; it never ends it. Listen to its
    * `error` event, as `pg` asks: without a listener, a dropped idle connection crashes the process. Required.
+   * At least once, each delivery attempt takes one client of it (`pool.connect()`) for its transaction, so
+   * size `max` for your concurrent deliveries plus the receives. A single `Client` works too, without
+   * transactional delivery (listeners get no `db`).
    */
-  pool: PgQueryable;
+  pool: P;
   /**
    * The inbox table: `name` or `schema.name`, of letters, digits and underscores. It is quoted, so it is
    * case-sensitive.
@@ -62,6 +68,10 @@ const UNDEFINED_TABLE = '42P01';
  * database's clock. Give it your own `pg` pool; ipn-kit loads no PostgreSQL package, and `ipn.close()` leaves
  * the pool open.
  *
+ * With `delivery: 'at-least-once'` over a `Pool`, each delivery attempt runs in a transaction: the
+ * listeners get its client as `db`, and what they write through it commits together with the `delivered`
+ * mark, or rolls back with a failed attempt (see {@link PostgresStore.begin}).
+ *
  * @example
  * import { Pool } from 'pg';
  * import { ipnRouter } from 'ipn-kit';
@@ -71,21 +81,28 @@ const UNDEFINED_TABLE = '42P01';
  * pool.on('error', (error) => logger.error(error)); // a dropped idle connection, reported instead of a crash
  * const store = new PostgresStore({ pool });
  * await store.migrate();
- * app.use('/ipn', ipnRouter({ store }));
+ * const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+ * ipn.on('successful', async (n, { db }) => {
+ *   await db.query('INSERT INTO ledger (transaction_id, amount) VALUES ($1, $2)', [n.transaction_id, n.amount]);
+ * });
+ * app.use('/ipn', ipn);
  */
-export class PostgresStore implements DurableStore {
+export class PostgresStore<P extends PgQueryable = PgQueryable> implements DurableStore {
   /** This store keeps each notification and its delivery state: the router may deliver at least once. */
   readonly durable = true as const;
   /** The table, as given. */
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
   readonly expectations: PostgresExpectations;
-  readonly #pool: PgQueryable;
+  readonly #pool: P;
   readonly #sql: InboxSql;
+  /** Receives and `delivered` settlements that arrive together go as one statement each (group commit). */
+  readonly #receives = createBatcher((items: unknown[][]) => this.#receiveMany(items));
+  readonly #deliveries = createBatcher((items: Array<[string, string]>) => this.#deliverMany(items));
 
   /** @throws TypeError when `pool` has no `query` method or `table` is not a valid name. */
-  constructor(options: Partial<PostgresStoreOptions> & Pick<PostgresStoreOptions, 'pool'>) {
-    const given = options as Partial<PostgresStoreOptions> | undefined;
+  constructor(options: Partial<PostgresStoreOptions<P>> & Pick<PostgresStoreOptions<P>, 'pool'>) {
+    const given = options as Partial<PostgresStoreOptions<P>> | undefined;
     const pool = given?.pool;
     if (typeof pool !== 'object' || pool === null || typeof Reflect.get(pool, 'query') !== 'function') {
       throw new TypeError(
@@ -133,8 +150,40 @@ export class PostgresStore implements DurableStore {
   async receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
     const [transactionId, state] = splitKey(key);
     const ms = leaseMs(lease);
-    const values = [key, transactionId, state, toStoredJson(record), lease.id, ms];
-    return (await this.#query(this.#sql.receive, values)).rowCount === 1;
+    return this.#receives([key, transactionId, state, toStoredJson(record), lease.id, ms]);
+  }
+
+  /**
+   * One batch of receives: one statement (`unnest`), one commit. A key twice in one batch is inserted once,
+   * and only its first caller is told so. A failed batch rejects every caller (each answers 503).
+   */
+  async #receiveMany(items: unknown[][]): Promise<boolean[]> {
+    if (items.length === 1) return [(await this.#query(this.#sql.receive, items[0]!)).rowCount === 1];
+    const first = new Map<unknown, number>();
+    items.forEach((item, index) => {
+      if (!first.has(item[0])) first.set(item[0], index);
+    });
+    const unique = [...first.values()].map((index) => items[index]!);
+    const columns = [0, 1, 2, 3, 4, 5].map((column) => unique.map((item) => item[column]));
+    const { rows } = await this.#query(this.#sql.receiveMany, columns);
+    const inserted = new Set((rows as Array<{ key: string }>).map((row) => row.key));
+    return items.map((item, index) => first.get(item[0]) === index && inserted.has(item[0] as string));
+  }
+
+  /** One batch of `delivered` settlements, each guarded by its own lease. */
+  async #deliverMany(items: Array<[string, string]>): Promise<boolean[]> {
+    if (items.length === 1) {
+      const [key, leaseId] = items[0]!;
+      return [(await this.#query(this.#sql.delivered, [key, leaseId])).rowCount === 1];
+    }
+    const { rows } = await this.#query(this.#sql.deliveredMany, [
+      items.map(([key]) => key),
+      items.map(([, leaseId]) => leaseId),
+    ]);
+    const settled = new Set(
+      (rows as Array<{ key: string; lease_id: string }>).map((row) => `${row.lease_id} ${row.key}`),
+    );
+    return items.map(([key, leaseId]) => settled.has(`${leaseId} ${key}`));
   }
 
   /** Puts the service's `record` in place of the entry `leaseId` holds, in one statement (see `DurableStore`). */
@@ -165,8 +214,23 @@ export class PostgresStore implements DurableStore {
 
   /** Ends the attempt, only while `leaseId` still holds the entry. A failure's `nextAttemptAt` is stored as given. */
   async settle(key: string, leaseId: string, settlement: Settlement): Promise<boolean> {
+    if (settlement?.status === 'delivered') return this.#deliveries([key, leaseId]);
     const { rowCount } = await this.#query(...settleQuery(this.#sql, key, leaseId, settlement));
     return rowCount === 1;
+  }
+
+  /**
+   * Opens the transaction of one delivery attempt held by `leaseId` (the router calls it, at least once,
+   * after verification and before the listeners): `BEGIN` on a client of the pool, which listeners get as
+   * `db`. Its `commit()` marks the entry delivered in the same transaction, only while `leaseId` still holds
+   * it (otherwise it rolls back: another attempt has the entry), then commits. So the listeners' writes and
+   * the mark land together or not at all, whatever crashes when. Resolves `undefined` when the pool hands out
+   * no clients (a single `Client`).
+   */
+  async begin(key: string, leaseId: string): Promise<DeliveryTransaction<PgClientOf<P>> | undefined> {
+    if (!canConnect(this.#pool)) return undefined;
+    const opened = await openTransaction(this.#pool, key, [this.#sql.delivered, [key, leaseId]]);
+    return opened as DeliveryTransaction<PgClientOf<P>>;
   }
 
   /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */

@@ -1,5 +1,14 @@
 import { createHash, randomUUID } from 'node:crypto';
-import type { Store } from './store.js';
+import { INBOX_SCRIPTS, type InboxScript } from './redis-inbox-scripts.js';
+import type {
+  DeliveryStatus,
+  DurableStore,
+  InboxEntry,
+  Lease,
+  ListOptions,
+  Settlement,
+  StatusCounts,
+} from './store.js';
 import { RedisExpectations } from './redis-expectations.js';
 
 /**
@@ -40,6 +49,10 @@ const CLAIM_SCRIPT = `if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]
 if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
 return 0`;
 const CLAIM_SHA = createHash('sha1').update(CLAIM_SCRIPT).digest('hex');
+const sha1 = (script: string): string => createHash('sha1').update(script).digest('hex');
+const INBOX_SHAS = Object.fromEntries(
+  Object.entries(INBOX_SCRIPTS).map(([name, script]) => [name, sha1(script)]),
+) as Record<InboxScript, string>;
 
 /** Sends one raw command, whichever client it is. */
 export type Send = (args: string[]) => Promise<unknown>;
@@ -65,6 +78,11 @@ export type Send = (args: string[]) => Promise<unknown>;
  * const redis = new Redis(process.env.REDIS_URL);
  * app.use('/ipn', ipnRouter({ store: new RedisStore({ client: redis }) }));
  *
+ * With `delivery: 'at-least-once'` it is also a durable inbox: each notification, its status, attempts and
+ * lease live in Redis (under `prefix + '{inbox}:'`), every step one atomic script (receive, lease, settle,
+ * replay, purge). Durable as far as your Redis persistence is: with `appendonly yes` and `appendfsync
+ * everysec`, a power loss can drop about the last second of writes, notifications answered 200 included.
+ *
  * @example
  * import { createClient } from 'redis';
  *
@@ -73,7 +91,9 @@ export type Send = (args: string[]) => Promise<unknown>;
  * await redis.connect();
  * app.use('/ipn', ipnRouter({ store: new RedisStore({ client: redis, prefix: 'shop:ipn:' }) }));
  */
-export class RedisStore implements Store {
+export class RedisStore implements DurableStore {
+  /** Accepted by `delivery: 'at-least-once'`: the inbox lives in Redis, as durable as its persistence. */
+  readonly durable = true as const;
   /** The prefix of every key this store writes. */
   readonly prefix: string;
   /** Where `ipn.expect()` keeps expected transactions: under `prefix + 'expected:'`, shared by every instance. */
@@ -120,9 +140,122 @@ export class RedisStore implements Store {
     );
   }
 
-  /** Deletes `prefix+key`, so that the next claim of `key` succeeds. */
-  async release(key: string): Promise<void> {
-    await this.#command(['DEL', this.prefix + key]);
+  /**
+   * Deletes `prefix+key` and its inbox entry, so that the next claim or receive of `key` succeeds; given
+   * `leaseId`, only the inbox entry, and only while that lease holds it.
+   */
+  async release(key: string, leaseId?: string): Promise<void> {
+    if (leaseId === undefined) await this.#command(['DEL', this.prefix + key]);
+    await this.#inbox('forget', [key, leaseId ?? '']);
+  }
+
+  /** Puts the service's `record` in place of the entry held by `leaseId`, atomically (see `DurableStore`). */
+  async replace(
+    key: string,
+    leaseId: string,
+    record: Record<string, unknown>,
+    lease: Lease,
+  ): Promise<boolean> {
+    checkLease(lease);
+    const args = [key, JSON.stringify(record), leaseId, lease.id, lease.ms, searchText(record)];
+    return (await this.#inbox('replace', args)) === 1;
+  }
+
+  /** At least once: stores `record` as received, leased to `lease`; `false` when `key` is there already. */
+  async receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
+    checkLease(lease);
+    const args = [key, JSON.stringify(record), lease.id, lease.ms, searchText(record)];
+    const stored = await this.#inbox('receive', args);
+    return stored === 1;
+  }
+
+  /** Leases up to `limit` entries that are due and not leased; two instances never get the same one. */
+  async lease(lease: Lease, limit: number): Promise<InboxEntry[]> {
+    checkLease(lease);
+    if (!Number.isInteger(limit) || limit < 0) {
+      throw new TypeError(`RedisStore.lease: limit must be a whole number, got ${limit}`);
+    }
+    if (limit === 0) return [];
+    return entries(await this.#inbox('lease', [lease.id, lease.ms, limit]));
+  }
+
+  /** Ends the attempt held by `leaseId`; `false` (changing nothing) when that lease was lost. */
+  async settle(key: string, leaseId: string, settlement: Settlement): Promise<boolean> {
+    const error = settlement.status === 'delivered' ? '' : String(settlement.error);
+    const next = settlement.status === 'failed' ? settlement.nextAttemptAt.getTime() : 0;
+    if (!Number.isFinite(next)) throw new TypeError('RedisStore.settle: nextAttemptAt must be a valid Date');
+    return (await this.#inbox('settle', [key, leaseId, settlement.status, error, next])) === 1;
+  }
+
+  /** Entries matching every filter, oldest (or newest) received first. */
+  async list(options: ListOptions = {}): Promise<InboxEntry[]> {
+    const { status, transactionId, customDataContains, receivedFrom, receivedBefore } = options;
+    const { order = 'oldest', limit = 100, offset = 0 } = options;
+    for (const [name, value] of [
+      ['limit', limit],
+      ['offset', offset],
+    ] as const) {
+      if (!Number.isInteger(value) || value < 0) {
+        throw new TypeError(`RedisStore.list: ${name} must be a whole number, got ${value}`);
+      }
+    }
+    const reply = await this.#inbox('list', [
+      status ?? '',
+      transactionId ?? '',
+      customDataContains?.toLowerCase() ?? '',
+      receivedFrom ? receivedFrom.getTime() : '',
+      receivedBefore ? receivedBefore.getTime() : '',
+      order === 'newest' ? '1' : '0',
+      offset,
+      limit,
+    ]);
+    return entries(reply);
+  }
+
+  /** How many entries the inbox holds by status (received at or after `receivedFrom`, when given). */
+  async countByStatus(receivedFrom?: Date): Promise<StatusCounts> {
+    const reply = (await this.#inbox('count', [receivedFrom ? receivedFrom.getTime() : ''])) as number[];
+    const [received = 0, delivered = 0, failed = 0, dead = 0] = reply.map(Number);
+    return { received, delivered, failed, dead };
+  }
+
+  /** The entry of `key`, or `undefined`. */
+  async get(key: string): Promise<InboxEntry | undefined> {
+    const reply = await this.#command(['HGETALL', `${this.#base()}e:${key}`]);
+    const [entry] = entries([reply]);
+    return entry;
+  }
+
+  /** Makes `key` due now, attempts 0, whatever its status; a live lease is kept. */
+  async replay(key: string): Promise<boolean> {
+    return (await this.#inbox('replay', [key])) === 1;
+  }
+
+  /** Replays every dead entry; resolves how many. */
+  async replayDead(): Promise<number> {
+    return Number(await this.#inbox('replayDead', []));
+  }
+
+  /** Deletes entries delivered before `before`; resolves how many. */
+  async purge(before: Date): Promise<number> {
+    if (!(before instanceof Date) || Number.isNaN(before.getTime())) {
+      throw new TypeError(`RedisStore.purge: before must be a valid Date, got ${String(before)}`);
+    }
+    return Number(await this.#inbox('purge', [before.getTime()]));
+  }
+
+  /** Where the inbox's keys start: one hash tag, so that a cluster keeps them in one slot. */
+  #base(): string {
+    return `${this.prefix}{inbox}:`;
+  }
+
+  /** Runs one inbox script by its SHA, or whole when Redis has not seen it yet. */
+  async #inbox(name: InboxScript, args: Array<string | number>): Promise<unknown> {
+    const tail = ['1', this.#base(), ...args.map(String)];
+    return this.#command(['EVALSHA', INBOX_SHAS[name], ...tail]).catch((error: unknown) => {
+      if (!String((error as Error | undefined)?.message).startsWith('NOSCRIPT')) throw error;
+      return this.#command(['EVAL', INBOX_SCRIPTS[name], ...tail]);
+    });
   }
 
   /** Does nothing: the client is yours, and other parts of your app may still use it. Quit it yourself. */
@@ -167,4 +300,59 @@ export function senderOf(client: unknown): Send {
     'RedisStore: client must be an ioredis client (with a call() method) or a node-redis client from ' +
       'createClient() (with a sendCommand() method); this object has neither',
   );
+}
+
+function checkLease(lease: Lease): void {
+  if (typeof lease?.id !== 'string' || lease.id === '' || !Number.isFinite(lease.ms) || lease.ms <= 0) {
+    throw new TypeError(
+      `RedisStore: a lease must have a non-empty id and a positive ms, got ${JSON.stringify(lease)}`,
+    );
+  }
+}
+
+/** HGETALL replies (flat arrays, or objects from a client that maps them) as inbox entries. */
+function entries(reply: unknown): InboxEntry[] {
+  if (!Array.isArray(reply)) return [];
+  const found: InboxEntry[] = [];
+  for (const item of reply as unknown[]) {
+    const fields: Record<string, string> = {};
+    if (Array.isArray(item)) {
+      for (let index = 0; index + 1 < item.length; index += 2)
+        fields[String(item[index])] = String(item[index + 1]);
+    } else if (typeof item === 'object' && item !== null) Object.assign(fields, item);
+    if (fields.key === undefined) continue;
+    found.push(toEntry(fields));
+  }
+  return found;
+}
+
+function toEntry(fields: Record<string, string>): InboxEntry {
+  const key = fields.key!;
+  const at = key.lastIndexOf(':');
+  const time = (value: string | undefined): Date | null =>
+    value === undefined || value === '' ? null : new Date(Number(value));
+  return {
+    key,
+    transactionId: key.slice(0, at),
+    state: key.slice(at + 1),
+    record: JSON.parse(fields.record ?? '{}') as Record<string, unknown>,
+    status: fields.status as DeliveryStatus,
+    attempts: Number(fields.attempts ?? 0),
+    lastError: fields.last_error ? fields.last_error : null,
+    receivedAt: time(fields.received_at)!,
+    updatedAt: time(fields.updated_at)!,
+    nextAttemptAt: time(fields.next_attempt_at)!,
+    deliveredAt: time(fields.delivered_at),
+    leaseUntil: time(fields.lease_until),
+  };
+}
+
+/**
+ * What `list({ customDataContains })` searches: `custom_data` in lower case, kept beside the record. Redis's
+ * JSON decoder refuses a lone surrogate, which the record (JSON text) keeps exactly, so the search cannot
+ * decode the record in the script. Lower-cased here, as the needle is, so non-ASCII letters match too.
+ */
+function searchText(record: Record<string, unknown>): string {
+  const data = record.custom_data;
+  return typeof data === 'string' ? data.toLowerCase() : '';
 }

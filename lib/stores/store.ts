@@ -158,4 +158,30 @@ export interface DurableStore extends Store {
   replayDead(): Promise<number>;
   /** Deletes `delivered` entries delivered before `before` (their resends are then new). Resolves how many. */
   purge(before: Date): Promise<number>;
+  /**
+   * Optional: opens a transaction for one delivery attempt, held by `leaseId`, that the listeners write
+   * through (its `db` is their context's `db`) and that marks the entry delivered when it commits: their
+   * writes and the `delivered` mark commit together or not at all. Resolves `undefined` when this store
+   * cannot open one (the attempt is then delivered without it). `PostgresStore` over a pool implements it.
+   */
+  begin?(key: string, leaseId: string): Promise<DeliveryTransaction | undefined>;
+}
+
+/**
+ * One delivery attempt's transaction (see {@link DurableStore.begin}). `db` is what listeners write through;
+ * once the attempt has ended, it refuses every further query.
+ */
+export interface DeliveryTransaction<Db = unknown> {
+  readonly db: Db;
+  /**
+   * Marks the entry delivered inside the transaction, then commits. Resolves `false`, having rolled back,
+   * when the lease was lost (another attempt holds the entry now). Rejects when the mark or the commit
+   * failed: the outcome is then both writes or neither, never one of them.
+   */
+  commit(): Promise<boolean>;
+  /**
+   * Rolls the transaction back; `abandon`: closes its connection instead, for a listener that may still be
+   * running a query on it (the database rolls back a transaction whose connection is gone). Never rejects.
+   */
+  rollback(abandon?: boolean): Promise<void>;
 }

@@ -1,4 +1,10 @@
-import { ipnNotificationSchema, ipnRouter, type IpnRouter, type Options } from '../../lib/index.js';
+import {
+  ipnNotificationSchema,
+  ipnRouter,
+  type DeliveryTransaction,
+  type IpnRouter,
+  type Options,
+} from '../../lib/index.js';
 import { MemoryInbox } from '../helpers/memory-inbox.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
@@ -347,6 +353,45 @@ describe("ipnRouter({ delivery: 'at-least-once' })", () => {
     expect(timeout!.error.message).toMatch(/lease did not answer within 50 ms \(storeTimeout\)/);
   });
 
+  test('a store begin() that never answers is bounded by storeTimeout; the transaction it opens late is closed', async () => {
+    const rollbacks: Array<boolean | undefined> = [];
+    let openLate: (() => void) | undefined;
+    class HangingBegin extends MemoryInbox {
+      begins = 0;
+      begin() {
+        this.begins += 1;
+        if (this.begins > 1) return Promise.resolve(undefined); // no transaction: settled as usual
+        return new Promise<DeliveryTransaction<string>>((resolve) => {
+          openLate = () =>
+            resolve({
+              db: 'the late client',
+              commit: () => Promise.reject(new Error('never committed')),
+              rollback: (abandon) => {
+                rollbacks.push(abandon);
+                return Promise.resolve();
+              },
+            });
+        });
+      }
+    }
+    const inbox = new HangingBegin();
+    const { ipn, recorder, post } = await start(inbox, { storeTimeout: 50 });
+    const seen: unknown[] = [];
+    ipn.on('successful', (n, context) => void seen.push(context.db));
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+
+    await until(() => inbox.entries.get(keyOf(payload))?.status === 'delivered', 'delivered');
+    expect(inbox.entries.get(keyOf(payload))).toMatchObject({ attempts: 2 });
+    expect(seen).toEqual([undefined]); // only the second attempt ran the listener, with no transaction
+    expect(recorder.of('error').map((event) => event.error.message)).toEqual([
+      `the store's begin for ${keyOf(payload)} did not answer within 50 ms (storeTimeout)`,
+    ]);
+    openLate!();
+    await until(() => rollbacks.length === 1, 'the late transaction closed');
+    expect(rollbacks).toEqual([true]);
+  });
+
   test('the inbox API lists, shows, replays and purges', async () => {
     const inbox = new MemoryInbox();
     const { ipn, post } = await start(inbox);
@@ -381,5 +426,6 @@ test('the inbox API of an at-most-once router rejects with IPN_NOT_DURABLE', asy
 });
 
 test("delivery 'at-least-once' with a store that only dedupes is a TypeError at construction", () => {
-  expect(() => ipnRouter({ delivery: 'at-least-once' })).toThrow(/needs a durable store/);
+  const dedupeOnly = { claim: () => true, release: () => {} };
+  expect(() => ipnRouter({ store: dedupeOnly, delivery: 'at-least-once' })).toThrow(/needs a durable store/);
 });

@@ -1,9 +1,11 @@
 import { randomUUID } from 'node:crypto';
+import Redis from 'ioredis';
 import { Pool } from 'pg';
 import { runCli, type CliIo } from '../../lib/cli.js';
 import { cliPoolConfig } from '../../lib/cli/cli-inbox.js';
 import { PostgresStore } from 'ipn-kit/postgres';
-import { databaseUrl, describeWithService } from '../helpers/services.js';
+import { RedisStore } from 'ipn-kit/redis';
+import { databaseUrl, describeWithService, redisUrl } from '../helpers/services.js';
 
 /** Runs `ipn-kit inbox ...args` with DATABASE_URL set (unless `env` says otherwise), capturing its output. */
 async function inbox(args: string[], env: CliIo['env'] = { DATABASE_URL: databaseUrl() }) {
@@ -268,5 +270,56 @@ describe('ipn-kit inbox usage', () => {
     expect(code).toBe(0);
     expect(stdout).toMatch(/^usage:\n {2}ipn-kit inbox list/);
     expect(stdout).toContain('recovery loop');
+  });
+});
+
+describeWithService('Redis', 'ipn-kit inbox --redis-url (the RedisStore inbox)', () => {
+  const prefix = `ipn-kit-test:cli:${process.pid}:${randomUUID().slice(0, 8)}:`;
+  let redis: Redis;
+  let store: RedisStore;
+  const onRedis = (args: string[]) => inbox([...args, '--redis-url', redisUrl(), '--prefix', prefix], {});
+
+  beforeAll(() => {
+    redis = new Redis(redisUrl());
+    store = new RedisStore({ client: redis, prefix });
+  });
+  afterAll(async () => {
+    const keys = await redis.keys(`${prefix}*`);
+    if (keys.length > 0) await redis.del(...keys);
+    redis.disconnect();
+  });
+
+  test('lists, shows, replays and purges, without DATABASE_URL', async () => {
+    const dead = { id: randomUUID(), ms: 60_000 };
+    const done = { id: randomUUID(), ms: 60_000 };
+    await store.receive('R.1:SUCCESSFUL', { transaction_id: 'R.1', amount: 1 }, dead);
+    await store.receive('R.2:SUCCESSFUL', { transaction_id: 'R.2', amount: 2 }, done);
+    await store.settle('R.1:SUCCESSFUL', dead.id, { status: 'dead', error: 'the ledger refused it' });
+    await store.settle('R.2:SUCCESSFUL', done.id, { status: 'delivered' });
+
+    const listed = await onRedis(['list', '--status', 'dead', '--json']);
+    expect(listed.code).toBe(0);
+    expect(listed.stdout.split('\n').map((line) => (JSON.parse(line) as { key: string }).key)).toEqual([
+      'R.1:SUCCESSFUL',
+    ]);
+    const shown = await onRedis(['show', 'R.1:SUCCESSFUL']);
+    expect(shown.code).toBe(0);
+    expect(JSON.parse(shown.stdout)).toMatchObject({ status: 'dead', lastError: 'the ledger refused it' });
+    expect((await onRedis(['show', 'R.9:SUCCESSFUL'])).stderr).toContain(
+      `no entry with key 'R.9:SUCCESSFUL' in Redis (prefix ${prefix})`,
+    );
+
+    const replayed = await onRedis(['replay', '--dead']);
+    expect(replayed).toMatchObject({ code: 0, stdout: expect.stringContaining('1 dead entry is due again') });
+    expect((await store.get('R.1:SUCCESSFUL'))?.status).toBe('received');
+
+    const purged = await onRedis(['purge', '--before', new Date(Date.now() + 60_000).toISOString()]);
+    expect(purged).toMatchObject({ code: 0, stdout: expect.stringContaining('deleted 1 delivered entry') });
+    expect(await store.get('R.2:SUCCESSFUL')).toBeUndefined();
+  });
+
+  test('--table with --redis-url, or --prefix without it, is a usage error (exit 2)', async () => {
+    expect((await onRedis(['list', '--table', 'x'])).code).toBe(2);
+    expect((await inbox(['list', '--prefix', 'x'])).code).toBe(2);
   });
 });

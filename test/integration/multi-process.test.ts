@@ -1,6 +1,7 @@
 import Redis from 'ioredis';
 import { Pool } from 'pg';
 import { PostgresStore } from '../../lib/postgres.js';
+import { RedisStore } from '../../lib/redis.js';
 import { startInstance, type Instance } from '../helpers/instances.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { postCopies } from '../helpers/servers.js';
@@ -56,6 +57,41 @@ describeWithService('Redis', 'two app processes sharing one Redis', () => {
       expect(await fire(pair, payload, 40)).toEqual(Array(40).fill(200));
       expect(await total(pair)).toBe(1);
       expect((await Promise.all(pair.map((instance) => instance.successful()))).sort()).toEqual([0, 1]);
+    },
+  );
+
+  test.each(['ioredis', 'node-redis'])(
+    'with %s at least once: a process killed (SIGKILL) after its 200, before its listener finished: another delivers it once',
+    async (client) => {
+      const namespace = `mp-${suffix}-alo-${client}:`;
+      const config = {
+        store: client,
+        delivery: 'at-least-once',
+        namespace,
+        leaseMs: 1_500,
+        recoveryIntervalMs: 200,
+      };
+      const doomed = await start({ ...config, listener: 'hang' });
+      const payload = uniquePayload();
+      const key = `${String(payload.transaction_id)}:SUCCESSFUL`;
+      expect(await fire([doomed], payload, 1)).toEqual([200]); // acknowledged: the service will not resend
+      await doomed.started(payload.transaction_id as string);
+      await doomed.kill('SIGKILL');
+
+      const redis = new Redis(redisUrl());
+      const inbox = new RedisStore({ client: redis, prefix: namespace });
+      try {
+        expect((await inbox.get(key))?.status).toBe('received');
+        const survivor = await start({ ...config, listener: 'count' });
+        await expectEventually(async () => (await inbox.get(key))?.status === 'delivered');
+        expect(await survivor.successful()).toBe(1);
+        expect((await inbox.get(key))?.attempts).toBe(2);
+        // A late resend changes nothing.
+        expect(await fire([survivor], payload, 3)).toEqual([200, 200, 200]);
+        expect(await survivor.successful()).toBe(1);
+      } finally {
+        redis.disconnect();
+      }
     },
   );
 });

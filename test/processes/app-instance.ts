@@ -5,6 +5,7 @@
  * sends { type: 'ready', url }, { type: 'started', id } when a listener begins, answers 'count' with
  * { type: 'count', successful }.
  */
+import { appendFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import Redis from 'ioredis';
@@ -19,19 +20,59 @@ interface InstanceConfig {
   delivery: 'at-most-once' | 'at-least-once';
   /** Redis key prefix or PostgreSQL table. */
   namespace: string;
-  /** `count`: count events; `hang`: never settle (the process is to be killed); `credit`: insert a credit row. */
-  listener: 'count' | 'hang' | 'credit';
+  /**
+   * `count`: count events; `hang`: never settle (the process is to be killed); `credit`: insert a credit row;
+   * `ledger`: insert a ledger row through the delivery transaction's `db` (no unique key: exactly once or
+   * a visible duplicate).
+   */
+  listener: 'count' | 'hang' | 'credit' | 'ledger';
   creditsTable?: string;
+  ledgerTable?: string;
+  /** Kill this process (SIGKILL, by itself) the `nth` time it reaches `point`, after appending it to `log`. */
+  crash?: { point: CrashPoint; nth: number; log: string };
   leaseMs?: number;
   recoveryIntervalMs?: number;
 }
 
+/** Where a delivery can be cut: around the listener's write, and around the transaction's COMMIT. */
+export type CrashPoint =
+  'before-write' | 'during-write' | 'after-write' | 'before-commit' | 'commit-sent' | 'after-commit';
+
 const config = JSON.parse(process.env.INSTANCE ?? '{}') as InstanceConfig;
 const send = (message: unknown) => process.send?.(message);
 
+const reached = new Map<CrashPoint, number>();
+/** SIGKILL now, when this is the planned point: nothing after it runs, as in a power cut. */
+function maybeCrash(point: CrashPoint): void {
+  const count = (reached.get(point) ?? 0) + 1;
+  reached.set(point, count);
+  if (config.crash?.point !== point || config.crash.nth !== count) return;
+  appendFileSync(config.crash.log, `${point}\n`);
+  process.kill(process.pid, 'SIGKILL');
+}
+
 async function main(): Promise<void> {
   const pool = new Pool({ connectionString: process.env.DATABASE_URL, max: 4 });
-  let store: Store;
+  pool.on('error', () => {});
+  if (config.crash) {
+    // Each client's COMMIT can be cut: before it is sent, once sent (its answer never read), after it.
+    pool.on('connect', (client) => {
+      const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
+      Object.assign(client, {
+        query: (...args: unknown[]) => {
+          if (args[0] !== 'COMMIT') return query(...args);
+          maybeCrash('before-commit');
+          const committing = query(...args);
+          setImmediate(() => maybeCrash('commit-sent'));
+          return committing.then((result) => {
+            maybeCrash('after-commit');
+            return result;
+          });
+        },
+      });
+    });
+  }
+  let store: Store | PostgresStore<Pool>;
   if (config.store === 'ioredis') {
     store = new RedisStore({ client: new Redis(process.env.REDIS_URL ?? ''), prefix: config.namespace });
   } else if (config.store === 'node-redis') {
@@ -48,7 +89,20 @@ async function main(): Promise<void> {
     recoveryIntervalMs: config.recoveryIntervalMs,
   });
   let successful = 0;
+  if (config.listener === 'ledger') {
+    ipn.on('successful', async (n, { db }) => {
+      if (db === undefined) throw new Error('no delivery transaction: the pool should hand out clients');
+      successful += 1;
+      maybeCrash('before-write');
+      const insert = `INSERT INTO ${config.ledgerTable} (transaction_id, amount) VALUES ($1, $2)`;
+      const writing = db.query(insert, [n.transaction_id, n.amount]);
+      setImmediate(() => maybeCrash('during-write'));
+      await writing;
+      maybeCrash('after-write');
+    });
+  }
   ipn.on('successful', async (n) => {
+    if (config.listener === 'ledger') return;
     successful += 1;
     send({ type: 'started', id: n.transaction_id });
     if (config.listener === 'hang') await new Promise(() => {});

@@ -7,7 +7,9 @@ import express5 from 'express';
 import express4 from 'express4';
 import { z } from 'zod';
 import * as zm from 'zod/mini';
+import { Client, Pool, type PoolClient } from 'pg';
 import { ipnRouter, MemoryStore, type IpnNotification, type Store } from '../../lib/index.js';
+import { PostgresStore } from '../../lib/postgres.js';
 import type { IpnPluginOptions } from '../../lib/fastify.js';
 
 const ipn = ipnRouter({ customData: z.object({ orderId: z.string() }) });
@@ -97,6 +99,37 @@ mini.on('successful', (n) => {
   const orderId: string = n.customData.orderId;
   void orderId;
 });
+
+// Every listener of a notification gets the attempt's context; only PostgresStore at least once has a `db`,
+// typed as the client your pool hands out.
+plain.on('successful', (n, context) => {
+  const key: string = context.key;
+  const attempt: number = context.attempt;
+  // @ts-expect-error no db with the memory store
+  void context.db.query('SELECT 1');
+  void [key, attempt];
+});
+const pool = new Pool();
+const transactional = ipnRouter({ store: new PostgresStore({ pool }), delivery: 'at-least-once' });
+transactional.on('successful', async (n, { db, attempt }) => {
+  const client: PoolClient = db;
+  await db.query('UPDATE orders SET paid_at = now() WHERE id = $1', [n.custom_data]);
+  void [client, attempt];
+});
+transactional.on('notification', (n, { db }) => void db.query('SELECT 1'));
+transactional.on('failed', (n, { db }) => void db.query('SELECT 1'));
+// At most once, the same store opens no transaction: no db.
+const atMostOnce = ipnRouter({ store: new PostgresStore({ pool }) });
+// @ts-expect-error no db at most once
+atMostOnce.on('successful', (n, { db }) => void db.query('SELECT 1'));
+// Over a single Client (no connect() handing out clients), no db either.
+const single = ipnRouter({ store: new PostgresStore({ pool: new Client() }), delivery: 'at-least-once' });
+// @ts-expect-error no db over a single Client
+single.on('successful', (n, { db }) => void db.query('SELECT 1'));
+// A transactional router is a router like any other: the Fastify plugin and ipn.fetch take it as it is.
+const transactionalPlugin: IpnPluginOptions = { router: transactional };
+const transactionalFetch: Promise<Response> = transactional.fetch(new Request('https://shop.example/ipn'));
+void [transactionalPlugin, transactionalFetch];
 
 // The service's rules: rawState, stale, expect, authenticate.
 ipn.on('successful', (n) => {

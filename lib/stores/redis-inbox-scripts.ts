@@ -1,0 +1,184 @@
+/**
+ * The Lua scripts of `RedisStore`'s inbox (at least once). Each runs atomically in Redis. KEYS[1] is the
+ * base of every key (`prefix + '{inbox}:'`: one hash tag, so a Redis Cluster keeps them in one slot):
+ *
+ * - `e:<key>`: a hash per notification (`key`, `record` as JSON, `search`: its `custom_data` in lower case,
+ *   `status`, `attempts`, `last_error`, and the times `received_at`, `updated_at`, `next_attempt_at`,
+ *   `delivered_at`, `lease_until` in ms; `lease_id`); an empty string stands for null.
+ * - `due`: `received` and `failed` keys, scored by when they may be leased (the later of their next attempt
+ *   and their lease's end); `all`: every key by `received_at`; `done`: delivered keys by `delivered_at`;
+ *   `dead`: the set of dead keys.
+ *
+ * Times come from Redis's own clock (TIME), so instances whose clocks disagree still agree on leases.
+ */
+
+/** The header of the scripts that write: Redis's time in ms, with effects replication on Redis < 5. */
+const NOW = `if redis.replicate_commands then pcall(redis.replicate_commands) end
+local base = KEYS[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;
+
+const REPLAY_ONE = `local function replay(k)
+  local e = base .. 'e:' .. k
+  if redis.call('EXISTS', e) == 0 then return 0 end
+  redis.call('HMSET', e, 'status', 'received', 'attempts', 0, 'next_attempt_at', now, 'updated_at', now)
+  local held = tonumber(redis.call('HGET', e, 'lease_until'))
+  local score = now
+  if held and held > now then score = held end
+  redis.call('ZADD', base .. 'due', score, k)
+  redis.call('ZREM', base .. 'done', k)
+  redis.call('SREM', base .. 'dead', k)
+  return 1
+end`;
+
+export const INBOX_SCRIPTS = {
+  /**
+   * ARGV: key, record JSON, lease id, lease ms, custom_data in lower case (what `list` searches). 1 when
+   * stored, 0 when the key is there already.
+   */
+  receive: `${NOW}
+local k = ARGV[1]
+local e = base .. 'e:' .. k
+if redis.call('EXISTS', e) == 1 then return 0 end
+local held = now + tonumber(ARGV[4])
+redis.call('HMSET', e, 'key', k, 'record', ARGV[2], 'status', 'received', 'attempts', 1, 'last_error', '',
+  'received_at', now, 'updated_at', now, 'next_attempt_at', now, 'delivered_at', '', 'lease_id', ARGV[3],
+  'lease_until', held, 'search', ARGV[5])
+redis.call('ZADD', base .. 'due', held, k)
+redis.call('ZADD', base .. 'all', now, k)
+return 1`,
+
+  /** ARGV: lease id, lease ms, limit. The entries taken, each as HGETALL's flat array. */
+  lease: `${NOW}
+local taken = {}
+local keys = redis.call('ZRANGEBYSCORE', base .. 'due', '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
+for _, k in ipairs(keys) do
+  local e = base .. 'e:' .. k
+  if redis.call('EXISTS', e) == 0 then
+    redis.call('ZREM', base .. 'due', k)
+  else
+    local held = now + tonumber(ARGV[2])
+    redis.call('HMSET', e, 'lease_id', ARGV[1], 'lease_until', held, 'updated_at', now)
+    redis.call('HINCRBY', e, 'attempts', 1)
+    redis.call('ZADD', base .. 'due', held, k)
+    taken[#taken + 1] = redis.call('HGETALL', e)
+  end
+end
+return taken`,
+
+  /** ARGV: key, lease id, status, error, next attempt (ms). 1 when settled, 0 when the lease was lost. */
+  settle: `${NOW}
+local k = ARGV[1]
+local e = base .. 'e:' .. k
+if redis.call('HGET', e, 'lease_id') ~= ARGV[2] then return 0 end
+redis.call('HMSET', e, 'status', ARGV[3], 'updated_at', now, 'lease_id', '', 'lease_until', '')
+if ARGV[3] == 'delivered' then
+  redis.call('HSET', e, 'delivered_at', now)
+  redis.call('ZREM', base .. 'due', k)
+  redis.call('ZADD', base .. 'done', now, k)
+elseif ARGV[3] == 'failed' then
+  redis.call('HMSET', e, 'last_error', ARGV[4], 'next_attempt_at', ARGV[5])
+  redis.call('ZADD', base .. 'due', tonumber(ARGV[5]), k)
+else
+  redis.call('HSET', e, 'last_error', ARGV[4])
+  redis.call('ZREM', base .. 'due', k)
+  redis.call('SADD', base .. 'dead', k)
+end
+return 1`,
+
+  /** ARGV: key. 1 when replayed, 0 when there is no entry. */
+  replay: `${NOW}
+${REPLAY_ONE}
+return replay(ARGV[1])`,
+
+  /** How many dead entries were replayed. */
+  replayDead: `${NOW}
+${REPLAY_ONE}
+local count = 0
+for _, k in ipairs(redis.call('SMEMBERS', base .. 'dead')) do count = count + replay(k) end
+return count`,
+
+  /** ARGV: before (ms). Deletes entries delivered before it; how many. */
+  purge: `local base = KEYS[1]
+local keys = redis.call('ZRANGEBYSCORE', base .. 'done', '-inf', '(' .. ARGV[1])
+for _, k in ipairs(keys) do
+  redis.call('DEL', base .. 'e:' .. k)
+  redis.call('ZREM', base .. 'all', k)
+  redis.call('ZREM', base .. 'done', k)
+end
+return #keys`,
+
+  /**
+   * ARGV: key, record JSON, lease id held, new lease id, lease ms, custom_data in lower case. Puts the record
+   * in place of the entry held by that lease, in one step (never through absent). 1 when replaced, 0 when the
+   * lease no longer holds it.
+   */
+  replace: `${NOW}
+local k = ARGV[1]
+local e = base .. 'e:' .. k
+if redis.call('HGET', e, 'lease_id') ~= ARGV[3] then return 0 end
+local held = now + tonumber(ARGV[5])
+redis.call('HMSET', e, 'record', ARGV[2], 'status', 'received', 'attempts', 1, 'last_error', '',
+  'next_attempt_at', now, 'updated_at', now, 'lease_id', ARGV[4], 'lease_until', held, 'search', ARGV[6])
+redis.call('ZADD', base .. 'due', held, k)
+redis.call('ZREM', base .. 'done', k)
+redis.call('SREM', base .. 'dead', k)
+return 1`,
+
+  /** ARGV: key, lease id or ''. Forgets the entry whatever its status (a release); given a lease, only its. */
+  forget: `local base = KEYS[1]
+local k = ARGV[1]
+if ARGV[2] ~= '' and redis.call('HGET', base .. 'e:' .. k, 'lease_id') ~= ARGV[2] then return 0 end
+redis.call('DEL', base .. 'e:' .. k)
+redis.call('ZREM', base .. 'due', k)
+redis.call('ZREM', base .. 'all', k)
+redis.call('ZREM', base .. 'done', k)
+redis.call('SREM', base .. 'dead', k)
+return 1`,
+
+  /**
+   * ARGV: status, transaction id, text in custom_data (lower case), received from, received before (ms, or
+   * '' for none), newest ('1'), offset, limit. The matching entries, each as HGETALL's flat array.
+   */
+  list: `local base = KEYS[1]
+local from = ARGV[4] ~= '' and ARGV[4] or '-inf'
+local before = ARGV[5] ~= '' and ('(' .. ARGV[5]) or '+inf'
+local keys
+if ARGV[6] == '1' then
+  keys = redis.call('ZREVRANGEBYSCORE', base .. 'all', before, from)
+else
+  keys = redis.call('ZRANGEBYSCORE', base .. 'all', from, before)
+end
+local skip, limit, out = tonumber(ARGV[7]), tonumber(ARGV[8]), {}
+for _, k in ipairs(keys) do
+  if #out >= limit then break end
+  local e = base .. 'e:' .. k
+  local status = redis.call('HGET', e, 'status')
+  local ok = status and (ARGV[1] == '' or status == ARGV[1])
+  if ok and ARGV[2] ~= '' then
+    local at = string.find(k, ':[^:]*$')
+    ok = at ~= nil and string.sub(k, 1, at - 1) == ARGV[2]
+  end
+  if ok and ARGV[3] ~= '' then
+    local data = redis.call('HGET', e, 'search')
+    ok = type(data) == 'string' and string.find(data, ARGV[3], 1, true) ~= nil
+  end
+  if ok then
+    if skip > 0 then skip = skip - 1 else out[#out + 1] = redis.call('HGETALL', e) end
+  end
+end
+return out`,
+
+  /** ARGV: received from (ms, or ''). Counts of received, delivered, failed, dead. */
+  count: `local base = KEYS[1]
+local from = ARGV[1] ~= '' and ARGV[1] or '-inf'
+local counts = { received = 0, delivered = 0, failed = 0, dead = 0 }
+for _, k in ipairs(redis.call('ZRANGEBYSCORE', base .. 'all', from, '+inf')) do
+  local status = redis.call('HGET', base .. 'e:' .. k, 'status')
+  if status and counts[status] then counts[status] = counts[status] + 1 end
+end
+return { counts.received, counts.delivered, counts.failed, counts.dead }`,
+};
+
+/** The name of one of {@link INBOX_SCRIPTS}. */
+export type InboxScript = keyof typeof INBOX_SCRIPTS;
