@@ -96,6 +96,8 @@ describe('examples/admin-page-fetch.ts (quoted in docs/admin.md), Hono on @hono/
     const entryText = await entry.text();
     expect(entryText).toContain('ledger down for [redacted]');
     expect(entryText).not.toContain('22997000111');
+    // The mount path itself, without its trailing slash, is the overview too.
+    expect((await fetch(`${url}/ops/ipn`, { headers: { authorization } })).status).toBe(200);
     const css = await fetch(`${url}/ops/ipn/admin.css`, { headers: { authorization } });
     expect(css.headers.get('content-type')).toBe('text/css; charset=utf-8');
   });
