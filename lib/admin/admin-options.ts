@@ -5,8 +5,11 @@ import { defaultLogger, guardLogger, type Logger } from '../observability/logger
 /** What the page needs of the router: `ipnRouter()` returns it. */
 export type AdminSource = Pick<IpnRouter<unknown>, 'inbox' | 'metrics' | 'reconcile' | 'on'>;
 
-/** Options of {@link adminRouter}. */
-export interface AdminOptions {
+/**
+ * Options of {@link adminRouter} (`Req` is node's `IncomingMessage`, or Express's request that extends it) and
+ * of `adminFetchHandler()` (`Req` is a WHATWG `Request`): `authorize` is given that request.
+ */
+export interface AdminOptions<Req = IncomingMessage> {
   /** The router whose inbox, metrics and events the page shows: what `ipnRouter()` returned. Required. */
   ipn: AdminSource;
   /**
@@ -15,7 +18,7 @@ export interface AdminOptions {
    * a rejection or a throw answers 403. Required: a page that can replay payments is never public by accident.
    * @example (req) => req.session?.user?.role === 'admin'
    */
-  authorize: (req: IncomingMessage) => boolean | Promise<boolean>;
+  authorize: (req: Req) => boolean | Promise<boolean>;
   /** Show the customer's number and name (`destination`, `customer_name`) in clear, as the router's option of the same name does for logs. @default false */
   logCustomerData: boolean;
   /** How many recent `rejected` and `error` events the page keeps in memory (for at-most-once mode too). @default 50 */
@@ -33,32 +36,36 @@ export interface AdminOptions {
 
 const KNOWN = new Set(['ipn', 'authorize', 'logCustomerData', 'recentEvents', 'pageSize', 'title', 'logger']);
 
-/** Applies every default and throws a `TypeError` for a programmer error. */
-export function resolveAdminOptions(given: Partial<AdminOptions> | undefined): AdminOptions {
+/**
+ * Applies every default and throws a `TypeError` for a programmer error; `name` is the function the messages
+ * name (`adminRouter`, `adminFetchHandler`).
+ */
+export function resolveAdminOptions<Req>(
+  given: Partial<AdminOptions<Req>> | undefined,
+  name = 'adminRouter',
+): AdminOptions<Req> {
   const options = Object.fromEntries(
     Object.entries(given ?? {}).filter(([, value]) => value !== undefined),
-  ) as Partial<AdminOptions>;
+  ) as Partial<AdminOptions<Req>>;
   const unknown = Object.keys(options).filter((key) => !KNOWN.has(key));
   if (unknown.length > 0) {
-    throw new TypeError(
-      `adminRouter: unknown option ${unknown.join(', ')} (known: ${[...KNOWN].join(', ')})`,
-    );
+    throw new TypeError(`${name}: unknown option ${unknown.join(', ')} (known: ${[...KNOWN].join(', ')})`);
   }
   const { ipn, authorize } = options;
   if (typeof authorize !== 'function') {
     throw new TypeError(
-      'adminRouter: authorize is required, a function (req) => boolean that lets only your operators in: this page can replay payments',
+      `${name}: authorize is required, a function (req) => boolean that lets only your operators in: this page can replay payments`,
     );
   }
   if (typeof ipn !== 'function' && (typeof ipn !== 'object' || ipn === null)) {
-    throw new TypeError('adminRouter: ipn is required: the router that ipnRouter() returned');
+    throw new TypeError(`${name}: ipn is required: the router that ipnRouter() returned`);
   }
   for (const method of ['metrics', 'reconcile', 'on'] as const) {
     if (typeof ipn[method] !== 'function') {
-      throw new TypeError(`adminRouter: ipn must be what ipnRouter() returned (it has no ${method}())`);
+      throw new TypeError(`${name}: ipn must be what ipnRouter() returned (it has no ${method}())`);
     }
   }
-  const resolved: AdminOptions = {
+  const resolved: AdminOptions<Req> = {
     ipn,
     authorize,
     logCustomerData: false,
@@ -71,17 +78,17 @@ export function resolveAdminOptions(given: Partial<AdminOptions> | undefined): A
   for (const key of ['recentEvents', 'pageSize'] as const) {
     const value = resolved[key];
     if (!Number.isInteger(value) || value < 1 || value > 1000) {
-      throw new TypeError(`adminRouter: ${key} must be a whole number from 1 to 1000, got ${String(value)}`);
+      throw new TypeError(`${name}: ${key} must be a whole number from 1 to 1000, got ${String(value)}`);
     }
   }
   if (typeof resolved.logCustomerData !== 'boolean') {
-    throw new TypeError(`adminRouter: logCustomerData must be a boolean`);
+    throw new TypeError(`${name}: logCustomerData must be a boolean`);
   }
-  if (typeof resolved.title !== 'string') throw new TypeError('adminRouter: title must be a string');
+  if (typeof resolved.title !== 'string') throw new TypeError(`${name}: title must be a string`);
   const { logger } = resolved;
   for (const method of ['debug', 'info', 'warn', 'error'] as const) {
     if (typeof logger !== 'object' || logger === null || typeof logger[method] !== 'function') {
-      throw new TypeError(`adminRouter: logger must have a ${method}() method (a pino-compatible logger)`);
+      throw new TypeError(`${name}: logger must have a ${method}() method (a pino-compatible logger)`);
     }
   }
   return { ...resolved, logger: guardLogger(logger) };

@@ -1,14 +1,13 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
 
 /** The cookie holding the page's CSRF token (double submit: every form echoes it in a hidden field). */
 export const CSRF_COOKIE = 'ipn_kit_admin_csrf';
 
 const TOKEN = /^[A-Za-z0-9_-]{43}$/;
 
-/** The request's token from its cookie, or `undefined`. */
-export function csrfCookieOf(req: IncomingMessage): string | undefined {
-  const header = req.headers.cookie ?? '';
+/** The token in a request's `Cookie` header, or `undefined`. */
+export function readCsrfCookie(cookieHeader: string | undefined): string | undefined {
+  const header = cookieHeader ?? '';
   for (const part of header.split(';')) {
     const at = part.indexOf('=');
     if (at !== -1 && part.slice(0, at).trim() === CSRF_COOKIE) {
@@ -35,10 +34,13 @@ export function csrfCookie(token: string, secure: boolean): string {
  * browser, when it says where the request comes from (`Sec-Fetch-Site`), says the same origin. `Origin` is
  * not compared with `Host`: a proxy in front of the app may rewrite `Host`.
  */
-export function csrfAllows(req: IncomingMessage, field: string | undefined): boolean {
-  const site = req.headers['sec-fetch-site'];
+export function csrfAllows(
+  cookieHeader: string | undefined,
+  site: string | undefined,
+  field: string | undefined,
+): boolean {
   if (site !== undefined && site !== 'same-origin' && site !== 'none') return false;
-  const cookie = csrfCookieOf(req);
+  const cookie = readCsrfCookie(cookieHeader);
   if (cookie === undefined || field === undefined) return false;
   const digest = (text: string) => createHash('sha256').update(text).digest();
   return timingSafeEqual(digest(cookie), digest(field));

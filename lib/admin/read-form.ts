@@ -28,3 +28,23 @@ export async function readForm(req: IncomingMessage): Promise<URLSearchParams | 
   }
   return new URLSearchParams(Buffer.concat(chunks).toString('utf8'));
 }
+
+/** A WHATWG `Request`'s urlencoded form, read up to 8 KiB; `undefined` when it is larger. */
+export async function readFetchForm(request: Request): Promise<URLSearchParams | undefined> {
+  // Something read the body before the page (the host's own code): there is no form left to read.
+  if (request.bodyUsed || request.body === null) return new URLSearchParams();
+  const reader = (request.body as ReadableStream<Uint8Array>).getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > LIMIT) {
+      reader.cancel().catch(() => undefined);
+      return undefined;
+    }
+    chunks.push(value);
+  }
+  return new URLSearchParams(Buffer.concat(chunks).toString('utf8'));
+}

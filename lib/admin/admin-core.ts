@@ -1,0 +1,318 @@
+import { IpnKitError, messageOf } from '../pipeline/errors.js';
+import type { DeliveryStatus, ListOptions } from '../stores/store.js';
+import type { AdminOptions } from './admin-options.js';
+import { csrfAllows, csrfCookie, newCsrfToken, readCsrfCookie } from './csrf.js';
+import { createEventRing } from './event-ring.js';
+import { layout, STYLE, type Html } from './html.js';
+import { createMasker } from './mask.js';
+import { confirmPage, entryPage, overviewPage, resultPage, type Confirmation } from './pages.js';
+
+/**
+ * One request to the operator's page, as a transport adapter (node:http, fetch) reads it: the page's logic
+ * sees only this, so every transport serves the same pages, headers, CSRF check and `authorize`.
+ */
+export interface AdminRequest<Req> {
+  /** What `authorize` is given: the host's own request object (`IncomingMessage`, or a WHATWG `Request`). */
+  raw: Req;
+  method: string;
+  /** The path and query below the mount path (`/entry?key=...`); `undefined` when the request is not below it. */
+  target: string | undefined;
+  /** The mount path, without a trailing slash (`/ops/ipn`, or `''`): the pages' links start with it. */
+  base: string;
+  /** The `Cookie` header. */
+  cookie: string | undefined;
+  /** The `Sec-Fetch-Site` header. */
+  fetchSite: string | undefined;
+  /** Whether the page is served over HTTPS (the CSRF cookie is then `Secure`). */
+  secure: boolean;
+  /** The urlencoded form of a POST, read up to 8 KiB; `undefined` when larger. */
+  form(): Promise<URLSearchParams | undefined>;
+}
+
+/** The page's answer: status, headers (`Content-Type` among them) and body; the adapter writes it. */
+export interface AdminAnswer {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+}
+
+/** The operator's page without its transport: a request in, an answer out. Never rejects. */
+export type AdminCore<Req> = (request: AdminRequest<Req>) => Promise<AdminAnswer>;
+
+const STATUSES: ReadonlySet<string> = new Set<DeliveryStatus>(['received', 'delivered', 'failed', 'dead']);
+const DAY = 24 * 60 * 60 * 1000;
+const HTML_TYPE = 'text/html; charset=utf-8';
+const HEADERS = {
+  'Content-Security-Policy':
+    "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+  'X-Frame-Options': 'DENY',
+  'X-Content-Type-Options': 'nosniff',
+  'Referrer-Policy': 'no-referrer',
+  'Cache-Control': 'no-store',
+};
+
+/**
+ * The page's logic, shared by `adminRouter()` (node:http, Express) and `adminFetchHandler()` (fetch): counts,
+ * the filtered list of the durable inbox, each entry, the metrics and recent rejections, and the actions,
+ * each confirmed, CSRF-protected and behind `authorize`.
+ */
+export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req> {
+  const { ipn, authorize, title, pageSize, logger } = resolved;
+  const mask = createMasker(resolved.logCustomerData);
+  const ring = createEventRing(ipn, resolved.recentEvents);
+
+  const core: AdminCore<Req> = async (req) => {
+    const { base } = req;
+    try {
+      return await respond(req, base);
+    } catch (error) {
+      // What failed underneath (the store, most likely): logged, and a page that says so, never a crash.
+      logger.error(
+        { err: { message: messageOf(error) }, path: (req.target ?? '').split('?')[0] },
+        'ipn-kit admin: the page could not be built (the store failed?)',
+      );
+      const message =
+        'The inbox could not be read or changed: see the application log, and retry in a moment.';
+      return answer(503, page(base, resultPage(base, message, false)), undefined, { 'Retry-After': '5' });
+    }
+  };
+
+  async function respond(req: AdminRequest<Req>, base: string): Promise<AdminAnswer> {
+    if (!(await allowed(req.raw))) return answer(403, page(base, resultPage(base, 'Not authorised.', false)));
+    if (req.target === undefined) return answer(404, page(base, resultPage(base, 'No such page.', false)));
+    const url = parseUrl(req.target);
+    if (url === undefined || hasNul(url.searchParams)) return badRequest(base);
+    if (url.pathname === '/admin.css') return answer(200, STYLE, 'text/css; charset=utf-8');
+    const { method } = req;
+    if (method === 'GET' || method === 'HEAD') return get(req, base, url);
+    if (method === 'POST') return post(req, base, url.pathname);
+    return answer(
+      405,
+      page(base, resultPage(base, `Method ${method} is not allowed here.`, false)),
+      undefined,
+      {
+        Allow: 'GET, HEAD, POST',
+      },
+    );
+  }
+
+  async function allowed(raw: Req): Promise<boolean> {
+    try {
+      return (await authorize(raw)) === true;
+    } catch {
+      return false; // a failing check never opens the page
+    }
+  }
+
+  const page = (base: string, body: Html): string => layout(title, base, body);
+
+  async function get(req: AdminRequest<Req>, base: string, url: URL): Promise<AdminAnswer> {
+    let csrf = readCsrfCookie(req.cookie);
+    const cookie = csrf === undefined ? csrfCookie((csrf = newCsrfToken()), req.secure) : undefined;
+    const extra = cookie ? { 'Set-Cookie': cookie } : undefined;
+    const { pathname, searchParams } = url;
+    if (pathname === '/' || pathname === '') {
+      return answer(200, page(base, await overview(base, searchParams)), undefined, extra);
+    }
+    if (pathname === '/entry') {
+      const entry = await durable(() => ipn.inbox.get(searchParams.get('key') ?? ''));
+      if (!entry) return answer(404, page(base, resultPage(base, 'No such entry.', false)), undefined, extra);
+      return answer(200, page(base, entryPage(base, entry, mask)), undefined, extra);
+    }
+    if (pathname === '/confirm') {
+      const confirmation = confirmationOf(searchParams);
+      if (!confirmation)
+        return answer(400, page(base, resultPage(base, 'Unknown action.', false)), undefined, extra);
+      return answer(200, page(base, confirmPage(base, csrf, confirmation)), undefined, extra);
+    }
+    return answer(404, page(base, resultPage(base, 'No such page.', false)), undefined, extra);
+  }
+
+  async function overview(base: string, query: URLSearchParams): Promise<Html> {
+    const pageNumber = Math.max(1, Math.min(10_000, Number.parseInt(query.get('page') ?? '1', 10) || 1));
+    const filters = filtersOf(query);
+    const metrics = ipn.metrics();
+    const recent = ring.recent();
+    const entries = await durable(() =>
+      ipn.inbox.list({
+        ...filters,
+        order: 'newest',
+        limit: pageSize + 1,
+        offset: (pageNumber - 1) * pageSize,
+      }),
+    );
+    if (entries === undefined) return overviewPage({ base, metrics, recent, mask });
+    const [counts, lastHour] = await Promise.all([
+      ipn.inbox.countByStatus(),
+      ipn.inbox.countByStatus(new Date(Date.now() - 60 * 60 * 1000)),
+    ]);
+    const inbox = {
+      counts,
+      lastHour,
+      entries: entries.slice(0, pageSize),
+      filters,
+      page: pageNumber,
+      hasNext: entries.length > pageSize,
+      query: keep(query, ['status', 'transaction', 'q', 'from', 'to']),
+    };
+    return overviewPage({ base, inbox, metrics, recent, mask });
+  }
+
+  async function post(req: AdminRequest<Req>, base: string, action: string): Promise<AdminAnswer> {
+    const form = await req.form();
+    if (form === undefined) return answer(413, page(base, resultPage(base, 'The form is too large.', false)));
+    if (hasNul(form)) return badRequest(base);
+    if (!csrfAllows(req.cookie, req.fetchSite, form.get('csrf') ?? undefined)) {
+      return answer(
+        403,
+        page(
+          base,
+          resultPage(
+            base,
+            'The form expired or came from another site: reload the page and try again.',
+            false,
+          ),
+        ),
+      );
+    }
+    const done = (message: string, ok = true, link?: string) =>
+      answer(ok ? 200 : 409, page(base, resultPage(base, message, ok, link)));
+    try {
+      if (action === '/replay') {
+        const key = form.get('key') ?? '';
+        const link = `${base}/entry?key=${encodeURIComponent(key)}`;
+        return (await ipn.inbox.replay(key))
+          ? done(`Replayed ${key}: it is delivered again now.`, true, link)
+          : done(`No entry ${key} to replay.`, false);
+      }
+      if (action === '/replay-dead') return done(`Replayed ${await ipn.inbox.replayDead()} dead entries.`);
+      if (action === '/purge') {
+        const before = dateOf(form.get('before'));
+        if (!before) return done('Give the date before which delivered entries are purged.', false);
+        return done(
+          `Purged ${await ipn.inbox.purge(before)} delivered entries delivered before ${before.toISOString().slice(0, 10)}.`,
+        );
+      }
+      if (action === '/reconcile') {
+        const id = (form.get('transaction') ?? '').trim();
+        if (!id) return done('Give a transaction id.', false);
+        const { record, emitted } = await ipn.reconcile(id);
+        const outcome = emitted
+          ? 'its notification was delivered now'
+          : 'nothing was delivered (not final yet, or already handled)';
+        return done(`The service says ${id} is ${String(record.state)}: ${outcome}.`);
+      }
+    } catch (error) {
+      if (!(error instanceof IpnKitError)) {
+        logger.error({ err: { message: messageOf(error) }, action }, 'ipn-kit admin: an action failed');
+      }
+      return done(describe(error), false);
+    }
+    return answer(404, page(base, resultPage(base, 'No such action.', false)));
+  }
+
+  function badRequest(base: string): AdminAnswer {
+    const message =
+      'The address or the form holds something no notification can hold (a NUL character, a broken URL).';
+    return answer(400, page(base, resultPage(base, message, false)));
+  }
+
+  return core;
+}
+
+/** The request's path and query, or `undefined` for a target that is no URL (`//[`). */
+function parseUrl(target: string): URL | undefined {
+  try {
+    return new URL(target, 'http://admin.invalid');
+  } catch {
+    return undefined;
+  }
+}
+
+/** A NUL character fits in no key, transaction id or `custom_data` (PostgreSQL's text refuses it). */
+function hasNul(values: URLSearchParams): boolean {
+  for (const [name, value] of values) if (name.includes('\u0000') || value.includes('\u0000')) return true;
+  return false;
+}
+
+/** `undefined` when the router has no durable inbox (at-most-once mode); other failures propagate. */
+async function durable<T>(read: () => Promise<T>): Promise<T | undefined> {
+  try {
+    return await read();
+  } catch (error) {
+    if (error instanceof IpnKitError && error.code === 'IPN_NOT_DURABLE') return undefined;
+    throw error;
+  }
+}
+
+function confirmationOf(query: URLSearchParams): Confirmation | undefined {
+  const action = query.get('action');
+  if (action === 'replay') {
+    const key = query.get('key') ?? '';
+    return { action, question: `Replay ${key}? Its listeners run again.`, fields: { key } };
+  }
+  if (action === 'replay-dead')
+    return { action, question: 'Replay every dead entry? Their listeners run again.', fields: {} };
+  if (action === 'purge') {
+    return {
+      action,
+      question: 'Purge delivered entries? Their resends will then be new notifications.',
+      fields: {},
+      input: { name: 'before', label: 'Delivered before', type: 'date' },
+    };
+  }
+  if (action === 'reconcile') {
+    const transaction = (query.get('transaction') ?? '').trim();
+    return {
+      action,
+      question: `Ask the service for ${transaction} and deliver it if final?`,
+      fields: { transaction },
+    };
+  }
+  return undefined;
+}
+
+function filtersOf(query: URLSearchParams): ListOptions {
+  const status = query.get('status') ?? '';
+  const transaction = (query.get('transaction') ?? '').trim();
+  const text = (query.get('q') ?? '').trim();
+  const from = dateOf(query.get('from'));
+  const to = dateOf(query.get('to'));
+  return {
+    ...(STATUSES.has(status) ? { status: status as DeliveryStatus } : {}),
+    ...(transaction ? { transactionId: transaction } : {}),
+    ...(text ? { customDataContains: text } : {}),
+    ...(from ? { receivedFrom: from } : {}),
+    ...(to ? { receivedBefore: new Date(to.getTime() + DAY) } : {}),
+  };
+}
+
+/** A `YYYY-MM-DD` date (UTC midnight), or `undefined`; never a rolled-over one (`2026-02-31` is no date). */
+function dateOf(value: string | null | undefined): Date | undefined {
+  if (!value || !/^\d{4}-\d{2}-\d{2}$/.test(value)) return undefined;
+  const date = new Date(`${value}T00:00:00.000Z`);
+  return !Number.isNaN(date.getTime()) && date.toISOString().slice(0, 10) === value ? date : undefined;
+}
+
+function keep(query: URLSearchParams, names: string[]): URLSearchParams {
+  const kept = new URLSearchParams();
+  for (const name of names) {
+    const value = query.get(name);
+    if (value) kept.set(name, value);
+  }
+  return kept;
+}
+
+function describe(error: unknown): string {
+  if (error instanceof IpnKitError) return `${error.code}: ${error.message}`;
+  return 'the action failed: see the application log';
+}
+
+/** A mount path without its trailing slash: the pages' links append `/entry` and the like to it. */
+export function stripSlash(path: string): string {
+  return path.endsWith('/') ? path.slice(0, -1) : path;
+}
+
+function answer(status: number, body: string, type = HTML_TYPE, extra?: Record<string, string>): AdminAnswer {
+  return { status, body, headers: { ...HEADERS, ...extra, 'Content-Type': type } };
+}
