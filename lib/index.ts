@@ -65,6 +65,7 @@ export type {
   AttemptInfo,
   ListenerContext,
   ListenerContextOf,
+  TransactionalStore,
   Notification,
   CustomDataFields,
   InvalidEvent,

@@ -24,12 +24,18 @@ export type ListenerContext<Db = never> = [Db] extends [never]
   ? AttemptInfo & { db?: undefined }
   : AttemptInfo & { db: Db };
 
+/** A store that opens a delivery transaction for each attempt, whose client listeners get as `db`. */
+export interface TransactionalStore<Db> {
+  /** Opens the transaction of one attempt at `key`, held by `leaseId`; `undefined` when it cannot. */
+  begin(key: string, leaseId: string): Promise<DeliveryTransaction<Db> | undefined>;
+}
+
 /**
  * The listener context a router gets from its store and delivery mode: a `db` only from a store that opens
  * delivery transactions (`begin`), at least once.
  */
 export type ListenerContextOf<St, D> = D extends 'at-least-once'
-  ? St extends { begin(key: string, leaseId: string): Promise<DeliveryTransaction<infer Db> | undefined> }
+  ? St extends TransactionalStore<infer Db>
     ? ListenerContext<Db>
     : ListenerContext
   : ListenerContext;

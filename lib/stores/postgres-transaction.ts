@@ -2,8 +2,24 @@ import type { DeliveryTransaction } from './store.js';
 
 /** A client a pool hands out (`pool.connect()`): what a delivery transaction runs on. */
 export interface PgPoolClient {
+  /** Runs one statement inside the transaction. */
   query(text: string, values?: unknown[]): Promise<{ rowCount: number | null }>;
+  /** Gives the client back to its pool (destroying it when given `true` or an error). */
   release(destroy?: boolean | Error): void;
+}
+
+/** A pool as `pg` declares it: `connect()` hands out a client, or calls back with one. */
+export interface PgConnectingPool<Client> {
+  /** Hands out a client of the pool. */
+  connect(): Promise<Client>;
+  /** The callback form, which `pg` declares too. */
+  connect(callback: never): void;
+}
+
+/** A pool with only the promise form of `connect()`. */
+export interface PgPromisePool<Client> {
+  /** Hands out a client of the pool. */
+  connect(): Promise<Client>;
 }
 
 /**
@@ -11,15 +27,16 @@ export interface PgPoolClient {
  * `db` with {@link PostgresStore}. `never` for a pool that hands out none (a single `Client`): then listeners
  * get no `db`. Read from both of `connect`'s signatures, as `pg` declares two.
  */
-export type PgClientOf<P> = P extends { connect: { (): Promise<infer Client>; (callback: never): void } }
-  ? Client extends PgPoolClient
-    ? Client
-    : never
-  : P extends { connect(): Promise<infer Client> }
+export type PgClientOf<P> =
+  P extends PgConnectingPool<infer Client>
     ? Client extends PgPoolClient
       ? Client
       : never
-    : never;
+    : P extends PgPromisePool<infer Client>
+      ? Client extends PgPoolClient
+        ? Client
+        : never
+      : never;
 
 /**
  * Whether `pool` hands out clients for transactions: it has `connect()`, and it is not itself a connected
