@@ -99,11 +99,18 @@ describe('the NestJS example on NestJS 12, through a real server', () => {
   });
 
   test('a forged notification is rejected by verify, never credited', async () => {
-    const status = await provider.forge({ ipnUrl: `${base}/ipn`, customData: 'nest-forged' });
+    // A forged FAILED of a real, paid transaction: the service's record contradicts it at the first query.
+    // (A made-up id is believed forged only once the service says "not found" twice, minIntervalMs apart.)
+    const ipnUrl = `${base}/ipn`;
+    const real = provider.initiate({ amount: 20, ipnUrl, customData: 'nest-order-3', outcome: 'SUCCESSFUL' });
+    await real.delivered;
+    await until(() => count('successful', 'nest-order-3') === 1, 'the real credit', 20_000);
+    const forgery = { ipnUrl, transactionId: real.transactionId, state: 'FAILED', customData: 'nest-forged' };
+    const status = await provider.forge(forgery);
     await until(() => count('rejected', 'nest-forged') === 1, 'the rejection', 20_000);
 
     expect(status).toBe(200);
-    expect(count('successful', 'nest-forged')).toBe(0);
+    expect(count('failed', 'nest-forged')).toBe(0);
   });
 
   test("malformed JSON answers the router's 400 in JSON, not Nest's body parser's, and emits invalid", async () => {

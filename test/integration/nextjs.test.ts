@@ -108,11 +108,24 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
   });
 
   test('App Router: a forged notification is rejected by verify, never credited', async () => {
-    const status = await provider.forge({ ipnUrl: `${base}/api/ipn`, customData: 'order-forged' });
+    // A forged FAILED of a real, paid transaction: the service's record contradicts it at the first query.
+    // (A made-up id is believed forged only once the service says "not found" twice, minIntervalMs apart.)
+    const ipnUrl = `${base}/api/ipn`;
+    const real = provider.initiate({ amount: 20, ipnUrl, customData: 'order-next-3', outcome: 'SUCCESSFUL' });
+    await real.delivered;
+    await until(() => lines('credit order-next-3').length === 1, 'the real credit', 20_000);
+    const forgery = {
+      ipnUrl,
+      transactionId: real.transactionId,
+      state: 'FAILED',
+      customData: 'order-forged',
+    };
+    const status = await provider.forge(forgery);
     await until(() => lines('rejected order-forged').length === 1, 'the rejection', 20_000);
 
     expect(status).toBe(200);
-    expect(lines('rejected order-forged')).toEqual(['rejected order-forged: not_found']);
+    expect(lines('rejected order-forged')).toEqual(['rejected order-forged: mismatch']);
+    expect(lines('failed order-forged')).toEqual([]);
     expect(lines('credit order-forged')).toEqual([]);
   });
 
