@@ -35,8 +35,14 @@ export function describeFramework(name: string, mount: (ipn: IpnRouter) => Promi
       await provider.close();
     });
     beforeEach(async () => {
-      const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'framework-key' });
-      ipn = ipnRouter({ verify, logger: quiet });
+      // A made-up id is believed forged once the service says "not found" twice, minIntervalMs apart: short
+      // waits here, as in a partner's own tests.
+      const verify = createStatusClient({
+        baseUrl: provider.statusBaseUrl,
+        apiKey: 'framework-key',
+        minIntervalMs: 50,
+      });
+      ipn = ipnRouter({ verify, logger: quiet, verifyRetryDelayMs: 20 });
       recorder = recordEvents(ipn);
       mounted = await mount(ipn);
     });
