@@ -84,6 +84,7 @@ function toIpnRequest(request: FastifyRequest): IpnRequest {
     contentLength: headers['content-length'],
     contentEncoding: headers['content-encoding'],
     token: tokenOf(request.raw.url),
+    headers, // for `authenticate` (a signature header)
     body: bodyOf(request),
   };
 }

@@ -65,6 +65,8 @@ function toIpnRequest(request: Request): IpnRequest {
     contentLength: headers.get('content-length') ?? undefined,
     contentEncoding: headers.get('content-encoding') ?? undefined,
     token: tokenOf(request.url),
+    // For `authenticate` (a signature header): names in lower case, as the Headers object gives them.
+    headers: Object.fromEntries(headers),
     body: bodyOf(request),
   };
 }

@@ -159,3 +159,65 @@ describe.each(EXPRESS_VERSIONS)('ipnRouter({ authenticate }) under %s', (_versio
     expect(recorder.names()).toEqual(['error']);
   });
 });
+
+describe('a signature header reaches authenticate through every adapter', () => {
+  const signed = () => {
+    const payload = uniquePayload();
+    const body = JSON.stringify(payload);
+    return { payload, body, signature: sign(JSON.stringify(JSON.parse(body))) };
+  };
+  const router = () => {
+    const ipn = ipnRouter({
+      logger: { debug() {}, info() {}, warn() {}, error() {} },
+      authenticate: hmacAuthenticator({ secret: SECRET, header: 'x-signature' }),
+    });
+    return { ipn, recorder: recordEvents(ipn) };
+  };
+
+  test('ipn.fetch: signed is credited, unsigned is 401', async () => {
+    const { ipn, recorder } = router();
+    const { payload, body, signature } = signed();
+    const request = (headers: Record<string, string>) =>
+      new Request('https://shop.example/ipn', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body,
+      });
+
+    const unsigned = await ipn.fetch(request({}));
+    const good = await ipn.fetch(request({ 'X-Signature': signature }));
+    await settle();
+
+    expect([unsigned.status, good.status]).toEqual([401, 200]);
+    expect(recorder.of('successful').map((n) => n.transaction_id)).toEqual([payload.transaction_id]);
+    await ipn.close();
+  });
+
+  test('ipn-kit/fastify: signed is credited, unsigned is 401', async () => {
+    const { default: Fastify } = await import('fastify');
+    const { ipnPlugin } = await import('../../lib/fastify.js');
+    const { ipn, recorder } = router();
+    const app = Fastify();
+    await app.register(ipnPlugin, { prefix: '/ipn', router: ipn });
+    const { payload, body, signature } = signed();
+    const base = await app.listen({ port: 0, host: '127.0.0.1' });
+    const inject = (headers: Record<string, string>) =>
+      fetch(`${base}/ipn`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body,
+      });
+
+    try {
+      const unsigned = await inject({});
+      const good = await inject({ 'x-signature': signature });
+      await settle();
+
+      expect([unsigned.status, good.status]).toEqual([401, 200]);
+      expect(recorder.of('successful').map((n) => n.transaction_id)).toEqual([payload.transaction_id]);
+    } finally {
+      await app.close();
+      await ipn.close();
+    }
+  });
+});
