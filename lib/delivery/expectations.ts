@@ -1,5 +1,5 @@
 import { IpnKitError, messageOf, StoreError } from '../pipeline/errors.js';
-import { isFinalState, type IpnNotification } from '../pipeline/schema.js';
+import type { IpnNotification } from '../pipeline/schema.js';
 import type { Expectation, ExpectationStore } from '../stores/expectation-store.js';
 import type { Store } from '../stores/store.js';
 import { sameCustomData, type RejectedEvent, type VerifiedField } from '../status/verify-notification.js';
@@ -88,9 +88,13 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
       return { kind: 'mismatch', event: { reason: 'mismatch', message, mismatches, notification: n } };
     },
 
-    /** A final notification that matched its expectation was accepted: the expectation is settled. */
+    /**
+     * A SUCCESSFUL notification that matched its expectation was accepted: the expectation is settled. A
+     * FAILED one leaves it in place: the service may still turn the transaction SUCCESSFUL, and a SUCCESSFUL
+     * copy must then match the expectation too (a forged one, with another amount, is rejected).
+     */
     settle(n: IpnNotification, checked: ExpectationCheck): void {
-      if (!expectations || checked.kind !== 'match' || !isFinalState(n.state)) return;
+      if (!expectations || checked.kind !== 'match' || n.state !== 'SUCCESSFUL') return;
       Promise.resolve()
         .then(() => expectations.delete(n.transaction_id))
         .catch((cause: unknown) =>
