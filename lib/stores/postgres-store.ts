@@ -221,15 +221,21 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
 
   /**
    * Opens the transaction of one delivery attempt held by `leaseId` (the router calls it, at least once,
-   * after verification and before the listeners): `BEGIN` on a client of the pool, which listeners get as
-   * `db`. Its `commit()` marks the entry delivered in the same transaction, only while `leaseId` still holds
-   * it (otherwise it rolls back: another attempt has the entry), then commits. So the listeners' writes and
-   * the mark land together or not at all, whatever crashes when. Resolves `undefined` when the pool hands out
-   * no clients (a single `Client`).
+   * after verification and before the listeners): a client of the pool, which listeners get as `db`; `BEGIN`
+   * goes out with the first query they make through it. Its `commit()` marks the entry delivered in the same
+   * transaction, only while `leaseId` still holds it (otherwise it rolls back: another attempt has the
+   * entry), then commits. So the listeners' writes and the mark land together or not at all, whatever
+   * crashes when. When no listener queried `db`, there is nothing to make atomic: the client goes back to
+   * the pool untouched and the mark is batched with other settlements (group commit), as without a
+   * transaction. Resolves `undefined` when the pool hands out no clients (a single `Client`).
    */
   async begin(key: string, leaseId: string): Promise<DeliveryTransaction<PgClientOf<P>> | undefined> {
     if (!canConnect(this.#pool)) return undefined;
-    const opened = await openTransaction(this.#pool, key, [this.#sql.delivered, [key, leaseId]]);
+    const mark = {
+      statement: [this.#sql.delivered, [key, leaseId]] as [string, unknown[]],
+      andCommit: this.#sql.markAndCommit(key, leaseId),
+    };
+    const opened = await openTransaction(this.#pool, key, mark, () => this.#deliveries([key, leaseId]));
     return opened as DeliveryTransaction<PgClientOf<P>>;
   }
 

@@ -1,4 +1,4 @@
-import { Pool } from 'pg';
+import { Pool, Query, type PoolClient } from 'pg';
 import { ipnRouter, type IpnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { rawPg, withKysely } from '../../examples/snippets/exactly-once.js';
@@ -210,6 +210,176 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
     expect(await statusOf(keyOf(payload))).toBe('received');
     expect(await ledgerRows(payload.transaction_id)).toBe(0);
   });
+
+  /**
+   * The schema's pool, handing out clients that record what runs on them (the first words of each
+   * statement), how many of their queries were running at once at most, and that fail `BEGIN` `failBegin`
+   * times.
+   */
+  function watchedPool(failBegin = 0) {
+    const watched = { statements: [] as string[], mostAtOnce: 0, failBegin };
+    let running = 0;
+    const watch = (client: PoolClient): PoolClient =>
+      new Proxy(client, {
+        get(target, property) {
+          if (property !== 'query') return Reflect.get(target, property, target) as unknown;
+          return (...args: unknown[]) => {
+            const text = typeof args[0] === 'string' ? args[0] : (args[0] as { text: string }).text;
+            watched.statements.push(text.trim().split(/\s+/).slice(0, 2).join(' '));
+            if (text === 'BEGIN' && watched.failBegin-- > 0) {
+              return Promise.reject(new Error('BEGIN refused (injected fault)'));
+            }
+            const callback = args[args.length - 1];
+            if (typeof args[0] === 'object' && 'submit' in (args[0] as object)) {
+              // A submittable goes to pg's own queue, which runs it in turn: not counted as running here.
+              return Reflect.apply(target.query, target, args) as unknown;
+            }
+            running += 1;
+            watched.mostAtOnce = Math.max(watched.mostAtOnce, running);
+            const settled = () => void (running -= 1);
+            if (typeof callback === 'function') {
+              const counted = (...answer: unknown[]) => {
+                settled();
+                Reflect.apply(callback, undefined, answer);
+              };
+              return Reflect.apply(target.query, target, [...args.slice(0, -1), counted]) as unknown;
+            }
+            const result = Reflect.apply(target.query, target, args) as Promise<unknown>;
+            void result.then(settled, settled);
+            return result;
+          };
+        },
+      });
+    const connecting = {
+      query: (text: string, values?: unknown[]) => pool.query(text, values),
+      connect: async () => watch(await pool.connect()),
+    };
+    return { watched, pool: connecting };
+  }
+
+  test('listeners that never query db open no transaction: no BEGIN, the delivered mark goes with the batch', async () => {
+    const { watched, pool: watchedOne } = watchedPool();
+    const ipn = ipnRouter({ store: new PostgresStore({ pool: watchedOne }), delivery: 'at-least-once' });
+    const { post } = await serve(ipn);
+    const seen: string[] = [];
+    ipn.on('successful', (n) => void seen.push(n.transaction_id));
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await delivered(keyOf(payload));
+    expect(seen).toEqual([payload.transaction_id]);
+    expect(watched.statements).toEqual([]); // the client was taken and given back untouched
+  });
+
+  test('a listener that queries db opens the transaction first: BEGIN, its write, then the mark with the COMMIT', async () => {
+    const { watched, pool: watchedOne } = watchedPool();
+    const ipn = ipnRouter({ store: new PostgresStore({ pool: watchedOne }), delivery: 'at-least-once' });
+    const { post } = await serve(ipn);
+    ipn.on('successful', async (n, { db }) => {
+      await db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
+        n.transaction_id,
+        'x',
+      ]);
+    });
+    const payload = uniquePayload();
+    await post(payload);
+    await delivered(keyOf(payload));
+    // The mark and the COMMIT go as one statement: one round trip.
+    expect(watched.statements).toEqual(['BEGIN', 'INSERT INTO', 'WITH marked']);
+    expect(await ledgerRows(payload.transaction_id)).toBe(1);
+  });
+
+  test("pg's callback and submittable forms run inside the transaction, one query at a time", async () => {
+    const { watched, pool: watchedOne } = watchedPool();
+    const ipn = ipnRouter({
+      store: new PostgresStore({ pool: watchedOne }),
+      delivery: 'at-least-once',
+      logger: quiet,
+      retryDelayMs: 20,
+      recoveryIntervalMs: 50,
+    });
+    const { post } = await serve(ipn);
+    const insert = 'INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)';
+    ipn.on('successful', async (n, { db }) => {
+      await new Promise<void>((resolve, reject) =>
+        db.query(insert, [n.transaction_id, 'callback'], (error) => (error ? reject(error) : resolve())),
+      );
+    });
+    ipn.on('successful', async (n, { db }) => {
+      const query = db.query(new Query(insert, [n.transaction_id, 'submittable']));
+      await new Promise((resolve, reject) => query.once('end', resolve).once('error', reject));
+    });
+    ipn.on('successful', async (n, { db }) => {
+      await db.query(insert, [n.transaction_id, 'promise']);
+    });
+    let failures = 1;
+    ipn.on('notification', async () => {
+      await new Promise((resolve) => setTimeout(resolve, 50)); // after the writes above were made
+      if (failures-- > 0) throw new Error('the warehouse is down');
+    });
+    const payload = uniquePayload();
+    await post(payload);
+    await delivered(keyOf(payload));
+    const { rows } = await pool.query(
+      'SELECT order_id FROM ledger WHERE transaction_id = $1 ORDER BY order_id',
+      [payload.transaction_id],
+    );
+    // The first attempt's three writes rolled back with it; the second's committed, once each.
+    expect(rows).toEqual([{ order_id: 'callback' }, { order_id: 'promise' }, { order_id: 'submittable' }]);
+    expect(watched.mostAtOnce).toBe(1); // listeners at once, their queries one at a time on the client
+  });
+
+  test("a BEGIN that fails fails the listener's query and the attempt; the retry writes once", async () => {
+    const { watched, pool: watchedOne } = watchedPool(1);
+    const ipn = ipnRouter({
+      store: new PostgresStore({ pool: watchedOne }),
+      delivery: 'at-least-once',
+      logger: quiet,
+      retryDelayMs: 20,
+      recoveryIntervalMs: 50,
+    });
+    const recorder = recordEvents(ipn);
+    const { post } = await serve(ipn);
+    ipn.on('successful', async (n, { db }) => {
+      await db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
+        n.transaction_id,
+        'x',
+      ]);
+    });
+    const payload = uniquePayload();
+    await post(payload);
+    await delivered(keyOf(payload));
+    expect(recorder.of('error').map(({ error }) => error.message)).toEqual([
+      expect.stringContaining('BEGIN refused (injected fault)'),
+    ]);
+    expect(watched.statements.filter((text) => text === 'INSERT INTO')).toHaveLength(1); // never ran unbegun
+    expect(await ledgerRows(payload.transaction_id)).toBe(1);
+  });
+
+  test.each([
+    ['plain characters (mark and COMMIT in one statement)', 'EFB.plain'],
+    ['a quote and a backslash (mark, then COMMIT)', "it's\\odd"],
+  ])(
+    'a key of %s: commit marks it delivered under its lease, and refuses once the lease is lost',
+    async (_, id) => {
+      const store = new PostgresStore({ pool });
+      const key = `${id}-${String(Math.random()).slice(2)}:SUCCESSFUL`;
+      const stored = { transaction_id: key.split(':')[0], state: 'SUCCESSFUL' };
+      expect(await store.receive(key, stored, { id: 'lease-1', ms: 60_000 })).toBe(true);
+      const held = await store.begin(key, 'lease-1');
+      await held!.db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [key, 'held']);
+      expect(await held!.commit()).toBe(true);
+      expect(await statusOf(key)).toBe('delivered');
+
+      await store.replay(key); // due again, as after a replay; then leased to another attempt
+      await pool.query(`UPDATE ipn_inbox SET lease_id = 'lease-2' WHERE key = $1`, [key]);
+      const lost = await store.begin(key, 'lease-1');
+      await lost!.db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [key, 'lost']);
+      expect(await lost!.commit()).toBe(false);
+      expect(await statusOf(key)).toBe('received');
+      const { rows } = await pool.query('SELECT order_id FROM ledger WHERE transaction_id = $1', [key]);
+      expect(rows).toEqual([{ order_id: 'held' }]);
+    },
+  );
 
   test('over a pool without connect() (no transactions), listeners get no db and delivery works as before', async () => {
     const queryOnly = { query: (text: string, values?: unknown[]) => pool.query(text, values) };

@@ -55,12 +55,13 @@ async function main(): Promise<void> {
   const pool = new Pool({ connectionString: process.env.DATABASE_URL, max: 4 });
   pool.on('error', () => {});
   if (config.crash) {
-    // Each client's COMMIT can be cut: before it is sent, once sent (its answer never read), after it.
+    // Each client's COMMIT can be cut: before it is sent, once sent (its answer never read), after it. The
+    // store sends it alone, or at the end of the statement that marks the entry delivered.
     pool.on('connect', (client) => {
       const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
       Object.assign(client, {
         query: (...args: unknown[]) => {
-          if (args[0] !== 'COMMIT') return query(...args);
+          if (typeof args[0] !== 'string' || !/\bCOMMIT$/.test(args[0])) return query(...args);
           maybeCrash('before-commit');
           const committing = query(...args);
           setImmediate(() => maybeCrash('commit-sent'));
