@@ -60,7 +60,10 @@ export async function openRedis(url: string, prefix: string): Promise<BenchServi
   };
 }
 
-/** Connects to PostgreSQL at `url` and migrates `table`; rejects with the cause when it cannot. */
+/**
+ * Connects to PostgreSQL at `url`, migrates `table` (and its `_expected` table beside it) and creates the
+ * ledger `<table>_ledger` that the exactly-once variant writes; rejects with the cause when it cannot.
+ */
 export async function openPostgres(url: string, table: string): Promise<BenchService> {
   const pool = new Pool({ connectionString: url, max: 2, connectionTimeoutMillis: 3000 });
   pool.on('error', () => {
@@ -68,7 +71,7 @@ export async function openPostgres(url: string, table: string): Promise<BenchSer
   });
   const cleanup = async (report = true): Promise<void> => {
     try {
-      await pool.query(`DROP TABLE IF EXISTS "${table}"`);
+      await pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_expected", "${table}_ledger"`);
     } catch (error) {
       if (report) console.error(`bench: could not drop the table ${table}: ${String(error)}`);
     }
@@ -77,6 +80,10 @@ export async function openPostgres(url: string, table: string): Promise<BenchSer
   let version: string;
   try {
     await new PostgresStore({ pool, table }).migrate();
+    // The partner's ledger, as the docs' exactly-once example has it: no unique constraint.
+    await pool.query(
+      `CREATE TABLE IF NOT EXISTS "${table}_ledger" (transaction_id text NOT NULL, order_id text, amount numeric)`,
+    );
     const { rows } = await pool.query<{ server_version: string }>('SHOW server_version');
     version = `PostgreSQL ${rows[0]?.server_version ?? '?'}`;
   } catch (error) {
@@ -86,7 +93,7 @@ export async function openPostgres(url: string, table: string): Promise<BenchSer
   return {
     version,
     reset: async () => {
-      await pool.query(`TRUNCATE "${table}"`);
+      await pool.query(`TRUNCATE "${table}", "${table}_ledger"`);
     },
     cleanup: () => cleanup(),
   };

@@ -87,6 +87,12 @@ export function checkTargets(
   return [
     ratioTarget('memory', 'ipnRouter(), memory store >= 1.0x baseline', 1.0),
     ratioTarget('redis', 'ipnRouter(), RedisStore >= 0.8x baseline', 0.8),
+    ratioTarget(
+      'postgres',
+      'PostgresStore at-least-once (a Pool, so transactional), empty listener >= 0.8x baseline',
+      0.8,
+    ),
+    ratioTarget('postgres-ledger', 'exactly once: a ledger insert through db >= 0.6x baseline', 0.6),
     // "Well above" read as at least a fifth above.
     ratioTarget('node-http', 'node:http adapter well above baseline (>= 1.2x)', 1.2),
     typeof memory === 'string'

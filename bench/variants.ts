@@ -1,5 +1,13 @@
 /** The servers the benchmark compares, in the order each round runs them. */
-export const VARIANTS = ['baseline', 'memory', 'redis', 'postgres', 'node-http', 'fetch'] as const;
+export const VARIANTS = [
+  'baseline',
+  'memory',
+  'redis',
+  'postgres',
+  'postgres-ledger',
+  'node-http',
+  'fetch',
+] as const;
 
 /** One server variant's name. */
 export type Variant = (typeof VARIANTS)[number];
@@ -9,7 +17,14 @@ export const VARIANT_INFO: Record<Variant, { label: string; needs?: 'Redis' | 'P
   baseline: { label: 'Express 5 + express.json(), 200 {ok:true}' },
   memory: { label: 'ipnRouter() in Express 5, MemoryStore' },
   redis: { label: 'ipnRouter() in Express 5, RedisStore (ioredis)', needs: 'Redis' },
-  postgres: { label: 'ipnRouter() in Express 5, PostgresStore, at-least-once', needs: 'PostgreSQL' },
+  postgres: {
+    label: 'ipnRouter() in Express 5, PostgresStore (Pool), at-least-once, empty listener',
+    needs: 'PostgreSQL',
+  },
+  'postgres-ledger': {
+    label: 'the same, listener inserts a ledger row through db (exactly once)',
+    needs: 'PostgreSQL',
+  },
   'node-http': { label: 'http.createServer(ipnRouter()), MemoryStore' },
   fetch: { label: 'ipn.fetch (Web Request/Response) on node:http, MemoryStore' },
 };
