@@ -7,6 +7,9 @@
  * LEASE_MS, and HOLD_AFTER_WRITE=1 to keep the first attempt open after its write, until the scene kills
  * the process. Talks to the scene over IPC: `{ type: 'ready', url }` once it listens, then
  * `{ type: 'written', transactionId, attempt }` each time its listener wrote a ledger row.
+ *
+ * No `verify`, to keep the scene about the crash: a real app confirms each notification as the demo's first
+ * scene does, before crediting it.
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -21,7 +24,8 @@ pool.on('error', (error) => console.error('idle PostgreSQL client failed:', erro
 const ipn = ipnRouter({
   store: new PostgresStore({ pool, table: process.env.INBOX_TABLE }),
   delivery: 'at-least-once',
-  leaseMs: Number(process.env.LEASE_MS), // 60 s by default: shortened so that a restart takes over quickly
+  // 60 s by default; the scene shortens it, so that the restarted app takes the notification up quickly.
+  leaseMs: process.env.LEASE_MS === undefined ? undefined : Number(process.env.LEASE_MS),
   recoveryIntervalMs: 200, // 15 s by default
 });
 
