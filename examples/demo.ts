@@ -3,6 +3,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Express } from 'express';
 import { createStatusClient } from 'ipn-kit';
 import { createFakeProvider } from 'ipn-kit/testing';
+import { runCrashRecovery } from './crash-recovery.js';
+import { formatCrashRecovery } from './format-crash-recovery.js';
 import { formatSummary } from './format-summary.js';
 import { formatRules, runServiceRules } from './service-rules.js';
 import { createPartnerApp, type IpnCounts, type Order } from './partner-app.js';
@@ -97,6 +99,10 @@ if (isEntryPoint()) {
     .then(async (summary) => {
       console.log(formatSummary(summary));
       console.log(`\n${formatRules(await runServiceRules())}`);
+      const crash = await runCrashRecovery();
+      console.log(`\n${formatCrashRecovery(crash)}`);
+      // A second credit is the one outcome this scene exists to rule out: a failure, not a skip.
+      if (!('skipped' in crash) && crash.ledger.length !== 1) process.exitCode = 1;
     })
     .then(
       () => {},

@@ -1,12 +1,48 @@
 import { execFile } from 'node:child_process';
+import { createServer } from 'node:net';
 import path from 'node:path';
+import { Pool } from 'pg';
+import { runCrashRecovery, type CrashRecoverySummary } from '../../examples/crash-recovery.js';
 import { runDemo, type DemoSummary } from '../../examples/demo.js';
+import { formatCrashRecovery } from '../../examples/format-crash-recovery.js';
 import { PAYMENTS } from '../../examples/payment-service.js';
 import { runServiceRules, type RulesSummary } from '../../examples/service-rules.js';
+import { databaseUrl, describeWithService } from '../helpers/services.js';
 
-jest.setTimeout(30_000);
+// The crash scene starts two app processes, a second or two each on a busy machine, and `npm start` runs it
+// again.
+jest.setTimeout(60_000);
 
 const root = path.resolve(__dirname, '../..');
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs the demo as `npm start` does (`tsx examples/demo.ts`), with `env` added to the environment. */
+function npmStart(env: Record<string, string> = {}): Promise<Run> {
+  return new Promise((resolve) => {
+    const tsx = path.join(root, 'node_modules', '.bin', 'tsx');
+    const options = { cwd: root, env: { ...process.env, ...env } };
+    const child = execFile(tsx, ['examples/demo.ts'], options, (_error, stdout, stderr) =>
+      resolve({ code: child.exitCode, stdout, stderr }),
+    );
+  });
+}
+
+/** One `npm start` run, shared by the tests that read its output: each run plays every scene. */
+let started: Promise<Run> | undefined;
+const npmStartOnce = (): Promise<Run> => (started ??= npmStart());
+
+/** The warnings the demo's first two scenes stage, in any order: the four requests they make to be refused. */
+const STAGED_WARNINGS = [
+  expect.stringMatching(/^\[ipn-kit\] WARN rejected an IPN request: malformed_body /),
+  expect.stringMatching(/^\[ipn-kit\] WARN the notification of \S+ contradicts its expectation in amount/),
+  expect.stringMatching(/^\[ipn-kit\] WARN the notification of \S+ differs from the service's record /),
+  expect.stringMatching(/^\[ipn-kit\] WARN the payment service does not know transaction \S+, twice: /),
+];
 
 describe('the demo (npm start)', () => {
   let summary: DemoSummary;
@@ -78,28 +114,12 @@ describe('the demo (npm start)', () => {
   });
 
   it('runs as `npm start`: exits 0 and prints the orders and the counts', async () => {
-    const { code, stdout, stderr } = await new Promise<{
-      code: number | null;
-      stdout: string;
-      stderr: string;
-    }>((resolve) => {
-      const tsx = path.join(root, 'node_modules', '.bin', 'tsx');
-      const child = execFile(tsx, ['examples/demo.ts'], { cwd: root }, (_error, stdout, stderr) =>
-        resolve({ code: child.exitCode, stdout, stderr }),
-      );
-    });
+    const { code, stdout, stderr } = await npmStartOnce();
     expect(code).toBe(0);
     // The default logger is loud: the four requests the demo stages to be refused are warned about, no more
-    // (the second scene's forged copy, rejected by its expectation, is the fourth).
-    const warnings = stderr.trimEnd().split('\n').sort();
-    expect(warnings).toEqual([
-      expect.stringMatching(/^\[ipn-kit\] WARN rejected an IPN request: malformed_body /),
-      expect.stringMatching(
-        /^\[ipn-kit\] WARN the notification of \S+ contradicts its expectation in amount/,
-      ),
-      expect.stringMatching(/^\[ipn-kit\] WARN the notification of \S+ differs from the service's record /),
-      expect.stringMatching(/^\[ipn-kit\] WARN the payment service does not know transaction \S+, twice: /),
-    ]);
+    // (the second scene's forged copy, rejected by its expectation, is the fourth); the crash scene's app
+    // processes share this stderr, and warn about nothing.
+    expect(stderr.trimEnd().split('\n').sort()).toEqual(STAGED_WARNINGS);
     expect(stdout).toMatch(/^order-1001\s+5,000\s+paid\s+1\s+EFB\.001158/m);
     expect(stdout).toMatch(/^order-1008\s+4,000\s+paid\s+1\s+PIX_22827811/m);
     expect(stdout).toMatch(new RegExp(`^Received\\s+${summary.counts.received}\\b`, 'm'));
@@ -140,3 +160,117 @@ describe("the demo's second scene: the service's own rules", () => {
     expect(rules.statusQueries).toBe(2);
   });
 });
+
+describeWithService('PostgreSQL', "the demo's third scene: a crash survived with one credit", () => {
+  let scene: CrashRecoverySummary;
+  /** The payment's ledger rows, as this test counts them itself just before the scene reads the ledger. */
+  let countedByTest: number | undefined;
+  beforeAll(async () => {
+    const result = await runCrashRecovery({
+      databaseUrl: databaseUrl(),
+      // A duplicate planted before the read: the scene's count must show it, so it is read from the table.
+      beforeLedgerRead: async (pool, ledgerTable) => {
+        const { rows } = await pool.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM ${ledgerTable} WHERE transaction_id = 'EFB.004301'`,
+        );
+        countedByTest = rows[0]?.n;
+        await pool.query(`INSERT INTO ${ledgerTable} SELECT * FROM ${ledgerTable}`);
+      },
+    });
+    if ('skipped' in result) throw new Error(`PostgreSQL answered the probe, yet: ${result.skipped}`);
+    scene = result;
+  });
+
+  it('kills the app with SIGKILL once its listener wrote the ledger row, before COMMIT: nothing committed', () => {
+    expect(scene.answered).toBe(200);
+    expect(scene.killedBy).toBe('SIGKILL');
+    expect(scene.rowsAfterKill).toBe(0);
+    expect(scene.afterKill).toEqual({ status: 'received', attempts: 1 });
+  });
+
+  it('delivers the payment from the restarted app, in a second attempt, on the same database', () => {
+    expect(scene.restartAttempt).toBe(2);
+    expect(scene.final).toEqual({ status: 'delivered', attempts: 2 });
+  });
+
+  it('leaves one ledger row, and reads the ledger from PostgreSQL: a row planted before the read shows', () => {
+    expect(countedByTest).toBe(1);
+    expect(scene.ledger).toEqual([
+      { transaction_id: 'EFB.004301', order_id: 'order-3001', amount: '2500' },
+      { transaction_id: 'EFB.004301', order_id: 'order-3001', amount: '2500' },
+    ]);
+    const text = formatCrashRecovery(scene);
+    expect(text).toMatch(/^2 rows for EFB\.004301: credited 2 times, not exactly once\.$/m);
+    expect(text).not.toMatch(/exactly once\. /);
+  });
+
+  it('drops its tables when it ends', async () => {
+    const tables = [scene.ledgerTable, scene.inboxTable, `${scene.inboxTable}_expected`];
+    expect(await existing(tables)).toEqual([]);
+  });
+
+  it('prints, as `npm start`, the kill, the restart and a ledger of exactly one row, its tables then dropped', async () => {
+    const { code, stdout } = await npmStartOnce();
+    expect(code).toBe(0);
+    expect(stdout).toMatch(
+      /^Attempt 1: the listener wrote the ledger row, then the app was killed \(SIGKILL\) before its COMMIT\.$/m,
+    );
+    expect(stdout).toMatch(/^ {2}Right after the kill: 0 rows for EFB\.004301 in the ledger; /m);
+    expect(stdout).toMatch(/^Attempt 2: the app, restarted on the same database, took the entry up /m);
+    expect(stdout).toMatch(/the inbox entry is delivered\.$/m);
+    // The ledger as printed: its header, then every row until the blank line.
+    const ledger = /^The ledger \((\w+), .*\n(transaction_id.*)\n((?:.+\n)*)\n/m.exec(stdout);
+    expect(ledger?.[2]).toMatch(/^transaction_id\s+order_id\s+amount$/);
+    expect(ledger?.[3]?.trimEnd().split('\n')).toEqual([
+      expect.stringMatching(/^EFB\.004301\s+order-3001\s+2500$/),
+    ]);
+    expect(stdout).toMatch(/^1 row for EFB\.004301: credited exactly once\. /m);
+    expect(await existing([ledger?.[1] ?? ''])).toEqual([]);
+  });
+});
+
+describe('the demo without PostgreSQL', () => {
+  it('skips the crash scene in one line that says why and how to run it; the rest runs and exits 0', async () => {
+    const port = await closedPort();
+    const { code, stdout, stderr } = await npmStart({
+      DATABASE_URL: `postgres://postgres:s3cret@127.0.0.1:${port}/test`,
+    });
+    expect(code).toBe(0);
+    expect(stderr.trimEnd().split('\n').sort()).toEqual(STAGED_WARNINGS);
+    expect(stdout).toMatch(/^order-1001\s+5,000\s+paid\s+1\s+EFB\.001158/m);
+    expect(stdout).toMatch(/^Reconciled by the sweep: 2, with 2 status queries in all$/m);
+    const lines = stdout.trimEnd().split('\n');
+    expect(lines.filter((line) => /crash|EFB\.004301|ledger/i.test(line))).toEqual([lines.at(-1)]);
+    expect(lines.at(-1)).toBe(
+      `The crash scene (a partner app killed mid-delivery, its payment credited once) was skipped: PostgreSQL at ` +
+        `postgres://postgres:***@127.0.0.1:${port}/test is unreachable (connect ECONNREFUSED 127.0.0.1:${port}). ` +
+        'To run it, start PostgreSQL or set DATABASE_URL (postgres://user@host:5432/db).',
+    );
+  });
+});
+
+/** Which of `tables` exist in the test database. */
+async function existing(tables: string[]): Promise<string[]> {
+  const pool = new Pool({ connectionString: databaseUrl(), max: 1 });
+  try {
+    const { rows } = await pool.query<{ name: string }>(
+      'SELECT relname AS name FROM pg_class WHERE relname = ANY($1)',
+      [tables],
+    );
+    return rows.map((row) => row.name);
+  } finally {
+    await pool.end();
+  }
+}
+
+/** A loopback port nothing listens on: one the system just handed out and took back. */
+function closedPort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer().listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() =>
+        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
+      );
+    });
+  });
+}

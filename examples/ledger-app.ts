@@ -1,0 +1,48 @@
+/**
+ * The partner app of the demo's crash scene (`examples/crash-recovery.ts`), in a process of its own so that
+ * the scene can kill it: a PostgreSQL inbox, at-least-once delivery, and a `successful` listener that credits
+ * the order with one ledger row written through `db`, inside the delivery's transaction.
+ *
+ * Run with `node --import tsx`; configured by the environment: DATABASE_URL, INBOX_TABLE, LEDGER_TABLE,
+ * LEASE_MS, and HOLD_AFTER_WRITE=1 to keep the first attempt open after its write, until the scene kills
+ * the process. Talks to the scene over IPC: `{ type: 'ready', url }` once it listens, then
+ * `{ type: 'written', transactionId, attempt }` each time its listener wrote a ledger row.
+ *
+ * No `verify`, to keep the scene about the crash: a real app confirms each notification as the demo's first
+ * scene does, before crediting it.
+ */
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Pool } from 'pg';
+import { ipnRouter } from 'ipn-kit';
+import { PostgresStore } from 'ipn-kit/postgres';
+
+const ledger = process.env.LEDGER_TABLE ?? 'ledger';
+const pool = new Pool({ connectionString: process.env.DATABASE_URL, max: 4 });
+pool.on('error', (error) => console.error('idle PostgreSQL client failed:', error.message));
+
+const ipn = ipnRouter({
+  store: new PostgresStore({ pool, table: process.env.INBOX_TABLE }),
+  delivery: 'at-least-once',
+  // 60 s by default; the scene shortens it, so that the restarted app takes the notification up quickly.
+  leaseMs: process.env.LEASE_MS === undefined ? undefined : Number(process.env.LEASE_MS),
+  recoveryIntervalMs: 200, // 15 s by default
+});
+
+ipn.on('successful', async (n, { db, attempt }) => {
+  // No unique key on the ledger: this row commits with the inbox's `delivered` mark, or not at all.
+  await db.query(`INSERT INTO ${ledger} (transaction_id, order_id, amount) VALUES ($1, $2, $3)`, [
+    n.transaction_id,
+    n.custom_data,
+    n.amount,
+  ]);
+  process.send?.({ type: 'written', transactionId: n.transaction_id, attempt });
+  // The crash: the row is written, the COMMIT not yet sent. The scene kills this process here.
+  if (process.env.HOLD_AFTER_WRITE === '1') await new Promise(() => {});
+});
+
+const server = createServer(ipn).listen(0, '127.0.0.1', () => {
+  process.send?.({ type: 'ready', url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/ipn` });
+});
+// The scene went away (Ctrl-C, or it failed): nothing is left running.
+process.on('disconnect', () => process.exit(0));
