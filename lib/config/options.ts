@@ -69,7 +69,9 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
   reconcileAfterMs: number;
   /**
    * How many status queries the sweep makes for one expected transaction (a non-final or unknown answer, a
-   * failure) before it reports it with a `stale` event and forgets it.
+   * failure) before it reports it with a `stale` event and forgets it. A transaction found `FAILED` (by its
+   * notification or by a query) keeps its expectation, so that a forged `SUCCESSFUL` is still checked
+   * against it: it is asked about up to this bound too, then forgotten without `stale`.
    * @default 8
    */
   reconcileAttempts: number;

@@ -80,7 +80,10 @@ export interface InvalidEvent {
   message: string;
   /** For `invalid_fields`: each field that failed. */
   issues?: readonly FieldIssue[];
-  /** What was received: the parsed body, an excerpt of the raw text, or `undefined` when it was not read. */
+  /**
+   * What was received: the parsed body (without its fields nested more than 64 levels deep, when that is
+   * why), an excerpt of the raw text, or `undefined` when it was not read.
+   */
   received: unknown;
 }
 

@@ -19,6 +19,17 @@ export type ExpectationCheck =
   | { kind: 'mismatch'; event: RejectedEvent }
   | { kind: 'error'; error: StoreError };
 
+/**
+ * Whether an outcome of an expected transaction ends its expectation, whoever learnt it (the router from a
+ * notification, the sweep from a status query). Only `SUCCESSFUL` does. A `FAILED` leaves it in place: the
+ * service may still turn the transaction `SUCCESSFUL`, and a `SUCCESSFUL` copy must then match the
+ * expectation too (a forged one, with another amount, is rejected); the sweep forgets it after
+ * `reconcileAttempts` queries.
+ */
+export function settlesExpectation(state: string): boolean {
+  return state === 'SUCCESSFUL';
+}
+
 /** The fields where a record contradicts its expectation (only the fields the expectation holds). */
 export function contradictions(expectation: Expectation, record: IpnNotification): VerifiedField[] {
   const fields: VerifiedField[] = [];
@@ -89,12 +100,11 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
     },
 
     /**
-     * A SUCCESSFUL notification that matched its expectation was accepted: the expectation is settled. A
-     * FAILED one leaves it in place: the service may still turn the transaction SUCCESSFUL, and a SUCCESSFUL
-     * copy must then match the expectation too (a forged one, with another amount, is rejected).
+     * A notification that matched its expectation was accepted: the expectation is settled when its state
+     * ends it ({@link settlesExpectation}: `SUCCESSFUL`, not `FAILED`).
      */
     settle(n: IpnNotification, checked: ExpectationCheck): void {
-      if (!expectations || checked.kind !== 'match' || n.state !== 'SUCCESSFUL') return;
+      if (!expectations || checked.kind !== 'match' || !settlesExpectation(n.state)) return;
       Promise.resolve()
         .then(() => expectations.delete(n.transaction_id))
         .catch((cause: unknown) =>

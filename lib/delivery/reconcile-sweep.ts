@@ -5,7 +5,7 @@ import type { Expectation, ExpectationStore } from '../stores/expectation-store.
 import type { StatusSource } from '../status/verify-notification.js';
 import type { DeliveryContext } from './delivery-context.js';
 import type { StaleReason } from './events.js';
-import { contradictions } from './expectations.js';
+import { contradictions, settlesExpectation } from './expectations.js';
 
 /** The service's rule: at least 15 minutes between two status queries of one transaction. */
 export const MIN_QUERY_SPACING_MS = 15 * 60_000;
@@ -34,7 +34,9 @@ export interface SweepResult {
  * The reconciliation sweep: expected transactions with no final notification after `reconcileAfterMs` are
  * asked about through the status client (one at a time, within its budget, at least 15 minutes apart per
  * transaction), delivered from the service's record when final, and reported `stale` after
- * `reconcileAttempts` queries. One instance sweeps at a time: the store's lock.
+ * `reconcileAttempts` queries. A `FAILED` record is delivered but, as for a `FAILED` notification, its
+ * expectation stays (asked about again, up to `reconcileAttempts` queries, then forgotten): see
+ * {@link settlesExpectation}. One instance sweeps at a time: the store's lock.
  */
 export function createReconcileSweep<C>(
   context: DeliveryContext<C>,
@@ -107,7 +109,17 @@ export function createReconcileSweep<C>(
       return false;
     }
     const emitted = await deliver(record);
-    await expectations.delete(e.transactionId);
+    // The router's rule: a FAILED keeps the expectation, already moved to its next due time, so a forged
+    // SUCCESSFUL is still checked against it and a later turn to SUCCESSFUL is found; forgotten at the bound.
+    if (settlesExpectation(record.state)) {
+      await expectations.delete(e.transactionId);
+    } else if (last) {
+      await expectations.delete(e.transactionId);
+      logger.info(
+        { transaction_id: e.transactionId, state: record.state, attempts: e.attempts },
+        `expected transaction still ${record.state} after ${e.attempts} status queries: its expectation is forgotten`,
+      );
+    }
     if (emitted) {
       result.reconciled += 1;
       logger.info(

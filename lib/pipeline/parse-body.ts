@@ -1,7 +1,7 @@
 import type { BodyFormat } from './content-type.js';
 import type { FieldIssue } from './errors.js';
 import { jsonEntries, repeatedJsonKeys } from './json-entries.js';
-import { isSafeKey, parseJson, withoutForbiddenKeys } from './safe-json.js';
+import { isSafeKey, nestsDeeperThan, parseJson, withoutForbiddenKeys } from './safe-json.js';
 import { IDENTITY_FIELDS } from './schema.js';
 
 /** A body turned into a record, or why it could not be. */
@@ -16,6 +16,15 @@ export type ParseResult =
     };
 
 const RECEIVED_EXCERPT = 1024;
+
+/**
+ * How deep a notification may nest arrays and objects, its own object being the first level. Real ones are
+ * one level deep (two when a partner's `custom_data` comes back decoded as JSON), so the bound is generous;
+ * a body nested deeper (an unknown field holding arrays within arrays, thousands deep) is refused as
+ * `invalid_fields`, before anything downstream copies it recursively and overflows the stack: a durable
+ * store's copy, `authenticate`'s `JSON.stringify`, a listener's own.
+ */
+export const MAX_DEPTH = 64;
 
 /**
  * Parses a raw body (bytes read by the router, or a string or Buffer left by the host's own text/raw parser)
@@ -46,6 +55,8 @@ export function parseBody(raw: Buffer | string, format: BodyFormat, charset = 'u
       received: excerpt(text),
     };
   }
+  const deep = tooDeep(value, text);
+  if (deep) return deep;
   const result = asRecord(value);
   if (!result.ok) return result;
   const checked = unambiguous(result.record, repeatedJsonKeys(text, IDENTITY_FIELDS));
@@ -70,7 +81,10 @@ function keepExactCustomData(record: Record<string, unknown>, text: string): voi
  */
 export function parseParsedBody(body: unknown, format: BodyFormat, charset = 'utf-8'): ParseResult {
   if (typeof body === 'string' || Buffer.isBuffer(body)) return parseBody(body, format, charset);
-  const result = asRecord(withoutForbiddenKeys(body));
+  const copy = withoutForbiddenKeys(body);
+  const deep = tooDeep(copy, undefined);
+  if (deep) return deep;
+  const result = asRecord(copy);
   if (!result.ok || format !== 'form') return result;
   // The host's form parser turned a repeated key into an array (or qs brackets into an object).
   const record = result.record;
@@ -80,10 +94,44 @@ export function parseParsedBody(body: unknown, format: BodyFormat, charset = 'ut
   );
 }
 
+/**
+ * Refuses a body nested more than {@link MAX_DEPTH} levels deep, naming each field that is (or the whole
+ * body, `''`, when it is not an object). The `invalid` event receives the record without those fields, so
+ * that a listener can serialise it (for a body that is not an object: an excerpt of `text`, when the router
+ * read it). `undefined` when the body is within the bound: one walk over it, what every body pays.
+ */
+function tooDeep(value: unknown, text: string | undefined): ParseResult | undefined {
+  if (!nestsDeeperThan(value, MAX_DEPTH)) return undefined;
+  const record = isRecord(value) ? value : undefined;
+  const paths = record
+    ? Object.keys(record).filter((key) => nestsDeeperThan(record[key], MAX_DEPTH - 1))
+    : [''];
+  const issues = paths.map((path) => ({
+    path,
+    message: `${path || 'the body'} nests arrays or objects more than ${MAX_DEPTH} levels deep`,
+  }));
+  const where = record ? ` (in ${paths.join(', ')})` : '';
+  return {
+    ok: false,
+    reason: 'invalid_fields',
+    message:
+      `the notification nests arrays or objects more than ${MAX_DEPTH} levels deep${where}: real ` +
+      'notifications are one or two levels deep, and a copy of this one would overflow the stack',
+    issues,
+    received: record
+      ? Object.fromEntries(Object.entries(record).filter(([key]) => !paths.includes(key)))
+      : text === undefined
+        ? undefined
+        : excerpt(text),
+  };
+}
+
+function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
 function asRecord(value: unknown): ParseResult {
-  if (typeof value === 'object' && value !== null && !Array.isArray(value)) {
-    return { ok: true, record: value as Record<string, unknown> };
-  }
+  if (isRecord(value)) return { ok: true, record: value };
   const kind = Array.isArray(value) ? 'an array' : value === null ? 'null' : `a ${typeof value}`;
   return {
     ok: false,

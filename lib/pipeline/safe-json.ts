@@ -34,6 +34,25 @@ export function withoutForbiddenKeys(value: unknown): unknown {
   return root;
 }
 
+/**
+ * Whether arrays and objects nest more than `max` levels deep in `value` (an array or object is one level,
+ * each one inside it one more). A loop with its own stack, not recursion: it must answer for a body nested
+ * tens of thousands of levels deep, which every recursive copy downstream (`structuredClone`,
+ * `JSON.stringify`, a store's walk) would overflow on. Stops at the first branch past `max`.
+ */
+export function nestsDeeperThan(value: unknown, max: number): boolean {
+  const pending: Array<[item: unknown, depth: number]> = [[value, 1]];
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const [item, depth] = next;
+    if (typeof item !== 'object' || item === null || Buffer.isBuffer(item)) continue;
+    if (depth > max) return true;
+    for (const child of Object.values(item)) {
+      if (typeof child === 'object' && child !== null) pending.push([child, depth + 1]);
+    }
+  }
+  return false;
+}
+
 /** An empty container of the same kind, or the value itself when it holds nothing to copy. */
 function shallowCopy(value: unknown): unknown {
   if (Array.isArray(value)) return new Array<unknown>(value.length);

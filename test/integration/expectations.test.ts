@@ -209,6 +209,51 @@ function suite(backend: Backend): void {
     expect(ipn.metrics().stale).toBe(1);
   });
 
+  test('a FAILED found by the sweep keeps its expectation: a forged SUCCESSFUL is rejected, a turn to SUCCESSFUL delivered', async () => {
+    const { ipn, recorder } = await instance();
+    const payload = uniquePayload({ state: 'FAILED', amount: 5000, custom_data: 'order-5' });
+    const id = payload.transaction_id as string;
+    service.set(payload);
+    await ipn.expect(id, { amount: 5000, customData: 'order-5' });
+
+    at(15);
+    expect(await ipn.sweep()).toMatchObject({ queried: 1, reconciled: 1 });
+    const forged = await post(ipn, { ...payload, state: 'SUCCESSFUL', amount: 1 });
+    await settle();
+    expect(forged.status).toBe(200);
+    expect(recorder.names()).toEqual(['notification', 'failed', 'rejected']);
+    expect(recorder.of('rejected')[0]).toMatchObject({ reason: 'mismatch', mismatches: ['amount'] });
+
+    // The service turns it SUCCESSFUL after all, and that notification is lost too: the next query finds it.
+    service.set({ ...payload, state: 'SUCCESSFUL' });
+    at(30);
+    expect(await ipn.sweep()).toMatchObject({ queried: 1, reconciled: 1 });
+    at(45);
+    expect(await ipn.sweep()).toMatchObject({ queried: 0 }); // settled by the SUCCESSFUL
+    await settle();
+    expect(recorder.of('successful').map((n) => n.amount)).toEqual([5000]);
+    expect(service.queried).toEqual([id, id]);
+  });
+
+  test('a transaction still FAILED is asked up to the bound, then its expectation is forgotten, not stale', async () => {
+    const { ipn, recorder } = await instance({ reconcileAttempts: 3 });
+    const payload = uniquePayload({ state: 'FAILED', amount: 700 });
+    const id = payload.transaction_id as string;
+    service.set(payload);
+    await ipn.expect(id, { amount: 700 });
+    // Its notification arrives: the expectation stays (the router's rule), and the sweep asks later on.
+    await post(ipn, payload);
+
+    for (const minute of [15, 30, 45, 60, 90]) {
+      at(minute);
+      await ipn.sweep();
+    }
+    await settle();
+    expect(service.queried).toEqual([id, id, id]); // at 15, 30 and 45
+    expect(recorder.names()).toEqual(['notification', 'failed']);
+    expect(ipn.metrics().stale).toBe(0);
+  });
+
   test('a query refused by the budget is not an attempt: put back for when the client may send again', async () => {
     let refuse = true;
     const payload = uniquePayload();

@@ -1,4 +1,4 @@
-import { parseBody, parseParsedBody } from '../../../lib/pipeline/parse-body.js';
+import { MAX_DEPTH, parseBody, parseParsedBody } from '../../../lib/pipeline/parse-body.js';
 import type { ParseResult } from '../../../lib/pipeline/parse-body.js';
 
 /** The record of a body that must parse. */
@@ -178,6 +178,62 @@ describe('parseBody', () => {
       ['an array of objects', '{"state":"FAILED","items":[{"state":1},{"state":2}]}'],
     ])('accepts %s', (_case, text) => {
       expect(parseBody(text, 'json').ok).toBe(true);
+    });
+  });
+
+  describe('nesting depth', () => {
+    /** `depth` arrays inside each other, as JSON text. */
+    const arrays = (depth: number) => `${'['.repeat(depth)}${']'.repeat(depth)}`;
+    const objects = (depth: number) => `${'{"a":'.repeat(depth - 1)}{}${'}'.repeat(depth - 1)}`;
+
+    it(`keeps a field nested up to ${MAX_DEPTH} levels, the body's own object counted`, () => {
+      const record = recordOf(parseBody(`{"state":"FAILED","x":${arrays(MAX_DEPTH - 1)}}`, 'json'));
+      expect(record.x).toEqual(JSON.parse(arrays(MAX_DEPTH - 1)));
+    });
+
+    it.each([
+      ['arrays', arrays],
+      ['objects', objects],
+    ])('refuses a field of %s one level deeper as invalid_fields, naming each such field', (_, nest) => {
+      const text = `{"state":"FAILED","x":${nest(MAX_DEPTH)},"ok":[1],"y":${nest(MAX_DEPTH + 5)}}`;
+      const failure = failureOf(parseBody(text, 'json'));
+      expect(failure).toMatchObject({
+        reason: 'invalid_fields',
+        message: expect.stringContaining(`more than ${MAX_DEPTH} levels deep (in x, y)`),
+        issues: [
+          { path: 'x', message: `x nests arrays or objects more than ${MAX_DEPTH} levels deep` },
+          { path: 'y', message: `y nests arrays or objects more than ${MAX_DEPTH} levels deep` },
+        ],
+      });
+      // What the invalid event receives: the record without the deep fields, safe to serialise.
+      expect(failure.received).toEqual({ state: 'FAILED', ok: [1] });
+    });
+
+    it.each([
+      ['arrays', arrays],
+      ['objects', objects],
+    ])('refuses %s nested 100,000 deep without overflowing, also on the prototype-key path', (_, nest) => {
+      const deep = nest(100_000);
+      // A `\u` escape sends the body through the copy that drops prototype keys, which must not overflow.
+      for (const text of [`{"x":${deep}}`, `{"n":"\u0041","__proto__":{},"x":${deep}}`]) {
+        expect(failureOf(parseBody(text, 'json'))).toMatchObject({
+          reason: 'invalid_fields',
+          issues: [{ path: 'x' }],
+        });
+      }
+    });
+
+    it('refuses a body that is itself nested too deep, naming the whole body, with an excerpt of it', () => {
+      const failure = failureOf(parseBody(arrays(100_000), 'json'));
+      expect(failure).toMatchObject({ reason: 'invalid_fields', issues: [{ path: '' }] });
+      expect(failure.received).toBe(`${'['.repeat(1024)}…`);
+    });
+
+    it('refuses an object a host parser left nested too deep, without overflowing', () => {
+      const deep: unknown = JSON.parse(`{"state":"FAILED","x":${objects(100_000)}}`);
+      const failure = failureOf(parseParsedBody(deep, 'json'));
+      expect(failure).toMatchObject({ reason: 'invalid_fields', issues: [{ path: 'x' }] });
+      expect(failure.received).toEqual({ state: 'FAILED' });
     });
   });
 
