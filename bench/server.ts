@@ -22,7 +22,10 @@ let listening: NodeJS.CpuUsage | undefined;
 /** Closes what the variant opened (router, client, pool). */
 const closers: Array<() => Promise<unknown> | void> = [];
 
-/** Counts events; the one `successful` listener is the only one a delivered notification runs. */
+/**
+ * Counts events; the `successful` counter is the only listener a delivered notification runs (with the
+ * ledger write beside it in `postgres-ledger`).
+ */
 function counted(ipn: IpnRouter): IpnRouter {
   ipn.on('successful', () => {
     stats.successful += 1;
@@ -65,7 +68,8 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
       closers.push(() => client.quit());
       return mounted(counted(ipnRouter({ store: new RedisStore({ client, prefix: config.prefix }) })));
     }
-    case 'postgres': {
+    case 'postgres':
+    case 'postgres-ledger': {
       const pool = new Pool({ connectionString: config.databaseUrl });
       pool.on('error', (error) => console.error(`bench server: PostgreSQL: ${error.message}`));
       // After the router's close: deliveries still settling need the pool until they are done.
@@ -74,7 +78,15 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
         await pool.end();
       });
       const store = new PostgresStore({ pool, table: config.table });
-      return mounted(counted(ipnRouter({ store, delivery: 'at-least-once' })));
+      const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+      if (variant === 'postgres-ledger') {
+        // The documented exactly-once listener: its write commits with the delivered mark.
+        const insert = `INSERT INTO "${config.table}_ledger" (transaction_id, order_id, amount) VALUES ($1, $2, $3)`;
+        ipn.on('successful', async (n, { db }) => {
+          await db.query(insert, [n.transaction_id, n.custom_data, n.amount]);
+        });
+      }
+      return mounted(counted(ipn));
     }
     case 'node-http':
       return counted(ipnRouter());
@@ -85,6 +97,9 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
       const listener = getRequestListener((request) => ipn.fetch(request));
       return (req, res) => void listener(req, res);
     }
+    default:
+      // A variant added to VARIANTS without a server here fails at once, not as a server that never answers.
+      throw new Error(`bench server: no server for the variant ${String(variant satisfies never)}`);
   }
 }
 
