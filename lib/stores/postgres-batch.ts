@@ -1,3 +1,6 @@
+/** How long a batch may run before it stops holding its place: the router's default `storeTimeout`. */
+export const STALLED_BATCH_MS = 5_000;
+
 /**
  * Group commit without a timer: a call is sent at once while fewer than `maxInFlight` batches are running;
  * calls that come while they are all running wait for one to finish and then go together, as one batch
@@ -5,21 +8,34 @@
  * one each. When a batch fails, each of its calls rejects with that failure: nothing is answered as stored
  * that was not.
  *
+ * One batch at a time by default: the calls that queue behind it make the next batch larger, and each
+ * statement saved is a commit and a plan the database does not make (the benchmark's PostgreSQL spends
+ * more CPU per notification than the router). A batch still running after `stallMs` (a connection stuck
+ * behind a dropped network, with no query timeout on the pool) gives up its place, so that the calls
+ * behind it go on, and fail or succeed on their own, instead of queueing without end.
+ *
  * `run` gets the items of one batch and resolves one result per item, in order.
  */
 export function createBatcher<I, O>(
   run: (items: I[]) => Promise<O[]>,
-  maxInFlight = 2,
-  maxBatch = 500,
+  { maxInFlight = 1, maxBatch = 500, stallMs = STALLED_BATCH_MS } = {},
 ): (item: I) => Promise<O> {
   let inFlight = 0;
-  let queue: Array<{ item: I; resolve: (value: O) => void; reject: (error: unknown) => void }> = [];
+  const queue: Array<{ item: I; resolve: (value: O) => void; reject: (error: unknown) => void }> = [];
 
   function send(): void {
     while (inFlight < maxInFlight && queue.length > 0) {
-      const batch = queue.slice(0, maxBatch);
-      queue = queue.slice(batch.length);
+      const batch = queue.splice(0, maxBatch);
       inFlight += 1;
+      let holding = true;
+      const free = (): void => {
+        if (!holding) return;
+        holding = false;
+        inFlight -= 1;
+        send();
+      };
+      const stalled = setTimeout(free, stallMs);
+      stalled.unref();
       Promise.resolve()
         .then(() => run(batch.map(({ item }) => item)))
         .then((results) => {
@@ -32,8 +48,8 @@ export function createBatcher<I, O>(
           for (const { reject } of batch) reject(error);
         })
         .finally(() => {
-          inFlight -= 1;
-          send();
+          clearTimeout(stalled);
+          free();
         });
     }
   }
