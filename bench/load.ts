@@ -42,6 +42,8 @@ export interface LoadResult {
   bodyBytes: number;
   /** Bodies sent, warm-up included: each carried a transaction id of its own. */
   sent: number;
+  /** CPU time (user and system) this load process spent, warm-up included, in microseconds. */
+  cpuMicros: number;
 }
 
 const config = JSON.parse(process.env.BENCH_LOAD ?? '{}') as LoadConfig;
@@ -83,6 +85,7 @@ function percentile(sorted: Float64Array, fraction: number): number {
 }
 
 async function main(): Promise<void> {
+  const started = process.cpuUsage();
   const warmup = config.warmup > 0 ? (await drive(config.warmup)).requests.total : 0;
   const latencies: number[] = [];
   const result = await drive(config.duration, latencies);
@@ -102,6 +105,7 @@ async function main(): Promise<void> {
     seconds: result.duration,
     bodyBytes: Buffer.byteLength(body('PIX_22827809')),
     sent: sequence,
+    cpuMicros: ((cpu) => cpu.user + cpu.system)(process.cpuUsage(started)),
   };
   process.send?.({ type: 'result', result: loadResult }, () => process.exit(0));
 }

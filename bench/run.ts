@@ -81,7 +81,9 @@ async function measure(settings: Settings, variant: Variant, round: number): Pro
   };
   const children = [];
   try {
-    await services.get(variant)?.reset();
+    const service = services.get(variant);
+    await service?.reset();
+    const serviceBefore = await service?.cpuMicros();
     const server = start('server.ts', { BENCH_SERVER: JSON.stringify(config) }, profile);
     children.push(server);
     const { port } = await receive<{ port: number }>(server, 'ready', 30_000);
@@ -99,7 +101,10 @@ async function measure(settings: Settings, variant: Variant, round: number): Pro
     tell(server, 'stop');
     const { stats } = await receive<{ stats: ServerStats }>(server, 'stats', 10_000);
     await ended(server, 10_000);
-    return { round, result, stats };
+    const serviceAfter = await service?.cpuMicros();
+    const serviceCpuMicros =
+      serviceBefore === undefined || serviceAfter === undefined ? undefined : serviceAfter - serviceBefore;
+    return { round, result, stats, serviceCpuMicros };
   } catch (error) {
     return { round, error: errorText(error) };
   } finally {
@@ -114,6 +119,10 @@ function progress(variant: Variant, round: number, settings: Settings, measureme
   let line = `${where}  ${Math.round(result.rps).toLocaleString('en-US').padStart(7)} req/s  p50 ${result.p50.toFixed(2)} ms  p99 ${result.p99.toFixed(2)} ms  non-2xx ${result.non2xx}`;
   const cpu = stats ? stats.cpuMicros / (result.responses + result.warmupResponses) : Number.NaN;
   line += `  CPU ${cpu.toFixed(0)} µs/req`;
+  const served = result.responses + result.warmupResponses;
+  if (measurement.serviceCpuMicros !== undefined) {
+    line += ` (+ ${(measurement.serviceCpuMicros / served).toFixed(0)} in ${VARIANT_INFO[variant].needs})`;
+  }
   // Every id is new: a duplicate or an invalid event would mean the load is not what it claims to be.
   const odd = stats && (stats.duplicate > 0 || stats.invalid > 0 || stats.error > 0);
   return odd ? `${line}  (events: ${JSON.stringify(stats)})` : line;

@@ -1,3 +1,4 @@
+import { readdirSync, readFileSync } from 'node:fs';
 import Redis from 'ioredis';
 import { Pool } from 'pg';
 import { PostgresStore } from '../lib/postgres.js';
@@ -14,6 +15,11 @@ export interface BenchService {
   reset(): Promise<void>;
   /** Removes the namespace and disconnects. Never rejects. */
   cleanup(): Promise<void>;
+  /**
+   * CPU time (user and system) the service's server has spent so far, in microseconds, or `undefined`
+   * when it cannot be read (a PostgreSQL on another machine). Read before and after a measurement.
+   */
+  cpuMicros(): Promise<number | undefined>;
 }
 
 /** Connects to Redis at `url`; rejects with the cause (ECONNREFUSED ...) when it does not answer within 3 s. */
@@ -49,6 +55,13 @@ export async function openRedis(url: string, prefix: string): Promise<BenchServi
   return {
     version: `Redis ${/redis_version:(\S+)/.exec(info)?.[1] ?? '?'}`,
     reset: deleteKeys,
+    // Redis counts its own CPU (all its threads), wherever it runs.
+    cpuMicros: async () => {
+      const cpu = await client.info('cpu');
+      const seconds = (name: string) => Number(new RegExp(`${name}:([\\d.]+)`).exec(cpu)?.[1] ?? Number.NaN);
+      const total = (seconds('used_cpu_user') + seconds('used_cpu_sys')) * 1e6;
+      return Number.isFinite(total) ? total : undefined;
+    },
     cleanup: async () => {
       try {
         await deleteKeys();
@@ -78,8 +91,11 @@ export async function openPostgres(url: string, table: string): Promise<BenchSer
     await pool.end().catch(() => {});
   };
   let version: string;
+  let postmaster: number | undefined;
   try {
     await new PostgresStore({ pool, table }).migrate();
+    const { rows: backend } = await pool.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    postmaster = parentOf(backend[0]!.pid);
     // The partner's ledger, as the docs' exactly-once example has it: no unique constraint.
     await pool.query(
       `CREATE TABLE IF NOT EXISTS "${table}_ledger" (transaction_id text NOT NULL, order_id text, amount numeric)`,
@@ -95,6 +111,45 @@ export async function openPostgres(url: string, table: string): Promise<BenchSer
     reset: async () => {
       await pool.query(`TRUNCATE "${table}", "${table}_ledger"`);
     },
+    cpuMicros: () => Promise.resolve(postmaster === undefined ? undefined : postgresCpu(postmaster)),
     cleanup: () => cleanup(),
   };
+}
+
+/** Clock ticks per second of /proc's CPU times: 100 on every Linux this runs on. */
+const TICKS = 100;
+
+/** The fields of /proc/PID/stat after the command (which may hold spaces), or undefined. */
+function statOf(pid: number): string[] | undefined {
+  try {
+    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return text.slice(text.lastIndexOf(')') + 2).split(' ');
+  } catch {
+    return undefined;
+  }
+}
+
+/** The parent of `pid` when it is a process of this machine (PostgreSQL's postmaster for a backend). */
+function parentOf(pid: number): number | undefined {
+  const parent = Number(statOf(pid)?.[1]);
+  return Number.isInteger(parent) && parent > 1 ? parent : undefined;
+}
+
+/**
+ * PostgreSQL's CPU time in microseconds: the postmaster's own and its ended children's (the backends of
+ * connections closed since, which it has reaped), plus every live child's (backends, WAL writer,
+ * checkpointer). Undefined when the postmaster is not a process of this machine (a server elsewhere
+ * that happens to have a backend pid of the same number has no such parent here).
+ */
+function postgresCpu(postmaster: number): number | undefined {
+  const own = statOf(postmaster);
+  if (!own) return undefined;
+  // Fields after the command: state(0) ppid(1) ... utime(11) stime(12) cutime(13) cstime(14).
+  let ticks = [11, 12, 13, 14].reduce((sum, field) => sum + Number(own[field]), 0);
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const child = statOf(Number(entry));
+    if (child?.[1] === String(postmaster)) ticks += Number(child[11]) + Number(child[12]);
+  }
+  return (ticks / TICKS) * 1e6;
 }

@@ -1,6 +1,6 @@
 import type { LoadResult } from './load.js';
 import type { MemoryResult } from './memory.js';
-import type { ServerStats, Variant } from './variants.js';
+import { VARIANT_INFO, type ServerStats, type Variant } from './variants.js';
 
 /** One variant's measurement in one round: its numbers, or why there are none. */
 export interface Measurement {
@@ -8,6 +8,8 @@ export interface Measurement {
   result?: LoadResult;
   /** Events the server's router emitted, warm-up included (all 0 for the baseline), and its CPU time. */
   stats?: ServerStats;
+  /** CPU time the variant's Redis or PostgreSQL spent over the measurement, when it can be read. */
+  serviceCpuMicros?: number;
   error?: string;
 }
 
@@ -36,6 +38,16 @@ export interface Aggregate {
    * sensitive than req/s to other processes taking the CPU. Null without the server's figures.
    */
   cpuPerRequest: number | null;
+  /** The same for the variant's Redis or PostgreSQL server; null without one, or when it cannot be read. */
+  serviceCpuPerRequest: number | null;
+  /** The same for the load generator (autocannon, in its own process on the same machine). */
+  loadCpuPerRequest: number;
+  /**
+   * Server, service and load generator together: the machine's CPU per request. On a machine whose cores
+   * they all share, req/s is about (cores × 1 s) / this, so the ratio of two variants is about the inverse
+   * ratio of this figure: it says where a variant's req/s went.
+   */
+  machineCpuPerRequest: number | null;
   /** Mean over rounds of this variant's req/s divided by the baseline's of the same round; null without any. */
   ratio: number | null;
 }
@@ -61,6 +73,21 @@ export function aggregate(run: VariantRun, baseline: VariantRun | undefined): Ag
   const cpu = run.rounds.flatMap(({ result, stats }) =>
     result && stats ? [stats.cpuMicros / (result.responses + result.warmupResponses)] : [],
   );
+  const perRequest = (pick: (measurement: Measurement, served: number) => number | undefined): number[] =>
+    run.rounds.flatMap((measurement) => {
+      const { result } = measurement;
+      const value = result && pick(measurement, result.responses + result.warmupResponses);
+      return value === undefined || !Number.isFinite(value) ? [] : [value];
+    });
+  const service = perRequest(({ serviceCpuMicros }, served) =>
+    serviceCpuMicros === undefined ? undefined : serviceCpuMicros / served,
+  );
+  const load = perRequest(({ result }, served) => result!.cpuMicros / served);
+  const machine = perRequest(({ result, stats, serviceCpuMicros }, served) =>
+    stats === undefined || (serviceCpuMicros === undefined && VARIANT_INFO[run.variant].needs)
+      ? undefined
+      : (stats.cpuMicros + (serviceCpuMicros ?? 0) + result!.cpuMicros) / served,
+  );
   return {
     rounds: results.length,
     rps: mean(results.map((result) => result.rps)),
@@ -69,6 +96,9 @@ export function aggregate(run: VariantRun, baseline: VariantRun | undefined): Ag
     non2xx: results.reduce((sum, result) => sum + result.non2xx, 0),
     errors: results.reduce((sum, result) => sum + result.errors + result.timeouts, 0),
     cpuPerRequest: cpu.length > 0 ? mean(cpu) : null,
+    serviceCpuPerRequest: service.length > 0 ? mean(service) : null,
+    loadCpuPerRequest: mean(load),
+    machineCpuPerRequest: machine.length > 0 ? mean(machine) : null,
     ratio: ratios.length > 0 ? mean(ratios) : null,
   };
 }

@@ -12,9 +12,12 @@ const HEADER = [
   'errors',
   'vs baseline',
   'CPU µs/req',
+  'Redis/PG µs/req',
+  'load µs/req',
+  'machine µs/req',
   'req/s per round',
 ];
-const RIGHT = [false, true, true, true, true, true, true, true, false];
+const RIGHT = [false, true, true, true, true, true, true, true, true, true, true, false];
 
 const integer = (value: number): string => Math.round(value).toLocaleString('en-US');
 
@@ -26,7 +29,7 @@ export function rows(runs: VariantRun[], aggregates: Map<VariantRun, Aggregate |
     if (!found) {
       const failures = run.rounds.flatMap(({ round, error }) => (error ? [`round ${round}: ${error}`] : []));
       const why = run.skipped ?? (failures.join('; ') || 'no numbers');
-      return [name, run.skipped ? 'skipped' : 'failed', '', '', '', '', '', '', why];
+      return [name, run.skipped ? 'skipped' : 'failed', '', '', '', '', '', '', '', '', '', why];
     }
     const perRound = run.rounds
       .map(({ result, error }) => (result ? integer(result.rps) : error ? 'failed' : '-'))
@@ -40,6 +43,9 @@ export function rows(runs: VariantRun[], aggregates: Map<VariantRun, Aggregate |
       String(found.errors),
       found.ratio === null ? '-' : `${found.ratio.toFixed(2)}x`,
       found.cpuPerRequest === null ? '-' : found.cpuPerRequest.toFixed(0),
+      found.serviceCpuPerRequest === null ? '-' : found.serviceCpuPerRequest.toFixed(0),
+      Number.isFinite(found.loadCpuPerRequest) ? found.loadCpuPerRequest.toFixed(0) : '-',
+      found.machineCpuPerRequest === null ? '-' : found.machineCpuPerRequest.toFixed(0),
       perRound,
     ];
   });
