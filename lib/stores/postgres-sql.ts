@@ -153,6 +153,23 @@ export function inboxSql(table: string) {
       ON CONFLICT (key) DO NOTHING RETURNING key`,
     delivered: `UPDATE ${t} SET status = 'delivered', delivered_at = now(), ${END_LEASE}
       WHERE key = $1 AND lease_id = $2`,
+    // Group commit of both: receives ($1 to $6) and `delivered` settlements ($7, $8) that arrive together,
+    // as one statement and one commit. A settlement never meets its own receive here: an entry is leased,
+    // so settled, only once its receive has answered.
+    receiveAndDeliverMany: `WITH received AS (
+        INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
+        SELECT u.key, u.transaction_id, u.state, u.record::jsonb, 'received', 1, u.lease_id,
+          now() + u.ms * interval '1 millisecond'
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::double precision[])
+          AS u(key, transaction_id, state, record, lease_id, ms)
+        ON CONFLICT (key) DO NOTHING RETURNING key
+      ), delivered AS (
+        UPDATE ${t} AS inbox SET status = 'delivered', delivered_at = now(),
+          lease_id = NULL, lease_until = NULL, updated_at = now()
+        FROM unnest($7::text[], $8::text[]) AS u(key, lease_id)
+        WHERE inbox.key = u.key AND inbox.lease_id = u.lease_id RETURNING inbox.key, u.lease_id
+      )
+      SELECT key, NULL AS lease_id FROM received UNION ALL SELECT key, lease_id FROM delivered`,
     // The `delivered` mark and the COMMIT of a delivery transaction, as one simple query: one round trip
     // where two would do. Only for a key and lease id of plain characters (a transaction id is, by the
     // schema; a lease id is a UUID), which stand in it as literals; `undefined` for any other. When the

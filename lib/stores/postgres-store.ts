@@ -48,6 +48,15 @@ export interface PostgresStoreOptions<P extends PgQueryable = PgQueryable> {
   table: string;
 }
 
+/** One write of a batch: a receive's values (`receive`), or a `delivered` settlement's key and lease. */
+type Write = { receive: unknown[]; delivered?: never } | { receive?: never; delivered: [string, string] };
+
+/** `[[key, lease], ...]` as `[[key, ...], [lease, ...]]`. */
+const transpose = (pairs: Array<[string, string]>): [string[], string[]] => [
+  pairs.map(([key]) => key),
+  pairs.map(([, lease]) => lease),
+];
+
 const STATUSES: ReadonlySet<string> = new Set<DeliveryStatus>(['received', 'delivered', 'failed', 'dead']);
 
 /** PostgreSQL's "undefined_table" error code. */
@@ -96,9 +105,8 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
   readonly expectations: PostgresExpectations;
   readonly #pool: P;
   readonly #sql: InboxSql;
-  /** Receives and `delivered` settlements that arrive together go as one statement each (group commit). */
-  readonly #receives = createBatcher((items: unknown[][]) => this.#receiveMany(items));
-  readonly #deliveries = createBatcher((items: Array<[string, string]>) => this.#deliverMany(items));
+  /** Receives and `delivered` settlements that arrive together go as one statement (group commit). */
+  readonly #writes = createBatcher((items: Write[]) => this.#writeMany(items));
 
   /** @throws TypeError when `pool` has no `query` method or `table` is not a valid name. */
   constructor(options: Partial<PostgresStoreOptions<P>> & Pick<PostgresStoreOptions<P>, 'pool'>) {
@@ -150,40 +158,50 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
   async receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
     const [transactionId, state] = splitKey(key);
     const ms = leaseMs(lease);
-    return this.#receives([key, transactionId, state, toStoredJson(record), lease.id, ms]);
+    return this.#writes({ receive: [key, transactionId, state, toStoredJson(record), lease.id, ms] });
   }
 
   /**
-   * One batch of receives: one statement (`unnest`), one commit. A key twice in one batch is inserted once,
-   * and only its first caller is told so. A failed batch rejects every caller (each answers 503).
+   * One batch of receives and `delivered` settlements: one statement (`unnest`), one commit. A key received
+   * twice in one batch is inserted once, and only its first caller is told so; each settlement is guarded
+   * by its own lease. A failed batch rejects every caller: each receive answers 503, each settlement is
+   * reported and its entry taken up again once its lease runs out.
    */
-  async #receiveMany(items: unknown[][]): Promise<boolean[]> {
-    if (items.length === 1) return [(await this.#query(this.#sql.receive, items[0]!)).rowCount === 1];
-    const first = new Map<unknown, number>();
-    items.forEach((item, index) => {
-      if (!first.has(item[0])) first.set(item[0], index);
-    });
-    const unique = [...first.values()].map((index) => items[index]!);
-    const columns = [0, 1, 2, 3, 4, 5].map((column) => unique.map((item) => item[column]));
-    const { rows } = await this.#query(this.#sql.receiveMany, columns);
-    const inserted = new Set((rows as Array<{ key: string }>).map((row) => row.key));
-    return items.map((item, index) => first.get(item[0]) === index && inserted.has(item[0] as string));
-  }
-
-  /** One batch of `delivered` settlements, each guarded by its own lease. */
-  async #deliverMany(items: Array<[string, string]>): Promise<boolean[]> {
+  async #writeMany(items: Write[]): Promise<boolean[]> {
     if (items.length === 1) {
-      const [key, leaseId] = items[0]!;
-      return [(await this.#query(this.#sql.delivered, [key, leaseId])).rowCount === 1];
+      const [item] = items as [Write];
+      const [text, values] = item.receive
+        ? [this.#sql.receive, item.receive]
+        : [this.#sql.delivered, item.delivered];
+      return [(await this.#query(text, values)).rowCount === 1];
     }
-    const { rows } = await this.#query(this.#sql.deliveredMany, [
-      items.map(([key]) => key),
-      items.map(([, leaseId]) => leaseId),
-    ]);
-    const settled = new Set(
-      (rows as Array<{ key: string; lease_id: string }>).map((row) => `${row.lease_id} ${row.key}`),
+    const first = new Map<string, number>(); // each received key's first caller
+    const settling: Array<[string, string]> = [];
+    items.forEach((item, index) => {
+      if (item.receive && !first.has(item.receive[0] as string)) first.set(item.receive[0] as string, index);
+      if (item.delivered) settling.push(item.delivered);
+    });
+    const unique = [...first.values()].map((index) => items[index]!.receive!);
+    const columns = [0, 1, 2, 3, 4, 5].map((column) => unique.map((values) => values[column]));
+    const text =
+      settling.length === 0
+        ? this.#sql.receiveMany
+        : unique.length === 0
+          ? this.#sql.deliveredMany
+          : this.#sql.receiveAndDeliverMany;
+    const values =
+      settling.length === 0 ? columns : [...(unique.length === 0 ? [] : columns), ...transpose(settling)];
+    const { rows } = await this.#query(text, values);
+    const done = new Set(
+      (rows as Array<{ key: string; lease_id: string | null }>).map(
+        (row) => `${row.lease_id ?? ''} ${row.key}`,
+      ),
     );
-    return items.map(([key, leaseId]) => settled.has(`${leaseId} ${key}`));
+    return items.map((item, index) =>
+      item.receive
+        ? first.get(item.receive[0] as string) === index && done.has(` ${item.receive[0] as string}`)
+        : done.has(`${item.delivered[1]} ${item.delivered[0]}`),
+    );
   }
 
   /** Puts the service's `record` in place of the entry `leaseId` holds, in one statement (see `DurableStore`). */
@@ -214,7 +232,7 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
 
   /** Ends the attempt, only while `leaseId` still holds the entry. A failure's `nextAttemptAt` is stored as given. */
   async settle(key: string, leaseId: string, settlement: Settlement): Promise<boolean> {
-    if (settlement?.status === 'delivered') return this.#deliveries([key, leaseId]);
+    if (settlement?.status === 'delivered') return this.#writes({ delivered: [key, leaseId] });
     const { rowCount } = await this.#query(...settleQuery(this.#sql, key, leaseId, settlement));
     return rowCount === 1;
   }
@@ -235,7 +253,9 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
       statement: [this.#sql.delivered, [key, leaseId]] as [string, unknown[]],
       andCommit: this.#sql.markAndCommit(key, leaseId),
     };
-    const opened = await openTransaction(this.#pool, key, mark, () => this.#deliveries([key, leaseId]));
+    const opened = await openTransaction(this.#pool, key, mark, () =>
+      this.#writes({ delivered: [key, leaseId] }),
+    );
     return opened as DeliveryTransaction<PgClientOf<P>>;
   }
 

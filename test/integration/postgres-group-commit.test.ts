@@ -39,7 +39,7 @@ describeWithService('PostgreSQL', 'PostgresStore group commit', () => {
     const store = new PostgresStore({ pool: counted, table });
     await store.migrate();
     const batches = () => statements.filter((text) => text.includes('unnest')).length;
-    return { store, table, batches, failNextBatch: () => (failBatches += 1) };
+    return { store, table, batches, statements, failNextBatch: () => (failBatches += 1) };
   }
   const lease = () => ({ id: randomUUID(), ms: 60_000 });
 
@@ -84,6 +84,29 @@ describeWithService('PostgreSQL', 'PostgresStore group commit', () => {
     expect(batches() - before).toBeGreaterThan(0);
     expect((await store.get('S.7:SUCCESSFUL'))?.status).toBe('received');
     expect((await store.get('S.8:SUCCESSFUL'))?.status).toBe('delivered');
+  });
+
+  test('receives and settlements that arrive together share a statement; each is told its own outcome', async () => {
+    const { store, batches, statements } = await fresh();
+    const held = Array.from({ length: 12 }, (_, index) => ({ key: `M.${index}:SUCCESSFUL`, lease: lease() }));
+    for (const { key, lease: own } of held) await store.receive(key, {}, own);
+    const fresh12 = Array.from({ length: 12 }, (_, index) => `N.${index}:SUCCESSFUL`);
+    const before = batches();
+    const [settled, received] = await Promise.all([
+      Promise.all(
+        held.map(({ key, lease: own }, index) =>
+          store.settle(key, index === 3 ? 'not-the-lease' : own.id, { status: 'delivered' }),
+        ),
+      ),
+      Promise.all([...fresh12, 'M.5:SUCCESSFUL'].map((key) => store.receive(key, {}, lease()))),
+    ]);
+    expect(settled).toEqual(held.map((_, index) => index !== 3));
+    expect(received).toEqual([...fresh12.map(() => true), false]); // M.5 was there already
+    expect(statements.some((text) => text.includes('WITH received AS'))).toBe(true);
+    expect(batches() - before).toBeLessThan(held.length + fresh12.length + 1);
+    expect((await store.get('M.3:SUCCESSFUL'))?.status).toBe('received');
+    expect((await store.get('M.4:SUCCESSFUL'))?.status).toBe('delivered');
+    expect((await store.get('N.11:SUCCESSFUL'))?.status).toBe('received');
   });
 
   describe('through the router', () => {
