@@ -1,0 +1,81 @@
+/**
+ * What PostgreSQL itself spends per notification, on its own CPU, for each statement the durable inbox
+ * makes: `npx tsx bench/postgres-cost.ts`. No HTTP and no router: the store's statements, sent in batches
+ * of several sizes (group commit makes the batches; their size depends on the load), and the transaction
+ * of an exactly-once delivery. Needs PostgreSQL on this machine (its CPU is read from /proc); uses
+ * DATABASE_URL and a table of its own, dropped at the end.
+ */
+import { randomUUID } from 'node:crypto';
+import { Pool } from 'pg';
+import { PostgresStore } from '../lib/postgres.js';
+import { inboxSql } from '../lib/stores/postgres-sql.js';
+import { bodyFor } from './payload.js';
+import { openPostgres } from './services.js';
+import { databaseUrl } from './variants.js';
+
+const TABLE = `ipn_cost_${process.pid}`;
+const NOTIFICATIONS = 4_000;
+
+async function main(): Promise<void> {
+  const service = await openPostgres(databaseUrl(), TABLE);
+  const pool = new Pool({ connectionString: databaseUrl(), max: 1 });
+  try {
+    if ((await service.cpuMicros()) === undefined) {
+      console.log('postgres-cost: PostgreSQL does not run on this machine: its CPU cannot be read');
+      return;
+    }
+    const sql = inboxSql(TABLE);
+    const record = bodyFor()('PIX_22827809');
+    const costOf = async (label: string, work: () => Promise<void>): Promise<void> => {
+      await service.reset();
+      const before = (await service.cpuMicros())!;
+      const started = process.cpuUsage();
+      await work();
+      const node = process.cpuUsage(started);
+      const spent = (await service.cpuMicros())! - before;
+      console.log(
+        `${label.padEnd(58)} PostgreSQL ${(spent / NOTIFICATIONS).toFixed(0).padStart(5)} µs, ` +
+          `this client ${((node.user + node.system) / NOTIFICATIONS).toFixed(0).padStart(4)} µs per notification`,
+      );
+    };
+    let run = 0;
+    const keysOf = (size: number, batch: number) =>
+      Array.from({ length: size }, (_, index) => `C${run}.${batch}.${index}:SUCCESSFUL`);
+    for (const size of [1, 10, 40]) {
+      run += 1;
+      await costOf(`receive + delivered, batches of ${size}`, async () => {
+        for (let batch = 0; batch < NOTIFICATIONS / size; batch += 1) {
+          const keys = keysOf(size, batch);
+          const leases = keys.map(() => randomUUID());
+          await pool.query(sql.receiveMany, [
+            keys,
+            keys.map((key) => key.split(':')[0]),
+            keys.map(() => 'SUCCESSFUL'),
+            keys.map(() => record),
+            leases,
+            keys.map(() => 60_000),
+          ]);
+          await pool.query(sql.deliveredMany, [keys, leases]);
+        }
+      });
+    }
+    run += 1;
+    const store = new PostgresStore({ pool, table: TABLE });
+    const insert = `INSERT INTO "${TABLE}_ledger" (transaction_id, order_id, amount) VALUES ($1, $2, $3)`;
+    await costOf('receive alone, then an exactly-once delivery (one ledger insert)', async () => {
+      for (let index = 0; index < NOTIFICATIONS; index += 1) {
+        const key = `C${run}.${index}:SUCCESSFUL`;
+        const lease = { id: randomUUID(), ms: 60_000 };
+        await store.receive(key, JSON.parse(record) as Record<string, unknown>, lease);
+        const tx = (await store.begin(key, lease.id))!;
+        await tx.db.query(insert, [key, 'order', 100]);
+        await tx.commit();
+      }
+    });
+  } finally {
+    await pool.end();
+    await service.cleanup();
+  }
+}
+
+void main();
