@@ -17,6 +17,8 @@ type Attempt =
   Exclude<Verdict, { kind: 'confirmed' }> | { kind: 'delivered' } | { kind: 'failed'; error: IpnKitError };
 
 const MAX_RETRY_DELAY = 60 * 60_000;
+/** PostgreSQL's in_failed_sql_transaction: a statement of the transaction failed before. */
+const IN_FAILED_TRANSACTION = '25P02';
 const RECOVERY_BATCH = 50;
 
 /**
@@ -97,12 +99,29 @@ export function createDurableDelivery<C>(
       abandoned = true;
     }
     try {
-      if (result.kind === 'delivered') {
+      const open = tx.current();
+      if (result.kind === 'delivered' && open) {
         // Transactional: the listeners' writes and the delivered mark commit together, or neither does.
-        const open = tx.current();
-        const settled = open
-          ? await timed(open.commit(), 'commit', key)
-          : await timed(inbox.settle(key, leaseId, { status: 'delivered' }), 'settle', key);
+        try {
+          if (await timed(open.commit(), 'commit', key)) metrics?.delivered(n.state);
+          return true;
+        } catch (cause) {
+          // Neither landed (or, a COMMIT whose answer was lost, both did: then the entry is delivered and
+          // the lease-guarded settlement below changes nothing). A failed attempt like any other, so that
+          // one a listener makes fail every time (it caught its own SQL error, which aborts the
+          // transaction) ends dead after maxAttempts instead of being taken up again without end.
+          const aborted = Reflect.get(Object(cause), 'code') === IN_FAILED_TRANSACTION;
+          const why = aborted
+            ? 'a query a listener made through db failed, and PostgreSQL aborted the transaction (a listener ' +
+              'that catches a SQL error cannot go on in it: let the error throw, or wrap the query in a SAVEPOINT)'
+            : messageOf(cause);
+          const message = `the delivery transaction of ${key} did not commit: ${why}`;
+          result = { kind: 'failed', error: new DeliveryError(message, { cause }) };
+          abandoned = true; // a COMMIT still on its way (it timed out) is not waited for: its connection closes
+        }
+      }
+      if (result.kind === 'delivered') {
+        const settled = await timed(inbox.settle(key, leaseId, { status: 'delivered' }), 'settle', key);
         if (settled) metrics?.delivered(n.state);
         return true;
       }

@@ -239,24 +239,22 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
 
   /**
    * Opens the transaction of one delivery attempt held by `leaseId` (the router calls it, at least once,
-   * after verification and before the listeners): a client of the pool, which listeners get as `db`; `BEGIN`
-   * goes out with the first query they make through it. Its `commit()` marks the entry delivered in the same
-   * transaction, only while `leaseId` still holds it (otherwise it rolls back: another attempt has the
-   * entry), then commits. So the listeners' writes and the mark land together or not at all, whatever
-   * crashes when. When no listener queried `db`, there is nothing to make atomic: the client goes back to
-   * the pool untouched and the mark is batched with other settlements (group commit), as without a
-   * transaction. Resolves `undefined` when the pool hands out no clients (a single `Client`).
+   * after verification and before the listeners). Listeners get its `db`: the first query they make through
+   * it takes a client of the pool and sends `BEGIN` on it. Its `commit()` waits for their queries, marks the
+   * entry delivered in the same transaction, only while `leaseId` still holds it (otherwise it rolls back:
+   * another attempt has the entry), then commits. So the listeners' writes and the mark land together or
+   * not at all, whatever crashes when. When no listener queried `db`, there is nothing to make atomic and no
+   * client was taken: the mark is batched with other settlements (group commit), as without a transaction.
+   * Resolves `undefined` when the pool hands out no clients (a single `Client`).
    */
-  async begin(key: string, leaseId: string): Promise<DeliveryTransaction<PgClientOf<P>> | undefined> {
-    if (!canConnect(this.#pool)) return undefined;
+  begin(key: string, leaseId: string): Promise<DeliveryTransaction<PgClientOf<P>> | undefined> {
+    if (!canConnect(this.#pool)) return Promise.resolve(undefined);
     const mark = {
       statement: [this.#sql.delivered, [key, leaseId]] as [string, unknown[]],
       andCommit: this.#sql.markAndCommit(key, leaseId),
     };
-    const opened = await openTransaction(this.#pool, key, mark, () =>
-      this.#writes({ delivered: [key, leaseId] }),
-    );
-    return opened as DeliveryTransaction<PgClientOf<P>>;
+    const opened = openTransaction(this.#pool, key, mark, () => this.#writes({ delivered: [key, leaseId] }));
+    return Promise.resolve(opened as DeliveryTransaction<PgClientOf<P>>);
   }
 
   /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */

@@ -57,68 +57,99 @@ export function canConnect(pool: object): pool is { connect(): Promise<unknown> 
 }
 
 /**
- * Opens a delivery transaction on a client of `pool`, lazily: the client is taken now, but `BEGIN` goes out
- * when a listener makes its first query through `db`, which runs once BEGIN has. `commit` then runs `mark`
- * (the `delivered` update, guarded by the lease) in it, and `COMMIT`. An attempt whose listeners never query
- * `db` has nothing to make atomic: `commit` gives the client back untouched and calls `markWithout` instead
- * (the store's batched settlement), sparing the attempt three round trips and a commit of its own.
+ * Opens a delivery transaction lazily: nothing is taken from `pool` until a listener makes its first query
+ * through `db`; that query takes a client, sends `BEGIN` on it, then runs. `commit` waits for every query
+ * the listeners made (awaited or not), then runs `mark` (the `delivered` update, guarded by the lease) and
+ * `COMMIT`. An attempt whose listeners never query `db` has nothing to make atomic and holds no client:
+ * `commit` calls `markWithout` instead (the store's batched settlement). So listeners that write through
+ * your pool rather than `db` never wait for a client that an idle attempt holds.
  *
- * The listeners get `db`, the same client behind a guard: `release()` does nothing (ipn-kit releases it),
- * and every query after the attempt ended is refused, so a listener that outlives its attempt can never write
- * outside the transaction.
+ * `db` stands for that client: before its first query it offers what the pool's client class does
+ * (`escapeLiteral`, and `instanceof` holds), after it the client itself. `release()` does nothing (ipn-kit
+ * releases it), and a query made once the attempt has ended is refused, in the form it was made (a rejected
+ * promise, marked handled; the callback called with the error; the submittable's `handleError`), so a
+ * listener that outlives its attempt never writes outside the transaction. An `error` the connection emits
+ * meanwhile (the server ended it) is kept, fails the commit, and never reaches the process.
  */
-export async function openTransaction(
+export function openTransaction(
   pool: { connect(): Promise<unknown> },
   key: string,
   mark: DeliveredMark,
   markWithout: () => Promise<boolean>,
-): Promise<DeliveryTransaction> {
-  const client = (await pool.connect()) as PgPoolClient;
-  if (typeof client?.query !== 'function' || typeof client.release !== 'function') {
-    throw new TypeError('PostgresStore: pool.connect() must resolve a client with query() and release()');
-  }
-  let open = true; // while the listeners may write through `db`
-  let begun: Promise<{ error: unknown } | undefined> | undefined; // BEGIN, once a listener has queried
+): DeliveryTransaction {
+  let client: PgPoolClient | undefined;
+  let begun: Promise<{ error: unknown } | undefined> | undefined; // the client taken and BEGIN sent
   let queue: Promise<unknown> = Promise.resolve(); // settles when the last query made has
+  let open = true; // the listeners may still make queries
+  let rolledBack = false; // queries already made are refused too
+  let committing = false;
   let ended = false;
+  let broken: unknown; // what the connection emitted as 'error' while this attempt held it
+  const onError = (error: unknown): void => {
+    broken ??= error;
+  };
   /** Gives the client back to the pool, or closes its connection (which rolls back whatever was open). */
   const finish = (destroy: boolean): void => {
     if (ended) return;
     ended = true;
-    client.release(destroy || undefined);
+    if (!client) return;
+    (Reflect.get(client, 'removeListener') as Listening | undefined)?.call(client, 'error', onError);
+    client.release(destroy || broken !== undefined || undefined);
   };
   const refused = (): Error =>
     new Error(
       `the delivery transaction of ${key} has ended (a listener failed, or ran past leaseMs): this write was not made`,
     );
-  const db = new Proxy(client, {
+  const connectAndBegin = async (): Promise<undefined> => {
+    const taken = (await pool.connect()) as PgPoolClient;
+    if (typeof taken?.query !== 'function' || typeof taken.release !== 'function') {
+      throw new TypeError('PostgresStore: pool.connect() must resolve a client with query() and release()');
+    }
+    if (ended) {
+      taken.release(); // the attempt ended while the pool was handing it out
+      throw refused();
+    }
+    client = taken;
+    (Reflect.get(client, 'on') as Listening | undefined)?.call(client, 'error', onError);
+    await client.query('BEGIN');
+    return undefined;
+  };
+  const Client = Reflect.get(pool, 'Client') as unknown;
+  const stand = Object.create(
+    typeof Client === 'function' ? (Client.prototype as object | null) : Object.prototype,
+  ) as object;
+  const db = new Proxy(stand, {
     get(target, property) {
-      const value: unknown = Reflect.get(target, property, target);
       if (property === 'release') return () => {};
       if (property === 'query') {
         return (...args: unknown[]) => {
-          if (!open) return Promise.reject(refused());
-          begun ??= target.query('BEGIN').then(
-            () => undefined,
-            (error: unknown) => ({ error }), // fails this query and the attempt; never unhandled
-          );
+          if (!open) return inTurn(Promise.reject(refused()), undefined, args).result;
+          begun ??= connectAndBegin().catch((error: unknown) => ({ error }));
           const started = Promise.all([begun, queue]).then(([failed]) => {
             if (failed) throw failed.error;
-            if (!open) throw refused();
+            if (rolledBack) throw refused();
+            return client!;
           });
-          const { result, done } = inTurn(started, value as (...a: unknown[]) => unknown, target, args);
+          const { result, done } = inTurn(
+            started,
+            (taken) => taken.query.bind(taken) as (...a: unknown[]) => unknown,
+            args,
+          );
           queue = done;
           return result;
         };
       }
-      return typeof value === 'function' ? (value as () => unknown).bind(target) : value;
+      const holder = client ?? target;
+      const value: unknown = Reflect.get(holder, property, holder);
+      return typeof value === 'function' ? (value as () => unknown).bind(holder) : value;
     },
-  });
+  }) as unknown;
   return {
     db,
     async commit() {
       if (!open) throw refused();
       open = false;
+      committing = true;
       if (begun === undefined) {
         finish(false);
         return markWithout();
@@ -126,26 +157,31 @@ export async function openTransaction(
       try {
         const failed = await begun;
         if (failed) throw failed.error;
+        await queue; // every query a listener made, awaited or not, lands before the mark
+        if (broken !== undefined) {
+          throw broken instanceof Error ? broken : new Error('the connection failed', { cause: broken });
+        }
+        const taken = client!;
         if (mark.andCommit !== undefined) {
-          const lost = await client.query(mark.andCommit).then(
+          const lost = await taken.query(mark.andCommit).then(
             () => false,
             (error: unknown) => {
               if (Reflect.get(Object(error), 'code') === LEASE_LOST) return true;
               throw error;
             },
           );
-          if (lost) await client.query('ROLLBACK'); // the COMMIT was skipped with the failed mark
+          if (lost) await taken.query('ROLLBACK'); // the COMMIT was skipped with the failed mark
           finish(false);
           return !lost;
         }
-        const { rowCount } = await client.query(...mark.statement);
+        const { rowCount } = await taken.query(...mark.statement);
         if (rowCount !== 1) {
           // The lease was lost: another attempt holds the entry now. The listeners' writes must not land.
-          await client.query('ROLLBACK');
+          await taken.query('ROLLBACK');
           finish(false);
           return false;
         }
-        await client.query('COMMIT');
+        await taken.query('COMMIT');
         finish(false);
         return true;
       } catch (error) {
@@ -155,9 +191,9 @@ export async function openTransaction(
     },
     async rollback(abandon = false) {
       open = false;
-      if (ended) return;
-      if (begun === undefined) return finish(false);
-      if (abandon) return finish(true);
+      rolledBack = true;
+      if (ended || (committing && !abandon)) return; // a commit under way ends it itself
+      if (!client || abandon) return finish(abandon);
       try {
         await client.query('ROLLBACK');
         finish(false);
@@ -168,47 +204,57 @@ export async function openTransaction(
   };
 }
 
+/** `on` or `removeListener` of an event emitter, as a pool's client has them. */
+type Listening = (this: unknown, event: string, listener: (error: unknown) => void) => unknown;
+
 /**
- * Runs `query(...args)` on `client` once `started` resolves (BEGIN has answered, and the previous query of
- * the transaction has settled: the listeners run concurrently, and pg wants one query at a time on a
- * client). `result` has the shape pg gives for the way it was called: a promise; `undefined` for the
- * callback form (the callback gets the error if the query never ran); the submittable itself (a cursor, a
- * stream), told of such an error through its `handleError`. `done` settles when the query has.
+ * Runs a query on the client `started` resolves (once BEGIN has answered and the previous query of the
+ * transaction has settled: the listeners run concurrently, and pg wants one query at a time on a client),
+ * or refuses it with the error `started` rejects with. `result` has the shape pg gives for the way it was
+ * called: a promise (marked handled when refused, so that a query nobody awaits never crashes the process);
+ * `undefined` for the callback forms (`query(text, values, callback)` or a config with a `callback`), the
+ * callback getting the refusal; the submittable itself (a cursor, a stream), told through `handleError`.
+ * `done` settles when the query has.
  */
-function inTurn(
-  started: Promise<void>,
-  query: (...args: unknown[]) => unknown,
-  client: unknown,
+function inTurn<C>(
+  started: Promise<C>,
+  queryOf: ((client: C) => (...args: unknown[]) => unknown) | undefined,
   args: unknown[],
 ): { result: unknown; done: Promise<unknown> } {
+  const run = (client: C, runArgs: unknown[]): unknown => Reflect.apply(queryOf!(client), undefined, runArgs);
+  const first = Object(args[0]) as { submit?: unknown; handleError?: unknown; callback?: unknown };
   const last = args[args.length - 1];
-  if (typeof last === 'function') {
+  if (typeof first.submit === 'function') {
+    // pg queues a submittable behind it: the next query waits for none of it but its sending.
     const done = started.then(
-      () =>
+      (client) => run(client, args),
+      (error: unknown) => {
+        if (typeof first.handleError === 'function') Reflect.apply(first.handleError, first, [error]);
+      },
+    );
+    return { result: first, done };
+  }
+  const callback = typeof last === 'function' ? last : first.callback;
+  if (typeof callback === 'function') {
+    const done = started.then(
+      (client) =>
         new Promise<void>((resolve) => {
-          const callback = (...answer: unknown[]): void => {
+          const answered = (...answer: unknown[]): void => {
             resolve();
-            Reflect.apply(last, undefined, answer);
+            Reflect.apply(callback, undefined, answer);
           };
-          Reflect.apply(query, client, [...args.slice(0, -1), callback]);
+          run(
+            client,
+            typeof last === 'function'
+              ? [...args.slice(0, -1), answered]
+              : [{ ...first, callback: answered }],
+          );
         }),
-      (error: unknown) => void Reflect.apply(last, undefined, [error]),
+      (error: unknown) => void Reflect.apply(callback, undefined, [error]),
     );
     return { result: undefined, done };
   }
-  const submittable = Object(args[0]) as { submit?: unknown; handleError?: unknown };
-  if (typeof submittable.submit === 'function') {
-    // pg queues a submittable behind it: the next query waits for none of it but its sending.
-    const done = started.then(
-      () => Reflect.apply(query, client, args),
-      (error: unknown) => {
-        if (typeof submittable.handleError === 'function') {
-          Reflect.apply(submittable.handleError, submittable, [error]);
-        }
-      },
-    );
-    return { result: submittable, done };
-  }
-  const result = started.then<unknown>(() => Reflect.apply(query, client, args));
+  const result = started.then((client) => run(client, args));
+  result.catch(() => {}); // handled here; whoever awaits it still gets the rejection
   return { result, done: result.catch(() => {}) };
 }

@@ -143,7 +143,7 @@ describeWithService(
       const entry = await entryOf(keyOf(payload));
       expect(entry?.attempts).toBeLessThanOrEqual(2);
       expect(entry?.status).toBe('dead');
-      expect(entry?.last_error).toEqual(expect.any(String));
+      expect(entry?.last_error).toEqual(expect.stringContaining('PostgreSQL aborted the transaction'));
       expect(recorder.count('dead')).toBe(1);
     });
 

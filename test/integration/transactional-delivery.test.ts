@@ -1,4 +1,4 @@
-import { Pool, Query, type PoolClient } from 'pg';
+import { Client, Pool, Query, type PoolClient } from 'pg';
 import { ipnRouter, type IpnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { rawPg, withKysely } from '../../examples/snippets/exactly-once.js';
@@ -268,6 +268,26 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
     await delivered(keyOf(payload));
     expect(seen).toEqual([payload.transaction_id]);
     expect(watched.statements).toEqual([]); // the client was taken and given back untouched
+  });
+
+  test('db before its first query: no client taken yet, yet it is a client of the pool (instanceof, escapeLiteral)', async () => {
+    const { watched, pool: watchedOne } = watchedPool();
+    const store = new PostgresStore({ pool: Object.assign(watchedOne, { Client: Client }) });
+    const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+    const { post } = await serve(ipn);
+    const seen: unknown[] = [];
+    ipn.on('successful', async (n, { db }) => {
+      seen.push(db instanceof Client, db.escapeLiteral("it's"), watched.statements.length);
+      await db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
+        n.transaction_id,
+        'x',
+      ]);
+      seen.push(typeof (db as unknown as Record<string, unknown>).processID, watched.statements.length);
+    });
+    const payload = uniquePayload();
+    await post(payload);
+    await delivered(keyOf(payload));
+    expect(seen).toEqual([true, "'it''s'", 0, 'number', 2]);
   });
 
   test('a listener that queries db opens the transaction first: BEGIN, its write, then the mark with the COMMIT', async () => {
