@@ -100,7 +100,7 @@ export function createDurableDelivery<C>(
     }
     try {
       const open = tx.current();
-      if (result.kind === 'delivered' && open) {
+      if (result.kind === 'delivered' && open && open.opened !== false) {
         // Transactional: the listeners' writes and the delivered mark commit together, or neither does.
         try {
           if (await timed(open.commit(), 'commit', key)) metrics?.delivered(n.state);
@@ -121,7 +121,11 @@ export function createDurableDelivery<C>(
         }
       }
       if (result.kind === 'delivered') {
-        const settled = await timed(inbox.settle(key, leaseId, { status: 'delivered' }), 'settle', key);
+        // No transaction, or one no listener opened: the mark alone, whose failure is the store's (the
+        // entry is taken up again once its lease runs out), never a failed attempt.
+        const settled = open
+          ? await timed(open.commit(), 'commit', key)
+          : await timed(inbox.settle(key, leaseId, { status: 'delivered' }), 'settle', key);
         if (settled) metrics?.delivered(n.state);
         return true;
       }

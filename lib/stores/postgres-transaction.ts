@@ -146,6 +146,9 @@ export function openTransaction(
   }) as unknown;
   return {
     db,
+    get opened() {
+      return begun !== undefined;
+    },
     async commit() {
       if (!open) throw refused();
       open = false;

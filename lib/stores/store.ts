@@ -184,4 +184,10 @@ export interface DeliveryTransaction<Db = unknown> {
    * running a query on it (the database rolls back a transaction whose connection is gone). Never rejects.
    */
   rollback(abandon?: boolean): Promise<void>;
+  /**
+   * Whether the listeners opened the transaction (a `PostgresStore` transaction opens with the first query
+   * through `db`). `false`: nothing was written in it, and `commit()` only marks the entry delivered, as
+   * `settle()` would, so a failure of it is the store's, not the attempt's. Absent: taken as opened.
+   */
+  readonly opened?: boolean;
 }

@@ -55,7 +55,7 @@ describeWithService('PostgreSQL', 'transactional delivery under review: commit f
     return { total: p.totalCount, idle: p.idleCount, waiting: p.waitingCount };
   }
 
-  async function serve(store: PostgresStore, extra: Record<string, unknown> = {}) {
+  async function serve(store: PostgresStore<Pool>, extra: Record<string, unknown> = {}) {
     const ipn = ipnRouter({
       store,
       delivery: 'at-least-once',
@@ -127,7 +127,9 @@ describeWithService('PostgreSQL', 'transactional delivery under review: commit f
     async (fault) => {
       const p = newPool(3);
       const faulty = commitFaulty(p, fault, 800);
-      const { ipn, post } = await serve(new PostgresStore({ pool: faulty as never }), { storeTimeout: 200 });
+      const { ipn, post } = await serve(new PostgresStore({ pool: faulty as unknown as Pool }), {
+        storeTimeout: 200,
+      });
       let runs = 0;
       const dead: unknown[] = [];
       ipn.on('dead', (event) => dead.push(event));
