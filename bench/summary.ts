@@ -117,12 +117,12 @@ export function checkTargets(
   return [
     ratioTarget('memory', 'ipnRouter(), memory store >= 1.0x baseline', 1.0),
     ratioTarget('redis', 'ipnRouter(), RedisStore >= 0.8x baseline', 0.8),
-    ratioTarget(
-      'postgres',
-      'PostgresStore at-least-once (a Pool, so transactional), empty listener >= 0.8x baseline',
-      0.8,
-    ),
-    ratioTarget('postgres-ledger', 'exactly once: a ledger insert through db >= 0.6x baseline', 0.6),
+    ratioTarget('postgres', 'PostgresStore at-least-once >= 0.8x baseline', 0.8),
+    // Issue 10's second target, as written: transactional delivery (a Pool) with an empty listener. An
+    // empty listener opens no transaction, so it is the same variant; the stricter reading, a listener
+    // that writes through db, is the postgres-ledger line after it.
+    ratioTarget('postgres', 'transactional delivery (a Pool), empty listener >= 0.6x baseline', 0.6),
+    ratioTarget('postgres-ledger', 'the same with a ledger insert through db (exactly once) >= 0.6x', 0.6),
     // "Well above" read as at least a fifth above.
     ratioTarget('node-http', 'node:http adapter well above baseline (>= 1.2x)', 1.2),
     typeof memory === 'string'
