@@ -148,7 +148,7 @@ describeWithService('PostgreSQL', 'PostgresStore group commit through the router
     await store.migrate();
     const { ipn, post } = await serve(store);
     ipn.on('successful', async (n, { db }) => {
-      await db!.query(
+      await (db as unknown as Pool).query(
         `INSERT INTO "${ledger}" (transaction_id) VALUES ($1) ON CONFLICT (transaction_id) DO UPDATE SET credits = "${ledger}".credits + 1`,
         [n.transaction_id],
       );
