@@ -29,9 +29,24 @@ export function settleQuery(
   }
 }
 
+/**
+ * Checks that `key` can stand in a `text` column exactly: PostgreSQL refuses a NUL, and pg writes a lone
+ * surrogate as U+FFFD, so such a key would fail the whole batch it is sent in, or come back as another
+ * key. The router never makes one (a transaction id is letters, digits and `._:-`).
+ * @throws TypeError for such a key.
+ */
+export function checkKey(key: string): string {
+  if (typeof key !== 'string' || UNSTORABLE.test(key)) {
+    throw new TypeError(
+      `PostgresStore: a key cannot hold a NUL character or a lone surrogate, got ${JSON.stringify(key)}`,
+    );
+  }
+  return key;
+}
+
 /** `transaction_id:state`, split at the last `:` (a transaction id may contain one; a state never does). */
 export function splitKey(key: string): [string, string] {
-  const at = typeof key === 'string' ? key.lastIndexOf(':') : -1;
+  const at = typeof key === 'string' ? checkKey(key).lastIndexOf(':') : -1;
   if (at === -1) {
     throw new TypeError(`PostgresStore: a key must be transaction_id:state, got ${String(key)}`);
   }

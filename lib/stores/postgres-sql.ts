@@ -144,12 +144,15 @@ export function inboxSql(table: string) {
           .join(', ')}
       )
       SELECT * FROM taken ORDER BY received_at, key`,
-    // Group commit: many receives in one statement. Keys are unique within a batch (the store sees to it).
+    // Group commit: many receives in one statement. Keys are unique within a batch (the store sees to it),
+    // and inserted in key order, so that two instances inserting overlapping batches (a burst resent to
+    // both) take the keys' locks in the same order, and never deadlock.
     receiveMany: `INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
       SELECT u.key, u.transaction_id, u.state, u.record::jsonb, 'received', 1, u.lease_id,
         now() + u.ms * interval '1 millisecond'
       FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::double precision[])
         AS u(key, transaction_id, state, record, lease_id, ms)
+      ORDER BY u.key
       ON CONFLICT (key) DO NOTHING RETURNING key`,
     delivered: `UPDATE ${t} SET status = 'delivered', delivered_at = now(), ${END_LEASE}
       WHERE key = $1 AND lease_id = $2`,
@@ -162,6 +165,7 @@ export function inboxSql(table: string) {
           now() + u.ms * interval '1 millisecond'
         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::double precision[])
           AS u(key, transaction_id, state, record, lease_id, ms)
+        ORDER BY u.key
         ON CONFLICT (key) DO NOTHING RETURNING key
       ), delivered AS (
         UPDATE ${t} AS inbox SET status = 'delivered', delivered_at = now(),

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
+import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
 import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.js';
 import { createBatcher } from './postgres-batch.js';
 import { canConnect, openTransaction, type PgClientOf } from './postgres-transaction.js';
@@ -151,6 +151,7 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
    * that lease holds it.
    */
   async release(key: string, leaseId?: string): Promise<void> {
+    checkKey(key);
     await this.#query(this.#sql.release, [key, leaseId ?? null]);
   }
 
@@ -232,6 +233,7 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
 
   /** Ends the attempt, only while `leaseId` still holds the entry. A failure's `nextAttemptAt` is stored as given. */
   async settle(key: string, leaseId: string, settlement: Settlement): Promise<boolean> {
+    checkKey(key);
     if (settlement?.status === 'delivered') return this.#writes({ delivered: [key, leaseId] });
     const { rowCount } = await this.#query(...settleQuery(this.#sql, key, leaseId, settlement));
     return rowCount === 1;

@@ -88,7 +88,9 @@ describeWithService('PostgreSQL', 'PostgresStore group commit (review)', () => {
         expected.push(true);
         if (i < held.length) {
           const wrong = i % 7 === 0;
-          calls.push(store.settle(held[i]!.key, wrong ? randomUUID() : held[i]!.lease.id, { status: 'delivered' }));
+          calls.push(
+            store.settle(held[i]!.key, wrong ? randomUUID() : held[i]!.lease.id, { status: 'delivered' }),
+          );
           expected.push(!wrong);
           calls.push(store.receive(held[i]!.key, {}, lease())); // a resend of a stored one
           expected.push(false);
@@ -125,34 +127,33 @@ describeWithService('PostgreSQL', 'PostgresStore group commit (review)', () => {
     });
   });
 
-  describe('keys the single statement handles and the batch does not (store API; the router refuses such ids)', () => {
-    test('a key with a lone surrogate, received in a batch, is inserted yet its caller is told false', async () => {
+  describe('keys a text column cannot hold exactly (store API; the router refuses such ids)', () => {
+    test('a key with a lone surrogate is refused with a TypeError, alone or batched; the others are stored', async () => {
       const { store, table } = await fresh();
-      const key = 'LONE\ud800.1:SUCCESSFUL';
-      // Alone (one statement, rowCount): told true.
-      expect(await store.receive('LONE\ud800.0:SUCCESSFUL', {}, lease())).toBe(true);
-      const [, stored] = await Promise.all([
+      await expect(store.receive('LONE\ud800.0:SUCCESSFUL', {}, lease())).rejects.toThrow(
+        /a key cannot hold a NUL character or a lone surrogate/,
+      );
+      const outcomes = await Promise.allSettled([
         opener(store, 'e'),
-        store.receive(key, {}, lease()),
+        store.receive('LONE\ud800.1:SUCCESSFUL', {}, lease()),
         store.receive('PLAIN.1:SUCCESSFUL', {}, lease()),
       ]);
-      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM "${table}" WHERE key LIKE 'LONE%.1:%'`);
-      expect(rows[0].n).toBe(1); // it is stored...
-      expect(stored).toBe(true); // ...so its caller must be told so (it is told false: "a resend")
+      expect(outcomes.map((outcome) => outcome.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM "${table}" WHERE key LIKE 'LONE%'`);
+      expect(rows[0].n).toBe(0); // never stored as another key
     });
 
-    test('a settlement of a key with a lone surrogate marks the row delivered yet is told false', async () => {
+    test('a settlement of a key with a lone surrogate is refused, and the others batched with it settle', async () => {
       const { store } = await fresh();
-      const key = 'LONE\udfff.2:SUCCESSFUL';
       const own = lease();
-      expect(await store.receive(key, {}, own)).toBe(true);
-      const [, settled] = await Promise.all([
+      expect(await store.receive('PLAIN.2:SUCCESSFUL', {}, own)).toBe(true);
+      const outcomes = await Promise.allSettled([
         opener(store, 'f'),
-        store.settle(key, own.id, { status: 'delivered' }),
-        store.receive('PLAIN.2:SUCCESSFUL', {}, lease()),
+        store.settle('LONE\udfff.2:SUCCESSFUL', own.id, { status: 'delivered' }),
+        store.settle('PLAIN.2:SUCCESSFUL', own.id, { status: 'delivered' }),
       ]);
-      expect((await store.get(key))?.status).toBe('delivered');
-      expect(settled).toBe(true);
+      expect(outcomes.map((outcome) => outcome.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+      expect((await store.get('PLAIN.2:SUCCESSFUL'))?.status).toBe('delivered');
     });
 
     test('one key with a NUL fails only its own receive, not the unrelated receives batched with it', async () => {
@@ -163,7 +164,7 @@ describeWithService('PostgreSQL', 'PostgresStore group commit (review)', () => {
         store.receive('INNOCENT.1:SUCCESSFUL', {}, lease()),
         store.receive('INNOCENT.2:SUCCESSFUL', {}, lease()),
       ]);
-      expect(outcomes[1]!.status).toBe('rejected'); // as alone: PostgreSQL refuses a NUL in text
+      expect(outcomes[1].status).toBe('rejected');
       expect(outcomes.slice(2).map((o) => o.status)).toEqual(['fulfilled', 'fulfilled']);
     });
   });

@@ -35,10 +35,19 @@ describeWithService('PostgreSQL', 'PostgresStore group commit through the router
   };
 
   async function serve(store: PostgresStore, options: Record<string, unknown> = {}) {
-    const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet, recoveryIntervalMs: 50, ...options });
+    const ipn = ipnRouter({
+      store,
+      delivery: 'at-least-once',
+      logger: quiet,
+      recoveryIntervalMs: 50,
+      ...options,
+    });
     routers.push(ipn);
     const delivered = new Map<string, number>();
-    ipn.on('successful', (n) => void delivered.set(n.transaction_id, (delivered.get(n.transaction_id) ?? 0) + 1));
+    ipn.on(
+      'successful',
+      (n) => void delivered.set(n.transaction_id, (delivered.get(n.transaction_id) ?? 0) + 1),
+    );
     const running = await listen(ipn);
     servers.push(running);
     const post = async (body: unknown) =>
@@ -110,7 +119,12 @@ describeWithService('PostgreSQL', 'PostgresStore group commit through the router
     await until(() => delivered.size === payloads.length, 'every payment delivered', 15_000);
     await sleep(500);
     expect([...delivered.values()].filter((count) => count !== 1)).toEqual([]);
-    expect(await store.countByStatus()).toEqual({ received: 0, delivered: payloads.length, failed: 0, dead: 0 });
+    expect(await store.countByStatus()).toEqual({
+      received: 0,
+      delivered: payloads.length,
+      failed: 0,
+      dead: 0,
+    });
   }, 30_000);
 
   test('a batch that reaches PostgreSQL only after the stall escape: resends stored and delivered, the late insert changes nothing', async () => {
@@ -137,13 +151,20 @@ describeWithService('PostgreSQL', 'PostgresStore group commit through the router
     await until(() => delivered.size === payloads.length, 'every payment delivered', 15_000);
     await sleep(3_000); // the stuck batch lands meanwhile
     expect([...delivered.values()].filter((count) => count !== 1)).toEqual([]);
-    expect(await store.countByStatus()).toEqual({ received: 0, delivered: payloads.length, failed: 0, dead: 0 });
+    expect(await store.countByStatus()).toEqual({
+      received: 0,
+      delivered: payloads.length,
+      failed: 0,
+      dead: 0,
+    });
   }, 30_000);
   test('the same burst with listeners writing through db (transactional marks beside batched receives): one ledger row each', async () => {
     const table = tableName();
     const ledger = `${table}_ledger`;
     tables.push(ledger);
-    await pool.query(`CREATE TABLE "${ledger}" (transaction_id text PRIMARY KEY, credits int NOT NULL DEFAULT 1)`);
+    await pool.query(
+      `CREATE TABLE "${ledger}" (transaction_id text PRIMARY KEY, credits int NOT NULL DEFAULT 1)`,
+    );
     const store = new PostgresStore({ pool, table });
     await store.migrate();
     const { ipn, post } = await serve(store);
@@ -159,9 +180,17 @@ describeWithService('PostgreSQL', 'PostgresStore group commit through the router
     );
     expect(statuses.filter((s) => s !== 200)).toEqual([]);
     const deadline = Date.now() + 20_000;
-    while ((await store.countByStatus()).delivered < payloads.length && Date.now() < deadline) await sleep(50);
-    expect(await store.countByStatus()).toEqual({ received: 0, delivered: payloads.length, failed: 0, dead: 0 });
-    const { rows } = await pool.query(`SELECT count(*)::int AS n, max(credits)::int AS most FROM "${ledger}"`);
+    while ((await store.countByStatus()).delivered < payloads.length && Date.now() < deadline)
+      await sleep(50);
+    expect(await store.countByStatus()).toEqual({
+      received: 0,
+      delivered: payloads.length,
+      failed: 0,
+      dead: 0,
+    });
+    const { rows } = await pool.query(
+      `SELECT count(*)::int AS n, max(credits)::int AS most FROM "${ledger}"`,
+    );
     expect(rows[0]).toEqual({ n: payloads.length, most: 1 });
   }, 60_000);
 });
