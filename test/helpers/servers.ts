@@ -73,3 +73,35 @@ export function postCopies(
     ),
   );
 }
+
+/** A router (or any app with `close()`) served over HTTP, and `post(body)` to send it JSON. */
+export interface Served<R> {
+  ipn: R;
+  url: string;
+  post: (body: unknown) => Promise<Response>;
+}
+
+/**
+ * For one test file: `serve(router)` listens on loopback and gives `post(body)`, a JSON POST to it; after
+ * each test, every server it started is closed, then every router.
+ */
+export function servedRouters(): <R extends { close(): unknown }>(ipn: R) => Promise<Served<R>> {
+  const servers: Running[] = [];
+  const routers: Array<{ close(): unknown }> = [];
+  afterEach(async () => {
+    await Promise.all(servers.splice(0).map((server) => server.close()));
+    await Promise.all(routers.splice(0).map((router) => router.close()));
+  });
+  return async (ipn) => {
+    routers.push(ipn);
+    const running = await listen(ipn);
+    servers.push(running);
+    const post = (body: unknown) =>
+      fetch(running.url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    return { ipn, url: running.url, post };
+  };
+}

@@ -3,49 +3,28 @@
  * connect() is pending, rejects, or the COMMIT is slow or its answer lost, and what the commit-failure branch
  * of deliver() does to an entry that was in fact delivered. Real router, PostgreSQL, HTTP; own schema.
  */
-import { Pool, type PoolClient } from 'pg';
-import { ipnRouter, type IpnRouter } from 'ipn-kit';
+import type { Pool } from 'pg';
+import { type PoolClient } from 'pg';
+import { ipnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
-import { listen, type Running } from '../helpers/servers.js';
-import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
+import { servedRouters } from '../helpers/servers.js';
+import { ledgerSchema } from '../helpers/ledger-schema.js';
+import { describeWithService, eventually } from '../helpers/services.js';
 
 jest.setTimeout(30_000);
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describeWithService('PostgreSQL', 'transactional delivery under review: commit failures and the pool', () => {
-  const schema = `ipn_txc_${process.pid}_${Date.now() % 100_000}`;
-  const options = `-c search_path=${schema}`;
+  const ledger = ledgerSchema('ipn_txc');
+  const { newPool, keyOf } = ledger;
   let pool: Pool;
-  const pools: Pool[] = [];
-  const routers: IpnRouter<unknown, unknown>[] = [];
-  const servers: Running[] = [];
-
-  beforeAll(async () => {
-    const admin = new Pool({ connectionString: databaseUrl(), max: 1 });
-    await admin.query(`CREATE SCHEMA ${schema}`);
-    await admin.end();
-    pool = newPool(6);
-    await new PostgresStore({ pool }).migrate();
-    await pool.query('CREATE TABLE ledger (transaction_id text NOT NULL, order_id text NOT NULL)');
+  beforeAll(() => {
+    pool = ledger.pool();
   });
-  afterEach(async () => {
-    await Promise.all(servers.splice(0).map((server) => server.close()));
-    await Promise.all(routers.splice(0).map((router) => router.close()));
-  });
-  afterAll(async () => {
-    await pool.query(`DROP SCHEMA ${schema} CASCADE`);
-    await Promise.all(pools.map((p) => p.end()));
-  });
-
-  function newPool(max: number): Pool {
-    const p = new Pool({ connectionString: databaseUrl(), max, options });
-    p.on('error', () => {});
-    pools.push(p);
-    return p;
-  }
+  const served = servedRouters();
   /** Every client back in its pool (or gone), nobody waiting. */
   async function settled(p: Pool) {
     await eventually(
@@ -55,27 +34,17 @@ describeWithService('PostgreSQL', 'transactional delivery under review: commit f
     return { total: p.totalCount, idle: p.idleCount, waiting: p.waitingCount };
   }
 
-  async function serve(store: PostgresStore<Pool>, extra: Record<string, unknown> = {}) {
-    const ipn = ipnRouter({
-      store,
-      delivery: 'at-least-once',
-      logger: quiet,
-      retryDelayMs: 20,
-      recoveryIntervalMs: 50,
-      ...extra,
-    });
-    routers.push(ipn);
-    const running = await listen(ipn);
-    servers.push(running);
-    const post = (body: unknown) =>
-      fetch(running.url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-      });
-    return { ipn, post };
-  }
-  const keyOf = (payload: Record<string, unknown>) => `${String(payload.transaction_id)}:SUCCESSFUL`;
+  const serve = (store: PostgresStore<Pool>, extra: Record<string, unknown> = {}) =>
+    served(
+      ipnRouter({
+        store,
+        delivery: 'at-least-once',
+        logger: quiet,
+        retryDelayMs: 20,
+        recoveryIntervalMs: 50,
+        ...extra,
+      }),
+    );
   const entryOf = async (key: string) =>
     (await pool.query('SELECT status, attempts, last_error FROM ipn_inbox WHERE key = $1', [key])).rows[0] as
       { status: string; attempts: number; last_error: string | null } | undefined;

@@ -7,12 +7,13 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { Pool, Query } from 'pg';
-import { ipnRouter, type IpnRouter } from 'ipn-kit';
+import { ipnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
-import { listen, type Running } from '../helpers/servers.js';
+import { servedRouters } from '../helpers/servers.js';
+import { ledgerSchema } from '../helpers/ledger-schema.js';
 import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
 
 jest.setTimeout(30_000);
@@ -21,58 +22,25 @@ describeWithService(
   'PostgreSQL',
   'transactional delivery under review: what a listener may do with db',
   () => {
-    const schema = `ipn_txr_${process.pid}_${Date.now() % 100_000}`;
+    // A ledger with a unique key, for the idempotent-insert listener.
+    const ledger = ledgerSchema('ipn_txr', ['CREATE TABLE credits (transaction_id text PRIMARY KEY)']);
+    const { keyOf, entryOf, ledgerOf } = ledger;
     let pool: Pool;
-    const routers: IpnRouter<unknown, unknown>[] = [];
-    const servers: Running[] = [];
-
-    beforeAll(async () => {
-      const admin = new Pool({ connectionString: databaseUrl(), max: 1 });
-      await admin.query(`CREATE SCHEMA ${schema}`);
-      await admin.end();
-      pool = new Pool({ connectionString: databaseUrl(), max: 6, options: `-c search_path=${schema}` });
-      pool.on('error', () => {});
-      await new PostgresStore({ pool }).migrate();
-      // No unique constraint: a missing or a second credit shows as a row count.
-      await pool.query('CREATE TABLE ledger (transaction_id text NOT NULL, order_id text NOT NULL)');
-      // A ledger with a unique key, for the idempotent-insert listener.
-      await pool.query('CREATE TABLE credits (transaction_id text PRIMARY KEY)');
+    beforeAll(() => {
+      pool = ledger.pool();
     });
-    afterEach(async () => {
-      await Promise.all(servers.splice(0).map((server) => server.close()));
-      await Promise.all(routers.splice(0).map((router) => router.close()));
-    });
-    afterAll(async () => {
-      await pool.query(`DROP SCHEMA ${schema} CASCADE`);
-      await pool.end();
-    });
-
-    async function serve(options: { leaseMs?: number; maxAttempts?: number } = {}) {
-      const ipn = ipnRouter({
-        store: new PostgresStore({ pool }),
-        delivery: 'at-least-once',
-        logger: quiet,
-        retryDelayMs: 20,
-        recoveryIntervalMs: 50,
-        ...options,
-      });
-      routers.push(ipn);
-      const running = await listen(ipn);
-      servers.push(running);
-      const post = (body: unknown) =>
-        fetch(running.url, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify(body),
-        });
-      return { ipn, post };
-    }
-    const keyOf = (payload: Record<string, unknown>) => `${String(payload.transaction_id)}:SUCCESSFUL`;
-    const entryOf = async (key: string) =>
-      (await pool.query('SELECT status, attempts, last_error FROM ipn_inbox WHERE key = $1', [key]))
-        .rows[0] as { status: string; attempts: number; last_error: string | null } | undefined;
-    const ledgerOf = async (id: unknown) =>
-      (await pool.query('SELECT order_id FROM ledger WHERE transaction_id = $1', [id])).rows;
+    const served = servedRouters();
+    const serve = (options: { leaseMs?: number; maxAttempts?: number } = {}) =>
+      served(
+        ipnRouter({
+          store: new PostgresStore({ pool }),
+          delivery: 'at-least-once',
+          logger: quiet,
+          retryDelayMs: 20,
+          recoveryIntervalMs: 50,
+          ...options,
+        }),
+      );
     const insert = 'INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)';
 
     test('a write a listener starts through db without awaiting it lands with the delivered mark, not dropped', async () => {
@@ -153,14 +121,9 @@ describeWithService(
       // though they never query db: with more attempts than clients, every held client's listener waits for
       // a client of the same pool, nothing moves until 90% of leaseMs, every attempt fails, and the retries
       // come back as a burst too. Payments end dead.
-      const small = new Pool({
-        connectionString: databaseUrl(),
-        max: 4,
-        options: `-c search_path=${schema}`,
-      });
-      small.on('error', () => {});
-      try {
-        const ipn = ipnRouter({
+      const small = ledger.newPool(4);
+      const { ipn, post } = await served(
+        ipnRouter({
           store: new PostgresStore({ pool: small }),
           delivery: 'at-least-once',
           logger: quiet,
@@ -168,47 +131,32 @@ describeWithService(
           maxAttempts: 3,
           retryDelayMs: 20,
           recoveryIntervalMs: 50,
-        });
-        routers.push(ipn);
-        const running = await listen(ipn);
-        servers.push(running);
-        const recorder = recordEvents(ipn);
-        ipn.on('successful', async (n) => {
-          await small.query('INSERT INTO credits (transaction_id) VALUES ($1) ON CONFLICT DO NOTHING', [
-            n.transaction_id,
-          ]);
-        });
-        const payloads = Array.from({ length: 16 }, () => uniquePayload());
-        const answers = await Promise.all(
-          payloads.map((payload) =>
-            fetch(running.url, {
-              method: 'POST',
-              headers: { 'content-type': 'application/json' },
-              body: JSON.stringify(payload),
-            }).then((answer) => answer.status),
-          ),
-        );
-        expect(answers.every((status) => status === 200)).toBe(true);
-        const keys = payloads.map(keyOf);
-        const settled = async () =>
-          (
-            await pool.query(
-              `SELECT count(*)::int AS n FROM ipn_inbox WHERE key = ANY($1) AND status IN ('delivered', 'dead')`,
-              [keys],
-            )
-          ).rows[0].n as number;
-        await eventually('every payment delivered or dead', async () => (await settled()) === keys.length);
-        const { rows } = await pool.query(
-          'SELECT status, count(*)::int AS n FROM ipn_inbox WHERE key = ANY($1) GROUP BY status',
-          [keys],
-        );
-        expect(rows).toEqual([{ status: 'delivered', n: 16 }]);
-        expect(recorder.count('dead')).toBe(0);
-      } finally {
-        await Promise.all(servers.splice(0).map((server) => server.close()));
-        await Promise.all(routers.splice(0).map((router) => router.close()));
-        await small.end();
-      }
+        }),
+      );
+      const recorder = recordEvents(ipn);
+      ipn.on('successful', async (n) => {
+        await small.query('INSERT INTO credits (transaction_id) VALUES ($1) ON CONFLICT DO NOTHING', [
+          n.transaction_id,
+        ]);
+      });
+      const payloads = Array.from({ length: 16 }, () => uniquePayload());
+      const answers = await Promise.all(payloads.map(async (payload) => (await post(payload)).status));
+      expect(answers.every((status) => status === 200)).toBe(true);
+      const keys = payloads.map(keyOf);
+      const settled = async () =>
+        (
+          await pool.query(
+            `SELECT count(*)::int AS n FROM ipn_inbox WHERE key = ANY($1) AND status IN ('delivered', 'dead')`,
+            [keys],
+          )
+        ).rows[0].n as number;
+      await eventually('every payment delivered or dead', async () => (await settled()) === keys.length);
+      const { rows } = await pool.query(
+        'SELECT status, count(*)::int AS n FROM ipn_inbox WHERE key = ANY($1) GROUP BY status',
+        [keys],
+      );
+      expect(rows).toEqual([{ status: 'delivered', n: 16 }]);
+      expect(recorder.count('dead')).toBe(0);
     });
   },
 );

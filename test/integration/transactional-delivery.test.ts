@@ -1,56 +1,26 @@
-import { Client, Pool, Query, type PoolClient } from 'pg';
-import { ipnRouter, type IpnRouter } from 'ipn-kit';
+import type { Pool } from 'pg';
+import { Client, Query, type PoolClient } from 'pg';
+import { ipnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { rawPg, withKysely } from '../../examples/snippets/exactly-once.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
-import { listen, type Running } from '../helpers/servers.js';
-import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
+import { servedRouters } from '../helpers/servers.js';
+import { ledgerSchema } from '../helpers/ledger-schema.js';
+import { describeWithService, eventually } from '../helpers/services.js';
 
 jest.setTimeout(30_000);
 
 describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delivery: 'at-least-once'", () => {
-  // A schema of its own (other engineers run tests on the same server): the snippets use plain table names.
-  const schema = `ipn_tx_${process.pid}_${Date.now() % 100_000}`;
+  const ledger = ledgerSchema('ipn_tx', ['CREATE TABLE orders (id text PRIMARY KEY, paid_at timestamptz)']);
+  const { keyOf } = ledger;
   let pool: Pool;
-  const routers: IpnRouter<unknown, unknown>[] = [];
-  const servers: Running[] = [];
+  beforeAll(() => {
+    pool = ledger.pool();
+  });
+  const serve = servedRouters();
 
-  beforeAll(async () => {
-    const admin = new Pool({ connectionString: databaseUrl(), max: 1 });
-    await admin.query(`CREATE SCHEMA ${schema}`);
-    await admin.end();
-    pool = new Pool({ connectionString: databaseUrl(), max: 6, options: `-c search_path=${schema}` });
-    pool.on('error', () => {});
-    await new PostgresStore({ pool }).migrate();
-    // The partner's ledger: deliberately no unique constraint, so a second credit would show as a row.
-    await pool.query(
-      'CREATE TABLE ledger (transaction_id text NOT NULL, order_id text NOT NULL, amount numeric)',
-    );
-    await pool.query('CREATE TABLE orders (id text PRIMARY KEY, paid_at timestamptz)');
-  });
-  afterEach(async () => {
-    await Promise.all(servers.splice(0).map((server) => server.close()));
-    await Promise.all(routers.splice(0).map((router) => router.close()));
-  });
-  afterAll(async () => {
-    await pool.query(`DROP SCHEMA ${schema} CASCADE`);
-    await pool.end();
-  });
-
-  async function serve<R extends IpnRouter<unknown, unknown>>(ipn: R) {
-    routers.push(ipn);
-    const running = await listen(ipn);
-    servers.push(running);
-    const post = (body: unknown) =>
-      fetch(running.url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(body),
-      });
-    return { ipn, post };
-  }
   /** A router with fast retries and a quiet logger, at least once on the schema's inbox. */
   const router = (options: { leaseMs?: number } = {}) =>
     ipnRouter({
@@ -61,7 +31,6 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
       recoveryIntervalMs: 50,
       ...options,
     });
-  const keyOf = (payload: Record<string, unknown>) => `${String(payload.transaction_id)}:SUCCESSFUL`;
   const statusOf = async (key: string) =>
     ((await pool.query('SELECT status FROM ipn_inbox WHERE key = $1', [key])).rows[0] as { status?: string })
       ?.status;
@@ -419,21 +388,17 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
   });
 });
 
-test('at most once, listeners get the key and attempt 1, and no db', async () => {
-  const ipn = ipnRouter({ logger: quiet });
-  const contexts: unknown[] = [];
-  ipn.on('successful', (n, context) => void contexts.push(context));
-  ipn.on('notification', (n, context) => void contexts.push(context));
-  const running = await listen(ipn);
-  const payload = uniquePayload();
-  await fetch(running.url, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(payload),
+describe('at most once', () => {
+  const serve = servedRouters();
+  test('listeners get the key and attempt 1, and no db', async () => {
+    const { ipn, post } = await serve(ipnRouter({ logger: quiet }));
+    const contexts: unknown[] = [];
+    ipn.on('successful', (n, context) => void contexts.push(context));
+    ipn.on('notification', (n, context) => void contexts.push(context));
+    const payload = uniquePayload();
+    await post(payload);
+    await eventually('both listeners', () => contexts.length === 2);
+    const expected = { key: `${String(payload.transaction_id)}:SUCCESSFUL`, attempt: 1 };
+    expect(contexts).toEqual([expected, expected]);
   });
-  await eventually('both listeners', () => contexts.length === 2);
-  const expected = { key: `${String(payload.transaction_id)}:SUCCESSFUL`, attempt: 1 };
-  expect(contexts).toEqual([expected, expected]);
-  await running.close();
-  await ipn.close();
 });
