@@ -35,9 +35,9 @@ export interface PostgresStoreOptions<P extends PgQueryable = PgQueryable> {
   /**
    * Your `pg` pool (`new Pool()`). The store only runs queries through it; it never ends it. Listen to its
    * `error` event, as `pg` asks: without a listener, a dropped idle connection crashes the process. Required.
-   * At least once, each delivery attempt takes one client of it (`pool.connect()`) for its transaction, so
-   * size `max` for your concurrent deliveries plus the receives. A single `Client` works too, without
-   * transactional delivery (listeners get no `db`).
+   * At least once, a delivery attempt whose listeners query `db` takes one client of it (`pool.connect()`)
+   * for its transaction, from that first query to its commit, so size `max` for those concurrent deliveries
+   * plus the receives. A single `Client` works too, without transactional delivery (listeners get no `db`).
    */
   pool: P;
   /**
