@@ -161,6 +161,7 @@ export function openTransaction(
         const failed = await begun;
         if (failed) throw failed.error;
         await queue; // every query a listener made, awaited or not, lands before the mark
+        if (ended) throw refused(); // abandoned meanwhile (the commit timed out): its connection is closed
         if (broken !== undefined) {
           throw broken instanceof Error ? broken : new Error('the connection failed', { cause: broken });
         }
