@@ -1,23 +1,12 @@
-import {
-  ipnNotificationSchema,
-  ipnRouter,
-  type DeliveryTransaction,
-  type IpnRouter,
-  type Options,
-} from '../../lib/index.js';
+import { ipnNotificationSchema, ipnRouter, type DeliveryTransaction, type Options } from '../../lib/index.js';
 import { MemoryInbox } from '../helpers/memory-inbox.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
-import { listen, settle, type Running } from '../helpers/servers.js';
+import { servedRouters, settle } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
 
-const servers: Running[] = [];
-const routers: IpnRouter[] = [];
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((server) => server.close()));
-  await Promise.all(routers.splice(0).map((router) => router.close()));
-});
+const serve = servedRouters();
 
 async function start(inbox: MemoryInbox, options: Partial<Options> = {}) {
   const ipn = ipnRouter({
@@ -28,16 +17,8 @@ async function start(inbox: MemoryInbox, options: Partial<Options> = {}) {
     recoveryIntervalMs: 20,
     ...options,
   });
-  routers.push(ipn);
   const recorder = recordEvents(ipn);
-  const running = await listen(ipn);
-  servers.push(running);
-  const post = (body: unknown) =>
-    fetch(running.url, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(body),
-    });
+  const { post } = await serve(ipn);
   return { ipn, recorder, post };
 }
 
@@ -210,18 +191,12 @@ describe("ipnRouter({ delivery: 'at-least-once' })", () => {
   test('with no listener at all, nothing counts as delivered', async () => {
     const inbox = new MemoryInbox();
     const ipn = ipnRouter({ store: inbox, delivery: 'at-least-once', logger: quiet, maxAttempts: 1 });
-    routers.push(ipn);
     const errors: string[] = [];
     let dead = 0;
     ipn.on('error', ({ error }) => void errors.push(error.message)).on('dead', () => void (dead += 1));
-    const running = await listen(ipn);
-    servers.push(running);
+    const { post } = await serve(ipn);
     const payload = uniquePayload();
-    const response = await fetch(running.url, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(payload),
-    });
+    const response = await post(payload);
     expect(response.status).toBe(200);
     await until(() => dead === 1, 'the dead event');
     expect(errors).toEqual([expect.stringMatching(/no listener/)]);

@@ -1,16 +1,11 @@
-import { ipnRouter, MemoryStore, type IpnRouter } from '../../lib/index.js';
+import { ipnRouter, MemoryStore } from '../../lib/index.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
-import { listen, type Running } from '../helpers/servers.js';
+import { servedRouters } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
 
-const servers: Running[] = [];
-const routers: IpnRouter[] = [];
-afterEach(async () => {
-  await Promise.all(servers.splice(0).map((server) => server.close()));
-  await Promise.all(routers.splice(0).map((router) => router.close()));
-});
+const serve = servedRouters();
 
 async function start(store: MemoryStore, maxAttempts = 8) {
   const ipn = ipnRouter({
@@ -21,16 +16,8 @@ async function start(store: MemoryStore, maxAttempts = 8) {
     recoveryIntervalMs: 20,
     maxAttempts,
   });
-  routers.push(ipn);
   const recorder = recordEvents(ipn);
-  const running = await listen(ipn);
-  servers.push(running);
-  const post = (body: unknown) =>
-    fetch(running.url, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(body),
-    });
+  const { post } = await serve(ipn);
   return { ipn, recorder, post };
 }
 const keyOf = (payload: Record<string, unknown>) => `${String(payload.transaction_id)}:SUCCESSFUL`;

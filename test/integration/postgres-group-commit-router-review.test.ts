@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from 'pg';
-import { ipnRouter, type IpnRouter } from 'ipn-kit';
+import { ipnRouter } from 'ipn-kit';
 import { PostgresStore, type PgQueryable } from 'ipn-kit/postgres';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
-import { listen, type Running } from '../helpers/servers.js';
+import { servedRouters } from '../helpers/servers.js';
 import { databaseUrl, describeWithService } from '../helpers/services.js';
 import { until } from '../helpers/until.js';
 
@@ -13,15 +13,9 @@ import { until } from '../helpers/until.js';
 describeWithService('PostgreSQL', 'PostgresStore group commit through the router (review)', () => {
   let pool: Pool;
   const tables: string[] = [];
-  const servers: Running[] = [];
-  const routers: IpnRouter[] = [];
   beforeAll(() => {
     pool = new Pool({ connectionString: databaseUrl(), max: 12 });
     pool.on('error', () => {});
-  });
-  afterEach(async () => {
-    await Promise.all(servers.splice(0).map((server) => server.close()));
-    await Promise.all(routers.splice(0).map((router) => router.close()));
   });
   afterAll(async () => {
     for (const table of tables) await pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_expected"`);
@@ -34,6 +28,7 @@ describeWithService('PostgreSQL', 'PostgresStore group commit through the router
     return table;
   };
 
+  const served = servedRouters();
   async function serve(store: PostgresStore, options: Record<string, unknown> = {}) {
     const ipn = ipnRouter({
       store,
@@ -42,22 +37,13 @@ describeWithService('PostgreSQL', 'PostgresStore group commit through the router
       recoveryIntervalMs: 50,
       ...options,
     });
-    routers.push(ipn);
     const delivered = new Map<string, number>();
     ipn.on(
       'successful',
       (n) => void delivered.set(n.transaction_id, (delivered.get(n.transaction_id) ?? 0) + 1),
     );
-    const running = await listen(ipn);
-    servers.push(running);
-    const post = async (body: unknown) =>
-      (
-        await fetch(running.url, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify(body),
-        })
-      ).status;
+    const { post: send } = await served(ipn);
+    const post = async (body: unknown) => (await send(body)).status;
     return { ipn, delivered, post };
   }
 

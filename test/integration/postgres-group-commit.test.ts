@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { Pool } from 'pg';
-import { ipnRouter, type IpnRouter } from 'ipn-kit';
+import { ipnRouter } from 'ipn-kit';
 import { PostgresStore, type PgQueryable } from 'ipn-kit/postgres';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
-import { listen, type Running } from '../helpers/servers.js';
+import { servedRouters } from '../helpers/servers.js';
 import { databaseUrl, describeWithService } from '../helpers/services.js';
 import { until } from '../helpers/until.js';
 
@@ -110,30 +110,17 @@ describeWithService('PostgreSQL', 'PostgresStore group commit', () => {
   });
 
   describe('through the router', () => {
-    const servers: Running[] = [];
-    const routers: IpnRouter[] = [];
-    afterEach(async () => {
-      await Promise.all(servers.splice(0).map((server) => server.close()));
-      await Promise.all(routers.splice(0).map((router) => router.close()));
-    });
+    const serve = servedRouters();
 
     test('a failed batch answers 503 to each of its requests; their resends are stored and delivered once', async () => {
       const { store, failNextBatch } = await fresh();
       const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet, recoveryIntervalMs: 50 });
-      routers.push(ipn);
       const delivered = new Map<string, number>();
       ipn.on(
         'successful',
         (n) => void delivered.set(n.transaction_id, (delivered.get(n.transaction_id) ?? 0) + 1),
       );
-      const running = await listen(ipn);
-      servers.push(running);
-      const post = (body: unknown) =>
-        fetch(running.url, {
-          method: 'POST',
-          headers: { 'content-type': 'application/json' },
-          body: JSON.stringify(body),
-        });
+      const { post } = await serve(ipn);
       const payloads = Array.from({ length: 30 }, () => uniquePayload());
       failNextBatch();
       const statuses = await Promise.all(payloads.map(async (payload) => (await post(payload)).status));
