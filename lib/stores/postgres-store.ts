@@ -253,7 +253,7 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
     if (!canConnect(this.#pool)) return Promise.resolve(undefined);
     const mark = {
       statement: [this.#sql.delivered, [key, leaseId]] as [string, unknown[]],
-      andCommit: this.#sql.markAndCommit(key, leaseId),
+      andCommit: () => this.#sql.markAndCommit(key, leaseId),
     };
     const opened = openTransaction(this.#pool, key, mark, () => this.#writes({ delivered: [key, leaseId] }));
     return Promise.resolve(opened as DeliveryTransaction<PgClientOf<P>>);

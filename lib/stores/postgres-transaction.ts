@@ -2,12 +2,13 @@ import { LEASE_LOST } from './postgres-sql.js';
 import type { DeliveryTransaction } from './store.js';
 
 /**
- * How a delivery transaction marks its entry delivered: `statement`, then `COMMIT`; or `andCommit`, both in
- * one simple query that fails with {@link LEASE_LOST} when the lease was lost.
+ * How a delivery transaction marks its entry delivered: `statement`, then `COMMIT`; or the query
+ * `andCommit()` gives, both in one simple query that fails with {@link LEASE_LOST} when the lease was lost
+ * (built only for a transaction a listener opened; `undefined` when the key cannot stand in it).
  */
 export interface DeliveredMark {
   statement: [string, unknown[]];
-  andCommit?: string;
+  andCommit(): string | undefined;
 }
 
 /** A client a pool hands out (`pool.connect()`): what a delivery transaction runs on. */
@@ -166,8 +167,9 @@ export function openTransaction(
           throw broken instanceof Error ? broken : new Error('the connection failed', { cause: broken });
         }
         const taken = client!;
-        if (mark.andCommit !== undefined) {
-          const lost = await taken.query(mark.andCommit).then(
+        const andCommit = mark.andCommit();
+        if (andCommit !== undefined) {
+          const lost = await taken.query(andCommit).then(
             () => false,
             (error: unknown) => {
               if (Reflect.get(Object(error), 'code') === LEASE_LOST) return true;
