@@ -3,14 +3,17 @@
  * folders below it. Bottom to top:
  */
 const LAYERS = [
-  'pipeline', // read, parse, validate: the transport-free first stages, errors and the schema
+  'shared', // what every folder uses: the errors, a timeout, the clock, safe JSON
+  'notification', // the notification's zod schema and types, custom_data
+  'body', // reading and parsing a request body: content types, decompression, JSON and forms
   'observability', // logger, redaction, metrics
+  'authenticate', // the IPN address token, authenticate and the HMAC authenticator
   'stores', // the Store interface and its backends (they take the user's client)
   'status', // the status client, its guard, and the comparison verify makes
   'config', // the router's options and their defaults
   'delivery', // dedupe claims, the verify queue, durable delivery, the emitter
-  'router', // the core that wires the stages: IpnRequest in, IpnOutcome out
-  'adapters', // node:http and Express (and every other transport) over the core
+  'pipeline', // the request flow: IpnRequest in, IpnOutcome out, and the core every transport shares
+  'router', // ipnRouter() and its transports: node:http and Express, fetch, Fastify
   'admin', // the operator's page (ipn-kit/admin)
   'testing', // the fake payment service
   'cli', // the ipn-kit command
@@ -53,7 +56,7 @@ module.exports = {
         "The library takes the user's client (only the CLI opens its own): it never loads a database driver, a framework or prom-client. The Fastify adapter imports Fastify's types only (the packaging test loads ipn-kit/fastify with no Fastify installed).",
       from: {
         path: '^lib/',
-        pathNot: '^lib/(cli/|observability/register-ipn-metrics\\.ts$|adapters/fastify-plugin\\.ts$)',
+        pathNot: '^lib/(cli/|observability/register-ipn-metrics\\.ts$|router/fastify-plugin\\.ts$)',
       },
       to: { path: DRIVERS_AND_FRAMEWORKS },
     },

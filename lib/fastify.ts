@@ -3,5 +3,5 @@
  * Fastify is an optional peer dependency, loaded only by your app: this entry point imports its types only.
  * @packageDocumentation
  */
-export { ipnPlugin } from './adapters/fastify-plugin.js';
-export type { IpnPluginOptions } from './adapters/fastify-plugin.js';
+export { ipnPlugin } from './router/fastify-plugin.js';
+export type { IpnPluginOptions } from './router/fastify-plugin.js';

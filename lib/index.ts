@@ -1,6 +1,6 @@
-export { ipnRouter } from './adapters/ipn-router.js';
-export type { IpnRouter, CustomDataOf } from './adapters/ipn-router.js';
-export type { FetchContext, FetchHandler } from './adapters/fetch-handler.js';
+export { ipnRouter } from './router/ipn-router.js';
+export type { IpnRouter, CustomDataOf } from './router/ipn-router.js';
+export type { FetchContext, FetchHandler } from './router/fetch-handler.js';
 export type { IpnEmitter } from './delivery/safe-emitter.js';
 export type {
   StandardSchemaV1,
@@ -12,7 +12,7 @@ export type {
   StandardIssue,
   StandardTypes,
   StandardOutput,
-} from './pipeline/standard-schema.js';
+} from './notification/standard-schema.js';
 export type { Inbox, ReconcileResult } from './delivery/delivery.js';
 export type { ExpectOptions } from './delivery/expectations.js';
 export type { SweepResult } from './delivery/reconcile-sweep.js';
@@ -35,14 +35,14 @@ export type {
 } from './stores/store.js';
 export type { Options } from './config/options.js';
 export type { Logger, LogFn } from './observability/logger.js';
-export { ipnNotificationSchema, FINAL_STATES } from './pipeline/schema.js';
+export { ipnNotificationSchema, FINAL_STATES } from './notification/schema.js';
 export type {
   IpnNotification,
   IpnListedFields,
   IpnExtra,
   IpnExtraFields,
   FinalState,
-} from './pipeline/schema.js';
+} from './notification/schema.js';
 export { createStatusClient } from './status/status-client.js';
 export type { StatusClient, StatusClientOptions } from './status/status-client.js';
 export type { StatusCheck, StatusCheckOptions, StatusCheckVerdict } from './status/status-check.js';
@@ -55,10 +55,10 @@ export type {
   RejectionReason,
   VerifiedField,
 } from './status/verify-notification.js';
-export { ipnUrl } from './pipeline/ipn-url.js';
-export { hmacAuthenticator } from './pipeline/hmac-authenticator.js';
-export type { HmacOptions } from './pipeline/hmac-authenticator.js';
-export type { Authenticate, AuthenticateInput } from './pipeline/authenticate.js';
+export { ipnUrl } from './authenticate/ipn-url.js';
+export { hmacAuthenticator } from './authenticate/hmac-authenticator.js';
+export type { HmacOptions } from './authenticate/hmac-authenticator.js';
+export type { Authenticate, AuthenticateInput } from './authenticate/authenticate.js';
 export type {
   IpnEvents,
   IpnEventName,
@@ -88,5 +88,5 @@ export {
   VerificationBusyError,
   VerificationError,
   DeliveryError,
-} from './pipeline/errors.js';
-export type { FieldIssue, StatusQueryFailure, IpnKitErrorCode, StatusErrorCode } from './pipeline/errors.js';
+} from './shared/errors.js';
+export type { FieldIssue, StatusQueryFailure, IpnKitErrorCode, StatusErrorCode } from './shared/errors.js';

@@ -1,4 +1,4 @@
-import { IpnKitError, messageOf } from '../pipeline/errors.js';
+import { IpnKitError, messageOf } from '../shared/errors.js';
 import type { DeliveryStatus, ListOptions } from '../stores/store.js';
 import type { AdminOptions } from './admin-options.js';
 import { csrfAllows, csrfCookie, newCsrfToken, readCsrfCookie } from './csrf.js';

@@ -1,5 +1,5 @@
 import type { IncomingMessage } from 'node:http';
-import type { IpnRouter } from '../adapters/ipn-router.js';
+import type { IpnRouter } from '../router/ipn-router.js';
 import { defaultLogger, guardLogger, type Logger } from '../observability/logger.js';
 
 /** What the page needs of the router: `ipnRouter()` returns it. */

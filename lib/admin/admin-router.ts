@@ -1,6 +1,6 @@
 /// <reference types="node" preserve="true" />
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { NodeHandler } from '../adapters/node-handler.js';
+import type { NodeHandler } from '../router/node-handler.js';
 import { createAdminCore, stripSlash, type AdminAnswer } from './admin-core.js';
 import { resolveAdminOptions, type AdminOptions } from './admin-options.js';
 import { readForm } from './read-form.js';

@@ -1,4 +1,4 @@
-import { messageOf } from '../pipeline/errors.js';
+import { messageOf } from '../shared/errors.js';
 import type { AdminSource } from './admin-options.js';
 
 /** One `rejected` or `error` event as the page lists it. */

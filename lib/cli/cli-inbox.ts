@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util';
 import type { CliIo } from './cli-io.js';
-import { messageOf } from '../pipeline/errors.js';
+import { messageOf } from '../shared/errors.js';
 import { count, formatTable, parseIsoDate, UsageError } from './cli-inbox-text.js';
 import { tableNames } from '../stores/postgres-sql.js';
 import { PostgresStore, type PgQueryable } from '../stores/postgres-store.js';

@@ -4,8 +4,8 @@ import type { CliIo } from './cli-io.js';
 import { postJson, type PostResult } from '../testing/fake-provider-delivery.js';
 import { httpUrl } from '../testing/fake-provider-initiate.js';
 import { ipnForm, newTransaction } from '../testing/fake-provider-record.js';
-import type { FinalState } from '../pipeline/schema.js';
-import { ipnUrl, TOKEN_PARAMETER } from '../pipeline/ipn-url.js';
+import type { FinalState } from '../notification/schema.js';
+import { ipnUrl, TOKEN_PARAMETER } from '../authenticate/ipn-url.js';
 
 const USAGE = `usage: ipn-kit send <url> [--state SUCCESSFUL|FAILED] [--custom-data TEXT] [--transaction-id ID]
                      [--amount N] [--token SECRET] [--field NAME=VALUE]... [--repeat N] [--concurrent]

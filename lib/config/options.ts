@@ -1,10 +1,10 @@
-import { isStandardSchema, type StandardSchemaV1 } from '../pipeline/standard-schema.js';
+import { isStandardSchema, type StandardSchemaV1 } from '../notification/standard-schema.js';
 import type { Logger } from '../observability/logger.js';
 import { defaultLogger } from '../observability/logger.js';
 import { MemoryStore } from '../stores/memory-store.js';
 import type { DurableStore, Store } from '../stores/store.js';
 import type { StatusSource } from '../status/verify-notification.js';
-import type { Authenticate } from '../pipeline/authenticate.js';
+import type { Authenticate } from '../authenticate/authenticate.js';
 
 /** Options of `ipnRouter()`. Every field is optional; each one's default is given below. */
 export interface Options<S extends StandardSchemaV1 | undefined = undefined> {

@@ -1,10 +1,10 @@
-import type { StandardSchemaV1 } from '../pipeline/standard-schema.js';
-import { parseCustomData } from '../pipeline/custom-data.js';
-import { IpnKitError, messageOf, StoreError } from '../pipeline/errors.js';
+import type { StandardSchemaV1 } from '../notification/standard-schema.js';
+import { parseCustomData } from '../notification/custom-data.js';
+import { IpnKitError, messageOf, StoreError } from '../shared/errors.js';
 import type { Notification } from './events.js';
 import type { ResolvedOptions } from '../config/options.js';
 import { identify, type Emit, type EmitAndWait, type Track } from './safe-emitter.js';
-import type { IpnNotification } from '../pipeline/schema.js';
+import type { IpnNotification } from '../notification/schema.js';
 import { loggableError } from '../observability/redact.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
 

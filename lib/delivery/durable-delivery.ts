@@ -1,15 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import type { DeliveryContext } from './delivery-context.js';
 import { identify, keyOf } from './delivery-context.js';
-import { DeliveryError, IpnKitError, messageOf, StoreError, VerificationError } from '../pipeline/errors.js';
+import { DeliveryError, IpnKitError, messageOf, StoreError, VerificationError } from '../shared/errors.js';
 import type { Notification } from './events.js';
-import { ipnNotificationSchema, toRecord, type IpnNotification } from '../pipeline/schema.js';
+import { ipnNotificationSchema, toRecord, type IpnNotification } from '../notification/schema.js';
 import type { Metrics } from '../observability/metrics.js';
 import { redactText } from '../observability/redact.js';
 import type { Attempt as Context } from './safe-emitter.js';
 import type { DeliveryTransaction, DurableStore } from '../stores/store.js';
-import { within } from './within.js';
-import { statusClock } from '../status/query-guard.js';
+import { within } from '../shared/within.js';
+import { monotonicNow } from '../shared/clock.js';
 import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
 
 /** How an attempt ended: `later` is a verification that could not be made yet. */
@@ -65,7 +65,7 @@ export function createDurableDelivery<C>(
     const attempts = context.attempt;
     if (options.verify) {
       // No answer older than this attempt condemns it; a not-found is believed from the second attempt on.
-      const now = statusClock();
+      const now = monotonicNow();
       const verdict = await verifyNotification(options.verify, n, {
         arrivedAt: now,
         notFoundAt: attempts > 1 ? now : undefined,

@@ -1,5 +1,5 @@
-import type { CustomDataError, FieldIssue, IpnKitError } from '../pipeline/errors.js';
-import type { IpnNotification } from '../pipeline/schema.js';
+import type { CustomDataError, FieldIssue, IpnKitError } from '../shared/errors.js';
+import type { IpnNotification } from '../notification/schema.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
 import type { StatusRecord } from '../status/status-envelope.js';
 import type { DeliveryTransaction } from '../stores/store.js';

@@ -1,5 +1,5 @@
-import { IpnKitError, messageOf, StoreError } from '../pipeline/errors.js';
-import type { IpnNotification } from '../pipeline/schema.js';
+import { IpnKitError, messageOf, StoreError } from '../shared/errors.js';
+import type { IpnNotification } from '../notification/schema.js';
 import type { Expectation, ExpectationStore } from '../stores/expectation-store.js';
 import type { Store } from '../stores/store.js';
 import { sameCustomData, type RejectedEvent, type VerifiedField } from '../status/verify-notification.js';

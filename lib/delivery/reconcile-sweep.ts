@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { messageOf, StatusRateLimitError, StoreError, TransactionNotFoundError } from '../pipeline/errors.js';
-import { isFinalState, type IpnNotification } from '../pipeline/schema.js';
+import { messageOf, StatusRateLimitError, StoreError, TransactionNotFoundError } from '../shared/errors.js';
+import { isFinalState, type IpnNotification } from '../notification/schema.js';
 import type { Expectation, ExpectationStore } from '../stores/expectation-store.js';
 import type { StatusSource } from '../status/verify-notification.js';
 import type { DeliveryContext } from './delivery-context.js';

@@ -1,5 +1,5 @@
 import { EventEmitter } from 'eventemitter3';
-import { ListenerError, messageOf } from '../pipeline/errors.js';
+import { ListenerError, messageOf } from '../shared/errors.js';
 import {
   IPN_EVENT_NAMES,
   isIpnEventName,

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { messageOf, StoreError } from '../pipeline/errors.js';
+import { messageOf, StoreError } from '../shared/errors.js';
 import type { Awaitable, Store } from '../stores/store.js';
 
 /**

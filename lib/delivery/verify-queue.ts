@@ -1,8 +1,8 @@
 import type { DeliveryContext } from './delivery-context.js';
 import { keyOf } from './delivery-context.js';
-import { VerificationError } from '../pipeline/errors.js';
-import type { IpnNotification } from '../pipeline/schema.js';
-import { statusClock } from '../status/query-guard.js';
+import { VerificationError } from '../shared/errors.js';
+import type { IpnNotification } from '../notification/schema.js';
+import { monotonicNow } from '../shared/clock.js';
 import {
   genuineRecord,
   verifyNotification,
@@ -117,7 +117,7 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
         report(new VerificationError(n.transaction_id, 0, why), n);
         return Promise.resolve();
       }
-      const entry: Pending = { notification: n, arrivedAt: statusClock() };
+      const entry: Pending = { notification: n, arrivedAt: monotonicNow() };
       pending.set(key, entry);
       return detach(verify(entry, 1));
     },

@@ -1,4 +1,4 @@
-import type { IpnKitError } from '../pipeline/errors.js';
+import type { IpnKitError } from '../shared/errors.js';
 
 /** What a router has counted since it was created: read it with `ipn.metrics()`, export it as you like. */
 export interface IpnMetrics {

@@ -1,4 +1,4 @@
-import { messageOf, type IpnKitError } from '../pipeline/errors.js';
+import { messageOf, type IpnKitError } from '../shared/errors.js';
 
 /** The fields that identify the customer: never written to a log in clear unless `logCustomerData` is on. */
 export const CUSTOMER_FIELDS = ['destination', 'customer_name'] as const;

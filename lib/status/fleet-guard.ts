@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { messageOf, StatusRateLimitError, TransactionNotFoundError } from '../pipeline/errors.js';
+import { messageOf, StatusRateLimitError, TransactionNotFoundError } from '../shared/errors.js';
 import type { Logger } from '../observability/logger.js';
 import {
   createQueryGuard,

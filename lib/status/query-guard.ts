@@ -1,5 +1,5 @@
-import { StatusRateLimitError, TransactionNotFoundError } from '../pipeline/errors.js';
-import { isFinalState } from '../pipeline/schema.js';
+import { StatusRateLimitError, TransactionNotFoundError } from '../shared/errors.js';
+import { isFinalState } from '../notification/schema.js';
 import { lackingFields, type StatusRecord } from './status-envelope.js';
 
 /** What the guard needs to know; the status client's options supply it. */
@@ -30,17 +30,6 @@ export interface StatusClientStats {
 }
 
 const MINUTE = 60_000;
-
-/**
- * The clock of the status client and of `since`: ms since the epoch, but monotonic (never steps back).
- * Under a fake `performance` (jest's and sinon's fake timers replace it with one whose `timeOrigin` is not a
- * number), it is `Date.now()`, faked with it: else the sum would not be a number, and every interval,
- * cool-down and 429 wait of the guard would silently stop holding.
- */
-export const statusClock = (): number => {
-  const origin: unknown = performance.timeOrigin;
-  return typeof origin === 'number' ? origin + performance.now() : Date.now();
-};
 
 /** What `getStatus` may be told about the answer it must give. */
 export interface StatusQueryOptions {

@@ -4,7 +4,7 @@ import {
   StatusRateLimitError,
   TransactionNotFoundError,
   type StatusError,
-} from '../pipeline/errors.js';
+} from '../shared/errors.js';
 import type { Logger } from '../observability/logger.js';
 import type { StatusRecord } from './status-envelope.js';
 

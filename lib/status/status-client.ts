@@ -1,13 +1,9 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { StatusQueryError, TransactionNotFoundError } from '../pipeline/errors.js';
+import { StatusQueryError, TransactionNotFoundError } from '../shared/errors.js';
 import { defaultLogger, guardLogger, type Logger } from '../observability/logger.js';
 import { createFleetGuard } from './fleet-guard.js';
-import {
-  createQueryGuard,
-  statusClock,
-  type StatusClientStats,
-  type StatusQueryOptions,
-} from './query-guard.js';
+import { monotonicNow } from '../shared/clock.js';
+import { createQueryGuard, type StatusClientStats, type StatusQueryOptions } from './query-guard.js';
 import type { SharedGuard } from './shared-guard.js';
 import { parseStatusAnswer, type StatusRecord } from './status-envelope.js';
 import { exchangeStatus, isLoopback, withoutKey } from './status-request.js';
@@ -116,7 +112,7 @@ export function createStatusClient(
   const logger = guardLogger(resolved.logger);
   const exchange = { ...resolved, url: `${resolved.baseUrl}/status` };
   // A monotonic clock: a wall-clock step must neither reopen the budget nor end a cool-down early.
-  const now = statusClock;
+  const now = monotonicNow;
   const { shared } = resolved;
   const guard: Guard = shared
     ? createFleetGuard({ ...resolved, shared, logger, now, lockMs: lockMsOf(resolved) })

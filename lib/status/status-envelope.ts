@@ -1,8 +1,8 @@
 import { z } from 'zod';
-import { StatusQueryError, TransactionNotFoundError } from '../pipeline/errors.js';
-import { parseJson } from '../pipeline/safe-json.js';
-import { jsonEntries, repeatedJsonKeys } from '../pipeline/json-entries.js';
-import { IDENTITY_FIELDS, ipnNotificationSchema, type IpnNotification } from '../pipeline/schema.js';
+import { StatusQueryError, TransactionNotFoundError } from '../shared/errors.js';
+import { parseJson } from '../shared/safe-json.js';
+import { jsonEntries, repeatedJsonKeys } from '../body/json-entries.js';
+import { IDENTITY_FIELDS, ipnNotificationSchema, type IpnNotification } from '../notification/schema.js';
 
 /**
  * A transaction as the status query returns it: the notification's record, read by the same schema (so the

@@ -1,4 +1,4 @@
-import { messageOf, StatusQueryError } from '../pipeline/errors.js';
+import { messageOf, StatusQueryError } from '../shared/errors.js';
 
 /** What one status request needs: where, with which key, and its limits. */
 export interface StatusRequestOptions {

@@ -1,6 +1,7 @@
-import { StatusRateLimitError, TransactionNotFoundError } from '../pipeline/errors.js';
-import { isFinalState, type IpnNotification } from '../pipeline/schema.js';
-import { statusClock, type StatusQueryOptions } from './query-guard.js';
+import { StatusRateLimitError, TransactionNotFoundError } from '../shared/errors.js';
+import { isFinalState, type IpnNotification } from '../notification/schema.js';
+import { monotonicNow } from '../shared/clock.js';
+import type { StatusQueryOptions } from './query-guard.js';
 import { lackingFields, type StatusRecord } from './status-envelope.js';
 
 /**
@@ -160,7 +161,7 @@ export async function verifyNotification(
   if ('notFound' in answer) {
     if (notFoundAt === undefined) {
       const reason = `the payment service does not know transaction ${id} yet: asking once more before rejecting it`;
-      return { kind: 'later', reason, retryAfterMs: 0, notFoundAt: statusClock() };
+      return { kind: 'later', reason, retryAfterMs: 0, notFoundAt: monotonicNow() };
     }
     const message =
       `the payment service does not know transaction ${id}, twice: the notification is forged, or the ` +

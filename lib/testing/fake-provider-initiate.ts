@@ -1,5 +1,5 @@
 import { checkCount, describe } from './fake-provider-options.js';
-import type { FinalState } from '../pipeline/schema.js';
+import type { FinalState } from '../notification/schema.js';
 
 /** A transaction to start with `provider.initiate()`, and how its notification is delivered. */
 export interface InitiateOptions {

@@ -1,4 +1,4 @@
-import type { FinalState } from '../pipeline/schema.js';
+import type { FinalState } from '../notification/schema.js';
 
 /**
  * A transaction as the fake provider stores it. The notification and the status answer are both built from

@@ -6,7 +6,7 @@ import { ipnRouter, MemoryStore, type IpnRouter, type Options } from '../../lib/
 import { ipnPlugin } from '../../lib/fastify.js';
 import { PostgresStore } from '../../lib/postgres.js';
 import { RedisStore } from '../../lib/redis.js';
-import { MAX_DEPTH } from '../../lib/pipeline/parse-body.js';
+import { MAX_DEPTH } from '../../lib/body/parse-body.js';
 import docSuccess from '../fixtures/ipn-doc-success.json';
 import docSuccessful from '../fixtures/ipn-doc-successful.json';
 import { failedPayload, successfulPayload, uniquePayload } from '../helpers/payloads.js';

@@ -13,7 +13,7 @@ import {
 } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { RedisStore } from 'ipn-kit/redis';
-import { ipnNotificationSchema } from '../../lib/pipeline/schema.js';
+import { ipnNotificationSchema } from '../../lib/notification/schema.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';

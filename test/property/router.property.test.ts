@@ -2,7 +2,7 @@ import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import fc from 'fast-check';
 import { z } from 'zod';
 import { ipnRouter, type IpnRouter } from '../../lib/index.js';
-import { MAX_DEPTH } from '../../lib/pipeline/parse-body.js';
+import { MAX_DEPTH } from '../../lib/body/parse-body.js';
 import { successfulPayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';

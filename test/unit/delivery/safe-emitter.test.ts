@@ -1,9 +1,9 @@
-import { ListenerError } from '../../../lib/pipeline/errors.js';
+import { ListenerError } from '../../../lib/shared/errors.js';
 import type { ErrorEvent, InvalidEvent } from '../../../lib/delivery/events.js';
 import type { Logger } from '../../../lib/observability/logger.js';
 import { createSafeEmitter } from '../../../lib/delivery/safe-emitter.js';
-import { ipnNotificationSchema } from '../../../lib/pipeline/schema.js';
-import type { IpnNotification } from '../../../lib/pipeline/schema.js';
+import { ipnNotificationSchema } from '../../../lib/notification/schema.js';
+import type { IpnNotification } from '../../../lib/notification/schema.js';
 import { failedPayload, successfulPayload } from '../../helpers/payloads.js';
 
 const notification: IpnNotification = ipnNotificationSchema.parse(successfulPayload());

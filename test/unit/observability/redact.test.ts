@@ -1,4 +1,4 @@
-import { ListenerError } from '../../../lib/pipeline/errors.js';
+import { ListenerError } from '../../../lib/shared/errors.js';
 import { loggableError } from '../../../lib/observability/redact.js';
 import { oddThrownValues } from '../../helpers/odd-values.js';
 

@@ -1,6 +1,6 @@
 import { createStatusClient, StatusRateLimitError } from '../../../lib/index.js';
 import type { SharedGuard } from '../../../lib/status/shared-guard.js';
-import { statusClock } from '../../../lib/status/query-guard.js';
+import { monotonicNow } from '../../../lib/shared/clock.js';
 import { successfulPayload } from '../../helpers/payloads.js';
 import { quiet } from '../../helpers/quiet-logger.js';
 
@@ -48,7 +48,7 @@ describe('the fleet guard reads the shared cache again under the lock, under the
     );
 
   test('an answer older than `since` found under the lock is not taken; the service is asked', async () => {
-    const since = statusClock();
+    const since = monotonicNow();
     const stale = JSON.stringify({
       record: successfulPayload({ transaction_id: ID, state: 'FAILED' }),
       at: since - 60 * 60_000, // an hour old: past minIntervalMs
@@ -64,7 +64,7 @@ describe('the fleet guard reads the shared cache again under the lock, under the
   });
 
   test('one older than `since` but cached less than minIntervalMs ago: refused (interval), nothing sent', async () => {
-    const since = statusClock();
+    const since = monotonicNow();
     const recent = JSON.stringify({ notFound: true, at: since - 5 });
     const fetch = fetchRecord('SUCCESSFUL');
     const shared = guardCachingBetweenReadAndLock(() => recent);

@@ -3,7 +3,7 @@ import {
   StatusQueryError,
   StatusRateLimitError,
   TransactionNotFoundError,
-} from '../../../lib/pipeline/errors.js';
+} from '../../../lib/shared/errors.js';
 import type { Logger } from '../../../lib/observability/logger.js';
 import { createStatusClient } from '../../../lib/status/status-client.js';
 import type { StatusClientOptions } from '../../../lib/status/status-client.js';

@@ -1,4 +1,4 @@
-import { StatusError, StatusQueryError, TransactionNotFoundError } from '../../../lib/pipeline/errors.js';
+import { StatusError, StatusQueryError, TransactionNotFoundError } from '../../../lib/shared/errors.js';
 import { lackingFields, parseStatusAnswer } from '../../../lib/status/status-envelope.js';
 import type { StatusRecord } from '../../../lib/status/status-envelope.js';
 import { successfulPayload } from '../../helpers/payloads.js';

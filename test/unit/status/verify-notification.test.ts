@@ -2,9 +2,9 @@ import {
   StatusQueryError,
   StatusRateLimitError,
   TransactionNotFoundError,
-} from '../../../lib/pipeline/errors.js';
-import { ipnNotificationSchema } from '../../../lib/pipeline/schema.js';
-import type { IpnNotification } from '../../../lib/pipeline/schema.js';
+} from '../../../lib/shared/errors.js';
+import { ipnNotificationSchema } from '../../../lib/notification/schema.js';
+import type { IpnNotification } from '../../../lib/notification/schema.js';
 import type { StatusRecord } from '../../../lib/status/status-envelope.js';
 import { parseStatusAnswer } from '../../../lib/status/status-envelope.js';
 import {

@@ -1,4 +1,4 @@
-import { ipnUrl, matchesSecret, tokenOf } from '../../../lib/pipeline/ipn-url.js';
+import { ipnUrl, matchesSecret, tokenOf } from '../../../lib/authenticate/ipn-url.js';
 
 const SECRET = 'Zx8u3kQm1vB7pL0aR5tY9wE2';
 

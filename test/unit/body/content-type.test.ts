@@ -1,4 +1,4 @@
-import { parseContentType } from '../../../lib/pipeline/content-type.js';
+import { parseContentType } from '../../../lib/body/content-type.js';
 
 describe('parseContentType', () => {
   it.each([

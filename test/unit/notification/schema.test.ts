@@ -1,4 +1,4 @@
-import { ipnNotificationSchema, toRecord } from '../../../lib/pipeline/schema.js';
+import { ipnNotificationSchema, toRecord } from '../../../lib/notification/schema.js';
 import { failedPayload, successfulPayload } from '../../helpers/payloads.js';
 
 function parse(payload: Record<string, unknown>) {

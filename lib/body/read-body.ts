@@ -1,6 +1,6 @@
 import type { Readable } from 'node:stream';
 import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
-import { messageOf } from './errors.js';
+import { messageOf } from '../shared/errors.js';
 
 /** The bytes of a body, or why they could not be read. */
 export type ReadResult =

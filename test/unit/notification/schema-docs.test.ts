@@ -4,7 +4,7 @@ import ts from 'typescript';
 // What an editor shows on a notification's fields: every field of IpnNotification has its TSDoc, so a
 // partner hovering `n.amount` learns its unit and currency, or that nobody knows.
 const root = join(__dirname, '../../..');
-const file = join(root, 'lib/pipeline/schema.ts');
+const file = join(root, 'lib/notification/schema.ts');
 const program = ts.createProgram([file], { strict: true, noEmit: true, skipLibCheck: true });
 const checker = program.getTypeChecker();
 const source = program.getSourceFile(file);

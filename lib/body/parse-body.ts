@@ -1,8 +1,8 @@
 import type { BodyFormat } from './content-type.js';
-import type { FieldIssue } from './errors.js';
+import type { FieldIssue } from '../shared/errors.js';
 import { jsonEntries, repeatedJsonKeys } from './json-entries.js';
-import { isSafeKey, nestsDeeperThan, parseJson, withoutForbiddenKeys } from './safe-json.js';
-import { IDENTITY_FIELDS } from './schema.js';
+import { isSafeKey, nestsDeeperThan, parseJson, withoutForbiddenKeys } from '../shared/safe-json.js';
+import { IDENTITY_FIELDS } from '../notification/schema.js';
 
 /** A body turned into a record, or why it could not be. */
 export type ParseResult =

@@ -2,8 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { finished } from 'node:stream/promises';
 import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
-import { isSupportedEncoding, readBody } from '../../../lib/pipeline/read-body.js';
-import type { ReadResult } from '../../../lib/pipeline/read-body.js';
+import { isSupportedEncoding, readBody } from '../../../lib/body/read-body.js';
+import type { ReadResult } from '../../../lib/body/read-body.js';
 
 function bodyOf(result: ReadResult): Buffer {
   if (!result.ok) throw new Error(`expected the body to be read: ${result.reason}: ${result.message}`);

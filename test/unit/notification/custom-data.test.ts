@@ -2,10 +2,10 @@ import * as v from 'valibot';
 import * as zm from 'zod/mini';
 import { z } from 'zod';
 import { z as z3 } from 'zod/v3';
-import { parseCustomData } from '../../../lib/pipeline/custom-data.js';
-import type { CustomDataResult } from '../../../lib/pipeline/custom-data.js';
-import { CustomDataError, IpnKitError } from '../../../lib/pipeline/errors.js';
-import type { StandardSchemaV1 } from '../../../lib/pipeline/standard-schema.js';
+import { parseCustomData } from '../../../lib/notification/custom-data.js';
+import type { CustomDataResult } from '../../../lib/notification/custom-data.js';
+import { CustomDataError, IpnKitError } from '../../../lib/shared/errors.js';
+import type { StandardSchemaV1 } from '../../../lib/notification/standard-schema.js';
 
 function valueOf<T>(result: CustomDataResult<T>): T {
   if ('customDataError' in result) throw new Error(`expected a match: ${result.customDataError.message}`);

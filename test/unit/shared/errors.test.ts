@@ -1,4 +1,4 @@
-import { ListenerError, messageOf } from '../../../lib/pipeline/errors.js';
+import { ListenerError, messageOf } from '../../../lib/shared/errors.js';
 import { oddThrownValues } from '../../helpers/odd-values.js';
 
 describe('messageOf', () => {

@@ -1,5 +1,5 @@
-import { MAX_DEPTH, parseBody, parseParsedBody } from '../../../lib/pipeline/parse-body.js';
-import type { ParseResult } from '../../../lib/pipeline/parse-body.js';
+import { MAX_DEPTH, parseBody, parseParsedBody } from '../../../lib/body/parse-body.js';
+import type { ParseResult } from '../../../lib/body/parse-body.js';
 
 /** The record of a body that must parse. */
 function recordOf(result: ParseResult): Record<string, unknown> {

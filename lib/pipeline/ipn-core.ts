@@ -1,5 +1,5 @@
-import type { StandardOutput, StandardSchemaV1 } from '../pipeline/standard-schema.js';
-import { IpnKitError, messageOf } from '../pipeline/errors.js';
+import type { StandardOutput, StandardSchemaV1 } from '../notification/standard-schema.js';
+import { IpnKitError, messageOf } from '../shared/errors.js';
 import { guardLogger } from '../observability/logger.js';
 import { loggableError } from '../observability/redact.js';
 import type { IpnEmitter } from '../delivery/safe-emitter.js';

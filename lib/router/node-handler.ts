@@ -1,8 +1,8 @@
 /// <reference types="node" preserve="true" />
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { DUPLICATE_BODY, OK_BODY, type IpnOutcome, type IpnRequest } from '../router/ipn-pipeline.js';
-import type { IpnCore } from '../router/ipn-core.js';
-import { tokenOf } from '../pipeline/ipn-url.js';
+import { DUPLICATE_BODY, OK_BODY, type IpnOutcome, type IpnRequest } from '../pipeline/ipn-pipeline.js';
+import type { IpnCore } from '../pipeline/ipn-core.js';
+import { tokenOf } from '../authenticate/ipn-url.js';
 
 /** A handler that Express (4 or 5) mounts and that `http.createServer` takes as it is. */
 export type NodeHandler = (

@@ -1,4 +1,4 @@
-import type { StandardSchemaV1 } from '../pipeline/standard-schema.js';
+import type { StandardSchemaV1 } from '../notification/standard-schema.js';
 import type { IpnEmitter } from '../delivery/safe-emitter.js';
 import type { ListenerContext, ListenerContextOf } from '../delivery/events.js';
 import type { Store } from '../stores/store.js';
@@ -7,7 +7,7 @@ import type { ExpectOptions } from '../delivery/expectations.js';
 import type { SweepResult } from '../delivery/reconcile-sweep.js';
 import type { IpnMetrics } from '../observability/metrics.js';
 import type { Options } from '../config/options.js';
-import { createIpnCore, type CustomDataOf, type IpnCore } from '../router/ipn-core.js';
+import { createIpnCore, type CustomDataOf, type IpnCore } from '../pipeline/ipn-core.js';
 import { createNodeHandler, type NodeHandler } from './node-handler.js';
 import { createFetchHandler, type FetchContext } from './fetch-handler.js';
 

@@ -1,12 +1,12 @@
 /// <reference types="node" preserve="true" />
 import { Readable } from 'node:stream';
 import type { FastifyPluginCallback, FastifyReply, FastifyRequest } from 'fastify';
-import type { IpnOutcome, IpnRequest } from '../router/ipn-pipeline.js';
-import type { IpnCore } from '../router/ipn-core.js';
+import type { IpnOutcome, IpnRequest } from '../pipeline/ipn-pipeline.js';
+import type { IpnCore } from '../pipeline/ipn-core.js';
 import type { IpnRouter } from './ipn-router.js';
 import { coreOf } from './ipn-router.js';
 import { payloadOf } from './node-handler.js';
-import { tokenOf } from '../pipeline/ipn-url.js';
+import { tokenOf } from '../authenticate/ipn-url.js';
 
 /** The options of {@link ipnPlugin}, beside Fastify's own (`prefix`). */
 export interface IpnPluginOptions {

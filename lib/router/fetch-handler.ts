@@ -1,8 +1,8 @@
 /// <reference types="node" preserve="true" />
 import { Readable } from 'node:stream';
-import type { IpnOutcome, IpnRequest } from '../router/ipn-pipeline.js';
-import type { IpnCore } from '../router/ipn-core.js';
-import { tokenOf } from '../pipeline/ipn-url.js';
+import type { IpnOutcome, IpnRequest } from '../pipeline/ipn-pipeline.js';
+import type { IpnCore } from '../pipeline/ipn-core.js';
+import { tokenOf } from '../authenticate/ipn-url.js';
 import { payloadOf } from './node-handler.js';
 
 /**

@@ -1,22 +1,22 @@
 import type { Readable } from 'node:stream';
-import type { StandardSchemaV1 } from '../pipeline/standard-schema.js';
-import { parseContentType } from '../pipeline/content-type.js';
-import { toFieldIssues } from '../pipeline/custom-data.js';
+import type { StandardSchemaV1 } from '../notification/standard-schema.js';
+import { parseContentType } from '../body/content-type.js';
+import { toFieldIssues } from '../notification/custom-data.js';
 import { createDelivery } from '../delivery/delivery.js';
 import { identify, keyOf, type Emitters } from '../delivery/delivery-context.js';
 import type { Metrics } from '../observability/metrics.js';
 import { loggableError } from '../observability/redact.js';
 import { createUnmatchedTokenWarning } from '../observability/unmatched-token-warning.js';
-import { BodyUnavailableError, messageOf, StoreError, VerificationBusyError } from '../pipeline/errors.js';
+import { BodyUnavailableError, messageOf, StoreError, VerificationBusyError } from '../shared/errors.js';
 import type { InvalidEvent } from '../delivery/events.js';
-import { matchesSecret } from '../pipeline/ipn-url.js';
+import { matchesSecret } from '../authenticate/ipn-url.js';
 import type { ResolvedOptions } from '../config/options.js';
-import { parseBody, parseParsedBody, type ParseResult } from '../pipeline/parse-body.js';
-import { isSupportedEncoding, readBody } from '../pipeline/read-body.js';
-import { ipnNotificationSchema, isFinalState, type IpnNotification } from '../pipeline/schema.js';
+import { parseBody, parseParsedBody, type ParseResult } from '../body/parse-body.js';
+import { isSupportedEncoding, readBody } from '../body/read-body.js';
+import { ipnNotificationSchema, isFinalState, type IpnNotification } from '../notification/schema.js';
 import { createStoreClaimer } from '../delivery/store-claimer.js';
-import { within } from '../delivery/within.js';
-import { createAuthentication } from './authentication.js';
+import { within } from '../shared/within.js';
+import { createAuthentication } from '../authenticate/authentication.js';
 
 /** A request as the pipeline sees it: no framework objects, only values and the body stream. */
 export interface IpnRequest {

@@ -1,4 +1,4 @@
-import { jsonEntries, repeatedJsonKeys } from '../../../lib/pipeline/json-entries.js';
+import { jsonEntries, repeatedJsonKeys } from '../../../lib/body/json-entries.js';
 
 const KEYS = ['transaction_id', 'state', 'custom_data'];
 

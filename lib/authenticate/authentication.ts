@@ -1,4 +1,4 @@
-import type { Authenticate, AuthenticateInput } from '../pipeline/authenticate.js';
+import type { Authenticate, AuthenticateInput } from './authenticate.js';
 import type { Logger } from '../observability/logger.js';
 
 /** At most one loud log line per this many ms; the ones in between are counted in the next. */

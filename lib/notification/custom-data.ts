@@ -1,7 +1,7 @@
 import { z } from 'zod';
-import type { FieldIssue } from './errors.js';
-import { CustomDataError, messageOf } from './errors.js';
-import { parseJson } from './safe-json.js';
+import type { FieldIssue } from '../shared/errors.js';
+import { CustomDataError, messageOf } from '../shared/errors.js';
+import { parseJson } from '../shared/safe-json.js';
 import type { StandardIssue, StandardOutput, StandardSchemaV1 } from './standard-schema.js';
 
 /** `customData` parsed by the partner's schema, or the reason it could not be. */
