@@ -1,4 +1,3 @@
-import type { Readable } from 'node:stream';
 import type { StandardSchemaV1 } from '../notification/standard-schema.js';
 import { parseContentType } from '../body/content-type.js';
 import { toFieldIssues } from '../notification/custom-data.js';
@@ -16,42 +15,26 @@ import { isSupportedEncoding, readBody } from '../body/read-body.js';
 import { ipnNotificationSchema, isFinalState, type IpnNotification } from '../notification/schema.js';
 import { createStoreClaimer } from '../delivery/store-claimer.js';
 import { within } from '../shared/within.js';
+import {
+  ALLOW,
+  DUPLICATE_BODY,
+  OK_BODY,
+  unavailable,
+  type IpnOutcome,
+  type IpnRequest,
+} from './ipn-outcome.js';
 import { createAuthentication } from '../authenticate/authentication.js';
 
-/** A request as the pipeline sees it: no framework objects, only values and the body stream. */
-export interface IpnRequest {
-  method: string;
-  contentType?: string | undefined;
-  contentLength?: string | undefined;
-  contentEncoding?: string | undefined;
-  /** The `token` query parameter of the address, for `secret`. */
-  token?: string | undefined;
-  /** The request's headers, names in lower case (for `authenticate`). */
-  headers?: Readonly<Record<string, string | readonly string[] | undefined>> | undefined;
-  /** The body stream to read, the value a host parser already left on `req.body`, or neither. */
-  body: { stream: Readable } | { parsed: unknown } | { consumed: true };
-}
-
-/** The answer to give, and what to do once it is given (emit events). */
-export interface IpnOutcome {
-  status: number;
-  headers?: Record<string, string>;
-  body?: Record<string, unknown>;
-  /**
-   * Runs right after the answer is written: listeners never delay the service's 200. May return a promise
-   * of the work it started (verification, delivery), which never rejects.
-   */
-  afterResponse?: () => unknown;
-}
-
-const ALLOW = 'GET, HEAD, POST';
-
-/** The two answers nearly every request gets; the adapter writes their JSON once. */
-export const OK_BODY: Record<string, unknown> = Object.freeze({ ok: true });
-export const DUPLICATE_BODY: Record<string, unknown> = Object.freeze({ ok: true, duplicate: true });
-const RETRY_AFTER_SECONDS = '30';
-/** What a claim resolves when the router closed while it was in flight. */
-const CLOSED = Symbol('closed');
+/**
+ * What admitting a validated notification came to: claimed (ours to deliver, with the lease for `dispatch`),
+ * a resend, or one of the reasons it is answered 503 and nothing stays claimed.
+ */
+export type Admission =
+  | { kind: 'claimed'; leaseId: string }
+  | { kind: 'duplicate' }
+  | { kind: 'store-failed'; error: StoreError }
+  | { kind: 'busy'; error: VerificationBusyError }
+  | { kind: 'closed' };
 
 /**
  * The core of the router, over plain values: read the body, parse, validate, dedupe, then answer and emit.
@@ -73,10 +56,24 @@ export function createIpnPipeline<C>(
     metrics,
   );
 
+  /**
+   * After `close()`: 503, so that the service resends to the instance that replaces this one, and nothing
+   * claimed (a claim now would hold the key with nobody left to deliver it).
+   */
+  let closed = false;
+  /** The claims in flight, which `close()` waits for. */
+  const inflight = new Set<Promise<unknown>>();
+  const track = <T>(pending: Promise<T>): Promise<T> => {
+    inflight.add(pending);
+    const done = (): void => void inflight.delete(pending);
+    pending.then(done, done);
+    return pending;
+  };
+
   const reject = (event: InvalidEvent): IpnOutcome => ({
     status: event.status,
     body: { error: event.reason, message: event.message, ...(event.issues ? { issues: event.issues } : {}) },
-    afterResponse: () => {
+    after: () => {
       // Not the message: a JSON syntax error quotes the body, which holds the customer's number and name.
       const fields = event.issues?.map((issue) => issue.path);
       logger.warn(
@@ -107,7 +104,7 @@ export function createIpnPipeline<C>(
       return {
         status: 500,
         body: { error: 'body_unavailable', message: error.message },
-        afterResponse: () => emit('error', { error }),
+        after: () => emit('error', { error }),
       };
     }
     if ('parsed' in request.body) {
@@ -158,32 +155,13 @@ export function createIpnPipeline<C>(
     return reject({ reason: 'unauthorized', status: 401, message, received: undefined });
   }
 
-  /**
-   * After `close()`: 503, so that the service resends to the instance that replaces this one, and nothing
-   * claimed (a claim now would hold the key with nobody left to deliver it).
-   */
-  let closed = false;
-  const inflight = new Set<Promise<unknown>>();
-  const track = <T>(pending: Promise<T>): Promise<T> => {
-    inflight.add(pending);
-    const done = (): void => void inflight.delete(pending);
-    pending.then(done, done);
-    return pending;
-  };
-  const closedOutcome = (): IpnOutcome => ({
-    status: 503,
-    headers: { 'Retry-After': RETRY_AFTER_SECONDS },
-    body: {
-      error: 'closed',
-      message: 'the IPN router is closed (the app is shutting down): resend it later',
-    },
-  });
   /** Claims, unless the router closed meanwhile: then the claim is undone (the inbox keeps a stored one). */
-  async function admit(
-    n: IpnNotification,
-  ): Promise<{ claimed: boolean | StoreError | VerificationBusyError | typeof CLOSED; leaseId: string }> {
-    const accepted = await delivery.accept(n);
-    if (!closed || accepted.claimed !== true) return accepted;
+  async function admit(n: IpnNotification): Promise<Admission> {
+    const { claimed, leaseId } = await delivery.accept(n);
+    if (claimed instanceof StoreError) return { kind: 'store-failed', error: claimed };
+    if (claimed instanceof VerificationBusyError) return { kind: 'busy', error: claimed };
+    if (!claimed) return { kind: 'duplicate' };
+    if (!closed) return { kind: 'claimed', leaseId };
     const message = `the store did not release ${keyOf(n)} within ${storeTimeout} ms (storeTimeout) on close`;
     await within(delivery.unclaim(n), storeTimeout, () => new StoreError(message)).catch(
       (error: StoreError) => {
@@ -191,7 +169,45 @@ export function createIpnPipeline<C>(
         emit('error', { error, notification: n });
       },
     );
-    return { claimed: CLOSED, leaseId: accepted.leaseId };
+    return { kind: 'closed' };
+  }
+
+  /** The answer to an admitted notification, and the work after it. */
+  function answer(admission: Admission, notification: IpnNotification): IpnOutcome {
+    switch (admission.kind) {
+      case 'closed':
+        return unavailable('closed');
+      case 'store-failed': {
+        const { error } = admission;
+        // The driver's error may quote the record (PostgreSQL's "Failing row contains (...)"): redacted.
+        const err = options.logCustomerData ? error : loggableError(error, notification);
+        logger.error(
+          { err, transaction_id: notification.transaction_id, state: notification.state },
+          options.logCustomerData ? error.message : (err.message as string),
+        );
+        return unavailable('store_unavailable', () => emit('error', { error, notification }));
+      }
+      case 'busy':
+        return unavailable('verification_busy', () =>
+          emit('error', { error: admission.error, notification }),
+        );
+      case 'duplicate':
+        return {
+          status: 200,
+          body: DUPLICATE_BODY,
+          after: () => {
+            logger.debug(
+              { transaction_id: notification.transaction_id, state: notification.state },
+              'IPN resend dropped',
+            );
+            emit('duplicate', notification);
+          },
+        };
+      case 'claimed': {
+        const { leaseId } = admission;
+        return { status: 200, body: OK_BODY, after: () => delivery.dispatch(notification, leaseId) };
+      }
+    }
   }
 
   async function handle(request: IpnRequest): Promise<IpnOutcome> {
@@ -200,16 +216,16 @@ export function createIpnPipeline<C>(
       const message = `${request.method} is not allowed here: the payment service POSTs notifications`;
       return { status: 405, headers: { Allow: ALLOW }, body: { error: 'method_not_allowed', message } };
     }
-    if (closed) return closedOutcome();
+    if (closed) return unavailable('closed');
     if (secrets) {
       if (!matchesSecret(request.token, secrets)) {
         const missing = request.token === undefined;
         const message = `the IPN address token is ${missing ? 'missing' : 'wrong'}: give the service the address ipnUrl() builds`;
         const outcome = reject({ reason: 'unauthorized', status: 401, message, received: undefined });
-        const { afterResponse } = outcome;
+        const { after } = outcome;
         // Besides this request's own line: the one warning that says the secret itself may be wrong.
-        outcome.afterResponse = () => {
-          afterResponse?.();
+        outcome.after = () => {
+          after?.();
           tokenWarning.refused(missing);
         };
         return outcome;
@@ -234,66 +250,28 @@ export function createIpnPipeline<C>(
     }
     const notification = validated.data;
     metrics?.received();
-    if (closed) return closedOutcome();
+    if (closed) return unavailable('closed');
     // An expected transaction is checked before the claim: a contradicting copy must not take the key.
     const expected = await delivery.expectations.check(notification);
     if (expected.kind === 'mismatch') {
-      return { status: 200, body: OK_BODY, afterResponse: () => delivery.rejectExpected(expected.event) };
+      return { status: 200, body: OK_BODY, after: () => delivery.rejectExpected(expected.event) };
     }
-    const { claimed, leaseId } =
-      expected.kind === 'error' ? { claimed: expected.error, leaseId: '' } : await track(admit(notification));
-    if (claimed === CLOSED) return closedOutcome();
-    if (claimed instanceof StoreError) {
-      // The driver's error may quote the record (PostgreSQL's "Failing row contains (...)"): redacted.
-      const err = options.logCustomerData ? claimed : loggableError(claimed, notification);
-      logger.error(
-        { err, transaction_id: notification.transaction_id, state: notification.state },
-        options.logCustomerData ? claimed.message : (err.message as string),
-      );
-      return {
-        status: 503,
-        headers: { 'Retry-After': RETRY_AFTER_SECONDS },
-        body: {
-          error: 'store_unavailable',
-          message: 'the store did not record the notification in time: resend it later',
-        },
-        afterResponse: () => emit('error', { error: claimed, notification }),
-      };
+    const admission: Admission =
+      expected.kind === 'error'
+        ? { kind: 'store-failed', error: expected.error }
+        : await track(admit(notification));
+    if (admission.kind === 'claimed') {
+      delivery.expectations.settle(notification, expected);
+      if (!isFinalState(notification.state)) {
+        // Only `notification` is emitted for it: say so loudly, or a new success spelling is a lost payment.
+        metrics?.unknownState();
+        logger.warn(
+          { transaction_id: notification.transaction_id, state: notification.state },
+          `IPN in state ${notification.state}, neither SUCCESSFUL nor FAILED: emitted as notification only, never as a success`,
+        );
+      }
     }
-    if (claimed instanceof VerificationBusyError) {
-      return {
-        status: 503,
-        headers: { 'Retry-After': RETRY_AFTER_SECONDS },
-        body: {
-          error: 'verification_busy',
-          message: 'too many notifications are being verified: resend it later',
-        },
-        afterResponse: () => emit('error', { error: claimed, notification }),
-      };
-    }
-    if (!claimed) {
-      return {
-        status: 200,
-        body: DUPLICATE_BODY,
-        afterResponse: () => {
-          logger.debug(
-            { transaction_id: notification.transaction_id, state: notification.state },
-            'IPN resend dropped',
-          );
-          emit('duplicate', notification);
-        },
-      };
-    }
-    delivery.expectations.settle(notification, expected);
-    if (!isFinalState(notification.state)) {
-      // Only `notification` is emitted for it: say so loudly, or a new success spelling is a lost payment.
-      metrics?.unknownState();
-      logger.warn(
-        { transaction_id: notification.transaction_id, state: notification.state },
-        `IPN in state ${notification.state}, neither SUCCESSFUL nor FAILED: emitted as notification only, never as a success`,
-      );
-    }
-    return { status: 200, body: OK_BODY, afterResponse: () => delivery.dispatch(notification, leaseId) };
+    return answer(admission, notification);
   }
 
   return {
