@@ -1,5 +1,4 @@
 import type { StandardSchemaV1 } from '../notification/standard-schema.js';
-import { parseContentType } from '../body/content-type.js';
 import { toFieldIssues } from '../notification/custom-data.js';
 import { createDelivery } from '../delivery/delivery.js';
 import { identify, keyOf, type Emitters } from '../delivery/delivery-context.js';
@@ -10,8 +9,6 @@ import { BodyUnavailableError, messageOf, StoreError, VerificationBusyError } fr
 import type { InvalidEvent } from '../delivery/events.js';
 import { matchesSecret } from '../authenticate/ipn-url.js';
 import type { ResolvedOptions } from '../config/options.js';
-import { parseBody, parseParsedBody, type ParseResult } from '../body/parse-body.js';
-import { isSupportedEncoding, readBody } from '../body/read-body.js';
 import { ipnNotificationSchema, isFinalState, type IpnNotification } from '../notification/schema.js';
 import { createStoreClaimer } from '../delivery/store-claimer.js';
 import { within } from '../shared/within.js';
@@ -23,6 +20,7 @@ import {
   type IpnOutcome,
   type IpnRequest,
 } from './ipn-outcome.js';
+import { authenticateInput, readRecord } from './read-record.js';
 import { createAuthentication } from '../authenticate/authentication.js';
 
 /**
@@ -86,74 +84,16 @@ export function createIpnPipeline<C>(
 
   const authentication = options.authenticate && createAuthentication(options.authenticate, logger);
 
-  /** A parsed body, with what `authenticate` needs of it: its bytes, when the router read them itself. */
-  type Read = ParseResult & { raw?: Buffer | string | undefined; parsedBody?: unknown };
-
-  async function readRecord(request: IpnRequest): Promise<Read | IpnOutcome> {
-    const type = parseContentType(request.contentType);
-    if (!type.ok)
-      return reject({
-        reason: 'unsupported_media_type',
-        status: 415,
-        message: type.message,
-        received: undefined,
-      });
-    if ('consumed' in request.body) {
-      const error = new BodyUnavailableError();
-      logger.error({ err: error }, error.message);
-      return {
-        status: 500,
-        body: { error: 'body_unavailable', message: error.message },
-        after: () => emit('error', { error }),
-      };
-    }
-    if ('parsed' in request.body) {
-      const { parsed } = request.body;
-      const raw = typeof parsed === 'string' || Buffer.isBuffer(parsed) ? parsed : undefined;
-      return { ...parseParsedBody(parsed, type.format, type.charset), raw, parsedBody: parsed };
-    }
-    if (!isSupportedEncoding(request.contentEncoding)) {
-      const message = `content encoding ${request.contentEncoding} is not supported: send gzip, deflate, br or none`;
-      return reject({ reason: 'unsupported_media_type', status: 415, message, received: undefined });
-    }
-    const declared = Number(request.contentLength);
-    const identity = request.contentEncoding === undefined || request.contentEncoding === 'identity';
-    if (identity && declared > limit) {
-      return reject({
-        reason: 'body_too_large',
-        status: 413,
-        message: `the body is over the ${limit}-byte limit`,
-        received: undefined,
-      });
-    }
-    const read = await readBody(request.body.stream, limit, request.contentEncoding);
-    if (!read.ok) {
-      const status = read.reason === 'body_too_large' ? 413 : 400;
-      return reject({ reason: read.reason, status, message: read.message, received: undefined });
-    }
-    return { ...parseBody(read.body, type.format, type.charset), raw: read.body };
-  }
-
-  /** Runs `authenticate` over the body as read; `undefined` when it passes, the 401 otherwise. */
-  async function authenticated(
-    request: IpnRequest,
-    read: Read & { ok: true },
-  ): Promise<IpnOutcome | undefined> {
-    if (!authentication) return undefined;
-    const { raw } = read;
-    const rawBody = typeof raw === 'string' ? Buffer.from(raw) : raw;
-    const body = raw === undefined ? read.parsedBody : jsonValueOf(rawBody);
-    const passed = await authentication.check({
-      rawBody,
-      body,
-      token: request.token,
-      headers: request.headers ?? {},
-      record: read.record,
-    });
-    if (passed) return undefined;
-    const message = 'the notification failed authentication: its signature is missing or does not match';
-    return reject({ reason: 'unauthorized', status: 401, message, received: undefined });
-  }
+  /** A body something else read before the router: a bug of the host app's, answered 500 so the service resends. */
+  const bodyUnavailable = (): IpnOutcome => {
+    const error = new BodyUnavailableError();
+    logger.error({ err: error }, error.message);
+    return {
+      status: 500,
+      body: { error: 'body_unavailable', message: error.message },
+      after: () => emit('error', { error }),
+    };
+  };
 
   /** Claims, unless the router closed meanwhile: then the claim is undone (the inbox keeps a stored one). */
   async function admit(n: IpnNotification): Promise<Admission> {
@@ -232,21 +172,19 @@ export function createIpnPipeline<C>(
       }
       tokenWarning.matched();
     }
-    const parsed = await readRecord(request);
-    if ('status' in parsed) return parsed;
-    if (!parsed.ok) {
-      const { reason, message, issues, received } = parsed;
-      const status = reason === 'unsupported_media_type' ? 415 : 400;
-      return reject({ reason, status, message, issues, received });
+    const read = await readRecord(request, limit);
+    if (read.kind === 'consumed') return bodyUnavailable();
+    if (read.kind === 'refused') return reject(read.event);
+    if (authentication && !(await authentication.check(authenticateInput(request, read)))) {
+      const message = 'the notification failed authentication: its signature is missing or does not match';
+      return reject({ reason: 'unauthorized', status: 401, message, received: undefined });
     }
-    const refused = await authenticated(request, parsed);
-    if (refused) return refused;
 
-    const validated = ipnNotificationSchema.safeParse(parsed.record);
+    const validated = ipnNotificationSchema.safeParse(read.record);
     if (!validated.success) {
       const issues = toFieldIssues(validated.error);
       const message = `the notification is invalid: ${issues.map((i) => `${i.path || 'body'}: ${i.message}`).join('; ')}`;
-      return reject({ reason: 'invalid_fields', status: 400, message, issues, received: parsed.record });
+      return reject({ reason: 'invalid_fields', status: 400, message, issues, received: read.record });
     }
     const notification = validated.data;
     metrics?.received();
@@ -306,14 +244,4 @@ export function createIpnPipeline<C>(
       }
     },
   };
-}
-
-/** The JSON value of a body, as `JSON.parse` (and so `express.json()`) decodes it; `undefined` if not JSON. */
-function jsonValueOf(raw: Buffer | undefined): unknown {
-  if (raw === undefined) return undefined;
-  try {
-    return JSON.parse(raw.toString('utf8')) as unknown;
-  } catch {
-    return undefined;
-  }
 }
