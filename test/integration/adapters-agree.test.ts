@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import Fastify from 'fastify';
+import Fastify, { type FastifyInstance } from 'fastify';
+import Fastify4 from 'fastify4';
 import { ipnRouter, type IpnEventName, type IpnRouter, type Options } from '../../lib/index.js';
 import { ipnPlugin } from '../../lib/fastify.js';
 import { uniquePayload } from '../helpers/payloads.js';
@@ -191,6 +192,13 @@ class Platform {
 
 const platforms = new WeakMap<IpnRouter, Platform>();
 
+/** A Fastify app serving the plugin at /ipn. */
+async function fastifyServing(app: FastifyInstance, ipn: IpnRouter) {
+  await app.register(ipnPlugin, { prefix: '/ipn', router: ipn });
+  const address = await app.listen({ port: 0, host: '127.0.0.1' });
+  return { base: `${address}/ipn`, stop: () => app.close() };
+}
+
 const ADAPTERS: Adapter[] = [
   {
     name: 'node:http',
@@ -214,15 +222,10 @@ const ADAPTERS: Adapter[] = [
       });
     },
   },
+  { name: 'Fastify 5', start: (ipn) => overHttp(() => fastifyServing(Fastify(), ipn)) },
   {
-    name: 'Fastify',
-    start: (ipn) =>
-      overHttp(async () => {
-        const app = Fastify();
-        await app.register(ipnPlugin, { prefix: '/ipn', router: ipn });
-        const address = await app.listen({ port: 0, host: '127.0.0.1' });
-        return { base: `${address}/ipn`, stop: () => app.close() };
-      }),
+    name: 'Fastify 4',
+    start: (ipn) => overHttp(() => fastifyServing(Fastify4() as unknown as FastifyInstance, ipn)),
   },
 ];
 
