@@ -8,13 +8,17 @@ import type { Inbox, ReconcileResult } from '../delivery/delivery.js';
 import type { ExpectOptions } from '../delivery/expectations.js';
 import type { SweepResult } from '../delivery/reconcile-sweep.js';
 import { createMetrics, type IpnMetrics } from '../observability/metrics.js';
-import { createIpnPipeline, type IpnOutcome, type IpnRequest } from './ipn-pipeline.js';
+import { createIpnPipeline } from './ipn-pipeline.js';
+import type { IpnOutcome, IpnRequest } from './ipn-outcome.js';
 import { resolveOptions, type Options, type ResolvedOptions } from '../config/options.js';
 
 /** The type of `customData` for a given `customData` schema (`undefined` when there is none). */
 export type CustomDataOf<S> = S extends StandardSchemaV1 ? StandardOutput<S> : undefined;
 
-/** What every transport adapter (node:http and Express, fetch, Fastify) is a thin layer over. */
+/**
+ * What every transport adapter (node:http and Express, fetch, Fastify) is a thin layer over, through
+ * `serve`: adapters never call these one by one.
+ */
 export interface IpnCore<C> {
   /** The options with every default applied, and the logger guarded. */
   readonly options: ResolvedOptions<StandardSchemaV1 | undefined>;
@@ -24,14 +28,14 @@ export interface IpnCore<C> {
   readonly handle: (request: IpnRequest) => Promise<IpnOutcome>;
   /** The 500 answer (and its `error` event) for a bug of ours an adapter caught, e.g. reading the request. */
   readonly failure: (cause: unknown) => IpnOutcome;
-  /** Reports a failure of the transport (writing the answer, an `afterResponse` that threw) as `error`. */
+  /** Reports a failure of the transport (writing the answer, an outcome's `after` that threw) as `error`. */
   readonly onFailure: (cause: unknown) => void;
   /**
-   * Runs an outcome's `afterResponse` and resolves once the work it started has settled: verification,
-   * the listeners and the promises they return, the store's bookkeeping (retries scheduled for later
-   * excepted). Never rejects. What a serverless adapter hands to the platform's `waitUntil`.
+   * Runs an outcome's `after` work and resolves once what it started has settled: verification, the
+   * listeners and the promises they return, the store's bookkeeping (retries scheduled for later excepted).
+   * Never rejects. What `serve` hands to the platform's `waitUntil`.
    */
-  readonly afterResponse: (outcome: IpnOutcome) => Promise<void>;
+  readonly runAfterResponse: (outcome: IpnOutcome) => Promise<void>;
   readonly reconcile: (transactionId: string) => Promise<ReconcileResult>;
   readonly expect: (transactionId: string, expectation?: ExpectOptions) => Promise<void>;
   readonly sweep: () => Promise<SweepResult>;
@@ -79,7 +83,7 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
       error: 'internal_error',
       message: 'the notification was not processed: resend it later',
     };
-    return { status: 500, body, afterResponse: () => emit('error', { error }) };
+    return { status: 500, body, after: () => emit('error', { error }) };
   };
   const handle = async (request: IpnRequest): Promise<IpnOutcome> => {
     try {
@@ -91,11 +95,11 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
   const onFailure = (cause: unknown): void => {
     emit('error', { error: internal(cause) });
   };
-  const afterResponse = async (outcome: IpnOutcome): Promise<void> => {
+  const runAfterResponse = async (outcome: IpnOutcome): Promise<void> => {
     let started: unknown;
     const listeners = track(() => {
       try {
-        started = outcome.afterResponse?.();
+        started = outcome.after?.();
       } catch (cause) {
         onFailure(cause);
       }
@@ -109,7 +113,7 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
     handle,
     failure,
     onFailure,
-    afterResponse,
+    runAfterResponse,
     reconcile,
     expect,
     sweep,

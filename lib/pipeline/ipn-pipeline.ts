@@ -1,6 +1,4 @@
-import type { Readable } from 'node:stream';
 import type { StandardSchemaV1 } from '../notification/standard-schema.js';
-import { parseContentType } from '../body/content-type.js';
 import { toFieldIssues } from '../notification/custom-data.js';
 import { createDelivery } from '../delivery/delivery.js';
 import { identify, keyOf, type Emitters } from '../delivery/delivery-context.js';
@@ -11,47 +9,30 @@ import { BodyUnavailableError, messageOf, StoreError, VerificationBusyError } fr
 import type { InvalidEvent } from '../delivery/events.js';
 import { matchesSecret } from '../authenticate/ipn-url.js';
 import type { ResolvedOptions } from '../config/options.js';
-import { parseBody, parseParsedBody, type ParseResult } from '../body/parse-body.js';
-import { isSupportedEncoding, readBody } from '../body/read-body.js';
 import { ipnNotificationSchema, isFinalState, type IpnNotification } from '../notification/schema.js';
 import { createStoreClaimer } from '../delivery/store-claimer.js';
 import { within } from '../shared/within.js';
+import {
+  ALLOW,
+  DUPLICATE_BODY,
+  OK_BODY,
+  unavailable,
+  type IpnOutcome,
+  type IpnRequest,
+} from './ipn-outcome.js';
+import { authenticateInput, readRecord } from './read-record.js';
 import { createAuthentication } from '../authenticate/authentication.js';
 
-/** A request as the pipeline sees it: no framework objects, only values and the body stream. */
-export interface IpnRequest {
-  method: string;
-  contentType?: string | undefined;
-  contentLength?: string | undefined;
-  contentEncoding?: string | undefined;
-  /** The `token` query parameter of the address, for `secret`. */
-  token?: string | undefined;
-  /** The request's headers, names in lower case (for `authenticate`). */
-  headers?: Readonly<Record<string, string | readonly string[] | undefined>> | undefined;
-  /** The body stream to read, the value a host parser already left on `req.body`, or neither. */
-  body: { stream: Readable } | { parsed: unknown } | { consumed: true };
-}
-
-/** The answer to give, and what to do once it is given (emit events). */
-export interface IpnOutcome {
-  status: number;
-  headers?: Record<string, string>;
-  body?: Record<string, unknown>;
-  /**
-   * Runs right after the answer is written: listeners never delay the service's 200. May return a promise
-   * of the work it started (verification, delivery), which never rejects.
-   */
-  afterResponse?: () => unknown;
-}
-
-const ALLOW = 'GET, HEAD, POST';
-
-/** The two answers nearly every request gets; the adapter writes their JSON once. */
-export const OK_BODY: Record<string, unknown> = Object.freeze({ ok: true });
-export const DUPLICATE_BODY: Record<string, unknown> = Object.freeze({ ok: true, duplicate: true });
-const RETRY_AFTER_SECONDS = '30';
-/** What a claim resolves when the router closed while it was in flight. */
-const CLOSED = Symbol('closed');
+/**
+ * What admitting a validated notification came to: claimed (ours to deliver, with the lease for `dispatch`),
+ * a resend, or one of the reasons it is answered 503 and nothing stays claimed.
+ */
+export type Admission =
+  | { kind: 'claimed'; leaseId: string }
+  | { kind: 'duplicate' }
+  | { kind: 'store-failed'; error: StoreError }
+  | { kind: 'busy'; error: VerificationBusyError }
+  | { kind: 'closed' };
 
 /**
  * The core of the router, over plain values: read the body, parse, validate, dedupe, then answer and emit.
@@ -73,10 +54,24 @@ export function createIpnPipeline<C>(
     metrics,
   );
 
+  /**
+   * After `close()`: 503, so that the service resends to the instance that replaces this one, and nothing
+   * claimed (a claim now would hold the key with nobody left to deliver it).
+   */
+  let closed = false;
+  /** The claims in flight, which `close()` waits for. */
+  const inflight = new Set<Promise<unknown>>();
+  const track = <T>(pending: Promise<T>): Promise<T> => {
+    inflight.add(pending);
+    const done = (): void => void inflight.delete(pending);
+    pending.then(done, done);
+    return pending;
+  };
+
   const reject = (event: InvalidEvent): IpnOutcome => ({
     status: event.status,
     body: { error: event.reason, message: event.message, ...(event.issues ? { issues: event.issues } : {}) },
-    afterResponse: () => {
+    after: () => {
       // Not the message: a JSON syntax error quotes the body, which holds the customer's number and name.
       const fields = event.issues?.map((issue) => issue.path);
       logger.warn(
@@ -89,101 +84,24 @@ export function createIpnPipeline<C>(
 
   const authentication = options.authenticate && createAuthentication(options.authenticate, logger);
 
-  /** A parsed body, with what `authenticate` needs of it: its bytes, when the router read them itself. */
-  type Read = ParseResult & { raw?: Buffer | string | undefined; parsedBody?: unknown };
-
-  async function readRecord(request: IpnRequest): Promise<Read | IpnOutcome> {
-    const type = parseContentType(request.contentType);
-    if (!type.ok)
-      return reject({
-        reason: 'unsupported_media_type',
-        status: 415,
-        message: type.message,
-        received: undefined,
-      });
-    if ('consumed' in request.body) {
-      const error = new BodyUnavailableError();
-      logger.error({ err: error }, error.message);
-      return {
-        status: 500,
-        body: { error: 'body_unavailable', message: error.message },
-        afterResponse: () => emit('error', { error }),
-      };
-    }
-    if ('parsed' in request.body) {
-      const { parsed } = request.body;
-      const raw = typeof parsed === 'string' || Buffer.isBuffer(parsed) ? parsed : undefined;
-      return { ...parseParsedBody(parsed, type.format, type.charset), raw, parsedBody: parsed };
-    }
-    if (!isSupportedEncoding(request.contentEncoding)) {
-      const message = `content encoding ${request.contentEncoding} is not supported: send gzip, deflate, br or none`;
-      return reject({ reason: 'unsupported_media_type', status: 415, message, received: undefined });
-    }
-    const declared = Number(request.contentLength);
-    const identity = request.contentEncoding === undefined || request.contentEncoding === 'identity';
-    if (identity && declared > limit) {
-      return reject({
-        reason: 'body_too_large',
-        status: 413,
-        message: `the body is over the ${limit}-byte limit`,
-        received: undefined,
-      });
-    }
-    const read = await readBody(request.body.stream, limit, request.contentEncoding);
-    if (!read.ok) {
-      const status = read.reason === 'body_too_large' ? 413 : 400;
-      return reject({ reason: read.reason, status, message: read.message, received: undefined });
-    }
-    return { ...parseBody(read.body, type.format, type.charset), raw: read.body };
-  }
-
-  /** Runs `authenticate` over the body as read; `undefined` when it passes, the 401 otherwise. */
-  async function authenticated(
-    request: IpnRequest,
-    read: Read & { ok: true },
-  ): Promise<IpnOutcome | undefined> {
-    if (!authentication) return undefined;
-    const { raw } = read;
-    const rawBody = typeof raw === 'string' ? Buffer.from(raw) : raw;
-    const body = raw === undefined ? read.parsedBody : jsonValueOf(rawBody);
-    const passed = await authentication.check({
-      rawBody,
-      body,
-      token: request.token,
-      headers: request.headers ?? {},
-      record: read.record,
-    });
-    if (passed) return undefined;
-    const message = 'the notification failed authentication: its signature is missing or does not match';
-    return reject({ reason: 'unauthorized', status: 401, message, received: undefined });
-  }
-
-  /**
-   * After `close()`: 503, so that the service resends to the instance that replaces this one, and nothing
-   * claimed (a claim now would hold the key with nobody left to deliver it).
-   */
-  let closed = false;
-  const inflight = new Set<Promise<unknown>>();
-  const track = <T>(pending: Promise<T>): Promise<T> => {
-    inflight.add(pending);
-    const done = (): void => void inflight.delete(pending);
-    pending.then(done, done);
-    return pending;
+  /** A body something else read before the router: a bug of the host app's, answered 500 so the service resends. */
+  const bodyUnavailable = (): IpnOutcome => {
+    const error = new BodyUnavailableError();
+    logger.error({ err: error }, error.message);
+    return {
+      status: 500,
+      body: { error: 'body_unavailable', message: error.message },
+      after: () => emit('error', { error }),
+    };
   };
-  const closedOutcome = (): IpnOutcome => ({
-    status: 503,
-    headers: { 'Retry-After': RETRY_AFTER_SECONDS },
-    body: {
-      error: 'closed',
-      message: 'the IPN router is closed (the app is shutting down): resend it later',
-    },
-  });
+
   /** Claims, unless the router closed meanwhile: then the claim is undone (the inbox keeps a stored one). */
-  async function admit(
-    n: IpnNotification,
-  ): Promise<{ claimed: boolean | StoreError | VerificationBusyError | typeof CLOSED; leaseId: string }> {
-    const accepted = await delivery.accept(n);
-    if (!closed || accepted.claimed !== true) return accepted;
+  async function admit(n: IpnNotification): Promise<Admission> {
+    const { claimed, leaseId } = await delivery.accept(n);
+    if (claimed instanceof StoreError) return { kind: 'store-failed', error: claimed };
+    if (claimed instanceof VerificationBusyError) return { kind: 'busy', error: claimed };
+    if (!claimed) return { kind: 'duplicate' };
+    if (!closed) return { kind: 'claimed', leaseId };
     const message = `the store did not release ${keyOf(n)} within ${storeTimeout} ms (storeTimeout) on close`;
     await within(delivery.unclaim(n), storeTimeout, () => new StoreError(message)).catch(
       (error: StoreError) => {
@@ -191,7 +109,45 @@ export function createIpnPipeline<C>(
         emit('error', { error, notification: n });
       },
     );
-    return { claimed: CLOSED, leaseId: accepted.leaseId };
+    return { kind: 'closed' };
+  }
+
+  /** The answer to an admitted notification, and the work after it. */
+  function answer(admission: Admission, notification: IpnNotification): IpnOutcome {
+    switch (admission.kind) {
+      case 'closed':
+        return unavailable('closed');
+      case 'store-failed': {
+        const { error } = admission;
+        // The driver's error may quote the record (PostgreSQL's "Failing row contains (...)"): redacted.
+        const err = options.logCustomerData ? error : loggableError(error, notification);
+        logger.error(
+          { err, transaction_id: notification.transaction_id, state: notification.state },
+          options.logCustomerData ? error.message : (err.message as string),
+        );
+        return unavailable('store_unavailable', () => emit('error', { error, notification }));
+      }
+      case 'busy':
+        return unavailable('verification_busy', () =>
+          emit('error', { error: admission.error, notification }),
+        );
+      case 'duplicate':
+        return {
+          status: 200,
+          body: DUPLICATE_BODY,
+          after: () => {
+            logger.debug(
+              { transaction_id: notification.transaction_id, state: notification.state },
+              'IPN resend dropped',
+            );
+            emit('duplicate', notification);
+          },
+        };
+      case 'claimed': {
+        const { leaseId } = admission;
+        return { status: 200, body: OK_BODY, after: () => delivery.dispatch(notification, leaseId) };
+      }
+    }
   }
 
   async function handle(request: IpnRequest): Promise<IpnOutcome> {
@@ -200,100 +156,60 @@ export function createIpnPipeline<C>(
       const message = `${request.method} is not allowed here: the payment service POSTs notifications`;
       return { status: 405, headers: { Allow: ALLOW }, body: { error: 'method_not_allowed', message } };
     }
-    if (closed) return closedOutcome();
+    if (closed) return unavailable('closed');
     if (secrets) {
       if (!matchesSecret(request.token, secrets)) {
         const missing = request.token === undefined;
         const message = `the IPN address token is ${missing ? 'missing' : 'wrong'}: give the service the address ipnUrl() builds`;
         const outcome = reject({ reason: 'unauthorized', status: 401, message, received: undefined });
-        const { afterResponse } = outcome;
+        const { after } = outcome;
         // Besides this request's own line: the one warning that says the secret itself may be wrong.
-        outcome.afterResponse = () => {
-          afterResponse?.();
+        outcome.after = () => {
+          after?.();
           tokenWarning.refused(missing);
         };
         return outcome;
       }
       tokenWarning.matched();
     }
-    const parsed = await readRecord(request);
-    if ('status' in parsed) return parsed;
-    if (!parsed.ok) {
-      const { reason, message, issues, received } = parsed;
-      const status = reason === 'unsupported_media_type' ? 415 : 400;
-      return reject({ reason, status, message, issues, received });
+    const read = await readRecord(request, limit);
+    if (read.kind === 'consumed') return bodyUnavailable();
+    if (read.kind === 'refused') return reject(read.event);
+    if (authentication && !(await authentication.check(authenticateInput(request, read)))) {
+      const message = 'the notification failed authentication: its signature is missing or does not match';
+      return reject({ reason: 'unauthorized', status: 401, message, received: undefined });
     }
-    const refused = await authenticated(request, parsed);
-    if (refused) return refused;
 
-    const validated = ipnNotificationSchema.safeParse(parsed.record);
+    const validated = ipnNotificationSchema.safeParse(read.record);
     if (!validated.success) {
       const issues = toFieldIssues(validated.error);
       const message = `the notification is invalid: ${issues.map((i) => `${i.path || 'body'}: ${i.message}`).join('; ')}`;
-      return reject({ reason: 'invalid_fields', status: 400, message, issues, received: parsed.record });
+      return reject({ reason: 'invalid_fields', status: 400, message, issues, received: read.record });
     }
     const notification = validated.data;
     metrics?.received();
-    if (closed) return closedOutcome();
+    if (closed) return unavailable('closed');
     // An expected transaction is checked before the claim: a contradicting copy must not take the key.
     const expected = await delivery.expectations.check(notification);
     if (expected.kind === 'mismatch') {
-      return { status: 200, body: OK_BODY, afterResponse: () => delivery.rejectExpected(expected.event) };
+      return { status: 200, body: OK_BODY, after: () => delivery.rejectExpected(expected.event) };
     }
-    const { claimed, leaseId } =
-      expected.kind === 'error' ? { claimed: expected.error, leaseId: '' } : await track(admit(notification));
-    if (claimed === CLOSED) return closedOutcome();
-    if (claimed instanceof StoreError) {
-      // The driver's error may quote the record (PostgreSQL's "Failing row contains (...)"): redacted.
-      const err = options.logCustomerData ? claimed : loggableError(claimed, notification);
-      logger.error(
-        { err, transaction_id: notification.transaction_id, state: notification.state },
-        options.logCustomerData ? claimed.message : (err.message as string),
-      );
-      return {
-        status: 503,
-        headers: { 'Retry-After': RETRY_AFTER_SECONDS },
-        body: {
-          error: 'store_unavailable',
-          message: 'the store did not record the notification in time: resend it later',
-        },
-        afterResponse: () => emit('error', { error: claimed, notification }),
-      };
+    const admission: Admission =
+      expected.kind === 'error'
+        ? { kind: 'store-failed', error: expected.error }
+        : await track(admit(notification));
+    if (admission.kind === 'claimed') {
+      delivery.expectations.settle(notification, expected);
+      if (!isFinalState(notification.state)) {
+        // Only `notification` is emitted for it: say so loudly, or a new success spelling is a lost payment.
+        metrics?.unknownState();
+        logger.warn(
+          { transaction_id: notification.transaction_id, state: notification.state },
+          `IPN in state ${notification.state}, neither SUCCESSFUL nor FAILED: emitted as notification only, never as a success`,
+        );
+      }
     }
-    if (claimed instanceof VerificationBusyError) {
-      return {
-        status: 503,
-        headers: { 'Retry-After': RETRY_AFTER_SECONDS },
-        body: {
-          error: 'verification_busy',
-          message: 'too many notifications are being verified: resend it later',
-        },
-        afterResponse: () => emit('error', { error: claimed, notification }),
-      };
-    }
-    if (!claimed) {
-      return {
-        status: 200,
-        body: DUPLICATE_BODY,
-        afterResponse: () => {
-          logger.debug(
-            { transaction_id: notification.transaction_id, state: notification.state },
-            'IPN resend dropped',
-          );
-          emit('duplicate', notification);
-        },
-      };
-    }
-    delivery.expectations.settle(notification, expected);
-    if (!isFinalState(notification.state)) {
-      // Only `notification` is emitted for it: say so loudly, or a new success spelling is a lost payment.
-      metrics?.unknownState();
-      logger.warn(
-        { transaction_id: notification.transaction_id, state: notification.state },
-        `IPN in state ${notification.state}, neither SUCCESSFUL nor FAILED: emitted as notification only, never as a success`,
-      );
-    }
-    return { status: 200, body: OK_BODY, afterResponse: () => delivery.dispatch(notification, leaseId) };
+    return answer(admission, notification);
   }
 
   return {
@@ -328,14 +244,4 @@ export function createIpnPipeline<C>(
       }
     },
   };
-}
-
-/** The JSON value of a body, as `JSON.parse` (and so `express.json()`) decodes it; `undefined` if not JSON. */
-function jsonValueOf(raw: Buffer | undefined): unknown {
-  if (raw === undefined) return undefined;
-  try {
-    return JSON.parse(raw.toString('utf8')) as unknown;
-  } catch {
-    return undefined;
-  }
 }

@@ -1,11 +1,11 @@
 /// <reference types="node" preserve="true" />
 import { Readable } from 'node:stream';
 import type { FastifyPluginCallback, FastifyReply, FastifyRequest } from 'fastify';
-import type { IpnOutcome, IpnRequest } from '../pipeline/ipn-pipeline.js';
+import type { IpnRequest } from '../pipeline/ipn-outcome.js';
 import type { IpnCore } from '../pipeline/ipn-core.js';
+import { serve } from '../pipeline/serve.js';
 import type { IpnRouter } from './ipn-router.js';
 import { coreOf } from './ipn-router.js';
-import { payloadOf } from './node-handler.js';
 import { tokenOf } from '../authenticate/ipn-url.js';
 
 /** The options of {@link ipnPlugin}, beside Fastify's own (`prefix`). */
@@ -15,7 +15,6 @@ export interface IpnPluginOptions {
   router: IpnRouter<any>;
 }
 
-const JSON_TYPE = 'application/json; charset=utf-8';
 // GET and HEAD are liveness pings; every other method gets the router's 405.
 const METHODS = ['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'];
 /** Marks the stream the plugin's own content-type parser handed over, unread. */
@@ -51,27 +50,14 @@ export const ipnPlugin: FastifyPluginCallback<IpnPluginOptions> = (instance, opt
     parsed(null, { [UNREAD]: payload });
   });
 
-  const handler = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
-    let outcome: IpnOutcome;
-    try {
-      outcome = await core.handle(toIpnRequest(request));
-    } catch (cause) {
-      outcome = core.failure(cause);
-    }
-    try {
-      // The JSON text as it is: a host's reply serializer applies to objects only.
-      void reply
-        .code(outcome.status)
-        .headers(outcome.headers ?? {})
-        .type(JSON_TYPE)
-        .send(payloadOf(outcome.body));
-    } catch (cause) {
-      core.onFailure(cause);
-    }
-    // Events run even if the answer could not be written: a claimed notification must still be delivered.
-    void core.afterResponse(outcome);
-    return reply;
-  };
+  const handler = serve<[FastifyRequest, FastifyReply], FastifyReply>(core, {
+    toIpnRequest,
+    // The JSON text as it is: a host's reply serializer applies to objects only. For HEAD, no body: Fastify
+    // keeps the Content-Length given.
+    write: (reply, _request, fastifyReply) =>
+      fastifyReply.code(reply.status).headers(reply.headers).send(reply.body),
+    unwritten: (_request, fastifyReply) => fastifyReply,
+  });
   instance.route({ method: METHODS, url: '/', exposeHeadRoute: false, handler });
   done();
 };

@@ -1,9 +1,9 @@
 /// <reference types="node" preserve="true" />
 import { Readable } from 'node:stream';
-import type { IpnOutcome, IpnRequest } from '../pipeline/ipn-pipeline.js';
+import type { IpnRequest } from '../pipeline/ipn-outcome.js';
 import type { IpnCore } from '../pipeline/ipn-core.js';
+import { serve } from '../pipeline/serve.js';
 import { tokenOf } from '../authenticate/ipn-url.js';
-import { payloadOf } from './node-handler.js';
 
 /**
  * What a fetch-style platform gives a handler beside the request. Only `waitUntil` is read: Next.js's
@@ -24,37 +24,18 @@ export interface FetchContext {
  */
 export type FetchHandler = (request: Request, context?: FetchContext) => Promise<Response>;
 
-const JSON_TYPE = 'application/json; charset=utf-8';
-
 /** The fetch (Web `Request` / `Response`) adapter over the core. Never rejects. */
 export function createFetchHandler(core: IpnCore<unknown>): FetchHandler {
-  return async (request, context) => {
-    let outcome: IpnOutcome;
-    try {
-      outcome = await core.handle(toIpnRequest(request));
-    } catch (cause) {
-      outcome = core.failure(cause);
-    }
-    let response: Response;
-    try {
-      response = toResponse(request.method, outcome);
-    } catch (cause) {
-      // Not reachable with the router's own answers; still never a rejection, and the service resends.
-      core.onFailure(cause);
-      response = new Response(null, { status: 500 });
-    }
-    // Started now, not once the response is written: a frozen function may never run a later timer.
-    const work = core.afterResponse(outcome);
-    // Called as a method: a Cloudflare Worker's `ctx.waitUntil` needs its `this`.
-    if (typeof context?.waitUntil === 'function') {
-      try {
-        context.waitUntil(work);
-      } catch (cause) {
-        core.onFailure(cause);
-      }
-    }
-    return response;
-  };
+  return serve<[Request, FetchContext?], Response>(core, {
+    toIpnRequest,
+    write: (reply) => new Response(reply.body ?? null, { status: reply.status, headers: reply.headers }),
+    // Not reachable with the router's own answers; still never a rejection, and the service resends.
+    unwritten: () => new Response(null, { status: 500 }),
+    waitUntil: (work, _request, context) => {
+      // Called as a method: a Cloudflare Worker's `ctx.waitUntil` needs its `this`.
+      if (typeof context?.waitUntil === 'function') context.waitUntil(work);
+    },
+  });
 }
 
 function toIpnRequest(request: Request): IpnRequest {
@@ -76,11 +57,4 @@ function bodyOf(request: Request): IpnRequest['body'] {
   if (request.bodyUsed) return { consumed: true };
   if (request.body === null) return { stream: Readable.from([]) };
   return { stream: Readable.fromWeb(request.body) };
-}
-
-function toResponse(method: string, outcome: IpnOutcome): Response {
-  const headers = new Headers(outcome.headers);
-  headers.set('Content-Type', JSON_TYPE);
-  const body = method === 'HEAD' ? null : payloadOf(outcome.body);
-  return new Response(body, { status: outcome.status, headers });
 }

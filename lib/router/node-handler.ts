@@ -1,7 +1,8 @@
 /// <reference types="node" preserve="true" />
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { DUPLICATE_BODY, OK_BODY, type IpnOutcome, type IpnRequest } from '../pipeline/ipn-pipeline.js';
+import type { IpnRequest } from '../pipeline/ipn-outcome.js';
 import type { IpnCore } from '../pipeline/ipn-core.js';
+import { serve, type Reply } from '../pipeline/serve.js';
 import { tokenOf } from '../authenticate/ipn-url.js';
 
 /** A handler that Express (4 or 5) mounts and that `http.createServer` takes as it is. */
@@ -24,17 +25,12 @@ export function createNodeHandler(core: IpnCore<unknown>): NodeHandler {
     }
     void respond(req, res);
   };
-  /** One async step per request: even a throw while reading the request becomes a 500, not a crash. */
-  const respond = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
-    let outcome: IpnOutcome;
-    try {
-      outcome = await core.handle(toIpnRequest(req));
-    } catch (cause) {
-      outcome = core.failure(cause);
-    }
-    // Never throws: the logger is guarded, listeners are isolated, and send catches what writing throws.
-    send(req, res, outcome, core.onFailure);
-  };
+  // Never rejects: even a throw while reading the request becomes a 500, not a crash.
+  const respond = serve<[IncomingMessage, ServerResponse], void>(core, {
+    toIpnRequest,
+    write,
+    unwritten: () => undefined,
+  });
   return handler;
 }
 
@@ -115,41 +111,9 @@ function isPlainObject(value: unknown): value is object {
   return typeof value === 'object' && value !== null && Object.getPrototypeOf(value) === Object.prototype;
 }
 
-const JSON_TYPE = 'application/json; charset=utf-8';
-const FIXED = new Map<object, string>([
-  [OK_BODY, JSON.stringify(OK_BODY)],
-  [DUPLICATE_BODY, JSON.stringify(DUPLICATE_BODY)],
-]);
-
-/** The JSON text of an answer's body; the few fixed ones are written once. */
-export function payloadOf(body: Record<string, unknown> | undefined): string {
-  if (body === undefined) return '';
-  return FIXED.get(body) ?? JSON.stringify(body);
-}
-
-function send(
-  req: IncomingMessage,
-  res: ServerResponse,
-  outcome: IpnOutcome,
-  onFailure: (cause: unknown) => void,
-): void {
-  try {
-    if (!res.headersSent && !res.writableEnded) {
-      const payload = payloadOf(outcome.body);
-      const length = String(Buffer.byteLength(payload));
-      const headers = outcome.headers
-        ? { ...outcome.headers, 'Content-Type': JSON_TYPE, 'Content-Length': length }
-        : { 'Content-Type': JSON_TYPE, 'Content-Length': length };
-      res.writeHead(outcome.status, headers);
-      res.end(req.method === 'HEAD' ? undefined : payload);
-    }
-  } catch (cause) {
-    onFailure(cause);
-  }
-  // Events run even if the answer could not be written: a claimed notification must still be delivered.
-  try {
-    void outcome.afterResponse?.(); // its promise never rejects, and nothing here waits for it
-  } catch (cause) {
-    onFailure(cause);
-  }
+/** Writes the reply, unless something of the host's already answered. */
+function write(reply: Reply, _req: IncomingMessage, res: ServerResponse): void {
+  if (res.headersSent || res.writableEnded) return;
+  res.writeHead(reply.status, reply.headers);
+  res.end(reply.body);
 }

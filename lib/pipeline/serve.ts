@@ -1,0 +1,96 @@
+import type { IpnCore } from './ipn-core.js';
+import { DUPLICATE_BODY, OK_BODY, type IpnOutcome, type IpnRequest } from './ipn-outcome.js';
+
+/** The one content type of every answer. */
+export const JSON_TYPE = 'application/json; charset=utf-8';
+
+const FIXED = new Map<object, string>([
+  [OK_BODY, JSON.stringify(OK_BODY)],
+  [DUPLICATE_BODY, JSON.stringify(DUPLICATE_BODY)],
+]);
+
+/** The JSON text of an answer's body; the few fixed ones are written once. */
+export function payloadOf(body: Record<string, unknown> | undefined): string {
+  if (body === undefined) return '';
+  return FIXED.get(body) ?? JSON.stringify(body);
+}
+
+/** An answer ready to write, whatever the transport. */
+export interface Reply {
+  readonly status: number;
+  /** The outcome's headers (`Allow`, `Retry-After`), `Content-Type` and `Content-Length`. */
+  readonly headers: Readonly<Record<string, string>>;
+  /**
+   * The JSON text to send; `undefined` for a HEAD request, whose `Content-Length` is still the length of
+   * the text a GET would get.
+   */
+  readonly body: string | undefined;
+}
+
+/**
+ * What a transport (node:http, fetch, Fastify) supplies to {@link serve}: a few small functions over its
+ * own request and response objects, `In` being the arguments its handler is called with and `Out` what the
+ * handler resolves. The flow itself (answering, failures, the work after the answer) is `serve`'s alone.
+ */
+export interface Transport<In extends unknown[], Out> {
+  /** The request as the pipeline sees it. A throw (a getter of the host's) is answered 500. */
+  readonly toIpnRequest: (...input: In) => IpnRequest;
+  /** Writes the reply and gives what the handler resolves. A throw is reported through `onFailure`. */
+  readonly write: (reply: Reply, ...input: In) => Out;
+  /** What the handler resolves when `write` threw. */
+  readonly unwritten: (...input: In) => Out;
+  /**
+   * Hands the work after the answer to the platform's `waitUntil`, when this request has one (a serverless
+   * function frozen once it answered). Without it, the work runs on: the process stays up.
+   */
+  readonly waitUntil?: (work: Promise<void>, ...input: In) => void;
+}
+
+/**
+ * The one request flow every transport shares: handle (never rejects: a throw while reading the request is
+ * a 500 through `core.failure`), write the answer (a failure is reported, and the work after the answer
+ * still runs: a claimed notification must still be delivered), then start that work exactly once, tracked,
+ * and hand its promise to `waitUntil`. The handler it returns never rejects.
+ */
+export function serve<In extends unknown[], Out>(
+  core: IpnCore<unknown>,
+  transport: Transport<In, Out>,
+): (...input: In) => Promise<Out> {
+  return async (...input) => {
+    let head = false;
+    let outcome: IpnOutcome;
+    try {
+      const request = transport.toIpnRequest(...input);
+      head = request.method === 'HEAD';
+      outcome = await core.handle(request);
+    } catch (cause) {
+      outcome = core.failure(cause);
+    }
+    let out: Out;
+    try {
+      out = transport.write(replyOf(outcome, head), ...input);
+    } catch (cause) {
+      core.onFailure(cause);
+      out = transport.unwritten(...input);
+    }
+    // Started now, not once the answer is flushed: a frozen function may never run a later timer.
+    const work = core.runAfterResponse(outcome);
+    if (transport.waitUntil) {
+      try {
+        transport.waitUntil(work, ...input);
+      } catch (cause) {
+        core.onFailure(cause);
+      }
+    }
+    return out;
+  };
+}
+
+function replyOf(outcome: IpnOutcome, head: boolean): Reply {
+  const payload = payloadOf(outcome.body);
+  const length = String(Buffer.byteLength(payload));
+  const headers = outcome.headers
+    ? { ...outcome.headers, 'Content-Type': JSON_TYPE, 'Content-Length': length }
+    : { 'Content-Type': JSON_TYPE, 'Content-Length': length };
+  return { status: outcome.status, headers, body: head ? undefined : payload };
+}
