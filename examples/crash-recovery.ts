@@ -2,7 +2,7 @@ import type { ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Pool } from 'pg';
-import type { DeliveryStatus } from 'ipn-kit';
+import type { InboxEntry } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { createFakeProvider } from 'ipn-kit/testing';
 import { startLedgerApp, stopProcess } from './start-ledger-app.js';
@@ -26,11 +26,11 @@ export interface CrashRecoverySummary {
   /** The payment's ledger rows right after the kill: 0, as the row was never committed. */
   rowsAfterKill: number;
   /** The inbox entry right after the kill: still `received`, after 1 attempt. */
-  afterKill: { status: DeliveryStatus; attempts: number };
+  afterKill: { status: InboxEntry['status']; attempts: number };
   /** The attempt the restarted app's listener ran: 2. */
   restartAttempt: number;
   /** The inbox entry at the end: `delivered`. */
-  final: { status: DeliveryStatus; attempts: number };
+  final: { status: InboxEntry['status']; attempts: number };
   leaseMs: number;
   /** The throwaway ledger table, dropped when the scene ends. */
   ledgerTable: string;

@@ -3,7 +3,4 @@
  * @packageDocumentation
  */
 export { adminRouter } from './admin/admin-router.js';
-export type { AdminRouter } from './admin/admin-router.js';
 export { adminFetchHandler } from './admin/admin-fetch.js';
-export type { AdminFetchHandler, AdminFetchOptions } from './admin/admin-fetch.js';
-export type { AdminOptions, AdminSource } from './admin/admin-options.js';

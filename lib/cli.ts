@@ -1,14 +1,12 @@
 #!/usr/bin/env node
 /// <reference types="node" preserve="true" />
 /**
- * The `ipn-kit` command (`npx ipn-kit send|inbox ...`): the package's `bin`. The commands live in `cli/`.
+ * The `ipn-kit` command (`npx ipn-kit send|inbox ...`): the package's `bin`, a script that exports nothing. The
+ * commands live in `cli/`.
  * @packageDocumentation
  */
 import type { CliIo } from './cli/cli-io.js';
 import { runCli } from './cli/run-cli.js';
-
-export { runCli };
-export type { CliIo };
 
 if (typeof require !== 'undefined' && require.main === module) {
   const io: CliIo = {

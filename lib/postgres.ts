@@ -4,13 +4,6 @@
  * @packageDocumentation
  */
 export { PostgresStore } from './stores/postgres-store.js';
-export type { PostgresStoreOptions, PgQueryable, PgQueryResult } from './stores/postgres-store.js';
-export type {
-  PgClientOf,
-  PgConnectingPool,
-  PgPoolClient,
-  PgPromisePool,
-} from './stores/postgres-transaction.js';
+export type { PgQueryable } from './stores/postgres-store.js';
 export { postgresSchemaSql } from './stores/postgres-sql.js';
 export { postgresExpectationsSql } from './stores/postgres-expectations.js';
-export type { PostgresExpectations } from './stores/postgres-expectations.js';

@@ -4,4 +4,3 @@
  * @packageDocumentation
  */
 export { registerIpnMetrics } from './observability/register-ipn-metrics.js';
-export type { PrometheusOptions } from './observability/register-ipn-metrics.js';

@@ -1,6 +1,7 @@
+/**
+ * `ipn-kit/testing`: a fake payment service for your tests and your local runs: it initiates transactions,
+ * answers status queries and sends notifications to your IPN address, as the real one does.
+ * @packageDocumentation
+ */
 export { createFakeProvider } from './testing/fake-provider.js';
-export type { FakeProvider, FakeProviderStats, InitiatedTransaction } from './testing/fake-provider.js';
-export type { FakeProviderOptions, FakeProviderInit } from './testing/fake-provider-options.js';
-export type { InitiateOptions, ForgeOptions } from './testing/fake-provider-initiate.js';
-export type { DeliveryReport } from './testing/fake-provider-delivery.js';
-export type { FakeTransaction } from './testing/fake-provider-record.js';
+export type { FakeProvider } from './testing/fake-provider.js';

@@ -2,7 +2,10 @@ import { createAdminCore, stripSlash, type AdminAnswer } from './admin-core.js';
 import { resolveAdminOptions, type AdminOptions } from './admin-options.js';
 import { readFetchForm } from './read-form.js';
 
-/** Options of {@link adminFetchHandler}: those of `adminRouter()`, `authorize` given the WHATWG `Request`. */
+/**
+ * Options of {@link adminFetchHandler}: those of `adminRouter()`, `authorize` given the WHATWG `Request`.
+ * @inline
+ */
 export interface AdminFetchOptions extends AdminOptions<Request> {
   /**
    * The path the page is served under (`/ops/ipn`): the pages' links start with it, and a request outside
@@ -15,6 +18,7 @@ export interface AdminFetchOptions extends AdminOptions<Request> {
 /**
  * The operator's page as a Web-standard handler: a WHATWG `Request` in, a `Response` out. Never rejects.
  * Needs no `this`: `app.all('/ops/ipn/*', (c) => admin(c.req.raw))`.
+ * @inline
  */
 export type AdminFetchHandler = (request: Request) => Promise<Response>;
 

@@ -2,12 +2,16 @@ import type { IncomingMessage } from 'node:http';
 import type { IpnRouter } from '../router/ipn-router.js';
 import { defaultLogger, guardLogger, type Logger } from '../observability/logger.js';
 
-/** What the page needs of the router: `ipnRouter()` returns it. */
+/**
+ * What the page needs of the router: `ipnRouter()` returns it.
+ * @inline
+ */
 export type AdminSource = Pick<IpnRouter<unknown>, 'inbox' | 'metrics' | 'reconcile' | 'on'>;
 
 /**
  * Options of {@link adminRouter} (`Req` is node's `IncomingMessage`, or Express's request that extends it) and
  * of `adminFetchHandler()` (`Req` is a WHATWG `Request`): `authorize` is given that request.
+ * @inline
  */
 export interface AdminOptions<Req = IncomingMessage> {
   /** The router whose inbox, metrics and events the page shows: what `ipnRouter()` returned. Required. */

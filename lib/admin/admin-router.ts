@@ -5,7 +5,10 @@ import { createAdminCore, stripSlash, type AdminAnswer } from './admin-core.js';
 import { resolveAdminOptions, type AdminOptions } from './admin-options.js';
 import { readForm } from './read-form.js';
 
-/** The operator's page: a handler that Express mounts with `app.use(path, admin)` and `http.createServer` takes. */
+/**
+ * The operator's page: a handler that Express mounts with `app.use(path, admin)` and `http.createServer` takes.
+ * @inline
+ */
 export type AdminRouter = NodeHandler;
 
 /**

@@ -1,4 +1,7 @@
-/** What an `authenticate` function receives: the request's parts, before the notification is validated. */
+/**
+ * What an `authenticate` function receives: the request's parts, before the notification is validated.
+ * @inline
+ */
 export interface AuthenticateInput {
   /**
    * The body's bytes as they arrived (after decompression), when the router read the stream itself;

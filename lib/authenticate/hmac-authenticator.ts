@@ -1,7 +1,10 @@
 import { createHmac, getHashes, timingSafeEqual } from 'node:crypto';
 import type { Authenticate, AuthenticateInput } from './authenticate.js';
 
-/** Options of {@link hmacAuthenticator}. `secret`, and `header` or `field`, are required. */
+/**
+ * Options of {@link hmacAuthenticator}. `secret`, and `header` or `field`, are required.
+ * @inline
+ */
 export interface HmacOptions {
   /** The shared secret; several during a rotation (any one may match). Required. */
   secret: string | Buffer | ReadonlyArray<string | Buffer>;

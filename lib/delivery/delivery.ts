@@ -18,7 +18,10 @@ import { createReconcileSweep } from './reconcile-sweep.js';
 
 type Claimer = ReturnType<typeof createStoreClaimer>;
 
-/** What `ipn.reconcile()` resolves. */
+/**
+ * What `ipn.reconcile()` resolves.
+ * @inline
+ */
 export interface ReconcileResult {
   /** The service's record, whatever its state. */
   record: StatusRecord;
@@ -26,7 +29,10 @@ export interface ReconcileResult {
   emitted: boolean;
 }
 
-/** The notification's inbox, for the host's admin tools (with `delivery: 'at-least-once'`). */
+/**
+ * The notification's inbox, for the host's admin tools (with `delivery: 'at-least-once'`).
+ * @inline
+ */
 export interface Inbox {
   /** Entries matching the filters (status, transaction, text in `custom_data`, dates), oldest first by default. */
   list(options?: ListOptions): Promise<InboxEntry[]>;

@@ -4,7 +4,10 @@ import type { RejectedEvent } from '../status/verify-notification.js';
 import type { StatusRecord } from '../status/status-envelope.js';
 import type { DeliveryTransaction } from '../stores/store.js';
 
-/** What every listener of `successful`, `failed` and `notification` learns about the delivery attempt. */
+/**
+ * What every listener of `successful`, `failed` and `notification` learns about the delivery attempt.
+ * @inline
+ */
 export interface AttemptInfo {
   /** The notification's inbox and dedupe key: `transaction_id:state`. */
   key: string;
@@ -62,7 +65,10 @@ export type CustomDataFields<C> = [C] extends [undefined]
 /** What a listener receives: the validated notification, plus `customData` when a schema was given. */
 export type Notification<C = undefined> = IpnNotification & CustomDataFields<C>;
 
-/** Why a request was rejected. */
+/**
+ * Why a request was rejected.
+ * @inline
+ */
 export type InvalidReason =
   | 'malformed_body'
   | 'not_an_object'
@@ -108,7 +114,10 @@ export interface DeadEvent<C = undefined> {
   lastError: string;
 }
 
-/** Why the sweep gave up on an expected transaction: the `reason` of a `stale` event. */
+/**
+ * Why the sweep gave up on an expected transaction: the `reason` of a `stale` event.
+ * @inline
+ */
 export type StaleReason =
   /** The service still reported a non-final state at every query. */
   | 'not_final'

@@ -5,7 +5,10 @@ import type { Store } from '../stores/store.js';
 import { sameCustomData, type RejectedEvent, type VerifiedField } from '../status/verify-notification.js';
 import type { DeliveryContext } from './delivery-context.js';
 
-/** What `ipn.expect()` takes besides the transaction id: what to check the notification against. */
+/**
+ * What `ipn.expect()` takes besides the transaction id: what to check the notification against.
+ * @inline
+ */
 export interface ExpectOptions {
   /** The `custom_data` given at initiation: text, or a value sent as its JSON text. */
   customData?: unknown;

@@ -16,7 +16,10 @@ const BATCH = 20;
 /** How long one sweep may hold the lock before another instance may take over (a crashed sweeper). */
 const LOCK_MS = 5 * 60_000;
 
-/** What one sweep did: what `ipn.sweep()` resolves. */
+/**
+ * What one sweep did: what `ipn.sweep()` resolves.
+ * @inline
+ */
 export interface SweepResult {
   /** Status queries made. */
   queried: number;

@@ -27,7 +27,7 @@ export type Attempt = AttemptInfo & { db?: unknown };
 export interface IpnEmitter<C = undefined, X = ListenerContext> {
   /** Adds a listener of `event`; its payload is typed by the event's name. */
   on<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
-  /** The same as {@link IpnEmitter.on}. */
+  /** The same as `on`. */
   addListener<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
   /** Adds the listener before the ones already added, so it runs first. */
   prependListener<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
@@ -37,7 +37,7 @@ export interface IpnEmitter<C = undefined, X = ListenerContext> {
   prependOnceListener<E extends Name<C>>(event: E, listener: Events<C, X>[E]): this;
   /** Removes `listener` of `event`, or every listener of it when none is given. */
   off<E extends Name<C>>(event: E, listener?: Events<C, X>[E]): this;
-  /** The same as {@link IpnEmitter.off}. */
+  /** The same as `off`. */
   removeListener<E extends Name<C>>(event: E, listener?: Events<C, X>[E]): this;
   /** Removes every listener of `event`, or of every event when none is given. */
   removeAllListeners(event?: Name<C>): this;

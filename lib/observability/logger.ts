@@ -1,11 +1,18 @@
-/** A log method: pino's `(object, message)` call shape. */
+/**
+ * A log method: pino's `(object, message)` call shape.
+ * @inline
+ */
 export type LogFn = (object: Record<string, unknown>, message: string) => void;
 
 /** The subset of a pino (or pino-compatible) logger that ipn-kit uses. */
 export interface Logger {
+  /** Detail for following one request (quiet by default). */
   debug: LogFn;
+  /** A normal event worth a line: a start, a recovery. */
   info: LogFn;
+  /** Something went wrong that ipn-kit handled: a rejected request, a retry. */
   warn: LogFn;
+  /** A failure that needs you: a store or listener error, a dead notification. */
   error: LogFn;
 }
 

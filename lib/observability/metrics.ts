@@ -1,6 +1,9 @@
 import type { IpnKitError } from '../shared/errors.js';
 
-/** What a router has counted since it was created: read it with `ipn.metrics()`, export it as you like. */
+/**
+ * What a router has counted since it was created: read it with `ipn.metrics()`, export it as you like.
+ * @inline
+ */
 export interface IpnMetrics {
   /** Valid notifications received: first deliveries and resends. */
   received: number;

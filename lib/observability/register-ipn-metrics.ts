@@ -1,7 +1,10 @@
 import { Counter, register as defaultRegistry, type Registry } from 'prom-client';
 import type { IpnMetrics } from './metrics.js';
 
-/** Options of {@link registerIpnMetrics}. */
+/**
+ * Options of {@link registerIpnMetrics}.
+ * @inline
+ */
 export interface PrometheusOptions {
   /** Where the metrics are registered. @default prom-client's default registry */
   registry: Registry;

@@ -8,6 +8,7 @@ import { tokenOf } from '../authenticate/ipn-url.js';
 /**
  * What a fetch-style platform gives a handler beside the request. Only `waitUntil` is read: Next.js's
  * `after`, Vercel's `waitUntil`, a Cloudflare Worker's `ctx` (passed as it is), Deno's and Bun's equivalents.
+ * @inline
  */
 export interface FetchContext {
   /**

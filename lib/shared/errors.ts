@@ -1,6 +1,7 @@
 /**
  * The `code` of a status-query failure ({@link StatusError} and its subclasses): the service does not know
  * the transaction, the query failed, or it was refused locally to avoid a block.
+ * @inline
  */
 export type StatusErrorCode =
   'IPN_TRANSACTION_NOT_FOUND' | 'IPN_STATUS_QUERY_FAILED' | 'IPN_STATUS_RATE_LIMITED';
@@ -99,7 +100,10 @@ export class BodyUnavailableError extends IpnKitError {
   }
 }
 
-/** One problem with one field, as reported in a 400 answer and in `invalid` events. */
+/**
+ * One problem with one field, as reported in a 400 answer and in `invalid` events.
+ * @inline
+ */
 export interface FieldIssue {
   /** Dotted path of the field (`transaction_id`), or `''` for the whole body. */
   readonly path: string;
@@ -172,7 +176,10 @@ export class TransactionNotFoundError extends StatusError {
   }
 }
 
-/** What the service (or the network) answered to a status query that failed. */
+/**
+ * What the service (or the network) answered to a status query that failed.
+ * @inline
+ */
 export interface StatusQueryFailure {
   /** The HTTP status, or `undefined` when no answer came (network error, timeout). */
   httpStatus?: number | undefined;

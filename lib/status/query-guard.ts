@@ -31,7 +31,10 @@ export interface StatusClientStats {
 
 const MINUTE = 60_000;
 
-/** What `getStatus` may be told about the answer it must give. */
+/**
+ * What `getStatus` may be told about the answer it must give.
+ * @inline
+ */
 export interface StatusQueryOptions {
   /**
    * Only an answer to a request sent after this time (ms since the epoch, as `performance.timeOrigin + performance.now()` or

@@ -2,7 +2,10 @@ import { createHash } from 'node:crypto';
 import { senderOf, type IoRedisClient, type NodeRedisClient, type Send } from '../stores/redis-store.js';
 import type { SharedGuard, SharedPermit } from './shared-guard.js';
 
-/** Options of {@link redisGuard}. */
+/**
+ * Options of {@link redisGuard}.
+ * @inline
+ */
 export interface RedisGuardOptions {
   /** Your connected client: ioredis or node-redis (the same one as your `RedisStore`, if you like). Required. */
   client: IoRedisClient | NodeRedisClient;

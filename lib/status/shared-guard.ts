@@ -1,4 +1,7 @@
-/** What one request asked of the fleet's budget got. */
+/**
+ * What one request asked of the fleet's budget got.
+ * @inline
+ */
 export interface SharedPermit {
   /** `true`: one request was taken from the fleet's budget; send it. */
   granted: boolean;
@@ -15,13 +18,14 @@ export interface SharedPermit {
  * rules: one budget, one cool-down, one cache of answers, one lock per transaction id. `redisGuard()` from
  * `ipn-kit/redis` implements it; give it to `createStatusClient({ shared })`. Every method may reject when
  * the shared store is unreachable: the client then falls back (see `fallbackInstances`).
+ * @inline
  */
 export interface SharedGuard {
   /** Atomically takes one request from a budget of `maxPerMinute` in any 60 s window, unless a cool-down runs. */
   take(maxPerMinute: number): Promise<SharedPermit>;
   /** Starts (or lengthens) the fleet's cool-down: no instance sends anything for `ms`. */
   block(ms: number): Promise<void>;
-  /** The answer cached for `id` (what {@link SharedGuard.write} stored), or `undefined`. */
+  /** The answer cached for `id` (what `write` stored), or `undefined`. */
   read(id: string): Promise<string | undefined>;
   /** Caches an answer for `id` for `ttlMs`. */
   write(id: string, value: string, ttlMs: number): Promise<void>;

@@ -8,7 +8,10 @@ import {
 import type { Logger } from '../observability/logger.js';
 import type { StatusRecord } from './status-envelope.js';
 
-/** What `client.check()` found wrong, if anything. */
+/**
+ * What `client.check()` found wrong, if anything.
+ * @inline
+ */
 export type StatusCheckVerdict =
   /** The status API answered as the service does: `baseUrl` is right (and the key, when `keyConfirmed`). */
   | 'ok'
@@ -25,7 +28,10 @@ export type StatusCheckVerdict =
   /** The service failed (5xx, or a `statut_code` it does not explain). */
   | 'service_error';
 
-/** The answer of `client.check()`. */
+/**
+ * The answer of `client.check()`.
+ * @inline
+ */
 export interface StatusCheck {
   /** `true` when the status API answered as the service does. */
   ok: boolean;
@@ -43,7 +49,10 @@ export interface StatusCheck {
   error?: StatusError | undefined;
 }
 
-/** Options of `client.check()`. */
+/**
+ * Options of `client.check()`.
+ * @inline
+ */
 export interface StatusCheckOptions {
   /** A transaction of yours that the service knows: finding it proves the key. @default a made-up id */
   transactionId?: string | undefined;

@@ -15,7 +15,10 @@ import {
 } from './status-check.js';
 import { waitFromMessage } from './wait-message.js';
 
-/** Options of {@link createStatusClient}. `baseUrl` and `apiKey` are required; each other default is given. */
+/**
+ * Options of {@link createStatusClient}. `baseUrl` and `apiKey` are required; each other default is given.
+ * @inline
+ */
 export interface StatusClientOptions {
   /** The service's transaction API, such as `https://host/api_v1/transaction`; queries go to `{baseUrl}/status`. */
   baseUrl: string;

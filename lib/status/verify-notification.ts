@@ -24,7 +24,10 @@ export interface VerifyContext {
 /** The fields a notification must share with the service's own record to be believed. */
 export type VerifiedField = 'state' | 'amount' | 'custom_data';
 
-/** Why a notification was not believed. */
+/**
+ * Why a notification was not believed.
+ * @inline
+ */
 export type RejectionReason =
   /** The service does not know the transaction: a forged id. */
   | 'not_found'

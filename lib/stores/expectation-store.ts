@@ -1,4 +1,7 @@
-/** A transaction the partner initiated and expects a notification for (`ipn.expect()`). */
+/**
+ * A transaction the partner initiated and expects a notification for (`ipn.expect()`).
+ * @inline
+ */
 export interface Expectation {
   /** The transaction's id, as the initiation returned it. */
   transactionId: string;

@@ -3,6 +3,7 @@ import type { Expectation, ExpectationStore } from './expectation-store.js';
 /**
  * Expectations in this process's memory (the `MemoryStore`'s): lost on a restart and not shared between
  * instances, like its dedupe keys. Bounded: past `maxEntries`, the oldest is forgotten.
+ * @inline
  */
 export class MemoryExpectations implements ExpectationStore {
   readonly #entries = new Map<string, Expectation>();

@@ -2,7 +2,10 @@ import { MemoryInbox } from './memory-inbox.js';
 import { MemoryExpectations } from './memory-expectations.js';
 import type { DurableStore, InboxEntry, Lease, ListOptions, Settlement, StatusCounts } from './store.js';
 
-/** Options of {@link MemoryStore}. */
+/**
+ * Options of {@link MemoryStore}.
+ * @inline
+ */
 export interface MemoryStoreOptions {
   /**
    * Most keys kept at once. When full, the oldest key is forgotten first, so a very late resend of it would

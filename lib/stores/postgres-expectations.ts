@@ -54,6 +54,7 @@ const toExpectation = (row: Row): Expectation => ({
 /**
  * Expectations in PostgreSQL, in `<table>_expected`: shared by every instance, kept across restarts. Taking
  * the due ones locks their rows (`FOR UPDATE SKIP LOCKED`), so two instances never take the same one.
+ * @inline
  */
 export class PostgresExpectations implements ExpectationStore {
   readonly #query: Query;

@@ -15,7 +15,10 @@ import type {
   StatusCounts,
 } from './store.js';
 
-/** What a query resolves: the part of `pg`'s `QueryResult` the store reads. */
+/**
+ * What a query resolves: the part of `pg`'s `QueryResult` the store reads.
+ * @inline
+ */
 export interface PgQueryResult {
   rows: unknown[];
   rowCount: number | null;
@@ -30,7 +33,10 @@ export interface PgQueryable {
   query(text: string, values?: unknown[]): Promise<PgQueryResult>;
 }
 
-/** Options of {@link PostgresStore}. */
+/**
+ * Options of {@link PostgresStore}.
+ * @inline
+ */
 export interface PostgresStoreOptions<P extends PgQueryable = PgQueryable> {
   /**
    * Your `pg` pool (`new Pool()`). The store only runs queries through it; it never ends it. Listen to its

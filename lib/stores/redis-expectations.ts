@@ -40,6 +40,7 @@ type Data = Pick<Expectation, 'transactionId' | 'customData' | 'amount' | 'expec
  * Expectations in Redis, under the store's prefix: a hash per transaction (`expected:tx:<id>`), a sorted set
  * of due times (`expected:due`) and the sweep's lock (`expected:lock`). Every change is one script, so
  * instances sharing the Redis never take the same expectation twice for one due time.
+ * @inline
  */
 export class RedisExpectations implements ExpectationStore {
   readonly #send: Send;

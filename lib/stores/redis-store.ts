@@ -29,7 +29,10 @@ export interface NodeRedisClient {
   sendCommand(args: string[]): Promise<unknown>;
 }
 
-/** Options of {@link RedisStore}. */
+/**
+ * Options of {@link RedisStore}.
+ * @inline
+ */
 export interface RedisStoreOptions {
   /**
    * Your connected client: ioredis or node-redis. The store only sends commands through it; it never

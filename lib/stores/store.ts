@@ -1,6 +1,9 @@
 import type { ExpectationStore } from './expectation-store.js';
 
-/** A value, or a promise of it: store methods may answer either way. */
+/**
+ * A value, or a promise of it: store methods may answer either way.
+ * @inline
+ */
 export type Awaitable<T> = T | Promise<T>;
 
 /**
@@ -49,7 +52,10 @@ export interface Store {
   readonly expectations?: ExpectationStore;
 }
 
-/** Where a stored notification stands: `received` (not yet delivered), `delivered`, `failed` (to be retried), `dead`. */
+/**
+ * Where a stored notification stands: `received` (not yet delivered), `delivered`, `failed` (to be retried), `dead`.
+ * @inline
+ */
 export type DeliveryStatus = 'received' | 'delivered' | 'failed' | 'dead';
 
 /** One notification in a durable store's inbox. */
@@ -74,19 +80,28 @@ export interface InboxEntry {
   leaseUntil: Date | null;
 }
 
-/** A lease: who holds an entry (a random id per attempt) and for how long. */
+/**
+ * A lease: who holds an entry (a random id per attempt) and for how long.
+ * @inline
+ */
 export interface Lease {
   id: string;
   ms: number;
 }
 
-/** How a delivery attempt ended. */
+/**
+ * How a delivery attempt ended.
+ * @inline
+ */
 export type Settlement =
   | { status: 'delivered' }
   | { status: 'failed'; error: string; nextAttemptAt: Date }
   | { status: 'dead'; error: string };
 
-/** Filters of {@link DurableStore.list}. Every filter given must hold. */
+/**
+ * Filters of {@link DurableStore.list}. Every filter given must hold.
+ * @inline
+ */
 export interface ListOptions {
   /** Only entries of this status. */
   status?: DeliveryStatus;
@@ -106,7 +121,10 @@ export interface ListOptions {
   offset?: number;
 }
 
-/** How many entries a durable store holds, by status: what {@link DurableStore.countByStatus} resolves. */
+/**
+ * How many entries a durable store holds, by status: what {@link DurableStore.countByStatus} resolves.
+ * @inline
+ */
 export type StatusCounts = Record<DeliveryStatus, number>;
 
 /**
@@ -170,6 +188,7 @@ export interface DurableStore extends Store {
 /**
  * One delivery attempt's transaction (see {@link DurableStore.begin}). `db` is what listeners write through;
  * once the attempt has ended, it refuses every further query.
+ * @inline
  */
 export interface DeliveryTransaction<Db = unknown> {
   readonly db: Db;

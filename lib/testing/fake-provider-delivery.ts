@@ -5,7 +5,10 @@ import type { FakeTransaction } from './fake-provider-record.js';
 import { ipnForm, oppositeState } from './fake-provider-record.js';
 import { styleNotification, type NotificationStyle } from './fake-provider-style.js';
 
-/** How the delivery of one transaction's notification ended. */
+/**
+ * How the delivery of one transaction's notification ended.
+ * @inline
+ */
 export interface DeliveryReport {
   /**
    * Every POST sent for the transaction: the first delivery (each `concurrent` copy counts), its resends,

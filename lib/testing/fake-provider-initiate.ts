@@ -1,7 +1,10 @@
 import { checkCount, describe } from './fake-provider-options.js';
 import type { FinalState } from '../notification/schema.js';
 
-/** A transaction to start with `provider.initiate()`, and how its notification is delivered. */
+/**
+ * A transaction to start with `provider.initiate()`, and how its notification is delivered.
+ * @inline
+ */
 export interface InitiateOptions {
   /** Transaction amount, above 0. */
   amount: number;
@@ -32,6 +35,7 @@ export interface InitiateOptions {
 /**
  * One notification to forge with `provider.forge()`. Any other key is a field of the notification body,
  * overriding the built one (`{ hash: 'x', p_id: 9 }`).
+ * @inline
  */
 export interface ForgeOptions {
   /** Where the forged notification is POSTed. */

@@ -1,4 +1,7 @@
-/** Options of `createFakeProvider()`. Only `apiKey` is required; each other field's default is given below. */
+/**
+ * Options of `createFakeProvider()`. Only `apiKey` is required; each other field's default is given below.
+ * @inline
+ */
 export interface FakeProviderOptions {
   /** The API key status queries must carry in `api_key`; a query with another key gets "not found". */
   apiKey: string;
@@ -57,6 +60,7 @@ export interface FakeProviderOptions {
 /**
  * What `createFakeProvider()` takes: `apiKey` is required (a test without it would never match a status
  * query), every other option is optional, with the defaults of {@link FakeProviderOptions}.
+ * @inline
  */
 export type FakeProviderInit = Pick<FakeProviderOptions, 'apiKey'> &
   Partial<Omit<FakeProviderOptions, 'apiKey'>>;

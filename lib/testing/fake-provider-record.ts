@@ -3,6 +3,7 @@ import type { FinalState } from '../notification/schema.js';
 /**
  * A transaction as the fake provider stores it. The notification and the status answer are both built from
  * it, in the service's own shapes (`ipnForm()`, `statusForm()`).
+ * @inline
  */
 export interface FakeTransaction {
   /** Shape `FKP.000001`: prefix, dot, digits. */

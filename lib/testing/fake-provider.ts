@@ -13,7 +13,10 @@ import { ipnForm, newTransaction } from './fake-provider-record.js';
 import { startStatusServer } from './fake-provider-server.js';
 import { createStatusDesk } from './fake-provider-status.js';
 
-/** Counts of what the provider did, for assertions. */
+/**
+ * Counts of what the provider did, for assertions.
+ * @inline
+ */
 export interface FakeProviderStats {
   /** Status queries received, blocked ones included. */
   statusQueries: number;
@@ -25,7 +28,10 @@ export interface FakeProviderStats {
   answers: Record<number, number>;
 }
 
-/** A transaction `initiate()` started. */
+/**
+ * A transaction `initiate()` started.
+ * @inline
+ */
 export interface InitiatedTransaction {
   /** The id the service gave it, such as `FKP.000001`. */
   transactionId: string;

@@ -2,6 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import ts from 'typescript';
 
 // The API reference (`npm run docs`, part of `npm test`): it covers every public entry point, and the build
 // fails on an undocumented export or a broken {@link}, so neither can reach a release.
@@ -65,4 +66,60 @@ test('an undocumented export or a broken link fails the build, and says which', 
   } finally {
     rmSync(scratch, { recursive: true, force: true });
   }
+}, 60_000);
+
+// Every name each entry point exports, values and types: a name is added here on purpose (something a user
+// writes or reads), never because the API reference asked for it. A helper type that a public one refers
+// to stays unexported and is inlined in the reference (`@inline`), or shown by name (`intentionallyNotExported`).
+const SURFACE: Record<string, string[]> = {
+  index: [
+    ...[
+      'ipnRouter',
+      'IpnRouter',
+      'Options',
+      'IpnEvents',
+      'Notification',
+      'ListenerContext',
+      'IpnNotification',
+    ],
+    ...['InvalidEvent', 'ErrorEvent', 'RejectedEvent', 'StaleEvent', 'DeadEvent', 'ipnNotificationSchema'],
+    ...['MemoryStore', 'Store', 'DurableStore', 'InboxEntry', 'ExpectationStore', 'Logger', 'Authenticate'],
+    ...['createStatusClient', 'StatusClient', 'StatusClientStats', 'StatusSource', 'VerifiedField'],
+    ...['ipnUrl', 'hmacAuthenticator', 'IpnKitError', 'IpnKitErrorCode', 'StoreError', 'ListenerError'],
+    ...['CustomDataError', 'BodyUnavailableError', 'StatusError', 'TransactionNotFoundError'],
+    ...[
+      'StatusQueryError',
+      'StatusRateLimitError',
+      'VerificationBusyError',
+      'VerificationError',
+      'DeliveryError',
+    ],
+  ],
+  redis: ['RedisStore', 'redisGuard'],
+  postgres: ['PostgresStore', 'PgQueryable', 'postgresSchemaSql', 'postgresExpectationsSql'],
+  testing: ['createFakeProvider', 'FakeProvider'],
+  prometheus: ['registerIpnMetrics'],
+  admin: ['adminRouter', 'adminFetchHandler'],
+  fastify: ['ipnPlugin', 'IpnPluginOptions'],
+  // The bin: no `exports` entry reaches it, so it exports nothing.
+  cli: [],
+};
+
+test('each entry point exports exactly its public names, values and types', () => {
+  const files = Object.keys(SURFACE).map((name) => join(root, 'lib', `${name}.ts`));
+  const program = ts.createProgram(files, { strict: true, noEmit: true, types: [] });
+  const checker = program.getTypeChecker();
+  const exported = Object.fromEntries(
+    Object.keys(SURFACE).map((name, i) => {
+      const source = program.getSourceFile(files[i] ?? '');
+      const module = source && checker.getSymbolAtLocation(source);
+      const names = module ? checker.getExportsOfModule(module).map((symbol) => symbol.name) : [];
+      return [name, names.sort()];
+    }),
+  );
+  const expected = Object.fromEntries(
+    Object.entries(SURFACE).map(([name, names]) => [name, [...names].sort()]),
+  );
+  expect(exported).toEqual(expected);
+  expect(SURFACE.index?.length).toBeLessThanOrEqual(40);
 }, 60_000);

@@ -1,4 +1,5 @@
-import type { DurableStore, InboxEntry, Lease, ListOptions, Settlement } from '../../lib/index.js';
+import type { DurableStore, InboxEntry } from '../../lib/index.js';
+import type { Lease, ListOptions, Settlement } from '../../lib/stores/store.js';
 
 type Held = InboxEntry & { leaseId?: string | null };
 

@@ -1,4 +1,6 @@
-import type { IpnEventName, IpnRouter } from '../../lib/index.js';
+import type { IpnEvents, IpnRouter } from '../../lib/index.js';
+
+type IpnEventName = keyof IpnEvents;
 
 /** One emitted event, in emission order. */
 export interface Recorded {

@@ -1,4 +1,5 @@
-import { ipnNotificationSchema, ipnRouter, type DeliveryTransaction, type Options } from '../../lib/index.js';
+import { ipnNotificationSchema, ipnRouter, type Options } from '../../lib/index.js';
+import type { DeliveryTransaction } from '../../lib/stores/store.js';
 import { MemoryInbox } from '../helpers/memory-inbox.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';

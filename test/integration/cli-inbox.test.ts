@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import Redis from 'ioredis';
 import { Pool } from 'pg';
-import { runCli, type CliIo } from '../../lib/cli.js';
+import type { CliIo } from '../../lib/cli/cli-io.js';
+import { runCli } from '../../lib/cli/run-cli.js';
 import { cliPoolConfig } from '../../lib/cli/cli-inbox.js';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { RedisStore } from 'ipn-kit/redis';

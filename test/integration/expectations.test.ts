@@ -8,7 +8,7 @@ import {
   StatusRateLimitError,
   TransactionNotFoundError,
   type IpnRouter,
-  type StatusRecord,
+  type IpnNotification,
   type Store,
 } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
@@ -45,7 +45,7 @@ const at = (minutes: number) => jest.setSystemTime(T0 + minutes * MINUTE);
 
 /** One payment service, seen by every instance: its records, and how many status queries it answered. */
 function fakeService() {
-  const records = new Map<string, StatusRecord>();
+  const records = new Map<string, IpnNotification>();
   const queried: string[] = [];
   return {
     queried,
@@ -54,7 +54,7 @@ function fakeService() {
       records.set(record.transaction_id, record);
     },
     client: {
-      getStatus: (id: string): Promise<StatusRecord> => {
+      getStatus: (id: string): Promise<IpnNotification> => {
         queried.push(id);
         const record = records.get(id);
         return record ? Promise.resolve(record) : Promise.reject(new TransactionNotFoundError(id));

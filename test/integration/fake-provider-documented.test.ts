@@ -1,7 +1,8 @@
 import { createHmac } from 'node:crypto';
 import express from 'express';
 import { createStatusClient, hmacAuthenticator, ipnRouter, StatusRateLimitError } from 'ipn-kit';
-import { createFakeProvider, type FakeProvider, type FakeProviderOptions } from 'ipn-kit/testing';
+import { createFakeProvider, type FakeProvider } from 'ipn-kit/testing';
+import type { FakeProviderOptions } from '../../lib/testing/fake-provider-options.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { startReceiver, type Receiver } from '../helpers/receiver.js';
 import { recordEvents } from '../helpers/record-events.js';

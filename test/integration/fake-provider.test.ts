@@ -1,7 +1,8 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import express from 'express';
 import { ipnRouter } from 'ipn-kit';
-import { createFakeProvider, type FakeProvider, type FakeProviderOptions } from 'ipn-kit/testing';
+import { createFakeProvider, type FakeProvider } from 'ipn-kit/testing';
+import type { FakeProviderOptions } from '../../lib/testing/fake-provider-options.js';
 import successful from '../fixtures/ipn-successful.json';
 import { quiet } from '../helpers/quiet-logger.js';
 import { startReceiver, type Receiver } from '../helpers/receiver.js';

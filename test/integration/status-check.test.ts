@@ -1,6 +1,7 @@
 import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createStatusClient, ipnRouter, type Logger, type StatusClientOptions } from '../../lib/index.js';
+import { createStatusClient, ipnRouter, type Logger } from '../../lib/index.js';
+import type { StatusClientOptions } from '../../lib/status/status-client.js';
 import { createFakeProvider } from '../../lib/testing.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';

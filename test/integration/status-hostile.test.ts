@@ -6,8 +6,8 @@ import {
   StatusQueryError,
   VerificationError,
   type Logger,
-  type StatusClientOptions,
 } from '../../lib/index.js';
+import type { StatusClientOptions } from '../../lib/status/status-client.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { listen, type Running } from '../helpers/servers.js';

@@ -1,12 +1,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import {
-  createStatusClient,
-  ipnRouter,
-  VerificationError,
-  type StatusClient,
-  type StatusClientOptions,
-} from '../../lib/index.js';
+import { createStatusClient, ipnRouter, VerificationError, type StatusClient } from '../../lib/index.js';
+import type { StatusClientOptions } from '../../lib/status/status-client.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';

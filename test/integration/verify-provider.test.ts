@@ -1,4 +1,5 @@
-import { createStatusClient, ipnRouter, type IpnRouter, type StatusClientOptions } from '../../lib/index.js';
+import { createStatusClient, ipnRouter, type IpnRouter } from '../../lib/index.js';
+import type { StatusClientOptions } from '../../lib/status/status-client.js';
 import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';

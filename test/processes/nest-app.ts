@@ -1,6 +1,6 @@
 // The NestJS example (examples/nestjs) in a process of its own, as NestJS 12 is ESM-only and jest loads
 // CommonJS: every event is printed as a line of JSON for test/integration/nestjs.test.ts to read.
-import { createStatusClient, ipnRouter, type IpnEventName } from 'ipn-kit';
+import { createStatusClient, ipnRouter, type IpnEvents } from 'ipn-kit';
 import { createNestApp } from '../../examples/nestjs/app';
 
 async function main(): Promise<void> {
@@ -11,7 +11,7 @@ async function main(): Promise<void> {
     }),
     logger: { debug: () => {}, info: () => {}, warn: () => {}, error: () => {} },
   });
-  const names: IpnEventName[] = [
+  const names: (keyof IpnEvents)[] = [
     'notification',
     'successful',
     'failed',

@@ -3,7 +3,8 @@
  */
 import type { IncomingMessage } from 'node:http';
 import { ipnRouter } from '../../lib/index.js';
-import { adminFetchHandler, adminRouter, type AdminFetchHandler } from '../../lib/admin.js';
+import { adminFetchHandler, adminRouter } from '../../lib/admin.js';
+import type { AdminFetchHandler } from '../../lib/admin/admin-fetch.js';
 
 const ipn = ipnRouter();
 

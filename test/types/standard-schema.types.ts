@@ -4,7 +4,8 @@
  */
 import * as v from 'valibot';
 import { z as z3 } from 'zod/v3';
-import { ipnRouter, type StandardSchemaV1 } from '../../lib/index.js';
+import { ipnRouter } from '../../lib/index.js';
+import type { StandardSchemaV1 } from '../../lib/notification/standard-schema.js';
 
 // valibot: customData is the schema's output type, transforms included.
 const valibot = ipnRouter({

@@ -9,7 +9,6 @@ import {
   type StatusError,
   type IpnKitErrorCode,
   type IpnNotification,
-  type StatusErrorCode,
 } from '../../lib/index.js';
 import { createFakeProvider } from '../../lib/testing.js';
 
@@ -62,7 +61,7 @@ if (error.code === 'IPN_STORE_FAILED' || error.code === 'IPN_NOT_DURABLE') void 
 // @ts-expect-error an IpnKitError is made with a real code only
 void new IpnKitError('IPN_WHATEVER', 'message');
 declare const statusError: StatusError;
-const statusCode: StatusErrorCode = statusError.code;
+const statusCode: StatusError['code'] = statusError.code;
 // @ts-expect-error a status error never has a store code
 if (statusError.code === 'IPN_STORE_FAILED') void statusCode;
 typed.on('error', ({ error: failure }) => {

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { createEventRing } from '../../../lib/admin/event-ring.js';
 import { IpnKitError } from '../../../lib/index.js';
-import type { AdminSource } from '../../../lib/admin.js';
+import type { AdminSource } from '../../../lib/admin/admin-options.js';
 
 // At-most-once mode has no inbox: the page shows the recent `rejected` and `error` events, kept in a ring
 // that never grows past `recentEvents`, newest first.

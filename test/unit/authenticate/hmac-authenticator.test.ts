@@ -1,5 +1,6 @@
 import { createHmac } from 'node:crypto';
-import { hmacAuthenticator, type AuthenticateInput } from '../../../lib/index.js';
+import { hmacAuthenticator } from '../../../lib/index.js';
+import type { AuthenticateInput } from '../../../lib/authenticate/authenticate.js';
 
 const SECRET = 'shared-secret-from-the-service';
 const RAW = '{"transaction_id":"EFB.004217","amount":1000,"state":"SUCCESS","custom_data":"order-2001"}';
