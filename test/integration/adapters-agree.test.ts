@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import Fastify, { type FastifyInstance } from 'fastify';
 import Fastify4 from 'fastify4';
-import { ipnRouter, type IpnEventName, type IpnRouter, type Options } from '../../lib/index.js';
+import { ipnRouter, type IpnEvents, type IpnRouter, type Options } from '../../lib/index.js';
 import { ipnPlugin } from '../../lib/fastify.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
@@ -29,7 +29,7 @@ interface Row {
   /** The JSON body, or `null` for none (HEAD). `error` alone is compared for error answers. */
   answer: Record<string, unknown> | null;
   headers?: Record<string, string>;
-  events: IpnEventName[];
+  events: Array<keyof IpnEvents>;
 }
 
 const notification = () => JSON.stringify(uniquePayload());
