@@ -1,7 +1,7 @@
 import request from 'supertest';
 import { Pool } from 'pg';
 import Redis from 'ioredis';
-import { ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
+import { ipnRouter, MemoryStore, StoreError, type IpnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { RedisStore } from 'ipn-kit/redis';
 import { exactlyOnceRouter } from '../../examples/snippets/exactly-once.js';
@@ -137,6 +137,65 @@ describeWithService('PostgreSQL', 'the first start on an empty PostgreSQL schema
       expect(printed).toEqual([]);
       expect(errors).toEqual([]);
       expect(leased).toMatchObject({ rows: [] });
+    } finally {
+      await ipn.close();
+    }
+  });
+
+  test('a migrate() that starts after the first pass (after an await): one warn line saying what to do, no error', async () => {
+    const pool = await emptySchemaPool('late_migrate');
+    const store = new PostgresStore({ pool });
+    const leases = watchLeases(store);
+    const lines: Array<[string, string]> = [];
+    const record =
+      (level: string) =>
+      (_object: unknown, message?: string): void =>
+        void lines.push([level, String(message)]);
+    const logger = { debug() {}, info() {}, warn: record('warn'), error: record('error') };
+    const ipn = ipnRouter({ store, delivery: 'at-least-once', logger, recoveryIntervalMs: 50 });
+    const errors = errorsOf(ipn);
+    const delivered: string[] = [];
+    ipn.on('successful', (n) => void delivered.push(n.transaction_id));
+    try {
+      expect(await firstRecoveryPass(leases)).toMatchObject({ code: 'IPN_STORE_FAILED' });
+      await until(() => leases.length > 1, 'a second recovery pass');
+      await leases[1];
+      await settle();
+      expect(lines).toEqual([
+        ['warn', expect.stringMatching(/table ipn_inbox does not exist: run `await store\.migrate\(\)`/)],
+      ]);
+      expect(errors).toEqual([]);
+      await store.migrate();
+      const payload = uniquePayload();
+      await request(ipn).post('/').send(payload).expect(200);
+      await until(() => delivered.length === 1, 'the first delivery');
+      expect(lines).toHaveLength(1);
+      expect(errors).toEqual([]);
+    } finally {
+      await ipn.close();
+    }
+  });
+
+  test('once a pass has leased, a missing table is an error again (the calm line is for the start only)', async () => {
+    const pool = await emptySchemaPool('dropped_later');
+    const store = new PostgresStore({ pool });
+    await store.migrate();
+    const leases = watchLeases(store);
+    const ipn = ipnRouter({ store, delivery: 'at-least-once', recoveryIntervalMs: 50 });
+    const errors = errorsOf(ipn);
+    try {
+      expect(await firstRecoveryPass(leases)).toEqual([]);
+      await pool.query('DROP TABLE ipn_inbox');
+      await until(() => errors.length > 0, 'the error event of a later pass');
+      expect(errors[0]).toBeInstanceOf(StoreError);
+      expect(errors[0]).toMatchObject({
+        code: 'IPN_STORE_FAILED',
+        message: expect.stringMatching(
+          /failed to hand out undelivered notifications: .*does not exist/,
+        ) as unknown,
+        cause: expect.objectContaining({ code: '42P01' }) as unknown,
+      });
+      expect(printed.join('\n')).toMatch(/ERROR the store failed to hand out/);
     } finally {
       await ipn.close();
     }
