@@ -20,6 +20,14 @@ const MAX_RETRY_DELAY = 60 * 60_000;
 /** PostgreSQL's in_failed_sql_transaction: a statement of the transaction failed before. */
 const IN_FAILED_TRANSACTION = '25P02';
 const RECOVERY_BATCH = 50;
+/** PostgreSQL's undefined_table: the inbox table was not made yet (`store.migrate()` has not run). */
+const UNDEFINED_TABLE = '42P01';
+
+/** Whether a store call failed because its table does not exist (the error or its cause says 42P01). */
+function tableMissing(error: unknown): boolean {
+  const code = (value: unknown): unknown => Reflect.get(Object(value), 'code');
+  return code(error) === UNDEFINED_TABLE || code(Reflect.get(Object(error), 'cause')) === UNDEFINED_TABLE;
+}
 
 /**
  * At-least-once: the notification was stored before the 200; each attempt verifies it (with `verify`),
@@ -33,6 +41,8 @@ export function createDurableDelivery<C>(
 ) {
   const { options, logger, emit, emitAndWait, toEvent, report, reject, after } = context;
   let recovering = false;
+  let leasedOnce = false; // a recovery pass has leased: the store is ready
+  let warnedMissing = false;
 
   /** Emits and waits for every listener: delivered only when at least one ran and none failed. */
   async function emitAndSettle(n: IpnNotification, context: Context): Promise<Attempt> {
@@ -196,10 +206,18 @@ export function createDurableDelivery<C>(
       .then(
         (taken) => {
           recovering = false;
+          leasedOnce = true;
           if (taken === RECOVERY_BATCH) after(0, recover); // more are waiting
         },
         (cause: unknown) => {
           recovering = false;
+          if (!leasedOnce && tableMissing(cause)) {
+            // At start, before the table is made (a migrate() still to come): one calm line, not an error
+            // with a stack on every pass. Once a pass has leased, a missing table is an error like any other.
+            if (!warnedMissing) logger.warn({}, `${messageOf(cause)}; recovery starts once it exists`);
+            warnedMissing = true;
+            return;
+          }
           const message = `the store failed to hand out undelivered notifications: ${messageOf(cause)}`;
           report(new StoreError(message, { cause }));
         },

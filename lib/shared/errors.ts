@@ -44,13 +44,21 @@ export class IpnKitError extends Error {
   }
 }
 
-/** The dedupe store threw, rejected, or did not answer in time. The request was answered 503. */
+/**
+ * The dedupe store threw, rejected, or did not answer in time. The request was answered 503. The stores
+ * reject with it too (a `PostgresStore` or `RedisStore` call whose driver failed). Its `cause` is the
+ * original error, the driver's: a `StoreError` made from another one takes that one's `cause`, so that the
+ * router's `error` event carries the driver's error (its `code`, its `detail`) one level down, as it
+ * always did, whichever layer wrapped it first.
+ */
 export class StoreError extends IpnKitError {
   override name = 'StoreError' as const;
   declare readonly code: 'IPN_STORE_FAILED';
 
   constructor(message: string, options?: { cause?: unknown }) {
-    super('IPN_STORE_FAILED', message, options);
+    const cause = options?.cause;
+    const original = cause instanceof StoreError && 'cause' in cause ? { cause: cause.cause } : options;
+    super('IPN_STORE_FAILED', message, original);
   }
 }
 

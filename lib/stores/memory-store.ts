@@ -1,4 +1,5 @@
 import { MemoryInbox } from './memory-inbox.js';
+import { IpnKitError, messageOf, StoreError } from '../shared/errors.js';
 import { MemoryExpectations } from './memory-expectations.js';
 import type { DurableStore, InboxEntry, Lease, ListOptions, Settlement, StatusCounts } from './store.js';
 
@@ -207,6 +208,11 @@ function settled<T>(run: () => T): Promise<T> {
   try {
     return Promise.resolve(run());
   } catch (error) {
-    return Promise.reject(error instanceof Error ? error : new Error(String(error)));
+    // A wrong argument (TypeError, RangeError) is the caller's mistake, passed on as it is; anything else
+    // (a record structuredClone cannot copy) is the store failing, as for the other stores.
+    const mistake = error instanceof TypeError || error instanceof RangeError || error instanceof IpnKitError;
+    return Promise.reject(
+      mistake ? error : new StoreError(`MemoryStore: ${messageOf(error)}`, { cause: error }),
+    );
   }
 }

@@ -1,3 +1,4 @@
+import { StoreError } from '../shared/errors.js';
 /** How long a batch may run before it stops holding its place: the router's default `storeTimeout`. */
 export const STALLED_BATCH_MS = 5_000;
 
@@ -40,7 +41,10 @@ export function createBatcher<I, O>(
         .then(() => run(batch.map(({ item }) => item)))
         .then((results) => {
           if (results.length !== batch.length) {
-            throw new Error(`a batch of ${batch.length} resolved ${results.length} results`);
+            // A bug of the store's own: its callers see a StoreError, as for any failed write.
+            throw new StoreError(
+              `PostgresStore: a batch of ${batch.length} writes resolved ${results.length} results`,
+            );
           }
           batch.forEach(({ resolve }, index) => resolve(results[index]!));
         })

@@ -4,6 +4,8 @@ import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.
 import { createBatcher } from './postgres-batch.js';
 import { canConnect, openTransaction, type PgClientOf } from './postgres-transaction.js';
 import { PostgresExpectations, postgresExpectationsSql } from './postgres-expectations.js';
+import { migrationOf, trackMigration } from './postgres-migrations.js';
+import { messageOf, StoreError } from '../shared/errors.js';
 import type {
   DeliveryStatus,
   DeliveryTransaction,
@@ -135,10 +137,22 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
    * them take turns.
    */
   async migrate(): Promise<void> {
-    await this.#pool.query(migrateSql(this.table));
-    await this.#pool.query(
-      `${migrateSql(this.table).split('\n')[0]}\n${postgresExpectationsSql(this.table)}`,
-    );
+    // Recorded at once, before any await: the router's first recovery pass waits for it (see
+    // postgres-migrations.ts), so the documented start logs no missing table.
+    await trackMigration(this.#pool, this.table, async () => {
+      try {
+        await this.#pool.query(migrateSql(this.table));
+        await this.#pool.query(
+          `${migrateSql(this.table).split('\n')[0]}\n${postgresExpectationsSql(this.table)}`,
+        );
+      } catch (error) {
+        throw new StoreError(
+          `PostgresStore.migrate: could not create the table ${this.table}: ${messageOf(error)} (the role needs ` +
+            'CREATE on the schema; or create it with the SQL of postgresSchemaSql() in your migrations)',
+          { cause: error },
+        );
+      }
+    });
   }
 
   /**
@@ -331,19 +345,25 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
   /** Does nothing: the pool is yours, and other parts of your app may still use it. End it yourself. */
   close(): void {}
 
+  /** Every query of the store: after a `migrate()` in flight on its table; a failure is a `StoreError`. */
   async #query(text: string, values: unknown[]): Promise<PgQueryResult> {
+    const migrating = migrationOf(this.#pool, this.table);
+    if (migrating !== undefined) await migrating;
     try {
       return await this.#pool.query(text, values);
     } catch (error) {
       // pg's own message (relation "ipn_inbox" does not exist) does not say what to do about it.
       if (Reflect.get(Object(error), 'code') === UNDEFINED_TABLE) {
-        throw new Error(
+        throw new StoreError(
           `PostgresStore: the table ${this.table} does not exist: run \`await store.migrate()\` once, or create it ` +
             'with the SQL of postgresSchemaSql() in your migrations',
           { cause: error },
         );
       }
-      throw error;
+      // The driver's error stays the cause (its `code`, such as 57P01, included).
+      throw new StoreError(`PostgresStore: a query on ${this.table} failed: ${messageOf(error)}`, {
+        cause: error,
+      });
     }
   }
 }

@@ -1,4 +1,5 @@
 import { LEASE_LOST } from './postgres-sql.js';
+import { DeliveryError, IpnKitError, messageOf, StoreError } from '../shared/errors.js';
 import type { DeliveryTransaction } from './store.js';
 
 /**
@@ -97,9 +98,11 @@ export function openTransaction(
     (Reflect.get(client, 'removeListener') as Listening | undefined)?.call(client, 'error', onError);
     client.release(destroy || broken !== undefined || undefined);
   };
-  const refused = (): Error =>
-    new Error(
-      `the delivery transaction of ${key} has ended (a listener failed, or ran past leaseMs): this write was not made`,
+  // A DeliveryError: the write was refused because the attempt ended, not because the database failed.
+  const refused = (): DeliveryError =>
+    new DeliveryError(
+      `the delivery transaction of ${key} has ended (a listener failed, or ran past leaseMs): this write was ` +
+        'not made; it is made again with the next attempt, in its own transaction',
     );
   const connectAndBegin = async (): Promise<undefined> => {
     const taken = (await pool.connect()) as PgPoolClient;
@@ -125,7 +128,7 @@ export function openTransaction(
       if (property === 'query') {
         return (...args: unknown[]) => {
           if (!open) return inTurn(Promise.reject(refused()), undefined, args).result;
-          begun ??= connectAndBegin().catch((error: unknown) => ({ error }));
+          begun ??= connectAndBegin().catch((error: unknown) => ({ error: asOpenFailure(key, error) }));
           const started = Promise.all([begun, queue]).then(([failed]) => {
             if (failed) throw failed.error;
             if (rolledBack) throw refused();
@@ -164,7 +167,10 @@ export function openTransaction(
         await queue; // every query a listener made, awaited or not, lands before the mark
         if (ended) throw refused(); // abandoned meanwhile (the commit timed out): its connection is closed
         if (broken !== undefined) {
-          throw broken instanceof Error ? broken : new Error('the connection failed', { cause: broken });
+          throw new StoreError(
+            `the connection of the delivery transaction of ${key} failed: ${messageOf(broken)}`,
+            { cause: broken },
+          );
         }
         const taken = client!;
         const andCommit = mark.andCommit();
@@ -208,6 +214,20 @@ export function openTransaction(
       }
     },
   };
+}
+
+/**
+ * What a listener's query through `db` rejects with when the transaction could not be opened (no client from
+ * the pool, a failed `BEGIN`): a `StoreError` whose cause is the driver's. A refusal (the attempt ended) and
+ * a wrong pool (`TypeError`, a programmer error) are passed on as they are.
+ */
+function asOpenFailure(key: string, error: unknown): unknown {
+  if (error instanceof IpnKitError || error instanceof TypeError) return error;
+  return new StoreError(
+    `could not open the delivery transaction of ${key}: ${messageOf(error)} (is the pool exhausted, or the ` +
+      'database unreachable? the attempt is retried)',
+    { cause: error },
+  );
 }
 
 /** `on` or `removeListener` of an event emitter, as a pool's client has them. */

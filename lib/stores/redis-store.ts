@@ -10,6 +10,7 @@ import type {
   StatusCounts,
 } from './store.js';
 import { RedisExpectations } from './redis-expectations.js';
+import { messageOf, StoreError } from '../shared/errors.js';
 
 /**
  * The part of an [ioredis](https://github.com/redis/ioredis) client (`new Redis()`, or a `Cluster`) that
@@ -132,14 +133,15 @@ export class RedisStore implements DurableStore {
     // EVALSHA sends 40 bytes instead of the script; a Redis that has not seen the script yet (a restart, a
     // SCRIPT FLUSH) answers NOSCRIPT, and EVAL both runs and caches it.
     const reply = await this.#command(['EVALSHA', CLAIM_SHA, ...args]).catch((error: unknown) => {
-      if (!String((error as Error | undefined)?.message).startsWith('NOSCRIPT')) throw error;
+      if (!isNoScript(error)) throw error;
       return this.#command(['EVAL', CLAIM_SCRIPT, ...args]);
     });
     if (reply === 1) return true;
     if (reply === 0) return false;
     // The router takes anything but a boolean as a store failure; say what Redis answered instead.
-    throw new Error(
-      `RedisStore: unexpected reply to the claim script: ${JSON.stringify(reply) ?? typeof reply}`,
+    throw new StoreError(
+      `RedisStore: unexpected reply to the claim script: ${JSON.stringify(reply) ?? typeof reply} (is the ` +
+        'client a Redis client, talking to Redis 6.2 or later?)',
     );
   }
 
@@ -256,7 +258,7 @@ export class RedisStore implements DurableStore {
   async #inbox(name: InboxScript, args: Array<string | number>): Promise<unknown> {
     const tail = ['1', this.#base(), ...args.map(String)];
     return this.#command(['EVALSHA', INBOX_SHAS[name], ...tail]).catch((error: unknown) => {
-      if (!String((error as Error | undefined)?.message).startsWith('NOSCRIPT')) throw error;
+      if (!isNoScript(error)) throw error;
       return this.#command(['EVAL', INBOX_SCRIPTS[name], ...tail]);
     });
   }
@@ -268,11 +270,18 @@ export class RedisStore implements DurableStore {
     // node-redis answers a command on a client that was never connected with "The client is closed", which
     // does not say what to do about it.
     if (Reflect.get(this.#client, 'isOpen') === false) {
-      throw new Error(
+      throw new StoreError(
         'RedisStore: the node-redis client is not connected: call `await client.connect()` before the first notification',
       );
     }
-    return this.#send(args);
+    try {
+      return await this.#send(args);
+    } catch (error) {
+      // The client's own error stays the cause; a NOSCRIPT is answered by the caller (see isNoScript).
+      throw new StoreError(`RedisStore: the ${args[0]} command failed: ${messageOf(error)}`, {
+        cause: error,
+      });
+    }
   }
 }
 
@@ -358,4 +367,10 @@ function toEntry(fields: Record<string, string>): InboxEntry {
 function searchText(record: Record<string, unknown>): string {
   const data = record.custom_data;
   return typeof data === 'string' ? data.toLowerCase() : '';
+}
+
+/** Whether Redis answered NOSCRIPT (it has not seen the script yet): then EVAL runs and caches it. */
+function isNoScript(error: unknown): boolean {
+  const raw = error instanceof StoreError ? error.cause : error;
+  return messageOf(raw).startsWith('NOSCRIPT');
 }

@@ -1,4 +1,4 @@
-import { ListenerError, messageOf } from '../../../lib/shared/errors.js';
+import { IpnKitError, ListenerError, messageOf, StoreError } from '../../../lib/shared/errors.js';
 import { oddThrownValues } from '../../helpers/odd-values.js';
 
 describe('messageOf', () => {
@@ -28,5 +28,26 @@ describe('messageOf', () => {
     const error = new ListenerError('notification', value);
     expect(error.message).toMatch(/^a listener of 'notification' failed: /);
     expect(error.cause).toBe(value);
+  });
+});
+
+describe('StoreError', () => {
+  test("made from a store's StoreError, it takes that one's cause: the driver's error stays one level down", () => {
+    const driver = Object.assign(new Error('connection reset'), { code: 'ECONNRESET' });
+    const fromStore = new StoreError('PostgresStore: a query on ipn_inbox failed: connection reset', {
+      cause: driver,
+    });
+    const fromRouter = new StoreError('the store failed to claim TX.1:SUCCESSFUL: connection reset', {
+      cause: fromStore,
+    });
+    expect(fromRouter).toBeInstanceOf(IpnKitError);
+    expect(fromRouter.code).toBe('IPN_STORE_FAILED');
+    expect(fromRouter.cause).toBe(driver);
+  });
+
+  test('a StoreError with no cause of its own (a timeout, an odd reply) is kept as the cause', () => {
+    const odd = new StoreError('RedisStore: unexpected reply to the claim script: "OK"');
+    expect(new StoreError('the store failed', { cause: odd }).cause).toBe(odd);
+    expect('cause' in new StoreError('no cause given')).toBe(false);
   });
 });

@@ -1,0 +1,216 @@
+import { EventEmitter } from 'node:events';
+import { DeliveryError, IpnKitError, StoreError } from '../../../lib/shared/errors.js';
+import { PostgresStore, type PgQueryResult } from '../../../lib/stores/postgres-store.js';
+import { openTransaction } from '../../../lib/stores/postgres-transaction.js';
+import { RedisStore } from '../../../lib/stores/redis-store.js';
+import { MemoryStore } from '../../../lib/stores/memory-store.js';
+import { createBatcher } from '../../../lib/stores/postgres-batch.js';
+
+// Every way a store fails reaches its caller (the router, the admin page, the CLI, your own code) as an
+// IpnKitError with a stable code, the driver's own error kept as `cause`: "every error is an IpnKitError".
+
+/** What a driver rejects with: an Error with the driver's own code. */
+function driverError(message: string, code: string): Error {
+  return Object.assign(new Error(message), { code });
+}
+
+/** Asserts `error` is a StoreError (code IPN_STORE_FAILED) whose message matches and whose cause is `cause`. */
+function expectStoreError(error: unknown, message: RegExp, cause?: unknown): void {
+  expect(error).toBeInstanceOf(IpnKitError);
+  expect(error).toBeInstanceOf(StoreError);
+  expect((error as StoreError).code).toBe('IPN_STORE_FAILED');
+  expect((error as StoreError).message).toMatch(message);
+  if (cause !== undefined) expect((error as StoreError).cause).toBe(cause);
+}
+
+async function rejectionOf(pending: Promise<unknown>): Promise<unknown> {
+  return pending.then(
+    () => {
+      throw new Error('expected a rejection');
+    },
+    (error: unknown) => error,
+  );
+}
+
+describe('PostgresStore', () => {
+  const failing = (error: unknown) => ({
+    // Drivers may reject with anything (a string included): the store must cope.
+    // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+    query: () => Promise.reject(error),
+  });
+
+  test('a query that fails is a StoreError carrying the driver error (and its code) as cause', async () => {
+    const lost = driverError('terminating connection due to administrator command', '57P01');
+    const store = new PostgresStore({ pool: failing(lost) });
+    const error = await rejectionOf(store.list());
+    expectStoreError(error, /PostgresStore: a query on ipn_inbox failed: terminating connection/, lost);
+    expect(Reflect.get(Object((error as StoreError).cause), 'code')).toBe('57P01');
+  });
+
+  test('a missing table is a StoreError that says to run store.migrate()', async () => {
+    const missing = driverError('relation "ipn_inbox" does not exist', '42P01');
+    const store = new PostgresStore({ pool: failing(missing) });
+    expectStoreError(
+      await rejectionOf(store.lease({ id: 'lease-1', ms: 1000 }, 5)),
+      /the table ipn_inbox does not exist: run `await store\.migrate\(\)`/,
+      missing,
+    );
+  });
+
+  test('a migrate() that fails is a StoreError naming the table and what the role needs', async () => {
+    const denied = driverError('permission denied for schema public', '42501');
+    const store = new PostgresStore({ pool: failing(denied), table: 'shop_inbox' });
+    expectStoreError(
+      await rejectionOf(store.migrate()),
+      /migrate: could not create the table shop_inbox: permission denied.*CREATE on the schema/,
+      denied,
+    );
+  });
+
+  test('a non-Error the driver rejects with is a StoreError too', async () => {
+    const store = new PostgresStore({ pool: failing('socket hang up') });
+    expectStoreError(
+      await rejectionOf(store.get('TX.1:SUCCESSFUL')),
+      /failed: socket hang up/,
+      'socket hang up',
+    );
+  });
+
+  test('the queries made while a migrate() runs wait for it, then run', async () => {
+    const order: string[] = [];
+    let finishMigration: () => void = () => {};
+    const pool = {
+      query: (text: string) => {
+        const created = text.includes('CREATE TABLE');
+        order.push(created ? 'migrate' : 'query');
+        if (created && order.filter((entry) => entry === 'migrate').length === 1) {
+          return new Promise<PgQueryResult>((resolve) => {
+            finishMigration = () => resolve({ rows: [], rowCount: 0 });
+          });
+        }
+        return Promise.resolve<PgQueryResult>({ rows: [], rowCount: 0 });
+      },
+    };
+    const store = new PostgresStore({ pool });
+    const migrated = store.migrate();
+    const listed = store.list();
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(order).toEqual(['migrate']); // the list waits
+    finishMigration();
+    await migrated;
+    await expect(listed).resolves.toEqual([]);
+    expect(order).toEqual(['migrate', 'migrate', 'query']);
+  });
+});
+
+describe('a delivery transaction (a listener db.query)', () => {
+  const mark = { statement: ['UPDATE', []] as [string, unknown[]], andCommit: () => undefined };
+  const markWithout = () => Promise.resolve(true);
+
+  test('a query once the attempt has ended is refused with a DeliveryError', async () => {
+    const pool = { connect: () => Promise.reject(new Error('not reached')) };
+    const tx = openTransaction(pool, 'TX.1:SUCCESSFUL', mark, markWithout);
+    await tx.rollback();
+    const db = tx.db as { query(text: string): Promise<unknown> };
+    const error = await rejectionOf(db.query('INSERT INTO ledger VALUES (1)'));
+    expect(error).toBeInstanceOf(DeliveryError);
+    expect((error as DeliveryError).code).toBe('IPN_DELIVERY_FAILED');
+    expect((error as DeliveryError).message).toMatch(/delivery transaction of TX\.1:SUCCESSFUL has ended/);
+  });
+
+  test('a pool that cannot hand out a client: the query rejects with a StoreError whose cause is the pool error', async () => {
+    const exhausted = new Error('timeout exceeded when trying to connect');
+    const pool = { connect: () => Promise.reject(exhausted) };
+    const tx = openTransaction(pool, 'TX.2:SUCCESSFUL', mark, markWithout);
+    const db = tx.db as { query(text: string): Promise<unknown> };
+    const error = await rejectionOf(db.query('SELECT 1'));
+    expectStoreError(
+      error,
+      /could not open the delivery transaction of TX\.2:SUCCESSFUL: timeout exceeded/,
+      exhausted,
+    );
+    await tx.rollback();
+  });
+
+  test('a connection that failed meanwhile fails the commit with a StoreError, even when it emitted a non-Error', async () => {
+    const client = Object.assign(new EventEmitter(), {
+      query: () => Promise.resolve({ rowCount: 1 }),
+      release: () => {},
+    });
+    const pool = { connect: () => Promise.resolve(client) };
+    const tx = openTransaction(pool, 'TX.3:SUCCESSFUL', mark, markWithout);
+    const db = tx.db as { query(text: string): Promise<unknown> };
+    await db.query('INSERT INTO ledger VALUES (1)');
+    client.emit('error', 'Connection terminated unexpectedly');
+    expectStoreError(
+      await rejectionOf(tx.commit()),
+      /connection of the delivery transaction of TX\.3:SUCCESSFUL failed: Connection terminated/,
+      'Connection terminated unexpectedly',
+    );
+  });
+});
+
+describe('RedisStore', () => {
+  test('a command the client rejects is a StoreError carrying the client error', async () => {
+    const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), { code: 'ECONNREFUSED' });
+    const store = new RedisStore({ client: { call: () => Promise.reject(refused) } });
+    expectStoreError(
+      await rejectionOf(store.get('TX.1:SUCCESSFUL')),
+      /HGETALL command failed: connect ECONNREFUSED/,
+      refused,
+    );
+    expectStoreError(
+      await rejectionOf(store.claim('TX.1:SUCCESSFUL', 1000)),
+      /EVALSHA command failed/,
+      refused,
+    );
+  });
+
+  test('NOSCRIPT still falls back to EVAL (the StoreError wrapping does not hide it)', async () => {
+    const sent: string[] = [];
+    const client = {
+      call: (command: string) => {
+        sent.push(command);
+        return command === 'EVALSHA'
+          ? Promise.reject(new Error('NOSCRIPT No matching script'))
+          : Promise.resolve(1);
+      },
+    };
+    await expect(new RedisStore({ client }).claim('TX.1:SUCCESSFUL', 1000)).resolves.toBe(true);
+    expect(sent).toEqual(['EVALSHA', 'EVAL']);
+  });
+
+  test('an unexpected reply to the claim script is a StoreError', async () => {
+    const store = new RedisStore({ client: { call: () => Promise.resolve('OK') } });
+    expectStoreError(
+      await rejectionOf(store.claim('TX.1:SUCCESSFUL', 1000)),
+      /unexpected reply to the claim script: "OK"/,
+    );
+  });
+
+  test('a node-redis client that is not connected is a StoreError saying to connect it', async () => {
+    const client = { isOpen: false, sendCommand: () => Promise.resolve(1) };
+    const store = new RedisStore({ client });
+    expectStoreError(
+      await rejectionOf(store.claim('TX.1:SUCCESSFUL', 1000)),
+      /not connected: call `await client\.connect\(\)`/,
+    );
+  });
+});
+
+describe('the group commit batcher', () => {
+  test('a batch that resolves the wrong number of results rejects each call with a StoreError', async () => {
+    const call = createBatcher((items: number[]) => Promise.resolve(items.slice(1)));
+    expectStoreError(await rejectionOf(call(1)), /a batch of 1 writes resolved 0 results/);
+  });
+});
+
+describe('MemoryStore', () => {
+  test('a record it cannot keep (structuredClone refuses a function) is a StoreError carrying why', async () => {
+    const store = new MemoryStore();
+    const record = { transaction_id: 'TX.1', state: 'SUCCESSFUL', hook: () => {} };
+    const error = await rejectionOf(store.receive('TX.1:SUCCESSFUL', record, { id: 'lease-1', ms: 1000 }));
+    expectStoreError(error, /MemoryStore: .*could not be cloned/);
+    expect((error as StoreError).cause).toMatchObject({ name: 'DataCloneError' });
+  });
+});
