@@ -149,7 +149,10 @@ export async function createFakeProvider(options: FakeProviderInit): Promise<Fak
       };
     },
     initiate(plan) {
-      if (stop.signal.aborted) throw new Error('initiate: the fake provider is closed');
+      if (stop.signal.aborted)
+        throw new TypeError(
+          'initiate: the fake provider is closed: create a new one with createFakeProvider()',
+        );
       const ipnUrl = checkInitiate(plan, (id) => transactions.has(id));
       const transactionId = plan.transactionId ?? nextId('FKP', 'initiated');
       const transaction = newTransaction({ ...plan, transactionId });
@@ -178,7 +181,7 @@ export async function createFakeProvider(options: FakeProviderInit): Promise<Fak
     setState(transactionId, state) {
       const transaction = transactions.get(transactionId);
       if (transaction === undefined) {
-        throw new Error(`setState: no transaction ${transactionId} was initiated by this provider`);
+        throw new TypeError(`setState: no transaction ${transactionId} was initiated by this provider`);
       }
       if (typeof state !== 'string' || state === '') {
         throw new TypeError(

@@ -74,20 +74,6 @@ const ALLOWED: ReadonlyArray<{ file: string; line: string; reason: string }> = [
     line: "new Error('stopped')",
     reason: "an abort reason of the fake service's own delivery, once it is closed",
   },
-  {
-    file: 'lib/testing/fake-provider.ts',
-    line: "new Error('initiate: the fake provider is closed')",
-    reason:
-      'the fake payment service (ipn-kit/testing), misused by a test after close(): a test double, not the ' +
-      'library a partner runs in production; to become a TypeError like its other misuse errors',
-  },
-  {
-    file: 'lib/testing/fake-provider.ts',
-    line: 'new Error(`setState: no transaction',
-    reason:
-      'the fake payment service (ipn-kit/testing), asked about a transaction it never initiated: a test ' +
-      "author's mistake; to become a TypeError like its other misuse errors",
-  },
 ];
 
 /** Every `.ts` file under `dir`. */
