@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf, StatusRateLimitError, TransactionNotFoundError } from '../shared/errors.js';
 import type { Logger } from '../observability/logger.js';
+import { createLogThrottle } from '../observability/log-throttle.js';
 import {
   createQueryGuard,
   isLasting,
@@ -55,7 +56,7 @@ export function createFleetGuard(options: FleetGuardOptions) {
   };
   let blockedUntil = 0;
   let left = maxQueriesPerMinute;
-  let warnedAt = -Infinity;
+  const unreachableWarning = createLogThrottle({ everyMs: WARN_EVERY_MS, now });
   const counts = { queries: 0, refused: 0, guardFailures: 0 };
   let mode: 'shared' | 'fallback' = 'shared';
   const stats: StatusClientStats & { readonly guard: 'shared' | 'fallback'; readonly guardFailures: number } =
@@ -103,8 +104,7 @@ export function createFleetGuard(options: FleetGuardOptions) {
     } catch (error) {
       counts.guardFailures += 1;
       mode = 'fallback';
-      if (now() - warnedAt >= WARN_EVERY_MS) {
-        warnedAt = now();
+      if (unreachableWarning.note() !== undefined) {
         logger.warn(
           { err: { message: messageOf(error) }, fallbackInstances: instances ?? null },
           `the shared status-query guard is unreachable (${what}): ${
