@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf, StatusRateLimitError, TransactionNotFoundError } from '../shared/errors.js';
+import { within } from '../shared/within.js';
 import type { Logger } from '../observability/logger.js';
 import { createLogThrottle } from '../observability/log-throttle.js';
 import {
@@ -88,15 +89,12 @@ export function createFleetGuard(options: FleetGuardOptions) {
 
   /** Runs one call to the shared store within its time limit; `UNREACHABLE` (and a warning) when it fails. */
   async function call<T>(what: string, run: () => Promise<T>): Promise<T | typeof UNREACHABLE> {
-    let timer: NodeJS.Timeout | undefined;
-    const limit = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new Error(`no answer within ${shared.timeoutMs} ms`)),
-        shared.timeoutMs,
-      );
-    });
     try {
-      const result = await Promise.race([run(), limit]);
+      const result = await within(
+        run(),
+        shared.timeoutMs,
+        () => new Error(`no answer within ${shared.timeoutMs} ms`),
+      );
       if (mode === 'fallback')
         logger.info({}, 'the shared status-query guard answers again: back to the fleet budget');
       mode = 'shared';
@@ -115,8 +113,6 @@ export function createFleetGuard(options: FleetGuardOptions) {
         );
       }
       return UNREACHABLE;
-    } finally {
-      clearTimeout(timer);
     }
   }
 
