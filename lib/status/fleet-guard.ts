@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf, StatusRateLimitError, TransactionNotFoundError } from '../shared/errors.js';
 import { within } from '../shared/within.js';
+import { createSlidingWindow } from '../shared/sliding-window.js';
 import type { Logger } from '../observability/logger.js';
 import { createLogThrottle } from '../observability/log-throttle.js';
 import {
@@ -45,16 +46,9 @@ export function createFleetGuard(options: FleetGuardOptions) {
     instances === undefined ? undefined : createQueryGuard({ ...options, maxQueriesPerMinute: share });
   // Every request this instance sent in the last minute, through the fleet's budget or its share: when the
   // shared store dies mid-burst, what it already sent this minute counts against its share.
-  const sentHere: number[] = [];
-  const sentLastMinute = (): number => {
-    const time = now();
-    while (sentHere.length > 0 && (sentHere[0] as number) <= time - MINUTE) sentHere.shift();
-    return sentHere.length;
-  };
-  const noteSent = (): void => {
-    sentLastMinute(); // prunes: the list never holds more than a minute's requests
-    sentHere.push(now());
-  };
+  const sentHere = createSlidingWindow(MINUTE);
+  const sentLastMinute = (): number => sentHere.count(now());
+  const noteSent = (): void => sentHere.add(now());
   let blockedUntil = 0;
   let left = maxQueriesPerMinute;
   const unreachableWarning = createLogThrottle({ everyMs: WARN_EVERY_MS, now });
@@ -123,7 +117,8 @@ export function createFleetGuard(options: FleetGuardOptions) {
 
   function permitLocally(id: string): void {
     if (!fallback) return refuse(id, 'guard_unavailable', 5_000);
-    if (sentLastMinute() >= share) return refuse(id, 'budget', (sentHere[0] as number) + MINUTE - now());
+    const time = now();
+    if (sentHere.count(time) >= share) return refuse(id, 'budget', sentHere.msUntilOldestLeaves(time));
     try {
       fallback.permit(id);
     } catch (error) {
