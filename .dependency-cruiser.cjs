@@ -3,10 +3,10 @@
  * folders below it. Bottom to top:
  */
 const LAYERS = [
-  'shared', // what every folder uses: the errors, a timeout, the clock, safe JSON
+  'shared', // what every folder uses: the errors, a timeout, the clock, a sliding window, safe JSON
   'notification', // the notification's zod schema and types, custom_data
   'body', // reading and parsing a request body: content types, decompression, JSON and forms
-  'observability', // logger, redaction, metrics
+  'observability', // logger, log throttle, redaction, metrics
   'authenticate', // the IPN address token, authenticate and the HMAC authenticator
   'stores', // the Store interface and its backends (they take the user's client)
   'status', // the status client, its guard, and the comparison verify makes

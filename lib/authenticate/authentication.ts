@@ -1,5 +1,6 @@
 import type { Authenticate, AuthenticateInput } from './authenticate.js';
 import type { Logger } from '../observability/logger.js';
+import { createLogThrottle } from '../observability/log-throttle.js';
 
 /** At most one loud log line per this many ms; the ones in between are counted in the next. */
 const LOG_EVERY_MS = 60_000;
@@ -9,22 +10,18 @@ const LOG_EVERY_MS = 60_000;
  * minute) when notifications fail it, since a wrong secret would otherwise silently refuse every payment.
  */
 export function createAuthentication(authenticate: Authenticate, logger: Logger, now = Date.now) {
-  let lastLogAt = -Infinity;
-  let unlogged = 0;
+  const throttle = createLogThrottle({ everyMs: LOG_EVERY_MS, now });
   return {
     /** Whether the request passes `authenticate`. A throw is passed on: the core answers 500. */
     async check(input: AuthenticateInput): Promise<boolean> {
       if ((await authenticate(input)) === true) return true;
-      unlogged += 1;
-      const time = now();
-      if (time - lastLogAt >= LOG_EVERY_MS) {
-        lastLogAt = time;
+      const failures = throttle.note();
+      if (failures !== undefined) {
         logger.error(
-          { failures: unlogged },
-          `ipn-kit refused ${unlogged} notification(s) that failed authenticate (answered 401) since the last such line: ` +
+          { failures },
+          `ipn-kit refused ${failures} notification(s) that failed authenticate (answered 401) since the last such line: ` +
             'if these are genuine, the secret, header or signed text is wrong and payments are being refused',
         );
-        unlogged = 0;
       }
       return false;
     },

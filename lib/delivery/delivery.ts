@@ -13,6 +13,7 @@ import { createVerifyQueue } from './verify-queue.js';
 import type { StatusSource } from '../status/verify-notification.js';
 import { within } from '../shared/within.js';
 import type { Metrics } from '../observability/metrics.js';
+import { createLogThrottle } from '../observability/log-throttle.js';
 import { createExpectations } from './expectations.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
 
@@ -68,22 +69,18 @@ export function createDelivery<C>(
   const durably = durable && createDurableDelivery(context, durable, metrics);
   const verifying = verify && !durable ? createVerifyQueue(context, verify) : undefined;
   const { detach, after } = context;
-  let shedSince = 0;
-  let shedLoggedAt = -Infinity;
+  const shedWarning = createLogThrottle({ everyMs: 60_000 });
 
   /** A notification turned away by the bound: logged at most once a minute, with how many were. */
   function shed(n: IpnNotification): VerificationBusyError {
     const error = new VerificationBusyError(n.transaction_id, verifying?.size() ?? 0);
-    shedSince += 1;
-    const now = Date.now();
-    if (now - shedLoggedAt >= 60_000) {
+    const turnedAway = shedWarning.note();
+    if (turnedAway !== undefined) {
       logger.warn(
-        { shed: shedSince, maxPendingVerifications: options.maxPendingVerifications },
-        `${shedSince} notification(s) answered 503 since the last warning: maxPendingVerifications are ` +
+        { shed: turnedAway, maxPendingVerifications: options.maxPendingVerifications },
+        `${turnedAway} notification(s) answered 503 since the last warning: maxPendingVerifications are ` +
           'being verified (a flood of forged notifications? add a secret)',
       );
-      shedLoggedAt = now;
-      shedSince = 0;
     }
     return error;
   }

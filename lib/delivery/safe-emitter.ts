@@ -13,8 +13,24 @@ import { loggableError } from '../observability/redact.js';
 
 type Events<C, X = ListenerContext> = IpnEvents<C, X>;
 type Name<C> = keyof Events<C>;
-type Wrapped = ((payload: unknown, context?: Attempt) => void) & { listener: (...args: never[]) => unknown };
+type Wrapped = ((payload: unknown, context?: Attempt, watch?: Watch) => void) & {
+  listener: (...args: never[]) => unknown;
+};
 type Listener = (payload: unknown, context?: Attempt) => unknown;
+
+/**
+ * How the listeners of one emit are watched. It travels with the emit, as an argument to each listener's
+ * wrapper, rather than in a flag of the emitter: nothing is left set for the next emit, whatever threw.
+ * - `reported`: nobody waits; a failure is reported (an `error` event and a log line);
+ * - `tracked`: for a `waitUntil`: the promises listeners return are collected, failures reported;
+ * - `awaited`: an at-least-once attempt: every listener's outcome is collected, each failure handed back
+ *   to the caller (which reports the attempt once) and not reported here.
+ */
+type Watch =
+  | { readonly kind: 'reported' }
+  | { readonly kind: 'tracked' | 'awaited'; readonly outcomes: Array<Promise<ListenerError | undefined>> };
+
+const REPORTED: Watch = { kind: 'reported' };
 
 /** The context the router passes to listeners at run time: a `db` only inside a delivery transaction. */
 export type Attempt = AttemptInfo & { db?: unknown };
@@ -82,10 +98,11 @@ export function createSafeEmitter<C>(
   redact = true,
 ) {
   const emitter = new EventEmitter();
-  /** Set while `emitAndWait` emits: each listener called adds its failure, or `undefined` when it succeeded. */
-  let collecting: Array<Promise<ListenerError | undefined>> | undefined;
-  /** Set while `track` runs: only the promises listeners return matter, and failures are reported here. */
-  let pendingOnly = false;
+  /**
+   * The watch of the emits that `track`'s `run` makes, set only while it runs (its code is the caller's,
+   * which emits through `emit`): the one scope left, and `track` alone sets and clears it.
+   */
+  let tracking: Watch | undefined;
 
   const report = (event: string, cause: unknown, payload: unknown): void => {
     try {
@@ -100,28 +117,21 @@ export function createSafeEmitter<C>(
     logger.error({ err, event, ...identify(payload) }, redact ? (err.message as string) : error.message);
     // A failing 'error' listener is only logged: reporting it through 'error' again could loop.
     if (event !== 'error') {
-      const outer = collecting;
-      collecting = undefined; // the 'error' listeners' own outcome is not the delivery's
-      try {
-        const failure = { error, notification: event === 'invalid' ? undefined : payload };
-        observe('error', failure, false);
-        emitter.emit('error', failure);
-      } finally {
-        collecting = outer;
-      }
+      const failure = { error, notification: event === 'invalid' ? undefined : payload };
+      observe('error', failure, false);
+      // Reported: the 'error' listeners' own outcome is not the delivery's, nor waited for.
+      emitter.emit('error', failure, undefined, REPORTED);
     }
   };
   /** The listener, isolated; a one-time one removes itself before it runs (so a prepend keeps it one-time). */
   const wrap = (event: string, listener: Listener, once = false): Wrapped => {
     const wrapped: Wrapped = Object.assign(
-      (payload: unknown, context?: Attempt): void => {
+      (payload: unknown, context?: Attempt, watch: Watch = REPORTED): void => {
         if (once) emitter.off(event, wrapped);
-        const outcomes = collecting;
-        const tracking = pendingOnly;
         // Awaited (an at-least-once attempt): the failure goes back to the caller, which reports the attempt
         // once; otherwise (tracked for a `waitUntil`, or not awaited) it is reported here.
         const fail = (cause: unknown): ListenerError | undefined => {
-          if (outcomes && !tracking) return new ListenerError(event, cause);
+          if (watch.kind === 'awaited') return new ListenerError(event, cause);
           report(event, cause, payload);
           return undefined;
         };
@@ -130,11 +140,14 @@ export function createSafeEmitter<C>(
           const result = context === undefined ? listener(payload) : listener(payload, context);
           if (isThenable(result)) {
             const settled = Promise.resolve(result).then(() => undefined, fail);
-            outcomes?.push(settled);
-          } else if (!tracking) outcomes?.push(Promise.resolve(undefined));
+            if (watch.kind !== 'reported') watch.outcomes.push(settled);
+          } else if (watch.kind === 'awaited') {
+            // Every listener counts in an attempt; a tracked one that returned nothing has nothing to wait for.
+            watch.outcomes.push(SUCCEEDED);
+          }
         } catch (cause) {
           const failure = fail(cause);
-          outcomes?.push(Promise.resolve(failure));
+          if (watch.kind !== 'reported') watch.outcomes.push(Promise.resolve(failure));
         }
       },
       { listener },
@@ -208,25 +221,17 @@ export function createSafeEmitter<C>(
   };
   const emit: Emit<C> = (event, payload, context) => {
     observe(event, payload, false);
-    return emitter.emit(event, payload, context);
+    return emitter.emit(event, payload, context, tracking ?? REPORTED);
   };
   /**
-   * Emits, then waits for every listener (and the promise each returns). Resolves how many listeners ran
-   * and whether all of them succeeded; failures are reported as usual.
+   * Emits, then waits for every listener (and the promise each returns). Resolves how many listeners ran,
+   * whether all of them succeeded, and each failure, which is handed back rather than reported.
    */
   const emitAndWait: EmitAndWait<C> = async (event, payload, context) => {
-    const outer = collecting;
-    const outerPendingOnly = pendingOnly;
+    // Every listener counts here, inside a `track` too: this watch is this emit's alone.
     const outcomes: Array<Promise<ListenerError | undefined>> = [];
-    collecting = outcomes;
-    pendingOnly = false; // every listener counts here
-    try {
-      observe(event, payload, true);
-      emitter.emit(event, payload, context);
-    } finally {
-      collecting = outer;
-      pendingOnly = outerPendingOnly;
-    }
+    observe(event, payload, true);
+    emitter.emit(event, payload, context, { kind: 'awaited', outcomes } satisfies Watch);
     const results = await Promise.all(outcomes);
     const failures = results.filter((failure): failure is ListenerError => failure !== undefined);
     return { listeners: results.length, ok: failures.length === 0, failures };
@@ -236,16 +241,13 @@ export function createSafeEmitter<C>(
    * returned included. Never rejects: a listener's failure is reported as usual. For a `waitUntil`.
    */
   const track = (run: () => void): Promise<void> => {
-    const outer = collecting;
-    const outerPendingOnly = pendingOnly;
     const outcomes: Array<Promise<ListenerError | undefined>> = [];
-    collecting = outcomes;
-    pendingOnly = true; // a listener that returned nothing is done: nothing to allocate for it
+    const outer = tracking; // a `track` inside `run` watches its own emits, then this one's again
+    tracking = { kind: 'tracked', outcomes };
     try {
       run();
     } finally {
-      collecting = outer;
-      pendingOnly = outerPendingOnly;
+      tracking = outer;
     }
     return outcomes.length === 0 ? SETTLED : Promise.all(outcomes).then(() => undefined);
   };
@@ -253,6 +255,7 @@ export function createSafeEmitter<C>(
 }
 
 const SETTLED: Promise<void> = Promise.resolve();
+const SUCCEEDED: Promise<undefined> = Promise.resolve(undefined);
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === 'function';

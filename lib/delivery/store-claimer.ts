@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { messageOf, StoreError } from '../shared/errors.js';
+import { within } from '../shared/within.js';
 import type { Awaitable, Store } from '../stores/store.js';
 
 /**
@@ -60,32 +61,18 @@ export function createStoreClaimer(store: Store, ttl: number, timeoutMs: number)
    * later, is a duplicate), so the notification is neither lost nor delivered twice.
    */
   function bounded(pending: Promise<unknown>, late: () => void, lost?: () => void): Promise<boolean> {
-    return new Promise((resolve, reject) => {
-      let timedOut = false;
-      const timer = setTimeout(() => {
-        timedOut = true;
-        reject(new Error(`no answer within ${timeoutMs} ms`));
-      }, timeoutMs);
-      pending.then(
-        (claimed) => {
-          if (timedOut) {
-            if (claimed === true) safely(late);
-            return;
-          }
-          clearTimeout(timer);
-          try {
-            resolve(checked(claimed));
-          } catch (error) {
-            reject(asError(error));
-          }
-        },
-        (error: unknown) => {
-          lost?.();
-          if (timedOut) return;
-          clearTimeout(timer);
-          reject(asError(error));
-        },
-      );
+    let timedOut = false;
+    // What the claim does after the time limit still matters, so it is watched here (`within` drops it).
+    void pending.then(
+      (claimed) => {
+        if (timedOut && claimed === true) safely(late);
+      },
+      () => lost && safely(lost),
+    );
+    const answer = pending.then(checked, (error: unknown) => Promise.reject(asError(error)));
+    return within(answer, timeoutMs, () => {
+      timedOut = true;
+      return new Error(`no answer within ${timeoutMs} ms`);
     });
   }
 

@@ -1,4 +1,5 @@
 import type { Logger } from './logger.js';
+import { createLogThrottle } from './log-throttle.js';
 
 /** How often the warning repeats at most while no request has matched: once an hour. */
 export const UNMATCHED_TOKEN_WARN_EVERY_MS = 3_600_000;
@@ -17,7 +18,8 @@ export function createUnmatchedTokenWarning(
   let matched = false;
   let missing = 0;
   let wrong = 0;
-  let warnedAt: number | undefined;
+  // Its count is not used: the warning counts every refusal since start, not since the last warning.
+  const throttle = createLogThrottle({ everyMs, now });
 
   return {
     /** A request carried a matching token: the secret works, and 401s are forgeries from now on. */
@@ -29,9 +31,7 @@ export function createUnmatchedTokenWarning(
       if (matched) return;
       if (tokenMissing) missing += 1;
       else wrong += 1;
-      const at = now();
-      if (warnedAt !== undefined && at - warnedAt < everyMs) return;
-      warnedAt = at;
+      if (throttle.note() === undefined) return;
       logger.warn(
         { unauthorized: missing + wrong, withoutToken: missing, withOtherToken: wrong },
         `no request to the IPN address has carried the right token since start (${missing + wrong} refused ` +

@@ -1,7 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { messageOf, StatusRateLimitError, TransactionNotFoundError } from '../shared/errors.js';
+import { within } from '../shared/within.js';
+import { createSlidingWindow } from '../shared/sliding-window.js';
 import type { Logger } from '../observability/logger.js';
+import { createLogThrottle } from '../observability/log-throttle.js';
 import {
   createQueryGuard,
   isLasting,
@@ -43,19 +46,12 @@ export function createFleetGuard(options: FleetGuardOptions) {
     instances === undefined ? undefined : createQueryGuard({ ...options, maxQueriesPerMinute: share });
   // Every request this instance sent in the last minute, through the fleet's budget or its share: when the
   // shared store dies mid-burst, what it already sent this minute counts against its share.
-  const sentHere: number[] = [];
-  const sentLastMinute = (): number => {
-    const time = now();
-    while (sentHere.length > 0 && (sentHere[0] as number) <= time - MINUTE) sentHere.shift();
-    return sentHere.length;
-  };
-  const noteSent = (): void => {
-    sentLastMinute(); // prunes: the list never holds more than a minute's requests
-    sentHere.push(now());
-  };
+  const sentHere = createSlidingWindow(MINUTE);
+  const sentLastMinute = (): number => sentHere.count(now());
+  const noteSent = (): void => sentHere.add(now());
   let blockedUntil = 0;
   let left = maxQueriesPerMinute;
-  let warnedAt = -Infinity;
+  const unreachableWarning = createLogThrottle({ everyMs: WARN_EVERY_MS, now });
   const counts = { queries: 0, refused: 0, guardFailures: 0 };
   let mode: 'shared' | 'fallback' = 'shared';
   const stats: StatusClientStats & { readonly guard: 'shared' | 'fallback'; readonly guardFailures: number } =
@@ -87,15 +83,12 @@ export function createFleetGuard(options: FleetGuardOptions) {
 
   /** Runs one call to the shared store within its time limit; `UNREACHABLE` (and a warning) when it fails. */
   async function call<T>(what: string, run: () => Promise<T>): Promise<T | typeof UNREACHABLE> {
-    let timer: NodeJS.Timeout | undefined;
-    const limit = new Promise<never>((_, reject) => {
-      timer = setTimeout(
-        () => reject(new Error(`no answer within ${shared.timeoutMs} ms`)),
-        shared.timeoutMs,
-      );
-    });
     try {
-      const result = await Promise.race([run(), limit]);
+      const result = await within(
+        run(),
+        shared.timeoutMs,
+        () => new Error(`no answer within ${shared.timeoutMs} ms`),
+      );
       if (mode === 'fallback')
         logger.info({}, 'the shared status-query guard answers again: back to the fleet budget');
       mode = 'shared';
@@ -103,8 +96,7 @@ export function createFleetGuard(options: FleetGuardOptions) {
     } catch (error) {
       counts.guardFailures += 1;
       mode = 'fallback';
-      if (now() - warnedAt >= WARN_EVERY_MS) {
-        warnedAt = now();
+      if (unreachableWarning.note() !== undefined) {
         logger.warn(
           { err: { message: messageOf(error) }, fallbackInstances: instances ?? null },
           `the shared status-query guard is unreachable (${what}): ${
@@ -115,8 +107,6 @@ export function createFleetGuard(options: FleetGuardOptions) {
         );
       }
       return UNREACHABLE;
-    } finally {
-      clearTimeout(timer);
     }
   }
 
@@ -127,7 +117,8 @@ export function createFleetGuard(options: FleetGuardOptions) {
 
   function permitLocally(id: string): void {
     if (!fallback) return refuse(id, 'guard_unavailable', 5_000);
-    if (sentLastMinute() >= share) return refuse(id, 'budget', (sentHere[0] as number) + MINUTE - now());
+    const time = now();
+    if (sentHere.count(time) >= share) return refuse(id, 'budget', sentHere.msUntilOldestLeaves(time));
     try {
       fallback.permit(id);
     } catch (error) {

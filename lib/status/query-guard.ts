@@ -1,4 +1,5 @@
 import { StatusRateLimitError, TransactionNotFoundError } from '../shared/errors.js';
+import { createSlidingWindow } from '../shared/sliding-window.js';
 import { isFinalState } from '../notification/schema.js';
 import { lackingFields, type StatusRecord } from './status-envelope.js';
 
@@ -86,11 +87,8 @@ export function createQueryGuard(options: QueryGuardOptions) {
   const inflight = new Map<string, { at: number; promise: Promise<StatusRecord> }>();
   const finals = new Map<string, Entry>();
   const recent = new Map<string, Entry>();
-  const sent: number[] = []; // send times within the last minute, oldest first
+  const sent = createSlidingWindow(MINUTE); // the requests sent within the last minute
   let blockedUntil = 0;
-  const prune = (time: number): void => {
-    while (sent.length > 0 && (sent[0] as number) <= time - MINUTE) sent.shift();
-  };
   const stats: StatusClientStats = {
     queries: 0,
     refused: 0,
@@ -98,8 +96,7 @@ export function createQueryGuard(options: QueryGuardOptions) {
     shared: 0,
     get budgetLeft() {
       const time = now();
-      prune(time);
-      return time < blockedUntil ? 0 : Math.max(0, maxQueriesPerMinute - sent.length);
+      return time < blockedUntil ? 0 : Math.max(0, maxQueriesPerMinute - sent.count(time));
     },
   };
 
@@ -181,16 +178,15 @@ export function createQueryGuard(options: QueryGuardOptions) {
     /** Takes one request from the budget, or throws `StatusRateLimitError` when none may be sent now. */
     permit(id: string): void {
       const time = now();
-      prune(time);
       let refusal: StatusRateLimitError | undefined;
       if (time < blockedUntil) refusal = new StatusRateLimitError(id, 'blocked', blockedUntil - time);
-      else if (sent.length >= maxQueriesPerMinute)
-        refusal = new StatusRateLimitError(id, 'budget', (sent[0] as number) + MINUTE - time);
+      else if (sent.count(time) >= maxQueriesPerMinute)
+        refusal = new StatusRateLimitError(id, 'budget', sent.msUntilOldestLeaves(time));
       if (refusal) {
         stats.refused += 1;
         throw refusal;
       }
-      sent.push(time);
+      sent.add(time);
       stats.queries += 1;
     },
 

@@ -6,6 +6,7 @@ import {
   type StatusError,
 } from '../shared/errors.js';
 import type { Logger } from '../observability/logger.js';
+import { createLogThrottle } from '../observability/log-throttle.js';
 import type { StatusRecord } from './status-envelope.js';
 
 /**
@@ -169,15 +170,15 @@ const WARN_EVERY_MS = 60 * 60_000;
  */
 export function createNotFoundWatch(logger: Logger, now: () => number) {
   const streak = new Set<string>();
-  let warnedAt = -Infinity;
+  const throttle = createLogThrottle({ everyMs: WARN_EVERY_MS, now });
   return {
     found(): void {
       streak.clear();
     },
     notFound(id: string): void {
       streak.add(id);
-      if (streak.size < NOT_FOUND_STREAK || now() - warnedAt < WARN_EVERY_MS) return;
-      warnedAt = now();
+      // Only a full streak is an occurrence: the count is the streak's, not the throttle's.
+      if (streak.size < NOT_FOUND_STREAK || throttle.note() === undefined) return;
       logger.warn(
         { notFound: streak.size, transaction_ids: [...streak] },
         `the payment service answered "not found" for the last ${streak.size} transactions asked: if they are ` +

@@ -443,3 +443,106 @@ describe('track', () => {
     await expect(track(() => {})).resolves.toBeUndefined();
   });
 });
+
+describe('each emit carries how its listeners are watched, so no emit changes how another is', () => {
+  function create() {
+    const logger = { debug: jest.fn(), info: jest.fn(), warn: jest.fn(), error: jest.fn() } satisfies Logger;
+    const emitter = createSafeEmitter<undefined>(logger, () => undefined);
+    const errors: unknown[] = [];
+    emitter.methods.on('error', (e) => void errors.push(e.error));
+    return { ...emitter, errors };
+  }
+  /** A promise and the function that resolves it. */
+  function gate() {
+    let open: () => void = () => {};
+    const opened = new Promise<void>((resolve) => (open = resolve));
+    return { opened, open };
+  }
+
+  test('an emit made by a listener of an awaited emit is neither counted nor handed back: its failure is reported', async () => {
+    const { methods, emit, emitAndWait, errors } = create();
+    methods.on('failed', () => {
+      throw new Error('ledger down');
+    });
+    methods.on('successful', () => void emit('failed', other as never));
+
+    const result = await emitAndWait('successful', notification as never);
+
+    expect(result).toEqual({ listeners: 1, ok: true, failures: [] });
+    expect(errors).toEqual([expect.any(ListenerError)]);
+  });
+
+  test('an awaited emit inside track counts its own listeners only, and the emits after it are tracked', async () => {
+    const { methods, emit, emitAndWait, track } = create();
+    const slow = gate();
+    methods.on('successful', () => {});
+    methods.on('failed', () => slow.opened);
+    let awaited: unknown;
+    let settled = false;
+
+    const tracked = track(() => {
+      void emitAndWait('successful', notification as never).then((result) => (awaited = result));
+      emit('failed', other as never);
+    }).then(() => (settled = true));
+    await tick();
+
+    expect(awaited).toEqual({ listeners: 1, ok: true, failures: [] });
+    expect(settled).toBe(false);
+    slow.open();
+    await tracked;
+    expect(settled).toBe(true);
+  });
+
+  test('a track whose run throws inside another leaves the outer one tracking its later emits', async () => {
+    const { methods, emit, track } = create();
+    const slow = gate();
+    methods.on('failed', () => slow.opened);
+    let settled = false;
+
+    const tracked = track(() => {
+      expect(() =>
+        track(() => {
+          throw new Error('a bug in run');
+        }),
+      ).toThrow('a bug in run');
+      emit('failed', other as never);
+    }).then(() => (settled = true));
+    await tick();
+
+    expect(settled).toBe(false);
+    slow.open();
+    await tracked;
+    expect(settled).toBe(true);
+  });
+
+  test('after a track whose run threw, a plain emit is not tracked by it: its failure is still reported', async () => {
+    const { methods, emit, track, errors } = create();
+    methods.on('failed', () => Promise.reject(new Error('ledger down')));
+    expect(() =>
+      track(() => {
+        throw new Error('a bug in run');
+      }),
+    ).toThrow('a bug in run');
+
+    emit('failed', other as never);
+    await tick();
+
+    expect(errors).toEqual([expect.any(ListenerError)]);
+  });
+
+  test("the 'error' listeners a tracked failure calls are not waited for: their outcome is not the delivery's", async () => {
+    const { methods, emit, track } = create();
+    const slow = gate();
+    methods.on('error', () => slow.opened);
+    methods.on('failed', () => {
+      throw new Error('ledger down');
+    });
+
+    let settled = false;
+    void track(() => emit('failed', other as never)).then(() => (settled = true));
+    await tick();
+
+    expect(settled).toBe(true); // while the 'error' listener's promise is still pending
+    slow.open();
+  });
+});
