@@ -4,3 +4,4 @@
  */
 export { adminRouter } from './admin/admin-router.js';
 export { adminFetchHandler } from './admin/admin-fetch.js';
+export type { AdminOptions } from './admin/admin-options.js';

@@ -4,6 +4,7 @@
  * @packageDocumentation
  */
 export { PostgresStore } from './stores/postgres-store.js';
+export type { PostgresStoreOptions } from './stores/postgres-store.js';
 export type { PgQueryable } from './stores/postgres-store.js';
 export { postgresSchemaSql } from './stores/postgres-sql.js';
 export { postgresExpectationsSql } from './stores/postgres-expectations.js';

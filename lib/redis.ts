@@ -4,4 +4,5 @@
  * @packageDocumentation
  */
 export { RedisStore } from './stores/redis-store.js';
+export type { RedisStoreOptions } from './stores/redis-store.js';
 export { redisGuard } from './status/redis-guard.js';

@@ -5,3 +5,4 @@
  */
 export { createFakeProvider } from './testing/fake-provider.js';
 export type { FakeProvider } from './testing/fake-provider.js';
+export type { FakeProviderOptions } from './testing/fake-provider-options.js';
