@@ -222,7 +222,9 @@ describe('createReconcileSweep', () => {
 
   test('a lock the store fails to take is an error event, and the sweep resolves having done nothing', async () => {
     const { sweeper, expectations, of } = setup(() => Promise.reject(new Error('unused')));
-    jest.spyOn(expectations, 'lockSweep').mockRejectedValue(new Error('connection reset'));
+    jest.spyOn(expectations, 'lockSweep').mockImplementation(() => {
+      throw new Error('connection reset');
+    });
     await expect(sweeper.sweep()).resolves.toEqual({ ...counts, swept: false });
     expect(of('error')[0].error.message).toBe('the reconciliation sweep failed: connection reset');
   });
