@@ -26,9 +26,12 @@ export function recordingLogger() {
 export function deliveryHarness(options: Partial<Options> = {}) {
   const { logger, lines, said } = recordingLogger();
   const resolved = resolveOptions({ logger, ...options });
-  let router: unknown; // what `on` returns: the emitter itself, as the router's `on` returns the router
-  const { methods, emit, emitAndWait, track } = createSafeEmitter<undefined>(resolved.logger, () => router);
-  router = methods;
+  // What `on` returns: the emitter itself, as the router's `on` returns the router.
+  const emitter: ReturnType<typeof createSafeEmitter<undefined>> = createSafeEmitter<undefined>(
+    resolved.logger,
+    () => emitter.methods,
+  );
+  const { methods, emit, emitAndWait, track } = emitter;
   const context = createDeliveryContext<undefined>(resolved, { emit, emitAndWait, track });
   const events: Array<{ name: IpnEventName; payload: any }> = [];
   // Not the notification events: whether they have a listener is what some tests are about.
