@@ -1,22 +1,48 @@
 import type { DurableStore, InboxEntry } from '../../lib/index.js';
-import type { Lease, ListOptions, Settlement } from '../../lib/stores/store.js';
+import type { Lease, ListOptions, Settlement, StatusCounts } from '../../lib/stores/store.js';
+import { MemoryInbox as Inbox } from '../../lib/stores/memory-inbox.js';
 
-type Held = InboxEntry & { leaseId?: string | null };
+/** The methods whose next calls {@link MemoryInbox.failNext} can make reject. */
+type Failing = 'receive' | 'lease' | 'settle' | 'replace';
+
+/** What the tests read of the inbox: its entries by key, as copies (changing one changes nothing). */
+export interface EntriesView {
+  get(key: string): InboxEntry | undefined;
+  values(): InboxEntry[];
+  readonly size: number;
+}
 
 /**
- * A `DurableStore` in memory, for fast tests of the delivery logic (the real one, `PostgresStore`, has its
- * own tests against PostgreSQL). `failNext` makes the next calls of a method reject.
+ * A `DurableStore` over the library's own in-memory inbox (`lib/stores/memory-inbox.ts`, what `MemoryStore`
+ * keeps at least once), so that the delivery tests run against the real lease and settlement rules, not a
+ * copy of them. It adds only what tests need: {@link failNext} (the next calls of a method reject), a
+ * synchronous view of the {@link entries} for `until(...)`, and a `claim` that is a `receive` (a store
+ * that is durable and nothing else). Every method answers in a later microtask, as a real store would.
  */
 export class MemoryInbox implements DurableStore {
   readonly durable = true as const;
-  readonly entries = new Map<string, Held>();
-  readonly failures = new Map<string, number>();
+  /** How many of the next calls of each method reject. */
+  readonly failures = new Map<Failing, number>();
+  // Never evicts: a test sees every entry it made.
+  readonly #inbox = new Inbox(Number.MAX_SAFE_INTEGER, () => Date.now());
 
-  failNext(method: 'receive' | 'lease' | 'settle' | 'replace', times = 1): void {
+  /** The entries, read synchronously; each read is a copy. */
+  readonly entries: EntriesView = {
+    get: (key) => this.#inbox.get(key),
+    values: () => this.#inbox.list({ limit: Number.MAX_SAFE_INTEGER }),
+    get size() {
+      return this.values().length;
+    },
+  };
+
+  /** Makes the next `times` calls of `method` reject with an error saying it was injected. */
+  failNext(method: Failing, times = 1): void {
     this.failures.set(method, times);
   }
 
-  #fail(method: string): void {
+  async #turn(method?: Failing): Promise<void> {
+    await Promise.resolve();
+    if (method === undefined) return;
     const left = this.failures.get(method) ?? 0;
     if (left > 0) {
       this.failures.set(method, left - 1);
@@ -29,33 +55,13 @@ export class MemoryInbox implements DurableStore {
   }
 
   async release(key: string, leaseId?: string): Promise<void> {
-    await Promise.resolve();
-    if (leaseId === undefined || this.entries.get(key)?.leaseId === leaseId) this.entries.delete(key);
+    await this.#turn();
+    this.#inbox.delete(key, leaseId);
   }
 
   async receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
-    await Promise.resolve();
-    this.#fail('receive');
-    if (this.entries.has(key)) return false;
-    const now = new Date();
-    const at = key.lastIndexOf(':');
-    const [transactionId, state] = [key.slice(0, at), key.slice(at + 1)];
-    this.entries.set(key, {
-      key,
-      transactionId,
-      state,
-      record: JSON.parse(JSON.stringify(record)) as Record<string, unknown>,
-      status: 'received',
-      attempts: 1,
-      lastError: null,
-      receivedAt: now,
-      updatedAt: now,
-      nextAttemptAt: now,
-      deliveredAt: null,
-      leaseId: lease.id,
-      leaseUntil: new Date(now.getTime() + lease.ms),
-    });
-    return true;
+    await this.#turn('receive');
+    return this.#inbox.receive(key, record, lease);
   }
 
   async replace(
@@ -64,96 +70,47 @@ export class MemoryInbox implements DurableStore {
     record: Record<string, unknown>,
     lease: Lease,
   ): Promise<boolean> {
-    await Promise.resolve();
-    this.#fail('replace');
-    const entry = this.entries.get(key);
-    if (entry?.leaseId !== leaseId) return false;
-    const now = new Date();
-    // One step, as PostgresStore's single UPDATE: the entry is never absent.
-    Object.assign(entry, {
-      record: JSON.parse(JSON.stringify(record)) as Record<string, unknown>,
-      status: 'received',
-      attempts: 1,
-      lastError: null,
-      updatedAt: now,
-      nextAttemptAt: now,
-      leaseId: lease.id,
-      leaseUntil: new Date(now.getTime() + lease.ms),
-    });
-    return true;
+    await this.#turn('replace');
+    return this.#inbox.replace(key, leaseId, record, lease);
   }
 
   async lease(lease: Lease, limit: number): Promise<InboxEntry[]> {
-    await Promise.resolve();
-    this.#fail('lease');
-    const now = Date.now();
-    const due = [...this.entries.values()].filter(
-      (entry) =>
-        (entry.status === 'received' || entry.status === 'failed') &&
-        entry.nextAttemptAt.getTime() <= now &&
-        (entry.leaseUntil === null || entry.leaseUntil.getTime() < now),
-    );
-    return due.slice(0, limit).map((entry) => {
-      Object.assign(entry, {
-        leaseId: lease.id,
-        leaseUntil: new Date(now + lease.ms),
-        attempts: entry.attempts + 1,
-      });
-      return { ...entry };
-    });
+    await this.#turn('lease');
+    return this.#inbox.lease(lease, limit);
   }
 
   async settle(key: string, leaseId: string, settlement: Settlement): Promise<boolean> {
-    await Promise.resolve();
-    this.#fail('settle');
-    const entry = this.entries.get(key);
-    if (entry?.leaseId !== leaseId) return false;
-    const now = new Date();
-    Object.assign(entry, { status: settlement.status, updatedAt: now, leaseId: null, leaseUntil: null });
-    if (settlement.status === 'delivered') entry.deliveredAt = now;
-    if (settlement.status !== 'delivered') entry.lastError = settlement.error;
-    if (settlement.status === 'failed') entry.nextAttemptAt = settlement.nextAttemptAt;
-    return true;
+    await this.#turn('settle');
+    return this.#inbox.settle(key, leaseId, settlement);
   }
 
-  async list(options: ListOptions = {}): Promise<InboxEntry[]> {
-    await Promise.resolve();
-    const all = [...this.entries.values()].filter(
-      (entry) => options.status === undefined || entry.status === options.status,
-    );
-    const offset = options.offset ?? 0;
-    return all.slice(offset, offset + (options.limit ?? 100));
+  async list(options?: ListOptions): Promise<InboxEntry[]> {
+    await this.#turn();
+    return this.#inbox.list(options);
+  }
+
+  async countByStatus(receivedFrom?: Date): Promise<StatusCounts> {
+    await this.#turn();
+    return this.#inbox.countByStatus(receivedFrom);
   }
 
   async get(key: string): Promise<InboxEntry | undefined> {
-    await Promise.resolve();
-    return this.entries.get(key);
+    await this.#turn();
+    return this.#inbox.get(key);
   }
 
   async replay(key: string): Promise<boolean> {
-    await Promise.resolve();
-    const entry = this.entries.get(key);
-    if (!entry) return false;
-    // As PostgresStore: a live lease is kept, so an attempt still running finishes alone.
-    Object.assign(entry, { status: 'received', attempts: 0, nextAttemptAt: new Date() });
-    return true;
+    await this.#turn();
+    return this.#inbox.replay(key);
   }
 
   async replayDead(): Promise<number> {
-    const dead = [...this.entries.values()].filter((entry) => entry.status === 'dead');
-    for (const entry of dead) await this.replay(entry.key);
-    return dead.length;
+    await this.#turn();
+    return this.#inbox.replayDead();
   }
 
   async purge(before: Date): Promise<number> {
-    await Promise.resolve();
-    let count = 0;
-    for (const entry of [...this.entries.values()]) {
-      if (entry.status === 'delivered' && entry.deliveredAt !== null && entry.deliveredAt < before) {
-        this.entries.delete(entry.key);
-        count += 1;
-      }
-    }
-    return count;
+    await this.#turn();
+    return this.#inbox.purge(before);
   }
 }

@@ -1,5 +1,6 @@
-import type { Pool } from 'pg';
-import { Client, Query, type PoolClient } from 'pg';
+import { fork, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { Client, Pool, Query, type PoolClient } from 'pg';
 import { ipnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { rawPg, withKysely } from '../../examples/snippets/exactly-once.js';
@@ -8,9 +9,11 @@ import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { servedRouters } from '../helpers/servers.js';
 import { ledgerSchema } from '../helpers/ledger-schema.js';
-import { describeWithService, eventually } from '../helpers/services.js';
+import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
 
 jest.setTimeout(30_000);
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delivery: 'at-least-once'", () => {
   const ledger = ledgerSchema('ipn_tx', ['CREATE TABLE orders (id text PRIMARY KEY, paid_at timestamptz)']);
@@ -401,4 +404,423 @@ describe('at most once', () => {
     const expected = { key: `${String(payload.transaction_id)}:SUCCESSFUL`, attempt: 1 };
     expect(contexts).toEqual([expected, expected]);
   });
+});
+
+/**
+ * Commit failures of the delivery transaction and its lazy client: pool hygiene when connect() is pending,
+ * rejects, or the COMMIT is slow or its answer lost, and what a failed commit does to an entry that was in
+ * fact delivered.
+ */
+describeWithService('PostgreSQL', 'transactional delivery: commit failures and the pool', () => {
+  const ledger = ledgerSchema('ipn_txc');
+  const { newPool, keyOf } = ledger;
+  let pool: Pool;
+  beforeAll(() => {
+    pool = ledger.pool();
+  });
+  const served = servedRouters();
+  /** Every client back in its pool (or gone), nobody waiting. */
+  async function settled(p: Pool) {
+    await eventually(
+      'every client back in the pool',
+      () => p.idleCount === p.totalCount && p.waitingCount === 0,
+    );
+    return { total: p.totalCount, idle: p.idleCount, waiting: p.waitingCount };
+  }
+
+  const serve = (store: PostgresStore<Pool>, extra: Record<string, unknown> = {}) =>
+    served(
+      ipnRouter({
+        store,
+        delivery: 'at-least-once',
+        logger: quiet,
+        retryDelayMs: 20,
+        recoveryIntervalMs: 50,
+        ...extra,
+      }),
+    );
+  const entryOf = async (key: string) =>
+    (await pool.query('SELECT status, attempts, last_error FROM ipn_inbox WHERE key = $1', [key])).rows[0] as
+      { status: string; attempts: number; last_error: string | null } | undefined;
+  const ledgerOf = async (id: unknown) =>
+    (await pool.query('SELECT order_id FROM ledger WHERE transaction_id = $1', [id])).rows;
+  const insert = 'INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)';
+  const isMarkAndCommit = (text: unknown) => typeof text === 'string' && /;\s*COMMIT\s*$/.test(text);
+
+  /**
+   * A pool whose clients handle the first mark-and-COMMIT as told: `lost` (it runs and commits, then the
+   * answer is lost), `slow` (it runs and commits; the answer comes `ms` later).
+   */
+  function commitFaulty(p: Pool, fault: 'lost' | 'slow', ms = 0) {
+    let fired = false;
+    const wrap = (client: PoolClient) =>
+      new Proxy(client, {
+        get(target, property) {
+          if (property !== 'query') {
+            const value = Reflect.get(target, property, target) as unknown;
+            return typeof value === 'function' ? (value as () => unknown).bind(target) : value;
+          }
+          return (...args: unknown[]) => {
+            if (fired || !isMarkAndCommit(args[0]))
+              return Reflect.apply(target.query, target, args) as unknown;
+            fired = true;
+            const ran = Reflect.apply(target.query, target, args) as Promise<unknown>;
+            return fault === 'lost'
+              ? ran.then(() => {
+                  throw new Error('connection lost after the COMMIT (injected fault)');
+                })
+              : ran.then(async (answer) => {
+                  await sleep(ms);
+                  return answer;
+                });
+          };
+        },
+      });
+    return {
+      query: (text: string, values?: unknown[]) => p.query(text, values),
+      connect: async () => wrap(await p.connect()),
+      get fired() {
+        return fired;
+      },
+    };
+  }
+
+  test.each([['lost'], ['slow']] as const)(
+    'a COMMIT that lands but whose answer is %s: delivered once, one ledger row, no client held',
+    async (fault) => {
+      const p = newPool(3);
+      const faulty = commitFaulty(p, fault, 800);
+      const { ipn, post } = await serve(new PostgresStore({ pool: faulty as unknown as Pool }), {
+        storeTimeout: 200,
+      });
+      let runs = 0;
+      const dead: unknown[] = [];
+      ipn.on('dead', (event) => dead.push(event));
+      ipn.on('successful', async (n, { db }) => {
+        runs += 1;
+        await db.query(insert, [n.transaction_id, `run ${runs}`]);
+      });
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await eventually('delivered', async () => (await entryOf(keyOf(payload)))?.status === 'delivered');
+      await sleep(1_200);
+      expect(faulty.fired).toBe(true);
+      expect(runs).toBe(1);
+      expect(await ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'run 1' }]);
+      expect((await entryOf(keyOf(payload)))?.status).toBe('delivered');
+      expect(dead).toEqual([]);
+      await settled(p);
+    },
+  );
+
+  test('connect() still pending when the attempt times out: the client it later gets goes back, none held', async () => {
+    const p = newPool(1); // the clients for db: its only one is held, so the listener's first query waits
+    const blocker = await p.connect();
+    const split = {
+      query: (text: string, values?: unknown[]) => pool.query(text, values),
+      connect: () => p.connect(),
+    };
+    const { ipn, post } = await serve(new PostgresStore({ pool: split as never }), { leaseMs: 300 });
+    let runs = 0;
+    let timedOut = false;
+    ipn.on('successful', async (n, { db }) => {
+      runs += 1;
+      const run = runs;
+      try {
+        await db.query(insert, [n.transaction_id, `run ${run}`]);
+      } catch (error) {
+        if (run === 1) timedOut = true;
+        throw error;
+      }
+    });
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await sleep(600); // past 0.9 * leaseMs: the first attempt is abandoned with its connect() pending
+    expect(p.waitingCount).toBeGreaterThan(0);
+    blocker.release();
+    await eventually('delivered', async () => (await entryOf(keyOf(payload)))?.status === 'delivered');
+    expect(runs).toBeGreaterThan(1);
+    expect(timedOut).toBe(true);
+    expect((await ledgerOf(payload.transaction_id)).length).toBe(1);
+    expect(await settled(p)).toEqual({ total: 1, idle: 1, waiting: 0 });
+  });
+
+  test('connect() rejecting (the pool refuses): a failed attempt, retried, delivered once, no client held', async () => {
+    const p = newPool(3);
+    let refusals = 1;
+    const refusing = {
+      query: (text: string, values?: unknown[]) => p.query(text, values),
+      connect: async () => {
+        if (refusals-- > 0) throw new Error('connect ECONNREFUSED (injected fault)');
+        return p.connect();
+      },
+    };
+    const { ipn, post } = await serve(new PostgresStore({ pool: refusing as never }));
+    let runs = 0;
+    ipn.on('successful', async (n, { db }) => {
+      runs += 1;
+      await db.query(insert, [n.transaction_id, `run ${runs}`]);
+    });
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await eventually('delivered', async () => (await entryOf(keyOf(payload)))?.status === 'delivered');
+    expect(await ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'run 2' }]);
+    await settled(p);
+  });
+
+  test.each([[1], [5]])(
+    'a listener-less-db attempt whose batched delivered mark is slower than storeTimeout (maxAttempts %i): delivered, never dead nor run again',
+    async (maxAttempts) => {
+      // The listener succeeded (it credits through the pool, not db): commit() has no client and hands the
+      // mark to the store's batch. When that batch answers later than storeTimeout, deliver() now counts the
+      // attempt failed and settles it 'failed' (or 'dead' at maxAttempts) with a statement of its own, which
+      // overtakes the mark still waiting in the batch: the mark then finds no lease and changes nothing.
+      // Before 9720547 this was a store failure left to the lease, and the batched mark landed: delivered.
+      const p = newPool(3);
+      let delayed = false;
+      const slowMark = {
+        query: async (text: string, values?: unknown[]) => {
+          if (!delayed && /SET status = 'delivered'/.test(text)) {
+            delayed = true;
+            await sleep(600); // the batch stalls (e.g. behind a slow earlier batch: one in flight at a time)
+          }
+          return p.query(text, values);
+        },
+        connect: () => p.connect(),
+      };
+      const { ipn, post } = await serve(new PostgresStore({ pool: slowMark as never }), {
+        storeTimeout: 200,
+        maxAttempts,
+      });
+      const dead: unknown[] = [];
+      ipn.on('dead', (event) => dead.push(event));
+      let runs = 0;
+      ipn.on('successful', async (n) => {
+        runs += 1;
+        await p.query(insert, [n.transaction_id, `run ${runs}`]);
+      });
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await eventually('the mark went out', () => delayed);
+      await sleep(1_000);
+      expect(runs).toBe(1);
+      expect(dead).toEqual([]);
+      expect((await entryOf(keyOf(payload)))?.status).toBe('delivered');
+      await settled(p);
+    },
+  );
+});
+
+describeWithService('PostgreSQL', 'transactional delivery: what a listener may do with db', () => {
+  // A ledger with a unique key, for the idempotent-insert listener.
+  const ledger = ledgerSchema('ipn_txr', ['CREATE TABLE credits (transaction_id text PRIMARY KEY)']);
+  const { keyOf, entryOf, ledgerOf } = ledger;
+  let pool: Pool;
+  beforeAll(() => {
+    pool = ledger.pool();
+  });
+  const served = servedRouters();
+  const serve = (options: { leaseMs?: number; maxAttempts?: number } = {}) =>
+    served(
+      ipnRouter({
+        store: new PostgresStore({ pool }),
+        delivery: 'at-least-once',
+        logger: quiet,
+        retryDelayMs: 20,
+        recoveryIntervalMs: 50,
+        ...options,
+      }),
+    );
+  const insert = 'INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)';
+
+  test('a write a listener starts through db without awaiting it lands with the delivered mark, not dropped', async () => {
+    // Before the lazy BEGIN this write went to the client at once, inside the open transaction, ahead of
+    // the mark. Now it waits for BEGIN; the commit that follows the listener's return sends the mark and
+    // COMMIT without waiting for it, and the write is then refused: delivered, with nothing on the ledger.
+    const { ipn, post } = await serve();
+    ipn.on('successful', (n, { db }) => {
+      void db.query(insert, [n.transaction_id, 'not-awaited']);
+    });
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await eventually('delivered', async () => (await entryOf(keyOf(payload)))?.status === 'delivered');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(await ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'not-awaited' }]);
+  });
+
+  test.each([
+    ['callback', 'the callback gets the refusal'],
+    ['submittable', "the submittable's error event has the refusal"],
+  ])('a %s-form query after the attempt ended is refused, and told so: %s', async (form) => {
+    // A promise-form late query is rejected (tested in transactional-delivery.test.ts). The other two
+    // forms get a rejected promise they never look at: the callback is never called, the submittable
+    // never ends nor errs (a listener awaiting it hangs), and the rejection is unhandled, which crashes
+    // a Node process run with the default --unhandled-rejections=throw.
+    const { ipn, post } = await serve({ leaseMs: 300 });
+    let release = () => {};
+    const told: unknown[] = [];
+    let first = true;
+    ipn.on('successful', async (n, { db }) => {
+      if (!first) return;
+      first = false;
+      await db.query(insert, [n.transaction_id, 'early']);
+      await new Promise<void>((resolve) => (release = resolve));
+      if (form === 'callback') {
+        db.query(insert, [n.transaction_id, 'late'], (error: Error | undefined) => told.push(error));
+      } else {
+        const late = db.query(new Query(insert, [n.transaction_id, 'late']));
+        late.once('error', (error) => told.push(error)).once('end', () => told.push('ran'));
+      }
+    });
+    const payload = uniquePayload();
+    await post(payload);
+    await eventually('delivered', async () => (await entryOf(keyOf(payload)))?.status === 'delivered');
+    release();
+    await eventually(`the late ${form} query told of its refusal`, () => told.length === 1);
+    expect(String(told[0])).toMatch(/delivery transaction .* has ended/);
+    expect(await ledgerOf(payload.transaction_id)).toEqual([]);
+  });
+
+  test('a listener that swallows its own SQL error (an idempotent insert) each time: dead after maxAttempts, not retried forever', async () => {
+    // The caught unique violation leaves the transaction aborted; the mark then fails (25P02), commit()
+    // rejects, and the attempt is reported as a store failure and left to its lease: never counted as a
+    // failed attempt, so maxAttempts never applies, no 'dead', last_error stays null, retried every leaseMs.
+    const { ipn, post } = await serve({ leaseMs: 300, maxAttempts: 2 });
+    const recorder = recordEvents(ipn);
+    ipn.on('successful', async (n, { db }) => {
+      try {
+        await db.query('INSERT INTO credits (transaction_id) VALUES ($1)', [n.transaction_id]);
+      } catch (error) {
+        if ((error as { code?: string }).code !== '23505') throw error; // credited already: fine
+      }
+    });
+    const payload = uniquePayload();
+    await pool.query('INSERT INTO credits (transaction_id) VALUES ($1)', [payload.transaction_id]);
+    await post(payload);
+    await new Promise((resolve) => setTimeout(resolve, 2_500)); // several leases
+    const entry = await entryOf(keyOf(payload));
+    expect(entry?.attempts).toBeLessThanOrEqual(2);
+    expect(entry?.status).toBe('dead');
+    expect(entry?.last_error).toEqual(expect.stringContaining('PostgreSQL aborted the transaction'));
+    expect(recorder.count('dead')).toBe(1);
+  });
+
+  test('a burst larger than the pool, listeners that never touch db but write through the pool: every payment delivered, none dead', async () => {
+    // The at-least-once style the docs give for writes outside db (an idempotent insert through your own
+    // pool). Each attempt still takes a client of the pool at begin() and holds it while its listeners run,
+    // though they never query db: with more attempts than clients, every held client's listener waits for
+    // a client of the same pool, nothing moves until 90% of leaseMs, every attempt fails, and the retries
+    // come back as a burst too. Payments end dead.
+    const small = ledger.newPool(4);
+    const { ipn, post } = await served(
+      ipnRouter({
+        store: new PostgresStore({ pool: small }),
+        delivery: 'at-least-once',
+        logger: quiet,
+        leaseMs: 1_500,
+        maxAttempts: 3,
+        retryDelayMs: 20,
+        recoveryIntervalMs: 50,
+      }),
+    );
+    const recorder = recordEvents(ipn);
+    ipn.on('successful', async (n) => {
+      await small.query('INSERT INTO credits (transaction_id) VALUES ($1) ON CONFLICT DO NOTHING', [
+        n.transaction_id,
+      ]);
+    });
+    const payloads = Array.from({ length: 16 }, () => uniquePayload());
+    const answers = await Promise.all(payloads.map(async (payload) => (await post(payload)).status));
+    expect(answers.every((status) => status === 200)).toBe(true);
+    const keys = payloads.map(keyOf);
+    const settled = async () =>
+      (
+        await pool.query(
+          `SELECT count(*)::int AS n FROM ipn_inbox WHERE key = ANY($1) AND status IN ('delivered', 'dead')`,
+          [keys],
+        )
+      ).rows[0].n as number;
+    await eventually('every payment delivered or dead', async () => (await settled()) === keys.length);
+    const { rows } = await pool.query(
+      'SELECT status, count(*)::int AS n FROM ipn_inbox WHERE key = ANY($1) GROUP BY status',
+      [keys],
+    );
+    expect(rows).toEqual([{ status: 'delivered', n: 16 }]);
+    expect(recorder.count('dead')).toBe(0);
+  });
+});
+
+describeWithService('PostgreSQL', 'transactional delivery: a connection lost mid-attempt', () => {
+  const suffix = `${process.pid}_${Date.now() % 100_000}`;
+  const table = `ipn_txr_term_${suffix}`;
+  const ledger = `ledger_txr_term_${suffix}`;
+  const pool = new Pool({ connectionString: databaseUrl(), max: 2 });
+  pool.on('error', () => {});
+  const children: ChildProcess[] = [];
+
+  beforeAll(async () => {
+    await new PostgresStore({ pool, table }).migrate();
+    await pool.query(`CREATE TABLE ${ledger} (transaction_id text NOT NULL)`);
+  });
+  afterAll(async () => {
+    for (const child of children)
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    await pool.query(`DROP TABLE IF EXISTS ${table}, ${table}_expected, ${ledger}`);
+    await pool.end();
+  });
+
+  test.each([
+    ['wrote through db', 'write'],
+    ['never touched db', 'none'],
+  ] as const)(
+    'the server ends the connection of an attempt whose listener %s: the app survives, the payment is delivered once',
+    async (_, mode) => {
+      // A checked-out pg client has no 'error' listener (pg-pool removes its own while the client is out),
+      // and ipn-kit adds none to the client it holds for the attempt: pg emits 'error' on it and the process
+      // dies of an unhandled 'error' event. Lazily begun or not, the client is held the whole attempt.
+      const child = fork(join(__dirname, '..', 'processes', 'terminated-connection-app.ts'), [], {
+        execArgv: ['--import', 'tsx'],
+        env: {
+          ...process.env,
+          DATABASE_URL: databaseUrl(),
+          CONFIG: JSON.stringify({ table, ledger, mode }),
+        },
+        stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+      });
+      children.push(child);
+      let stderr = '';
+      child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+      const url = await new Promise<string>((resolve, reject) => {
+        child.once('exit', (code) =>
+          reject(new Error(`the app exited (${code}) before it listened: ${stderr}`)),
+        );
+        child.on('message', (message: { type: string; url: string }) => {
+          if (message.type === 'ready') resolve(message.url);
+        });
+      });
+      const payload = uniquePayload();
+      const answer = await fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(payload),
+      });
+      expect(answer.status).toBe(200);
+      const key = `${String(payload.transaction_id)}:SUCCESSFUL`;
+      await eventually(
+        'delivered, or the app dead',
+        async () =>
+          child.exitCode !== null ||
+          (await pool.query(`SELECT status FROM ${table} WHERE key = $1`, [key])).rows[0]?.status ===
+            'delivered',
+      );
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const crashed = /Unhandled 'error' event/.test(stderr);
+      expect({ exitCode: child.exitCode, crashed }).toEqual({ exitCode: null, crashed: false });
+      const { rows } = await pool.query(
+        `SELECT count(*)::int AS n FROM ${ledger} WHERE transaction_id = $1`,
+        [payload.transaction_id],
+      );
+      expect(rows[0].n).toBe(mode === 'write' ? 1 : 0);
+    },
+  );
 });

@@ -1,7 +1,7 @@
 /**
  * A partner app whose delivery transaction's connection is terminated by the server while its listener
  * works (as `pg_terminate_backend`, a failover, `idle_in_transaction_session_timeout` or
- * `idle_session_timeout` do), for test/integration/transactional-delivery-review.test.ts. Run with
+ * `idle_session_timeout` do), for test/integration/transactional-delivery.test.ts. Run with
  * `node --import tsx`; configured by the CONFIG environment variable (JSON: table, ledger, mode); sends
  * { type: 'ready', url } over IPC. The first attempt's listener terminates its own `db`'s backend through
  * another connection, then goes on working for a moment; `mode` says whether it wrote through `db` first.

@@ -1,0 +1,364 @@
+import { createDurableDelivery } from '../../../lib/delivery/durable-delivery.js';
+import { keyOf } from '../../../lib/delivery/delivery-context.js';
+import type { Options } from '../../../lib/config/options.js';
+import type { DeliveryTransaction } from '../../../lib/stores/store.js';
+import { TransactionNotFoundError } from '../../../lib/shared/errors.js';
+import type { IpnNotification } from '../../../lib/notification/schema.js';
+import { MemoryInbox } from '../../helpers/memory-inbox.js';
+import { deliveryHarness, uniqueNotification } from '../../helpers/delivery-context.js';
+
+const LEASE = 60_000;
+
+beforeEach(() => {
+  jest.useFakeTimers({ now: new Date('2026-01-01T00:00:00Z') });
+});
+afterEach(() => {
+  jest.useRealTimers();
+});
+
+/** Lets the timers due by now and every promise chain they start run, on the fake clock. */
+async function settle(): Promise<void> {
+  for (let turn = 0; turn < 50; turn += 1) await jest.advanceTimersByTimeAsync(0);
+}
+
+function setup(options: Partial<Options> = {}, inbox = new MemoryInbox()) {
+  const harness = deliveryHarness({
+    store: inbox,
+    delivery: 'at-least-once',
+    retryDelayMs: 1_000,
+    maxAttempts: 3,
+    leaseMs: LEASE,
+    storeTimeout: 500,
+    ...options,
+  });
+  const durable = createDurableDelivery(harness.context, inbox);
+  /** Stores `n` as the router does before its 200, and returns what `deliver` needs. */
+  async function received(n: IpnNotification, leaseId = 'first-attempt') {
+    expect(await inbox.receive(keyOf(n), { ...n }, { id: leaseId, ms: LEASE })).toBe(true);
+    return { key: keyOf(n), leaseId };
+  }
+  return { ...harness, inbox, durable, received };
+}
+
+describe('createDurableDelivery: one attempt', () => {
+  test('a delivery whose listeners all succeed is marked delivered, and they learn the key and attempt', async () => {
+    const { ipn, inbox, durable, received } = setup();
+    const n = uniqueNotification();
+    const seen: unknown[] = [];
+    ipn.on('successful', (event, context) => void seen.push([event.transaction_id, context]));
+    const { key, leaseId } = await received(n);
+
+    expect(await durable.deliver(key, n, leaseId, 1)).toBe(true);
+    expect(seen).toEqual([[n.transaction_id, { key, attempt: 1 }]]);
+    expect(inbox.entries.get(key)).toMatchObject({ status: 'delivered', attempts: 1, lastError: null });
+  });
+
+  test('a delivery whose listener throws is retried after retryDelayMs and goes dead after maxAttempts', async () => {
+    const { ipn, inbox, durable, received, of } = setup({ maxAttempts: 2 });
+    const n = uniqueNotification();
+    let calls = 0;
+    ipn.on('successful', () => {
+      calls += 1;
+      throw new Error('ledger down');
+    });
+    const { key, leaseId } = await received(n);
+
+    expect(await durable.deliver(key, n, leaseId, 1)).toBe(false);
+    expect(inbox.entries.get(key)).toMatchObject({
+      status: 'failed',
+      lastError: "a listener of 'successful' failed: ledger down",
+      nextAttemptAt: new Date(Date.now() + 1_000),
+    });
+    expect(of('error').map((e) => e.error.code)).toEqual(['IPN_DELIVERY_FAILED']);
+
+    await jest.advanceTimersByTimeAsync(999);
+    expect(calls).toBe(1); // not before retryDelayMs
+    // The next batch is asked for by a 0 ms timer, which fires a millisecond later (as Node's does).
+    await jest.advanceTimersByTimeAsync(1);
+    await settle();
+    expect(calls).toBe(2);
+    expect(inbox.entries.get(key)).toMatchObject({ status: 'dead', attempts: 2 });
+    expect(of('dead')).toEqual([
+      expect.objectContaining({
+        key,
+        attempts: 2,
+        lastError: "a listener of 'successful' failed: ledger down",
+      }),
+    ]);
+  });
+
+  test('each retry waits twice as long as the one before', async () => {
+    const { ipn, inbox, durable, received } = setup({ maxAttempts: 5 });
+    const n = uniqueNotification();
+    ipn.on('successful', () => Promise.reject(new Error('ledger down')));
+    const { key, leaseId } = await received(n);
+    await durable.deliver(key, n, leaseId, 3);
+    expect(inbox.entries.get(key)?.nextAttemptAt).toEqual(new Date(Date.now() + 4_000));
+  });
+
+  test('with no listener at all, the attempt fails saying which listener to add', async () => {
+    const { inbox, durable, received } = setup();
+    const n = uniqueNotification();
+    const { key, leaseId } = await received(n);
+    expect(await durable.deliver(key, n, leaseId, 1)).toBe(false);
+    expect(inbox.entries.get(key)?.lastError).toBe(
+      `no listener for ${key}: add ipn.on('successful', ...) before the router starts`,
+    );
+  });
+
+  test('listeners that never settle fail the attempt at 0.9 leaseMs, before the lease runs out', async () => {
+    const { ipn, inbox, durable, received } = setup();
+    const n = uniqueNotification();
+    ipn.on('successful', () => new Promise<void>(() => {}));
+    const { key, leaseId } = await received(n);
+    const attempt = durable.deliver(key, n, leaseId, 1);
+    await jest.advanceTimersByTimeAsync(LEASE * 0.9);
+    expect(await attempt).toBe(false);
+    expect(inbox.entries.get(key)).toMatchObject({
+      status: 'failed',
+      lastError: `the listeners of ${key} did not settle within 54000 ms (leaseMs)`,
+    });
+  });
+
+  test('an attempt whose lease was lost emits no dead: the holder of the lease decides', async () => {
+    const { ipn, inbox, durable, received, of } = setup({ maxAttempts: 1 });
+    const n = uniqueNotification();
+    ipn.on('successful', () => Promise.reject(new Error('ledger down')));
+    const { key } = await received(n, 'the-other-instance');
+    expect(await durable.deliver(key, n, 'a-lost-lease', 1)).toBe(false);
+    expect(of('dead')).toEqual([]);
+    expect(inbox.entries.get(key)).toMatchObject({ status: 'received', lastError: null });
+  });
+
+  test('a delivered mark the store fails to record is an error event; the entry stays to be taken up again', async () => {
+    const { ipn, inbox, durable, received, of } = setup();
+    const n = uniqueNotification();
+    ipn.on('successful', () => {});
+    const { key, leaseId } = await received(n);
+    inbox.failNext('settle');
+    // Delivered: the listeners ran. Only the mark is lost, and the store's failure is reported.
+    expect(await durable.deliver(key, n, leaseId, 1)).toBe(false);
+    expect(of('error')).toHaveLength(1);
+    expect(of('error')[0].error).toMatchObject({ code: 'IPN_STORE_FAILED' });
+    expect(of('error')[0].error.message).toMatch(`the store failed to record the delivery of ${key}`);
+    expect(inbox.entries.get(key)?.status).toBe('received');
+  });
+
+  test('a store call that never answers is given up after storeTimeout and reported', async () => {
+    const { ipn, inbox, durable, received, of } = setup();
+    const n = uniqueNotification();
+    ipn.on('successful', () => {});
+    const { key, leaseId } = await received(n);
+    inbox.settle = () => new Promise<never>(() => {});
+    const attempt = durable.deliver(key, n, leaseId, 1);
+    await jest.advanceTimersByTimeAsync(500);
+    expect(await attempt).toBe(false);
+    expect(of('error')[0].error.message).toMatch(
+      `the store's settle for ${key} did not answer within 500 ms (storeTimeout)`,
+    );
+  });
+
+  test('a notification the status service does not know, twice, is rejected and its entry released', async () => {
+    const getStatus = jest.fn(() => Promise.reject(new TransactionNotFoundError('unknown')));
+    const { ipn, inbox, durable, received, of } = setup({ verify: { getStatus } });
+    const n = uniqueNotification();
+    const credited = jest.fn();
+    ipn.on('successful', credited);
+    const { key, leaseId } = await received(n);
+    // The first not-found is believed only from the second attempt on (the service's replicas may lag).
+    expect(await durable.deliver(key, n, leaseId, 1)).toBe(false);
+    expect(inbox.entries.get(key)?.status).toBe('failed');
+    const retry = await inbox.lease({ id: 'retry', ms: LEASE }, 10);
+    expect(retry).toHaveLength(0); // not due before retryDelayMs
+    jest.setSystemTime(Date.now() + 1_000);
+    expect(await inbox.lease({ id: 'retry', ms: LEASE }, 10)).toHaveLength(1);
+    expect(await durable.deliver(key, n, 'retry', 2)).toBe(false);
+    expect(of('rejected')).toEqual([expect.objectContaining({ reason: 'not_found' })]);
+    expect(credited).not.toHaveBeenCalled();
+    expect(inbox.entries.get(key)).toBeUndefined();
+  });
+});
+
+describe('createDurableDelivery: the delivery transaction', () => {
+  /** A store transaction that records what was done with it. */
+  function transactional(commit: () => Promise<boolean>, opened?: boolean) {
+    const done: string[] = [];
+    const inbox = new MemoryInbox();
+    const tx: DeliveryTransaction<string> = {
+      db: 'the client',
+      commit: () => {
+        done.push('commit');
+        return commit();
+      },
+      rollback: (abandon) => {
+        done.push(abandon ? 'abandon' : 'rollback');
+        return Promise.resolve();
+      },
+      ...(opened === undefined ? {} : { opened }),
+    };
+    Object.assign(inbox, { begin: () => Promise.resolve(tx) });
+    return { inbox, done };
+  }
+
+  test('listeners get the transaction as db, and the attempt commits it instead of settling', async () => {
+    const { inbox, done } = transactional(() => Promise.resolve(true));
+    const { ipn, durable, received } = setup({}, inbox);
+    const settle = jest.spyOn(inbox, 'settle');
+    const n = uniqueNotification();
+    const dbs: unknown[] = [];
+    ipn.on('successful', (_event, context) => void dbs.push(context.db));
+    const { key, leaseId } = await received(n);
+    expect(await durable.deliver(key, n, leaseId, 1)).toBe(true);
+    expect(dbs).toEqual(['the client']);
+    expect(done).toEqual(['commit']);
+    expect(settle).not.toHaveBeenCalled();
+  });
+
+  test('a listener that throws rolls the transaction back, and the attempt is settled failed', async () => {
+    const { inbox, done } = transactional(() => Promise.resolve(true));
+    const { ipn, durable, received } = setup({}, inbox);
+    const n = uniqueNotification();
+    ipn.on('successful', () => Promise.reject(new Error('ledger down')));
+    const { key, leaseId } = await received(n);
+    expect(await durable.deliver(key, n, leaseId, 1)).toBe(false);
+    expect(done).toEqual(['rollback']);
+    expect(inbox.entries.get(key)?.status).toBe('failed');
+  });
+
+  test('a commit that fails is a failed attempt, its connection abandoned, and goes dead at maxAttempts', async () => {
+    const { inbox, done } = transactional(() => Promise.reject(new Error('connection reset')));
+    const { ipn, durable, received, of } = setup({ maxAttempts: 1 }, inbox);
+    const n = uniqueNotification();
+    ipn.on('successful', () => {});
+    const { key, leaseId } = await received(n);
+    expect(await durable.deliver(key, n, leaseId, 1)).toBe(false);
+    expect(done).toEqual(['commit', 'abandon']);
+    expect(of('dead')[0].lastError).toBe(
+      `the delivery transaction of ${key} did not commit: connection reset`,
+    );
+  });
+
+  test('a commit PostgreSQL refused as an aborted transaction says the listener caught a SQL error', async () => {
+    const aborted = Object.assign(new Error('current transaction is aborted'), { code: '25P02' });
+    const { inbox } = transactional(() => Promise.reject(aborted));
+    const { ipn, durable, received } = setup({}, inbox);
+    const n = uniqueNotification();
+    ipn.on('successful', () => {});
+    const { key, leaseId } = await received(n);
+    await durable.deliver(key, n, leaseId, 1);
+    expect(inbox.entries.get(key)?.lastError).toMatch(/a query a listener made through db failed/);
+  });
+
+  test('a transaction no listener opened fails as a store failure, not as a failed attempt', async () => {
+    const { inbox, done } = transactional(() => Promise.reject(new Error('batch failed')), false);
+    const { ipn, durable, received, of } = setup({ maxAttempts: 1 }, inbox);
+    const n = uniqueNotification();
+    ipn.on('successful', () => {});
+    const { key, leaseId } = await received(n);
+    expect(await durable.deliver(key, n, leaseId, 1)).toBe(false);
+    expect(done).toEqual(['commit']);
+    expect(of('dead')).toEqual([]);
+    expect(of('error')[0].error).toMatchObject({ code: 'IPN_STORE_FAILED' });
+    expect(inbox.entries.get(key)?.status).toBe('received');
+  });
+
+  test('a begin that answers after storeTimeout: the attempt fails, and the late transaction is abandoned', async () => {
+    const { inbox, done } = transactional(() => Promise.resolve(true));
+    let open: (() => void) | undefined;
+    const late = (inbox as unknown as { begin: () => Promise<unknown> }).begin;
+    Object.assign(inbox, {
+      begin: () => new Promise((resolve) => (open = () => resolve(late()))),
+    });
+    const { ipn, durable, received } = setup({}, inbox);
+    const n = uniqueNotification();
+    const credited = jest.fn();
+    ipn.on('successful', credited);
+    const { key, leaseId } = await received(n);
+    const attempt = durable.deliver(key, n, leaseId, 1);
+    await jest.advanceTimersByTimeAsync(500);
+    expect(await attempt).toBe(false);
+    expect(inbox.entries.get(key)?.lastError).toMatch(/begin for .* did not answer within 500 ms/);
+    open!();
+    await settle();
+    expect(done).toEqual(['abandon']);
+    expect(credited).not.toHaveBeenCalled();
+  });
+});
+
+describe('createDurableDelivery: recovery', () => {
+  test('at start, entries left due are taken up and delivered, with their attempt number', async () => {
+    const inbox = new MemoryInbox();
+    const n = uniqueNotification();
+    await inbox.receive(keyOf(n), { ...n }, { id: 'crashed', ms: 1 });
+    jest.setSystemTime(Date.now() + 2); // the crashed instance's lease has run out
+    const { ipn } = setup({}, inbox);
+    const attempts: number[] = [];
+    ipn.on('successful', (_event, context) => void attempts.push(context.attempt));
+    await settle();
+    expect(attempts).toEqual([2]);
+    expect(inbox.entries.get(keyOf(n))?.status).toBe('delivered');
+  });
+
+  test('more entries than one batch (50) are all taken up, batch after batch', async () => {
+    const inbox = new MemoryInbox();
+    const all = Array.from({ length: 51 }, () => uniqueNotification());
+    for (const n of all) await inbox.receive(keyOf(n), { ...n }, { id: 'crashed', ms: 1 });
+    jest.setSystemTime(Date.now() + 2);
+    const { ipn } = setup({}, inbox);
+    ipn.on('successful', () => {});
+    await settle();
+    // The next batch is asked for by a 0 ms timer, which fires a millisecond later (as Node's does).
+    await jest.advanceTimersByTimeAsync(1);
+    await settle();
+    expect(inbox.entries.values().filter((e) => e.status === 'delivered')).toHaveLength(51);
+  });
+
+  test('a stored record that is not a notification goes dead at once, without any listener call', async () => {
+    const inbox = new MemoryInbox();
+    await inbox.receive('EFB.broken:SUCCESSFUL', { nonsense: true }, { id: 'crashed', ms: 1 });
+    jest.setSystemTime(Date.now() + 2);
+    const { ipn } = setup({}, inbox);
+    const credited = jest.fn();
+    ipn.on('successful', credited);
+    await settle();
+    expect(inbox.entries.get('EFB.broken:SUCCESSFUL')).toMatchObject({
+      status: 'dead',
+      lastError: 'the stored record of EFB.broken:SUCCESSFUL is not a notification',
+    });
+    expect(credited).not.toHaveBeenCalled();
+  });
+
+  test('a lease the store fails is reported, and the next round (recoveryIntervalMs) takes the entry up', async () => {
+    const inbox = new MemoryInbox();
+    const n = uniqueNotification();
+    await inbox.receive(keyOf(n), { ...n }, { id: 'crashed', ms: 1 });
+    jest.setSystemTime(Date.now() + 2);
+    inbox.failNext('lease');
+    const { ipn, of } = setup({ recoveryIntervalMs: 5_000 }, inbox);
+    ipn.on('successful', () => {});
+    await settle();
+    expect(of('error')[0].error.message).toMatch(/the store failed to hand out undelivered notifications/);
+    expect(inbox.entries.get(keyOf(n))?.status).toBe('received');
+    await jest.advanceTimersByTimeAsync(5_000);
+    await settle();
+    expect(inbox.entries.get(keyOf(n))?.status).toBe('delivered');
+  });
+
+  test('once the context is closed, no retry and no recovery round runs', async () => {
+    const { ipn, inbox, durable, received, context } = setup();
+    const n = uniqueNotification();
+    let calls = 0;
+    ipn.on('successful', () => {
+      calls += 1;
+      throw new Error('ledger down');
+    });
+    const { key, leaseId } = await received(n);
+    await durable.deliver(key, n, leaseId, 1);
+    context.close();
+    await jest.advanceTimersByTimeAsync(60 * 60_000);
+    durable.recover();
+    await settle();
+    expect(calls).toBe(1);
+    expect(inbox.entries.get(key)?.status).toBe('failed');
+  });
+});

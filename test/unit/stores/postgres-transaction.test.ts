@@ -1,0 +1,202 @@
+import { randomUUID } from 'node:crypto';
+import { Client, Pool, type PoolClient } from 'pg';
+import { openTransaction, type DeliveredMark } from '../../../lib/stores/postgres-transaction.js';
+import { databaseUrl, describeWithService } from '../../helpers/services.js';
+
+/**
+ * `openTransaction` against a real PostgreSQL: what it promises (both writes or neither, the lease guard,
+ * no client held or leaked) is about what the database does with BEGIN, COMMIT and ROLLBACK, which a fake
+ * client would only pretend to do.
+ */
+describeWithService('PostgreSQL', 'openTransaction', () => {
+  const suffix = `${process.pid}_${randomUUID().slice(0, 8)}`;
+  const inbox = `ipn_ptx_inbox_${suffix}`;
+  const ledger = `ipn_ptx_ledger_${suffix}`;
+  let pool: Pool;
+
+  beforeAll(async () => {
+    pool = new Pool({ connectionString: databaseUrl(), max: 4 });
+    await pool.query(`CREATE TABLE ${inbox} (key text PRIMARY KEY, lease_id text, status text NOT NULL)`);
+    await pool.query(`CREATE TABLE ${ledger} (key text NOT NULL, note text NOT NULL)`);
+  });
+  afterAll(async () => {
+    await pool.query(`DROP TABLE IF EXISTS ${inbox}, ${ledger}`);
+    await pool.end();
+  });
+
+  /** A pool that hands out `pool`'s clients and records how each was given back. */
+  function watchedPool() {
+    const released: Array<boolean | Error | undefined> = [];
+    let connects = 0;
+    const watched = {
+      Client,
+      connect: async (): Promise<PoolClient> => {
+        connects += 1;
+        const client = await pool.connect();
+        const release = client.release.bind(client);
+        client.release = (destroy?: boolean | Error) => {
+          released.push(destroy);
+          release(destroy);
+        };
+        return client;
+      },
+    };
+    return { watched, released, connects: () => connects };
+  }
+
+  /** A received entry leased to `leaseId`, and the mark that delivers it while that lease holds it. */
+  async function entry(leaseId = randomUUID(), combined = false) {
+    const key = `EFB.${randomUUID()}:SUCCESSFUL`;
+    await pool.query(`INSERT INTO ${inbox} VALUES ($1, $2, 'received')`, [key, leaseId]);
+    const update = `UPDATE ${inbox} SET status = 'delivered', lease_id = NULL WHERE key = $1 AND lease_id = $2`;
+    const mark: DeliveredMark = {
+      statement: [update, [key, leaseId]],
+      andCommit: () =>
+        combined
+          ? `WITH marked AS (UPDATE ${inbox} SET status = 'delivered', lease_id = NULL
+               WHERE key = '${key}' AND lease_id = '${leaseId}' RETURNING 1)
+             SELECT 1 / count(*) FROM marked; COMMIT`
+          : undefined,
+    };
+    return { key, mark };
+  }
+
+  const statusOf = async (key: string): Promise<unknown> =>
+    (await pool.query<{ status: string }>(`SELECT status FROM ${inbox} WHERE key = $1`, [key])).rows[0]
+      ?.status;
+  const notesOf = async (key: string): Promise<string[]> =>
+    (
+      await pool.query<{ note: string }>(`SELECT note FROM ${ledger} WHERE key = $1 ORDER BY note`, [key])
+    ).rows.map((row) => row.note);
+
+  type Db = { query: (text: string, values?: unknown[]) => Promise<unknown> };
+
+  test('listeners that never query db take no client: commit is the batched mark alone', async () => {
+    const { watched, connects } = watchedPool();
+    const { key, mark } = await entry();
+    const markWithout = jest.fn(() => Promise.resolve(true));
+    const tx = openTransaction(watched, key, mark, markWithout);
+    expect(tx.opened).toBe(false);
+    await expect(tx.commit()).resolves.toBe(true);
+    expect(markWithout).toHaveBeenCalledTimes(1);
+    expect(connects()).toBe(0);
+    expect(await statusOf(key)).toBe('received'); // the batched mark (here a fake) does the write
+  });
+
+  test.each([
+    ['a statement, then COMMIT', false],
+    ['the mark and COMMIT in one query', true],
+  ])("the listeners' writes and the delivered mark commit together (%s)", async (_how, combined) => {
+    const { watched, released } = watchedPool();
+    const { key, mark } = await entry(randomUUID(), combined);
+    const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+    const db = tx.db as Db;
+    await db.query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
+    expect(tx.opened).toBe(true);
+    expect(await notesOf(key)).toEqual([]); // not visible outside the transaction before the commit
+    await expect(tx.commit()).resolves.toBe(true);
+    expect(await notesOf(key)).toEqual(['credited']);
+    expect(await statusOf(key)).toBe('delivered');
+    expect(released).toEqual([undefined]); // given back to the pool, not destroyed
+  });
+
+  test.each([
+    ['a statement, then COMMIT', false],
+    ['the mark and COMMIT in one query', true],
+  ])(
+    'a lease lost meanwhile rolls the writes back, and commit resolves false (%s)',
+    async (_how, combined) => {
+      const { watched, released } = watchedPool();
+      const { key, mark } = await entry(randomUUID(), combined);
+      const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+      await (tx.db as Db).query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
+      await pool.query(`UPDATE ${inbox} SET lease_id = 'another-attempt' WHERE key = $1`, [key]);
+      await expect(tx.commit()).resolves.toBe(false);
+      expect(await notesOf(key)).toEqual([]);
+      expect(await statusOf(key)).toBe('received');
+      expect(released).toEqual([undefined]);
+    },
+  );
+
+  test('queries a listener started without awaiting them land before the mark, one at a time', async () => {
+    const { watched } = watchedPool();
+    const { key, mark } = await entry();
+    const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+    const db = tx.db as Db;
+    for (const note of ['a', 'b', 'c']) void db.query(`INSERT INTO ${ledger} VALUES ($1, $2)`, [key, note]);
+    await expect(tx.commit()).resolves.toBe(true);
+    expect(await notesOf(key)).toEqual(['a', 'b', 'c']);
+  });
+
+  test('rollback undoes the writes, gives the client back, and refuses every later query', async () => {
+    const { watched, released } = watchedPool();
+    const { key, mark } = await entry();
+    const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+    const db = tx.db as Db;
+    await db.query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
+    await tx.rollback();
+    expect(released).toEqual([undefined]);
+    await expect(db.query(`INSERT INTO ${ledger} VALUES ($1, 'late')`, [key])).rejects.toThrow(
+      `the delivery transaction of ${key} has ended`,
+    );
+    await expect(tx.commit()).rejects.toThrow(/has ended/);
+    expect(await notesOf(key)).toEqual([]);
+  });
+
+  test('an abandoned attempt destroys its client instead of waiting for a listener still running', async () => {
+    const { watched, released } = watchedPool();
+    const { key, mark } = await entry();
+    const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+    await (tx.db as Db).query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
+    await tx.rollback(true);
+    expect(released).toEqual([true]);
+    expect(await notesOf(key)).toEqual([]); // the server rolled back what the closed connection held
+  });
+
+  test('a pool that cannot hand out a client fails the query and the commit; nothing is held', async () => {
+    const { key, mark } = await entry();
+    const refusing = { connect: () => Promise.reject(new Error('too many clients already')) };
+    const tx = openTransaction(refusing, key, mark, () => Promise.reject(new Error('not used')));
+    await expect((tx.db as Db).query('SELECT 1')).rejects.toThrow('too many clients already');
+    await expect(tx.commit()).rejects.toThrow('too many clients already');
+    expect(await statusOf(key)).toBe('received');
+  });
+
+  test('a client handed out after the attempt ended goes straight back to the pool', async () => {
+    let handOut: (() => void) | undefined;
+    const { watched, released } = watchedPool();
+    const slow = {
+      connect: () => new Promise<PoolClient>((resolve) => (handOut = () => resolve(watched.connect()))),
+    };
+    const { key, mark } = await entry();
+    const tx = openTransaction(slow, key, mark, () => Promise.reject(new Error('not used')));
+    const query = (tx.db as Db).query('SELECT 1');
+    await tx.rollback(true);
+    handOut!();
+    await expect(query).rejects.toThrow(/has ended/);
+    expect(released).toEqual([undefined]);
+  });
+
+  test("an 'error' the connection emits mid-attempt fails the commit and destroys the client", async () => {
+    const { watched, released } = watchedPool();
+    const { key, mark } = await entry();
+    const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+    const db = tx.db as Db & { emit: (event: string, error: Error) => boolean };
+    await db.query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
+    db.emit('error', new Error('terminating connection due to administrator command'));
+    await expect(tx.commit()).rejects.toThrow('terminating connection');
+    expect(released).toEqual([true]);
+    expect(await notesOf(key)).toEqual([]);
+    expect(await statusOf(key)).toBe('received');
+  });
+
+  test("db before its first query is a client of the pool's class, and its release() does nothing", async () => {
+    const { watched, connects } = watchedPool();
+    const { key, mark } = await entry();
+    const tx = openTransaction(watched, key, mark, () => Promise.resolve(true));
+    expect(tx.db).toBeInstanceOf(Client);
+    (tx.db as { release: () => void }).release();
+    expect(connects()).toBe(0);
+    await tx.rollback();
+  });
+});
