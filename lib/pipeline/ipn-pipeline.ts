@@ -62,14 +62,14 @@ export function createIpnPipeline<C>(
   emitters: Emitters<C>,
   metrics?: Metrics,
 ) {
-  const { store, ttl, limit, logger, storeTimeout } = options;
+  const { store, ttlMs, limit, logger, storeTimeoutMs } = options;
   const { emit } = emitters;
   const secrets = options.secret === undefined ? undefined : [options.secret].flat();
   const tokenWarning = createUnmatchedTokenWarning(logger);
   const delivery = createDelivery<C>(
     options,
     emitters,
-    createStoreClaimer(store, ttl, storeTimeout),
+    createStoreClaimer(store, ttlMs, storeTimeoutMs),
     metrics,
   );
 
@@ -184,8 +184,8 @@ export function createIpnPipeline<C>(
   ): Promise<{ claimed: boolean | StoreError | VerificationBusyError | typeof CLOSED; leaseId: string }> {
     const accepted = await delivery.accept(n);
     if (!closed || accepted.claimed !== true) return accepted;
-    const message = `the store did not release ${keyOf(n)} within ${storeTimeout} ms (storeTimeout) on close`;
-    await within(delivery.unclaim(n), storeTimeout, () => new StoreError(message)).catch(
+    const message = `the store did not release ${keyOf(n)} within ${storeTimeoutMs} ms (storeTimeoutMs) on close`;
+    await within(delivery.unclaim(n), storeTimeoutMs, () => new StoreError(message)).catch(
       (error: StoreError) => {
         logger.error({ err: loggableError(error, n), ...identify(n) }, error.message);
         emit('error', { error, notification: n });
@@ -312,10 +312,10 @@ export function createIpnPipeline<C>(
       await Promise.allSettled([...inflight]);
       delivery.close();
       try {
-        const message = `the store's close() did not settle within ${storeTimeout} ms (storeTimeout)`;
+        const message = `the store's close() did not settle within ${storeTimeoutMs} ms (storeTimeoutMs)`;
         await within(
           Promise.resolve().then(() => store.close?.()),
-          storeTimeout,
+          storeTimeoutMs,
           () => new StoreError(message),
         );
       } catch (cause) {

@@ -1,4 +1,4 @@
-/** How long a batch may run before it stops holding its place: the router's default `storeTimeout`. */
+/** How long a batch may run before it stops holding its place: the router's default `storeTimeoutMs`. */
 export const STALLED_BATCH_MS = 5_000;
 
 /**
