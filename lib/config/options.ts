@@ -1,10 +1,18 @@
-import { isStandardSchema, type StandardSchemaV1 } from '../notification/standard-schema.js';
+import type { StandardSchemaV1 } from '../notification/standard-schema.js';
 import type { Logger } from '../observability/logger.js';
 import { defaultLogger } from '../observability/logger.js';
 import { MemoryStore } from '../stores/memory-store.js';
 import type { DurableStore, Store } from '../stores/store.js';
 import type { StatusSource } from '../status/verify-notification.js';
 import type { Authenticate } from '../authenticate/authenticate.js';
+import {
+  checkDuration,
+  checkMethods,
+  checkSchema,
+  checkSecret,
+  MAX_TIMER,
+  parseLimit,
+} from './option-checks.js';
 import { applyRenames, warnRenamed, type Renames } from './renamed-options.js';
 
 /** Options of `ipnRouter()`. Every field is optional; each one's default is given below. */
@@ -202,10 +210,11 @@ const DEFAULTS: { readonly [K in keyof Current]: K extends 'store' ? undefined :
   recoveryIntervalMs: 15_000,
 };
 
+/** What an at-least-once store must do beyond dedupe. */
+const DURABLE_METHODS = ['claim', 'release', 'receive', 'replace', 'lease', 'settle', 'list', 'get'];
+
 /** The keys accepted: the current ones, and the deprecated names (listed in no error message). */
 const KNOWN: ReadonlySet<string> = new Set([...Object.keys(DEFAULTS), ...Object.keys(RENAMED)]);
-
-const UNITS: Record<string, number> = { b: 1, kb: 1024, mb: 1024 ** 2, gb: 1024 ** 3 };
 
 /**
  * Applies every default in one place and throws a `TypeError` for a programmer error. A deprecated name is
@@ -279,60 +288,4 @@ export function resolveOptions<S extends StandardSchemaV1 | undefined>(
   // A durable store without one of these would fail at the first delivery, or the first forgery, instead.
   if (resolved.delivery === 'at-least-once') checkMethods('store', resolved.store, DURABLE_METHODS, []);
   return resolved;
-}
-
-function checkSecret(secret: unknown): void {
-  if (secret === undefined) return;
-  const secrets: unknown[] = Array.isArray(secret) ? secret : [secret];
-  if (secrets.length === 0 || secrets.some((item) => typeof item !== 'string' || item.length < 16)) {
-    throw new TypeError(
-      'ipnRouter: secret must be a string of at least 16 characters (or an array of them, during a rotation), ' +
-        "such as require('node:crypto').randomBytes(24).toString('base64url')",
-    );
-  }
-}
-
-const MAX_TIMER = 2 ** 31 - 1;
-const DURABLE_METHODS = ['claim', 'release', 'receive', 'replace', 'lease', 'settle', 'list', 'get'];
-
-function parseLimit(limit: unknown): number {
-  if (typeof limit === 'number' && Number.isInteger(limit) && limit > 0) return limit;
-  const match = typeof limit === 'string' ? /^\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb)?\s*$/i.exec(limit) : null;
-  const bytes = match ? Math.floor(Number(match[1]) * (UNITS[(match[2] ?? 'b').toLowerCase()] ?? 1)) : 0;
-  if (bytes > 0) return bytes;
-  throw new TypeError(
-    `ipnRouter: limit must be a positive number of bytes or a size such as '100kb', got ${String(limit)}`,
-  );
-}
-
-function checkSchema(schema: unknown): void {
-  if (schema === undefined) return;
-  if (!isStandardSchema(schema)) {
-    throw new TypeError(
-      'ipnRouter: customData must be a Standard Schema (zod 3.24+ or 4, valibot, arktype, ...), such as ' +
-        'z.object({ orderId: z.string() })',
-    );
-  }
-}
-
-function checkMethods(name: string, value: unknown, required: string[], optional: string[]): void {
-  const target = value as Record<string, unknown> | null;
-  const missing = required.filter((method) => typeof target?.[method] !== 'function');
-  const wrong = optional.filter(
-    (method) => target?.[method] !== undefined && typeof target[method] !== 'function',
-  );
-  if (missing.length > 0 || wrong.length > 0) {
-    throw new TypeError(
-      `ipnRouter: ${name} must have the methods ${required.join(', ')}` +
-        (optional.length > 0 ? ` (and optionally ${optional.join(', ')})` : '') +
-        `; ${[...missing, ...wrong].join(', ')} ${missing.length + wrong.length > 1 ? 'are' : 'is'} not a function`,
-    );
-  }
-}
-
-function checkDuration(name: string, value: unknown, max = Infinity): void {
-  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
-    throw new TypeError(`ipnRouter: ${name} must be a positive number of milliseconds, got ${String(value)}`);
-  }
-  if (value > max) throw new TypeError(`ipnRouter: ${name} must be at most ${max} ms, got ${value}`);
 }
