@@ -38,7 +38,17 @@ export interface AdminOptions<Req = IncomingMessage> {
   logger: Logger;
 }
 
-const KNOWN = new Set(['ipn', 'authorize', 'logCustomerData', 'recentEvents', 'pageSize', 'title', 'logger']);
+/** Every option, so that the compiler refuses a key added to {@link AdminOptions} and forgotten here. */
+const OPTION_KEYS: Record<keyof AdminOptions, true> = {
+  ipn: true,
+  authorize: true,
+  logCustomerData: true,
+  recentEvents: true,
+  pageSize: true,
+  title: true,
+  logger: true,
+};
+const KNOWN: ReadonlySet<string> = new Set(Object.keys(OPTION_KEYS));
 
 /**
  * Applies every default and throws a `TypeError` for a programmer error; `name` is the function the messages

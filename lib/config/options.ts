@@ -1,10 +1,19 @@
-import { isStandardSchema, type StandardSchemaV1 } from '../notification/standard-schema.js';
+import type { StandardSchemaV1 } from '../notification/standard-schema.js';
 import type { Logger } from '../observability/logger.js';
 import { defaultLogger } from '../observability/logger.js';
 import { MemoryStore } from '../stores/memory-store.js';
 import type { DurableStore, Store } from '../stores/store.js';
 import type { StatusSource } from '../status/verify-notification.js';
 import type { Authenticate } from '../authenticate/authenticate.js';
+import {
+  checkDuration,
+  checkMethods,
+  checkSchema,
+  checkSecret,
+  MAX_TIMER,
+  parseLimit,
+} from './option-checks.js';
+import { applyRenames, warnRenamed, type Renames } from './renamed-options.js';
 
 /** Options of `ipnRouter()`. Every field is optional; each one's default is given below. */
 export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
@@ -23,7 +32,7 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
    * How long a handled notification is remembered, in milliseconds. Must outlive the service's resends.
    * @default 604_800_000 (7 days)
    */
-  ttl: number;
+  ttlMs: number;
   /**
    * Largest accepted body (after decompression): a number of bytes, or a string such as `'100kb'` or `'1mb'`.
    * A larger body is answered 413.
@@ -37,7 +46,7 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
    * again); `ipn.close()` waits for the store's `close()` at most this long.
    * @default 5_000
    */
-  storeTimeout: number;
+  storeTimeoutMs: number;
   /** A pino-compatible logger (`debug`, `info`, `warn`, `error`). @default errors to `console.error`, the rest quiet */
   logger: Logger;
   /**
@@ -95,7 +104,7 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
    * times `retries + 1`, plus its backoff: about 33 s by default).
    * @default 60_000
    */
-  verifyTimeout: number;
+  verifyTimeoutMs: number;
   /** Wait before the first verification retry, in ms; it doubles each time, up to 10 minutes. @default 10_000 */
   verifyRetryDelayMs: number;
   /**
@@ -140,69 +149,113 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
   leaseMs: number;
   /** At-least-once: how often notifications left undelivered (a crash, a retry that is due) are taken up, in ms. @default 15_000 */
   recoveryIntervalMs: number;
+  /** @deprecated Renamed `ttlMs` (the same milliseconds); `ttl` is accepted until the next minor version. */
+  ttl?: number;
+  /** @deprecated Renamed `storeTimeoutMs` (the same milliseconds); `storeTimeout` is accepted until the next minor version. */
+  storeTimeout?: number;
+  /** @deprecated Renamed `verifyTimeoutMs` (the same milliseconds); `verifyTimeout` is accepted until the next minor version. */
+  verifyTimeout?: number;
 }
 
-/** Options with every default applied and checked, as the router uses them. */
+/** The deprecated names `Options` still accepts, each with the option that replaced it. */
+const RENAMED = {
+  ttl: 'ttlMs',
+  storeTimeout: 'storeTimeoutMs',
+  verifyTimeout: 'verifyTimeoutMs',
+} as const satisfies Renames<string, keyof Options>;
+
+/** An option's deprecated name. */
+type RenamedOption = keyof typeof RENAMED;
+
+/** Options with every default applied and checked, as the router uses them: new names only. */
 export interface ResolvedOptions<S extends StandardSchemaV1 | undefined = undefined> extends Omit<
   Options<S>,
-  'limit'
+  'limit' | RenamedOption
 > {
   /** The body limit in bytes. */
   limit: number;
 }
 
-const UNITS: Record<string, number> = { b: 1, kb: 1024, mb: 1024 ** 2, gb: 1024 ** 3 };
+/** Every current option, required: what {@link DEFAULTS} must hold a value for. */
+type Current = { [K in Exclude<keyof Options, RenamedOption>]-?: Options[K] };
 
-/** Applies every default in one place and throws a `TypeError` for a programmer error. */
+/**
+ * The one list of the options and their defaults: the compiler refuses a missing or an extra key, and the
+ * known keys are derived from it. The store is made per router (a shared default `MemoryStore` would dedupe
+ * across routers), so it is `undefined` here.
+ */
+const DEFAULTS: { readonly [K in keyof Current]: K extends 'store' ? undefined : Current[K] } = {
+  customData: undefined,
+  store: undefined,
+  ttlMs: 7 * 24 * 60 * 60 * 1000,
+  limit: '100kb',
+  storeTimeoutMs: 5_000,
+  logger: defaultLogger,
+  logCustomerData: false,
+  verify: undefined,
+  statusClient: undefined,
+  reconcileAfterMs: 15 * 60_000,
+  reconcileAttempts: 8,
+  sweepIntervalMs: 60_000,
+  verifyAttempts: 6,
+  verifyTimeoutMs: 60_000,
+  verifyRetryDelayMs: 10_000,
+  maxPendingVerifications: 500,
+  secret: undefined,
+  authenticate: undefined,
+  delivery: 'at-most-once',
+  maxAttempts: 8,
+  retryDelayMs: 30_000,
+  leaseMs: 60_000,
+  recoveryIntervalMs: 15_000,
+};
+
+/** What an at-least-once store must do beyond dedupe. */
+const DURABLE_METHODS = ['claim', 'release', 'receive', 'replace', 'lease', 'settle', 'list', 'get'];
+
+/** The keys accepted: the current ones, and the deprecated names (listed in no error message). */
+const KNOWN: ReadonlySet<string> = new Set([...Object.keys(DEFAULTS), ...Object.keys(RENAMED)]);
+
+/**
+ * Applies every default in one place and throws a `TypeError` for a programmer error. A deprecated name is
+ * mapped to its new one, with a warning through the logger once per process.
+ */
 export function resolveOptions<S extends StandardSchemaV1 | undefined>(
   options: Partial<Options<S>> = {},
 ): ResolvedOptions<S> {
-  const given = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined));
-  const unknown = Object.keys(given).filter((key) => !KNOWN.has(key));
+  const defined = Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined));
+  const unknown = Object.keys(defined).filter((key) => !KNOWN.has(key));
   if (unknown.length > 0) {
-    throw new TypeError(`ipnRouter: unknown option ${unknown.join(', ')} (known: ${[...KNOWN].join(', ')})`);
+    const known = Object.keys(DEFAULTS).join(', ');
+    throw new TypeError(`ipnRouter: unknown option ${unknown.join(', ')} (known: ${known})`);
   }
+  const { options: given, used } = applyRenames('ipnRouter', defined, RENAMED);
+  // An error names the option as it was written, old name or new.
+  const spelled = new Map<string, string>(used.map(([old, current]) => [current, old]));
+  const named = (name: string): string => spelled.get(name) ?? name;
   const resolved = {
+    ...DEFAULTS,
     customData: undefined as S,
     store: new MemoryStore(),
-    ttl: 7 * 24 * 60 * 60 * 1000,
-    storeTimeout: 5_000,
-    logger: defaultLogger,
-    logCustomerData: false,
-    verify: undefined,
-    statusClient: undefined,
-    reconcileAfterMs: 15 * 60_000,
-    reconcileAttempts: 8,
-    sweepIntervalMs: 60_000,
-    verifyAttempts: 6,
-    verifyTimeout: 60_000,
-    verifyRetryDelayMs: 10_000,
-    maxPendingVerifications: 500,
-    secret: undefined,
-    authenticate: undefined,
-    delivery: 'at-most-once' as const,
-    maxAttempts: 8,
-    retryDelayMs: 30_000,
-    leaseMs: 60_000,
-    recoveryIntervalMs: 15_000,
-    ...(given as Partial<Options<S>>),
-    limit: parseLimit(given.limit ?? '100kb'),
+    ...(given as Partial<ResolvedOptions<S>>),
+    limit: parseLimit(given.limit ?? DEFAULTS.limit),
   };
   checkSchema(resolved.customData);
   checkMethods('store', resolved.store, ['claim', 'release'], ['init', 'close']);
   checkMethods('logger', resolved.logger, ['debug', 'info', 'warn', 'error'], []);
-  checkDuration('ttl', resolved.ttl);
+  if (used.length > 0) warnRenamed('ipnRouter', used, resolved.logger);
+  checkDuration(named('ttlMs'), resolved.ttlMs);
   // Node fires a longer timer after 1 ms: a timeout that long would fire at once.
   for (const name of [
-    'storeTimeout',
-    'verifyTimeout',
+    'storeTimeoutMs',
+    'verifyTimeoutMs',
     'verifyRetryDelayMs',
     'retryDelayMs',
     'leaseMs',
     'recoveryIntervalMs',
     'sweepIntervalMs',
   ] as const)
-    checkDuration(name, resolved[name], MAX_TIMER);
+    checkDuration(named(name), resolved[name], MAX_TIMER);
   checkDuration('reconcileAfterMs', resolved.reconcileAfterMs);
   for (const name of [
     'verifyAttempts',
@@ -235,85 +288,4 @@ export function resolveOptions<S extends StandardSchemaV1 | undefined>(
   // A durable store without one of these would fail at the first delivery, or the first forgery, instead.
   if (resolved.delivery === 'at-least-once') checkMethods('store', resolved.store, DURABLE_METHODS, []);
   return resolved;
-}
-
-function checkSecret(secret: unknown): void {
-  if (secret === undefined) return;
-  const secrets: unknown[] = Array.isArray(secret) ? secret : [secret];
-  if (secrets.length === 0 || secrets.some((item) => typeof item !== 'string' || item.length < 16)) {
-    throw new TypeError(
-      'ipnRouter: secret must be a string of at least 16 characters (or an array of them, during a rotation), ' +
-        "such as require('node:crypto').randomBytes(24).toString('base64url')",
-    );
-  }
-}
-
-const MAX_TIMER = 2 ** 31 - 1;
-const DURABLE_METHODS = ['claim', 'release', 'receive', 'replace', 'lease', 'settle', 'list', 'get'];
-const KNOWN = new Set([
-  'customData',
-  'store',
-  'ttl',
-  'limit',
-  'storeTimeout',
-  'logger',
-  'logCustomerData',
-  'verify',
-  'statusClient',
-  'reconcileAfterMs',
-  'reconcileAttempts',
-  'sweepIntervalMs',
-  'verifyAttempts',
-  'verifyTimeout',
-  'verifyRetryDelayMs',
-  'maxPendingVerifications',
-  'secret',
-  'authenticate',
-  'delivery',
-  'maxAttempts',
-  'retryDelayMs',
-  'leaseMs',
-  'recoveryIntervalMs',
-]);
-
-function parseLimit(limit: unknown): number {
-  if (typeof limit === 'number' && Number.isInteger(limit) && limit > 0) return limit;
-  const match = typeof limit === 'string' ? /^\s*(\d+(?:\.\d+)?)\s*(b|kb|mb|gb)?\s*$/i.exec(limit) : null;
-  const bytes = match ? Math.floor(Number(match[1]) * (UNITS[(match[2] ?? 'b').toLowerCase()] ?? 1)) : 0;
-  if (bytes > 0) return bytes;
-  throw new TypeError(
-    `ipnRouter: limit must be a positive number of bytes or a size such as '100kb', got ${String(limit)}`,
-  );
-}
-
-function checkSchema(schema: unknown): void {
-  if (schema === undefined) return;
-  if (!isStandardSchema(schema)) {
-    throw new TypeError(
-      'ipnRouter: customData must be a Standard Schema (zod 3.24+ or 4, valibot, arktype, ...), such as ' +
-        'z.object({ orderId: z.string() })',
-    );
-  }
-}
-
-function checkMethods(name: string, value: unknown, required: string[], optional: string[]): void {
-  const target = value as Record<string, unknown> | null;
-  const missing = required.filter((method) => typeof target?.[method] !== 'function');
-  const wrong = optional.filter(
-    (method) => target?.[method] !== undefined && typeof target[method] !== 'function',
-  );
-  if (missing.length > 0 || wrong.length > 0) {
-    throw new TypeError(
-      `ipnRouter: ${name} must have the methods ${required.join(', ')}` +
-        (optional.length > 0 ? ` (and optionally ${optional.join(', ')})` : '') +
-        `; ${[...missing, ...wrong].join(', ')} ${missing.length + wrong.length > 1 ? 'are' : 'is'} not a function`,
-    );
-  }
-}
-
-function checkDuration(name: string, value: unknown, max = Infinity): void {
-  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
-    throw new TypeError(`ipnRouter: ${name} must be a positive number of milliseconds, got ${String(value)}`);
-  }
-  if (value > max) throw new TypeError(`ipnRouter: ${name} must be at most ${max} ms, got ${value}`);
 }

@@ -63,7 +63,7 @@ export function createDelivery<C>(
   metrics?: Metrics,
 ) {
   const { store, logger, leaseMs } = options;
-  const verify = options.verify && timeLimited(options.verify, options.verifyTimeout);
+  const verify = options.verify && timeLimited(options.verify, options.verifyTimeoutMs);
   const context = createDeliveryContext<C>({ ...options, verify }, emitters);
   const durable = options.delivery === 'at-least-once' ? (store as DurableStore) : undefined;
   const durably = durable && createDurableDelivery(context, durable, metrics);
@@ -150,7 +150,7 @@ export function createDelivery<C>(
       const leaseId = durable ? randomUUID() : '';
       const late = (): void => {
         // Answered 503, but the claim went through after all: ours to deliver, or it would be lost.
-        logger.warn(identify(n), 'IPN claim landed after storeTimeout: delivered late');
+        logger.warn(identify(n), 'IPN claim landed after storeTimeoutMs: delivered late');
         void dispatch(n, leaseId);
       };
       const receive = durable && (() => durable.receive(key, toRecord(n), { id: leaseId, ms: leaseMs }));
@@ -237,7 +237,7 @@ function timeLimited(source: StatusSource, ms: number): StatusSource {
         ),
         ms,
         () => {
-          const message = `the status source did not answer about ${id} within ${ms} ms (verifyTimeout)`;
+          const message = `the status source did not answer about ${id} within ${ms} ms (verifyTimeoutMs)`;
           return new StatusQueryError(id, message, { retryable: true });
         },
       ),

@@ -225,15 +225,15 @@ export function createDurableDelivery<C>(
   }
 
   /**
-   * Waits for a store call at most `storeTimeout`: a call that never settles (a connection stuck behind a
+   * Waits for a store call at most `storeTimeoutMs`: a call that never settles (a connection stuck behind a
    * dropped network) must not hold an attempt, or stop recovery for good. What it did meanwhile is safe:
    * every write is guarded by the lease, and an entry leased by a call that timed out is taken up again
    * once that lease runs out.
    */
   function timed<T>(pending: T | Promise<T>, call: string, key?: string): Promise<T> {
     const about = key === undefined ? '' : ` for ${key}`;
-    const message = `the store's ${call}${about} did not answer within ${options.storeTimeout} ms (storeTimeout)`;
-    return within(pending, options.storeTimeout, () => new StoreError(message));
+    const message = `the store's ${call}${about} did not answer within ${options.storeTimeoutMs} ms (storeTimeoutMs)`;
+    return within(pending, options.storeTimeoutMs, () => new StoreError(message));
   }
 
   after(0, recover); // at start, once the caller has added its listeners

@@ -7,7 +7,7 @@ import type { Awaitable, Store } from '../stores/store.js';
  * Claims dedupe keys through a store, in bounded time: `init` once (again only after it failed), then
  * `claim`, with `timeoutMs` for both together. A synchronous store answers without any timer.
  */
-export function createStoreClaimer(store: Store, ttl: number, timeoutMs: number) {
+export function createStoreClaimer(store: Store, ttlMs: number, timeoutMs: number) {
   let initialised: Promise<void> | undefined;
   let ready = store.init === undefined;
 
@@ -87,7 +87,7 @@ export function createStoreClaimer(store: Store, ttl: number, timeoutMs: number)
       durable?: () => Awaitable<boolean>,
     ): Promise<boolean | StoreError> {
       const token = randomUUID();
-      const operation = durable ?? (() => store.claim(key, ttl, token));
+      const operation = durable ?? (() => store.claim(key, ttlMs, token));
       // A durable store's receive needs no second asking: the stored entry is taken up by recovery.
       const lost = durable ? undefined : () => askAgain(operation, late);
       try {

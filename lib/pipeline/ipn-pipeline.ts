@@ -43,14 +43,14 @@ export function createIpnPipeline<C>(
   emitters: Emitters<C>,
   metrics?: Metrics,
 ) {
-  const { store, ttl, limit, logger, storeTimeout } = options;
+  const { store, ttlMs, limit, logger, storeTimeoutMs } = options;
   const { emit } = emitters;
   const secrets = options.secret === undefined ? undefined : [options.secret].flat();
   const tokenWarning = createUnmatchedTokenWarning(logger);
   const delivery = createDelivery<C>(
     options,
     emitters,
-    createStoreClaimer(store, ttl, storeTimeout),
+    createStoreClaimer(store, ttlMs, storeTimeoutMs),
     metrics,
   );
 
@@ -102,8 +102,8 @@ export function createIpnPipeline<C>(
     if (claimed instanceof VerificationBusyError) return { kind: 'busy', error: claimed };
     if (!claimed) return { kind: 'duplicate' };
     if (!closed) return { kind: 'claimed', leaseId };
-    const message = `the store did not release ${keyOf(n)} within ${storeTimeout} ms (storeTimeout) on close`;
-    await within(delivery.unclaim(n), storeTimeout, () => new StoreError(message)).catch(
+    const message = `the store did not release ${keyOf(n)} within ${storeTimeoutMs} ms (storeTimeoutMs) on close`;
+    await within(delivery.unclaim(n), storeTimeoutMs, () => new StoreError(message)).catch(
       (error: StoreError) => {
         logger.error({ err: loggableError(error, n), ...identify(n) }, error.message);
         emit('error', { error, notification: n });
@@ -219,19 +219,19 @@ export function createIpnPipeline<C>(
     sweep: () => delivery.sweep(),
     inbox: delivery.inbox,
     /**
-     * Answers 503 from now on, waits for the claims in flight (each bounded by `storeTimeout`), stops
+     * Answers 503 from now on, waits for the claims in flight (each bounded by `storeTimeoutMs`), stops
      * retries and recovery, then closes the store, if it has a `close`, waiting for it at most
-     * `storeTimeout`: a `close()` that never settles is reported (`error`), not waited on forever.
+     * `storeTimeoutMs`: a `close()` that never settles is reported (`error`), not waited on forever.
      */
     close: async (): Promise<void> => {
       closed = true;
       await Promise.allSettled([...inflight]);
       delivery.close();
       try {
-        const message = `the store's close() did not settle within ${storeTimeout} ms (storeTimeout)`;
+        const message = `the store's close() did not settle within ${storeTimeoutMs} ms (storeTimeoutMs)`;
         await within(
           Promise.resolve().then(() => store.close?.()),
-          storeTimeout,
+          storeTimeoutMs,
           () => new StoreError(message),
         );
       } catch (cause) {

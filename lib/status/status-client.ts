@@ -197,9 +197,13 @@ function retryAfterMs(header: string | null): number {
   return Math.min(Math.max(0, ms), MAX_RETRY_AFTER);
 }
 
-function resolveStatusOptions(options: Partial<StatusClientOptions>): StatusClientOptions {
-  const given = Object.fromEntries(Object.entries(options ?? {}).filter(([, value]) => value !== undefined));
-  const resolved: StatusClientOptions = {
+/**
+ * Every option with its default: the one declaration the known keys are derived from (typed as the whole
+ * interface, so the compiler refuses a missing or an extra key). Built per call, so that the `fetch` default
+ * is the `globalThis.fetch` of that moment, not of the import.
+ */
+function statusDefaults(): StatusClientOptions {
+  return {
     baseUrl: '',
     apiKey: '',
     maxQueriesPerMinute: 30,
@@ -214,13 +218,20 @@ function resolveStatusOptions(options: Partial<StatusClientOptions>): StatusClie
     fetch: globalThis.fetch,
     logger: defaultLogger,
     shared: undefined,
-    ...given,
   };
+}
+
+function resolveStatusOptions(options: Partial<StatusClientOptions>): StatusClientOptions {
+  const given = Object.fromEntries(Object.entries(options ?? {}).filter(([, value]) => value !== undefined));
+  const defaults = statusDefaults();
+  const resolved: StatusClientOptions = { ...defaults, ...given };
   const fail = (message: string): never => {
     throw new TypeError(`createStatusClient: ${message}`);
   };
-  const unknown = Object.keys(given).filter((key) => !(key in STATUS_DEFAULT_KEYS));
-  if (unknown.length > 0) fail(`unknown option ${unknown.join(', ')}`);
+  // Own keys only: `in` would take `constructor` or `toString` for options.
+  const unknown = Object.keys(given).filter((key) => !Object.hasOwn(defaults, key));
+  if (unknown.length > 0)
+    fail(`unknown option ${unknown.join(', ')} (known: ${Object.keys(defaults).join(', ')})`);
   checkBaseUrl(resolved.baseUrl, resolved.allowInsecureHttp === true, fail);
   if (typeof resolved.apiKey !== 'string' || resolved.apiKey.length === 0)
     fail('apiKey must be a non-empty string');
@@ -285,20 +296,3 @@ function withoutKeyIn<E extends Error>(error: E, apiKey: string): E {
     blocked: error.blocked,
   }) as Error as E;
 }
-
-const STATUS_DEFAULT_KEYS: Record<keyof StatusClientOptions, true> = {
-  baseUrl: true,
-  apiKey: true,
-  maxQueriesPerMinute: true,
-  minIntervalMs: true,
-  blockCooldownMs: true,
-  timeoutMs: true,
-  maxResponseBytes: true,
-  allowInsecureHttp: true,
-  retries: true,
-  retryDelayMs: true,
-  cacheSize: true,
-  fetch: true,
-  logger: true,
-  shared: true,
-};

@@ -10,7 +10,7 @@ import type { DurableStore, InboxEntry, Lease, ListOptions, Settlement, StatusCo
 export interface MemoryStoreOptions {
   /**
    * Most keys kept at once. When full, the oldest key is forgotten first, so a very late resend of it would
-   * be delivered again: size it above the notifications you receive within the router's `ttl`.
+   * be delivered again: size it above the notifications you receive within the router's `ttlMs`.
    * @default 100_000 (about 14 MB of heap when full)
    */
   maxEntries: number;

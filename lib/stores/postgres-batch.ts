@@ -1,5 +1,5 @@
 import { StoreError } from '../shared/errors.js';
-/** How long a batch may run before it stops holding its place: the router's default `storeTimeout`. */
+/** How long a batch may run before it stops holding its place: the router's default `storeTimeoutMs`. */
 export const STALLED_BATCH_MS = 5_000;
 
 /**

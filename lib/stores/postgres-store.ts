@@ -75,7 +75,7 @@ const UNDEFINED_TABLE = '42P01';
  * is keyed by `transaction_id:state`: the primary key makes a claim (or a receive) atomic across instances.
  *
  * - As a plain store (the router's default, at-most-once mode), `claim` inserts a `delivered` row with an
- *   empty `record`. The router's `ttl` does not apply: rows stay until you purge them
+ *   empty `record`. The router's `ttlMs` does not apply: rows stay until you purge them
  *   (`purge(before)`, or `ipn-kit inbox purge --before <date>`), and until then a resend is dropped.
  * - As a durable inbox (`delivery: 'at-least-once'`), each notification is stored whole, and its delivery
  *   attempts are leased, settled and retried through the table.

@@ -64,7 +64,7 @@ export type Send = (args: string[]) => Promise<unknown>;
 /**
  * A dedupe store in Redis, shared by every instance of your app: a claim is one small script (`SET key token
  * NX PX ttl`, or the same token already there), which Redis runs atomically, so exactly one instance delivers
- * a notification. Keys expire after the router's `ttl` by themselves. It needs the commands EVALSHA, EVAL
+ * a notification. Keys expire after the router's `ttlMs` by themselves. It needs the commands EVALSHA, EVAL
  * and DEL (a Redis whose ACL or hosting forbids scripts answers every claim with an error, so 503s).
  *
  * Give it your own client, ioredis or node-redis; ipn-kit loads neither package. You own the client: connect
@@ -72,7 +72,7 @@ export type Send = (args: string[]) => Promise<unknown>;
  * quit it on shutdown; `ipn.close()` leaves it open.
  *
  * While Redis is unreachable, a claim fails or waits (ioredis and node-redis queue commands while they
- * reconnect); the router answers 503 after its `storeTimeout`, and the service resends later.
+ * reconnect); the router answers 503 after its `storeTimeoutMs`, and the service resends later.
  *
  * @example
  * import Redis from 'ioredis';

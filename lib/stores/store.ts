@@ -38,12 +38,12 @@ export interface Store {
    */
   release(key: string): Awaitable<void>;
   /**
-   * Optional: called once, before the first claim; requests wait for it up to the router's `storeTimeout`,
+   * Optional: called once, before the first claim; requests wait for it up to the router's `storeTimeoutMs`,
    * then answer 503. A failure is retried by the next request; one that never settles is never started
    * twice, so give it a timeout of its own.
    */
   init?(): Awaitable<void>;
-  /** Optional: called by `ipn.close()`, which waits for it at most the router's `storeTimeout`. */
+  /** Optional: called by `ipn.close()`, which waits for it at most the router's `storeTimeoutMs`. */
   close?(): Awaitable<void>;
   /**
    * Optional: where `ipn.expect()` keeps expected transactions for the reconciliation sweep. `MemoryStore`,

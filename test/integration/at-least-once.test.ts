@@ -315,7 +315,7 @@ describe("ipnRouter({ delivery: 'at-least-once' })", () => {
       nextAttemptAt: new Date(),
     });
     inbox.hangs = 1;
-    const { ipn, recorder } = await start(inbox, { storeTimeout: 50 });
+    const { ipn, recorder } = await start(inbox, { storeTimeoutMs: 50 });
     const credited: string[] = [];
     ipn.on('successful', (n) => void credited.push(n.transaction_id));
 
@@ -326,10 +326,10 @@ describe("ipnRouter({ delivery: 'at-least-once' })", () => {
     expect(credited).toEqual([payload.transaction_id]);
     const [timeout] = recorder.of('error');
     expect(timeout!.error).toMatchObject({ code: 'IPN_STORE_FAILED' });
-    expect(timeout!.error.message).toMatch(/lease did not answer within 50 ms \(storeTimeout\)/);
+    expect(timeout!.error.message).toMatch(/lease did not answer within 50 ms \(storeTimeoutMs\)/);
   });
 
-  test('a store begin() that never answers is bounded by storeTimeout; the transaction it opens late is closed', async () => {
+  test('a store begin() that never answers is bounded by storeTimeoutMs; the transaction it opens late is closed', async () => {
     const rollbacks: Array<boolean | undefined> = [];
     let openLate: (() => void) | undefined;
     class HangingBegin extends MemoryInbox {
@@ -351,7 +351,7 @@ describe("ipnRouter({ delivery: 'at-least-once' })", () => {
       }
     }
     const inbox = new HangingBegin();
-    const { ipn, recorder, post } = await start(inbox, { storeTimeout: 50 });
+    const { ipn, recorder, post } = await start(inbox, { storeTimeoutMs: 50 });
     const seen: unknown[] = [];
     ipn.on('successful', (n, context) => void seen.push(context.db));
     const payload = uniquePayload();
@@ -361,7 +361,7 @@ describe("ipnRouter({ delivery: 'at-least-once' })", () => {
     expect(inbox.entries.get(keyOf(payload))).toMatchObject({ attempts: 2 });
     expect(seen).toEqual([undefined]); // only the second attempt ran the listener, with no transaction
     expect(recorder.of('error').map((event) => event.error.message)).toEqual([
-      `the store's begin for ${keyOf(payload)} did not answer within 50 ms (storeTimeout)`,
+      `the store's begin for ${keyOf(payload)} did not answer within 50 ms (storeTimeoutMs)`,
     ]);
     openLate!();
     await until(() => rollbacks.length === 1, 'the late transaction closed');

@@ -75,20 +75,24 @@ describe.each(EXPRESS_VERSIONS)('a custom store under %s', (_version, express) =
     expect(store.calls).toEqual(['init', 'close']);
   });
 
-  test('claims use the router ttl', async () => {
-    const kv = new Map<string, number>();
-    const store = new SharedKvStore(kv);
-    const ipn = ipnRouter({ store, logger: quiet, ttl: 60_000 });
-    const app = express();
-    app.use('/ipn', ipn);
-    const running = await listen(app);
-    servers.push(running);
-    const before = Date.now();
+  // `ttl` is the deprecated name of `ttlMs`: both must reach the store as the same milliseconds.
+  test.each([{ ttlMs: 60_000 }, { ttl: 60_000 }])(
+    'claims use the router ttlMs (given as %o)',
+    async (ttlOption) => {
+      const kv = new Map<string, number>();
+      const store = new SharedKvStore(kv);
+      const ipn = ipnRouter({ store, logger: quiet, ...ttlOption });
+      const app = express();
+      app.use('/ipn', ipn);
+      const running = await listen(app);
+      servers.push(running);
+      const before = Date.now();
 
-    await request(running.url).post('/ipn').send(uniquePayload());
+      await request(running.url).post('/ipn').send(uniquePayload());
 
-    const [expiry] = [...kv.values()];
-    expect(expiry).toBeGreaterThanOrEqual(before + 60_000);
-    expect(expiry).toBeLessThan(before + 120_000);
-  });
+      const [expiry] = [...kv.values()];
+      expect(expiry).toBeGreaterThanOrEqual(before + 60_000);
+      expect(expiry).toBeLessThan(before + 120_000);
+    },
+  );
 });

@@ -67,7 +67,7 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
     async (failure) => {
       const store = flakyStore();
       store.failure = failure;
-      const { recorder, post } = await start({ store, storeTimeout: 50 });
+      const { recorder, post } = await start({ store, storeTimeoutMs: 50 });
       const payload = uniquePayload();
 
       const response = await post(payload);
@@ -98,7 +98,7 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
   test('a claim that lands after the timeout is delivered then, and the resend is a duplicate', async () => {
     const store = flakyStore();
     store.failure = 'late';
-    const { recorder, post } = await start({ store, storeTimeout: 20 });
+    const { recorder, post } = await start({ store, storeTimeoutMs: 20 });
     const payload = uniquePayload();
     expect((await post(payload)).status).toBe(503);
     store.land();
@@ -119,7 +119,7 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
         throw new Error('log sink down');
       },
     };
-    const { recorder, post } = await start({ store, storeTimeout: 20, logger });
+    const { recorder, post } = await start({ store, storeTimeoutMs: 20, logger });
 
     expect((await post(uniquePayload())).status).toBe(503);
     store.land();
@@ -134,7 +134,7 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
       claim: () => new Promise<boolean>((resolve) => (land = () => resolve(false))),
       release: () => {},
     };
-    const { recorder, post } = await start({ store, storeTimeout: 10 });
+    const { recorder, post } = await start({ store, storeTimeoutMs: 10 });
 
     expect((await post(uniquePayload())).status).toBe(503);
     land();
@@ -145,7 +145,7 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
 
   test('an asynchronous claim that answers in time leaves no timer behind', async () => {
     const store: Store = { claim: () => Promise.resolve(true), release: () => {} };
-    const { post } = await start({ store, storeTimeout: 60_000 });
+    const { post } = await start({ store, storeTimeoutMs: 60_000 });
     const timers = () => process.getActiveResourcesInfo().filter((name) => name === 'Timeout').length;
     const before = timers();
 
@@ -166,7 +166,7 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
       },
       release: (key) => void keys.delete(key),
     };
-    const { recorder, post } = await start({ store, storeTimeout: 20 });
+    const { recorder, post } = await start({ store, storeTimeoutMs: 20 });
     const payload = uniquePayload();
 
     expect((await post(payload)).status).toBe(503);
@@ -191,7 +191,7 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
       claim: () => true,
       release: () => {},
     };
-    const { recorder, post } = await start({ store, storeTimeout: 20 });
+    const { recorder, post } = await start({ store, storeTimeoutMs: 20 });
 
     expect((await post(uniquePayload())).status).toBe(503);
     expect((await post(uniquePayload())).status).toBe(503);
@@ -219,7 +219,7 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
       },
       release: (key) => void tokens.delete(key),
     };
-    const { recorder, post } = await start({ store, storeTimeout: 1_000 });
+    const { recorder, post } = await start({ store, storeTimeoutMs: 1_000 });
     const payload = uniquePayload();
 
     expect((await post(payload)).status).toBe(503);
@@ -259,9 +259,9 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
     expect(recorder.of('error')[0].error.message).toContain('store.claim must return true or false');
   });
 
-  test('a store whose init never finishes answers 503 after storeTimeout', async () => {
+  test('a store whose init never finishes answers 503 after storeTimeoutMs', async () => {
     const store: Store = { init: () => new Promise<void>(() => {}), claim: () => true, release: () => {} };
-    const { recorder, post } = await start({ store, storeTimeout: 30 });
+    const { recorder, post } = await start({ store, storeTimeoutMs: 30 });
 
     const response = await post(uniquePayload());
 

@@ -321,14 +321,14 @@ describe('after ipn.close()', () => {
     expect(inner.claim(keyOf(payload), 60_000)).toBe(true); // released: the resend is not a duplicate
   });
 
-  test('a store close() that never settles is reported after storeTimeout, and ipn.close() resolves', async () => {
+  test('a store close() that never settles is reported after storeTimeoutMs, and ipn.close() resolves', async () => {
     const store = {
       ...new MemoryStore(),
       claim: () => true,
       release: () => {},
       close: () => new Promise<void>(() => {}),
     };
-    const { ipn, recorder } = await start({ store, storeTimeout: 50 });
+    const { ipn, recorder } = await start({ store, storeTimeoutMs: 50 });
 
     await ipn.close();
 
@@ -336,7 +336,7 @@ describe('after ipn.close()', () => {
       {
         error: expect.objectContaining({
           code: 'IPN_STORE_FAILED',
-          message: "the store's close() did not settle within 50 ms (storeTimeout)",
+          message: "the store's close() did not settle within 50 ms (storeTimeoutMs)",
         }),
       },
     ]);
@@ -364,7 +364,7 @@ describe('after ipn.close()', () => {
 });
 
 describe('a verify source that never settles', () => {
-  test('holds no notification forever: each query times out (verifyTimeout), and after verifyAttempts it is reported', async () => {
+  test('holds no notification forever: each query times out (verifyTimeoutMs), and after verifyAttempts it is reported', async () => {
     const payload = uniquePayload();
     const calls: string[] = [];
     const source: StatusSource = {
@@ -373,7 +373,7 @@ describe('a verify source that never settles', () => {
         return new Promise(() => {});
       },
     };
-    const { recorder, post } = await start({ verify: source, verifyTimeout: 20, verifyAttempts: 2 });
+    const { recorder, post } = await start({ verify: source, verifyTimeoutMs: 20, verifyAttempts: 2 });
 
     expect((await post(payload)).status).toBe(200);
 

@@ -84,11 +84,17 @@ plain.on('successful', (n) => {
 });
 
 // Options are checked.
-// @ts-expect-error ttl is a number of milliseconds
+// @ts-expect-error ttlMs is a number of milliseconds
+ipnRouter({ ttlMs: '7d' });
+// @ts-expect-error so is its deprecated name, ttl
 ipnRouter({ ttl: '7d' });
+// @ts-expect-error storeTimeoutMs is a number of milliseconds
+ipnRouter({ storeTimeoutMs: '5s' });
 // @ts-expect-error a store needs claim and release
 ipnRouter({ store: { claim: () => true } });
-ipnRouter({ store: new MemoryStore({ maxEntries: 10 }), limit: '1mb', ttl: 1000, storeTimeout: 100 });
+ipnRouter({ store: new MemoryStore({ maxEntries: 10 }), limit: '1mb', ttlMs: 1000, storeTimeoutMs: 100 });
+// The deprecated names still compile (struck through in editors) until the next minor version.
+ipnRouter({ ttl: 1000, storeTimeout: 100, verifyTimeout: 30_000 });
 const asyncStore: Store = { claim: () => Promise.resolve(true), release: () => Promise.resolve() };
 ipnRouter({ store: asyncStore });
 

@@ -22,9 +22,9 @@ function quietLogger(): Logger {
 describe('resolveOptions', () => {
   it('applies every default', () => {
     const resolved = resolveOptions();
-    expect(resolved.ttl).toBe(604_800_000);
+    expect(resolved.ttlMs).toBe(604_800_000);
     expect(resolved.limit).toBe(102_400);
-    expect(resolved.storeTimeout).toBe(5000);
+    expect(resolved.storeTimeoutMs).toBe(5000);
     expect(resolved.store).toBeInstanceOf(MemoryStore);
     expect(resolved.logger).toBe(defaultLogger);
     expect(resolved.customData).toBeUndefined();
@@ -36,14 +36,14 @@ describe('resolveOptions', () => {
 
   it('ignores options set to undefined, so their defaults apply', () => {
     const resolved = resolveOptions({
-      ttl: undefined,
+      ttlMs: undefined,
       limit: undefined,
-      storeTimeout: undefined,
+      storeTimeoutMs: undefined,
       store: undefined,
       logger: undefined,
       customData: undefined,
     });
-    expect(resolved).toMatchObject({ ttl: 604_800_000, limit: 102_400, storeTimeout: 5000 });
+    expect(resolved).toMatchObject({ ttlMs: 604_800_000, limit: 102_400, storeTimeoutMs: 5000 });
     expect(resolved.store).toBeInstanceOf(MemoryStore);
     expect(resolved.logger).toBe(defaultLogger);
   });
@@ -55,14 +55,14 @@ describe('resolveOptions', () => {
       store,
       logger,
       customData,
-      ttl: 60_000,
-      storeTimeout: 250,
+      ttlMs: 60_000,
+      storeTimeoutMs: 250,
       limit: 2048,
     });
     expect(resolved.store).toBe(store);
     expect(resolved.logger).toBe(logger);
     expect(resolved.customData).toBe(customData);
-    expect(resolved).toMatchObject({ ttl: 60_000, storeTimeout: 250, limit: 2048 });
+    expect(resolved).toMatchObject({ ttlMs: 60_000, storeTimeoutMs: 250, limit: 2048 });
   });
 
   it.each([
@@ -79,8 +79,8 @@ describe('resolveOptions', () => {
     expect(resolveOptions({ limit }).limit).toBe(bytes);
   });
 
-  it("accepts a storeTimeout of 2147483647 ms, Node's longest timer", () => {
-    expect(resolveOptions({ storeTimeout: 2 ** 31 - 1 }).storeTimeout).toBe(2 ** 31 - 1);
+  it("accepts a storeTimeoutMs of 2147483647 ms, Node's longest timer", () => {
+    expect(resolveOptions({ storeTimeoutMs: 2 ** 31 - 1 }).storeTimeoutMs).toBe(2 ** 31 - 1);
   });
 
   describe('programmer errors throw a TypeError that names the option', () => {
@@ -103,16 +103,16 @@ describe('resolveOptions', () => {
       expect(() => resolveUntyped({ store: null })).toThrow(/store/);
     });
 
-    it.each([-1, 0, Number.NaN, Number.POSITIVE_INFINITY, '1000'])('a ttl of %p', (ttl) => {
-      expect(() => resolveUntyped({ ttl })).toThrow(TypeError);
-      expect(() => resolveUntyped({ ttl })).toThrow(/ttl/);
+    it.each([-1, 0, Number.NaN, Number.POSITIVE_INFINITY, '1000'])('a ttlMs of %p', (ttlMs) => {
+      expect(() => resolveUntyped({ ttlMs })).toThrow(TypeError);
+      expect(() => resolveUntyped({ ttlMs })).toThrow(/ttlMs/);
     });
 
     it.each([-1, 0, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 31])(
-      'a storeTimeout of %p',
-      (storeTimeout) => {
-        expect(() => resolveUntyped({ storeTimeout })).toThrow(TypeError);
-        expect(() => resolveUntyped({ storeTimeout })).toThrow(/storeTimeout/);
+      'a storeTimeoutMs of %p',
+      (storeTimeoutMs) => {
+        expect(() => resolveUntyped({ storeTimeoutMs })).toThrow(TypeError);
+        expect(() => resolveUntyped({ storeTimeoutMs })).toThrow(/storeTimeoutMs/);
       },
     );
 
@@ -155,13 +155,21 @@ describe('resolveOptions', () => {
       expect(() => resolveUntyped({ limt: '1mb' })).toThrow(/limt/);
       expect(() => resolveUntyped({ limt: '1mb' })).toThrow(/limit/);
     });
+
+    it('an unknown option, listing only the current names as known (the deprecated ones are not offered)', () => {
+      const message = errorOf(() => resolveUntyped({ storeTimeoutMS: 100 }));
+      expect(message).toMatch(/unknown option storeTimeoutMS \(known: /);
+      expect(message).toMatch(/\bstoreTimeoutMs\b/);
+      expect(message).not.toMatch(/\bstoreTimeout\b/);
+      expect(message).not.toMatch(/\bttl\b/);
+    });
   });
 });
 
 describe('resolveOptions, at least once', () => {
-  it('applies verifyTimeout 60_000 by default, and checks it as a duration', () => {
-    expect(resolveOptions().verifyTimeout).toBe(60_000);
-    expect(() => resolveOptions({ verifyTimeout: 0 })).toThrow(/verifyTimeout must be a positive number/);
+  it('applies verifyTimeoutMs 60_000 by default, and checks it as a duration', () => {
+    expect(resolveOptions().verifyTimeoutMs).toBe(60_000);
+    expect(() => resolveOptions({ verifyTimeoutMs: 0 })).toThrow(/verifyTimeoutMs must be a positive number/);
   });
 
   it('throws a TypeError naming the method a durable store lacks (replace), at construction', () => {
@@ -178,5 +186,140 @@ describe('resolveOptions, at least once', () => {
     expect(() => resolveOptions({ store: partial as unknown as Store, delivery: 'at-least-once' })).toThrow(
       /store must have the methods .*; replace is not a function/,
     );
+  });
+});
+
+/** The message of what `run` throws (it must throw a TypeError). */
+function errorOf(run: () => unknown): string {
+  try {
+    run();
+  } catch (error) {
+    expect(error).toBeInstanceOf(TypeError);
+    return (error as TypeError).message;
+  }
+  throw new Error('expected a TypeError, nothing was thrown');
+}
+
+/** A logger that records its `warn` lines. */
+function recordingLogger(): Logger & { warnings: string[] } {
+  const warnings: string[] = [];
+  return { ...quietLogger(), warn: (_object, message) => warnings.push(message), warnings };
+}
+
+/**
+ * `resolveOptions` from a fresh module registry: the deprecation warnings are once per process, so each test
+ * gets a "process" of its own.
+ */
+async function freshResolve(): Promise<typeof resolveOptions> {
+  let fresh: typeof resolveOptions | undefined;
+  await jest.isolateModulesAsync(async () => {
+    fresh = (await import('../../../lib/config/options.js')).resolveOptions;
+  });
+  return fresh!;
+}
+
+describe('resolveOptions, durations named ...Ms', () => {
+  it('takes ttlMs, storeTimeoutMs and verifyTimeoutMs, in milliseconds, and warns about nothing', () => {
+    const logger = recordingLogger();
+    const resolved = resolveOptions({ logger, ttlMs: 60_000, storeTimeoutMs: 250, verifyTimeoutMs: 9_000 });
+    expect(resolved).toMatchObject({ ttlMs: 60_000, storeTimeoutMs: 250, verifyTimeoutMs: 9_000 });
+    expect(logger.warnings).toEqual([]);
+  });
+
+  it('carries only the new names once resolved, even when the old ones were given', () => {
+    const resolved = resolveOptions({
+      logger: quietLogger(),
+      ttl: 60_000,
+      storeTimeout: 250,
+      verifyTimeout: 9_000,
+    });
+    expect(resolved).toMatchObject({ ttlMs: 60_000, storeTimeoutMs: 250, verifyTimeoutMs: 9_000 });
+    expect(Object.keys(resolved)).not.toContain('ttl');
+    expect(Object.keys(resolved)).not.toContain('storeTimeout');
+    expect(Object.keys(resolved)).not.toContain('verifyTimeout');
+  });
+
+  it.each([
+    ['ttl', 'ttlMs', 123_456],
+    ['storeTimeout', 'storeTimeoutMs', 250],
+    ['verifyTimeout', 'verifyTimeoutMs', 9_000],
+  ] as const)('still takes the deprecated %s as %s, the same milliseconds', async (old, current, ms) => {
+    const resolve = await freshResolve();
+    const logger = recordingLogger();
+    expect(resolve({ logger, [old]: ms })[current]).toBe(ms);
+    expect(logger.warnings).toHaveLength(1);
+    expect(logger.warnings[0]).toContain(`the option ${old} is deprecated`);
+    expect(logger.warnings[0]).toContain(`use ${current}`);
+  });
+
+  it('warns once per process for each deprecated name, however many routers are built', async () => {
+    const resolve = await freshResolve();
+    const first = recordingLogger();
+    const second = recordingLogger();
+    resolve({ logger: first, ttl: 1_000, storeTimeout: 100 });
+    resolve({ logger: first, ttl: 1_000, storeTimeout: 100 });
+    resolve({ logger: second, ttl: 2_000 });
+    expect(first.warnings).toHaveLength(2);
+    expect(first.warnings.join('\n')).toMatch(/ttl is deprecated.*use ttlMs/);
+    expect(first.warnings.join('\n')).toMatch(/storeTimeout is deprecated.*use storeTimeoutMs/);
+    expect(second.warnings).toEqual([]);
+    resolve({ logger: second, verifyTimeout: 1_000 });
+    expect(second.warnings).toEqual([
+      expect.stringMatching(/verifyTimeout is deprecated.*use verifyTimeoutMs/),
+    ]);
+  });
+
+  it('logs the warning on the default logger (stderr) when no logger is given', async () => {
+    const resolve = await freshResolve();
+    const stderr = jest.spyOn(console, 'error').mockImplementation(() => {});
+    try {
+      resolve({ storeTimeout: 100 });
+      expect(stderr).toHaveBeenCalledTimes(1);
+      expect(String(stderr.mock.calls[0]?.[0])).toMatch(
+        /WARN .*storeTimeout is deprecated.*use storeTimeoutMs/,
+      );
+    } finally {
+      stderr.mockRestore();
+    }
+  });
+
+  it('survives a logger whose warn throws', async () => {
+    const resolve = await freshResolve();
+    const logger: Logger = {
+      ...quietLogger(),
+      warn: () => {
+        throw new Error('log sink down');
+      },
+    };
+    expect(resolve({ logger, ttl: 1_000 }).ttlMs).toBe(1_000);
+  });
+
+  it.each([
+    ['ttl', 'ttlMs'],
+    ['storeTimeout', 'storeTimeoutMs'],
+    ['verifyTimeout', 'verifyTimeoutMs'],
+  ])('throws a TypeError naming both when %s and %s are given different values', (old, current) => {
+    const message = errorOf(() => resolveUntyped({ logger: quietLogger(), [old]: 1_000, [current]: 2_000 }));
+    expect(message).toContain(old);
+    expect(message).toContain(current);
+    expect(message).toMatch(/different values \(1000 and 2000\)/);
+  });
+
+  it('accepts the old and the new name given the same value', () => {
+    expect(resolveOptions({ logger: quietLogger(), ttl: 5_000, ttlMs: 5_000 }).ttlMs).toBe(5_000);
+  });
+
+  it('ignores a deprecated name set to undefined, so the new one (or the default) applies', () => {
+    const resolved = resolveOptions({ storeTimeout: undefined, storeTimeoutMs: 300, ttl: undefined });
+    expect(resolved).toMatchObject({ storeTimeoutMs: 300, ttlMs: 604_800_000 });
+  });
+
+  it.each([
+    ['ttl', -1],
+    ['storeTimeout', 0],
+    ['verifyTimeout', 2 ** 31],
+  ])('names the deprecated option as written when its value is wrong (%s: %p)', (old, value) => {
+    const message = errorOf(() => resolveUntyped({ logger: quietLogger(), [old]: value }));
+    expect(message).toMatch(new RegExp(`^ipnRouter: ${old} must be`));
   });
 });

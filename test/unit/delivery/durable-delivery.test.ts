@@ -28,7 +28,7 @@ function setup(options: Partial<Options> = {}, inbox = new MemoryInbox()) {
     retryDelayMs: 1_000,
     maxAttempts: 3,
     leaseMs: LEASE,
-    storeTimeout: 500,
+    storeTimeoutMs: 500,
     ...options,
   });
   const durable = createDurableDelivery(harness.context, inbox);
@@ -144,7 +144,7 @@ describe('createDurableDelivery: one attempt', () => {
     expect(inbox.entries.get(key)?.status).toBe('received');
   });
 
-  test('a store call that never answers is given up after storeTimeout and reported', async () => {
+  test('a store call that never answers is given up after storeTimeoutMs and reported', async () => {
     const { ipn, inbox, durable, received, of } = setup();
     const n = uniqueNotification();
     ipn.on('successful', () => {});
@@ -154,7 +154,7 @@ describe('createDurableDelivery: one attempt', () => {
     await jest.advanceTimersByTimeAsync(500);
     expect(await attempt).toBe(false);
     expect(of('error')[0].error.message).toMatch(
-      `the store's settle for ${key} did not answer within 500 ms (storeTimeout)`,
+      `the store's settle for ${key} did not answer within 500 ms (storeTimeoutMs)`,
     );
   });
 
@@ -262,7 +262,7 @@ describe('createDurableDelivery: the delivery transaction', () => {
     expect(inbox.entries.get(key)?.status).toBe('received');
   });
 
-  test('a begin that answers after storeTimeout: the attempt fails, and the late transaction is abandoned', async () => {
+  test('a begin that answers after storeTimeoutMs: the attempt fails, and the late transaction is abandoned', async () => {
     const { inbox, done } = transactional(() => Promise.resolve(true));
     let open: (() => void) | undefined;
     const late = (inbox as unknown as { begin: () => Promise<unknown> }).begin;

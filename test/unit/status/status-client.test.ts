@@ -545,6 +545,13 @@ describe('createStatusClient', () => {
       ['apiKey empty', { apiKey: '' }, /apiKey/],
       ['apiKey not a string', { apiKey: 123 }, /apiKey/],
       ['an unknown option', { maxQueriesPerMin: 3 }, /unknown option maxQueriesPerMin/],
+      [
+        'an unknown option, listing the known ones',
+        { retry: 3 },
+        /unknown option retry \(known: .*\bretries\b/,
+      ],
+      ['an option named like an Object method', { toString: 'x' }, /unknown option toString/],
+      ['an option named constructor', { constructor: 1 }, /unknown option constructor/],
       ['maxQueriesPerMinute not an integer', { maxQueriesPerMinute: 1.5 }, /maxQueriesPerMinute/],
       ['maxQueriesPerMinute 0', { maxQueriesPerMinute: 0 }, /maxQueriesPerMinute/],
       ['maxQueriesPerMinute negative', { maxQueriesPerMinute: -3 }, /maxQueriesPerMinute/],
