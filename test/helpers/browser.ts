@@ -29,6 +29,9 @@ export const CHROMIUM_ARGS = [
 export function describeWithBrowser(name: string, fn: (executablePath: string) => void): void {
   const path = chromiumPath();
   if (path !== undefined) {
+    // A hang guard, not a speed target: Chromium's first page on two loaded cores can take longer than
+    // jest's default 5 s (seen in a full run with other suites busy).
+    jest.setTimeout(30_000);
     describe(name, () => fn(path));
     return;
   }
