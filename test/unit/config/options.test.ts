@@ -314,6 +314,28 @@ describe('resolveOptions, durations named ...Ms', () => {
     expect(resolved).toMatchObject({ storeTimeoutMs: 300, ttlMs: 604_800_000 });
   });
 
+  it('a construction refused for a wrong value does not spend the warning: the next router with the old name warns', async () => {
+    const resolve = await freshResolve();
+    const refused = recordingLogger();
+    expect(() => resolve({ logger: refused, storeTimeout: Number.NaN })).toThrow(/storeTimeout must be/);
+    expect(() => resolve({ logger: refused, ttl: 1_000, delivery: 'exactly-once' as never })).toThrow(
+      TypeError,
+    );
+    expect(refused.warnings).toEqual([]); // the error says what to fix; the app does not start with it
+    const started = recordingLogger();
+    resolve({ logger: started, storeTimeout: 100, ttl: 1_000 });
+    expect(started.warnings).toEqual([
+      expect.stringMatching(/ttl is deprecated.*use ttlMs/),
+      expect.stringMatching(/storeTimeout is deprecated.*use storeTimeoutMs/),
+    ]);
+  });
+
+  it('an old and a new name given values String() cannot print is still the TypeError naming both', () => {
+    const bare: unknown = Object.create(null);
+    const message = errorOf(() => resolveUntyped({ logger: quietLogger(), ttl: bare, ttlMs: 1_000 }));
+    expect(message).toMatch(/^ipnRouter: ttl and ttlMs are the same option/);
+  });
+
   it.each([
     ['ttl', -1],
     ['storeTimeout', 0],
