@@ -289,4 +289,32 @@ describe('MemoryStore', () => {
     expectStoreError(error, /MemoryStore: .*could not be cloned/);
     expect((error as StoreError).cause).toMatchObject({ name: 'DataCloneError' });
   });
+
+  test('a record too deep to copy (the engine stack overflows, a RangeError) is a StoreError too, not a mistake', async () => {
+    const store = new MemoryStore();
+    const record: Record<string, unknown> = { transaction_id: 'TX.2', state: 'SUCCESSFUL' };
+    let level = record;
+    for (let depth = 0; depth < 200_000; depth += 1) {
+      const inner: Record<string, unknown> = {};
+      level.nested = inner;
+      level = inner;
+    }
+    const error = await rejectionOf(store.receive('TX.2:SUCCESSFUL', record, { id: 'lease-1', ms: 1000 }));
+    expectStoreError(error, /MemoryStore: Maximum call stack size exceeded/);
+    expect((error as StoreError).cause).toMatchObject({ name: 'RangeError' });
+    // The same RangeError from this realm (under jest, the engine's comes from another, which instanceof
+    // does not see): a value of the record that cannot be read is the store failing too.
+    const unreadable = {
+      transaction_id: 'TX.3',
+      state: 'SUCCESSFUL',
+      get paid_at(): string {
+        return new Date(Number.NaN).toISOString(); // RangeError: Invalid time value
+      },
+    };
+    const again = await rejectionOf(
+      store.receive('TX.3:SUCCESSFUL', unreadable, { id: 'lease-2', ms: 1000 }),
+    );
+    expectStoreError(again, /MemoryStore: Invalid time value/);
+    expect((again as StoreError).cause).toBeInstanceOf(RangeError);
+  });
 });
