@@ -243,7 +243,9 @@ export function resolveOptions<S extends StandardSchemaV1 | undefined>(
   checkSchema(resolved.customData);
   checkMethods('store', resolved.store, ['claim', 'release'], ['init', 'close']);
   checkMethods('logger', resolved.logger, ['debug', 'info', 'warn', 'error'], []);
-  checkDuration(named('ttlMs'), resolved.ttlMs);
+  // A store keeps it as a whole number of milliseconds (Redis's PX: a 64-bit integer); past this one,
+  // Number.MAX_VALUE meant as "forever", Redis refused every claim and every notification got 503.
+  checkDuration(named('ttlMs'), resolved.ttlMs, Number.MAX_SAFE_INTEGER);
   // Node fires a longer timer after 1 ms: a timeout that long would fire at once.
   for (const name of [
     'storeTimeoutMs',

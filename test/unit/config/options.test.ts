@@ -330,6 +330,20 @@ describe('resolveOptions, durations named ...Ms', () => {
     ]);
   });
 
+  it.each([['ttlMs'], ['ttl']])(
+    'a %s too long for a store to hold (Number.MAX_VALUE, meant as forever) is a TypeError at construction',
+    (name) => {
+      // RedisStore sends it as PX: past 2^63 ms Redis refuses every claim, and every notification got 503.
+      for (const value of [1e19, 1e21, Number.MAX_VALUE]) {
+        const message = errorOf(() => resolveUntyped({ logger: quietLogger(), [name]: value }));
+        expect(message).toMatch(new RegExp(`^ipnRouter: ${name} must be at most 9007199254740991 ms`));
+      }
+      expect(resolveUntyped({ logger: quietLogger(), [name]: Number.MAX_SAFE_INTEGER }).ttlMs).toBe(
+        Number.MAX_SAFE_INTEGER,
+      );
+    },
+  );
+
   it('an old and a new name given values String() cannot print is still the TypeError naming both', () => {
     const bare: unknown = Object.create(null);
     const message = errorOf(() => resolveUntyped({ logger: quietLogger(), ttl: bare, ttlMs: 1_000 }));
