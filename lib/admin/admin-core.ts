@@ -1,4 +1,4 @@
-import { IpnKitError, messageOf } from '../shared/errors.js';
+import { IpnKitError, messageOf, StoreError } from '../shared/errors.js';
 import type { DeliveryStatus, ListOptions } from '../stores/store.js';
 import type { AdminOptions } from './admin-options.js';
 import { csrfAllows, csrfCookie, newCsrfToken, readCsrfCookie } from './csrf.js';
@@ -203,7 +203,9 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
         return done(`The service says ${id} is ${String(record.state)}: ${outcome}.`);
       }
     } catch (error) {
-      if (!(error instanceof IpnKitError)) {
+      // A failure underneath (a custom store's plain error, or a StoreError, which the stores reject with)
+      // is logged; an answer of the service (a StatusError) is said on the page only.
+      if (!(error instanceof IpnKitError) || error instanceof StoreError) {
         logger.error({ err: { message: messageOf(error) }, action }, 'ipn-kit admin: an action failed');
       }
       return done(describe(error), false);

@@ -243,8 +243,9 @@ export function resolveOptions<S extends StandardSchemaV1 | undefined>(
   checkSchema(resolved.customData);
   checkMethods('store', resolved.store, ['claim', 'release'], ['init', 'close']);
   checkMethods('logger', resolved.logger, ['debug', 'info', 'warn', 'error'], []);
-  if (used.length > 0) warnRenamed('ipnRouter', used, resolved.logger);
-  checkDuration(named('ttlMs'), resolved.ttlMs);
+  // A store keeps it as a whole number of milliseconds (Redis's PX: a 64-bit integer); past this one,
+  // Number.MAX_VALUE meant as "forever", Redis refused every claim and every notification got 503.
+  checkDuration(named('ttlMs'), resolved.ttlMs, Number.MAX_SAFE_INTEGER);
   // Node fires a longer timer after 1 ms: a timeout that long would fire at once.
   for (const name of [
     'storeTimeoutMs',
@@ -287,5 +288,8 @@ export function resolveOptions<S extends StandardSchemaV1 | undefined>(
   }
   // A durable store without one of these would fail at the first delivery, or the first forgery, instead.
   if (resolved.delivery === 'at-least-once') checkMethods('store', resolved.store, DURABLE_METHODS, []);
+  // Once every check has passed: a construction refused says what to fix and does not spend the warning,
+  // which is once per process, on a router that never runs.
+  if (used.length > 0) warnRenamed('ipnRouter', used, resolved.logger);
   return resolved;
 }

@@ -1,4 +1,5 @@
 import { guardLogger, type Logger } from '../observability/logger.js';
+import { messageOf } from '../shared/errors.js';
 
 /**
  * Old option names still accepted for one minor version, each mapped to the name that replaced it and
@@ -36,7 +37,7 @@ export function applyRenames<Old extends string, New extends string>(
     if (current in options && !Object.is(options[current], value)) {
       throw new TypeError(
         `${where}: ${old} and ${current} are the same option (${old} is its deprecated name) and were given ` +
-          `different values (${String(value)} and ${String(options[current])}): pass ${current} only`,
+          `different values (${messageOf(value)} and ${messageOf(options[current])}): pass ${current} only`,
       );
     }
     options[current] = value;

@@ -208,9 +208,10 @@ function settled<T>(run: () => T): Promise<T> {
   try {
     return Promise.resolve(run());
   } catch (error) {
-    // A wrong argument (TypeError, RangeError) is the caller's mistake, passed on as it is; anything else
-    // (a record structuredClone cannot copy) is the store failing, as for the other stores.
-    const mistake = error instanceof TypeError || error instanceof RangeError || error instanceof IpnKitError;
+    // A wrong argument (a TypeError) is the caller's mistake, passed on as it is; anything else (a record
+    // structuredClone cannot copy, or one so deep that copying it overflows the stack: a RangeError, which
+    // no check of this store throws) is the store failing, as for the other stores.
+    const mistake = error instanceof TypeError || error instanceof IpnKitError;
     return Promise.reject(
       mistake ? error : new StoreError(`MemoryStore: ${messageOf(error)}`, { cause: error }),
     );

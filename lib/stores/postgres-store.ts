@@ -4,7 +4,7 @@ import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.
 import { createBatcher } from './postgres-batch.js';
 import { canConnect, openTransaction, type PgClientOf } from './postgres-transaction.js';
 import { PostgresExpectations, postgresExpectationsSql } from './postgres-expectations.js';
-import { migrationOf, trackMigration } from './postgres-migrations.js';
+import { afterMigration, markMigration, trackMigration } from './postgres-migrations.js';
 import { messageOf, StoreError } from '../shared/errors.js';
 import type {
   DeliveryStatus,
@@ -128,7 +128,10 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
     this.table = tableNames(given?.table ?? 'ipn_inbox').name;
     this.#pool = pool;
     this.#sql = inboxSql(this.table);
-    this.expectations = new PostgresExpectations((text, values) => this.#query(text, values), this.table);
+    this.expectations = new PostgresExpectations(
+      (text, values) => this.#query(text, values, 'expectations'),
+      this.table,
+    );
   }
 
   /**
@@ -137,8 +140,9 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
    * them take turns.
    */
   async migrate(): Promise<void> {
-    // Recorded at once, before any await: the router's first recovery pass waits for it (see
-    // postgres-migrations.ts), so the documented start logs no missing table.
+    // Recorded at once, before any await: a query of the router's first recovery pass that finds no table
+    // meanwhile waits for it and runs again (see postgres-migrations.ts), so the documented start logs no
+    // missing table.
     await trackMigration(this.#pool, this.table, async () => {
       try {
         await this.#pool.query(migrateSql(this.table));
@@ -345,25 +349,58 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
   /** Does nothing: the pool is yours, and other parts of your app may still use it. End it yourself. */
   close(): void {}
 
-  /** Every query of the store: after a `migrate()` in flight on its table; a failure is a `StoreError`. */
-  async #query(text: string, values: unknown[]): Promise<PgQueryResult> {
-    const migrating = migrationOf(this.#pool, this.table);
-    if (migrating !== undefined) await migrating;
+  /**
+   * Every query of the store; a failure is a `StoreError`. One that finds its table missing while a
+   * `migrate()` of it runs on the pool (see postgres-migrations.ts) runs again once that has settled: a
+   * query never waits for a `migrate()` before it is sent, so one held up holds up nothing on a table that
+   * exists. `of` says which table the query is about, for the message of a missing one.
+   */
+  async #query(
+    text: string,
+    values: unknown[],
+    of: 'inbox' | 'expectations' = 'inbox',
+  ): Promise<PgQueryResult> {
+    const mark = markMigration(this.#pool, this.table);
     try {
       return await this.#pool.query(text, values);
     } catch (error) {
-      // pg's own message (relation "ipn_inbox" does not exist) does not say what to do about it.
-      if (Reflect.get(Object(error), 'code') === UNDEFINED_TABLE) {
-        throw new StoreError(
-          `PostgresStore: the table ${this.table} does not exist: run \`await store.migrate()\` once, or create it ` +
-            'with the SQL of postgresSchemaSql() in your migrations',
-          { cause: error },
-        );
-      }
-      // The driver's error stays the cause (its `code`, such as 57P01, included).
-      throw new StoreError(`PostgresStore: a query on ${this.table} failed: ${messageOf(error)}`, {
-        cause: error,
-      });
+      const migrating = missing(error) ? afterMigration(this.#pool, this.table, mark) : undefined;
+      if (migrating === undefined) throw this.#failure(error, of);
+      await migrating;
     }
+    try {
+      return await this.#pool.query(text, values);
+    } catch (error) {
+      throw this.#failure(error, of);
+    }
+  }
+
+  /** The `StoreError` of a failed query: the driver's error stays the cause (its `code`, such as 57P01). */
+  #failure(error: unknown, of: 'inbox' | 'expectations'): StoreError {
+    if (missing(error)) {
+      // pg's own message (relation "ipn_inbox" does not exist) does not say what to do about it; it is kept
+      // at the end, as it names the relation PostgreSQL looked for (the search_path decides where).
+      const [table, sql] =
+        of === 'inbox'
+          ? [this.table, 'postgresSchemaSql()']
+          : [`${this.table}_expected (of ipn.expect())`, 'postgresExpectationsSql()'];
+      return new StoreError(
+        `PostgresStore: the table ${table} does not exist: run \`await store.migrate()\` once, or create it ` +
+          `with the SQL of ${sql} in your migrations (PostgreSQL: ${messageOf(error)})`,
+        { cause: error },
+      );
+    }
+    return new StoreError(`PostgresStore: a query on ${this.table} failed: ${messageOf(error)}`, {
+      cause: error,
+    });
+  }
+}
+
+/** Whether a query failed because its table does not exist (PostgreSQL's `42P01`). */
+function missing(error: unknown): boolean {
+  try {
+    return Reflect.get(Object(error), 'code') === UNDEFINED_TABLE;
+  } catch {
+    return false; // a revoked Proxy: a failure like any other
   }
 }

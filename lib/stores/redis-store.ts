@@ -127,6 +127,12 @@ export class RedisStore implements DurableStore {
     if (!Number.isFinite(ttlMs) || ttlMs <= 0) {
       throw new RangeError(`RedisStore: ttlMs must be a positive number of milliseconds, got ${ttlMs}`);
     }
+    // PX takes a 64-bit integer, and String() writes 1e21 as "1e+21": Redis would refuse every claim.
+    if (ttlMs > Number.MAX_SAFE_INTEGER) {
+      throw new RangeError(
+        `RedisStore: ttlMs must be at most ${Number.MAX_SAFE_INTEGER} milliseconds (about 285,000 years), got ${ttlMs}`,
+      );
+    }
     // PX takes whole milliseconds; rounding up never shortens the dedupe window.
     const ttl = String(Math.ceil(ttlMs));
     const args = ['1', this.prefix + key, token, ttl];

@@ -200,6 +200,40 @@ describe('when the store fails under the operator page', () => {
     expect(logger.errors).toEqual(['ipn-kit admin: an action failed']);
   });
 
+  test('an action whose PostgresStore fails (a StoreError, not a plain error) is logged too', async () => {
+    // The stores reject with StoreError now, an IpnKitError: an action that failed underneath must still
+    // reach the log the operator is sent to, with the driver's message.
+    const lost = Object.assign(new Error('terminating connection due to administrator command'), {
+      code: '57P01',
+    });
+    const pool = { query: () => Promise.reject(lost) };
+    const ipn = ipnRouter({ store: new PostgresStore({ pool }), delivery: 'at-least-once', logger: quiet });
+    routers.push(ipn);
+    const logged: Array<{ object: unknown; message: string }> = [];
+    const logger = {
+      ...quiet,
+      error: (object: unknown, message: string) => void logged.push({ object, message }),
+    };
+    const app = express();
+    app.use('/ops', adminRouter({ ipn, authorize: () => true, logger }));
+    const server = await listen(app);
+    running.push(server);
+    const { cookie, token } = await csrfOf(`${server.url}/ops`);
+    const answer = await post(`${server.url}/ops/replay-dead`, cookie, `csrf=${token}`);
+    expect(answer.status).toBe(409);
+    expect(await answer.text()).toMatch(/IPN_STORE_FAILED/);
+    expect(logged).toEqual([
+      {
+        object: expect.objectContaining({
+          err: expect.objectContaining({
+            message: expect.stringMatching(/terminating connection/),
+          }) as unknown,
+        }) as unknown,
+        message: 'ipn-kit admin: an action failed',
+      },
+    ]);
+  });
+
   test('a logger without error() is a TypeError at construction', () => {
     const ipn = ipnRouter({ logger: quiet });
     routers.push(ipn);

@@ -55,6 +55,18 @@ async function firstRecoveryPass(leases: Promise<unknown>[]): Promise<unknown> {
   return outcome;
 }
 
+/**
+ * The first lease query that answered: one sent while the migrate() ran finds no table (42P01), waits for the
+ * migrate and is sent again.
+ */
+async function answeredLease(leases: Promise<unknown>[]): Promise<unknown> {
+  for (let index = 0; ; index += 1) {
+    await until(() => leases.length > index, 'a lease query');
+    const outcome = await leases[index];
+    if (!(outcome instanceof Error)) return outcome;
+  }
+}
+
 describeWithService('PostgreSQL', 'the first start on an empty PostgreSQL schema', () => {
   const schemas: string[] = [];
   const pools: Pool[] = [];
@@ -110,7 +122,8 @@ describeWithService('PostgreSQL', 'the first start on an empty PostgreSQL schema
     ipn.on('successful', (n) => void delivered.push(n.transaction_id));
     try {
       await store.migrate();
-      const leased = await firstRecoveryPass(leases);
+      await firstRecoveryPass(leases);
+      const leased = await answeredLease(leases);
       expect(printed).toEqual([]);
       expect(errors).toEqual([]);
       expect(leased).toMatchObject({ rows: [] });
@@ -133,7 +146,8 @@ describeWithService('PostgreSQL', 'the first start on an empty PostgreSQL schema
     const errors = errorsOf(ipn);
     try {
       await new PostgresStore({ pool }).migrate(); // as docs/stores-and-delivery.md says, before listening
-      const leased = await firstRecoveryPass(leases);
+      await firstRecoveryPass(leases);
+      const leased = await answeredLease(leases);
       expect(printed).toEqual([]);
       expect(errors).toEqual([]);
       expect(leased).toMatchObject({ rows: [] });
@@ -197,6 +211,34 @@ describeWithService('PostgreSQL', 'the first start on an empty PostgreSQL schema
       });
       expect(printed.join('\n')).toMatch(/ERROR the store failed to hand out/);
     } finally {
+      await ipn.close();
+    }
+  });
+
+  test('a migrate() held up behind another instance (its lock held) holds up no notification on a table that exists', async () => {
+    // Every instance runs migrate() on its start, and its CREATE INDEX IF NOT EXISTS waits for the writes
+    // of the moment: one instance's migrate() waiting must not make the store's queries wait too.
+    const pool = await emptySchemaPool('held_up');
+    const store = new PostgresStore({ pool });
+    await store.migrate(); // made long ago
+    const other = await pool.connect(); // another instance, migrating: it holds the migration's lock
+    await other.query('BEGIN');
+    await other.query(`SELECT pg_advisory_xact_lock(${0x69706e6b}, hashtext('"ipn_inbox"'))`);
+    const migrating = store.migrate(); // this instance's start: it waits for the lock
+    const ipn = ipnRouter({ store, delivery: 'at-least-once', storeTimeoutMs: 2_000 });
+    const delivered: string[] = [];
+    ipn.on('successful', (n) => void delivered.push(n.transaction_id));
+    try {
+      const payload = uniquePayload();
+      await request(ipn).post('/').send(payload).expect(200);
+      await until(() => delivered.length === 1, 'the delivery');
+      const id = String(payload.transaction_id);
+      const entry = await store.get(`${id}:SUCCESSFUL`); // a read, answered too
+      expect(entry?.transactionId).toBe(id);
+    } finally {
+      await other.query('COMMIT');
+      other.release();
+      await migrating;
       await ipn.close();
     }
   });

@@ -258,6 +258,20 @@ describe('RedisStore construction', () => {
     await expect(store.claim('TX.1:SUCCESSFUL', Number.NaN)).rejects.toThrow(RangeError);
   });
 
+  test('a claim refuses a ttl longer than Redis can hold (Number.MAX_VALUE, meant as forever) without sending it', async () => {
+    // PX takes a 64-bit integer: 1e19 ms is out of range, and 1e21 is written "1e+21". Redis refused every
+    // such claim with an error, so the router answered every notification 503.
+    const sent: unknown[] = [];
+    const store = new RedisStore({
+      client: { call: (...args: unknown[]) => (sent.push(args), Promise.resolve(1)) },
+    });
+    for (const ttlMs of [1e19, 1e21, Number.MAX_VALUE]) {
+      await expect(store.claim('TX.1:SUCCESSFUL', ttlMs)).rejects.toThrow(/at most 9007199254740991/);
+    }
+    expect(sent).toEqual([]);
+    await expect(store.claim('TX.1:SUCCESSFUL', Number.MAX_SAFE_INTEGER)).resolves.toBe(true);
+  });
+
   test('an unexpected reply to SET is a rejection, never a claim', async () => {
     const store = new RedisStore({ client: { sendCommand: () => Promise.resolve('QUEUED') } });
     await expect(store.claim('TX.1:SUCCESSFUL', 1000)).rejects.toThrow(/unexpected reply/);

@@ -314,6 +314,42 @@ describe('resolveOptions, durations named ...Ms', () => {
     expect(resolved).toMatchObject({ storeTimeoutMs: 300, ttlMs: 604_800_000 });
   });
 
+  it('a construction refused for a wrong value does not spend the warning: the next router with the old name warns', async () => {
+    const resolve = await freshResolve();
+    const refused = recordingLogger();
+    expect(() => resolve({ logger: refused, storeTimeout: Number.NaN })).toThrow(/storeTimeout must be/);
+    expect(() => resolve({ logger: refused, ttl: 1_000, delivery: 'exactly-once' as never })).toThrow(
+      TypeError,
+    );
+    expect(refused.warnings).toEqual([]); // the error says what to fix; the app does not start with it
+    const started = recordingLogger();
+    resolve({ logger: started, storeTimeout: 100, ttl: 1_000 });
+    expect(started.warnings).toEqual([
+      expect.stringMatching(/ttl is deprecated.*use ttlMs/),
+      expect.stringMatching(/storeTimeout is deprecated.*use storeTimeoutMs/),
+    ]);
+  });
+
+  it.each([['ttlMs'], ['ttl']])(
+    'a %s too long for a store to hold (Number.MAX_VALUE, meant as forever) is a TypeError at construction',
+    (name) => {
+      // RedisStore sends it as PX: past 2^63 ms Redis refuses every claim, and every notification got 503.
+      for (const value of [1e19, 1e21, Number.MAX_VALUE]) {
+        const message = errorOf(() => resolveUntyped({ logger: quietLogger(), [name]: value }));
+        expect(message).toMatch(new RegExp(`^ipnRouter: ${name} must be at most 9007199254740991 ms`));
+      }
+      expect(resolveUntyped({ logger: quietLogger(), [name]: Number.MAX_SAFE_INTEGER }).ttlMs).toBe(
+        Number.MAX_SAFE_INTEGER,
+      );
+    },
+  );
+
+  it('an old and a new name given values String() cannot print is still the TypeError naming both', () => {
+    const bare: unknown = Object.create(null);
+    const message = errorOf(() => resolveUntyped({ logger: quietLogger(), ttl: bare, ttlMs: 1_000 }));
+    expect(message).toMatch(/^ipnRouter: ttl and ttlMs are the same option/);
+  });
+
   it.each([
     ['ttl', -1],
     ['storeTimeout', 0],

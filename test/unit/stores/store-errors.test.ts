@@ -76,8 +76,13 @@ describe('PostgresStore', () => {
     );
   });
 
-  test('the queries made while a migrate() runs wait for it, then run', async () => {
+  /**
+   * A pool whose table exists once the second statement of a migrate() has answered: before, a query on it
+   * fails with 42P01. The first migrate's first statement answers only when `finishMigration()` is called.
+   */
+  function migratingPool(options: { tableExists: boolean }) {
     const order: string[] = [];
+    let exists = options.tableExists;
     let finishMigration: () => void = () => {};
     const pool = {
       query: (text: string) => {
@@ -88,18 +93,89 @@ describe('PostgresStore', () => {
             finishMigration = () => resolve({ rows: [], rowCount: 0 });
           });
         }
+        if (created && text.includes('_expected')) exists = true;
+        if (!created && !exists) {
+          return Promise.reject(driverError('relation "ipn_inbox" does not exist', '42P01'));
+        }
         return Promise.resolve<PgQueryResult>({ rows: [], rowCount: 0 });
       },
     };
+    return { pool, order, finish: () => finishMigration() };
+  }
+
+  test('a query that finds its table missing while a migrate() runs waits for it, then runs again', async () => {
+    const { pool, order, finish } = migratingPool({ tableExists: false });
     const store = new PostgresStore({ pool });
     const migrated = store.migrate();
     const listed = store.list();
     await new Promise((resolve) => setImmediate(resolve));
-    expect(order).toEqual(['migrate']); // the list waits
-    finishMigration();
+    expect([...order].sort()).toEqual(['migrate', 'query']); // sent, refused (42P01), waiting for the migrate
+    finish();
     await migrated;
     await expect(listed).resolves.toEqual([]);
-    expect(order).toEqual(['migrate', 'migrate', 'query']);
+    expect(order.slice(2)).toEqual(['migrate', 'query']); // the migrate's second statement, then the query again
+  });
+
+  test('a query on a table that exists is answered while a migrate() is held up (behind another instance lock)', async () => {
+    // migrate() runs on every start, from every instance: its CREATE INDEX IF NOT EXISTS waits for the
+    // writes of the moment, and a connection the network dropped never answers. The store's queries on a
+    // table that exists must not wait for it.
+    const { pool, order } = migratingPool({ tableExists: true });
+    const store = new PostgresStore({ pool });
+    const migrated = store.migrate();
+    migrated.catch(() => {});
+    await expect(store.get('TX.1:SUCCESSFUL')).resolves.toBeUndefined();
+    await expect(store.lease({ id: 'lease-1', ms: 1000 }, 5)).resolves.toEqual([]);
+    expect([...order].sort()).toEqual(['migrate', 'query', 'query']); // the migrate still has not answered
+  });
+
+  test('a query that found its table missing just as a migrate() came and went runs again', async () => {
+    let answer: (result: PgQueryResult) => void = () => {};
+    let refuse: (error: unknown) => void = () => {};
+    let sent = 0;
+    const pool = {
+      query: (text: string) => {
+        if (text.includes('CREATE TABLE')) return Promise.resolve<PgQueryResult>({ rows: [], rowCount: 0 });
+        sent += 1;
+        if (sent > 1) return Promise.resolve<PgQueryResult>({ rows: [], rowCount: 0 });
+        return new Promise<PgQueryResult>((resolve, reject) => {
+          answer = resolve;
+          refuse = reject;
+        });
+      },
+    };
+    const store = new PostgresStore({ pool });
+    const listed = store.list(); // sent before the table exists
+    await store.migrate(); // the table is made meanwhile, and the migrate is done
+    refuse(driverError('relation "ipn_inbox" does not exist', '42P01')); // the list was planned before it
+    void answer;
+    await expect(listed).resolves.toEqual([]);
+    expect(sent).toBe(2);
+  });
+
+  test('a missing table with no migrate() in flight fails at once, with no second try', async () => {
+    const { pool, order } = migratingPool({ tableExists: false });
+    const store = new PostgresStore({ pool });
+    await expect(store.list()).rejects.toThrow(
+      /the table ipn_inbox does not exist: run `await store\.migrate\(\)`/,
+    );
+    expect(order).toEqual(['query']);
+  });
+
+  test('a missing expectations table names <table>_expected and postgresExpectationsSql(), not the inbox', async () => {
+    // A team that made the inbox with postgresSchemaSql() in its own migrations and forgot the other table:
+    // ipn.expect() must not say that the inbox, which works, is missing.
+    const missing = driverError('relation "shop_inbox_expected" does not exist', '42P01');
+    const store = new PostgresStore({ pool: failing(missing), table: 'shop_inbox' });
+    const error = await rejectionOf(
+      Promise.resolve(
+        store.expectations.put({ transactionId: 'TX.1', amount: 100, expectedAt: 0, dueAt: 0, attempts: 0 }),
+      ),
+    );
+    expectStoreError(error, /the table shop_inbox_expected \(of ipn\.expect\(\)\) does not exist/, missing);
+    expect((error as StoreError).message).toMatch(/postgresExpectationsSql\(\)/);
+    expect((error as StoreError).message).toMatch(/relation "shop_inbox_expected" does not exist/);
+    expect((error as StoreError).message).not.toMatch(/the table shop_inbox does not exist/);
   });
 });
 
@@ -212,5 +288,33 @@ describe('MemoryStore', () => {
     const error = await rejectionOf(store.receive('TX.1:SUCCESSFUL', record, { id: 'lease-1', ms: 1000 }));
     expectStoreError(error, /MemoryStore: .*could not be cloned/);
     expect((error as StoreError).cause).toMatchObject({ name: 'DataCloneError' });
+  });
+
+  test('a record too deep to copy (the engine stack overflows, a RangeError) is a StoreError too, not a mistake', async () => {
+    const store = new MemoryStore();
+    const record: Record<string, unknown> = { transaction_id: 'TX.2', state: 'SUCCESSFUL' };
+    let level = record;
+    for (let depth = 0; depth < 200_000; depth += 1) {
+      const inner: Record<string, unknown> = {};
+      level.nested = inner;
+      level = inner;
+    }
+    const error = await rejectionOf(store.receive('TX.2:SUCCESSFUL', record, { id: 'lease-1', ms: 1000 }));
+    expectStoreError(error, /MemoryStore: Maximum call stack size exceeded/);
+    expect((error as StoreError).cause).toMatchObject({ name: 'RangeError' });
+    // The same RangeError from this realm (under jest, the engine's comes from another, which instanceof
+    // does not see): a value of the record that cannot be read is the store failing too.
+    const unreadable = {
+      transaction_id: 'TX.3',
+      state: 'SUCCESSFUL',
+      get paid_at(): string {
+        return new Date(Number.NaN).toISOString(); // RangeError: Invalid time value
+      },
+    };
+    const again = await rejectionOf(
+      store.receive('TX.3:SUCCESSFUL', unreadable, { id: 'lease-2', ms: 1000 }),
+    );
+    expectStoreError(again, /MemoryStore: Invalid time value/);
+    expect((again as StoreError).cause).toBeInstanceOf(RangeError);
   });
 });
