@@ -20,14 +20,6 @@ const MAX_RETRY_DELAY = 60 * 60_000;
 /** PostgreSQL's in_failed_sql_transaction: a statement of the transaction failed before. */
 const IN_FAILED_TRANSACTION = '25P02';
 const RECOVERY_BATCH = 50;
-/** PostgreSQL's undefined_table: the inbox table was not made yet (`store.migrate()` has not run). */
-const UNDEFINED_TABLE = '42P01';
-
-/** Whether a store call failed because its table does not exist (the error or its cause says 42P01). */
-function tableMissing(error: unknown): boolean {
-  const code = (value: unknown): unknown => Reflect.get(Object(value), 'code');
-  return code(error) === UNDEFINED_TABLE || code(Reflect.get(Object(error), 'cause')) === UNDEFINED_TABLE;
-}
 
 /**
  * At-least-once: the notification was stored before the 200; each attempt verifies it (with `verify`),
@@ -211,7 +203,7 @@ export function createDurableDelivery<C>(
         },
         (cause: unknown) => {
           recovering = false;
-          if (!leasedOnce && tableMissing(cause)) {
+          if (!leasedOnce && cause instanceof StoreError && cause.notMigrated) {
             // At start, before the table is made (a migrate() still to come): one calm line, not an error
             // with a stack on every pass. Once a pass has leased, a missing table is an error like any other.
             if (!warnedMissing) logger.warn({}, `${messageOf(cause)}; recovery starts once it exists`);

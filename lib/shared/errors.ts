@@ -55,10 +55,24 @@ export class StoreError extends IpnKitError {
   override name = 'StoreError' as const;
   declare readonly code: 'IPN_STORE_FAILED';
 
-  constructor(message: string, options?: { cause?: unknown }) {
+  /**
+   * The store's tables do not exist yet: `store.migrate()` has not run (or its tables were dropped). A store
+   * says so, whatever its database's own code for it, so that the router can tell a first start that comes
+   * before `migrate()` from an outage. Kept when a `StoreError` wraps another.
+   */
+  readonly notMigrated: boolean;
+
+  constructor(message: string, options?: { cause?: unknown; notMigrated?: boolean }) {
     const cause = options?.cause;
-    const original = cause instanceof StoreError && 'cause' in cause ? { cause: cause.cause } : options;
+    const inner = cause instanceof StoreError ? cause : undefined;
+    const original =
+      inner && 'cause' in inner
+        ? { cause: inner.cause }
+        : options && 'cause' in options
+          ? { cause }
+          : undefined;
     super('IPN_STORE_FAILED', message, original);
+    this.notMigrated = options?.notMigrated ?? inner?.notMigrated ?? false;
   }
 }
 

@@ -387,7 +387,7 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
       return new StoreError(
         `PostgresStore: the table ${table} does not exist: run \`await store.migrate()\` once, or create it ` +
           `with the SQL of ${sql} in your migrations (PostgreSQL: ${messageOf(error)})`,
-        { cause: error },
+        { cause: error, notMigrated: true },
       );
     }
     return new StoreError(`PostgresStore: a query on ${this.table} failed: ${messageOf(error)}`, {

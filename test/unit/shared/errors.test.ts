@@ -32,6 +32,14 @@ describe('messageOf', () => {
 });
 
 describe('StoreError', () => {
+  test('notMigrated is false unless the store says so, and kept when a StoreError wraps it', () => {
+    expect(new StoreError('timed out').notMigrated).toBe(false);
+    const inner = new StoreError('no table', { cause: new Error('42P01'), notMigrated: true });
+    expect(inner.notMigrated).toBe(true);
+    expect(new StoreError(`wrapped: ${inner.message}`, { cause: inner }).notMigrated).toBe(true);
+    expect('cause' in new StoreError('no cause')).toBe(false);
+  });
+
   test("made from a store's StoreError, it takes that one's cause: the driver's error stays one level down", () => {
     const driver = Object.assign(new Error('connection reset'), { code: 'ECONNRESET' });
     const fromStore = new StoreError('PostgresStore: a query on ipn_inbox failed: connection reset', {

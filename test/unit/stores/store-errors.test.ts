@@ -47,14 +47,18 @@ describe('PostgresStore', () => {
     expect(Reflect.get(Object((error as StoreError).cause), 'code')).toBe('57P01');
   });
 
-  test('a missing table is a StoreError that says to run store.migrate()', async () => {
+  test('a missing table is a StoreError that says to run store.migrate(), marked notMigrated', async () => {
     const missing = driverError('relation "ipn_inbox" does not exist', '42P01');
     const store = new PostgresStore({ pool: failing(missing) });
-    expectStoreError(
-      await rejectionOf(store.lease({ id: 'lease-1', ms: 1000 }, 5)),
-      /the table ipn_inbox does not exist: run `await store\.migrate\(\)`/,
-      missing,
-    );
+    const error = await rejectionOf(store.lease({ id: 'lease-1', ms: 1000 }, 5));
+    expectStoreError(error, /the table ipn_inbox does not exist: run `await store\.migrate\(\)`/, missing);
+    expect((error as StoreError).notMigrated).toBe(true);
+  });
+
+  test('any other failure is not marked notMigrated: the router reports it as an outage', async () => {
+    const store = new PostgresStore({ pool: failing(driverError('connection refused', '08001')) });
+    const error = await rejectionOf(store.lease({ id: 'lease-1', ms: 1000 }, 5));
+    expect((error as StoreError).notMigrated).toBe(false);
   });
 
   test('a migrate() that fails is a StoreError naming the table and what the role needs', async () => {
