@@ -44,7 +44,18 @@ function sleepSync(ms: number): void {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 }
 
+/** Installs of other sources (earlier versions of lib/) older than a day: no run of today uses them. */
+function removeOldInstalls(): void {
+  for (const name of readdirSync(tmpdir())) {
+    if (!name.startsWith('ipn-kit-runtimes-')) continue;
+    const path = join(tmpdir(), name);
+    const since = statSync(path, { throwIfNoEntry: false })?.mtimeMs ?? Date.now();
+    if (Date.now() - since > 24 * 60 * 60_000) rmSync(path, { recursive: true, force: true });
+  }
+}
+
 function build(app: string): void {
+  removeOldInstalls();
   rmSync(app, { recursive: true, force: true });
   mkdirSync(app, { recursive: true });
   const run = (command: string, args: string[], cwd: string) =>
