@@ -56,11 +56,22 @@ export const ipnPlugin: FastifyPluginCallback<IpnPluginOptions> = (instance, opt
     // keeps the Content-Length given.
     write: (reply, _request, fastifyReply) =>
       fastifyReply.code(reply.status).headers(reply.headers).send(reply.body),
-    unwritten: (_request, fastifyReply) => fastifyReply,
+    unwritten,
   });
   instance.route({ method: METHODS, url: '/', exposeHeadRoute: false, handler });
   done();
 };
+
+/**
+ * After a write that threw (a host's hook inside `writeHead`): the reply is taken from Fastify (hijacked),
+ * which would otherwise leave the exchange open or try to write it again through the same hook, and the
+ * connection is closed. The service sees a failed delivery and resends; the resend is a duplicate.
+ */
+function unwritten(_request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  reply.hijack();
+  if (!reply.raw.writableEnded) reply.raw.destroy();
+  return reply;
+}
 
 function toIpnRequest(request: FastifyRequest): IpnRequest {
   const { headers } = request.raw;

@@ -7,6 +7,7 @@ import { describeFramework, type Mounted } from '../helpers/framework-scenario.j
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
+import { until } from '../helpers/until.js';
 
 async function serve(app: FastifyInstance): Promise<Mounted> {
   const address = await app.listen({ port: 0, host: '127.0.0.1' });
@@ -72,4 +73,41 @@ describe('ipn-kit/fastify beside the host app', () => {
       app.register(ipnPlugin, { prefix: '/ipn', router: (() => {}) as unknown as IpnRouter }),
     ).rejects.toThrow(TypeError);
   });
+});
+
+describe('an answer the host app makes impossible to write', () => {
+  for (const [version, create] of [
+    ['Fastify 5', () => Fastify()],
+    ['Fastify 4', () => Fastify4() as unknown as FastifyInstance],
+  ] as const) {
+    test(`${version}: a writeHead that throws ends the exchange instead of hanging it, and still delivers once`, async () => {
+      const ipn = ipnRouter({ logger: quiet });
+      const recorder = recordEvents(ipn);
+      const app = create();
+      // A host hook on the raw response's headers (on-headers through @fastify/express, say) that throws.
+      app.addHook('onRequest', async (_request, reply) => {
+        reply.raw.writeHead = (() => {
+          throw new TypeError('a header hook of the host threw');
+        });
+      });
+      await app.register(ipnPlugin as never, { prefix: '/ipn', router: ipn });
+      const { ipnUrl, close } = await serve(app);
+
+      const outcome = await fetch(ipnUrl, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(uniquePayload()),
+        signal: AbortSignal.timeout(3_000),
+      }).then(
+        (response) => `answered ${response.status}`,
+        (error: Error) => (error.name === 'TimeoutError' ? 'hung' : 'connection closed'),
+      );
+
+      expect(outcome).toBe('connection closed');
+      await until(() => recorder.count('successful') === 1, 'the delivery');
+      expect(recorder.names()).toEqual(['error', 'notification', 'successful']);
+      await close();
+      await ipn.close();
+    });
+  }
 });
