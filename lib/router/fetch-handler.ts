@@ -54,8 +54,9 @@ function toIpnRequest(request: Request): IpnRequest {
 }
 
 function bodyOf(request: Request): IpnRequest['body'] {
-  // Something read the body before the router (`await req.json()` in the host's code, a middleware).
-  if (request.bodyUsed) return { consumed: true };
+  // Something read the body before the router (`await req.json()` in the host's code, a middleware), or
+  // took a reader of it (locked, while `bodyUsed` is still false): the router cannot read it either.
+  if (request.bodyUsed || request.body?.locked === true) return { consumed: true };
   if (request.body === null) return { stream: Readable.from([]) };
   return { stream: Readable.fromWeb(request.body) };
 }

@@ -210,6 +210,18 @@ describe('ipn.fetch: a WHATWG Request in, a Response out', () => {
     expect(recorder.names()).toEqual(['error']);
   });
 
+  test("a body the host locked with a reader it never read is 500 body_unavailable, the host's bug, not ours", async () => {
+    const request = post(uniquePayload());
+    request.body?.getReader(); // e.g. a middleware that took a reader and handed the request over unread
+    expect(request.bodyUsed).toBe(false);
+
+    const answer = await read(await ipn.fetch(request));
+
+    expect(answer).toMatchObject({ status: 500, body: { error: 'body_unavailable' } });
+    expect(recorder.names()).toEqual(['error']);
+    expect(recorder.of('error')[0].error).toMatchObject({ code: 'IPN_BODY_UNAVAILABLE' });
+  });
+
   test('a store that fails answers 503 with Retry-After: 30 and emits error', async () => {
     start({
       store: {
