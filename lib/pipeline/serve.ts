@@ -41,9 +41,10 @@ export interface Transport<In extends unknown[], Out> {
   readonly unwritten: (...input: In) => Out;
   /**
    * Hands the work after the answer to the platform's `waitUntil`, when this request has one (a serverless
-   * function frozen once it answered). Without it, the work runs on: the process stays up.
+   * function frozen once it answered). Without it, the work runs on: the process stays up. Gives what the
+   * platform's `waitUntil` returned: a promise of it that rejects is reported through `onFailure`.
    */
-  readonly waitUntil?: (work: Promise<void>, ...input: In) => void;
+  readonly waitUntil?: (work: Promise<void>, ...input: In) => unknown;
 }
 
 /**
@@ -77,13 +78,20 @@ export function serve<In extends unknown[], Out>(
     const work = core.runAfterResponse(outcome);
     if (transport.waitUntil) {
       try {
-        transport.waitUntil(work, ...input);
+        const handed = transport.waitUntil(work, ...input);
+        // An async waitUntil (a host's queue, a platform's) that refuses the work: reported like a throw,
+        // never left an unhandled rejection that would stop the host process.
+        if (isThenable(handed)) Promise.resolve(handed).catch(core.onFailure);
       } catch (cause) {
         core.onFailure(cause);
       }
     }
     return out;
   };
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
 }
 
 function replyOf(outcome: IpnOutcome, head: boolean): Reply {

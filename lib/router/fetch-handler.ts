@@ -34,7 +34,8 @@ export function createFetchHandler(core: IpnCore<unknown>): FetchHandler {
     unwritten: () => new Response(null, { status: 500 }),
     waitUntil: (work, _request, context) => {
       // Called as a method: a Cloudflare Worker's `ctx.waitUntil` needs its `this`.
-      if (typeof context?.waitUntil === 'function') context.waitUntil(work);
+      if (typeof context?.waitUntil === 'function') return context.waitUntil(work);
+      return undefined;
     },
   });
 }

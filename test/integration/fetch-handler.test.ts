@@ -12,6 +12,7 @@ import { successfulPayload, uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { settle } from '../helpers/servers.js';
+import { until } from '../helpers/until.js';
 
 const URL_BASE = 'https://shop.example/api/ipn';
 
@@ -359,5 +360,32 @@ describe('ipn.fetch with waitUntil: the work after the 200 is handed to the plat
     expect(response.status).toBe(200);
     expect(recorder.names()).toEqual(['notification', 'successful', 'error']);
     await ipn.close();
+  });
+  test('a waitUntil that returns a rejected promise is reported as error, never an unhandled rejection', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const ipn = ipnRouter({ logger: quiet });
+      const recorder = recordEvents(ipn);
+
+      // An async waitUntil of a platform or a host's own queue, refusing the work (typed `void` by
+      // FetchContext, which a function returning a promise satisfies).
+      const refuse: (promise: Promise<unknown>) => void = () =>
+        Promise.reject(new Error('the queue is full')) as never;
+      const response = await ipn.fetch(post(successfulPayload({ transaction_id: 'WU.2' })), {
+        waitUntil: refuse,
+      });
+
+      expect(response.status).toBe(200);
+      await until(() => recorder.count('error') === 1, 'the error event');
+      expect(recorder.names()).toEqual(['notification', 'successful', 'error']);
+      expect(recorder.of('error')[0].error).toMatchObject({ code: 'IPN_INTERNAL' });
+      await ipn.close();
+      await settle();
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
   });
 });
