@@ -59,5 +59,11 @@ function bodyOf(request: Request): IpnRequest['body'] {
   // took a reader of it (locked, while `bodyUsed` is still false): the router cannot read it either.
   if (request.bodyUsed || request.body?.locked === true) return { consumed: true };
   if (request.body === null) return { stream: Readable.from([]) };
-  return { stream: Readable.fromWeb(request.body) };
+  const stream = Readable.fromWeb(request.body);
+  // This stream is ipn-kit's own, and nobody listens to it once the router stopped reading (or never read:
+  // a 401, a 405, a declared 413): a body that errors then (the client went away) must not be an 'error'
+  // event without a listener, an uncaught exception that stops the host. readBody has its own listener
+  // while it reads, so a failure during the read is still seen.
+  stream.on('error', () => {});
+  return { stream };
 }

@@ -223,6 +223,36 @@ describe('ipn.fetch: a WHATWG Request in, a Response out', () => {
     expect(recorder.of('error')[0].error).toMatchObject({ code: 'IPN_BODY_UNAVAILABLE' });
   });
 
+  test.each([
+    ['a wrong token, 401, unread', { secret: 'a-secret-of-at-least-16-chars' }, '?token=wrong', 'POST', 401],
+    ['another method, 405, unread', {}, '', 'PUT', 405],
+    ['a declared length over the limit, 413, unread', { limit: 10 }, '', 'POST', 413],
+    ['a streamed body over the limit, 413, read in part', { limit: 10 }, '', 'POST', 413],
+  ] as const)(
+    'a body the router stops reading (%s) that errors later, the client gone, does not crash the host',
+    async (name, options, query, method, status) => {
+      start(options);
+      let controller!: ReadableStreamDefaultController<Uint8Array>;
+      const body = new ReadableStream<Uint8Array>({ start: (c) => void (controller = c) });
+      controller.enqueue(new TextEncoder().encode('{"transaction_id":"a body longer than the limit'));
+      const declared: Record<string, string> =
+        status === 413 && name.includes('declared') ? { 'content-length': '100' } : {};
+      const request = new Request(`${URL_BASE}${query}`, {
+        method,
+        body,
+        headers: { 'content-type': 'application/json', ...declared },
+        duplex: 'half',
+      });
+
+      const answer = await ipn.fetch(request);
+      controller.error(new Error('the client went away'));
+      await settle();
+
+      // Before: the stream ipn-kit made of the body emitted 'error' with no listener: an uncaught exception.
+      expect(answer.status).toBe(status);
+    },
+  );
+
   test('a store that fails answers 503 with Retry-After: 30 and emits error', async () => {
     start({
       store: {
