@@ -40,6 +40,13 @@ export interface Transport<In extends unknown[], Out> {
   /** What the handler resolves when `write` threw. */
   readonly unwritten: (...input: In) => Out;
   /**
+   * For a transport that may write the answer after `write` returns (Fastify behind a host's async `onSend`
+   * hook): a promise of the moment the answer is written or the exchange ended, when it is not yet; the work
+   * after the answer starts then, so that a synchronous listener never holds the answer. `undefined` when it
+   * is written already. Never rejects.
+   */
+  readonly written?: (...input: In) => Promise<void> | undefined;
+  /**
    * Hands the work after the answer to the platform's `waitUntil`, when this request has one (a serverless
    * function frozen once it answered). Without it, the work runs on: the process stays up. Gives what the
    * platform's `waitUntil` returned: a promise of it that rejects is reported through `onFailure`.
@@ -74,8 +81,16 @@ export function serve<In extends unknown[], Out>(
       core.onFailure(cause);
       out = transport.unwritten(...input);
     }
-    // Started now, not once the answer is flushed: a frozen function may never run a later timer.
-    const work = core.runAfterResponse(outcome);
+    // Started now, not once the answer is flushed: a frozen function may never run a later timer. Only a
+    // transport that says its answer is still on its way (and that runs in a process that stays up) waits.
+    const start = (): Promise<void> => core.runAfterResponse(outcome);
+    let pending: Promise<void> | undefined;
+    try {
+      pending = transport.written?.(...input);
+    } catch (cause) {
+      core.onFailure(cause);
+    }
+    const work = pending ? pending.then(start, start) : start();
     if (transport.waitUntil) {
       try {
         const handed = transport.waitUntil(work, ...input);

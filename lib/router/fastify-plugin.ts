@@ -57,6 +57,7 @@ export const ipnPlugin: FastifyPluginCallback<IpnPluginOptions> = (instance, opt
     write: (reply, _request, fastifyReply) =>
       fastifyReply.code(reply.status).headers(reply.headers).send(reply.body),
     unwritten,
+    written,
   });
   instance.route({ method: METHODS, url: '/', exposeHeadRoute: false, handler });
   done();
@@ -71,6 +72,20 @@ function unwritten(_request: FastifyRequest, reply: FastifyReply): FastifyReply 
   reply.hijack();
   if (!reply.raw.writableEnded) reply.raw.destroy();
   return reply;
+}
+
+/**
+ * Behind a host's async `onSend` hook (cookies, sessions, compression), Fastify writes the answer after
+ * `send()` returns: the work after it waits until the response is ended or the connection closed (`close`
+ * follows both), so that listeners never hold the service's 200. Without such a hook it is written already.
+ */
+function written(_request: FastifyRequest, reply: FastifyReply): Promise<void> | undefined {
+  const { raw } = reply;
+  if (raw.writableEnded || raw.destroyed) return undefined;
+  return new Promise((resolve) => {
+    raw.once('finish', () => resolve());
+    raw.once('close', () => resolve());
+  });
 }
 
 function toIpnRequest(request: FastifyRequest): IpnRequest {

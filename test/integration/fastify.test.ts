@@ -86,9 +86,9 @@ describe('an answer the host app makes impossible to write', () => {
       const app = create();
       // A host hook on the raw response's headers (on-headers through @fastify/express, say) that throws.
       app.addHook('onRequest', async (_request, reply) => {
-        reply.raw.writeHead = (() => {
+        reply.raw.writeHead = () => {
           throw new TypeError('a header hook of the host threw');
-        });
+        };
       });
       await app.register(ipnPlugin as never, { prefix: '/ipn', router: ipn });
       const { ipnUrl, close } = await serve(app);
@@ -106,6 +106,39 @@ describe('an answer the host app makes impossible to write', () => {
       expect(outcome).toBe('connection closed');
       await until(() => recorder.count('successful') === 1, 'the delivery');
       expect(recorder.names()).toEqual(['error', 'notification', 'successful']);
+      await close();
+      await ipn.close();
+    });
+  }
+});
+
+describe('the answer goes before the listeners', () => {
+  for (const [version, create] of [
+    ['Fastify 5', () => Fastify()],
+    ['Fastify 4', () => Fastify4() as unknown as FastifyInstance],
+  ] as const) {
+    test(`${version}: behind a host's async onSend hook, the 200 is written before a listener runs`, async () => {
+      const ipn = ipnRouter({ logger: quiet });
+      const app = create();
+      const responses: Array<{ writableEnded: boolean }> = [];
+      app.addHook('onRequest', async (_request, reply) => void responses.push(reply.raw));
+      // Any plugin with an onSend hook (cookies, sessions, compression) makes Fastify write the answer later.
+      app.addHook('onSend', async (_request, _reply, payload) => payload);
+      await app.register(ipnPlugin as never, { prefix: '/ipn', router: ipn });
+      const written: boolean[] = [];
+      ipn.on('successful', () => void written.push(responses[0]?.writableEnded === true));
+      const { ipnUrl, close } = await serve(app);
+
+      const response = await fetch(ipnUrl, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(uniquePayload()),
+      });
+
+      expect(response.status).toBe(200);
+      await until(() => written.length === 1, 'the listener');
+      // A synchronous listener (a ledger write with better-sqlite3, say) must not hold the service's 200.
+      expect(written).toEqual([true]);
       await close();
       await ipn.close();
     });
