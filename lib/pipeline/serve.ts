@@ -40,10 +40,18 @@ export interface Transport<In extends unknown[], Out> {
   /** What the handler resolves when `write` threw. */
   readonly unwritten: (...input: In) => Out;
   /**
-   * Hands the work after the answer to the platform's `waitUntil`, when this request has one (a serverless
-   * function frozen once it answered). Without it, the work runs on: the process stays up.
+   * For a transport that may write the answer after `write` returns (Fastify behind a host's async `onSend`
+   * hook): a promise of the moment the answer is written or the exchange ended, when it is not yet; the work
+   * after the answer starts then, so that a synchronous listener never holds the answer. `undefined` when it
+   * is written already. Never rejects.
    */
-  readonly waitUntil?: (work: Promise<void>, ...input: In) => void;
+  readonly written?: (...input: In) => Promise<void> | undefined;
+  /**
+   * Hands the work after the answer to the platform's `waitUntil`, when this request has one (a serverless
+   * function frozen once it answered). Without it, the work runs on: the process stays up. Gives what the
+   * platform's `waitUntil` returned: a promise of it that rejects is reported through `onFailure`.
+   */
+  readonly waitUntil?: (work: Promise<void>, ...input: In) => unknown;
 }
 
 /**
@@ -73,17 +81,32 @@ export function serve<In extends unknown[], Out>(
       core.onFailure(cause);
       out = transport.unwritten(...input);
     }
-    // Started now, not once the answer is flushed: a frozen function may never run a later timer.
-    const work = core.runAfterResponse(outcome);
+    // Started now, not once the answer is flushed: a frozen function may never run a later timer. Only a
+    // transport that says its answer is still on its way (and that runs in a process that stays up) waits.
+    const start = (): Promise<void> => core.runAfterResponse(outcome);
+    let pending: Promise<void> | undefined;
+    try {
+      pending = transport.written?.(...input);
+    } catch (cause) {
+      core.onFailure(cause);
+    }
+    const work = pending ? pending.then(start, start) : start();
     if (transport.waitUntil) {
       try {
-        transport.waitUntil(work, ...input);
+        const handed = transport.waitUntil(work, ...input);
+        // An async waitUntil (a host's queue, a platform's) that refuses the work: reported like a throw,
+        // never left an unhandled rejection that would stop the host process.
+        if (isThenable(handed)) Promise.resolve(handed).catch(core.onFailure);
       } catch (cause) {
         core.onFailure(cause);
       }
     }
     return out;
   };
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
 }
 
 function replyOf(outcome: IpnOutcome, head: boolean): Reply {

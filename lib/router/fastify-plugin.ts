@@ -56,11 +56,37 @@ export const ipnPlugin: FastifyPluginCallback<IpnPluginOptions> = (instance, opt
     // keeps the Content-Length given.
     write: (reply, _request, fastifyReply) =>
       fastifyReply.code(reply.status).headers(reply.headers).send(reply.body),
-    unwritten: (_request, fastifyReply) => fastifyReply,
+    unwritten,
+    written,
   });
   instance.route({ method: METHODS, url: '/', exposeHeadRoute: false, handler });
   done();
 };
+
+/**
+ * After a write that threw (a host's hook inside `writeHead`): the reply is taken from Fastify (hijacked),
+ * which would otherwise leave the exchange open or try to write it again through the same hook, and the
+ * connection is closed. The service sees a failed delivery and resends; the resend is a duplicate.
+ */
+function unwritten(_request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  reply.hijack();
+  if (!reply.raw.writableEnded) reply.raw.destroy();
+  return reply;
+}
+
+/**
+ * Behind a host's async `onSend` hook (cookies, sessions, compression), Fastify writes the answer after
+ * `send()` returns: the work after it waits until the response is ended or the connection closed (`close`
+ * follows both), so that listeners never hold the service's 200. Without such a hook it is written already.
+ */
+function written(_request: FastifyRequest, reply: FastifyReply): Promise<void> | undefined {
+  const { raw } = reply;
+  if (raw.writableEnded || raw.destroyed) return undefined;
+  return new Promise((resolve) => {
+    raw.once('finish', () => resolve());
+    raw.once('close', () => resolve());
+  });
+}
 
 function toIpnRequest(request: FastifyRequest): IpnRequest {
   const { headers } = request.raw;

@@ -34,7 +34,8 @@ export function createFetchHandler(core: IpnCore<unknown>): FetchHandler {
     unwritten: () => new Response(null, { status: 500 }),
     waitUntil: (work, _request, context) => {
       // Called as a method: a Cloudflare Worker's `ctx.waitUntil` needs its `this`.
-      if (typeof context?.waitUntil === 'function') context.waitUntil(work);
+      if (typeof context?.waitUntil === 'function') return context.waitUntil(work);
+      return undefined;
     },
   });
 }
@@ -54,8 +55,15 @@ function toIpnRequest(request: Request): IpnRequest {
 }
 
 function bodyOf(request: Request): IpnRequest['body'] {
-  // Something read the body before the router (`await req.json()` in the host's code, a middleware).
-  if (request.bodyUsed) return { consumed: true };
+  // Something read the body before the router (`await req.json()` in the host's code, a middleware), or
+  // took a reader of it (locked, while `bodyUsed` is still false): the router cannot read it either.
+  if (request.bodyUsed || request.body?.locked === true) return { consumed: true };
   if (request.body === null) return { stream: Readable.from([]) };
-  return { stream: Readable.fromWeb(request.body) };
+  const stream = Readable.fromWeb(request.body);
+  // This stream is ipn-kit's own, and nobody listens to it once the router stopped reading (or never read:
+  // a 401, a 405, a declared 413): a body that errors then (the client went away) must not be an 'error'
+  // event without a listener, an uncaught exception that stops the host. readBody has its own listener
+  // while it reads, so a failure during the read is still seen.
+  stream.on('error', () => {});
+  return { stream };
 }

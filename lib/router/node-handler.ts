@@ -29,7 +29,7 @@ export function createNodeHandler(core: IpnCore<unknown>): NodeHandler {
   const respond = serve<[IncomingMessage, ServerResponse], void>(core, {
     toIpnRequest,
     write,
-    unwritten: () => undefined,
+    unwritten,
   });
   return handler;
 }
@@ -109,6 +109,16 @@ const PADDED_EMPTY = 64;
 
 function isPlainObject(value: unknown): value is object {
   return typeof value === 'object' && value !== null && Object.getPrototypeOf(value) === Object.prototype;
+}
+
+/**
+ * After a write that threw (a host's hook inside `writeHead`): the exchange is ended by closing the
+ * connection, the one thing left that cannot throw again. Left open, the service would wait for an answer
+ * that never comes (until a server timeout, minutes later); closed, it sees a failed delivery and resends,
+ * and the resend is answered as a duplicate.
+ */
+function unwritten(_req: IncomingMessage, res: ServerResponse): void {
+  if (!res.writableEnded) res.destroy();
 }
 
 /** Writes the reply, unless something of the host's already answered. */

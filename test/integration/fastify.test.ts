@@ -7,6 +7,7 @@ import { describeFramework, type Mounted } from '../helpers/framework-scenario.j
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
+import { until } from '../helpers/until.js';
 
 async function serve(app: FastifyInstance): Promise<Mounted> {
   const address = await app.listen({ port: 0, host: '127.0.0.1' });
@@ -72,4 +73,74 @@ describe('ipn-kit/fastify beside the host app', () => {
       app.register(ipnPlugin, { prefix: '/ipn', router: (() => {}) as unknown as IpnRouter }),
     ).rejects.toThrow(TypeError);
   });
+});
+
+describe('an answer the host app makes impossible to write', () => {
+  for (const [version, create] of [
+    ['Fastify 5', () => Fastify()],
+    ['Fastify 4', () => Fastify4() as unknown as FastifyInstance],
+  ] as const) {
+    test(`${version}: a writeHead that throws ends the exchange instead of hanging it, and still delivers once`, async () => {
+      const ipn = ipnRouter({ logger: quiet });
+      const recorder = recordEvents(ipn);
+      const app = create();
+      // A host hook on the raw response's headers (on-headers through @fastify/express, say) that throws.
+      app.addHook('onRequest', async (_request, reply) => {
+        reply.raw.writeHead = () => {
+          throw new TypeError('a header hook of the host threw');
+        };
+      });
+      await app.register(ipnPlugin as never, { prefix: '/ipn', router: ipn });
+      const { ipnUrl, close } = await serve(app);
+
+      const outcome = await fetch(ipnUrl, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(uniquePayload()),
+        signal: AbortSignal.timeout(3_000),
+      }).then(
+        (response) => `answered ${response.status}`,
+        (error: Error) => (error.name === 'TimeoutError' ? 'hung' : 'connection closed'),
+      );
+
+      expect(outcome).toBe('connection closed');
+      await until(() => recorder.count('successful') === 1, 'the delivery');
+      expect(recorder.names()).toEqual(['error', 'notification', 'successful']);
+      await close();
+      await ipn.close();
+    });
+  }
+});
+
+describe('the answer goes before the listeners', () => {
+  for (const [version, create] of [
+    ['Fastify 5', () => Fastify()],
+    ['Fastify 4', () => Fastify4() as unknown as FastifyInstance],
+  ] as const) {
+    test(`${version}: behind a host's async onSend hook, the 200 is written before a listener runs`, async () => {
+      const ipn = ipnRouter({ logger: quiet });
+      const app = create();
+      const responses: Array<{ writableEnded: boolean }> = [];
+      app.addHook('onRequest', async (_request, reply) => void responses.push(reply.raw));
+      // Any plugin with an onSend hook (cookies, sessions, compression) makes Fastify write the answer later.
+      app.addHook('onSend', async (_request, _reply, payload) => payload);
+      await app.register(ipnPlugin as never, { prefix: '/ipn', router: ipn });
+      const written: boolean[] = [];
+      ipn.on('successful', () => void written.push(responses[0]?.writableEnded === true));
+      const { ipnUrl, close } = await serve(app);
+
+      const response = await fetch(ipnUrl, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(uniquePayload()),
+      });
+
+      expect(response.status).toBe(200);
+      await until(() => written.length === 1, 'the listener');
+      // A synchronous listener (a ledger write with better-sqlite3, say) must not hold the service's 200.
+      expect(written).toEqual([true]);
+      await close();
+      await ipn.close();
+    });
+  }
 });

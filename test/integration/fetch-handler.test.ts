@@ -12,6 +12,7 @@ import { successfulPayload, uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { settle } from '../helpers/servers.js';
+import { until } from '../helpers/until.js';
 
 const URL_BASE = 'https://shop.example/api/ipn';
 
@@ -210,6 +211,48 @@ describe('ipn.fetch: a WHATWG Request in, a Response out', () => {
     expect(recorder.names()).toEqual(['error']);
   });
 
+  test("a body the host locked with a reader it never read is 500 body_unavailable, the host's bug, not ours", async () => {
+    const request = post(uniquePayload());
+    request.body?.getReader(); // e.g. a middleware that took a reader and handed the request over unread
+    expect(request.bodyUsed).toBe(false);
+
+    const answer = await read(await ipn.fetch(request));
+
+    expect(answer).toMatchObject({ status: 500, body: { error: 'body_unavailable' } });
+    expect(recorder.names()).toEqual(['error']);
+    expect(recorder.of('error')[0].error).toMatchObject({ code: 'IPN_BODY_UNAVAILABLE' });
+  });
+
+  test.each([
+    ['a wrong token, 401, unread', { secret: 'a-secret-of-at-least-16-chars' }, '?token=wrong', 'POST', 401],
+    ['another method, 405, unread', {}, '', 'PUT', 405],
+    ['a declared length over the limit, 413, unread', { limit: 10 }, '', 'POST', 413],
+    ['a streamed body over the limit, 413, read in part', { limit: 10 }, '', 'POST', 413],
+  ] as const)(
+    'a body the router stops reading (%s) that errors later, the client gone, does not crash the host',
+    async (name, options, query, method, status) => {
+      start(options);
+      let controller!: ReadableStreamDefaultController<Uint8Array>;
+      const body = new ReadableStream<Uint8Array>({ start: (c) => void (controller = c) });
+      controller.enqueue(new TextEncoder().encode('{"transaction_id":"a body longer than the limit'));
+      const declared: Record<string, string> =
+        status === 413 && name.includes('declared') ? { 'content-length': '100' } : {};
+      const request = new Request(`${URL_BASE}${query}`, {
+        method,
+        body,
+        headers: { 'content-type': 'application/json', ...declared },
+        duplex: 'half',
+      });
+
+      const answer = await ipn.fetch(request);
+      controller.error(new Error('the client went away'));
+      await settle();
+
+      // Before: the stream ipn-kit made of the body emitted 'error' with no listener: an uncaught exception.
+      expect(answer.status).toBe(status);
+    },
+  );
+
   test('a store that fails answers 503 with Retry-After: 30 and emits error', async () => {
     start({
       store: {
@@ -347,5 +390,32 @@ describe('ipn.fetch with waitUntil: the work after the 200 is handed to the plat
     expect(response.status).toBe(200);
     expect(recorder.names()).toEqual(['notification', 'successful', 'error']);
     await ipn.close();
+  });
+  test('a waitUntil that returns a rejected promise is reported as error, never an unhandled rejection', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const ipn = ipnRouter({ logger: quiet });
+      const recorder = recordEvents(ipn);
+
+      // An async waitUntil of a platform or a host's own queue, refusing the work (typed `void` by
+      // FetchContext, which a function returning a promise satisfies).
+      const refuse: (promise: Promise<unknown>) => void = () =>
+        Promise.reject(new Error('the queue is full')) as never;
+      const response = await ipn.fetch(post(successfulPayload({ transaction_id: 'WU.2' })), {
+        waitUntil: refuse,
+      });
+
+      expect(response.status).toBe(200);
+      await until(() => recorder.count('error') === 1, 'the error event');
+      expect(recorder.names()).toEqual(['notification', 'successful', 'error']);
+      expect(recorder.of('error')[0].error).toMatchObject({ code: 'IPN_INTERNAL' });
+      await ipn.close();
+      await settle();
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
   });
 });
