@@ -9,6 +9,7 @@ import type { ExpectOptions } from '../delivery/expectations.js';
 import type { SweepResult } from '../delivery/reconcile-sweep.js';
 import { createMetrics, type IpnMetrics } from '../observability/metrics.js';
 import { createIpnPipeline } from './ipn-pipeline.js';
+import { createAnsweredWork } from './answered-work.js';
 import type { IpnOutcome, IpnRequest } from './ipn-outcome.js';
 import { resolveOptions, type Options, type ResolvedOptions } from '../config/options.js';
 
@@ -41,8 +42,24 @@ export interface IpnCore<C> {
   readonly sweep: () => Promise<SweepResult>;
   readonly inbox: Inbox;
   readonly metrics: () => IpnMetrics;
-  readonly close: () => Promise<void>;
+  readonly close: (options?: CloseOptions) => Promise<void>;
 }
+
+/**
+ * The options of `ipn.close()`.
+ * @inline
+ */
+export interface CloseOptions {
+  /**
+   * How long to wait, in milliseconds, for the listeners of notifications already answered (and, at least
+   * once, their bookkeeping) before stopping the timers and closing the store; those still running then are
+   * reported as one `error` event. @default 10_000
+   */
+  timeoutMs?: number;
+}
+
+/** How long `close()` waits for the work after the answers already given, unless told otherwise. */
+const CLOSE_TIMEOUT_MS = 10_000;
 
 /**
  * Builds the transport-free core: options, emitter, metrics and pipeline. `self` is the public object the
@@ -85,12 +102,16 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
     };
     return { status: 500, body, after: () => emit('error', { error }) };
   };
+  const answered = createAnsweredWork();
   const handle = async (request: IpnRequest): Promise<IpnOutcome> => {
+    let outcome: IpnOutcome;
     try {
-      return await pipeline.handle(request);
+      outcome = await pipeline.handle(request);
     } catch (cause) {
-      return failure(cause);
+      outcome = failure(cause);
     }
+    answered.started(outcome);
+    return outcome;
   };
   const onFailure = (cause: unknown): void => {
     emit('error', { error: internal(cause) });
@@ -104,9 +125,40 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
         onFailure(cause);
       }
     });
-    await Promise.all([listeners, started]);
+    try {
+      await Promise.all([listeners, started]);
+    } finally {
+      answered.finished(outcome);
+    }
   };
-  const { reconcile, expect, sweep, inbox, close } = pipeline;
+  /**
+   * Answers 503 from now on; once the claims in flight settled, waits for the work after the answers already
+   * given (at most `timeoutMs`), then stops the timers and closes the store.
+   */
+  let closing: Promise<void> | undefined;
+  /** A second call resolves with the first: the store is closed once. */
+  const close = (options?: CloseOptions): Promise<void> => (closing ??= closeOnce(options));
+  const closeOnce = async (options?: CloseOptions): Promise<void> => {
+    const ms = options?.timeoutMs ?? CLOSE_TIMEOUT_MS;
+    if (typeof ms !== 'number' || !(ms >= 0 && ms <= 2_147_483_647)) {
+      throw new TypeError(
+        `ipn.close: timeoutMs must be a number of milliseconds from 0 to 2147483647, not ${String(ms)}`,
+      );
+    }
+    await pipeline.close(async () => {
+      const running = await answered.settled(ms);
+      if (running === 0) return;
+      const error = new IpnKitError(
+        'IPN_INTERNAL',
+        `ipn.close(): the listeners of ${running} notification(s) already answered were still running after ` +
+          `${ms} ms (timeoutMs); the store is closed now, so what they do next may fail: give close() a longer ` +
+          'timeoutMs, or make the listeners settle sooner',
+      );
+      resolved.logger.error({ running }, error.message);
+      emit('error', { error });
+    });
+  };
+  const { reconcile, expect, sweep, inbox } = pipeline;
   return {
     options: resolved,
     methods,

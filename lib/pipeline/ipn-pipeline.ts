@@ -219,13 +219,15 @@ export function createIpnPipeline<C>(
     sweep: () => delivery.sweep(),
     inbox: delivery.inbox,
     /**
-     * Answers 503 from now on, waits for the claims in flight (each bounded by `storeTimeoutMs`), stops
-     * retries and recovery, then closes the store, if it has a `close`, waiting for it at most
+     * Answers 503 from now on, waits for the claims in flight (each bounded by `storeTimeoutMs`), then for
+     * `beforeStop` (the core's wait for the work after the answers given), stops retries and recovery,
+     * then closes the store, if it has a `close`, waiting for it at most
      * `storeTimeoutMs`: a `close()` that never settles is reported (`error`), not waited on forever.
      */
-    close: async (): Promise<void> => {
+    close: async (beforeStop?: () => Promise<void>): Promise<void> => {
       closed = true;
       await Promise.allSettled([...inflight]);
+      await beforeStop?.(); // the work after the answers already given, while the store is still open
       delivery.close();
       try {
         const message = `the store's close() did not settle within ${storeTimeoutMs} ms (storeTimeoutMs)`;

@@ -7,7 +7,7 @@ import type { ExpectOptions } from '../delivery/expectations.js';
 import type { SweepResult } from '../delivery/reconcile-sweep.js';
 import type { IpnMetrics } from '../observability/metrics.js';
 import type { Options } from '../config/options.js';
-import { createIpnCore, type CustomDataOf, type IpnCore } from '../pipeline/ipn-core.js';
+import { createIpnCore, type CloseOptions, type CustomDataOf, type IpnCore } from '../pipeline/ipn-core.js';
 import { createNodeHandler, type NodeHandler } from './node-handler.js';
 import { createFetchHandler, type FetchContext } from './fetch-handler.js';
 
@@ -68,8 +68,21 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
   fetch(request: Request, context?: FetchContext): Promise<Response>;
   /** What the router has counted so far (received, duplicates, emitted by state, errors, ...): a copy. */
   metrics(): IpnMetrics;
-  /** Stops pending retries and recovery and closes the store (when it has a `close`). Call it on shutdown. */
-  close(): Promise<void>;
+  /**
+   * Call it on shutdown. From now on the router answers 503 (the service resends to the instance that
+   * replaces this one); it waits for the claims in flight, then for the listeners of the notifications
+   * already answered 200 (the service never resends those) at most `timeoutMs` (default 10 s; those still
+   * running then are reported as an `error` event), stops pending retries and recovery, and closes the store
+   * (when it has a `close`). Rejects only with a `TypeError` for a `timeoutMs` that is not a number of
+   * milliseconds.
+   *
+   * @example
+   * process.on('SIGTERM', () => {
+   *   server.close();
+   *   void ipn.close({ timeoutMs: 20_000 }).then(() => process.exit(0));
+   * });
+   */
+  close(options?: CloseOptions): Promise<void>;
 }
 
 /**

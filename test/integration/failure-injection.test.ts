@@ -120,6 +120,13 @@ describe('at most once: a listener that fails', () => {
     expect(started).toEqual(payloads.map((payload) => payload.transaction_id));
     expect(recorder.count('notification')).toBe(10);
     expect(recorder.count('error')).toBe(0);
+
+    // close() waits for them at most its timeoutMs, then says so once, naming how many still run.
+    await ipn.close({ timeoutMs: 50 });
+    expect(recorder.count('error')).toBe(1);
+    expect(recorder.of('error')[0]?.error?.message).toMatch(
+      /listeners of 10 notification\(s\) already answered were still running after 50 ms \(timeoutMs\)/,
+    );
   });
 });
 

@@ -1,0 +1,50 @@
+import type { IpnOutcome } from './ipn-outcome.js';
+
+/**
+ * The work after the answer of every request answered so far (the listeners of a notification answered
+ * 200, verification, the store's bookkeeping), from the moment its outcome exists until it settles: so that
+ * `close()` can wait for it. The service never resends a notification answered 200, so a host that exits
+ * once `close()` resolved must not cut a listener short.
+ *
+ * An outcome is counted as soon as the pipeline made it, not when the transport starts its work: between the
+ * two, the answer is being written (behind a host's `onSend` hook on Fastify, for as long as that takes).
+ */
+export function createAnsweredWork() {
+  const pending = new Map<IpnOutcome, Promise<void>>();
+  const done = new WeakMap<IpnOutcome, () => void>();
+
+  return {
+    /** Counts `outcome`'s work from now on, until {@link finished} is called for it. */
+    started(outcome: IpnOutcome): void {
+      if (outcome.after === undefined || pending.has(outcome)) return;
+      pending.set(outcome, new Promise<void>((resolve) => done.set(outcome, resolve)));
+    },
+    /** `outcome`'s work has settled. */
+    finished(outcome: IpnOutcome): void {
+      done.get(outcome)?.();
+      pending.delete(outcome);
+    },
+    /** How many outcomes' work is still running. */
+    get size(): number {
+      return pending.size;
+    },
+    /**
+     * Resolves once no work is running, or after `ms` with how many are still running then (0 when all
+     * settled). Work counted while it waits is waited for too. Leaves no timer behind.
+     */
+    async settled(ms: number): Promise<number> {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const late = new Promise<'late'>((resolve) => {
+        timer = setTimeout(() => resolve('late'), ms);
+      });
+      try {
+        while (pending.size > 0) {
+          if ((await Promise.race([Promise.all(pending.values()), late])) === 'late') return pending.size;
+        }
+        return 0;
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+  };
+}
