@@ -2,7 +2,13 @@ import { randomUUID } from 'node:crypto';
 import type { StandardSchemaV1 } from '../notification/standard-schema.js';
 import { createDeliveryContext, identify, keyOf, type Emitters } from './delivery-context.js';
 import { createDurableDelivery } from './durable-delivery.js';
-import { IpnKitError, StatusQueryError, StoreError, VerificationBusyError } from '../shared/errors.js';
+import {
+  IpnKitError,
+  messageOf,
+  StatusQueryError,
+  StoreError,
+  VerificationBusyError,
+} from '../shared/errors.js';
 import type { ResolvedOptions } from '../config/options.js';
 import { isFinalState, toRecord, type IpnNotification } from '../notification/schema.js';
 import type { createStoreClaimer } from './store-claimer.js';
@@ -16,6 +22,8 @@ import type { Metrics } from '../observability/metrics.js';
 import { createLogThrottle } from '../observability/log-throttle.js';
 import { createExpectations } from './expectations.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
+import type { DrainResult } from './drain-result.js';
+import { monotonicNow } from '../shared/clock.js';
 
 type Claimer = ReturnType<typeof createStoreClaimer>;
 
@@ -92,7 +100,45 @@ export function createDelivery<C>(
     createReconcileSweep(context, expectations.store, statusSource, (record) => deliverRecord(record));
   const sweep = () => sweeper?.sweep();
   const startSweeping = (): void => sweeper?.start(() => void sweep());
-  if (options.statusClient !== undefined) startSweeping();
+
+  let started = false;
+  /**
+   * Starts the router's timers (recovery, and the sweep when a status client is given): on first use, never
+   * while the router is built (a Worker builds it at global scope, where timers are forbidden). Once.
+   */
+  function start(): void {
+    if (started || context.isClosed()) return;
+    durably?.start();
+    if (options.statusClient !== undefined) startSweeping();
+    started = true;
+  }
+
+  /** The drain running on this router, which a second call joins. */
+  let draining: Promise<DrainResult> | undefined;
+
+  /** One bounded pass of what the timers do: the inbox, the verification retries, one sweep. Never rejects. */
+  async function drainOnce(budgetMs: number): Promise<DrainResult> {
+    const deadline = monotonicNow() + budgetMs;
+    const result: DrainResult = { delivered: 0, retried: 0, dead: 0, swept: 0, left: 0 };
+    const add = (counts: Partial<DrainResult>): void => {
+      for (const name of ['delivered', 'retried', 'dead', 'swept', 'left'] as const)
+        result[name] += counts[name] ?? 0;
+    };
+    try {
+      if (durably) add(await durably.drain(deadline));
+      if (verifying) add(await verifying.drain());
+      if (sweeper && !context.isClosed()) {
+        const { result: swept, finished } = await sweeper.sweepUntil(deadline);
+        add({ swept: swept.reconciled + swept.rejected + swept.stale, left: finished ? 0 : 1 });
+      }
+    } catch (cause) {
+      // A bug of ours: each part reports its own store failures and never rejects.
+      const message = `ipn-kit failed to drain: ${messageOf(cause)}`;
+      context.report(new IpnKitError('IPN_INTERNAL', message, { cause }));
+      result.left = Math.max(result.left, 1);
+    }
+    return result;
+  }
 
   function inbox(): DurableStore {
     if (durable) return durable;
@@ -192,6 +238,14 @@ export function createDelivery<C>(
     expectations,
     /** Emits `rejected` for a notification its expectation contradicts (made without any status query). */
     rejectExpected: (event: RejectedEvent) => context.reject(event),
+    start,
+    /** `ipn.drain()`: joins the pass running on this router, or starts one. Never rejects. */
+    drain(budgetMs: number): Promise<DrainResult> {
+      draining ??= drainOnce(budgetMs).finally(() => {
+        draining = undefined;
+      });
+      return draining;
+    },
     /** `ipn.sweep()`: one reconciliation pass now. */
     sweep: async () => (await sweep()) ?? { queried: 0, reconciled: 0, rejected: 0, stale: 0, swept: false },
 

@@ -9,8 +9,15 @@ import { redactText } from '../observability/redact.js';
 import type { Attempt as Context } from './safe-emitter.js';
 import type { DeliveryTransaction, DurableStore } from '../stores/store.js';
 import { within } from '../shared/within.js';
+import type { InboxDrain, Outcome } from './drain-result.js';
 import { monotonicNow } from '../shared/clock.js';
 import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
+
+/**
+ * Who drives an attempt: the router's `timers` schedule the next attempt of a failed one; a `drain` leaves it
+ * to the store's next-attempt time (the next drain, or the timers, take it up), so that it holds no timer.
+ */
+export type Driver = 'timers' | 'drain';
 
 /** How an attempt ended: `later` is a verification that could not be made yet. */
 type Attempt =
@@ -32,7 +39,6 @@ export function createDurableDelivery<C>(
   metrics?: Metrics,
 ) {
   const { options, logger, emit, emitAndWait, toEvent, report, reject, after } = context;
-  let recovering = false;
   let leasedOnce = false; // a recovery pass has leased: the store is ready
   let warnedMissing = false;
 
@@ -85,6 +91,17 @@ export function createDurableDelivery<C>(
     leaseId: string,
     attempts: number,
   ): Promise<boolean> {
+    return (await attemptOnce(key, n, leaseId, attempts, 'timers')) === 'delivered';
+  }
+
+  /** One attempt at `n`, held by `leaseId`; resolves what it came to. Never rejects. */
+  async function attemptOnce(
+    key: string,
+    n: IpnNotification,
+    leaseId: string,
+    attempts: number,
+    driver: Driver,
+  ): Promise<Outcome> {
     metrics?.attempt();
     let result: Attempt;
     const tx = holdTransaction(inbox, key, leaseId, (pending) => timed(pending, 'begin', key));
@@ -106,7 +123,7 @@ export function createDurableDelivery<C>(
         // Transactional: the listeners' writes and the delivered mark commit together, or neither does.
         try {
           if (await timed(open.commit(), 'commit', key)) metrics?.delivered(n.state);
-          return true;
+          return 'delivered';
         } catch (cause) {
           // Neither landed (or, a COMMIT whose answer was lost, both did: then the entry is delivered and
           // the lease-guarded settlement below changes nothing). A failed attempt like any other, so that
@@ -129,7 +146,7 @@ export function createDurableDelivery<C>(
           ? await timed(open.commit(), 'commit', key)
           : await timed(inbox.settle(key, leaseId, { status: 'delivered' }), 'settle', key);
         if (settled) metrics?.delivered(n.state);
-        return true;
+        return 'delivered';
       }
       await timed(tx.end(abandoned), 'rollback', key); // the listeners' writes vanish with the attempt
       if (result.kind === 'rejected') {
@@ -139,14 +156,14 @@ export function createDurableDelivery<C>(
           // A genuine notification of this key can still come. Only while this attempt holds the entry:
           // another one may have put the service's own record there since.
           await timed(inbox.release(key, leaseId), 'release', key);
-          return false;
+          return 'other';
         }
         // The genuine copy came already, answered as a duplicate of the forgery: the service's own record
         // takes the forgery's place in one step, so that it is in the inbox at every moment.
         const lease = { id: randomUUID(), ms: options.leaseMs };
         if (await timed(inbox.replace(key, leaseId, toRecord(genuine), lease), 'replace', key))
-          return deliver(key, genuine, lease.id, 1);
-        return false;
+          return attemptOnce(key, genuine, lease.id, 1, driver);
+        return 'other';
       }
       const failure =
         result.kind === 'failed'
@@ -156,64 +173,114 @@ export function createDurableDelivery<C>(
       if (attempts >= options.maxAttempts) {
         // Emitted by the instance that still held the lease, only: a replay may have taken it meanwhile.
         const dead = { status: 'dead', error: failure.message } as const;
-        if (!(await timed(inbox.settle(key, leaseId, dead), 'settle', key))) return false;
+        if (!(await timed(inbox.settle(key, leaseId, dead), 'settle', key))) return 'other';
         logger.error(
           { ...identify(n), attempts },
           `IPN notification ${key} is dead after ${attempts} attempts`,
         );
         emit('dead', { key, notification: toEvent(n), attempts, lastError: failure.message });
-        return false;
+        return 'dead';
       }
       const delay = Math.min(options.retryDelayMs * 2 ** (attempts - 1), MAX_RETRY_DELAY);
       const nextAttemptAt = new Date(Date.now() + delay);
       const failed = { status: 'failed', error: failure.message, nextAttemptAt } as const;
-      await timed(inbox.settle(key, leaseId, failed), 'settle', key);
-      after(delay, recover);
+      const settled = await timed(inbox.settle(key, leaseId, failed), 'settle', key);
+      if (driver === 'timers') after(delay, recover);
+      return settled ? 'retried' : 'other';
     } catch (cause) {
       // The entry is still in the inbox (every write above changes it in one step, none deletes a
       // notification still to deliver): its lease runs out and it is taken up again. At least once.
       const message = `the store failed to record the delivery of ${key}: ${messageOf(cause)}`;
       report(new StoreError(message, { cause }), n);
     }
-    return false;
+    return 'other';
+  }
+
+  /**
+   * One lease of due and abandoned entries, each attempted; resolves the batch's counts, or `undefined` when
+   * the store failed to hand them out (reported). Never rejects.
+   */
+  async function takeUp(driver: Driver): Promise<(InboxDrain & { taken: number }) | undefined> {
+    const counts = { delivered: 0, retried: 0, dead: 0, left: 0, taken: 0 };
+    const lease = { id: randomUUID(), ms: options.leaseMs };
+    let entries;
+    try {
+      entries = await timed(inbox.lease(lease, RECOVERY_BATCH), 'lease');
+    } catch (cause) {
+      if (!leasedOnce && cause instanceof StoreError && cause.notMigrated) {
+        // At start, before the table is made (a migrate() still to come): one calm line, not an error
+        // with a stack on every pass. Once a pass has leased, a missing table is an error like any other.
+        if (!warnedMissing) logger.warn({}, `${messageOf(cause)}; recovery starts once it exists`);
+        warnedMissing = true;
+        return undefined;
+      }
+      const message = `the store failed to hand out undelivered notifications: ${messageOf(cause)}`;
+      report(new StoreError(message, { cause }));
+      return undefined;
+    }
+    leasedOnce = true;
+    counts.taken = entries.length;
+    const outcomes = await Promise.all(
+      entries.map(async (entry): Promise<Outcome> => {
+        const read = ipnNotificationSchema.safeParse(entry.record);
+        if (read.success) return attemptOnce(entry.key, read.data, lease.id, entry.attempts, driver);
+        const error = `the stored record of ${entry.key} is not a notification`;
+        try {
+          const settled = await timed(inbox.settle(entry.key, lease.id, { status: 'dead', error }), 'settle');
+          return settled ? 'dead' : 'other';
+        } catch (cause) {
+          report(
+            new StoreError(`the store failed to record ${entry.key} dead: ${messageOf(cause)}`, { cause }),
+          );
+          return 'other';
+        }
+      }),
+    );
+    for (const outcome of outcomes) if (outcome !== 'other') counts[outcome] += 1;
+    return counts;
+  }
+
+  /** The batch being taken up (by the timers or a drain): never two at once on this instance. */
+  let running: Promise<unknown> | undefined;
+  function exclusively<T>(pending: Promise<T>): Promise<T> {
+    running = pending.finally(() => {
+      running = undefined;
+    });
+    return pending;
   }
 
   /** Takes up due and abandoned entries and delivers them; one run at a time. */
   function recover(): void {
-    if (recovering || context.isClosed()) return;
-    recovering = true;
-    const lease = { id: randomUUID(), ms: options.leaseMs };
-    timed(inbox.lease(lease, RECOVERY_BATCH), 'lease')
-      .then(async (entries) => {
-        await Promise.all(
-          entries.map((entry) => {
-            const read = ipnNotificationSchema.safeParse(entry.record);
-            if (read.success) return deliver(entry.key, read.data, lease.id, entry.attempts);
-            const error = `the stored record of ${entry.key} is not a notification`;
-            return timed(inbox.settle(entry.key, lease.id, { status: 'dead', error }), 'settle', entry.key);
-          }),
-        );
-        return entries.length;
-      })
-      .then(
-        (taken) => {
-          recovering = false;
-          leasedOnce = true;
-          if (taken === RECOVERY_BATCH) after(0, recover); // more are waiting
-        },
-        (cause: unknown) => {
-          recovering = false;
-          if (!leasedOnce && cause instanceof StoreError && cause.notMigrated) {
-            // At start, before the table is made (a migrate() still to come): one calm line, not an error
-            // with a stack on every pass. Once a pass has leased, a missing table is an error like any other.
-            if (!warnedMissing) logger.warn({}, `${messageOf(cause)}; recovery starts once it exists`);
-            warnedMissing = true;
-            return;
-          }
-          const message = `the store failed to hand out undelivered notifications: ${messageOf(cause)}`;
-          report(new StoreError(message, { cause }));
-        },
-      );
+    if (running !== undefined || context.isClosed()) return;
+    void exclusively(takeUp('timers')).then((counts) => {
+      if (counts?.taken === RECOVERY_BATCH) after(0, recover); // more are waiting
+    });
+  }
+
+  /**
+   * `ipn.drain()`'s inbox part: batch after batch of due and abandoned entries until one comes back short of a
+   * full batch, the store fails, or `deadline` (monotonic) has passed; the first batch runs whatever the
+   * budget. Waits for a batch the timers are running first. Schedules nothing: it leaves no timer.
+   */
+  async function drain(deadline: number): Promise<InboxDrain> {
+    const totals: InboxDrain = { delivered: 0, retried: 0, dead: 0, left: 0 };
+    for (let first = true; ; first = false) {
+      while (running !== undefined) await running;
+      if (context.isClosed()) return totals;
+      if (!first && monotonicNow() >= deadline) {
+        totals.left = 1; // the last batch was full: more may be due
+        return totals;
+      }
+      const counts = await exclusively(takeUp('drain'));
+      if (counts === undefined) {
+        totals.left = 1; // the store could not say what is due
+        return totals;
+      }
+      totals.delivered += counts.delivered;
+      totals.retried += counts.retried;
+      totals.dead += counts.dead;
+      if (counts.taken < RECOVERY_BATCH) return totals;
+    }
   }
 
   /**
@@ -228,10 +295,20 @@ export function createDurableDelivery<C>(
     return within(pending, options.storeTimeoutMs, () => new StoreError(message));
   }
 
-  after(0, recover); // at start, once the caller has added its listeners
-  context.every(options.recoveryIntervalMs, recover);
+  let started = false;
+  /**
+   * Starts recovery: a first pass soon (after the caller's synchronous code, which adds the listeners), then
+   * every `recoveryIntervalMs`. Not at construction: a Worker builds the router at global scope, where
+   * timers are forbidden. Later calls do nothing.
+   */
+  function start(): void {
+    if (started || context.isClosed()) return;
+    after(0, recover);
+    context.every(options.recoveryIntervalMs, recover);
+    started = true;
+  }
 
-  return { deliver, recover };
+  return { deliver, recover, start, drain };
 }
 
 /** One attempt's transaction: opened (when the store opens one) after verification, before the listeners. */

@@ -6,6 +6,7 @@ import type { StatusSource } from '../status/verify-notification.js';
 import type { DeliveryContext } from './delivery-context.js';
 import type { StaleReason } from './events.js';
 import { contradictions, settlesExpectation } from './expectations.js';
+import { monotonicNow } from '../shared/clock.js';
 
 /** The service's rule: at least 15 minutes between two status queries of one transaction. */
 export const MIN_QUERY_SPACING_MS = 15 * 60_000;
@@ -33,6 +34,12 @@ export interface SweepResult {
   swept: boolean;
 }
 
+/** A pass's result, and whether it reached the end of what was due (`false`: stopped by its time, or failed). */
+interface SweepPass {
+  result: SweepResult;
+  finished: boolean;
+}
+
 /**
  * The reconciliation sweep: expected transactions with no final notification after `reconcileAfterMs` are
  * asked about through the status client (one at a time, within its budget, at least 15 minutes apart per
@@ -48,9 +55,10 @@ export function createReconcileSweep<C>(
   deliver: (record: IpnNotification) => Promise<boolean>,
 ) {
   const { options, emit, logger, reject, report } = context;
-  const owner = randomUUID();
+  // Made on first use, not while the router is built: a Worker builds it at global scope, where random
+  // values are forbidden.
+  let owner: string | undefined;
   const spacing = Math.max(options.reconcileAfterMs, MIN_QUERY_SPACING_MS);
-  let running: Promise<SweepResult> | undefined;
   let started = false;
 
   function stale(e: Expectation, reason: StaleReason, detail: string, status?: IpnNotification): void {
@@ -133,43 +141,60 @@ export function createReconcileSweep<C>(
     return false;
   }
 
-  async function pass(): Promise<SweepResult> {
+  /**
+   * One pass; with `until` (monotonic), no new batch is taken after it (a batch taken is settled whole: taking
+   * moves its expectations to their next due time). `finished` is `false` when it stopped with more maybe due.
+   */
+  async function pass(until?: number): Promise<SweepPass> {
     const result: SweepResult = { queried: 0, reconciled: 0, rejected: 0, stale: 0, swept: false };
-    if (!(await expectations.lockSweep(owner, LOCK_MS))) return result;
+    const stopped = { result, finished: false };
+    owner ??= randomUUID();
+    if (!(await expectations.lockSweep(owner, LOCK_MS))) return { result, finished: true };
     result.swept = true;
     try {
-      for (;;) {
+      for (let first = true; ; first = false) {
+        if (!first && until !== undefined && monotonicNow() >= until) return stopped;
         const now = Date.now();
         const due = await expectations.takeDue(now, now + spacing, BATCH);
         for (const e of due) {
-          if (context.isClosed()) return result;
+          if (context.isClosed()) return stopped;
           try {
-            if (await settleOne(e, result)) return result;
+            if (await settleOne(e, result)) return stopped;
           } catch (cause) {
             // A store or delivery failure: reported; the expectation stays, due again later.
             report(new StoreError(`the sweep failed for ${e.transactionId}: ${messageOf(cause)}`, { cause }));
           }
         }
-        if (due.length < BATCH) return result;
+        if (due.length < BATCH) return { result, finished: true };
       }
     } finally {
       await expectations.unlockSweep(owner);
     }
   }
 
+  const failed = (cause: unknown): SweepPass => {
+    report(new StoreError(`the reconciliation sweep failed: ${messageOf(cause)}`, { cause }));
+    return { result: { queried: 0, reconciled: 0, rejected: 0, stale: 0, swept: false }, finished: false };
+  };
+  /** The pass running on this instance, which a second call joins. */
+  let running: Promise<SweepPass> | undefined;
+  function once(until?: number): Promise<SweepPass> {
+    running ??= pass(until)
+      .catch(failed)
+      .finally(() => {
+        running = undefined;
+      });
+    return running;
+  }
+
   return {
     /** One pass now (or the one running). Never rejects: a store failure is an `error` event. */
-    sweep(): Promise<SweepResult> {
-      running ??= pass()
-        .catch((cause: unknown) => {
-          report(new StoreError(`the reconciliation sweep failed: ${messageOf(cause)}`, { cause }));
-          return { queried: 0, reconciled: 0, rejected: 0, stale: 0, swept: false };
-        })
-        .finally(() => {
-          running = undefined;
-        });
-      return running;
-    },
+    sweep: async (): Promise<SweepResult> => (await once()).result,
+    /**
+     * `ipn.drain()`'s sweep: one pass that takes no new batch after `until` (monotonic), or the pass running.
+     * Never rejects.
+     */
+    sweepUntil: (until: number): Promise<SweepPass> => once(until),
     /** Starts sweeping every `sweepIntervalMs` (once; later calls do nothing). */
     start(run: () => void): void {
       if (started) return;

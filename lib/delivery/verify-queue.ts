@@ -1,4 +1,5 @@
 import type { DeliveryContext } from './delivery-context.js';
+import type { Outcome } from './drain-result.js';
 import { keyOf } from './delivery-context.js';
 import { VerificationError } from '../shared/errors.js';
 import type { IpnNotification } from '../notification/schema.js';
@@ -17,6 +18,13 @@ interface Pending {
   notification: IpnNotification;
   arrivedAt: number;
   notFoundAt?: number | undefined;
+  /** The retry scheduled (its attempt and when it is due, wall clock), until its timer or a drain runs it. */
+  retry?: Retry | undefined;
+}
+
+interface Retry {
+  attempt: number;
+  dueAt: number;
 }
 
 /**
@@ -47,15 +55,18 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
     else reserved.delete(key);
   };
 
-  async function verify(entry: Pending, attempt: number): Promise<void> {
+  /** One verification attempt, then its emission, retry or end: resolves what it came to (for `drain`). */
+  async function verify(entry: Pending, attempt: number): Promise<Outcome> {
     const n = entry.notification;
     const key = keyOf(n);
     const verdict = await verifyNotification(source, n, entry);
-    if (context.isClosed() || pending.get(key) !== entry) return;
+    if (context.isClosed() || pending.get(key) !== entry) return 'other';
     if (verdict.kind === 'confirmed') {
       pending.delete(key);
       await emitNow(n);
-    } else if (verdict.kind === 'rejected') {
+      return 'delivered';
+    }
+    if (verdict.kind === 'rejected') {
       pending.delete(key);
       reject(verdict.event);
       const genuine = genuineRecord(verdict.event);
@@ -67,16 +78,30 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
           'delivered the service record instead',
         );
         await emitNow(genuine);
+        return 'delivered';
       }
-    } else if (attempt < options.verifyAttempts) {
+      return 'other';
+    }
+    if (attempt < options.verifyAttempts) {
       entry.notFoundAt = verdict.notFoundAt ?? entry.notFoundAt;
       const backoff = Math.min(options.verifyRetryDelayMs * 2 ** (attempt - 1), MAX_VERIFY_DELAY);
-      after(Math.max(backoff, verdict.retryAfterMs), () => detach(verify(entry, attempt + 1)));
-    } else {
-      pending.delete(key);
-      void release(key); // so that a resend or ipn.reconcile() can still deliver it
-      giveUp(n, verdict, attempt);
+      const delay = Math.max(backoff, verdict.retryAfterMs);
+      const retry: Retry = { attempt: attempt + 1, dueAt: Date.now() + delay };
+      entry.retry = retry;
+      // Run by its timer, unless a drain ran it first (then the timer finds another retry, or none).
+      after(delay, () => entry.retry === retry && detach(runRetry(entry, retry)));
+      return 'retried';
     }
+    pending.delete(key);
+    void release(key); // so that a resend or ipn.reconcile() can still deliver it
+    giveUp(n, verdict, attempt);
+    return 'dead';
+  }
+
+  /** Runs a scheduled retry now: it is no longer scheduled. */
+  function runRetry(entry: Pending, retry: Retry): Promise<Outcome> {
+    entry.retry = undefined;
+    return verify(entry, retry.attempt);
   }
 
   function giveUp(n: IpnNotification, verdict: Extract<Verdict, { kind: 'later' }>, attempts: number): void {
@@ -120,6 +145,28 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
       const entry: Pending = { notification: n, arrivedAt: monotonicNow() };
       pending.set(key, entry);
       return detach(verify(entry, 1));
+    },
+    /**
+     * `ipn.drain()`'s part: runs now every retry due by now (a frozen function's timers may not have fired),
+     * and resolves what they came to. A retry that fails again is scheduled as any retry is: kept in memory
+     * only, at-most-once, by a timer of the router's. Never rejects.
+     */
+    async drain(): Promise<Record<Exclude<Outcome, 'other'>, number>> {
+      const counts = { delivered: 0, retried: 0, dead: 0 };
+      const now = Date.now();
+      const due = [...pending.values()].filter(
+        (entry) => entry.retry !== undefined && entry.retry.dueAt <= now,
+      );
+      await Promise.all(
+        due.map(async (entry) => {
+          const came: { outcome: Outcome } = { outcome: 'other' };
+          await detach(
+            runRetry(entry, entry.retry as Retry).then((outcome) => void (came.outcome = outcome)),
+          );
+          if (came.outcome !== 'other') counts[came.outcome] += 1;
+        }),
+      );
+      return counts;
     },
     /**
      * On shutdown: every notification still awaiting verification is reported (`error` with it) and its key

@@ -7,6 +7,7 @@ import { createSafeEmitter } from '../delivery/safe-emitter.js';
 import type { Inbox, ReconcileResult } from '../delivery/delivery.js';
 import type { ExpectOptions } from '../delivery/expectations.js';
 import type { SweepResult } from '../delivery/reconcile-sweep.js';
+import { DEFAULT_DRAIN_BUDGET_MS, type DrainOptions, type DrainResult } from '../delivery/drain-result.js';
 import { createMetrics, type IpnMetrics } from '../observability/metrics.js';
 import { createIpnPipeline } from './ipn-pipeline.js';
 import { createAnsweredWork } from './answered-work.js';
@@ -40,6 +41,7 @@ export interface IpnCore<C> {
   readonly reconcile: (transactionId: string) => Promise<ReconcileResult>;
   readonly expect: (transactionId: string, expectation?: ExpectOptions) => Promise<void>;
   readonly sweep: () => Promise<SweepResult>;
+  readonly drain: (options?: DrainOptions) => Promise<DrainResult>;
   readonly inbox: Inbox;
   readonly metrics: () => IpnMetrics;
   readonly close: (options?: CloseOptions) => Promise<void>;
@@ -159,6 +161,14 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
     });
   };
   const { reconcile, expect, sweep, inbox } = pipeline;
+  const drain = (drainOptions: DrainOptions = {}): Promise<DrainResult> => {
+    const budgetMs = drainOptions.budgetMs ?? DEFAULT_DRAIN_BUDGET_MS;
+    if (typeof budgetMs !== 'number' || !(budgetMs >= 0)) {
+      // A programmer error, thrown at once: not a rejection a cron handler would only log.
+      throw new TypeError(`drain: budgetMs must be a number of milliseconds >= 0, got ${String(budgetMs)}`);
+    }
+    return pipeline.drain(budgetMs);
+  };
   return {
     options: resolved,
     methods,
@@ -169,6 +179,7 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
     reconcile,
     expect,
     sweep,
+    drain,
     inbox,
     metrics: metrics.snapshot,
     close,

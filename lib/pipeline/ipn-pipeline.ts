@@ -12,6 +12,7 @@ import type { ResolvedOptions } from '../config/options.js';
 import { ipnNotificationSchema, isFinalState, type IpnNotification } from '../notification/schema.js';
 import { createStoreClaimer } from '../delivery/store-claimer.js';
 import { within } from '../shared/within.js';
+import { isCloudflareWorkers } from '../shared/global-scope.js';
 import {
   ALLOW,
   DUPLICATE_BODY,
@@ -151,6 +152,7 @@ export function createIpnPipeline<C>(
   }
 
   async function handle(request: IpnRequest): Promise<IpnOutcome> {
+    delivery.start();
     if (request.method === 'GET' || request.method === 'HEAD') return { status: 200, body: OK_BODY };
     if (request.method !== 'POST') {
       const message = `${request.method} is not allowed here: the payment service POSTs notifications`;
@@ -212,12 +214,43 @@ export function createIpnPipeline<C>(
     return answer(admission, notification);
   }
 
+  // Building the router makes no timer, id or I/O (a Worker builds it at global scope, where they throw): the
+  // timers start on first use (a request, a method), or, outside Workers, from this microtask, right after
+  // the caller's synchronous code, so that a long-running server takes up a crashed process's inbox at boot
+  // with no request arriving. On Workers, from the first request, or `drain()` from a Cron Trigger.
+  if (!isCloudflareWorkers()) {
+    queueMicrotask(() => {
+      try {
+        delivery.start();
+      } catch {
+        // A runtime that forbids timers here too: they start on first use instead.
+      }
+    });
+  }
+  /** A method's call is a first use: the timers start (once), then the method runs. */
+  const used =
+    <A extends unknown[], R>(method: (...args: A) => R) =>
+    (...args: A): R => {
+      delivery.start();
+      return method(...args);
+    };
+  const { inbox } = delivery;
+
   return {
     handle,
-    reconcile: (transactionId: string) => delivery.reconcile(transactionId),
-    expect: (...args: Parameters<typeof delivery.expect>) => delivery.expect(...args),
-    sweep: () => delivery.sweep(),
-    inbox: delivery.inbox,
+    reconcile: used((transactionId: string) => delivery.reconcile(transactionId)),
+    expect: used((...args: Parameters<typeof delivery.expect>) => delivery.expect(...args)),
+    sweep: used(() => delivery.sweep()),
+    /** One bounded pass of the timers' work; starts no timer of the router's (see `IpnRouter.drain`). */
+    drain: (budgetMs: number) => delivery.drain(budgetMs),
+    inbox: {
+      list: used(inbox.list),
+      get: used(inbox.get),
+      countByStatus: used(inbox.countByStatus),
+      replay: used(inbox.replay),
+      replayDead: used(inbox.replayDead),
+      purge: used(inbox.purge),
+    } satisfies typeof inbox,
     /**
      * Answers 503 from now on, waits for the claims in flight (each bounded by `storeTimeoutMs`), then for
      * `beforeStop` (the core's wait for the work after the answers given), stops retries and recovery,

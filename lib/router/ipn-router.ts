@@ -5,6 +5,7 @@ import type { Store } from '../stores/store.js';
 import type { Inbox, ReconcileResult } from '../delivery/delivery.js';
 import type { ExpectOptions } from '../delivery/expectations.js';
 import type { SweepResult } from '../delivery/reconcile-sweep.js';
+import type { DrainOptions, DrainResult } from '../delivery/drain-result.js';
 import type { IpnMetrics } from '../observability/metrics.js';
 import type { Options } from '../config/options.js';
 import { createIpnCore, type CloseOptions, type CustomDataOf, type IpnCore } from '../pipeline/ipn-core.js';
@@ -51,6 +52,36 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
    * called, or from the start with `statusClient`). Never rejects; a store failure is an `error` event.
    */
   sweep(): Promise<SweepResult>;
+  /**
+   * One bounded pass of what the router's timers do, for a platform that freezes the function between
+   * requests (Vercel, Netlify, Lambda, Cloudflare Workers, Supabase, Firebase), where a timer may never fire:
+   * call it from the platform's scheduled invocation (a cron). In order: the inbox's due and abandoned entries
+   * are taken up and attempted, batch after batch (at-least-once; the store's leases keep two instances
+   * from taking the same entry), the verification retries due by now are run (at-most-once with `verify`),
+   * then one sweep pass of the expectations (the store's sweep lock lets one instance sweep at a time).
+   *
+   * No new batch starts after `budgetMs` (default 10_000); the first inbox batch (50 entries) and the first
+   * sweep batch (20) run whatever the budget, and work started is finished (each attempt bounded by
+   * `leaseMs`, each store call by `storeTimeoutMs`). Resolves numbers only: see the fields.
+   *
+   * - A second call while a pass runs on this router joins it: it resolves the same counts, its own budget
+   *   ignored. A pass also waits for a recovery batch the timers are running: never two at once.
+   * - It starts no timer of the router's, and leaves none of its own: a failed attempt's next one is the
+   *   store's next-attempt time, which the next drain (or the timers, where they run) takes up. (A
+   *   verification retry, at-most-once, lives in memory only: one that fails again is scheduled as usual.)
+   * - Never rejects: a store failure is an `error` event (counted in `metrics().storeErrors`) and makes `left` 1.
+   *   Throws a `TypeError` at once for a `budgetMs` that is not a number >= 0.
+   * - At-most-once, the inbox counts are 0: only verification retries and the sweep run.
+   *
+   * @example
+   * // A Cron Trigger on Cloudflare Workers: the pass outlives the handler through waitUntil.
+   * export default {
+   *   fetch: (req: Request, env: Env, ctx: ExecutionContext) => ipn.fetch(req, ctx),
+   *   scheduled: (_event: ScheduledController, _env: Env, ctx: ExecutionContext) =>
+   *     ctx.waitUntil(ipn.drain({ budgetMs: 20_000 }).then((counts) => console.log(counts))),
+   * };
+   */
+  drain(options?: DrainOptions): Promise<DrainResult>;
   /** The inbox, for admin tools (`delivery: 'at-least-once'` only; otherwise each call rejects `IPN_NOT_DURABLE`). */
   readonly inbox: Inbox;
   /**
@@ -121,12 +152,13 @@ export function ipnRouter<
   type C = CustomDataOf<S>;
   type X = ListenerContextOf<St, D>;
   const core = createIpnCore(options, () => router);
-  const { methods, reconcile, expect, sweep, inbox, metrics, close } = core;
+  const { methods, reconcile, expect, sweep, drain, inbox, metrics, close } = core;
   const router: IpnRouter<C, X> = Object.assign(createNodeHandler(core as IpnCore<unknown>), methods, {
     fetch: createFetchHandler(core as IpnCore<unknown>),
     reconcile,
     expect,
     sweep,
+    drain,
     inbox,
     close,
     metrics,

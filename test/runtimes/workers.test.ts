@@ -70,23 +70,17 @@ describeWithRuntime('wrangler', 'Cloudflare Workers (workerd, wrangler 4.86)', (
 
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-  // FAILING until construction is pure (issue 25): ipnRouter() at module scope calls randomUUID()
-  // (delivery/reconcile-sweep.ts) and starts timers, which workerd refuses in global scope ("Disallowed
-  // operation called within global scope"), so the documented Worker does not start. The change that makes
-  // construction pure flips this to `test`.
-  test.failing(
-    'the documented Worker, router at module scope: answers, and ctx.waitUntil carries the listeners',
-    async () => {
-      const server = await wranglerDev('../../test/runtimes/workers/probe.ts');
-      try {
-        await checkIpnAnswers(server.url);
-        await checkWaitUntil(server.url);
-      } finally {
-        await server.stop();
-      }
-    },
-    90_000,
-  );
+  // The router at module scope: construction makes no id and starts no timer (workerd refuses both in
+  // global scope, "Disallowed operation called within global scope").
+  test('the documented Worker, router at module scope: answers, and ctx.waitUntil carries the listeners', async () => {
+    const server = await wranglerDev('../../test/runtimes/workers/probe.ts');
+    try {
+      await checkIpnAnswers(server.url);
+      await checkWaitUntil(server.url);
+    } finally {
+      await server.stop();
+    }
+  }, 90_000);
 
   describe('the router built inside the first fetch (the workaround until then)', () => {
     let server: RuntimeServer | undefined;

@@ -32,6 +32,7 @@ function setup(options: Partial<Options> = {}, inbox = new MemoryInbox()) {
     ...options,
   });
   const durable = createDurableDelivery(harness.context, inbox);
+  durable.start(); // as the router does on first use, or right after it is built
   /** Stores `n` as the router does before its 200, and returns what `deliver` needs. */
   async function received(n: IpnNotification, leaseId = 'first-attempt') {
     expect(await inbox.receive(keyOf(n), { ...n }, { id: leaseId, ms: LEASE })).toBe(true);
