@@ -72,35 +72,32 @@ describe('shutdown: close() and the work after the answer', () => {
   // change of contract that needs a bound and a decision: a listener that never settles would keep close()
   // (and failure-injection.test.ts's afterEach) waiting forever; bounding it by leaseMs and reporting the
   // listeners still running as `error` with their notification is the likely shape.
-  test(
-    'close() resolves only once the listeners of a notification already answered 200 have finished',
-    async () => {
-      const ipn = ipnRouter({ logger: quiet });
-      const credited: string[] = [];
-      let finish: () => void = () => {};
-      const started = new Promise<void>((resolve) => {
-        ipn.on('successful', async (n) => {
-          resolve();
-          await new Promise<void>((done) => (finish = done)); // the partner's credit, still running
-          credited.push(n.transaction_id);
-        });
+  test('close() resolves only once the listeners of a notification already answered 200 have finished', async () => {
+    const ipn = ipnRouter({ logger: quiet });
+    const credited: string[] = [];
+    let finish: () => void = () => {};
+    const started = new Promise<void>((resolve) => {
+      ipn.on('successful', async (n) => {
+        resolve();
+        await new Promise<void>((done) => (finish = done)); // the partner's credit, still running
+        credited.push(n.transaction_id);
       });
-      running = await listen(ipn);
-      const payload = uniquePayload();
+    });
+    running = await listen(ipn);
+    const payload = uniquePayload();
 
-      const answer = await request(running.url).post('/').send(payload);
-      await started;
-      let closed = false;
-      const closing = ipn.close().then(() => (closed = true));
-      await settle();
+    const answer = await request(running.url).post('/').send(payload);
+    await started;
+    let closed = false;
+    const closing = ipn.close().then(() => (closed = true));
+    await settle();
 
-      // Answered 200, so the service never resends: a host that exits once close() resolved must not cut
-      // the credit short. The node:http handler hands the work to nobody else who could wait for it.
-      expect(answer.status).toBe(200);
-      expect(closed).toBe(false);
-      finish();
-      await closing;
-      expect(credited).toEqual([payload.transaction_id]);
-    },
-  );
+    // Answered 200, so the service never resends: a host that exits once close() resolved must not cut
+    // the credit short. The node:http handler hands the work to nobody else who could wait for it.
+    expect(answer.status).toBe(200);
+    expect(closed).toBe(false);
+    finish();
+    await closing;
+    expect(credited).toEqual([payload.transaction_id]);
+  });
 });
