@@ -130,7 +130,9 @@ test(`a flood of ${FORGED} forged 90 KB notifications: bounded heap, a genuine o
     const counts = await app.counts();
     expect(counts.shed).toBeGreaterThan(0);
     expect(await app.shedMetric()).toBe(counts.shed);
-    expect(counts.successful).toBe(0);
+    // No forgery is credited. The genuine copy, posted mid-flood, is shed with a 503 while the verify queue is
+    // full; on a slower machine the queue may not be full yet when it arrives, and it is accepted (200).
+    expect(counts.successful).toBeLessThanOrEqual(genuineStatus === 200 ? 1 : 0);
 
     // The service resends what was answered 503 until it gets a 200.
     while (genuineStatus !== 200) {
