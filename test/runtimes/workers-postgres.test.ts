@@ -25,7 +25,7 @@ const FILES = [
   'examples/runtimes/wrangler.toml',
 ];
 
-function wranglerDev(entry: string): Promise<RuntimeServer> {
+function wranglerDev(entry: string, ...more: string[]): Promise<RuntimeServer> {
   return startServer(
     binary('wrangler'),
     [
@@ -38,6 +38,7 @@ function wranglerDev(entry: string): Promise<RuntimeServer> {
       '--port',
       '0',
       '--show-interactive-dev-session=false',
+      ...more,
     ],
     {
       cwd: join(dir, 'examples/runtimes'),
@@ -106,7 +107,7 @@ describeWithRuntime('wrangler', 'Cloudflare Workers with PostgreSQL (workerd, wr
     });
 
     test('sequential requests: each first POST 200 and delivered once, each resend a duplicate, no 503', async () => {
-      const server = await wranglerDev('worker-postgres.ts');
+      const server = await wranglerDev('worker-postgres.ts', '--test-scheduled');
       try {
         for (let i = 0; i < 6; i += 1) {
           const notification = uniquePayload();
@@ -121,6 +122,11 @@ describeWithRuntime('wrangler', 'Cloudflare Workers with PostgreSQL (workerd, wr
         // The failure of a pool kept across requests: a 503 after 5 s, "Stream was cancelled", or workerd's
         // "Cannot perform I/O on behalf of a different request". (The example does not log the cancelled read
         // pg-cloudflare reports when its own pool ends.)
+        // The Cron Trigger's handler (wrangler's --test-scheduled route): its own pool and router, one drain.
+        expect((await fetch(`${server.url}/__scheduled?cron=*+*+*+*+*`)).status).toBe(200);
+        await eventually('the drain logged its counts', () =>
+          /ipn drain \{"delivered":\d+/.test(server.output()),
+        );
         expect(server.output()).not.toMatch(/ 503 |Stream was cancelled|on behalf of a different request/);
       } catch (error) {
         throw new Error(`${String(error)}\nwrangler's output:\n${server.output()}`);
