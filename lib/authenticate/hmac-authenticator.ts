@@ -21,7 +21,8 @@ export interface HmacOptions {
   encoding: 'hex' | 'base64';
   /**
    * What is signed: `'json'`, the body as `JSON.stringify(req.body)` writes it (the service's own example);
-   * `'raw'`, the body's bytes as they arrived (needs the router to read the body: no global body parser).
+   * `'raw'`, the body's bytes as they arrived (needs the router to read the body: no global body parser, or
+   * one that keeps the bytes on `req.rawBody` as a Buffer, as Firebase Functions does).
    * @default 'json'
    */
   over: 'json' | 'raw';

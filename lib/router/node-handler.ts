@@ -37,6 +37,7 @@ export function createNodeHandler(core: IpnCore<unknown>): NodeHandler {
 type HostRequest = IncomingMessage & {
   body?: unknown;
   _body?: boolean;
+  rawBody?: unknown;
   route?: { path?: unknown; stack?: Array<{ handle?: unknown }> };
 };
 
@@ -88,9 +89,19 @@ function toIpnRequest(req: HostRequest): IpnRequest {
   };
 }
 
-/** The stream to read, what a host parser left on `req.body`, or nothing if the stream was drained. */
+/**
+ * The stream to read, the bytes or value a host parser left, or nothing if the stream was drained.
+ *
+ * A host that parsed the body and kept the bytes it read as a Buffer on `req.rawBody` (Firebase Functions and
+ * Google Cloud Functions, whose Functions Framework parses every request; a `verify` hook of body-parser) is
+ * read from those bytes, not from its `req.body`: they are exactly what was received (after any
+ * `Content-Encoding` was undone), so `authenticate` sees them and the record is parsed as the router parses
+ * a body it reads itself. Only once the stream is consumed: while it is not, it is the source.
+ */
 function bodyOf(req: HostRequest): IpnRequest['body'] {
   // body-parser 1.x (Express 4) sets `_body` once it has parsed the stream.
+  const parsedByHost = req._body === true || req.readableEnded;
+  if (parsedByHost && Buffer.isBuffer(req.rawBody)) return { parsed: req.rawBody };
   if (req._body === true) return { parsed: req.body };
   if (!req.readableEnded) return { stream: req };
   const { body } = req;
