@@ -99,7 +99,12 @@ export function createDelivery<C>(
     expectations.store &&
     createReconcileSweep(context, expectations.store, statusSource, (record) => deliverRecord(record));
   const sweep = () => sweeper?.sweep();
-  const startSweeping = (): void => sweeper?.start(() => void sweep());
+  /** `close()` has begun: the timers and `drain()` take up no new work (it would run into a closed store). */
+  let stopping = false;
+  const startSweeping = (): void =>
+    sweeper?.start(() => {
+      if (!stopping) void sweep();
+    });
 
   let started = false;
   /**
@@ -126,8 +131,8 @@ export function createDelivery<C>(
     };
     try {
       if (durably) add(await durably.drain(deadline));
-      if (verifying) add(await verifying.drain());
-      if (sweeper && !context.isClosed()) {
+      if (verifying && !stopping) add(await verifying.drain());
+      if (sweeper && !stopping && !context.isClosed()) {
         const { result: swept, finished } = await sweeper.sweepUntil(deadline);
         add({ swept: swept.reconciled + swept.rejected + swept.stale, left: finished ? 0 : 1 });
       }
@@ -268,6 +273,18 @@ export function createDelivery<C>(
       },
       purge: async (before) => inbox().purge(before),
     } satisfies Inbox,
+
+    /**
+     * `close()`'s first step: the timers and `drain()` take up no new work from now on. Resolves once the
+     * inbox batch and the drain running now settled; never rejects.
+     */
+    stop(): Promise<void> {
+      stopping = true;
+      return Promise.all([durably?.stop(), draining]).then(
+        () => undefined,
+        () => undefined,
+      );
+    },
 
     close(): void {
       verifying?.close();

@@ -242,6 +242,8 @@ export function createDurableDelivery<C>(
 
   /** The batch being taken up (by the timers or a drain): never two at once on this instance. */
   let running: Promise<unknown> | undefined;
+  /** `close()` has begun: no new batch is taken up (one would run on into a closed store). */
+  let stopping = false;
   function exclusively<T>(pending: Promise<T>): Promise<T> {
     running = pending.finally(() => {
       running = undefined;
@@ -251,7 +253,7 @@ export function createDurableDelivery<C>(
 
   /** Takes up due and abandoned entries and delivers them; one run at a time. */
   function recover(): void {
-    if (running !== undefined || context.isClosed()) return;
+    if (running !== undefined || stopping || context.isClosed()) return;
     void exclusively(takeUp('timers')).then((counts) => {
       if (counts?.taken === RECOVERY_BATCH) after(0, recover); // more are waiting
     });
@@ -266,7 +268,7 @@ export function createDurableDelivery<C>(
     const totals: InboxDrain = { delivered: 0, retried: 0, dead: 0, left: 0 };
     for (let first = true; ; first = false) {
       while (running !== undefined) await running;
-      if (context.isClosed()) return totals;
+      if (stopping || context.isClosed()) return totals;
       if (!first && monotonicNow() >= deadline) {
         totals.left = 1; // the last batch was full: more may be due
         return totals;
@@ -295,6 +297,20 @@ export function createDurableDelivery<C>(
     return within(pending, options.storeTimeoutMs, () => new StoreError(message));
   }
 
+  /**
+   * `close()`'s first step: no batch is taken up from now on (by the timers or a drain), and the one running
+   * is waited for, so that its listeners and bookkeeping finish while the store is still open. Resolves once
+   * that batch settled (each attempt is bounded by `leaseMs`, each store call by `storeTimeoutMs`); never
+   * rejects.
+   */
+  function stop(): Promise<void> {
+    stopping = true;
+    return Promise.resolve(running).then(
+      () => undefined,
+      () => undefined,
+    );
+  }
+
   let started = false;
   /**
    * Starts recovery: a first pass soon (after the caller's synchronous code, which adds the listeners), then
@@ -308,7 +324,7 @@ export function createDurableDelivery<C>(
     started = true;
   }
 
-  return { deliver, recover, start, drain };
+  return { deliver, recover, start, drain, stop };
 }
 
 /** One attempt's transaction: opened (when the store opens one) after verification, before the listeners. */

@@ -54,8 +54,8 @@ export interface IpnCore<C> {
 export interface CloseOptions {
   /**
    * How long to wait, in milliseconds, for the listeners of notifications already answered (and, at least
-   * once, their bookkeeping) before stopping the timers and closing the store; those still running then are
-   * reported as one `error` event. @default 10_000
+   * once, their bookkeeping, and the inbox batch a drain or recovery was running) before stopping the timers
+   * and closing the store; those still running then are reported as an `error` event. @default 10_000
    */
   timeoutMs?: number;
 }
@@ -147,17 +147,27 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
         `ipn.close: timeoutMs must be a number of milliseconds from 0 to 2147483647, not ${String(ms)}`,
       );
     }
-    await pipeline.close(async () => {
-      const running = await answered.settled(ms);
-      if (running === 0) return;
-      const error = new IpnKitError(
-        'IPN_INTERNAL',
-        `ipn.close(): the listeners of ${running} notification(s) already answered were still running after ` +
-          `${ms} ms (timeoutMs); the store is closed now, so what they do next may fail: give close() a longer ` +
-          'timeoutMs, or make the listeners settle sooner',
-      );
-      resolved.logger.error({ running }, error.message);
-      emit('error', { error });
+    await pipeline.close(async (background) => {
+      const still = await answered.settled(ms, background);
+      if (still.running > 0) {
+        const error = new IpnKitError(
+          'IPN_INTERNAL',
+          `ipn.close(): the listeners of ${still.running} notification(s) already answered were still running after ` +
+            `${ms} ms (timeoutMs); the store is closed now, so what they do next may fail: give close() a longer ` +
+            'timeoutMs, or make the listeners settle sooner',
+        );
+        resolved.logger.error({ running: still.running }, error.message);
+        emit('error', { error });
+      }
+      if (still.background) {
+        const error = new IpnKitError(
+          'IPN_INTERNAL',
+          `ipn.close(): the inbox batch a drain() or the recovery timer took up was still running after ${ms} ms ` +
+            '(timeoutMs); the store is closed now: its entries are taken up again once their lease runs out',
+        );
+        resolved.logger.error({}, error.message);
+        emit('error', { error });
+      }
     });
   };
   const { reconcile, expect, sweep, inbox } = pipeline;
