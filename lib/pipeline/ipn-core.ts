@@ -138,15 +138,23 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
    * given (at most `timeoutMs`), then stops the timers and closes the store.
    */
   let closing: Promise<void> | undefined;
-  /** A second call resolves with the first: the store is closed once. */
-  const close = (options?: CloseOptions): Promise<void> => (closing ??= closeOnce(options));
-  const closeOnce = async (options?: CloseOptions): Promise<void> => {
+  /**
+   * A second call resolves with the first: the store is closed once. A call refused for its `timeoutMs` (a
+   * `TypeError`) closes nothing and is not remembered, so that a corrected call still closes the router.
+   */
+  const close = (options?: CloseOptions): Promise<void> => {
+    if (closing !== undefined) return closing;
     const ms = options?.timeoutMs ?? CLOSE_TIMEOUT_MS;
     if (typeof ms !== 'number' || !(ms >= 0 && ms <= 2_147_483_647)) {
-      throw new TypeError(
-        `ipn.close: timeoutMs must be a number of milliseconds from 0 to 2147483647, not ${String(ms)}`,
+      return Promise.reject(
+        new TypeError(
+          `ipn.close: timeoutMs must be a number of milliseconds from 0 to 2147483647, not ${String(ms)}`,
+        ),
       );
     }
+    return (closing = closeOnce(ms));
+  };
+  const closeOnce = async (ms: number): Promise<void> => {
     await pipeline.close(async (background) => {
       const still = await answered.settled(ms, background);
       if (still.running > 0) {
