@@ -122,8 +122,13 @@ export function createDurableDelivery<C>(
       if (result.kind === 'delivered' && open && open.opened !== false) {
         // Transactional: the listeners' writes and the delivered mark commit together, or neither does.
         try {
-          if (await timed(open.commit(), 'commit', key)) metrics?.delivered(n.state);
-          return 'delivered';
+          if (await timed(open.commit(), 'commit', key)) {
+            metrics?.delivered(n.state);
+            return 'delivered';
+          }
+          // The lease was lost (another attempt holds the entry): the store rolled the listeners' writes
+          // back, so this attempt delivered nothing; the holder of the lease delivers it.
+          return 'other';
         } catch (cause) {
           // Neither landed (or, a COMMIT whose answer was lost, both did: then the entry is delivered and
           // the lease-guarded settlement below changes nothing). A failed attempt like any other, so that

@@ -263,6 +263,26 @@ describe('createDurableDelivery: the delivery transaction', () => {
     expect(inbox.entries.get(key)?.status).toBe('received');
   });
 
+  test('a commit that finds its lease lost (its writes rolled back) is not counted as delivered by drain()', async () => {
+    // PostgresStore's commit resolves false when another process took the entry meanwhile: it rolled back
+    // the listeners' writes, so this attempt delivered nothing; the holder of the lease delivers it.
+    const { inbox, done } = transactional(() => Promise.resolve(false));
+    const { ipn, durable, received } = setup({ recoveryIntervalMs: 3_600_000 }, inbox);
+    ipn.on('successful', () => {});
+    await settle(); // the first recovery round: nothing is due yet
+    const n = uniqueNotification();
+    const { key } = await received(n, 'a-crashed-process');
+    jest.setSystemTime(Date.now() + LEASE + 1); // its lease ran out; no timer fires
+    expect(await durable.drain(Number.POSITIVE_INFINITY)).toEqual({
+      delivered: 0,
+      retried: 0,
+      dead: 0,
+      left: 0,
+    });
+    expect(done).toEqual(['commit']);
+    expect(inbox.entries.get(key)?.status).not.toBe('delivered');
+  });
+
   test('a begin that answers after storeTimeoutMs: the attempt fails, and the late transaction is abandoned', async () => {
     const { inbox, done } = transactional(() => Promise.resolve(true));
     let open: (() => void) | undefined;
