@@ -195,11 +195,14 @@ export function createReconcileSweep<C>(
      * Never rejects.
      */
     sweepUntil: (until: number): Promise<SweepPass> => once(until),
-    /** Starts sweeping every `sweepIntervalMs` (once; later calls do nothing). */
+    /**
+     * Starts sweeping every `sweepIntervalMs` (once; later calls do nothing). Marked started only once the
+     * interval exists: where timers throw (a global scope), the next first use starts it.
+     */
     start(run: () => void): void {
       if (started) return;
-      started = true;
       context.every(options.sweepIntervalMs, run);
+      started = true;
     },
   };
 }
