@@ -7,7 +7,7 @@ import { ipnNotificationSchema, toRecord, type IpnNotification } from '../notifi
 import type { Metrics } from '../observability/metrics.js';
 import { redactText } from '../observability/redact.js';
 import type { Attempt as Context } from './safe-emitter.js';
-import type { DeliveryTransaction, DurableStore } from '../stores/store.js';
+import type { DeliveryTransaction, DurableStore, InboxEntry } from '../stores/store.js';
 import { within } from '../shared/within.js';
 import type { InboxDrain, Outcome } from './drain-result.js';
 import { monotonicNow } from '../shared/clock.js';
@@ -208,9 +208,16 @@ export function createDurableDelivery<C>(
   async function takeUp(driver: Driver): Promise<(InboxDrain & { taken: number }) | undefined> {
     const counts = { delivered: 0, retried: 0, dead: 0, left: 0, taken: 0 };
     const lease = { id: randomUUID(), ms: options.leaseMs };
-    let entries;
+    let entries: InboxEntry[];
     try {
-      entries = await timed(inbox.lease(lease, RECOVERY_BATCH), 'lease');
+      const handed: unknown = await timed(inbox.lease(lease, RECOVERY_BATCH), 'lease');
+      // A custom store's slip (no list, a null in it) is its failure, reported: never a TypeError that
+      // would reject the recovery timer's chain, an unhandled rejection that stops the host process.
+      if (!Array.isArray(handed) || !handed.every(isEntry)) {
+        const what = Array.isArray(handed) ? 'a list holding a non-entry' : String(handed);
+        throw new StoreError(`lease() resolved ${what}, not a list of entries`);
+      }
+      entries = handed;
     } catch (cause) {
       if (!leasedOnce && cause instanceof StoreError && cause.notMigrated) {
         // At start, before the table is made (a migrate() still to come): one calm line, not an error
@@ -250,18 +257,26 @@ export function createDurableDelivery<C>(
   /** `close()` has begun: no new batch is taken up (one would run on into a closed store). */
   let stopping = false;
   function exclusively<T>(pending: Promise<T>): Promise<T> {
-    running = pending.finally(() => {
+    const over = (): void => {
       running = undefined;
-    });
+    };
+    running = pending.then(over, over); // never rejects: the caller handles `pending`'s own failure
     return pending;
   }
 
   /** Takes up due and abandoned entries and delivers them; one run at a time. */
   function recover(): void {
     if (running !== undefined || stopping || context.isClosed()) return;
-    void exclusively(takeUp('timers')).then((counts) => {
-      if (counts?.taken === RECOVERY_BATCH) after(0, recover); // more are waiting
-    });
+    exclusively(takeUp('timers')).then(
+      (counts) => {
+        if (counts?.taken === RECOVERY_BATCH) after(0, recover); // more are waiting
+      },
+      (cause: unknown) => {
+        // A bug of ours (takeUp never rejects): reported, never an unhandled rejection.
+        const message = `ipn-kit failed to take up undelivered notifications: ${messageOf(cause)}`;
+        report(new IpnKitError('IPN_INTERNAL', message, { cause }));
+      },
+    );
   }
 
   /**
@@ -330,6 +345,11 @@ export function createDurableDelivery<C>(
   }
 
   return { deliver, recover, start, drain, stop };
+}
+
+/** Whether a value a store's `lease()` handed out can be taken up: an object with a string key. */
+function isEntry(value: unknown): value is InboxEntry {
+  return typeof value === 'object' && value !== null && typeof (value as { key?: unknown }).key === 'string';
 }
 
 /** One attempt's transaction: opened (when the store opens one) after verification, before the listeners. */
