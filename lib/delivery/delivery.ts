@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { StandardSchemaV1 } from '../notification/standard-schema.js';
 import { createDeliveryContext, identify, keyOf, type Emitters } from './delivery-context.js';
-import { createDurableDelivery } from './durable-delivery.js';
+import { createDurableDelivery, type Driver } from './durable-delivery.js';
 import {
   IpnKitError,
   messageOf,
@@ -97,7 +97,9 @@ export function createDelivery<C>(
   const expectations = createExpectations(context, store);
   const sweeper =
     expectations.store &&
-    createReconcileSweep(context, expectations.store, statusSource, (record) => deliverRecord(record));
+    createReconcileSweep(context, expectations.store, statusSource, (record, driver) =>
+      deliverRecord(record, driver),
+    );
   const sweep = () => sweeper?.sweep();
   /** `close()` has begun: the timers and `drain()` take up no new work (it would run into a closed store). */
   let stopping = false;
@@ -163,8 +165,13 @@ export function createDelivery<C>(
     return context.emitNow(n);
   }
 
-  async function settleReconciled(record: IpnNotification, key: string, leaseId: string): Promise<boolean> {
-    if (durably) return durably.deliver(key, record, leaseId, 1);
+  async function settleReconciled(
+    record: IpnNotification,
+    key: string,
+    leaseId: string,
+    driver: Driver = 'timers',
+  ): Promise<boolean> {
+    if (durably) return durably.deliver(key, record, leaseId, 1, driver);
     void context.emitNow(record); // reconcile resolves at once, as before: listeners are not awaited
     return true;
   }
@@ -173,7 +180,7 @@ export function createDelivery<C>(
    * Delivers a final record of the service as a notification, through the same dedupe: `true` when this
    * call emitted it, `false` when it was already handled. The service's own record needs no verification.
    */
-  async function deliverRecord(record: IpnNotification): Promise<boolean> {
+  async function deliverRecord(record: IpnNotification, driver: Driver = 'timers'): Promise<boolean> {
     const key = keyOf(record);
     const lease = { id: randomUUID(), ms: leaseMs };
     const claimed = await claimer.claim(
@@ -183,7 +190,7 @@ export function createDelivery<C>(
     );
     if (claimed instanceof StoreError) throw claimed;
     if (!claimed) return false;
-    return settleReconciled(record, key, lease.id);
+    return settleReconciled(record, key, lease.id, driver);
   }
 
   return {

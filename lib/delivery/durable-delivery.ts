@@ -90,8 +90,9 @@ export function createDurableDelivery<C>(
     n: IpnNotification,
     leaseId: string,
     attempts: number,
+    driver: Driver = 'timers',
   ): Promise<boolean> {
-    return (await attemptOnce(key, n, leaseId, attempts, 'timers')) === 'delivered';
+    return (await attemptOnce(key, n, leaseId, attempts, driver)) === 'delivered';
   }
 
   /** One attempt at `n`, held by `leaseId`; resolves what it came to. Never rejects. */

@@ -88,6 +88,32 @@ describe('ipn.drain() at-least-once', () => {
     expect(jest.getTimerCount()).toBe(timers);
   });
 
+  test('an expectation swept whose delivery fails is left to the next drain: the pass schedules no retry timer', async () => {
+    const expected = uniquePayload({ custom_data: 'never-notified' });
+    const ipn = router({
+      store: new MemoryStore(),
+      delivery: 'at-least-once',
+      retryDelayMs: 60_000,
+      reconcileAfterMs: 60_000,
+      statusClient: { getStatus: () => Promise.resolve(ipnNotificationSchema.parse(expected)) },
+    });
+    let calls = 0;
+    ipn.on('successful', () => {
+      calls += 1;
+      if (calls === 1) throw new Error('the ledger is busy');
+    });
+    await ipn.expect(String(expected.transaction_id), { customData: 'never-notified' });
+    await jest.advanceTimersByTimeAsync(0); // the timers started by that first use settle
+    const timers = jest.getTimerCount();
+    later(61_000);
+    await ipn.drain();
+    expect(calls).toBe(1);
+    expect(jest.getTimerCount()).toBe(timers); // its retry is the store's next-attempt time, not a timer
+    later(61_000);
+    expect(await ipn.drain()).toMatchObject({ delivered: 1 });
+    expect(calls).toBe(2);
+  });
+
   test('a second call while a pass runs joins it; each budget is a number >= 0', async () => {
     const ipn = router({ store: new MemoryStore(), delivery: 'at-least-once' });
     const first = ipn.drain({ budgetMs: 1_000 });
