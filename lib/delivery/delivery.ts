@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { StandardSchemaV1 } from '../notification/standard-schema.js';
 import { createDeliveryContext, identify, keyOf, type Emitters } from './delivery-context.js';
-import { createDurableDelivery } from './durable-delivery.js';
+import { createDurableDelivery, type Driver } from './durable-delivery.js';
 import {
   IpnKitError,
   messageOf,
@@ -97,9 +97,16 @@ export function createDelivery<C>(
   const expectations = createExpectations(context, store);
   const sweeper =
     expectations.store &&
-    createReconcileSweep(context, expectations.store, statusSource, (record) => deliverRecord(record));
+    createReconcileSweep(context, expectations.store, statusSource, (record, driver) =>
+      deliverRecord(record, driver),
+    );
   const sweep = () => sweeper?.sweep();
-  const startSweeping = (): void => sweeper?.start(() => void sweep());
+  /** `close()` has begun: the timers and `drain()` take up no new work (it would run into a closed store). */
+  let stopping = false;
+  const startSweeping = (): void =>
+    sweeper?.start(() => {
+      if (!stopping) void sweep();
+    });
 
   let started = false;
   /**
@@ -126,8 +133,8 @@ export function createDelivery<C>(
     };
     try {
       if (durably) add(await durably.drain(deadline));
-      if (verifying) add(await verifying.drain());
-      if (sweeper && !context.isClosed()) {
+      if (verifying && !stopping) add(await verifying.drain());
+      if (sweeper && !stopping && !context.isClosed()) {
         const { result: swept, finished } = await sweeper.sweepUntil(deadline);
         add({ swept: swept.reconciled + swept.rejected + swept.stale, left: finished ? 0 : 1 });
       }
@@ -158,8 +165,13 @@ export function createDelivery<C>(
     return context.emitNow(n);
   }
 
-  async function settleReconciled(record: IpnNotification, key: string, leaseId: string): Promise<boolean> {
-    if (durably) return durably.deliver(key, record, leaseId, 1);
+  async function settleReconciled(
+    record: IpnNotification,
+    key: string,
+    leaseId: string,
+    driver: Driver = 'timers',
+  ): Promise<boolean> {
+    if (durably) return durably.deliver(key, record, leaseId, 1, driver);
     void context.emitNow(record); // reconcile resolves at once, as before: listeners are not awaited
     return true;
   }
@@ -168,7 +180,7 @@ export function createDelivery<C>(
    * Delivers a final record of the service as a notification, through the same dedupe: `true` when this
    * call emitted it, `false` when it was already handled. The service's own record needs no verification.
    */
-  async function deliverRecord(record: IpnNotification): Promise<boolean> {
+  async function deliverRecord(record: IpnNotification, driver: Driver = 'timers'): Promise<boolean> {
     const key = keyOf(record);
     const lease = { id: randomUUID(), ms: leaseMs };
     const claimed = await claimer.claim(
@@ -178,7 +190,7 @@ export function createDelivery<C>(
     );
     if (claimed instanceof StoreError) throw claimed;
     if (!claimed) return false;
-    return settleReconciled(record, key, lease.id);
+    return settleReconciled(record, key, lease.id, driver);
   }
 
   return {
@@ -268,6 +280,18 @@ export function createDelivery<C>(
       },
       purge: async (before) => inbox().purge(before),
     } satisfies Inbox,
+
+    /**
+     * `close()`'s first step: the timers and `drain()` take up no new work from now on. Resolves once the
+     * inbox batch and the drain running now settled; never rejects.
+     */
+    stop(): Promise<void> {
+      stopping = true;
+      return Promise.all([durably?.stop(), draining]).then(
+        () => undefined,
+        () => undefined,
+      );
+    },
 
     close(): void {
       verifying?.close();

@@ -7,7 +7,7 @@ import { ipnNotificationSchema, toRecord, type IpnNotification } from '../notifi
 import type { Metrics } from '../observability/metrics.js';
 import { redactText } from '../observability/redact.js';
 import type { Attempt as Context } from './safe-emitter.js';
-import type { DeliveryTransaction, DurableStore } from '../stores/store.js';
+import type { DeliveryTransaction, DurableStore, InboxEntry } from '../stores/store.js';
 import { within } from '../shared/within.js';
 import type { InboxDrain, Outcome } from './drain-result.js';
 import { monotonicNow } from '../shared/clock.js';
@@ -90,8 +90,9 @@ export function createDurableDelivery<C>(
     n: IpnNotification,
     leaseId: string,
     attempts: number,
+    driver: Driver = 'timers',
   ): Promise<boolean> {
-    return (await attemptOnce(key, n, leaseId, attempts, 'timers')) === 'delivered';
+    return (await attemptOnce(key, n, leaseId, attempts, driver)) === 'delivered';
   }
 
   /** One attempt at `n`, held by `leaseId`; resolves what it came to. Never rejects. */
@@ -122,8 +123,13 @@ export function createDurableDelivery<C>(
       if (result.kind === 'delivered' && open && open.opened !== false) {
         // Transactional: the listeners' writes and the delivered mark commit together, or neither does.
         try {
-          if (await timed(open.commit(), 'commit', key)) metrics?.delivered(n.state);
-          return 'delivered';
+          if (await timed(open.commit(), 'commit', key)) {
+            metrics?.delivered(n.state);
+            return 'delivered';
+          }
+          // The lease was lost (another attempt holds the entry): the store rolled the listeners' writes
+          // back, so this attempt delivered nothing; the holder of the lease delivers it.
+          return 'other';
         } catch (cause) {
           // Neither landed (or, a COMMIT whose answer was lost, both did: then the entry is delivered and
           // the lease-guarded settlement below changes nothing). A failed attempt like any other, so that
@@ -203,9 +209,16 @@ export function createDurableDelivery<C>(
   async function takeUp(driver: Driver): Promise<(InboxDrain & { taken: number }) | undefined> {
     const counts = { delivered: 0, retried: 0, dead: 0, left: 0, taken: 0 };
     const lease = { id: randomUUID(), ms: options.leaseMs };
-    let entries;
+    let entries: InboxEntry[];
     try {
-      entries = await timed(inbox.lease(lease, RECOVERY_BATCH), 'lease');
+      const handed: unknown = await timed(inbox.lease(lease, RECOVERY_BATCH), 'lease');
+      // A custom store's slip (no list, a null in it) is its failure, reported: never a TypeError that
+      // would reject the recovery timer's chain, an unhandled rejection that stops the host process.
+      if (!Array.isArray(handed) || !handed.every(isEntry)) {
+        const what = Array.isArray(handed) ? 'a list holding a non-entry' : String(handed);
+        throw new StoreError(`lease() resolved ${what}, not a list of entries`);
+      }
+      entries = handed;
     } catch (cause) {
       if (!leasedOnce && cause instanceof StoreError && cause.notMigrated) {
         // At start, before the table is made (a migrate() still to come): one calm line, not an error
@@ -242,19 +255,29 @@ export function createDurableDelivery<C>(
 
   /** The batch being taken up (by the timers or a drain): never two at once on this instance. */
   let running: Promise<unknown> | undefined;
+  /** `close()` has begun: no new batch is taken up (one would run on into a closed store). */
+  let stopping = false;
   function exclusively<T>(pending: Promise<T>): Promise<T> {
-    running = pending.finally(() => {
+    const over = (): void => {
       running = undefined;
-    });
+    };
+    running = pending.then(over, over); // never rejects: the caller handles `pending`'s own failure
     return pending;
   }
 
   /** Takes up due and abandoned entries and delivers them; one run at a time. */
   function recover(): void {
-    if (running !== undefined || context.isClosed()) return;
-    void exclusively(takeUp('timers')).then((counts) => {
-      if (counts?.taken === RECOVERY_BATCH) after(0, recover); // more are waiting
-    });
+    if (running !== undefined || stopping || context.isClosed()) return;
+    exclusively(takeUp('timers')).then(
+      (counts) => {
+        if (counts?.taken === RECOVERY_BATCH) after(0, recover); // more are waiting
+      },
+      (cause: unknown) => {
+        // A bug of ours (takeUp never rejects): reported, never an unhandled rejection.
+        const message = `ipn-kit failed to take up undelivered notifications: ${messageOf(cause)}`;
+        report(new IpnKitError('IPN_INTERNAL', message, { cause }));
+      },
+    );
   }
 
   /**
@@ -266,7 +289,7 @@ export function createDurableDelivery<C>(
     const totals: InboxDrain = { delivered: 0, retried: 0, dead: 0, left: 0 };
     for (let first = true; ; first = false) {
       while (running !== undefined) await running;
-      if (context.isClosed()) return totals;
+      if (stopping || context.isClosed()) return totals;
       if (!first && monotonicNow() >= deadline) {
         totals.left = 1; // the last batch was full: more may be due
         return totals;
@@ -295,6 +318,20 @@ export function createDurableDelivery<C>(
     return within(pending, options.storeTimeoutMs, () => new StoreError(message));
   }
 
+  /**
+   * `close()`'s first step: no batch is taken up from now on (by the timers or a drain), and the one running
+   * is waited for, so that its listeners and bookkeeping finish while the store is still open. Resolves once
+   * that batch settled (each attempt is bounded by `leaseMs`, each store call by `storeTimeoutMs`); never
+   * rejects.
+   */
+  function stop(): Promise<void> {
+    stopping = true;
+    return Promise.resolve(running).then(
+      () => undefined,
+      () => undefined,
+    );
+  }
+
   let started = false;
   /**
    * Starts recovery: a first pass soon (after the caller's synchronous code, which adds the listeners), then
@@ -308,7 +345,12 @@ export function createDurableDelivery<C>(
     started = true;
   }
 
-  return { deliver, recover, start, drain };
+  return { deliver, recover, start, drain, stop };
+}
+
+/** Whether a value a store's `lease()` handed out can be taken up: an object with a string key. */
+function isEntry(value: unknown): value is InboxEntry {
+  return typeof value === 'object' && value !== null && typeof (value as { key?: unknown }).key === 'string';
 }
 
 /** One attempt's transaction: opened (when the store opens one) after verification, before the listeners. */

@@ -7,6 +7,7 @@ import type { DeliveryContext } from './delivery-context.js';
 import type { StaleReason } from './events.js';
 import { contradictions, settlesExpectation } from './expectations.js';
 import { monotonicNow } from '../shared/clock.js';
+import type { Driver } from './durable-delivery.js';
 
 /** The service's rule: at least 15 minutes between two status queries of one transaction. */
 export const MIN_QUERY_SPACING_MS = 15 * 60_000;
@@ -52,7 +53,8 @@ export function createReconcileSweep<C>(
   context: DeliveryContext<C>,
   expectations: ExpectationStore,
   source: StatusSource | undefined,
-  deliver: (record: IpnNotification) => Promise<boolean>,
+  /** Delivers a final record; a `drain` pass leaves a failed attempt's retry to the store's next-attempt time. */
+  deliver: (record: IpnNotification, driver: Driver) => Promise<boolean>,
 ) {
   const { options, emit, logger, reject, report } = context;
   // Made on first use, not while the router is built: a Worker builds it at global scope, where random
@@ -77,7 +79,7 @@ export function createReconcileSweep<C>(
   }
 
   /** Settles one due expectation; `true` when the pass must stop (the budget is spent). */
-  async function settleOne(e: Expectation, result: SweepResult): Promise<boolean> {
+  async function settleOne(e: Expectation, result: SweepResult, driver: Driver): Promise<boolean> {
     const last = e.attempts >= options.reconcileAttempts;
     if (source === undefined) {
       result.stale += 1;
@@ -119,7 +121,7 @@ export function createReconcileSweep<C>(
       reject({ reason: 'mismatch', message, mismatches, notification: record, status: record });
       return false;
     }
-    const emitted = await deliver(record);
+    const emitted = await deliver(record, driver);
     // The router's rule: a FAILED keeps the expectation, already moved to its next due time, so a forged
     // SUCCESSFUL is still checked against it and a later turn to SUCCESSFUL is found; forgotten at the bound.
     if (settlesExpectation(record.state)) {
@@ -159,7 +161,7 @@ export function createReconcileSweep<C>(
         for (const e of due) {
           if (context.isClosed()) return stopped;
           try {
-            if (await settleOne(e, result)) return stopped;
+            if (await settleOne(e, result, until === undefined ? 'timers' : 'drain')) return stopped;
           } catch (cause) {
             // A store or delivery failure: reported; the expectation stays, due again later.
             report(new StoreError(`the sweep failed for ${e.transactionId}: ${messageOf(cause)}`, { cause }));
@@ -195,11 +197,14 @@ export function createReconcileSweep<C>(
      * Never rejects.
      */
     sweepUntil: (until: number): Promise<SweepPass> => once(until),
-    /** Starts sweeping every `sweepIntervalMs` (once; later calls do nothing). */
+    /**
+     * Starts sweeping every `sweepIntervalMs` (once; later calls do nothing). Marked started only once the
+     * interval exists: where timers throw (a global scope), the next first use starts it.
+     */
     start(run: () => void): void {
       if (started) return;
-      started = true;
       context.every(options.sweepIntervalMs, run);
+      started = true;
     },
   };
 }

@@ -29,19 +29,28 @@ export function createAnsweredWork() {
       return pending.size;
     },
     /**
-     * Resolves once no work is running, or after `ms` with how many are still running then (0 when all
-     * settled). Work counted while it waits is waited for too. Leaves no timer behind.
+     * Resolves once no work is running and `background` (other work close() waits for, which never rejects)
+     * settled, or after `ms` with how many outcomes are still running then (0 when all settled) and whether
+     * `background` is. Work counted while it waits is waited for too. Leaves no timer behind.
      */
-    async settled(ms: number): Promise<number> {
+    async settled(
+      ms: number,
+      background: Promise<void> = Promise.resolve(),
+    ): Promise<{ running: number; background: boolean }> {
       let timer: ReturnType<typeof setTimeout> | undefined;
       const late = new Promise<'late'>((resolve) => {
         timer = setTimeout(() => resolve('late'), ms);
       });
+      let backgroundRunning = true;
+      void background.then(() => {
+        backgroundRunning = false;
+      });
       try {
-        while (pending.size > 0) {
-          if ((await Promise.race([Promise.all(pending.values()), late])) === 'late') return pending.size;
+        while (pending.size > 0 || backgroundRunning) {
+          const all = Promise.all([...pending.values(), background]);
+          if ((await Promise.race([all, late])) === 'late') break;
         }
-        return 0;
+        return { running: pending.size, background: backgroundRunning };
       } finally {
         clearTimeout(timer);
       }

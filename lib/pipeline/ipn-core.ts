@@ -54,8 +54,8 @@ export interface IpnCore<C> {
 export interface CloseOptions {
   /**
    * How long to wait, in milliseconds, for the listeners of notifications already answered (and, at least
-   * once, their bookkeeping) before stopping the timers and closing the store; those still running then are
-   * reported as one `error` event. @default 10_000
+   * once, their bookkeeping, and the inbox batch a drain or recovery was running) before stopping the timers
+   * and closing the store; those still running then are reported as an `error` event. @default 10_000
    */
   timeoutMs?: number;
 }
@@ -138,26 +138,44 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
    * given (at most `timeoutMs`), then stops the timers and closes the store.
    */
   let closing: Promise<void> | undefined;
-  /** A second call resolves with the first: the store is closed once. */
-  const close = (options?: CloseOptions): Promise<void> => (closing ??= closeOnce(options));
-  const closeOnce = async (options?: CloseOptions): Promise<void> => {
+  /**
+   * A second call resolves with the first: the store is closed once. A call refused for its `timeoutMs` (a
+   * `TypeError`) closes nothing and is not remembered, so that a corrected call still closes the router.
+   */
+  const close = (options?: CloseOptions): Promise<void> => {
+    if (closing !== undefined) return closing;
     const ms = options?.timeoutMs ?? CLOSE_TIMEOUT_MS;
     if (typeof ms !== 'number' || !(ms >= 0 && ms <= 2_147_483_647)) {
-      throw new TypeError(
-        `ipn.close: timeoutMs must be a number of milliseconds from 0 to 2147483647, not ${String(ms)}`,
+      return Promise.reject(
+        new TypeError(
+          `ipn.close: timeoutMs must be a number of milliseconds from 0 to 2147483647, not ${String(ms)}`,
+        ),
       );
     }
-    await pipeline.close(async () => {
-      const running = await answered.settled(ms);
-      if (running === 0) return;
-      const error = new IpnKitError(
-        'IPN_INTERNAL',
-        `ipn.close(): the listeners of ${running} notification(s) already answered were still running after ` +
-          `${ms} ms (timeoutMs); the store is closed now, so what they do next may fail: give close() a longer ` +
-          'timeoutMs, or make the listeners settle sooner',
-      );
-      resolved.logger.error({ running }, error.message);
-      emit('error', { error });
+    return (closing = closeOnce(ms));
+  };
+  const closeOnce = async (ms: number): Promise<void> => {
+    await pipeline.close(async (background) => {
+      const still = await answered.settled(ms, background);
+      if (still.running > 0) {
+        const error = new IpnKitError(
+          'IPN_INTERNAL',
+          `ipn.close(): the listeners of ${still.running} notification(s) already answered were still running after ` +
+            `${ms} ms (timeoutMs); the store is closed now, so what they do next may fail: give close() a longer ` +
+            'timeoutMs, or make the listeners settle sooner',
+        );
+        resolved.logger.error({ running: still.running }, error.message);
+        emit('error', { error });
+      }
+      if (still.background) {
+        const error = new IpnKitError(
+          'IPN_INTERNAL',
+          `ipn.close(): the inbox batch a drain() or the recovery timer took up was still running after ${ms} ms ` +
+            '(timeoutMs); the store is closed now: its entries are taken up again once their lease runs out',
+        );
+        resolved.logger.error({}, error.message);
+        emit('error', { error });
+      }
     });
   };
   const { reconcile, expect, sweep, inbox } = pipeline;

@@ -252,15 +252,18 @@ export function createIpnPipeline<C>(
       purge: used(inbox.purge),
     } satisfies typeof inbox,
     /**
-     * Answers 503 from now on, waits for the claims in flight (each bounded by `storeTimeoutMs`), then for
-     * `beforeStop` (the core's wait for the work after the answers given), stops retries and recovery,
+     * Answers 503 from now on and takes up no new work (recovery, a drain, a sweep), waits for the claims in
+     * flight (each bounded by `storeTimeoutMs`), then for `beforeStop` (the core's wait for the work after
+     * the answers given, and for `background`: the batch a drain or recovery is running), stops the timers,
      * then closes the store, if it has a `close`, waiting for it at most
      * `storeTimeoutMs`: a `close()` that never settles is reported (`error`), not waited on forever.
      */
-    close: async (beforeStop?: () => Promise<void>): Promise<void> => {
+    close: async (beforeStop?: (background: Promise<void>) => Promise<void>): Promise<void> => {
       closed = true;
+      // No new inbox batch, verification retry or sweep from now on; the ones running are waited for too.
+      const background = delivery.stop();
       await Promise.allSettled([...inflight]);
-      await beforeStop?.(); // the work after the answers already given, while the store is still open
+      await beforeStop?.(background); // the work after the answers already given, while the store is still open
       delivery.close();
       try {
         const message = `the store's close() did not settle within ${storeTimeoutMs} ms (storeTimeoutMs)`;

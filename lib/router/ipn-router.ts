@@ -101,9 +101,11 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
   metrics(): IpnMetrics;
   /**
    * Call it on shutdown. From now on the router answers 503 (the service resends to the instance that
-   * replaces this one); it waits for the claims in flight, then for the listeners of the notifications
-   * already answered 200 (the service never resends those) at most `timeoutMs` (default 10 s; those still
-   * running then are reported as an `error` event), stops pending retries and recovery, and closes the store
+   * replaces this one) and neither recovery nor `drain()` takes up another inbox entry; it waits for the
+   * claims in flight, then for the listeners of the notifications already answered 200 (the service never
+   * resends those) and for the inbox batch a drain or recovery was running, at most `timeoutMs` (default
+   * 10 s; those still running then are reported as an `error` event), stops pending retries and recovery,
+   * and closes the store
    * (when it has a `close`). Rejects only with a `TypeError` for a `timeoutMs` that is not a number of
    * milliseconds.
    *

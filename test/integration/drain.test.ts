@@ -88,6 +88,32 @@ describe('ipn.drain() at-least-once', () => {
     expect(jest.getTimerCount()).toBe(timers);
   });
 
+  test('an expectation swept whose delivery fails is left to the next drain: the pass schedules no retry timer', async () => {
+    const expected = uniquePayload({ custom_data: 'never-notified' });
+    const ipn = router({
+      store: new MemoryStore(),
+      delivery: 'at-least-once',
+      retryDelayMs: 60_000,
+      reconcileAfterMs: 60_000,
+      statusClient: { getStatus: () => Promise.resolve(ipnNotificationSchema.parse(expected)) },
+    });
+    let calls = 0;
+    ipn.on('successful', () => {
+      calls += 1;
+      if (calls === 1) throw new Error('the ledger is busy');
+    });
+    await ipn.expect(String(expected.transaction_id), { customData: 'never-notified' });
+    await jest.advanceTimersByTimeAsync(0); // the timers started by that first use settle
+    const timers = jest.getTimerCount();
+    later(61_000);
+    await ipn.drain();
+    expect(calls).toBe(1);
+    expect(jest.getTimerCount()).toBe(timers); // its retry is the store's next-attempt time, not a timer
+    later(61_000);
+    expect(await ipn.drain()).toMatchObject({ delivered: 1 });
+    expect(calls).toBe(2);
+  });
+
   test('a second call while a pass runs joins it; each budget is a number >= 0', async () => {
     const ipn = router({ store: new MemoryStore(), delivery: 'at-least-once' });
     const first = ipn.drain({ budgetMs: 1_000 });
@@ -174,5 +200,122 @@ describe('ipn.drain() at-most-once', () => {
     ipn.on('successful', () => {});
     expect(await post(ipn, uniquePayload())).toBe(200);
     expect(await ipn.drain()).toEqual({ delivered: 0, retried: 0, dead: 0, swept: 0, left: 0 });
+  });
+});
+
+describe('ipn.drain() and close()', () => {
+  /** A promise and the function that resolves it. */
+  const gate = () => {
+    let open!: () => void;
+    const opened = new Promise<void>((resolve) => (open = resolve));
+    return { open, opened };
+  };
+  /** A MemoryStore holding one entry a crashed process left (its lease ran out), with the store's close spied. */
+  async function crashedInbox() {
+    let now = Date.now();
+    const store = new MemoryStore({ now: () => now });
+    const payment = uniquePayload({ custom_data: 'abandoned' });
+    const key = `${String(payment.transaction_id)}:SUCCESSFUL`;
+    await store.receive(key, payment, { id: 'crashed', ms: 1 });
+    now += 10;
+    const atClose: string[] = [];
+    // MemoryStore has no close(): the router calls this one, as it would a PostgresStore's.
+    Object.assign(store, {
+      close: async () => void atClose.push((await store.get(key))?.status ?? 'none'),
+    });
+    return { store, key, atClose };
+  }
+
+  test('a drain called once close() has begun takes up nothing: the entry stays for the next process', async () => {
+    jest.useRealTimers();
+    const { store, key } = await crashedInbox();
+    const ipn = router({ store, delivery: 'at-least-once' });
+    const seen: string[] = [];
+    ipn.on('successful', (n) => void seen.push(String(n.custom_data)));
+    const closing = ipn.close();
+    expect(await ipn.drain()).toEqual({ delivered: 0, retried: 0, dead: 0, swept: 0, left: 0 });
+    await closing;
+    expect(seen).toEqual([]);
+    expect((await store.get(key))?.status).toBe('received');
+  });
+
+  test('close() waits for the inbox batch a running drain took up before it closes the store', async () => {
+    jest.useRealTimers();
+    const { store, key, atClose } = await crashedInbox();
+    const ipn = router({ store, delivery: 'at-least-once' });
+    const started = gate();
+    const ledger = gate();
+    ipn.on('successful', async () => {
+      started.open();
+      await ledger.opened; // a ledger call under way
+    });
+    const drained = ipn.drain();
+    await started.opened;
+    const closing = ipn.close({ timeoutMs: 10_000 });
+    setImmediate(ledger.open); // the ledger answers once close() has had every chance to go on
+    await closing;
+    expect(atClose).toEqual(['delivered']); // the store closed after the listener and its delivered mark
+    expect(await drained).toEqual({ delivered: 1, retried: 0, dead: 0, swept: 0, left: 0 });
+    expect((await store.get(key))?.status).toBe('delivered');
+  });
+
+  test('a drain batch whose listener never settles holds close() at most its timeoutMs, and is reported', async () => {
+    jest.useRealTimers();
+    const { store, atClose } = await crashedInbox();
+    const ipn = router({ store, delivery: 'at-least-once' });
+    const recorder = recordEvents(ipn);
+    const started = gate();
+    ipn.on('successful', () => {
+      started.open();
+      return new Promise<void>(() => {}); // a ledger call that never comes back
+    });
+    void ipn.drain();
+    await started.opened;
+    await ipn.close({ timeoutMs: 50 });
+    expect(atClose).toEqual(['received']);
+    expect(recorder.of('error').map((event: { error: Error }) => event.error.message)).toEqual([
+      expect.stringMatching(
+        /inbox batch a drain\(\) or the recovery timer took up was still running after 50 ms/,
+      ),
+    ]);
+  });
+
+  test('while close() waits for the listeners already answered, the recovery timer takes up no new entry', async () => {
+    let now = T0;
+    const store = new MemoryStore({ now: () => now });
+    const ipn = router({ store, delivery: 'at-least-once', recoveryIntervalMs: 1_000 });
+    const started = gate();
+    const ledger = gate();
+    const seen: string[] = [];
+    ipn.on('successful', async (n) => {
+      seen.push(String(n.custom_data));
+      if (n.custom_data !== 'slow') return;
+      started.open();
+      await ledger.opened;
+    });
+    const work: Array<Promise<unknown>> = [];
+    await ipn.fetch(
+      new Request('http://app.example/ipn', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(uniquePayload({ custom_data: 'slow' })),
+      }),
+      { waitUntil: (pending) => void work.push(pending) },
+    );
+    await started.opened;
+    const closing = ipn.close({ timeoutMs: 60_000 });
+    // Meanwhile another process crashed, leaving an entry whose lease runs out while this one closes.
+    const payment = uniquePayload({ custom_data: 'abandoned' });
+    const key = `${String(payment.transaction_id)}:SUCCESSFUL`;
+    await store.receive(key, payment, { id: 'crashed', ms: 1 });
+    now += 10;
+    await jest.advanceTimersByTimeAsync(5_000); // five recovery intervals
+    expect(seen).toEqual(['slow']);
+    ledger.open();
+    await Promise.all(work);
+    await jest.advanceTimersByTimeAsync(0);
+    await closing;
+    expect(seen).toEqual(['slow']);
+    expect((await store.get(key))?.status).toBe('received');
   });
 });

@@ -130,6 +130,19 @@ describe('at most once: a listener that fails', () => {
   });
 });
 
+test('a close() refused for its timeoutMs closes nothing, and a corrected close() still closes the router', async () => {
+  const closed: string[] = [];
+  const store = new MemoryStore();
+  Object.assign(store, { close: () => void closed.push('store') });
+  const { ipn, post } = await start({ store });
+  ipn.on('successful', () => {});
+  await expect(ipn.close({ timeoutMs: -1 })).rejects.toThrow(TypeError);
+  expect((await post(uniquePayload())).status).toBe(200); // still open: the refused call did nothing
+  await expect(ipn.close({ timeoutMs: 1_000 })).resolves.toBeUndefined();
+  expect(closed).toEqual(['store']);
+  expect((await post(uniquePayload())).status).toBe(503);
+});
+
 describe('at least once: a listener that hangs', () => {
   test('the attempt fails after leaseMs * 0.9, is retried, and the notification is delivered once', async () => {
     const inbox = new MemoryInbox();

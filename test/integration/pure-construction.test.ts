@@ -141,6 +141,36 @@ test('a router built in that context works after: a crashed entry is recovered b
   await ipn.close();
 });
 
+test('where timers throw in the microtask too (a runtime not recognised as Workers), the first use still starts the sweep', async () => {
+  const queried: string[] = [];
+  const statusClient = {
+    getStatus: (id: string) => {
+      queried.push(id);
+      return Promise.reject(new Error('the status service is down'));
+    },
+  };
+  const { called, restore } = forbid();
+  let ipn: IpnRouter;
+  try {
+    ipn = ipnRouter({
+      store: new MemoryStore(),
+      statusClient,
+      sweepIntervalMs: 20,
+      reconcileAfterMs: 1,
+      logger: quiet,
+    });
+    ipn.on('successful', () => {});
+    await new Promise((resolve) => setImmediate(resolve)); // the microtask ran, its timers refused
+  } finally {
+    restore();
+  }
+  expect(called).toContain('setInterval');
+  const id = String(uniquePayload().transaction_id);
+  await ipn.expect(id); // a first use: the sweep starts now
+  await until(() => queried.includes(id), 'the sweep started by the first use');
+  await ipn.close();
+});
+
 describe('on Cloudflare Workers (navigator.userAgent)', () => {
   const had = Object.getOwnPropertyDescriptor(globalThis, 'navigator');
   beforeAll(() => {

@@ -6,6 +6,7 @@ import { TransactionNotFoundError } from '../../../lib/shared/errors.js';
 import type { IpnNotification } from '../../../lib/notification/schema.js';
 import { MemoryInbox } from '../../helpers/memory-inbox.js';
 import { deliveryHarness, uniqueNotification } from '../../helpers/delivery-context.js';
+import { until } from '../../helpers/until.js';
 
 const LEASE = 60_000;
 
@@ -263,6 +264,26 @@ describe('createDurableDelivery: the delivery transaction', () => {
     expect(inbox.entries.get(key)?.status).toBe('received');
   });
 
+  test('a commit that finds its lease lost (its writes rolled back) is not counted as delivered by drain()', async () => {
+    // PostgresStore's commit resolves false when another process took the entry meanwhile: it rolled back
+    // the listeners' writes, so this attempt delivered nothing; the holder of the lease delivers it.
+    const { inbox, done } = transactional(() => Promise.resolve(false));
+    const { ipn, durable, received } = setup({ recoveryIntervalMs: 3_600_000 }, inbox);
+    ipn.on('successful', () => {});
+    await settle(); // the first recovery round: nothing is due yet
+    const n = uniqueNotification();
+    const { key } = await received(n, 'a-crashed-process');
+    jest.setSystemTime(Date.now() + LEASE + 1); // its lease ran out; no timer fires
+    expect(await durable.drain(Number.POSITIVE_INFINITY)).toEqual({
+      delivered: 0,
+      retried: 0,
+      dead: 0,
+      left: 0,
+    });
+    expect(done).toEqual(['commit']);
+    expect(inbox.entries.get(key)?.status).not.toBe('delivered');
+  });
+
   test('a begin that answers after storeTimeoutMs: the attempt fails, and the late transaction is abandoned', async () => {
     const { inbox, done } = transactional(() => Promise.resolve(true));
     let open: (() => void) | undefined;
@@ -344,6 +365,40 @@ describe('createDurableDelivery: recovery', () => {
     await settle();
     expect(inbox.entries.get(keyOf(n))?.status).toBe('delivered');
   });
+
+  test.each([
+    ['no list', undefined],
+    ['a list holding null', [null]],
+  ])(
+    'a (custom) store whose lease() resolves %s is reported by recovery and by drain(), never an unhandled rejection',
+    async (_, handedOut) => {
+      jest.useRealTimers(); // Node reports unhandled rejections between real turns of the event loop
+      const unhandled: unknown[] = [];
+      const onUnhandled = (reason: unknown): number => unhandled.push(reason);
+      process.on('unhandledRejection', onUnhandled);
+      try {
+        const inbox = new MemoryInbox();
+        Object.assign(inbox, { lease: () => Promise.resolve(handedOut) });
+        const { ipn, of, durable } = setup({}, inbox); // its recovery at start leases at once
+        ipn.on('successful', () => {});
+        await until(() => of('error').length === 1, 'the recovery at start reported');
+        expect(await durable.drain(Number.POSITIVE_INFINITY)).toMatchObject({ delivered: 0, left: 1 });
+        await new Promise((resolve) => setImmediate(resolve));
+        await new Promise((resolve) => setImmediate(resolve));
+        expect(unhandled).toEqual([]);
+        expect(of('error').map((event) => event.error.message)).toEqual([
+          expect.stringMatching(
+            /the store failed to hand out undelivered notifications: .*not a list of entries/,
+          ),
+          expect.stringMatching(
+            /the store failed to hand out undelivered notifications: .*not a list of entries/,
+          ),
+        ]);
+      } finally {
+        process.off('unhandledRejection', onUnhandled);
+      }
+    },
+  );
 
   test('once the context is closed, no retry and no recovery round runs', async () => {
     const { ipn, inbox, durable, received, context } = setup();
