@@ -308,10 +308,11 @@ describe('createStatusClient', () => {
         () => reply(envelope(record({ transaction_id: ID, state: 'FAILED' }))),
         () => reply(envelope(record({ transaction_id: ID, state: 'SUCCESSFUL' }))),
       );
-      const api = client(fetch, { minIntervalMs: 10 });
+      // An interval no pause of a loaded machine between two calls reaches: the third call must be cached.
+      const api = client(fetch, { minIntervalMs: 1_000 });
       expect((await api.getStatus(ID)).state).toBe('FAILED');
       const since = performance.timeOrigin + performance.now();
-      await sleep(20);
+      await sleep(1_100);
       expect((await api.getStatus(ID, { since })).state).toBe('SUCCESSFUL');
       expect((await api.getStatus(ID)).state).toBe('SUCCESSFUL'); // the newer answer is the cached one
       expect(fetch).toHaveBeenCalledTimes(2);
@@ -321,11 +322,12 @@ describe('createStatusClient', () => {
       const fetch = fakeFetch(() =>
         Promise.resolve(reply({ data: { transaction_id: ID, state: 'SUCCESSFUL', custom_data: 'o' } })),
       );
-      const api = client(fetch, { minIntervalMs: 10 });
+      // An interval no pause of a loaded machine between the first two calls reaches (10 ms did, once).
+      const api = client(fetch, { minIntervalMs: 1_000 });
       await api.getStatus(ID);
       await api.getStatus(ID);
       expect(fetch).toHaveBeenCalledTimes(1);
-      await sleep(20);
+      await sleep(1_100);
       await api.getStatus(ID);
       expect(fetch).toHaveBeenCalledTimes(2);
     });
