@@ -9,7 +9,7 @@ export default tseslint.config(
   {
     languageOptions: {
       parserOptions: {
-        projectService: { allowDefaultProject: ['*.mjs', '.*.cjs', 'test/packaging/*.mjs'] },
+        projectService: { allowDefaultProject: ['*.mjs', '.*.cjs', 'test/*.mjs', 'test/packaging/*.mjs'] },
         tsconfigRootDir: import.meta.dirname,
       },
     },
