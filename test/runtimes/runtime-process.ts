@@ -103,3 +103,30 @@ export function startServer(
     });
   });
 }
+
+/**
+ * `wrangler dev <entry>` run from `examples/runtimes/` inside the packed app `dir` (where wrangler.toml is,
+ * and whose node_modules resolve ipn-kit), on a free port of 127.0.0.1.
+ */
+export function wranglerDev(dir: string, entry: string, ...more: string[]): Promise<RuntimeServer> {
+  return startServer(
+    binary('wrangler'),
+    [
+      'dev',
+      entry,
+      '--config',
+      'wrangler.toml',
+      '--ip',
+      '127.0.0.1',
+      '--port',
+      '0',
+      '--show-interactive-dev-session=false',
+      ...more,
+    ],
+    {
+      cwd: join(dir, 'examples/runtimes'),
+      env: { WRANGLER_SEND_METRICS: 'false', WRANGLER_LOG_PATH: join(dir, 'logs') },
+      ready: /Ready on http:\/\/[^:/]+:(\d+)/,
+    },
+  );
+}

@@ -5,7 +5,7 @@ import { PostgresStore } from '../../lib/postgres.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
 import { packedApp, ROOT } from './packed.js';
-import { binary, describeWithRuntime, startServer, type RuntimeServer } from './runtime-process.js';
+import { describeWithRuntime, wranglerDev } from './runtime-process.js';
 
 /**
  * The documented Worker with PostgreSQL (examples/runtimes/worker-postgres.ts), run by wrangler 4.86 in
@@ -24,29 +24,6 @@ const FILES = [
   'examples/runtimes/worker.ts',
   'examples/runtimes/wrangler.toml',
 ];
-
-function wranglerDev(entry: string, ...more: string[]): Promise<RuntimeServer> {
-  return startServer(
-    binary('wrangler'),
-    [
-      'dev',
-      entry,
-      '--config',
-      'wrangler.toml',
-      '--ip',
-      '127.0.0.1',
-      '--port',
-      '0',
-      '--show-interactive-dev-session=false',
-      ...more,
-    ],
-    {
-      cwd: join(dir, 'examples/runtimes'),
-      env: { WRANGLER_SEND_METRICS: 'false', WRANGLER_LOG_PATH: join(dir, 'logs') },
-      ready: /Ready on http:\/\/[^:/]+:(\d+)/,
-    },
-  );
-}
 
 async function post(url: string, body: string) {
   const response = await fetch(url, {
@@ -107,7 +84,7 @@ describeWithRuntime('wrangler', 'Cloudflare Workers with PostgreSQL (workerd, wr
     });
 
     test('sequential requests: each first POST 200 and delivered once, each resend a duplicate, no 503', async () => {
-      const server = await wranglerDev('worker-postgres.ts', '--test-scheduled');
+      const server = await wranglerDev(dir, 'worker-postgres.ts', '--test-scheduled');
       try {
         for (let i = 0; i < 6; i += 1) {
           const notification = uniquePayload();
@@ -143,7 +120,7 @@ describeWithRuntime('wrangler', 'Cloudflare Workers with PostgreSQL (workerd, wr
         ['PostgresStore, pool and router per request', 'worker-postgres.ts'],
       ];
       for (const [name, entry] of workers) {
-        const server = await wranglerDev(entry);
+        const server = await wranglerDev(dir, entry);
         try {
           await post(server.url, JSON.stringify(uniquePayload())); // warm-up: the first request builds things
           medians[name] = await medianLatency(server.url, count);

@@ -4,7 +4,7 @@ import { uniquePayload } from '../helpers/payloads.js';
 import { eventually } from '../helpers/services.js';
 import { checkIpnAnswers, describeIpnAnswers } from './ipn-answers.js';
 import { packedApp, ROOT } from './packed.js';
-import { binary, describeWithRuntime, startServer, type RuntimeServer } from './runtime-process.js';
+import { describeWithRuntime, wranglerDev, type RuntimeServer } from './runtime-process.js';
 
 /**
  * Cloudflare Workers, run locally by wrangler 4.86 in workerd with the documented wrangler.toml
@@ -15,29 +15,6 @@ let dir = '';
 
 /** What a user deploys: the documented Worker and its wrangler.toml. */
 const WORKER_FILES = ['examples/runtimes/worker.ts', 'examples/runtimes/wrangler.toml'];
-
-/** `wrangler dev <entry>` in a scratch folder inside the packed app (whose node_modules resolve ipn-kit). */
-function wranglerDev(entry: string): Promise<RuntimeServer> {
-  return startServer(
-    binary('wrangler'),
-    [
-      'dev',
-      entry,
-      '--config',
-      'wrangler.toml',
-      '--ip',
-      '127.0.0.1',
-      '--port',
-      '0',
-      '--show-interactive-dev-session=false',
-    ],
-    {
-      cwd: join(dir, 'examples/runtimes'), // where wrangler.toml is
-      env: { WRANGLER_SEND_METRICS: 'false', WRANGLER_LOG_PATH: join(dir, 'logs') },
-      ready: /Ready on http:\/\/[^:/]+:(\d+)/,
-    },
-  );
-}
 
 /** The listener's record, read back from the Worker: it finished under ctx.waitUntil, after the 200. */
 async function credited(url: string): Promise<string[]> {
@@ -73,7 +50,7 @@ describeWithRuntime('wrangler', 'Cloudflare Workers (workerd, wrangler 4.86)', (
   // The router at module scope: construction makes no id and starts no timer (workerd refuses both in
   // global scope, "Disallowed operation called within global scope").
   test('the documented Worker, router at module scope: answers, and ctx.waitUntil carries the listeners', async () => {
-    const server = await wranglerDev('../../test/runtimes/workers/probe.ts');
+    const server = await wranglerDev(dir, '../../test/runtimes/workers/probe.ts');
     try {
       await checkIpnAnswers(server.url);
       await checkWaitUntil(server.url);
@@ -85,7 +62,7 @@ describeWithRuntime('wrangler', 'Cloudflare Workers (workerd, wrangler 4.86)', (
   describe('the router built inside the first fetch (the workaround until then)', () => {
     let server: RuntimeServer | undefined;
     beforeAll(async () => {
-      server = await wranglerDev('../../test/runtimes/workers/lazy.ts');
+      server = await wranglerDev(dir, '../../test/runtimes/workers/lazy.ts');
     }, 90_000);
     afterAll(() => server?.stop());
 
