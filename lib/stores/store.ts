@@ -178,35 +178,50 @@ export interface DurableStore extends Store {
   purge(before: Date): Promise<number>;
   /**
    * Optional: opens a transaction for one delivery attempt, held by `leaseId`, that the listeners write
-   * through (its `db` is their context's `db`) and that marks the entry delivered when it commits: their
-   * writes and the `delivered` mark commit together or not at all. Resolves `undefined` when this store
-   * cannot open one (the attempt is then delivered without it). `PostgresStore` over a pool implements it.
+   * through (their context's `tx`, and `db` when the store has one) and that marks the entry delivered when
+   * it commits: their writes and the `delivered` mark commit together or not at all. Resolves `undefined`
+   * when this store cannot open one (the attempt is then delivered without it). `PostgresStore` over a pool,
+   * or given your ORM's `transactions`, implements it.
+   *
+   * A store plugs its database into delivery here and nowhere else: delivery knows no SQL, no driver and no
+   * error code. It asks the transaction to `commit()` a delivered attempt and to `rollback()` any other;
+   * a `commit()` that rejects has an unknown outcome, which delivery settles by reading the entry
+   * (`get(key)`): `delivered` means the commit landed.
    */
   begin?(key: string, leaseId: string): Promise<DeliveryTransaction | undefined>;
 }
 
 /**
- * One delivery attempt's transaction (see {@link DurableStore.begin}). `db` is what listeners write through;
- * once the attempt has ended, it refuses every further query.
+ * Where a delivery transaction stands: `idle` (nothing opened yet: a store may open it lazily, at the
+ * listeners' first write, and then `commit()` only marks the entry delivered, as `settle()` would), `open`,
+ * or `ended` (committed or rolled back; every later write through it is refused).
  * @inline
  */
-export interface DeliveryTransaction<Db = unknown> {
-  readonly db: Db;
+export type TransactionState = 'idle' | 'open' | 'ended';
+
+/**
+ * One delivery attempt's transaction (see {@link DurableStore.begin}).
+ * @inline
+ */
+export interface DeliveryTransaction<Tx = unknown, Db = unknown> {
+  /** What listeners write through: their context's `tx`. */
+  readonly tx: Tx;
+  /** Their context's `db`, when the store gives one (`PostgresStore` over a pool: the `pg` client). */
+  readonly db?: Db;
+  /** Where the transaction stands; read by delivery, changed only by the transaction itself. */
+  readonly state: TransactionState;
   /**
-   * Marks the entry delivered inside the transaction, then commits. Resolves `false`, having rolled back,
-   * when the lease was lost (another attempt holds the entry now). Rejects when the mark or the commit
-   * failed: the outcome is then both writes or neither, never one of them.
+   * Marks the entry delivered inside the transaction, guarded by the lease, then commits. Resolves
+   * `'delivered'`; or `'lost'`, having rolled back, when the lease was lost (another attempt holds the
+   * entry now: the listeners' writes must not land). Rejects when the outcome is unknown (the mark or the
+   * commit failed, or its answer was lost): both writes landed or neither did, and the entry says which.
+   * Its message says what went wrong in words a partner can act on.
    */
-  commit(): Promise<boolean>;
+  commit(): Promise<'delivered' | 'lost'>;
   /**
-   * Rolls the transaction back; `abandon`: closes its connection instead, for a listener that may still be
-   * running a query on it (the database rolls back a transaction whose connection is gone). Never rejects.
+   * Rolls the transaction back. `listeners`, when given, is an attempt abandoned while its listeners may
+   * still be running: it settles once they have, and the transaction must make sure that no write of
+   * theirs lands (by closing its connection, or by rolling back only once they are done). Never rejects.
    */
-  rollback(abandon?: boolean): Promise<void>;
-  /**
-   * Whether the listeners opened the transaction (a `PostgresStore` transaction opens with the first query
-   * through `db`). `false`: nothing was written in it, and `commit()` only marks the entry delivered, as
-   * `settle()` would, so a failure of it is the store's, not the attempt's. Absent: taken as opened.
-   */
-  readonly opened?: boolean;
+  rollback(listeners?: Promise<unknown>): Promise<void>;
 }

@@ -107,6 +107,17 @@ const SURFACE: Record<string, string[]> = {
   prometheus: ['registerIpnMetrics'],
   admin: ['adminRouter', 'adminFetchHandler', 'AdminOptions'],
   fastify: ['ipnPlugin', 'IpnPluginOptions'],
+  orm: [
+    'Transactions',
+    'Statement',
+    'StatementResult',
+    'prismaTransactions',
+    'drizzleTransactions',
+    'kyselyTransactions',
+    'knexTransactions',
+    'typeormTransactions',
+    'sequelizeTransactions',
+  ],
   // The bin: no `exports` entry reaches it, so it exports nothing.
   cli: [],
 };

@@ -74,7 +74,7 @@ try {
       'dist/cjs/index.d.ts',
       'dist/esm/index.js',
       'dist/esm/index.d.ts',
-      ...['redis', 'postgres', 'testing', 'prometheus', 'admin', 'fastify'].flatMap((entry) => [
+      ...['redis', 'postgres', 'testing', 'prometheus', 'admin', 'fastify', 'orm'].flatMap((entry) => [
         `dist/cjs/${entry}.js`,
         `dist/esm/${entry}.js`,
         `dist/cjs/${entry}.d.ts`,

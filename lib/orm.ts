@@ -1,0 +1,8 @@
+/**
+ * `ipn-kit/orm`: exactly once with the ORM you already use. Each function takes your ORM's client and
+ * returns the {@link Transactions} a store runs each delivery attempt in (`new PostgresStore({ pool,
+ * transactions })`); listeners then write through the ORM's own transaction object, their context's `tx`.
+ * No ORM is loaded by this entry point: each is an optional peer, used only through the client you pass.
+ * @packageDocumentation
+ */
+export type { Transactions, Statement, StatementResult } from './stores/transactions.js';

@@ -1,0 +1,111 @@
+import { DeliveryError, messageOf, StoreError } from '../shared/errors.js';
+import type { DeliveryTransaction, TransactionState } from './store.js';
+import type { Statement, Transactions } from './transactions.js';
+
+/** What ends the ORM's transaction callback: commit (after the mark), or roll back once `after` settles. */
+type Decision = { commit: true } | { commit: false; after: Promise<unknown> };
+
+/** Thrown inside the ORM's callback so that the ORM rolls back: the attempt was not delivered. */
+class RolledBack extends DeliveryError {
+  constructor() {
+    super('the delivery attempt was not delivered: its transaction is rolled back');
+  }
+}
+
+/** Thrown inside the ORM's callback when the mark changed no row: another attempt holds the entry now. */
+class LeaseLost extends DeliveryError {
+  constructor(key: string) {
+    super(`the lease on ${key} was lost: this attempt's writes are rolled back`);
+  }
+}
+
+/**
+ * Opens a delivery transaction in your ORM, for any store and dialect: the ORM's own transaction helper
+ * (`transactions.transaction`) runs, and its callback hands the ORM's transaction object to the listeners,
+ * then waits for delivery's decision. Delivered: the callback runs `mark` (the store's `delivered` update,
+ * guarded by the lease) in the same transaction and returns, so the ORM commits the listeners' writes and
+ * the mark together; a mark that changed no row (the lease was lost) throws, so the ORM rolls both back.
+ * Not delivered: the callback throws once the listeners have settled, and the ORM rolls back.
+ *
+ * `explain` turns a database error into words a partner can act on (a dialect's detail, such as
+ * PostgreSQL's aborted transaction); `undefined` keeps the ORM's message.
+ *
+ * Resolves once the ORM has opened the transaction; rejects (a `StoreError`) when it could not.
+ */
+export async function openOrmTransaction<Tx>(
+  transactions: Transactions<Tx>,
+  key: string,
+  mark: Statement,
+  explain: (error: unknown) => string | undefined = () => undefined,
+): Promise<DeliveryTransaction<Tx, never>> {
+  let state: TransactionState = 'idle';
+  let decide!: (decision: Decision) => void;
+  const decided = new Promise<Decision>((resolve) => (decide = resolve));
+  let handOut!: (tx: Tx) => void;
+  const handedOut = new Promise<Tx>((resolve) => (handOut = resolve));
+
+  const finished = Promise.resolve()
+    .then(() =>
+      transactions.transaction(async (tx) => {
+        handOut(tx);
+        const decision = await decided;
+        if (!decision.commit) {
+          await decision.after.catch(() => {}); // no write of a listener still running lands after this
+          throw new RolledBack();
+        }
+        const { count } = await transactions.query(tx, mark);
+        if (count !== 1) throw new LeaseLost(key);
+      }),
+    )
+    .then(() => undefined);
+  finished.catch(() => {}); // handled by commit(), rollback() or begin below, whichever runs
+
+  const tx = await Promise.race([
+    handedOut,
+    finished.then(
+      () => {
+        throw new StoreError(`${transactions.name}: the transaction of ${key} ended before it began`);
+      },
+      (error: unknown) => {
+        throw new StoreError(
+          `could not open the delivery transaction of ${key} in ${transactions.name}: ${messageOf(error)} ` +
+            '(is the connection pool exhausted, or the database unreachable? the attempt is retried)',
+          { cause: error },
+        );
+      },
+    ),
+  ]);
+  state = 'open';
+
+  return {
+    tx,
+    get state() {
+      return state;
+    },
+    async commit() {
+      if (state !== 'open') {
+        throw new DeliveryError(`the delivery transaction of ${key} has ended: it cannot commit`);
+      }
+      state = 'ended';
+      decide({ commit: true });
+      try {
+        await finished;
+        return 'delivered';
+      } catch (error) {
+        if (error instanceof LeaseLost) return 'lost';
+        const why = explain(error) ?? messageOf(error);
+        throw new DeliveryError(
+          `the delivery transaction of ${key} did not commit in ${transactions.name}: ${why}`,
+          { cause: error },
+        );
+      }
+    },
+    async rollback(listeners) {
+      if (state !== 'open') return;
+      state = 'ended';
+      decide({ commit: false, after: listeners ?? Promise.resolve() });
+      // An abandoned attempt does not wait for listeners that may never settle: the ORM's callback does.
+      if (listeners === undefined) await finished.catch(() => {});
+    },
+  };
+}

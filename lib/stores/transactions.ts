@@ -1,0 +1,56 @@
+/**
+ * One SQL statement a store runs, in its database's own placeholder style (`$1` for PostgreSQL, `?` for
+ * MySQL and SQLite). `returns` says what the store reads of it: the rows it returned (a `SELECT`, or a write
+ * with `RETURNING`), or how many rows it changed (`count`).
+ * @inline
+ */
+export interface Statement {
+  text: string;
+  values: unknown[];
+  returns: 'rows' | 'count';
+}
+
+/**
+ * What a statement came to: `rows` it returned (empty for a `count` statement when the ORM gives none), and
+ * `count`, the rows it changed (for a `rows` statement: how many it returned).
+ * @inline
+ */
+export interface StatementResult {
+  rows: Array<Record<string, unknown>>;
+  count: number;
+}
+
+/**
+ * How a store runs each delivery attempt inside a transaction that your ORM opens, so that what a listener
+ * writes through the ORM's own transaction object (its context's `tx`) commits together with the
+ * `delivered` mark, or not at all. `ipn-kit/orm` makes one for Prisma, Drizzle, Kysely, Knex, TypeORM and
+ * Sequelize; for another ORM, write these few lines yourself.
+ *
+ * @typeParam Tx the ORM's transaction object, as the ORM types it: what listeners get as `tx`.
+ */
+export interface Transactions<Tx = unknown> {
+  /** The ORM's name, for messages: `'Prisma'`, `'Drizzle'`, ... */
+  readonly name: string;
+  /**
+   * Runs `work` in a new transaction of the ORM: commits when `work` resolves, rolls back when it rejects
+   * (and rejects with its error), as the ORM's own transaction helper does.
+   */
+  transaction<T>(work: (tx: Tx) => Promise<T>): Promise<T>;
+  /** Runs one statement inside `tx`. */
+  query(tx: Tx, statement: Statement): Promise<StatementResult>;
+  /**
+   * Optional: runs one statement on its own, outside any transaction. With it, a store may be given the ORM
+   * alone (no pool of its own): it runs its own statements through this.
+   */
+  execute?(statement: Statement): Promise<StatementResult>;
+}
+
+/** Whether `value` looks like a {@link Transactions}: for a clear error at construction. */
+export function isTransactions(value: unknown): value is Transactions {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof Reflect.get(value, 'transaction') === 'function' &&
+    typeof Reflect.get(value, 'query') === 'function'
+  );
+}
