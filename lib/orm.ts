@@ -6,3 +6,4 @@
  * @packageDocumentation
  */
 export type { Transactions, Statement, StatementResult } from './stores/transactions.js';
+export { prismaTransactions } from './stores/orm/prisma.js';
