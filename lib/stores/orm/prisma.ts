@@ -1,3 +1,4 @@
+import { messageOf } from '../../shared/errors.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
 
 /**
@@ -109,13 +110,39 @@ export function prismaTransactions<Client extends PrismaClientLike>(
 /** Runs `statement` through raw SQL: `$queryRawUnsafe` for its rows, `$executeRawUnsafe` for its count. */
 async function runStatement(client: RawSql, statement: Statement): Promise<StatementResult> {
   const values = statement.values.map(toParameter);
-  if (statement.returns === 'count') {
-    return { rows: [], count: await client.$executeRawUnsafe(statement.text, ...values) };
+  try {
+    if (statement.returns === 'count') {
+      return { rows: [], count: await client.$executeRawUnsafe(statement.text, ...values) };
+    }
+    const rows = (await client.$queryRawUnsafe(statement.text, ...values)) as Array<Record<string, unknown>>;
+    return { rows: rows.map(toPgRow), count: rows.length };
+  } catch (error) {
+    throw asPgError(error);
   }
-  const rows = (
-    (await client.$queryRawUnsafe(statement.text, ...values)) as Array<Record<string, unknown>>
-  ).map(toPgRow);
-  return { rows, count: rows.length };
+}
+
+/**
+ * Prisma's error for a failed raw query (code `P2010`) as pg throws it: PostgreSQL's own SQLSTATE as `code`
+ * and its message, so that the store recognises an inbox not migrated (`42P01`) or a transaction a listener
+ * left aborted (`25P02`) and says what to do; Prisma's error is its `cause`. Any other error as it is.
+ */
+function asPgError(error: unknown): unknown {
+  const failure = dig(error, 'meta', 'driverAdapterError', 'cause');
+  const code = dig(failure, 'originalCode');
+  if (typeof code !== 'string') return error;
+  const message = dig(failure, 'originalMessage');
+  const pgError = new Error(typeof message === 'string' ? message : messageOf(error), { cause: error });
+  return Object.assign(pgError, { code });
+}
+
+/** `value[a][b]...`, or `undefined` where a step is not an object. */
+function dig(value: unknown, ...path: string[]): unknown {
+  let current = value;
+  for (const key of path) {
+    if (typeof current !== 'object' || current === null) return undefined;
+    current = Reflect.get(current, key);
+  }
+  return current;
 }
 
 /**

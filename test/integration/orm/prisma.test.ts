@@ -1,9 +1,18 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { PrismaPg } from '@prisma/adapter-pg';
 import type { Pool } from 'pg';
+import { ipnRouter } from 'ipn-kit';
 import { prismaTransactions } from 'ipn-kit/orm';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { PrismaClient as ExamplePrismaClient } from '../../../examples/prisma/generated/client.js';
 import { PrismaClient } from '../../fixtures/orm/prisma/generated/client.js';
 import { ledgerSchema } from '../../helpers/ledger-schema.js';
-import { describeWithService } from '../../helpers/services.js';
+import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
+import { uniquePayload } from '../../helpers/payloads.js';
+import { quiet } from '../../helpers/quiet-logger.js';
+import { servedRouters } from '../../helpers/servers.js';
+import { describeWithService, eventually } from '../../helpers/services.js';
 
 /**
  * prismaTransactions against the real PostgreSQL, through Prisma 7 and its pg adapter sharing the test's
@@ -12,6 +21,8 @@ import { describeWithService } from '../../helpers/services.js';
  */
 
 jest.setTimeout(30_000);
+
+runOrmScenarios(require.resolve('../../fixtures/orm/prisma.ts'));
 
 describeWithService('PostgreSQL', 'prismaTransactions (Prisma 7, @prisma/adapter-pg)', () => {
   // The fixture's Ledger model needs an identifier: the harness's ledger gets an `id serial`.
@@ -192,6 +203,158 @@ describeWithService('PostgreSQL', 'prismaTransactions (Prisma 7, @prisma/adapter
       { timeout: 60_000, maxWait: 10_000 },
       { timeout: 120_000, maxWait: 10_000, isolationLevel: 'Serializable' },
     ]);
+  });
+});
+
+describeWithService('PostgreSQL', 'a PostgresStore on Prisma: what the store tells a partner', () => {
+  const ledger = ledgerSchema('ipn_prisma_store', ['ALTER TABLE ledger ADD COLUMN id serial PRIMARY KEY']);
+  let prisma: PrismaClient;
+  beforeAll(() => {
+    prisma = new PrismaClient({ adapter: new PrismaPg(ledger.pool(), { schema: ledger.schema }) });
+  });
+  afterAll(() => prisma?.$disconnect());
+  const serve = servedRouters();
+
+  test('through Prisma alone, on an inbox never migrated: the store says to migrate', async () => {
+    const store = new PostgresStore({ transactions: prismaTransactions(prisma), table: 'never_migrated' });
+
+    await expect(store.get('TX-1:SUCCESSFUL')).rejects.toThrow(
+      /does not exist: run `await store.migrate\(\)`/,
+    );
+  });
+
+  test('a listener that swallows a SQL error in tx: the aborted transaction is named, and the entry ends dead', async () => {
+    const store = new PostgresStore({ pool: ledger.pool(), transactions: prismaTransactions(prisma) });
+    const ipn = ipnRouter({
+      store,
+      delivery: 'at-least-once',
+      logger: quiet,
+      leaseMs: 300,
+      maxAttempts: 2,
+      retryDelayMs: 20,
+      recoveryIntervalMs: 50,
+    });
+    ipn.on('successful', async (n, { tx }) => {
+      await tx.ledger.create({ data: { transactionId: n.transaction_id, orderId: 'o-1', amount: '1' } });
+      await tx.$executeRawUnsafe('SELECT 1 / 0').catch(() => {}); // caught: PostgreSQL aborts the transaction
+    });
+    const { post } = await serve(ipn);
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+
+    await eventually(
+      'the entry dead',
+      async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'dead',
+    );
+    expect((await ledger.entryOf(ledger.keyOf(payload)))?.last_error).toEqual(
+      expect.stringContaining('PostgreSQL aborted the transaction'),
+    );
+    expect(await ledger.ledgerOf(payload.transaction_id)).toEqual([]);
+  });
+});
+
+/**
+ * The inbox model of examples/prisma/schema.prisma, which docs/orm.md gives partners who keep their
+ * migrations in Prisma: `prisma migrate dev` diffs the database against it, so any column, type, nullability,
+ * key or index it does not state as `migrate()` made it would become an ALTER or a DROP. Migrate needs the
+ * schema engine, which this machine cannot download; so the model is compared with the table itself.
+ */
+describeWithService('PostgreSQL', 'the inbox model of examples/prisma/schema.prisma', () => {
+  const ledger = ledgerSchema('ipn_prisma_model', ['ALTER TABLE ledger ADD COLUMN id serial PRIMARY KEY']);
+  let prisma: ExamplePrismaClient;
+  beforeAll(() => {
+    prisma = new ExamplePrismaClient({ adapter: new PrismaPg(ledger.pool(), { schema: ledger.schema }) });
+  });
+  afterAll(() => prisma?.$disconnect());
+  const serve = servedRouters();
+
+  /** The model's fields as `column: type` (PostgreSQL's names), read from the schema file. */
+  function modelColumns(): Record<string, string> {
+    const schema = readFileSync(join(__dirname, '../../../examples/prisma/schema.prisma'), 'utf8');
+    const model = /model IpnInbox \{([^}]*)\}/.exec(schema)![1]!;
+    const types: Record<string, string> = {
+      String: 'text',
+      Int: 'integer',
+      Json: 'jsonb',
+      'DateTime@db.Timestamptz(6)': 'timestamp with time zone',
+    };
+    const columns: Record<string, string> = {};
+    for (const line of model.split('\n').map((text) => text.trim())) {
+      const field = /^(\w+)\s+(\w+)(\?)?(.*)$/.exec(line);
+      if (!field || line.startsWith('@@')) continue;
+      const [, name, type, optional, attributes] = field;
+      const column = /@map\("(\w+)"\)/.exec(attributes!)?.[1] ?? name!;
+      const native = /@db\.\w+(\(\d+\))?/.exec(attributes!)?.[0] ?? '';
+      columns[column] = `${types[type! + native] ?? `${type}${native}`}${optional ? ' NULL' : ' NOT NULL'}`;
+    }
+    return columns;
+  }
+
+  test('states every column of the table migrate() made, with its type and nullability, and no other', async () => {
+    const { rows } = await ledger
+      .pool()
+      .query(
+        `SELECT column_name, data_type, is_nullable FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'ipn_inbox'`,
+        [ledger.schema],
+      );
+    const table = Object.fromEntries(
+      (rows as Array<{ column_name: string; data_type: string; is_nullable: string }>).map((row) => [
+        row.column_name,
+        `${row.data_type}${row.is_nullable === 'YES' ? ' NULL' : ' NOT NULL'}`,
+      ]),
+    );
+
+    expect(modelColumns()).toEqual(table);
+  });
+
+  test('names its primary key and index as migrate() made them', async () => {
+    const { rows } = await ledger
+      .pool()
+      .query(`SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'ipn_inbox'`, [
+        ledger.schema,
+      ]);
+    const indexes = Object.fromEntries(
+      (rows as Array<{ indexname: string; indexdef: string }>).map((row) => [
+        row.indexname,
+        /\((.*)\)$/.exec(row.indexdef)![1],
+      ]),
+    );
+
+    expect(indexes).toEqual({ ipn_inbox_pkey: 'key', ipn_inbox_due_idx: 'status, next_attempt_at' });
+    const schema = readFileSync(join(__dirname, '../../../examples/prisma/schema.prisma'), 'utf8');
+    expect(schema).toContain('key           String    @id');
+    expect(schema).toContain('@@index([status, nextAttemptAt], map: "ipn_inbox_due_idx")');
+  });
+
+  test('reads the inbox through the generated client: the delivered count, an entry as the store has it', async () => {
+    const store = new PostgresStore({ pool: ledger.pool(), transactions: prismaTransactions(prisma) });
+    const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet });
+    ipn.on('successful', async (n, { tx }) => {
+      await tx.ledger.create({
+        data: { transactionId: n.transaction_id, orderId: 'o-1', amount: n.amount ?? 0 },
+      });
+    });
+    const { post } = await serve(ipn);
+    const payloads = [uniquePayload(), uniquePayload()];
+    for (const payload of payloads) expect((await post(payload)).status).toBe(200);
+    await eventually(
+      'both delivered',
+      async () => (await prisma.ipnInbox.count({ where: { status: 'delivered' } })) === 2,
+    );
+
+    const key = ledger.keyOf(payloads[0]!);
+    const row = await prisma.ipnInbox.findUniqueOrThrow({ where: { key } });
+    const entry = (await store.get(key))!;
+    expect(row).toMatchObject({
+      key,
+      transactionId: entry.transactionId,
+      status: 'delivered',
+      attempts: entry.attempts,
+      record: entry.record,
+      deliveredAt: entry.deliveredAt,
+      receivedAt: entry.receivedAt,
+    });
+    expect(await prisma.ledger.count({ where: { transactionId: entry.transactionId } })).toBe(1);
   });
 });
 
