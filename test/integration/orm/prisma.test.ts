@@ -6,6 +6,7 @@ import { ipnRouter } from 'ipn-kit';
 import { prismaTransactions } from 'ipn-kit/orm';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { PrismaClient as ExamplePrismaClient } from '../../../examples/prisma/generated/client.js';
+import { prismaIpn } from '../../../examples/snippets/orm/prisma.js';
 import { PrismaClient } from '../../fixtures/orm/prisma/generated/client.js';
 import { ledgerSchema } from '../../helpers/ledger-schema.js';
 import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
@@ -215,6 +216,25 @@ describeWithService('PostgreSQL', 'a PostgresStore on Prisma: what the store tel
   afterAll(() => prisma?.$disconnect());
   const serve = servedRouters();
 
+  test('the documented setup and listener: a notification posted twice credits the ledger once', async () => {
+    const { ipn, prisma: documented } = prismaIpn(ledger.pool(), ledger.schema);
+    try {
+      const { post } = await serve(ipn);
+      const payload = uniquePayload({ custom_data: 'order-7' });
+      expect((await post(payload)).status).toBe(200);
+      expect((await post(payload)).status).toBe(200);
+      await eventually(
+        'delivered',
+        async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+      );
+
+      expect(await ledger.ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'order-7' }]);
+    } finally {
+      await documented.$disconnect();
+    }
+    expect((await ledger.pool().query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]); // the pool still open
+  });
+
   test('through Prisma alone, on an inbox never migrated: the store says to migrate', async () => {
     const store = new PostgresStore({ transactions: prismaTransactions(prisma), table: 'never_migrated' });
 
@@ -254,12 +274,13 @@ describeWithService('PostgreSQL', 'a PostgresStore on Prisma: what the store tel
 });
 
 /**
- * The inbox model of examples/prisma/schema.prisma, which docs/orm.md gives partners who keep their
- * migrations in Prisma: `prisma migrate dev` diffs the database against it, so any column, type, nullability,
- * key or index it does not state as `migrate()` made it would become an ALTER or a DROP. Migrate needs the
- * schema engine, which this machine cannot download; so the model is compared with the table itself.
+ * The inbox models of examples/prisma/schema.prisma, which docs/orm.md gives partners who keep their
+ * migrations in Prisma: `prisma migrate dev` diffs the database against them, so any column, type,
+ * nullability, key or index they do not state as `migrate()` made it would become an ALTER or a DROP.
+ * Migrate needs the schema engine, which this machine cannot download: the models are compared with the
+ * tables themselves, as PostgreSQL describes them.
  */
-describeWithService('PostgreSQL', 'the inbox model of examples/prisma/schema.prisma', () => {
+describeWithService('PostgreSQL', 'the inbox models of examples/prisma/schema.prisma', () => {
   const ledger = ledgerSchema('ipn_prisma_model', ['ALTER TABLE ledger ADD COLUMN id serial PRIMARY KEY']);
   let prisma: ExamplePrismaClient;
   beforeAll(() => {
@@ -267,63 +288,81 @@ describeWithService('PostgreSQL', 'the inbox model of examples/prisma/schema.pri
   });
   afterAll(() => prisma?.$disconnect());
   const serve = servedRouters();
+  const schemaFile = readFileSync(join(__dirname, '../../../examples/prisma/schema.prisma'), 'utf8');
 
-  /** The model's fields as `column: type` (PostgreSQL's names), read from the schema file. */
-  function modelColumns(): Record<string, string> {
-    const schema = readFileSync(join(__dirname, '../../../examples/prisma/schema.prisma'), 'utf8');
-    const model = /model IpnInbox \{([^}]*)\}/.exec(schema)![1]!;
-    const types: Record<string, string> = {
-      String: 'text',
-      Int: 'integer',
-      Json: 'jsonb',
-      'DateTime@db.Timestamptz(6)': 'timestamp with time zone',
-    };
+  /** PostgreSQL's name of each Prisma type the models use (with its `@db` attribute). */
+  const TYPES: Record<string, string> = {
+    String: 'text',
+    Int: 'integer',
+    BigInt: 'bigint',
+    Float: 'double precision',
+    Json: 'jsonb',
+    'DateTime@db.Timestamptz(6)': 'timestamp with time zone',
+  };
+
+  /** A model's fields as `column: 'type NULL|NOT NULL'`, read from the schema file. */
+  function modelColumns(model: string): Record<string, string> {
+    const body = new RegExp(`model ${model} \\{([^}]*)\\}`).exec(schemaFile)![1]!;
     const columns: Record<string, string> = {};
-    for (const line of model.split('\n').map((text) => text.trim())) {
+    for (const line of body.split('\n').map((text) => text.trim())) {
       const field = /^(\w+)\s+(\w+)(\?)?(.*)$/.exec(line);
-      if (!field || line.startsWith('@@')) continue;
+      if (!field) continue;
       const [, name, type, optional, attributes] = field;
       const column = /@map\("(\w+)"\)/.exec(attributes!)?.[1] ?? name!;
       const native = /@db\.\w+(\(\d+\))?/.exec(attributes!)?.[0] ?? '';
-      columns[column] = `${types[type! + native] ?? `${type}${native}`}${optional ? ' NULL' : ' NOT NULL'}`;
+      columns[column] = `${TYPES[type! + native] ?? type! + native}${optional ? ' NULL' : ' NOT NULL'}`;
     }
     return columns;
   }
 
-  test('states every column of the table migrate() made, with its type and nullability, and no other', async () => {
-    const { rows } = await ledger
-      .pool()
-      .query(
-        `SELECT column_name, data_type, is_nullable FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'ipn_inbox'`,
-        [ledger.schema],
-      );
-    const table = Object.fromEntries(
+  /** A table's columns as PostgreSQL describes them, in the same form. */
+  async function tableColumns(table: string): Promise<Record<string, string>> {
+    const { rows } = await ledger.pool().query(
+      `SELECT column_name, data_type, is_nullable FROM information_schema.columns
+        WHERE table_schema = $1 AND table_name = $2`,
+      [ledger.schema, table],
+    );
+    return Object.fromEntries(
       (rows as Array<{ column_name: string; data_type: string; is_nullable: string }>).map((row) => [
         row.column_name,
         `${row.data_type}${row.is_nullable === 'YES' ? ' NULL' : ' NOT NULL'}`,
       ]),
     );
+  }
 
-    expect(modelColumns()).toEqual(table);
-  });
-
-  test('names its primary key and index as migrate() made them', async () => {
+  /** A table's indexes (its primary key's included) as `name: 'columns'`. */
+  async function tableIndexes(table: string): Promise<Record<string, string>> {
     const { rows } = await ledger
       .pool()
-      .query(`SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'ipn_inbox'`, [
+      .query('SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = $2', [
         ledger.schema,
+        table,
       ]);
-    const indexes = Object.fromEntries(
+    return Object.fromEntries(
       (rows as Array<{ indexname: string; indexdef: string }>).map((row) => [
         row.indexname,
-        /\((.*)\)$/.exec(row.indexdef)![1],
+        /\((.*)\)$/.exec(row.indexdef)![1]!,
       ]),
     );
+  }
 
-    expect(indexes).toEqual({ ipn_inbox_pkey: 'key', ipn_inbox_due_idx: 'status, next_attempt_at' });
-    const schema = readFileSync(join(__dirname, '../../../examples/prisma/schema.prisma'), 'utf8');
-    expect(schema).toContain('key           String    @id');
-    expect(schema).toContain('@@index([status, nextAttemptAt], map: "ipn_inbox_due_idx")');
+  test.each([
+    ['IpnInbox', 'ipn_inbox'],
+    ['IpnInboxExpected', 'ipn_inbox_expected'],
+  ])('%s states every column of %s as migrate() made it, and no other', async (model, table) => {
+    expect(schemaFile).toContain(`@@map("${table}")`);
+    expect(modelColumns(model)).toEqual(await tableColumns(table));
+  });
+
+  test('their keys and the index are named as migrate() named them, so Migrate renames nothing', async () => {
+    expect(await tableIndexes('ipn_inbox')).toEqual({
+      ipn_inbox_pkey: 'key', // Prisma's default name for the key of @@map("ipn_inbox")
+      ipn_inbox_due_idx: 'status, next_attempt_at',
+    });
+    expect(await tableIndexes('ipn_inbox_expected')).toEqual({ ipn_inbox_expected_pkey: 'transaction_id' });
+    expect(schemaFile).toMatch(/^\s+key\s+String\s+@id$/m);
+    expect(schemaFile).toMatch(/^\s+transactionId\s+String\s+@id @map\("transaction_id"\)$/m);
+    expect(schemaFile).toContain('@@index([status, nextAttemptAt], map: "ipn_inbox_due_idx")');
   });
 
   test('reads the inbox through the generated client: the delivered count, an entry as the store has it', async () => {
