@@ -26,7 +26,9 @@ export interface PrismaTransactionOptions {
 
 /** What ipn-kit uses of a Prisma client, and of the transaction client its `$transaction` hands out. */
 interface RawSql {
+  /** Runs `query` with `$1` parameters; resolves its rows. */
   $queryRawUnsafe(query: string, ...values: unknown[]): PromiseLike<unknown>;
+  /** Runs `query` with `$1` parameters; resolves how many rows it changed. */
   $executeRawUnsafe(query: string, ...values: unknown[]): PromiseLike<number>;
 }
 
@@ -36,6 +38,7 @@ interface RawSql {
  * @inline
  */
 export interface PrismaClientLike extends RawSql {
+  /** Runs `fn` in an interactive transaction: commits when it resolves, rolls back when it rejects. */
   $transaction(
     fn: (tx: unknown) => Promise<unknown>,
     options?: PrismaTransactionOptions,
@@ -67,9 +70,10 @@ const ISOLATION_LEVELS = ['ReadUncommitted', 'ReadCommitted', 'RepeatableRead', 
  * both. The store also runs through Prisma alone (`new PostgresStore({ transactions })`, no pool): its own
  * statements then go through `prisma.$queryRawUnsafe`, with `$1` parameters.
  *
- * Prisma's pg adapter reads `timestamptz` values as if the session's `TimeZone` were UTC (prisma/orm#26786):
- * run the pool in UTC (`options: '-c TimeZone=UTC'`) when the database's default is another zone. ipn-kit
- * compares times in SQL, and writes the dates it passes as ISO text, which PostgreSQL reads exactly.
+ * Prisma's pg adapter reads `timestamptz` values as if the session's `TimeZone` were UTC (prisma/orm#26786),
+ * your models' and the inbox's alike (when the store runs through Prisma alone): when the database's default
+ * zone is another, run the pool in UTC (`options: '-c TimeZone=UTC'`). ipn-kit compares times in SQL, and
+ * sends the dates it writes as ISO text, which PostgreSQL reads exactly in any zone.
  *
  * @param prisma your `PrismaClient` instance (`new PrismaClient({ adapter })`), or one extended with `$extends`.
  * @param options the interactive transaction's `timeout`, `maxWait` and `isolationLevel`.
@@ -87,7 +91,9 @@ const ISOLATION_LEVELS = ['ReadUncommitted', 'ReadCommitted', 'RepeatableRead', 
  * const store = new PostgresStore({ pool, transactions: prismaTransactions(prisma) });
  * const ipn = ipnRouter({ store, delivery: 'at-least-once' });
  * ipn.on('successful', async (n, { tx }) => {
- *   await tx.ledger.create({ data: { transactionId: n.transaction_id, amount: n.amount } });
+ *   await tx.ledger.create({
+ *     data: { transactionId: n.transaction_id, orderId: String(n.custom_data), amount: n.amount ?? 0 },
+ *   });
  * });
  */
 export function prismaTransactions<Client extends PrismaClientLike>(
