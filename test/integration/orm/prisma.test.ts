@@ -399,10 +399,18 @@ describeWithService('PostgreSQL', 'the inbox models of examples/prisma/schema.pr
 
 describe('prismaTransactions refuses what is not a PrismaClient, at construction', () => {
   test.each([
-    [undefined, /expected a PrismaClient \(new PrismaClient\(\{ adapter \}\)\), got undefined/],
-    [{ query: () => {} }, /got an object without \$transaction, \$queryRawUnsafe, \$executeRawUnsafe/],
-    [PrismaClient, /got a function: pass an instance, new PrismaClient\(\{ adapter \}\), not the class/],
-  ])('%p', (value, message) => {
+    ['nothing', undefined, /expected a PrismaClient \(new PrismaClient\(\{ adapter \}\)\), got undefined/],
+    [
+      'a pg pool',
+      { query: () => {} },
+      /got an object without \$transaction, \$queryRawUnsafe, \$executeRawUnsafe/,
+    ],
+    [
+      'the class',
+      PrismaClient,
+      /got a function: pass an instance, new PrismaClient\(\{ adapter \}\), not the class/,
+    ],
+  ])('%s', (_, value, message) => {
     expect(() => prismaTransactions(value as never)).toThrow(TypeError);
     expect(() => prismaTransactions(value as never)).toThrow(message);
   });
