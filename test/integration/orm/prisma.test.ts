@@ -47,6 +47,19 @@ describeWithService('PostgreSQL', 'prismaTransactions (Prisma 7, @prisma/adapter
     data: { transactionId, orderId, amount: '5000' },
   });
 
+  test('Prisma runs on the pool it is given (one pool for the store and Prisma), and leaves it open', async () => {
+    const own = ledger.newPool(2);
+    const onOwn = new PrismaClient({ adapter: new PrismaPg(own, { schema: ledger.schema }) });
+    const busy = await prismaTransactions(onOwn).transaction(async (tx) => {
+      await tx.ledger.count();
+      return own.totalCount - own.idleCount; // the transaction's connection, taken from `own`
+    });
+    await onOwn.$disconnect();
+
+    expect(busy).toBe(1);
+    expect((await own.query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]);
+  });
+
   test('the transaction commits what the work wrote through tx, and resolves its result', async () => {
     const id = unique('commit');
     const result = await prismaTransactions(prisma).transaction(async (tx) => {
