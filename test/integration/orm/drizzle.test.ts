@@ -3,7 +3,9 @@ import { count, eq, sql } from 'drizzle-orm';
 import type { Pool } from 'pg';
 import { drizzleTransactions } from 'ipn-kit/orm';
 import type { Statement } from 'ipn-kit/orm';
-import { ipnInbox, ledger } from '../../../examples/snippets/orm/drizzle.js';
+import { getTableConfig, PgDialect, type PgTable } from 'drizzle-orm/pg-core';
+import { ipnInbox, ipnInboxExpected, ledger } from '../../../examples/snippets/orm/drizzle.js';
+import { catalogOf } from '../../helpers/pg-catalog.js';
 import { ledgerSchema } from '../../helpers/ledger-schema.js';
 import { describeWithService } from '../../helpers/services.js';
 import { ODD_SQL_TEXTS } from '../../helpers/odd-sql-texts.js';
@@ -217,3 +219,95 @@ describeWithService('PostgreSQL', 'drizzleTransactions: the contract, over node-
     },
   );
 });
+
+describeWithService(
+  'PostgreSQL',
+  'the Drizzle tables of the inbox: what store.migrate() made, as drizzle-kit reads it',
+  () => {
+    const schema = ledgerSchema('orm_drizzle_tables');
+    const dialect = new PgDialect();
+    const toSql = (value: Parameters<PgDialect['sqlToQuery']>[0]) => dialect.sqlToQuery(value).sql;
+
+    /** A column's default as PostgreSQL prints it: SQL (`defaultNow()`) as Drizzle writes it, a number as is. */
+    const defaultOf = (value: unknown): string | null => {
+      if (value === undefined) return null;
+      if (typeof value === 'number') return String(value);
+      return toSql(value as never);
+    };
+
+    /** The table as the Drizzle declaration describes it, in the catalog's terms. */
+    const declared = (table: PgTable) => {
+      const config = getTableConfig(table);
+      return {
+        columns: config.columns.map((column) => ({
+          name: column.name,
+          type: column.getSQLType(),
+          notNull: column.notNull,
+          default: defaultOf(column.default),
+        })),
+        primaryKey: [
+          ...config.columns.filter((column) => column.primary).map((column) => column.name),
+          ...config.primaryKeys.flatMap((key) => key.columns.map((column) => column.name)),
+        ],
+        checks: config.checks,
+        indexes: config.indexes.map(({ config: index }) => ({
+          name: index.name!,
+          unique: index.unique,
+          method: index.method,
+          columns: index.columns.map((column) => (column as { name: string }).name),
+        })),
+      };
+    };
+
+    test.each([
+      ['ipn_inbox', ipnInbox],
+      ['ipn_inbox_expected', ipnInboxExpected],
+    ] as const)(
+      '%s: the same columns (types, NOT NULL, defaults), primary key, check constraints and indexes',
+      async (name, table) => {
+        const client = await schema.pool().connect();
+        try {
+          const actual = await catalogOf(client, name);
+          const drizzle = declared(table);
+          expect(getTableConfig(table).name).toBe(name);
+          expect(drizzle.columns).toEqual(actual.columns);
+          expect(drizzle.primaryKey).toEqual(actual.primaryKey);
+          // drizzle-kit matches checks and indexes by name; their definitions are compared by adding Drizzle's
+          // beside PostgreSQL's, in a transaction rolled back, and reading both back as PostgreSQL prints them.
+          expect(drizzle.checks.map((check) => check.name).sort()).toEqual(
+            actual.checks.map((check) => check.name),
+          );
+          expect(drizzle.indexes.map((index) => index.name).sort()).toEqual(
+            actual.indexes.map((index) => index.name),
+          );
+          await client.query('BEGIN');
+          for (const check of drizzle.checks) {
+            await client.query(
+              `ALTER TABLE ${name} ADD CONSTRAINT "drizzle_${check.name}" CHECK (${toSql(check.value)})`,
+            );
+          }
+          for (const index of drizzle.indexes) {
+            const columns = index.columns.map((column) => `"${column}"`).join(', ');
+            await client.query(
+              `CREATE ${index.unique ? 'UNIQUE ' : ''}INDEX "drizzle_${index.name}" ON ${name} USING ${index.method ?? 'btree'} (${columns})`,
+            );
+          }
+          const both = await catalogOf(client, name);
+          const definitionOf = (list: Array<{ name: string; definition: string }>, wanted: string) =>
+            list.find((item) => item.name === wanted)?.definition.replace(`drizzle_${wanted}`, wanted);
+          for (const { name: check } of actual.checks) {
+            expect(definitionOf(both.checks, `drizzle_${check}`)).toBe(definitionOf(both.checks, check));
+          }
+          for (const { name: index } of actual.indexes) {
+            expect(definitionOf(both.indexes, `drizzle_${index}`)?.replace(`drizzle_${index}`, index)).toBe(
+              definitionOf(both.indexes, index),
+            );
+          }
+        } finally {
+          await client.query('ROLLBACK');
+          client.release();
+        }
+      },
+    );
+  },
+);

@@ -1,0 +1,53 @@
+/**
+ * Exactly once with Kysely: ipn-kit's tables in your `Database` interface (for the queries you make of the
+ * inbox), and a router whose listeners credit the ledger through Kysely's transaction.
+ * test/integration/orm/kysely.test.ts checks the interface against the real tables and runs the router
+ * against a real PostgreSQL.
+ */
+// #region tables
+import type { ColumnType, Generated, JSONColumnType } from 'kysely';
+
+/** ipn-kit's inbox, as `store.migrate()` (or `postgresSchemaSql()`) creates it. */
+export interface IpnInboxTable {
+  key: string;
+  transaction_id: string;
+  state: string;
+  record: JSONColumnType<Record<string, unknown>>;
+  status: 'received' | 'delivered' | 'failed' | 'dead';
+  attempts: Generated<number>;
+  last_error: string | null;
+  received_at: Generated<Date>;
+  updated_at: Generated<Date>;
+  next_attempt_at: Generated<Date>;
+  delivered_at: Date | null;
+  lease_id: string | null;
+  lease_until: Date | null;
+}
+
+/** The expectations beside it (`expect()`), which `store.migrate()` creates too. */
+export interface IpnInboxExpectedTable {
+  transaction_id: string;
+  custom_data: string | null;
+  amount: number | null;
+  // bigint: pg reads it as a string (milliseconds since the epoch)
+  expected_at: ColumnType<string, number | string, number | string>;
+  due_at: ColumnType<string, number | string, number | string>;
+  attempts: Generated<number>;
+}
+// #endregion tables
+
+// #region ledger
+/** Your ledger: no unique key needed, as ipn-kit delivers each notification once. */
+export interface LedgerTable {
+  transaction_id: string;
+  order_id: string;
+  // numeric: pg reads it as a string, to keep every digit
+  amount: ColumnType<string | null, number | string | null, number | string | null>;
+}
+
+export interface Database {
+  ipn_inbox: IpnInboxTable;
+  ipn_inbox_expected: IpnInboxExpectedTable;
+  ledger: LedgerTable;
+}
+// #endregion ledger
