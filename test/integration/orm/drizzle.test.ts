@@ -1,3 +1,4 @@
+import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { count, eq, sql } from 'drizzle-orm';
 import type { Pool } from 'pg';
@@ -311,3 +312,5 @@ describeWithService(
     );
   },
 );
+
+runOrmScenarios(require.resolve('../../fixtures/orm/drizzle.ts'));

@@ -1,3 +1,4 @@
+import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
 import { CamelCasePlugin, Kysely, PostgresDialect, sql, type Insertable, type Selectable } from 'kysely';
 import type { Pool } from 'pg';
 import { kyselyTransactions } from 'ipn-kit/orm';
@@ -262,3 +263,5 @@ describeWithService('PostgreSQL', 'the Kysely Database interface: what store.mig
     },
   );
 });
+
+runOrmScenarios(require.resolve('../../fixtures/orm/kysely.ts'));
