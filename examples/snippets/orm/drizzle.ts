@@ -65,3 +65,41 @@ export const ledger = pgTable('ledger', {
   amount: numeric('amount'),
 });
 // #endregion ledger
+
+// #region router
+import { drizzle } from 'drizzle-orm/node-postgres';
+import type { Pool } from 'pg';
+import { ipnRouter } from 'ipn-kit';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { drizzleTransactions } from 'ipn-kit/orm';
+
+export function drizzleRouter(pool: Pool) {
+  const db = drizzle({ client: pool });
+  const store = new PostgresStore({ pool, transactions: drizzleTransactions(db) });
+  const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+  ipn.on('successful', async (n, { tx }) => {
+    // `tx` is Drizzle's transaction: this row commits together with the inbox's `delivered` mark, or not at
+    // all (a failed attempt rolls it back, and the retry writes it again). No unique key needed.
+    await tx.insert(ledger).values({
+      transactionId: n.transaction_id,
+      orderId: n.custom_data,
+      amount: String(n.amount),
+    });
+  });
+  return ipn;
+}
+// #endregion router
+
+// #region dead-letters
+import { and, desc, eq, gte } from 'drizzle-orm';
+import type { NodePgDatabase } from 'drizzle-orm/node-postgres';
+
+/** The notifications whose delivery gave up, newest first: for an operator's page of your own. */
+export function deadNotifications(db: NodePgDatabase, since: Date) {
+  return db
+    .select({ key: ipnInbox.key, attempts: ipnInbox.attempts, lastError: ipnInbox.lastError })
+    .from(ipnInbox)
+    .where(and(eq(ipnInbox.status, 'dead'), gte(ipnInbox.receivedAt, since)))
+    .orderBy(desc(ipnInbox.receivedAt));
+}
+// #endregion dead-letters

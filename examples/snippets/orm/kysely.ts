@@ -51,3 +51,39 @@ export interface Database {
   ledger: LedgerTable;
 }
 // #endregion ledger
+
+// #region router
+import { Kysely, PostgresDialect } from 'kysely';
+import type { Pool } from 'pg';
+import { ipnRouter } from 'ipn-kit';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { kyselyTransactions } from 'ipn-kit/orm';
+
+export function kyselyRouter(pool: Pool) {
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  const store = new PostgresStore({ pool, transactions: kyselyTransactions(db) });
+  const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+  ipn.on('successful', async (n, { tx }) => {
+    // `tx` is Kysely's transaction: this row commits together with the inbox's `delivered` mark, or not at
+    // all (a failed attempt rolls it back, and the retry writes it again). No unique key needed.
+    await tx
+      .insertInto('ledger')
+      .values({ transaction_id: n.transaction_id, order_id: n.custom_data, amount: n.amount })
+      .execute();
+  });
+  return ipn;
+}
+// #endregion router
+
+// #region dead-letters
+/** The notifications whose delivery gave up, newest first: for an operator's page of your own. */
+export function deadNotifications(db: Kysely<Database>, since: Date) {
+  return db
+    .selectFrom('ipn_inbox')
+    .select(['key', 'attempts', 'last_error'])
+    .where('status', '=', 'dead')
+    .where('received_at', '>=', since)
+    .orderBy('received_at', 'desc')
+    .execute();
+}
+// #endregion dead-letters

@@ -5,10 +5,18 @@ import type { Pool } from 'pg';
 import { drizzleTransactions } from 'ipn-kit/orm';
 import type { Statement } from 'ipn-kit/orm';
 import { getTableConfig, PgDialect, type PgTable } from 'drizzle-orm/pg-core';
-import { ipnInbox, ipnInboxExpected, ledger } from '../../../examples/snippets/orm/drizzle.js';
+import {
+  deadNotifications,
+  drizzleRouter,
+  ipnInbox,
+  ipnInboxExpected,
+  ledger,
+} from '../../../examples/snippets/orm/drizzle.js';
 import { catalogOf } from '../../helpers/pg-catalog.js';
 import { ledgerSchema } from '../../helpers/ledger-schema.js';
-import { describeWithService } from '../../helpers/services.js';
+import { uniquePayload } from '../../helpers/payloads.js';
+import { servedRouters } from '../../helpers/servers.js';
+import { describeWithService, eventually } from '../../helpers/services.js';
 import { ODD_SQL_TEXTS } from '../../helpers/odd-sql-texts.js';
 
 jest.setTimeout(30_000);
@@ -310,6 +318,40 @@ describeWithService(
         }
       },
     );
+  },
+);
+
+describeWithService(
+  'PostgreSQL',
+  'the documented Drizzle snippets (examples/snippets/orm/drizzle.ts)',
+  () => {
+    const schema = ledgerSchema('orm_drizzle_snippet');
+    const serve = servedRouters();
+
+    test('drizzleRouter: a notification posted twice is credited once, through tx', async () => {
+      const { post } = await serve(drizzleRouter(schema.pool()));
+      const payload = uniquePayload({ custom_data: 'order-7' });
+      expect((await post(payload)).status).toBe(200);
+      expect((await post(payload)).status).toBe(200);
+      await eventually(
+        'delivered',
+        async () => (await schema.entryOf(schema.keyOf(payload)))?.status === 'delivered',
+      );
+      expect(await schema.ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'order-7' }]);
+    });
+
+    test("deadNotifications: the dead entries received since a date, through the inbox's declaration", async () => {
+      const t = `dead-${String(Math.random()).slice(2)}`;
+      await schema
+        .pool()
+        .query(
+          "INSERT INTO ipn_inbox (key, transaction_id, state, record, status, attempts, last_error) VALUES ($1, $2, 'SUCCESSFUL', '{}', 'dead', 8, 'gave up')",
+          [`${t}:SUCCESSFUL`, t],
+        );
+      const dead = await deadNotifications(drizzle(schema.pool()), new Date(Date.now() - 60_000));
+      expect(dead).toContainEqual({ key: `${t}:SUCCESSFUL`, attempts: 8, lastError: 'gave up' });
+      expect(await deadNotifications(drizzle(schema.pool()), new Date(Date.now() + 60_000))).toEqual([]);
+    });
   },
 );
 

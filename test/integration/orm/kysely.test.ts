@@ -3,16 +3,20 @@ import { CamelCasePlugin, Kysely, PostgresDialect, sql, type Insertable, type Se
 import type { Pool } from 'pg';
 import { kyselyTransactions } from 'ipn-kit/orm';
 import type { Statement } from 'ipn-kit/orm';
-import type {
-  Database,
-  IpnInboxExpectedTable,
-  IpnInboxTable,
-  LedgerTable,
+import {
+  deadNotifications,
+  kyselyRouter,
+  type Database,
+  type IpnInboxExpectedTable,
+  type IpnInboxTable,
+  type LedgerTable,
 } from '../../../examples/snippets/orm/kysely.js';
 import { catalogOf } from '../../helpers/pg-catalog.js';
 import { ledgerSchema } from '../../helpers/ledger-schema.js';
 import { ODD_SQL_TEXTS } from '../../helpers/odd-sql-texts.js';
-import { describeWithService } from '../../helpers/services.js';
+import { uniquePayload } from '../../helpers/payloads.js';
+import { servedRouters } from '../../helpers/servers.js';
+import { describeWithService, eventually } from '../../helpers/services.js';
 
 jest.setTimeout(30_000);
 
@@ -262,6 +266,44 @@ describeWithService('PostgreSQL', 'the Kysely Database interface: what store.mig
       }
     },
   );
+});
+
+describeWithService('PostgreSQL', 'the documented Kysely snippets (examples/snippets/orm/kysely.ts)', () => {
+  const schema = ledgerSchema('orm_kysely_snippet');
+  const serve = servedRouters();
+
+  test('kyselyRouter: a notification posted twice is credited once, through tx', async () => {
+    const { post } = await serve(kyselyRouter(schema.pool()));
+    const payload = uniquePayload({ custom_data: 'order-7' });
+    expect((await post(payload)).status).toBe(200);
+    expect((await post(payload)).status).toBe(200);
+    await eventually(
+      'delivered',
+      async () => (await schema.entryOf(schema.keyOf(payload)))?.status === 'delivered',
+    );
+    expect(await schema.ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'order-7' }]);
+  });
+
+  test("deadNotifications: the dead entries received since a date, through the inbox's declaration", async () => {
+    const t = `dead-${String(Math.random()).slice(2)}`;
+    await schema
+      .pool()
+      .query(
+        "INSERT INTO ipn_inbox (key, transaction_id, state, record, status, attempts, last_error) VALUES ($1, $2, 'SUCCESSFUL', '{}', 'dead', 8, 'gave up')",
+        [`${t}:SUCCESSFUL`, t],
+      );
+    const dead = await deadNotifications(
+      new Kysely<Database>({ dialect: new PostgresDialect({ pool: schema.pool() }) }),
+      new Date(Date.now() - 60_000),
+    );
+    expect(dead).toContainEqual({ key: `${t}:SUCCESSFUL`, attempts: 8, last_error: 'gave up' });
+    expect(
+      await deadNotifications(
+        new Kysely<Database>({ dialect: new PostgresDialect({ pool: schema.pool() }) }),
+        new Date(Date.now() + 60_000),
+      ),
+    ).toEqual([]);
+  });
 });
 
 runOrmScenarios(require.resolve('../../fixtures/orm/kysely.ts'));
