@@ -1,7 +1,8 @@
 import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { count, eq, sql } from 'drizzle-orm';
-import type { Pool } from 'pg';
+import { Pool } from 'pg';
+import { PostgresStore } from 'ipn-kit/postgres';
 import { drizzleTransactions } from 'ipn-kit/orm';
 import type { Statement } from 'ipn-kit/orm';
 import { getTableConfig, PgDialect, type PgTable } from 'drizzle-orm/pg-core';
@@ -16,7 +17,7 @@ import { catalogOf } from '../../helpers/pg-catalog.js';
 import { ledgerSchema } from '../../helpers/ledger-schema.js';
 import { uniquePayload } from '../../helpers/payloads.js';
 import { servedRouters } from '../../helpers/servers.js';
-import { describeWithService, eventually } from '../../helpers/services.js';
+import { databaseUrl, describeWithService, eventually } from '../../helpers/services.js';
 import { ODD_SQL_TEXTS } from '../../helpers/odd-sql-texts.js';
 
 jest.setTimeout(30_000);
@@ -354,5 +355,33 @@ describeWithService(
     });
   },
 );
+
+describeWithService('PostgreSQL', 'a store through Drizzle alone (no pool): migrate()', () => {
+  const schema = `orm_drizzle_alone_${process.pid}_${Date.now() % 100_000}`;
+  const reference = ledgerSchema('orm_drizzle_reference');
+  let pool: Pool;
+  beforeAll(async () => {
+    pool = new Pool({ connectionString: databaseUrl(), max: 2, options: `-c search_path=${schema}` });
+    pool.on('error', () => {});
+    await pool.query(`CREATE SCHEMA ${schema}`);
+  });
+  afterAll(async () => {
+    await pool.query(`DROP SCHEMA ${schema} CASCADE`);
+    await pool.end();
+  });
+
+  test('makes the tables a pool-run migrate() makes (its several statements, one by one through Drizzle)', async () => {
+    const store = new PostgresStore({ transactions: drizzleTransactions(drizzle(pool)) });
+    await store.migrate();
+    await store.migrate(); // idempotent
+    for (const table of ['ipn_inbox', 'ipn_inbox_expected']) {
+      const made = await catalogOf(pool, table);
+      const expected = await catalogOf(reference.pool(), table);
+      const unqualified = (catalog: typeof made, name: string) =>
+        JSON.parse(JSON.stringify(catalog).replaceAll(`${name}.`, '')) as typeof made;
+      expect(unqualified(made, schema)).toEqual(unqualified(expected, reference.schema));
+    }
+  });
+});
 
 runOrmScenarios(require.resolve('../../fixtures/orm/drizzle.ts'));

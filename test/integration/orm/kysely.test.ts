@@ -1,6 +1,7 @@
 import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
 import { CamelCasePlugin, Kysely, PostgresDialect, sql, type Insertable, type Selectable } from 'kysely';
-import type { Pool } from 'pg';
+import { Pool } from 'pg';
+import { PostgresStore } from 'ipn-kit/postgres';
 import { kyselyTransactions } from 'ipn-kit/orm';
 import type { Statement } from 'ipn-kit/orm';
 import {
@@ -16,7 +17,7 @@ import { ledgerSchema } from '../../helpers/ledger-schema.js';
 import { ODD_SQL_TEXTS } from '../../helpers/odd-sql-texts.js';
 import { uniquePayload } from '../../helpers/payloads.js';
 import { servedRouters } from '../../helpers/servers.js';
-import { describeWithService, eventually } from '../../helpers/services.js';
+import { databaseUrl, describeWithService, eventually } from '../../helpers/services.js';
 
 jest.setTimeout(30_000);
 
@@ -303,6 +304,35 @@ describeWithService('PostgreSQL', 'the documented Kysely snippets (examples/snip
         new Date(Date.now() + 60_000),
       ),
     ).toEqual([]);
+  });
+});
+
+describeWithService('PostgreSQL', 'a store through Kysely alone (no pool): migrate()', () => {
+  const schema = `orm_kysely_alone_${process.pid}_${Date.now() % 100_000}`;
+  const reference = ledgerSchema('orm_kysely_reference');
+  let pool: Pool;
+  beforeAll(async () => {
+    pool = new Pool({ connectionString: databaseUrl(), max: 2, options: `-c search_path=${schema}` });
+    pool.on('error', () => {});
+    await pool.query(`CREATE SCHEMA ${schema}`);
+  });
+  afterAll(async () => {
+    await pool.query(`DROP SCHEMA ${schema} CASCADE`);
+    await pool.end();
+  });
+
+  test('makes the tables a pool-run migrate() makes (its several statements, one by one through Kysely)', async () => {
+    const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+    const store = new PostgresStore({ transactions: kyselyTransactions(db) });
+    await store.migrate();
+    await store.migrate(); // idempotent
+    for (const table of ['ipn_inbox', 'ipn_inbox_expected']) {
+      const made = await catalogOf(pool, table);
+      const expected = await catalogOf(reference.pool(), table);
+      const unqualified = (catalog: typeof made, name: string) =>
+        JSON.parse(JSON.stringify(catalog).replaceAll(`${name}.`, '')) as typeof made;
+      expect(unqualified(made, schema)).toEqual(unqualified(expected, reference.schema));
+    }
   });
 });
 
