@@ -7,6 +7,4 @@
  */
 export type { Transactions, Statement, StatementResult } from './stores/transactions.js';
 export { drizzleTransactions } from './stores/orm/drizzle.js';
-export type { DrizzleTransactionOf } from './stores/orm/drizzle.js';
 export { kyselyTransactions } from './stores/orm/kysely.js';
-export type { KyselyTransactionOf } from './stores/orm/kysely.js';

@@ -54,16 +54,22 @@ interface DrizzleRunner {
   execute(query: ReturnType<typeof drizzleQuery>): PromiseLike<unknown>;
 }
 
+/** A value, in a few words, for an error message: `null`, `a Pool`. */
+function describeValue(value: unknown): string {
+  if (value === null || typeof value !== 'object') return String(value);
+  return `a ${value.constructor?.name ?? 'object'}`;
+}
+
 /**
  * The rows and count of what `execute` resolved, as each PostgreSQL driver of Drizzle gives it: node-postgres
  * (and Neon, Vercel) a `QueryResult` (`rows`, `rowCount`), PGlite `rows` and `affectedRows`, postgres.js the
  * rows themselves, an array that carries `count`.
  */
-function toResult(result: unknown, statement: Statement, name: string): StatementResult {
+function toResult(result: unknown, statement: Statement): StatementResult {
   const rows = Array.isArray(result) ? result : (result as { rows?: unknown } | null)?.rows;
   if (!Array.isArray(rows)) {
     throw new TypeError(
-      `${name}: execute() resolved ${describeValue(result)}, not rows: is this Drizzle over a PostgreSQL driver?`,
+      `drizzleTransactions: execute() resolved ${describeValue(result)}, not rows: is this Drizzle over a PostgreSQL driver?`,
     );
   }
   const changed = [
@@ -90,19 +96,15 @@ function unwrap(error: unknown): unknown {
   return wrapped ? error.cause : error;
 }
 
-async function run(runner: DrizzleRunner, statement: Statement, name: string): Promise<StatementResult> {
+/** Runs `statement` through `runner.execute`: on the database (outside any transaction), or in a `tx`. */
+async function run(runner: DrizzleRunner, statement: Statement): Promise<StatementResult> {
   let result: unknown;
   try {
     result = await runner.execute(drizzleQuery(statement));
   } catch (error) {
     throw unwrap(error);
   }
-  return toResult(result, statement, name);
-}
-
-function describeValue(value: unknown): string {
-  if (value === null || typeof value !== 'object') return String(value);
-  return `a ${value.constructor?.name ?? 'object'}`;
+  return toResult(result, statement);
 }
 
 /**
@@ -134,7 +136,6 @@ export function drizzleTransactions<Db extends DrizzleDatabase>(
   db: Db,
   options: DrizzleTransactionsOptions<Db> = {},
 ): Transactions<DrizzleTransactionOf<Db>> {
-  const name = 'Drizzle';
   if (
     typeof db !== 'object' ||
     db === null ||
@@ -148,10 +149,10 @@ export function drizzleTransactions<Db extends DrizzleDatabase>(
   const runner = db as unknown as DrizzleRunner;
   const config: unknown = options.config;
   return {
-    name,
+    name: 'Drizzle',
     transaction: <T>(work: (tx: DrizzleTransactionOf<Db>) => Promise<T>) =>
       runner.transaction((tx) => work(tx as DrizzleTransactionOf<Db>), config) as Promise<T>,
-    query: (tx, statement) => run(tx as DrizzleRunner, statement, name),
-    execute: (statement) => run(runner, statement, name),
+    query: (tx, statement) => run(tx as DrizzleRunner, statement),
+    execute: (statement) => run(runner, statement),
   };
 }

@@ -1,15 +1,20 @@
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
 
 /**
- * What ipn-kit needs of a Kysely instance (`new Kysely<Database>({ dialect })`): its transaction builder
- * and `withoutPlugins()`. Written out here, as ipn-kit never loads kysely, not even its types.
+ * What ipn-kit needs of a Kysely instance (`new Kysely<Database>({ dialect })`): its transaction builder,
+ * `withoutPlugins()` and `executeQuery`. Written out here, as ipn-kit never loads kysely, not even its types.
  * @inline
  */
 export interface KyselyDatabase {
-  /** `db.transaction()`: Kysely's transaction builder, whose `execute(callback)` runs one. */
-  transaction(): { execute(callback: never): Promise<unknown> };
+  /** `db.transaction()`: Kysely's transaction builder. */
+  transaction(): {
+    /** Runs `callback` in a new transaction. */
+    execute(callback: never): Promise<unknown>;
+  };
   /** `db.withoutPlugins()`: the same instance without its plugins. */
   withoutPlugins(): unknown;
+  /** `db.executeQuery(compiledQuery)`: runs a compiled query. */
+  executeQuery(query: never): Promise<unknown>;
 }
 
 /**
@@ -63,6 +68,7 @@ async function run(runner: KyselyRunner, statement: Statement): Promise<Statemen
   return { rows, count };
 }
 
+/** A value, in a few words, for an error message: `null`, `a Pool`. */
 function describeValue(value: unknown): string {
   if (value === null || typeof value !== 'object') return String(value);
   return `a ${value.constructor?.name ?? 'object'}`;
