@@ -108,6 +108,21 @@ async function run(runner: DrizzleRunner, statement: Statement): Promise<Stateme
 }
 
 /**
+ * Whether Drizzle's client (`db.$client`) is one `pg` connection (a `Client`, or a client a pool handed out:
+ * they carry their `connection`) rather than a pool. Drizzle's node-postgres driver takes a client of a pool
+ * for each transaction, but opens each transaction of a single connection on that connection.
+ */
+function onOneConnection(client: unknown): boolean {
+  return (
+    typeof client === 'object' &&
+    client !== null &&
+    typeof Reflect.get(client, 'query') === 'function' &&
+    typeof Reflect.get(client, 'connection') === 'object' &&
+    Reflect.get(client, 'connection') !== null
+  );
+}
+
+/**
  * Runs each delivery attempt in a Drizzle transaction (`db.transaction`): listeners write through their
  * context's `tx`, Drizzle's transaction typed for your schema, and ipn-kit's `delivered` mark commits with
  * their writes or rolls back with them. A `tx.transaction(...)` of a listener is a savepoint inside it, as
@@ -116,8 +131,9 @@ async function run(runner: DrizzleRunner, statement: Statement): Promise<Stateme
  *
  * It also gives the store `execute`, so that the store can run its own statements through Drizzle alone.
  *
- * @param db your Drizzle database, `drizzle(pool)` (or `drizzle({ client: pool, schema })`).
- * @throws TypeError when `db` is not a Drizzle database.
+ * @param db your Drizzle database, `drizzle(pool)` (or `drizzle({ client: pool, schema })`), over a pool:
+ *   each delivery holds one of its connections for its transaction.
+ * @throws TypeError when `db` is not a Drizzle database, or runs on a single `pg` connection (a `Client`).
  * @example
  * ```ts
  * import { drizzle } from 'drizzle-orm/node-postgres';
@@ -144,6 +160,13 @@ export function drizzleTransactions<Db extends DrizzleDatabase>(
   ) {
     throw new TypeError(
       `drizzleTransactions: expected a Drizzle database (drizzle(pool) from drizzle-orm/node-postgres), got ${describeValue(db)}`,
+    );
+  }
+  if (onOneConnection(Reflect.get(db, '$client'))) {
+    throw new TypeError(
+      'drizzleTransactions: this Drizzle database runs on one connection (a pg Client): Drizzle would open ' +
+        "every delivery's transaction on it, and two deliveries at once would share one transaction. Give " +
+        'Drizzle a pool: drizzle(new Pool(...))',
     );
   }
   const runner = db as unknown as DrizzleRunner;

@@ -1,7 +1,7 @@
 import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { count, eq, sql } from 'drizzle-orm';
-import { Pool } from 'pg';
+import { Client, Pool } from 'pg';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { drizzleTransactions } from 'ipn-kit/orm';
 import type { Statement } from 'ipn-kit/orm';
@@ -218,6 +218,20 @@ describeWithService('PostgreSQL', 'drizzleTransactions: the contract, over node-
       .from(ipnInbox)
       .where(sql`${ipnInbox.key} = ${`${t}:SUCCESSFUL`}`)) as [{ n: number }];
     expect(n).toBe(1);
+  });
+
+  test('a Drizzle database on one connection (a pg Client, or a pool’s client) is refused: deliveries at once would share its transaction', async () => {
+    const client = new Client({ connectionString: databaseUrl() });
+    expect(() => drizzleTransactions(drizzle(client))).toThrow(
+      /^drizzleTransactions: this Drizzle database runs on one connection \(a pg Client\).*drizzle\(new Pool\(\.\.\.\)\)$/,
+    );
+    const pooled = await pool.connect();
+    try {
+      expect(() => drizzleTransactions(drizzle(pooled))).toThrow(/runs on one connection/);
+    } finally {
+      pooled.release();
+    }
+    expect(() => drizzleTransactions(drizzle({ client: pool }))).not.toThrow();
   });
 
   test.each([null, undefined, 'db', {}, { transaction: () => {} }, new Map()])(
