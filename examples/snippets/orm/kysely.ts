@@ -87,3 +87,19 @@ export function deadNotifications(db: Kysely<Database>, since: Date) {
     .execute();
 }
 // #endregion dead-letters
+
+// #region migration
+import { sql } from 'kysely';
+import { postgresExpectationsSql, postgresSchemaSql } from 'ipn-kit/postgres';
+
+/** A migration for Kysely's `Migrator`: ipn-kit's tables (`IF NOT EXISTS`: `store.migrate()` may run too). */
+export const ipnKitTables = {
+  async up(db: Kysely<unknown>): Promise<void> {
+    await sql.raw(postgresSchemaSql('ipn_inbox') + postgresExpectationsSql('ipn_inbox')).execute(db);
+  },
+  async down(db: Kysely<unknown>): Promise<void> {
+    await db.schema.dropTable('ipn_inbox_expected').ifExists().execute();
+    await db.schema.dropTable('ipn_inbox').ifExists().execute();
+  },
+};
+// #endregion migration

@@ -1,11 +1,20 @@
 import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
-import { CamelCasePlugin, Kysely, PostgresDialect, sql, type Insertable, type Selectable } from 'kysely';
+import {
+  CamelCasePlugin,
+  Kysely,
+  Migrator,
+  PostgresDialect,
+  sql,
+  type Insertable,
+  type Selectable,
+} from 'kysely';
 import { Pool } from 'pg';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { kyselyTransactions } from 'ipn-kit/orm';
 import type { Statement } from 'ipn-kit/orm';
 import {
   deadNotifications,
+  ipnKitTables,
   kyselyRouter,
   type Database,
   type IpnInboxExpectedTable,
@@ -319,6 +328,42 @@ describeWithService('PostgreSQL', 'a store through Kysely alone (no pool): migra
   afterAll(async () => {
     await pool.query(`DROP SCHEMA ${schema} CASCADE`);
     await pool.end();
+  });
+
+  test('the documented Kysely migration makes the same tables, and its down drops them', async () => {
+    const other = `${schema}_migrator`;
+    const migrating = new Pool({
+      connectionString: databaseUrl(),
+      max: 1,
+      options: `-c search_path=${other}`,
+    });
+    migrating.on('error', () => {});
+    const db = new Kysely<unknown>({ dialect: new PostgresDialect({ pool: migrating }) });
+    try {
+      await sql.raw(`CREATE SCHEMA ${other}`).execute(db);
+      const migrator = new Migrator({
+        db,
+        provider: { getMigrations: () => Promise.resolve({ '2026_11_25_ipn_kit': ipnKitTables }) },
+      });
+      expect((await migrator.migrateToLatest()).error).toBeUndefined();
+      for (const table of ['ipn_inbox', 'ipn_inbox_expected']) {
+        const made = await catalogOf(migrating, table);
+        const expected = await catalogOf(reference.pool(), table);
+        const unqualified = (catalog: typeof made, name: string) =>
+          JSON.parse(JSON.stringify(catalog).replaceAll(`${name}.`, '')) as typeof made;
+        expect(unqualified(made, other)).toEqual(unqualified(expected, reference.schema));
+      }
+      await new PostgresStore({ pool: migrating }).migrate(); // finds them: nothing to do
+      expect((await migrator.migrateDown()).error).toBeUndefined();
+      const { rows } = await migrating.query(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = $1 AND table_name LIKE 'ipn_inbox%'",
+        [other],
+      );
+      expect(rows).toEqual([]);
+    } finally {
+      await sql.raw(`DROP SCHEMA IF EXISTS ${other} CASCADE`).execute(db);
+      await db.destroy();
+    }
   });
 
   test('makes the tables a pool-run migrate() makes (its several statements, one by one through Kysely)', async () => {
