@@ -177,10 +177,13 @@ export class MemoryInbox {
   }
 }
 
-/** What callers get: a copy without the lease id, so they cannot change the inbox by accident. */
+/**
+ * What callers get: a copy without the lease id, so they cannot change the inbox by accident; the record
+ * too (a caller that edits `entry.record` must not edit the notification a later attempt delivers).
+ */
 function copy(entry: Held): InboxEntry {
   const { leaseId: _leaseId, ...rest } = entry;
-  return { ...rest };
+  return { ...rest, record: structuredClone(rest.record) };
 }
 
 function customDataOf(entry: Held): string {

@@ -155,4 +155,13 @@ describe('MemoryStore', () => {
       expect(() => new MemoryStore({ maxEntries })).toThrow(/maxEntries/);
     },
   );
+  it('hands out copies of the record: editing what get, list or lease answered leaves the inbox as it was', async () => {
+    const store = new MemoryStore();
+    const record = { transaction_id: 'EFB.1', state: 'SUCCESSFUL', amount: 1500, extra: { note: 'kept' } };
+    await store.receive('EFB.1:SUCCESSFUL', record, { id: 'lease-1', ms: DAY });
+    const got = (await store.get('EFB.1:SUCCESSFUL'))!;
+    got.record.amount = -1;
+    (await store.list())[0]!.record.extra = 'changed';
+    expect((await store.get('EFB.1:SUCCESSFUL'))?.record).toEqual(record);
+  });
 });
