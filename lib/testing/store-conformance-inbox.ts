@@ -279,6 +279,27 @@ export const INBOX_RULES: Rule[] = [
     },
   },
   {
+    // An attempt's end may be sent twice at once (a timeout racing the listener's answer): one of them ends
+    // it. A read of the lease, then a write, lets both through.
+    name: 'settle-once',
+    needs: 'durable',
+    async run(kit) {
+      const key = kit.key('settle-once');
+      const lease = kit.lease();
+      must(await kit.store.receive(key, kit.record(key), lease), `receive(${key}) resolved false`);
+      const kinds = settlements(await kit.entry(key)).slice(1);
+      const answers = await atOnce(kit.concurrency, (index) =>
+        kit.store.settle(key, lease.id, kinds[index % kinds.length]!),
+      );
+      const won = answers.flatMap((answer, index) => (answer ? [kinds[index % kinds.length]!.status] : []));
+      must(
+        won.length === 1,
+        `${kit.concurrency} concurrent settles of ${key} by its lease (failed and dead): ${won.length} resolved true, expected exactly 1`,
+      );
+      same((await kit.entry(key)).status, won[0], `status of ${key} (the one settle that resolved true)`);
+    },
+  },
+  {
     name: 'settle-lease-guarded',
     needs: 'durable',
     async run(kit) {
@@ -296,6 +317,13 @@ export const INBOX_RULES: Rule[] = [
         'settle() of an unknown key resolved true',
       );
       must(await kit.store.settle(key, lease.id, { status: 'delivered' }), `the holding lease did not settle ${key}`);
+      // Settled, the entry is held by no lease: no id settles it, not even an empty one.
+      const settled = await kit.entry(key);
+      for (const id of [lease.id, '']) {
+        const answer = await kit.store.settle(key, id, { status: 'dead', error: 'late' });
+        must(!answer, `settle(${key}, dead) by ${id === '' ? 'an empty lease id' : 'its ended lease'} resolved true once it was delivered`);
+        unchanged(await kit.store.get(key), settled, 'a settle of a delivered entry');
+      }
     },
   },
   {
@@ -306,8 +334,18 @@ export const INBOX_RULES: Rule[] = [
       const lease = kit.lease();
       must(await kit.store.receive(key, kit.record(key), lease), `receive(${key}) resolved false`);
       const before = await kit.entry(key);
-      await kit.store.release(key, randomUUID());
-      unchanged(await kit.store.get(key), before, 'release() with a lease that never held it');
+      for (const id of [randomUUID(), '']) {
+        await kit.store.release(key, id);
+        unchanged(await kit.store.get(key), before, `release() with ${id === '' ? 'an empty lease id' : 'a lease that never held it'}`);
+      }
+      const settled = kit.key('release-settled');
+      const ended = kit.lease();
+      must(await kit.store.receive(settled, kit.record(settled), ended), `receive(${settled}) resolved false`);
+      must(await kit.store.settle(settled, ended.id, { status: 'delivered' }), `settle(${settled}) resolved false`);
+      for (const id of [ended.id, '']) {
+        await kit.store.release(settled, id);
+        must((await kit.store.get(settled)) !== undefined, `release(${settled}, ${JSON.stringify(id)}) deleted the delivered entry no lease holds`);
+      }
       await kit.store.release(key, lease.id);
       must((await kit.store.get(key)) === undefined, `release(${key}) by its holding lease left the entry`);
       must(await kit.store.receive(key, kit.record(key), kit.lease()), `receive(${key}) after its release resolved false`);

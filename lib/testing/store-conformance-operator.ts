@@ -1,6 +1,6 @@
 import type { InboxEntry, ListOptions } from '../stores/store.js';
 import { take } from './store-conformance-inbox.js';
-import { keysOf, must, same, type Rule, type RuleKit } from './store-conformance-kit.js';
+import { atOnce, keysOf, must, same, type Rule, type RuleKit } from './store-conformance-kit.js';
 
 /** Delivers `key` (received, then settled by its receive's lease). */
 async function delivered(kit: RuleKit, key: string, record = kit.record(key)): Promise<InboxEntry> {
@@ -85,6 +85,22 @@ export const OPERATOR_RULES: Rule[] = [
       same(entry.lastError, null, `lastError of ${key} after replace`);
       must(!(await kit.store.settle(key, held.id, { status: 'delivered' })), `the replaced lease settled ${key}`);
       must(await kit.store.settle(key, next.id, { status: 'delivered' }), `the lease replace() gave did not settle ${key}`);
+      // Replaces sent twice at once by one attempt: one of them takes the entry.
+      const twice = kit.key('replace-twice');
+      await kit.failed(twice, -1000);
+      const holder = await take(kit, twice);
+      const leases = Array.from({ length: kit.concurrency }, () => kit.lease());
+      const records = leases.map((_, index) => kit.record(twice, { custom_data: `copy-${index}` }));
+      const answers = await atOnce(leases.length, (index) =>
+        kit.store.replace(twice, holder.id, records[index]!, leases[index]!),
+      );
+      const winners = answers.flatMap((answer, index) => (answer ? [index] : []));
+      must(
+        winners.length === 1,
+        `${leases.length} concurrent replace(${twice}) by its one lease: ${winners.length} resolved true, expected exactly 1`,
+      );
+      same((await kit.entry(twice)).record, records[winners[0]!], `record of ${twice} (the one replace that resolved true)`);
+      must(await kit.store.settle(twice, leases[winners[0]!]!.id, { status: 'delivered' }), `the winning replace's lease did not settle ${twice}`);
     },
   },
   {
@@ -145,6 +161,17 @@ export const OPERATOR_RULES: Rule[] = [
       must(await kit.store.replay(key), `replay(${key}) resolved false`);
       same(keysOf(await kit.store.lease(kit.lease(), 100)), [], `the keys lease() took while ${key}'s lease lives`);
       must(await kit.store.settle(key, lease.id, { status: 'delivered' }), `the running attempt could not settle ${key} after a replay`);
+      // The attempt died instead: once its lease runs out, the replayed entry is taken, as its first attempt.
+      const died = kit.key('replay-died');
+      must(await kit.store.receive(died, kit.record(died), kit.lease(kit.shortMs)), `receive(${died}) resolved false`);
+      must(await kit.store.replay(died), `replay(${died}) resolved false`);
+      const next = kit.lease();
+      let entry: InboxEntry | undefined;
+      await kit.eventually(`lease() taking the replayed ${died} after its ${kit.shortMs} ms lease ran out`, async () => {
+        entry = (await kit.store.lease(next, 100)).find((taken) => taken.key === died);
+        return entry !== undefined;
+      });
+      same(entry?.attempts, 1, `attempts of ${died} leased after its replay`);
     },
   },
   {
