@@ -1,29 +1,45 @@
 import { randomUUID } from 'node:crypto';
-import { atOnce, must, type Rule } from './store-conformance-kit.js';
+import { atOnce, must, type Rule, type RuleKit } from './store-conformance-kit.js';
 
 /** Methods every store has, and those a durable one adds. */
 const STORE_METHODS = ['claim', 'release'] as const;
-const DURABLE_METHODS = ['receive', 'replace', 'lease', 'settle', 'list', 'get', 'replay', 'replayDead', 'purge'];
+const DURABLE_METHODS = [
+  'receive',
+  'replace',
+  'lease',
+  'settle',
+  'list',
+  'get',
+  'replay',
+  'replayDead',
+  'purge',
+];
 
 /** How many keys the concurrency rules race on at once, each with `concurrency` copies. */
 const KEYS_AT_ONCE = 5;
+
+/** The store has the methods of its kind, and says `durable: true` when it is taken as durable. */
+function checkInterface(kit: RuleKit): void {
+  const { store } = kit;
+  for (const method of STORE_METHODS)
+    must(typeof store[method] === 'function', `the store has no ${method}() method`);
+  if (!kit.durable) return;
+  must(
+    store.durable === true,
+    `durable is ${String(store.durable)}: the router takes a store as durable only when it is true`,
+  );
+  for (const method of DURABLE_METHODS) {
+    const value: unknown = Reflect.get(store, method);
+    must(typeof value === 'function', `a durable store (durable: true) has no ${method}() method`);
+  }
+}
 
 /** The rules of `Store`: what the router needs of every store, durable or not (at most once: claims). */
 export const CLAIM_RULES: Rule[] = [
   {
     name: 'interface',
     needs: 'store',
-    async run(kit) {
-      const { store } = kit;
-      for (const method of STORE_METHODS)
-        must(typeof store[method] === 'function', `the store has no ${method}() method`);
-      if (!kit.durable) return;
-      must(store.durable === true, `durable is ${String(store.durable)}: the router takes a store as durable only when it is true`);
-      for (const method of DURABLE_METHODS) {
-        const value: unknown = Reflect.get(store, method);
-        must(typeof value === 'function', `a durable store (durable: true) has no ${method}() method`);
-      }
-    },
+    run: (kit) => Promise.resolve(kit).then(checkInterface),
   },
   {
     // The router's dedupe: copies of one notification arrive at once (the service resends, two instances
@@ -120,7 +136,10 @@ export const CLAIM_RULES: Rule[] = [
       // Durable: release(key) without a lease forgets the inbox entry too (the router's "not delivered
       // after all"), so that the resend is received as new.
       const received = kit.key('release');
-      must(await kit.store.receive(received, kit.record(received), kit.lease()), `receive(${received}) resolved false`);
+      must(
+        await kit.store.receive(received, kit.record(received), kit.lease()),
+        `receive(${received}) resolved false`,
+      );
       await kit.store.release(received);
       must((await kit.store.get(received)) === undefined, `get(${received}) found the entry after release()`);
       must(

@@ -28,7 +28,11 @@ export const CRASH_RULES: Rule[] = [
       const record = kit.record(key);
       const lost = kit.lease(kit.shortMs);
       must(await kit.store.receive(key, record, lost), `receive(${key}) resolved false`);
-      const { id, entry } = await retaken(kit, key, `after the instance that received it died (lease ${kit.shortMs} ms)`);
+      const { id, entry } = await retaken(
+        kit,
+        key,
+        `after the instance that received it died (lease ${kit.shortMs} ms)`,
+      );
       same(entry.attempts, 2, `attempts of ${key} (the dead instance's attempt counts)`);
       same(entry.record, record, `record of ${key} as lease() returned it`);
       must(await kit.store.settle(key, id, { status: 'delivered' }), `the new lease did not settle ${key}`);
@@ -47,7 +51,11 @@ export const CRASH_RULES: Rule[] = [
       const before = await kit.entry(key);
       const late = [
         { status: 'delivered' as const },
-        { status: 'failed' as const, error: 'late', nextAttemptAt: new Date(before.receivedAt.getTime() + 60_000) },
+        {
+          status: 'failed' as const,
+          error: 'late',
+          nextAttemptAt: new Date(before.receivedAt.getTime() + 60_000),
+        },
         { status: 'dead' as const, error: 'late' },
       ];
       for (const settlement of late) {
@@ -59,10 +67,18 @@ export const CRASH_RULES: Rule[] = [
       }
       await kit.store.release(key, lost.id);
       unchanged(await kit.store.get(key), before, 'a late release() by the lost lease');
-      const replaced = await kit.store.replace(key, lost.id, kit.record(key, { custom_data: 'late' }), kit.lease());
+      const replaced = await kit.store.replace(
+        key,
+        lost.id,
+        kit.record(key, { custom_data: 'late' }),
+        kit.lease(),
+      );
       must(!replaced, `a late replace(${key}) by the lost lease resolved true`);
       unchanged(await kit.store.get(key), before, 'a late replace() by the lost lease');
-      must(await kit.store.settle(key, current.id, { status: 'delivered' }), `the current lease did not settle ${key}`);
+      must(
+        await kit.store.settle(key, current.id, { status: 'delivered' }),
+        `the current lease did not settle ${key}`,
+      );
     },
   },
   {
@@ -79,9 +95,15 @@ export const CRASH_RULES: Rule[] = [
       same(next.entry.record, forged, `record of ${key} after the crash`);
       const genuine = kit.record(key, { custom_data: 'genuine' });
       const lease = kit.lease();
-      must(await kit.store.replace(key, next.id, genuine, lease), `replace(${key}) by the new lease resolved false`);
+      must(
+        await kit.store.replace(key, next.id, genuine, lease),
+        `replace(${key}) by the new lease resolved false`,
+      );
       same((await kit.entry(key)).record, genuine, `record of ${key} after the new attempt's replace`);
-      must(await kit.store.settle(key, lease.id, { status: 'delivered' }), `the replacing lease did not settle ${key}`);
+      must(
+        await kit.store.settle(key, lease.id, { status: 'delivered' }),
+        `the replacing lease did not settle ${key}`,
+      );
     },
   },
 ];

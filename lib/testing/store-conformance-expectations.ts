@@ -8,7 +8,15 @@ const of = (kit: RuleKit): ExpectationStore => kit.store.expectations!;
 /** An expectation of a new transaction, due at `dueAt`. */
 function expectation(kit: RuleKit, dueAt: number, extra: Partial<Expectation> = {}): Expectation {
   const transactionId = kit.key('expected').split(':')[0]!;
-  return { transactionId, customData: 'order-1', amount: 1500, expectedAt: dueAt - 60_000, dueAt, attempts: 0, ...extra };
+  return {
+    transactionId,
+    customData: 'order-1',
+    amount: 1500,
+    expectedAt: dueAt - 60_000,
+    dueAt,
+    attempts: 0,
+    ...extra,
+  };
 }
 
 /** Ids of `list`, sorted. */
@@ -30,9 +38,16 @@ export const EXPECTATION_RULES: Rule[] = [
       same(await store.get(a.transactionId), changed, `get(${a.transactionId}) after a second put`);
       const bare = expectation(kit, now, { customData: undefined, amount: undefined });
       await store.put(bare);
-      same(await store.get(bare.transactionId), bare, `get(${bare.transactionId}) of one without customData and amount`);
+      same(
+        await store.get(bare.transactionId),
+        bare,
+        `get(${bare.transactionId}) of one without customData and amount`,
+      );
       await store.delete(a.transactionId);
-      must((await store.get(a.transactionId)) === undefined, `get(${a.transactionId}) after delete() was not undefined`);
+      must(
+        (await store.get(a.transactionId)) === undefined,
+        `get(${a.transactionId}) after delete() was not undefined`,
+      );
       must((await store.get(randomUUID())) === undefined, 'get() of an unknown id was not undefined');
       await store.delete(randomUUID());
     },
@@ -43,14 +58,23 @@ export const EXPECTATION_RULES: Rule[] = [
     async run(kit) {
       const store = of(kit);
       const now = Date.now();
-      const [a, b, later] = [expectation(kit, now - 2000), expectation(kit, now), expectation(kit, now + 60_000)];
-      for (const item of [a, b, later]) await store.put(item!);
+      const [a, b, later] = [
+        expectation(kit, now - 2000),
+        expectation(kit, now),
+        expectation(kit, now + 60_000),
+      ];
+      for (const item of [a, b, later]) await store.put(item);
       const next = now + 30_000;
       const taken = await store.takeDue(now, next, 10);
-      same(idsOf(taken), idsOf([a!, b!]), `the ids takeDue(now) took`);
-      for (const item of taken) same([item.dueAt, item.attempts], [next, 1], `[dueAt, attempts] of ${item.transactionId} as taken`);
-      same(await store.get(a!.transactionId), { ...a, dueAt: next, attempts: 1 }, `get(${a!.transactionId}) once taken`);
-      same(await store.get(later!.transactionId), later, `get(${later!.transactionId}), not due`);
+      same(idsOf(taken), idsOf([a, b]), `the ids takeDue(now) took`);
+      for (const item of taken)
+        same([item.dueAt, item.attempts], [next, 1], `[dueAt, attempts] of ${item.transactionId} as taken`);
+      same(
+        await store.get(a.transactionId),
+        { ...a, dueAt: next, attempts: 1 },
+        `get(${a.transactionId}) once taken`,
+      );
+      same(await store.get(later.transactionId), later, `get(${later.transactionId}), not due`);
       same(await store.takeDue(now, next, 10), [], 'a second takeDue(now) (the due ones moved on)');
       const many = Array.from({ length: 3 }, () => expectation(kit, now - 1000));
       for (const item of many) await store.put(item);
@@ -70,7 +94,10 @@ export const EXPECTATION_RULES: Rule[] = [
       const taken = [...rounds.flat(), ...(await store.takeDue(now, now + 60_000, 100))];
       const ids = idsOf(taken);
       const twice = ids.filter((id, index) => ids[index - 1] === id);
-      must(twice.length === 0, `concurrent takeDue() calls took the same expectations: ${[...new Set(twice)].join(', ')}`);
+      must(
+        twice.length === 0,
+        `concurrent takeDue() calls took the same expectations: ${[...new Set(twice)].join(', ')}`,
+      );
       same(ids, idsOf(all), 'the ids concurrent takeDue() calls took, then one more');
     },
   },
@@ -81,7 +108,10 @@ export const EXPECTATION_RULES: Rule[] = [
       const store = of(kit);
       const [a, b] = [randomUUID(), randomUUID()];
       must(await store.lockSweep(a, kit.longMs), 'lockSweep() of a free lock resolved false');
-      must(!(await store.lockSweep(b, kit.longMs)), 'lockSweep() by a second owner resolved true while the first holds it');
+      must(
+        !(await store.lockSweep(b, kit.longMs)),
+        'lockSweep() by a second owner resolved true while the first holds it',
+      );
       must(await store.lockSweep(a, kit.longMs), 'lockSweep() by the owner (to extend it) resolved false');
       await store.unlockSweep(b);
       must(!(await store.lockSweep(b, kit.longMs)), 'unlockSweep() by another owner let go of the lock');
@@ -96,8 +126,9 @@ export const EXPECTATION_RULES: Rule[] = [
       const store = of(kit);
       const [a, b] = [randomUUID(), randomUUID()];
       must(await store.lockSweep(a, kit.shortMs), 'lockSweep() of a free lock resolved false');
-      await kit.eventually(`lockSweep() by another owner after the ${kit.shortMs} ms lock ran out`, async () =>
-        Boolean(await store.lockSweep(b, kit.longMs)),
+      await kit.eventually(
+        `lockSweep() by another owner after the ${kit.shortMs} ms lock ran out`,
+        async () => Boolean(await store.lockSweep(b, kit.longMs)),
       );
       must(!(await store.lockSweep(a, kit.longMs)), 'the first owner took the lock back from the second');
     },

@@ -33,7 +33,11 @@ export function unchanged(entry: InboxEntry | undefined, before: InboxEntry, wha
 }
 
 /** Takes `key` with a new lease (long unless `ms`), failing the rule if `lease()` does not return it. */
-export async function take(kit: RuleKit, key: string, ms?: number): Promise<{ id: string; entry: InboxEntry }> {
+export async function take(
+  kit: RuleKit,
+  key: string,
+  ms?: number,
+): Promise<{ id: string; entry: InboxEntry }> {
   const lease = kit.lease(ms);
   const entry = (await kit.store.lease(lease, 100)).find((taken) => taken.key === key);
   must(entry !== undefined, `lease() did not return ${key}, which is due and not leased`);
@@ -55,8 +59,14 @@ export const INBOX_RULES: Rule[] = [
         `a second receive(${key}) (a resend) resolved true`,
       );
       same((await kit.entry(key)).record, first, `the record of ${key} after a resend`);
-      must(!(await kit.store.settle(key, b.id, { status: 'delivered' })), `the resend's lease settled ${key}`);
-      must(await kit.store.settle(key, a.id, { status: 'delivered' }), `the first receive's lease did not settle ${key}`);
+      must(
+        !(await kit.store.settle(key, b.id, { status: 'delivered' })),
+        `the resend's lease settled ${key}`,
+      );
+      must(
+        await kit.store.settle(key, a.id, { status: 'delivered' }),
+        `the first receive's lease did not settle ${key}`,
+      );
     },
   },
   {
@@ -94,7 +104,10 @@ export const INBOX_RULES: Rule[] = [
     name: 'get',
     needs: 'durable',
     async run(kit) {
-      must((await kit.store.get(kit.key('get-unknown'))) === undefined, 'get() of an unknown key was not undefined');
+      must(
+        (await kit.store.get(kit.key('get-unknown'))) === undefined,
+        'get() of an unknown key was not undefined',
+      );
       // A transaction id may hold a ':': the state is what follows the last one.
       const key = kit.key('get:with-colon', 'FAILED');
       const record = kit.record(key, { nested: { list: [1, 'two', null], flag: true }, text: 'é ✓' });
@@ -119,7 +132,11 @@ export const INBOX_RULES: Rule[] = [
         `leaseUntil of ${key} is ${leaseUntil?.toISOString()}, not about receivedAt + lease.ms`,
       );
       entry.record.amount = -1;
-      same((await kit.entry(key)).record.amount, 1500, `the record of ${key} after the caller changed a copy`);
+      same(
+        (await kit.entry(key)).record.amount,
+        1500,
+        `the record of ${key} after the caller changed a copy`,
+      );
     },
   },
   {
@@ -131,7 +148,11 @@ export const INBOX_RULES: Rule[] = [
       const due = kit.key('lease-exclusive');
       await kit.failed(due, -1000);
       const first = await kit.store.lease(kit.lease(), 100);
-      same(keysOf(first), [due], 'the keys a lease() took (the received entry is still leased by its receive)');
+      same(
+        keysOf(first),
+        [due],
+        'the keys a lease() took (the received entry is still leased by its receive)',
+      );
       const second = await kit.store.lease(kit.lease(), 100);
       same(keysOf(second), [], 'the keys a second lease() took while the first lease holds them');
     },
@@ -147,7 +168,10 @@ export const INBOX_RULES: Rule[] = [
       must(isDate(entry.leaseUntil), `leaseUntil of ${key} as lease() returned it is not a Date`);
       same((await kit.entry(key)).attempts, 2, `attempts of ${key} in get() after a lease`);
       const again = new Date(entry.receivedAt.getTime() - 1000);
-      must(await kit.store.settle(key, id, { status: 'failed', error: 'boom', nextAttemptAt: again }), 'settle resolved false');
+      must(
+        await kit.store.settle(key, id, { status: 'failed', error: 'boom', nextAttemptAt: again }),
+        'settle resolved false',
+      );
       same((await take(kit, key)).entry.attempts, 3, `attempts of ${key} after a second lease`);
     },
   },
@@ -177,7 +201,10 @@ export const INBOX_RULES: Rule[] = [
       const rest = kit.lease();
       const all = [...taken.flat(), ...(await kit.store.lease(rest, 100))];
       const twice = keysOf(all).filter((key, index, sorted) => sorted[index - 1] === key);
-      must(twice.length === 0, `concurrent lease() calls returned the same entries: ${[...new Set(twice)].join(', ')}`);
+      must(
+        twice.length === 0,
+        `concurrent lease() calls returned the same entries: ${[...new Set(twice)].join(', ')}`,
+      );
       same(keysOf(all), [...keys].sort(), 'the keys concurrent leases took, then one more');
       // Each entry is held by the lease that returned it.
       const holders = [...leases, rest];
@@ -198,16 +225,22 @@ export const INBOX_RULES: Rule[] = [
       const first = await take(kit, key, kit.shortMs);
       let second: InboxEntry | undefined;
       const lease = kit.lease();
-      await kit.eventually(`lease() taking ${key} again after its ${kit.shortMs} ms lease ran out`, async () => {
-        second = (await kit.store.lease(lease, 100)).find((entry) => entry.key === key);
-        return second !== undefined;
-      });
+      await kit.eventually(
+        `lease() taking ${key} again after its ${kit.shortMs} ms lease ran out`,
+        async () => {
+          second = (await kit.store.lease(lease, 100)).find((entry) => entry.key === key);
+          return second !== undefined;
+        },
+      );
       same(second?.attempts, 3, `attempts of ${key} (received, then leased twice)`);
       must(
         !(await kit.store.settle(key, first.id, { status: 'delivered' })),
         `the expired lease settled ${key} after another lease took it`,
       );
-      must(await kit.store.settle(key, lease.id, { status: 'delivered' }), `the new lease did not settle ${key}`);
+      must(
+        await kit.store.settle(key, lease.id, { status: 'delivered' }),
+        `the new lease did not settle ${key}`,
+      );
     },
   },
   {
@@ -217,17 +250,27 @@ export const INBOX_RULES: Rule[] = [
       const key = kit.key('settle-delivered');
       const lease = kit.lease();
       must(await kit.store.receive(key, kit.record(key), lease), `receive(${key}) resolved false`);
-      must(await kit.store.settle(key, lease.id, { status: 'delivered' }), `settle(${key}, delivered) resolved false`);
+      must(
+        await kit.store.settle(key, lease.id, { status: 'delivered' }),
+        `settle(${key}, delivered) resolved false`,
+      );
       const entry = await kit.entry(key);
       same(entry.status, 'delivered', `status of ${key}`);
       must(isDate(entry.deliveredAt), `deliveredAt of ${key} is not a Date: ${String(entry.deliveredAt)}`);
       same(entry.leaseUntil, null, `leaseUntil of ${key} once settled`);
-      same(keysOf(await kit.store.lease(kit.lease(), 100)), [], 'the keys lease() took (only a delivered entry)');
+      same(
+        keysOf(await kit.store.lease(kit.lease(), 100)),
+        [],
+        'the keys lease() took (only a delivered entry)',
+      );
       must(
         !(await kit.store.settle(key, lease.id, { status: 'failed', error: 'x', nextAttemptAt: new Date() })),
         `a second settle(${key}) by the ended attempt's lease resolved true`,
       );
-      must(!(await kit.store.receive(key, kit.record(key), kit.lease())), `receive(${key}) of a delivered key resolved true`);
+      must(
+        !(await kit.store.receive(key, kit.record(key), kit.lease())),
+        `receive(${key}) of a delivered key resolved true`,
+      );
     },
   },
   {
@@ -239,7 +282,11 @@ export const INBOX_RULES: Rule[] = [
       must(await kit.store.receive(key, kit.record(key), lease), `receive(${key}) resolved false`);
       const { receivedAt } = await kit.entry(key);
       const nextAttemptAt = new Date(receivedAt.getTime() + 3_600_000);
-      const settled = await kit.store.settle(key, lease.id, { status: 'failed', error: 'the ledger is down', nextAttemptAt });
+      const settled = await kit.store.settle(key, lease.id, {
+        status: 'failed',
+        error: 'the ledger is down',
+        nextAttemptAt,
+      });
       must(settled, `settle(${key}, failed) resolved false`);
       const entry = await kit.entry(key);
       same(entry.status, 'failed', `status of ${key}`);
@@ -260,7 +307,11 @@ export const INBOX_RULES: Rule[] = [
       await kit.failed(later, 3_600_000);
       const now = kit.key('failed-now');
       await kit.failed(now, -1000);
-      same(keysOf(await kit.store.lease(kit.lease(), 100)), [now], 'the keys lease() took (one failed entry due in an hour, one due already)');
+      same(
+        keysOf(await kit.store.lease(kit.lease(), 100)),
+        [now],
+        'the keys lease() took (one failed entry due in an hour, one due already)',
+      );
     },
   },
   {
@@ -270,7 +321,10 @@ export const INBOX_RULES: Rule[] = [
       const key = kit.key('settle-dead');
       const lease = kit.lease();
       must(await kit.store.receive(key, kit.record(key), lease), `receive(${key}) resolved false`);
-      must(await kit.store.settle(key, lease.id, { status: 'dead', error: 'gave up' }), `settle(${key}, dead) resolved false`);
+      must(
+        await kit.store.settle(key, lease.id, { status: 'dead', error: 'gave up' }),
+        `settle(${key}, dead) resolved false`,
+      );
       const entry = await kit.entry(key);
       same(entry.status, 'dead', `status of ${key}`);
       same(entry.lastError, 'gave up', `lastError of ${key}`);
@@ -310,18 +364,28 @@ export const INBOX_RULES: Rule[] = [
       for (const settlement of settlements(before)) {
         const answer = await kit.store.settle(key, randomUUID(), settlement);
         must(!answer, `settle(${key}, ${settlement.status}) by a lease that never held it resolved true`);
-        unchanged(await kit.store.get(key), before, `settle(${settlement.status}) by a lease that never held it`);
+        unchanged(
+          await kit.store.get(key),
+          before,
+          `settle(${settlement.status}) by a lease that never held it`,
+        );
       }
       must(
         !(await kit.store.settle(kit.key('settle-unknown'), lease.id, { status: 'delivered' })),
         'settle() of an unknown key resolved true',
       );
-      must(await kit.store.settle(key, lease.id, { status: 'delivered' }), `the holding lease did not settle ${key}`);
+      must(
+        await kit.store.settle(key, lease.id, { status: 'delivered' }),
+        `the holding lease did not settle ${key}`,
+      );
       // Settled, the entry is held by no lease: no id settles it, not even an empty one.
       const settled = await kit.entry(key);
       for (const id of [lease.id, '']) {
         const answer = await kit.store.settle(key, id, { status: 'dead', error: 'late' });
-        must(!answer, `settle(${key}, dead) by ${id === '' ? 'an empty lease id' : 'its ended lease'} resolved true once it was delivered`);
+        must(
+          !answer,
+          `settle(${key}, dead) by ${id === '' ? 'an empty lease id' : 'its ended lease'} resolved true once it was delivered`,
+        );
         unchanged(await kit.store.get(key), settled, 'a settle of a delivered entry');
       }
     },
@@ -336,19 +400,35 @@ export const INBOX_RULES: Rule[] = [
       const before = await kit.entry(key);
       for (const id of [randomUUID(), '']) {
         await kit.store.release(key, id);
-        unchanged(await kit.store.get(key), before, `release() with ${id === '' ? 'an empty lease id' : 'a lease that never held it'}`);
+        unchanged(
+          await kit.store.get(key),
+          before,
+          `release() with ${id === '' ? 'an empty lease id' : 'a lease that never held it'}`,
+        );
       }
       const settled = kit.key('release-settled');
       const ended = kit.lease();
-      must(await kit.store.receive(settled, kit.record(settled), ended), `receive(${settled}) resolved false`);
-      must(await kit.store.settle(settled, ended.id, { status: 'delivered' }), `settle(${settled}) resolved false`);
+      must(
+        await kit.store.receive(settled, kit.record(settled), ended),
+        `receive(${settled}) resolved false`,
+      );
+      must(
+        await kit.store.settle(settled, ended.id, { status: 'delivered' }),
+        `settle(${settled}) resolved false`,
+      );
       for (const id of [ended.id, '']) {
         await kit.store.release(settled, id);
-        must((await kit.store.get(settled)) !== undefined, `release(${settled}, ${JSON.stringify(id)}) deleted the delivered entry no lease holds`);
+        must(
+          (await kit.store.get(settled)) !== undefined,
+          `release(${settled}, ${JSON.stringify(id)}) deleted the delivered entry no lease holds`,
+        );
       }
       await kit.store.release(key, lease.id);
       must((await kit.store.get(key)) === undefined, `release(${key}) by its holding lease left the entry`);
-      must(await kit.store.receive(key, kit.record(key), kit.lease()), `receive(${key}) after its release resolved false`);
+      must(
+        await kit.store.receive(key, kit.record(key), kit.lease()),
+        `receive(${key}) after its release resolved false`,
+      );
     },
   },
 ];

@@ -6,7 +6,10 @@ import { atOnce, keysOf, must, same, type Rule, type RuleKit } from './store-con
 async function delivered(kit: RuleKit, key: string, record = kit.record(key)): Promise<InboxEntry> {
   const lease = kit.lease();
   must(await kit.store.receive(key, record, lease), `receive(${key}) resolved false`);
-  must(await kit.store.settle(key, lease.id, { status: 'delivered' }), `settle(${key}, delivered) resolved false`);
+  must(
+    await kit.store.settle(key, lease.id, { status: 'delivered' }),
+    `settle(${key}, delivered) resolved false`,
+  );
   return kit.entry(key);
 }
 
@@ -14,7 +17,10 @@ async function delivered(kit: RuleKit, key: string, record = kit.record(key)): P
 async function dead(kit: RuleKit, key: string, record = kit.record(key)): Promise<InboxEntry> {
   const lease = kit.lease();
   must(await kit.store.receive(key, record, lease), `receive(${key}) resolved false`);
-  must(await kit.store.settle(key, lease.id, { status: 'dead', error: 'gave up' }), `settle(${key}, dead) resolved false`);
+  must(
+    await kit.store.settle(key, lease.id, { status: 'dead', error: 'gave up' }),
+    `settle(${key}, dead) resolved false`,
+  );
   return kit.entry(key);
 }
 
@@ -77,14 +83,23 @@ export const OPERATOR_RULES: Rule[] = [
       }
       must(await settled, `replace(${key}) by its holding lease resolved false`);
       const absent = (await Promise.all(reads)).filter((entry) => entry === undefined).length;
-      must(absent === 0, `get(${key}) found no entry ${absent} times while replace() ran: it must never pass through absent`);
+      must(
+        absent === 0,
+        `get(${key}) found no entry ${absent} times while replace() ran: it must never pass through absent`,
+      );
       const entry = await kit.entry(key);
       same(entry.record, genuine, `the record of ${key} after replace`);
       same(entry.status, 'received', `status of ${key} after replace`);
       same(entry.attempts, 1, `attempts of ${key} after replace`);
       same(entry.lastError, null, `lastError of ${key} after replace`);
-      must(!(await kit.store.settle(key, held.id, { status: 'delivered' })), `the replaced lease settled ${key}`);
-      must(await kit.store.settle(key, next.id, { status: 'delivered' }), `the lease replace() gave did not settle ${key}`);
+      must(
+        !(await kit.store.settle(key, held.id, { status: 'delivered' })),
+        `the replaced lease settled ${key}`,
+      );
+      must(
+        await kit.store.settle(key, next.id, { status: 'delivered' }),
+        `the lease replace() gave did not settle ${key}`,
+      );
       // Replaces sent twice at once by one attempt: one of them takes the entry.
       const twice = kit.key('replace-twice');
       await kit.failed(twice, -1000);
@@ -99,8 +114,15 @@ export const OPERATOR_RULES: Rule[] = [
         winners.length === 1,
         `${leases.length} concurrent replace(${twice}) by its one lease: ${winners.length} resolved true, expected exactly 1`,
       );
-      same((await kit.entry(twice)).record, records[winners[0]!], `record of ${twice} (the one replace that resolved true)`);
-      must(await kit.store.settle(twice, leases[winners[0]!]!.id, { status: 'delivered' }), `the winning replace's lease did not settle ${twice}`);
+      same(
+        (await kit.entry(twice)).record,
+        records[winners[0]!],
+        `record of ${twice} (the one replace that resolved true)`,
+      );
+      must(
+        await kit.store.settle(twice, leases[winners[0]!]!.id, { status: 'delivered' }),
+        `the winning replace's lease did not settle ${twice}`,
+      );
     },
   },
   {
@@ -117,14 +139,20 @@ export const OPERATOR_RULES: Rule[] = [
         `replace(${key}) by a lease that never held it resolved true`,
       );
       same((await kit.entry(key)).record, forged, `the record of ${key} after a refused replace`);
-      must(!(await kit.store.settle(key, other.id, { status: 'delivered' })), `a refused replace's lease settled ${key}`);
+      must(
+        !(await kit.store.settle(key, other.id, { status: 'delivered' })),
+        `a refused replace's lease settled ${key}`,
+      );
       const missing = kit.key('replace-missing');
       must(
         !(await kit.store.replace(missing, lease.id, kit.record(missing), kit.lease())),
         'replace() of an unknown key resolved true',
       );
       must((await kit.store.get(missing)) === undefined, 'replace() of an unknown key created it');
-      must(await kit.store.settle(key, lease.id, { status: 'delivered' }), `the holding lease did not settle ${key}`);
+      must(
+        await kit.store.settle(key, lease.id, { status: 'delivered' }),
+        `the holding lease did not settle ${key}`,
+      );
     },
   },
   {
@@ -147,7 +175,10 @@ export const OPERATOR_RULES: Rule[] = [
       must((await kit.store.get(unknown)) === undefined, 'replay() of an unknown key created it');
       const claimed = kit.key('replay-claimed');
       await kit.store.claim(claimed, kit.longMs, kit.lease().id);
-      must(!(await kit.store.replay(claimed)), 'replay() of a key claimed (at most once) but never received resolved true');
+      must(
+        !(await kit.store.replay(claimed)),
+        'replay() of a key claimed (at most once) but never received resolved true',
+      );
     },
   },
   {
@@ -159,18 +190,31 @@ export const OPERATOR_RULES: Rule[] = [
       const lease = kit.lease();
       must(await kit.store.receive(key, kit.record(key), lease), `receive(${key}) resolved false`);
       must(await kit.store.replay(key), `replay(${key}) resolved false`);
-      same(keysOf(await kit.store.lease(kit.lease(), 100)), [], `the keys lease() took while ${key}'s lease lives`);
-      must(await kit.store.settle(key, lease.id, { status: 'delivered' }), `the running attempt could not settle ${key} after a replay`);
+      same(
+        keysOf(await kit.store.lease(kit.lease(), 100)),
+        [],
+        `the keys lease() took while ${key}'s lease lives`,
+      );
+      must(
+        await kit.store.settle(key, lease.id, { status: 'delivered' }),
+        `the running attempt could not settle ${key} after a replay`,
+      );
       // The attempt died instead: once its lease runs out, the replayed entry is taken, as its first attempt.
       const died = kit.key('replay-died');
-      must(await kit.store.receive(died, kit.record(died), kit.lease(kit.shortMs)), `receive(${died}) resolved false`);
+      must(
+        await kit.store.receive(died, kit.record(died), kit.lease(kit.shortMs)),
+        `receive(${died}) resolved false`,
+      );
       must(await kit.store.replay(died), `replay(${died}) resolved false`);
       const next = kit.lease();
       let entry: InboxEntry | undefined;
-      await kit.eventually(`lease() taking the replayed ${died} after its ${kit.shortMs} ms lease ran out`, async () => {
-        entry = (await kit.store.lease(next, 100)).find((taken) => taken.key === died);
-        return entry !== undefined;
-      });
+      await kit.eventually(
+        `lease() taking the replayed ${died} after its ${kit.shortMs} ms lease ran out`,
+        async () => {
+          entry = (await kit.store.lease(next, 100)).find((taken) => taken.key === died);
+          return entry !== undefined;
+        },
+      );
       same(entry?.attempts, 1, `attempts of ${died} leased after its replay`);
     },
   },
@@ -178,7 +222,9 @@ export const OPERATOR_RULES: Rule[] = [
     name: 'replayDead',
     needs: 'durable',
     async run(kit) {
-      const [a, b, done, failed] = ['dead', 'dead', 'delivered', 'failed'].map((label) => kit.key(`replay-${label}`));
+      const [a, b, done, failed] = ['dead', 'dead', 'delivered', 'failed'].map((label) =>
+        kit.key(`replay-${label}`),
+      );
       await dead(kit, a!);
       await dead(kit, b!);
       await delivered(kit, done!);
@@ -186,11 +232,19 @@ export const OPERATOR_RULES: Rule[] = [
       same(await kit.store.replayDead(), 2, 'what replayDead() resolved with two dead entries');
       for (const key of [a!, b!]) {
         const entry = await kit.entry(key);
-        same([entry.status, entry.attempts], ['received', 0], `[status, attempts] of ${key} after replayDead`);
+        same(
+          [entry.status, entry.attempts],
+          ['received', 0],
+          `[status, attempts] of ${key} after replayDead`,
+        );
       }
       same((await kit.entry(done!)).status, 'delivered', `status of the delivered ${done}`);
       same((await kit.entry(failed!)).status, 'failed', `status of the failed ${failed}`);
-      same(keysOf(await kit.store.lease(kit.lease(), 100)), [a!, b!].sort(), 'the keys lease() took after replayDead');
+      same(
+        keysOf(await kit.store.lease(kit.lease(), 100)),
+        [a!, b!].sort(),
+        'the keys lease() took after replayDead',
+      );
       same(await kit.store.replayDead(), 0, 'what a second replayDead() resolved');
     },
   },
@@ -200,7 +254,11 @@ export const OPERATOR_RULES: Rule[] = [
     async run(kit) {
       const entry = (await inboxOfFour(kit))[1]!;
       const at = entry.deliveredAt!.getTime();
-      same(await kit.store.purge(new Date(at)), 0, `purge(before: its deliveredAt) of ${entry.key} (strictly before)`);
+      same(
+        await kit.store.purge(new Date(at)),
+        0,
+        `purge(before: its deliveredAt) of ${entry.key} (strictly before)`,
+      );
       same(await kit.store.purge(new Date(at + 3_600_000)), 1, 'purge() of one delivered entry among four');
       must((await kit.store.get(entry.key)) === undefined, `get(${entry.key}) found the purged entry`);
       same((await kit.store.list()).length, 3, 'entries left after the purge (received, failed, dead stay)');
@@ -250,7 +308,8 @@ export const OPERATOR_RULES: Rule[] = [
       const entries = await inboxOfFour(kit);
       const count = (from?: Date) => {
         const counts = { received: 0, delivered: 0, failed: 0, dead: 0 };
-        for (const entry of entries) if (from === undefined || entry.receivedAt >= from) counts[entry.status] += 1;
+        for (const entry of entries)
+          if (from === undefined || entry.receivedAt >= from) counts[entry.status] += 1;
         return counts;
       };
       same(await kit.store.countByStatus!(), count(), 'countByStatus()');

@@ -9,7 +9,6 @@ import {
   createKit,
   RuleFailure,
   type AnyStore,
-  type ConformanceFailure,
   type Rule,
   type StoreConformanceResult,
 } from './store-conformance-kit.js';
@@ -18,7 +17,13 @@ import { OPERATOR_RULES } from './store-conformance-operator.js';
 export type { ConformanceFailure, StoreConformanceResult } from './store-conformance-kit.js';
 
 /** Every rule, in the order they run. */
-const RULES: Rule[] = [...CLAIM_RULES, ...INBOX_RULES, ...OPERATOR_RULES, ...CRASH_RULES, ...EXPECTATION_RULES];
+const RULES: Rule[] = [
+  ...CLAIM_RULES,
+  ...INBOX_RULES,
+  ...OPERATOR_RULES,
+  ...CRASH_RULES,
+  ...EXPECTATION_RULES,
+];
 
 /** The names of the rules, for `skip`. */
 export const STORE_CONFORMANCE_RULES: readonly string[] = RULES.map((rule) => rule.name);
@@ -124,7 +129,11 @@ async function runRule(
       return undefined;
     }
     const durable = isDurable(store, options);
-    const kit = createKit(store, { ...options, durable }, `${run}.${result.passed.length + result.failures.length}`);
+    const kit = createKit(
+      store,
+      { ...options, durable },
+      `${run}.${result.passed.length + result.failures.length}`,
+    );
     await within(rule.run(kit), options.ruleTimeoutMs);
     return null;
   } catch (error) {
@@ -156,7 +165,10 @@ const isDurable = (store: AnyStore, options: Resolved): boolean => options.durab
 async function within(work: Promise<void>, ms: number): Promise<void> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new RuleFailure(`the rule did not finish within ${ms} ms (a call never answered?)`)), ms);
+    timer = setTimeout(
+      () => reject(new RuleFailure(`the rule did not finish within ${ms} ms (a call never answered?)`)),
+      ms,
+    );
   });
   try {
     await Promise.race([work, late]);
@@ -174,15 +186,21 @@ function resolve(createStore: unknown, options: Partial<StoreConformanceOptions>
   }
   const { concurrency = 50, timeScale = 1, advance, skip = [], durable } = options ?? {};
   if (!Number.isInteger(concurrency) || concurrency < 2) {
-    throw new TypeError(`runStoreConformance: concurrency must be a whole number of at least 2, got ${concurrency}`);
+    throw new TypeError(
+      `runStoreConformance: concurrency must be a whole number of at least 2, got ${concurrency}`,
+    );
   }
   if (!Number.isFinite(timeScale) || timeScale <= 0) {
     throw new TypeError(`runStoreConformance: timeScale must be a positive number, got ${timeScale}`);
   }
   if (advance !== undefined && typeof advance !== 'function') {
-    throw new TypeError(`runStoreConformance: advance must be a function (ms) => void, got ${typeof advance}`);
+    throw new TypeError(
+      `runStoreConformance: advance must be a function (ms) => void, got ${typeof advance}`,
+    );
   }
-  const unknown = (Array.isArray(skip) ? skip : [skip]).filter((name) => !STORE_CONFORMANCE_RULES.includes(name));
+  const unknown = (Array.isArray(skip) ? skip : [skip]).filter(
+    (name) => !STORE_CONFORMANCE_RULES.includes(name),
+  );
   if (!Array.isArray(skip) || unknown.length > 0) {
     throw new TypeError(
       `runStoreConformance: skip must list rule names, got ${unknown.map(String).join(', ') || typeof skip} (the rules: ${STORE_CONFORMANCE_RULES.join(', ')})`,

@@ -8,7 +8,8 @@ import { runStoreConformance, type Lease, type Settlement } from 'ipn-kit/testin
 import { databaseUrl, describeWithService, redisUrl } from '../helpers/services.js';
 
 /** The rule names of the failures, sorted. */
-const rulesOf = (failures: Array<{ rule: string }>) => [...new Set(failures.map((failure) => failure.rule))].sort();
+const rulesOf = (failures: Array<{ rule: string }>) =>
+  [...new Set(failures.map((failure) => failure.rule))].sort();
 
 describe('runStoreConformance on the built-in stores', () => {
   // MemoryStore answers in the same turn, with no network between: the router never loses a claim's
@@ -34,7 +35,10 @@ describe('runStoreConformance on the built-in stores', () => {
     const result = await runStoreConformance(() => new MemoryStore(), { skip: memorySkips, durable: false });
     expect(result.failures).toEqual([]);
     expect(result.passed).toEqual(['interface', 'claim-atomic', 'claim-held', 'claim-ttl', 'release']);
-    expect(result.skipped).toContainEqual({ rule: 'lease-disjoint', reason: 'the store is not durable (at most once only)' });
+    expect(result.skipped).toContainEqual({
+      rule: 'lease-disjoint',
+      reason: 'the store is not durable (at most once only)',
+    });
   }, 60_000);
 });
 
@@ -147,7 +151,11 @@ describe('runStoreConformance on broken stores', () => {
       skip: ['claim-token-idempotent'],
     });
     expect(rulesOf(failures)).toEqual(
-      expect.arrayContaining(['settle-lease-guarded', 'release-lease-guarded', 'crash-lost-lease-changes-nothing']),
+      expect.arrayContaining([
+        'settle-lease-guarded',
+        'release-lease-guarded',
+        'crash-lost-lease-changes-nothing',
+      ]),
     );
     expect(failures.find((failure) => failure.rule === 'settle-lease-guarded')?.message).toMatch(
       /by a lease that never held it resolved true/,
