@@ -49,7 +49,7 @@ export const CLAIM_RULES: Rule[] = [
     async run(kit) {
       const keys = Array.from({ length: KEYS_AT_ONCE }, () => kit.key('claim-atomic'));
       const answers = await atOnce(keys.length * kit.concurrency, (index) =>
-        kit.store.claim(keys[index % keys.length]!, kit.longMs, randomUUID()),
+        kit.at(Math.floor(index / keys.length)).claim(keys[index % keys.length]!, kit.longMs, randomUUID()),
       );
       const odd = answers.find((answer) => typeof answer !== 'boolean');
       must(odd === undefined, `claim() resolved ${String(odd)}, not true or false`);

@@ -7,7 +7,7 @@ async function retaken(kit: RuleKit, key: string, why: string): Promise<{ id: st
   const lease = kit.lease();
   let entry: InboxEntry | undefined;
   await kit.eventually(`lease() taking ${key} again ${why}`, async () => {
-    entry = (await kit.store.lease(lease, 100)).find((taken) => taken.key === key);
+    entry = (await kit.at(1).lease(lease, 100)).find((taken) => taken.key === key);
     return entry !== undefined;
   });
   return { id: lease.id, entry: entry! };

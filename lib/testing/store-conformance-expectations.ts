@@ -90,7 +90,9 @@ export const EXPECTATION_RULES: Rule[] = [
       const now = Date.now();
       const all = Array.from({ length: 20 }, () => expectation(kit, now - 1000));
       for (const item of all) await store.put(item);
-      const rounds = await atOnce(Math.min(kit.concurrency, 10), () => store.takeDue(now, now + 60_000, 3));
+      const rounds = await atOnce(Math.min(kit.concurrency, 10), (index) =>
+        kit.at(index).expectations!.takeDue(now, now + 60_000, 3),
+      );
       const taken = [...rounds.flat(), ...(await store.takeDue(now, now + 60_000, 100))];
       const ids = idsOf(taken);
       const twice = ids.filter((id, index) => ids[index - 1] === id);

@@ -77,7 +77,7 @@ export const INBOX_RULES: Rule[] = [
         const leases = Array.from({ length: kit.concurrency }, () => kit.lease());
         const records = leases.map((_, index) => kit.record(key, { custom_data: `copy-${index}` }));
         const answers = await atOnce(kit.concurrency, (index) =>
-          kit.store.receive(key, records[index]!, leases[index]!),
+          kit.at(index).receive(key, records[index]!, leases[index]!),
         );
         const winners = answers.flatMap((answer, index) => (answer === true ? [index] : []));
         must(
@@ -197,7 +197,7 @@ export const INBOX_RULES: Rule[] = [
       const keys = Array.from({ length: 20 }, () => kit.key('lease-disjoint'));
       for (const key of keys) await kit.failed(key, -1000);
       const leases = Array.from({ length: Math.min(kit.concurrency, 10) }, () => kit.lease());
-      const taken = await atOnce(leases.length, (index) => kit.store.lease(leases[index]!, 3));
+      const taken = await atOnce(leases.length, (index) => kit.at(index).lease(leases[index]!, 3));
       const rest = kit.lease();
       const all = [...taken.flat(), ...(await kit.store.lease(rest, 100))];
       const twice = keysOf(all).filter((key, index, sorted) => sorted[index - 1] === key);
@@ -343,7 +343,7 @@ export const INBOX_RULES: Rule[] = [
       must(await kit.store.receive(key, kit.record(key), lease), `receive(${key}) resolved false`);
       const kinds = settlements(await kit.entry(key)).slice(1);
       const answers = await atOnce(kit.concurrency, (index) =>
-        kit.store.settle(key, lease.id, kinds[index % kinds.length]!),
+        kit.at(index).settle(key, lease.id, kinds[index % kinds.length]!),
       );
       const won = answers.flatMap((answer, index) => (answer ? [kinds[index % kinds.length]!.status] : []));
       must(

@@ -71,6 +71,11 @@ export interface Rule {
 /** What every rule gets: a fresh store, and helpers that keep the rules short. */
 export interface RuleKit {
   store: AnyStore;
+  /**
+   * The instance the `index`th concurrent call goes to: `store`, or, given `openPeer`, `store` and a second
+   * instance over the same data by turns (as two processes of an app would call).
+   */
+  at(index: number): AnyStore;
   /** Whether the inbox's rules run on this store. */
   durable: boolean;
   /** How many copies of one call a concurrency rule sends at once. */
@@ -104,7 +109,8 @@ export interface KitOptions {
 }
 
 /** Builds the kit of one rule over `store`. */
-export function createKit(store: AnyStore, options: KitOptions, run: string): RuleKit {
+export function createKit(stores: [AnyStore, ...AnyStore[]], options: KitOptions, run: string): RuleKit {
+  const [store] = stores;
   const shortMs = 100 * options.timeScale;
   let sequence = 0;
   const pause = async (ms: number): Promise<void> => {
@@ -113,6 +119,7 @@ export function createKit(store: AnyStore, options: KitOptions, run: string): Ru
   };
   const kit: RuleKit = {
     store,
+    at: (index) => stores[index % stores.length]!,
     durable: options.durable,
     concurrency: options.concurrency,
     shortMs,

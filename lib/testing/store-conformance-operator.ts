@@ -107,7 +107,7 @@ export const OPERATOR_RULES: Rule[] = [
       const leases = Array.from({ length: kit.concurrency }, () => kit.lease());
       const records = leases.map((_, index) => kit.record(twice, { custom_data: `copy-${index}` }));
       const answers = await atOnce(leases.length, (index) =>
-        kit.store.replace(twice, holder.id, records[index]!, leases[index]!),
+        kit.at(index).replace(twice, holder.id, records[index]!, leases[index]!),
       );
       const winners = answers.flatMap((answer, index) => (answer ? [index] : []));
       must(

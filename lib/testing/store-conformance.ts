@@ -53,6 +53,15 @@ export interface StoreConformanceOptions {
    */
   advance: ((ms: number) => void | Promise<void>) | undefined;
   /**
+   * Opens a second instance over the same data as `store`, as another process of your app would (its own
+   * client or pool, the same table or key prefix). Given, the concurrency rules send their calls to both
+   * by turns, and an entry whose instance crashed is taken up by the other one: claims stay atomic, and
+   * leases disjoint, across instances, not only within one. It is closed after the rule, as `store` is.
+   * @default undefined: one instance takes every call
+   */
+  openPeer:
+    ((store: Store | DurableStore) => Store | DurableStore | Promise<Store | DurableStore>) | undefined;
+  /**
    * Rules not to run, by name: those your store documents that it does not follow (they are listed in
    * `skipped`, with the reason "skipped by the options").
    * @default []
@@ -122,15 +131,17 @@ async function runRule(
   } catch (error) {
     return `createStore() failed: ${messageOf(error)}`;
   }
+  let peer: AnyStore | undefined;
   try {
     const reason = notApplicable(rule, store, options);
     if (reason !== undefined) {
       result.skipped.push({ rule: rule.name, reason });
       return undefined;
     }
+    if (options.openPeer) peer = (await options.openPeer(store)) as AnyStore;
     const durable = isDurable(store, options);
     const kit = createKit(
-      store,
+      peer ? [store, peer] : [store],
       { ...options, durable },
       `${run}.${result.passed.length + result.failures.length}`,
     );
@@ -139,10 +150,12 @@ async function runRule(
   } catch (error) {
     return error instanceof RuleFailure ? error.message : `a call threw: ${messageOf(error)}`;
   } finally {
-    try {
-      await store.close?.();
-    } catch {
-      // The rule's verdict stands; a store that fails to close is the partner's to see in their own tests.
+    for (const opened of peer ? [peer, store] : [store]) {
+      try {
+        await opened.close?.();
+      } catch {
+        // The rule's verdict stands; a store that fails to close is the partner's to see in their own tests.
+      }
     }
   }
 }
@@ -184,7 +197,7 @@ function resolve(createStore: unknown, options: Partial<StoreConformanceOptions>
       `runStoreConformance: createStore must be a function answering a new store, got ${typeof createStore}`,
     );
   }
-  const { concurrency = 50, timeScale = 1, advance, skip = [], durable } = options ?? {};
+  const { concurrency = 50, timeScale = 1, advance, openPeer, skip = [], durable } = options ?? {};
   if (!Number.isInteger(concurrency) || concurrency < 2) {
     throw new TypeError(
       `runStoreConformance: concurrency must be a whole number of at least 2, got ${concurrency}`,
@@ -192,6 +205,11 @@ function resolve(createStore: unknown, options: Partial<StoreConformanceOptions>
   }
   if (!Number.isFinite(timeScale) || timeScale <= 0) {
     throw new TypeError(`runStoreConformance: timeScale must be a positive number, got ${timeScale}`);
+  }
+  if (openPeer !== undefined && typeof openPeer !== 'function') {
+    throw new TypeError(
+      `runStoreConformance: openPeer must be a function (store) => another instance over its data, got ${typeof openPeer}`,
+    );
   }
   if (advance !== undefined && typeof advance !== 'function') {
     throw new TypeError(
@@ -207,5 +225,5 @@ function resolve(createStore: unknown, options: Partial<StoreConformanceOptions>
     );
   }
   const ruleTimeoutMs = options.ruleTimeoutMs ?? 30_000 * timeScale;
-  return { concurrency, timeScale, advance, skip, durable, ruleTimeoutMs };
+  return { concurrency, timeScale, advance, openPeer, skip, durable, ruleTimeoutMs };
 }

@@ -43,52 +43,71 @@ describe('runStoreConformance on the built-in stores', () => {
 });
 
 describeWithService('Redis', 'runStoreConformance on RedisStore', () => {
+  // Two clients: two app instances, each with its own connection to the one Redis.
   let redis: Redis;
+  let other: Redis;
   const prefix = `ipn-kit-test:conformance:${process.pid}:${randomUUID().slice(0, 8)}:`;
+  let round = 0;
+  const createStore = () => new RedisStore({ client: redis, prefix: `${prefix}${(round += 1)}:` });
   beforeAll(() => {
-    redis = new Redis(redisUrl());
-    redis.on('error', () => {});
+    [redis, other] = [new Redis(redisUrl()), new Redis(redisUrl())];
+    for (const client of [redis, other]) client.on('error', () => {});
   });
   afterAll(async () => {
     const keys = await redis.keys(`${prefix}*`);
     if (keys.length > 0) await redis.del(...keys);
-    await redis.quit();
+    await Promise.all([redis.quit(), other.quit()]);
   });
 
   test('RedisStore conforms', async () => {
-    let round = 0;
-    const result = await runStoreConformance(
-      () => new RedisStore({ client: redis, prefix: `${prefix}${(round += 1)}:` }),
-    );
+    const result = await runStoreConformance(createStore);
     expect(result.failures).toEqual([]);
     expect(result.skipped).toEqual([]);
+  }, 120_000);
+
+  test('RedisStore conforms across two instances, each with its own client', async () => {
+    const result = await runStoreConformance(createStore, {
+      openPeer: (store) => new RedisStore({ client: other, prefix: (store as RedisStore).prefix }),
+    });
+    expect(result.failures).toEqual([]);
   }, 120_000);
 });
 
 describeWithService('PostgreSQL', 'runStoreConformance on PostgresStore', () => {
+  // Two pools: two app instances, each with its own connections.
   let pool: Pool;
+  let other: Pool;
   const tables: string[] = [];
+  /** A store on a new, migrated table of this run. */
+  async function createStore(): Promise<PostgresStore> {
+    const table = `ipn_test_conf_${process.pid}_${tables.length}_${randomUUID().slice(0, 6)}`;
+    tables.push(table);
+    const store = new PostgresStore({ pool, table });
+    await store.migrate();
+    return store;
+  }
+  // PostgresStore keeps a claim until it is purged: the router's ttlMs does not apply (as its doc says).
+  const skip = ['claim-ttl'];
   beforeAll(() => {
     pool = new Pool({ connectionString: databaseUrl(), max: 10 });
-    pool.on('error', () => {});
+    other = new Pool({ connectionString: databaseUrl(), max: 10 });
+    for (const client of [pool, other]) client.on('error', () => {});
   });
   afterAll(async () => {
     for (const table of tables) await pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_expected"`);
-    await pool.end();
+    await Promise.all([pool.end(), other.end()]);
   });
 
   test('PostgresStore conforms', async () => {
-    const result = await runStoreConformance(
-      async () => {
-        const table = `ipn_test_conf_${process.pid}_${tables.length}_${randomUUID().slice(0, 6)}`;
-        tables.push(table);
-        const store = new PostgresStore({ pool, table });
-        await store.migrate();
-        return store;
-      },
-      // PostgresStore keeps a claim until it is purged: the router's ttlMs does not apply (its doc).
-      { skip: ['claim-ttl'] },
-    );
+    const result = await runStoreConformance(createStore, { skip });
+    expect(result.failures).toEqual([]);
+  }, 120_000);
+
+  test('PostgresStore conforms across two instances, each with its own pool', async () => {
+    const result = await runStoreConformance(createStore, {
+      skip,
+      openPeer: (store) => new PostgresStore({ pool: other, table: (store as PostgresStore).table }),
+    });
     expect(result.failures).toEqual([]);
   }, 120_000);
 });
@@ -96,18 +115,43 @@ describeWithService('PostgreSQL', 'runStoreConformance on PostgresStore', () => 
 describe('runStoreConformance on broken stores', () => {
   /** A claim that reads, waits for its backend, then writes: two racing claims both see the key free. */
   class CheckThenSetStore implements Store {
-    readonly #keys = new Map<string, number>();
+    constructor(readonly keys = new Map<string, number>()) {}
     async claim(key: string, ttlMs: number): Promise<boolean> {
-      const expiry = this.#keys.get(key);
+      const expiry = this.keys.get(key);
       if (expiry !== undefined && expiry > Date.now()) return false;
       await Promise.resolve(); // a round trip between the read and the write
-      this.#keys.set(key, Date.now() + ttlMs);
+      this.keys.set(key, Date.now() + ttlMs);
       return true;
     }
     release(key: string): void {
-      this.#keys.delete(key);
+      this.keys.delete(key);
     }
   }
+
+  /**
+   * Claims taken one at a time within an instance (a lock of its own), over a map the instances share: each
+   * instance alone is atomic, two are not. Only a check across instances (`openPeer`) finds it.
+   */
+  class LockedInOneProcessStore extends CheckThenSetStore {
+    #queue: Promise<unknown> = Promise.resolve();
+    override claim(key: string, ttlMs: number): Promise<boolean> {
+      const claimed = this.#queue.then(() => super.claim(key, ttlMs));
+      this.#queue = claimed.catch(() => undefined);
+      return claimed;
+    }
+  }
+
+  test('claims atomic within one instance only fail claim-atomic across two', async () => {
+    const alone = await runStoreConformance(() => new LockedInOneProcessStore(), {
+      skip: ['claim-token-idempotent'],
+    });
+    expect(alone.failures).toEqual([]);
+    const { failures } = await runStoreConformance(() => new LockedInOneProcessStore(), {
+      skip: ['claim-token-idempotent'],
+      openPeer: (store) => new LockedInOneProcessStore((store as LockedInOneProcessStore).keys),
+    });
+    expect(rulesOf(failures)).toEqual(['claim-atomic']);
+  }, 60_000);
 
   test('a check-then-set claim fails claim-atomic', async () => {
     const { failures } = await runStoreConformance(() => new CheckThenSetStore());
@@ -161,5 +205,25 @@ describe('runStoreConformance on broken stores', () => {
       /by a lease that never held it resolved true/,
     );
     expect(passed).toEqual(expect.arrayContaining(['claim-atomic', 'lease-disjoint', 'list-filters']));
+  }, 60_000);
+
+  /** A replace written as a delete, then an insert: in between, the entry is nowhere (a crash there loses it). */
+  class DeleteThenInsertStore extends MemoryStore {
+    override async replace(key: string, leaseId: string, record: Record<string, unknown>, lease: Lease) {
+      if ((await this.get(key)) === undefined) return false;
+      this.release(key, leaseId);
+      await new Promise((resolve) => setImmediate(resolve)); // the insert's round trip
+      return this.receive(key, record, lease);
+    }
+  }
+
+  test('a replace that deletes, then inserts, fails replace-atomic', async () => {
+    const { failures } = await runStoreConformance(() => new DeleteThenInsertStore(), {
+      skip: ['claim-token-idempotent'],
+    });
+    expect(rulesOf(failures)).toContain('replace-atomic');
+    expect(failures.find((failure) => failure.rule === 'replace-atomic')?.message).toMatch(
+      /found no entry \d+ times while replace\(\) ran: it must never pass through absent/,
+    );
   }, 60_000);
 });
