@@ -178,12 +178,12 @@ export class MemoryInbox {
 }
 
 /**
- * What callers get: a copy without the lease id, so they cannot change the inbox by accident; the record
- * too (a caller that edits `entry.record` must not edit the notification a later attempt delivers).
+ * What callers get: a deep copy without the lease id, so they cannot change the inbox by accident (a caller
+ * that edits `entry.record`, or a date in place, must not edit what a later attempt delivers).
  */
 function copy(entry: Held): InboxEntry {
   const { leaseId: _leaseId, ...rest } = entry;
-  return { ...rest, record: structuredClone(rest.record) };
+  return structuredClone(rest);
 }
 
 function customDataOf(entry: Held): string {

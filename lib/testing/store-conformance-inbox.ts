@@ -333,24 +333,40 @@ export const INBOX_RULES: Rule[] = [
     },
   },
   {
-    // An attempt's end may be sent twice at once (a timeout racing the listener's answer): one of them ends
-    // it. A read of the lease, then a write, lets both through.
+    // An attempt's end may be sent more than once at once, with different outcomes (a timeout's failure
+    // racing the listener's answer): exactly one of them ends it, and the entry says which. A read of the
+    // lease, then a write, lets several through. (The same settlement sent twice may answer true twice, as
+    // the same claim does: it is one outcome.)
     name: 'settle-once',
     needs: 'durable',
     async run(kit) {
       const key = kit.key('settle-once');
       const lease = kit.lease();
       must(await kit.store.receive(key, kit.record(key), lease), `receive(${key}) resolved false`);
-      const kinds = settlements(await kit.entry(key)).slice(1);
-      const answers = await atOnce(kit.concurrency, (index) =>
-        kit.at(index).settle(key, lease.id, kinds[index % kinds.length]!),
+      const { receivedAt } = await kit.entry(key);
+      const nextAttemptAt = new Date(receivedAt.getTime() + 60_000);
+      const outcomes: Settlement[] = Array.from({ length: kit.concurrency }, (_, index) =>
+        index === 0
+          ? { status: 'delivered' }
+          : index % 2 === 1
+            ? { status: 'failed', error: `failed ${index}`, nextAttemptAt }
+            : { status: 'dead', error: `dead ${index}` },
       );
-      const won = answers.flatMap((answer, index) => (answer ? [kinds[index % kinds.length]!.status] : []));
+      const answers = await atOnce(outcomes.length, (index) =>
+        kit.at(index).settle(key, lease.id, outcomes[index]!),
+      );
+      const won = outcomes.filter((_, index) => answers[index] === true);
       must(
         won.length === 1,
-        `${kit.concurrency} concurrent settles of ${key} by its lease (failed and dead): ${won.length} resolved true, expected exactly 1`,
+        `${outcomes.length} concurrent settles of ${key} by its lease, each another outcome: ${won.length} resolved true, expected exactly 1`,
       );
-      same((await kit.entry(key)).status, won[0], `status of ${key} (the one settle that resolved true)`);
+      const { status, lastError } = await kit.entry(key);
+      const winner = won[0]!;
+      same(
+        { status, lastError: status === 'delivered' ? null : lastError },
+        { status: winner.status, lastError: winner.status === 'delivered' ? null : winner.error },
+        `status and lastError of ${key} (the one settle that resolved true)`,
+      );
     },
   },
   {
