@@ -1,5 +1,5 @@
 import type { InboxEntry } from '../stores/store.js';
-import { take, unchanged } from './store-conformance-inbox.js';
+import { take, unchanged } from './store-conformance-entries.js';
 import { must, same, type Rule, type RuleKit } from './store-conformance-kit.js';
 
 /** Waits until `lease()` takes `key` again (its lease ran out), with a new long lease. */

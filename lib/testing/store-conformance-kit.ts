@@ -1,10 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { DurableStore, InboxEntry, Lease } from '../stores/store.js';
 
-/**
- * One rule a store broke: its name (such as `'claim-atomic'`) and what was seen, in words.
- * @inline
- */
+/** One rule a store broke: its name (such as `'claim-atomic'`) and what was seen, in words. */
 export interface ConformanceFailure {
   /** The rule's name, as listed in {@link StoreConformanceResult.passed} and `skipped`. */
   rule: string;
@@ -12,10 +9,7 @@ export interface ConformanceFailure {
   message: string;
 }
 
-/**
- * What {@link runStoreConformance} resolves: `failures` is empty when the store conforms.
- * @inline
- */
+/** What {@link runStoreConformance} resolves: `failures` is empty when the store conforms. */
 export interface StoreConformanceResult {
   /** The rules the store broke, in the order they ran. Empty when it conforms. */
   failures: ConformanceFailure[];

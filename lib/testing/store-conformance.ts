@@ -4,7 +4,7 @@ import { messageOf } from '../shared/errors.js';
 import { CLAIM_RULES } from './store-conformance-claims.js';
 import { CRASH_RULES } from './store-conformance-crash.js';
 import { EXPECTATION_RULES } from './store-conformance-expectations.js';
-import { INBOX_RULES } from './store-conformance-inbox.js';
+import { LEASE_RULES } from './store-conformance-leases.js';
 import {
   createKit,
   RuleFailure,
@@ -13,20 +13,26 @@ import {
   type StoreConformanceResult,
 } from './store-conformance-kit.js';
 import { OPERATOR_RULES } from './store-conformance-operator.js';
+import { RECEIVE_RULES } from './store-conformance-receive.js';
+import { REPLACE_RULES } from './store-conformance-replace.js';
+import { SETTLE_RULES } from './store-conformance-settle.js';
 
 export type { ConformanceFailure, StoreConformanceResult } from './store-conformance-kit.js';
 
 /** Every rule, in the order they run. */
 const RULES: Rule[] = [
   ...CLAIM_RULES,
-  ...INBOX_RULES,
+  ...RECEIVE_RULES,
+  ...LEASE_RULES,
+  ...SETTLE_RULES,
+  ...REPLACE_RULES,
   ...OPERATOR_RULES,
   ...CRASH_RULES,
   ...EXPECTATION_RULES,
 ];
 
 /** The names of the rules, for `skip`. */
-export const STORE_CONFORMANCE_RULES: readonly string[] = RULES.map((rule) => rule.name);
+const STORE_CONFORMANCE_RULES: readonly string[] = RULES.map((rule) => rule.name);
 
 /** Options of {@link runStoreConformance}. */
 export interface StoreConformanceOptions {
