@@ -96,8 +96,10 @@ export interface StoreConformanceOptions {
  * It takes a few seconds: the expiry rules wait out a 100 ms ttl or lease each (see `timeScale`, `advance`).
  *
  * @param createStore Answers a new, empty store (or a promise of one) each time it is called.
- * @returns Resolves `{ failures, passed, skipped }`; `failures` is empty when the store conforms. Never rejects.
- * @throws TypeError when an option is not valid (an unknown rule name in `skip`, a concurrency below 2).
+ * @returns Resolves `{ failures, passed, skipped }`; `failures` is empty when the store conforms. A store
+ * that throws, rejects or never answers is a failure of the rule, never a rejection.
+ * @throws TypeError (as a rejection) when an option is not valid: an unknown rule name in `skip`, a
+ * concurrency below 2.
  * @example
  * const { failures } = await runStoreConformance(() => new MongoStore({ collection: newCollection() }));
  * expect(failures).toEqual([]);
@@ -231,5 +233,10 @@ function resolve(createStore: unknown, options: Partial<StoreConformanceOptions>
     );
   }
   const ruleTimeoutMs = options.ruleTimeoutMs ?? 30_000 * timeScale;
+  if (!Number.isFinite(ruleTimeoutMs) || ruleTimeoutMs <= 0) {
+    throw new TypeError(
+      `runStoreConformance: ruleTimeoutMs must be a positive number of milliseconds, got ${ruleTimeoutMs}`,
+    );
+  }
   return { concurrency, timeScale, advance, openPeer, skip, durable, ruleTimeoutMs };
 }
