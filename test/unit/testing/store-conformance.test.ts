@@ -10,7 +10,7 @@ class PlainStore implements Store {
     this.#tokens.set(key, { token, until: Date.now() + ttlMs });
     return true;
   }
-  release(key: string): void {
+  release(key: string): void | Promise<void> {
     this.#tokens.delete(key);
   }
 }
