@@ -18,6 +18,7 @@ export const REPLACE_RULES: Rule[] = [
       // Read while it runs: the entry is the forged record or the genuine one, never absent.
       let done = false;
       const settled = replacing.finally(() => (done = true));
+      settled.catch(() => undefined); // awaited below; a rejection is the rule's failure, never unhandled
       const reads: Array<Promise<InboxEntry | undefined>> = [];
       for (let index = 0; index < 200 && (index < 20 || !done); index += 1) {
         reads.push(kit.store.get(key));
