@@ -6,3 +6,5 @@
  * @packageDocumentation
  */
 export type { Transactions, Statement, StatementResult } from './stores/transactions.js';
+export { drizzleTransactions } from './stores/orm/drizzle.js';
+export { kyselyTransactions } from './stores/orm/kysely.js';
