@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import Redis from 'ioredis';
+import { createClient } from 'redis';
 import { Pool } from 'pg';
 import { MemoryStore, type Store } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
@@ -63,6 +64,20 @@ describeWithService('Redis', 'runStoreConformance on RedisStore', () => {
     const result = await runStoreConformance(createStore);
     expect(result.failures).toEqual([]);
     expect(result.skipped).toEqual([]);
+  }, 120_000);
+
+  test('RedisStore conforms over a node-redis client', async () => {
+    const client = createClient({ url: redisUrl() });
+    client.on('error', () => {});
+    await client.connect();
+    try {
+      const result = await runStoreConformance(
+        () => new RedisStore({ client, prefix: `${prefix}${(round += 1)}:` }),
+      );
+      expect(result.failures).toEqual([]);
+    } finally {
+      await client.close();
+    }
   }, 120_000);
 
   test('RedisStore conforms across two instances, each with its own client', async () => {
