@@ -7,3 +7,5 @@
  */
 export type { Transactions, Statement, StatementResult } from './stores/transactions.js';
 export { prismaTransactions } from './stores/orm/prisma.js';
+export { drizzleTransactions } from './stores/orm/drizzle.js';
+export { kyselyTransactions } from './stores/orm/kysely.js';
