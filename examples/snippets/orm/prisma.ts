@@ -31,3 +31,14 @@ export function prismaIpn(pool: Pool, schema = 'public') {
   // #endregion prisma-listener
   return { ipn, prisma };
 }
+
+// #region prisma-dead-letters
+/** The notifications whose delivery gave up, newest first: for an operator's page of your own. */
+export function deadNotifications(prisma: PrismaClient, since: Date) {
+  return prisma.ipnInbox.findMany({
+    where: { status: 'dead', receivedAt: { gte: since } },
+    select: { key: true, attempts: true, lastError: true },
+    orderBy: { receivedAt: 'desc' },
+  });
+}
+// #endregion prisma-dead-letters

@@ -6,7 +6,7 @@ import { ipnRouter } from 'ipn-kit';
 import { prismaTransactions } from 'ipn-kit/orm';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { PrismaClient as ExamplePrismaClient } from '../../../examples/prisma/generated/client.js';
-import { prismaIpn } from '../../../examples/snippets/orm/prisma.js';
+import { deadNotifications, prismaIpn } from '../../../examples/snippets/orm/prisma.js';
 import { PrismaClient } from '../../fixtures/orm/prisma/generated/client.js';
 import { ledgerSchema } from '../../helpers/ledger-schema.js';
 import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
@@ -407,6 +407,23 @@ describeWithService('PostgreSQL', 'the inbox models of examples/prisma/schema.pr
       receivedAt: entry.receivedAt,
     });
     expect(await prisma.ledger.count({ where: { transactionId: entry.transactionId } })).toBe(1);
+  });
+
+  test('the documented dead letters: what gave up, read through the inbox model', async () => {
+    const store = new PostgresStore({ pool: ledger.pool(), transactions: prismaTransactions(prisma) });
+    const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet, maxAttempts: 1 });
+    ipn.on('successful', () => {
+      throw new Error('the order is unknown');
+    });
+    const { post } = await serve(ipn);
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    const key = ledger.keyOf(payload);
+    await eventually('the entry dead', async () => (await ledger.entryOf(key))?.status === 'dead');
+
+    expect(await deadNotifications(prisma, new Date(Date.now() - 60_000))).toEqual([
+      { key, attempts: 1, lastError: expect.stringContaining('the order is unknown') },
+    ]);
   });
 });
 
