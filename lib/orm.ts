@@ -6,3 +6,6 @@
  * @packageDocumentation
  */
 export type { Transactions, Statement, StatementResult } from './stores/transactions.js';
+export { knexTransactions } from './stores/orm/knex.js';
+export { typeormTransactions } from './stores/orm/typeorm.js';
+export { sequelizeTransactions } from './stores/orm/sequelize.js';
