@@ -23,9 +23,13 @@ export type Driver = 'timers' | 'drain';
 type Attempt =
   Exclude<Verdict, { kind: 'confirmed' }> | { kind: 'delivered' } | { kind: 'failed'; error: IpnKitError };
 
+/**
+ * What an attempt came to once its transaction ended: `marked` delivered (its writes and mark landed),
+ * `lost` (another attempt holds the entry: nothing of this one landed), or not delivered.
+ */
+type Concluded = Exclude<Attempt, { kind: 'delivered' }> | { kind: 'marked' } | { kind: 'lost' };
+
 const MAX_RETRY_DELAY = 60 * 60_000;
-/** PostgreSQL's in_failed_sql_transaction: a statement of the transaction failed before. */
-const IN_FAILED_TRANSACTION = '25P02';
 const RECOVERY_BATCH = 50;
 
 /**
@@ -80,8 +84,10 @@ export function createDurableDelivery<C>(
       });
       if (verdict.kind !== 'confirmed') return verdict;
     }
-    const db = (await tx.open())?.db;
-    return emitAndSettle(n, db === undefined ? context : { ...context, db });
+    const opened = await tx.open();
+    if (opened === undefined) return emitAndSettle(n, context);
+    const shared = opened.db === undefined ? { tx: opened.tx } : { tx: opened.tx, db: opened.db };
+    return emitAndSettle(n, { ...context, ...shared });
   }
 
   /** One attempt at `n`, held by `leaseId`; resolves whether it was delivered. Never rejects. */
@@ -95,7 +101,12 @@ export function createDurableDelivery<C>(
     return (await attemptOnce(key, n, leaseId, attempts, driver)) === 'delivered';
   }
 
-  /** One attempt at `n`, held by `leaseId`; resolves what it came to. Never rejects. */
+  /**
+   * One attempt at `n`, held by `leaseId`; resolves what it came to. Never rejects. Classify, then settle:
+   * the attempt runs (verification, then the listeners, in the store's transaction when it opens one); its
+   * transaction is committed or rolled back, which says whether it delivered; then the entry is settled
+   * through one store call, guarded by the lease.
+   */
   async function attemptOnce(
     key: string,
     n: IpnNotification,
@@ -104,102 +115,124 @@ export function createDurableDelivery<C>(
     driver: Driver,
   ): Promise<Outcome> {
     metrics?.attempt();
-    let result: Attempt;
     const tx = holdTransaction(inbox, key, leaseId, (pending) => timed(pending, 'begin', key));
-    let abandoned = false; // the listeners may still be running: their transaction's connection is closed
+    const ms = Math.floor(options.leaseMs * 0.9);
+    const running = attempt(n, { key, attempt: attempts }, tx);
+    let result: Attempt;
+    let abandoned: Promise<unknown> | undefined; // the listeners may still be running: settles when they have
     try {
-      const ms = Math.floor(options.leaseMs * 0.9);
       const message = `the listeners of ${key} did not settle within ${ms} ms (leaseMs)`;
-      const context = { key, attempt: attempts };
-      result = await within(attempt(n, context, tx), ms, () => new DeliveryError(message));
+      result = await within(running, ms, () => new DeliveryError(message));
     } catch (error) {
       const failure =
         error instanceof IpnKitError ? error : new DeliveryError(messageOf(error), { cause: error });
       result = { kind: 'failed', error: failure };
-      abandoned = true;
+      abandoned = running.catch(() => {});
     }
     try {
-      const open = tx.current();
-      if (result.kind === 'delivered' && open && open.opened !== false) {
-        // Transactional: the listeners' writes and the delivered mark commit together, or neither does.
-        try {
-          if (await timed(open.commit(), 'commit', key)) {
-            metrics?.delivered(n.state);
-            return 'delivered';
-          }
-          // The lease was lost (another attempt holds the entry): the store rolled the listeners' writes
-          // back, so this attempt delivered nothing; the holder of the lease delivers it.
-          return 'other';
-        } catch (cause) {
-          // Neither landed (or, a COMMIT whose answer was lost, both did: then the entry is delivered and
-          // the lease-guarded settlement below changes nothing). A failed attempt like any other, so that
-          // one a listener makes fail every time (it caught its own SQL error, which aborts the
-          // transaction) ends dead after maxAttempts instead of being taken up again without end.
-          const aborted = Reflect.get(Object(cause), 'code') === IN_FAILED_TRANSACTION;
-          const why = aborted
-            ? 'a query a listener made through db failed, and PostgreSQL aborted the transaction (a listener ' +
-              'that catches a SQL error cannot go on in it: let the error throw, or wrap the query in a SAVEPOINT)'
-            : messageOf(cause);
-          const message = `the delivery transaction of ${key} did not commit: ${why}`;
-          result = { kind: 'failed', error: new DeliveryError(message, { cause }) };
-          abandoned = true; // a COMMIT still on its way (it timed out) is not waited for: its connection closes
-        }
-      }
-      if (result.kind === 'delivered') {
-        // No transaction, or one no listener opened: the mark alone, whose failure is the store's (the
-        // entry is taken up again once its lease runs out), never a failed attempt.
-        const settled = open
-          ? await timed(open.commit(), 'commit', key)
-          : await timed(inbox.settle(key, leaseId, { status: 'delivered' }), 'settle', key);
-        if (settled) metrics?.delivered(n.state);
-        return 'delivered';
-      }
-      await timed(tx.end(abandoned), 'rollback', key); // the listeners' writes vanish with the attempt
-      if (result.kind === 'rejected') {
-        reject(result.event);
-        const genuine = genuineRecord(result.event);
-        if (!genuine) {
-          // A genuine notification of this key can still come. Only while this attempt holds the entry:
-          // another one may have put the service's own record there since.
-          await timed(inbox.release(key, leaseId), 'release', key);
-          return 'other';
-        }
-        // The genuine copy came already, answered as a duplicate of the forgery: the service's own record
-        // takes the forgery's place in one step, so that it is in the inbox at every moment.
-        const lease = { id: randomUUID(), ms: options.leaseMs };
-        if (await timed(inbox.replace(key, leaseId, toRecord(genuine), lease), 'replace', key))
-          return attemptOnce(key, genuine, lease.id, 1, driver);
-        return 'other';
-      }
-      const failure =
-        result.kind === 'failed'
-          ? result.error
-          : new VerificationError(n.transaction_id, attempts, result.reason);
-      if (result.kind === 'failed') report(failure, n);
-      if (attempts >= options.maxAttempts) {
-        // Emitted by the instance that still held the lease, only: a replay may have taken it meanwhile.
-        const dead = { status: 'dead', error: failure.message } as const;
-        if (!(await timed(inbox.settle(key, leaseId, dead), 'settle', key))) return 'other';
-        logger.error(
-          { ...identify(n), attempts },
-          `IPN notification ${key} is dead after ${attempts} attempts`,
-        );
-        emit('dead', { key, notification: toEvent(n), attempts, lastError: failure.message });
-        return 'dead';
-      }
-      const delay = Math.min(options.retryDelayMs * 2 ** (attempts - 1), MAX_RETRY_DELAY);
-      const nextAttemptAt = new Date(Date.now() + delay);
-      const failed = { status: 'failed', error: failure.message, nextAttemptAt } as const;
-      const settled = await timed(inbox.settle(key, leaseId, failed), 'settle', key);
-      if (driver === 'timers') after(delay, recover);
-      return settled ? 'retried' : 'other';
+      const concluded = await conclude(key, result, tx, abandoned);
+      return await settle(key, n, leaseId, attempts, driver, concluded);
     } catch (cause) {
       // The entry is still in the inbox (every write above changes it in one step, none deletes a
       // notification still to deliver): its lease runs out and it is taken up again. At least once.
       const message = `the store failed to record the delivery of ${key}: ${messageOf(cause)}`;
       report(new StoreError(message, { cause }), n);
+      return 'other';
     }
-    return 'other';
+  }
+
+  /**
+   * Ends the attempt's transaction and says what the attempt came to: a delivered attempt commits (its
+   * listeners' writes and the `delivered` mark together), any other rolls back. A commit whose outcome is
+   * unknown is settled by reading the entry, never by guessing. Rejects when the store failed in a way
+   * that leaves the entry to its lease (reported by the caller).
+   */
+  async function conclude(
+    key: string,
+    result: Attempt,
+    tx: TransactionHolder,
+    abandoned: Promise<unknown> | undefined,
+  ): Promise<Concluded> {
+    const open = tx.current();
+    if (result.kind !== 'delivered') {
+      await timed(tx.end(abandoned), 'rollback', key); // the listeners' writes vanish with the attempt
+      return result;
+    }
+    if (!open) {
+      // No transaction: the mark alone. Its failure is the store's, never a failed attempt.
+      const settled = await timed(inbox.settle(key, leaseId(tx), { status: 'delivered' }), 'settle', key);
+      return { kind: settled ? 'marked' : 'lost' };
+    }
+    const idle = open.state === 'idle'; // no listener wrote in it: the commit is the mark alone
+    try {
+      return { kind: (await timed(open.commit(), 'commit', key)) === 'delivered' ? 'marked' : 'lost' };
+    } catch (cause) {
+      if (idle) throw cause; // the store's failure: the entry is taken up again once its lease runs out
+      // A commit still on its way (it timed out) is not waited for: its connection is closed.
+      tx.end(abandoned ?? Promise.resolve()).catch(() => {});
+      const entry = await timed(inbox.get(key), 'get', key);
+      if (entry?.status === 'delivered') return { kind: 'marked' }; // the commit landed; its answer did not
+      // Neither landed. A failed attempt like any other, so that one that a listener makes fail every time
+      // ends dead after maxAttempts instead of being taken up again without end.
+      const message = `the delivery transaction of ${key} did not commit: ${messageOf(cause)}`;
+      const error = cause instanceof IpnKitError ? cause : new DeliveryError(message, { cause });
+      return { kind: 'failed', error };
+    }
+  }
+
+  /** Settles the entry as the attempt concluded, through one store call guarded by the lease. */
+  async function settle(
+    key: string,
+    n: IpnNotification,
+    leaseId: string,
+    attempts: number,
+    driver: Driver,
+    result: Concluded,
+  ): Promise<Outcome> {
+    if (result.kind === 'marked') {
+      metrics?.delivered(n.state);
+      return 'delivered';
+    }
+    // The lease was lost (another attempt holds the entry): the holder of the lease delivers it.
+    if (result.kind === 'lost') return 'other';
+    if (result.kind === 'rejected') {
+      reject(result.event);
+      const genuine = genuineRecord(result.event);
+      if (!genuine) {
+        // A genuine notification of this key can still come. Only while this attempt holds the entry:
+        // another one may have put the service's own record there since.
+        await timed(inbox.release(key, leaseId), 'release', key);
+        return 'other';
+      }
+      // The genuine copy came already, answered as a duplicate of the forgery: the service's own record
+      // takes the forgery's place in one step, so that it is in the inbox at every moment.
+      const lease = { id: randomUUID(), ms: options.leaseMs };
+      if (await timed(inbox.replace(key, leaseId, toRecord(genuine), lease), 'replace', key))
+        return attemptOnce(key, genuine, lease.id, 1, driver);
+      return 'other';
+    }
+    const failure =
+      result.kind === 'failed'
+        ? result.error
+        : new VerificationError(n.transaction_id, attempts, result.reason);
+    if (result.kind === 'failed') report(failure, n);
+    if (attempts >= options.maxAttempts) {
+      // Emitted by the instance that still held the lease, only: a replay may have taken it meanwhile.
+      const dead = { status: 'dead', error: failure.message } as const;
+      if (!(await timed(inbox.settle(key, leaseId, dead), 'settle', key))) return 'other';
+      logger.error(
+        { ...identify(n), attempts },
+        `IPN notification ${key} is dead after ${attempts} attempts`,
+      );
+      emit('dead', { key, notification: toEvent(n), attempts, lastError: failure.message });
+      return 'dead';
+    }
+    const delay = Math.min(options.retryDelayMs * 2 ** (attempts - 1), MAX_RETRY_DELAY);
+    const nextAttemptAt = new Date(Date.now() + delay);
+    const failed = { status: 'failed', error: failure.message, nextAttemptAt } as const;
+    const settled = await timed(inbox.settle(key, leaseId, failed), 'settle', key);
+    if (driver === 'timers') after(delay, recover);
+    return settled ? 'retried' : 'other';
   }
 
   /**
@@ -355,11 +388,17 @@ function isEntry(value: unknown): value is InboxEntry {
 
 /** One attempt's transaction: opened (when the store opens one) after verification, before the listeners. */
 interface TransactionHolder {
+  readonly leaseId: string;
   open(): Promise<DeliveryTransaction | undefined>;
   current(): DeliveryTransaction | undefined;
-  /** Rolls back what was opened; one that opens later (the attempt timed out meanwhile) is closed at once. */
-  end(abandon: boolean): Promise<void>;
+  /**
+   * Rolls back what was opened (`listeners`: an abandoned attempt's, which may still be running); one that
+   * opens later (the attempt timed out meanwhile) is rolled back at once.
+   */
+  end(listeners?: Promise<unknown>): Promise<void>;
 }
+
+const leaseId = (tx: TransactionHolder): string => tx.leaseId;
 
 function holdTransaction(
   inbox: DurableStore,
@@ -370,14 +409,15 @@ function holdTransaction(
   let tx: DeliveryTransaction | undefined;
   let ended = false;
   return {
+    leaseId,
     async open() {
       const pending = inbox.begin?.(key, leaseId);
       if (pending === undefined) return undefined;
       // One that opens after the attempt ended (its begin timed out, or the listeners' time ran out) is
-      // closed at once: no connection stays held by an attempt nobody waits for.
+      // rolled back at once: no connection stays held by an attempt nobody waits for.
       pending.then(
         (late) => {
-          if (ended && late !== tx) void late?.rollback(true);
+          if (ended && late !== tx) void late?.rollback();
         },
         () => {}, // the rejection is the awaited call's below
       );
@@ -387,9 +427,9 @@ function holdTransaction(
       return tx;
     },
     current: () => tx,
-    async end(abandon) {
+    async end(listeners) {
       ended = true;
-      await tx?.rollback(abandon);
+      await tx?.rollback(listeners);
     },
   };
 }

@@ -18,28 +18,33 @@ export interface AttemptInfo {
 }
 
 /**
- * The second argument of a `successful`, `failed` or `notification` listener. With `PostgresStore` and
- * `delivery: 'at-least-once'`, `db` is a client of your `pg` pool inside the transaction that marks this
- * notification delivered: what a listener writes through it commits with that mark, or rolls back with it.
- * Every other store and mode passes no `db` (`Db` is `never`).
+ * The second argument of a `successful`, `failed` or `notification` listener. At least once, with a store
+ * that opens a transaction for each delivery attempt, `tx` is that transaction: what a listener writes
+ * through it commits together with the mark that says this notification was delivered, or rolls back with
+ * it. With `PostgresStore({ pool })`, `tx` and `db` are both the `pg` client inside it; given your ORM's
+ * `transactions` (`ipn-kit/orm`), `tx` is the ORM's own transaction object (a Prisma transaction client, a
+ * Drizzle transaction, a TypeORM `EntityManager`, ...) and there is no `db`. Every other store and mode
+ * passes neither (`Tx` is `never`).
  */
-export type ListenerContext<Db = never> = [Db] extends [never]
-  ? AttemptInfo & { db?: undefined }
-  : AttemptInfo & { db: Db };
+export type ListenerContext<Tx = never, Db = never> = [Tx] extends [never]
+  ? AttemptInfo & { tx?: undefined; db?: undefined }
+  : [Db] extends [never]
+    ? AttemptInfo & { tx: Tx; db?: undefined }
+    : AttemptInfo & { tx: Tx; db: Db };
 
-/** A store that opens a delivery transaction for each attempt, whose client listeners get as `db`. */
-export interface TransactionalStore<Db> {
+/** A store that opens a delivery transaction for each attempt, whose `tx` (and `db`) listeners get. */
+export interface TransactionalStore<Tx, Db> {
   /** Opens the transaction of one attempt at `key`, held by `leaseId`; `undefined` when it cannot. */
-  begin(key: string, leaseId: string): Promise<DeliveryTransaction<Db> | undefined>;
+  begin(key: string, leaseId: string): Promise<DeliveryTransaction<Tx, Db> | undefined>;
 }
 
 /**
- * The listener context a router gets from its store and delivery mode: a `db` only from a store that opens
+ * The listener context a router gets from its store and delivery mode: a `tx` only from a store that opens
  * delivery transactions (`begin`), at least once.
  */
 export type ListenerContextOf<St, D> = D extends 'at-least-once'
-  ? St extends TransactionalStore<infer Db>
-    ? ListenerContext<Db>
+  ? St extends TransactionalStore<infer Tx, infer Db>
+    ? ListenerContext<Tx, Db>
     : ListenerContext
   : ListenerContext;
 
@@ -154,7 +159,7 @@ export interface StaleEvent {
 
 /** The events of an IPN router and the payload each listener receives. */
 export interface IpnEvents<C = undefined, X = ListenerContext> {
-  /** A first delivery in state SUCCESSFUL: credit the order (through `context.db`, when there is one). */
+  /** A first delivery in state SUCCESSFUL: credit the order (through `context.tx`, when there is one). */
   successful: (notification: Notification<C> & { state: 'SUCCESSFUL' }, context: X) => unknown;
   /** A first delivery in state FAILED: release or cancel the order. */
   failed: (notification: Notification<C> & { state: 'FAILED' }, context: X) => unknown;

@@ -32,8 +32,8 @@ type Watch =
 
 const REPORTED: Watch = { kind: 'reported' };
 
-/** The context the router passes to listeners at run time: a `db` only inside a delivery transaction. */
-export type Attempt = AttemptInfo & { db?: unknown };
+/** The context the router passes to listeners at run time: a `tx` (and `db`) only inside a delivery transaction. */
+export type Attempt = AttemptInfo & { tx?: unknown; db?: unknown };
 
 /**
  * The listener methods of an IPN router; they mirror Node's and eventemitter3's and return the router for

@@ -97,8 +97,8 @@ const FROM_NOW = (n: number): string => `now() + $${n}::double precision * inter
 /** What a key or lease id may hold to stand in SQL as a literal as it is: no quote, no backslash. */
 const PLAIN = /^[A-Za-z0-9._:-]{1,200}$/;
 
-/** The error `markAndCommit` fails with when the lease was lost: PostgreSQL's division_by_zero. */
-export const LEASE_LOST = '22012';
+/** The SQLSTATE `markAndCommit` raises when the lease was lost: ipn-kit's own ("IK": no class of PostgreSQL's). */
+export const LEASE_LOST = 'IK001';
 
 /** Lease columns cleared when an attempt ends. */
 const END_LEASE = 'lease_id = NULL, lease_until = NULL, updated_at = now()';
@@ -177,15 +177,17 @@ export function inboxSql(table: string) {
     // The `delivered` mark and the COMMIT of a delivery transaction, as one simple query: one round trip
     // where two would do. Only for a key and lease id of plain characters (a transaction id is, by the
     // schema; a lease id is a UUID), which stand in it as literals; `undefined` for any other. When the
-    // lease no longer holds the entry, the mark updates nothing, and dividing by that count fails the
-    // statement (22012, `LEASE_LOST`): PostgreSQL then skips the COMMIT after it.
+    // lease no longer holds the entry, the mark updates nothing and the block raises LEASE_LOST: PostgreSQL
+    // then skips the COMMIT after it, and the caller rolls back.
     markAndCommit: (key: string, leaseId: string): string | undefined =>
       PLAIN.test(key) && PLAIN.test(leaseId)
-        ? `WITH marked AS (
+        ? `DO $ipn_kit$ BEGIN
             UPDATE ${t} SET status = 'delivered', delivered_at = now(), ${END_LEASE}
-            WHERE key = '${key}' AND lease_id = '${leaseId}' RETURNING 1
-          )
-          SELECT 1 / count(*) FROM marked; COMMIT`
+            WHERE key = '${key}' AND lease_id = '${leaseId}';
+            IF NOT FOUND THEN
+              RAISE EXCEPTION 'ipn-kit: the lease on % was lost', '${key}' USING ERRCODE = '${LEASE_LOST}';
+            END IF;
+          END $ipn_kit$; COMMIT`
         : undefined,
     // Group commit: many `delivered` settlements in one statement, each still guarded by its lease.
     deliveredMany: `UPDATE ${t} AS inbox SET status = 'delivered', delivered_at = now(),

@@ -2,7 +2,15 @@ import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
 import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.js';
 import { createBatcher } from './postgres-batch.js';
-import { canConnect, openTransaction, type PgClientOf } from './postgres-transaction.js';
+import {
+  canConnect,
+  explainPostgres,
+  openTransaction,
+  splitStatements,
+  type PgClientOf,
+} from './postgres-transaction.js';
+import { openOrmTransaction } from './orm-transaction.js';
+import { isTransactions, type Statement, type Transactions } from './transactions.js';
 import { PostgresExpectations, postgresExpectationsSql } from './postgres-expectations.js';
 import { afterMigration, markMigration, trackMigration } from './postgres-migrations.js';
 import { messageOf, StoreError } from '../shared/errors.js';
@@ -39,15 +47,28 @@ export interface PgQueryable {
  * Options of {@link PostgresStore}.
  * @inline
  */
-export interface PostgresStoreOptions<P extends PgQueryable = PgQueryable> {
+export interface PostgresStoreOptions<
+  P extends PgQueryable = PgQueryable,
+  T extends Transactions<any> | undefined = undefined, // eslint-disable-line @typescript-eslint/no-explicit-any
+> {
   /**
    * Your `pg` pool (`new Pool()`). The store only runs queries through it; it never ends it. Listen to its
-   * `error` event, as `pg` asks: without a listener, a dropped idle connection crashes the process. Required.
-   * At least once, a delivery attempt whose listeners query `db` takes one client of it (`pool.connect()`)
-   * for its transaction, from that first query to its commit, so size `max` for those concurrent deliveries
-   * plus the receives. A single `Client` works too, without transactional delivery (listeners get no `db`).
+   * `error` event, as `pg` asks: without a listener, a dropped idle connection crashes the process.
+   * Required, unless `transactions` can run statements on their own (`execute`): then the store runs
+   * through your ORM alone. At least once without `transactions`, a delivery attempt whose listeners query
+   * `db` takes one client of it (`pool.connect()`) for its transaction, from that first query to its
+   * commit, so size `max` for those concurrent deliveries plus the receives. A single `Client` works too,
+   * without transactional delivery (listeners get no `db`).
    */
   pool: P;
+  /**
+   * Your ORM's transactions (`prismaTransactions(prisma)`, `drizzleTransactions(db)`, ... from
+   * `ipn-kit/orm`): at least once, each delivery attempt runs in a transaction of your ORM, listeners write
+   * through its transaction object (their context's `tx`), and the store marks the entry delivered inside
+   * it. Point the ORM at the same database as `pool`.
+   * @default undefined: delivery transactions on `pool`'s clients, as `db`
+   */
+  transactions?: T;
   /**
    * The inbox table: `name` or `schema.name`, of letters, digits and underscores. It is quoted, so it is
    * case-sensitive.
@@ -55,6 +76,11 @@ export interface PostgresStoreOptions<P extends PgQueryable = PgQueryable> {
    */
   table: string;
 }
+
+/** The listeners' `tx` of a store: the ORM's transaction, or the pool's client. */
+type TxOf<P, T> = T extends Transactions<infer Tx> ? Tx : PgClientOf<P>;
+/** The listeners' `db` of a store: the pool's client, or none with an ORM's transactions. */
+type DbOf<P, T> = T extends Transactions<unknown> ? never : PgClientOf<P>;
 
 /** One write of a batch: a receive's values (`receive`), or a `delivered` settlement's key and lease. */
 type Write = { receive: unknown[]; delivered?: never } | { receive?: never; delivered: [string, string] };
@@ -104,29 +130,49 @@ const UNDEFINED_TABLE = '42P01';
  * });
  * app.use('/ipn', ipn);
  */
-export class PostgresStore<P extends PgQueryable = PgQueryable> implements DurableStore {
+export class PostgresStore<
+  P extends PgQueryable = PgQueryable,
+  T extends Transactions<any> | undefined = undefined, // eslint-disable-line @typescript-eslint/no-explicit-any
+> implements DurableStore {
   /** This store keeps each notification and its delivery state: the router may deliver at least once. */
   readonly durable = true as const;
   /** The table, as given. */
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
   readonly expectations: PostgresExpectations;
-  readonly #pool: P;
+  readonly #pool: PgQueryable;
+  readonly #transactions: Transactions | undefined;
   readonly #sql: InboxSql;
   /** Receives and `delivered` settlements that arrive together go as one statement (group commit). */
   readonly #writes = createBatcher((items: Write[]) => this.#writeMany(items));
 
-  /** @throws TypeError when `pool` has no `query` method or `table` is not a valid name. */
-  constructor(options: Partial<PostgresStoreOptions<P>> & Pick<PostgresStoreOptions<P>, 'pool'>) {
-    const given = options as Partial<PostgresStoreOptions<P>> | undefined;
-    const pool = given?.pool;
+  /**
+   * @throws TypeError when `pool` has no `query` method (and `transactions` cannot run statements on their
+   * own), `transactions` is not a `Transactions`, or `table` is not a valid name.
+   */
+  constructor(
+    options: Partial<PostgresStoreOptions<P, T>> &
+      (Pick<PostgresStoreOptions<P, T>, 'pool'> | { transactions: T & Transactions }),
+  ) {
+    const given = options as Partial<PostgresStoreOptions<P, T>> | undefined;
+    const transactions: unknown = given?.transactions;
+    if (transactions !== undefined && !isTransactions(transactions)) {
+      throw new TypeError(
+        'PostgresStore: transactions must come from ipn-kit/orm (prismaTransactions(prisma), drizzleTransactions(db), ...), or be an object with transaction(work) and query(tx, statement)',
+      );
+    }
+    const pool = given?.pool ?? (transactions?.execute ? ormPool(transactions) : undefined);
     if (typeof pool !== 'object' || pool === null || typeof Reflect.get(pool, 'query') !== 'function') {
       throw new TypeError(
-        'PostgresStore: pool must be a pg Pool (new Pool() from the pg package), or an object with its query(text, values) method',
+        'PostgresStore: pool must be a pg Pool (new Pool() from the pg package), or an object with its query(text, values) method' +
+          (transactions
+            ? `; ${transactions.name}'s transactions cannot run statements on their own (no execute)`
+            : ''),
       );
     }
     this.table = tableNames(given?.table ?? 'ipn_inbox').name;
     this.#pool = pool;
+    this.#transactions = transactions;
     this.#sql = inboxSql(this.table);
     this.expectations = new PostgresExpectations(
       (text, values) => this.#query(text, values, 'expectations'),
@@ -265,22 +311,30 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
 
   /**
    * Opens the transaction of one delivery attempt held by `leaseId` (the router calls it, at least once,
-   * after verification and before the listeners). Listeners get its `db`: the first query they make through
-   * it takes a client of the pool and sends `BEGIN` on it. Its `commit()` waits for their queries, marks the
-   * entry delivered in the same transaction, only while `leaseId` still holds it (otherwise it rolls back:
-   * another attempt has the entry), then commits. So the listeners' writes and the mark land together or
-   * not at all, whatever crashes when. When no listener queried `db`, there is nothing to make atomic and no
-   * client was taken: the mark is batched with other settlements (group commit), as without a transaction.
-   * Resolves `undefined` when the pool hands out no clients (a single `Client`).
+   * after verification and before the listeners). Its `commit()` marks the entry delivered in the same
+   * transaction, only while `leaseId` still holds it (otherwise it rolls back: another attempt has the
+   * entry), then commits. So the listeners' writes and the mark land together or not at all, whatever
+   * crashes when.
+   *
+   * With `transactions`, your ORM opens it, and listeners get the ORM's transaction object as `tx`.
+   * Without, listeners get a client of the pool as `tx` and `db`: the first query they make through it
+   * takes the client and sends `BEGIN` on it; when no listener queried it, there is nothing to make atomic
+   * and no client was taken: the mark is batched with other settlements (group commit), as without a
+   * transaction. Resolves `undefined` when the pool hands out no clients (a single `Client`).
    */
-  begin(key: string, leaseId: string): Promise<DeliveryTransaction<PgClientOf<P>> | undefined> {
+  begin(key: string, leaseId: string): Promise<DeliveryTransaction<TxOf<P, T>, DbOf<P, T>> | undefined> {
+    type Opened = DeliveryTransaction<TxOf<P, T>, DbOf<P, T>>;
+    if (this.#transactions) {
+      const mark: Statement = { text: this.#sql.delivered, values: [key, leaseId], returns: 'count' };
+      return openOrmTransaction(this.#transactions, key, mark, explainPostgres) as Promise<Opened>;
+    }
     if (!canConnect(this.#pool)) return Promise.resolve(undefined);
     const mark = {
       statement: [this.#sql.delivered, [key, leaseId]] as [string, unknown[]],
       andCommit: () => this.#sql.markAndCommit(key, leaseId),
     };
     const opened = openTransaction(this.#pool, key, mark, () => this.#writes({ delivered: [key, leaseId] }));
-    return Promise.resolve(opened as DeliveryTransaction<PgClientOf<P>>);
+    return Promise.resolve(opened as Opened);
   }
 
   /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */
@@ -394,6 +448,30 @@ export class PostgresStore<P extends PgQueryable = PgQueryable> implements Durab
       cause: error,
     });
   }
+}
+
+/**
+ * A pool over your ORM: each query runs through `transactions.execute`, as one statement outside any
+ * transaction. A statement of several (the migration's) runs in one transaction of the ORM, one by one.
+ */
+function ormPool(transactions: Transactions): PgQueryable {
+  const execute = transactions.execute!.bind(transactions);
+  const returns = (text: string): Statement['returns'] =>
+    /^\s*(select|with)\b|\breturning\b/i.test(text) ? 'rows' : 'count';
+  return {
+    async query(text, values = []) {
+      const statements = values.length === 0 ? splitStatements(text) : [text];
+      if (statements.length > 1) {
+        await transactions.transaction(async (tx) => {
+          for (const one of statements)
+            await transactions.query(tx, { text: one, values: [], returns: 'count' });
+        });
+        return { rows: [], rowCount: 0 };
+      }
+      const { rows, count } = await execute({ text, values, returns: returns(text) });
+      return { rows, rowCount: count };
+    },
+  };
 }
 
 /** Whether a query failed because its table does not exist (PostgreSQL's `42P01`). */

@@ -3,9 +3,9 @@ import { DeliveryError, IpnKitError, messageOf, StoreError } from '../shared/err
 import type { DeliveryTransaction } from './store.js';
 
 /**
- * How a delivery transaction marks its entry delivered: `statement`, then `COMMIT`; or the query
- * `andCommit()` gives, both in one simple query that fails with {@link LEASE_LOST} when the lease was lost
- * (built only for a transaction a listener opened; `undefined` when the key cannot stand in it).
+ * How a delivery transaction marks its entry delivered: `statement` (changing one row while the lease holds,
+ * none once it was lost), then `COMMIT`; or the query `andCommit()` gives, both in one simple query that
+ * fails with {@link LEASE_LOST} when the lease was lost (`undefined` when the key cannot stand in it).
  */
 export interface DeliveredMark {
   statement: [string, unknown[]];
@@ -59,6 +59,12 @@ export function canConnect(pool: object): pool is { connect(): Promise<unknown> 
 }
 
 /**
+ * Where a raw delivery transaction stands: `idle` (no client taken), `opening` (a client taken, `BEGIN`
+ * sent), `open`, `committing`, `ended` (the client given back or closed; every query refused).
+ */
+type RawState = 'idle' | 'opening' | 'open' | 'committing' | 'ended';
+
+/**
  * Opens a delivery transaction lazily: nothing is taken from `pool` until a listener makes its first query
  * through `db`; that query takes a client, sends `BEGIN` on it, then runs. `commit` waits for every query
  * the listeners made (awaited or not), then runs `mark` (the `delivered` update, guarded by the lease) and
@@ -72,31 +78,39 @@ export function canConnect(pool: object): pool is { connect(): Promise<unknown> 
  * promise, marked handled; the callback called with the error; the submittable's `handleError`), so a
  * listener that outlives its attempt never writes outside the transaction. An `error` the connection emits
  * meanwhile (the server ended it) is kept, fails the commit, and never reaches the process.
+ *
+ * `BEGIN`, `COMMIT` and `ROLLBACK` sent through `db` (an ORM's transaction helper run on it: Drizzle's
+ * `.transaction()`, Knex's `transaction(fn, { connection: db })`) become savepoints inside the delivery's
+ * transaction, as the ORMs do for nested transactions: they never commit the delivery early. One that
+ * cannot be mapped (a `COMMIT` with no `BEGIN` before it, `BEGIN ISOLATION LEVEL ...`, `PREPARE
+ * TRANSACTION`) is refused with an error that names the fix.
  */
 export function openTransaction(
   pool: { connect(): Promise<unknown> },
   key: string,
   mark: DeliveredMark,
   markWithout: () => Promise<boolean>,
-): DeliveryTransaction {
+): DeliveryTransaction<unknown, unknown> {
+  let state: RawState = 'idle';
   let client: PgPoolClient | undefined;
   let begun: Promise<{ error: unknown } | undefined> | undefined; // the client taken and BEGIN sent
   let queue: Promise<unknown> = Promise.resolve(); // settles when the last query made has
-  let open = true; // the listeners may still make queries
-  let rolledBack = false; // queries already made are refused too
-  let committing = false;
-  let ended = false;
+  let savepoints = 0; // BEGINs a listener sent through db, open as savepoints
   let broken: unknown; // what the connection emitted as 'error' while this attempt held it
   const onError = (error: unknown): void => {
     broken ??= error;
   };
-  /** Gives the client back to the pool, or closes its connection (which rolls back whatever was open). */
+  /**
+   * Ends the transaction: gives the client back to the pool, or closes its connection (which rolls back
+   * whatever was open). Once only: the client is forgotten.
+   */
   const finish = (destroy: boolean): void => {
-    if (ended) return;
-    ended = true;
-    if (!client) return;
-    (Reflect.get(client, 'removeListener') as Listening | undefined)?.call(client, 'error', onError);
-    client.release(destroy || broken !== undefined || undefined);
+    state = 'ended';
+    const held = client;
+    client = undefined;
+    if (!held) return;
+    (Reflect.get(held, 'removeListener') as Listening | undefined)?.call(held, 'error', onError);
+    held.release(destroy || broken !== undefined || undefined);
   };
   // A DeliveryError: the write was refused because the attempt ended, not because the database failed.
   const refused = (): DeliveryError =>
@@ -109,14 +123,24 @@ export function openTransaction(
     if (typeof taken?.query !== 'function' || typeof taken.release !== 'function') {
       throw new TypeError('PostgresStore: pool.connect() must resolve a client with query() and release()');
     }
-    if (ended) {
+    if (state === 'ended') {
       taken.release(); // the attempt ended while the pool was handing it out
       throw refused();
     }
     client = taken;
     (Reflect.get(client, 'on') as Listening | undefined)?.call(client, 'error', onError);
     await client.query('BEGIN');
+    if (state === 'opening') state = 'open';
     return undefined;
+  };
+  /** A listener's statement as it runs inside the delivery's transaction (see {@link asSavepoint}). */
+  const inside = (args: unknown[]): unknown[] => {
+    const mapped = asSavepoint(textOf(args[0]), savepoints, key);
+    if (mapped === undefined) return args;
+    savepoints = mapped.depth;
+    if (typeof args[0] === 'string') return [mapped.text, ...args.slice(1)];
+    if (typeof Reflect.get(Object(args[0]), 'submit') === 'function') throw submittableRefusal(key);
+    return [{ ...(args[0] as object), text: mapped.text }, ...args.slice(1)];
   };
   const Client = Reflect.get(pool, 'Client') as unknown;
   const stand = Object.create(
@@ -127,17 +151,28 @@ export function openTransaction(
       if (property === 'release') return () => {};
       if (property === 'query') {
         return (...args: unknown[]) => {
-          if (!open) return inTurn(Promise.reject(refused()), undefined, args).result;
-          begun ??= connectAndBegin().catch((error: unknown) => ({ error: asOpenFailure(key, error) }));
+          if (state === 'committing' || state === 'ended') {
+            return inTurn(Promise.reject(refused()), undefined, args).result;
+          }
+          if (state === 'idle') {
+            state = 'opening';
+            begun = connectAndBegin().catch((error: unknown) => ({ error: asOpenFailure(key, error) }));
+          }
           const started = Promise.all([begun, queue]).then(([failed]) => {
             if (failed) throw failed.error;
-            if (rolledBack) throw refused();
+            if (state === 'ended') throw refused();
             return client!;
           });
+          let run = args;
+          try {
+            run = inside(args);
+          } catch (refusal) {
+            return inTurn(Promise.reject(refusal as Error), undefined, args).result;
+          }
           const { result, done } = inTurn(
             started,
             (taken) => taken.query.bind(taken) as (...a: unknown[]) => unknown,
-            args,
+            run,
           );
           queue = done;
           return result;
@@ -149,23 +184,23 @@ export function openTransaction(
     },
   }) as unknown;
   return {
+    tx: db,
     db,
-    get opened() {
-      return begun !== undefined;
+    get state() {
+      return state === 'idle' || state === 'ended' ? state : 'open';
     },
     async commit() {
-      if (!open) throw refused();
-      open = false;
-      committing = true;
-      if (begun === undefined) {
+      if (state === 'committing' || state === 'ended') throw refused();
+      if (state === 'idle') {
         finish(false);
-        return markWithout();
+        return (await markWithout()) ? 'delivered' : 'lost';
       }
+      state = 'committing';
       try {
         const failed = await begun;
         if (failed) throw failed.error;
         await queue; // every query a listener made, awaited or not, lands before the mark
-        if (ended) throw refused(); // abandoned meanwhile (the commit timed out): its connection is closed
+        if (state !== 'committing') throw refused(); // abandoned meanwhile (the commit timed out)
         if (broken !== undefined) {
           throw new StoreError(
             `the connection of the delivery transaction of ${key} failed: ${messageOf(broken)}`,
@@ -184,36 +219,149 @@ export function openTransaction(
           );
           if (lost) await taken.query('ROLLBACK'); // the COMMIT was skipped with the failed mark
           finish(false);
-          return !lost;
+          return lost ? 'lost' : 'delivered';
         }
         const { rowCount } = await taken.query(...mark.statement);
         if (rowCount !== 1) {
           // The lease was lost: another attempt holds the entry now. The listeners' writes must not land.
           await taken.query('ROLLBACK');
           finish(false);
-          return false;
+          return 'lost';
         }
         await taken.query('COMMIT');
         finish(false);
-        return true;
+        return 'delivered';
       } catch (error) {
         finish(true); // both or neither: the database rolls back what did not commit
-        throw error;
+        throw asCommitFailure(key, error);
       }
     },
-    async rollback(abandon = false) {
-      open = false;
-      rolledBack = true;
-      if (ended || (committing && !abandon)) return; // a commit under way ends it itself
-      if (!client || abandon) return finish(abandon);
+    async rollback(listeners) {
+      if (state === 'ended') return;
+      if (state === 'committing' && listeners === undefined) return; // a commit under way ends it itself
+      const held = client;
+      // Abandoned (listeners may still be running a query): the connection is closed, which rolls back.
+      if (!held || listeners !== undefined) return finish(listeners !== undefined);
+      state = 'ended'; // every query from now on is refused
       try {
-        await client.query('ROLLBACK');
+        await held.query('ROLLBACK');
         finish(false);
       } catch {
         finish(true);
       }
     },
   };
+}
+
+/** PostgreSQL's in_failed_sql_transaction: a statement of the transaction failed before. */
+const IN_FAILED_TRANSACTION = '25P02';
+
+/**
+ * What a PostgreSQL error means to a partner, when it says more than its message: a transaction aborted by
+ * a statement of a listener that caught its own SQL error. Looks through `cause`s, as ORMs wrap the
+ * driver's error. `undefined` for any other.
+ */
+export function explainPostgres(error: unknown): string | undefined {
+  let current: unknown = error;
+  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth += 1) {
+    if (Reflect.get(current, 'code') === IN_FAILED_TRANSACTION) {
+      return (
+        'a query a listener made in the transaction failed, and PostgreSQL aborted the transaction (a ' +
+        'listener that catches a SQL error cannot go on in it: let the error throw, or wrap the query in a ' +
+        'SAVEPOINT, as your ORM does for a nested transaction)'
+      );
+    }
+    current = Reflect.get(current, 'cause');
+  }
+  return undefined;
+}
+
+/** The error a failed commit rejects with: the driver's error as cause, its meaning in words when known. */
+function asCommitFailure(key: string, error: unknown): unknown {
+  if (error instanceof IpnKitError) return error;
+  const why = explainPostgres(error) ?? messageOf(error);
+  return new DeliveryError(`the delivery transaction of ${key} did not commit: ${why}`, { cause: error });
+}
+
+/** The text of a query's first argument: a string, or a config's (or submittable's) `text`. */
+function textOf(first: unknown): string | undefined {
+  if (typeof first === 'string') return first;
+  const text: unknown = typeof first === 'object' && first !== null ? Reflect.get(first, 'text') : undefined;
+  return typeof text === 'string' ? text : undefined;
+}
+
+const BEGIN = /^\s*(?:begin|start\s+transaction)(?:\s+(?:work|transaction))?\s*;?\s*$/i;
+const COMMIT = /^\s*(?:commit|end)(?:\s+(?:work|transaction))?\s*;?\s*$/i;
+const ROLLBACK = /^\s*(?:rollback|abort)(?:\s+(?:work|transaction))?\s*;?\s*$/i;
+/** A statement that starts, ends or prepares a transaction, in any form (with options, chained, prepared). */
+const CONTROL = /^\s*(?:begin|start\s+transaction|commit|end|rollback|abort|prepare\s+transaction)\b/i;
+
+/**
+ * A listener's transaction statement as it runs inside the delivery's transaction: `BEGIN` becomes a
+ * savepoint, `COMMIT` releases it, `ROLLBACK` rolls back to it (`depth`: how many are open, before and
+ * after). `undefined` for any other statement, which runs as it is; a `refusal` (thrown) for a transaction
+ * statement that would end the delivery's transaction or cannot be mapped.
+ */
+export function asSavepoint(
+  text: string | undefined,
+  depth: number,
+  key: string,
+): { text: string; depth: number } | undefined {
+  if (text === undefined) return undefined;
+  const name = (level: number): string => `ipn_kit_${level}`;
+  if (BEGIN.test(text)) return { text: `SAVEPOINT ${name(depth)}`, depth: depth + 1 };
+  if (COMMIT.test(text) && depth > 0)
+    return { text: `RELEASE SAVEPOINT ${name(depth - 1)}`, depth: depth - 1 };
+  if (ROLLBACK.test(text) && depth > 0) {
+    return { text: `ROLLBACK TO SAVEPOINT ${name(depth - 1)}`, depth: depth - 1 };
+  }
+  const statements = splitStatements(text);
+  const control = statements.find((statement) => CONTROL.test(statement));
+  if (control === undefined) return undefined;
+  const what = control.trim().split(/\s+/).slice(0, 3).join(' ');
+  throw new DeliveryError(
+    `a listener sent "${what}" through db, inside the delivery transaction of ${key}: ipn-kit begins and ` +
+      'commits that transaction itself, so that your writes and the delivered mark land together. A plain ' +
+      "BEGIN, COMMIT or ROLLBACK (your ORM's transaction helper on db) runs as a savepoint; this one cannot " +
+      '(a COMMIT or ROLLBACK with no BEGIN before it, transaction options, several statements, PREPARE ' +
+      "TRANSACTION). Write through db without it, or give the store your ORM's transactions (ipn-kit/orm) " +
+      'and write through tx',
+  );
+}
+
+/** A refusal for a transaction statement sent as a submittable (a `pg` `Query` object). */
+function submittableRefusal(key: string): DeliveryError {
+  return new DeliveryError(
+    `a listener sent a transaction statement as a submittable query through db (delivery transaction of ${key}): send it as text`,
+  );
+}
+
+/**
+ * The statements of a SQL text, split on the semicolons outside quotes, dollar quotes and comments: so a
+ * `COMMIT` hidden after another statement is found, and one inside a string literal is not.
+ */
+export function splitStatements(text: string): string[] {
+  const statements: string[] = [];
+  let start = 0;
+  for (let i = 0; i < text.length;) {
+    const rest = text.slice(i);
+    const skip =
+      /^'(?:[^']|'')*'/.exec(rest) ??
+      /^"(?:[^"]|"")*"/.exec(rest) ??
+      /^--[^\n]*/.exec(rest) ??
+      /^\/\*[\s\S]*?\*\//.exec(rest) ??
+      /^(\$[A-Za-z_]?[A-Za-z0-9_]*\$)[\s\S]*?\1/.exec(rest);
+    if (skip) {
+      i += skip[0].length;
+    } else if (text[i] === ';') {
+      statements.push(text.slice(start, i));
+      start = i += 1;
+    } else {
+      i += 1;
+    }
+  }
+  statements.push(text.slice(start));
+  return statements.filter((statement) => statement.trim() !== '');
 }
 
 /**

@@ -149,7 +149,7 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
 
   test('an attempt whose lease was taken meanwhile rolls back: only the holder of the lease writes', async () => {
     const store = new PostgresStore({ pool });
-    const commits: boolean[] = [];
+    const commits: string[] = [];
     const begin = store.begin.bind(store);
     store.begin = async (key, leaseId) => {
       const tx = await begin(key, leaseId);
@@ -358,15 +358,15 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
       const stored = { transaction_id: key.split(':')[0], state: 'SUCCESSFUL' };
       expect(await store.receive(key, stored, { id: 'lease-1', ms: 60_000 })).toBe(true);
       const held = await store.begin(key, 'lease-1');
-      await held!.db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [key, 'held']);
-      expect(await held!.commit()).toBe(true);
+      await held!.db!.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [key, 'held']);
+      expect(await held!.commit()).toBe('delivered');
       expect(await statusOf(key)).toBe('delivered');
 
       await store.replay(key); // due again, as after a replay; then leased to another attempt
       await pool.query(`UPDATE ipn_inbox SET lease_id = 'lease-2' WHERE key = $1`, [key]);
       const lost = await store.begin(key, 'lease-1');
-      await lost!.db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [key, 'lost']);
-      expect(await lost!.commit()).toBe(false);
+      await lost!.db!.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [key, 'lost']);
+      expect(await lost!.commit()).toBe('lost');
       expect(await statusOf(key)).toBe('received');
       const { rows } = await pool.query('SELECT order_id FROM ledger WHERE transaction_id = $1', [key]);
       expect(rows).toEqual([{ order_id: 'held' }]);

@@ -183,41 +183,41 @@ describe('createDurableDelivery: one attempt', () => {
 
 describe('createDurableDelivery: the delivery transaction', () => {
   /** A store transaction that records what was done with it. */
-  function transactional(commit: () => Promise<boolean>, opened?: boolean) {
+  function transactional(commit: () => Promise<'delivered' | 'lost'>, state: 'idle' | 'open' = 'open') {
     const done: string[] = [];
     const inbox = new MemoryInbox();
     const tx: DeliveryTransaction<string> = {
-      db: 'the client',
+      tx: 'the client',
+      state,
       commit: () => {
         done.push('commit');
         return commit();
       },
-      rollback: (abandon) => {
-        done.push(abandon ? 'abandon' : 'rollback');
+      rollback: (listeners) => {
+        done.push(listeners ? 'abandon' : 'rollback');
         return Promise.resolve();
       },
-      ...(opened === undefined ? {} : { opened }),
     };
     Object.assign(inbox, { begin: () => Promise.resolve(tx) });
     return { inbox, done };
   }
 
-  test('listeners get the transaction as db, and the attempt commits it instead of settling', async () => {
-    const { inbox, done } = transactional(() => Promise.resolve(true));
+  test('listeners get the transaction as tx, and the attempt commits it instead of settling', async () => {
+    const { inbox, done } = transactional(() => Promise.resolve('delivered'));
     const { ipn, durable, received } = setup({}, inbox);
     const settle = jest.spyOn(inbox, 'settle');
     const n = uniqueNotification();
     const dbs: unknown[] = [];
-    ipn.on('successful', (_event, context) => void dbs.push(context.db));
+    ipn.on('successful', (_event, context) => void dbs.push([context.tx, context.db]));
     const { key, leaseId } = await received(n);
     expect(await durable.deliver(key, n, leaseId, 1)).toBe(true);
-    expect(dbs).toEqual(['the client']);
+    expect(dbs).toEqual([['the client', undefined]]);
     expect(done).toEqual(['commit']);
     expect(settle).not.toHaveBeenCalled();
   });
 
   test('a listener that throws rolls the transaction back, and the attempt is settled failed', async () => {
-    const { inbox, done } = transactional(() => Promise.resolve(true));
+    const { inbox, done } = transactional(() => Promise.resolve('delivered'));
     const { ipn, durable, received } = setup({}, inbox);
     const n = uniqueNotification();
     ipn.on('successful', () => Promise.reject(new Error('ledger down')));
@@ -240,19 +240,25 @@ describe('createDurableDelivery: the delivery transaction', () => {
     );
   });
 
-  test('a commit PostgreSQL refused as an aborted transaction says the listener caught a SQL error', async () => {
-    const aborted = Object.assign(new Error('current transaction is aborted'), { code: '25P02' });
-    const { inbox } = transactional(() => Promise.reject(aborted));
-    const { ipn, durable, received } = setup({}, inbox);
+  test('a commit whose answer was lost, though it landed, is settled by reading the entry: delivered', async () => {
+    let land = async (): Promise<void> => {};
+    const { inbox } = transactional(async () => {
+      await land(); // the mark and the COMMIT landed...
+      throw new Error('connection reset'); // ...and the answer never came back
+    });
+    const { ipn, durable, received, of } = setup({ maxAttempts: 1 }, inbox);
     const n = uniqueNotification();
     ipn.on('successful', () => {});
     const { key, leaseId } = await received(n);
-    await durable.deliver(key, n, leaseId, 1);
-    expect(inbox.entries.get(key)?.lastError).toMatch(/a query a listener made through db failed/);
+    land = async () => void (await inbox.settle(key, leaseId, { status: 'delivered' }));
+    expect(await durable.deliver(key, n, leaseId, 1)).toBe(true);
+    expect(inbox.entries.get(key)?.status).toBe('delivered');
+    expect(of('error')).toEqual([]);
+    expect(of('dead')).toEqual([]);
   });
 
   test('a transaction no listener opened fails as a store failure, not as a failed attempt', async () => {
-    const { inbox, done } = transactional(() => Promise.reject(new Error('batch failed')), false);
+    const { inbox, done } = transactional(() => Promise.reject(new Error('batch failed')), 'idle');
     const { ipn, durable, received, of } = setup({ maxAttempts: 1 }, inbox);
     const n = uniqueNotification();
     ipn.on('successful', () => {});
@@ -267,7 +273,7 @@ describe('createDurableDelivery: the delivery transaction', () => {
   test('a commit that finds its lease lost (its writes rolled back) is not counted as delivered by drain()', async () => {
     // PostgresStore's commit resolves false when another process took the entry meanwhile: it rolled back
     // the listeners' writes, so this attempt delivered nothing; the holder of the lease delivers it.
-    const { inbox, done } = transactional(() => Promise.resolve(false));
+    const { inbox, done } = transactional(() => Promise.resolve('lost'));
     const { ipn, durable, received } = setup({ recoveryIntervalMs: 3_600_000 }, inbox);
     ipn.on('successful', () => {});
     await settle(); // the first recovery round: nothing is due yet
@@ -284,8 +290,8 @@ describe('createDurableDelivery: the delivery transaction', () => {
     expect(inbox.entries.get(key)?.status).not.toBe('delivered');
   });
 
-  test('a begin that answers after storeTimeoutMs: the attempt fails, and the late transaction is abandoned', async () => {
-    const { inbox, done } = transactional(() => Promise.resolve(true));
+  test('a begin that answers after storeTimeoutMs: the attempt fails, and the late transaction is rolled back', async () => {
+    const { inbox, done } = transactional(() => Promise.resolve('delivered'));
     let open: (() => void) | undefined;
     const late = (inbox as unknown as { begin: () => Promise<unknown> }).begin;
     Object.assign(inbox, {
@@ -302,7 +308,7 @@ describe('createDurableDelivery: the delivery transaction', () => {
     expect(inbox.entries.get(key)?.lastError).toMatch(/begin for .* did not answer within 500 ms/);
     open!();
     await settle();
-    expect(done).toEqual(['abandon']);
+    expect(done).toEqual(['rollback']);
     expect(credited).not.toHaveBeenCalled();
   });
 });

@@ -1,6 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { Client, Pool, type PoolClient } from 'pg';
-import { openTransaction, type DeliveredMark } from '../../../lib/stores/postgres-transaction.js';
+import {
+  asSavepoint,
+  openTransaction,
+  splitStatements,
+  type DeliveredMark,
+} from '../../../lib/stores/postgres-transaction.js';
+import { LEASE_LOST } from '../../../lib/stores/postgres-sql.js';
 import { databaseUrl, describeWithService } from '../../helpers/services.js';
 
 /**
@@ -53,9 +59,11 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
       statement: [update, [key, leaseId]],
       andCommit: () =>
         combined
-          ? `WITH marked AS (UPDATE ${inbox} SET status = 'delivered', lease_id = NULL
-               WHERE key = '${key}' AND lease_id = '${leaseId}' RETURNING 1)
-             SELECT 1 / count(*) FROM marked; COMMIT`
+          ? `DO $ipn_kit$ BEGIN
+               UPDATE ${inbox} SET status = 'delivered', lease_id = NULL
+               WHERE key = '${key}' AND lease_id = '${leaseId}';
+               IF NOT FOUND THEN RAISE EXCEPTION 'lost' USING ERRCODE = '${LEASE_LOST}'; END IF;
+             END $ipn_kit$; COMMIT`
           : undefined,
     };
     return { key, mark };
@@ -76,8 +84,8 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     const { key, mark } = await entry();
     const markWithout = jest.fn(() => Promise.resolve(true));
     const tx = openTransaction(watched, key, mark, markWithout);
-    expect(tx.opened).toBe(false);
-    await expect(tx.commit()).resolves.toBe(true);
+    expect(tx.state).toBe('idle');
+    await expect(tx.commit()).resolves.toBe('delivered');
     expect(markWithout).toHaveBeenCalledTimes(1);
     expect(connects()).toBe(0);
     expect(await statusOf(key)).toBe('received'); // the batched mark (here a fake) does the write
@@ -92,9 +100,9 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
     const db = tx.db as Db;
     await db.query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
-    expect(tx.opened).toBe(true);
+    expect(tx.state).toBe('open');
     expect(await notesOf(key)).toEqual([]); // not visible outside the transaction before the commit
-    await expect(tx.commit()).resolves.toBe(true);
+    await expect(tx.commit()).resolves.toBe('delivered');
     expect(await notesOf(key)).toEqual(['credited']);
     expect(await statusOf(key)).toBe('delivered');
     expect(released).toEqual([undefined]); // given back to the pool, not destroyed
@@ -104,14 +112,14 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     ['a statement, then COMMIT', false],
     ['the mark and COMMIT in one query', true],
   ])(
-    'a lease lost meanwhile rolls the writes back, and commit resolves false (%s)',
+    "a lease lost meanwhile rolls the writes back, and commit resolves 'lost' (%s)",
     async (_how, combined) => {
       const { watched, released } = watchedPool();
       const { key, mark } = await entry(randomUUID(), combined);
       const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
       await (tx.db as Db).query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
       await pool.query(`UPDATE ${inbox} SET lease_id = 'another-attempt' WHERE key = $1`, [key]);
-      await expect(tx.commit()).resolves.toBe(false);
+      await expect(tx.commit()).resolves.toBe('lost');
       expect(await notesOf(key)).toEqual([]);
       expect(await statusOf(key)).toBe('received');
       expect(released).toEqual([undefined]);
@@ -124,7 +132,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
     const db = tx.db as Db;
     for (const note of ['a', 'b', 'c']) void db.query(`INSERT INTO ${ledger} VALUES ($1, $2)`, [key, note]);
-    await expect(tx.commit()).resolves.toBe(true);
+    await expect(tx.commit()).resolves.toBe('delivered');
     expect(await notesOf(key)).toEqual(['a', 'b', 'c']);
   });
 
@@ -148,7 +156,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     const { key, mark } = await entry();
     const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
     await (tx.db as Db).query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
-    await tx.rollback(true);
+    await tx.rollback(Promise.resolve());
     expect(released).toEqual([true]);
     expect(await notesOf(key)).toEqual([]); // the server rolled back what the closed connection held
   });
@@ -171,7 +179,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     const { key, mark } = await entry();
     const tx = openTransaction(slow, key, mark, () => Promise.reject(new Error('not used')));
     const query = (tx.db as Db).query('SELECT 1');
-    await tx.rollback(true);
+    await tx.rollback(Promise.resolve());
     handOut!();
     await expect(query).rejects.toThrow(/has ended/);
     expect(released).toEqual([undefined]);
@@ -198,5 +206,83 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     (tx.db as { release: () => void }).release();
     expect(connects()).toBe(0);
     await tx.rollback();
+  });
+
+  describe("an ORM's BEGIN, COMMIT and ROLLBACK sent through db", () => {
+    test('BEGIN and COMMIT become a savepoint: nothing commits before the delivery does', async () => {
+      const { watched } = watchedPool();
+      const { key, mark } = await entry();
+      const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+      const db = tx.db as Db;
+      await db.query('BEGIN;'); // as knex.transaction(fn, { connection: db }) sends it
+      await db.query(`INSERT INTO ${ledger} VALUES ($1, 'inner')`, [key]);
+      await db.query('commit'); // as drizzle's .transaction() sends it
+      expect(await notesOf(key)).toEqual([]); // still inside the delivery's transaction
+      await tx.rollback(); // the attempt failed after all: the "committed" write goes with it
+      expect(await notesOf(key)).toEqual([]);
+    });
+
+    test('a ROLLBACK rolls back to the savepoint only; the delivery then commits the rest', async () => {
+      const { watched } = watchedPool();
+      const { key, mark } = await entry();
+      const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+      const db = tx.db as Db;
+      await db.query(`INSERT INTO ${ledger} VALUES ($1, 'outer')`, [key]);
+      await db.query('START TRANSACTION');
+      await db.query(`INSERT INTO ${ledger} VALUES ($1, 'inner')`, [key]);
+      await db.query('ROLLBACK');
+      await db.query('BEGIN');
+      await db.query('BEGIN'); // nested, as an ORM's nested transaction might
+      await db.query(`INSERT INTO ${ledger} VALUES ($1, 'nested')`, [key]);
+      await db.query('COMMIT');
+      await db.query('END');
+      await expect(tx.commit()).resolves.toBe('delivered');
+      expect(await notesOf(key)).toEqual(['nested', 'outer']);
+      expect(await statusOf(key)).toBe('delivered');
+    });
+
+    test.each([
+      ['a COMMIT with no BEGIN before it', 'COMMIT'],
+      ['a ROLLBACK with no BEGIN before it', 'rollback'],
+      ['BEGIN with options', 'BEGIN ISOLATION LEVEL SERIALIZABLE'],
+      ['a COMMIT after another statement', `INSERT INTO ${'x'} VALUES (1); COMMIT`],
+      ['PREPARE TRANSACTION', "PREPARE TRANSACTION 'x'"],
+    ])('%s is refused with an error naming the fix, and commits nothing', async (_what, text) => {
+      const { watched } = watchedPool();
+      const { key, mark } = await entry();
+      const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+      const db = tx.db as Db;
+      await db.query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
+      await expect(db.query(text)).rejects.toThrow(
+        /ipn-kit begins and commits that transaction itself.*ipn-kit\/orm/,
+      );
+      await tx.rollback();
+      expect(await notesOf(key)).toEqual([]);
+    });
+
+    test('a statement that only mentions COMMIT in a string, a comment or a dollar quote runs as it is', async () => {
+      const { watched } = watchedPool();
+      const { key, mark } = await entry();
+      const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+      const db = tx.db as Db;
+      await db.query(`INSERT INTO ${ledger} VALUES ('${key}', '; COMMIT'); -- ; commit`);
+      await db.query(`INSERT INTO ${ledger} VALUES ('${key}', $q$; ROLLBACK$q$) /* ; begin */`);
+      await expect(tx.commit()).resolves.toBe('delivered');
+      expect(await notesOf(key)).toEqual(['; COMMIT', '; ROLLBACK']);
+    });
+  });
+
+  test('splitStatements splits on semicolons outside quotes, dollar quotes and comments', () => {
+    expect(splitStatements("SELECT 'a;b'; SELECT $x$;$x$ -- c;d\n; /* e;f */ COMMIT;")).toEqual([
+      "SELECT 'a;b'",
+      ' SELECT $x$;$x$ -- c;d\n',
+      ' /* e;f */ COMMIT',
+    ]);
+    expect(asSavepoint('SELECT 1', 0, 'k')).toBeUndefined();
+    expect(asSavepoint('begin work', 2, 'k')).toEqual({ text: 'SAVEPOINT ipn_kit_2', depth: 3 });
+    expect(asSavepoint('COMMIT TRANSACTION;', 3, 'k')).toEqual({
+      text: 'RELEASE SAVEPOINT ipn_kit_2',
+      depth: 2,
+    });
   });
 });

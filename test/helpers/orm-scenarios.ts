@@ -1,0 +1,202 @@
+import { fork, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { ipnRouter, type IpnNotification } from 'ipn-kit';
+import { PostgresStore } from 'ipn-kit/postgres';
+import type { Transactions } from 'ipn-kit/orm';
+import { ledgerSchema } from './ledger-schema.js';
+import { uniquePayload } from './payloads.js';
+import { quiet } from './quiet-logger.js';
+import { recordEvents } from './record-events.js';
+import { servedRouters } from './servers.js';
+import { databaseUrl, describeWithService, eventually } from './services.js';
+
+/** An ORM opened on one test schema: its transactions, a partner's credit through it, and its end. */
+export interface OpenedOrm<Tx> {
+  transactions: Transactions<Tx>;
+  /** Writes one ledger row for `n` through the ORM's own API, as a partner would. */
+  credit(tx: Tx, n: IpnNotification): Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * One ORM for the scenarios of {@link runOrmScenarios}, exported as `fixture` by a file under
+ * test/fixtures/orm/ (the crash scenario's child process imports it by path, so it must not use jest).
+ */
+export interface OrmFixture<Tx> {
+  name: string;
+  /**
+   * Opens the ORM on the test database with `search_path` set to `schema`, where `ledger (transaction_id
+   * text NOT NULL, order_id text NOT NULL, amount numeric)` (no unique key) and the inbox `ipn_inbox` exist.
+   */
+  open(schema: string): Promise<OpenedOrm<Tx>>;
+}
+
+/**
+ * The scenarios every ORM adapter of `ipn-kit/orm` must pass against the real PostgreSQL, with a ledger that
+ * has no unique key (so a second credit shows as a second row): posted twice, one row; a listener that
+ * credits then throws on its first attempt, one row after the retry; a lease lost before the commit rolls
+ * the credit back; a process SIGKILLed after the credit and before the commit, restarted, one row; and,
+ * when the ORM can run statements on its own, the same through the ORM alone (no pool).
+ */
+export function runOrmScenarios(fixturePath: string): void {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { fixture } = require(fixturePath) as { fixture: OrmFixture<unknown> };
+  jest.setTimeout(60_000);
+
+  describeWithService('PostgreSQL', `exactly once through ${fixture.name}`, () => {
+    const ledger = ledgerSchema(`ipn_orm_${fixture.name.toLowerCase().replace(/\W/g, '')}`);
+    const { keyOf } = ledger;
+    let orm: OpenedOrm<unknown>;
+    beforeAll(async () => {
+      orm = await fixture.open(ledger.schema);
+    });
+    afterAll(async () => {
+      await orm?.close();
+    });
+    const serve = servedRouters();
+
+    /** A router at least once over the schema's inbox, each attempt in a transaction of the ORM. */
+    const router = (options: { leaseMs?: number; withoutPool?: boolean } = {}) => {
+      const { withoutPool, ...rest } = options;
+      const store = withoutPool
+        ? new PostgresStore({ transactions: orm.transactions })
+        : new PostgresStore({ pool: ledger.pool(), transactions: orm.transactions });
+      return ipnRouter({
+        store,
+        delivery: 'at-least-once',
+        logger: quiet,
+        retryDelayMs: 20,
+        recoveryIntervalMs: 50,
+        ...rest,
+      });
+    };
+    const rows = async (id: unknown): Promise<number> => (await ledger.ledgerOf(id)).length;
+    const delivered = (key: string) =>
+      eventually(`${key} delivered`, async () => (await ledger.entryOf(key))?.status === 'delivered');
+
+    test('a notification posted twice credits the ledger once, through the ORM transaction', async () => {
+      const ipn = router();
+      const seen: unknown[] = [];
+      ipn.on('successful', async (n, { tx, db }) => {
+        seen.push(db);
+        await orm.credit(tx, n);
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+      expect(await rows(payload.transaction_id)).toBe(1);
+      expect(seen).toEqual([undefined]); // no raw db beside the ORM's tx
+    });
+
+    test('a listener that credits, then throws on its first attempt: one row after the retry', async () => {
+      const ipn = router();
+      const recorder = recordEvents(ipn);
+      ipn.on('successful', async (n, { tx, attempt }) => {
+        await orm.credit(tx, n);
+        if (attempt === 1) throw new Error('the order service is down');
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+      expect(await rows(payload.transaction_id)).toBe(1);
+      expect(await ledger.entryOf(keyOf(payload))).toMatchObject({ attempts: 2 });
+      expect(recorder.of('error').map((event) => event.error.message)).toEqual([
+        expect.stringContaining('the order service is down'),
+      ]);
+    });
+
+    test('a lease lost before the commit rolls the credit back; the holder of the lease credits once', async () => {
+      const ipn = router({ leaseMs: 1_000 });
+      const attempts: number[] = [];
+      ipn.on('successful', async (n, { tx, attempt, key }) => {
+        attempts.push(attempt);
+        await orm.credit(tx, n);
+        if (attempt === 1) {
+          // Another instance takes the entry meanwhile (its lease runs out after leaseMs, then it is retried).
+          await ledger
+            .pool()
+            .query("UPDATE ipn_inbox SET lease_id = 'another-instance' WHERE key = $1", [key]);
+        }
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+      expect(attempts).toEqual([1, 2]);
+      expect(await rows(payload.transaction_id)).toBe(1); // the first attempt's credit was rolled back
+    });
+
+    test('a process SIGKILLed after the credit, before the commit, then restarted: one row', async () => {
+      const payload = uniquePayload();
+      const first = await startCrashApp(fixturePath, ledger.schema, true);
+      try {
+        const exited = new Promise<NodeJS.Signals | null>((resolve) =>
+          first.child.once('exit', (_code, signal) => resolve(signal)),
+        );
+        expect((await post(first.url, payload)).status).toBe(200);
+        expect(await exited).toBe('SIGKILL'); // killed by its own listener, between credit and commit
+      } finally {
+        first.child.kill('SIGKILL');
+      }
+      expect(await rows(payload.transaction_id)).toBe(0);
+      const second = await startCrashApp(fixturePath, ledger.schema, false);
+      try {
+        await delivered(keyOf(payload));
+        expect(await rows(payload.transaction_id)).toBe(1);
+      } finally {
+        second.child.kill('SIGKILL');
+      }
+    });
+
+    test('through the ORM alone (no pool of the store): posted twice, and a failed attempt, one row', async () => {
+      if (!orm.transactions.execute) {
+        console.warn(`${fixture.name}: no execute(): the store needs a pool beside the ORM`);
+        return;
+      }
+      const ipn = router({ withoutPool: true });
+      ipn.on('successful', async (n, { tx, attempt }) => {
+        await orm.credit(tx, n);
+        if (attempt === 1) throw new Error('not yet');
+      });
+      const { post } = await serve(ipn);
+      const payloads = [uniquePayload(), uniquePayload(), uniquePayload()];
+      // At once: the store's receives go as one batch (group commit) through the ORM.
+      const answers = await Promise.all([...payloads, ...payloads].map((payload) => post(payload)));
+      expect(answers.map((answer) => answer.status)).toEqual(answers.map(() => 200));
+      for (const payload of payloads) await delivered(keyOf(payload));
+      for (const payload of payloads) expect(await rows(payload.transaction_id)).toBe(1);
+    });
+  });
+}
+
+const post = (url: string, body: unknown) =>
+  fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+/** Starts test/processes/orm-crash-app.ts on `fixturePath`; `crash`: it kills itself after its first credit. */
+async function startCrashApp(
+  fixturePath: string,
+  schema: string,
+  crash: boolean,
+): Promise<{ child: ChildProcess; url: string }> {
+  const child = fork(join(__dirname, '..', 'processes', 'orm-crash-app.ts'), [], {
+    execArgv: ['--import', 'tsx'],
+    env: {
+      ...process.env,
+      DATABASE_URL: databaseUrl(),
+      FIXTURE: fixturePath,
+      SCHEMA: schema,
+      CRASH: crash ? '1' : '',
+    },
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
+  const url = await new Promise<string>((resolve, reject) => {
+    child.once('message', (message: { url: string }) => resolve(message.url));
+    child.once('exit', (code, signal) =>
+      reject(new Error(`the app exited before it listened: ${code ?? signal}`)),
+    );
+  });
+  return { child, url };
+}

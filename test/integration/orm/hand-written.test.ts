@@ -1,0 +1,3 @@
+import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
+
+runOrmScenarios(require.resolve('../../fixtures/orm/pg.ts'));
