@@ -2,15 +2,13 @@ import type { Pool } from 'pg';
 import type { IpnNotification } from '../../lib/index.js';
 import { openOrmTransaction } from '../../lib/stores/orm-transaction.js';
 import { inboxSql } from '../../lib/stores/postgres-sql.js';
-import type { Statement, Transactions } from '../../lib/stores/transactions.js';
+import type { Statement } from '../../lib/stores/transactions.js';
+import type { OpenedOrm } from './orm-scenarios.js';
 import { ledgerSchema } from './ledger-schema.js';
 import { uniquePayload } from './payloads.js';
 
-/** An ORM opened on a schema, as a fixture of test/fixtures/orm/ gives it, with a savepoint of the ORM's. */
-export interface ContractOrm<Tx> {
-  transactions: Transactions<Tx>;
-  credit(tx: Tx, n: IpnNotification): Promise<void>;
-  close(): Promise<void>;
+/** An ORM opened on a schema, as a fixture of test/fixtures/orm/ opens it, with a savepoint of the ORM's. */
+export interface ContractOrm<Tx> extends OpenedOrm<Tx> {
   /** Runs `work` in a savepoint of `tx`, the way the ORM nests a transaction. */
   savepoint(tx: Tx, work: (inner: Tx) => Promise<void>): Promise<void>;
 }

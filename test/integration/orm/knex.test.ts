@@ -2,6 +2,7 @@ import { knexTransactions } from '../../../lib/orm.js';
 import { knexBindings } from '../../../lib/stores/orm/knex.js';
 import { fixture } from '../../fixtures/orm/knex.js';
 import { describeWithService } from '../../helpers/services.js';
+import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
 import { transactionsContract } from '../../helpers/transactions-contract.js';
 
 jest.setTimeout(30_000);
@@ -45,3 +46,5 @@ describe('knexTransactions', () => {
 describeWithService('PostgreSQL', 'knexTransactions against PostgreSQL', () => {
   transactionsContract('ipn_knex', (schema) => fixture.open(schema));
 });
+
+runOrmScenarios(require.resolve('../../fixtures/orm/knex.ts'));

@@ -1,6 +1,7 @@
 import { sequelizeTransactions } from '../../../lib/orm.js';
 import { fixture } from '../../fixtures/orm/sequelize.js';
 import { describeWithService } from '../../helpers/services.js';
+import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
 import { transactionsContract } from '../../helpers/transactions-contract.js';
 
 jest.setTimeout(30_000);
@@ -28,3 +29,5 @@ describe('sequelizeTransactions', () => {
 describeWithService('PostgreSQL', 'sequelizeTransactions against PostgreSQL', () => {
   transactionsContract('ipn_sequelize', (schema) => fixture.open(schema));
 });
+
+runOrmScenarios(require.resolve('../../fixtures/orm/sequelize.ts'));

@@ -1,6 +1,7 @@
 import { typeormTransactions } from '../../../lib/orm.js';
 import { fixture } from '../../fixtures/orm/typeorm.js';
 import { describeWithService } from '../../helpers/services.js';
+import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
 import { transactionsContract } from '../../helpers/transactions-contract.js';
 
 jest.setTimeout(30_000);
@@ -28,3 +29,5 @@ describe('typeormTransactions', () => {
 describeWithService('PostgreSQL', 'typeormTransactions against PostgreSQL', () => {
   transactionsContract('ipn_typeorm', (schema) => fixture.open(schema));
 });
+
+runOrmScenarios(require.resolve('../../fixtures/orm/typeorm.ts'));
