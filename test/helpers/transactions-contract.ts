@@ -2,6 +2,7 @@ import type { Pool } from 'pg';
 import type { IpnNotification } from '../../lib/index.js';
 import { openOrmTransaction } from '../../lib/stores/orm-transaction.js';
 import { inboxSql } from '../../lib/stores/postgres-sql.js';
+import { explainPostgres } from '../../lib/stores/postgres-transaction.js';
 import type { Statement } from '../../lib/stores/transactions.js';
 import type { OpenedOrm } from './orm-scenarios.js';
 import { ledgerSchema } from './ledger-schema.js';
@@ -181,6 +182,36 @@ export function transactionsContract<Tx>(prefix: string, open: (schema: string) 
         await orm.transactions.query(tx, rows('SELECT 1 / $1::int AS never', 0));
       }),
     ).rejects.toThrow(/division by zero/);
+    expect(await ledgerCount(n.transaction_id)).toBe(0);
+  });
+
+  test("a failing statement's error carries PostgreSQL's code, where the store reads it", async () => {
+    const missing = rows('SELECT * FROM no_such_table WHERE id = $1', 1);
+    await expect(orm.transactions.execute!(missing)).rejects.toMatchObject({ code: '42P01' });
+    await expect(
+      orm.transactions.transaction((tx) => orm.transactions.query(tx, missing)),
+    ).rejects.toMatchObject({
+      code: '42P01',
+    });
+  });
+
+  test('a listener that caught its own SQL error: the commit fails, with the reason in words', async () => {
+    const n = notification();
+    const key = `${n.transaction_id}:SUCCESSFUL`;
+    await pool.query(
+      `INSERT INTO ipn_inbox (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
+       VALUES ($1, $2, 'SUCCESSFUL', '{}'::jsonb, 'received', 1, 'lease-1', now() + interval '1 minute')`,
+      [key, n.transaction_id],
+    );
+    const mark: Statement = {
+      text: inboxSql('ipn_inbox').delivered,
+      values: [key, 'lease-1'],
+      returns: 'count',
+    };
+    const transaction = await openOrmTransaction(orm.transactions, key, mark, explainPostgres);
+    await orm.credit(transaction.tx, n);
+    await orm.transactions.query(transaction.tx, rows('SELECT 1 / 0')).catch(() => {}); // caught, and ignored
+    await expect(transaction.commit()).rejects.toThrow(/PostgreSQL aborted the transaction/);
     expect(await ledgerCount(n.transaction_id)).toBe(0);
   });
 

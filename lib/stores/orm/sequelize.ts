@@ -40,6 +40,17 @@ interface Sequelize<Tx> {
 }
 
 /**
+ * The driver's error inside a Sequelize error (its `original`), or `error` as it is. Sequelize's own has no
+ * `code`, and the store reads PostgreSQL's code from what its statements reject with: a missing table
+ * (`42P01`) to say "run migrate()", an aborted transaction (`25P02`) to say why a commit failed.
+ */
+function driverErrorOf(error: unknown): unknown {
+  const original: unknown =
+    typeof error === 'object' && error !== null ? Reflect.get(error, 'original') : undefined;
+  return original instanceof Error ? original : error;
+}
+
+/**
  * Runs each delivery attempt in a managed Sequelize transaction (`sequelize.transaction(callback)`):
  * listeners get its `Transaction` as `tx`, and what they write **with `{ transaction: tx }`** commits
  * together with ipn-kit's `delivered` mark, or not at all. A call without it runs on another connection,
@@ -94,7 +105,9 @@ export function sequelizeTransactions<S extends SequelizeLike>(
     };
     // Without values, no bind: Sequelize would still read every `$` of the text as a placeholder.
     if (values.length > 0) options.bind = values.map((value) => (value === undefined ? null : value));
-    const result = await client.query(text, options);
+    const result = await client.query(text, options).catch((error: unknown) => {
+      throw driverErrorOf(error);
+    });
     if (returns === 'rows') {
       const rows = result as Array<Record<string, unknown>>;
       return { rows, count: rows.length };
