@@ -17,7 +17,9 @@ export type KnexTransactionOf<K> = K extends {
  * @inline
  */
 export interface KnexLike {
+  /** `knex.transaction(callback)`: opens each delivery attempt's transaction. */
   transaction: (...args: never[]) => unknown;
+  /** `knex.raw(sql, bindings)`: runs the store's statements. */
   raw: (...args: never[]) => unknown;
 }
 

@@ -15,7 +15,9 @@ export type SequelizeTransactionOf<S> = S extends { transaction(...args: never[]
  * @inline
  */
 export interface SequelizeLike {
+  /** `sequelize.transaction(callback)`: opens each delivery attempt's transaction (a managed one). */
   transaction: (...args: never[]) => unknown;
+  /** `sequelize.query(sql, options)`: runs the store's statements. */
   query: (...args: never[]) => unknown;
   /** Sequelize's own: tells it from another client with a `transaction` and a `query` (a TypeORM DataSource). */
   getQueryInterface: (...args: never[]) => unknown;

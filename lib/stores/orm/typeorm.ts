@@ -7,8 +7,11 @@ import { describeArgument } from './argument.js';
  * @inline
  */
 export interface DataSourceLike {
+  /** `dataSource.transaction(callback)`: opens each delivery attempt's transaction. */
   transaction: (...args: never[]) => unknown;
+  /** `dataSource.createQueryRunner()`: runs a statement of the store outside any transaction. */
   createQueryRunner: (...args: never[]) => unknown;
+  /** The DataSource's EntityManager: its type is the type of the transactions' `tx`. */
   readonly manager: object;
 }
 
