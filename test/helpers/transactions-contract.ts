@@ -1,5 +1,6 @@
 import type { Pool } from 'pg';
-import type { IpnNotification } from '../../lib/index.js';
+import { ipnRouter, type IpnNotification } from '../../lib/index.js';
+import { PostgresStore } from '../../lib/postgres.js';
 import { openOrmTransaction } from '../../lib/stores/orm-transaction.js';
 import { inboxSql } from '../../lib/stores/postgres-sql.js';
 import { explainPostgres } from '../../lib/stores/postgres-transaction.js';
@@ -7,6 +8,10 @@ import type { Statement } from '../../lib/stores/transactions.js';
 import type { OpenedOrm } from './orm-scenarios.js';
 import { ledgerSchema } from './ledger-schema.js';
 import { uniquePayload } from './payloads.js';
+import { quiet } from './quiet-logger.js';
+import { recordEvents } from './record-events.js';
+import { servedRouters } from './servers.js';
+import { eventually } from './services.js';
 
 /** An ORM opened on a schema, as a fixture of test/fixtures/orm/ opens it, with a savepoint of the ORM's. */
 export interface ContractOrm<Tx> extends OpenedOrm<Tx> {
@@ -22,7 +27,11 @@ export interface ContractOrm<Tx> extends OpenedOrm<Tx> {
  * `openOrmTransaction` commits the `delivered` mark with the writes, or rolls both back when the lease was
  * lost. Call it inside a `describeWithService('PostgreSQL', ...)`.
  */
-export function transactionsContract<Tx>(prefix: string, open: (schema: string) => Promise<ContractOrm<Tx>>) {
+export function transactionsContract<Tx>(
+  prefix: string,
+  open: (schema: string) => Promise<ContractOrm<Tx>>,
+  options: { endsRefused?: boolean } = {},
+) {
   const ledger = ledgerSchema(prefix);
   let orm: ContractOrm<Tx>;
   let pool: Pool;
@@ -214,6 +223,40 @@ export function transactionsContract<Tx>(prefix: string, open: (schema: string) 
     await expect(transaction.commit()).rejects.toThrow(/PostgreSQL aborted the transaction/);
     expect(await ledgerCount(n.transaction_id)).toBe(0);
   });
+
+  if (options.endsRefused) {
+    const serve = servedRouters();
+    test.each(['commit', 'rollback'] as const)(
+      "a listener's tx.%s() is refused, with the fix in words: the attempt rolls back, is retried, and credits once",
+      async (method) => {
+        const ipn = ipnRouter({
+          store: new PostgresStore({ pool, transactions: orm.transactions }),
+          delivery: 'at-least-once',
+          logger: quiet,
+          retryDelayMs: 20,
+          recoveryIntervalMs: 50,
+        });
+        const recorder = recordEvents(ipn);
+        ipn.on('successful', async (n, { tx, attempt }) => {
+          await orm.credit(tx as Tx, n);
+          if (attempt === 1) await (tx as unknown as Record<typeof method, () => Promise<void>>)[method]();
+        });
+        const { post } = await serve(ipn);
+        const n = notification();
+        expect((await post(n)).status).toBe(200);
+        await eventually(
+          'delivered',
+          async () => (await ledger.entryOf(`${n.transaction_id}:SUCCESSFUL`))?.status === 'delivered',
+        );
+        expect(await ledgerCount(n.transaction_id)).toBe(1);
+        expect(recorder.of('error').map((event) => event.error.message)).toEqual([
+          expect.stringMatching(
+            new RegExp(`a listener cannot .* \\(tx\\.${method}\\(\\)\\).*throw from the listener`),
+          ),
+        ]);
+      },
+    );
+  }
 
   describe("with the core's openOrmTransaction", () => {
     const sql = inboxSql('ipn_inbox');

@@ -1,5 +1,6 @@
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
 import { describeArgument } from './argument.js';
+import { refuseEnd } from './refuse-end.js';
 
 /**
  * What `knex.transaction(scope)` hands its callback, as your Knex instance's type says: `Knex.Transaction`.
@@ -83,9 +84,10 @@ async function run(on: Raw, statement: Statement): Promise<StatementResult> {
 /**
  * Runs each delivery attempt in a Knex transaction (`knex.transaction(callback)`): listeners get its
  * `Knex.Transaction` as `tx`, and what they write through it commits together with ipn-kit's `delivered`
- * mark, or not at all. A `tx.transaction(...)` of theirs is a savepoint, as Knex makes it. The store's
- * statements run through `tx.raw()`, their `$n` placeholders turned into Knex's `?` bindings; with
- * `execute`, through `knex.raw()`, so the store may run through Knex alone.
+ * mark, or not at all. A `tx.transaction(...)` of theirs is a savepoint, as Knex makes it; `tx.commit()` and
+ * `tx.rollback()` throw (ipn-kit ends the transaction, with the mark: a listener rolls it back by throwing).
+ * The store's statements run through `tx.raw()`, their `$n` placeholders turned into Knex's `?` bindings;
+ * with `execute`, through `knex.raw()`, so the store may run through Knex alone.
  *
  * @param knex your Knex instance, `knex({ client: 'pg', connection })`.
  * @throws TypeError when `knex` is not a Knex instance.
@@ -117,7 +119,7 @@ export function knexTransactions<K extends KnexLike>(knex: K): Transactions<Knex
   type Tx = KnexTransactionOf<K>;
   return {
     name: 'Knex',
-    transaction: (work) => (knex as unknown as Begin<Tx>).transaction((trx) => work(trx)),
+    transaction: (work) => (knex as unknown as Begin<Tx>).transaction((trx) => work(refuseEnd(trx, 'Knex'))),
     query: (tx, statement) => run(tx as unknown as Raw, statement),
     execute: (statement) => run(knex, statement),
   };

@@ -1,5 +1,6 @@
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
 import { describeArgument } from './argument.js';
+import { refuseEnd } from './refuse-end.js';
 
 /**
  * The `Transaction` your Sequelize instance's type gives: what `sequelize.transaction()` resolves (the
@@ -58,7 +59,8 @@ function driverErrorOf(error: unknown): unknown {
  * together with ipn-kit's `delivered` mark, or not at all. A call without it runs on another connection,
  * outside the delivery's transaction, and commits whatever happens to the attempt: Sequelize's CLS (off
  * by default) does not reach listeners, which run outside the transaction's callback, so pass `tx` to every
- * call. `sequelize.transaction({ transaction: tx }, ...)` of theirs is a savepoint.
+ * call. `sequelize.transaction({ transaction: tx }, ...)` of theirs is a savepoint; `tx.commit()` and
+ * `tx.rollback()` throw (ipn-kit ends the transaction, with the mark: a listener rolls it back by throwing).
  *
  * The store's statements run through `sequelize.query()` with `bind` (Sequelize passes `$1` through to
  * PostgreSQL, and reads a `$$` as `$`: the store's SQL has none); with `execute`, outside any transaction,
@@ -118,7 +120,7 @@ export function sequelizeTransactions<S extends SequelizeLike>(
   };
   return {
     name: 'Sequelize',
-    transaction: (work) => client.transaction((t) => work(t)),
+    transaction: (work) => client.transaction((t) => work(refuseEnd(t, 'Sequelize'))),
     query: (tx, statement) => run(tx, statement),
     execute: (statement) => run(null, statement),
   };
