@@ -293,8 +293,12 @@ function textOf(first: unknown): string | undefined {
 const BEGIN = /^\s*(?:begin|start\s+transaction)(?:\s+(?:work|transaction))?\s*;?\s*$/i;
 const COMMIT = /^\s*(?:commit|end)(?:\s+(?:work|transaction))?\s*;?\s*$/i;
 const ROLLBACK = /^\s*(?:rollback|abort)(?:\s+(?:work|transaction))?\s*;?\s*$/i;
-/** A statement that starts, ends or prepares a transaction, in any form (with options, chained, prepared). */
-const CONTROL = /^\s*(?:begin|start\s+transaction|commit|end|rollback|abort|prepare\s+transaction)\b/i;
+/**
+ * A statement that starts, ends or prepares a transaction, in any form (with options, chained, prepared);
+ * not `ROLLBACK TO SAVEPOINT`, which ends no transaction (an ORM's nested transaction sends it).
+ */
+const CONTROL =
+  /^\s*(?:begin|start\s+transaction|commit|end|rollback(?!\s+(?:(?:work|transaction)\s+)?to\b)|abort|prepare\s+transaction)\b/i;
 
 /**
  * A listener's transaction statement as it runs inside the delivery's transaction: `BEGIN` becomes a

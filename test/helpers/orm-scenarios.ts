@@ -129,6 +129,29 @@ export function runOrmScenarios(fixturePath: string): void {
       expect(await rows(payload.transaction_id)).toBe(1); // the first attempt's credit was rolled back
     });
 
+    test('a listener that runs past its time, then credits: that late credit is rolled back, never committed', async () => {
+      const ipn = router({ leaseMs: 1_000 }); // the attempt is abandoned after 900 ms
+      const late: Array<Promise<void>> = [];
+      ipn.on('successful', async (n, { tx, attempt }) => {
+        if (attempt === 1) {
+          const credit = new Promise<void>((resolve) => setTimeout(resolve, 1_200)).then(() =>
+            orm.credit(tx, n),
+          );
+          late.push(credit.catch(() => {})); // refused by a transaction that ended, or rolled back with it
+          await credit;
+          return;
+        }
+        await orm.credit(tx, n);
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+      await Promise.all(late);
+      expect(await rows(payload.transaction_id)).toBe(1);
+      expect(await ledger.entryOf(keyOf(payload))).toMatchObject({ attempts: 2 });
+    });
+
     test('a process SIGKILLed after the credit, before the commit, then restarted: one row', async () => {
       const payload = uniquePayload();
       const first = await startCrashApp(fixturePath, ledger.schema, true);

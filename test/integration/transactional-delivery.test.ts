@@ -3,6 +3,9 @@ import { join } from 'node:path';
 import { Client, Pool, Query, type PoolClient } from 'pg';
 import { ipnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { sql } from 'drizzle-orm';
+import knex from 'knex';
 import { rawPg, withKysely } from '../../examples/snippets/exactly-once.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
@@ -12,6 +15,10 @@ import { ledgerSchema } from '../helpers/ledger-schema.js';
 import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
 
 jest.setTimeout(30_000);
+
+/** Knex with no connection of its own: each transaction below runs on the `connection` it is given. */
+const knexOnDb = knex({ client: 'pg' });
+afterAll(() => knexOnDb.destroy());
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -83,6 +90,78 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
       [keyOf(payload), 1],
     ]);
     expect(seen[0]!.xid).toBe(seen[1]!.xid);
+  });
+
+  test.each([
+    [
+      "Drizzle's db.transaction() on drizzle(db)",
+      async (db: PoolClient, n: { transaction_id: string }) => {
+        await drizzle(db).transaction(async (t) => {
+          await t.execute(
+            sql`INSERT INTO ledger (transaction_id, order_id) VALUES (${n.transaction_id}, 'd')`,
+          );
+          await t
+            .transaction(async (nested) => {
+              await nested.execute(
+                sql`INSERT INTO ledger (transaction_id, order_id) VALUES (${n.transaction_id}, 'n')`,
+              );
+              nested.rollback(); // Drizzle's own savepoint, inside ipn-kit's: this row goes
+            })
+            .catch(() => {}); // Drizzle's rollback() throws, to leave the callback
+        });
+      },
+    ],
+    [
+      "Knex's knex.transaction(fn, { connection: db })",
+      async (db: PoolClient, n: { transaction_id: string }) => {
+        await knexOnDb.transaction(
+          async (trx) => {
+            await trx.raw('INSERT INTO ledger (transaction_id, order_id) VALUES (?, ?)', [
+              n.transaction_id,
+              'k',
+            ]);
+          },
+          { connection: db },
+        );
+      },
+    ],
+  ])(
+    '%s inside a db listener is a savepoint, never an early commit: a failed attempt and its retry, one row',
+    async (_, write) => {
+      const { ipn, post } = await serve(router());
+      const recorder = recordEvents(ipn);
+      ipn.on('successful', async (n, { db, attempt }) => {
+        await write(db, n);
+        // The ORM "committed" above; the attempt fails after it: nothing of it may land.
+        if (attempt === 1) throw new Error('the order service is down');
+      });
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+      expect(await ledgerRows(payload.transaction_id)).toBe(1);
+      expect(recorder.of('error').map((event) => event.error.message)).toEqual([
+        expect.stringContaining('the order service is down'),
+      ]);
+    },
+  );
+
+  test('a COMMIT sent through db with no BEGIN is refused with an error naming the fix; nothing commits early', async () => {
+    const { ipn, post } = await serve(router());
+    const recorder = recordEvents(ipn);
+    ipn.on('successful', async (n, { db, attempt }) => {
+      await db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
+        n.transaction_id,
+        'x',
+      ]);
+      if (attempt === 1) await db.query('COMMIT');
+    });
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await delivered(keyOf(payload));
+    expect(await ledgerRows(payload.transaction_id)).toBe(1);
+    expect(recorder.of('error').map((event) => event.error.message)).toEqual([
+      expect.stringMatching(/sent "COMMIT" through db.*ipn-kit begins and commits that transaction itself/),
+    ]);
   });
 
   test("a listener that throws rolls back the other listener's write; the retry writes it once", async () => {
@@ -178,7 +257,7 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
     const payload = uniquePayload();
     await post(payload);
     await eventually('the attempt ended', () => commits.length === 1);
-    expect(commits).toEqual([false]);
+    expect(commits).toEqual(['lost']);
     expect(await statusOf(keyOf(payload))).toBe('received');
     expect(await ledgerRows(payload.transaction_id)).toBe(0);
   });
@@ -276,7 +355,7 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
     await post(payload);
     await delivered(keyOf(payload));
     // The mark and the COMMIT go as one statement: one round trip.
-    expect(watched.statements).toEqual(['BEGIN', 'INSERT INTO', 'WITH marked']);
+    expect(watched.statements).toEqual(['BEGIN', 'INSERT INTO', 'DO $ipn_kit$']);
     expect(await ledgerRows(payload.transaction_id)).toBe(1);
   });
 

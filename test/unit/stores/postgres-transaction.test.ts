@@ -279,6 +279,9 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
       ' /* e;f */ COMMIT',
     ]);
     expect(asSavepoint('SELECT 1', 0, 'k')).toBeUndefined();
+    expect(asSavepoint('rollback to savepoint sp1', 1, 'k')).toBeUndefined(); // an ORM's own nested one
+    expect(asSavepoint('ROLLBACK TRANSACTION TO sp1', 1, 'k')).toBeUndefined();
+    expect(() => asSavepoint('ROLLBACK AND CHAIN', 1, 'k')).toThrow(/ipn-kit begins and commits/);
     expect(asSavepoint('begin work', 2, 'k')).toEqual({ text: 'SAVEPOINT ipn_kit_2', depth: 3 });
     expect(asSavepoint('COMMIT TRANSACTION;', 3, 'k')).toEqual({
       text: 'RELEASE SAVEPOINT ipn_kit_2',
