@@ -33,6 +33,8 @@ export interface SequelizeLike {
 interface QueryOptions<Tx> {
   type: 'SELECT' | 'BULKUPDATE';
   raw: true;
+  /** All the rows, whatever the app's defaults (`options.query` of the Sequelize instance) say. */
+  plain: false;
   bind?: unknown[];
   /** `null`: none, even when the app has turned on Sequelize's CLS (it reads only `undefined` as unset). */
   transaction: Tx | null;
@@ -105,6 +107,7 @@ export function sequelizeTransactions<S extends SequelizeLike>(
     const options: QueryOptions<Tx> = {
       type: returns === 'rows' ? 'SELECT' : 'BULKUPDATE',
       raw: true,
+      plain: false,
       transaction,
     };
     // Without values, no bind: Sequelize would still read every `$` of the text as a placeholder.

@@ -74,9 +74,20 @@ export function typeormTransactions<D extends DataSourceLike>(dataSource: D): Tr
   }
   type Tx = D['manager'];
   const source = dataSource as unknown as DataSource<Tx>;
+  // TypeORM's own words for it are "Driver not Connected".
+  const initialized = (): void => {
+    if (Reflect.get(dataSource, 'isInitialized') === false) {
+      throw new Error(
+        'typeormTransactions: the DataSource is not initialized: await dataSource.initialize() first',
+      );
+    }
+  };
   return {
     name: 'TypeORM',
-    transaction: (work) => source.transaction((manager) => work(manager)),
+    transaction: async (work) => {
+      initialized();
+      return source.transaction((manager) => work(manager));
+    },
     query: (tx, statement) => {
       // The EntityManager of a transaction always has its query runner: the transaction's connection.
       const runner = Reflect.get(tx, 'queryRunner') as QueryRunner | undefined;
@@ -88,6 +99,7 @@ export function typeormTransactions<D extends DataSourceLike>(dataSource: D): Tr
       return run(runner, statement);
     },
     execute: async (statement) => {
+      initialized();
       const runner = source.createQueryRunner();
       try {
         return await run(runner, statement);

@@ -9,7 +9,7 @@ import {
   Ledger,
   ledgerRouter,
 } from '../../../examples/snippets/orm/sequelize.js';
-import { sequelizeTransactions } from '../../../lib/orm.js';
+import { sequelizeTransactions, type Statement } from '../../../lib/orm.js';
 import { fixture } from '../../fixtures/orm/sequelize.js';
 import { bareSchema, ORDERS } from '../../helpers/bare-schema.js';
 import { uniquePayload } from '../../helpers/payloads.js';
@@ -150,3 +150,24 @@ describeWithService(
     });
   },
 );
+
+describeWithService('PostgreSQL', "sequelizeTransactions under the app's own query defaults", () => {
+  test('options.query of { plain: true, raw: false } changes nothing of what a statement gives the store', async () => {
+    const sequelize = new Sequelize(databaseUrl(), {
+      dialect: 'postgres',
+      logging: false,
+      query: { plain: true, raw: false },
+    });
+    try {
+      const { execute } = sequelizeTransactions(sequelize);
+      const two: Statement = {
+        text: 'SELECT n FROM generate_series(1, $1::int) AS n',
+        values: [2],
+        returns: 'rows',
+      };
+      expect(await execute!(two)).toEqual({ rows: [{ n: 1 }, { n: 2 }], count: 2 });
+    } finally {
+      await sequelize.close();
+    }
+  });
+});

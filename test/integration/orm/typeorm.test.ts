@@ -92,9 +92,9 @@ describeWithService('PostgreSQL', 'the documented TypeORM setup (examples/snippe
   test('without an entity of the inbox, synchronize leaves it alone; an entity that differs would change it', async () => {
     expect(await syncOfInbox(await open([Ledger]))).toEqual([]);
     const withoutChecks = new EntitySchema({ ...IpnInboxEntry.options, name: 'LooseInboxEntry', checks: [] });
-    expect(await syncOfInbox(await open([Ledger, withoutChecks]))).toEqual([
-      expect.stringContaining('DROP CONSTRAINT "ipn_inbox_status_check"'),
-      expect.stringContaining('DROP CONSTRAINT "ipn_inbox_check"'),
+    expect((await syncOfInbox(await open([Ledger, withoutChecks]))).sort()).toEqual([
+      'ALTER TABLE "ipn_inbox" DROP CONSTRAINT "ipn_inbox_check"',
+      'ALTER TABLE "ipn_inbox" DROP CONSTRAINT "ipn_inbox_status_check"',
     ]);
   });
 

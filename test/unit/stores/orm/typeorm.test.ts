@@ -1,3 +1,4 @@
+import { DataSource } from 'typeorm';
 import { typeormTransactions } from '../../../../lib/orm.js';
 
 describe('typeormTransactions', () => {
@@ -18,4 +19,15 @@ describe('typeormTransactions', () => {
     );
     expect(() => typeormTransactions(value as never)).toThrow(got);
   });
+});
+
+test('a DataSource not yet initialized: the transaction and execute reject, saying to initialize it', async () => {
+  const transactions = typeormTransactions(
+    new DataSource({ type: 'postgres', url: 'postgres://localhost/none' }),
+  );
+  const initialize = /the DataSource is not initialized: await dataSource\.initialize\(\) first/;
+  await expect(transactions.transaction(() => Promise.resolve())).rejects.toThrow(initialize);
+  await expect(transactions.execute!({ text: 'SELECT 1', values: [], returns: 'rows' })).rejects.toThrow(
+    initialize,
+  );
 });
