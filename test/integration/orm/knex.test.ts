@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 import { knex, type Knex } from 'knex';
 import { ledgerRouter } from '../../../examples/snippets/orm/knex.js';
+import { knexTransactions } from '../../../lib/orm.js';
 import { fixture } from '../../fixtures/orm/knex.js';
 import { bareSchema, ORDERS } from '../../helpers/bare-schema.js';
 import { uniquePayload } from '../../helpers/payloads.js';
@@ -66,5 +67,40 @@ describeWithService('PostgreSQL', 'the documented Knex setup (examples/snippets/
     await db.migrate.rollback(migrations);
     expect(await bare.exists('ipn_inbox')).toBe(false);
     expect(await bare.exists('ipn_inbox_expected')).toBe(false);
+  });
+});
+
+describeWithService('PostgreSQL', "Knex's other ways into the transaction", () => {
+  const bare = bareSchema('ipn_knex_ways', [LEDGER]);
+  let db: Knex;
+  beforeAll(() => {
+    db = knex({
+      client: 'pg',
+      connection: databaseUrl(),
+      searchPath: [bare.schema],
+      pool: { min: 0, max: 2 },
+    });
+  });
+  afterAll(() => db.destroy());
+
+  test('knex(...).transacting(tx) writes inside the transaction, as tx(...) does: both roll back with it', async () => {
+    const transactions = knexTransactions(db);
+    const id = `ways-${process.pid}`;
+    await expect(
+      transactions.transaction(async (tx) => {
+        await db('ledger').transacting(tx).insert({ transaction_id: id, order_id: 'a' });
+        await tx('ledger').insert({ transaction_id: id, order_id: 'b' });
+        const seen = await transactions.query(tx, {
+          text: 'SELECT count(*)::int AS n FROM ledger WHERE transaction_id = $1',
+          values: [id],
+          returns: 'rows',
+        });
+        expect(seen.rows).toEqual([{ n: 2 }]);
+        throw new Error('roll back');
+      }),
+    ).rejects.toThrow('roll back');
+    expect((await bare.pool().query('SELECT 1 FROM ledger WHERE transaction_id = $1', [id])).rowCount).toBe(
+      0,
+    );
   });
 });

@@ -5,7 +5,8 @@ import {
   Ledger,
   ledgerRouter,
 } from '../../../examples/snippets/orm/typeorm.js';
-import { fixture } from '../../fixtures/orm/typeorm.js';
+import { typeormTransactions } from '../../../lib/orm.js';
+import { fixture, Ledger as FixtureLedger } from '../../fixtures/orm/typeorm.js';
 import { bareSchema, ORDERS } from '../../helpers/bare-schema.js';
 import { uniquePayload } from '../../helpers/payloads.js';
 import { servedRouters } from '../../helpers/servers.js';
@@ -103,5 +104,40 @@ describeWithService('PostgreSQL', 'the documented TypeORM setup (examples/snippe
     await dataSource.undoLastMigration();
     expect(await bare.exists('ipn_inbox')).toBe(false);
     expect(await bare.exists('ipn_inbox_expected')).toBe(false);
+  });
+});
+
+describeWithService('PostgreSQL', "TypeORM's other ways into the transaction", () => {
+  const bare = bareSchema('ipn_typeorm_ways', [
+    'CREATE TABLE ledger (transaction_id text NOT NULL, order_id text NOT NULL, amount numeric)',
+  ]);
+  let dataSource: DataSource;
+  beforeAll(async () => {
+    dataSource = new DataSource({
+      type: 'postgres',
+      url: databaseUrl(),
+      entities: [FixtureLedger],
+      extra: { max: 2, options: `-c search_path=${bare.schema}` },
+    });
+    await dataSource.initialize();
+  });
+  afterAll(() => dataSource.destroy());
+
+  test('tx.withRepository(repository) and tx.getRepository(entity) write inside the transaction: both roll back with it', async () => {
+    const transactions = typeormTransactions(dataSource);
+    const repository = dataSource.getRepository(FixtureLedger); // as injected elsewhere: outside any transaction
+    const id = `ways-${process.pid}`;
+    await expect(
+      transactions.transaction(async (tx) => {
+        await tx.withRepository(repository).insert({ transactionId: id, orderId: 'a' });
+        await tx.getRepository(FixtureLedger).insert({ transactionId: id, orderId: 'b' });
+        expect(await tx.getRepository(FixtureLedger).countBy({ transactionId: id })).toBe(2);
+        expect(await repository.countBy({ transactionId: id })).toBe(0);
+        throw new Error('roll back');
+      }),
+    ).rejects.toThrow('roll back');
+    expect((await bare.pool().query('SELECT 1 FROM ledger WHERE transaction_id = $1', [id])).rowCount).toBe(
+      0,
+    );
   });
 });
