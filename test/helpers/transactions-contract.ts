@@ -7,6 +7,7 @@ import { explainPostgres } from '../../lib/stores/postgres-transaction.js';
 import type { Statement } from '../../lib/stores/transactions.js';
 import type { OpenedOrm } from './orm-scenarios.js';
 import { ledgerSchema } from './ledger-schema.js';
+import { ODD_SQL_TEXTS } from './odd-sql-texts.js';
 import { uniquePayload } from './payloads.js';
 import { quiet } from './quiet-logger.js';
 import { recordEvents } from './record-events.js';
@@ -147,6 +148,19 @@ export function transactionsContract<Tx>(
       const missing = await orm.transactions.query(tx, rows('SELECT $1::text IS NULL AS missing', undefined));
       expect(missing.rows).toEqual([{ missing: true }]);
     });
+  });
+
+  test('values come back exactly as sent, whatever they hold: quotes, placeholders, ?, $$, backslashes', async () => {
+    const statement = rows(
+      'SELECT v, $1::text AS again FROM unnest($2::text[]) WITH ORDINALITY AS t(v, i) ORDER BY i',
+      '$2 ?',
+      ODD_SQL_TEXTS,
+    );
+    const expected = ODD_SQL_TEXTS.map((v) => ({ v, again: '$2 ?' }));
+    await orm.transactions.transaction(async (tx) => {
+      expect((await orm.transactions.query(tx, statement)).rows).toEqual(expected);
+    });
+    expect((await orm.transactions.execute!(statement)).rows).toEqual(expected);
   });
 
   test('execute runs a statement on its own, outside any transaction', async () => {
