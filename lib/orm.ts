@@ -8,3 +8,6 @@
 export type { Transactions, Statement, StatementResult } from './stores/transactions.js';
 export { drizzleTransactions } from './stores/orm/drizzle.js';
 export { kyselyTransactions } from './stores/orm/kysely.js';
+export { knexTransactions } from './stores/orm/knex.js';
+export { typeormTransactions } from './stores/orm/typeorm.js';
+export { sequelizeTransactions } from './stores/orm/sequelize.js';
