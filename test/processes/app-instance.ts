@@ -58,7 +58,7 @@ function maybeCrash(point: CrashPoint): void {
 }
 
 /** An instance over MySQL (MYSQL_URL): its listeners write the ledger through the delivery's `db`. */
-async function mysqlMain(): Promise<void> {
+function mysqlMain(): void {
   const pool = createPool({ uri: process.env.MYSQL_URL, connectionLimit: 6 });
   const ipn = ipnRouter({
     store: new MysqlStore({ pool, table: config.namespace }),
@@ -89,7 +89,10 @@ async function mysqlMain(): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  if (config.store === 'mysql') return mysqlMain();
+  if (config.store === 'mysql') {
+    mysqlMain();
+    return;
+  }
   const pool = new Pool({ connectionString: process.env.DATABASE_URL, max: 4 });
   pool.on('error', () => {});
   if (config.crash) {
