@@ -157,6 +157,21 @@ describeWithService('MariaDB', 'MysqlStore', () => {
       });
     });
 
+    test('migrate refuses a pool whose sessions have NO_BACKSLASH_ESCAPES, naming it', async () => {
+      const pool = createPool({ uri: mysqlUrl(), connectionLimit: 1 });
+      pool.on(
+        'connection',
+        (connection) => void connection.query("SET SESSION sql_mode = 'NO_BACKSLASH_ESCAPES'"),
+      );
+      try {
+        await expect(new MysqlStore({ pool, table: uniqueTable() }).migrate()).rejects.toThrow(
+          /sql_mode has NO_BACKSLASH_ESCAPES/,
+        );
+      } finally {
+        await pool.end();
+      }
+    });
+
     test('a query that finds no table while migrate() runs waits for it, then runs', async () => {
       const store = new MysqlStore({ pool: poolA, table: uniqueTable() });
 
@@ -585,6 +600,29 @@ describeWithService('MariaDB', 'MysqlStore', () => {
       expect((await store.list({ customDataContains: 'ORDER' })).map((e) => e.key)).toEqual([key]);
     });
 
+    test("a record written through a pool of MySQL's 3-byte utf8 charset reads exactly through utf8mb4, and SQL's JSON functions read it", async () => {
+      const narrow = createPool({ uri: mysqlUrl(), connectionLimit: 1, charset: 'utf8' });
+      try {
+        const wide = await freshStore();
+        const store = new MysqlStore({ pool: narrow, table: wide.table });
+        const key = uniqueKey();
+        const record = { ...recordOf(key), custom_data: 'Ndèye 😀 \u0000' };
+
+        expect(await store.receive(key, record, lease())).toBe(true);
+
+        expect((await wide.get(key))?.record).toEqual(record);
+        expect((await store.get(key))?.record).toEqual(record);
+        const [rows] = await poolA.query<RowDataPacket[]>(
+          `SELECT JSON_VALUE(record, '$.amount') AS amount, JSON_VALUE(record, '$.custom_data') AS custom_data FROM \`${wide.table}\``,
+        );
+        expect(rows.map((row) => ({ ...row }))).toEqual([
+          { amount: '1000', custom_data: record.custom_data },
+        ]);
+      } finally {
+        await narrow.end();
+      }
+    });
+
     test('numbers round-trip as JavaScript read them: above 2^53, tiny, huge, negative zero aside', async () => {
       const store = await freshStore();
       const key = uniqueKey();
@@ -595,10 +633,10 @@ describeWithService('MariaDB', 'MysqlStore', () => {
       expect((await store.get(key))?.record).toEqual(record);
     });
 
-    test('a 4 MB custom_data is stored and read whole', async () => {
+    test('a custom_data of 600,000 characters (2 MB of UTF-8) is stored and read whole', async () => {
       const store = await freshStore();
       const key = uniqueKey();
-      const record = { ...recordOf(key), custom_data: 'é'.repeat(2 * 1024 * 1024) };
+      const record = { ...recordOf(key), custom_data: 'é😀'.repeat(200_000) };
 
       expect(await store.receive(key, record, lease())).toBe(true);
 

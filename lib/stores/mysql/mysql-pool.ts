@@ -73,6 +73,26 @@ export const DUPLICATE_KEY = 1062;
 export const DEADLOCK = 1213;
 /** MySQL's ER_LOCK_WAIT_TIMEOUT. */
 export const LOCK_WAIT_TIMEOUT = 1205;
+/** MySQL's ER_TRUNCATED_WRONG_VALUE_FOR_FIELD: "Incorrect string value", text the connection's charset cannot carry. */
+export const INCORRECT_STRING = 1366;
+
+/**
+ * Why a connection of the pool cannot store every notification exactly, or `undefined` when it can: its
+ * `sql_mode` must not have `NO_BACKSLASH_ESCAPES`, as mysql2 escapes the values it binds with backslashes,
+ * and a record's JSON is full of them. (Its charset does not matter to the record, which is stored as
+ * ASCII.)
+ */
+export async function unfitSession(connection: MysqlPoolConnection): Promise<string | undefined> {
+  const [row] = rowsOf(await connection.query('SELECT @@SESSION.sql_mode AS mode'));
+  if (String(row?.mode).toUpperCase().includes('NO_BACKSLASH_ESCAPES')) {
+    return (
+      "the session's sql_mode has NO_BACKSLASH_ESCAPES, and mysql2 escapes the values it sends with " +
+      'backslashes: a record holding a quote or a backslash would be refused or changed. Remove it from the ' +
+      "pool's sql_mode"
+    );
+  }
+  return undefined;
+}
 
 /**
  * Runs `work` in a transaction on a connection of `pool`, `READ COMMITTED` (a locking read takes no gap

@@ -61,13 +61,22 @@ export function msOfDate(date: unknown, what: string): number {
   return date.getTime();
 }
 
+/** A character outside ASCII: inside a JSON string, since JSON's own syntax is all ASCII. */
+const NON_ASCII = /[\u0080-\uffff]/g;
+
 /**
- * The record as the JSON text to store. `JSON.stringify` escapes a NUL (`\u0000`) and a lone surrogate
- * (`\ud83d`) inside strings, and writes every other character as itself (an emoji as its 4 UTF-8 bytes, in
- * the utf8mb4 column), so `JSON.parse` gives back exactly the record.
+ * The record as the JSON text to store, all ASCII: `JSON.stringify` escapes a NUL (`\u0000`) and a lone
+ * surrogate (`\ud83d`), and every other character outside ASCII is escaped here the same way (an emoji as
+ * its two `\uXXXX` halves). So the stored bytes are the same whatever the charset of the connection that
+ * writes or reads them (a pool made with `charset: 'utf8'`, MySQL's 3-byte utf8mb3, would otherwise write
+ * an emoji as bytes no utf8mb4 reader decodes), and `JSON.parse` gives back exactly the record. SQL's JSON
+ * functions (`JSON_VALUE(record, '$.custom_data')`) read the escapes as the characters.
  */
 export function toStoredJson(record: Record<string, unknown>): string {
-  return JSON.stringify(record);
+  return JSON.stringify(record).replace(
+    NON_ASCII,
+    (character) => `\\u${character.charCodeAt(0).toString(16).padStart(4, '0')}`,
+  );
 }
 
 /** The record's `custom_data` as text, for the operator's search; `null` when it has none. */

@@ -44,10 +44,11 @@ export function mysqlTableNames(table: unknown, owner = 'MysqlStore'): MysqlTabl
  *
  * - The key `transaction_id:state` is the primary key, in a binary collation: MySQL's default collations
  *   ignore case, and `tx1:successful` must not be a resend of `TX1:SUCCESSFUL`.
- * - The record is the notification's JSON text in a `LONGTEXT` (utf8mb4), as `JSON.stringify` writes it: a
- *   NUL or a lone surrogate in a string is escaped there (`\u0000`, `\ud83d`), so every record round-trips
- *   exactly. (A `JSON` column would re-encode it: MariaDB's is a `LONGTEXT` anyway, and MySQL's refuses a
- *   lone surrogate.) `custom_data` is kept beside it, as text, for the operator's search.
+ * - The record is the notification's JSON text in a `LONGTEXT`, all ASCII: every character outside ASCII
+ *   is escaped (`\u00e9`; a NUL, a lone surrogate, an emoji's halves too), so every record round-trips
+ *   exactly, whatever the charset of the connections that write and read it. (A `JSON` column would
+ *   re-encode it: MariaDB's is a `LONGTEXT` anyway, and MySQL's refuses a lone surrogate.) `custom_data` is
+ *   kept beside it as text (utf8mb4), for the operator's search.
  * - Times are `DATETIME(3)` in UTC, written with `UTC_TIMESTAMP(3)` (never `NOW()`, which follows the
  *   session's time zone) and read as milliseconds since the epoch, so that no time zone setting of the
  *   server, the session or the driver moves them.

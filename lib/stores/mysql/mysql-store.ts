@@ -18,6 +18,7 @@ import {
   affectedOf,
   DUPLICATE_KEY,
   errnoOf,
+  INCORRECT_STRING,
   inTransaction,
   isCallbackPool,
   isMysqlPool,
@@ -27,6 +28,7 @@ import {
   type MysqlPool,
   type MysqlPoolConnection,
   type MysqlQueryResult,
+  unfitSession,
 } from './mysql-pool.js';
 import {
   checkId,
@@ -197,12 +199,15 @@ export class MysqlStore<
         if (Number(row?.locked) !== 1) {
           throw new Error(`another migrate() held the lock ${lock} for ${MIGRATE_LOCK_SECONDS} s`);
         }
+        const unfit = await unfitSession(connection);
+        if (unfit !== undefined) throw new StoreError(`MysqlStore.migrate: ${unfit}`);
         await connection.query(mysqlSchemaSql(this.table));
         await connection.query(mysqlExpectationsSql(this.table));
         await connection.query('SELECT RELEASE_LOCK(?)', [lock]);
         connection.release();
       } catch (error) {
         connection?.destroy(); // closing the connection lets go of its lock
+        if (error instanceof StoreError) throw error;
         throw new StoreError(
           `MysqlStore.migrate: could not create the table ${this.table}: ${messageOf(error)} (the user needs ` +
             'CREATE on the database; or create it with the SQL of mysqlSchemaSql() in your migrations)',
@@ -458,7 +463,11 @@ export class MysqlStore<
         { cause: error, notMigrated: true },
       );
     }
-    return new StoreError(`MysqlStore: a query on ${this.table} failed: ${messageOf(error)}`, {
+    const hint =
+      errnoOf(error) === INCORRECT_STRING
+        ? " (the pool's charset cannot carry this text: create the pool with charset 'UTF8MB4_UNICODE_CI', or leave mysql2's default)"
+        : '';
+    return new StoreError(`MysqlStore: a query on ${this.table} failed: ${messageOf(error)}${hint}`, {
       cause: error,
     });
   }
