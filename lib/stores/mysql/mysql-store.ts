@@ -260,8 +260,10 @@ export class MysqlStore<
   }
 
   /**
-   * Leases up to `limit` due entries, oldest received first, in one transaction: their rows are locked with
-   * `FOR UPDATE SKIP LOCKED` (instances leasing at the same time get disjoint entries), updated, then read.
+   * Leases up to `limit` due entries in one transaction, received ones first, then failed ones due for a
+   * retry, each oldest first: their rows are locked with `FOR UPDATE SKIP LOCKED` (instances leasing at the
+   * same time get disjoint entries), updated, then read. A pass that finds nothing due takes no connection
+   * for a transaction.
    */
   async lease(lease: Lease, limit: number): Promise<InboxEntry[]> {
     if (!Number.isInteger(limit) || limit < 0) {
@@ -269,6 +271,7 @@ export class MysqlStore<
     }
     const ms = leaseMs(lease);
     if (limit === 0) return [];
+    if (rowsOf(await this.#query(this.#sql.anyDue, [])).length === 0) return [];
     return this.#transaction(async (connection) => {
       // New notifications first, then failed ones due for a retry, each oldest first.
       const keys = rowsOf(await connection.query(this.#sql.due('received', limit))).map((row) => row.key);
