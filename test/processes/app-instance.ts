@@ -60,6 +60,7 @@ function maybeCrash(point: CrashPoint): void {
 /** An instance over MySQL (MYSQL_URL): its listeners write the ledger through the delivery's `db`. */
 function mysqlMain(): void {
   const pool = createPool({ uri: process.env.MYSQL_URL, connectionLimit: 6 });
+  if (config.crash) cutMysqlCommits(pool);
   const ipn = ipnRouter({
     store: new MysqlStore({ pool, table: config.namespace }),
     delivery: config.delivery,
@@ -74,7 +75,11 @@ function mysqlMain(): void {
     if (config.listener === 'ledger' || config.listener === 'ledger-hang') {
       if (db === undefined) throw new Error('no delivery transaction: the pool should hand out connections');
       const insert = `INSERT INTO ${config.ledgerTable} (transaction_id, amount) VALUES (?, ?)`;
-      await db.query(insert, [n.transaction_id, n.amount]);
+      maybeCrash('before-write');
+      const writing = db.query(insert, [n.transaction_id, n.amount]);
+      setImmediate(() => maybeCrash('during-write'));
+      await writing;
+      maybeCrash('after-write');
       if (config.failFirst && attempt === 1) throw new Error('the order service is down');
     }
     send({ type: 'started', id: n.transaction_id });
@@ -85,6 +90,38 @@ function mysqlMain(): void {
   });
   const server = createServer(ipn).listen(0, '127.0.0.1', () => {
     send({ type: 'ready', url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` });
+  });
+}
+
+/**
+ * Makes the COMMIT of each delivery transaction that wrote the ledger cuttable: before it is sent, once
+ * sent (its answer never read), after it. Other transactions (a lease's) are left alone.
+ */
+function cutMysqlCommits(pool: ReturnType<typeof createPool>): void {
+  const getConnection = pool.getConnection.bind(pool);
+  Object.assign(pool, {
+    getConnection: async () => {
+      const connection = await getConnection();
+      const query = connection.query.bind(connection) as (...args: unknown[]) => Promise<unknown>;
+      let wrote = false; // the transaction open on this connection wrote the ledger
+      Object.assign(connection, {
+        query: (...args: unknown[]) => {
+          const text = typeof args[0] === 'string' ? args[0] : '';
+          if (text.startsWith(`INSERT INTO ${config.ledgerTable}`)) wrote = true;
+          if (text === 'ROLLBACK') wrote = false;
+          if (text !== 'COMMIT' || !wrote) return query(...args);
+          wrote = false;
+          maybeCrash('before-commit');
+          const committing = query(...args);
+          setImmediate(() => maybeCrash('commit-sent'));
+          return committing.then((result) => {
+            maybeCrash('after-commit');
+            return result;
+          });
+        },
+      });
+      return connection;
+    },
   });
 }
 
