@@ -289,6 +289,42 @@ describeWithService('MariaDB', 'MysqlStore', () => {
       }
     });
 
+    test('receives that arrive together go as a few statements (group commit): each key inserted once, only one of its callers told so', async () => {
+      const table = (await freshStore()).table;
+      let inserts = 0;
+      const counting = {
+        query: (text: string, values?: unknown[]) => {
+          if (text.startsWith('INSERT')) inserts += 1;
+          return poolA.query(text, values);
+        },
+        getConnection: () => poolA.getConnection(),
+      };
+      const store = new MysqlStore({ pool: counting, table });
+      const before = uniqueKey();
+      await store.receive(before, recordOf(before), lease());
+      inserts = 0;
+      const keys = [before, ...Array.from({ length: 9 }, () => uniqueKey())];
+
+      const answers = await Promise.all(
+        [...keys, ...keys, ...keys].map((key, index) =>
+          store.receive(key, { ...recordOf(key), index }, lease()),
+        ),
+      );
+
+      expect(inserts).toBeLessThan(30);
+      const told = keys.map(
+        (key) => answers.filter((answer, index) => answer && keys[index % 10] === key).length,
+      );
+      expect(told).toEqual([0, 1, 1, 1, 1, 1, 1, 1, 1, 1]); // the first key was there before
+      for (const [index, key] of keys.entries()) {
+        if (index === 0) continue;
+        const entry = await store.get(key);
+        // The record stored is the one of the caller told true.
+        const winner = answers.findIndex((answer, at) => answer && keys[at % 10] === key);
+        expect(entry).toMatchObject({ status: 'received', attempts: 1, record: { index: winner } });
+      }
+    });
+
     test('replace swaps the record held by a lease for another in one statement, due and leased anew', async () => {
       const store = await freshStore();
       const key = uniqueKey();

@@ -135,6 +135,11 @@ const COLUMNS = [
   ),
 ].join(', ');
 
+/** The columns a receive writes, and one row of its values (key, transaction id, state, record, custom_data, lease id, ms). */
+const RECEIVED_COLUMNS = `\`key\`, transaction_id, state, record, custom_data, status, attempts, received_at,
+  updated_at, next_attempt_at, lease_id, lease_until`;
+const RECEIVED_ROW = `(?, ?, ?, ?, ?, 'received', 1, ${NOW}, ${NOW}, ${NOW}, ?, ${FROM_NOW})`;
+
 /** Lease columns cleared when an attempt ends. */
 const END_LEASE = `lease_id = NULL, lease_until = NULL, updated_at = ${NOW}`;
 
@@ -155,9 +160,16 @@ export function mysqlInboxSql(table: string) {
       VALUES (?, ?, ?, '{}', 'delivered', ${NOW}, ${NOW}, ${NOW}, ${NOW}, ?)`,
     claimedBy: `SELECT 1 AS claimed FROM ${t} WHERE \`key\` = ? AND lease_id = ? AND record = '{}'`,
     release: `DELETE FROM ${t} WHERE \`key\` = ? AND (? IS NULL OR lease_id = ?)`,
-    receive: `INSERT INTO ${t} (\`key\`, transaction_id, state, record, custom_data, status, attempts,
-        received_at, updated_at, next_attempt_at, lease_id, lease_until)
-      VALUES (?, ?, ?, ?, ?, 'received', 1, ${NOW}, ${NOW}, ${NOW}, ?, ${FROM_NOW})`,
+    receive: `INSERT INTO ${t} (${RECEIVED_COLUMNS}) VALUES ${RECEIVED_ROW}`,
+    // Group commit: many receives in one statement, in key order (the store sorts them), so that two
+    // instances inserting overlapping batches (a burst resent to both) take the keys' locks in the same
+    // order. A key already there is left as it is (the update sets nothing), where a plain INSERT would fail
+    // the whole batch; which rows this batch inserted is read next (`receivedBy`).
+    receiveMany: (count: number) => `INSERT INTO ${t} (${RECEIVED_COLUMNS})
+      VALUES ${Array.from({ length: count }, () => RECEIVED_ROW).join(', ')}
+      ON DUPLICATE KEY UPDATE \`key\` = \`key\``,
+    // Each receive has a lease id of its own: a row holding it is the one that receive inserted.
+    receivedBy: `SELECT \`key\`, lease_id FROM ${t} WHERE \`key\` IN (?)`,
     // One statement: the row goes from the contradicted copy to the service's record, never through absent.
     replace: `UPDATE ${t} SET record = ?, custom_data = ?, status = 'received', attempts = 1,
         last_error = NULL, next_attempt_at = ${NOW}, lease_id = ?, lease_until = ${FROM_NOW},

@@ -1,4 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
+import { createBatcher } from '../postgres-batch.js';
 import { afterMigration, markMigration, trackMigration } from '../postgres-migrations.js';
 import { openOrmTransaction } from '../orm-transaction.js';
 import { isTransactions, type Statement, type Transactions } from '../transactions.js';
@@ -146,6 +147,8 @@ export class MysqlStore<
   readonly #pool: MysqlPool;
   readonly #transactions: Transactions | undefined;
   readonly #sql: MysqlInboxSql;
+  /** Receives that arrive together go as one statement (group commit). */
+  readonly #receives = createBatcher((batch: unknown[][]) => this.#receiveMany(batch));
 
   /**
    * @throws TypeError when `pool` is not a mysql2 promise pool (`query` and `getConnection`), `transactions`
@@ -243,7 +246,29 @@ export class MysqlStore<
     const [transactionId, state] = splitKey(key);
     const ms = leaseMs(lease);
     const values = [key, transactionId, state, toStoredJson(record), customDataOf(record), lease.id, ms];
-    return this.#insert(this.#sql.receive, values);
+    return this.#receives(values);
+  }
+
+  /**
+   * One batch of receives: one statement, one commit (then one read of which rows it inserted). A key
+   * received twice in one batch is inserted once, and only its first caller is told so. A failed batch
+   * rejects every caller: each receive answers 503.
+   */
+  async #receiveMany(batch: unknown[][]): Promise<boolean[]> {
+    if (batch.length === 1) return [await this.#insert(this.#sql.receive, batch[0]!)];
+    const first = new Map<string, number>(); // each key's first caller
+    batch.forEach((values, index) => {
+      if (!first.has(values[0] as string)) first.set(values[0] as string, index);
+    });
+    const keys = [...first.keys()].sort();
+    const rows = keys.map((key) => batch[first.get(key)!]!);
+    await this.#query(this.#sql.receiveMany(rows.length), rows.flat());
+    const held = new Map(
+      rowsOf(await this.#query(this.#sql.receivedBy, [keys])).map((row) => [row.key, row.lease_id]),
+    );
+    return batch.map(
+      (values, index) => first.get(values[0] as string) === index && held.get(values[0]) === values[5],
+    );
   }
 
   /** Puts the service's `record` in place of the entry `leaseId` holds, in one statement (see `DurableStore`). */
