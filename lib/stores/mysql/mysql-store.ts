@@ -63,8 +63,8 @@ export interface MysqlStoreOptions<
    * Your mysql2 promise pool (`createPool()` from `mysql2/promise`; for a pool of the callback API, pass
    * `pool.promise()`). The store runs its statements through it and never ends it. At least once without
    * `transactions`, a delivery attempt whose listeners query `db` holds one connection of it from that
-   * first query to its commit, and each lease pass takes one for its transaction: size `connectionLimit`
-   * for those concurrent deliveries plus the receives. Keep mysql2's default flags (`FOUND_ROWS`: a count
+   * first query to its commit, and a lease pass that finds entries due takes one for its transaction:
+   * size `connectionLimit` for those concurrent deliveries plus the receives. Keep mysql2's default flags (`FOUND_ROWS`: a count
    * is of the rows matched) and the server's default `sql_mode` on backslash escapes.
    */
   pool: P;
@@ -110,6 +110,7 @@ const MIGRATE_LOCK_SECONDS = 60;
  *   and until then a resend is dropped.
  * - As a durable inbox (`delivery: 'at-least-once'`), each notification is stored whole, and its delivery
  *   attempts are leased (`SELECT ... FOR UPDATE SKIP LOCKED`), settled and retried through the table.
+ *   Receives that arrive together are inserted as one statement (group commit).
  *
  * Create the tables once with {@link MysqlStore.migrate} (safe to run on every start, from every instance
  * at once), or with {@link mysqlSchemaSql} and {@link mysqlExpectationsSql} in your own migrations. Every
