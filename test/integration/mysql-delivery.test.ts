@@ -211,6 +211,62 @@ describeWithService('MariaDB', "transactional delivery: MysqlStore, delivery: 'a
     expect(await rowsOf(payload.transaction_id)).toBe(1);
   });
 
+  test('a listener that catches a deadlock (InnoDB rolled its transaction back) cannot write on outside it: one row after the retry', async () => {
+    const locks = `locks_myd_${suffix}`;
+    await pool.query(`CREATE TABLE ${locks} (id INT PRIMARY KEY, v INT NOT NULL)`);
+    await pool.query(`INSERT INTO ${locks} (id, v) VALUES (1, 0), (2, 0)`);
+    const other = await pool.getConnection();
+    try {
+      const { ipn, post } = await serve(router());
+      const caught: unknown[] = [];
+      let lockedOne!: () => void;
+      const listenerHoldsOne = new Promise<void>((resolve) => (lockedOne = resolve));
+      let otherWaits!: () => void;
+      const otherIsWaiting = new Promise<void>((resolve) => (otherWaits = resolve));
+      ipn.on('successful', async (n, { db, attempt }) => {
+        if (attempt === 1) {
+          await db.query(`UPDATE ${locks} SET v = v + 1 WHERE id = 1`);
+          lockedOne();
+          await otherIsWaiting;
+          // Row 2 is the other transaction's, which waits for row 1: a deadlock. InnoDB rolls back the
+          // lighter transaction, this one, and the statements after it would commit one by one.
+          await db
+            .query(`UPDATE ${locks} SET v = v + 1 WHERE id = 2`)
+            .catch((error: unknown) => caught.push(error));
+        }
+        await credit(db, n);
+        if (attempt === 1) throw new Error('not yet');
+      });
+      // The other transaction: heavier (more rows changed), so that InnoDB picks the listener's as victim.
+      await other.query('START TRANSACTION');
+      await other.query(`UPDATE ${locks} SET v = v + 1 WHERE id = 2`);
+      await other.query(
+        `INSERT INTO ${ledger} (transaction_id, amount) VALUES ${Array(50).fill("('weight', 0)").join(', ')}`,
+      );
+      const payload = uniquePayload();
+
+      expect((await post(payload)).status).toBe(200);
+      await listenerHoldsOne;
+      const waiting = other.query(`UPDATE ${locks} SET v = v + 1 WHERE id = 1`);
+      await eventually('the other transaction waits for row 1', async () => {
+        const [rows] = await pool.query<RowDataPacket[]>(
+          "SELECT COUNT(*) AS n FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'",
+        );
+        return Number(rows[0]?.n) > 0;
+      });
+      otherWaits();
+      await waiting;
+      await other.query('ROLLBACK');
+      await delivered(keyOf(payload));
+
+      expect(caught).toEqual([expect.objectContaining({ errno: 1213 })]);
+      expect(await rowsOf(payload.transaction_id)).toBe(1);
+    } finally {
+      other.release();
+      await pool.query(`DROP TABLE IF EXISTS ${locks}`);
+    }
+  });
+
   test("with an ORM's transactions (Knex on mysql2), listeners write through its tx: posted twice and a failed attempt, one row", async () => {
     const orm = knex({ client: 'mysql2', connection: mysqlUrl(), pool: { min: 0, max: 4 } });
     try {

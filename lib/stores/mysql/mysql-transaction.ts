@@ -27,6 +27,11 @@ interface Held {
   broken?: unknown;
   /** `BEGIN`s a listener sent through `db`, open as savepoints. */
   savepoints: number;
+  /**
+   * Settles once the last query a listener made has: each runs only once the one before it has answered,
+   * so that none is sent after a deadlock ended the transaction, and the mark comes after all of them.
+   */
+  queue: Promise<unknown>;
 }
 
 const helds = new WeakMap<object, Held>();
@@ -79,7 +84,7 @@ function poolTransactions(pool: MysqlPool, key: string): Transactions<unknown> {
   return {
     name: 'MySQL',
     async transaction<T>(work: (tx: unknown) => Promise<T>): Promise<T> {
-      const held: Held = { marking: false, ended: false, savepoints: 0 };
+      const held: Held = { marking: false, ended: false, savepoints: 0, queue: Promise.resolve() };
       const db = guarded(pool, held, key);
       helds.set(db, held);
       try {
@@ -101,6 +106,7 @@ function poolTransactions(pool: MysqlPool, key: string): Transactions<unknown> {
     async query(tx: unknown, statement: Statement): Promise<StatementResult> {
       const held = helds.get(tx as object)!;
       held.marking = true;
+      await held.queue; // every query a listener made, awaited or not, has answered
       if (held.broken !== undefined) {
         throw new DeliveryError(
           `the transaction of ${key} was rolled back by the database (${messageOf(held.broken)}): a listener ` +
@@ -145,11 +151,23 @@ function guarded(pool: MysqlPool, held: Held, key: string): object {
       `the delivery transaction of ${key} has ended (a listener failed, or ran past leaseMs): this write was ` +
         'not made; it is made again with the next attempt, in its own transaction',
     );
+  // After a deadlock the server has rolled the transaction back, and a statement sent now would commit on
+  // its own: every later query is refused, as PostgreSQL refuses them in an aborted transaction.
+  const rolledBack = (): DeliveryError =>
+    new DeliveryError(
+      `the delivery transaction of ${key} was rolled back by the database (${messageOf(held.broken)}): this ` +
+        'write was not made; a listener that catches that error cannot go on in the transaction: let it throw, ' +
+        'and the attempt is retried',
+      { cause: held.broken },
+    );
+  /** The connection for a query whose turn has come: opened at the first one. */
   const start = (): Promise<MysqlPoolConnection> => {
-    if (held.ended || held.marking) return Promise.reject(refused());
+    if (held.ended) return Promise.reject(refused()); // abandoned while it waited for its turn
+    if (held.broken !== undefined) return Promise.reject(rolledBack());
     held.opening ??= open(pool, held, key, refused);
     return held.opening.then((connection) => {
       if (held.ended || held.connection !== connection) throw refused();
+      if (held.broken !== undefined) throw rolledBack();
       return connection;
     });
   };
@@ -160,7 +178,8 @@ function guarded(pool: MysqlPool, held: Held, key: string): object {
     } catch (refusal) {
       return handled(Promise.reject(refusal as Error));
     }
-    const result = start().then(async (connection) => {
+    if (held.ended || held.marking) return handled(Promise.reject(refused()));
+    const result = held.queue.then(start).then(async (connection) => {
       const call = Reflect.get(connection, method) as (...a: unknown[]) => Promise<MysqlQueryResult>;
       try {
         return await Reflect.apply(call, connection, mapped);
@@ -170,6 +189,7 @@ function guarded(pool: MysqlPool, held: Held, key: string): object {
         throw error;
       }
     });
+    held.queue = result.catch(() => {});
     return handled(result);
   };
   return new Proxy(
