@@ -45,9 +45,10 @@ const helds = new WeakMap<object, Held>();
  * The guarded connection refuses every query once the attempt has ended (a listener that outlives its
  * attempt never writes outside it); `release()` and `destroy()` do nothing (ipn-kit gives the connection
  * back); `BEGIN` / `START TRANSACTION`, `COMMIT` and `ROLLBACK` (and `beginTransaction()`, `commit()`,
- * `rollback()`) run as savepoints, since in MySQL a `START TRANSACTION` inside a transaction commits it. A
- * deadlock (InnoDB then rolls the whole transaction back, and later statements would commit on their own)
- * refuses every later query and fails the commit. An abandoned attempt's connection is closed at once,
+ * `rollback()`) run as savepoints, since in MySQL a `START TRANSACTION` inside a transaction commits it.
+ * Listeners' queries run one at a time, in the order made, and the mark after all of them. A deadlock
+ * (InnoDB then rolls the whole transaction back, and later statements would commit on their own) refuses
+ * every later query and fails the commit. An abandoned attempt's connection is closed at once,
  * which rolls back on the server whatever its listeners still do.
  */
 export async function openPoolTransaction(
