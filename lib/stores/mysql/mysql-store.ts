@@ -201,7 +201,9 @@ export class MysqlStore<
           await connection.query('SELECT GET_LOCK(?, ?) AS locked', [lock, MIGRATE_LOCK_SECONDS]),
         );
         if (Number(row?.locked) !== 1) {
-          throw new Error(`another migrate() held the lock ${lock} for ${MIGRATE_LOCK_SECONDS} s`);
+          throw new StoreError(
+            `MysqlStore.migrate: another migrate() held the lock ${lock} for ${MIGRATE_LOCK_SECONDS} s`,
+          );
         }
         const unfit = await unfitSession(connection);
         if (unfit !== undefined) throw new StoreError(`MysqlStore.migrate: ${unfit}`);
