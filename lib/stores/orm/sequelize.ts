@@ -35,7 +35,10 @@ interface QueryOptions<Tx> {
   raw: true;
   /** All the rows, whatever the app's defaults (`options.query` of the Sequelize instance) say. */
   plain: false;
+  /** The values of a `$n` text (PostgreSQL): Sequelize sends them apart from the text. */
   bind?: unknown[];
+  /** The values of a `?` text (MySQL): Sequelize escapes them into the text, as mysql2's `query` does. */
+  replacements?: unknown[];
   /** `null`: none, even when the app has turned on Sequelize's CLS (it reads only `undefined` as unset). */
   transaction: Tx | null;
 }
@@ -43,6 +46,9 @@ interface Sequelize<Tx> {
   transaction<T>(work: (t: Tx) => PromiseLike<T>): Promise<T>;
   query(sql: string, options: QueryOptions<Tx>): Promise<unknown>;
 }
+
+/** A `$n` placeholder of PostgreSQL: a text without one is in `?` style (MySQL). */
+const NUMBERED = /\$\d/;
 
 /**
  * The driver's error inside a Sequelize error (its `original`), or `error` as it is. Sequelize's own has no
@@ -64,11 +70,19 @@ function driverErrorOf(error: unknown): unknown {
  * call. `sequelize.transaction({ transaction: tx }, ...)` of theirs is a savepoint; `tx.commit()` and
  * `tx.rollback()` throw (ipn-kit ends the transaction, with the mark: a listener rolls it back by throwing).
  *
- * The store's statements run through `sequelize.query()` with `bind` (Sequelize passes `$1` through to
- * PostgreSQL, and reads a `$$` as `$`: the store's SQL has none); with `execute`, outside any transaction,
- * so the store may run through Sequelize alone. Sequelize 6.
+ * The store's statements run through `sequelize.query()`: a `$n` text (`PostgresStore`) with `bind`
+ * (Sequelize passes `$1` through to PostgreSQL, and reads a `$$` as `$`: the store's SQL has none); a `?`
+ * text (`MysqlStore`) with `replacements`, which Sequelize escapes into the text, as mysql2's `query()`
+ * does for the store's own pool, an array as a list (`IN (?)`), and a `?` inside a quoted string left as it
+ * is. `bind` would not do on MySQL: Sequelize reads only `$n` there. With `execute`, outside any
+ * transaction, so the store may run through Sequelize alone. Sequelize 6, `dialect: 'postgres'` or
+ * `'mysql'` (mysql2; MariaDB too).
  *
- * @param sequelize your Sequelize instance, `new Sequelize(url, { dialect: 'postgres' })`.
+ * On MySQL, Sequelize's connections count only the rows an update changed (it turns mysql2's `FOUND_ROWS`
+ * off), where `MysqlStore`'s pool counts those it matched: the same for the `delivered` mark, which always
+ * changes the row it matches.
+ *
+ * @param sequelize your Sequelize instance, `new Sequelize(url, { dialect: 'postgres' })` (or `'mysql'`).
  * @throws TypeError when `sequelize` is not a Sequelize instance.
  * @example
  * import { Sequelize } from 'sequelize';
@@ -110,8 +124,12 @@ export function sequelizeTransactions<S extends SequelizeLike>(
       plain: false,
       transaction,
     };
-    // Without values, no bind: Sequelize would still read every `$` of the text as a placeholder.
-    if (values.length > 0) options.bind = values.map((value) => (value === undefined ? null : value));
+    // Without values, neither: Sequelize would still read every `$` (or `?`) of the text as a placeholder.
+    if (values.length > 0) {
+      const given = values.map((value) => (value === undefined ? null : value));
+      if (NUMBERED.test(text)) options.bind = given;
+      else options.replacements = given;
+    }
     const result = await client.query(text, options).catch((error: unknown) => {
       throw driverErrorOf(error);
     });

@@ -29,6 +29,19 @@ describe('knexTransactions', () => {
     });
   });
 
+  test("escapes the ? inside a ? text's quoted parts only: Knex would bind them too", () => {
+    expect(
+      knexBindings({
+        text: "SELECT ?, 'why?', \"how?\", `who?`, 'it''s ?', 'it\\'s ?' FROM t WHERE a = ?",
+        values: [1, 2],
+        returns: 'rows',
+      }),
+    ).toEqual({
+      sql: "SELECT ?, 'why\\?', \"how\\?\", `who\\?`, 'it''s \\?', 'it\\'s \\?' FROM t WHERE a = ?",
+      bindings: [1, 2],
+    });
+  });
+
   test('refuses a $n with no value, and a backslash before a ?', () => {
     expect(() => knexBindings({ text: 'SELECT $2', values: [1], returns: 'rows' })).toThrow(
       /\$2 has no value/,

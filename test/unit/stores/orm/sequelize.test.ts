@@ -26,4 +26,34 @@ describe('sequelizeTransactions', () => {
     );
     expect(() => sequelizeTransactions(value as never)).toThrow(got);
   });
+
+  /** A stand-in Sequelize that records the options of each query. */
+  function recordingSequelize() {
+    const options: Array<Record<string, unknown>> = [];
+    const sequelize = {
+      transaction: (work: (t: object) => Promise<unknown>) => work({}),
+      query: (_sql: string, given: Record<string, unknown>) => {
+        options.push(given);
+        return Promise.resolve(given.type === 'SELECT' ? [] : 0);
+      },
+      getQueryInterface: () => ({}),
+    };
+    return { transactions: sequelizeTransactions(sequelize), options };
+  }
+
+  test("binds a $n text's values (PostgreSQL), and gives a ? text's as replacements (MySQL)", async () => {
+    const { transactions, options } = recordingSequelize();
+    await transactions.execute!({ text: 'UPDATE t SET a = $1', values: [1], returns: 'count' });
+    await transactions.execute!({ text: 'UPDATE t SET a = ?', values: [undefined], returns: 'count' });
+    await transactions.execute!({ text: 'SELECT 1', values: [], returns: 'rows' });
+    expect(options).toEqual([
+      expect.objectContaining({ bind: [1], type: 'BULKUPDATE' }),
+      expect.objectContaining({ replacements: [null], type: 'BULKUPDATE' }),
+      expect.objectContaining({ type: 'SELECT' }),
+    ]);
+    expect(options[0]).not.toHaveProperty('replacements');
+    expect(options[1]).not.toHaveProperty('bind');
+    expect(options[2]).not.toHaveProperty('bind');
+    expect(options[2]).not.toHaveProperty('replacements');
+  });
 });

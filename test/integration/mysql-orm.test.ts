@@ -1,0 +1,206 @@
+import knex, { type Knex } from 'knex';
+import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
+import { DataTypes, Sequelize, type Transaction } from 'sequelize';
+import { ipnRouter, type IpnNotification } from 'ipn-kit';
+import { MysqlStore } from 'ipn-kit/mysql';
+import { knexTransactions, sequelizeTransactions, type Transactions } from 'ipn-kit/orm';
+import { uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { servedRouters } from '../helpers/servers.js';
+import { describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
+
+jest.setTimeout(30_000);
+
+/** An ORM opened on MySQL: its transactions, and a partner's credit of the ledger through its own API. */
+interface MysqlOrm<Tx> {
+  transactions: Transactions<Tx>;
+  credit(tx: Tx, n: IpnNotification): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** Each ORM as a partner sets it up on MySQL, crediting the table `ledger`. */
+const ORMS: Array<[string, (ledger: string) => MysqlOrm<any>]> = [
+  // eslint-disable-line @typescript-eslint/no-explicit-any
+  [
+    'Knex',
+    (ledger): MysqlOrm<Knex.Transaction> => {
+      const db = knex({ client: 'mysql2', connection: mysqlUrl(), pool: { min: 0, max: 4 } });
+      return {
+        transactions: knexTransactions(db),
+        credit: async (tx, n) => {
+          await tx(ledger).insert({ transaction_id: n.transaction_id, amount: n.amount });
+        },
+        close: () => db.destroy(),
+      };
+    },
+  ],
+  [
+    'Sequelize',
+    (ledger): MysqlOrm<Transaction> => {
+      const sequelize = new Sequelize(mysqlUrl(), { dialect: 'mysql', logging: false, pool: { max: 4 } });
+      const Ledger = sequelize.define(
+        'Ledger',
+        {
+          transactionId: { type: DataTypes.STRING, field: 'transaction_id', allowNull: false },
+          amount: { type: DataTypes.DOUBLE },
+        },
+        { tableName: ledger, timestamps: false },
+      );
+      Ledger.removeAttribute('id'); // the ledger has no key
+      return {
+        transactions: sequelizeTransactions(sequelize),
+        credit: async (tx, n) => {
+          await Ledger.create({ transactionId: n.transaction_id, amount: n.amount }, { transaction: tx });
+        },
+        close: () => sequelize.close(),
+      };
+    },
+  ],
+];
+
+describe.each(ORMS)('%s on MySQL', (name, openOrm) => {
+  describeWithService('MariaDB', `exactly once through ${name} on MysqlStore`, () => {
+    const suffix = `${name.toLowerCase()}_${process.pid}_${Date.now() % 100_000}`;
+    const table = `ipn_myorm_${suffix}`;
+    const ledger = `ledger_myorm_${suffix}`;
+    let pool: Pool;
+    let orm: MysqlOrm<unknown>;
+    beforeAll(async () => {
+      pool = createPool({ uri: mysqlUrl(), connectionLimit: 4 });
+      await new MysqlStore({ pool, table }).migrate();
+      // No unique key: a second credit of a payment is a second row.
+      await pool.query(`CREATE TABLE ${ledger} (transaction_id VARCHAR(255) NOT NULL, amount DOUBLE)`);
+      orm = openOrm(ledger);
+    });
+    afterAll(async () => {
+      await orm?.close();
+      await pool.query(`DROP TABLE IF EXISTS ${table}, ${table}_expected, ${ledger}`);
+      await pool.end();
+    });
+    const serve = servedRouters();
+
+    const router = (options: { leaseMs?: number } = {}) =>
+      ipnRouter({
+        store: new MysqlStore({ pool, table, transactions: orm.transactions }),
+        delivery: 'at-least-once',
+        logger: quiet,
+        retryDelayMs: 20,
+        recoveryIntervalMs: 50,
+        ...options,
+      });
+    const keyOf = (payload: Record<string, unknown>) => `${String(payload.transaction_id)}:SUCCESSFUL`;
+    const entryOf = async (key: string) => {
+      const [rows] = await pool.query<RowDataPacket[]>(
+        `SELECT status, attempts FROM ${table} WHERE \`key\` = ?`,
+        [key],
+      );
+      return rows[0] as { status: string; attempts: number } | undefined;
+    };
+    const rowsOf = async (id: unknown): Promise<number> => {
+      const [rows] = await pool.query<RowDataPacket[]>(
+        `SELECT COUNT(*) AS n FROM ${ledger} WHERE transaction_id = ?`,
+        [id],
+      );
+      return Number(rows[0]?.n);
+    };
+    const delivered = (key: string) =>
+      eventually(`${key} delivered`, async () => (await entryOf(key))?.status === 'delivered');
+
+    test('a notification posted twice credits the ledger once, through the ORM transaction', async () => {
+      const { ipn, post } = await serve(router());
+      const seen: unknown[] = [];
+      ipn.on('successful', async (n, { tx, db }) => {
+        seen.push(db);
+        await orm.credit(tx, n);
+      });
+      const payload = uniquePayload();
+
+      expect((await post(payload)).status).toBe(200);
+      expect(await (await post(payload)).json()).toEqual({ ok: true, duplicate: true });
+      await delivered(keyOf(payload));
+
+      expect(await rowsOf(payload.transaction_id)).toBe(1);
+      expect(seen).toEqual([undefined]); // no raw db beside the ORM's tx
+    });
+
+    test('a listener that credits, then throws on its first attempt: one row after the retry', async () => {
+      const { ipn, post } = await serve(router());
+      const recorder = recordEvents(ipn);
+      ipn.on('successful', async (n, { tx, attempt }) => {
+        await orm.credit(tx, n);
+        if (attempt === 1) throw new Error('the order service is down');
+      });
+      const payload = uniquePayload();
+
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+
+      expect(await rowsOf(payload.transaction_id)).toBe(1);
+      expect(await entryOf(keyOf(payload))).toMatchObject({ attempts: 2 });
+      expect(recorder.of('error').map((event) => event.error.message)).toEqual([
+        expect.stringContaining('the order service is down'),
+      ]);
+    });
+
+    test('a lease lost before the commit rolls the credit back; the holder of the lease credits once', async () => {
+      const { ipn, post } = await serve(router({ leaseMs: 1_000 }));
+      const attempts: number[] = [];
+      ipn.on('successful', async (n, { tx, attempt, key }) => {
+        attempts.push(attempt);
+        await orm.credit(tx, n);
+        if (attempt === 1) {
+          // Another instance takes the entry meanwhile (its lease runs out after leaseMs, then it is retried).
+          await pool.query(`UPDATE ${table} SET lease_id = 'another-instance' WHERE \`key\` = ?`, [key]);
+        }
+      });
+      const payload = uniquePayload();
+
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+
+      expect(attempts).toEqual([1, 2]);
+      expect(await rowsOf(payload.transaction_id)).toBe(1); // the first attempt's credit was rolled back
+    });
+
+    test("the store's ? statements run inside the ORM's transaction: rows, counts, and a ? inside a literal", async () => {
+      const id = `TX-${name}-${process.pid}-${Date.now()}`;
+      const { transactions } = orm;
+      const inserted = await transactions.transaction(async (tx) => {
+        const insert = await transactions.query(tx, {
+          text: `INSERT INTO ${ledger} (transaction_id, amount) VALUES (?, ?), (?, ?)`,
+          values: [id, 1, id, 2],
+          returns: 'count',
+        });
+        // The transaction's own write is seen inside it; a '?' in a literal is no placeholder.
+        const read = await transactions.query(tx, {
+          text: `SELECT amount, 'why?' AS q FROM ${ledger} WHERE transaction_id = ? ORDER BY amount`,
+          values: [id],
+          returns: 'rows',
+        });
+        expect(read.rows).toEqual([
+          { amount: 1, q: 'why?' },
+          { amount: 2, q: 'why?' },
+        ]);
+        expect(read.count).toBe(2);
+        return insert.count;
+      });
+      expect(inserted).toBe(2);
+      // An update that matches a row and changes it counts it; one that matches none counts 0.
+      const update = (amount: number) =>
+        transactions.execute!({
+          text: `UPDATE ${ledger} SET amount = amount + 10 WHERE transaction_id = ? AND amount = ?`,
+          values: [id, amount],
+          returns: 'count',
+        });
+      expect((await update(1)).count).toBe(1);
+      expect((await update(1)).count).toBe(0);
+      const listed = await transactions.execute!({
+        text: `SELECT amount FROM ${ledger} WHERE transaction_id = ? AND amount IN (?) ORDER BY amount`,
+        values: [id, [2, 11]],
+        returns: 'rows',
+      });
+      expect(listed.rows).toEqual([{ amount: 2 }, { amount: 11 }]);
+    });
+  });
+});
