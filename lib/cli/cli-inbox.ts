@@ -1,7 +1,9 @@
 import { parseArgs } from 'node:util';
 import type { CliIo } from './cli-io.js';
 import { messageOf } from '../shared/errors.js';
+import { onMysql } from './cli-inbox-mysql.js';
 import { count, formatTable, parseIsoDate, UsageError } from './cli-inbox-text.js';
+import { mysqlTableNames } from '../stores/mysql/mysql-sql.js';
 import { tableNames } from '../stores/postgres-sql.js';
 import { PostgresStore, type PgQueryable } from '../stores/postgres-store.js';
 import { RedisStore } from '../stores/redis-store.js';
@@ -14,10 +16,12 @@ const USAGE = `usage:
   ipn-kit inbox replay --dead
   ipn-kit inbox purge --before <ISO date>
 
-Reads and repairs the PostgreSQL inbox of ipn-kit/postgres (PostgresStore), or with --redis-url the Redis
-inbox of ipn-kit/redis (RedisStore).
+Reads and repairs the PostgreSQL inbox of ipn-kit/postgres (PostgresStore), with --mysql-url the MySQL
+inbox of ipn-kit/mysql (MysqlStore), or with --redis-url the Redis inbox of ipn-kit/redis (RedisStore).
   <key>             transaction_id:state, e.g. EFB.123456:SUCCESSFUL
-  --table NAME      the inbox table, name or schema.name (default ipn_inbox)
+  --table NAME      the inbox table, name or schema.name (database.name on MySQL; default ipn_inbox)
+  --mysql-url URL   the MySQL or MariaDB that holds the inbox (mysql://user:password@host:3306/db) instead
+                    of DATABASE_URL's PostgreSQL
   --redis-url URL   the Redis that holds the inbox (redis://host:6379) instead of DATABASE_URL's PostgreSQL
   --prefix TEXT     with --redis-url: the RedisStore's prefix (default ipn-kit:)
   --json            list: one JSON object per line instead of a table
@@ -73,23 +77,28 @@ export function cliPoolConfig(connectionString: string): CliPoolConfig {
   };
 }
 
-/** `ipn-kit inbox <list|show|replay|purge>`: reads and repairs a PostgresStore inbox. Resolves the exit code. */
+/**
+ * `ipn-kit inbox <list|show|replay|purge>`: reads and repairs a PostgresStore, MysqlStore or RedisStore
+ * inbox. Resolves the exit code.
+ */
 export async function inboxCommand(argv: string[], io: CliIo): Promise<number> {
   let table: string;
   let run: Run;
   let redis: { url: string; prefix: string } | undefined;
+  let mysqlUrl: string | undefined;
   try {
     const planned = plan(argv);
     if (planned === 'help') {
       io.stdout(USAGE);
       return 0;
     }
-    ({ table, run, redis } = planned);
+    ({ table, run, redis, mysqlUrl } = planned);
   } catch (error) {
     io.stderr(`ipn-kit inbox: ${messageOf(error)}\n${USAGE}`);
     return 2;
   }
   if (redis !== undefined) return onRedis(redis, run, argv, io);
+  if (mysqlUrl !== undefined) return onMysql(mysqlUrl, table, run, argv, io);
   const url = io.env.DATABASE_URL;
   if (url === undefined || url === '') {
     io.stderr(
@@ -155,6 +164,7 @@ interface Plan {
   table: string;
   run: Run;
   redis?: { url: string; prefix: string };
+  mysqlUrl?: string;
 }
 
 /** Parses the command line into a table and a run, or `'help'`. @throws UsageError, or parseArgs' TypeError. */
@@ -177,19 +187,29 @@ function plan(argv: string[]): Plan | 'help' {
       before: { type: 'string' },
       'redis-url': { type: 'string' },
       prefix: { type: 'string' },
+      'mysql-url': { type: 'string' },
     },
   });
   if (values.help) return 'help';
-  const table = tableNames(values.table ?? 'ipn_inbox', '--table').name;
   const redisUrl = values['redis-url'];
+  const mysqlUrl = values['mysql-url'];
+  if (redisUrl !== undefined && mysqlUrl !== undefined) {
+    throw new UsageError('--redis-url and --mysql-url name two inboxes: give one');
+  }
+  const table =
+    mysqlUrl === undefined
+      ? tableNames(values.table ?? 'ipn_inbox', '--table').name
+      : mysqlTableNames(values.table ?? 'ipn_inbox', '--table').name;
   if (redisUrl !== undefined && values.table !== undefined) {
-    throw new UsageError('--table is for PostgreSQL: with --redis-url, name the inbox with --prefix');
+    throw new UsageError(
+      '--table is for PostgreSQL and MySQL: with --redis-url, name the inbox with --prefix',
+    );
   }
   if (redisUrl === undefined && values.prefix !== undefined) {
     throw new UsageError('--prefix is for Redis: give --redis-url too');
   }
   const redis = redisUrl === undefined ? undefined : { url: redisUrl, prefix: values.prefix ?? 'ipn-kit:' };
-  const where = ['table', 'redis-url', 'prefix'];
+  const where = ['table', 'redis-url', 'prefix', 'mysql-url'];
   const allowed: Record<string, string[]> = {
     list: [...where, 'status', 'limit', 'offset', 'json'],
     show: where,
@@ -217,14 +237,14 @@ function plan(argv: string[]): Plan | 'help' {
     const limit = count('--limit', values.limit ?? '100', 1);
     const offset = count('--offset', values.offset ?? '0', 0);
     const run = list(status as DeliveryStatus | undefined, limit, offset, values.json === true);
-    return { table, redis, run };
+    return { table, redis, mysqlUrl, run };
   }
-  if (command === 'show') return { table, redis, run: show(key) };
-  if (command === 'replay') return { table, redis, run: values.dead ? replayDead : replay(key) };
+  if (command === 'show') return { table, redis, mysqlUrl, run: show(key) };
+  if (command === 'replay') return { table, redis, mysqlUrl, run: values.dead ? replayDead : replay(key) };
   if (values.before === undefined) {
     throw new UsageError('purge needs --before <ISO date>: the entries delivered before it are deleted');
   }
-  return { table, redis, run: purge(parseIsoDate(values.before)) };
+  return { table, redis, mysqlUrl, run: purge(parseIsoDate(values.before)) };
 }
 
 function list(status: DeliveryStatus | undefined, limit: number, offset: number, json: boolean): Run {
