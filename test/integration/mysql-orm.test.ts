@@ -20,7 +20,6 @@ interface MysqlOrm<Tx> {
 }
 
 /** Each ORM as a partner sets it up on MySQL, crediting the table `ledger`. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any -- each ORM has its own Tx
 const ORMS: Array<[string, (ledger: string) => MysqlOrm<any>]> = [
   [
     'Knex',
