@@ -1,12 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import Redis from 'ioredis';
+import { createPool, type Pool as MysqlPool } from 'mysql2/promise';
 import { Pool } from 'pg';
 import type { CliIo } from '../../lib/cli/cli-io.js';
 import { runCli } from '../../lib/cli/run-cli.js';
 import { cliPoolConfig } from '../../lib/cli/cli-inbox.js';
+import { cliMysqlPoolConfig } from '../../lib/cli/cli-inbox-mysql.js';
+import { MysqlStore } from 'ipn-kit/mysql';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { RedisStore } from 'ipn-kit/redis';
-import { databaseUrl, describeWithService, redisUrl } from '../helpers/services.js';
+import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers/services.js';
 
 /** Runs `ipn-kit inbox ...args` with DATABASE_URL set (unless `env` says otherwise), capturing its output. */
 async function inbox(args: string[], env: CliIo['env'] = { DATABASE_URL: databaseUrl() }) {
@@ -322,5 +325,116 @@ describeWithService('Redis', 'ipn-kit inbox --redis-url (the RedisStore inbox)',
   test('--table with --redis-url, or --prefix without it, is a usage error (exit 2)', async () => {
     expect((await onRedis(['list', '--table', 'x'])).code).toBe(2);
     expect((await inbox(['list', '--prefix', 'x'])).code).toBe(2);
+  });
+});
+
+describeWithService('MariaDB', 'ipn-kit inbox --mysql-url (the MysqlStore inbox)', () => {
+  let pool: MysqlPool;
+  let store: MysqlStore<MysqlPool>;
+  const table = `ipn_test_cli_${process.pid}_${randomUUID().slice(0, 8)}`;
+  const onMysql = (args: string[]) => inbox([...args, '--mysql-url', mysqlUrl(), '--table', table], {});
+
+  beforeAll(async () => {
+    pool = createPool({ uri: mysqlUrl(), connectionLimit: 2 });
+    store = new MysqlStore({ pool, table });
+    await store.migrate();
+  });
+  afterAll(async () => {
+    await pool.query(`DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\``);
+    await pool.end();
+  });
+
+  test('lists, shows, replays and purges, without DATABASE_URL', async () => {
+    const dead = { id: randomUUID(), ms: 60_000 };
+    const failed = { id: randomUUID(), ms: 60_000 };
+    const done = { id: randomUUID(), ms: 60_000 };
+    await store.receive('M.1:SUCCESSFUL', { transaction_id: 'M.1', amount: 1 }, dead);
+    await store.receive('M.2:SUCCESSFUL', { transaction_id: 'M.2', amount: 2 }, done);
+    await store.receive('M.3:SUCCESSFUL', { transaction_id: 'M.3', amount: 3 }, failed);
+    await store.settle('M.1:SUCCESSFUL', dead.id, { status: 'dead', error: 'the ledger refused it' });
+    await store.settle('M.2:SUCCESSFUL', done.id, { status: 'delivered' });
+    const nextAttemptAt = new Date(Date.now() + 60_000);
+    await store.settle('M.3:SUCCESSFUL', failed.id, { status: 'failed', error: 'not yet', nextAttemptAt });
+
+    const printed = await onMysql(['list']);
+    expect(printed).toMatchObject({ code: 0, stderr: '' });
+    expect(
+      printed.stdout
+        .split('\n')
+        .slice(1, 4)
+        .map((line) => line.split(/ +/).slice(0, 2)),
+    ).toEqual([
+      ['M.1:SUCCESSFUL', 'dead'],
+      ['M.2:SUCCESSFUL', 'delivered'],
+      ['M.3:SUCCESSFUL', 'failed'],
+    ]);
+    expect(printed.stdout).toContain(`3 entries in ${table}`);
+    const listed = await onMysql(['list', '--status', 'dead', '--json']);
+    expect(listed.code).toBe(0);
+    expect(listed.stdout.split('\n').map((line) => (JSON.parse(line) as { key: string }).key)).toEqual([
+      'M.1:SUCCESSFUL',
+    ]);
+    const shown = await onMysql(['show', 'M.1:SUCCESSFUL']);
+    expect(shown.code).toBe(0);
+    expect(JSON.parse(shown.stdout)).toMatchObject({ status: 'dead', lastError: 'the ledger refused it' });
+    const missing = await onMysql(['show', 'M.9:SUCCESSFUL']);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain(`no entry with key 'M.9:SUCCESSFUL' in ${table}`);
+
+    const one = await onMysql(['replay', 'M.3:SUCCESSFUL']);
+    expect(one).toMatchObject({ code: 0, stdout: expect.stringContaining('is due again (was failed)') });
+    expect(await store.get('M.3:SUCCESSFUL')).toMatchObject({ status: 'received', attempts: 0 });
+    const replayed = await onMysql(['replay', '--dead']);
+    expect(replayed).toMatchObject({ code: 0, stdout: expect.stringContaining('1 dead entry is due again') });
+    expect((await store.get('M.1:SUCCESSFUL'))?.status).toBe('received');
+
+    const purged = await onMysql(['purge', '--before', new Date(Date.now() + 60_000).toISOString()]);
+    expect(purged).toMatchObject({ code: 0, stdout: expect.stringContaining('deleted 1 delivered entry') });
+    expect(await store.get('M.2:SUCCESSFUL')).toBeUndefined();
+  });
+
+  test('a table that does not exist exits 1, saying to migrate', async () => {
+    const { code, stderr } = await inbox(
+      ['list', '--mysql-url', mysqlUrl(), '--table', `ipn_test_cli_missing_${process.pid}`],
+      {},
+    );
+
+    expect(code).toBe(1);
+    expect(stderr).toMatch(/does not exist: run `await store.migrate\(\)`/);
+  });
+
+  test('an unreachable MySQL exits 1 with the reason', async () => {
+    const { code, stderr } = await inbox(['list', '--mysql-url', 'mysql://nobody@127.0.0.1:1/none'], {});
+
+    expect(code).toBe(1);
+    expect(stderr).toMatch(/^ipn-kit inbox list: .*ECONNREFUSED/);
+  });
+
+  test('a --mysql-url that is no URL exits 2, saying what one looks like', async () => {
+    const { code, stderr } = await inbox(['list', '--mysql-url', 'not a url'], {});
+
+    expect(code).toBe(2);
+    expect(stderr).toMatch(/--mysql-url is not a MySQL URL \(mysql:\/\/user:password@host:3306\/db\)/);
+  });
+
+  test.each([
+    ['--mysql-url with --redis-url', ['list', '--mysql-url', 'mysql://x/y', '--redis-url', 'redis://x']],
+    ['--prefix with --mysql-url', ['list', '--mysql-url', 'mysql://x/y', '--prefix', 'p:']],
+    ['a --table MySQL cannot name', ['list', '--mysql-url', 'mysql://x/y', '--table', 'a.b.c']],
+    ['a --mysql-url with no URL', ['list', '--mysql-url']],
+  ])('%s is a usage error (exit 2), before connecting', async (_case, args) => {
+    const { code, stderr } = await inbox(args, {});
+
+    expect(code).toBe(2);
+    expect(stderr).toMatch(/^ipn-kit inbox: .+\nusage:/);
+  });
+
+  test("the CLI's own mysql2 pool: one connection, kept alive, and a bound on connecting", () => {
+    expect(cliMysqlPoolConfig('mysql://db/x')).toEqual({
+      uri: 'mysql://db/x',
+      connectionLimit: 1,
+      enableKeepAlive: true,
+      connectTimeout: 10_000,
+    });
   });
 });
