@@ -1,11 +1,19 @@
 import type { CliIo } from './cli-io.js';
 import { messageOf } from '../shared/errors.js';
-import type { MysqlPool } from '../stores/mysql/mysql-pool.js';
+import type { MysqlPool, MysqlPoolConnection, MysqlQueryResult } from '../stores/mysql/mysql-pool.js';
 import { MysqlStore } from '../stores/mysql/mysql-store.js';
 import type { DurableStore } from '../stores/store.js';
 
+/** A mysql2 promise connection, through mysql2's options object (with its `timeout`). */
+interface CliMysqlConnection {
+  query(options: { sql: string; values?: unknown; timeout: number }): Promise<MysqlQueryResult>;
+  release(): void;
+  destroy(): void;
+}
 /** A mysql2 promise pool: what the CLI creates and ends. */
-interface CliMysqlPool extends MysqlPool {
+interface CliMysqlPool {
+  /** A {@link CliMysqlConnection} (mysql2's types of it are generic overloads that no plain type matches). */
+  getConnection(): Promise<object>;
   end(): Promise<void>;
 }
 type CreatePool = (config: CliMysqlPoolConfig) => CliMysqlPool;
@@ -20,11 +28,44 @@ export interface CliMysqlPoolConfig {
 
 /**
  * The CLI's own mysql2 pool: one connection, TCP keep-alive (a connection behind a dropped network is found
- * dead instead of waited on), and a time limit on connecting, so that a command fails with a message
- * instead of hanging. mysql2's default flags and charset, as `MysqlStore` wants them.
+ * dead instead of waited on), and a time limit on connecting (each query has its own: {@link boundedPool}),
+ * so that a command fails with a message instead of hanging. mysql2's default flags and charset, as
+ * `MysqlStore` wants them.
  */
 export function cliMysqlPoolConfig(uri: string): CliMysqlPoolConfig {
   return { uri, connectionLimit: 1, enableKeepAlive: true, connectTimeout: 10_000 };
+}
+
+/** How long one query of a command may take, as the PostgreSQL commands' `query_timeout`. */
+const QUERY_TIMEOUT_MS = 30_000;
+
+/**
+ * `pool` as the store sees it, each query bounded to `timeoutMs`: on the client (mysql2's `timeout`: a
+ * connection behind a dropped network), and on the server for a wait on a row lock (the session's
+ * `innodb_lock_wait_timeout`, set before each query: the statement gives up there too, rather than run
+ * once the lock is free). A query that fails takes its connection with it (destroyed, where a released one
+ * would still wait for the statement, and hold `pool.end()` up until the server answers).
+ */
+export function boundedPool(pool: Pick<CliMysqlPool, 'getConnection'>, timeoutMs: number): MysqlPool {
+  const lockWaitSeconds = Math.max(1, Math.ceil(timeoutMs / 1000));
+  return {
+    async query(sql, values) {
+      const connection = (await pool.getConnection()) as CliMysqlConnection;
+      let result: MysqlQueryResult;
+      try {
+        const lockWait = 'SET SESSION innodb_lock_wait_timeout = ?';
+        await connection.query({ sql: lockWait, values: [lockWaitSeconds], timeout: timeoutMs });
+        result = await connection.query({ sql, values, timeout: timeoutMs });
+      } catch (error) {
+        connection.destroy();
+        throw error;
+      }
+      connection.release();
+      return result;
+    },
+    // The store takes a connection for a transaction only to lease, which no command does.
+    getConnection: () => pool.getConnection() as Promise<MysqlPoolConnection>,
+  };
 }
 
 /**
@@ -58,7 +99,7 @@ export async function onMysql(
     return 2;
   }
   try {
-    return await run(new MysqlStore({ pool, table }), io, table);
+    return await run(new MysqlStore({ pool: boundedPool(pool, QUERY_TIMEOUT_MS), table }), io, table);
   } catch (error) {
     io.stderr(`ipn-kit inbox ${argv[0] ?? ''}: ${messageOf(error)}`);
     return 1;

@@ -5,7 +5,7 @@ import { Pool } from 'pg';
 import type { CliIo } from '../../lib/cli/cli-io.js';
 import { runCli } from '../../lib/cli/run-cli.js';
 import { cliPoolConfig } from '../../lib/cli/cli-inbox.js';
-import { cliMysqlPoolConfig } from '../../lib/cli/cli-inbox-mysql.js';
+import { boundedPool, cliMysqlPoolConfig } from '../../lib/cli/cli-inbox-mysql.js';
 import { MysqlStore } from 'ipn-kit/mysql';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { RedisStore } from 'ipn-kit/redis';
@@ -427,6 +427,36 @@ describeWithService('MariaDB', 'ipn-kit inbox --mysql-url (the MysqlStore inbox)
 
     expect(code).toBe(2);
     expect(stderr).toMatch(/^ipn-kit inbox: .+\nusage:/);
+  });
+
+  test("a query of the CLI's that waits on a row lock fails at its bound, and the pool then ends at once", async () => {
+    const key = 'M.lock:SUCCESSFUL';
+    const held = { id: randomUUID(), ms: 60_000 };
+    await store.receive(key, { transaction_id: 'M.lock', amount: 1 }, held);
+    const locker = await pool.getConnection();
+    const cliPool = createPool(cliMysqlPoolConfig(mysqlUrl()));
+    try {
+      await locker.query('START TRANSACTION');
+      await locker.query(`SELECT 1 FROM \`${table}\` WHERE \`key\` = ? FOR UPDATE`, [key]);
+      const cliStore = new MysqlStore({ pool: boundedPool(cliPool, 300), table });
+
+      await expect(cliStore.replay(key)).rejects.toThrow(/Query inactivity timeout/);
+      await cliPool.end(); // the timed-out connection was destroyed: nothing holds the end up
+    } finally {
+      await locker.query('ROLLBACK');
+      locker.release();
+    }
+  });
+
+  test("the server bounds a CLI query's wait on a lock too, in whole seconds", async () => {
+    const cliPool = createPool(cliMysqlPoolConfig(mysqlUrl()));
+    try {
+      const bounded = boundedPool(cliPool, 30_000);
+      const [rows] = await bounded.query('SELECT @@SESSION.innodb_lock_wait_timeout AS seconds');
+      expect(rows).toEqual([{ seconds: 30 }]);
+    } finally {
+      await cliPool.end();
+    }
   });
 
   test("the CLI's own mysql2 pool: one connection, kept alive, and a bound on connecting", () => {
