@@ -4,7 +4,8 @@ import { DataTypes, Sequelize, type Transaction } from 'sequelize';
 import { ipnRouter, type IpnNotification } from 'ipn-kit';
 import { MysqlStore } from 'ipn-kit/mysql';
 import { knexTransactions, sequelizeTransactions, type Transactions } from 'ipn-kit/orm';
-import { knexLedgerRouter, sequelizeLedgerRouter } from '../../examples/snippets/orm/mysql.js';
+import { knexLedgerRouter } from '../../examples/snippets/orm/knex-mysql.js';
+import { sequelizeLedgerRouter } from '../../examples/snippets/orm/sequelize-mysql.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
@@ -205,70 +206,74 @@ describe.each(ORMS)('%s on MySQL', (name, openOrm) => {
   });
 });
 
-describeWithService('MariaDB', 'the documented MySQL setups (examples/snippets/orm/mysql.ts)', () => {
-  // A database of this file's own: the snippets use the default names, ipn_inbox and ledger.
-  const database = `ipn_myorm_docs_${process.pid}_${Date.now() % 100_000}`;
-  const url = (() => {
-    const parsed = new URL(mysqlUrl());
-    parsed.pathname = `/${database}`;
-    return parsed.toString();
-  })();
-  let admin: Pool;
-  let pool: Pool;
-  beforeAll(async () => {
-    admin = createPool({ uri: mysqlUrl(), connectionLimit: 1 });
-    await admin.query(`CREATE DATABASE ${database}`);
-    pool = createPool({ uri: url, connectionLimit: 4 });
-    // No unique key: a second credit of a payment is a second row.
-    await pool.query(
-      'CREATE TABLE ledger (transaction_id VARCHAR(255) NOT NULL, order_id VARCHAR(255), amount DECIMAL(12, 2))',
-    );
-  });
-  afterAll(async () => {
-    await pool?.end();
-    await admin.query(`DROP DATABASE IF EXISTS ${database}`);
-    await admin.end();
-  });
-  const serve = servedRouters();
-  const rowsOf = async (id: unknown): Promise<number> => {
-    const [rows] = await pool.query<RowDataPacket[]>(
-      'SELECT COUNT(*) AS n FROM ledger WHERE transaction_id = ?',
-      [id],
-    );
-    return Number(rows[0]?.n);
-  };
+describeWithService(
+  'MariaDB',
+  'the documented MySQL setups (examples/snippets/orm/knex-mysql.ts, sequelize-mysql.ts)',
+  () => {
+    // A database of this file's own: the snippets use the default names, ipn_inbox and ledger.
+    const database = `ipn_myorm_docs_${process.pid}_${Date.now() % 100_000}`;
+    const url = (() => {
+      const parsed = new URL(mysqlUrl());
+      parsed.pathname = `/${database}`;
+      return parsed.toString();
+    })();
+    let admin: Pool;
+    let pool: Pool;
+    beforeAll(async () => {
+      admin = createPool({ uri: mysqlUrl(), connectionLimit: 1 });
+      await admin.query(`CREATE DATABASE ${database}`);
+      pool = createPool({ uri: url, connectionLimit: 4 });
+      // No unique key: a second credit of a payment is a second row.
+      await pool.query(
+        'CREATE TABLE ledger (transaction_id VARCHAR(255) NOT NULL, order_id VARCHAR(255), amount DECIMAL(12, 2))',
+      );
+    });
+    afterAll(async () => {
+      await pool?.end();
+      await admin.query(`DROP DATABASE IF EXISTS ${database}`);
+      await admin.end();
+    });
+    const serve = servedRouters();
+    const rowsOf = async (id: unknown): Promise<number> => {
+      const [rows] = await pool.query<RowDataPacket[]>(
+        'SELECT COUNT(*) AS n FROM ledger WHERE transaction_id = ?',
+        [id],
+      );
+      return Number(rows[0]?.n);
+    };
 
-  test.each([
-    [
-      'Knex',
-      () => {
-        const db = knex({ client: 'mysql2', connection: url, pool: { min: 0, max: 4 } });
-        return { ...knexLedgerRouter(pool, db), close: () => db.destroy() };
-      },
-    ],
-    [
-      'Sequelize',
-      () => {
-        const sequelize = new Sequelize(url, { dialect: 'mysql', logging: false, pool: { max: 4 } });
-        return { ...sequelizeLedgerRouter(pool, sequelize), close: () => sequelize.close() };
-      },
-    ],
-  ])('%s: a notification posted twice credits the ledger once', async (_name, open) => {
-    const { ipn, store, close } = open();
-    try {
-      await store.migrate();
-      const { post } = await serve(ipn);
-      const payload = uniquePayload({ custom_data: `order-${process.pid}` });
-      expect((await post(payload)).status).toBe(200);
-      expect((await post(payload)).status).toBe(200);
-      await eventually('delivered', async () => {
-        const entry = await store.get(`${String(payload.transaction_id)}:SUCCESSFUL`);
-        return entry?.status === 'delivered';
-      });
-      expect(await rowsOf(payload.transaction_id)).toBe(1);
-      await ipn.close();
-    } finally {
-      await close();
-    }
-  });
-});
+    test.each([
+      [
+        'Knex',
+        () => {
+          const db = knex({ client: 'mysql2', connection: url, pool: { min: 0, max: 4 } });
+          return { ...knexLedgerRouter(pool, db), close: () => db.destroy() };
+        },
+      ],
+      [
+        'Sequelize',
+        () => {
+          const sequelize = new Sequelize(url, { dialect: 'mysql', logging: false, pool: { max: 4 } });
+          return { ...sequelizeLedgerRouter(pool, sequelize), close: () => sequelize.close() };
+        },
+      ],
+    ])('%s: a notification posted twice credits the ledger once', async (_name, open) => {
+      const { ipn, store, close } = open();
+      try {
+        await store.migrate();
+        const { post } = await serve(ipn);
+        const payload = uniquePayload({ custom_data: `order-${process.pid}` });
+        expect((await post(payload)).status).toBe(200);
+        expect((await post(payload)).status).toBe(200);
+        await eventually('delivered', async () => {
+          const entry = await store.get(`${String(payload.transaction_id)}:SUCCESSFUL`);
+          return entry?.status === 'delivered';
+        });
+        expect(await rowsOf(payload.transaction_id)).toBe(1);
+        await ipn.close();
+      } finally {
+        await close();
+      }
+    });
+  },
+);
