@@ -103,6 +103,7 @@ const SURFACE: Record<string, string[]> = {
     'postgresSchemaSql',
     'postgresExpectationsSql',
   ],
+  sqlite: ['SqliteStore', 'SqliteStoreOptions', 'SqliteDatabase', 'SqliteStatement', 'sqliteSchemaSql'],
   testing: [
     ...['createFakeProvider', 'FakeProvider', 'FakeProviderOptions'],
     ...['runStoreConformance', 'StoreConformanceOptions', 'StoreConformanceResult', 'ConformanceFailure'],

@@ -74,11 +74,9 @@ try {
       'dist/cjs/index.d.ts',
       'dist/esm/index.js',
       'dist/esm/index.d.ts',
-      ...['redis', 'postgres', 'testing', 'prometheus', 'admin', 'fastify', 'orm'].flatMap((entry) => [
-        `dist/cjs/${entry}.js`,
-        `dist/esm/${entry}.js`,
-        `dist/cjs/${entry}.d.ts`,
-      ]),
+      ...['redis', 'postgres', 'sqlite', 'testing', 'prometheus', 'admin', 'fastify', 'orm'].flatMap(
+        (entry) => [`dist/cjs/${entry}.js`, `dist/esm/${entry}.js`, `dist/cjs/${entry}.d.ts`],
+      ),
       'dist/cjs/cli.js',
     ]) {
       if (!paths.includes(expected)) throw new Error(`missing ${expected}`);
