@@ -136,7 +136,7 @@ try {
     run('node', ['probe.mjs'], app);
   });
 
-  check('the Redis, PostgreSQL and testing entry points load, with no database driver installed', () => {
+  check('the Redis, PostgreSQL, SQLite and testing entry points load, with no database driver installed', () => {
     writeFileSync(
       join(app, 'entries.cjs'),
       `const { RedisStore } = require('ipn-kit/redis');
@@ -144,6 +144,8 @@ const { PostgresStore, postgresSchemaSql } = require('ipn-kit/postgres');
 const { createFakeProvider } = require('ipn-kit/testing');
 if (typeof RedisStore !== 'function' || typeof PostgresStore !== 'function') process.exit(1);
 if (!postgresSchemaSql('ipn_inbox').includes('ipn_inbox') || typeof createFakeProvider !== 'function') process.exit(1);
+const { SqliteStore, sqliteSchemaSql } = require('ipn-kit/sqlite');
+if (typeof SqliteStore !== 'function' || !sqliteSchemaSql('ipn_inbox').includes('ipn_inbox')) process.exit(1);
 `,
     );
     run('node', ['entries.cjs'], app);

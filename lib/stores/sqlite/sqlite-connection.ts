@@ -3,10 +3,11 @@ import type { Statement, StatementResult, Transactions } from '../transactions.j
 /**
  * One prepared statement: the part of better-sqlite3's `Statement` (and `node:sqlite`'s `StatementSync`)
  * the store uses, with `?` placeholders bound in order.
- * @inline
  */
 export interface SqliteStatement {
+  /** Runs a statement that writes: how many rows it changed. */
   run(...values: any[]): { changes: number | bigint }; // eslint-disable-line @typescript-eslint/no-explicit-any
+  /** Runs a statement that returns rows (a `SELECT`, or a write with `RETURNING`): all of them. */
   all(...values: any[]): unknown[]; // eslint-disable-line @typescript-eslint/no-explicit-any
 }
 
