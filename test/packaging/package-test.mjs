@@ -136,10 +136,12 @@ try {
     run('node', ['probe.mjs'], app);
   });
 
-  check('the Redis, PostgreSQL, SQLite and testing entry points load, with no database driver installed', () => {
-    writeFileSync(
-      join(app, 'entries.cjs'),
-      `const { RedisStore } = require('ipn-kit/redis');
+  check(
+    'the Redis, PostgreSQL, SQLite and testing entry points load, with no database driver installed',
+    () => {
+      writeFileSync(
+        join(app, 'entries.cjs'),
+        `const { RedisStore } = require('ipn-kit/redis');
 const { PostgresStore, postgresSchemaSql } = require('ipn-kit/postgres');
 const { createFakeProvider } = require('ipn-kit/testing');
 if (typeof RedisStore !== 'function' || typeof PostgresStore !== 'function') process.exit(1);
@@ -147,9 +149,10 @@ if (!postgresSchemaSql('ipn_inbox').includes('ipn_inbox') || typeof createFakePr
 const { SqliteStore, sqliteSchemaSql } = require('ipn-kit/sqlite');
 if (typeof SqliteStore !== 'function' || !sqliteSchemaSql('ipn_inbox').includes('ipn_inbox')) process.exit(1);
 `,
-    );
-    run('node', ['entries.cjs'], app);
-  });
+      );
+      run('node', ['entries.cjs'], app);
+    },
+  );
 
   check('ipn-kit/admin loads from CommonJS and ESM, and refuses to be created without authorize', () => {
     writeFileSync(
