@@ -236,6 +236,51 @@ describe("exactly once on a ledger in the same file: SqliteStore, delivery: 'at-
     expect(ledgerRows(database, payload.transaction_id)).toBe(1);
   });
 
+  test("synchronous listeners: the app's own writes on its handle, at every turn of the event loop, never meet a delivery's lock", async () => {
+    const { store, database } = await newStore();
+    database.exec('CREATE TABLE orders (id INTEGER)');
+    const { ipn, post } = await serve(router(store));
+    ipn.on('successful', (n, { db }) => {
+      db.prepare('INSERT INTO ledger (transaction_id, amount) VALUES (?, ?)').run(n.transaction_id, n.amount);
+    });
+    // Between the BEGIN and the COMMIT of a delivery with synchronous listeners only promises settle: no
+    // other callback of the process (a request of the app's own) runs, so none finds the file locked.
+    const errors: unknown[] = [];
+    let writing = true;
+    const write = () => {
+      try {
+        database.prepare('INSERT INTO orders VALUES (1)').run();
+      } catch (error) {
+        errors.push(error);
+      }
+      if (writing) setImmediate(write);
+    };
+    write();
+    const payloads = Array.from({ length: 20 }, () => uniquePayload());
+    await Promise.all(payloads.map((payload) => post(payload)));
+    for (const payload of payloads) await delivered(store, keyOf(payload));
+    writing = false;
+    expect(errors).toEqual([]);
+    for (const payload of payloads) expect(ledgerRows(database, payload.transaction_id)).toBe(1);
+  });
+
+  test("a listener that awaits holds the file's write lock meanwhile: the app's own write on its handle fails after busyTimeoutMs", async () => {
+    const database = open(newFile());
+    const store = new SqliteStore({ database, busyTimeoutMs: 50 });
+    await store.migrate();
+    database.exec('CREATE TABLE ledger (transaction_id TEXT NOT NULL, amount REAL)');
+    const held = lease();
+    await store.receive('t1:SUCCESSFUL', { transaction_id: 't1' }, held);
+    const tx = (await store.begin('t1:SUCCESSFUL', held.id))!;
+    // Synchronous: waiting inside SQLite blocks the event loop that would finish the transaction.
+    expect(() => database.prepare('INSERT INTO ledger VALUES (?, ?)').run('app', 1)).toThrow(
+      /database is locked/,
+    );
+    expect(await tx.commit()).toBe('delivered');
+    database.prepare('INSERT INTO ledger VALUES (?, ?)').run('app', 1);
+    expect(ledgerRows(database, 'app')).toBe(1);
+  });
+
   test("concurrent deliveries take turns on the file's write lock and each credits once", async () => {
     const { store, database } = await newStore();
     const { ipn, post } = await serve(router(store));
