@@ -104,6 +104,27 @@ describe('SqliteStore', () => {
     expect(await store.begin('t1:SUCCESSFUL', held.id)).toBeUndefined();
   });
 
+  test("a driver of node:sqlite's shape (prepare, exec, close; no path to reopen) works given connect", async () => {
+    // node:sqlite's DatabaseSync (Node 22.5+) has this shape; Node 20 has none, so a wrapper stands in.
+    const path = newFile();
+    const shaped = (database: Database.Database) => ({
+      prepare: (sql: string) => database.prepare(sql),
+      exec: (sql: string) => database.exec(sql),
+      close: () => database.close(),
+    });
+    const store = new SqliteStore({ database: shaped(open(path)), connect: () => shaped(open(path)) });
+    await store.migrate();
+    open(path).exec('CREATE TABLE ledger (transaction_id TEXT NOT NULL, amount REAL)');
+    const held = lease();
+    await store.receive('t1:SUCCESSFUL', { transaction_id: 't1' }, held);
+    const tx = (await store.begin('t1:SUCCESSFUL', held.id))!;
+    tx.tx.prepare('INSERT INTO ledger VALUES (?, ?)').run('t1', 5);
+    expect(await tx.commit()).toBe('delivered');
+    expect(ledgerRows(open(path), 't1')).toBe(1);
+    const without = new SqliteStore({ database: shaped(open(path)) });
+    expect(await without.begin('t1:SUCCESSFUL', held.id)).toBeUndefined(); // no path to open a second one
+  });
+
   test("a delivery transaction: the listeners' writes and the mark commit together; a rollback undoes both", async () => {
     const { store, database } = await newStore();
     const held = lease();

@@ -160,6 +160,7 @@ describe('runStoreConformance on SqliteStore', () => {
   test('SqliteStore conforms', async () => {
     const result = await runStoreConformance(createStore, { skip });
     expect(result.failures).toEqual([]);
+    expect(result.skipped).toEqual([{ rule: 'claim-ttl', reason: 'skipped by the options' }]);
   }, 120_000);
 
   test('SqliteStore conforms across two connections to one file (two processes of an app)', async () => {
