@@ -44,17 +44,35 @@ export async function openOrmTransaction<Tx>(
   let handOut!: (tx: Tx) => void;
   const handedOut = new Promise<Tx>((resolve) => (handOut = resolve));
 
+  let runs = 0;
+  let marked = false; // the mark ran in the ORM's transaction, and changed its one row
+  /** The ORM's callback: hands its transaction to the listeners, then ends as delivery decides. */
+  const work = async (tx: Tx): Promise<void> => {
+    runs += 1;
+    if (runs > 1) {
+      // A transaction helper that runs its work again (a retry after a serialization failure): the
+      // listeners wrote in the first run, which rolled back. The mark alone must not commit.
+      throw new DeliveryError(
+        `${transactions.name} ran the delivery transaction of ${key} a second time (a retry?): the ` +
+          "listeners' writes went with the first one, so it is not committed; the attempt is retried",
+      );
+    }
+    handOut(tx);
+    const decision = await decided;
+    if (!decision.commit) {
+      await decision.after.catch(() => {}); // no write of a listener still running lands after this
+      throw new RolledBack();
+    }
+    const { count } = await transactions.query(tx, mark);
+    if (count !== 1) throw new LeaseLost(key);
+    marked = true;
+  };
   const finished = Promise.resolve()
     .then(() =>
-      transactions.transaction(async (tx) => {
-        handOut(tx);
-        const decision = await decided;
-        if (!decision.commit) {
-          await decision.after.catch(() => {}); // no write of a listener still running lands after this
-          throw new RolledBack();
-        }
-        const { count } = await transactions.query(tx, mark);
-        if (count !== 1) throw new LeaseLost(key);
+      transactions.transaction((tx) => {
+        const running = work(tx);
+        running.catch(() => {}); // the ORM gets the rejection; one that drops it crashes no process
+        return running;
       }),
     )
     .then(() => undefined);
@@ -90,6 +108,10 @@ export async function openOrmTransaction<Tx>(
       decide({ commit: true });
       try {
         await finished;
+        if (!marked) {
+          // The ORM's transaction ended before its callback did: the mark has not run in it.
+          throw new Error(`${transactions.name}'s transaction() resolved before the work it was given did`);
+        }
         return 'delivered';
       } catch (error) {
         if (error instanceof LeaseLost) return 'lost';
