@@ -8,6 +8,7 @@ import type { Awaitable, Store } from '../stores/store.js';
  * `claim`, with `timeoutMs` for both together. A synchronous store answers without any timer.
  */
 export function createStoreClaimer(store: Store, ttlMs: number, timeoutMs: number) {
+  store.useStoreTimeout?.(timeoutMs);
   let initialised: Promise<void> | undefined;
   let ready = store.init === undefined;
 

@@ -1,5 +1,8 @@
 import { StoreError } from '../shared/errors.js';
-/** How long a batch may run before it stops holding its place: the router's default `storeTimeoutMs`. */
+/**
+ * How long a batch may run before it stops holding its place, until a router tells the store its own
+ * `storeTimeoutMs` (`Store.useStoreTimeout`): the router's default.
+ */
 export const STALLED_BATCH_MS = 5_000;
 
 /**
@@ -13,13 +16,18 @@ export const STALLED_BATCH_MS = 5_000;
  * statement saved is a commit and a plan the database does not make (the benchmark's PostgreSQL spends
  * more CPU per notification than the router). A batch still running after `stallMs` (a connection stuck
  * behind a dropped network, with no query timeout on the pool) gives up its place, so that the calls
- * behind it go on, and fail or succeed on their own, instead of queueing without end.
+ * behind it go on, and fail or succeed on their own, instead of queueing without end. `stallMs` is read
+ * for each batch: the store follows the router's `storeTimeoutMs`.
  *
  * `run` gets the items of one batch and resolves one result per item, in order.
  */
 export function createBatcher<I, O>(
   run: (items: I[]) => Promise<O[]>,
-  { maxInFlight = 1, maxBatch = 500, stallMs = STALLED_BATCH_MS } = {},
+  {
+    maxInFlight = 1,
+    maxBatch = 500,
+    stallMs = (): number => STALLED_BATCH_MS,
+  }: { maxInFlight?: number; maxBatch?: number; stallMs?: () => number } = {},
 ): (item: I) => Promise<O> {
   let inFlight = 0;
   const queue: Array<{ item: I; resolve: (value: O) => void; reject: (error: unknown) => void }> = [];
@@ -35,7 +43,7 @@ export function createBatcher<I, O>(
         inFlight -= 1;
         send();
       };
-      const stalled = setTimeout(free, stallMs);
+      const stalled = setTimeout(free, stallMs());
       stalled.unref();
       Promise.resolve()
         .then(() => run(batch.map(({ item }) => item)))

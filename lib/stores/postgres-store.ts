@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
 import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.js';
-import { createBatcher } from './postgres-batch.js';
+import { createBatcher, STALLED_BATCH_MS } from './postgres-batch.js';
 import {
   canConnect,
   explainPostgres,
@@ -143,8 +143,12 @@ export class PostgresStore<
   readonly #pool: PgQueryable;
   readonly #transactions: Transactions | undefined;
   readonly #sql: InboxSql;
+  /** How long a batch stuck on its connection holds its place: the routers' shortest `storeTimeoutMs`. */
+  #stallMs = STALLED_BATCH_MS;
   /** Receives and `delivered` settlements that arrive together go as one statement (group commit). */
-  readonly #writes = createBatcher((items: Write[]) => this.#writeMany(items));
+  readonly #writes = createBatcher((items: Write[]) => this.#writeMany(items), {
+    stallMs: () => this.#stallMs,
+  });
 
   /**
    * @throws TypeError when `pool` has no `query` method (and `transactions` cannot run statements on their
@@ -402,6 +406,17 @@ export class PostgresStore<
 
   /** Does nothing: the pool is yours, and other parts of your app may still use it. End it yourself. */
   close(): void {}
+
+  /**
+   * The router's `storeTimeoutMs` (it calls this; several routers on one store: the shortest wins). A group
+   * commit batch stuck that long on its connection (a network partition) gives up its place, so that the
+   * receives behind it are sent on their own instead of queueing until the router answers them 503.
+   */
+  useStoreTimeout(storeTimeoutMs: number): void {
+    if (Number.isFinite(storeTimeoutMs) && storeTimeoutMs > 0) {
+      this.#stallMs = Math.min(this.#stallMs, storeTimeoutMs);
+    }
+  }
 
   /**
    * Every query of the store; a failure is a `StoreError`. One that finds its table missing while a

@@ -46,6 +46,14 @@ export interface Store {
   /** Optional: called by `ipn.close()`, which waits for it at most the router's `storeTimeoutMs`. */
   close?(): Awaitable<void>;
   /**
+   * Optional: told the router's `storeTimeoutMs` when a router is created over this store (the shortest
+   * wins when several share it): how long the router waits for a call before it answers 503 or reports
+   * it. A store may bound its own waits by it: `PostgresStore`'s group commit lets a batch stuck that long
+   * (a connection behind a dropped network) give up its place, so that receives heal at that pace once
+   * the network does.
+   */
+  useStoreTimeout?(storeTimeoutMs: number): void;
+  /**
    * Optional: where `ipn.expect()` keeps expected transactions for the reconciliation sweep. `MemoryStore`,
    * `RedisStore` and `PostgresStore` have one; without it, `ipn.expect()` rejects.
    */

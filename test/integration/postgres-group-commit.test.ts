@@ -447,6 +447,27 @@ describeWithService(
       });
     }, 30_000);
 
+    test('a partition that heals: with storeTimeoutMs 800, the resends after it are stored at once, not after a fixed 5 s', async () => {
+      const table = tableName();
+      let partitioned = false;
+      const wrapped: PgQueryable = {
+        // During the partition a write is sent on a connection whose packets are dropped: no answer, ever.
+        query: (text, values) =>
+          partitioned && /INSERT INTO/.test(text) ? new Promise(() => {}) : pool.query(text, values),
+      };
+      const store = new PostgresStore({ pool: wrapped, table });
+      await store.migrate();
+      const { delivered, post } = await serve(store, { storeTimeoutMs: 800 });
+      const payloads = Array.from({ length: 4 }, () => uniquePayload());
+      partitioned = true;
+      expect(await Promise.all(payloads.map((p) => post(p)))).toEqual(payloads.map(() => 503));
+      partitioned = false; // healed; the batch stuck on the dead connection never answers
+      // The service resends: each is answered within storeTimeoutMs, so the stuck batch gave up its place.
+      expect(await Promise.all(payloads.map((p) => post(p)))).toEqual(payloads.map(() => 200));
+      await until(() => delivered.size === payloads.length, 'every payment delivered', 15_000);
+      expect([...delivered.values()]).toEqual(payloads.map(() => 1));
+    }, 30_000);
+
     test('a batch that reaches PostgreSQL only after the stall escape: resends stored and delivered, the late insert changes nothing', async () => {
       const table = tableName();
       let stallNext = false;

@@ -44,7 +44,7 @@ describe('createBatcher (group commit)', () => {
 
   test('a batch that never settles gives up its place after stallMs: the calls behind it go on', async () => {
     const { batches, run } = manual();
-    const call = createBatcher(run, { stallMs: 50 });
+    const call = createBatcher(run, { stallMs: () => 50 });
     const stuck = call(1);
     await turn();
     const behind = call(2);
