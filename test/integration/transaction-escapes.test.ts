@@ -9,6 +9,7 @@ import { type Pool, type PoolClient } from 'pg';
 import { ipnRouter } from 'ipn-kit';
 import type { Transactions } from 'ipn-kit/orm';
 import { PostgresStore } from 'ipn-kit/postgres';
+import { pgTransactions } from '../fixtures/orm/pg.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
@@ -103,6 +104,31 @@ describeWithService(
       expect(await ledger.ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'nested' }]);
       expect(await ledger.entryOf(keyOf(payload))).toMatchObject({ attempts: 1 });
       expect(recorder.count('error')).toBe(0);
+    });
+
+    test("the hand-written pg Transactions: a listener's write after its failed attempt ended is never committed", async () => {
+      const store = new PostgresStore({ pool, transactions: pgTransactions(ledger.newPool(2)) });
+      const { ipn, post } = await serve(router(store));
+      const late: Array<Promise<unknown>> = [];
+      ipn.on('successful', (n, { tx, attempt }) => {
+        if (attempt > 1) return tx.query(insert, [n.transaction_id, `a${attempt}`]).then(() => {});
+        // Work the listener started and did not wait for (a fire-and-forget chain): it writes once the
+        // attempt has failed, through the transaction's client, which went back to the pool.
+        late.push(
+          new Promise((resolve) => setTimeout(resolve, 100))
+            .then(() => tx.query(insert, [n.transaction_id, 'late']))
+            .catch((error: unknown) => error),
+        );
+        return Promise.resolve();
+      });
+      ipn.on('notification', (n, { attempt }) => {
+        if (attempt === 1) throw new Error('the order service is down');
+      });
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+      await Promise.all(late);
+      expect(await ledger.ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'a2' }]);
     });
 
     /**
