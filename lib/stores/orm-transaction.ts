@@ -1,6 +1,6 @@
 import { DeliveryError, messageOf, StoreError } from '../shared/errors.js';
 import type { DeliveryTransaction, TransactionState } from './store.js';
-import type { Statement, Transactions } from './transactions.js';
+import type { Statement, StatementResult, Transactions } from './transactions.js';
 
 /** What ends the ORM's transaction callback: commit (after the mark), or roll back once `after` settles. */
 type Decision = { commit: true } | { commit: false; after: Promise<unknown> };
@@ -28,7 +28,9 @@ class LeaseLost extends DeliveryError {
  * Not delivered: the callback throws once the listeners have settled, and the ORM rolls back.
  *
  * `explain` turns a database error into words a partner can act on (a dialect's detail, such as
- * PostgreSQL's aborted transaction); `undefined` keeps the ORM's message.
+ * PostgreSQL's aborted transaction); `undefined` keeps the ORM's message. `outcome` reads what the mark
+ * came to (by default: one row changed, delivered; none, the lease was lost); it throws when the mark says
+ * something is wrong that a lost lease would hide, and the ORM rolls back.
  *
  * Resolves once the ORM has opened the transaction; rejects (a `StoreError`) when it could not.
  */
@@ -37,6 +39,8 @@ export async function openOrmTransaction<Tx>(
   key: string,
   mark: Statement,
   explain: (error: unknown) => string | undefined = () => undefined,
+  outcome: (result: StatementResult) => 'delivered' | 'lost' = ({ count }) =>
+    count === 1 ? 'delivered' : 'lost',
 ): Promise<DeliveryTransaction<Tx, never>> {
   let state: TransactionState = 'idle';
   let decide!: (decision: Decision) => void;
@@ -63,8 +67,7 @@ export async function openOrmTransaction<Tx>(
       await decision.after.catch(() => {}); // no write of a listener still running lands after this
       throw new RolledBack();
     }
-    const { count } = await transactions.query(tx, mark);
-    if (count !== 1) throw new LeaseLost(key);
+    if (outcome(await transactions.query(tx, mark)) === 'lost') throw new LeaseLost(key);
     marked = true;
   };
   const finished = Promise.resolve()
