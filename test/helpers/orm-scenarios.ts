@@ -36,7 +36,8 @@ export interface OrmFixture<Tx> {
  * has no unique key (so a second credit shows as a second row): posted twice, one row; a listener that
  * credits then throws on its first attempt, one row after the retry; a lease lost before the commit rolls
  * the credit back; a COMMIT that fails after the mark lands neither (the mark runs in the ORM's
- * transaction); a listener that swallows its own SQL error is never delivered without its credit; two
+ * transaction); a listener that swallows its own SQL error is never delivered without its credit; the
+ * server ending the connection mid-transaction crashes nothing, and the retry credits once; two
  * instances on one store credit once; a process SIGKILLed after the credit and before the commit,
  * restarted, one row; and, when the ORM can run statements on its own, the same through the ORM alone (no
  * pool).
@@ -192,6 +193,28 @@ export function runOrmScenarios(fixturePath: string): void {
       // savepoint of its own, delivered with one: never delivered without it.
       const expected = (await ended()) === 'dead' ? 0 : 1;
       expect(await rows(payload.transaction_id)).toBe(expected);
+    });
+
+    test('the server ends the connection mid-transaction (a failover): no crash; the retry credits once', async () => {
+      // Fails (an unhandled 'error' event: the process would crash) when neither the ORM nor the adapter
+      // listens for the error a pg client checked out of its pool emits when its connection ends.
+      const ipn = router();
+      ipn.on('successful', async (n, { tx, attempt }) => {
+        await orm.credit(tx, n);
+        if (attempt > 1) return;
+        const { rows } = await orm.transactions.query(tx, {
+          text: 'SELECT pg_backend_pid() AS pid',
+          values: [],
+          returns: 'rows',
+        });
+        await ledger.pool().query('SELECT pg_terminate_backend($1::int, 5000)', [rows[0]!.pid]);
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+      expect(await rows(payload.transaction_id)).toBe(1);
+      expect(await ledger.entryOf(keyOf(payload))).toMatchObject({ attempts: 2 });
     });
 
     test('two instances on one store, the notification posted to both at once: one row', async () => {
