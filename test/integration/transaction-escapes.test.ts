@@ -131,6 +131,52 @@ describeWithService(
       expect(await ledger.ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'a2' }]);
     });
 
+    test('an ORM whose COMMIT answers after storeTimeoutMs: the entry is read, never credited twice, never dead', async () => {
+      const slowPool = ledger.newPool(2);
+      const base = pgTransactions(slowPool);
+      // The COMMIT is sent after the mark as usual, but its answer comes late (a slow disk, a far replica).
+      const slow: Transactions<PoolClient> = {
+        ...base,
+        name: 'slow commit',
+        transaction: (work) =>
+          base.transaction(async (client) => {
+            const result = await work(client);
+            await new Promise((resolve) => setTimeout(resolve, 800));
+            return result;
+          }),
+      };
+      const ipn = ipnRouter({
+        store: new PostgresStore({ pool, transactions: slow }),
+        delivery: 'at-least-once',
+        logger: quiet,
+        retryDelayMs: 20,
+        recoveryIntervalMs: 50,
+        storeTimeoutMs: 300,
+        leaseMs: 3_000,
+        maxAttempts: 1,
+      });
+      const recorder = recordEvents(ipn);
+      ipn.on('successful', async (n, { tx, attempt }) => {
+        await tx.query(insert, [n.transaction_id, `a${attempt}`]);
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+      // The commit timed out: the attempt was read as not delivered (the commit had not landed yet) and
+      // reported; its settlement (dead, at maxAttempts 1) waited for the mark's row lock, then found the
+      // entry delivered. ipn.close() waits for that attempt to end.
+      await eventually('the timed out commit reported', () => recorder.count('error') > 0);
+      await ipn.close();
+      // The settlement may itself wait on that lock past storeTimeoutMs: reported as such, harmless.
+      const errors: string[] = recorder.of('error').map((event) => event.error.message);
+      expect(errors[0]).toMatch(/commit for .* did not answer within 300 ms/);
+      for (const error of errors) expect(error).toMatch(/did not answer within 300 ms/);
+      expect(await ledger.entryOf(keyOf(payload))).toMatchObject({ status: 'delivered', attempts: 1 });
+      expect(await ledger.ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'a1' }]);
+      expect(recorder.count('dead')).toBe(0);
+    });
+
     /**
      * What a partner writes for SERIALIZABLE isolation: a transaction that runs its work again when the commit
      * fails with a serialization failure (40001). The first COMMIT here fails so, through a deferred trigger
