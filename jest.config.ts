@@ -13,6 +13,8 @@ const config: Config = {
   },
   // The packaging test builds and installs the tarball; it runs as its own step of `npm test`.
   testPathIgnorePatterns: ['/node_modules/', '/test/packaging/'],
+  // The Prisma clients the Prisma tests import are generated, once, before any test file loads.
+  globalSetup: '<rootDir>/test/prisma-generate.mjs',
 };
 
 export default config;

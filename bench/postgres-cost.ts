@@ -68,7 +68,7 @@ async function main(): Promise<void> {
         const lease = { id: randomUUID(), ms: 60_000 };
         await store.receive(key, JSON.parse(record) as Record<string, unknown>, lease);
         const tx = (await store.begin(key, lease.id))!;
-        await tx.db.query(insert, [key, 'order', 100]);
+        await tx.tx.query(insert, [key, 'order', 100]);
         await tx.commit();
       }
     });

@@ -7,10 +7,13 @@
 import { createServer, type RequestListener, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { getRequestListener } from '@hono/node-server';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { numeric, pgTable, text } from 'drizzle-orm/pg-core';
 import express from 'express';
 import Redis from 'ioredis';
 import { Pool } from 'pg';
 import { ipnRouter, type IpnRouter } from '../lib/index.js';
+import { drizzleTransactions } from '../lib/orm.js';
 import { PostgresStore } from '../lib/postgres.js';
 import { RedisStore } from '../lib/redis.js';
 import type { ServerConfig, ServerStats } from './variants.js';
@@ -69,7 +72,8 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
       return mounted(counted(ipnRouter({ store: new RedisStore({ client, prefix: config.prefix }) })));
     }
     case 'postgres':
-    case 'postgres-ledger': {
+    case 'postgres-ledger':
+    case 'postgres-drizzle': {
       const pool = new Pool({ connectionString: config.databaseUrl });
       pool.on('error', (error) => console.error(`bench server: PostgreSQL: ${error.message}`));
       // After the router's close: deliveries still settling need the pool until they are done.
@@ -77,6 +81,7 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
         await drained(pool);
         await pool.end();
       });
+      if (variant === 'postgres-drizzle') return mounted(counted(drizzleLedger(pool)));
       const store = new PostgresStore({ pool, table: config.table });
       const ipn = ipnRouter({ store, delivery: 'at-least-once' });
       if (variant === 'postgres-ledger') {
@@ -101,6 +106,30 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
       // A variant added to VARIANTS without a server here fails at once, not as a server that never answers.
       throw new Error(`bench server: no server for the variant ${String(variant satisfies never)}`);
   }
+}
+
+/**
+ * The exactly-once listener through Drizzle: each delivery in a Drizzle transaction, the same ledger row
+ * written with `tx.insert`, the mark run by ipn-kit through Drizzle's `execute`.
+ */
+function drizzleLedger(pool: Pool): IpnRouter {
+  const ledger = pgTable(`${config.table}_ledger`, {
+    transactionId: text('transaction_id').notNull(),
+    orderId: text('order_id'),
+    amount: numeric('amount'),
+  });
+  const store = new PostgresStore({
+    pool,
+    table: config.table,
+    transactions: drizzleTransactions(drizzle(pool)),
+  });
+  const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+  ipn.on('successful', async (n, { tx }) => {
+    await tx
+      .insert(ledger)
+      .values({ transactionId: n.transaction_id, orderId: n.custom_data, amount: String(n.amount) });
+  });
+  return ipn;
 }
 
 /** Resolves once no query is running or waiting in `pool`, or after 5 s. */

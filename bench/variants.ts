@@ -5,6 +5,7 @@ export const VARIANTS = [
   'redis',
   'postgres',
   'postgres-ledger',
+  'postgres-drizzle',
   'node-http',
   'fetch',
 ] as const;
@@ -23,6 +24,10 @@ export const VARIANT_INFO: Record<Variant, { label: string; needs?: 'Redis' | 'P
   },
   'postgres-ledger': {
     label: 'the same, listener inserts a ledger row through db (exactly once)',
+    needs: 'PostgreSQL',
+  },
+  'postgres-drizzle': {
+    label: 'the same through Drizzle: drizzleTransactions, tx.insert(ledger) (exactly once)',
     needs: 'PostgreSQL',
   },
   'node-http': { label: 'http.createServer(ipnRouter()), MemoryStore' },

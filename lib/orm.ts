@@ -6,3 +6,9 @@
  * @packageDocumentation
  */
 export type { Transactions, Statement, StatementResult } from './stores/transactions.js';
+export { prismaTransactions } from './stores/orm/prisma.js';
+export { drizzleTransactions } from './stores/orm/drizzle.js';
+export { kyselyTransactions } from './stores/orm/kysely.js';
+export { knexTransactions } from './stores/orm/knex.js';
+export { typeormTransactions } from './stores/orm/typeorm.js';
+export { sequelizeTransactions } from './stores/orm/sequelize.js';

@@ -6,3 +6,11 @@
 export { createFakeProvider } from './testing/fake-provider.js';
 export type { FakeProvider } from './testing/fake-provider.js';
 export type { FakeProviderOptions } from './testing/fake-provider-options.js';
+export { runStoreConformance } from './testing/store-conformance.js';
+export type {
+  ConformanceFailure,
+  StoreConformanceOptions,
+  StoreConformanceResult,
+} from './testing/store-conformance.js';
+export type { Lease, ListOptions, Settlement, StatusCounts } from './stores/store.js';
+export type { Expectation } from './stores/expectation-store.js';

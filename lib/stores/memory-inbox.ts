@@ -177,10 +177,31 @@ export class MemoryInbox {
   }
 }
 
-/** What callers get: a copy without the lease id, so they cannot change the inbox by accident. */
+/**
+ * What callers get: a copy without the lease id, so they cannot change the inbox by accident (a caller that
+ * edits `entry.record`, or a date in place, must not edit what a later attempt delivers). Dates are copied
+ * with `new Date`, not `structuredClone`, which under jest makes dates of another realm (not `instanceof Date`).
+ */
 function copy(entry: Held): InboxEntry {
-  const { leaseId: _leaseId, ...rest } = entry;
-  return { ...rest };
+  const {
+    leaseId: _leaseId,
+    record,
+    receivedAt,
+    updatedAt,
+    nextAttemptAt,
+    deliveredAt,
+    leaseUntil,
+    ...rest
+  } = entry;
+  return {
+    ...rest,
+    record: structuredClone(record),
+    receivedAt: new Date(receivedAt),
+    updatedAt: new Date(updatedAt),
+    nextAttemptAt: new Date(nextAttemptAt),
+    deliveredAt: deliveredAt && new Date(deliveredAt),
+    leaseUntil: leaseUntil && new Date(leaseUntil),
+  };
 }
 
 function customDataOf(entry: Held): string {

@@ -387,7 +387,10 @@ export class PostgresStore<
     return rows.length > 0 ? toEntry(rows[0]) : undefined;
   }
 
-  /** Makes `key` due now whatever its status: `received`, attempts 0, lease cleared, `last_error` kept. */
+  /**
+   * Makes `key` due now whatever its status: `received`, attempts 0, `last_error` kept; a live lease is kept
+   * (the attempt holding it finishes first). `false` for a row `claim()` wrote, which holds no notification.
+   */
   async replay(key: string): Promise<boolean> {
     return (await this.#query(this.#sql.replay, [key])).rowCount === 1;
   }

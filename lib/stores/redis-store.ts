@@ -156,6 +156,8 @@ export class RedisStore implements DurableStore {
    * `leaseId`, only the inbox entry, and only while that lease holds it.
    */
   async release(key: string, leaseId?: string): Promise<void> {
+    // An entry no lease holds keeps an empty lease_id: an empty id must not pass for its holder.
+    if (leaseId === '') return;
     if (leaseId === undefined) await this.#command(['DEL', this.prefix + key]);
     await this.#inbox('forget', [key, leaseId ?? '']);
   }
@@ -168,6 +170,7 @@ export class RedisStore implements DurableStore {
     lease: Lease,
   ): Promise<boolean> {
     checkLease(lease);
+    if (leaseId === '') return false; // no lease holds an entry as '' (see release)
     const args = [key, JSON.stringify(record), leaseId, lease.id, lease.ms, searchText(record)];
     return (await this.#inbox('replace', args)) === 1;
   }
@@ -195,6 +198,7 @@ export class RedisStore implements DurableStore {
     const error = settlement.status === 'delivered' ? '' : String(settlement.error);
     const next = settlement.status === 'failed' ? settlement.nextAttemptAt.getTime() : 0;
     if (!Number.isFinite(next)) throw new TypeError('RedisStore.settle: nextAttemptAt must be a valid Date');
+    if (leaseId === '') return false; // no lease holds an entry as '' (see release)
     return (await this.#inbox('settle', [key, leaseId, settlement.status, error, next])) === 1;
   }
 

@@ -103,7 +103,12 @@ const SURFACE: Record<string, string[]> = {
     'postgresSchemaSql',
     'postgresExpectationsSql',
   ],
-  testing: ['createFakeProvider', 'FakeProvider', 'FakeProviderOptions'],
+  testing: [
+    ...['createFakeProvider', 'FakeProvider', 'FakeProviderOptions'],
+    ...['runStoreConformance', 'StoreConformanceOptions', 'StoreConformanceResult', 'ConformanceFailure'],
+    // What a partner's own store names in its methods' signatures (ipn-kit exports the Store interfaces).
+    ...['Lease', 'Settlement', 'ListOptions', 'StatusCounts', 'Expectation'],
+  ],
   prometheus: ['registerIpnMetrics'],
   admin: ['adminRouter', 'adminFetchHandler', 'AdminOptions'],
   fastify: ['ipnPlugin', 'IpnPluginOptions'],

@@ -71,7 +71,12 @@ export function buildNextApp(dir: string): void {
       name: 'ipn-kit',
       main: './dist/index.js',
       types: './dist/index.d.ts',
-      exports: { '.': entry('index'), './testing': entry('testing') },
+      exports: {
+        '.': entry('index'),
+        './testing': entry('testing'),
+        './postgres': entry('postgres'),
+        './orm': entry('orm'),
+      },
     }),
   );
   writeFileSync(

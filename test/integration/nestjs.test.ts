@@ -1,7 +1,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { join } from 'node:path';
+import { Pool } from 'pg';
 import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
+import { uniquePayload } from '../helpers/payloads.js';
+import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
 import { until } from '../helpers/until.js';
 
 /**
@@ -130,5 +133,85 @@ describe('the NestJS example on NestJS 12, through a real server', () => {
 
     expect(response.status).toBe(201);
     expect(await response.json()).toEqual({ received: { id: 'o-1' } });
+  });
+});
+
+describeWithService('PostgreSQL', 'the NestJS example on Prisma (examples/nestjs/prisma-app.ts)', () => {
+  // A database of its own: the example's Prisma uses the public schema, as a partner's app would.
+  const database = `ipn_nest_prisma_${process.pid}_${Date.now() % 100_000}`;
+  const url = new URL(databaseUrl());
+  url.pathname = `/${database}`;
+  let admin: Pool;
+  let pool: Pool;
+  let child: ChildProcess | undefined;
+  let base: string;
+  const output: string[] = [];
+
+  beforeAll(async () => {
+    admin = new Pool({ connectionString: databaseUrl(), max: 1 });
+    await admin.query(`CREATE DATABASE ${database}`);
+    pool = new Pool({ connectionString: url.href, max: 2 });
+    // The partner's own ledger (its migration); the app creates ipn-kit's inbox at start (store.migrate()).
+    await pool.query(
+      'CREATE TABLE ledger (id serial PRIMARY KEY, transaction_id text NOT NULL, order_id text NOT NULL, amount numeric NOT NULL)',
+    );
+    const port = await freePort();
+    base = `http://127.0.0.1:${port}`;
+    child = spawn(join(root, 'node_modules/.bin/tsx'), ['test/processes/nest-prisma-app.ts'], {
+      cwd: root,
+      env: { ...process.env, PORT: String(port), DATABASE_URL: url.href },
+    });
+    child.stdout?.on('data', (chunk: Buffer) => output.push(chunk.toString()));
+    child.stderr?.on('data', (chunk: Buffer) => output.push(chunk.toString()));
+    await until(
+      () => {
+        if (child?.exitCode !== null) throw new Error(`the Nest app exited:\n${output.join('')}`);
+        return output.join('').includes('{"event":"listening"}');
+      },
+      'the Nest app on Prisma to listen',
+      60_000,
+    );
+  }, 90_000);
+
+  afterAll(async () => {
+    child?.kill(); // SIGTERM, which tsx passes on to the app's process
+    await pool?.end();
+    await admin?.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
+    await admin?.end();
+  });
+
+  const post = (payload: Record<string, unknown>) =>
+    fetch(`${base}/ipn`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(payload),
+    });
+
+  test('each notification, posted twice, credits the ledger once, through PrismaService in the delivery transaction', async () => {
+    const payloads = [
+      uniquePayload({ custom_data: 'nest-prisma-1' }),
+      uniquePayload({ custom_data: 'nest-prisma-2' }),
+    ];
+    for (const payload of payloads) {
+      expect((await post(payload)).status).toBe(200);
+      expect((await post(payload)).status).toBe(200);
+    }
+    const ids = payloads.map((payload) => String(payload.transaction_id));
+    await eventually('both delivered', async () => {
+      const { rows } = await pool.query(
+        "SELECT count(*)::int AS n FROM ipn_inbox WHERE transaction_id = ANY($1) AND status = 'delivered'",
+        [ids],
+      );
+      return (rows[0] as { n: number }).n === 2;
+    });
+
+    const { rows } = await pool.query(
+      'SELECT transaction_id, order_id FROM ledger WHERE transaction_id = ANY($1) ORDER BY order_id',
+      [ids],
+    );
+    expect(rows).toEqual([
+      { transaction_id: ids[0], order_id: 'nest-prisma-1' },
+      { transaction_id: ids[1], order_id: 'nest-prisma-2' },
+    ]);
   });
 });

@@ -4,6 +4,8 @@ import { createServer } from 'node:net';
 import { join } from 'node:path';
 import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
 import { buildNextApp, isBuilt, NEXT_BIN, nextAppDir } from '../helpers/next-app.js';
+import { ledgerSchema } from '../helpers/ledger-schema.js';
+import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
 import { until } from '../helpers/until.js';
 
 /**
@@ -49,6 +51,8 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
   let base: string;
   const output: string[] = [];
   const lines = (prefix: string) => output.filter((line) => line.startsWith(prefix));
+  /** The schema of the Drizzle route's ledger and inbox (set below, when PostgreSQL answers). */
+  let ledger: ReturnType<typeof ledgerSchema> | undefined;
 
   beforeAll(async () => {
     provider = await createFakeProvider({ apiKey: 'next-key', resendIntervalMs: 10 });
@@ -64,6 +68,9 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
         NODE_ENV: 'production',
         PAYMENT_STATUS_URL: provider.statusBaseUrl,
         PAYMENT_API_KEY: 'next-key',
+        // The Drizzle route's pool: the test database, on the schema of this run.
+        DATABASE_URL: databaseUrl(),
+        ...(ledger ? { PGOPTIONS: `-c search_path=${ledger.schema}` } : {}),
       },
     });
     const collect = (chunk: Buffer) => output.push(...chunk.toString().split('\n').filter(Boolean));
@@ -163,5 +170,32 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
     expect(await bad.json()).toMatchObject({ error: 'not_an_object' });
     await until(() => lines('invalid 400 not_an_object').length === 1, 'the invalid line', 20_000);
     expect(lines('credit order-pages-1')).toHaveLength(1);
+  });
+
+  describeWithService('PostgreSQL', 'at least once, crediting through Drizzle', () => {
+    ledger = ledgerSchema('ipn_next');
+
+    test('a payment notified twice is credited once: one ledger row, written by tx.insert', async () => {
+      const ipnUrl = `${base}/api/ledger-ipn`;
+      const paid = provider.initiate({
+        amount: 1200,
+        ipnUrl,
+        customData: 'order-drizzle-1',
+        outcome: 'SUCCESSFUL',
+        duplicates: 1,
+      });
+      const report = await paid.delivered;
+      const key = `${paid.transactionId}:SUCCESSFUL`;
+      await eventually(
+        'the delivered mark',
+        async () => (await ledger!.entryOf(key))?.status === 'delivered',
+      );
+
+      expect(report.statuses).toEqual([200, 200]);
+      expect(await ledger!.ledgerOf(paid.transactionId)).toEqual([{ order_id: 'order-drizzle-1' }]);
+      expect(lines('ledger order-drizzle-1')).toEqual([
+        `ledger order-drizzle-1: 1200 (${paid.transactionId})`,
+      ]);
+    });
   });
 });

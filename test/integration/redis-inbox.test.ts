@@ -144,6 +144,19 @@ describeWithService('Redis', "RedisStore as a durable inbox (delivery: 'at-least
       expect(await store.get('F:SUCCESSFUL')).toBeUndefined();
     });
 
+    test('an empty lease id holds nothing: it settles, replaces and releases no entry, a settled one included', async () => {
+      const store = fresh();
+      await store.receive('E:SUCCESSFUL', { amount: 1 }, lease('held'));
+      await store.release('E:SUCCESSFUL', '');
+      expect(await store.get('E:SUCCESSFUL')).toMatchObject({ status: 'received' });
+      expect(await store.settle('E:SUCCESSFUL', 'held', { status: 'delivered' })).toBe(true);
+      // Settled, the entry keeps an empty lease_id: an empty id must not pass for its holder.
+      expect(await store.settle('E:SUCCESSFUL', '', { status: 'dead', error: 'late' })).toBe(false);
+      expect(await store.replace('E:SUCCESSFUL', '', { amount: 2 }, lease('new'))).toBe(false);
+      await store.release('E:SUCCESSFUL', '');
+      expect(await store.get('E:SUCCESSFUL')).toMatchObject({ status: 'delivered', record: { amount: 1 } });
+    });
+
     test.each([
       ['a NUL', 'order\u0000-7'],
       ['a lone surrogate (half an emoji)', 'Awa \ud83d'],

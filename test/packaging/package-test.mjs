@@ -418,7 +418,9 @@ function copyWithImports(file, to, copied = new Set()) {
   mkdirSync(dirname(join(to, file)), { recursive: true });
   cpSync(join(root, file), join(to, file));
   const text = readFileSync(join(root, file), 'utf8');
-  for (const [, specifier] of text.matchAll(/from '(\.{1,2}\/[^']+)'/g)) {
+  // Either quote: a generated Prisma client, which a snippet imports, writes its imports with double ones;
+  // without them its client.ts compiles alone, and every model's type is `any`, so nothing is checked.
+  for (const [, specifier] of text.matchAll(/from ['"](\.{1,2}\/[^'"]+)['"]/g)) {
     const target = join(dirname(file), specifier.replace(/\.js$/, '.ts'));
     if (existsSync(join(root, target))) copyWithImports(target, to, copied);
   }

@@ -155,4 +155,16 @@ describe('MemoryStore', () => {
       expect(() => new MemoryStore({ maxEntries })).toThrow(/maxEntries/);
     },
   );
+  it('hands out copies of the record: editing what get or list answered (its record, a date) leaves the inbox as it was', async () => {
+    const store = new MemoryStore();
+    const record = { transaction_id: 'EFB.1', state: 'SUCCESSFUL', amount: 1500, extra: { note: 'kept' } };
+    await store.receive('EFB.1:SUCCESSFUL', record, { id: 'lease-1', ms: DAY });
+    const got = (await store.get('EFB.1:SUCCESSFUL'))!;
+    got.record.amount = -1;
+    got.receivedAt.setTime(0);
+    (await store.list())[0]!.record.extra = 'changed';
+    const kept = await store.get('EFB.1:SUCCESSFUL');
+    expect(kept?.record).toEqual(record);
+    expect(kept?.receivedAt.getTime()).not.toBe(0);
+  });
 });

@@ -1,0 +1,37 @@
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { Pool } from 'pg';
+import { createStatusClient, ipnRouter } from 'ipn-kit';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { drizzleTransactions } from 'ipn-kit/orm';
+import { ledger } from './schema';
+
+// Exactly once on your ledger, through Drizzle: each delivery attempt runs in a Drizzle transaction, and the
+// credit commits together with the inbox's `delivered` mark. The inbox table comes from `store.migrate()`,
+// run once when you deploy (or from your Drizzle migrations: see docs/orm.md).
+function createLedgerIpn() {
+  const pool = new Pool({ connectionString: process.env.DATABASE_URL });
+  pool.on('error', (error) => console.error(`pool error ${error.message}`));
+  const db = drizzle({ client: pool });
+  const ipn = ipnRouter({
+    store: new PostgresStore({ pool, transactions: drizzleTransactions(db) }),
+    delivery: 'at-least-once',
+    verify: createStatusClient({
+      baseUrl: process.env.PAYMENT_STATUS_URL ?? 'https://payments.example/api_v1/transaction',
+      apiKey: process.env.PAYMENT_API_KEY ?? '',
+    }),
+  });
+  ipn.on('successful', async (n, { tx }) => {
+    await tx.insert(ledger).values({
+      transactionId: n.transaction_id,
+      orderId: n.custom_data,
+      amount: String(n.amount),
+    });
+    console.log(`ledger ${n.custom_data}: ${n.amount} (${n.transaction_id})`);
+  });
+  ipn.on('error', ({ error }) => console.error(`error ${error.message}`));
+  return ipn;
+}
+
+// Made at the first request, not when `next build` loads the route: the build has no database.
+let ledgerIpn: ReturnType<typeof createLedgerIpn> | undefined;
+export const getLedgerIpn = () => (ledgerIpn ??= createLedgerIpn());

@@ -1,0 +1,105 @@
+/**
+ * Exactly once with Drizzle: ipn-kit's tables declared in your Drizzle schema (so that drizzle-kit leaves
+ * them as `store.migrate()` made them), and a router whose listeners credit the ledger through Drizzle's
+ * transaction. test/integration/orm/drizzle.test.ts checks the tables against the real ones and runs the
+ * router against a real PostgreSQL.
+ */
+// #region tables
+import { sql } from 'drizzle-orm';
+import {
+  bigint,
+  check,
+  doublePrecision,
+  index,
+  integer,
+  jsonb,
+  pgTable,
+  text,
+  timestamp,
+} from 'drizzle-orm/pg-core';
+
+/** ipn-kit's inbox, as `store.migrate()` (or `postgresSchemaSql()`) creates it. */
+export const ipnInbox = pgTable(
+  'ipn_inbox',
+  {
+    key: text('key').primaryKey(),
+    transactionId: text('transaction_id').notNull(),
+    state: text('state').notNull(),
+    record: jsonb('record').notNull(),
+    status: text('status', { enum: ['received', 'delivered', 'failed', 'dead'] }).notNull(),
+    attempts: integer('attempts').notNull().default(0),
+    lastError: text('last_error'),
+    receivedAt: timestamp('received_at', { withTimezone: true }).notNull().defaultNow(),
+    updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
+    nextAttemptAt: timestamp('next_attempt_at', { withTimezone: true }).notNull().defaultNow(),
+    deliveredAt: timestamp('delivered_at', { withTimezone: true }),
+    leaseId: text('lease_id'),
+    leaseUntil: timestamp('lease_until', { withTimezone: true }),
+  },
+  (t) => [
+    // The names PostgreSQL gave the checks: drizzle-kit matches constraints by name.
+    check('ipn_inbox_status_check', sql`${t.status} IN ('received', 'delivered', 'failed', 'dead')`),
+    check('ipn_inbox_check', sql`${t.key} = ${t.transactionId} || ':' || ${t.state}`),
+    index('ipn_inbox_due_idx').on(t.status, t.nextAttemptAt),
+  ],
+);
+
+/** The expectations beside it (`expect()`), which `store.migrate()` creates too. */
+export const ipnInboxExpected = pgTable('ipn_inbox_expected', {
+  transactionId: text('transaction_id').primaryKey(),
+  customData: text('custom_data'),
+  amount: doublePrecision('amount'),
+  expectedAt: bigint('expected_at', { mode: 'number' }).notNull(),
+  dueAt: bigint('due_at', { mode: 'number' }).notNull(),
+  attempts: integer('attempts').notNull().default(0),
+});
+// #endregion tables
+
+// #region ledger
+import { numeric } from 'drizzle-orm/pg-core';
+
+/** Your ledger: no unique key needed, as ipn-kit delivers each notification once. */
+export const ledger = pgTable('ledger', {
+  transactionId: text('transaction_id').notNull(),
+  orderId: text('order_id').notNull(),
+  amount: numeric('amount'),
+});
+// #endregion ledger
+
+// #region router
+import { drizzle } from 'drizzle-orm/node-postgres';
+import type { Pool } from 'pg';
+import { ipnRouter } from 'ipn-kit';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { drizzleTransactions } from 'ipn-kit/orm';
+
+export function drizzleRouter(pool: Pool) {
+  const db = drizzle({ client: pool });
+  const store = new PostgresStore({ pool, transactions: drizzleTransactions(db) });
+  const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+  ipn.on('successful', async (n, { tx }) => {
+    // `tx` is Drizzle's transaction: this row commits together with the inbox's `delivered` mark, or not at
+    // all (a failed attempt rolls it back, and the retry writes it again). No unique key needed.
+    await tx.insert(ledger).values({
+      transactionId: n.transaction_id,
+      orderId: n.custom_data,
+      amount: String(n.amount),
+    });
+  });
+  return ipn;
+}
+// #endregion router
+
+// #region dead-letters
+import { and, desc, eq, gte } from 'drizzle-orm';
+import type { NodePgDatabase } from 'drizzle-orm/node-postgres';
+
+/** The notifications whose delivery gave up, newest first: for an operator's page of your own. */
+export function deadNotifications(db: NodePgDatabase, since: Date) {
+  return db
+    .select({ key: ipnInbox.key, attempts: ipnInbox.attempts, lastError: ipnInbox.lastError })
+    .from(ipnInbox)
+    .where(and(eq(ipnInbox.status, 'dead'), gte(ipnInbox.receivedAt, since)))
+    .orderBy(desc(ipnInbox.receivedAt));
+}
+// #endregion dead-letters

@@ -1,0 +1,12 @@
+import type { Knex } from 'knex';
+import { postgresExpectationsSql, postgresSchemaSql } from 'ipn-kit/postgres';
+
+/** ipn-kit's inbox, and the table of `ipn.expect()`: what `store.migrate()` would create. */
+export async function up(knex: Knex): Promise<void> {
+  await knex.raw(postgresSchemaSql());
+  await knex.raw(postgresExpectationsSql());
+}
+
+export async function down(knex: Knex): Promise<void> {
+  await knex.raw('DROP TABLE IF EXISTS ipn_inbox_expected, ipn_inbox');
+}

@@ -1,0 +1,44 @@
+/**
+ * Exactly once with Prisma 7 (docs/orm.md, "Prisma"): Prisma and ipn-kit on one pg pool, each delivery
+ * attempt in Prisma's interactive transaction, the listener crediting the ledger through `tx`. The client is
+ * generated from examples/prisma/schema.prisma; test/integration/orm/prisma.test.ts runs this against a real
+ * PostgreSQL, and the NestJS example (examples/nestjs/) does the same in NestJS's way.
+ */
+// #region prisma-setup
+import { PrismaPg } from '@prisma/adapter-pg';
+import type { Pool } from 'pg';
+import { ipnRouter } from 'ipn-kit';
+import { prismaTransactions } from 'ipn-kit/orm';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { PrismaClient } from '../../prisma/generated/client.js'; // what `prisma generate` made of your schema
+
+/** `schema`: where your tables are, when not in `public` (Prisma names it in each query it makes). */
+export function prismaIpn(pool: Pool, schema = 'public') {
+  // One pool: Prisma's pg adapter runs on the pool you give ipn-kit, and leaves it open on $disconnect().
+  const prisma = new PrismaClient({ adapter: new PrismaPg(pool, { schema }) });
+  const store = new PostgresStore({ pool, transactions: prismaTransactions(prisma) });
+  const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+  // #endregion prisma-setup
+
+  // #region prisma-listener
+  ipn.on('successful', async (n, { tx }) => {
+    // `tx` is Prisma's transaction client, typed with your models: what you write through it commits
+    // together with ipn-kit's `delivered` mark, or rolls back with a failed attempt. No unique key needed.
+    await tx.ledger.create({
+      data: { transactionId: n.transaction_id, orderId: String(n.custom_data), amount: n.amount ?? 0 },
+    });
+  });
+  // #endregion prisma-listener
+  return { ipn, prisma };
+}
+
+// #region prisma-dead-letters
+/** The notifications whose delivery gave up, newest first: for an operator's page of your own. */
+export function deadNotifications(prisma: PrismaClient, since: Date) {
+  return prisma.ipnInbox.findMany({
+    where: { status: 'dead', receivedAt: { gte: since } },
+    select: { key: true, attempts: true, lastError: true },
+    orderBy: { receivedAt: 'desc' },
+  });
+}
+// #endregion prisma-dead-letters

@@ -1,0 +1,12 @@
+import type { QueryInterface } from 'sequelize';
+import { postgresExpectationsSql, postgresSchemaSql } from 'ipn-kit/postgres';
+
+/** ipn-kit's inbox, and the table of `ipn.expect()`: what `store.migrate()` would create. */
+export async function up(queryInterface: QueryInterface): Promise<void> {
+  await queryInterface.sequelize.query(postgresSchemaSql());
+  await queryInterface.sequelize.query(postgresExpectationsSql());
+}
+
+export async function down(queryInterface: QueryInterface): Promise<void> {
+  await queryInterface.sequelize.query('DROP TABLE IF EXISTS ipn_inbox_expected, ipn_inbox');
+}

@@ -1,0 +1,92 @@
+/**
+ * Exactly once with TypeORM: each delivery attempt runs in a TypeORM transaction, and the listener writes
+ * through its EntityManager (`tx`). The inbox is created by a TypeORM migration; an entity of it that
+ * matches the table exactly, for apps that run `synchronize`. test/integration/orm/typeorm.test.ts runs them
+ * against a real PostgreSQL.
+ */
+// #region typeorm
+import { EntitySchema, type DataSource } from 'typeorm';
+import { ipnRouter } from 'ipn-kit';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { typeormTransactions } from 'ipn-kit/orm';
+
+export const Ledger = new EntitySchema<{
+  id: number;
+  transactionId: string;
+  orderId: string;
+  amount: number | null;
+}>({
+  name: 'Ledger',
+  tableName: 'ledger',
+  columns: {
+    id: { type: 'integer', primary: true, generated: 'increment' },
+    transactionId: { name: 'transaction_id', type: 'text' },
+    orderId: { name: 'order_id', type: 'text' },
+    amount: { type: 'numeric', nullable: true },
+  },
+});
+
+/** `dataSource`: your DataSource (`type: 'postgres'`, `Ledger` among its entities), initialized. */
+export function ledgerRouter(dataSource: DataSource) {
+  // The store runs its own statements through TypeORM too (give it `pool` as well to run them on a pg pool).
+  const store = new PostgresStore({ transactions: typeormTransactions(dataSource) });
+  const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+  ipn.on('successful', async (n, { tx }) => {
+    // `tx` is this attempt's EntityManager: what goes through it commits with the delivered mark, or not at
+    // all. `dataSource.manager` or a repository of `dataSource` would write outside it.
+    await tx.insert(Ledger, { transactionId: n.transaction_id, orderId: n.custom_data, amount: n.amount });
+    await tx.query('UPDATE orders SET paid_at = now() WHERE id = $1', [n.custom_data]);
+  });
+  return { ipn, store };
+}
+// #endregion typeorm
+
+// #region typeorm-migration
+import type { MigrationInterface, QueryRunner } from 'typeorm';
+import { postgresExpectationsSql, postgresSchemaSql } from 'ipn-kit/postgres';
+
+/** ipn-kit's inbox, and the table of `ipn.expect()`: what `store.migrate()` would create. */
+export class IpnInbox1764028800000 implements MigrationInterface {
+  async up(queryRunner: QueryRunner): Promise<void> {
+    await queryRunner.query(postgresSchemaSql());
+    await queryRunner.query(postgresExpectationsSql());
+  }
+
+  async down(queryRunner: QueryRunner): Promise<void> {
+    await queryRunner.query('DROP TABLE IF EXISTS ipn_inbox_expected, ipn_inbox');
+  }
+}
+// #endregion typeorm-migration
+
+// #region typeorm-inbox-entity
+/**
+ * The inbox as ipn-kit creates it, to the name of each constraint and index: `synchronize` compares an
+ * entity with its table and makes the table match (it drops a check or an index the entity lacks, and a
+ * column whose type differs, with its data). An app that never reads the inbox through TypeORM needs no
+ * entity: `synchronize` leaves the tables of no entity alone.
+ */
+export const IpnInboxEntry = new EntitySchema<Record<string, unknown>>({
+  name: 'IpnInboxEntry',
+  tableName: 'ipn_inbox',
+  columns: {
+    key: { type: 'text', primary: true, primaryKeyConstraintName: 'ipn_inbox_pkey' },
+    transactionId: { name: 'transaction_id', type: 'text' },
+    state: { type: 'text' },
+    record: { type: 'jsonb' },
+    status: { type: 'text' },
+    attempts: { type: 'integer', default: 0 },
+    lastError: { name: 'last_error', type: 'text', nullable: true },
+    receivedAt: { name: 'received_at', type: 'timestamptz', default: () => 'now()' },
+    updatedAt: { name: 'updated_at', type: 'timestamptz', default: () => 'now()' },
+    nextAttemptAt: { name: 'next_attempt_at', type: 'timestamptz', default: () => 'now()' },
+    deliveredAt: { name: 'delivered_at', type: 'timestamptz', nullable: true },
+    leaseId: { name: 'lease_id', type: 'text', nullable: true },
+    leaseUntil: { name: 'lease_until', type: 'timestamptz', nullable: true },
+  },
+  indices: [{ name: 'ipn_inbox_due_idx', columns: ['status', 'nextAttemptAt'] }],
+  checks: [
+    { name: 'ipn_inbox_status_check', expression: `status IN ('received', 'delivered', 'failed', 'dead')` },
+    { name: 'ipn_inbox_check', expression: `key = transaction_id || ':' || state` },
+  ],
+});
+// #endregion typeorm-inbox-entity

@@ -1,0 +1,181 @@
+import type { Statement, StatementResult, Transactions } from '../transactions.js';
+
+/**
+ * What ipn-kit needs of a Drizzle database (`drizzle(pool)`): its transaction helper and `execute`. Written
+ * out here, as ipn-kit never loads drizzle-orm, not even its types.
+ * @inline
+ */
+export interface DrizzleDatabase {
+  /** `db.transaction(work, config?)`: Drizzle's own transaction helper. */
+  transaction(work: never, config?: never): Promise<unknown>;
+  /** `db.execute(query)`: runs a statement. */
+  execute(query: never): PromiseLike<unknown>;
+}
+
+/**
+ * The transaction Drizzle hands to `db.transaction`'s callback (a `PgTransaction` for PostgreSQL), typed as
+ * Drizzle types it for your database and schema: what listeners get as `tx`.
+ */
+export type DrizzleTransactionOf<Db> = Db extends {
+  transaction(work: (tx: infer Tx) => Promise<unknown>, ...rest: never[]): Promise<unknown>;
+}
+  ? Tx
+  : never;
+
+/**
+ * Options of {@link drizzleTransactions}.
+ * @inline
+ */
+export interface DrizzleTransactionsOptions<Db extends DrizzleDatabase> {
+  /**
+   * The second argument of `db.transaction(work, config)` for each delivery attempt: PostgreSQL's
+   * `{ isolationLevel, accessMode, deferrable }`. Drizzle's default (and PostgreSQL's, read committed) is
+   * what ipn-kit's lease needs: the `delivered` mark re-checks the lease when it runs.
+   * @default undefined
+   */
+  config?: Parameters<Db['transaction']>[1];
+}
+
+/**
+ * The statement as Drizzle takes one: an `SQLWrapper` (`getSQL()`) whose SQL builds to the text and values
+ * as they are (`toQuery()`). `db.execute` and `tx.execute` call exactly these two methods, from drizzle-orm
+ * 0.36 to 1.0, so the values go to the driver as bound parameters, never into the text; the `sql` tag
+ * would build the same object, but ipn-kit cannot import it.
+ */
+function drizzleQuery(statement: Statement) {
+  const query = { sql: statement.text, params: statement.values };
+  const sql = { toQuery: () => query };
+  return { getSQL: () => sql };
+}
+
+/** What ipn-kit calls on the database and on its transactions, with the types it calls them with. */
+interface DrizzleRunner {
+  transaction(work: (tx: unknown) => Promise<unknown>, config?: unknown): Promise<unknown>;
+  execute(query: ReturnType<typeof drizzleQuery>): PromiseLike<unknown>;
+}
+
+/** A value, in a few words, for an error message: `null`, `a Pool`. */
+function describeValue(value: unknown): string {
+  if (value === null || typeof value !== 'object') return String(value);
+  return `a ${value.constructor?.name ?? 'object'}`;
+}
+
+/**
+ * The rows and count of what `execute` resolved, as each PostgreSQL driver of Drizzle gives it: node-postgres
+ * (and Neon, Vercel) a `QueryResult` (`rows`, `rowCount`), PGlite `rows` and `affectedRows`, postgres.js the
+ * rows themselves, an array that carries `count`.
+ */
+function toResult(result: unknown, statement: Statement): StatementResult {
+  const rows = Array.isArray(result) ? result : (result as { rows?: unknown } | null)?.rows;
+  if (!Array.isArray(rows)) {
+    throw new TypeError(
+      `drizzleTransactions: execute() resolved ${describeValue(result)}, not rows: is this Drizzle over a PostgreSQL driver?`,
+    );
+  }
+  const changed = [
+    Reflect.get(result as object, 'rowCount'),
+    Reflect.get(result as object, 'affectedRows'),
+    Reflect.get(result as object, 'count'),
+  ].find((n) => typeof n === 'number');
+  const count = statement.returns === 'rows' ? rows.length : (changed ?? rows.length);
+  return { rows: rows as Array<Record<string, unknown>>, count };
+}
+
+/**
+ * The driver's own error when Drizzle wrapped it (drizzle-orm 0.44 and later throw a `DrizzleQueryError`,
+ * "Failed query: ... params: ...", with the driver's error as `cause`): so that the store reads PostgreSQL's
+ * error code as it does through `pg`, and a message never copies the statement's values (an inbox record
+ * holds customer data).
+ */
+function unwrap(error: unknown): unknown {
+  const wrapped =
+    error instanceof Error &&
+    error.message.startsWith('Failed query:') &&
+    Array.isArray(Reflect.get(error, 'params')) &&
+    error.cause instanceof Error;
+  return wrapped ? error.cause : error;
+}
+
+/** Runs `statement` through `runner.execute`: on the database (outside any transaction), or in a `tx`. */
+async function run(runner: DrizzleRunner, statement: Statement): Promise<StatementResult> {
+  let result: unknown;
+  try {
+    result = await runner.execute(drizzleQuery(statement));
+  } catch (error) {
+    throw unwrap(error);
+  }
+  return toResult(result, statement);
+}
+
+/**
+ * Whether Drizzle's client (`db.$client`) is one `pg` connection (a `Client`, or a client a pool handed out:
+ * they carry their `connection`) rather than a pool. Drizzle's node-postgres driver takes a client of a pool
+ * for each transaction, but opens each transaction of a single connection on that connection.
+ */
+function onOneConnection(client: unknown): boolean {
+  return (
+    typeof client === 'object' &&
+    client !== null &&
+    typeof Reflect.get(client, 'query') === 'function' &&
+    typeof Reflect.get(client, 'connection') === 'object' &&
+    Reflect.get(client, 'connection') !== null
+  );
+}
+
+/**
+ * Runs each delivery attempt in a Drizzle transaction (`db.transaction`): listeners write through their
+ * context's `tx`, Drizzle's transaction typed for your schema, and ipn-kit's `delivered` mark commits with
+ * their writes or rolls back with them. A `tx.transaction(...)` of a listener is a savepoint inside it, as
+ * Drizzle makes it. For Drizzle over a PostgreSQL driver that has transactions: node-postgres (`pg`),
+ * postgres.js, PGlite, Neon's WebSocket driver (not `neon-http`, which has none).
+ *
+ * It also gives the store `execute`, so that the store can run its own statements through Drizzle alone.
+ *
+ * @param db your Drizzle database, `drizzle(pool)` (or `drizzle({ client: pool, schema })`), over a pool:
+ *   each delivery holds one of its connections for its transaction.
+ * @throws TypeError when `db` is not a Drizzle database, or runs on a single `pg` connection (a `Client`).
+ * @example
+ * ```ts
+ * import { drizzle } from 'drizzle-orm/node-postgres';
+ * import { PostgresStore } from 'ipn-kit/postgres';
+ * import { drizzleTransactions } from 'ipn-kit/orm';
+ *
+ * const db = drizzle(pool);
+ * const store = new PostgresStore({ pool, transactions: drizzleTransactions(db) });
+ * const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+ * ipn.on('successful', async (n, { tx }) => {
+ *   await tx.insert(ledger).values({ transactionId: n.transaction_id, amount: String(n.amount) });
+ * });
+ * ```
+ */
+export function drizzleTransactions<Db extends DrizzleDatabase>(
+  db: Db,
+  options: DrizzleTransactionsOptions<Db> = {},
+): Transactions<DrizzleTransactionOf<Db>> {
+  if (
+    typeof db !== 'object' ||
+    db === null ||
+    typeof Reflect.get(db, 'transaction') !== 'function' ||
+    typeof Reflect.get(db, 'execute') !== 'function'
+  ) {
+    throw new TypeError(
+      `drizzleTransactions: expected a Drizzle database (drizzle(pool) from drizzle-orm/node-postgres), got ${describeValue(db)}`,
+    );
+  }
+  if (onOneConnection(Reflect.get(db, '$client'))) {
+    throw new TypeError(
+      'drizzleTransactions: this Drizzle database runs on one connection (a pg Client): Drizzle would open ' +
+        "every delivery's transaction on it, and two deliveries at once would share one transaction. Give " +
+        'Drizzle a pool: drizzle(new Pool(...))',
+    );
+  }
+  const runner = db as unknown as DrizzleRunner;
+  const config: unknown = options.config;
+  return {
+    name: 'Drizzle',
+    transaction: <T>(work: (tx: DrizzleTransactionOf<Db>) => Promise<T>) =>
+      runner.transaction((tx) => work(tx as DrizzleTransactionOf<Db>), config) as Promise<T>,
+    query: (tx, statement) => run(tx as DrizzleRunner, statement),
+    execute: (statement) => run(runner, statement),
+  };
+}

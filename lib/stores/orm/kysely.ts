@@ -1,0 +1,123 @@
+import type { Statement, StatementResult, Transactions } from '../transactions.js';
+
+/**
+ * What ipn-kit needs of a Kysely instance (`new Kysely<Database>({ dialect })`): its transaction builder,
+ * `withoutPlugins()` and `executeQuery`. Written out here, as ipn-kit never loads kysely, not even its types.
+ * @inline
+ */
+export interface KyselyDatabase {
+  /** `db.transaction()`: Kysely's transaction builder. */
+  transaction(): {
+    /** Runs `callback` in a new transaction. */
+    execute(callback: never): Promise<unknown>;
+  };
+  /** `db.withoutPlugins()`: the same instance without its plugins. */
+  withoutPlugins(): unknown;
+  /** `db.executeQuery(compiledQuery)`: runs a compiled query. */
+  executeQuery(query: never): Promise<unknown>;
+}
+
+/**
+ * The transaction Kysely hands to `db.transaction().execute`'s callback (a `Transaction<Database>`), typed
+ * as Kysely types it for your database interface: what listeners get as `tx`.
+ */
+export type KyselyTransactionOf<Db> = Db extends {
+  transaction(): { execute(callback: (trx: infer Tx) => Promise<unknown>): Promise<unknown> };
+}
+  ? Tx
+  : never;
+
+/**
+ * A compiled query, as `CompiledQuery.raw(text, values)` makes one: the text and its values as they are
+ * (bound as parameters by the dialect's driver), and the `RawNode` Kysely's types ask for, which nothing
+ * compiles again. `queryId` is what plugins key their state by (`executeQuery` reads it from the query
+ * since Kysely 0.28, and makes its own before).
+ */
+function compiledQuery(statement: Statement) {
+  return {
+    sql: statement.text,
+    parameters: statement.values,
+    query: { kind: 'RawNode', sqlFragments: [statement.text], parameters: [] },
+    queryId: { queryId: `ipn-kit-${++queries}` },
+  };
+}
+let queries = 0;
+
+/** What ipn-kit calls on an instance or a transaction, with the types it calls them with. */
+interface KyselyRunner {
+  transaction(): { execute(callback: (trx: unknown) => Promise<unknown>): Promise<unknown> };
+  withoutPlugins(): KyselyRunner;
+  executeQuery(query: ReturnType<typeof compiledQuery>): Promise<{
+    rows: Array<Record<string, unknown>>;
+    numAffectedRows?: bigint;
+    numUpdatedOrDeletedRows?: bigint;
+  }>;
+}
+
+/**
+ * Runs `statement` on `runner` without its plugins: a plugin transforms results (the `CamelCasePlugin`
+ * renames `lease_until` to `leaseUntil`), and the store reads its rows by their column names. Kysely's
+ * count is a `bigint`, and `undefined` for a statement other than an insert, update, delete or merge.
+ */
+async function run(runner: KyselyRunner, statement: Statement): Promise<StatementResult> {
+  const { rows, numAffectedRows, numUpdatedOrDeletedRows } = await runner
+    .withoutPlugins()
+    .executeQuery(compiledQuery(statement));
+  const changed = numAffectedRows ?? numUpdatedOrDeletedRows; // the second from a dialect older than 0.23
+  const count = statement.returns === 'rows' || changed === undefined ? rows.length : Number(changed);
+  return { rows, count };
+}
+
+/** A value, in a few words, for an error message: `null`, `a Pool`. */
+function describeValue(value: unknown): string {
+  if (value === null || typeof value !== 'object') return String(value);
+  return `a ${value.constructor?.name ?? 'object'}`;
+}
+
+/**
+ * Runs each delivery attempt in a Kysely transaction (`db.transaction().execute(...)`): listeners write
+ * through their context's `tx`, Kysely's `Transaction` typed for your database interface, and ipn-kit's
+ * `delivered` mark commits with their writes or rolls back with them. Kysely has no nested transaction:
+ * `tx.transaction()` throws, as it does in any Kysely transaction.
+ *
+ * It also gives the store `execute`, so that the store can run its own statements through Kysely alone.
+ * ipn-kit's statements run without your plugins (`withoutPlugins()`), so that a `CamelCasePlugin` does not
+ * rename the columns it reads; your own queries keep them.
+ *
+ * @param db your Kysely instance, over PostgreSQL (`PostgresDialect`, or another PostgreSQL dialect).
+ * @throws TypeError when `db` is not a Kysely instance.
+ * @example
+ * ```ts
+ * import { Kysely, PostgresDialect } from 'kysely';
+ * import { PostgresStore } from 'ipn-kit/postgres';
+ * import { kyselyTransactions } from 'ipn-kit/orm';
+ *
+ * const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+ * const store = new PostgresStore({ pool, transactions: kyselyTransactions(db) });
+ * const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+ * ipn.on('successful', async (n, { tx }) => {
+ *   await tx.insertInto('ledger').values({ transaction_id: n.transaction_id, amount: n.amount }).execute();
+ * });
+ * ```
+ */
+export function kyselyTransactions<Db extends KyselyDatabase>(db: Db): Transactions<KyselyTransactionOf<Db>> {
+  if (
+    typeof db !== 'object' ||
+    db === null ||
+    typeof Reflect.get(db, 'transaction') !== 'function' ||
+    typeof Reflect.get(db, 'executeQuery') !== 'function' ||
+    typeof Reflect.get(db, 'withoutPlugins') !== 'function'
+  ) {
+    throw new TypeError(
+      `kyselyTransactions: expected a Kysely instance (new Kysely({ dialect })), got ${describeValue(db)}`,
+    );
+  }
+  const runner = db as unknown as KyselyRunner;
+  return {
+    name: 'Kysely',
+    transaction: <T>(work: (tx: KyselyTransactionOf<Db>) => Promise<T>) =>
+      runner.transaction().execute((trx) => work(trx as KyselyTransactionOf<Db>)) as Promise<T>,
+    query: (tx, statement) => run(tx as unknown as KyselyRunner, statement),
+    execute: (statement) => run(runner, statement),
+  };
+}

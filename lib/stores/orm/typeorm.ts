@@ -1,0 +1,111 @@
+import type { Statement, StatementResult, Transactions } from '../transactions.js';
+import { describeArgument } from './argument.js';
+
+/**
+ * The part of a TypeORM `DataSource` that the adapter calls; `manager` gives the type of the `EntityManager`
+ * its transactions hand out, so ipn-kit names no type of TypeORM.
+ * @inline
+ */
+export interface DataSourceLike {
+  /** `dataSource.transaction(callback)`: opens each delivery attempt's transaction. */
+  transaction: (...args: never[]) => unknown;
+  /** `dataSource.createQueryRunner()`: runs a statement of the store outside any transaction. */
+  createQueryRunner: (...args: never[]) => unknown;
+  /** The DataSource's EntityManager: its type is the type of the transactions' `tx`. */
+  readonly manager: object;
+}
+
+/**
+ * A query runner's `query` with `useStructuredResult` (TypeORM 0.3 and later): the rows and, from
+ * `rowCount`, the rows a statement changed, whatever its command (plain `query` gives `[rows, count]` for an
+ * UPDATE or DELETE only, and the rows alone for an INSERT).
+ */
+interface QueryRunner {
+  query(
+    text: string,
+    values: unknown[],
+    useStructuredResult: true,
+  ): Promise<{ records?: Array<Record<string, unknown>>; affected?: number | null }>;
+  release(): Promise<void>;
+}
+interface DataSource<Tx> {
+  transaction<T>(work: (manager: Tx) => Promise<T>): Promise<T>;
+  createQueryRunner(): QueryRunner;
+}
+
+async function run(runner: QueryRunner, statement: Statement): Promise<StatementResult> {
+  const { records = [], affected } = await runner.query(statement.text, statement.values, true);
+  return { rows: records, count: statement.returns === 'rows' ? records.length : (affected ?? 0) };
+}
+
+/**
+ * Runs each delivery attempt in a TypeORM transaction (`dataSource.transaction(callback)`): listeners get
+ * its `EntityManager` as `tx`, and what they write through it (`tx.save(...)`, `tx.getRepository(...)`,
+ * `tx.query(...)`) commits together with ipn-kit's `delivered` mark, or not at all. A `tx.transaction(...)`
+ * of theirs is a savepoint, as TypeORM makes it. The store's statements run through the transaction's query
+ * runner; with `execute`, through a query runner of their own, so the store may run through TypeORM alone.
+ * TypeORM 0.3 and later.
+ *
+ * @param dataSource your TypeORM `DataSource` (initialized before the first delivery).
+ * @throws TypeError when `dataSource` is not a DataSource.
+ * @example
+ * import { DataSource } from 'typeorm';
+ * import { PostgresStore } from 'ipn-kit/postgres';
+ * import { typeormTransactions } from 'ipn-kit/orm';
+ *
+ * const dataSource = new DataSource({ type: 'postgres', url: process.env.DATABASE_URL, entities: [Ledger] });
+ * await dataSource.initialize();
+ * const store = new PostgresStore({ pool, transactions: typeormTransactions(dataSource) });
+ * const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+ * ipn.on('successful', async (n, { tx }) => {
+ *   await tx.save(Ledger, { transactionId: n.transaction_id, amount: n.amount });
+ * });
+ */
+export function typeormTransactions<D extends DataSourceLike>(dataSource: D): Transactions<D['manager']> {
+  if (
+    typeof dataSource !== 'object' ||
+    dataSource === null ||
+    typeof Reflect.get(dataSource, 'transaction') !== 'function' ||
+    typeof Reflect.get(dataSource, 'createQueryRunner') !== 'function'
+  ) {
+    throw new TypeError(
+      `typeormTransactions: expected a TypeORM DataSource (new DataSource({ type: 'postgres', ... })), got ${describeArgument(dataSource)}`,
+    );
+  }
+  type Tx = D['manager'];
+  const source = dataSource as unknown as DataSource<Tx>;
+  // TypeORM's own words for it are "Driver not Connected".
+  const initialized = (): void => {
+    if (Reflect.get(dataSource, 'isInitialized') === false) {
+      throw new Error(
+        'typeormTransactions: the DataSource is not initialized: await dataSource.initialize() first',
+      );
+    }
+  };
+  return {
+    name: 'TypeORM',
+    transaction: async (work) => {
+      initialized();
+      return source.transaction((manager) => work(manager));
+    },
+    query: (tx, statement) => {
+      // The EntityManager of a transaction always has its query runner: the transaction's connection.
+      const runner = Reflect.get(tx, 'queryRunner') as QueryRunner | undefined;
+      if (runner === undefined) {
+        throw new TypeError(
+          'typeormTransactions: the EntityManager has no query runner: it is not a transaction',
+        );
+      }
+      return run(runner, statement);
+    },
+    execute: async (statement) => {
+      initialized();
+      const runner = source.createQueryRunner();
+      try {
+        return await run(runner, statement);
+      } finally {
+        await runner.release();
+      }
+    },
+  };
+}

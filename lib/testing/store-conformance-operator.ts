@@ -1,0 +1,174 @@
+import type { InboxEntry, ListOptions } from '../stores/store.js';
+import { delivered, dead, expected, inboxOfFour, take } from './store-conformance-entries.js';
+import { keysOf, must, same, type Rule } from './store-conformance-kit.js';
+
+/** The rules of the operator's tools: replay, purge, the list and the counts. */
+export const OPERATOR_RULES: Rule[] = [
+  {
+    name: 'replay',
+    needs: 'durable',
+    async run(kit) {
+      const key = kit.key('replay');
+      await delivered(kit, key);
+      must(await kit.store.replay(key), `replay(${key}) of a delivered entry resolved false`);
+      const entry = await kit.entry(key);
+      same(entry.status, 'received', `status of ${key} after replay`);
+      same(entry.attempts, 0, `attempts of ${key} after replay`);
+      same((await take(kit, key)).entry.attempts, 1, `attempts of ${key} leased after replay`);
+      const later = kit.key('replay-failed');
+      await kit.failed(later, 3_600_000);
+      must(await kit.store.replay(later), `replay(${later}) of a failed entry resolved false`);
+      await take(kit, later); // due now, not in an hour
+      const unknown = kit.key('replay-unknown');
+      must(!(await kit.store.replay(unknown)), 'replay() of an unknown key resolved true');
+      must((await kit.store.get(unknown)) === undefined, 'replay() of an unknown key created it');
+      const claimed = kit.key('replay-claimed');
+      await kit.store.claim(claimed, kit.longMs, kit.lease().id);
+      must(
+        !(await kit.store.replay(claimed)),
+        'replay() of a key claimed (at most once) but never received resolved true',
+      );
+    },
+  },
+  {
+    // An operator replays an entry whose attempt is still running: that attempt finishes first, alone.
+    name: 'replay-keeps-live-lease',
+    needs: 'durable',
+    async run(kit) {
+      const key = kit.key('replay-leased');
+      const lease = kit.lease();
+      must(await kit.store.receive(key, kit.record(key), lease), `receive(${key}) resolved false`);
+      must(await kit.store.replay(key), `replay(${key}) resolved false`);
+      same(
+        keysOf(await kit.store.lease(kit.lease(), 100)),
+        [],
+        `the keys lease() took while ${key}'s lease lives`,
+      );
+      must(
+        await kit.store.settle(key, lease.id, { status: 'delivered' }),
+        `the running attempt could not settle ${key} after a replay`,
+      );
+      // The attempt died instead: once its lease runs out, the replayed entry is taken, as its first attempt.
+      const died = kit.key('replay-died');
+      must(
+        await kit.store.receive(died, kit.record(died), kit.lease(kit.shortMs)),
+        `receive(${died}) resolved false`,
+      );
+      must(await kit.store.replay(died), `replay(${died}) resolved false`);
+      const next = kit.lease();
+      let entry: InboxEntry | undefined;
+      await kit.eventually(
+        `lease() taking the replayed ${died} after its ${kit.shortMs} ms lease ran out`,
+        async () => {
+          entry = (await kit.store.lease(next, 100)).find((taken) => taken.key === died);
+          return entry !== undefined;
+        },
+      );
+      same(entry?.attempts, 1, `attempts of ${died} leased after its replay`);
+    },
+  },
+  {
+    name: 'replayDead',
+    needs: 'durable',
+    async run(kit) {
+      const [a, b, done, failed] = ['dead', 'dead', 'delivered', 'failed'].map((label) =>
+        kit.key(`replay-${label}`),
+      );
+      await dead(kit, a!);
+      await dead(kit, b!);
+      await delivered(kit, done!);
+      await kit.failed(failed!, 3_600_000);
+      same(await kit.store.replayDead(), 2, 'what replayDead() resolved with two dead entries');
+      for (const key of [a!, b!]) {
+        const entry = await kit.entry(key);
+        same(
+          [entry.status, entry.attempts],
+          ['received', 0],
+          `[status, attempts] of ${key} after replayDead`,
+        );
+      }
+      same((await kit.entry(done!)).status, 'delivered', `status of the delivered ${done}`);
+      same((await kit.entry(failed!)).status, 'failed', `status of the failed ${failed}`);
+      same(
+        keysOf(await kit.store.lease(kit.lease(), 100)),
+        [a!, b!].sort(),
+        'the keys lease() took after replayDead',
+      );
+      same(await kit.store.replayDead(), 0, 'what a second replayDead() resolved');
+    },
+  },
+  {
+    name: 'purge',
+    needs: 'durable',
+    async run(kit) {
+      const entry = (await inboxOfFour(kit))[1]!;
+      const at = entry.deliveredAt!.getTime();
+      same(
+        await kit.store.purge(new Date(at)),
+        0,
+        `purge(before: its deliveredAt) of ${entry.key} (strictly before)`,
+      );
+      same(await kit.store.purge(new Date(at + 3_600_000)), 1, 'purge() of one delivered entry among four');
+      must((await kit.store.get(entry.key)) === undefined, `get(${entry.key}) found the purged entry`);
+      same((await kit.store.list()).length, 3, 'entries left after the purge (received, failed, dead stay)');
+      must(
+        await kit.store.receive(entry.key, kit.record(entry.key), kit.lease()),
+        `receive(${entry.key}) after its purge resolved false: its resend is new`,
+      );
+    },
+  },
+  {
+    name: 'list-filters',
+    needs: 'durable',
+    async run(kit) {
+      const entries = await inboxOfFour(kit);
+      const third = entries[2]!.receivedAt;
+      const cases: ListOptions[] = [
+        {},
+        { order: 'newest' },
+        { status: 'received' },
+        { status: 'delivered' },
+        { status: 'dead' },
+        { status: 'failed' },
+        { transactionId: entries[0]!.transactionId },
+        { transactionId: entries[0]!.transactionId, status: 'received' },
+        { customDataContains: 'order-abc' },
+        { customDataContains: 'ORDER' },
+        { customDataContains: 'absent' },
+        { receivedFrom: third },
+        { receivedBefore: third },
+        { receivedFrom: entries[1]!.receivedAt, receivedBefore: third },
+        { limit: 2 },
+        { limit: 2, offset: 1 },
+        { offset: 4 },
+        { order: 'newest', limit: 1 },
+        { order: 'newest', offset: 1, limit: 2 },
+      ];
+      for (const options of cases) {
+        const keys = (await kit.store.list(options)).map((entry) => entry.key);
+        same(keys, expected(entries, options), `the keys list(${describe(options)}) answered`);
+      }
+    },
+  },
+  {
+    name: 'countByStatus',
+    needs: 'countByStatus',
+    async run(kit) {
+      const entries = await inboxOfFour(kit);
+      const count = (from?: Date) => {
+        const counts = { received: 0, delivered: 0, failed: 0, dead: 0 };
+        for (const entry of entries)
+          if (from === undefined || entry.receivedAt >= from) counts[entry.status] += 1;
+        return counts;
+      };
+      same(await kit.store.countByStatus!(), count(), 'countByStatus()');
+      const from = entries[2]!.receivedAt;
+      same(await kit.store.countByStatus!(from), count(from), `countByStatus(${from.toISOString()})`);
+    },
+  },
+];
+
+/** Options as a short text, Dates as ISO. */
+function describe(options: ListOptions): string {
+  return JSON.stringify(options);
+}

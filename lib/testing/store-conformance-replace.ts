@@ -1,0 +1,101 @@
+import type { InboxEntry } from '../stores/store.js';
+import { take } from './store-conformance-entries.js';
+import { atOnce, must, same, type Rule } from './store-conformance-kit.js';
+
+/** The rules of a durable store's replace: the service's record takes the place of a contradicted one, atomically. */
+export const REPLACE_RULES: Rule[] = [
+  {
+    // The record the service contradicted is replaced by the service's own: one atomic step.
+    name: 'replace-atomic',
+    needs: 'durable',
+    async run(kit) {
+      const key = kit.key('replace');
+      await kit.failed(key, -1000, kit.record(key, { custom_data: 'forged' }));
+      const held = await take(kit, key);
+      const genuine = kit.record(key, { custom_data: 'genuine', amount: 2500 });
+      const next = kit.lease();
+      const replacing = kit.store.replace(key, held.id, genuine, next);
+      // Read while it runs: the entry is the forged record or the genuine one, never absent.
+      let done = false;
+      const settled = replacing.finally(() => (done = true));
+      settled.catch(() => undefined); // awaited below; a rejection is the rule's failure, never unhandled
+      const reads: Array<Promise<InboxEntry | undefined>> = [];
+      for (let index = 0; index < 200 && (index < 20 || !done); index += 1) {
+        reads.push(kit.store.get(key));
+        if (index % 20 === 19) await new Promise((resolve) => setImmediate(resolve));
+      }
+      must(await settled, `replace(${key}) by its holding lease resolved false`);
+      const absent = (await Promise.all(reads)).filter((entry) => entry === undefined).length;
+      must(
+        absent === 0,
+        `get(${key}) found no entry ${absent} times while replace() ran: it must never pass through absent`,
+      );
+      const entry = await kit.entry(key);
+      same(entry.record, genuine, `the record of ${key} after replace`);
+      same(entry.status, 'received', `status of ${key} after replace`);
+      same(entry.attempts, 1, `attempts of ${key} after replace`);
+      same(entry.lastError, null, `lastError of ${key} after replace`);
+      must(
+        !(await kit.store.settle(key, held.id, { status: 'delivered' })),
+        `the replaced lease settled ${key}`,
+      );
+      must(
+        await kit.store.settle(key, next.id, { status: 'delivered' }),
+        `the lease replace() gave did not settle ${key}`,
+      );
+      // Replaces sent twice at once by one attempt: one of them takes the entry.
+      const twice = kit.key('replace-twice');
+      await kit.failed(twice, -1000);
+      const holder = await take(kit, twice);
+      const leases = Array.from({ length: kit.concurrency }, () => kit.lease());
+      const records = leases.map((_, index) => kit.record(twice, { custom_data: `copy-${index}` }));
+      const answers = await atOnce(leases.length, (index) =>
+        kit.at(index).replace(twice, holder.id, records[index]!, leases[index]!),
+      );
+      const winners = answers.flatMap((answer, index) => (answer ? [index] : []));
+      must(
+        winners.length === 1,
+        `${leases.length} concurrent replace(${twice}) by its one lease: ${winners.length} resolved true, expected exactly 1`,
+      );
+      same(
+        (await kit.entry(twice)).record,
+        records[winners[0]!],
+        `record of ${twice} (the one replace that resolved true)`,
+      );
+      must(
+        await kit.store.settle(twice, leases[winners[0]!]!.id, { status: 'delivered' }),
+        `the winning replace's lease did not settle ${twice}`,
+      );
+    },
+  },
+  {
+    name: 'replace-lease-guarded',
+    needs: 'durable',
+    async run(kit) {
+      const key = kit.key('replace-guarded');
+      const lease = kit.lease();
+      const forged = kit.record(key, { custom_data: 'forged' });
+      must(await kit.store.receive(key, forged, lease), `receive(${key}) resolved false`);
+      const other = kit.lease();
+      must(
+        !(await kit.store.replace(key, kit.lease().id, kit.record(key), other)),
+        `replace(${key}) by a lease that never held it resolved true`,
+      );
+      same((await kit.entry(key)).record, forged, `the record of ${key} after a refused replace`);
+      must(
+        !(await kit.store.settle(key, other.id, { status: 'delivered' })),
+        `a refused replace's lease settled ${key}`,
+      );
+      const missing = kit.key('replace-missing');
+      must(
+        !(await kit.store.replace(missing, lease.id, kit.record(missing), kit.lease())),
+        'replace() of an unknown key resolved true',
+      );
+      must((await kit.store.get(missing)) === undefined, 'replace() of an unknown key created it');
+      must(
+        await kit.store.settle(key, lease.id, { status: 'delivered' }),
+        `the holding lease did not settle ${key}`,
+      );
+    },
+  },
+];

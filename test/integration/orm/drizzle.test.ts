@@ -1,0 +1,401 @@
+import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { count, eq, sql } from 'drizzle-orm';
+import { Client, Pool } from 'pg';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { drizzleTransactions } from 'ipn-kit/orm';
+import type { Statement } from 'ipn-kit/orm';
+import { getTableConfig, PgDialect, type PgTable } from 'drizzle-orm/pg-core';
+import {
+  deadNotifications,
+  drizzleRouter,
+  ipnInbox,
+  ipnInboxExpected,
+  ledger,
+} from '../../../examples/snippets/orm/drizzle.js';
+import { catalogOf } from '../../helpers/pg-catalog.js';
+import { ledgerSchema } from '../../helpers/ledger-schema.js';
+import { uniquePayload } from '../../helpers/payloads.js';
+import { servedRouters } from '../../helpers/servers.js';
+import { databaseUrl, describeWithService, eventually } from '../../helpers/services.js';
+import { ODD_SQL_TEXTS } from '../../helpers/odd-sql-texts.js';
+
+jest.setTimeout(30_000);
+
+const rows = (text: string, values: unknown[] = []): Statement => ({ text, values, returns: 'rows' });
+const changes = (text: string, values: unknown[] = []): Statement => ({ text, values, returns: 'count' });
+
+class Boom extends Error {}
+
+describeWithService('PostgreSQL', 'drizzleTransactions: the contract, over node-postgres', () => {
+  const schema = ledgerSchema('orm_drizzle');
+  let pool: Pool;
+  let db: ReturnType<typeof drizzle>;
+  let transactions: ReturnType<typeof drizzleTransactions<typeof db>>;
+  beforeAll(() => {
+    pool = schema.pool();
+    db = drizzle(pool);
+    transactions = drizzleTransactions(db);
+  });
+  const id = () => `tx-${String(Math.random()).slice(2)}`;
+  const ledgerCount = async (transactionId: string) =>
+    (await pool.query('SELECT count(*)::int AS n FROM ledger WHERE transaction_id = $1', [transactionId]))
+      .rows[0].n as number;
+
+  test('what a listener writes through tx commits when the work resolves, and the work’s value comes back', async () => {
+    const t = id();
+    const value = await transactions.transaction(async (tx) => {
+      await tx.insert(ledger).values({ transactionId: t, orderId: 'o', amount: '10' });
+      return 'done';
+    });
+    expect(value).toBe('done');
+    expect(await ledgerCount(t)).toBe(1);
+  });
+
+  test('a work that throws rolls back what tx wrote, and rejects with its error', async () => {
+    const t = id();
+    const thrown = transactions.transaction(async (tx) => {
+      await tx.insert(ledger).values({ transactionId: t, orderId: 'o', amount: '10' });
+      await transactions.query(tx, changes('INSERT INTO ledger VALUES ($1, $2, 1)', [t, 'p']));
+      throw new Boom('listener failed');
+    });
+    await expect(thrown).rejects.toBeInstanceOf(Boom);
+    expect(await ledgerCount(t)).toBe(0);
+  });
+
+  test('query runs inside tx: it sees the transaction’s writes, which another connection does not', async () => {
+    const t = id();
+    await transactions.transaction(async (tx) => {
+      await tx.insert(ledger).values({ transactionId: t, orderId: 'o', amount: '10' });
+      const inside = await transactions.query(
+        tx,
+        rows('SELECT order_id, amount FROM ledger WHERE transaction_id = $1', [t]),
+      );
+      expect(inside).toEqual({ rows: [{ order_id: 'o', amount: '10' }], count: 1 });
+      expect(await ledgerCount(t)).toBe(0);
+    });
+    expect(await ledgerCount(t)).toBe(1);
+  });
+
+  test('count is the rows a statement changed; rows what it returned', async () => {
+    const t = id();
+    await transactions.transaction(async (tx) => {
+      const inserted = await transactions.query(
+        tx,
+        rows("INSERT INTO ledger VALUES ($1, 'a', 1), ($1, 'b', 2), ($1, 'c', 3) RETURNING order_id", [t]),
+      );
+      expect(inserted.count).toBe(3);
+      expect(inserted.rows.map((row) => row.order_id).sort()).toEqual(['a', 'b', 'c']);
+      const updated = await transactions.query(
+        tx,
+        changes("UPDATE ledger SET amount = 0 WHERE transaction_id = $1 AND order_id <> 'a'", [t]),
+      );
+      expect(updated).toEqual({ rows: [], count: 2 });
+      const none = await transactions.query(
+        tx,
+        changes('DELETE FROM ledger WHERE transaction_id = $1', ['x']),
+      );
+      expect(none.count).toBe(0);
+      const selected = await transactions.query(tx, rows('SELECT 1 AS one WHERE false'));
+      expect(selected).toEqual({ rows: [], count: 0 });
+    });
+  });
+
+  test.each(ODD_SQL_TEXTS)(
+    'a value is bound as a parameter, never spliced into the text: %j',
+    async (value) => {
+      const { rows: back } = await transactions.transaction((tx) =>
+        transactions.query(
+          tx,
+          rows('SELECT $1::text AS v, $2::text[] AS a, length($1) AS n', [value, [value]]),
+        ),
+      );
+      expect(back).toEqual([{ v: value, a: [value], n: [...value].length }]);
+      const t = id();
+      await transactions.execute!(changes('INSERT INTO ledger VALUES ($1, $2, NULL)', [t, value]));
+      const [stored] = await db
+        .select({ orderId: ledger.orderId })
+        .from(ledger)
+        .where(eq(ledger.transactionId, t));
+      expect(stored?.orderId).toBe(value);
+    },
+  );
+
+  test('values of other types bind as pg binds them: numbers, null, dates, JSON text', async () => {
+    const at = new Date('2026-01-02T03:04:05.678Z');
+    const { rows: back } = await transactions.execute!(
+      rows('SELECT $1::int AS i, $2::text AS z, $3::timestamptz = $4::timestamptz AS same, $5::jsonb AS j', [
+        42,
+        null,
+        at,
+        '2026-01-02T03:04:05.678Z',
+        JSON.stringify({ a: "it's" }),
+      ]),
+    );
+    expect(back).toEqual([{ i: 42, z: null, same: true, j: { a: "it's" } }]);
+  });
+
+  test('execute runs on its own, outside any transaction: its write is visible at once', async () => {
+    const t = id();
+    const result = await transactions.execute!(changes('INSERT INTO ledger VALUES ($1, $2, 5)', [t, 'o']));
+    expect(result.count).toBe(1);
+    expect(await ledgerCount(t)).toBe(1);
+  });
+
+  test('a tx.transaction inside is a savepoint: its rollback keeps the outer writes, which commit', async () => {
+    const t = id();
+    await transactions.transaction(async (tx) => {
+      await tx.insert(ledger).values({ transactionId: t, orderId: 'outer', amount: '1' });
+      await expect(
+        tx.transaction(async (nested) => {
+          await nested.insert(ledger).values({ transactionId: t, orderId: 'nested', amount: '2' });
+          throw new Boom('nested failed');
+        }),
+      ).rejects.toBeInstanceOf(Boom);
+      const seen = await transactions.query(
+        tx,
+        rows('SELECT order_id FROM ledger WHERE transaction_id = $1', [t]),
+      );
+      expect(seen.rows).toEqual([{ order_id: 'outer' }]);
+    });
+    expect(await schema.ledgerOf(t)).toEqual([{ order_id: 'outer' }]);
+  });
+
+  test('a statement that fails rejects with PostgreSQL’s own error (its code), without the values in the message', async () => {
+    const secret = 'customer-phone-0700000000';
+    const failed = transactions.execute!(changes('INSERT INTO no_such_table VALUES ($1)', [secret]));
+    await expect(failed).rejects.toMatchObject({ code: '42P01' });
+    await expect(failed).rejects.not.toThrow(secret);
+  });
+
+  test('a failed statement leaves the transaction aborted: the work rejects, Drizzle rolls back', async () => {
+    const t = id();
+    const thrown = transactions.transaction(async (tx) => {
+      await tx.insert(ledger).values({ transactionId: t, orderId: 'o', amount: '1' });
+      await transactions.query(tx, changes('SELECT 1/0')).catch(() => {});
+      return transactions.query(tx, changes('UPDATE ledger SET amount = 2 WHERE transaction_id = $1', [t]));
+    });
+    await expect(thrown).rejects.toMatchObject({ code: '25P02' });
+    expect(await ledgerCount(t)).toBe(0);
+  });
+
+  test('options.config is the config of each db.transaction: the isolation level', async () => {
+    const serializable = drizzleTransactions(db, { config: { isolationLevel: 'serializable' } });
+    const level = await serializable.transaction((tx) =>
+      serializable.query(tx, rows('SELECT current_setting($1) AS level', ['transaction_isolation'])),
+    );
+    expect(level.rows).toEqual([{ level: 'serializable' }]);
+    const plain = await transactions.transaction((tx) =>
+      transactions.query(tx, rows('SELECT current_setting($1) AS level', ['transaction_isolation'])),
+    );
+    expect(plain.rows).toEqual([{ level: 'read committed' }]);
+  });
+
+  test('a Drizzle query of the inbox through tx reads the rows ipn-kit wrote', async () => {
+    const t = id();
+    await transactions.execute!(
+      changes(
+        "INSERT INTO ipn_inbox (key, transaction_id, state, record, status) VALUES ($1, $2, 'SUCCESSFUL', $3::jsonb, 'received')",
+        [`${t}:SUCCESSFUL`, t, JSON.stringify({ amount: 10 })],
+      ),
+    );
+    const found = await transactions.transaction((tx) =>
+      tx.select().from(ipnInbox).where(eq(ipnInbox.transactionId, t)),
+    );
+    expect(found).toEqual([
+      expect.objectContaining({
+        key: `${t}:SUCCESSFUL`,
+        state: 'SUCCESSFUL',
+        record: { amount: 10 },
+        status: 'received',
+        attempts: 0,
+        receivedAt: expect.any(Date),
+        deliveredAt: null,
+      }),
+    ]);
+    const [{ n }] = (await db
+      .select({ n: count() })
+      .from(ipnInbox)
+      .where(sql`${ipnInbox.key} = ${`${t}:SUCCESSFUL`}`)) as [{ n: number }];
+    expect(n).toBe(1);
+  });
+
+  test('a Drizzle database on one connection (a pg Client, or a pool’s client) is refused: deliveries at once would share its transaction', async () => {
+    const client = new Client({ connectionString: databaseUrl() });
+    expect(() => drizzleTransactions(drizzle(client))).toThrow(
+      /^drizzleTransactions: this Drizzle database runs on one connection \(a pg Client\).*drizzle\(new Pool\(\.\.\.\)\)$/,
+    );
+    const pooled = await pool.connect();
+    try {
+      expect(() => drizzleTransactions(drizzle(pooled))).toThrow(/runs on one connection/);
+    } finally {
+      pooled.release();
+    }
+    expect(() => drizzleTransactions(drizzle({ client: pool }))).not.toThrow();
+  });
+
+  test.each([null, undefined, 'db', {}, { transaction: () => {} }, new Map()])(
+    'drizzleTransactions(%p) throws a TypeError that says what it expected',
+    (value) => {
+      expect(() => drizzleTransactions(value as never)).toThrow(
+        /^drizzleTransactions: expected a Drizzle database \(drizzle\(pool\)/,
+      );
+    },
+  );
+});
+
+describeWithService(
+  'PostgreSQL',
+  'the Drizzle tables of the inbox: what store.migrate() made, as drizzle-kit reads it',
+  () => {
+    const schema = ledgerSchema('orm_drizzle_tables');
+    const dialect = new PgDialect();
+    const toSql = (value: Parameters<PgDialect['sqlToQuery']>[0]) => dialect.sqlToQuery(value).sql;
+
+    /** A column's default as PostgreSQL prints it: SQL (`defaultNow()`) as Drizzle writes it, a number as is. */
+    const defaultOf = (value: unknown): string | null => {
+      if (value === undefined) return null;
+      if (typeof value === 'number') return String(value);
+      return toSql(value as never);
+    };
+
+    /** The table as the Drizzle declaration describes it, in the catalog's terms. */
+    const declared = (table: PgTable) => {
+      const config = getTableConfig(table);
+      return {
+        columns: config.columns.map((column) => ({
+          name: column.name,
+          type: column.getSQLType(),
+          notNull: column.notNull,
+          default: defaultOf(column.default),
+        })),
+        primaryKey: [
+          ...config.columns.filter((column) => column.primary).map((column) => column.name),
+          ...config.primaryKeys.flatMap((key) => key.columns.map((column) => column.name)),
+        ],
+        checks: config.checks,
+        indexes: config.indexes.map(({ config: index }) => ({
+          name: index.name!,
+          unique: index.unique,
+          method: index.method,
+          columns: index.columns.map((column) => (column as { name: string }).name),
+        })),
+      };
+    };
+
+    test.each([
+      ['ipn_inbox', ipnInbox],
+      ['ipn_inbox_expected', ipnInboxExpected],
+    ] as const)(
+      '%s: the same columns (types, NOT NULL, defaults), primary key, check constraints and indexes',
+      async (name, table) => {
+        const client = await schema.pool().connect();
+        try {
+          const actual = await catalogOf(client, name);
+          const drizzle = declared(table);
+          expect(getTableConfig(table).name).toBe(name);
+          expect(drizzle.columns).toEqual(actual.columns);
+          expect(drizzle.primaryKey).toEqual(actual.primaryKey);
+          // drizzle-kit matches checks and indexes by name; their definitions are compared by adding Drizzle's
+          // beside PostgreSQL's, in a transaction rolled back, and reading both back as PostgreSQL prints them.
+          expect(drizzle.checks.map((check) => check.name).sort()).toEqual(
+            actual.checks.map((check) => check.name),
+          );
+          expect(drizzle.indexes.map((index) => index.name).sort()).toEqual(
+            actual.indexes.map((index) => index.name),
+          );
+          await client.query('BEGIN');
+          for (const check of drizzle.checks) {
+            await client.query(
+              `ALTER TABLE ${name} ADD CONSTRAINT "drizzle_${check.name}" CHECK (${toSql(check.value)})`,
+            );
+          }
+          for (const index of drizzle.indexes) {
+            const columns = index.columns.map((column) => `"${column}"`).join(', ');
+            await client.query(
+              `CREATE ${index.unique ? 'UNIQUE ' : ''}INDEX "drizzle_${index.name}" ON ${name} USING ${index.method ?? 'btree'} (${columns})`,
+            );
+          }
+          const both = await catalogOf(client, name);
+          const definitionOf = (list: Array<{ name: string; definition: string }>, wanted: string) =>
+            list.find((item) => item.name === wanted)?.definition.replace(`drizzle_${wanted}`, wanted);
+          for (const { name: check } of actual.checks) {
+            expect(definitionOf(both.checks, `drizzle_${check}`)).toBe(definitionOf(both.checks, check));
+          }
+          for (const { name: index } of actual.indexes) {
+            expect(definitionOf(both.indexes, `drizzle_${index}`)?.replace(`drizzle_${index}`, index)).toBe(
+              definitionOf(both.indexes, index),
+            );
+          }
+        } finally {
+          await client.query('ROLLBACK');
+          client.release();
+        }
+      },
+    );
+  },
+);
+
+describeWithService(
+  'PostgreSQL',
+  'the documented Drizzle snippets (examples/snippets/orm/drizzle.ts)',
+  () => {
+    const schema = ledgerSchema('orm_drizzle_snippet');
+    const serve = servedRouters();
+
+    test('drizzleRouter: a notification posted twice is credited once, through tx', async () => {
+      const { post } = await serve(drizzleRouter(schema.pool()));
+      const payload = uniquePayload({ custom_data: 'order-7' });
+      expect((await post(payload)).status).toBe(200);
+      expect((await post(payload)).status).toBe(200);
+      await eventually(
+        'delivered',
+        async () => (await schema.entryOf(schema.keyOf(payload)))?.status === 'delivered',
+      );
+      expect(await schema.ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'order-7' }]);
+    });
+
+    test("deadNotifications: the dead entries received since a date, through the inbox's declaration", async () => {
+      const t = `dead-${String(Math.random()).slice(2)}`;
+      await schema
+        .pool()
+        .query(
+          "INSERT INTO ipn_inbox (key, transaction_id, state, record, status, attempts, last_error) VALUES ($1, $2, 'SUCCESSFUL', '{}', 'dead', 8, 'gave up')",
+          [`${t}:SUCCESSFUL`, t],
+        );
+      const dead = await deadNotifications(drizzle(schema.pool()), new Date(Date.now() - 60_000));
+      expect(dead).toContainEqual({ key: `${t}:SUCCESSFUL`, attempts: 8, lastError: 'gave up' });
+      expect(await deadNotifications(drizzle(schema.pool()), new Date(Date.now() + 60_000))).toEqual([]);
+    });
+  },
+);
+
+describeWithService('PostgreSQL', 'a store through Drizzle alone (no pool): migrate()', () => {
+  const schema = `orm_drizzle_alone_${process.pid}_${Date.now() % 100_000}`;
+  const reference = ledgerSchema('orm_drizzle_reference');
+  let pool: Pool;
+  beforeAll(async () => {
+    pool = new Pool({ connectionString: databaseUrl(), max: 2, options: `-c search_path=${schema}` });
+    pool.on('error', () => {});
+    await pool.query(`CREATE SCHEMA ${schema}`);
+  });
+  afterAll(async () => {
+    await pool.query(`DROP SCHEMA ${schema} CASCADE`);
+    await pool.end();
+  });
+
+  test('makes the tables a pool-run migrate() makes (its several statements, one by one through Drizzle)', async () => {
+    const store = new PostgresStore({ transactions: drizzleTransactions(drizzle(pool)) });
+    await store.migrate();
+    await store.migrate(); // idempotent
+    for (const table of ['ipn_inbox', 'ipn_inbox_expected']) {
+      const made = await catalogOf(pool, table);
+      const expected = await catalogOf(reference.pool(), table);
+      const unqualified = (catalog: typeof made, name: string) =>
+        JSON.parse(JSON.stringify(catalog).replaceAll(`${name}.`, '')) as typeof made;
+      expect(unqualified(made, schema)).toEqual(unqualified(expected, reference.schema));
+    }
+  });
+});
+
+runOrmScenarios(require.resolve('../../fixtures/orm/drizzle.ts'));
