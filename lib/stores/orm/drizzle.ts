@@ -173,8 +173,13 @@ export function drizzleTransactions<Db extends DrizzleDatabase>(
   const config: unknown = options.config;
   return {
     name: 'Drizzle',
+    // Drizzle's own COMMIT that fails (a deferred constraint, a serialization failure) is wrapped too.
     transaction: <T>(work: (tx: DrizzleTransactionOf<Db>) => Promise<T>) =>
-      runner.transaction((tx) => work(tx as DrizzleTransactionOf<Db>), config) as Promise<T>,
+      (runner.transaction((tx) => work(tx as DrizzleTransactionOf<Db>), config) as Promise<T>).catch(
+        (error: unknown) => {
+          throw unwrap(error);
+        },
+      ),
     query: (tx, statement) => run(tx as DrizzleRunner, statement),
     execute: (statement) => run(runner, statement),
   };
