@@ -163,6 +163,30 @@ export function runOrmScenarios(fixturePath: string): void {
       expect(await ledger.entryOf(keyOf(payload))).toMatchObject({ attempts: 2 });
     });
 
+    test("a listener's write after its failed attempt ended (work it did not wait for) is never committed", async () => {
+      // Fails when a query through the ORM's transaction object, once that transaction has ended, runs on
+      // the connection the ORM gave back to its pool: outside any transaction, committed at once.
+      const ipn = router();
+      const late: Array<Promise<unknown>> = [];
+      ipn.on('successful', async (n, { tx, attempt }) => {
+        if (attempt > 1) return orm.credit(tx, n);
+        late.push(
+          new Promise((resolve) => setTimeout(resolve, 100))
+            .then(() => orm.credit(tx, n))
+            .catch((error: unknown) => error),
+        );
+      });
+      ipn.on('notification', (n, { attempt }) => {
+        if (attempt === 1) throw new Error('the order service is down');
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+      await Promise.all(late);
+      expect(await rows(payload.transaction_id)).toBe(1);
+    });
+
     test('a COMMIT that fails after the mark (a deferred constraint): neither lands; the retry credits once', async () => {
       // Fails when the adapter runs the mark outside the ORM's transaction: the mark would land alone.
       const ipn = router();
