@@ -103,6 +103,14 @@ const SURFACE: Record<string, string[]> = {
     'postgresSchemaSql',
     'postgresExpectationsSql',
   ],
+  mysql: [
+    'MysqlStore',
+    'MysqlStoreOptions',
+    'MysqlPool',
+    'MysqlPoolConnection',
+    'mysqlSchemaSql',
+    'mysqlExpectationsSql',
+  ],
   testing: [
     ...['createFakeProvider', 'FakeProvider', 'FakeProviderOptions'],
     ...['runStoreConformance', 'StoreConformanceOptions', 'StoreConformanceResult', 'ConformanceFailure'],

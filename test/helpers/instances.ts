@@ -1,6 +1,6 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
-import { databaseUrl, redisUrl } from './services.js';
+import { databaseUrl, mysqlUrl, redisUrl } from './services.js';
 
 const SCRIPT = join(__dirname, '..', 'processes', 'app-instance.ts');
 
@@ -24,6 +24,7 @@ export function startInstance(config: Record<string, unknown>): Promise<Instance
       INSTANCE: JSON.stringify(config),
       REDIS_URL: redisUrl(),
       DATABASE_URL: databaseUrl(),
+      MYSQL_URL: mysqlUrl(),
     },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });

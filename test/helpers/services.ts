@@ -27,8 +27,20 @@ export function databaseUrl(): string {
   return process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/test';
 }
 
+/** `MYSQL_URL`, or the local MySQL (or MariaDB)'s `test` database. */
+export function mysqlUrl(): string {
+  return process.env.MYSQL_URL || 'mysql://root@127.0.0.1:3306/test';
+}
+
 /** A service some suites need. */
-export type Service = 'Redis' | 'PostgreSQL';
+export type Service = 'Redis' | 'PostgreSQL' | 'MariaDB';
+
+/** The environment variable that points the suites at each service. */
+const URL_VARIABLES: Record<Service, string> = {
+  Redis: 'REDIS_URL',
+  PostgreSQL: 'DATABASE_URL',
+  MariaDB: 'MYSQL_URL',
+};
 
 /**
  * Each probe connects with the client the tests use (resolved by the parent, so the child finds it whatever
@@ -63,6 +75,16 @@ const PROBES: Record<Service, { url: () => string; client: string; script: strin
         () => client.end(),
         (error) => { console.error(error.message); process.exit(1); },
       );`,
+  },
+  // MySQL 8 or MariaDB: the store supports both; the suites run against whichever MYSQL_URL points at.
+  MariaDB: {
+    url: mysqlUrl,
+    client: 'mysql2/promise',
+    script: `
+      const { createConnection } = require(process.env.PROBE_CLIENT);
+      createConnection({ uri: process.env.PROBE_URL, connectTimeout: 3000 }).then(
+        (connection) => connection.query('SELECT 1').then(() => connection.end()),
+      ).catch((error) => { console.error(error.message); process.exit(1); });`,
   },
 };
 
@@ -103,9 +125,7 @@ export function describeWithService(service: Service, name: string, fn: () => vo
   if (process.env.CI === 'true') {
     throw new Error(`${where}: CI=true, so "${name}" fails instead of being skipped`);
   }
-  console.warn(
-    `${where}: skipping "${name}". Start ${service}, or point ${service === 'Redis' ? 'REDIS_URL' : 'DATABASE_URL'} at one.`,
-  );
+  console.warn(`${where}: skipping "${name}". Start ${service}, or point ${URL_VARIABLES[service]} at one.`);
   describe.skip(name, fn);
 }
 

@@ -74,11 +74,9 @@ try {
       'dist/cjs/index.d.ts',
       'dist/esm/index.js',
       'dist/esm/index.d.ts',
-      ...['redis', 'postgres', 'testing', 'prometheus', 'admin', 'fastify', 'orm'].flatMap((entry) => [
-        `dist/cjs/${entry}.js`,
-        `dist/esm/${entry}.js`,
-        `dist/cjs/${entry}.d.ts`,
-      ]),
+      ...['redis', 'postgres', 'mysql', 'testing', 'prometheus', 'admin', 'fastify', 'orm'].flatMap(
+        (entry) => [`dist/cjs/${entry}.js`, `dist/esm/${entry}.js`, `dist/cjs/${entry}.d.ts`],
+      ),
       'dist/cjs/cli.js',
     ]) {
       if (!paths.includes(expected)) throw new Error(`missing ${expected}`);
@@ -143,9 +141,11 @@ try {
       join(app, 'entries.cjs'),
       `const { RedisStore } = require('ipn-kit/redis');
 const { PostgresStore, postgresSchemaSql } = require('ipn-kit/postgres');
+const { MysqlStore, mysqlSchemaSql } = require('ipn-kit/mysql');
 const { createFakeProvider } = require('ipn-kit/testing');
 if (typeof RedisStore !== 'function' || typeof PostgresStore !== 'function') process.exit(1);
 if (!postgresSchemaSql('ipn_inbox').includes('ipn_inbox') || typeof createFakeProvider !== 'function') process.exit(1);
+if (typeof MysqlStore !== 'function' || !mysqlSchemaSql('ipn_inbox').includes('ipn_inbox')) process.exit(1);
 `,
     );
     run('node', ['entries.cjs'], app);

@@ -10,22 +10,28 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import Redis from 'ioredis';
 import { Pool } from 'pg';
+import { createPool } from 'mysql2/promise';
 import { createClient } from 'redis';
 import { ipnRouter, type Store } from '../../lib/index.js';
+import { MysqlStore } from '../../lib/mysql.js';
 import { PostgresStore } from '../../lib/postgres.js';
 import { RedisStore } from '../../lib/redis.js';
 
 interface InstanceConfig {
-  store: 'ioredis' | 'node-redis' | 'postgres';
+  store: 'ioredis' | 'node-redis' | 'postgres' | 'mysql';
   delivery: 'at-most-once' | 'at-least-once';
-  /** Redis key prefix or PostgreSQL table. */
+  /** Redis key prefix, or PostgreSQL or MySQL table. */
   namespace: string;
   /**
    * `count`: count events; `hang`: never settle (the process is to be killed); `credit`: insert a credit row;
    * `ledger`: insert a ledger row through the delivery transaction's `db` (no unique key: exactly once or
-   * a visible duplicate).
+   * a visible duplicate). With MySQL: `ledger` through the delivery's connection `db`; `ledger-hang` writes
+   * its ledger row so, then never settles (the process is to be killed).
    */
-  listener: 'count' | 'hang' | 'credit' | 'ledger';
+  listener: 'count' | 'hang' | 'credit' | 'ledger' | 'ledger-hang';
+  /** `ledger` with MySQL: throw after the write on each notification's first attempt. */
+  failFirst?: boolean;
+  retryDelayMs?: number;
   creditsTable?: string;
   ledgerTable?: string;
   /** Kill this process (SIGKILL, by itself) the `nth` time it reaches `point`, after appending it to `log`. */
@@ -51,7 +57,79 @@ function maybeCrash(point: CrashPoint): void {
   process.kill(process.pid, 'SIGKILL');
 }
 
+/** An instance over MySQL (MYSQL_URL): its listeners write the ledger through the delivery's `db`. */
+function mysqlMain(): void {
+  const pool = createPool({ uri: process.env.MYSQL_URL, connectionLimit: 6 });
+  if (config.crash) cutMysqlCommits(pool);
+  const ipn = ipnRouter({
+    store: new MysqlStore({ pool, table: config.namespace }),
+    delivery: config.delivery,
+    leaseMs: config.leaseMs,
+    retryDelayMs: config.retryDelayMs,
+    recoveryIntervalMs: config.recoveryIntervalMs,
+    logger: { debug() {}, info() {}, warn() {}, error() {} },
+  });
+  let successful = 0;
+  ipn.on('successful', async (n, { db, attempt }) => {
+    successful += 1;
+    if (config.listener === 'ledger' || config.listener === 'ledger-hang') {
+      if (db === undefined) throw new Error('no delivery transaction: the pool should hand out connections');
+      const insert = `INSERT INTO ${config.ledgerTable} (transaction_id, amount) VALUES (?, ?)`;
+      maybeCrash('before-write');
+      const writing = db.query(insert, [n.transaction_id, n.amount]);
+      setImmediate(() => maybeCrash('during-write'));
+      await writing;
+      maybeCrash('after-write');
+      if (config.failFirst && attempt === 1) throw new Error('the order service is down');
+    }
+    send({ type: 'started', id: n.transaction_id });
+    if (config.listener === 'hang' || config.listener === 'ledger-hang') await new Promise(() => {});
+  });
+  process.on('message', (message) => {
+    if (message === 'count') send({ type: 'count', successful });
+  });
+  const server = createServer(ipn).listen(0, '127.0.0.1', () => {
+    send({ type: 'ready', url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` });
+  });
+}
+
+/**
+ * Makes the COMMIT of each delivery transaction that wrote the ledger cuttable: before it is sent, once
+ * sent (its answer never read), after it. Other transactions (a lease's) are left alone.
+ */
+function cutMysqlCommits(pool: ReturnType<typeof createPool>): void {
+  const getConnection = pool.getConnection.bind(pool);
+  Object.assign(pool, {
+    getConnection: async () => {
+      const connection = await getConnection();
+      const query = connection.query.bind(connection) as (...args: unknown[]) => Promise<unknown>;
+      let wrote = false; // the transaction open on this connection wrote the ledger
+      Object.assign(connection, {
+        query: (...args: unknown[]) => {
+          const text = typeof args[0] === 'string' ? args[0] : '';
+          if (text.startsWith(`INSERT INTO ${config.ledgerTable}`)) wrote = true;
+          if (text === 'ROLLBACK') wrote = false;
+          if (text !== 'COMMIT' || !wrote) return query(...args);
+          wrote = false;
+          maybeCrash('before-commit');
+          const committing = query(...args);
+          setImmediate(() => maybeCrash('commit-sent'));
+          return committing.then((result) => {
+            maybeCrash('after-commit');
+            return result;
+          });
+        },
+      });
+      return connection;
+    },
+  });
+}
+
 async function main(): Promise<void> {
+  if (config.store === 'mysql') {
+    mysqlMain();
+    return;
+  }
   const pool = new Pool({ connectionString: process.env.DATABASE_URL, max: 4 });
   pool.on('error', () => {});
   if (config.crash) {

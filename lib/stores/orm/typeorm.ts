@@ -1,3 +1,4 @@
+import { StoreError } from '../../shared/errors.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
 import { describeArgument } from './argument.js';
 
@@ -77,7 +78,7 @@ export function typeormTransactions<D extends DataSourceLike>(dataSource: D): Tr
   // TypeORM's own words for it are "Driver not Connected".
   const initialized = (): void => {
     if (Reflect.get(dataSource, 'isInitialized') === false) {
-      throw new Error(
+      throw new StoreError(
         'typeormTransactions: the DataSource is not initialized: await dataSource.initialize() first',
       );
     }

@@ -1,0 +1,142 @@
+import type { DeliveryStatus, InboxEntry, Lease } from '../store.js';
+
+/** The widest key, lease id or claim token the table holds (`VARCHAR(255)`). */
+const MAX_ID = 255;
+
+/**
+ * A NUL or a lone surrogate: mysql2 writes a lone surrogate as U+FFFD, so a key holding one would come
+ * back as another key. The router never makes one (a transaction id is letters, digits and `._:-`).
+ */
+// eslint-disable-next-line no-control-regex -- the NUL is exactly what is looked for
+const UNSTORABLE = /[\u0000\p{Cs}]/u;
+
+/**
+ * Checks that `key` can stand in the key column exactly: at most 255 characters, no NUL, no lone surrogate.
+ * @throws TypeError for any other key.
+ */
+export function checkKey(key: string): string {
+  if (typeof key !== 'string' || key.length > MAX_ID || UNSTORABLE.test(key)) {
+    throw new TypeError(
+      `MysqlStore: a key must be a string of at most ${MAX_ID} characters, without a NUL or a lone surrogate, got ${JSON.stringify(key)}`,
+    );
+  }
+  return key;
+}
+
+/** `transaction_id:state`, split at the last `:` (a transaction id may contain one; a state never does). */
+export function splitKey(key: string): [string, string] {
+  const at = typeof key === 'string' ? checkKey(key).lastIndexOf(':') : -1;
+  if (at === -1) {
+    throw new TypeError(`MysqlStore: a key must be transaction_id:state, got ${String(key)}`);
+  }
+  return [key.slice(0, at), key.slice(at + 1)];
+}
+
+/** Checks a lease id or a claim token: a non-empty string that fits its column. */
+export function checkId(id: unknown, what: string): string {
+  if (typeof id !== 'string' || id === '' || id.length > MAX_ID || UNSTORABLE.test(id)) {
+    throw new TypeError(
+      `MysqlStore: ${what} must be a non-empty string of at most ${MAX_ID} characters, got ${JSON.stringify(id)}`,
+    );
+  }
+  return id;
+}
+
+/** The lease's length, checked, in whole milliseconds (at least 1). */
+export function leaseMs(lease: Lease): number {
+  if (typeof lease?.id !== 'string' || !Number.isFinite(lease.ms) || lease.ms <= 0) {
+    throw new TypeError(
+      `MysqlStore: a lease must have a non-empty id and a positive ms, got ${JSON.stringify(lease)}`,
+    );
+  }
+  checkId(lease.id, 'a lease id');
+  return Math.max(1, Math.round(lease.ms));
+}
+
+/** A `Date` as milliseconds since the epoch, checked. */
+export function msOfDate(date: unknown, what: string): number {
+  if (!(date instanceof Date) || Number.isNaN(date.getTime())) {
+    throw new TypeError(`MysqlStore: ${what} must be a valid Date, got ${String(date)}`);
+  }
+  return date.getTime();
+}
+
+/** A character outside ASCII: inside a JSON string, since JSON's own syntax is all ASCII. */
+const NON_ASCII = /[\u0080-\uffff]/g;
+
+/**
+ * The record as the JSON text to store, all ASCII: `JSON.stringify` escapes a NUL (`\u0000`) and a lone
+ * surrogate (`\ud83d`), and every other character outside ASCII is escaped here the same way (an emoji as
+ * its two `\uXXXX` halves). So the stored bytes are the same whatever the charset of the connection that
+ * writes or reads them (a pool made with `charset: 'utf8'`, MySQL's 3-byte utf8mb3, would otherwise write
+ * an emoji as bytes no utf8mb4 reader decodes), and `JSON.parse` gives back exactly the record. SQL's JSON
+ * functions (`JSON_VALUE(record, '$.custom_data')`) read the escapes as the characters.
+ */
+export function toStoredJson(record: Record<string, unknown>): string {
+  return JSON.stringify(record).replace(
+    NON_ASCII,
+    (character) => `\\u${character.charCodeAt(0).toString(16).padStart(4, '0')}`,
+  );
+}
+
+/** The record's `custom_data` as text, for the operator's search; `null` when it has none. */
+export function customDataOf(record: Record<string, unknown>): string | null {
+  const value = record.custom_data;
+  if (value === undefined || value === null) return null;
+  return typeof value === 'string' ? value : JSON.stringify(value);
+}
+
+/** At most this much of a failure's message is kept (the column holds 16 MB; a message is never that long). */
+const MAX_ERROR = 10_000;
+
+/** A failure's message as stored: cut at {@link MAX_ERROR} characters, so that the settle never fails on it. */
+export function errorText(error: unknown): string {
+  const text = String(error);
+  return text.length > MAX_ERROR ? `${text.slice(0, MAX_ERROR)}...` : text;
+}
+
+/** A row as mysql2 returns it: times as milliseconds (numbers, or strings with `bigNumberStrings`). */
+interface InboxRow {
+  key: string;
+  transaction_id: string;
+  state: string;
+  record: unknown;
+  status: DeliveryStatus;
+  attempts: number | string;
+  last_error: string | null;
+  received_at: number | string;
+  updated_at: number | string;
+  next_attempt_at: number | string;
+  delivered_at: number | string | null;
+  lease_until: number | string | null;
+}
+
+/** A row as an `InboxEntry`: camelCase, dates as `Date`, the record as an object. */
+export function toEntry(value: unknown): InboxEntry {
+  const row = value as InboxRow;
+  return {
+    key: String(row.key),
+    transactionId: String(row.transaction_id),
+    state: String(row.state),
+    record: recordOf(row.record),
+    status: row.status,
+    attempts: Number(row.attempts),
+    lastError: row.last_error === null ? null : String(row.last_error),
+    receivedAt: toDate(row.received_at),
+    updatedAt: toDate(row.updated_at),
+    nextAttemptAt: toDate(row.next_attempt_at),
+    deliveredAt: row.delivered_at === null ? null : toDate(row.delivered_at),
+    leaseUntil: row.lease_until === null ? null : toDate(row.lease_until),
+  };
+}
+
+/** The stored record: JSON text (a `Buffer` when the pool reads text as binary), or already parsed. */
+function recordOf(stored: unknown): Record<string, unknown> {
+  if (typeof stored === 'string') return JSON.parse(stored) as Record<string, unknown>;
+  if (Buffer.isBuffer(stored)) return JSON.parse(stored.toString('utf8')) as Record<string, unknown>;
+  return stored as Record<string, unknown>;
+}
+
+function toDate(ms: number | string): Date {
+  return new Date(Number(ms));
+}

@@ -1,0 +1,227 @@
+/** One part of a table name: an unquoted-style identifier, within MySQL's 64-character limit. */
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
+
+/** The expectations table's suffix: the inbox name is shortened so that the whole stays within 64. */
+const EXPECTED_SUFFIX = '_expected';
+
+/** A table name checked and quoted for SQL, with the expectations table's name beside it. */
+export interface MysqlTableNames {
+  /** As given: `ipn_inbox` or `database.ipn_inbox`. */
+  name: string;
+  /** Quoted for SQL: `` `ipn_inbox` `` or `` `database`.`ipn_inbox` ``. */
+  quoted: string;
+  /** The quoted name of the expectations table, `<table>_expected`, in the same database. */
+  expected: string;
+}
+
+/**
+ * Checks `table` (`name` or `database.name`, each of letters, digits and underscores, not starting with a
+ * digit) and quotes it with backticks.
+ * @throws TypeError when `table` is not such a name.
+ */
+export function mysqlTableNames(table: unknown, owner = 'MysqlStore'): MysqlTableNames {
+  const parts = typeof table === 'string' ? table.split('.') : [];
+  if (parts.length < 1 || parts.length > 2 || !parts.every((part) => IDENTIFIER.test(part))) {
+    throw new TypeError(
+      `${owner}: table must be a name such as 'ipn_inbox' or 'app.ipn_inbox' (letters, digits and ` +
+        `underscores, at most 64 per part, not starting with a digit), got ${JSON.stringify(table) ?? String(table)}`,
+    );
+  }
+  const quote = (part: string): string => `\`${part}\``;
+  const name = parts[parts.length - 1]!;
+  const expected = `${name.slice(0, 64 - EXPECTED_SUFFIX.length)}${EXPECTED_SUFFIX}`;
+  return {
+    name: table as string,
+    quoted: parts.map(quote).join('.'),
+    expected: [...parts.slice(0, -1), expected].map(quote).join('.'),
+  };
+}
+
+/**
+ * The SQL that creates the inbox table, for teams that run their own migrations (the same statement
+ * `MysqlStore.migrate()` runs). Idempotent: `IF NOT EXISTS`. One statement, so that it runs through a pool
+ * without `multipleStatements`.
+ *
+ * - The key `transaction_id:state` is the primary key, in a binary collation: MySQL's default collations
+ *   ignore case, and `tx1:successful` must not be a resend of `TX1:SUCCESSFUL`.
+ * - The record is the notification's JSON text in a `LONGTEXT`, all ASCII: every character outside ASCII
+ *   is escaped (`\u00e9`; a NUL, a lone surrogate, an emoji's halves too), so every record round-trips
+ *   exactly, whatever the charset of the connections that write and read it. (A `JSON` column would
+ *   re-encode it: MariaDB's is a `LONGTEXT` anyway, and MySQL's refuses a lone surrogate.) `custom_data` is
+ *   kept beside it as text (utf8mb4), for the operator's search.
+ * - Times are `DATETIME(3)` in UTC, written with `UTC_TIMESTAMP(3)` (never `NOW()`, which follows the
+ *   session's time zone) and read as milliseconds since the epoch, so that no time zone setting of the
+ *   server, the session or the driver moves them.
+ *
+ * @param table `name` or `database.name`. @default 'ipn_inbox'
+ * @throws TypeError when `table` is not such a name.
+ * @example
+ * // In a migration of your own (knex, a .sql file):
+ * import { mysqlSchemaSql } from 'ipn-kit/mysql';
+ * await pool.query(mysqlSchemaSql('ipn_inbox'));
+ */
+export function mysqlSchemaSql(table = 'ipn_inbox'): string {
+  const { quoted } = mysqlTableNames(table, 'mysqlSchemaSql');
+  return `CREATE TABLE IF NOT EXISTS ${quoted} (
+  \`key\` VARCHAR(255) NOT NULL,
+  transaction_id VARCHAR(255) NOT NULL,
+  state VARCHAR(32) NOT NULL,
+  record LONGTEXT NOT NULL,
+  custom_data LONGTEXT NULL,
+  status VARCHAR(16) NOT NULL,
+  attempts INT NOT NULL DEFAULT 0,
+  last_error MEDIUMTEXT NULL,
+  received_at DATETIME(3) NOT NULL,
+  updated_at DATETIME(3) NOT NULL,
+  next_attempt_at DATETIME(3) NOT NULL,
+  delivered_at DATETIME(3) NULL,
+  lease_id VARCHAR(255) NULL,
+  lease_until DATETIME(3) NULL,
+  PRIMARY KEY (\`key\`),
+  KEY ipn_kit_due (status, received_at),
+  CHECK (status IN ('received', 'delivered', 'failed', 'dead')),
+  CHECK (\`key\` = CONCAT(transaction_id, ':', state))
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`;
+}
+
+/**
+ * The SQL that creates the expectations table beside the inbox `table` (`<table>_expected`), for teams
+ * that run their own migrations; `MysqlStore.migrate()` runs it too. Idempotent. Times are the app's clock
+ * in milliseconds since the epoch.
+ * @example
+ * import { mysqlExpectationsSql } from 'ipn-kit/mysql';
+ * await pool.query(mysqlExpectationsSql('ipn_inbox'));
+ */
+export function mysqlExpectationsSql(table = 'ipn_inbox'): string {
+  const { expected } = mysqlTableNames(table, 'mysqlExpectationsSql');
+  return `CREATE TABLE IF NOT EXISTS ${expected} (
+  transaction_id VARCHAR(255) NOT NULL,
+  custom_data LONGTEXT NULL,
+  amount DOUBLE NULL,
+  expected_at BIGINT NOT NULL,
+  due_at BIGINT NOT NULL,
+  attempts INT NOT NULL DEFAULT 0,
+  PRIMARY KEY (transaction_id),
+  KEY ipn_kit_due (due_at)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`;
+}
+
+/** The database's now, in UTC whatever the session's time zone. */
+export const NOW = 'UTC_TIMESTAMP(3)';
+
+/** The epoch as a `DATETIME`: times go in and out as milliseconds from it, never through a time zone. */
+const EPOCH = "TIMESTAMP'1970-01-01 00:00:00'";
+
+/** The `DATETIME` of `ms` milliseconds since the epoch, bound as `?`. */
+export const AT = `(${EPOCH} + INTERVAL (? * 1000) MICROSECOND)`;
+
+/** `?` milliseconds after the database's now. */
+const FROM_NOW = `(${NOW} + INTERVAL (? * 1000) MICROSECOND)`;
+
+/** A `DATETIME` column (or expression) as milliseconds since the epoch. */
+export const msOf = (column: string): string => `(TIMESTAMPDIFF(MICROSECOND, ${EPOCH}, ${column}) DIV 1000)`;
+
+/** The columns an `InboxEntry` is read from, times as milliseconds since the epoch. */
+const COLUMNS = [
+  '`key`',
+  'transaction_id',
+  'state',
+  'record',
+  'status',
+  'attempts',
+  'last_error',
+  ...['received_at', 'updated_at', 'next_attempt_at', 'delivered_at', 'lease_until'].map(
+    (column) => `${msOf(column)} AS ${column}`,
+  ),
+].join(', ');
+
+/** The columns a receive writes, and one row of its values (key, transaction id, state, record, custom_data, lease id, ms). */
+const RECEIVED_COLUMNS = `\`key\`, transaction_id, state, record, custom_data, status, attempts, received_at,
+  updated_at, next_attempt_at, lease_id, lease_until`;
+const RECEIVED_ROW = `(?, ?, ?, ?, ?, 'received', 1, ${NOW}, ${NOW}, ${NOW}, ?, ${FROM_NOW})`;
+
+/** Lease columns cleared when an attempt ends. */
+const END_LEASE = `lease_id = NULL, lease_until = NULL, updated_at = ${NOW}`;
+
+/**
+ * Every statement the store runs on `table`, with `?` for every value. Each compares times with the
+ * database's `UTC_TIMESTAMP(3)`, so that instances whose clocks disagree still agree on what is due and
+ * leased. A `count` statement's count is `affectedRows`, which mysql2 gives as the rows matched (its
+ * default `FOUND_ROWS` flag).
+ */
+export function mysqlInboxSql(table: string) {
+  const t = mysqlTableNames(table).quoted;
+  return {
+    // The claim's token is kept in lease_id, so that the same claim asked again (its answer was lost) is
+    // recognised as this caller's own. A plain INSERT (its duplicate key error caught), not INSERT IGNORE,
+    // which would also turn a value the table refuses into a warning and a truncated row.
+    claim: `INSERT INTO ${t} (\`key\`, transaction_id, state, record, status, received_at, updated_at,
+        next_attempt_at, delivered_at, lease_id)
+      VALUES (?, ?, ?, '{}', 'delivered', ${NOW}, ${NOW}, ${NOW}, ${NOW}, ?)`,
+    claimedBy: `SELECT 1 AS claimed FROM ${t} WHERE \`key\` = ? AND lease_id = ? AND record = '{}'`,
+    release: `DELETE FROM ${t} WHERE \`key\` = ? AND (? IS NULL OR lease_id = ?)`,
+    receive: `INSERT INTO ${t} (${RECEIVED_COLUMNS}) VALUES ${RECEIVED_ROW}`,
+    // Group commit: many receives in one statement, in key order (the store sorts them), so that two
+    // instances inserting overlapping batches (a burst resent to both) take the keys' locks in the same
+    // order. A key already there is left as it is (the update sets nothing), where a plain INSERT would fail
+    // the whole batch; which rows this batch inserted is read next (`receivedBy`).
+    receiveMany: (count: number) => `INSERT INTO ${t} (${RECEIVED_COLUMNS})
+      VALUES ${Array.from({ length: count }, () => RECEIVED_ROW).join(', ')}
+      ON DUPLICATE KEY UPDATE \`key\` = \`key\``,
+    // Each receive has a lease id of its own: a row holding it is the one that receive inserted.
+    receivedBy: `SELECT \`key\`, lease_id FROM ${t} WHERE \`key\` IN (?)`,
+    // One statement: the row goes from the contradicted copy to the service's record, never through absent.
+    replace: `UPDATE ${t} SET record = ?, custom_data = ?, status = 'received', attempts = 1,
+        last_error = NULL, next_attempt_at = ${NOW}, lease_id = ?, lease_until = ${FROM_NOW},
+        updated_at = ${NOW}
+      WHERE \`key\` = ? AND lease_id = ?`,
+    // SKIP LOCKED: a concurrent lease passes over the rows another one is taking instead of waiting for
+    // them. One status at a time, read in the order of the index (status, received_at, key): InnoDB locks
+    // every row it reads before a sort, so a sorted read would lock every due row and leave none to the
+    // other instances; read in order, it stops at the limit. MySQL has no UPDATE ... RETURNING: the rows
+    // are locked here, then updated and read by key in the same transaction. The limit is a checked whole
+    // number, written in.
+    due: (status: 'received' | 'failed', limit: number) => `SELECT \`key\` FROM ${t} FORCE INDEX (ipn_kit_due)
+      WHERE status = '${status}' AND next_attempt_at <= ${NOW}
+        AND (lease_until IS NULL OR lease_until < ${NOW})
+      ORDER BY received_at, \`key\` LIMIT ${limit} FOR UPDATE SKIP LOCKED`,
+    // Whether anything is due, without a lock or a transaction: most lease passes find nothing, and end here.
+    anyDue: `SELECT 1 AS due FROM ${t}
+      WHERE status IN ('received', 'failed') AND next_attempt_at <= ${NOW}
+        AND (lease_until IS NULL OR lease_until < ${NOW})
+      LIMIT 1`,
+    take: `UPDATE ${t} SET lease_id = ?, lease_until = ${FROM_NOW}, attempts = attempts + 1,
+        updated_at = ${NOW}
+      WHERE \`key\` IN (?)`,
+    taken: `SELECT ${COLUMNS} FROM ${t} WHERE \`key\` IN (?) AND lease_id = ? ORDER BY received_at, \`key\``,
+    delivered: `UPDATE ${t} SET status = 'delivered', delivered_at = ${NOW}, ${END_LEASE}
+      WHERE \`key\` = ? AND lease_id = ?`,
+    failed: `UPDATE ${t} SET status = 'failed', last_error = ?, next_attempt_at = ${AT}, ${END_LEASE}
+      WHERE \`key\` = ? AND lease_id = ?`,
+    dead: `UPDATE ${t} SET status = 'dead', last_error = ?, ${END_LEASE} WHERE \`key\` = ? AND lease_id = ?`,
+    // Each filter is off when its parameter is null (each is bound twice). LOCATE, not LIKE: a % or _ in
+    // the text is looked for as it is.
+    list: (newest: boolean, limit: number, offset: number) => `SELECT ${COLUMNS} FROM ${t}
+      WHERE (? IS NULL OR status = ?)
+        AND (? IS NULL OR transaction_id = ?)
+        AND (? IS NULL OR LOCATE(LOWER(?), LOWER(custom_data)) > 0)
+        AND (? IS NULL OR received_at >= ${AT})
+        AND (? IS NULL OR received_at < ${AT})
+      ORDER BY ${newest ? 'received_at DESC, `key` DESC' : 'received_at, `key`'}
+      LIMIT ${limit} OFFSET ${offset}`,
+    countByStatus: `SELECT status, COUNT(*) AS count FROM ${t}
+      WHERE ? IS NULL OR received_at >= ${AT} GROUP BY status`,
+    get: `SELECT ${COLUMNS} FROM ${t} WHERE \`key\` = ?`,
+    // A replay keeps a live lease (an attempt still running finishes first, alone) and skips the rows
+    // claim() writes, which hold no notification to deliver.
+    replay: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = ${NOW}, updated_at = ${NOW}
+      WHERE \`key\` = ? AND record <> '{}'`,
+    replayDead: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = ${NOW},
+        updated_at = ${NOW}
+      WHERE status = 'dead' AND record <> '{}'`,
+    purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ${AT}`,
+  };
+}
+
+/** The statements of {@link mysqlInboxSql}. */
+export type MysqlInboxSql = ReturnType<typeof mysqlInboxSql>;

@@ -1,0 +1,505 @@
+import { createHash, randomUUID } from 'node:crypto';
+import { createBatcher } from '../postgres-batch.js';
+import { afterMigration, markMigration, trackMigration } from '../postgres-migrations.js';
+import { openOrmTransaction } from '../orm-transaction.js';
+import { isTransactions, type Statement, type Transactions } from '../transactions.js';
+import type {
+  DeliveryStatus,
+  DeliveryTransaction,
+  DurableStore,
+  InboxEntry,
+  Lease,
+  ListOptions,
+  Settlement,
+  StatusCounts,
+} from '../store.js';
+import { messageOf, StoreError } from '../../shared/errors.js';
+import { MysqlExpectations } from './mysql-expectations.js';
+import {
+  affectedOf,
+  DUPLICATE_KEY,
+  errnoOf,
+  INCORRECT_STRING,
+  inTransaction,
+  isCallbackPool,
+  isMysqlPool,
+  NO_SUCH_TABLE,
+  rowsOf,
+  type MysqlConnectionOf,
+  type MysqlPool,
+  type MysqlPoolConnection,
+  type MysqlQueryResult,
+  unfitSession,
+} from './mysql-pool.js';
+import {
+  checkId,
+  checkKey,
+  customDataOf,
+  errorText,
+  leaseMs,
+  msOfDate,
+  splitKey,
+  toEntry,
+  toStoredJson,
+} from './mysql-rows.js';
+import {
+  mysqlExpectationsSql,
+  mysqlInboxSql,
+  mysqlSchemaSql,
+  mysqlTableNames,
+  type MysqlInboxSql,
+} from './mysql-sql.js';
+import { explainMysql, openPoolTransaction } from './mysql-transaction.js';
+
+/**
+ * Options of {@link MysqlStore}.
+ * @inline
+ */
+export interface MysqlStoreOptions<
+  P extends MysqlPool = MysqlPool,
+  T extends Transactions<any> | undefined = undefined, // eslint-disable-line @typescript-eslint/no-explicit-any
+> {
+  /**
+   * Your mysql2 promise pool (`createPool()` from `mysql2/promise`; for a pool of the callback API, pass
+   * `pool.promise()`). The store runs its statements through it and never ends it. At least once without
+   * `transactions`, a delivery attempt whose listeners query `db` holds one connection of it from that
+   * first query to its commit, and a lease pass that finds entries due takes one for its transaction:
+   * size `connectionLimit` for those concurrent deliveries plus the receives. Keep mysql2's default flags (`FOUND_ROWS`: a count
+   * is of the rows matched) and the server's default `sql_mode` on backslash escapes.
+   */
+  pool: P;
+  /**
+   * Your ORM's transactions (`knexTransactions(knex)`, ... from `ipn-kit/orm`, made for MySQL): at least
+   * once, each delivery attempt runs in a transaction of your ORM, listeners write through its transaction
+   * object (their context's `tx`), and the store marks the entry delivered inside it. Point the ORM at the
+   * same database as `pool`.
+   * @default undefined: delivery transactions on `pool`'s connections, as `tx` and `db`
+   */
+  transactions?: T;
+  /**
+   * The inbox table: `name` or `database.name`, of letters, digits and underscores. The expectations table
+   * is `<table>_expected` beside it.
+   * @default 'ipn_inbox'
+   */
+  table: string;
+}
+
+/**
+ * The listeners' `tx` of a store: the ORM's transaction, or the pool's connection.
+ * @inline
+ */
+type TxOf<P, T> = T extends Transactions<infer Tx> ? Tx : MysqlConnectionOf<P>;
+/**
+ * The listeners' `db` of a store: the pool's connection, or none with an ORM's transactions.
+ * @inline
+ */
+type DbOf<P, T> = T extends Transactions<unknown> ? never : MysqlConnectionOf<P>;
+
+const STATUSES: ReadonlySet<string> = new Set<DeliveryStatus>(['received', 'delivered', 'failed', 'dead']);
+
+/** How long `migrate()` waits for another process's migration of the same table, in seconds. */
+const MIGRATE_LOCK_SECONDS = 60;
+
+/**
+ * A dedupe store and durable inbox in MySQL 8 or MariaDB 10.6+, shared by every instance of your app. A
+ * notification's row is keyed by `transaction_id:state`: the primary key makes a claim (or a receive)
+ * atomic across instances.
+ *
+ * - As a plain store (the router's default, at-most-once mode), `claim` inserts a `delivered` row with an
+ *   empty `record`. The router's `ttlMs` does not apply: rows stay until you purge them (`purge(before)`),
+ *   and until then a resend is dropped.
+ * - As a durable inbox (`delivery: 'at-least-once'`), each notification is stored whole, and its delivery
+ *   attempts are leased (`SELECT ... FOR UPDATE SKIP LOCKED`), settled and retried through the table.
+ *   Receives that arrive together are inserted as one statement (group commit).
+ *
+ * Create the tables once with {@link MysqlStore.migrate} (safe to run on every start, from every instance
+ * at once), or with {@link mysqlSchemaSql} and {@link mysqlExpectationsSql} in your own migrations. Every
+ * time comparison uses the database's clock, in UTC. Give it your own mysql2 pool; ipn-kit loads no MySQL
+ * package, and `ipn.close()` leaves the pool open.
+ *
+ * With `delivery: 'at-least-once'`, each delivery attempt runs in a transaction: the listeners get a
+ * connection of the pool as `tx` and `db`, and what they write through it commits together with the
+ * `delivered` mark, or rolls back with a failed attempt (see {@link MysqlStore.begin}).
+ *
+ * @example
+ * import { createPool } from 'mysql2/promise';
+ * import { ipnRouter } from 'ipn-kit';
+ * import { MysqlStore } from 'ipn-kit/mysql';
+ *
+ * const pool = createPool(process.env.MYSQL_URL ?? 'mysql://root@127.0.0.1:3306/app');
+ * const store = new MysqlStore({ pool });
+ * await store.migrate();
+ * const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+ * ipn.on('successful', async (n, { db }) => {
+ *   await db.query('INSERT INTO ledger (transaction_id, amount) VALUES (?, ?)', [n.transaction_id, n.amount]);
+ * });
+ * app.use('/ipn', ipn);
+ */
+export class MysqlStore<
+  P extends MysqlPool = MysqlPool,
+  T extends Transactions<any> | undefined = undefined, // eslint-disable-line @typescript-eslint/no-explicit-any
+> implements DurableStore {
+  /** This store keeps each notification and its delivery state: the router may deliver at least once. */
+  readonly durable = true as const;
+  /** The table, as given. */
+  readonly table: string;
+  /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
+  readonly expectations: MysqlExpectations;
+  readonly #pool: MysqlPool;
+  readonly #transactions: Transactions | undefined;
+  readonly #sql: MysqlInboxSql;
+  /** Receives that arrive together go as one statement (group commit). */
+  readonly #receives = createBatcher((batch: unknown[][]) => this.#receiveMany(batch));
+
+  /**
+   * @throws TypeError when `pool` is not a mysql2 promise pool (`query` and `getConnection`), `transactions`
+   * is not a `Transactions`, or `table` is not a valid name.
+   */
+  constructor(options: Pick<MysqlStoreOptions<P, T>, 'pool'> & Partial<MysqlStoreOptions<P, T>>) {
+    const given = options as Partial<MysqlStoreOptions<P, T>> | undefined;
+    const transactions: unknown = given?.transactions;
+    if (transactions !== undefined && !isTransactions(transactions)) {
+      throw new TypeError(
+        'MysqlStore: transactions must come from ipn-kit/orm (knexTransactions(knex), ...), or be an object with transaction(work) and query(tx, statement)',
+      );
+    }
+    const pool: unknown = given?.pool;
+    if (!isMysqlPool(pool) || isCallbackPool(pool)) {
+      throw new TypeError(
+        isCallbackPool(pool)
+          ? 'MysqlStore: pool is a pool of the callback API (mysql2): pass pool.promise(), or create it with createPool from mysql2/promise'
+          : 'MysqlStore: pool must be a mysql2 promise pool (createPool() from mysql2/promise), or an object with its query(sql, values) and getConnection() methods',
+      );
+    }
+    this.table = mysqlTableNames(given?.table ?? 'ipn_inbox').name;
+    this.#pool = pool;
+    this.#transactions = transactions;
+    this.#sql = mysqlInboxSql(this.table);
+    this.expectations = new MysqlExpectations(
+      {
+        query: (text, values) => this.#query(text, values, 'expectations'),
+        transaction: (work) => this.#transaction(work, 'expectations'),
+      },
+      this.table,
+    );
+  }
+
+  /**
+   * Creates the inbox table and the expectations table beside it (`<table>_expected`) if they do not exist.
+   * Idempotent, and safe to run from several processes at once: a named lock (`GET_LOCK`) makes them take
+   * turns.
+   */
+  async migrate(): Promise<void> {
+    // Recorded at once, before any await: a query of the router's first recovery pass that finds no table
+    // meanwhile waits for it and runs again, so the documented start logs no missing table.
+    await trackMigration(this.#pool, this.table, async () => {
+      const lock = `ipn-kit:${createHash('sha1').update(this.table).digest('hex').slice(0, 40)}`;
+      let connection: MysqlPoolConnection | undefined;
+      try {
+        connection = await this.#pool.getConnection();
+        const [row] = rowsOf(
+          await connection.query('SELECT GET_LOCK(?, ?) AS locked', [lock, MIGRATE_LOCK_SECONDS]),
+        );
+        if (Number(row?.locked) !== 1) {
+          throw new StoreError(
+            `MysqlStore.migrate: another migrate() held the lock ${lock} for ${MIGRATE_LOCK_SECONDS} s`,
+          );
+        }
+        const unfit = await unfitSession(connection);
+        if (unfit !== undefined) throw new StoreError(`MysqlStore.migrate: ${unfit}`);
+        await connection.query(mysqlSchemaSql(this.table));
+        await connection.query(mysqlExpectationsSql(this.table));
+        await connection.query('SELECT RELEASE_LOCK(?)', [lock]);
+        connection.release();
+      } catch (error) {
+        connection?.destroy(); // closing the connection lets go of its lock
+        if (error instanceof StoreError) throw error;
+        throw new StoreError(
+          `MysqlStore.migrate: could not create the table ${this.table}: ${messageOf(error)} (the user needs ` +
+            'CREATE on the database; or create it with the SQL of mysqlSchemaSql() in your migrations)',
+          { cause: error },
+        );
+      }
+    });
+  }
+
+  /**
+   * Inserts a `delivered` row for `key`, unless one exists. `ttlMs` is not applied: purge old rows instead.
+   * @returns `true` when this call inserted the row (or an earlier call with the same `token` did), `false`
+   * when the key was already there.
+   */
+  async claim(key: string, ttlMs: number, token: string = randomUUID()): Promise<boolean> {
+    const [transactionId, state] = splitKey(key);
+    checkId(token, 'a claim token');
+    if (await this.#insert(this.#sql.claim, [key, transactionId, state, token])) return true;
+    return rowsOf(await this.#query(this.#sql.claimedBy, [key, token])).length > 0;
+  }
+
+  /**
+   * Deletes the row of `key`, so that the next claim or receive of it succeeds; given `leaseId`, only while
+   * that lease holds it.
+   */
+  async release(key: string, leaseId?: string): Promise<void> {
+    checkKey(key);
+    await this.#query(this.#sql.release, [key, leaseId ?? null, leaseId ?? null]);
+  }
+
+  /** Inserts `record` as `received`, attempts 1, leased to `lease` (until the database's now + `lease.ms`). */
+  async receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
+    const [transactionId, state] = splitKey(key);
+    const ms = leaseMs(lease);
+    const values = [key, transactionId, state, toStoredJson(record), customDataOf(record), lease.id, ms];
+    return this.#receives(values);
+  }
+
+  /**
+   * One batch of receives: one statement, one commit (then one read of which rows it inserted). A key
+   * received twice in one batch is inserted once, and only its first caller is told so. A failed batch
+   * rejects every caller: each receive answers 503.
+   */
+  async #receiveMany(batch: unknown[][]): Promise<boolean[]> {
+    if (batch.length === 1) return [await this.#insert(this.#sql.receive, batch[0]!)];
+    const first = new Map<string, number>(); // each key's first caller
+    batch.forEach((values, index) => {
+      if (!first.has(values[0] as string)) first.set(values[0] as string, index);
+    });
+    const keys = [...first.keys()].sort();
+    const rows = keys.map((key) => batch[first.get(key)!]!);
+    await this.#query(this.#sql.receiveMany(rows.length), rows.flat());
+    const held = new Map(
+      rowsOf(await this.#query(this.#sql.receivedBy, [keys])).map((row) => [row.key, row.lease_id]),
+    );
+    return batch.map(
+      (values, index) => first.get(values[0] as string) === index && held.get(values[0]) === values[5],
+    );
+  }
+
+  /** Puts the service's `record` in place of the entry `leaseId` holds, in one statement (see `DurableStore`). */
+  async replace(
+    key: string,
+    leaseId: string,
+    record: Record<string, unknown>,
+    lease: Lease,
+  ): Promise<boolean> {
+    checkKey(key);
+    const ms = leaseMs(lease);
+    const values = [toStoredJson(record), customDataOf(record), lease.id, ms, key, leaseId];
+    return affectedOf(await this.#query(this.#sql.replace, values)) === 1;
+  }
+
+  /**
+   * Leases up to `limit` due entries in one transaction, received ones first, then failed ones due for a
+   * retry, each oldest first: their rows are locked with `FOR UPDATE SKIP LOCKED` (instances leasing at the
+   * same time get disjoint entries), updated, then read. A pass that finds nothing due takes no connection
+   * for a transaction.
+   */
+  async lease(lease: Lease, limit: number): Promise<InboxEntry[]> {
+    if (!Number.isInteger(limit) || limit < 0) {
+      throw new TypeError(`MysqlStore.lease: limit must be a whole number, got ${limit}`);
+    }
+    const ms = leaseMs(lease);
+    if (limit === 0) return [];
+    if (rowsOf(await this.#query(this.#sql.anyDue, [])).length === 0) return [];
+    return this.#transaction(async (connection) => {
+      // New notifications first, then failed ones due for a retry, each oldest first.
+      const keys = rowsOf(await connection.query(this.#sql.due('received', limit))).map((row) => row.key);
+      if (keys.length < limit) {
+        const failed = await connection.query(this.#sql.due('failed', limit - keys.length));
+        keys.push(...rowsOf(failed).map((row) => row.key));
+      }
+      if (keys.length === 0) return [];
+      await connection.query(this.#sql.take, [lease.id, ms, keys]);
+      return rowsOf(await connection.query(this.#sql.taken, [keys, lease.id])).map(toEntry);
+    });
+  }
+
+  /** Ends the attempt, only while `leaseId` still holds the entry. A failure's `nextAttemptAt` is stored as given. */
+  async settle(key: string, leaseId: string, settlement: Settlement): Promise<boolean> {
+    checkKey(key);
+    const [text, values] = this.#settlement(key, leaseId, settlement);
+    return affectedOf(await this.#query(text, values)) === 1;
+  }
+
+  #settlement(key: string, leaseId: string, settlement: Settlement): [string, unknown[]] {
+    switch (settlement?.status) {
+      case 'delivered':
+        return [this.#sql.delivered, [key, leaseId]];
+      case 'failed': {
+        const next = msOfDate(settlement.nextAttemptAt, 'settle: nextAttemptAt');
+        return [this.#sql.failed, [errorText(settlement.error), next, key, leaseId]];
+      }
+      case 'dead':
+        return [this.#sql.dead, [errorText(settlement.error), key, leaseId]];
+      default:
+        throw new TypeError(
+          `MysqlStore.settle: status must be delivered, failed or dead, got ${String((settlement as { status?: unknown } | undefined)?.status)}`,
+        );
+    }
+  }
+
+  /**
+   * Opens the transaction of one delivery attempt held by `leaseId` (the router calls it, at least once,
+   * after verification and before the listeners). Its `commit()` marks the entry delivered in the same
+   * transaction, only while `leaseId` still holds it (otherwise it rolls back: another attempt has the
+   * entry), then commits. So the listeners' writes and the mark land together or not at all, whatever
+   * crashes when.
+   *
+   * With `transactions`, your ORM opens it, and listeners get the ORM's transaction object as `tx`.
+   * Without, listeners get a connection of the pool as `tx` and `db`: the first query they make through it
+   * takes the connection and sends `START TRANSACTION` on it; when no listener queried it, there is
+   * nothing to make atomic and no connection was taken: the mark runs alone. A `BEGIN`, `COMMIT` or
+   * `ROLLBACK` a listener sends through it runs as a savepoint. Do not run DDL (or anything else MySQL
+   * commits implicitly, such as `LOCK TABLES`) through it: that would commit the listeners' writes early.
+   */
+  begin(key: string, leaseId: string): Promise<DeliveryTransaction<TxOf<P, T>, DbOf<P, T>> | undefined> {
+    type Opened = DeliveryTransaction<TxOf<P, T>, DbOf<P, T>>;
+    checkKey(key);
+    const mark: Statement = { text: this.#sql.delivered, values: [key, leaseId], returns: 'count' };
+    const opened = this.#transactions
+      ? openOrmTransaction(this.#transactions, key, mark, explainMysql)
+      : openPoolTransaction(this.#pool, key, mark);
+    return opened as Promise<Opened>;
+  }
+
+  /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */
+  async list(options: ListOptions = {}): Promise<InboxEntry[]> {
+    const { status, limit = 100, offset = 0 } = options;
+    if (!Number.isInteger(limit) || limit < 0) {
+      throw new TypeError(`MysqlStore.list: limit must be a whole number, got ${limit}`);
+    }
+    if (!Number.isInteger(offset) || offset < 0) {
+      throw new TypeError(`MysqlStore.list: offset must be a whole number, got ${offset}`);
+    }
+    if (status !== undefined && !STATUSES.has(status)) {
+      throw new TypeError(
+        `MysqlStore.list: status must be one of ${[...STATUSES].join(', ')}, got ${String(status)}`,
+      );
+    }
+    const { transactionId, customDataContains, receivedFrom, receivedBefore, order = 'oldest' } = options;
+    if (order !== 'oldest' && order !== 'newest') {
+      throw new TypeError(`MysqlStore.list: order must be 'oldest' or 'newest', got ${String(order)}`);
+    }
+    const from = receivedFrom === undefined ? null : msOfDate(receivedFrom, 'list: receivedFrom');
+    const before = receivedBefore === undefined ? null : msOfDate(receivedBefore, 'list: receivedBefore');
+    const twice = (value: unknown): unknown[] => [value, value];
+    const values = [
+      ...twice(status ?? null),
+      ...twice(transactionId ?? null),
+      ...twice(customDataContains ?? null),
+      ...twice(from),
+      ...twice(before),
+    ];
+    const result = await this.#query(this.#sql.list(order === 'newest', limit, offset), values);
+    return rowsOf(result).map(toEntry);
+  }
+
+  /** How many notifications the inbox holds by status (received at or after `receivedFrom`, when given). */
+  async countByStatus(receivedFrom?: Date): Promise<StatusCounts> {
+    const counts: StatusCounts = { received: 0, delivered: 0, failed: 0, dead: 0 };
+    const from = receivedFrom === undefined ? null : msOfDate(receivedFrom, 'countByStatus: receivedFrom');
+    const rows = rowsOf(await this.#query(this.#sql.countByStatus, [from, from]));
+    for (const row of rows) counts[row.status as DeliveryStatus] = Number(row.count);
+    return counts;
+  }
+
+  /** The entry of `key`, or `undefined`. */
+  async get(key: string): Promise<InboxEntry | undefined> {
+    const [row] = rowsOf(await this.#query(this.#sql.get, [key]));
+    return row === undefined ? undefined : toEntry(row);
+  }
+
+  /** Makes `key` due now whatever its status: `received`, attempts 0, a live lease kept, `last_error` kept. */
+  async replay(key: string): Promise<boolean> {
+    return affectedOf(await this.#query(this.#sql.replay, [key])) === 1;
+  }
+
+  /** {@link MysqlStore.replay} for every `dead` entry; resolves how many. */
+  async replayDead(): Promise<number> {
+    return affectedOf(await this.#query(this.#sql.replayDead, []));
+  }
+
+  /** Deletes `delivered` rows (claim markers included) delivered before `before`; resolves how many. */
+  async purge(before: Date): Promise<number> {
+    if (!(before instanceof Date) || Number.isNaN(before.getTime())) {
+      throw new TypeError(`MysqlStore.purge: before must be a valid Date, got ${String(before)}`);
+    }
+    return affectedOf(await this.#query(this.#sql.purge, [before.getTime()]));
+  }
+
+  /** Does nothing: the pool is yours, and other parts of your app may still use it. End it yourself. */
+  close(): void {}
+
+  /** One statement on the pool; a failure is a `StoreError`. */
+  #query(text: string, values: unknown[], of: 'inbox' | 'expectations' = 'inbox'): Promise<MysqlQueryResult> {
+    return this.#run(() => this.#pool.query(text, values), of);
+  }
+
+  /** An insert: `true` when it inserted its row, `false` when its key was there (a duplicate key). */
+  #insert(text: string, values: unknown[]): Promise<boolean> {
+    return this.#run(
+      () =>
+        this.#pool.query(text, values).then(
+          () => true,
+          (error: unknown) => {
+            if (errnoOf(error) === DUPLICATE_KEY) return false;
+            throw error;
+          },
+        ),
+      'inbox',
+    );
+  }
+
+  /** `work` in a transaction on a connection of the pool; a failure is a `StoreError`. */
+  #transaction<R>(
+    work: (connection: MysqlPoolConnection) => Promise<R>,
+    of: 'inbox' | 'expectations' = 'inbox',
+  ): Promise<R> {
+    return this.#run(() => inTransaction(this.#pool, work), of);
+  }
+
+  /**
+   * Runs `attempt`. One that finds its table missing while a `migrate()` of it runs on the pool runs again
+   * once that has settled (see postgres-migrations.ts): it never waits for a `migrate()` before it is sent,
+   * so one held up holds up nothing on a table that exists. `of` says which table it is about, for the
+   * message of a missing one.
+   */
+  async #run<R>(attempt: () => Promise<R>, of: 'inbox' | 'expectations'): Promise<R> {
+    const mark = markMigration(this.#pool, this.table);
+    try {
+      return await attempt();
+    } catch (error) {
+      const migrating =
+        errnoOf(error) === NO_SUCH_TABLE ? afterMigration(this.#pool, this.table, mark) : undefined;
+      if (migrating === undefined) throw this.#failure(error, of);
+      await migrating;
+    }
+    try {
+      return await attempt();
+    } catch (error) {
+      throw this.#failure(error, of);
+    }
+  }
+
+  /** The `StoreError` of a failed statement: the driver's error stays the cause (its `errno`, such as 1146). */
+  #failure(error: unknown, of: 'inbox' | 'expectations'): StoreError {
+    if (error instanceof StoreError) return error;
+    if (errnoOf(error) === NO_SUCH_TABLE) {
+      const [table, sql] =
+        of === 'inbox'
+          ? [this.table, 'mysqlSchemaSql()']
+          : [`${this.table}_expected (of ipn.expect())`, 'mysqlExpectationsSql()'];
+      return new StoreError(
+        `MysqlStore: the table ${table} does not exist: run \`await store.migrate()\` once, or create it ` +
+          `with the SQL of ${sql} in your migrations (MySQL: ${messageOf(error)})`,
+        { cause: error, notMigrated: true },
+      );
+    }
+    const hint =
+      errnoOf(error) === INCORRECT_STRING
+        ? " (the pool's charset cannot carry this text: create the pool with charset 'UTF8MB4_UNICODE_CI', or leave mysql2's default)"
+        : '';
+    return new StoreError(`MysqlStore: a query on ${this.table} failed: ${messageOf(error)}${hint}`, {
+      cause: error,
+    });
+  }
+}

@@ -1,0 +1,285 @@
+import { asSavepoint } from '../postgres-transaction.js';
+import { openOrmTransaction } from '../orm-transaction.js';
+import type { DeliveryTransaction } from '../store.js';
+import type { Statement, StatementResult, Transactions } from '../transactions.js';
+import { DeliveryError, IpnKitError, messageOf, StoreError } from '../../shared/errors.js';
+import {
+  affectedOf,
+  DEADLOCK,
+  errnoOf,
+  LOCK_WAIT_TIMEOUT,
+  rowsOf,
+  type MysqlPool,
+  type MysqlPoolConnection,
+  type MysqlQueryResult,
+} from './mysql-pool.js';
+
+/** Where one delivery attempt's connection stands. */
+interface Held {
+  /** Taken from the pool and `START TRANSACTION` sent: set at a listener's first query. */
+  opening?: Promise<MysqlPoolConnection>;
+  connection?: MysqlPoolConnection;
+  /** The mark is on its way: a listener's query from now on is refused. */
+  marking: boolean;
+  /** Committed, rolled back or abandoned: every query is refused. */
+  ended: boolean;
+  /** A query failed in a way that ended the transaction on the server (a deadlock): the commit must fail. */
+  broken?: unknown;
+  /** `BEGIN`s a listener sent through `db`, open as savepoints. */
+  savepoints: number;
+  /**
+   * Settles once the last query a listener made has: each runs only once the one before it has answered,
+   * so that none is sent after a deadlock ended the transaction, and the mark comes after all of them.
+   */
+  queue: Promise<unknown>;
+}
+
+const helds = new WeakMap<object, Held>();
+
+/**
+ * Opens the delivery transaction of `key` on a connection of `pool`, through {@link openOrmTransaction}
+ * (the pool stands for an ORM): listeners get a guarded connection as `tx` and `db`, and the mark runs in
+ * the same transaction. The connection is taken lazily, at a listener's first query: an attempt whose
+ * listeners never query `db` holds none, and its mark runs alone on the pool (the state stays `idle`).
+ *
+ * The guarded connection refuses every query once the attempt has ended (a listener that outlives its
+ * attempt never writes outside it); `release()` and `destroy()` do nothing (ipn-kit gives the connection
+ * back); `BEGIN` / `START TRANSACTION`, `COMMIT` and `ROLLBACK` (and `beginTransaction()`, `commit()`,
+ * `rollback()`) run as savepoints, since in MySQL a `START TRANSACTION` inside a transaction commits it.
+ * Listeners' queries run one at a time, in the order made, and the mark after all of them. A deadlock
+ * (InnoDB then rolls the whole transaction back, and later statements would commit on their own) refuses
+ * every later query and fails the commit. An abandoned attempt's connection is closed at once,
+ * which rolls back on the server whatever its listeners still do.
+ */
+export async function openPoolTransaction(
+  pool: MysqlPool,
+  key: string,
+  mark: Statement,
+): Promise<DeliveryTransaction<unknown, unknown>> {
+  const opened = await openOrmTransaction(poolTransactions(pool, key), key, mark, explainMysql);
+  const held = helds.get(opened.tx as object)!;
+  return {
+    tx: opened.tx,
+    db: opened.tx,
+    get state() {
+      return opened.state === 'open' && held.opening === undefined ? 'idle' : opened.state;
+    },
+    commit: () => opened.commit(),
+    rollback(listeners) {
+      if (listeners !== undefined) abandon(held);
+      return opened.rollback(listeners);
+    },
+  };
+}
+
+/** Ends an attempt whose listeners may still run: its connection is closed, the server rolls it back. */
+function abandon(held: Held): void {
+  held.ended = true;
+  const connection = held.connection;
+  held.connection = undefined;
+  connection?.destroy();
+}
+
+/** A `Transactions` over `pool` for one attempt: what {@link openOrmTransaction} runs it through. */
+function poolTransactions(pool: MysqlPool, key: string): Transactions<unknown> {
+  return {
+    name: 'MySQL',
+    async transaction<T>(work: (tx: unknown) => Promise<T>): Promise<T> {
+      const held: Held = { marking: false, ended: false, savepoints: 0, queue: Promise.resolve() };
+      const db = guarded(pool, held, key);
+      helds.set(db, held);
+      try {
+        const result = await work(db);
+        held.ended = true;
+        const connection = held.opening && (await held.opening);
+        if (connection && held.connection) {
+          await connection.query('COMMIT');
+          held.connection = undefined;
+          connection.release();
+        }
+        return result;
+      } catch (error) {
+        held.ended = true;
+        await close(held);
+        throw error;
+      }
+    },
+    async query(tx: unknown, statement: Statement): Promise<StatementResult> {
+      const held = helds.get(tx as object)!;
+      held.marking = true;
+      await held.queue; // every query a listener made, awaited or not, has answered
+      if (held.broken !== undefined) {
+        throw new DeliveryError(
+          `the transaction of ${key} was rolled back by the database (${messageOf(held.broken)}): a listener ` +
+            'that catches this error cannot go on in it; the attempt is retried',
+          { cause: held.broken },
+        );
+      }
+      // No listener query opened a connection: nothing to make atomic, the mark runs alone on the pool.
+      const result = held.opening
+        ? await (await held.opening).query(statement.text, statement.values)
+        : await pool.query(statement.text, statement.values);
+      const rows = rowsOf(result);
+      return { rows, count: statement.returns === 'rows' ? rows.length : affectedOf(result) };
+    },
+  };
+}
+
+/** Rolls back and gives the connection back, or closes it when that fails (or it was abandoned). */
+async function close(held: Held): Promise<void> {
+  const connection = await held.opening?.catch(() => undefined);
+  if (!connection || held.connection !== connection) return; // none taken, or closed already
+  held.connection = undefined;
+  await connection.query('ROLLBACK').then(
+    () => connection.release(),
+    () => connection.destroy(),
+  );
+}
+
+/** Methods of a connection a listener must not call on the delivery's: they end or leave the transaction. */
+const INERT = new Set<PropertyKey>(['release', 'destroy', 'end']);
+/** Transaction methods of a mysql2 connection, and the statement each sends. */
+const CONTROL: Record<string, string> = { beginTransaction: 'BEGIN', commit: 'COMMIT', rollback: 'ROLLBACK' };
+
+/**
+ * The connection listeners get: it opens the transaction at its first query, queries in order on it,
+ * and refuses what would end it early (see {@link openPoolTransaction}). Before its first query, its other
+ * properties (`escape`, `format`) are the pool's.
+ */
+function guarded(pool: MysqlPool, held: Held, key: string): object {
+  const refused = (): DeliveryError =>
+    new DeliveryError(
+      `the delivery transaction of ${key} has ended (a listener failed, or ran past leaseMs): this write was ` +
+        'not made; it is made again with the next attempt, in its own transaction',
+    );
+  // After a deadlock the server has rolled the transaction back, and a statement sent now would commit on
+  // its own: every later query is refused, as PostgreSQL refuses them in an aborted transaction.
+  const rolledBack = (): DeliveryError =>
+    new DeliveryError(
+      `the delivery transaction of ${key} was rolled back by the database (${messageOf(held.broken)}): this ` +
+        'write was not made; a listener that catches that error cannot go on in the transaction: let it throw, ' +
+        'and the attempt is retried',
+      { cause: held.broken },
+    );
+  /** The connection for a query whose turn has come: opened at the first one. */
+  const start = (): Promise<MysqlPoolConnection> => {
+    if (held.ended) return Promise.reject(refused()); // abandoned while it waited for its turn
+    if (held.broken !== undefined) return Promise.reject(rolledBack());
+    held.opening ??= open(pool, held, key, refused);
+    return held.opening.then((connection) => {
+      if (held.ended || held.connection !== connection) throw refused();
+      if (held.broken !== undefined) throw rolledBack();
+      return connection;
+    });
+  };
+  const run = (method: 'query' | 'execute', args: unknown[]): Promise<MysqlQueryResult> => {
+    let mapped = args;
+    try {
+      mapped = asStatement(args, held, key);
+    } catch (refusal) {
+      return handled(Promise.reject(refusal as Error));
+    }
+    if (held.ended || held.marking) return handled(Promise.reject(refused()));
+    const result = held.queue.then(start).then(async (connection) => {
+      const call = Reflect.get(connection, method) as (...a: unknown[]) => Promise<MysqlQueryResult>;
+      try {
+        return await Reflect.apply(call, connection, mapped);
+      } catch (error) {
+        const errno = errnoOf(error);
+        if (errno === DEADLOCK || errno === LOCK_WAIT_TIMEOUT) held.broken ??= error;
+        throw error;
+      }
+    });
+    held.queue = result.catch(() => {});
+    return handled(result);
+  };
+  return new Proxy(
+    {},
+    {
+      get(_target, property) {
+        if (property === 'query' || property === 'execute') {
+          return (...args: unknown[]) => run(property, args);
+        }
+        if (typeof property === 'string' && property in CONTROL) {
+          return () => run('query', [CONTROL[property]]);
+        }
+        if (INERT.has(property)) return () => {};
+        const holder = held.connection ?? pool;
+        const value: unknown = Reflect.get(holder, property, holder);
+        return typeof value === 'function' ? (value as () => unknown).bind(holder) : value;
+      },
+    },
+  );
+}
+
+/** Takes a connection and begins; the opening failure as a `StoreError` naming the likely cause. */
+async function open(
+  pool: MysqlPool,
+  held: Held,
+  key: string,
+  refused: () => DeliveryError,
+): Promise<MysqlPoolConnection> {
+  let connection: MysqlPoolConnection;
+  try {
+    connection = await pool.getConnection();
+  } catch (error) {
+    throw new StoreError(
+      `could not open the delivery transaction of ${key}: ${messageOf(error)} (is the pool exhausted, or the ` +
+        'database unreachable? the attempt is retried)',
+      { cause: error },
+    );
+  }
+  if (held.ended) {
+    connection.release(); // the attempt ended while the pool was handing it out
+    throw refused();
+  }
+  held.connection = connection;
+  try {
+    await connection.query('START TRANSACTION');
+  } catch (error) {
+    held.connection = undefined;
+    connection.destroy();
+    throw new StoreError(`could not begin the delivery transaction of ${key}: ${messageOf(error)}`, {
+      cause: error,
+    });
+  }
+  return connection;
+}
+
+/** A listener's query arguments as they run inside the delivery's transaction (savepoints for its own). */
+function asStatement(args: unknown[], held: Held, key: string): unknown[] {
+  const [first] = args;
+  const text =
+    typeof first === 'string'
+      ? first
+      : typeof first === 'object' && first !== null
+        ? (Reflect.get(first, 'sql') as unknown)
+        : undefined;
+  const mapped = asSavepoint(typeof text === 'string' ? text : undefined, held.savepoints, key);
+  if (mapped === undefined) return args;
+  held.savepoints = mapped.depth;
+  return typeof first === 'string'
+    ? [mapped.text, ...args.slice(1)]
+    : [{ ...(first as object), sql: mapped.text }, ...args.slice(1)];
+}
+
+/** A promise marked handled: a listener's query nobody awaits never crashes the process. */
+function handled<T>(promise: Promise<T>): Promise<T> {
+  promise.catch(() => {});
+  return promise;
+}
+
+/**
+ * What a MySQL error means to a partner, when it says more than its message: a deadlock, after which
+ * InnoDB has rolled back the whole transaction. `undefined` for any other.
+ */
+export function explainMysql(error: unknown): string | undefined {
+  if (error instanceof IpnKitError) return error.message;
+  if (errnoOf(error) === DEADLOCK) {
+    return (
+      'a deadlock: the database rolled back the transaction (a listener that catches a SQL error cannot go ' +
+      'on in it: let the error throw, and the attempt is retried)'
+    );
+  }
+  return undefined;
+}
