@@ -2,8 +2,8 @@ import { DeliveryError, messageOf, StoreError } from '../shared/errors.js';
 import type { DeliveryTransaction, TransactionState } from './store.js';
 import type { Statement, StatementResult, Transactions } from './transactions.js';
 
-/** What ends the ORM's transaction callback: commit (after the mark), or roll back once `after` settles. */
-type Decision = { commit: true } | { commit: false; after: Promise<unknown> };
+/** What ends the ORM's transaction callback: commit (after the mark), or roll back. */
+type Decision = { commit: boolean };
 
 /** Thrown inside the ORM's callback so that the ORM rolls back: the attempt was not delivered. */
 class RolledBack extends DeliveryError {
@@ -25,7 +25,7 @@ class LeaseLost extends DeliveryError {
  * then waits for delivery's decision. Delivered: the callback runs `mark` (the store's `delivered` update,
  * guarded by the lease) in the same transaction and returns, so the ORM commits the listeners' writes and
  * the mark together; a mark that changed no row (the lease was lost) throws, so the ORM rolls both back.
- * Not delivered: the callback throws once the listeners have settled, and the ORM rolls back.
+ * Not delivered: the callback throws at once (abandoned listeners' later queries through `tx` are refused by the ORM), and the ORM rolls back.
  *
  * `explain` turns a database error into words a partner can act on (a dialect's detail, such as
  * PostgreSQL's aborted transaction); `undefined` keeps the ORM's message. `outcome` reads what the mark
@@ -63,10 +63,10 @@ export async function openOrmTransaction<Tx>(
     }
     handOut(tx);
     const decision = await decided;
-    if (!decision.commit) {
-      await decision.after.catch(() => {}); // no write of a listener still running lands after this
-      throw new RolledBack();
-    }
+    // Rolled back at once, even while an abandoned attempt's listeners still run: the ORM refuses their
+    // later queries through `tx` (part of the Transactions contract), and a listener that hangs holds no
+    // lock and no connection.
+    if (!decision.commit) throw new RolledBack();
     if (outcome(await transactions.query(tx, mark)) === 'lost') throw new LeaseLost(key);
     marked = true;
   };
@@ -128,8 +128,8 @@ export async function openOrmTransaction<Tx>(
     async rollback(listeners) {
       if (state !== 'open') return;
       state = 'ended';
-      decide({ commit: false, after: listeners ?? Promise.resolve() });
-      // An abandoned attempt does not wait for listeners that may never settle: the ORM's callback does.
+      decide({ commit: false });
+      // An abandoned attempt does not wait for the ROLLBACK: it may queue behind a listener's query.
       if (listeners === undefined) await finished.catch(() => {});
     },
   };
