@@ -21,7 +21,7 @@ const LAYERS = [
 
 /** Packages the library never loads itself: the user's database clients and frameworks. */
 const DRIVERS_AND_FRAMEWORKS =
-  'node_modules/(pg|mysql2|ioredis|redis|@redis|prom-client|express|fastify|next|react|hono|@hono|@nestjs|@prisma|drizzle-orm|kysely|knex|typeorm|sequelize)/';
+  'node_modules/(pg|mysql2|ioredis|redis|@redis|prom-client|express|fastify|next|react|hono|@hono|@nestjs|@prisma|drizzle-orm|kysely|knex|typeorm|sequelize|better-sqlite3)/';
 
 const above = (layer) => LAYERS.slice(LAYERS.indexOf(layer) + 1);
 

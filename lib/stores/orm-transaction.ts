@@ -1,9 +1,9 @@
 import { DeliveryError, messageOf, StoreError } from '../shared/errors.js';
 import type { DeliveryTransaction, TransactionState } from './store.js';
-import type { Statement, Transactions } from './transactions.js';
+import type { Statement, StatementResult, Transactions } from './transactions.js';
 
-/** What ends the ORM's transaction callback: commit (after the mark), or roll back once `after` settles. */
-type Decision = { commit: true } | { commit: false; after: Promise<unknown> };
+/** What ends the ORM's transaction callback: commit (after the mark), or roll back. */
+type Decision = { commit: boolean };
 
 /** Thrown inside the ORM's callback so that the ORM rolls back: the attempt was not delivered. */
 class RolledBack extends DeliveryError {
@@ -25,10 +25,12 @@ class LeaseLost extends DeliveryError {
  * then waits for delivery's decision. Delivered: the callback runs `mark` (the store's `delivered` update,
  * guarded by the lease) in the same transaction and returns, so the ORM commits the listeners' writes and
  * the mark together; a mark that changed no row (the lease was lost) throws, so the ORM rolls both back.
- * Not delivered: the callback throws once the listeners have settled, and the ORM rolls back.
+ * Not delivered: the callback throws at once (abandoned listeners' later queries through `tx` are refused by the ORM), and the ORM rolls back.
  *
  * `explain` turns a database error into words a partner can act on (a dialect's detail, such as
- * PostgreSQL's aborted transaction); `undefined` keeps the ORM's message.
+ * PostgreSQL's aborted transaction); `undefined` keeps the ORM's message. `outcome` reads what the mark
+ * came to (by default: one row changed, delivered; none, the lease was lost); it throws when the mark says
+ * something is wrong that a lost lease would hide, and the ORM rolls back.
  *
  * Resolves once the ORM has opened the transaction; rejects (a `StoreError`) when it could not.
  */
@@ -37,6 +39,8 @@ export async function openOrmTransaction<Tx>(
   key: string,
   mark: Statement,
   explain: (error: unknown) => string | undefined = () => undefined,
+  outcome: (result: StatementResult) => 'delivered' | 'lost' = ({ count }) =>
+    count === 1 ? 'delivered' : 'lost',
 ): Promise<DeliveryTransaction<Tx, never>> {
   let state: TransactionState = 'idle';
   let decide!: (decision: Decision) => void;
@@ -44,17 +48,34 @@ export async function openOrmTransaction<Tx>(
   let handOut!: (tx: Tx) => void;
   const handedOut = new Promise<Tx>((resolve) => (handOut = resolve));
 
+  let runs = 0;
+  let marked = false; // the mark ran in the ORM's transaction, and changed its one row
+  /** The ORM's callback: hands its transaction to the listeners, then ends as delivery decides. */
+  const work = async (tx: Tx): Promise<void> => {
+    runs += 1;
+    if (runs > 1) {
+      // A transaction helper that runs its work again (a retry after a serialization failure): the
+      // listeners wrote in the first run, which rolled back. The mark alone must not commit.
+      throw new DeliveryError(
+        `${transactions.name} ran the delivery transaction of ${key} a second time (a retry?): the ` +
+          "listeners' writes went with the first one, so it is not committed; the attempt is retried",
+      );
+    }
+    handOut(tx);
+    const decision = await decided;
+    // Rolled back at once, even while an abandoned attempt's listeners still run: the ORM refuses their
+    // later queries through `tx` (part of the Transactions contract), and a listener that hangs holds no
+    // lock and no connection.
+    if (!decision.commit) throw new RolledBack();
+    if (outcome(await transactions.query(tx, mark)) === 'lost') throw new LeaseLost(key);
+    marked = true;
+  };
   const finished = Promise.resolve()
     .then(() =>
-      transactions.transaction(async (tx) => {
-        handOut(tx);
-        const decision = await decided;
-        if (!decision.commit) {
-          await decision.after.catch(() => {}); // no write of a listener still running lands after this
-          throw new RolledBack();
-        }
-        const { count } = await transactions.query(tx, mark);
-        if (count !== 1) throw new LeaseLost(key);
+      transactions.transaction((tx) => {
+        const running = work(tx);
+        running.catch(() => {}); // the ORM gets the rejection; one that drops it crashes no process
+        return running;
       }),
     )
     .then(() => undefined);
@@ -90,6 +111,10 @@ export async function openOrmTransaction<Tx>(
       decide({ commit: true });
       try {
         await finished;
+        if (!marked) {
+          // The ORM's transaction ended before its callback did: the mark has not run in it.
+          throw new Error(`${transactions.name}'s transaction() resolved before the work it was given did`);
+        }
         return 'delivered';
       } catch (error) {
         if (error instanceof LeaseLost) return 'lost';
@@ -103,8 +128,8 @@ export async function openOrmTransaction<Tx>(
     async rollback(listeners) {
       if (state !== 'open') return;
       state = 'ended';
-      decide({ commit: false, after: listeners ?? Promise.resolve() });
-      // An abandoned attempt does not wait for listeners that may never settle: the ORM's callback does.
+      decide({ commit: false });
+      // An abandoned attempt does not wait for the ROLLBACK: it may queue behind a listener's query.
       if (listeners === undefined) await finished.catch(() => {});
     },
   };

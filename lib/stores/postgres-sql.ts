@@ -156,6 +156,14 @@ export function inboxSql(table: string) {
       ON CONFLICT (key) DO NOTHING RETURNING key`,
     delivered: `UPDATE ${t} SET status = 'delivered', delivered_at = now(), ${END_LEASE}
       WHERE key = $1 AND lease_id = $2`,
+    // The mark inside an ORM's transaction: whether it marked the entry, and whether that transaction sees
+    // the entry at all (the main query reads the table as it was before the update). An ORM pointed at
+    // another database or schema, whose own inbox table has no such key, must not pass for a lost lease.
+    deliveredInOrm: `WITH marked AS (
+        UPDATE ${t} SET status = 'delivered', delivered_at = now(), ${END_LEASE}
+        WHERE key = $1 AND lease_id = $2 RETURNING 1
+      )
+      SELECT (SELECT count(*) FROM marked)::int AS marked, EXISTS (SELECT 1 FROM ${t} WHERE key = $1) AS seen`,
     // Group commit of both: receives ($1 to $6) and `delivered` settlements ($7, $8) that arrive together,
     // as one statement and one commit. A settlement never meets its own receive here: an entry is leased,
     // so settled, only once its receive has answered.

@@ -10,7 +10,7 @@ import {
   type PgClientOf,
 } from './postgres-transaction.js';
 import { openOrmTransaction } from './orm-transaction.js';
-import { isTransactions, type Statement, type Transactions } from './transactions.js';
+import { isTransactions, type Statement, type StatementResult, type Transactions } from './transactions.js';
 import { PostgresExpectations, postgresExpectationsSql } from './postgres-expectations.js';
 import { afterMigration, markMigration, trackMigration } from './postgres-migrations.js';
 import { messageOf, StoreError } from '../shared/errors.js';
@@ -329,8 +329,9 @@ export class PostgresStore<
   begin(key: string, leaseId: string): Promise<DeliveryTransaction<TxOf<P, T>, DbOf<P, T>> | undefined> {
     type Opened = DeliveryTransaction<TxOf<P, T>, DbOf<P, T>>;
     if (this.#transactions) {
-      const mark: Statement = { text: this.#sql.delivered, values: [key, leaseId], returns: 'count' };
-      return openOrmTransaction(this.#transactions, key, mark, explainPostgres) as Promise<Opened>;
+      const mark: Statement = { text: this.#sql.deliveredInOrm, values: [key, leaseId], returns: 'rows' };
+      const outcome = (result: StatementResult) => markedInOrm(result, key, this.#transactions!.name);
+      return openOrmTransaction(this.#transactions, key, mark, explainPostgres, outcome) as Promise<Opened>;
     }
     if (!canConnect(this.#pool)) return Promise.resolve(undefined);
     const mark = {
@@ -490,6 +491,22 @@ function ormPool(transactions: Transactions): PgQueryable {
       return { rows, rowCount: count };
     },
   };
+}
+
+/**
+ * What the mark in an ORM's transaction came to (see `deliveredInOrm`): delivered, or the lease lost (the
+ * entry is there, held by another attempt). Throws when that transaction does not see the entry at all: the
+ * ORM is on another database or schema than the store's pool, and would otherwise drop every attempt as a
+ * lost lease, without a word, for ever.
+ */
+function markedInOrm(result: StatementResult, key: string, orm: string): 'delivered' | 'lost' {
+  const row = result.rows[0] ?? {};
+  if (Number(row.marked) === 1) return 'delivered';
+  if (row.seen === true || row.seen === 't' || row.seen === 1) return 'lost';
+  throw new StoreError(
+    `the transaction of ${orm} does not see the inbox entry ${key}: is ${orm} pointed at the same ` +
+      "database and schema as the store's pool? (a search_path of its own, Prisma's ?schema= in its URL)",
+  );
 }
 
 /** Whether a query failed because its table does not exist (PostgreSQL's `42P01`). */

@@ -137,9 +137,10 @@ export function openTransaction(
   const inside = (args: unknown[]): unknown[] => {
     const mapped = asSavepoint(textOf(args[0]), savepoints, key);
     if (mapped === undefined) return args;
+    // Refused before the depth changes: a savepoint that is never sent must not be released later.
+    if (typeof Reflect.get(Object(args[0]), 'submit') === 'function') throw submittableRefusal(key);
     savepoints = mapped.depth;
     if (typeof args[0] === 'string') return [mapped.text, ...args.slice(1)];
-    if (typeof Reflect.get(Object(args[0]), 'submit') === 'function') throw submittableRefusal(key);
     return [{ ...(args[0] as object), text: mapped.text }, ...args.slice(1)];
   };
   const Client = Reflect.get(pool, 'Client') as unknown;
@@ -304,7 +305,9 @@ const CONTROL =
  * A listener's transaction statement as it runs inside the delivery's transaction: `BEGIN` becomes a
  * savepoint, `COMMIT` releases it, `ROLLBACK` rolls back to it (`depth`: how many are open, before and
  * after). `undefined` for any other statement, which runs as it is; a `refusal` (thrown) for a transaction
- * statement that would end the delivery's transaction or cannot be mapped.
+ * statement that would end the delivery's transaction or cannot be mapped. The text is read as PostgreSQL
+ * reads it (see {@link splitStatements}): a comment before a `COMMIT`, or a quote that hides a `;` from a
+ * careless reading, must not let it run as it is, since it would commit the listeners' writes early.
  */
 export function asSavepoint(
   text: string | undefined,
@@ -313,13 +316,18 @@ export function asSavepoint(
 ): { text: string; depth: number } | undefined {
   if (text === undefined) return undefined;
   const name = (level: number): string => `ipn_kit_${level}`;
-  if (BEGIN.test(text)) return { text: `SAVEPOINT ${name(depth)}`, depth: depth + 1 };
-  if (COMMIT.test(text) && depth > 0)
+  const standard = splitStatements(text);
+  // A single statement, comments left out (an ORM's trace comment on its BEGIN or COMMIT).
+  const only = standard.length === 1 ? standard[0]! : '';
+  if (BEGIN.test(only)) return { text: `SAVEPOINT ${name(depth)}`, depth: depth + 1 };
+  if (COMMIT.test(only) && depth > 0)
     return { text: `RELEASE SAVEPOINT ${name(depth - 1)}`, depth: depth - 1 };
-  if (ROLLBACK.test(text) && depth > 0) {
+  if (ROLLBACK.test(only) && depth > 0) {
     return { text: `ROLLBACK TO SAVEPOINT ${name(depth - 1)}`, depth: depth - 1 };
   }
-  const statements = splitStatements(text);
+  // Read both ways a string literal can be read (standard_conforming_strings on, and off: a listener may
+  // turn it off): a transaction statement found either way is refused.
+  const statements = [...standard, ...splitStatements(text, true)];
   const control = statements.find((statement) => CONTROL.test(statement));
   if (control === undefined) return undefined;
   const what = control.trim().split(/\s+/).slice(0, 3).join(' ');
@@ -341,30 +349,90 @@ function submittableRefusal(key: string): DeliveryError {
 }
 
 /**
- * The statements of a SQL text, split on the semicolons outside quotes, dollar quotes and comments: so a
- * `COMMIT` hidden after another statement is found, and one inside a string literal is not.
+ * Where a token of PostgreSQL's lexer that can hold a `;` (or that a `$` must not be read in) ends, for the
+ * token starting at `at`: a string literal (standard, `E''` with backslash escapes; with `backslashes`, a
+ * standard one read as `standard_conforming_strings = off` reads it), a quoted identifier, a dollar quote, a
+ * parameter (`$1`), an identifier (read whole, so that the `$b$` of `a$b$` starts no dollar quote).
+ * `undefined` for any other character. An unterminated one runs to the end: PostgreSQL refuses the whole
+ * text then, running none of it.
  */
-export function splitStatements(text: string): string[] {
-  const statements: string[] = [];
-  let start = 0;
-  for (let i = 0; i < text.length;) {
-    const rest = text.slice(i);
-    const skip =
-      /^'(?:[^']|'')*'/.exec(rest) ??
-      /^"(?:[^"]|"")*"/.exec(rest) ??
-      /^--[^\n]*/.exec(rest) ??
-      /^\/\*[\s\S]*?\*\//.exec(rest) ??
-      /^(\$[A-Za-z_]?[A-Za-z0-9_]*\$)[\s\S]*?\1/.exec(rest);
-    if (skip) {
-      i += skip[0].length;
-    } else if (text[i] === ';') {
-      statements.push(text.slice(start, i));
-      start = i += 1;
+function tokenEnd(text: string, at: number, backslashes: boolean): number | undefined {
+  const sticky = (pattern: RegExp): number | undefined => {
+    pattern.lastIndex = at;
+    return pattern.exec(text) === null ? undefined : pattern.lastIndex;
+  };
+  const escaped = sticky(/[eE]'(?:[^'\\]|\\[\s\S]|'')*(?:'|$)/y);
+  if (escaped !== undefined) return escaped;
+  if (text[at] === "'")
+    return sticky(backslashes ? /'(?:[^'\\]|\\[\s\S]|'')*(?:'|$)/y : /'(?:[^']|'')*(?:'|$)/y);
+  if (text[at] === '"') return sticky(/"(?:[^"]|"")*(?:"|$)/y);
+  if (text[at] === '$') {
+    const tag = /\$(?:[A-Za-z_\u0080-\uffff][A-Za-z0-9_\u0080-\uffff]*)?\$/y;
+    tag.lastIndex = at;
+    const opened = tag.exec(text);
+    if (opened === null) return sticky(/\$[0-9]*/y);
+    const closing = text.indexOf(opened[0], tag.lastIndex);
+    return closing === -1 ? text.length : closing + opened[0].length;
+  }
+  return sticky(/[A-Za-z_\u0080-\uffff][A-Za-z0-9_$\u0080-\uffff]*/y);
+}
+
+/**
+ * Where the comment starting at `at` ends (`--` to the end of the line, or a block comment, nested as
+ * PostgreSQL nests them); `undefined` when none starts there.
+ */
+function commentEnd(text: string, at: number): number | undefined {
+  if (text.startsWith('--', at)) {
+    const line = text.slice(at).search(/[\r\n]/);
+    return line === -1 ? text.length : at + line;
+  }
+  if (!text.startsWith('/*', at)) return undefined;
+  let depth = 0;
+  for (let i = at; i < text.length;) {
+    if (text.startsWith('/*', i)) {
+      depth += 1;
+      i += 2;
+    } else if (text.startsWith('*/', i)) {
+      depth -= 1;
+      i += 2;
+      if (depth === 0) return i;
     } else {
       i += 1;
     }
   }
-  statements.push(text.slice(start));
+  return text.length;
+}
+
+/**
+ * The statements of a SQL text as PostgreSQL reads them, each with its comments left out (a space in their
+ * place): split on the semicolons outside string literals, quoted identifiers, dollar quotes and comments.
+ * So a `COMMIT` hidden after another statement, or behind a comment, is found, and one inside a string
+ * literal is not. `backslashes`: read standard string literals as `standard_conforming_strings = off` does.
+ */
+export function splitStatements(text: string, backslashes = false): string[] {
+  const statements: string[] = [];
+  let current = '';
+  for (let i = 0; i < text.length;) {
+    const comment = commentEnd(text, i);
+    if (comment !== undefined) {
+      current += ' ';
+      i = comment;
+      continue;
+    }
+    const end = tokenEnd(text, i, backslashes);
+    if (end !== undefined && end > i) {
+      current += text.slice(i, end);
+      i = end;
+    } else if (text[i] === ';') {
+      statements.push(current);
+      current = '';
+      i += 1;
+    } else {
+      current += text[i];
+      i += 1;
+    }
+  }
+  statements.push(current);
   return statements.filter((statement) => statement.trim() !== '');
 }
 

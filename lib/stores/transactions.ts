@@ -24,7 +24,15 @@ export interface StatementResult {
  * How a store runs each delivery attempt inside a transaction that your ORM opens, so that what a listener
  * writes through the ORM's own transaction object (its context's `tx`) commits together with the
  * `delivered` mark, or not at all. `ipn-kit/orm` makes one for Prisma, Drizzle, Kysely, Knex, TypeORM and
- * Sequelize; for another ORM, write these few lines yourself.
+ * Sequelize; for another ORM, write these few lines yourself, keeping its contract:
+ *
+ * - `transaction(work)` runs `work` once, and settles only once `work` has and the transaction has ended.
+ * - Once `transaction()` has settled, a query through its `tx` fails: it never runs outside a transaction
+ *   (an abandoned attempt's listener may still be running, and its late write must not land). An ORM that
+ *   hands the connection back to its pool and would run such a query on it needs a guard, as Drizzle's
+ *   adapter has; a hand-written one closes a failed transaction's connection instead of releasing it.
+ * - While the transaction is open, an `error` its connection emits (the server ended it) must not crash the
+ *   process.
  *
  * @typeParam Tx the ORM's transaction object, as the ORM types it: what listeners get as `tx`.
  */

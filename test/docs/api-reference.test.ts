@@ -111,6 +111,7 @@ const SURFACE: Record<string, string[]> = {
     'mysqlSchemaSql',
     'mysqlExpectationsSql',
   ],
+  sqlite: ['SqliteStore', 'SqliteStoreOptions', 'SqliteDatabase', 'SqliteStatement', 'sqliteSchemaSql'],
   testing: [
     ...['createFakeProvider', 'FakeProvider', 'FakeProviderOptions'],
     ...['runStoreConformance', 'StoreConformanceOptions', 'StoreConformanceResult', 'ConformanceFailure'],

@@ -7,7 +7,7 @@ import { ledgerSchema } from './ledger-schema.js';
 import { uniquePayload } from './payloads.js';
 import { quiet } from './quiet-logger.js';
 import { recordEvents } from './record-events.js';
-import { servedRouters } from './servers.js';
+import { postCopies, servedRouters } from './servers.js';
 import { databaseUrl, describeWithService, eventually } from './services.js';
 
 /** An ORM opened on one test schema: its transactions, a partner's credit through it, and its end. */
@@ -29,14 +29,25 @@ export interface OrmFixture<Tx> {
    * text NOT NULL, order_id text NOT NULL, amount numeric)` (no unique key) and the inbox `ipn_inbox` exist.
    */
   open(schema: string): Promise<OpenedOrm<Tx>>;
+  /**
+   * Why the server ending the connection of a transaction of this ORM crashes the process today (the ORM
+   * attaches no `error` listener to the pg client it checks out): that scenario is then skipped (jest
+   * reports the unhandled `error` event apart from the test's own outcome), until the adapter or the ORM
+   * listens for it. A known defect, named here so that it is not forgotten.
+   */
+  crashesWhenTheServerEndsTheConnection?: string;
 }
 
 /**
  * The scenarios every ORM adapter of `ipn-kit/orm` must pass against the real PostgreSQL, with a ledger that
  * has no unique key (so a second credit shows as a second row): posted twice, one row; a listener that
  * credits then throws on its first attempt, one row after the retry; a lease lost before the commit rolls
- * the credit back; a process SIGKILLed after the credit and before the commit, restarted, one row; and,
- * when the ORM can run statements on its own, the same through the ORM alone (no pool).
+ * the credit back; a COMMIT that fails after the mark lands neither (the mark runs in the ORM's
+ * transaction); a listener that swallows its own SQL error is never delivered without its credit; the
+ * server ending the connection mid-transaction crashes nothing, and the retry credits once; two
+ * instances on one store credit once; a process SIGKILLed after the credit and before the commit,
+ * restarted, one row; and, when the ORM can run statements on its own, the same through the ORM alone (no
+ * pool).
  */
 export function runOrmScenarios(fixturePath: string): void {
   // eslint-disable-next-line @typescript-eslint/no-require-imports
@@ -44,7 +55,7 @@ export function runOrmScenarios(fixturePath: string): void {
   jest.setTimeout(60_000);
 
   describeWithService('PostgreSQL', `exactly once through ${fixture.name}`, () => {
-    const ledger = ledgerSchema(`ipn_orm_${fixture.name.toLowerCase().replace(/\W/g, '')}`);
+    const ledger = ledgerSchema(`ipn_orm_${fixture.name.toLowerCase().replace(/\W/g, '')}`, COMMIT_FAILS);
     const { keyOf } = ledger;
     let orm: OpenedOrm<unknown>;
     beforeAll(async () => {
@@ -56,7 +67,7 @@ export function runOrmScenarios(fixturePath: string): void {
     const serve = servedRouters();
 
     /** A router at least once over the schema's inbox, each attempt in a transaction of the ORM. */
-    const router = (options: { leaseMs?: number; withoutPool?: boolean } = {}) => {
+    const router = (options: { leaseMs?: number; maxAttempts?: number; withoutPool?: boolean } = {}) => {
       const { withoutPool, ...rest } = options;
       const store = withoutPool
         ? new PostgresStore({ transactions: orm.transactions })
@@ -152,6 +163,109 @@ export function runOrmScenarios(fixturePath: string): void {
       expect(await ledger.entryOf(keyOf(payload))).toMatchObject({ attempts: 2 });
     });
 
+    test("a listener's write after its failed attempt ended (work it did not wait for) is never committed", async () => {
+      // Fails when a query through the ORM's transaction object, once that transaction has ended, runs on
+      // the connection the ORM gave back to its pool: outside any transaction, committed at once.
+      const ipn = router();
+      const late: Array<Promise<unknown>> = [];
+      ipn.on('successful', async (n, { tx, attempt }) => {
+        if (attempt > 1) return orm.credit(tx, n);
+        late.push(
+          new Promise((resolve) => setTimeout(resolve, 100))
+            .then(() => orm.credit(tx, n))
+            .catch((error: unknown) => error),
+        );
+      });
+      ipn.on('notification', (n, { attempt }) => {
+        if (attempt === 1) throw new Error('the order service is down');
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+      await Promise.all(late);
+      expect(await rows(payload.transaction_id)).toBe(1);
+    });
+
+    test('a COMMIT that fails after the mark (a deferred constraint): neither lands; the retry credits once', async () => {
+      // Fails when the adapter runs the mark outside the ORM's transaction: the mark would land alone.
+      const ipn = router();
+      const recorder = recordEvents(ipn);
+      ipn.on('successful', async (n, { tx }) => {
+        await orm.credit(tx, n);
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      await ledger.pool().query('INSERT INTO commit_fails_for VALUES ($1)', [payload.transaction_id]);
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+      expect(await rows(payload.transaction_id)).toBe(1);
+      expect(await ledger.entryOf(keyOf(payload))).toMatchObject({ attempts: 2 });
+      expect(recorder.of('error').map((event) => event.error.message)).toEqual([
+        expect.stringContaining('the first commit of this payment fails'),
+      ]);
+    });
+
+    test('a listener that swallows its own SQL error in the transaction: never delivered without its credit', async () => {
+      const ipn = router({ maxAttempts: 2 });
+      ipn.on('successful', async (n, { tx }) => {
+        await orm.credit(tx, n);
+        // An "idempotent" write that catches its own failure: PostgreSQL has aborted the transaction.
+        await orm.transactions
+          .query(tx, { text: 'SELECT 1 / 0', values: [], returns: 'rows' })
+          .catch(() => {});
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      const ended = async () => (await ledger.entryOf(keyOf(payload)))?.status;
+      await eventually('delivered or dead', async () => ['delivered', 'dead'].includes((await ended())!));
+      // Dead with no credit (the transaction was aborted), or, for an ORM that runs each query in a
+      // savepoint of its own, delivered with one: never delivered without it.
+      const expected = (await ended()) === 'dead' ? 0 : 1;
+      expect(await rows(payload.transaction_id)).toBe(expected);
+    });
+
+    const crashing = fixture.crashesWhenTheServerEndsTheConnection === undefined ? test : test.skip;
+    crashing(
+      'the server ends the connection mid-transaction (a failover): no crash; the retry credits once',
+      async () => {
+        // Fails (an unhandled 'error' event: the process would crash) when neither the ORM nor the adapter
+        // listens for the error a pg client checked out of its pool emits when its connection ends.
+        const ipn = router();
+        ipn.on('successful', async (n, { tx, attempt }) => {
+          await orm.credit(tx, n);
+          if (attempt > 1) return;
+          const { rows } = await orm.transactions.query(tx, {
+            text: 'SELECT pg_backend_pid() AS pid',
+            values: [],
+            returns: 'rows',
+          });
+          await ledger.pool().query('SELECT pg_terminate_backend($1::int, 5000)', [rows[0]!.pid]);
+        });
+        const { post } = await serve(ipn);
+        const payload = uniquePayload();
+        expect((await post(payload)).status).toBe(200);
+        await delivered(keyOf(payload));
+        expect(await rows(payload.transaction_id)).toBe(1);
+        expect(await ledger.entryOf(keyOf(payload))).toMatchObject({ attempts: 2 });
+      },
+    );
+
+    test('two instances on one store, the notification posted to both at once: one row', async () => {
+      const [one, two] = [router(), router()];
+      for (const ipn of [one, two]) {
+        ipn.on('successful', async (n, { tx }) => {
+          await orm.credit(tx, n);
+        });
+      }
+      const urls = [(await serve(one)).url, (await serve(two)).url];
+      const payload = uniquePayload();
+      expect(await postCopies(urls, payload, 6)).toEqual([200, 200, 200, 200, 200, 200]);
+      await delivered(keyOf(payload));
+      expect(await rows(payload.transaction_id)).toBe(1);
+    });
+
     test('a process SIGKILLed after the credit, before the commit, then restarted: one row', async () => {
       const payload = uniquePayload();
       const first = await startCrashApp(fixturePath, ledger.schema, true);
@@ -194,6 +308,25 @@ export function runOrmScenarios(fixturePath: string): void {
     });
   });
 }
+
+/**
+ * A deferred constraint trigger on the ledger that fails the first COMMIT crediting a transaction listed in
+ * `commit_fails_for` (a sequence counts: it is not rolled back with the failure).
+ */
+const COMMIT_FAILS = [
+  'CREATE TABLE commit_fails_for (transaction_id text PRIMARY KEY)',
+  'CREATE SEQUENCE commit_fails',
+  `CREATE FUNCTION commit_fails() RETURNS trigger LANGUAGE plpgsql AS $$
+  BEGIN
+    IF EXISTS (SELECT 1 FROM commit_fails_for WHERE transaction_id = NEW.transaction_id)
+      AND nextval('commit_fails') = 1 THEN
+      RAISE EXCEPTION 'the first commit of this payment fails' USING ERRCODE = '23514';
+    END IF;
+    RETURN NULL;
+  END $$`,
+  `CREATE CONSTRAINT TRIGGER commit_fails AFTER INSERT ON ledger DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION commit_fails()`,
+];
 
 const post = (url: string, body: unknown) =>
   fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });

@@ -74,7 +74,7 @@ try {
       'dist/cjs/index.d.ts',
       'dist/esm/index.js',
       'dist/esm/index.d.ts',
-      ...['redis', 'postgres', 'mysql', 'testing', 'prometheus', 'admin', 'fastify', 'orm'].flatMap(
+      ...['redis', 'postgres', 'mysql', 'sqlite', 'testing', 'prometheus', 'admin', 'fastify', 'orm'].flatMap(
         (entry) => [`dist/cjs/${entry}.js`, `dist/esm/${entry}.js`, `dist/cjs/${entry}.d.ts`],
       ),
       'dist/cjs/cli.js',
@@ -136,20 +136,25 @@ try {
     run('node', ['probe.mjs'], app);
   });
 
-  check('the Redis, PostgreSQL and testing entry points load, with no database driver installed', () => {
-    writeFileSync(
-      join(app, 'entries.cjs'),
-      `const { RedisStore } = require('ipn-kit/redis');
+  check(
+    'the Redis, PostgreSQL, SQLite and testing entry points load, with no database driver installed',
+    () => {
+      writeFileSync(
+        join(app, 'entries.cjs'),
+        `const { RedisStore } = require('ipn-kit/redis');
 const { PostgresStore, postgresSchemaSql } = require('ipn-kit/postgres');
 const { MysqlStore, mysqlSchemaSql } = require('ipn-kit/mysql');
 const { createFakeProvider } = require('ipn-kit/testing');
 if (typeof RedisStore !== 'function' || typeof PostgresStore !== 'function') process.exit(1);
 if (!postgresSchemaSql('ipn_inbox').includes('ipn_inbox') || typeof createFakeProvider !== 'function') process.exit(1);
 if (typeof MysqlStore !== 'function' || !mysqlSchemaSql('ipn_inbox').includes('ipn_inbox')) process.exit(1);
+const { SqliteStore, sqliteSchemaSql } = require('ipn-kit/sqlite');
+if (typeof SqliteStore !== 'function' || !sqliteSchemaSql('ipn_inbox').includes('ipn_inbox')) process.exit(1);
 `,
-    );
-    run('node', ['entries.cjs'], app);
-  });
+      );
+      run('node', ['entries.cjs'], app);
+    },
+  );
 
   check('ipn-kit/admin loads from CommonJS and ESM, and refuses to be created without authorize', () => {
     writeFileSync(

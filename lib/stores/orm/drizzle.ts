@@ -96,6 +96,27 @@ function unwrap(error: unknown): unknown {
   return wrapped ? error.cause : error;
 }
 
+/**
+ * Drizzle's transaction as listeners get it: the same object while `open()` holds, and one that refuses to
+ * be used after. Drizzle gives the transaction's connection back to its pool when it ends, and still runs
+ * a query made through the transaction object then (work a listener started and did not wait for) on that
+ * connection, outside any transaction, committed at once: a failed attempt's credit that its retry makes
+ * again.
+ */
+function usableWhile<Tx extends object>(tx: Tx, open: () => boolean): Tx {
+  return new Proxy(tx, {
+    get(target, property, receiver) {
+      if (!open() && typeof property === 'string' && property !== 'then') {
+        throw new Error(
+          `Drizzle: the delivery's transaction has ended (tx.${property}): a write made through it now ` +
+            'would land outside any transaction. Await every write in the listener',
+        );
+      }
+      return Reflect.get(target, property, receiver) as unknown;
+    },
+  });
+}
+
 /** Runs `statement` through `runner.execute`: on the database (outside any transaction), or in a `tx`. */
 async function run(runner: DrizzleRunner, statement: Statement): Promise<StatementResult> {
   let result: unknown;
@@ -173,8 +194,20 @@ export function drizzleTransactions<Db extends DrizzleDatabase>(
   const config: unknown = options.config;
   return {
     name: 'Drizzle',
-    transaction: <T>(work: (tx: DrizzleTransactionOf<Db>) => Promise<T>) =>
-      runner.transaction((tx) => work(tx as DrizzleTransactionOf<Db>), config) as Promise<T>,
+    transaction: <T>(work: (tx: DrizzleTransactionOf<Db>) => Promise<T>) => {
+      let ended = false;
+      const inside = async (tx: unknown): Promise<T> => {
+        try {
+          return await work(usableWhile(tx as object, () => !ended) as DrizzleTransactionOf<Db>);
+        } finally {
+          ended = true; // before Drizzle's COMMIT or ROLLBACK, and before it gives the connection back
+        }
+      };
+      // Drizzle's own COMMIT that fails (a deferred constraint, a serialization failure) is wrapped too.
+      return (runner.transaction(inside, config) as Promise<T>).catch((error: unknown) => {
+        throw unwrap(error);
+      });
+    },
     query: (tx, statement) => run(tx as DrizzleRunner, statement),
     execute: (statement) => run(runner, statement),
   };

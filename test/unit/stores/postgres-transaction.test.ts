@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { Client, Pool, type PoolClient } from 'pg';
+import { Client, Pool, Query, type PoolClient } from 'pg';
 import {
   asSavepoint,
   openTransaction,
@@ -260,6 +260,28 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
       expect(await notesOf(key)).toEqual([]);
     });
 
+    test('a BEGIN refused as a submittable opens no savepoint: a COMMIT after it is refused, not a release', async () => {
+      const { watched } = watchedPool();
+      const { key, mark } = await entry();
+      const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+      const db = tx.db as Db & { query: (query: Query) => Query };
+      try {
+        await db.query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
+        const begin = new Query('BEGIN');
+        const refused = new Promise((resolve) => begin.once('error', resolve));
+        db.query(begin);
+        expect(String(await refused)).toMatch(/as a submittable query through db/);
+        // No savepoint was sent: this COMMIT has no BEGIN before it, and is refused as such.
+        await expect(db.query('COMMIT')).rejects.toThrow(
+          /ipn-kit begins and commits that transaction itself/,
+        );
+        await expect(tx.commit()).resolves.toBe('delivered');
+        expect(await notesOf(key)).toEqual(['credited']);
+      } finally {
+        await tx.rollback(); // a failed expectation holds no client (the pool's end would wait for it)
+      }
+    });
+
     test('a statement that only mentions COMMIT in a string, a comment or a dollar quote runs as it is', async () => {
       const { watched } = watchedPool();
       const { key, mark } = await entry();
@@ -275,8 +297,8 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
   test('splitStatements splits on semicolons outside quotes, dollar quotes and comments', () => {
     expect(splitStatements("SELECT 'a;b'; SELECT $x$;$x$ -- c;d\n; /* e;f */ COMMIT;")).toEqual([
       "SELECT 'a;b'",
-      ' SELECT $x$;$x$ -- c;d\n',
-      ' /* e;f */ COMMIT',
+      ' SELECT $x$;$x$  \n', // comments are left out: a space in their place
+      '   COMMIT',
     ]);
     expect(asSavepoint('SELECT 1', 0, 'k')).toBeUndefined();
     expect(asSavepoint('rollback to savepoint sp1', 1, 'k')).toBeUndefined(); // an ORM's own nested one
@@ -286,6 +308,44 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     expect(asSavepoint('COMMIT TRANSACTION;', 3, 'k')).toEqual({
       text: 'RELEASE SAVEPOINT ipn_kit_2',
       depth: 2,
+    });
+  });
+
+  test.each([
+    '/* flush */ COMMIT',
+    '-- flush\nCOMMIT',
+    'SELECT 1;/**/COMMIT',
+    '/* a /* nested */ comment */ END',
+    "SELECT E'\\'' AS x; COMMIT; SELECT 1 AS y --'", // E'\'' is one quote: the COMMIT is outside
+    "SELECT '\\'' AS x; COMMIT; SELECT 1 AS y --'", // as standard_conforming_strings = off reads it
+    'SELECT 1 AS a$b$; COMMIT; SELECT 1 AS a$b$', // a$b$ is an identifier, not a dollar quote
+    '/* undo */ ROLLBACK',
+  ])('asSavepoint reads %j as PostgreSQL does: a transaction statement, refused', (text) => {
+    expect(() => asSavepoint(text, 0, 'k')).toThrow(/ipn-kit begins and commits/);
+    // Inside a listener's BEGIN: a savepoint's end, or refused; never run as it is.
+    const runsAsItIs = () => {
+      try {
+        return asSavepoint(text, 1, 'k') === undefined;
+      } catch {
+        return false;
+      }
+    };
+    expect(runsAsItIs()).toBe(false);
+  });
+
+  test('asSavepoint leaves a COMMIT inside a literal, a dollar quote or a comment alone, and maps a commented BEGIN', () => {
+    expect(asSavepoint("SELECT 'x; COMMIT'", 0, 'k')).toBeUndefined();
+    expect(asSavepoint("SELECT E'\\\\'; SELECT 1", 0, 'k')).toBeUndefined(); // E'\\' is one backslash
+    expect(asSavepoint('SELECT $f$; COMMIT $f$', 0, 'k')).toBeUndefined();
+    expect(asSavepoint('SELECT $1::text -- ; COMMIT', 0, 'k')).toBeUndefined();
+    expect(asSavepoint('/* a /* b */ ; COMMIT */ SELECT 1', 0, 'k')).toBeUndefined();
+    expect(asSavepoint("/* traceparent='00-1' */ BEGIN", 0, 'k')).toEqual({
+      text: 'SAVEPOINT ipn_kit_0',
+      depth: 1,
+    });
+    expect(asSavepoint("COMMIT /* traceparent='00-1' */", 1, 'k')).toEqual({
+      text: 'RELEASE SAVEPOINT ipn_kit_0',
+      depth: 0,
     });
   });
 });

@@ -1,0 +1,145 @@
+import type { Statement, StatementResult, Transactions } from '../transactions.js';
+
+/**
+ * One prepared statement: the part of better-sqlite3's `Statement` (and `node:sqlite`'s `StatementSync`)
+ * the store uses, with `?` placeholders bound in order.
+ */
+export interface SqliteStatement {
+  /** Runs a statement that writes: how many rows it changed. */
+  run(...values: any[]): { changes: number | bigint }; // eslint-disable-line @typescript-eslint/no-explicit-any
+  /** Runs a statement that returns rows (a `SELECT`, or a write with `RETURNING`): all of them. */
+  all(...values: any[]): unknown[]; // eslint-disable-line @typescript-eslint/no-explicit-any
+}
+
+/**
+ * The part of a better-sqlite3 `Database` (or a `node:sqlite` `DatabaseSync`) the store uses: synchronous
+ * `prepare` and `exec`. Declared here so that ipn-kit's types never name the driver's package.
+ */
+export interface SqliteDatabase {
+  /** Compiles one statement. */
+  prepare(sql: string): SqliteStatement;
+  /** Runs one or more statements without values. */
+  exec(sql: string): unknown;
+  /** Closes the connection. */
+  close(): unknown;
+}
+
+/** Each connection's prepared statements, by text: compiling is the costly part of a small statement. */
+const prepared = new WeakMap<SqliteDatabase, Map<string, SqliteStatement>>();
+
+/** `text` prepared on `database`, once per connection. */
+export function statementOf(database: SqliteDatabase, text: string): SqliteStatement {
+  let cache = prepared.get(database);
+  if (cache === undefined) prepared.set(database, (cache = new Map<string, SqliteStatement>()));
+  let statement = cache.get(text);
+  if (statement === undefined) cache.set(text, (statement = database.prepare(text)));
+  return statement;
+}
+
+/** Sets the pragmas every connection of the store needs: wait for another process's write lock, in WAL. */
+export function configure(database: SqliteDatabase, busyTimeoutMs: number): void {
+  database.exec(`PRAGMA busy_timeout = ${Math.floor(busyTimeoutMs)}`);
+  // Readers never wait for the writer, and a writer's commit is one append: several processes on one file.
+  database.exec('PRAGMA journal_mode = WAL');
+}
+
+/**
+ * Who writes through the store's connection now. better-sqlite3 is synchronous, so each statement runs
+ * whole in one turn of the event loop; only a delivery transaction spans turns (its listeners await). While
+ * one is open on its own connection, it holds the file's write lock: a write on the store's connection
+ * would wait for it synchronously (the busy timeout), blocking the very event loop that must finish it.
+ * So the store's writes and its delivery transactions take turns here, first come first served, and a
+ * write waits asynchronously, never inside SQLite.
+ */
+export interface WriteGate {
+  /** Runs `work` once no delivery transaction of this store is open. */
+  run<T>(work: () => T): Promise<T>;
+  /** Resolves once the gate is this caller's alone; it holds it until it calls the release it got. */
+  hold(): Promise<() => void>;
+}
+
+export function createWriteGate(): WriteGate {
+  let tail: Promise<unknown> = Promise.resolve();
+  return {
+    run(work) {
+      const result = tail.then(work);
+      tail = result.catch(() => {});
+      return result;
+    },
+    hold() {
+      let release!: () => void;
+      const released = new Promise<void>((resolve) => (release = resolve));
+      const acquired = tail.then(() => release);
+      tail = acquired.then(() => released);
+      return acquired;
+    },
+  };
+}
+
+/** Runs one statement on `database`: rows for a `rows` statement, the rows changed for a `count` one. */
+export function runStatement(
+  database: SqliteDatabase,
+  { text, values, returns }: Statement,
+): StatementResult {
+  const statement = statementOf(database, text);
+  if (returns === 'rows') {
+    const rows = statement.all(...values) as Array<Record<string, unknown>>;
+    return { rows, count: rows.length };
+  }
+  return { rows: [], count: Number(statement.run(...values).changes) };
+}
+
+/**
+ * Delivery transactions on a connection of their own (`connection()` hands it out, opening it when it has
+ * none), one at a time per store (`gate`): `BEGIN IMMEDIATE` takes the file's write lock at once (waiting
+ * for another process's up to the busy timeout), so the listeners' writes and the mark never meet another
+ * writer's snapshot. Listeners get that connection, as better-sqlite3 types it, as `tx` and `db`; a
+ * transaction of their own inside (`db.transaction(fn)`) is a savepoint, as better-sqlite3 makes it.
+ */
+export function connectionTransactions<D extends SqliteDatabase>(
+  connection: () => D,
+  gate: WriteGate,
+): Transactions<D> & { abandon(): void } {
+  let releaseCurrent: (() => void) | undefined;
+  return {
+    name: 'SQLite',
+    async transaction(work) {
+      const release = await gate.hold();
+      releaseCurrent = release;
+      try {
+        const db = connection();
+        db.exec('BEGIN IMMEDIATE');
+        try {
+          const result = await work(db);
+          db.exec('COMMIT');
+          return result;
+        } catch (error) {
+          rollbackQuietly(db);
+          throw error;
+        }
+      } finally {
+        if (releaseCurrent === release) releaseCurrent = undefined;
+        release();
+      }
+    },
+    query: (tx, statement) => Promise.resolve().then(() => runStatement(tx, statement)),
+    /**
+     * Lets the open transaction's turn go now, its listeners still running (they were abandoned): the caller
+     * has closed its connection, which rolled it back, so no late write of theirs lands, and the store's
+     * writes need not wait for listeners that may never settle.
+     */
+    abandon() {
+      releaseCurrent?.();
+      releaseCurrent = undefined;
+    },
+  };
+}
+
+/** Rolls back what is open on `database`: nothing when a failed COMMIT or a close already did. */
+function rollbackQuietly(database: SqliteDatabase): void {
+  try {
+    database.exec('ROLLBACK');
+  } catch {
+    // "no transaction is active", or the connection was closed (an abandoned attempt): nothing to undo
+  }
+}

@@ -1,0 +1,124 @@
+/** A table name: an identifier SQLite takes quoted as it is, short enough for its derived names. */
+const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
+
+/**
+ * Checks `table` (letters, digits and underscores, not starting with a digit) and quotes it.
+ * @throws TypeError when `table` is not such a name.
+ */
+export function quoteTable(table: unknown, owner = 'SqliteStore'): string {
+  if (typeof table !== 'string' || !IDENTIFIER.test(table)) {
+    throw new TypeError(
+      `${owner}: table must be a name such as 'ipn_inbox' (letters, digits and underscores, at most 63, ` +
+        `not starting with a digit), got ${JSON.stringify(table) ?? String(table)}`,
+    );
+  }
+  return `"${table}"`;
+}
+
+/**
+ * The SQL that creates the inbox table, its index and the expectations table beside it (`<table>_expected`),
+ * for teams that run their own migrations (the same SQL `SqliteStore.migrate()` runs). Idempotent: `IF NOT
+ * EXISTS` throughout.
+ *
+ * Times are milliseconds since the epoch, from the app's clock (`Date.now()`): every process using the
+ * file runs on the same machine, so they share it. The record is JSON text.
+ *
+ * @param table letters, digits and underscores. @default 'ipn_inbox'
+ * @throws TypeError when `table` is not such a name.
+ * @example
+ * import { sqliteSchemaSql } from 'ipn-kit/sqlite';
+ * database.exec(sqliteSchemaSql('ipn_inbox'));
+ */
+export function sqliteSchemaSql(table = 'ipn_inbox'): string {
+  const t = quoteTable(table, 'sqliteSchemaSql');
+  return `CREATE TABLE IF NOT EXISTS ${t} (
+  key TEXT PRIMARY KEY NOT NULL,
+  transaction_id TEXT NOT NULL,
+  state TEXT NOT NULL,
+  record TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('received', 'delivered', 'failed', 'dead')),
+  attempts INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT,
+  received_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  next_attempt_at INTEGER NOT NULL,
+  delivered_at INTEGER,
+  lease_id TEXT,
+  lease_until INTEGER
+);
+CREATE INDEX IF NOT EXISTS "${table}_due_idx" ON ${t} (status, next_attempt_at);
+CREATE TABLE IF NOT EXISTS "${table}_expected" (
+  transaction_id TEXT PRIMARY KEY NOT NULL,
+  custom_data TEXT,
+  amount REAL,
+  expected_at INTEGER NOT NULL,
+  due_at INTEGER NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0
+);
+`;
+}
+
+/** The columns an `InboxEntry` is read from. */
+const COLUMNS =
+  'key, transaction_id, state, record, status, attempts, last_error, received_at, updated_at, next_attempt_at, delivered_at, lease_until';
+
+/** Lease columns cleared when an attempt ends (`?`: now). */
+const END_LEASE = 'lease_id = NULL, lease_until = NULL, updated_at = ?';
+
+/**
+ * Every statement the store runs on `table`, with `?` for every value (in the order the store passes them;
+ * a value used twice is passed twice). Each is one statement: SQLite runs it atomically, holding the
+ * file's write lock from its start, so two processes never interleave inside one.
+ */
+export function sqliteInboxSql(table: string) {
+  const t = quoteTable(table);
+  return {
+    // The claim's token is kept in lease_id, so that the same claim asked again is recognised (see Store.claim).
+    claim: `INSERT INTO ${t} (key, transaction_id, state, record, status, received_at, updated_at,
+        next_attempt_at, delivered_at, lease_id)
+      VALUES (?, ?, ?, '{}', 'delivered', ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING`,
+    claimedBy: `SELECT 1 AS claimed FROM ${t} WHERE key = ? AND lease_id = ? AND record = '{}'`,
+    release: `DELETE FROM ${t} WHERE key = ? AND (? IS NULL OR lease_id = ?)`,
+    receive: `INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, received_at, updated_at,
+        next_attempt_at, lease_id, lease_until)
+      VALUES (?, ?, ?, ?, 'received', 1, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING`,
+    // One statement: the row goes from the contradicted copy to the service's record, never through absent.
+    replace: `UPDATE ${t} SET record = ?, status = 'received', attempts = 1, last_error = NULL,
+        next_attempt_at = ?, lease_id = ?, lease_until = ?, updated_at = ?
+      WHERE key = ? AND lease_id = ?`,
+    // One statement, so one writer at a time: two processes leasing at once get disjoint entries.
+    lease: `UPDATE ${t} SET lease_id = ?, lease_until = ?, attempts = attempts + 1, updated_at = ?
+      WHERE key IN (
+        SELECT key FROM ${t}
+        WHERE status IN ('received', 'failed') AND next_attempt_at <= ?
+          AND (lease_until IS NULL OR lease_until < ?)
+        ORDER BY received_at, key LIMIT ?
+      )
+      RETURNING ${COLUMNS}`,
+    delivered: `UPDATE ${t} SET status = 'delivered', delivered_at = ?, ${END_LEASE}
+      WHERE key = ? AND lease_id = ?`,
+    failed: `UPDATE ${t} SET status = 'failed', last_error = ?, next_attempt_at = ?, ${END_LEASE}
+      WHERE key = ? AND lease_id = ?`,
+    dead: `UPDATE ${t} SET status = 'dead', last_error = ?, ${END_LEASE} WHERE key = ? AND lease_id = ?`,
+    // Each filter is off when its value is null. lower() folds ASCII letters only (SQLite's own).
+    list: (newest: boolean) => `SELECT ${COLUMNS} FROM ${t}
+      WHERE (? IS NULL OR status = ?)
+        AND (? IS NULL OR transaction_id = ?)
+        AND (? IS NULL OR instr(lower(coalesce(json_extract(record, '$.custom_data'), '')), lower(?)) > 0)
+        AND (? IS NULL OR received_at >= ?)
+        AND (? IS NULL OR received_at < ?)
+      ORDER BY ${newest ? 'received_at DESC, key DESC' : 'received_at, key'} LIMIT ? OFFSET ?`,
+    countByStatus: `SELECT status, count(*) AS count FROM ${t}
+      WHERE ? IS NULL OR received_at >= ? GROUP BY status`,
+    get: `SELECT ${COLUMNS} FROM ${t} WHERE key = ?`,
+    // A replay keeps a live lease and skips the rows claim() writes, which hold no notification.
+    replay: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = ?, updated_at = ?
+      WHERE key = ? AND record <> '{}'`,
+    replayDead: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = ?, updated_at = ?
+      WHERE status = 'dead' AND record <> '{}'`,
+    purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ?`,
+  };
+}
+
+/** The statements of {@link sqliteInboxSql}. */
+export type SqliteInboxSql = ReturnType<typeof sqliteInboxSql>;

@@ -1,0 +1,527 @@
+import { randomUUID } from 'node:crypto';
+import { messageOf, StoreError } from '../../shared/errors.js';
+import { openOrmTransaction } from '../orm-transaction.js';
+import type { Statement } from '../transactions.js';
+import type {
+  DeliveryStatus,
+  DeliveryTransaction,
+  DurableStore,
+  InboxEntry,
+  Lease,
+  ListOptions,
+  Settlement,
+  StatusCounts,
+} from '../store.js';
+import {
+  configure,
+  connectionTransactions,
+  createWriteGate,
+  runStatement,
+  statementOf,
+  type SqliteDatabase,
+  type WriteGate,
+} from './sqlite-connection.js';
+import { SqliteExpectations } from './sqlite-expectations.js';
+import { quoteTable, sqliteInboxSql, sqliteSchemaSql, type SqliteInboxSql } from './sqlite-sql.js';
+
+/**
+ * Options of {@link SqliteStore}.
+ * @inline
+ */
+export interface SqliteStoreOptions<D extends SqliteDatabase = SqliteDatabase> {
+  /**
+   * Your open database (`new Database('ipn.db')` from better-sqlite3). The store runs its statements on it
+   * and never closes it. It sets the connection's busy timeout and puts the file in WAL mode.
+   */
+  database: D;
+  /**
+   * Opens another connection to the same file, for delivery transactions (at least once, each attempt
+   * runs in one, on its own connection). By default the store opens it as your `database` was:
+   * `new (database.constructor)(database.name)`, which better-sqlite3 allows. Give it for `node:sqlite`
+   * (`() => new DatabaseSync('ipn.db')`), or to open it with options of your own.
+   * @default better-sqlite3's constructor on `database.name`; none for an in-memory database
+   */
+  connect?: () => D;
+  /**
+   * The inbox table: letters, digits and underscores. The expectations table is `<table>_expected`.
+   * @default 'ipn_inbox'
+   */
+  table?: string;
+  /**
+   * How long a write waits for another process's write lock on the file before it fails (SQLite's busy
+   * timeout). Another process holds it for one statement, or for a delivery transaction: from its start
+   * to its commit, its listeners included.
+   * @default 5000
+   */
+  busyTimeoutMs?: number;
+}
+
+const STATUSES: ReadonlySet<string> = new Set<DeliveryStatus>(['received', 'delivered', 'failed', 'dead']);
+
+/** What `jsonb`-free SQLite still cannot keep exactly: a NUL ends a C string, a lone surrogate is no UTF-8. */
+// eslint-disable-next-line no-control-regex -- the NUL is exactly what is looked for
+const UNSTORABLE_KEY = /[\u0000\p{Cs}]/u;
+
+/**
+ * A dedupe store and durable inbox in one SQLite file: the embedded default for an app on one machine,
+ * durable across restarts with no database server, shared by every process of the app on that machine.
+ * Give it your own better-sqlite3 `Database`; ipn-kit loads no SQLite package.
+ *
+ * - As a plain store (at most once), `claim` inserts a `delivered` row; the router's `ttlMs` does not
+ *   apply: rows stay until you purge them (`purge(before)`).
+ * - As a durable inbox (`delivery: 'at-least-once'`), each notification is stored whole, and its delivery
+ *   attempts are leased, settled and retried through the table.
+ *
+ * SQLite has one writer at a time per file: every write is one statement, which holds the file's write lock
+ * from its start, so claims, receives and leases are atomic across processes. Times are `Date.now()`
+ * milliseconds: every process on the file shares the machine's clock.
+ *
+ * At least once, each delivery attempt runs in a transaction on a second connection to the file: the
+ * listeners get it as `tx` and `db` (your better-sqlite3 `Database` type), and what they write through it
+ * commits together with the `delivered` mark, or rolls back with a failed attempt. The transaction holds
+ * the file's write lock from its start to its commit, so this process's other writes (receives, leases)
+ * wait for it, and other processes' writes wait up to `busyTimeoutMs`: keep listeners short.
+ *
+ * @example
+ * import Database from 'better-sqlite3';
+ * import { ipnRouter } from 'ipn-kit';
+ * import { SqliteStore } from 'ipn-kit/sqlite';
+ *
+ * const store = new SqliteStore({ database: new Database('ipn.db') });
+ * store.migrate();
+ * const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+ * ipn.on('successful', (n, { db }) => {
+ *   db.prepare('INSERT INTO ledger (transaction_id, amount) VALUES (?, ?)').run(n.transaction_id, n.amount);
+ * });
+ * app.use('/ipn', ipn);
+ */
+export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements DurableStore {
+  /** This store keeps each notification and its delivery state: the router may deliver at least once. */
+  readonly durable = true as const;
+  /** The table, as given. */
+  readonly table: string;
+  /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
+  readonly expectations: SqliteExpectations;
+  readonly #database: D;
+  readonly #connect: (() => D) | undefined;
+  readonly #busyTimeoutMs: number;
+  readonly #sql: SqliteInboxSql;
+  readonly #gate: WriteGate = createWriteGate();
+  /** The delivery transactions' connection, opened at the first one; closed when an attempt is abandoned. */
+  #txDatabase: D | undefined;
+  readonly #transactions: ReturnType<typeof connectionTransactions<D>>;
+
+  /**
+   * @throws TypeError when `database` has no `prepare` and `exec` methods, `connect` is not a function, or
+   * `table` or `busyTimeoutMs` is not valid.
+   * @throws StoreError when the connection cannot be configured (the file is locked past the busy timeout).
+   */
+  constructor(options: SqliteStoreOptions<D>) {
+    const database: unknown = options?.database;
+    if (
+      typeof database !== 'object' ||
+      database === null ||
+      typeof Reflect.get(database, 'prepare') !== 'function' ||
+      typeof Reflect.get(database, 'exec') !== 'function'
+    ) {
+      throw new TypeError(
+        "SqliteStore: database must be an open better-sqlite3 Database (new Database('ipn.db')), or an object " +
+          `with its prepare(sql) and exec(sql) methods, got ${database === null ? 'null' : typeof database}`,
+      );
+    }
+    const { connect, busyTimeoutMs = 5000 } = options;
+    if (connect !== undefined && typeof connect !== 'function') {
+      throw new TypeError('SqliteStore: connect must be a function that opens a new connection to the file');
+    }
+    if (!Number.isFinite(busyTimeoutMs) || busyTimeoutMs < 0) {
+      throw new TypeError(`SqliteStore: busyTimeoutMs must be a number of ms, got ${String(busyTimeoutMs)}`);
+    }
+    this.table = options.table ?? 'ipn_inbox';
+    quoteTable(this.table);
+    this.#database = database as D;
+    this.#connect = connect ?? defaultConnect(database as D);
+    this.#busyTimeoutMs = busyTimeoutMs;
+    this.#sql = sqliteInboxSql(this.table);
+    try {
+      configure(this.#database, busyTimeoutMs);
+    } catch (error) {
+      throw new StoreError(`SqliteStore: could not configure the database: ${messageOf(error)}`, {
+        cause: error,
+      });
+    }
+    this.#transactions = connectionTransactions(() => this.#openTxDatabase(), this.#gate);
+    this.expectations = new SqliteExpectations(
+      {
+        read: async (text, values) => this.#run(() => statementOf(this.#database, text).all(...values)),
+        write: (text, values) =>
+          this.#write(() => Number(statementOf(this.#database, text).run(...values).changes)),
+        writeReturning: (text, values) => this.#write(() => statementOf(this.#database, text).all(...values)),
+      },
+      this.table,
+    );
+  }
+
+  /**
+   * Creates the tables and the index if they do not exist (the SQL of {@link sqliteSchemaSql}). Idempotent,
+   * and safe from several processes at once (SQLite writes the schema under the file's write lock).
+   */
+  async migrate(): Promise<void> {
+    await this.#gate.run(() => {
+      try {
+        this.#database.exec(sqliteSchemaSql(this.table));
+      } catch (error) {
+        throw new StoreError(
+          `SqliteStore.migrate: could not create the table ${this.table}: ${messageOf(error)}`,
+          { cause: error },
+        );
+      }
+    });
+  }
+
+  /**
+   * Inserts a `delivered` row for `key`, unless one exists. `ttlMs` is not applied: purge old rows instead.
+   * @returns `true` when this call inserted the row (or an earlier call with the same `token` did).
+   */
+  async claim(key: string, ttlMs: number, token: string = randomUUID()): Promise<boolean> {
+    const [transactionId, state] = splitKey(key);
+    return this.#write(() => {
+      const now = Date.now();
+      const values = [key, transactionId, state, now, now, now, now, token];
+      if (Number(statementOf(this.#database, this.#sql.claim).run(...values).changes) === 1) return true;
+      return statementOf(this.#database, this.#sql.claimedBy).all(key, token).length === 1;
+    });
+  }
+
+  /** Deletes the row of `key`; given `leaseId`, only while that lease holds it. */
+  async release(key: string, leaseId?: string): Promise<void> {
+    checkKey(key);
+    const lease = leaseId ?? null;
+    await this.#change(this.#sql.release, [key, lease, lease]);
+  }
+
+  /** Inserts `record` as `received`, attempts 1, leased to `lease` (until now + `lease.ms`). */
+  async receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
+    const [transactionId, state] = splitKey(key);
+    const ms = leaseMs(lease);
+    const json = JSON.stringify(record);
+    return this.#write(() => {
+      const now = Date.now();
+      const values = [key, transactionId, state, json, now, now, now, lease.id, now + ms];
+      return Number(statementOf(this.#database, this.#sql.receive).run(...values).changes) === 1;
+    });
+  }
+
+  /** Puts the service's `record` in place of the entry `leaseId` holds, in one statement (see `DurableStore`). */
+  async replace(
+    key: string,
+    leaseId: string,
+    record: Record<string, unknown>,
+    lease: Lease,
+  ): Promise<boolean> {
+    const ms = leaseMs(lease);
+    const json = JSON.stringify(record);
+    return this.#write(() => {
+      const now = Date.now();
+      const values = [json, now, lease.id, now + ms, now, key, leaseId];
+      return Number(statementOf(this.#database, this.#sql.replace).run(...values).changes) === 1;
+    });
+  }
+
+  /** Leases up to `limit` due entries, oldest received first, in one statement: disjoint across processes. */
+  async lease(lease: Lease, limit: number): Promise<InboxEntry[]> {
+    if (!Number.isInteger(limit) || limit < 0) {
+      throw new TypeError(`SqliteStore.lease: limit must be a whole number, got ${limit}`);
+    }
+    const ms = leaseMs(lease);
+    if (limit === 0) return [];
+    const rows = await this.#write(() => {
+      const now = Date.now();
+      const values = [lease.id, now + ms, now, now, now, limit];
+      return statementOf(this.#database, this.#sql.lease).all(...values);
+    });
+    return rows.map(toEntry).sort(oldestFirst);
+  }
+
+  /** Ends the attempt, only while `leaseId` still holds the entry. */
+  async settle(key: string, leaseId: string, settlement: Settlement): Promise<boolean> {
+    checkKey(key);
+    const [text, values] = this.#settlement(key, leaseId, settlement);
+    return (await this.#change(text, values)) === 1;
+  }
+
+  /**
+   * Opens the transaction of one delivery attempt held by `leaseId`, on the store's second connection to
+   * the file (`BEGIN IMMEDIATE`): the listeners get that connection as `tx` and `db`. Its `commit()` marks
+   * the entry delivered in the same transaction, only while `leaseId` still holds it, then commits: the
+   * listeners' writes and the mark land together or not at all, whatever crashes when. One transaction at
+   * a time per store; this process's other writes wait for it. Resolves `undefined` for an in-memory
+   * database without `connect` (no second connection can reach it).
+   */
+  async begin(key: string, leaseId: string): Promise<DeliveryTransaction<D, D> | undefined> {
+    checkKey(key);
+    if (this.#connect === undefined) return undefined;
+    // `delivered_at` is the time of the commit, not of the begin: the values are read when the mark runs.
+    const mark: Statement = {
+      text: this.#sql.delivered,
+      get values() {
+        const now = Date.now();
+        return [now, now, key, leaseId];
+      },
+      returns: 'count',
+    };
+    const opened = await openOrmTransaction(this.#transactions, key, mark);
+    const abandon = () => {
+      // The listeners may still run: closing the connection rolls the transaction back now, and refuses
+      // their late writes; the store's other writes go on without waiting for them.
+      this.#closeTxDatabase();
+      this.#transactions.abandon();
+    };
+    return {
+      tx: opened.tx,
+      db: opened.tx,
+      get state() {
+        return opened.state;
+      },
+      commit: () => opened.commit(),
+      rollback: (listeners) => {
+        if (listeners !== undefined && opened.state === 'open') abandon();
+        return opened.rollback(listeners);
+      },
+    };
+  }
+
+  /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */
+  async list(options: ListOptions = {}): Promise<InboxEntry[]> {
+    const { status, limit = 100, offset = 0 } = options;
+    if (!Number.isInteger(limit) || limit < 0) {
+      throw new TypeError(`SqliteStore.list: limit must be a whole number, got ${limit}`);
+    }
+    if (!Number.isInteger(offset) || offset < 0) {
+      throw new TypeError(`SqliteStore.list: offset must be a whole number, got ${offset}`);
+    }
+    if (status !== undefined && !STATUSES.has(status)) {
+      throw new TypeError(
+        `SqliteStore.list: status must be one of ${[...STATUSES].join(', ')}, got ${String(status)}`,
+      );
+    }
+    const { transactionId, customDataContains, receivedFrom, receivedBefore, order = 'oldest' } = options;
+    if (order !== 'oldest' && order !== 'newest') {
+      throw new TypeError(`SqliteStore.list: order must be 'oldest' or 'newest', got ${String(order)}`);
+    }
+    const twice = (value: unknown) => [value ?? null, value ?? null];
+    const rows = await this.#read(this.#sql.list(order === 'newest'), [
+      ...twice(status),
+      ...twice(transactionId),
+      ...twice(customDataContains),
+      ...twice(receivedFrom?.getTime()),
+      ...twice(receivedBefore?.getTime()),
+      limit,
+      offset,
+    ]);
+    return rows.map(toEntry);
+  }
+
+  /** How many notifications the inbox holds by status (received at or after `receivedFrom`, when given). */
+  async countByStatus(receivedFrom?: Date): Promise<StatusCounts> {
+    const counts: StatusCounts = { received: 0, delivered: 0, failed: 0, dead: 0 };
+    const from = receivedFrom?.getTime() ?? null;
+    const rows = await this.#read(this.#sql.countByStatus, [from, from]);
+    for (const row of rows as Array<{ status: DeliveryStatus; count: number }>)
+      counts[row.status] = Number(row.count);
+    return counts;
+  }
+
+  /** The entry of `key`, or `undefined`. */
+  async get(key: string): Promise<InboxEntry | undefined> {
+    const rows = await this.#read(this.#sql.get, [key]);
+    return rows.length > 0 ? toEntry(rows[0]) : undefined;
+  }
+
+  /** Makes `key` due now whatever its status (see `DurableStore.replay`); `false` for a `claim()` row. */
+  async replay(key: string): Promise<boolean> {
+    const now = Date.now();
+    return (await this.#change(this.#sql.replay, [now, now, key])) === 1;
+  }
+
+  /** {@link SqliteStore.replay} for every `dead` entry; resolves how many. */
+  async replayDead(): Promise<number> {
+    const now = Date.now();
+    return this.#change(this.#sql.replayDead, [now, now]);
+  }
+
+  /** Deletes `delivered` rows (claim markers included) delivered before `before`; resolves how many. */
+  async purge(before: Date): Promise<number> {
+    if (!(before instanceof Date) || Number.isNaN(before.getTime())) {
+      throw new TypeError(`SqliteStore.purge: before must be a valid Date, got ${String(before)}`);
+    }
+    return this.#change(this.#sql.purge, [before.getTime()]);
+  }
+
+  /** Closes the delivery transactions' connection, once no transaction is open. Your `database` stays open. */
+  async close(): Promise<void> {
+    await this.#gate.run(() => this.#closeTxDatabase());
+  }
+
+  #settlement(key: string, leaseId: string, settlement: Settlement): [string, unknown[]] {
+    const now = Date.now();
+    switch (settlement?.status) {
+      case 'delivered':
+        return [this.#sql.delivered, [now, now, key, leaseId]];
+      case 'failed': {
+        const { nextAttemptAt } = settlement;
+        if (!(nextAttemptAt instanceof Date) || Number.isNaN(nextAttemptAt.getTime())) {
+          throw new TypeError(
+            `SqliteStore.settle: nextAttemptAt must be a valid Date, got ${String(nextAttemptAt)}`,
+          );
+        }
+        const values = [String(settlement.error), nextAttemptAt.getTime(), now, key, leaseId];
+        return [this.#sql.failed, values];
+      }
+      case 'dead':
+        return [this.#sql.dead, [String(settlement.error), now, key, leaseId]];
+      default:
+        throw new TypeError(
+          `SqliteStore.settle: status must be delivered, failed or dead, got ${String((settlement as { status?: unknown })?.status)}`,
+        );
+    }
+  }
+
+  #openTxDatabase(): D {
+    if (this.#txDatabase === undefined) {
+      const opened = this.#connect!();
+      configure(opened, this.#busyTimeoutMs);
+      this.#txDatabase = opened;
+    }
+    return this.#txDatabase;
+  }
+
+  #closeTxDatabase(): void {
+    const open = this.#txDatabase;
+    this.#txDatabase = undefined;
+    try {
+      open?.close();
+    } catch {
+      // already closed: nothing to release
+    }
+  }
+
+  /** A statement that changes rows, in its turn (see `WriteGate`); resolves how many it changed. */
+  #change(text: string, values: unknown[]): Promise<number> {
+    return this.#write(() => runStatement(this.#database, { text, values, returns: 'count' }).count);
+  }
+
+  /** A statement that reads rows: at once, as readers never wait for the writer in WAL mode. */
+  #read(text: string, values: unknown[]): Promise<unknown[]> {
+    return this.#run(() => statementOf(this.#database, text).all(...values));
+  }
+
+  /** `work` (synchronous statements on the store's connection) once no delivery transaction is open. */
+  #write<T>(work: () => T): Promise<T> {
+    return this.#gate.run(() => this.#attempt(work));
+  }
+
+  /** `work` as a promise: a failure rejects it, as every store method's does, instead of throwing. */
+  #run<T>(work: () => T): Promise<T> {
+    return Promise.resolve().then(() => this.#attempt(work));
+  }
+
+  /** Runs `work`; a failure is a `StoreError` (`notMigrated` when a table is missing). */
+  #attempt<T>(work: () => T): T {
+    try {
+      return work();
+    } catch (error) {
+      throw this.#failure(error);
+    }
+  }
+
+  #failure(error: unknown): StoreError {
+    const message = messageOf(error);
+    const missing = /no such table: (?:main\.)?(\S+)/.exec(message)?.[1];
+    if (missing !== undefined) {
+      return new StoreError(
+        `SqliteStore: the table ${missing} does not exist: run \`await store.migrate()\` once, or create it ` +
+          `with the SQL of sqliteSchemaSql() in your migrations (SQLite: ${message})`,
+        { cause: error, notMigrated: true },
+      );
+    }
+    return new StoreError(`SqliteStore: a statement on ${this.table} failed: ${message}`, { cause: error });
+  }
+}
+
+/**
+ * How the store opens a second connection by default: better-sqlite3's `Database` keeps its file's path in
+ * `name`, and its constructor is the object's own. `undefined` for an in-memory or temporary database
+ * (another connection would open another database) or a driver that keeps no path.
+ */
+function defaultConnect<D extends SqliteDatabase>(database: D): (() => D) | undefined {
+  const name: unknown = Reflect.get(database, 'name');
+  const memory: unknown = Reflect.get(database, 'memory');
+  const Construct = (database as { constructor?: unknown }).constructor;
+  if (typeof name !== 'string' || name === '' || name === ':memory:' || memory === true) return undefined;
+  if (typeof Construct !== 'function' || Construct === Object) return undefined;
+  return () => new (Construct as new (path: string) => D)(name);
+}
+
+/** `transaction_id:state`, split at the last `:`. */
+function splitKey(key: string): [string, string] {
+  const at = typeof key === 'string' ? checkKey(key).lastIndexOf(':') : -1;
+  if (at === -1) throw new TypeError(`SqliteStore: a key must be transaction_id:state, got ${String(key)}`);
+  return [key.slice(0, at), key.slice(at + 1)];
+}
+
+/** A key SQLite keeps exactly: no NUL, no lone surrogate (the driver writes UTF-8). */
+function checkKey(key: string): string {
+  if (typeof key !== 'string' || UNSTORABLE_KEY.test(key)) {
+    throw new TypeError(
+      `SqliteStore: a key cannot hold a NUL character or a lone surrogate, got ${JSON.stringify(key)}`,
+    );
+  }
+  return key;
+}
+
+function leaseMs(lease: Lease): number {
+  if (typeof lease?.id !== 'string' || lease.id === '' || !Number.isFinite(lease.ms) || lease.ms <= 0) {
+    throw new TypeError(
+      `SqliteStore: a lease must have a non-empty id and a positive ms, got ${JSON.stringify(lease)}`,
+    );
+  }
+  return lease.ms;
+}
+
+interface InboxRow {
+  key: string;
+  transaction_id: string;
+  state: string;
+  record: string;
+  status: DeliveryStatus;
+  attempts: number;
+  last_error: string | null;
+  received_at: number;
+  updated_at: number;
+  next_attempt_at: number;
+  delivered_at: number | null;
+  lease_until: number | null;
+}
+
+function toEntry(value: unknown): InboxEntry {
+  const row = value as InboxRow;
+  return {
+    key: row.key,
+    transactionId: row.transaction_id,
+    state: row.state,
+    record: JSON.parse(row.record) as Record<string, unknown>,
+    status: row.status,
+    attempts: Number(row.attempts),
+    lastError: row.last_error,
+    receivedAt: new Date(Number(row.received_at)),
+    updatedAt: new Date(Number(row.updated_at)),
+    nextAttemptAt: new Date(Number(row.next_attempt_at)),
+    deliveredAt: row.delivered_at === null ? null : new Date(Number(row.delivered_at)),
+    leaseUntil: row.lease_until === null ? null : new Date(Number(row.lease_until)),
+  };
+}
+
+/** The delivery order: oldest received first, then by key (as the lease statement picks them). */
+function oldestFirst(a: InboxEntry, b: InboxEntry): number {
+  return a.receivedAt.getTime() - b.receivedAt.getTime() || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0);
+}

@@ -1,0 +1,85 @@
+import { openOrmTransaction } from '../../../lib/stores/orm-transaction.js';
+import type { Statement, Transactions } from '../../../lib/stores/transactions.js';
+
+/**
+ * `openOrmTransaction` against `Transactions` that break the contract in ways a hand-written one can (a
+ * retry that runs the work again, a helper that does not wait for its work): never `delivered` without the
+ * mark having run in the transaction the listeners wrote in, never an unhandled rejection. (The scenarios
+ * against a real database are in test/integration/transaction-escapes.test.ts and the orm-scenarios.)
+ */
+const mark: Statement = { text: 'UPDATE inbox SET status = $1', values: ['delivered'], returns: 'count' };
+
+/** Records the unhandled rejections while `run` runs, and a turn of the event loop after it. */
+async function unhandledDuring(run: () => Promise<void>): Promise<unknown[]> {
+  const seen: unknown[] = [];
+  const record = (reason: unknown) => void seen.push(reason);
+  process.on('unhandledRejection', record);
+  try {
+    await run();
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  } finally {
+    process.off('unhandledRejection', record);
+  }
+  return seen;
+}
+
+describe('openOrmTransaction with a Transactions that breaks its contract', () => {
+  test('a transaction() that resolves before its work did: the commit is not delivered', async () => {
+    const marks: string[] = [];
+    const careless: Transactions<string> = {
+      name: 'careless',
+      transaction(work) {
+        void work('tx').catch(() => {});
+        return Promise.resolve(undefined as never);
+      },
+      query(tx, statement) {
+        marks.push(`${tx}: ${statement.text}`);
+        return Promise.resolve({ rows: [], count: 1 });
+      },
+    };
+    const opened = await openOrmTransaction(careless, 'K:SUCCESSFUL', mark);
+    await expect(opened.commit()).rejects.toThrow(/resolved before the work it was given did/);
+  });
+
+  test('a transaction() that drops the rejection of its work: no unhandled rejection', async () => {
+    const dropping: Transactions<string> = {
+      name: 'dropping',
+      transaction(work) {
+        void work('tx'); // its rejection (a rolled back attempt) is nobody's
+        return new Promise<never>(() => {}); // and it never ends
+      },
+      query: () => Promise.resolve({ rows: [], count: 1 }),
+    };
+    const seen = await unhandledDuring(async () => {
+      const opened = await openOrmTransaction(dropping, 'K:SUCCESSFUL', mark);
+      await opened.rollback(Promise.resolve()); // an abandoned attempt: not waited for
+    });
+    expect(seen).toEqual([]);
+  });
+
+  test('a transaction() that runs its work again after a failed commit: the second run commits nothing', async () => {
+    const statements: string[] = [];
+    let run = 0;
+    const retrying: Transactions<string> = {
+      name: 'retrying',
+      async transaction(work) {
+        for (;;) {
+          run += 1;
+          const result = await work(`tx${run}`);
+          if (run === 1) continue; // the COMMIT failed (40001): run the work again
+          return result;
+        }
+      },
+      query(tx, statement) {
+        statements.push(`${tx}: ${statement.text}`);
+        return Promise.resolve({ rows: [], count: 1 });
+      },
+    };
+    const opened = await openOrmTransaction(retrying, 'K:SUCCESSFUL', mark);
+    expect(opened.tx).toBe('tx1');
+    await expect(opened.commit()).rejects.toThrow(
+      /ran the delivery transaction of K:SUCCESSFUL a second time/,
+    );
+    expect(statements).toEqual([`tx1: ${mark.text}`]); // never the mark alone, in the second run
+  });
+});
