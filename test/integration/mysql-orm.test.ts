@@ -164,6 +164,55 @@ describe.each(ORMS)('%s on MySQL', (name, openOrm) => {
       expect(await rowsOf(payload.transaction_id)).toBe(1); // the first attempt's credit was rolled back
     });
 
+    test('a listener that runs past its time, then credits: that late credit is rolled back, never committed', async () => {
+      const { ipn, post } = await serve(router({ leaseMs: 1_000 })); // abandoned after 900 ms
+      const late: Array<Promise<void>> = [];
+      ipn.on('successful', async (n, { tx, attempt }) => {
+        if (attempt === 1) {
+          const credit = new Promise<void>((resolve) => setTimeout(resolve, 1_200)).then(() =>
+            orm.credit(tx, n),
+          );
+          late.push(credit.catch(() => {})); // refused by a transaction that ended, or rolled back with it
+          await credit;
+          return;
+        }
+        await orm.credit(tx, n);
+      });
+      const payload = uniquePayload();
+
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+      await Promise.all(late);
+
+      expect(await rowsOf(payload.transaction_id)).toBe(1);
+      expect(await entryOf(keyOf(payload))).toMatchObject({ attempts: 2 });
+    });
+
+    test("a listener's write after its failed attempt ended (work it did not wait for) is never committed", async () => {
+      // A query through the ORM's transaction object once that transaction has ended must be refused, not
+      // run on a connection the ORM gave back to its pool (outside any transaction, committed at once).
+      const { ipn, post } = await serve(router());
+      const late: Array<Promise<unknown>> = [];
+      ipn.on('successful', async (n, { tx, attempt }) => {
+        if (attempt > 1) return orm.credit(tx, n);
+        late.push(
+          new Promise((resolve) => setTimeout(resolve, 100))
+            .then(() => orm.credit(tx, n))
+            .catch((error: unknown) => error),
+        );
+      });
+      ipn.on('notification', (_n, { attempt }) => {
+        if (attempt === 1) throw new Error('the order service is down');
+      });
+      const payload = uniquePayload();
+
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+      await Promise.all(late);
+
+      expect(await rowsOf(payload.transaction_id)).toBe(1);
+    });
+
     test("the store's ? statements run inside the ORM's transaction: rows, counts, and a ? inside a literal", async () => {
       const id = `TX-${name}-${process.pid}-${Date.now()}`;
       const { transactions } = orm;
