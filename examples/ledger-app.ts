@@ -1,7 +1,8 @@
 /**
  * The partner app of the demo's crash scene (`examples/crash-recovery.ts`), in a process of its own so that
  * the scene can kill it: a PostgreSQL inbox, at-least-once delivery, and a `successful` listener that credits
- * the order with one ledger row written through `db`, inside the delivery's transaction.
+ * the order with one ledger row written through `db`, inside the delivery's transaction. Without PostgreSQL
+ * the scene runs `examples/sqlite-ledger-app.ts`, the same app on SQLite.
  *
  * Run with `node --import tsx`; configured by the environment: DATABASE_URL, INBOX_TABLE, LEDGER_TABLE,
  * LEASE_MS, and HOLD_AFTER_WRITE=1 to keep the first attempt open after its write, until the scene kills

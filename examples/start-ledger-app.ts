@@ -1,7 +1,7 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 
-/** A running `examples/ledger-app.ts`, in a process of its own. */
+/** A running ledger app (`examples/ledger-app.ts` or `examples/sqlite-ledger-app.ts`), in a process of its own. */
 export interface LedgerApp {
   /** Its IPN endpoint. */
   url: string;
@@ -13,7 +13,8 @@ export interface LedgerApp {
 
 /** How a ledger app is configured: its environment, less what the scene fixes. */
 export interface LedgerAppConfig {
-  databaseUrl: string;
+  /** PostgreSQL (`examples/ledger-app.ts`) at this URL, or SQLite (`examples/sqlite-ledger-app.ts`) in this file. */
+  database: { url: string } | { sqliteFile: string };
   inboxTable: string;
   ledgerTable: string;
   leaseMs: number;
@@ -27,24 +28,28 @@ interface Message {
   attempt?: number;
 }
 
-const SCRIPT = join(__dirname, 'ledger-app.ts');
 /** A process start costs a second or two on a busy machine; a silence this long means something broke. */
 const SILENCE_MS = 15_000;
 
 /**
- * Starts `examples/ledger-app.ts` with tsx and resolves once it listens. Adds the process to `running`
+ * Starts the ledger app of `config.database` with tsx and resolves once it listens. Adds the process to `running`
  * until it exits, so that the caller can end whatever is left.
  */
 export async function startLedgerApp(
   config: LedgerAppConfig,
   running: Set<ChildProcess>,
 ): Promise<LedgerApp> {
-  const child = fork(SCRIPT, [], {
+  const { database } = config;
+  const [script, where] =
+    'url' in database
+      ? ['ledger-app.ts', { DATABASE_URL: database.url }]
+      : ['sqlite-ledger-app.ts', { SQLITE_FILE: database.sqliteFile }];
+  const child = fork(join(__dirname, script), [], {
     cwd: join(__dirname, '..'), // where tsx finds tsconfig.json, which maps `ipn-kit` to lib/
     execArgv: ['--import', 'tsx'],
     env: {
       ...process.env,
-      DATABASE_URL: config.databaseUrl,
+      ...where,
       INBOX_TABLE: config.inboxTable,
       LEDGER_TABLE: config.ledgerTable,
       LEASE_MS: String(config.leaseMs),

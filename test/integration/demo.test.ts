@@ -1,8 +1,14 @@
 import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
 import { createServer } from 'node:net';
 import path from 'node:path';
 import { Pool } from 'pg';
-import { runCrashRecovery, type CrashRecoverySummary } from '../../examples/crash-recovery.js';
+import {
+  runCrashRecovery,
+  type CrashRecoverySummary,
+  type SceneQuery,
+} from '../../examples/crash-recovery.js';
 import { runDemo, type DemoSummary } from '../../examples/demo.js';
 import { formatCrashRecovery } from '../../examples/format-crash-recovery.js';
 import { PAYMENTS } from '../../examples/payment-service.js';
@@ -168,17 +174,17 @@ describeWithService('PostgreSQL', "the demo's third scene: a crash survived with
   beforeAll(async () => {
     const result = await runCrashRecovery({
       databaseUrl: databaseUrl(),
-      // A duplicate planted before the read: the scene's count must show it, so it is read from the table.
-      beforeLedgerRead: async (pool, ledgerTable) => {
-        const { rows } = await pool.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM ${ledgerTable} WHERE transaction_id = 'EFB.004301'`,
-        );
-        countedByTest = rows[0]?.n;
-        await pool.query(`INSERT INTO ${ledgerTable} SELECT * FROM ${ledgerTable}`);
+      beforeLedgerRead: async (query, ledgerTable) => {
+        countedByTest = await countAndPlantDuplicate(query, ledgerTable);
       },
     });
     if ('skipped' in result) throw new Error(`PostgreSQL answered the probe, yet: ${result.skipped}`);
     scene = result;
+  });
+
+  it('runs on PostgreSQL, with the PostgreSQL app', () => {
+    expect(scene).toMatchObject({ database: 'PostgreSQL', app: 'examples/ledger-app.ts' });
+    expect(scene.fallback).toBeUndefined();
   });
 
   it('kills the app with SIGKILL once its listener wrote the ledger row, before COMMIT: nothing committed', () => {
@@ -225,29 +231,124 @@ describeWithService('PostgreSQL', "the demo's third scene: a crash survived with
       expect.stringMatching(/^EFB\.004301\s+order-3001\s+2500$/),
     ]);
     expect(stdout).toMatch(/^1 row for EFB\.004301: credited exactly once\. /m);
+    expect(stdout).toMatch(/^A crash mid-delivery: PostgreSQL inbox, /m);
+    expect(stdout).not.toMatch(/SQLite/);
     expect(await existing([ledger?.[1] ?? ''])).toEqual([]);
   });
 });
 
-describe('the demo without PostgreSQL', () => {
-  it('skips the crash scene in one line that says why and how to run it; the rest runs and exits 0', async () => {
-    const port = await closedPort();
+describe("the demo's third scene without PostgreSQL: the same crash on SQLite, with no database server", () => {
+  let scene: CrashRecoverySummary;
+  let port: number;
+  /** The payment's ledger rows, as this test counts them itself just before the scene reads the ledger. */
+  let countedByTest: number | undefined;
+  beforeAll(async () => {
+    port = await closedPort();
+    const result = await runCrashRecovery({
+      databaseUrl: `postgres://postgres:s3cret@127.0.0.1:${port}/test`,
+      beforeLedgerRead: async (query, ledgerTable) => {
+        countedByTest = await countAndPlantDuplicate(query, ledgerTable);
+      },
+    });
+    if ('skipped' in result) throw new Error(`the scene did not run on SQLite: ${result.skipped}`);
+    scene = result;
+  });
+
+  it('runs on SQLite in a temporary file, with the SQLite app, saying why', () => {
+    expect(scene).toMatchObject({ database: 'SQLite', app: 'examples/sqlite-ledger-app.ts' });
+    expect(scene.file?.startsWith(path.join(os.tmpdir(), 'ipn-demo-'))).toBe(true);
+    expect(scene.fallback).toBe(
+      `PostgreSQL at postgres://postgres:***@127.0.0.1:${port}/test is unreachable ` +
+        `(connect ECONNREFUSED 127.0.0.1:${port})`,
+    );
+  });
+
+  it('kills the app with SIGKILL once its listener wrote the ledger row, before COMMIT: nothing committed', () => {
+    expect(scene.answered).toBe(200);
+    expect(scene.killedBy).toBe('SIGKILL');
+    expect(scene.rowsAfterKill).toBe(0);
+    expect(scene.afterKill).toEqual({ status: 'received', attempts: 1 });
+  });
+
+  it('delivers the payment from the restarted app, in a second attempt, on the same file', () => {
+    expect(scene.restartAttempt).toBe(2);
+    expect(scene.final).toEqual({ status: 'delivered', attempts: 2 });
+  });
+
+  it('leaves one ledger row, and reads the ledger from the file: a row planted before the read shows', () => {
+    expect(countedByTest).toBe(1);
+    expect(scene.ledger).toEqual([
+      { transaction_id: 'EFB.004301', order_id: 'order-3001', amount: '2500' },
+      { transaction_id: 'EFB.004301', order_id: 'order-3001', amount: '2500' },
+    ]);
+    expect(formatCrashRecovery(scene)).toMatch(
+      /^2 rows for EFB\.004301: credited 2 times, not exactly once\.$/m,
+    );
+  });
+
+  it('removes its temporary folder when it ends', () => {
+    expect(fs.existsSync(path.dirname(scene.file ?? ''))).toBe(false);
+  });
+
+  it('prints, as `npm start` with PostgreSQL unreachable, why SQLite, the kill, the restart and a ledger of one row', async () => {
     const { code, stdout, stderr } = await npmStart({
       DATABASE_URL: `postgres://postgres:s3cret@127.0.0.1:${port}/test`,
     });
     expect(code).toBe(0);
+    // The SQLite app processes share this stderr, and warn about nothing.
     expect(stderr.trimEnd().split('\n').sort()).toEqual(STAGED_WARNINGS);
     expect(stdout).toMatch(/^order-1001\s+5,000\s+paid\s+1\s+EFB\.001158/m);
     expect(stdout).toMatch(/^Reconciled by the sweep: 2, with 2 status queries in all$/m);
-    const lines = stdout.trimEnd().split('\n');
-    expect(lines.filter((line) => /crash|EFB\.004301|ledger/i.test(line))).toEqual([lines.at(-1)]);
-    expect(lines.at(-1)).toBe(
-      `The crash scene (a partner app killed mid-delivery, its payment credited once) was skipped: PostgreSQL at ` +
-        `postgres://postgres:***@127.0.0.1:${port}/test is unreachable (connect ECONNREFUSED 127.0.0.1:${port}). ` +
-        'To run it, start PostgreSQL or set DATABASE_URL (postgres://user@host:5432/db).',
+    expect(stdout).toMatch(/^A crash mid-delivery: SQLite inbox, at least once, /m);
+    expect(stdout).toContain(
+      `PostgreSQL at postgres://postgres:***@127.0.0.1:${port}/test is unreachable ` +
+        `(connect ECONNREFUSED 127.0.0.1:${port}),\nso the scene runs on SQLite, no server needed`,
+    );
+    expect(stdout).not.toContain('s3cret');
+    expect(stdout).toMatch(
+      /^Attempt 1: the listener wrote the ledger row, then the app was killed \(SIGKILL\) before its COMMIT\.$/m,
+    );
+    expect(stdout).toMatch(/^ {2}Right after the kill: 0 rows for EFB\.004301 in the ledger; /m);
+    expect(stdout).toMatch(/^Attempt 2: the app, restarted on the same file, took the entry up /m);
+    expect(stdout).toMatch(/the inbox entry is delivered\.$/m);
+    // The ledger as printed: its header, then every row until the blank line.
+    const ledger =
+      /^The ledger \((\w+), in (\S+), .*read back from SQLite:\n(transaction_id.*)\n((?:.+\n)*)\n/m.exec(
+        stdout,
+      );
+    expect(ledger?.[3]).toMatch(/^transaction_id\s+order_id\s+amount$/);
+    expect(ledger?.[4]?.trimEnd().split('\n')).toEqual([
+      expect.stringMatching(/^EFB\.004301\s+order-3001\s+2500$/),
+    ]);
+    expect(stdout).toMatch(/^1 row for EFB\.004301: credited exactly once\. /m);
+    expect(stdout).not.toMatch(/skipped/);
+    expect(fs.existsSync(path.dirname(ledger?.[2] ?? ''))).toBe(false);
+  });
+});
+
+describe('the crash scene, when it cannot run at all', () => {
+  it('is one line saying why and how to run it', () => {
+    expect(
+      formatCrashRecovery({ skipped: 'PostgreSQL at postgres://x is unreachable (refused), and ...' }),
+    ).toBe(
+      'The crash scene (a partner app killed mid-delivery, its payment credited once) was skipped: PostgreSQL at ' +
+        'postgres://x is unreachable (refused), and .... To run it, start PostgreSQL or set DATABASE_URL ' +
+        '(postgres://user@host:5432/db), or install better-sqlite3.',
     );
   });
 });
+
+/**
+ * The test's own look at the ledger before the scene reads it (SQL both databases take): counts the
+ * payment's rows, then plants a copy of each row, which the scene's count must show.
+ */
+async function countAndPlantDuplicate(query: SceneQuery, ledgerTable: string): Promise<number | undefined> {
+  const [counted] = await query(
+    `SELECT CAST(count(*) AS integer) AS n FROM ${ledgerTable} WHERE transaction_id = 'EFB.004301'`,
+  );
+  await query(`INSERT INTO ${ledgerTable} SELECT * FROM ${ledgerTable}`);
+  return counted?.n as number | undefined;
+}
 
 /** Which of `tables` exist in the test database. */
 async function existing(tables: string[]): Promise<string[]> {
