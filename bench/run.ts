@@ -35,7 +35,7 @@ const services = new Map<ServiceName, BenchService>();
 let sqliteFile = '';
 
 let cleaning: Promise<void> | undefined;
-/** Kills the children, deletes the run's keys and drops its table. Idempotent. */
+/** Kills the children, deletes the run's keys, drops its tables and removes its SQLite folder. Idempotent. */
 function cleanup(): Promise<void> {
   killAll();
   cleaning ??= Promise.all([...services.values()].map((service) => service.cleanup())).then(() => {});
