@@ -8,17 +8,19 @@ import { ended, killAll, receive, start, tell } from './children.js';
 import type { LoadConfig, LoadResult } from './load.js';
 import { describeMachine, LOAD_AT_START } from './machine.js';
 import type { MemoryResult } from './memory.js';
-import { openPostgres, openRedis, type BenchService } from './services.js';
+import { openMysql, openPostgres, openRedis, openSqlite, type BenchService } from './services.js';
 import { readSettings, USAGE, type Settings } from './settings.js';
 import { aggregate, checkTargets, type Aggregate, type Measurement, type VariantRun } from './summary.js';
 import { markdownTable, memoryLines, readmeSection, rows, targetLines, textTable } from './tables.js';
 import {
   databaseUrl,
+  mysqlUrl,
   redisUrl,
   VARIANT_INFO,
   VARIANTS,
   type ServerConfig,
   type ServerStats,
+  type ServiceName,
   type Variant,
 } from './variants.js';
 import { rewriteSection, writeJson } from './write-results.js';
@@ -27,11 +29,13 @@ const RUN_TAG = Date.now().toString(36);
 const PREFIX = `ipn-kit-bench:${process.pid}-${RUN_TAG}:`;
 const TABLE = `ipn_bench_${process.pid}_${RUN_TAG}`;
 
-/** The services of this run, by the variant that needs them; each is cleaned up however the run ends. */
-const services = new Map<Variant, BenchService>();
+/** The services of this run, each opened once for every variant that needs it, cleaned up however the run ends. */
+const services = new Map<ServiceName, BenchService>();
+/** The run's SQLite file, once that service is open. */
+let sqliteFile = '';
 
 let cleaning: Promise<void> | undefined;
-/** Kills the children, deletes the run's keys and drops its table. Idempotent. */
+/** Kills the children, deletes the run's keys, drops its tables and removes its SQLite folder. Idempotent. */
 function cleanup(): Promise<void> {
   killAll();
   cleaning ??= Promise.all([...services.values()].map((service) => service.cleanup())).then(() => {});
@@ -47,22 +51,54 @@ const hostOf = (url: string): string => {
   }
 };
 
+/** Where each network service is found, and the variable that says so. */
+const SERVICE_URLS: Record<Exclude<ServiceName, 'SQLite'>, { url: () => string; variable: string }> = {
+  Redis: { url: redisUrl, variable: 'REDIS_URL' },
+  PostgreSQL: { url: databaseUrl, variable: 'DATABASE_URL' },
+  MariaDB: { url: mysqlUrl, variable: 'MYSQL_URL' },
+};
+
+/** Opens the service `name` for this run. */
+async function openService(name: ServiceName): Promise<BenchService> {
+  switch (name) {
+    case 'Redis':
+      return openRedis(redisUrl(), PREFIX);
+    case 'PostgreSQL':
+      return openPostgres(databaseUrl(), TABLE);
+    case 'MariaDB':
+      return openMysql(mysqlUrl(), TABLE);
+    case 'SQLite': {
+      const sqlite = await openSqlite(TABLE);
+      sqliteFile = sqlite.file;
+      return sqlite;
+    }
+  }
+}
+
 /** Connects the services the selected variants need; a variant whose service is unreachable is skipped. */
 async function openServices(runs: VariantRun[]): Promise<void> {
+  const failures = new Map<ServiceName, string>();
   for (const run of runs) {
     const needs = VARIANT_INFO[run.variant].needs;
-    if (!needs) continue;
-    const url = needs === 'Redis' ? redisUrl() : databaseUrl();
-    try {
-      services.set(
-        run.variant,
-        needs === 'Redis' ? await openRedis(url, PREFIX) : await openPostgres(url, TABLE),
-      );
-    } catch (error) {
-      const variable = needs === 'Redis' ? 'REDIS_URL' : 'DATABASE_URL';
-      run.skipped = `${needs} at ${hostOf(url)} is unreachable (${errorText(error)}); set ${variable}`;
-      console.warn(`bench: skipping ${run.variant}: ${run.skipped}`);
+    if (!needs || services.has(needs)) continue;
+    if (!failures.has(needs)) {
+      try {
+        services.set(needs, await openService(needs));
+        continue;
+      } catch (error) {
+        if (needs === 'SQLite') {
+          failures.set(needs, `SQLite could not be opened (${errorText(error)})`);
+        } else {
+          const { url, variable } = SERVICE_URLS[needs];
+          failures.set(
+            needs,
+            `${needs} at ${hostOf(url())} is unreachable (${errorText(error)}); set ${variable}`,
+          );
+        }
+      }
     }
+    run.skipped = failures.get(needs);
+    console.warn(`bench: skipping ${run.variant}: ${run.skipped}`);
   }
 }
 
@@ -78,10 +114,13 @@ async function measure(settings: Settings, variant: Variant, round: number): Pro
     prefix: PREFIX,
     databaseUrl: databaseUrl(),
     table: TABLE,
+    mysqlUrl: mysqlUrl(),
+    sqliteFile,
   };
   const children = [];
   try {
-    const service = services.get(variant);
+    const needs = VARIANT_INFO[variant].needs;
+    const service = needs && services.get(needs);
     await service?.reset();
     const serviceBefore = await service?.cpuMicros();
     const server = start('server.ts', { BENCH_SERVER: JSON.stringify(config) }, profile);
@@ -113,7 +152,7 @@ async function measure(settings: Settings, variant: Variant, round: number): Pro
 }
 
 function progress(variant: Variant, round: number, settings: Settings, measurement: Measurement): string {
-  const where = `round ${round}/${settings.rounds}  ${variant.padEnd(9)}`;
+  const where = `round ${round}/${settings.rounds}  ${variant.padEnd(18)}`;
   const { result, stats, error } = measurement;
   if (!result) return `${where}  FAILED: ${error}`;
   let line = `${where}  ${Math.round(result.rps).toLocaleString('en-US').padStart(7)} req/s  p50 ${result.p50.toFixed(2)} ms  p99 ${result.p99.toFixed(2)} ms  non-2xx ${result.non2xx}`;
@@ -183,12 +222,10 @@ async function main(): Promise<number> {
     if (interrupted) return 130;
     const about = describeMachine([...new Set([...services.values()].map((service) => service.version))]);
 
-    const baseline = runs.find((run) => run.variant === 'baseline');
     const aggregates = new Map<VariantRun, Aggregate | undefined>(
-      runs.map((run) => [run, aggregate(run, baseline)]),
+      runs.map((run) => [run, aggregate(run, runs)]),
     );
-    const byVariant = Object.fromEntries(runs.map((run) => [run.variant, aggregates.get(run)]));
-    const checks = checkTargets(byVariant, memory);
+    const checks = checkTargets(runs, memory);
     const body = rows(runs, aggregates);
     console.log(
       `\n${textTable(body)}\n\n${memoryLines(memory).join('\n')}\n\n${targetLines(checks).join('\n')}`,

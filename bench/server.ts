@@ -4,18 +4,28 @@
  * `{ type: 'ready', port }` once listening; on `'stop'` sends `{ type: 'stats', stats }`, closes everything
  * and exits (exiting, not being killed, is what lets `--cpu-prof` write its profile).
  */
-import { createServer, type RequestListener, type Server } from 'node:http';
+import {
+  createServer,
+  type IncomingMessage,
+  type RequestListener,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { getRequestListener } from '@hono/node-server';
+import Database from 'better-sqlite3';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { numeric, pgTable, text } from 'drizzle-orm/pg-core';
 import express from 'express';
 import Redis from 'ioredis';
+import { createPool } from 'mysql2/promise';
 import { Pool } from 'pg';
 import { ipnRouter, type IpnRouter } from '../lib/index.js';
+import { MysqlStore } from '../lib/mysql.js';
 import { drizzleTransactions } from '../lib/orm.js';
 import { PostgresStore } from '../lib/postgres.js';
 import { RedisStore } from '../lib/redis.js';
+import { SqliteStore } from '../lib/sqlite.js';
 import type { ServerConfig, ServerStats } from './variants.js';
 
 const config = JSON.parse(process.env.BENCH_SERVER ?? '{}') as ServerConfig;
@@ -27,7 +37,7 @@ const closers: Array<() => Promise<unknown> | void> = [];
 
 /**
  * Counts events; the `successful` counter is the only listener a delivered notification runs (with the
- * ledger write beside it in `postgres-ledger`).
+ * ledger write beside it in the `-ledger` and `-drizzle` variants).
  */
 function counted(ipn: IpnRouter): IpnRouter {
   ipn.on('successful', () => {
@@ -71,16 +81,12 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
       closers.push(() => client.quit());
       return mounted(counted(ipnRouter({ store: new RedisStore({ client, prefix: config.prefix }) })));
     }
+    case 'node-raw':
+      return rawJson;
     case 'postgres':
     case 'postgres-ledger':
     case 'postgres-drizzle': {
-      const pool = new Pool({ connectionString: config.databaseUrl });
-      pool.on('error', (error) => console.error(`bench server: PostgreSQL: ${error.message}`));
-      // After the router's close: deliveries still settling need the pool until they are done.
-      closers.push(async () => {
-        await drained(pool);
-        await pool.end();
-      });
+      const pool = postgresPool();
       if (variant === 'postgres-drizzle') return mounted(counted(drizzleLedger(pool)));
       const store = new PostgresStore({ pool, table: config.table });
       const ipn = ipnRouter({ store, delivery: 'at-least-once' });
@@ -89,6 +95,43 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
         const insert = `INSERT INTO "${config.table}_ledger" (transaction_id, order_id, amount) VALUES ($1, $2, $3)`;
         ipn.on('successful', async (n, { db }) => {
           await db.query(insert, [n.transaction_id, n.custom_data, n.amount]);
+        });
+      }
+      return mounted(counted(ipn));
+    }
+    case 'handwritten-ledger':
+      return handwrittenLedger(postgresPool());
+    case 'mysql':
+    case 'mysql-ledger': {
+      const pool = createPool({ uri: config.mysqlUrl });
+      // After the router's close (closers run in reverse): deliveries still settling need the pool.
+      closers.push(() => pool.end());
+      const ipn = ipnRouter({
+        store: new MysqlStore({ pool, table: config.table }),
+        delivery: 'at-least-once',
+      });
+      if (variant === 'mysql-ledger') {
+        // MysqlStore's documented exactly-once listener, as postgres-ledger's.
+        const insert = `INSERT INTO \`${config.table}_ledger\` (transaction_id, order_id, amount) VALUES (?, ?, ?)`;
+        ipn.on('successful', async (n, { db }) => {
+          await db.query(insert, [n.transaction_id, n.custom_data, n.amount]);
+        });
+      }
+      return mounted(counted(ipn));
+    }
+    case 'sqlite':
+    case 'sqlite-ledger': {
+      const database = new Database(config.sqliteFile);
+      closers.push(() => {
+        database.close();
+      });
+      const store = new SqliteStore({ database, table: config.table });
+      const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+      if (variant === 'sqlite-ledger') {
+        // SqliteStore's documented exactly-once listener: `db` is the delivery transaction's connection.
+        const insert = `INSERT INTO "${config.table}_ledger" (transaction_id, order_id, amount) VALUES (?, ?, ?)`;
+        ipn.on('successful', (n, { db }) => {
+          db.prepare(insert).run(n.transaction_id, n.custom_data, n.amount);
         });
       }
       return mounted(counted(ipn));
@@ -106,6 +149,58 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
       // A variant added to VARIANTS without a server here fails at once, not as a server that never answers.
       throw new Error(`bench server: no server for the variant ${String(variant satisfies never)}`);
   }
+}
+
+/**
+ * The reference for `node-http` (issue 27): what a partner writes on `node:http` alone. It reads the body,
+ * parses it and answers 200, nothing more: no validation, no dedupe.
+ */
+function rawJson(req: IncomingMessage, res: ServerResponse): void {
+  const chunks: Buffer[] = [];
+  req.on('data', (chunk: Buffer) => chunks.push(chunk));
+  req.on('end', () => {
+    try {
+      JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    } catch {
+      res.writeHead(400).end();
+      return;
+    }
+    stats.successful += 1;
+    res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
+  });
+}
+
+/**
+ * The reference for the exactly-once variants (issue 27): what a partner writes without ipn-kit to credit a
+ * notification once. One statement, one commit: the ledger's key (transaction_id, state) makes a resend a
+ * no-op, and the answer comes after the commit, so a crash before it means a resend, never a lost credit.
+ */
+function handwrittenLedger(pool: Pool): RequestListener {
+  const insert =
+    `INSERT INTO "${config.table}_handwritten" (transaction_id, state, order_id, amount) ` +
+    'VALUES ($1, $2, $3, $4) ON CONFLICT (transaction_id, state) DO NOTHING';
+  const app = express();
+  app.use(express.json());
+  app.post('/ipn', async (req, res) => {
+    const n = req.body as Record<string, unknown>;
+    const { rowCount } = await pool.query(insert, [n.transaction_id, n.state, n.custom_data, n.amount]);
+    // Counted as the router counts: a resend is a duplicate (the run's ids are new: it prints any).
+    if (rowCount === 1) stats.successful += 1;
+    else stats.duplicate += 1;
+    res.status(200).json({ ok: true });
+  });
+  return app;
+}
+
+/** A `pg` Pool on the run's database, ended after the router's close, once its queries are done. */
+function postgresPool(): Pool {
+  const pool = new Pool({ connectionString: config.databaseUrl });
+  pool.on('error', (error) => console.error(`bench server: PostgreSQL: ${error.message}`));
+  closers.push(async () => {
+    await drained(pool);
+    await pool.end();
+  });
+  return pool;
 }
 
 /**

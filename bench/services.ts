@@ -1,10 +1,18 @@
 import { readdirSync, readFileSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import Redis from 'ioredis';
+import { createPool, type RowDataPacket } from 'mysql2/promise';
 import { Pool } from 'pg';
+import { MysqlStore } from '../lib/mysql.js';
 import { PostgresStore } from '../lib/postgres.js';
+import { SqliteStore } from '../lib/sqlite.js';
 
 /**
- * A service the run uses through a namespace of its own (a Redis key prefix, a PostgreSQL table), held by
+ * A service the run uses through a namespace of its own (a Redis key prefix, a PostgreSQL or MariaDB table,
+ * a SQLite file in a temp folder), held by
  * the orchestrator so that it can empty it between measurements and remove it at the end even when a server
  * process crashed.
  */
@@ -75,7 +83,8 @@ export async function openRedis(url: string, prefix: string): Promise<BenchServi
 
 /**
  * Connects to PostgreSQL at `url`, migrates `table` (and its `_expected` table beside it) and creates the
- * ledger `<table>_ledger` that the exactly-once variant writes; rejects with the cause when it cannot.
+ * ledger `<table>_ledger` that the exactly-once variants write, and `<table>_handwritten`, the ledger keyed
+ * by (transaction_id, state) that `handwritten-ledger` writes; rejects with the cause when it cannot.
  */
 export async function openPostgres(url: string, table: string): Promise<BenchService> {
   const pool = new Pool({ connectionString: url, max: 2, connectionTimeoutMillis: 3000 });
@@ -84,7 +93,9 @@ export async function openPostgres(url: string, table: string): Promise<BenchSer
   });
   const cleanup = async (report = true): Promise<void> => {
     try {
-      await pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_expected", "${table}_ledger"`);
+      await pool.query(
+        `DROP TABLE IF EXISTS "${table}", "${table}_expected", "${table}_ledger", "${table}_handwritten"`,
+      );
     } catch (error) {
       if (report) console.error(`bench: could not drop the table ${table}: ${String(error)}`);
     }
@@ -100,6 +111,11 @@ export async function openPostgres(url: string, table: string): Promise<BenchSer
     await pool.query(
       `CREATE TABLE IF NOT EXISTS "${table}_ledger" (transaction_id text NOT NULL, order_id text, amount numeric)`,
     );
+    // The ledger a partner writes without ipn-kit: its key is what makes a resend a no-op.
+    await pool.query(
+      `CREATE TABLE IF NOT EXISTS "${table}_handwritten" (transaction_id text NOT NULL, state text NOT NULL, ` +
+        'order_id text, amount numeric, PRIMARY KEY (transaction_id, state))',
+    );
     const { rows } = await pool.query<{ server_version: string }>('SHOW server_version');
     version = `PostgreSQL ${rows[0]?.server_version ?? '?'}`;
   } catch (error) {
@@ -109,11 +125,121 @@ export async function openPostgres(url: string, table: string): Promise<BenchSer
   return {
     version,
     reset: async () => {
-      await pool.query(`TRUNCATE "${table}", "${table}_ledger"`);
+      await pool.query(`TRUNCATE "${table}", "${table}_ledger", "${table}_handwritten"`);
     },
     cpuMicros: () => Promise.resolve(postmaster === undefined ? undefined : postgresCpu(postmaster)),
     cleanup: () => cleanup(),
   };
+}
+
+/**
+ * Connects to MariaDB (or MySQL) at `url`, migrates `table` with {@link MysqlStore} and creates the ledger
+ * `<table>_ledger` that `mysql-ledger` writes; rejects with the cause when it cannot.
+ */
+export async function openMysql(url: string, table: string): Promise<BenchService> {
+  const pool = createPool({ uri: url, connectionLimit: 2, connectTimeout: 3000 });
+  const cleanup = async (report = true): Promise<void> => {
+    try {
+      await pool.query(`DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\`, \`${table}_ledger\``);
+    } catch (error) {
+      if (report) console.error(`bench: could not drop the MariaDB table ${table}: ${String(error)}`);
+    }
+    await pool.end().catch(() => {});
+  };
+  let version: string;
+  let server: number | undefined;
+  try {
+    // First, so that a server that does not answer says so, not as a failed migration.
+    await pool.query('SELECT 1');
+    await new MysqlStore({ pool, table }).migrate();
+    await pool.query(
+      `CREATE TABLE IF NOT EXISTS \`${table}_ledger\` (transaction_id VARCHAR(255) NOT NULL, order_id TEXT, ` +
+        'amount DECIMAL(20, 2))',
+    );
+    const [rows] = await pool.query<RowDataPacket[]>('SELECT VERSION() AS version, @@pid_file AS pidFile');
+    version = `MariaDB ${String(rows[0]?.version ?? '?')}`;
+    server = serverPid(String(rows[0]?.pidFile ?? ''));
+  } catch (error) {
+    await cleanup(false);
+    throw error;
+  }
+  return {
+    version,
+    reset: async () => {
+      await pool.query(`TRUNCATE TABLE \`${table}\``);
+      await pool.query(`TRUNCATE TABLE \`${table}_ledger\``);
+    },
+    cpuMicros: () => Promise.resolve(server === undefined ? undefined : processCpu(server)),
+    cleanup: () => cleanup(),
+  };
+}
+
+/**
+ * The pid in MariaDB's pid file when it names a `mariadbd` or `mysqld` process of this machine (a server
+ * elsewhere has a pid file here only by chance), else undefined: its CPU is then not counted.
+ */
+function serverPid(pidFile: string): number | undefined {
+  try {
+    const pid = Number(readFileSync(pidFile, 'utf8').trim());
+    const command = readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+    return command === 'mariadbd' || command === 'mysqld' ? pid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Makes a temp folder for the run's SQLite file, migrates `table` in it with {@link SqliteStore} and creates
+ * the ledger `<table>_ledger` that `sqlite-ledger` writes. The folder is removed at the end. Its CPU is the
+ * server process's own: SQLite runs inside it.
+ */
+export async function openSqlite(table: string): Promise<BenchService & { file: string }> {
+  const folder = await mkdtemp(join(tmpdir(), 'ipn-kit-bench-'));
+  const file = join(folder, 'ipn.db');
+  const migrate = async (): Promise<void> => {
+    const database = new Database(file);
+    try {
+      await new SqliteStore({ database, table }).migrate();
+      database.exec(
+        `CREATE TABLE IF NOT EXISTS "${table}_ledger" (transaction_id TEXT NOT NULL, order_id TEXT, amount NUMERIC)`,
+      );
+    } finally {
+      database.close();
+    }
+  };
+  let version: string;
+  try {
+    await migrate();
+    const memory = new Database(':memory:');
+    version = `SQLite ${String(memory.prepare('SELECT sqlite_version()').pluck().get())}`;
+    memory.close();
+  } catch (error) {
+    await rm(folder, { recursive: true, force: true });
+    throw error;
+  }
+  return {
+    file,
+    version,
+    // A fresh file for each measurement: no rows, and no WAL left by the last one.
+    reset: async () => {
+      for (const suffix of ['', '-wal', '-shm']) await rm(`${file}${suffix}`, { force: true });
+      await migrate();
+    },
+    cpuMicros: () => Promise.resolve(undefined),
+    cleanup: async () => {
+      try {
+        await rm(folder, { recursive: true, force: true });
+      } catch (error) {
+        console.error(`bench: could not remove ${folder}: ${String(error)}`);
+      }
+    },
+  };
+}
+
+/** CPU time (user and system, all threads) of the process `pid` so far, in microseconds, or undefined. */
+function processCpu(pid: number): number | undefined {
+  const stat = statOf(pid);
+  return stat ? ((Number(stat[11]) + Number(stat[12])) / TICKS) * 1e6 : undefined;
 }
 
 /** Clock ticks per second of /proc's CPU times: 100 on every Linux this runs on. */

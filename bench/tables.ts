@@ -11,13 +11,14 @@ const HEADER = [
   'non-2xx',
   'errors',
   'vs baseline',
+  'vs reference',
   'CPU µs/req',
-  'Redis/PG µs/req',
+  'service µs/req',
   'load µs/req',
   'machine µs/req',
   'req/s per round',
 ];
-const RIGHT = [false, true, true, true, true, true, true, true, true, true, true, false];
+const RIGHT = [false, true, true, true, true, true, true, true, true, true, true, true, false];
 
 const integer = (value: number): string => Math.round(value).toLocaleString('en-US');
 
@@ -29,7 +30,7 @@ export function rows(runs: VariantRun[], aggregates: Map<VariantRun, Aggregate |
     if (!found) {
       const failures = run.rounds.flatMap(({ round, error }) => (error ? [`round ${round}: ${error}`] : []));
       const why = run.skipped ?? (failures.join('; ') || 'no numbers');
-      return [name, run.skipped ? 'skipped' : 'failed', '', '', '', '', '', '', '', '', '', why];
+      return [name, run.skipped ? 'skipped' : 'failed', '', '', '', '', '', '', '', '', '', '', why];
     }
     const perRound = run.rounds
       .map(({ result, error }) => (result ? integer(result.rps) : error ? 'failed' : '-'))
@@ -42,6 +43,7 @@ export function rows(runs: VariantRun[], aggregates: Map<VariantRun, Aggregate |
       String(found.non2xx),
       String(found.errors),
       found.ratio === null ? '-' : `${found.ratio.toFixed(2)}x`,
+      found.referenceRatio === null ? '-' : `${found.referenceRatio.toFixed(2)}x ${found.reference}`,
       found.cpuPerRequest === null ? '-' : found.cpuPerRequest.toFixed(0),
       found.serviceCpuPerRequest === null ? '-' : found.serviceCpuPerRequest.toFixed(0),
       Number.isFinite(found.loadCpuPerRequest) ? found.loadCpuPerRequest.toFixed(0) : '-',
@@ -100,7 +102,8 @@ export function readmeSection(
   return [
     `Last run ${machine.date.slice(0, 10)}: ${settings.rounds} rounds of ${settings.duration} s per variant ` +
       `(after ${settings.warmup} s of warm-up), ${settings.connections} connections. Means over the rounds; ` +
-      '"vs baseline" is the mean of each round\'s ratio to the baseline of the same round.',
+      '"vs baseline" is the mean of each round\'s ratio to the baseline of the same round; "vs reference" the ' +
+      'same to the server a partner would write instead (named after the ratio).',
     table,
     memory.map((line) => `- ${line}`).join('\n'),
     '**Targets** (informational):',
