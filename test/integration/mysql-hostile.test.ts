@@ -95,7 +95,7 @@ describeWithService('MariaDB', 'MysqlStore under hostile listeners and pools', (
       const lease = { id: randomUUID(), ms: 60_000 };
       expect(await store.receive(first, { transaction_id: first.split(':')[0] }, lease)).toBe(true);
       const opened = (await store.begin(first, lease.id))!;
-      const db = opened.db as Pool;
+      const db = opened.db!;
       await db.query('SET autocommit = 0').catch(() => {});
       await db.query(`INSERT INTO ${ledger} (transaction_id, amount) VALUES (?, 1)`, [first]);
       expect(await opened.commit()).toBe('delivered');
