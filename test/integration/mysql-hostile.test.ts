@@ -109,6 +109,37 @@ describeWithService('MariaDB', 'MysqlStore under hostile listeners and pools', (
     });
   });
 
+  test('two instances, each with its own pool, under a burst sent to both (twice each): every payment delivered, credited once; a 503 only ever asks for a resend', async () => {
+    const [one, two] = [await serve(router(newPool())), await serve(router(newPool()))];
+    for (const { ipn } of [one, two]) {
+      ipn.on('successful', async (n, { db }) => {
+        await credit(db, n);
+      });
+    }
+    const payloads = Array.from({ length: 40 }, () => uniquePayload());
+    /** Posts until the service would stop resending: a 200. */
+    const deliver = async (post: typeof one.post, payload: Record<string, unknown>) => {
+      for (;;) {
+        const { status } = await post(payload);
+        if (status === 200) return;
+        expect(status).toBe(503);
+      }
+    };
+    await Promise.all(
+      payloads.flatMap((payload) => [
+        deliver(one.post, payload),
+        deliver(two.post, payload),
+        deliver(one.post, payload),
+        deliver(two.post, payload),
+      ]),
+    );
+
+    for (const payload of payloads) {
+      await eventually('delivered', async () => (await statusOf(keyOf(payload))) === 'delivered');
+    }
+    for (const payload of payloads) expect(await rowsOf(payload.transaction_id)).toBe(1);
+  });
+
   describe('pools made with options that change what mysql2 returns', () => {
     test.each<[string, PoolOptions]>([
       ['supportBigNumbers and bigNumberStrings', { supportBigNumbers: true, bigNumberStrings: true }],

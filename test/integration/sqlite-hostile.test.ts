@@ -81,6 +81,24 @@ describe('SqliteStore under hostile listeners', () => {
     },
   );
 
+  test('a listener that closes db on its first attempt: the retry (and every later delivery) still delivers, once', async () => {
+    const { store, database } = await newStore();
+    const { ipn, post } = await serve(router(store));
+    ipn.on('successful', (n, { db, attempt }) => {
+      db.prepare('INSERT INTO ledger (transaction_id, amount) VALUES (?, ?)').run(n.transaction_id, n.amount);
+      if (attempt === 1) db.close();
+    });
+    const [first, second] = [uniquePayload(), uniquePayload()];
+
+    expect((await post(first)).status).toBe(200);
+    await delivered(store, keyOf(first));
+    expect((await post(second)).status).toBe(200);
+    await delivered(store, keyOf(second));
+
+    expect(ledgerRows(database, first.transaction_id)).toBe(1);
+    expect(ledgerRows(database, second.transaction_id)).toBe(1);
+  });
+
   test("a receive that meets another process's write lock past busyTimeoutMs answers 503; the resend is delivered once", async () => {
     const { store, database, path } = await newStore(50);
     const { ipn, post } = await serve(router(store));

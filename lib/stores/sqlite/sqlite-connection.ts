@@ -149,7 +149,8 @@ const CONTROL = /^(?:begin|commit|end|rollback(?!\s+(?:transaction\s+)?to\b))\b/
 
 /**
  * The delivery's connection as listeners get it: its `exec` and `prepare` refuse a statement that would end
- * the delivery's transaction (see {@link CONTROL}); everything else is the connection's own, bound to it, so
+ * the delivery's transaction (see {@link CONTROL}), and its `close` does nothing (the store closes it);
+ * everything else is the connection's own, bound to it, so
  * `db.transaction(fn)` (which prepares its BEGIN and SAVEPOINT on the connection itself) still nests as a
  * savepoint.
  */
@@ -170,6 +171,9 @@ function guarded<D extends SqliteDatabase>(database: D): D {
     get(target, property) {
       const value: unknown = Reflect.get(target, property, target);
       if (typeof value !== 'function') return value;
+      // The store closes it: a listener's close would leave the store a closed connection for every later
+      // attempt.
+      if (property === 'close') return () => proxy;
       if (property === 'exec' || property === 'prepare') {
         return (text: unknown, ...rest: unknown[]) => {
           check(text);

@@ -389,7 +389,8 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
   }
 
   #openTxDatabase(): D {
-    if (this.#txDatabase === undefined) {
+    // better-sqlite3's `open` is false once closed (by a listener holding the connection itself, say).
+    if (this.#txDatabase === undefined || Reflect.get(this.#txDatabase, 'open') === false) {
       const opened = this.#connect!();
       configure(opened, this.#busyTimeoutMs);
       this.#txDatabase = opened;
