@@ -1,4 +1,4 @@
-import { asSavepoint } from '../postgres-transaction.js';
+import { asSavepoint, splitStatements } from '../postgres-transaction.js';
 import { openOrmTransaction } from '../orm-transaction.js';
 import type { DeliveryTransaction } from '../store.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
@@ -246,6 +246,36 @@ async function open(
   return connection;
 }
 
+/**
+ * MySQL's executable comments (a slash, a star and `!COMMIT`, or MariaDB's `M!100000 COMMIT`): the server
+ * runs their text, so a statement is checked with them unwrapped.
+ */
+const EXECUTABLE_COMMENT = /\/\*M?!\d*([\s\S]*?)\*\//g;
+
+/** A statement without the comments before its first word, which MySQL skips too. */
+function withoutLeadingComments(statement: string): string {
+  return statement.replace(/^(?:\s+|\/\*[\s\S]*?\*\/|--[^\n]*|#[^\n]*)*/, '');
+}
+
+/**
+ * Statements after which MySQL has committed the open transaction (its "implicit commit"): DDL (temporary
+ * tables aside), `LOCK TABLES` and `UNLOCK TABLES`, account and maintenance statements, `XA`; and `SET
+ * autocommit`, which would also leave the connection committing nothing once back in the pool.
+ */
+const IMPLICIT_COMMIT =
+  /^(?:(?:alter|create|drop|rename|truncate|grant|revoke|flush|analyze|optimize|repair|install|uninstall|xa)\b(?!\s+temporary\b)|(?:lock|unlock)\s+tables?\b|(?:set\s+password|load\s+index|cache\s+index)\b|set\b[\s\S]*\bautocommit\b)/i;
+
+/** The refusal of a statement that would commit the delivery's transaction before its mark. */
+function implicitCommitRefusal(statement: string, key: string): DeliveryError {
+  const what = statement.trim().split(/\s+/).slice(0, 3).join(' ');
+  return new DeliveryError(
+    `a listener sent "${what}" through db, inside the delivery transaction of ${key}: MySQL commits the open ` +
+      'transaction on it (DDL, LOCK TABLES, SET autocommit, ...), so your writes would land without the ' +
+      'delivered mark, and again with the retry. It was not sent: run it outside the listener (in your ' +
+      'migrations), or on a connection of your own',
+  );
+}
+
 /** A listener's query arguments as they run inside the delivery's transaction (savepoints for its own). */
 function asStatement(args: unknown[], held: Held, key: string): unknown[] {
   const [first] = args;
@@ -255,8 +285,14 @@ function asStatement(args: unknown[], held: Held, key: string): unknown[] {
       : typeof first === 'object' && first !== null
         ? (Reflect.get(first, 'sql') as unknown)
         : undefined;
-  const mapped = asSavepoint(typeof text === 'string' ? text : undefined, held.savepoints, key);
-  if (mapped === undefined) return args;
+  if (typeof text !== 'string') return args;
+  const statements = splitStatements(text.replace(EXECUTABLE_COMMENT, ' $1 ')).map(withoutLeadingComments);
+  const mapped = asSavepoint(statements.join(';'), held.savepoints, key);
+  if (mapped === undefined) {
+    const committing = statements.find((statement) => IMPLICIT_COMMIT.test(statement));
+    if (committing !== undefined) throw implicitCommitRefusal(committing, key);
+    return args;
+  }
   held.savepoints = mapped.depth;
   return typeof first === 'string'
     ? [mapped.text, ...args.slice(1)]

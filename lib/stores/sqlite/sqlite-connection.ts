@@ -1,3 +1,5 @@
+import { DeliveryError } from '../../shared/errors.js';
+import { splitStatements } from '../postgres-transaction.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
 
 /**
@@ -110,7 +112,7 @@ export function connectionTransactions<D extends SqliteDatabase>(
         const db = connection();
         db.exec('BEGIN IMMEDIATE');
         try {
-          const result = await work(db);
+          const result = await work(guarded(db));
           db.exec('COMMIT');
           return result;
         } catch (error) {
@@ -122,7 +124,7 @@ export function connectionTransactions<D extends SqliteDatabase>(
         release();
       }
     },
-    query: (tx, statement) => Promise.resolve().then(() => runStatement(tx, statement)),
+    query: (tx, statement) => Promise.resolve().then(() => runStatement(unguarded.get(tx) ?? tx, statement)),
     /**
      * Lets the open transaction's turn go now, its listeners still running (they were abandoned): the caller
      * has closed its connection, which rolled it back, so no late write of theirs lands, and the store's
@@ -133,6 +135,56 @@ export function connectionTransactions<D extends SqliteDatabase>(
       releaseCurrent = undefined;
     },
   };
+}
+
+/** Each guarded connection's own: the mark runs on it, with its prepared statements. */
+const unguarded = new WeakMap<object, SqliteDatabase>();
+
+/**
+ * A statement that ends or starts the transaction itself (`COMMIT`, `END`, `ROLLBACK`, `BEGIN`), not a
+ * savepoint's `ROLLBACK TO`: sent by a listener, it would commit its writes before the mark (a failure
+ * after it then credits the payment again), or roll back what it wrote earlier.
+ */
+const CONTROL = /^(?:begin|commit|end|rollback(?!\s+(?:transaction\s+)?to\b))\b/i;
+
+/**
+ * The delivery's connection as listeners get it: its `exec` and `prepare` refuse a statement that would end
+ * the delivery's transaction (see {@link CONTROL}), and its `close` does nothing (the store closes it);
+ * everything else is the connection's own, bound to it, so
+ * `db.transaction(fn)` (which prepares its BEGIN and SAVEPOINT on the connection itself) still nests as a
+ * savepoint.
+ */
+function guarded<D extends SqliteDatabase>(database: D): D {
+  const check = (text: unknown): void => {
+    if (typeof text !== 'string') return;
+    const control = splitStatements(text)
+      .map((statement) => statement.replace(/^(?:\s+|\/\*[\s\S]*?\*\/|--[^\n]*)*/, ''))
+      .find((statement) => CONTROL.test(statement));
+    if (control === undefined) return;
+    throw new DeliveryError(
+      `a listener sent "${control.trim().split(/\s+/).slice(0, 2).join(' ')}" on db, inside the delivery ` +
+        'transaction: ipn-kit begins and commits it itself, so that your writes and the delivered mark land ' +
+        'together. It was not run: write without it, or use db.transaction(fn), which is a savepoint here',
+    );
+  };
+  const proxy = new Proxy(database, {
+    get(target, property) {
+      const value: unknown = Reflect.get(target, property, target);
+      if (typeof value !== 'function') return value;
+      // The store closes it: a listener's close would leave the store a closed connection for every later
+      // attempt.
+      if (property === 'close') return () => proxy;
+      if (property === 'exec' || property === 'prepare') {
+        return (text: unknown, ...rest: unknown[]) => {
+          check(text);
+          return Reflect.apply(value, target, [text, ...rest]) as unknown;
+        };
+      }
+      return (value as () => unknown).bind(target);
+    },
+  });
+  unguarded.set(proxy, database);
+  return proxy;
 }
 
 /** Rolls back what is open on `database`: nothing when a failed COMMIT or a close already did. */

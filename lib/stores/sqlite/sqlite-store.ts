@@ -272,9 +272,11 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
     const opened = await openOrmTransaction(this.#transactions, key, mark);
     const abandon = () => {
       // The listeners may still run: closing the connection rolls the transaction back now, and refuses
-      // their late writes; the store's other writes go on without waiting for them.
-      this.#closeTxDatabase();
-      this.#transactions.abandon();
+      // their late writes; the store's other writes go on without waiting for them. A connection that
+      // cannot close (a listener's statement is still running on it: an open iterator) keeps its turn until
+      // the listeners settle and it rolls back: the store's writes wait for it in the gate, instead of
+      // meeting its lock inside SQLite, which would block the event loop for busyTimeoutMs and then fail.
+      if (this.#closeTxDatabase()) this.#transactions.abandon();
     };
     return {
       tx: opened.tx,
@@ -359,7 +361,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
 
   /** Closes the delivery transactions' connection, once no transaction is open. Your `database` stays open. */
   async close(): Promise<void> {
-    await this.#gate.run(() => this.#closeTxDatabase());
+    await this.#gate.run(() => void this.#closeTxDatabase());
   }
 
   #settlement(key: string, leaseId: string, settlement: Settlement): [string, unknown[]] {
@@ -387,7 +389,8 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
   }
 
   #openTxDatabase(): D {
-    if (this.#txDatabase === undefined) {
+    // better-sqlite3's `open` is false once closed (by a listener holding the connection itself, say).
+    if (this.#txDatabase === undefined || Reflect.get(this.#txDatabase, 'open') === false) {
       const opened = this.#connect!();
       configure(opened, this.#busyTimeoutMs);
       this.#txDatabase = opened;
@@ -395,14 +398,17 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
     return this.#txDatabase;
   }
 
-  #closeTxDatabase(): void {
+  /** Closes the delivery transactions' connection; `false` when it is busy (a statement still runs on it). */
+  #closeTxDatabase(): boolean {
     const open = this.#txDatabase;
-    this.#txDatabase = undefined;
     try {
       open?.close();
-    } catch {
-      // already closed: nothing to release
+    } catch (error) {
+      // Already closed: nothing to release. Busy: it stays this store's, rolled back once its listeners settle.
+      if (/busy/i.test(messageOf(error))) return false;
     }
+    this.#txDatabase = undefined;
+    return true;
   }
 
   /** A statement that changes rows, in its turn (see `WriteGate`); resolves how many it changed. */
