@@ -113,7 +113,9 @@ export async function openOrmTransaction<Tx>(
         await finished;
         if (!marked) {
           // The ORM's transaction ended before its callback did: the mark has not run in it.
-          throw new Error(`${transactions.name}'s transaction() resolved before the work it was given did`);
+          throw new StoreError(
+            `${transactions.name}'s transaction() resolved before the work it was given did`,
+          );
         }
         return 'delivered';
       } catch (error) {

@@ -4,8 +4,9 @@
  * a version comment `/*! ... *\/` whose content MySQL runs, a `#` comment before a COMMIT, and the
  * statements that commit implicitly (DDL such as CREATE TABLE or TRUNCATE, LOCK TABLES). Each commits the
  * attempt's earlier writes early: a failed attempt's credit stays, and its retry credits again (two rows).
- * Each case fails today (test.failing) until the MySQL path reads texts as MySQL does and refuses the
- * statements that commit implicitly. (SET autocommit = 1 held: after START TRANSACTION it commits nothing.)
+ * The MySQL path now reads texts as MySQL does (executable comments unwrapped, comments stripped) and
+ * refuses the statements that commit implicitly. (SET autocommit = 1 held: after START TRANSACTION it
+ * commits nothing.)
  */
 import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
 import { ipnRouter } from 'ipn-kit';
@@ -49,7 +50,7 @@ describeWithService(
       return rows.map((row) => row.note as string);
     };
 
-    test.failing.each([
+    test.each([
       ['a version comment holding COMMIT', '/*!50000 COMMIT */'],
       ['a # comment before COMMIT', '# flush\nCOMMIT'],
       ['DDL, which commits implicitly', `CREATE TABLE IF NOT EXISTS ${ledger}_scratch (n INT)`],

@@ -1,3 +1,4 @@
+import { DeliveryError } from '../../shared/errors.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
 
 /**
@@ -107,7 +108,7 @@ function usableWhile<Tx extends object>(tx: Tx, open: () => boolean): Tx {
   return new Proxy(tx, {
     get(target, property, receiver) {
       if (!open() && typeof property === 'string' && property !== 'then') {
-        throw new Error(
+        throw new DeliveryError(
           `Drizzle: the delivery's transaction has ended (tx.${property}): a write made through it now ` +
             'would land outside any transaction. Await every write in the listener',
         );

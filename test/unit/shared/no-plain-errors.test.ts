@@ -13,6 +13,11 @@ const root = join(__dirname, '..', '..', '..');
 /** Each allowed `new Error(`: its file, a piece of its line, and why no user ever sees it as it is. */
 const ALLOWED: ReadonlyArray<{ file: string; line: string; reason: string }> = [
   {
+    file: 'lib/cli/cli-inbox-mysql.ts',
+    line: "new Error('the mysql2/promise module has no createPool')",
+    reason: 'the CLI prints only its message ("could not load the mysql2 package: ...") and exits 1',
+  },
+  {
     file: 'lib/stores/orm/prisma.ts',
     line: 'const pgError = new Error(',
     reason:
