@@ -1,0 +1,299 @@
+/**
+ * A hostile review of the ORM adapters (ipn-kit/orm) against the real PostgreSQL: each ORM's store through
+ * the ORM alone under a burst, a listener that ends the ORM's transaction with a raw COMMIT, and a Prisma
+ * interactive transaction whose timeout runs out while a listener is still running.
+ */
+import { ipnRouter, type IpnNotification } from 'ipn-kit';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { prismaTransactions } from 'ipn-kit/orm';
+import { sql as drizzleSql } from 'drizzle-orm';
+import { sql as kyselySql, type Transaction as KyselyTransaction } from 'kysely';
+import type { Knex } from 'knex';
+import type { Transaction as SequelizeTransaction } from 'sequelize';
+import type { EntityManager } from 'typeorm';
+import type { OpenedOrm, OrmFixture } from '../../helpers/orm-scenarios.js';
+import { ledgerSchema } from '../../helpers/ledger-schema.js';
+import { uniquePayload } from '../../helpers/payloads.js';
+import { quiet } from '../../helpers/quiet-logger.js';
+import { servedRouters } from '../../helpers/servers.js';
+import { describeWithService, eventually } from '../../helpers/services.js';
+
+jest.setTimeout(120_000);
+
+type Any = any;
+
+/** Each ORM, with a raw `COMMIT` sent through its transaction object the way a listener could send it. */
+const ORMS: Array<[string, string, (tx: Any, statement?: string) => Promise<unknown>]> = [
+  ['Knex', '../../fixtures/orm/knex.js', (tx: Knex.Transaction, statement = 'COMMIT') => tx.raw(statement)],
+  [
+    'Sequelize',
+    '../../fixtures/orm/sequelize.js',
+    (tx: SequelizeTransaction, statement = 'COMMIT') =>
+      (tx as Any).sequelize.query(statement, { transaction: tx }) as Promise<unknown>,
+  ],
+  [
+    'TypeORM',
+    '../../fixtures/orm/typeorm.js',
+    (tx: EntityManager, statement = 'COMMIT') => tx.query(statement),
+  ],
+  [
+    'Drizzle',
+    '../../fixtures/orm/drizzle.js',
+    (tx: Any, statement = 'COMMIT') => tx.execute(drizzleSql.raw(statement)),
+  ],
+  [
+    'Kysely',
+    '../../fixtures/orm/kysely.js',
+    (tx: KyselyTransaction<Any>, statement = 'COMMIT') => kyselySql.raw(statement).execute(tx),
+  ],
+  [
+    'Prisma',
+    '../../fixtures/orm/prisma.js',
+    (tx: Any, statement = 'COMMIT') => tx.$executeRawUnsafe(statement) as Promise<unknown>,
+  ],
+];
+
+describe.each(ORMS)('hostile: %s', (name, path, rawCommit) => {
+  describeWithService('PostgreSQL', `${name} under attack`, () => {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { fixture } = require(path) as { fixture: OrmFixture<unknown> };
+    const ledger = ledgerSchema(`ipn_hostile_${name.toLowerCase()}`);
+    let orm: OpenedOrm<unknown>;
+    beforeAll(async () => {
+      orm = await fixture.open(ledger.schema);
+    });
+    afterAll(async () => {
+      await orm?.close();
+    });
+    const serve = servedRouters();
+    const rows = async (id: unknown): Promise<number> => (await ledger.ledgerOf(id)).length;
+    const router = (withoutPool: boolean) =>
+      ipnRouter({
+        store: withoutPool
+          ? new PostgresStore({ transactions: orm.transactions })
+          : new PostgresStore({ pool: ledger.pool(), transactions: orm.transactions }),
+        delivery: 'at-least-once',
+        logger: quiet,
+        retryDelayMs: 20,
+        recoveryIntervalMs: 50,
+      });
+
+    test('through the ORM alone: 50 notifications at once, each posted twice, a fifth failing once: one row each, all delivered', async () => {
+      const ipn = router(true);
+      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+        await orm.credit(tx, n);
+        if (attempt === 1 && Number(n.amount) % 5 === 0) throw new Error('not yet');
+      });
+      const { post } = await serve(ipn);
+      const payloads = Array.from({ length: 50 }, (_, i) => uniquePayload({ amount: 100 + i }));
+      const answers = await Promise.all([...payloads, ...payloads].map((payload) => post(payload)));
+      expect(answers.map((answer) => answer.status)).toEqual(answers.map(() => 200));
+      await eventually('all delivered', async () => {
+        const { rows: statuses } = await ledger
+          .pool()
+          .query(
+            "SELECT count(*)::int AS n FROM ipn_inbox WHERE status = 'delivered' AND transaction_id = ANY($1)",
+            [payloads.map((payload) => payload.transaction_id)],
+          );
+        return statuses[0].n === 50;
+      });
+      for (const payload of payloads) expect(await rows(payload.transaction_id)).toBe(1);
+    });
+
+    // A raw COMMIT through the ORM's transaction ends it early: the listener's credit commits on its own,
+    // then the listener fails, the attempt is retried, and the retry credits again. The pg path refuses such
+    // a statement (postgres-transaction.ts, CONTROL); the ORM paths do not.
+    test.failing(
+      'a listener that sends a raw COMMIT through tx, then throws: its credit is not committed (one row after the retry)',
+      async () => {
+        const ipn = router(false);
+        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+          await orm.credit(tx, n);
+          if (attempt === 1) {
+            await rawCommit(tx).catch(() => {});
+            throw new Error('the order service is down');
+          }
+        });
+        const { post } = await serve(ipn);
+        const payload = uniquePayload();
+        expect((await post(payload)).status).toBe(200);
+        await eventually(
+          'delivered',
+          async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+        );
+        expect(await rows(payload.transaction_id)).toBe(1);
+      },
+    );
+
+    // Worse: a raw ROLLBACK (a listener's own error handling) undoes the credit, then the `delivered` mark
+    // runs outside any transaction, commits on its own, and the entry is delivered with no ledger row.
+    test.failing(
+      'a listener that credits, sends a raw ROLLBACK through tx, and resolves: never delivered without its row',
+      async () => {
+        const ipn = router(false);
+        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+          await orm.credit(tx, n);
+          if (attempt === 1) await rawCommit(tx, 'ROLLBACK').catch(() => {});
+        });
+        const { post } = await serve(ipn);
+        const payload = uniquePayload();
+        expect((await post(payload)).status).toBe(200);
+        await eventually(
+          'settled',
+          async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+        );
+        expect(await rows(payload.transaction_id)).toBe(1);
+      },
+    );
+  });
+});
+
+describeWithService('PostgreSQL', 'hostile: a Prisma transaction timeout shorter than a listener', () => {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { fixture } = require('../../fixtures/orm/prisma.js') as { fixture: OrmFixture<Any> };
+  const ledger = ledgerSchema('ipn_hostile_prisma_timeout');
+  const serve = servedRouters();
+  const unhandled: unknown[] = [];
+  const record = (reason: unknown) => unhandled.push(reason);
+  beforeAll(() => process.on('unhandledRejection', record));
+  afterAll(() => process.off('unhandledRejection', record));
+
+  test('the timeout rolls the slow attempt back, with no unhandled rejection; the retry credits once', async () => {
+    const orm = await fixture.open(ledger.schema);
+    try {
+      // The documented mistake: leaseMs raised, the Prisma timeout not.
+      const { PrismaPg } = await import('@prisma/adapter-pg');
+      const { Pool } = await import('pg');
+      const { PrismaClient } = await import('../../fixtures/orm/prisma/generated/client.js');
+      const pool = new Pool({
+        connectionString: ledger.pool().options.connectionString,
+        options: `-c search_path=${ledger.schema}`,
+      });
+      const prisma = new PrismaClient({ adapter: new PrismaPg(pool, { schema: ledger.schema }) });
+      try {
+        const ipn = ipnRouter({
+          store: new PostgresStore({
+            pool: ledger.pool(),
+            transactions: prismaTransactions(prisma, { timeout: 500 }),
+          }),
+          delivery: 'at-least-once',
+          logger: quiet,
+          retryDelayMs: 20,
+          recoveryIntervalMs: 50,
+          leaseMs: 10_000,
+        });
+        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+          await orm.credit(tx, n);
+          if (attempt === 1) await new Promise((resolve) => setTimeout(resolve, 1_000));
+        });
+        const { post } = await serve(ipn);
+        const payload = uniquePayload();
+        expect((await post(payload)).status).toBe(200);
+        await eventually(
+          'delivered',
+          async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+        );
+        expect(await ledger.ledgerOf(payload.transaction_id)).toHaveLength(1);
+        await new Promise((resolve) => setImmediate(resolve));
+        expect(unhandled).toEqual([]);
+      } finally {
+        await prisma.$disconnect();
+        await pool.end();
+      }
+    } finally {
+      await orm.close();
+    }
+  });
+});
+
+describeWithService(
+  'PostgreSQL',
+  'hostile: the store through an ORM alone whose pool has one connection',
+  () => {
+    const ledger = ledgerSchema('ipn_hostile_one_connection');
+    const serve = servedRouters();
+
+    test.each([1, 2])(
+      'Knex, pool max %i: 20 notifications at once are each credited once and delivered, no hang',
+      async (max) => {
+        const { knex } = await import('knex');
+        const { knexTransactions } = await import('ipn-kit/orm');
+        const { databaseUrl } = await import('../../helpers/services.js');
+        const db = knex({
+          client: 'pg',
+          connection: databaseUrl(),
+          searchPath: [ledger.schema],
+          pool: { min: 0, max },
+        });
+        try {
+          const ipn = ipnRouter({
+            store: new PostgresStore({ transactions: knexTransactions(db) }),
+            delivery: 'at-least-once',
+            logger: quiet,
+            retryDelayMs: 20,
+            recoveryIntervalMs: 50,
+          });
+          ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+            await tx('ledger').insert({ transaction_id: n.transaction_id, order_id: 'x', amount: n.amount });
+            if (attempt === 1 && Number(n.amount) % 3 === 0) throw new Error('not yet');
+          });
+          const { post } = await serve(ipn);
+          const payloads = Array.from({ length: 20 }, (_, i) => uniquePayload({ amount: 10 + i }));
+          const answers = await Promise.all([...payloads, ...payloads].map((payload) => post(payload)));
+          expect(answers.map((answer) => answer.status)).toEqual(answers.map(() => 200));
+          for (const payload of payloads) {
+            await eventually(
+              'delivered',
+              async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+            );
+            expect(await ledger.ledgerOf(payload.transaction_id)).toHaveLength(1);
+          }
+          await ipn.close();
+        } finally {
+          await db.destroy();
+        }
+      },
+    );
+  },
+);
+
+describeWithService('PostgreSQL', "hostile: TypeORM's query runner ends the delivery's transaction", () => {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { fixture } = require('../../fixtures/orm/typeorm.js') as { fixture: OrmFixture<EntityManager> };
+  const ledger = ledgerSchema('ipn_hostile_typeorm_runner');
+  let orm: OpenedOrm<EntityManager>;
+  beforeAll(async () => {
+    orm = await fixture.open(ledger.schema);
+  });
+  afterAll(async () => {
+    await orm?.close();
+  });
+  const serve = servedRouters();
+
+  // Knex's and Sequelize's tx.commit()/tx.rollback() throw (refuse-end.ts); TypeORM's EntityManager hands
+  // out its query runner, whose rollbackTransaction() ends the transaction: the mark then commits alone.
+  test.failing(
+    'tx.queryRunner.rollbackTransaction() in a listener that resolves: never delivered without its row',
+    async () => {
+      const ipn = ipnRouter({
+        store: new PostgresStore({ pool: ledger.pool(), transactions: orm.transactions }),
+        delivery: 'at-least-once',
+        logger: quiet,
+        retryDelayMs: 20,
+        recoveryIntervalMs: 50,
+      });
+      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+        await orm.credit(tx, n);
+        if (attempt === 1) await tx.queryRunner!.rollbackTransaction().catch(() => {});
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await eventually(
+        'delivered',
+        async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+      );
+      expect(await ledger.ledgerOf(payload.transaction_id)).toHaveLength(1);
+    },
+  );
+});
