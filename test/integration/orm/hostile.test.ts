@@ -269,31 +269,71 @@ describeWithService('PostgreSQL', "hostile: TypeORM's query runner ends the deli
     await orm?.close();
   });
   const serve = servedRouters();
+  const router = () =>
+    ipnRouter({
+      store: new PostgresStore({ pool: ledger.pool(), transactions: orm.transactions }),
+      delivery: 'at-least-once',
+      logger: quiet,
+      retryDelayMs: 20,
+      recoveryIntervalMs: 50,
+    });
+  const deliveredOnce = async (payload: Record<string, unknown>) => {
+    await eventually(
+      'delivered',
+      async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+    );
+    expect(await ledger.ledgerOf(payload.transaction_id)).toHaveLength(1);
+  };
 
   // Knex's and Sequelize's tx.commit()/tx.rollback() throw (refuse-end.ts); TypeORM's EntityManager hands
-  // out its query runner, whose rollbackTransaction() ends the transaction: the mark then commits alone.
-  test.failing(
-    'tx.queryRunner.rollbackTransaction() in a listener that resolves: never delivered without its row',
-    async () => {
-      const ipn = ipnRouter({
-        store: new PostgresStore({ pool: ledger.pool(), transactions: orm.transactions }),
-        delivery: 'at-least-once',
-        logger: quiet,
-        retryDelayMs: 20,
-        recoveryIntervalMs: 50,
+  // out its query runner, whose rollbackTransaction() ended the transaction: the mark then committed alone,
+  // and the entry was delivered with no ledger row.
+  test('tx.queryRunner.rollbackTransaction() in a listener that resolves anyway: refused, never delivered without its row', async () => {
+    const ipn = router();
+    const refusals: unknown[] = [];
+    ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+      await orm.credit(tx, n);
+      if (attempt === 1) await tx.queryRunner!.rollbackTransaction().catch((error) => refusals.push(error));
+    });
+    const { post } = await serve(ipn);
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await deliveredOnce(payload);
+    expect(refusals).toEqual([expect.objectContaining({ name: 'TypeError' })]);
+    expect(String(refusals[0])).toContain('tx.queryRunner.rollbackTransaction()');
+  });
+
+  test('tx.queryRunner.commitTransaction() then a throw: refused, the credit rolls back with the attempt, one row after the retry', async () => {
+    const ipn = router();
+    ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+      await orm.credit(tx, n);
+      if (attempt === 1) {
+        await tx.queryRunner!.commitTransaction().catch(() => {});
+        throw new Error('the order service is down');
+      }
+    });
+    const { post } = await serve(ipn);
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await deliveredOnce(payload);
+  });
+
+  test("a nested transaction's own commit and rollback through the query runner still work (savepoints)", async () => {
+    const ipn = router();
+    ipn.on('successful', async (n: IpnNotification, { tx }) => {
+      await tx.transaction(async (inner) => {
+        await orm.credit(inner, { ...n, custom_data: 'undone' });
+        await inner.queryRunner!.rollbackTransaction(); // ROLLBACK TO SAVEPOINT
+        await inner.queryRunner!.startTransaction(); // a new savepoint, which TypeORM then releases
       });
-      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
-        await orm.credit(tx, n);
-        if (attempt === 1) await tx.queryRunner!.rollbackTransaction().catch(() => {});
-      });
-      const { post } = await serve(ipn);
-      const payload = uniquePayload();
-      expect((await post(payload)).status).toBe(200);
-      await eventually(
-        'delivered',
-        async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
-      );
-      expect(await ledger.ledgerOf(payload.transaction_id)).toHaveLength(1);
-    },
-  );
+      await orm.credit(tx, n);
+    });
+    const { post } = await serve(ipn);
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await deliveredOnce(payload);
+    expect(await ledger.ledgerOf(payload.transaction_id)).toEqual([
+      { order_id: String(payload.custom_data) },
+    ]);
+  });
 });
