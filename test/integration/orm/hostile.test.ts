@@ -100,6 +100,60 @@ describe.each(ORMS)('hostile: %s', (name, path, rawCommit) => {
       for (const payload of payloads) expect(await rows(payload.transaction_id)).toBe(1);
     });
 
+    test('through the ORM alone, the operator API and the expectations read what they read through pg', async () => {
+      const viaOrm = new PostgresStore({ transactions: orm.transactions });
+      const viaPg = new PostgresStore({ pool: ledger.pool() });
+      await viaOrm.migrate();
+      const ipn = router(true);
+      ipn.on('successful', async (n: IpnNotification, { tx }) => orm.credit(tx, n));
+      const { post } = await serve(ipn);
+      const payload = uniquePayload({ custom_data: 'Ordre $1 ?| $$ 50% ' });
+      expect((await post(payload)).status).toBe(200);
+      const key = ledger.keyOf(payload);
+      await eventually('delivered', async () => (await ledger.entryOf(key))?.status === 'delivered');
+      await ipn.close();
+
+      const since = new Date(Date.now() - 60_000);
+      const listing = {
+        transactionId: String(payload.transaction_id),
+        customDataContains: 'ordre $1 ?|',
+        receivedFrom: since,
+        receivedBefore: new Date(Date.now() + 60_000),
+        status: 'delivered' as const,
+      };
+      expect(await viaOrm.get(key)).toEqual(await viaPg.get(key));
+      expect(await viaOrm.list(listing)).toEqual(await viaPg.list(listing));
+      expect(await viaOrm.list(listing)).toHaveLength(1);
+      expect(await viaOrm.countByStatus(since)).toEqual(await viaPg.countByStatus(since));
+      expect(await viaOrm.purge(new Date(0))).toBe(0);
+      expect(await viaOrm.replay(key)).toBe(true);
+      expect((await viaPg.get(key))?.status).toBe('received');
+
+      const now = Date.now();
+      const expectation = {
+        transactionId: `exp-${now}-${name}`,
+        customData: "c'$1?",
+        amount: 1234.5,
+        expectedAt: now,
+        dueAt: now - 1,
+        attempts: 0,
+      };
+      await viaOrm.expectations.put(expectation);
+      expect(await viaOrm.expectations.get(expectation.transactionId)).toEqual(expectation);
+      expect(await viaOrm.expectations.get(expectation.transactionId)).toEqual(
+        await viaPg.expectations.get(expectation.transactionId),
+      );
+      const due = await viaOrm.expectations.takeDue(now, now + 60_000, 10);
+      expect(due).toEqual([{ ...expectation, dueAt: now + 60_000, attempts: 1 }]);
+      expect(await viaOrm.expectations.lockSweep('a', 60_000)).toBe(true);
+      expect(await viaOrm.expectations.lockSweep('b', 60_000)).toBe(false);
+      await viaOrm.expectations.unlockSweep('a');
+      expect(await viaOrm.expectations.lockSweep('b', 60_000)).toBe(true);
+      await viaOrm.expectations.unlockSweep('b');
+      await viaOrm.expectations.delete(expectation.transactionId);
+      expect(await viaPg.expectations.get(expectation.transactionId)).toBeUndefined();
+    });
+
     // A raw COMMIT through the ORM's transaction ends it early: the listener's credit commits on its own,
     // then the listener fails, the attempt is retried, and the retry credits again. The pg path refuses such
     // a statement (postgres-transaction.ts, CONTROL); the ORM paths do not.
