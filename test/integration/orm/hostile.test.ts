@@ -53,11 +53,13 @@ const ORMS: Array<[string, string, (tx: Any, statement?: string) => Promise<unkn
   ],
 ];
 
-describe.each(ORMS)('hostile: %s', (name, path, rawCommit) => {
+describe.each(ORMS)('hostile: %s', (name, path, raw) => {
   describeWithService('PostgreSQL', `${name} under attack`, () => {
     // eslint-disable-next-line @typescript-eslint/no-require-imports
     const { fixture } = require(path) as { fixture: OrmFixture<unknown> };
-    const ledger = ledgerSchema(`ipn_hostile_${name.toLowerCase()}`);
+    const ledger = ledgerSchema(`ipn_hostile_${name.toLowerCase()}`, [
+      'CREATE TABLE orders (id text PRIMARY KEY, paid integer NOT NULL DEFAULT 0)',
+    ]);
     let orm: OpenedOrm<unknown>;
     beforeAll(async () => {
       orm = await fixture.open(ledger.schema);
@@ -154,6 +156,57 @@ describe.each(ORMS)('hostile: %s', (name, path, rawCommit) => {
       expect(await viaPg.expectations.get(expectation.transactionId)).toBeUndefined();
     });
 
+    // The pg path closes an abandoned attempt's connection at once (rolling back); the ORM path waits for its
+    // listeners to settle first. A listener that waits on a lock its own transaction holds (an update through
+    // the app's other connection of a row it updated through tx) never settles: the transaction, its locks
+    // and its connection are held for good, and every later payment of that order waits behind them.
+    test.failing(
+      "an abandoned attempt whose listener waits on its own transaction's lock: the transaction still ends",
+      async () => {
+        const order = `order-${name}`;
+        await ledger.pool().query('INSERT INTO orders (id) VALUES ($1)', [order]);
+        const other = ledger.newPool(1);
+        let outerSettled = false;
+        const ipn = ipnRouter({
+          store: new PostgresStore({ pool: ledger.pool(), transactions: orm.transactions }),
+          delivery: 'at-least-once',
+          logger: quiet,
+          retryDelayMs: 20,
+          recoveryIntervalMs: 50,
+          leaseMs: 1_000,
+        });
+        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+          await orm.credit(tx, n);
+          if (attempt === 1) {
+            await raw(tx, `UPDATE orders SET paid = paid + 1 WHERE id = '${order}'`);
+            // Through another connection: waits for the delivery transaction's row lock.
+            await other.query('UPDATE orders SET paid = paid + 1 WHERE id = $1', [order]);
+            outerSettled = true;
+          }
+        });
+        const { post } = await serve(ipn);
+        const payload = uniquePayload();
+        try {
+          expect((await post(payload)).status).toBe(200);
+          await eventually(
+            'the abandoned transaction rolled back, so the other update went through',
+            () => outerSettled,
+          );
+          await eventually(
+            'delivered',
+            async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+          );
+          expect(await rows(payload.transaction_id)).toBe(1);
+        } finally {
+          // Frees what the hung attempt holds, so that the schema can be dropped.
+          await ledger.pool().query(
+            `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE state LIKE 'idle in transaction%' AND query LIKE '%UPDATE orders SET paid%' AND pid <> pg_backend_pid()`,
+          );
+        }
+      },
+    );
+
     // A raw COMMIT through the ORM's transaction ends it early: the listener's credit commits on its own,
     // then the listener fails, the attempt is retried, and the retry credits again. The pg path refuses such
     // a statement (postgres-transaction.ts, CONTROL); the ORM paths do not.
@@ -164,7 +217,7 @@ describe.each(ORMS)('hostile: %s', (name, path, rawCommit) => {
         ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
           await orm.credit(tx, n);
           if (attempt === 1) {
-            await rawCommit(tx).catch(() => {});
+            await raw(tx).catch(() => {});
             throw new Error('the order service is down');
           }
         });
@@ -187,7 +240,7 @@ describe.each(ORMS)('hostile: %s', (name, path, rawCommit) => {
         const ipn = router(false);
         ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
           await orm.credit(tx, n);
-          if (attempt === 1) await rawCommit(tx, 'ROLLBACK').catch(() => {});
+          if (attempt === 1) await raw(tx, 'ROLLBACK').catch(() => {});
         });
         const { post } = await serve(ipn);
         const payload = uniquePayload();
@@ -389,5 +442,50 @@ describeWithService('PostgreSQL', "hostile: TypeORM's query runner ends the deli
     expect(await ledger.ledgerOf(payload.transaction_id)).toEqual([
       { order_id: String(payload.custom_data) },
     ]);
+  });
+});
+
+describeWithService('PostgreSQL', 'hostile: the same abandoned attempt on the pg path (the control)', () => {
+  const ledger = ledgerSchema('ipn_hostile_pg_control', [
+    'CREATE TABLE orders (id text PRIMARY KEY, paid integer NOT NULL DEFAULT 0)',
+  ]);
+  const serve = servedRouters();
+
+  test("an abandoned attempt whose listener waits on its own transaction's lock: the connection is closed, the lock freed", async () => {
+    const order = 'order-pg';
+    await ledger.pool().query('INSERT INTO orders (id) VALUES ($1)', [order]);
+    const other = ledger.newPool(1);
+    let outerSettled = false;
+    const ipn = ipnRouter({
+      store: new PostgresStore({ pool: ledger.pool() }),
+      delivery: 'at-least-once',
+      logger: quiet,
+      retryDelayMs: 20,
+      recoveryIntervalMs: 50,
+      leaseMs: 1_000,
+    });
+    ipn.on('successful', async (n: IpnNotification, { db, attempt }) => {
+      await db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
+        n.transaction_id,
+        order,
+      ]);
+      if (attempt === 1) {
+        await db.query('UPDATE orders SET paid = paid + 1 WHERE id = $1', [order]);
+        await other.query('UPDATE orders SET paid = paid + 1 WHERE id = $1', [order]);
+        outerSettled = true;
+      }
+    });
+    const { post } = await serve(ipn);
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await eventually(
+      'the abandoned transaction rolled back, so the other update went through',
+      () => outerSettled,
+    );
+    await eventually(
+      'delivered',
+      async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+    );
+    expect(await ledger.ledgerOf(payload.transaction_id)).toHaveLength(1);
   });
 });
