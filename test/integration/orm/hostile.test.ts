@@ -489,3 +489,41 @@ describeWithService('PostgreSQL', 'hostile: the same abandoned attempt on the pg
     expect(await ledger.ledgerOf(payload.transaction_id)).toHaveLength(1);
   });
 });
+
+describeWithService('PostgreSQL', "hostile: an ORM's transaction given where its client belongs", () => {
+  test('knexTransactions, drizzleTransactions and kyselyTransactions refuse a transaction of their ORM', async () => {
+    const { knex } = await import('knex');
+    const { drizzle } = await import('drizzle-orm/node-postgres');
+    const { Kysely, PostgresDialect } = await import('kysely');
+    const { Pool } = await import('pg');
+    const { databaseUrl } = await import('../../helpers/services.js');
+    const orm = await import('ipn-kit/orm');
+    const pool = new Pool({ connectionString: databaseUrl(), max: 2 });
+    const db = knex({ client: 'pg', connection: databaseUrl(), pool: { min: 0, max: 1 } });
+    try {
+      await db.transaction((trx) => {
+        expect(() => orm.knexTransactions(trx)).toThrow(
+          new TypeError(
+            "knexTransactions: expected a Knex instance (knex({ client: 'pg', connection })), got a Knex transaction: " +
+              'every delivery would run in it, as a savepoint, and commit only when it does. Pass the instance',
+          ),
+        );
+        return Promise.resolve();
+      });
+      await drizzle(pool).transaction((tx) => {
+        expect(() => orm.drizzleTransactions(tx)).toThrow(/got a Drizzle transaction/);
+        return Promise.resolve();
+      });
+      await new Kysely<Any>({ dialect: new PostgresDialect({ pool }) }).transaction().execute((tx) => {
+        expect(() => orm.kyselyTransactions(tx)).toThrow(/got a Kysely Transaction/);
+        return Promise.resolve();
+      });
+      // Their clients are still taken.
+      expect(orm.knexTransactions(db).name).toBe('Knex');
+      expect(orm.drizzleTransactions(drizzle(pool)).name).toBe('Drizzle');
+    } finally {
+      await db.destroy();
+      await pool.end();
+    }
+  });
+});
