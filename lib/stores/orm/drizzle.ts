@@ -155,7 +155,8 @@ function onOneConnection(client: unknown): boolean {
  *
  * @param db your Drizzle database, `drizzle(pool)` (or `drizzle({ client: pool, schema })`), over a pool:
  *   each delivery holds one of its connections for its transaction.
- * @throws TypeError when `db` is not a Drizzle database, or runs on a single `pg` connection (a `Client`).
+ * @throws TypeError when `db` is not a Drizzle database (a Drizzle transaction is not one), or runs on a
+ *   single `pg` connection (a `Client`).
  * @example
  * ```ts
  * import { drizzle } from 'drizzle-orm/node-postgres';
@@ -189,6 +190,14 @@ export function drizzleTransactions<Db extends DrizzleDatabase>(
       'drizzleTransactions: this Drizzle database runs on one connection (a pg Client): Drizzle would open ' +
         "every delivery's transaction on it, and two deliveries at once would share one transaction. Give " +
         'Drizzle a pool: drizzle(new Pool(...))',
+    );
+  }
+  // A Drizzle transaction has `transaction` (a savepoint) and `execute` too, and `rollback` besides, which a
+  // database has not: every delivery would be a savepoint of that one transaction, on one connection.
+  if (typeof Reflect.get(db, 'rollback') === 'function') {
+    throw new TypeError(
+      'drizzleTransactions: expected a Drizzle database (drizzle(pool)), got a Drizzle transaction: every ' +
+        'delivery would run in it, as a savepoint, and commit only when it does. Pass the database',
     );
   }
   const runner = db as unknown as DrizzleRunner;

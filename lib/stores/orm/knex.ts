@@ -113,7 +113,7 @@ async function run(on: Raw, statement: Statement): Promise<StatementResult> {
  * alone. For PostgreSQL (`client: 'pg'`) and MySQL or MariaDB (`client: 'mysql2'`, for `MysqlStore`).
  *
  * @param knex your Knex instance, `knex({ client: 'pg', connection })` (or `client: 'mysql2'`).
- * @throws TypeError when `knex` is not a Knex instance.
+ * @throws TypeError when `knex` is not a Knex instance (a Knex transaction is not one).
  * @example
  * import knex from 'knex';
  * import { PostgresStore } from 'ipn-kit/postgres';
@@ -137,6 +137,14 @@ export function knexTransactions<K extends KnexLike>(knex: K): Transactions<Knex
       typeof knex === 'function' ? ' (call the knex function with your config: it returns one)' : '';
     throw new TypeError(
       `knexTransactions: expected a Knex instance (knex({ client: 'pg', connection })), got ${describeArgument(knex)}${hint}`,
+    );
+  }
+  // A transaction is a function with `transaction` and `raw` too: each delivery would be a savepoint of that
+  // one transaction, on one connection, committed only if and when its owner commits it.
+  if (Reflect.get(knex, 'isTransaction') === true) {
+    throw new TypeError(
+      "knexTransactions: expected a Knex instance (knex({ client: 'pg', connection })), got a Knex transaction: " +
+        'every delivery would run in it, as a savepoint, and commit only when it does. Pass the instance',
     );
   }
   type Tx = KnexTransactionOf<K>;

@@ -85,7 +85,7 @@ function describeValue(value: unknown): string {
  * rename the columns it reads; your own queries keep them.
  *
  * @param db your Kysely instance, over PostgreSQL (`PostgresDialect`, or another PostgreSQL dialect).
- * @throws TypeError when `db` is not a Kysely instance.
+ * @throws TypeError when `db` is not a Kysely instance (a Kysely `Transaction` is not one).
  * @example
  * ```ts
  * import { Kysely, PostgresDialect } from 'kysely';
@@ -110,6 +110,12 @@ export function kyselyTransactions<Db extends KyselyDatabase>(db: Db): Transacti
   ) {
     throw new TypeError(
       `kyselyTransactions: expected a Kysely instance (new Kysely({ dialect })), got ${describeValue(db)}`,
+    );
+  }
+  // A Kysely `Transaction` has the same methods, but refuses `transaction()`: every delivery would fail.
+  if (Reflect.get(db, 'isTransaction') === true) {
+    throw new TypeError(
+      'kyselyTransactions: expected a Kysely instance (new Kysely({ dialect })), got a Kysely Transaction: pass the instance',
     );
   }
   const runner = db as unknown as KyselyRunner;

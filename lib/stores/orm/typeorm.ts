@@ -34,6 +34,48 @@ interface DataSource<Tx> {
   createQueryRunner(): QueryRunner;
 }
 
+/** The part of the transaction's query runner that a listener could end the transaction with. */
+interface TransactionRunner {
+  transactionDepth?: number;
+  commitTransaction(): Promise<void>;
+  rollbackTransaction(): Promise<void>;
+}
+
+/**
+ * Makes `runner`'s `commitTransaction()` and `rollbackTransaction()` throw while they would end the
+ * delivery's transaction itself (depth 1), until the returned function puts them back. A listener reaches
+ * the runner through its `tx` (`tx.queryRunner`): one that rolled the transaction back and resolved would
+ * have the `delivered` mark commit on its own, without the writes it undid; one that committed and threw
+ * would have its writes committed for an attempt that is retried. Inside a `tx.transaction(...)` of theirs
+ * (depth 2 or more) both still work: TypeORM makes them a savepoint's release and rollback. Set on the
+ * runner itself, as own properties over its class's methods, so that every way to it (the manager of a
+ * nested transaction, `tx.queryRunner.manager`) is covered; the runner is the attempt's alone.
+ */
+function refuseEnd(runner: TransactionRunner): () => void {
+  const guarded = (method: 'commitTransaction' | 'rollbackTransaction') => {
+    const own = runner[method].bind(runner);
+    return (): Promise<void> => {
+      if ((runner.transactionDepth ?? 1) > 1) return own();
+      return Promise.reject(
+        new TypeError(
+          `TypeORM: a listener cannot ${method === 'commitTransaction' ? 'commit' : 'roll back'} the delivery's ` +
+            `transaction (tx.queryRunner.${method}()): ipn-kit commits it together with the delivered mark ` +
+            'once every listener has resolved. To roll it back, throw from the listener; to undo part of ' +
+            'it, use a nested transaction (tx.transaction(...), a savepoint).',
+        ),
+      );
+    };
+  };
+  Object.assign(runner, {
+    commitTransaction: guarded('commitTransaction'),
+    rollbackTransaction: guarded('rollbackTransaction'),
+  });
+  return () => {
+    Reflect.deleteProperty(runner, 'commitTransaction');
+    Reflect.deleteProperty(runner, 'rollbackTransaction');
+  };
+}
+
 async function run(runner: QueryRunner, statement: Statement): Promise<StatementResult> {
   const { records = [], affected } = await runner.query(statement.text, statement.values, true);
   return { rows: records, count: statement.returns === 'rows' ? records.length : (affected ?? 0) };
@@ -43,7 +85,9 @@ async function run(runner: QueryRunner, statement: Statement): Promise<Statement
  * Runs each delivery attempt in a TypeORM transaction (`dataSource.transaction(callback)`): listeners get
  * its `EntityManager` as `tx`, and what they write through it (`tx.save(...)`, `tx.getRepository(...)`,
  * `tx.query(...)`) commits together with ipn-kit's `delivered` mark, or not at all. A `tx.transaction(...)`
- * of theirs is a savepoint, as TypeORM makes it. The store's statements run through the transaction's query
+ * of theirs is a savepoint, as TypeORM makes it; `tx.queryRunner.commitTransaction()` and
+ * `rollbackTransaction()` throw outside one (ipn-kit ends the transaction, with the mark: a listener rolls it
+ * back by throwing). The store's statements run through the transaction's query
  * runner; with `execute`, through a query runner of their own, so the store may run through TypeORM alone.
  * TypeORM 0.3 and later.
  *
@@ -87,7 +131,15 @@ export function typeormTransactions<D extends DataSourceLike>(dataSource: D): Tr
     name: 'TypeORM',
     transaction: async (work) => {
       initialized();
-      return source.transaction((manager) => work(manager));
+      return source.transaction(async (manager) => {
+        const runner = Reflect.get(manager, 'queryRunner') as TransactionRunner | undefined;
+        const restore = runner === undefined ? () => {} : refuseEnd(runner);
+        try {
+          return await work(manager);
+        } finally {
+          restore(); // TypeORM's own commit or rollback follows
+        }
+      });
     },
     query: (tx, statement) => {
       // The EntityManager of a transaction always has its query runner: the transaction's connection.

@@ -1,0 +1,558 @@
+/**
+ * A hostile review of the ORM adapters (ipn-kit/orm) against the real PostgreSQL: each ORM's store through
+ * the ORM alone under a burst, a listener that ends the ORM's transaction with a raw COMMIT, and a Prisma
+ * interactive transaction whose timeout runs out while a listener is still running.
+ */
+import { ipnRouter, type IpnNotification } from 'ipn-kit';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { prismaTransactions } from 'ipn-kit/orm';
+import { sql as drizzleSql } from 'drizzle-orm';
+import { sql as kyselySql, type Transaction as KyselyTransaction } from 'kysely';
+import type { Knex } from 'knex';
+import type { Transaction as SequelizeTransaction } from 'sequelize';
+import type { EntityManager } from 'typeorm';
+import type { OpenedOrm, OrmFixture } from '../../helpers/orm-scenarios.js';
+import { ledgerSchema } from '../../helpers/ledger-schema.js';
+import { uniquePayload } from '../../helpers/payloads.js';
+import { quiet } from '../../helpers/quiet-logger.js';
+import { servedRouters } from '../../helpers/servers.js';
+import { describeWithService, eventually } from '../../helpers/services.js';
+
+jest.setTimeout(120_000);
+
+type Any = any;
+
+/** Each ORM, with a raw `COMMIT` sent through its transaction object the way a listener could send it. */
+const ORMS: Array<[string, string, (tx: Any, statement?: string) => Promise<unknown>]> = [
+  ['Knex', '../../fixtures/orm/knex.js', (tx: Knex.Transaction, statement = 'COMMIT') => tx.raw(statement)],
+  [
+    'Sequelize',
+    '../../fixtures/orm/sequelize.js',
+    (tx: SequelizeTransaction, statement = 'COMMIT') =>
+      (tx as Any).sequelize.query(statement, { transaction: tx }) as Promise<unknown>,
+  ],
+  [
+    'TypeORM',
+    '../../fixtures/orm/typeorm.js',
+    (tx: EntityManager, statement = 'COMMIT') => tx.query(statement),
+  ],
+  [
+    'Drizzle',
+    '../../fixtures/orm/drizzle.js',
+    (tx: Any, statement = 'COMMIT') => tx.execute(drizzleSql.raw(statement)),
+  ],
+  [
+    'Kysely',
+    '../../fixtures/orm/kysely.js',
+    (tx: KyselyTransaction<Any>, statement = 'COMMIT') => kyselySql.raw(statement).execute(tx),
+  ],
+  [
+    'Prisma',
+    '../../fixtures/orm/prisma.js',
+    (tx: Any, statement = 'COMMIT') => tx.$executeRawUnsafe(statement) as Promise<unknown>,
+  ],
+];
+
+describe.each(ORMS)('hostile: %s', (name, path, raw) => {
+  describeWithService('PostgreSQL', `${name} under attack`, () => {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { fixture } = require(path) as { fixture: OrmFixture<unknown> };
+    const ledger = ledgerSchema(`ipn_hostile_${name.toLowerCase()}`, [
+      'CREATE TABLE orders (id text PRIMARY KEY, paid integer NOT NULL DEFAULT 0)',
+    ]);
+    let orm: OpenedOrm<unknown>;
+    beforeAll(async () => {
+      orm = await fixture.open(ledger.schema);
+    });
+    afterAll(async () => {
+      await orm?.close();
+    });
+    const serve = servedRouters();
+    const rows = async (id: unknown): Promise<number> => (await ledger.ledgerOf(id)).length;
+    const router = (withoutPool: boolean) =>
+      ipnRouter({
+        store: withoutPool
+          ? new PostgresStore({ transactions: orm.transactions })
+          : new PostgresStore({ pool: ledger.pool(), transactions: orm.transactions }),
+        delivery: 'at-least-once',
+        logger: quiet,
+        retryDelayMs: 20,
+        recoveryIntervalMs: 50,
+      });
+
+    test('through the ORM alone: 50 notifications at once, each posted twice, a fifth failing once: one row each, all delivered', async () => {
+      const ipn = router(true);
+      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+        await orm.credit(tx, n);
+        if (attempt === 1 && Number(n.amount) % 5 === 0) throw new Error('not yet');
+      });
+      const { post } = await serve(ipn);
+      const payloads = Array.from({ length: 50 }, (_, i) => uniquePayload({ amount: 100 + i }));
+      const answers = await Promise.all([...payloads, ...payloads].map((payload) => post(payload)));
+      expect(answers.map((answer) => answer.status)).toEqual(answers.map(() => 200));
+      await eventually('all delivered', async () => {
+        const { rows: statuses } = await ledger
+          .pool()
+          .query(
+            "SELECT count(*)::int AS n FROM ipn_inbox WHERE status = 'delivered' AND transaction_id = ANY($1)",
+            [payloads.map((payload) => payload.transaction_id)],
+          );
+        return statuses[0].n === 50;
+      });
+      for (const payload of payloads) expect(await rows(payload.transaction_id)).toBe(1);
+    });
+
+    test('through the ORM alone, the operator API and the expectations read what they read through pg', async () => {
+      const viaOrm = new PostgresStore({ transactions: orm.transactions });
+      const viaPg = new PostgresStore({ pool: ledger.pool() });
+      await viaOrm.migrate();
+      const ipn = router(true);
+      ipn.on('successful', async (n: IpnNotification, { tx }) => orm.credit(tx, n));
+      const { post } = await serve(ipn);
+      const payload = uniquePayload({ custom_data: 'Ordre $1 ?| $$ 50% ' });
+      expect((await post(payload)).status).toBe(200);
+      const key = ledger.keyOf(payload);
+      await eventually('delivered', async () => (await ledger.entryOf(key))?.status === 'delivered');
+      await ipn.close();
+
+      const since = new Date(Date.now() - 60_000);
+      const listing = {
+        transactionId: String(payload.transaction_id),
+        customDataContains: 'ordre $1 ?|',
+        receivedFrom: since,
+        receivedBefore: new Date(Date.now() + 60_000),
+        status: 'delivered' as const,
+      };
+      expect(await viaOrm.get(key)).toEqual(await viaPg.get(key));
+      expect(await viaOrm.list(listing)).toEqual(await viaPg.list(listing));
+      expect(await viaOrm.list(listing)).toHaveLength(1);
+      expect(await viaOrm.countByStatus(since)).toEqual(await viaPg.countByStatus(since));
+      expect(await viaOrm.purge(new Date(0))).toBe(0);
+      expect(await viaOrm.replay(key)).toBe(true);
+      expect((await viaPg.get(key))?.status).toBe('received');
+
+      const now = Date.now();
+      const expectation = {
+        transactionId: `exp-${now}-${name}`,
+        customData: "c'$1?",
+        amount: 1234.5,
+        expectedAt: now,
+        dueAt: now - 1,
+        attempts: 0,
+      };
+      await viaOrm.expectations.put(expectation);
+      expect(await viaOrm.expectations.get(expectation.transactionId)).toEqual(expectation);
+      expect(await viaOrm.expectations.get(expectation.transactionId)).toEqual(
+        await viaPg.expectations.get(expectation.transactionId),
+      );
+      const due = await viaOrm.expectations.takeDue(now, now + 60_000, 10);
+      expect(due).toEqual([{ ...expectation, dueAt: now + 60_000, attempts: 1 }]);
+      expect(await viaOrm.expectations.lockSweep('a', 60_000)).toBe(true);
+      expect(await viaOrm.expectations.lockSweep('b', 60_000)).toBe(false);
+      await viaOrm.expectations.unlockSweep('a');
+      expect(await viaOrm.expectations.lockSweep('b', 60_000)).toBe(true);
+      await viaOrm.expectations.unlockSweep('b');
+      await viaOrm.expectations.delete(expectation.transactionId);
+      expect(await viaPg.expectations.get(expectation.transactionId)).toBeUndefined();
+    });
+
+    // The pg path closes an abandoned attempt's connection at once (rolling back); the ORM path waits for its
+    // listeners to settle first. A listener that waits on a lock its own transaction holds (an update through
+    // the app's other connection of a row it updated through tx) never settles: the transaction, its locks
+    // and its connection are held for good, and every later payment of that order waits behind them.
+    // Opt-in (IPN_HOSTILE_HANG=1): run alone with -t "abandoned attempt"; in the whole file, the attempt it
+    // leaves hung kept the suite from ending (not yet understood).
+    (process.env.IPN_HOSTILE_HANG ? test.failing : test.skip)(
+      "an abandoned attempt whose listener waits on its own transaction's lock: the transaction still ends",
+      async () => {
+        const order = `order-${name}`;
+        await ledger.pool().query('INSERT INTO orders (id) VALUES ($1)', [order]);
+        const other = ledger.newPool(1);
+        let outerSettled = false;
+        const ipn = ipnRouter({
+          store: new PostgresStore({ pool: ledger.pool(), transactions: orm.transactions }),
+          delivery: 'at-least-once',
+          logger: quiet,
+          retryDelayMs: 20,
+          recoveryIntervalMs: 50,
+          leaseMs: 1_000,
+        });
+        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+          await orm.credit(tx, n);
+          if (attempt === 1) {
+            await raw(tx, `UPDATE orders SET paid = paid + 1 WHERE id = '${order}'`);
+            // Through another connection: waits for the delivery transaction's row lock.
+            await other.query('UPDATE orders SET paid = paid + 1 WHERE id = $1', [order]);
+            outerSettled = true;
+          }
+        });
+        const { post } = await serve(ipn);
+        const payload = uniquePayload();
+        try {
+          expect((await post(payload)).status).toBe(200);
+          await eventually(
+            'the abandoned transaction rolled back, so the other update went through',
+            () => outerSettled,
+          );
+          await eventually(
+            'delivered',
+            async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+          );
+          expect(await rows(payload.transaction_id)).toBe(1);
+        } finally {
+          // Frees what the hung attempt holds, so that the schema can be dropped.
+          await ledger.pool().query(
+            `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE state LIKE 'idle in transaction%' AND query LIKE '%UPDATE orders SET paid%' AND pid <> pg_backend_pid()`,
+          );
+        }
+      },
+    );
+
+    // A raw COMMIT through the ORM's transaction ends it early: the listener's credit commits on its own,
+    // then the listener fails, the attempt is retried, and the retry credits again. The pg path refuses such
+    // a statement (postgres-transaction.ts, CONTROL); the ORM paths do not.
+    test.failing(
+      'a listener that sends a raw COMMIT through tx, then throws: its credit is not committed (one row after the retry)',
+      async () => {
+        const ipn = router(false);
+        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+          await orm.credit(tx, n);
+          if (attempt === 1) {
+            await raw(tx).catch(() => {});
+            throw new Error('the order service is down');
+          }
+        });
+        const { post } = await serve(ipn);
+        const payload = uniquePayload();
+        expect((await post(payload)).status).toBe(200);
+        await eventually(
+          'delivered',
+          async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+        );
+        expect(await rows(payload.transaction_id)).toBe(1);
+      },
+    );
+
+    // Worse: a raw ROLLBACK (a listener's own error handling) undoes the credit, then the `delivered` mark
+    // runs outside any transaction, commits on its own, and the entry is delivered with no ledger row.
+    test.failing(
+      'a listener that credits, sends a raw ROLLBACK through tx, and resolves: never delivered without its row',
+      async () => {
+        const ipn = router(false);
+        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+          await orm.credit(tx, n);
+          if (attempt === 1) await raw(tx, 'ROLLBACK').catch(() => {});
+        });
+        const { post } = await serve(ipn);
+        const payload = uniquePayload();
+        expect((await post(payload)).status).toBe(200);
+        await eventually(
+          'settled',
+          async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+        );
+        expect(await rows(payload.transaction_id)).toBe(1);
+      },
+    );
+  });
+});
+
+describeWithService('PostgreSQL', 'hostile: a Prisma transaction timeout shorter than a listener', () => {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { fixture } = require('../../fixtures/orm/prisma.js') as { fixture: OrmFixture<Any> };
+  const ledger = ledgerSchema('ipn_hostile_prisma_timeout');
+  const serve = servedRouters();
+  const unhandled: unknown[] = [];
+  const record = (reason: unknown) => unhandled.push(reason);
+  beforeAll(() => process.on('unhandledRejection', record));
+  afterAll(() => process.off('unhandledRejection', record));
+
+  test('the timeout rolls the slow attempt back, with no unhandled rejection; the retry credits once', async () => {
+    const orm = await fixture.open(ledger.schema);
+    try {
+      // The documented mistake: leaseMs raised, the Prisma timeout not.
+      const { PrismaPg } = await import('@prisma/adapter-pg');
+      const { Pool } = await import('pg');
+      const { PrismaClient } = await import('../../fixtures/orm/prisma/generated/client.js');
+      const pool = new Pool({
+        connectionString: ledger.pool().options.connectionString,
+        options: `-c search_path=${ledger.schema}`,
+      });
+      const prisma = new PrismaClient({ adapter: new PrismaPg(pool, { schema: ledger.schema }) });
+      try {
+        const ipn = ipnRouter({
+          store: new PostgresStore({
+            pool: ledger.pool(),
+            transactions: prismaTransactions(prisma, { timeout: 500 }),
+          }),
+          delivery: 'at-least-once',
+          logger: quiet,
+          retryDelayMs: 20,
+          recoveryIntervalMs: 50,
+          leaseMs: 10_000,
+        });
+        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+          await orm.credit(tx, n);
+          if (attempt === 1) await new Promise((resolve) => setTimeout(resolve, 1_000));
+        });
+        const { post } = await serve(ipn);
+        const payload = uniquePayload();
+        expect((await post(payload)).status).toBe(200);
+        await eventually(
+          'delivered',
+          async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+        );
+        expect(await ledger.ledgerOf(payload.transaction_id)).toHaveLength(1);
+        await new Promise((resolve) => setImmediate(resolve));
+        expect(unhandled).toEqual([]);
+      } finally {
+        await prisma.$disconnect();
+        await pool.end();
+      }
+    } finally {
+      await orm.close();
+    }
+  });
+});
+
+describeWithService(
+  'PostgreSQL',
+  'hostile: the store through an ORM alone whose pool has one connection',
+  () => {
+    const ledger = ledgerSchema('ipn_hostile_one_connection');
+    const serve = servedRouters();
+
+    test.each([1, 2])(
+      'Knex, pool max %i: 20 notifications at once are each credited once and delivered, no hang',
+      async (max) => {
+        const { knex } = await import('knex');
+        const { knexTransactions } = await import('ipn-kit/orm');
+        const { databaseUrl } = await import('../../helpers/services.js');
+        const db = knex({
+          client: 'pg',
+          connection: databaseUrl(),
+          searchPath: [ledger.schema],
+          pool: { min: 0, max },
+        });
+        try {
+          const ipn = ipnRouter({
+            store: new PostgresStore({ transactions: knexTransactions(db) }),
+            delivery: 'at-least-once',
+            logger: quiet,
+            retryDelayMs: 20,
+            recoveryIntervalMs: 50,
+          });
+          ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+            await tx('ledger').insert({ transaction_id: n.transaction_id, order_id: 'x', amount: n.amount });
+            if (attempt === 1 && Number(n.amount) % 3 === 0) throw new Error('not yet');
+          });
+          const { post } = await serve(ipn);
+          const payloads = Array.from({ length: 20 }, (_, i) => uniquePayload({ amount: 10 + i }));
+          const answers = await Promise.all([...payloads, ...payloads].map((payload) => post(payload)));
+          expect(answers.map((answer) => answer.status)).toEqual(answers.map(() => 200));
+          for (const payload of payloads) {
+            await eventually(
+              'delivered',
+              async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+            );
+            expect(await ledger.ledgerOf(payload.transaction_id)).toHaveLength(1);
+          }
+          await ipn.close();
+        } finally {
+          await db.destroy();
+        }
+      },
+    );
+  },
+);
+
+describeWithService('PostgreSQL', "hostile: TypeORM's query runner ends the delivery's transaction", () => {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { fixture } = require('../../fixtures/orm/typeorm.js') as { fixture: OrmFixture<EntityManager> };
+  const ledger = ledgerSchema('ipn_hostile_typeorm_runner');
+  let orm: OpenedOrm<EntityManager>;
+  beforeAll(async () => {
+    orm = await fixture.open(ledger.schema);
+  });
+  afterAll(async () => {
+    await orm?.close();
+  });
+  const serve = servedRouters();
+  const router = () =>
+    ipnRouter({
+      store: new PostgresStore({ pool: ledger.pool(), transactions: orm.transactions }),
+      delivery: 'at-least-once',
+      logger: quiet,
+      retryDelayMs: 20,
+      recoveryIntervalMs: 50,
+    });
+  const deliveredOnce = async (payload: Record<string, unknown>) => {
+    await eventually(
+      'delivered',
+      async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+    );
+    expect(await ledger.ledgerOf(payload.transaction_id)).toHaveLength(1);
+  };
+
+  // Knex's and Sequelize's tx.commit()/tx.rollback() throw (refuse-end.ts); TypeORM's EntityManager hands
+  // out its query runner, whose rollbackTransaction() ended the transaction: the mark then committed alone,
+  // and the entry was delivered with no ledger row.
+  test('tx.queryRunner.rollbackTransaction() in a listener that resolves anyway: refused, never delivered without its row', async () => {
+    const ipn = router();
+    const refusals: unknown[] = [];
+    ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+      await orm.credit(tx, n);
+      if (attempt === 1) await tx.queryRunner!.rollbackTransaction().catch((error) => refusals.push(error));
+    });
+    const { post } = await serve(ipn);
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await deliveredOnce(payload);
+    expect(refusals).toEqual([expect.objectContaining({ name: 'TypeError' })]);
+    expect(String(refusals[0])).toContain('tx.queryRunner.rollbackTransaction()');
+  });
+
+  test('tx.queryRunner.commitTransaction() then a throw: refused, the credit rolls back with the attempt, one row after the retry', async () => {
+    const ipn = router();
+    ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+      await orm.credit(tx, n);
+      if (attempt === 1) {
+        await tx.queryRunner!.commitTransaction().catch(() => {});
+        throw new Error('the order service is down');
+      }
+    });
+    const { post } = await serve(ipn);
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await deliveredOnce(payload);
+  });
+
+  // A released runner hands its connection back to the pool mid-transaction: the credit stays in an open
+  // transaction there, which the next user of that connection commits with its own work (here the retry's
+  // transaction: two rows). Refusing release() during the attempt, as commit/rollback are, would also refuse
+  // dataSource.destroy() while a listener hangs (its closePool releases every runner): not done yet.
+  test.failing(
+    'tx.queryRunner.release() in a listener: refused, the credit stays in the delivery transaction',
+    async () => {
+      const ipn = router();
+      const refusals: unknown[] = [];
+      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+        await orm.credit(tx, n);
+        if (attempt === 1) await tx.queryRunner!.release().catch((error) => refusals.push(error));
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await deliveredOnce(payload);
+      expect(refusals).toEqual([expect.objectContaining({ name: 'TypeError' })]);
+      const { rows: open } = await ledger
+        .pool()
+        .query(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE state LIKE 'idle in transaction%' AND query LIKE '%ledger%'",
+        );
+      expect(open[0].n).toBe(0);
+    },
+  );
+
+  test("a nested transaction's own commit and rollback through the query runner still work (savepoints)", async () => {
+    const ipn = router();
+    ipn.on('successful', async (n: IpnNotification, { tx }) => {
+      await tx.transaction(async (inner) => {
+        await orm.credit(inner, { ...n, custom_data: 'undone' });
+        await inner.queryRunner!.rollbackTransaction(); // ROLLBACK TO SAVEPOINT
+        await inner.queryRunner!.startTransaction(); // a new savepoint, which TypeORM then releases
+      });
+      await orm.credit(tx, n);
+    });
+    const { post } = await serve(ipn);
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await deliveredOnce(payload);
+    expect(await ledger.ledgerOf(payload.transaction_id)).toEqual([
+      { order_id: String(payload.custom_data) },
+    ]);
+  });
+});
+
+describeWithService('PostgreSQL', 'hostile: the same abandoned attempt on the pg path (the control)', () => {
+  const ledger = ledgerSchema('ipn_hostile_pg_control', [
+    'CREATE TABLE orders (id text PRIMARY KEY, paid integer NOT NULL DEFAULT 0)',
+  ]);
+  const serve = servedRouters();
+
+  test("an abandoned attempt whose listener waits on its own transaction's lock: the connection is closed, the lock freed", async () => {
+    const order = 'order-pg';
+    await ledger.pool().query('INSERT INTO orders (id) VALUES ($1)', [order]);
+    const other = ledger.newPool(1);
+    let outerSettled = false;
+    const ipn = ipnRouter({
+      store: new PostgresStore({ pool: ledger.pool() }),
+      delivery: 'at-least-once',
+      logger: quiet,
+      retryDelayMs: 20,
+      recoveryIntervalMs: 50,
+      leaseMs: 1_000,
+    });
+    ipn.on('successful', async (n: IpnNotification, { db, attempt }) => {
+      await db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
+        n.transaction_id,
+        order,
+      ]);
+      if (attempt === 1) {
+        await db.query('UPDATE orders SET paid = paid + 1 WHERE id = $1', [order]);
+        await other.query('UPDATE orders SET paid = paid + 1 WHERE id = $1', [order]);
+        outerSettled = true;
+      }
+    });
+    const { post } = await serve(ipn);
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await eventually(
+      'the abandoned transaction rolled back, so the other update went through',
+      () => outerSettled,
+    );
+    await eventually(
+      'delivered',
+      async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+    );
+    expect(await ledger.ledgerOf(payload.transaction_id)).toHaveLength(1);
+  });
+});
+
+describeWithService('PostgreSQL', "hostile: an ORM's transaction given where its client belongs", () => {
+  test('knexTransactions, drizzleTransactions and kyselyTransactions refuse a transaction of their ORM', async () => {
+    const { knex } = await import('knex');
+    const { drizzle } = await import('drizzle-orm/node-postgres');
+    const { Kysely, PostgresDialect } = await import('kysely');
+    const { Pool } = await import('pg');
+    const { databaseUrl } = await import('../../helpers/services.js');
+    const orm = await import('ipn-kit/orm');
+    const pool = new Pool({ connectionString: databaseUrl(), max: 2 });
+    const db = knex({ client: 'pg', connection: databaseUrl(), pool: { min: 0, max: 1 } });
+    try {
+      await db.transaction((trx) => {
+        expect(() => orm.knexTransactions(trx)).toThrow(
+          new TypeError(
+            "knexTransactions: expected a Knex instance (knex({ client: 'pg', connection })), got a Knex transaction: " +
+              'every delivery would run in it, as a savepoint, and commit only when it does. Pass the instance',
+          ),
+        );
+        return Promise.resolve();
+      });
+      await drizzle(pool).transaction((tx) => {
+        expect(() => orm.drizzleTransactions(tx)).toThrow(/got a Drizzle transaction/);
+        return Promise.resolve();
+      });
+      await new Kysely<Any>({ dialect: new PostgresDialect({ pool }) }).transaction().execute((tx) => {
+        expect(() => orm.kyselyTransactions(tx)).toThrow(/got a Kysely Transaction/);
+        return Promise.resolve();
+      });
+      // Their clients are still taken.
+      expect(orm.knexTransactions(db).name).toBe('Knex');
+      expect(orm.drizzleTransactions(drizzle(pool)).name).toBe('Drizzle');
+    } finally {
+      await db.destroy();
+      await pool.end();
+    }
+  });
+});
