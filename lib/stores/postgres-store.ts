@@ -1,3 +1,4 @@
+import { checkListOptions } from './list-options.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
 import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.js';
@@ -90,8 +91,6 @@ const transpose = (pairs: Array<[string, string]>): [string[], string[]] => [
   pairs.map(([key]) => key),
   pairs.map(([, lease]) => lease),
 ];
-
-const STATUSES: ReadonlySet<string> = new Set<DeliveryStatus>(['received', 'delivered', 'failed', 'dead']);
 
 /** PostgreSQL's "undefined_table" error code. */
 const UNDEFINED_TABLE = '42P01';
@@ -344,22 +343,8 @@ export class PostgresStore<
 
   /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */
   async list(options: ListOptions = {}): Promise<InboxEntry[]> {
-    const { status, limit = 100, offset = 0 } = options;
-    if (!Number.isInteger(limit) || limit < 0) {
-      throw new TypeError(`PostgresStore.list: limit must be a whole number, got ${limit}`);
-    }
-    if (!Number.isInteger(offset) || offset < 0) {
-      throw new TypeError(`PostgresStore.list: offset must be a whole number, got ${offset}`);
-    }
-    if (status !== undefined && !STATUSES.has(status)) {
-      throw new TypeError(
-        `PostgresStore.list: status must be one of ${[...STATUSES].join(', ')}, got ${String(status)}`,
-      );
-    }
-    const { transactionId, customDataContains, receivedFrom, receivedBefore, order = 'oldest' } = options;
-    if (order !== 'oldest' && order !== 'newest') {
-      throw new TypeError(`PostgresStore.list: order must be 'oldest' or 'newest', got ${String(order)}`);
-    }
+    const { status, limit, offset, transactionId, customDataContains, receivedFrom, receivedBefore, order } =
+      checkListOptions('PostgresStore', options);
     const { rows } = await this.#query(this.#sql.list(order === 'newest'), [
       limit,
       offset,

@@ -1,3 +1,4 @@
+import { checkListOptions } from '../list-options.js';
 import { createHash, randomUUID } from 'node:crypto';
 import { createBatcher } from '../postgres-batch.js';
 import { afterMigration, markMigration, trackMigration } from '../postgres-migrations.js';
@@ -94,8 +95,6 @@ type TxOf<P, T> = T extends Transactions<infer Tx> ? Tx : MysqlConnectionOf<P>;
  * @inline
  */
 type DbOf<P, T> = T extends Transactions<unknown> ? never : MysqlConnectionOf<P>;
-
-const STATUSES: ReadonlySet<string> = new Set<DeliveryStatus>(['received', 'delivered', 'failed', 'dead']);
 
 /** How long `migrate()` waits for another process's migration of the same table, in seconds. */
 const MIGRATE_LOCK_SECONDS = 60;
@@ -363,22 +362,8 @@ export class MysqlStore<
 
   /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */
   async list(options: ListOptions = {}): Promise<InboxEntry[]> {
-    const { status, limit = 100, offset = 0 } = options;
-    if (!Number.isInteger(limit) || limit < 0) {
-      throw new TypeError(`MysqlStore.list: limit must be a whole number, got ${limit}`);
-    }
-    if (!Number.isInteger(offset) || offset < 0) {
-      throw new TypeError(`MysqlStore.list: offset must be a whole number, got ${offset}`);
-    }
-    if (status !== undefined && !STATUSES.has(status)) {
-      throw new TypeError(
-        `MysqlStore.list: status must be one of ${[...STATUSES].join(', ')}, got ${String(status)}`,
-      );
-    }
-    const { transactionId, customDataContains, receivedFrom, receivedBefore, order = 'oldest' } = options;
-    if (order !== 'oldest' && order !== 'newest') {
-      throw new TypeError(`MysqlStore.list: order must be 'oldest' or 'newest', got ${String(order)}`);
-    }
+    const { status, limit, offset, transactionId, customDataContains, receivedFrom, receivedBefore, order } =
+      checkListOptions('MysqlStore', options);
     const from = receivedFrom === undefined ? null : msOfDate(receivedFrom, 'list: receivedFrom');
     const before = receivedBefore === undefined ? null : msOfDate(receivedBefore, 'list: receivedBefore');
     const twice = (value: unknown): unknown[] => [value, value];

@@ -1,3 +1,4 @@
+import { checkListOptions } from '../list-options.js';
 import { randomUUID } from 'node:crypto';
 import { messageOf, StoreError } from '../../shared/errors.js';
 import { openOrmTransaction } from '../orm-transaction.js';
@@ -55,8 +56,6 @@ export interface SqliteStoreOptions<D extends SqliteDatabase = SqliteDatabase> {
    */
   busyTimeoutMs?: number;
 }
-
-const STATUSES: ReadonlySet<string> = new Set<DeliveryStatus>(['received', 'delivered', 'failed', 'dead']);
 
 /** What `jsonb`-free SQLite still cannot keep exactly: a NUL ends a C string, a lone surrogate is no UTF-8. */
 // eslint-disable-next-line no-control-regex -- the NUL is exactly what is looked for
@@ -294,22 +293,8 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
 
   /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */
   async list(options: ListOptions = {}): Promise<InboxEntry[]> {
-    const { status, limit = 100, offset = 0 } = options;
-    if (!Number.isInteger(limit) || limit < 0) {
-      throw new TypeError(`SqliteStore.list: limit must be a whole number, got ${limit}`);
-    }
-    if (!Number.isInteger(offset) || offset < 0) {
-      throw new TypeError(`SqliteStore.list: offset must be a whole number, got ${offset}`);
-    }
-    if (status !== undefined && !STATUSES.has(status)) {
-      throw new TypeError(
-        `SqliteStore.list: status must be one of ${[...STATUSES].join(', ')}, got ${String(status)}`,
-      );
-    }
-    const { transactionId, customDataContains, receivedFrom, receivedBefore, order = 'oldest' } = options;
-    if (order !== 'oldest' && order !== 'newest') {
-      throw new TypeError(`SqliteStore.list: order must be 'oldest' or 'newest', got ${String(order)}`);
-    }
+    const { status, limit, offset, transactionId, customDataContains, receivedFrom, receivedBefore, order } =
+      checkListOptions('SqliteStore', options);
     const twice = (value: unknown) => [value ?? null, value ?? null];
     const rows = await this.#read(this.#sql.list(order === 'newest'), [
       ...twice(status),
