@@ -417,8 +417,12 @@ function quotedTsFiles() {
 }
 
 /** A quoted file and every file it imports by a relative path, copied at the same paths under `to`. */
-function copyWithImports(file, to, copied = new Set()) {
+function copyWithImports(file, to, copied = new Set(), from = 'the docs') {
   if (copied.has(file)) return;
+  // A user has the package, never its sources: a snippet that reaches them compiles here against lib/ under
+  // the app's settings and proves nothing about what a user can write.
+  if (file.split(/[\\/]/)[0] === 'lib')
+    throw new Error(`${from} imports ${file} by a relative path: a quoted file must import ipn-kit by name`);
   copied.add(file);
   mkdirSync(dirname(join(to, file)), { recursive: true });
   cpSync(join(root, file), join(to, file));
@@ -427,7 +431,7 @@ function copyWithImports(file, to, copied = new Set()) {
   // without them its client.ts compiles alone, and every model's type is `any`, so nothing is checked.
   for (const [, specifier] of text.matchAll(/from ['"](\.{1,2}\/[^'"]+)['"]/g)) {
     const target = join(dirname(file), specifier.replace(/\.js$/, '.ts'));
-    if (existsSync(join(root, target))) copyWithImports(target, to, copied);
+    if (existsSync(join(root, target))) copyWithImports(target, to, copied, file);
   }
 }
 
