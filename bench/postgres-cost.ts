@@ -8,7 +8,7 @@
 import { randomUUID } from 'node:crypto';
 import { Pool } from 'pg';
 import { PostgresStore } from '../lib/postgres.js';
-import { inboxSql } from '../lib/stores/postgres-sql.js';
+import { inboxSql } from '../lib/stores/postgres/postgres-sql.js';
 import { bodyFor } from './payload.js';
 import { openPostgres } from './services.js';
 import { databaseUrl } from './variants.js';

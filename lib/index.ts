@@ -19,7 +19,7 @@ export type {
 export type { RejectedEvent, StatusSource, VerifiedField } from './status/verify-notification.js';
 export { ipnNotificationSchema } from './notification/schema.js';
 export type { IpnNotification } from './notification/schema.js';
-export { MemoryStore } from './stores/memory-store.js';
+export { MemoryStore } from './stores/memory/memory-store.js';
 export type { Store, DurableStore, InboxEntry } from './stores/store.js';
 export type { ExpectationStore } from './stores/expectation-store.js';
 export type { Logger } from './observability/logger.js';

@@ -3,8 +3,8 @@
  * point loads no PostgreSQL package itself.
  * @packageDocumentation
  */
-export { PostgresStore } from './stores/postgres-store.js';
-export type { PostgresStoreOptions } from './stores/postgres-store.js';
-export type { PgQueryable } from './stores/postgres-store.js';
-export { postgresSchemaSql } from './stores/postgres-sql.js';
-export { postgresExpectationsSql } from './stores/postgres-expectations.js';
+export { PostgresStore } from './stores/postgres/postgres-store.js';
+export type { PostgresStoreOptions } from './stores/postgres/postgres-store.js';
+export type { PgQueryable } from './stores/postgres/postgres-store.js';
+export { postgresSchemaSql } from './stores/postgres/postgres-sql.js';
+export { postgresExpectationsSql } from './stores/postgres/postgres-expectations.js';

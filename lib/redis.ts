@@ -3,6 +3,6 @@
  * loads no Redis package itself.
  * @packageDocumentation
  */
-export { RedisStore } from './stores/redis-store.js';
-export type { RedisStoreOptions } from './stores/redis-store.js';
+export { RedisStore } from './stores/redis/redis-store.js';
+export type { RedisStoreOptions } from './stores/redis/redis-store.js';
 export { redisGuard } from './status/redis-guard.js';

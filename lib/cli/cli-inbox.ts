@@ -4,9 +4,9 @@ import { messageOf } from '../shared/errors.js';
 import { onMysql } from './cli-inbox-mysql.js';
 import { count, formatTable, parseIsoDate, UsageError } from './cli-inbox-text.js';
 import { mysqlTableNames } from '../stores/mysql/mysql-sql.js';
-import { tableNames } from '../stores/postgres-sql.js';
-import { PostgresStore, type PgQueryable } from '../stores/postgres-store.js';
-import { RedisStore } from '../stores/redis-store.js';
+import { tableNames } from '../stores/postgres/postgres-sql.js';
+import { PostgresStore, type PgQueryable } from '../stores/postgres/postgres-store.js';
+import { RedisStore } from '../stores/redis/redis-store.js';
 import type { DeliveryStatus, DurableStore } from '../stores/store.js';
 
 const USAGE = `usage:

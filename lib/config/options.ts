@@ -1,7 +1,7 @@
 import type { StandardSchemaV1 } from '../notification/standard-schema.js';
 import type { Logger } from '../observability/logger.js';
 import { defaultLogger } from '../observability/logger.js';
-import { MemoryStore } from '../stores/memory-store.js';
+import { MemoryStore } from '../stores/memory/memory-store.js';
 import type { DurableStore, Store } from '../stores/store.js';
 import type { StatusSource } from '../status/verify-notification.js';
 import type { Authenticate } from '../authenticate/authenticate.js';

@@ -1,5 +1,5 @@
 import type { Pool } from 'pg';
-import type { PgQueryResult, PgQueryable } from '../../lib/stores/postgres-store.js';
+import type { PgQueryResult, PgQueryable } from '../../lib/stores/postgres/postgres-store.js';
 
 /** How the chosen write fails: `refused` (it never runs), `lost` (it runs, its answer is lost), `crash`. */
 export type Fault = 'refused' | 'lost' | 'crash';

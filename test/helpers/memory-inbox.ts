@@ -1,6 +1,6 @@
 import type { DurableStore, InboxEntry } from '../../lib/index.js';
 import type { Lease, ListOptions, Settlement, StatusCounts } from '../../lib/stores/store.js';
-import { MemoryInbox as Inbox } from '../../lib/stores/memory-inbox.js';
+import { MemoryInbox as Inbox } from '../../lib/stores/memory/memory-inbox.js';
 
 /** The methods whose next calls {@link MemoryInbox.failNext} can make reject. */
 type Failing = 'receive' | 'lease' | 'settle' | 'replace';
@@ -13,7 +13,7 @@ export interface EntriesView {
 }
 
 /**
- * A `DurableStore` over the library's own in-memory inbox (`lib/stores/memory-inbox.ts`, what `MemoryStore`
+ * A `DurableStore` over the library's own in-memory inbox (`lib/stores/memory/memory-inbox.ts`, what `MemoryStore`
  * keeps at least once), so that the delivery tests run against the real lease and settlement rules, not a
  * copy of them. It adds only what tests need: {@link failNext} (the next calls of a method reject), a
  * synchronous view of the {@link entries} for `until(...)`, and a `claim` that is a `receive` (a store

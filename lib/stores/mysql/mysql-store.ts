@@ -1,7 +1,7 @@
 import { checkListOptions } from '../list-options.js';
 import { createHash, randomUUID } from 'node:crypto';
-import { createBatcher } from '../postgres-batch.js';
-import { afterMigration, markMigration, trackMigration } from '../postgres-migrations.js';
+import { createBatcher } from '../postgres/postgres-batch.js';
+import { afterMigration, markMigration, trackMigration } from '../postgres/postgres-migrations.js';
 import { openOrmTransaction } from '../orm-transaction.js';
 import { isTransactions, type Statement, type Transactions } from '../transactions.js';
 import type {

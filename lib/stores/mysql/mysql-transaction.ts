@@ -1,4 +1,4 @@
-import { asSavepoint, splitStatements } from '../postgres-transaction.js';
+import { asSavepoint, splitStatements } from '../postgres/postgres-transaction.js';
 import { openOrmTransaction } from '../orm-transaction.js';
 import type { DeliveryTransaction } from '../store.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';

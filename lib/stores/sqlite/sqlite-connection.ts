@@ -1,5 +1,5 @@
 import { DeliveryError } from '../../shared/errors.js';
-import { splitStatements } from '../postgres-transaction.js';
+import { splitStatements } from '../postgres/postgres-transaction.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
 
 /**

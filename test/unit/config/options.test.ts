@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { z as z3 } from 'zod/v3';
 import { defaultLogger } from '../../../lib/observability/logger.js';
 import type { Logger } from '../../../lib/observability/logger.js';
-import { MemoryStore } from '../../../lib/stores/memory-store.js';
+import { MemoryStore } from '../../../lib/stores/memory/memory-store.js';
 import { resolveOptions } from '../../../lib/config/options.js';
 import type { Options } from '../../../lib/config/options.js';
 import type { Store } from '../../../lib/stores/store.js';

@@ -3,7 +3,7 @@ import type { Options } from '../../../lib/config/options.js';
 import type { IpnNotification } from '../../../lib/notification/schema.js';
 import { StatusRateLimitError, TransactionNotFoundError } from '../../../lib/shared/errors.js';
 import type { Expectation } from '../../../lib/stores/expectation-store.js';
-import { MemoryExpectations } from '../../../lib/stores/memory-expectations.js';
+import { MemoryExpectations } from '../../../lib/stores/memory/memory-expectations.js';
 import type { StatusSource } from '../../../lib/status/verify-notification.js';
 import { deliveryHarness, uniqueNotification } from '../../helpers/delivery-context.js';
 

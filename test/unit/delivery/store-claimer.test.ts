@@ -1,6 +1,6 @@
 import { createStoreClaimer } from '../../../lib/delivery/store-claimer.js';
 import { StoreError } from '../../../lib/shared/errors.js';
-import { MemoryStore } from '../../../lib/stores/memory-store.js';
+import { MemoryStore } from '../../../lib/stores/memory/memory-store.js';
 import type { Store } from '../../../lib/stores/store.js';
 
 const TTL = 60_000;

@@ -7,7 +7,7 @@ import {
   TransactionNotFoundError,
   VerificationError,
 } from '../../../lib/shared/errors.js';
-import { MemoryStore } from '../../../lib/stores/memory-store.js';
+import { MemoryStore } from '../../../lib/stores/memory/memory-store.js';
 import type { StatusSource } from '../../../lib/status/verify-notification.js';
 import { deliveryHarness, uniqueNotification } from '../../helpers/delivery-context.js';
 

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Client } from 'pg';
-import { asSavepoint } from '../../../lib/stores/postgres-transaction.js';
+import { asSavepoint } from '../../../lib/stores/postgres/postgres-transaction.js';
 import { databaseUrl, describeWithService } from '../../helpers/services.js';
 
 /**

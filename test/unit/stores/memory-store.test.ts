@@ -1,4 +1,4 @@
-import { MemoryStore } from '../../../lib/stores/memory-store.js';
+import { MemoryStore } from '../../../lib/stores/memory/memory-store.js';
 
 const DAY = 24 * 60 * 60 * 1000;
 

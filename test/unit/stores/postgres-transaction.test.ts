@@ -5,8 +5,8 @@ import {
   openTransaction,
   splitStatements,
   type DeliveredMark,
-} from '../../../lib/stores/postgres-transaction.js';
-import { LEASE_LOST } from '../../../lib/stores/postgres-sql.js';
+} from '../../../lib/stores/postgres/postgres-transaction.js';
+import { LEASE_LOST } from '../../../lib/stores/postgres/postgres-sql.js';
 import { databaseUrl, describeWithService } from '../../helpers/services.js';
 
 /**

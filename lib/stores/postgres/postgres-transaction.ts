@@ -1,6 +1,6 @@
 import { LEASE_LOST } from './postgres-sql.js';
-import { DeliveryError, IpnKitError, messageOf, StoreError } from '../shared/errors.js';
-import type { DeliveryTransaction } from './store.js';
+import { DeliveryError, IpnKitError, messageOf, StoreError } from '../../shared/errors.js';
+import type { DeliveryTransaction } from '../store.js';
 
 /**
  * How a delivery transaction marks its entry delivered: `statement` (changing one row while the lease holds,

@@ -1,4 +1,4 @@
-import type { Expectation, ExpectationStore } from './expectation-store.js';
+import type { Expectation, ExpectationStore } from '../expectation-store.js';
 
 /**
  * Expectations in this process's memory (the `MemoryStore`'s): lost on a restart and not shared between

@@ -1,7 +1,7 @@
 import { MemoryInbox } from './memory-inbox.js';
-import { IpnKitError, messageOf, StoreError } from '../shared/errors.js';
+import { IpnKitError, messageOf, StoreError } from '../../shared/errors.js';
 import { MemoryExpectations } from './memory-expectations.js';
-import type { DurableStore, InboxEntry, Lease, ListOptions, Settlement, StatusCounts } from './store.js';
+import type { DurableStore, InboxEntry, Lease, ListOptions, Settlement, StatusCounts } from '../store.js';
 
 /**
  * Options of {@link MemoryStore}.

@@ -1,4 +1,4 @@
-import type { InboxEntry, Lease, ListOptions, Settlement, StatusCounts } from './store.js';
+import type { InboxEntry, Lease, ListOptions, Settlement, StatusCounts } from '../store.js';
 
 type Held = InboxEntry & { leaseId: string | null };
 

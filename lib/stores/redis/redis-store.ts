@@ -8,9 +8,9 @@ import type {
   ListOptions,
   Settlement,
   StatusCounts,
-} from './store.js';
+} from '../store.js';
 import { RedisExpectations } from './redis-expectations.js';
-import { messageOf, StoreError } from '../shared/errors.js';
+import { messageOf, StoreError } from '../../shared/errors.js';
 
 /**
  * The part of an [ioredis](https://github.com/redis/ioredis) client (`new Redis()`, or a `Cluster`) that

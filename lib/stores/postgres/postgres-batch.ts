@@ -1,4 +1,4 @@
-import { StoreError } from '../shared/errors.js';
+import { StoreError } from '../../shared/errors.js';
 /**
  * How long a batch may run before it stops holding its place, until a router tells the store its own
  * `storeTimeoutMs` (`Store.useStoreTimeout`): the router's default.

@@ -1,5 +1,5 @@
 import type { InboxSql } from './postgres-sql.js';
-import type { DeliveryStatus, InboxEntry, Lease, Settlement } from './store.js';
+import type { DeliveryStatus, InboxEntry, Lease, Settlement } from '../store.js';
 
 /** The statement and values that end an attempt as `settlement` says. */
 export function settleQuery(

@@ -1,4 +1,4 @@
-import { checkListOptions } from './list-options.js';
+import { checkListOptions } from '../list-options.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
 import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.js';
@@ -10,11 +10,11 @@ import {
   splitStatements,
   type PgClientOf,
 } from './postgres-transaction.js';
-import { openOrmTransaction } from './orm-transaction.js';
-import { isTransactions, type Statement, type StatementResult, type Transactions } from './transactions.js';
+import { openOrmTransaction } from '../orm-transaction.js';
+import { isTransactions, type Statement, type StatementResult, type Transactions } from '../transactions.js';
 import { PostgresExpectations, postgresExpectationsSql } from './postgres-expectations.js';
 import { afterMigration, markMigration, trackMigration } from './postgres-migrations.js';
-import { messageOf, StoreError } from '../shared/errors.js';
+import { messageOf, StoreError } from '../../shared/errors.js';
 import type {
   DeliveryStatus,
   DeliveryTransaction,
@@ -24,7 +24,7 @@ import type {
   ListOptions,
   Settlement,
   StatusCounts,
-} from './store.js';
+} from '../store.js';
 
 /**
  * What a query resolves: the part of `pg`'s `QueryResult` the store reads.

@@ -1,4 +1,4 @@
-import type { Expectation, ExpectationStore } from './expectation-store.js';
+import type { Expectation, ExpectationStore } from '../expectation-store.js';
 
 /** Sends one raw command (the `RedisStore`'s own sender, whichever client it is). */
 type Send = (args: string[]) => Promise<unknown>;

@@ -1,4 +1,4 @@
-import type { Expectation, ExpectationStore } from './expectation-store.js';
+import type { Expectation, ExpectationStore } from '../expectation-store.js';
 import { tableNames } from './postgres-sql.js';
 
 /** What the expectations run their queries through: the store's own query (with its error messages). */
