@@ -1,5 +1,10 @@
 import { createHash } from 'node:crypto';
-import { senderOf, type IoRedisClient, type NodeRedisClient, type Send } from '../stores/redis/redis-store.js';
+import {
+  senderOf,
+  type IoRedisClient,
+  type NodeRedisClient,
+  type Send,
+} from '../stores/redis/redis-store.js';
 import type { SharedGuard, SharedPermit } from './shared-guard.js';
 
 /**
