@@ -30,17 +30,21 @@ class LeaseLost extends DeliveryError {
  * `explain` turns a database error into words a partner can act on (a dialect's detail, such as
  * PostgreSQL's aborted transaction); `undefined` keeps the ORM's message. `outcome` reads what the mark
  * came to (by default: one row changed, delivered; none, the lease was lost); it throws when the mark says
- * something is wrong that a lost lease would hide, and the ORM rolls back.
+ * something is wrong that a lost lease would hide, and the ORM rolls back. `opening`, when given, runs in
+ * the transaction before the listeners do, and `mark` may be made from what it returned: how a dialect
+ * tells, at the mark, that a listener ended the transaction through `tx` (a raw `ROLLBACK`), after which
+ * the mark would otherwise run on its own and commit `delivered` with no ledger row.
  *
  * Resolves once the ORM has opened the transaction; rejects (a `StoreError`) when it could not.
  */
 export async function openOrmTransaction<Tx>(
   transactions: Transactions<Tx>,
   key: string,
-  mark: Statement,
+  mark: Statement | ((opened: StatementResult) => Statement),
   explain: (error: unknown) => string | undefined = () => undefined,
   outcome: (result: StatementResult) => 'delivered' | 'lost' = ({ count }) =>
     count === 1 ? 'delivered' : 'lost',
+  opening?: Statement,
 ): Promise<DeliveryTransaction<Tx, never>> {
   let state: TransactionState = 'idle';
   let decide!: (decision: Decision) => void;
@@ -61,13 +65,17 @@ export async function openOrmTransaction<Tx>(
           "listeners' writes went with the first one, so it is not committed; the attempt is retried",
       );
     }
+    // What the mark needs to know of this transaction (PostgreSQL: its id, to tell whether a listener ended
+    // it through `tx`), read before any listener runs.
+    const opened = opening === undefined ? { rows: [], count: 0 } : await transactions.query(tx, opening);
     handOut(tx);
     const decision = await decided;
     // Rolled back at once, even while an abandoned attempt's listeners still run: the ORM refuses their
     // later queries through `tx` (part of the Transactions contract), and a listener that hangs holds no
     // lock and no connection.
     if (!decision.commit) throw new RolledBack();
-    if (outcome(await transactions.query(tx, mark)) === 'lost') throw new LeaseLost(key);
+    const statement = typeof mark === 'function' ? mark(opened) : mark;
+    if (outcome(await transactions.query(tx, statement)) === 'lost') throw new LeaseLost(key);
     marked = true;
   };
   const finished = Promise.resolve()

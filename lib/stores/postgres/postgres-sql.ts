@@ -159,11 +159,19 @@ export function inboxSql(table: string) {
     // The mark inside an ORM's transaction: whether it marked the entry, and whether that transaction sees
     // the entry at all (the main query reads the table as it was before the update). An ORM pointed at
     // another database or schema, whose own inbox table has no such key, must not pass for a lost lease.
-    deliveredInOrm: `WITH marked AS (
+    // The ORM path's opening: the transaction's id, forced now, before any listener runs.
+    currentXid: 'SELECT txid_current()::text AS xid',
+    // The ORM path's mark. $3 is the delivery transaction's id: when a listener ended that transaction
+    // through `tx` with a raw ROLLBACK, this statement runs on its own (autocommit) and would commit
+    // `delivered` with the ledger writes undone; `rolled_back` says so and nothing is marked. (After a raw
+    // COMMIT the writes have landed, and marking them delivered is right.)
+    deliveredInOrm: `WITH ended AS (SELECT txid_status($3::bigint) = 'aborted' AS rolled_back),
+      marked AS (
         UPDATE ${t} SET status = 'delivered', delivered_at = now(), ${END_LEASE}
-        WHERE key = $1 AND lease_id = $2 RETURNING 1
+        WHERE key = $1 AND lease_id = $2 AND NOT (SELECT rolled_back FROM ended) RETURNING 1
       )
-      SELECT (SELECT count(*) FROM marked)::int AS marked, EXISTS (SELECT 1 FROM ${t} WHERE key = $1) AS seen`,
+      SELECT (SELECT count(*) FROM marked)::int AS marked, EXISTS (SELECT 1 FROM ${t} WHERE key = $1) AS seen,
+        (SELECT rolled_back FROM ended) AS rolled_back`,
     // Group commit of both: receives ($1 to $6) and `delivered` settlements ($7, $8) that arrive together,
     // as one statement and one commit. A settlement never meets its own receive here: an entry is leased,
     // so settled, only once its receive has answered.

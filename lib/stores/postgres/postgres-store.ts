@@ -14,7 +14,7 @@ import { openOrmTransaction } from '../orm-transaction.js';
 import { isTransactions, type Statement, type StatementResult, type Transactions } from '../transactions.js';
 import { PostgresExpectations, postgresExpectationsSql } from './postgres-expectations.js';
 import { afterMigration, markMigration, trackMigration } from './postgres-migrations.js';
-import { messageOf, StoreError } from '../../shared/errors.js';
+import { DeliveryError, messageOf, StoreError } from '../../shared/errors.js';
 import type {
   DeliveryStatus,
   DeliveryTransaction,
@@ -328,9 +328,21 @@ export class PostgresStore<
   begin(key: string, leaseId: string): Promise<DeliveryTransaction<TxOf<P, T>, DbOf<P, T>> | undefined> {
     type Opened = DeliveryTransaction<TxOf<P, T>, DbOf<P, T>>;
     if (this.#transactions) {
-      const mark: Statement = { text: this.#sql.deliveredInOrm, values: [key, leaseId], returns: 'rows' };
+      const opening: Statement = { text: this.#sql.currentXid, values: [], returns: 'rows' };
+      const mark = ({ rows }: StatementResult): Statement => ({
+        text: this.#sql.deliveredInOrm,
+        values: [key, leaseId, String(rows[0]?.xid)],
+        returns: 'rows',
+      });
       const outcome = (result: StatementResult) => markedInOrm(result, key, this.#transactions!.name);
-      return openOrmTransaction(this.#transactions, key, mark, explainPostgres, outcome) as Promise<Opened>;
+      return openOrmTransaction(
+        this.#transactions,
+        key,
+        mark,
+        explainPostgres,
+        outcome,
+        opening,
+      ) as Promise<Opened>;
     }
     if (!canConnect(this.#pool)) return Promise.resolve(undefined);
     const mark = {
@@ -486,6 +498,13 @@ function ormPool(transactions: Transactions): PgQueryable {
  */
 function markedInOrm(result: StatementResult, key: string, orm: string): 'delivered' | 'lost' {
   const row = result.rows[0] ?? {};
+  if (row.rolled_back === true || row.rolled_back === 't') {
+    throw new DeliveryError(
+      `a listener ended the delivery transaction of ${key} through tx (a raw ROLLBACK through ${orm}): its ` +
+        'writes were undone, so it is not marked delivered; the attempt is retried. Throw from the listener ' +
+        'instead: ipn-kit rolls back for you',
+    );
+  }
   if (Number(row.marked) === 1) return 'delivered';
   if (row.seen === true || row.seen === 't' || row.seen === 1) return 'lost';
   throw new StoreError(

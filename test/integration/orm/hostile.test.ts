@@ -234,26 +234,24 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       },
     );
 
-    // Worse: a raw ROLLBACK (a listener's own error handling) undoes the credit, then the `delivered` mark
-    // runs outside any transaction, commits on its own, and the entry is delivered with no ledger row.
-    test.failing(
-      'a listener that credits, sends a raw ROLLBACK through tx, and resolves: never delivered without its row',
-      async () => {
-        const ipn = router(false);
-        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
-          await orm.credit(tx, n);
-          if (attempt === 1) await raw(tx, 'ROLLBACK').catch(() => {});
-        });
-        const { post } = await serve(ipn);
-        const payload = uniquePayload();
-        expect((await post(payload)).status).toBe(200);
-        await eventually(
-          'settled',
-          async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
-        );
-        expect(await rows(payload.transaction_id)).toBe(1);
-      },
-    );
+    // Worse, before the mark checked its transaction: a raw ROLLBACK (a listener's own error handling)
+    // undid the credit, then the `delivered` mark ran outside any transaction, committed on its own, and the
+    // entry was delivered with no ledger row. Now the mark sees its transaction aborted and marks nothing.
+    test('a listener that credits, sends a raw ROLLBACK through tx, and resolves: never delivered without its row', async () => {
+      const ipn = router(false);
+      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+        await orm.credit(tx, n);
+        if (attempt === 1) await raw(tx, 'ROLLBACK').catch(() => {});
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await eventually(
+        'settled',
+        async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+      );
+      expect(await rows(payload.transaction_id)).toBe(1);
+    });
   });
 });
 
