@@ -33,6 +33,7 @@ import {
   unfitSession,
 } from './mysql-pool.js';
 import {
+  asUtf8Hex,
   checkId,
   checkKey,
   customDataOf,
@@ -373,7 +374,7 @@ export class MysqlStore<
     const values = [
       ...twice(status ?? null),
       ...twice(transactionId ?? null),
-      ...twice(customDataContains ?? null),
+      ...twice(customDataContains === undefined ? null : asUtf8Hex(customDataContains)),
       ...twice(from),
       ...twice(before),
     ];
