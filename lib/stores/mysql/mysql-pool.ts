@@ -16,6 +16,12 @@ export interface MysqlPoolConnection {
   release(): void;
   /** Closes the connection (the server rolls back what it had open) and takes it out of its pool. */
   destroy(): void;
+  /**
+   * Puts the session back as the server starts one (`COM_RESET_CONNECTION`: variables, temporary tables,
+   * user variables, prepared statements; not the current database), keeping the connection open. mysql2
+   * 3.x has it; without it, a connection a listener queried is closed after the attempt instead.
+   */
+  reset?(): Promise<unknown>;
 }
 
 /**

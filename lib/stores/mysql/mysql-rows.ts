@@ -79,12 +79,29 @@ export function toStoredJson(record: Record<string, unknown>): string {
   );
 }
 
-/** The record's `custom_data` as text, for the operator's search; `null` when it has none. */
+/**
+ * The record's `custom_data` as text, for the operator's search, in the form {@link asUtf8Hex} gives;
+ * `null` when it has none.
+ */
 export function customDataOf(record: Record<string, unknown>): string | null {
   const value = record.custom_data;
   if (value === undefined || value === null) return null;
-  return typeof value === 'string' ? value : JSON.stringify(value);
+  return asUtf8Hex(typeof value === 'string' ? value : JSON.stringify(value));
 }
+
+/**
+ * `text`'s UTF-8 bytes in hex, which the SQL turns back into text with `CONVERT(UNHEX(?) USING utf8mb4)`
+ * ({@link UTF8_TEXT}): hex is ASCII, so the text arrives exactly whatever the connection's charset. mysql2
+ * encodes a statement in the pool's charset: with `charset: 'utf8'` (MySQL's 3-byte utf8mb3) an emoji goes
+ * as its two surrogate halves, 3 bytes each, which the utf8mb4 column keeps as such and no search for the
+ * emoji finds; with `latin1`, as a `?`. A lone surrogate becomes U+FFFD, as mysql2 writes it anyway.
+ */
+export function asUtf8Hex(text: string): string {
+  return Buffer.from(text, 'utf8').toString('hex');
+}
+
+/** The SQL of a `?` bound to {@link asUtf8Hex}'s hex: the text, in utf8mb4 (`NULL` for `NULL`). */
+export const UTF8_TEXT = 'CONVERT(UNHEX(?) USING utf8mb4)';
 
 /** At most this much of a failure's message is kept (the column holds 16 MB; a message is never that long). */
 const MAX_ERROR = 10_000;

@@ -1,3 +1,5 @@
+import { UTF8_TEXT } from './mysql-rows.js';
+
 /** One part of a table name: an unquoted-style identifier, within MySQL's 64-character limit. */
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
 
@@ -48,7 +50,8 @@ export function mysqlTableNames(table: unknown, owner = 'MysqlStore'): MysqlTabl
  *   is escaped (`\u00e9`; a NUL, a lone surrogate, an emoji's halves too), so every record round-trips
  *   exactly, whatever the charset of the connections that write and read it. (A `JSON` column would
  *   re-encode it: MariaDB's is a `LONGTEXT` anyway, and MySQL's refuses a lone surrogate.) `custom_data` is
- *   kept beside it as text (utf8mb4), for the operator's search.
+ *   kept beside it as text (utf8mb4), for the operator's search: the store sends it as the hex of its
+ *   UTF-8, so that it too is exact whatever the connection's charset.
  * - Times are `DATETIME(3)` in UTC, written with `UTC_TIMESTAMP(3)` (never `NOW()`, which follows the
  *   session's time zone) and read as milliseconds since the epoch, so that no time zone setting of the
  *   server, the session or the driver moves them.
@@ -138,7 +141,7 @@ const COLUMNS = [
 /** The columns a receive writes, and one row of its values (key, transaction id, state, record, custom_data, lease id, ms). */
 const RECEIVED_COLUMNS = `\`key\`, transaction_id, state, record, custom_data, status, attempts, received_at,
   updated_at, next_attempt_at, lease_id, lease_until`;
-const RECEIVED_ROW = `(?, ?, ?, ?, ?, 'received', 1, ${NOW}, ${NOW}, ${NOW}, ?, ${FROM_NOW})`;
+const RECEIVED_ROW = `(?, ?, ?, ?, ${UTF8_TEXT}, 'received', 1, ${NOW}, ${NOW}, ${NOW}, ?, ${FROM_NOW})`;
 
 /** Lease columns cleared when an attempt ends. */
 const END_LEASE = `lease_id = NULL, lease_until = NULL, updated_at = ${NOW}`;
@@ -171,7 +174,7 @@ export function mysqlInboxSql(table: string) {
     // Each receive has a lease id of its own: a row holding it is the one that receive inserted.
     receivedBy: `SELECT \`key\`, lease_id FROM ${t} WHERE \`key\` IN (?)`,
     // One statement: the row goes from the contradicted copy to the service's record, never through absent.
-    replace: `UPDATE ${t} SET record = ?, custom_data = ?, status = 'received', attempts = 1,
+    replace: `UPDATE ${t} SET record = ?, custom_data = ${UTF8_TEXT}, status = 'received', attempts = 1,
         last_error = NULL, next_attempt_at = ${NOW}, lease_id = ?, lease_until = ${FROM_NOW},
         updated_at = ${NOW}
       WHERE \`key\` = ? AND lease_id = ?`,
@@ -200,11 +203,11 @@ export function mysqlInboxSql(table: string) {
       WHERE \`key\` = ? AND lease_id = ?`,
     dead: `UPDATE ${t} SET status = 'dead', last_error = ?, ${END_LEASE} WHERE \`key\` = ? AND lease_id = ?`,
     // Each filter is off when its parameter is null (each is bound twice). LOCATE, not LIKE: a % or _ in
-    // the text is looked for as it is.
+    // the text is looked for as it is. The text comes as hex (see asUtf8Hex), in the column's collation.
     list: (newest: boolean, limit: number, offset: number) => `SELECT ${COLUMNS} FROM ${t}
       WHERE (? IS NULL OR status = ?)
         AND (? IS NULL OR transaction_id = ?)
-        AND (? IS NULL OR LOCATE(LOWER(?), LOWER(custom_data)) > 0)
+        AND (? IS NULL OR LOCATE(LOWER(${UTF8_TEXT} COLLATE utf8mb4_bin), LOWER(custom_data)) > 0)
         AND (? IS NULL OR received_at >= ${AT})
         AND (? IS NULL OR received_at < ${AT})
       ORDER BY ${newest ? 'received_at DESC, `key` DESC' : 'received_at, `key`'}

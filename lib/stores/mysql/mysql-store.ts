@@ -33,6 +33,7 @@ import {
   unfitSession,
 } from './mysql-pool.js';
 import {
+  asUtf8Hex,
   checkId,
   checkKey,
   customDataOf,
@@ -347,8 +348,11 @@ export class MysqlStore<
    * Without, listeners get a connection of the pool as `tx` and `db`: the first query they make through it
    * takes the connection and sends `START TRANSACTION` on it; when no listener queried it, there is
    * nothing to make atomic and no connection was taken: the mark runs alone. A `BEGIN`, `COMMIT` or
-   * `ROLLBACK` a listener sends through it runs as a savepoint. Do not run DDL (or anything else MySQL
-   * commits implicitly, such as `LOCK TABLES`) through it: that would commit the listeners' writes early.
+   * `ROLLBACK` a listener sends through it runs as a savepoint. DDL (and anything else MySQL commits
+   * implicitly, such as `LOCK TABLES`) and `USE` are refused through it. What a listener sets on the session
+   * (`SET time_zone`, `SET @var`, a temporary table) ends with the attempt: the connection is reset
+   * (`COM_RESET_CONNECTION`) before it goes back to the pool, or closed when the reset fails or the pool
+   * has a `connection` listener (your session setup, which a reset would undo).
    */
   begin(key: string, leaseId: string): Promise<DeliveryTransaction<TxOf<P, T>, DbOf<P, T>> | undefined> {
     type Opened = DeliveryTransaction<TxOf<P, T>, DbOf<P, T>>;
@@ -370,7 +374,7 @@ export class MysqlStore<
     const values = [
       ...twice(status ?? null),
       ...twice(transactionId ?? null),
-      ...twice(customDataContains ?? null),
+      ...twice(customDataContains === undefined ? null : asUtf8Hex(customDataContains)),
       ...twice(from),
       ...twice(before),
     ];

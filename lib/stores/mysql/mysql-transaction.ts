@@ -49,7 +49,10 @@ const helds = new WeakMap<object, Held>();
  * Listeners' queries run one at a time, in the order made, and the mark after all of them. A deadlock
  * (InnoDB then rolls the whole transaction back, and later statements would commit on their own) refuses
  * every later query and fails the commit. An abandoned attempt's connection is closed at once,
- * which rolls back on the server whatever its listeners still do.
+ * which rolls back on the server whatever its listeners still do. Any other attempt's connection is reset
+ * before it goes back to the pool (see `giveBack`): the store's own statements never run under a
+ * session a listener changed. The mark runs in that session (it must, to commit with the listeners'
+ * writes); it depends on none of it but the database, so `USE` is refused.
  */
 export async function openPoolTransaction(
   pool: MysqlPool,
@@ -95,12 +98,12 @@ function poolTransactions(pool: MysqlPool, key: string): Transactions<unknown> {
         if (connection && held.connection) {
           await connection.query('COMMIT');
           held.connection = undefined;
-          connection.release();
+          await giveBack(pool, connection);
         }
         return result;
       } catch (error) {
         held.ended = true;
-        await close(held);
+        await close(pool, held);
         throw error;
       }
     },
@@ -126,14 +129,81 @@ function poolTransactions(pool: MysqlPool, key: string): Transactions<unknown> {
 }
 
 /** Rolls back and gives the connection back, or closes it when that fails (or it was abandoned). */
-async function close(held: Held): Promise<void> {
+async function close(pool: MysqlPool, held: Held): Promise<void> {
   const connection = await held.opening?.catch(() => undefined);
   if (!connection || held.connection !== connection) return; // none taken, or closed already
   held.connection = undefined;
   await connection.query('ROLLBACK').then(
-    () => connection.release(),
+    () => giveBack(pool, connection),
     () => connection.destroy(),
   );
+}
+
+/**
+ * Gives back to the pool a connection listeners queried, with none of their session left on it: whatever
+ * they set through `db` (`SET sql_mode`, `SET time_zone`, `SET @var`, a temporary table, `PREPARE`) would
+ * otherwise stay on the pooled connection, and the store's next statements on it (a receive, a lease
+ * pass) and the next delivery would run under it. The reset (`COM_RESET_CONNECTION`, one round trip)
+ * puts the session back to the server's global settings, and the connection goes back only once it has
+ * answered; a connection whose reset fails is closed. When the reset would undo more than the listeners
+ * did, the connection is closed instead, and the pool opens a fresh one: a pool with a `connection`
+ * listener (your session setup, run on each new connection only), or a connection without `reset()`.
+ * A pool made with mysql2's `resetOnRelease` resets on release itself.
+ */
+async function giveBack(pool: MysqlPool, connection: MysqlPoolConnection): Promise<void> {
+  if (resetsOnRelease(pool)) {
+    connection.release();
+    return;
+  }
+  if (typeof connection.reset !== 'function' || setsUpSessions(pool)) {
+    connection.destroy();
+    return;
+  }
+  try {
+    await connection.reset();
+    if (asksIgnoreSpace(connection)) await connection.query(RESTORE_IGNORE_SPACE);
+    connection.release();
+  } catch {
+    connection.destroy();
+  }
+}
+
+/** mysql2's client flag `IGNORE_SPACE`, on by default: the server adds `IGNORE_SPACE` to the sql_mode at login. */
+const IGNORE_SPACE_FLAG = 0x100;
+
+/**
+ * Adds `IGNORE_SPACE` back to the session's sql_mode: MariaDB's reset puts the global sql_mode back, without
+ * what the server derived from the client's flags at login, and a statement with a space before a function's
+ * parenthesis (`COUNT (*)`) would then fail on a reset connection and run on a fresh one.
+ */
+const RESTORE_IGNORE_SPACE =
+  "SET SESSION sql_mode = IF(FIND_IN_SET('IGNORE_SPACE', @@SESSION.sql_mode) > 0, @@SESSION.sql_mode, " +
+  "CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'IGNORE_SPACE'))";
+
+/** Whether a mysql2 connection logged in with the `IGNORE_SPACE` flag (`connection.config.clientFlags`). */
+function asksIgnoreSpace(connection: MysqlPoolConnection): boolean {
+  const core: unknown = Reflect.get(connection, 'connection') ?? connection;
+  const config: unknown = typeof core === 'object' && core !== null ? Reflect.get(core, 'config') : undefined;
+  const flags: unknown =
+    typeof config === 'object' && config !== null ? Reflect.get(config, 'clientFlags') : 0;
+  return typeof flags === 'number' && (flags & IGNORE_SPACE_FLAG) !== 0;
+}
+
+/** Whether `pool` is a mysql2 pool made with `resetOnRelease: true` (its `pool.config`). */
+function resetsOnRelease(pool: MysqlPool): boolean {
+  const core: unknown = Reflect.get(pool, 'pool');
+  const config: unknown = typeof core === 'object' && core !== null ? Reflect.get(core, 'config') : undefined;
+  return typeof config === 'object' && config !== null && Reflect.get(config, 'resetOnRelease') === true;
+}
+
+/** Whether `pool` (or mysql2's pool under a promise pool) has a `connection` listener: a session setup. */
+function setsUpSessions(pool: MysqlPool): boolean {
+  const core: unknown = Reflect.get(pool, 'pool');
+  return [pool, core].some((each) => {
+    const count: unknown =
+      typeof each === 'object' && each !== null ? Reflect.get(each, 'listenerCount') : undefined;
+    return typeof count === 'function' && Number(Reflect.apply(count, each, ['connection'])) > 0;
+  });
 }
 
 /** Methods of a connection a listener must not call on the delivery's: they end or leave the transaction. */
@@ -204,6 +274,9 @@ function guarded(pool: MysqlPool, held: Held, key: string): object {
           return () => run('query', [CONTROL[property]]);
         }
         if (INERT.has(property)) return () => {};
+        if (property === 'changeUser' || property === 'reset') {
+          return () => handled(Promise.reject(sessionRefusal(key, property)));
+        }
         const holder = held.connection ?? pool;
         const value: unknown = Reflect.get(holder, property, holder);
         return typeof value === 'function' ? (value as () => unknown).bind(holder) : value;
@@ -276,6 +349,28 @@ function implicitCommitRefusal(statement: string, key: string): DeliveryError {
   );
 }
 
+/**
+ * The refusal of `USE` through db: the delivered mark runs on the same connection after the listeners, and
+ * would look for the inbox in the other database; and a reset does not put the database back.
+ */
+function useRefusal(key: string): DeliveryError {
+  return new DeliveryError(
+    `a listener sent USE through db, inside the delivery transaction of ${key}: the delivered mark runs on ` +
+      'this connection after the listeners, in its database, and the connection would go back to the pool ' +
+      'in it. It was not sent: name the database in your statement (other_db.table), or use a connection of ' +
+      'your own',
+  );
+}
+
+/** The refusal of `db.reset()` or `db.changeUser()`: the server would roll back the delivery's transaction. */
+function sessionRefusal(key: string, method: string): DeliveryError {
+  return new DeliveryError(
+    `a listener called db.${method}() inside the delivery transaction of ${key}: the server would roll the ` +
+      "transaction back, and the listeners' later writes would land outside it. It was not called: ipn-kit " +
+      'resets the connection after each attempt itself',
+  );
+}
+
 /** A listener's query arguments as they run inside the delivery's transaction (savepoints for its own). */
 function asStatement(args: unknown[], held: Held, key: string): unknown[] {
   const [first] = args;
@@ -291,6 +386,7 @@ function asStatement(args: unknown[], held: Held, key: string): unknown[] {
   if (mapped === undefined) {
     const committing = statements.find((statement) => IMPLICIT_COMMIT.test(statement));
     if (committing !== undefined) throw implicitCommitRefusal(committing, key);
+    if (statements.some((statement) => /^use\b/i.test(statement))) throw useRefusal(key);
     return args;
   }
   held.savepoints = mapped.depth;
