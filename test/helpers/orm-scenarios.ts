@@ -281,12 +281,18 @@ export function runOrmScenarios(fixturePath: string): void {
       expect(await rows(payload.transaction_id)).toBe(0);
       const second = await startCrashApp(fixturePath, ledger.schema, false);
       try {
-        await delivered(keyOf(payload));
+        // The first app's lease runs out, then the second takes the entry up, through its ORM in a child
+        // process: slower than the in-process waits on a loaded machine.
+        await eventually(
+          'delivered by the restarted app',
+          async () => (await ledger.entryOf(keyOf(payload)))?.status === 'delivered',
+          60_000,
+        );
         expect(await rows(payload.transaction_id)).toBe(1);
       } finally {
         second.child.kill('SIGKILL');
       }
-    });
+    }, 150_000);
 
     test('through the ORM alone (no pool of the store): posted twice, and a failed attempt, one row', async () => {
       if (!orm.transactions.execute) {

@@ -154,9 +154,18 @@ export function hostAndPort(url: string, defaultPort: number): { host: string; p
   return { host: parsed.hostname || '127.0.0.1', port: Number(parsed.port || defaultPort) };
 }
 
-/** Polls `condition` every 10 ms until it holds; rejects, naming `what`, if it never does within 10 s. */
-export async function eventually(what: string, condition: () => boolean | Promise<boolean>): Promise<void> {
-  for (let tries = 0; tries < 1_000; tries += 1) {
+/**
+ * Polls `condition` every 10 ms until it holds; rejects, naming `what`, if it never does within 1,000 polls
+ * (about 10 s), or within `withinMs` when given: for waits on other processes (a child app starting its
+ * ORM, a fleet of apps), which a loaded machine slows far more than work in this one.
+ */
+export async function eventually(
+  what: string,
+  condition: () => boolean | Promise<boolean>,
+  withinMs?: number,
+): Promise<void> {
+  const until = withinMs === undefined ? undefined : Date.now() + withinMs;
+  for (let tries = 0; until === undefined ? tries < 1_000 : Date.now() < until; tries += 1) {
     if (await condition()) return;
     await new Promise((resolve) => setTimeout(resolve, 10));
   }

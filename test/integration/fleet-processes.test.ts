@@ -110,12 +110,17 @@ describeWithService('Redis', 'three app processes with verify and the fleet guar
       ),
       ...Array.from({ length: 20 }, (_, index) => provider.forge({ ipnUrl: `${apps[index % 3]!.url}/` })),
     ]);
-    await eventually('each state-flipped forgery rejected', () =>
-      flipped.every((tx) => events.some((e) => e.id === tx.transactionId && e.event === 'rejected')),
+    // Three processes verifying under one budget: a loaded machine slows them far more than this one.
+    await eventually(
+      'each state-flipped forgery rejected',
+      () => flipped.every((tx) => events.some((e) => e.id === tx.transactionId && e.event === 'rejected')),
+      60_000,
     );
     const finals = genuine.length;
-    await eventually('every genuine payment emitted', () =>
-      genuine.every((tx) => events.some((e) => e.id === tx.transactionId && e.event !== 'rejected')),
+    await eventually(
+      'every genuine payment emitted',
+      () => genuine.every((tx) => events.some((e) => e.id === tx.transactionId && e.event !== 'rejected')),
+      60_000,
     );
 
     const stats = await Promise.all(apps.map((app) => statsOf(app.child)));
@@ -132,7 +137,7 @@ describeWithService('Redis', 'three app processes with verify and the fleet guar
       expect(emitted[0]!.amount).toBe(provider.transaction(tx.transactionId)!.amount);
     }
     expect(events.filter((e) => e.event !== 'rejected')).toHaveLength(finals);
-  }, 90_000);
+  }, 180_000);
 
   /** Asks an instance for its status client's stats. */
   function statsOf(child: ChildProcess): Promise<Stats> {

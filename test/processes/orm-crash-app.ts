@@ -19,7 +19,11 @@ async function main(): Promise<void> {
   const ipn = ipnRouter({
     store: new PostgresStore({ pool, transactions: orm.transactions }),
     delivery: 'at-least-once',
-    leaseMs: 1_000,
+    // Room for an ORM's first transaction in a process just started on a loaded machine (Prisma's takes
+    // over a second there): a shorter lease abandoned the attempt before its listener began, again and again.
+    leaseMs: 4_000,
+    // An attempt that still runs out of time is retried at once, not after the default back-off.
+    retryDelayMs: 50,
     recoveryIntervalMs: 100,
     logger: { debug() {}, info() {}, warn() {}, error() {} },
   });
