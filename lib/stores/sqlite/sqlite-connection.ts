@@ -101,13 +101,14 @@ export function runStatement(
 export function connectionTransactions<D extends SqliteDatabase>(
   connection: () => D,
   gate: WriteGate,
-): Transactions<D> & { abandon(): void } {
-  let releaseCurrent: (() => void) | undefined;
+): Transactions<D> & { abandon(until?: Promise<unknown>): void } {
+  /** The open transaction's turn: released when it ends, or earlier when it is abandoned. */
+  let current: { release: () => void; until?: Promise<unknown> } | undefined;
   return {
     name: 'SQLite',
     async transaction(work) {
-      const release = await gate.hold();
-      releaseCurrent = release;
+      const turn = { release: await gate.hold() } as { release: () => void; until?: Promise<unknown> };
+      current = turn;
       try {
         const db = connection();
         db.exec('BEGIN IMMEDIATE');
@@ -120,21 +121,48 @@ export function connectionTransactions<D extends SqliteDatabase>(
           throw error;
         }
       } finally {
-        if (releaseCurrent === release) releaseCurrent = undefined;
-        release();
+        if (current === turn) current = undefined;
+        // An abandoned attempt whose transaction could not end yet keeps the turn until it has.
+        if (turn.until === undefined) turn.release();
+        else void turn.until.then(turn.release, turn.release);
       }
     },
     query: (tx, statement) => Promise.resolve().then(() => runStatement(unguarded.get(tx) ?? tx, statement)),
     /**
-     * Lets the open transaction's turn go now, its listeners still running (they were abandoned): the caller
-     * has closed its connection, which rolled it back, so no late write of theirs lands, and the store's
-     * writes need not wait for listeners that may never settle.
+     * Ends the open transaction's turn although its listeners still run (they were abandoned). Without
+     * `until`, the caller has ended the transaction already (closed its connection, or rolled it back and
+     * made it read-only), so no late write of theirs lands: the turn goes now, and the store's writes need
+     * not wait for listeners that may never settle. With `until`, the transaction could not end (a
+     * listener's statement still runs on the connection): the turn goes once `until` settles, the caller
+     * having ended the transaction by then; the store's writes wait for it in the gate, not inside SQLite.
      */
-    abandon() {
-      releaseCurrent?.();
-      releaseCurrent = undefined;
+    abandon(until) {
+      if (current === undefined) return;
+      if (until === undefined) current.release();
+      else current.until = until;
+      current = undefined;
     },
   };
+}
+
+/**
+ * Ends the transaction open on `database` while a listener's statement still runs on it (an open iterator:
+ * the connection cannot close): makes the connection read-only (`PRAGMA query_only`), so that no late write
+ * of the abandoned listeners lands, even through a statement they prepared earlier, then rolls back, which
+ * releases the file's write lock now. better-sqlite3 refuses any statement while an iterator is open, unless
+ * in unsafe mode: this connection is turned to it, as it is never used again. `false` when the driver
+ * refused either statement: the transaction is still open.
+ */
+export function endUnderIterator(database: SqliteDatabase): boolean {
+  const unsafeMode: unknown = Reflect.get(database, 'unsafeMode');
+  try {
+    if (typeof unsafeMode === 'function') unsafeMode.call(database, true);
+    database.exec('PRAGMA query_only = ON');
+    database.exec('ROLLBACK');
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Each guarded connection's own: the mark runs on it, with its prepared statements. */
@@ -193,5 +221,14 @@ function rollbackQuietly(database: SqliteDatabase): void {
     database.exec('ROLLBACK');
   } catch {
     // "no transaction is active", or the connection was closed (an abandoned attempt): nothing to undo
+  }
+}
+
+/** Closes `database`, whatever it says: it is the store's no longer. */
+export function closeQuietly(database: SqliteDatabase): void {
+  try {
+    database.close();
+  } catch {
+    // already closed, or still busy (a listener that settled with its iterator open): the GC finalizes it
   }
 }

@@ -14,9 +14,11 @@ import type {
   StatusCounts,
 } from '../store.js';
 import {
+  closeQuietly,
   configure,
   connectionTransactions,
   createWriteGate,
+  endUnderIterator,
   runStatement,
   statementOf,
   type SqliteDatabase,
@@ -269,13 +271,26 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
       returns: 'count',
     };
     const opened = await openOrmTransaction(this.#transactions, key, mark);
-    const abandon = () => {
+    const abandon = (listeners: Promise<unknown>) => {
       // The listeners may still run: closing the connection rolls the transaction back now, and refuses
-      // their late writes; the store's other writes go on without waiting for them. A connection that
-      // cannot close (a listener's statement is still running on it: an open iterator) keeps its turn until
-      // the listeners settle and it rolls back: the store's writes wait for it in the gate, instead of
+      // their late writes; the store's other writes go on without waiting for them.
+      const connection = this.#txDatabase;
+      if (this.#closeTxDatabase() || connection === undefined) return this.#transactions.abandon();
+      // It cannot close: a listener's statement still runs on it (an open iterator). Rolled back now and
+      // read-only, it is set aside (the next attempt opens another), and closed once the listeners settle.
+      const settled = listeners.then(
+        () => undefined,
+        () => undefined,
+      );
+      if (endUnderIterator(connection)) {
+        this.#txDatabase = undefined;
+        void settled.then(() => closeQuietly(connection));
+        return this.#transactions.abandon();
+      }
+      // A driver that refuses even that: the transaction keeps its turn until the listeners settle and its
+      // connection closes (which rolls it back), so the store's writes wait for it in the gate, instead of
       // meeting its lock inside SQLite, which would block the event loop for busyTimeoutMs and then fail.
-      if (this.#closeTxDatabase()) this.#transactions.abandon();
+      this.#transactions.abandon(settled.then(() => void this.#closeTxDatabase()));
     };
     return {
       tx: opened.tx,
@@ -285,7 +300,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
       },
       commit: () => opened.commit(),
       rollback: (listeners) => {
-        if (listeners !== undefined && opened.state === 'open') abandon();
+        if (listeners !== undefined && opened.state === 'open') abandon(listeners);
         return opened.rollback(listeners);
       },
     };
