@@ -38,11 +38,49 @@ export function statementOf(database: SqliteDatabase, text: string): SqliteState
   return statement;
 }
 
-/** Sets the pragmas every connection of the store needs: wait for another process's write lock, in WAL. */
+/**
+ * Sets the pragmas every connection of the store needs: WAL, then a busy timeout of 0. better-sqlite3 (and
+ * `node:sqlite`) is synchronous: SQLite's own busy timeout would wait for another process's write lock
+ * inside the call, the whole event loop with it. The store waits with timers instead ({@link whenNotBusy}).
+ * Only switching the file to WAL, once, in the constructor, waits inside SQLite (up to `busyTimeoutMs`).
+ */
 export function configure(database: SqliteDatabase, busyTimeoutMs: number): void {
   database.exec(`PRAGMA busy_timeout = ${Math.floor(busyTimeoutMs)}`);
   // Readers never wait for the writer, and a writer's commit is one append: several processes on one file.
   database.exec('PRAGMA journal_mode = WAL');
+  database.exec('PRAGMA busy_timeout = 0');
+}
+
+/** Whether `error` is SQLite's SQLITE_BUSY (any extended code): another connection holds the lock. */
+export function isBusy(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  const code: unknown = Reflect.get(error, 'code'); // better-sqlite3: 'SQLITE_BUSY', 'SQLITE_BUSY_SNAPSHOT'
+  const errcode: unknown = Reflect.get(error, 'errcode'); // node:sqlite: 5, 517, ...
+  if (typeof code === 'string' && code.startsWith('SQLITE_BUSY')) return true;
+  return typeof errcode === 'number' && (errcode & 0xff) === 5;
+}
+
+/** SQLite's own busy handler's steps (ms), then its last, until the deadline. */
+const BACKOFF_MS = [1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100];
+
+/**
+ * Runs `work` (synchronous statements that change nothing when SQLite answers SQLITE_BUSY: one statement
+ * in autocommit, a `BEGIN IMMEDIATE`, a `COMMIT`) and, while it fails with SQLITE_BUSY, again after a timer,
+ * backing off, until `timeoutMs` has passed since the first try; then rejects with the last SQLITE_BUSY.
+ * The event loop runs meanwhile, unlike in SQLite's busy timeout. Any other failure rejects at once.
+ */
+export async function whenNotBusy<T>(work: () => T, timeoutMs: number): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (let tries = 0; ; tries += 1) {
+    try {
+      return work();
+    } catch (error) {
+      const left = deadline - Date.now();
+      if (!isBusy(error) || left <= 0) throw error;
+      const wait = Math.min(BACKOFF_MS[Math.min(tries, BACKOFF_MS.length - 1)]!, left);
+      await new Promise((resolve) => setTimeout(resolve, wait));
+    }
+  }
 }
 
 /**
@@ -55,7 +93,7 @@ export function configure(database: SqliteDatabase, busyTimeoutMs: number): void
  */
 export interface WriteGate {
   /** Runs `work` once no delivery transaction of this store is open. */
-  run<T>(work: () => T): Promise<T>;
+  run<T>(work: () => T | PromiseLike<T>): Promise<T>;
   /** Resolves once the gate is this caller's alone; it holds it until it calls the release it got. */
   hold(): Promise<() => void>;
 }
@@ -101,6 +139,7 @@ export function runStatement(
 export function connectionTransactions<D extends SqliteDatabase>(
   connection: () => D,
   gate: WriteGate,
+  busyTimeoutMs: number,
 ): Transactions<D> & { abandon(until?: Promise<unknown>): void } {
   /** The open transaction's turn: released when it ends, or earlier when it is abandoned. */
   let current: { release: () => void; until?: Promise<unknown> } | undefined;
@@ -111,10 +150,25 @@ export function connectionTransactions<D extends SqliteDatabase>(
       current = turn;
       try {
         const db = connection();
-        db.exec('BEGIN IMMEDIATE');
+        // Another process's write lock: waited for on timers. A BEGIN that failed opened nothing (the
+        // quiet ROLLBACK makes sure), so it is tried again whole.
+        await whenNotBusy(() => {
+          try {
+            db.exec('BEGIN IMMEDIATE');
+          } catch (error) {
+            if (isBusy(error)) rollbackQuietly(db);
+            throw error;
+          }
+        }, busyTimeoutMs);
         try {
+          // Statements inside the transaction (the listeners', the mark) are not retried: SQLITE_BUSY in
+          // the middle of a transaction may have rolled all of it back, and a retried mark would then run
+          // on its own. Holding the write lock from BEGIN IMMEDIATE, in WAL, they do not meet it; if one
+          // does, the attempt fails and rolls back whole, and is retried later.
           const result = await work(guarded(db));
-          db.exec('COMMIT');
+          // A COMMIT that fails with SQLITE_BUSY (readers in a rollback journal, if WAL could not be set)
+          // leaves the transaction open, whole: it can be tried again.
+          await whenNotBusy(() => db.exec('COMMIT'), busyTimeoutMs);
           return result;
         } catch (error) {
           rollbackQuietly(db);
