@@ -315,4 +315,36 @@ describe("exactly once on a ledger in the same file: SqliteStore, delivery: 'at-
     for (const payload of payloads) await delivered(store, keyOf(payload));
     for (const payload of payloads) expect(ledgerRows(database, payload.transaction_id)).toBe(1);
   });
+
+  // Deno's node:sqlite throws SQLITE_BUSY as { code: 'ERR_SQLITE_ERROR', message: 'database is locked' },
+  // with no errcode (test/runtimes/deno-sqlite.test.ts runs the store there): the store retries it too.
+  test.each([
+    ["Deno's node:sqlite", { code: 'ERR_SQLITE_ERROR' }],
+    ["Node's node:sqlite", { code: 'ERR_SQLITE_ERROR', errcode: 5, errstr: 'database is locked' }],
+  ])("another process's lock as %s words it is waited for, and a receive goes through", async (_, fields) => {
+    const database = open(newFile());
+    let busy = 3;
+    const driver = {
+      exec: (text: string) => database.exec(text),
+      close: () => undefined,
+      prepare(text: string) {
+        const statement = database.prepare(text);
+        return {
+          all: (...values: unknown[]) => statement.all(...values),
+          run(...values: unknown[]) {
+            if (/^\s*INSERT/i.test(text) && busy-- > 0) {
+              throw Object.assign(new Error('database is locked'), fields);
+            }
+            return statement.run(...values);
+          },
+        };
+      },
+    };
+    const store = new SqliteStore({ database: driver });
+    await store.migrate();
+
+    expect(await store.receive('t1:SUCCESSFUL', { transaction_id: 't1' }, lease())).toBe(true);
+    expect(busy).toBe(-1);
+    expect((await store.get('t1:SUCCESSFUL'))?.status).toBe('received');
+  });
 });

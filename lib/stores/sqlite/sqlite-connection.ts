@@ -1,4 +1,4 @@
-import { DeliveryError } from '../../shared/errors.js';
+import { DeliveryError, messageOf } from '../../shared/errors.js';
 import { splitStatements } from '../postgres/postgres-transaction.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
 
@@ -55,9 +55,12 @@ export function configure(database: SqliteDatabase, busyTimeoutMs: number): void
 export function isBusy(error: unknown): boolean {
   if (typeof error !== 'object' || error === null) return false;
   const code: unknown = Reflect.get(error, 'code'); // better-sqlite3: 'SQLITE_BUSY', 'SQLITE_BUSY_SNAPSHOT'
-  const errcode: unknown = Reflect.get(error, 'errcode'); // node:sqlite: 5, 517, ...
+  const errcode: unknown = Reflect.get(error, 'errcode'); // Node's node:sqlite: 5, 517, ...
   if (typeof code === 'string' && code.startsWith('SQLITE_BUSY')) return true;
-  return typeof errcode === 'number' && (errcode & 0xff) === 5;
+  if (typeof errcode === 'number') return (errcode & 0xff) === 5;
+  // Deno's node:sqlite: code 'ERR_SQLITE_ERROR' alone, and SQLITE_BUSY's own message (SQLITE_LOCKED's is
+  // "database table is locked").
+  return /^database is locked\b/.test(messageOf(error));
 }
 
 /** SQLite's own busy handler's steps (ms), then its last, until the deadline. */
