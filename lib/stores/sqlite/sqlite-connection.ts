@@ -1,4 +1,4 @@
-import { DeliveryError } from '../../shared/errors.js';
+import { DeliveryError, messageOf } from '../../shared/errors.js';
 import { splitStatements } from '../postgres/postgres-transaction.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
 
@@ -38,11 +38,52 @@ export function statementOf(database: SqliteDatabase, text: string): SqliteState
   return statement;
 }
 
-/** Sets the pragmas every connection of the store needs: wait for another process's write lock, in WAL. */
+/**
+ * Sets the pragmas every connection of the store needs: WAL, then a busy timeout of 0. better-sqlite3 (and
+ * `node:sqlite`) is synchronous: SQLite's own busy timeout would wait for another process's write lock
+ * inside the call, the whole event loop with it. The store waits with timers instead ({@link whenNotBusy}).
+ * Only switching the file to WAL, once, in the constructor, waits inside SQLite (up to `busyTimeoutMs`).
+ */
 export function configure(database: SqliteDatabase, busyTimeoutMs: number): void {
   database.exec(`PRAGMA busy_timeout = ${Math.floor(busyTimeoutMs)}`);
   // Readers never wait for the writer, and a writer's commit is one append: several processes on one file.
   database.exec('PRAGMA journal_mode = WAL');
+  database.exec('PRAGMA busy_timeout = 0');
+}
+
+/** Whether `error` is SQLite's SQLITE_BUSY (any extended code): another connection holds the lock. */
+export function isBusy(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false;
+  const code: unknown = Reflect.get(error, 'code'); // better-sqlite3: 'SQLITE_BUSY', 'SQLITE_BUSY_SNAPSHOT'
+  const errcode: unknown = Reflect.get(error, 'errcode'); // Node's node:sqlite: 5, 517, ...
+  if (typeof code === 'string' && code.startsWith('SQLITE_BUSY')) return true;
+  if (typeof errcode === 'number') return (errcode & 0xff) === 5;
+  // Deno's node:sqlite: code 'ERR_SQLITE_ERROR' alone, and SQLITE_BUSY's own message (SQLITE_LOCKED's is
+  // "database table is locked").
+  return /^database is locked\b/.test(messageOf(error));
+}
+
+/** SQLite's own busy handler's steps (ms), then its last, until the deadline. */
+const BACKOFF_MS = [1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100];
+
+/**
+ * Runs `work` (synchronous statements that change nothing when SQLite answers SQLITE_BUSY: one statement
+ * in autocommit, a `BEGIN IMMEDIATE`, a `COMMIT`) and, while it fails with SQLITE_BUSY, again after a timer,
+ * backing off, until `timeoutMs` has passed since the first try; then rejects with the last SQLITE_BUSY.
+ * The event loop runs meanwhile, unlike in SQLite's busy timeout. Any other failure rejects at once.
+ */
+export async function whenNotBusy<T>(work: () => T, timeoutMs: number): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (let tries = 0; ; tries += 1) {
+    try {
+      return work();
+    } catch (error) {
+      const left = deadline - Date.now();
+      if (!isBusy(error) || left <= 0) throw error;
+      const wait = Math.min(BACKOFF_MS[Math.min(tries, BACKOFF_MS.length - 1)]!, left);
+      await new Promise((resolve) => setTimeout(resolve, wait));
+    }
+  }
 }
 
 /**
@@ -55,7 +96,7 @@ export function configure(database: SqliteDatabase, busyTimeoutMs: number): void
  */
 export interface WriteGate {
   /** Runs `work` once no delivery transaction of this store is open. */
-  run<T>(work: () => T): Promise<T>;
+  run<T>(work: () => T | PromiseLike<T>): Promise<T>;
   /** Resolves once the gate is this caller's alone; it holds it until it calls the release it got. */
   hold(): Promise<() => void>;
 }
@@ -101,40 +142,84 @@ export function runStatement(
 export function connectionTransactions<D extends SqliteDatabase>(
   connection: () => D,
   gate: WriteGate,
-): Transactions<D> & { abandon(): void } {
-  let releaseCurrent: (() => void) | undefined;
+  busyTimeoutMs: number,
+): Transactions<D> & { abandon(until?: Promise<unknown>): void } {
+  /** The open transaction's turn: released when it ends, or earlier when it is abandoned. */
+  let current: { release: () => void; until?: Promise<unknown> } | undefined;
   return {
     name: 'SQLite',
     async transaction(work) {
-      const release = await gate.hold();
-      releaseCurrent = release;
+      const turn = { release: await gate.hold() } as { release: () => void; until?: Promise<unknown> };
+      current = turn;
       try {
         const db = connection();
-        db.exec('BEGIN IMMEDIATE');
+        // Another process's write lock: waited for on timers. A BEGIN that failed opened nothing (the
+        // quiet ROLLBACK makes sure), so it is tried again whole.
+        await whenNotBusy(() => {
+          try {
+            db.exec('BEGIN IMMEDIATE');
+          } catch (error) {
+            if (isBusy(error)) rollbackQuietly(db);
+            throw error;
+          }
+        }, busyTimeoutMs);
         try {
+          // Statements inside the transaction (the listeners', the mark) are not retried: SQLITE_BUSY in
+          // the middle of a transaction may have rolled all of it back, and a retried mark would then run
+          // on its own. Holding the write lock from BEGIN IMMEDIATE, in WAL, they do not meet it; if one
+          // does, the attempt fails and rolls back whole, and is retried later.
           const result = await work(guarded(db));
-          db.exec('COMMIT');
+          // A COMMIT that fails with SQLITE_BUSY (readers in a rollback journal, if WAL could not be set)
+          // leaves the transaction open, whole: it can be tried again.
+          await whenNotBusy(() => db.exec('COMMIT'), busyTimeoutMs);
           return result;
         } catch (error) {
           rollbackQuietly(db);
           throw error;
         }
       } finally {
-        if (releaseCurrent === release) releaseCurrent = undefined;
-        release();
+        if (current === turn) current = undefined;
+        // An abandoned attempt whose transaction could not end yet keeps the turn until it has.
+        if (turn.until === undefined) turn.release();
+        else void turn.until.then(turn.release, turn.release);
       }
     },
     query: (tx, statement) => Promise.resolve().then(() => runStatement(unguarded.get(tx) ?? tx, statement)),
     /**
-     * Lets the open transaction's turn go now, its listeners still running (they were abandoned): the caller
-     * has closed its connection, which rolled it back, so no late write of theirs lands, and the store's
-     * writes need not wait for listeners that may never settle.
+     * Ends the open transaction's turn although its listeners still run (they were abandoned). Without
+     * `until`, the caller has ended the transaction already (closed its connection, or rolled it back and
+     * made it read-only), so no late write of theirs lands: the turn goes now, and the store's writes need
+     * not wait for listeners that may never settle. With `until`, the transaction could not end (a
+     * listener's statement still runs on the connection): the turn goes once `until` settles, the caller
+     * having ended the transaction by then; the store's writes wait for it in the gate, not inside SQLite.
      */
-    abandon() {
-      releaseCurrent?.();
-      releaseCurrent = undefined;
+    abandon(until) {
+      if (current === undefined) return;
+      if (until === undefined) current.release();
+      else current.until = until;
+      current = undefined;
     },
   };
+}
+
+/**
+ * Ends the transaction open on `database` while a listener's statement still runs on it (an open iterator:
+ * the connection cannot close): makes the connection read-only (`PRAGMA query_only`), so that no late write
+ * of the abandoned listeners lands, even through a statement they prepared earlier, then rolls back, which
+ * releases the file's write lock now. better-sqlite3 refuses any statement while an iterator is open, unless
+ * in unsafe mode: this connection is turned to it, as it is never used again. `false` when the driver
+ * refused either statement: the transaction is still open.
+ */
+export function endUnderIterator(database: SqliteDatabase): boolean {
+  const unsafeMode: unknown = Reflect.get(database, 'unsafeMode');
+  try {
+    if (typeof unsafeMode === 'function') unsafeMode.call(database, true);
+    database.exec('PRAGMA query_only = ON');
+    database.exec('ROLLBACK');
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Each guarded connection's own: the mark runs on it, with its prepared statements. */
@@ -193,5 +278,14 @@ function rollbackQuietly(database: SqliteDatabase): void {
     database.exec('ROLLBACK');
   } catch {
     // "no transaction is active", or the connection was closed (an abandoned attempt): nothing to undo
+  }
+}
+
+/** Closes `database`, whatever it says: it is the store's no longer. */
+export function closeQuietly(database: SqliteDatabase): void {
+  try {
+    database.close();
+  } catch {
+    // already closed, or still busy (a listener that settled with its iterator open): the GC finalizes it
   }
 }

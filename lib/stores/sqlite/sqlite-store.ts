@@ -14,11 +14,14 @@ import type {
   StatusCounts,
 } from '../store.js';
 import {
+  closeQuietly,
   configure,
   connectionTransactions,
   createWriteGate,
+  endUnderIterator,
   runStatement,
   statementOf,
+  whenNotBusy,
   type SqliteDatabase,
   type WriteGate,
 } from './sqlite-connection.js';
@@ -32,7 +35,8 @@ import { quoteTable, sqliteInboxSql, sqliteSchemaSql, type SqliteInboxSql } from
 export interface SqliteStoreOptions<D extends SqliteDatabase = SqliteDatabase> {
   /**
    * Your open database (`new Database('ipn.db')` from better-sqlite3). The store runs its statements on it
-   * and never closes it. It sets the connection's busy timeout and puts the file in WAL mode.
+   * and never closes it. It puts the file in WAL mode and sets the connection's busy timeout to 0 (see
+   * `busyTimeoutMs`): your own writes on this handle fail at once on another process's lock.
    */
   database: D;
   /**
@@ -49,9 +53,13 @@ export interface SqliteStoreOptions<D extends SqliteDatabase = SqliteDatabase> {
    */
   table?: string;
   /**
-   * How long a write waits for another process's write lock on the file before it fails (SQLite's busy
-   * timeout). Another process holds it for one statement, or for a delivery transaction: from its start
-   * to its commit, its listeners included.
+   * How long a write waits for another process's write lock on the file before it fails with a
+   * `StoreError` (the router answers 503; the provider resends later). Another process holds it for one
+   * statement, or for a delivery transaction: from its start to its commit, its listeners included. The
+   * store waits on timers (SQLITE_BUSY retried with a backoff from 1 to 100 ms), not inside SQLite, whose
+   * busy timeout it sets to 0: the event loop runs meanwhile. Only a statement of a delivery transaction
+   * after its `BEGIN IMMEDIATE` is not retried (the attempt fails whole and is retried later); holding the
+   * lock, in WAL mode, it does not meet it. Switching the file to WAL in the constructor waits inside SQLite.
    * @default 5000
    */
   busyTimeoutMs?: number;
@@ -79,7 +87,8 @@ const UNSTORABLE_KEY = /[\u0000\p{Cs}]/u;
  * listeners get it as `tx` and `db` (your better-sqlite3 `Database` type), and what they write through it
  * commits together with the `delivered` mark, or rolls back with a failed attempt. The transaction holds
  * the file's write lock from its start to its commit, so this process's other writes (receives, leases)
- * wait for it, and other processes' writes wait up to `busyTimeoutMs`: keep listeners short.
+ * wait for it, and other processes' writes wait up to `busyTimeoutMs` (on timers, the event loop free):
+ * keep listeners short.
  *
  * @example
  * import Database from 'better-sqlite3';
@@ -148,7 +157,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
         cause: error,
       });
     }
-    this.#transactions = connectionTransactions(() => this.#openTxDatabase(), this.#gate);
+    this.#transactions = connectionTransactions(() => this.#openTxDatabase(), this.#gate, busyTimeoutMs);
     this.expectations = new SqliteExpectations(
       {
         read: async (text, values) => this.#run(() => statementOf(this.#database, text).all(...values)),
@@ -165,9 +174,10 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
    * and safe from several processes at once (SQLite writes the schema under the file's write lock).
    */
   async migrate(): Promise<void> {
-    await this.#gate.run(() => {
+    await this.#gate.run(async () => {
       try {
-        this.#database.exec(sqliteSchemaSql(this.table));
+        // Each statement is its own transaction, and each is IF NOT EXISTS: a busy one is run again whole.
+        await whenNotBusy(() => this.#database.exec(sqliteSchemaSql(this.table)), this.#busyTimeoutMs);
       } catch (error) {
         throw new StoreError(
           `SqliteStore.migrate: could not create the table ${this.table}: ${messageOf(error)}`,
@@ -269,13 +279,26 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
       returns: 'count',
     };
     const opened = await openOrmTransaction(this.#transactions, key, mark);
-    const abandon = () => {
+    const abandon = (listeners: Promise<unknown>) => {
       // The listeners may still run: closing the connection rolls the transaction back now, and refuses
-      // their late writes; the store's other writes go on without waiting for them. A connection that
-      // cannot close (a listener's statement is still running on it: an open iterator) keeps its turn until
-      // the listeners settle and it rolls back: the store's writes wait for it in the gate, instead of
+      // their late writes; the store's other writes go on without waiting for them.
+      const connection = this.#txDatabase;
+      if (this.#closeTxDatabase() || connection === undefined) return this.#transactions.abandon();
+      // It cannot close: a listener's statement still runs on it (an open iterator). Rolled back now and
+      // read-only, it is set aside (the next attempt opens another), and closed once the listeners settle.
+      const settled = listeners.then(
+        () => undefined,
+        () => undefined,
+      );
+      if (endUnderIterator(connection)) {
+        this.#txDatabase = undefined;
+        void settled.then(() => closeQuietly(connection));
+        return this.#transactions.abandon();
+      }
+      // A driver that refuses even that: the transaction keeps its turn until the listeners settle and its
+      // connection closes (which rolls it back), so the store's writes wait for it in the gate, instead of
       // meeting its lock inside SQLite, which would block the event loop for busyTimeoutMs and then fail.
-      if (this.#closeTxDatabase()) this.#transactions.abandon();
+      this.#transactions.abandon(settled.then(() => void this.#closeTxDatabase()));
     };
     return {
       tx: opened.tx,
@@ -285,7 +308,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
       },
       commit: () => opened.commit(),
       rollback: (listeners) => {
-        if (listeners !== undefined && opened.state === 'open') abandon();
+        if (listeners !== undefined && opened.state === 'open') abandon(listeners);
         return opened.rollback(listeners);
       },
     };
@@ -416,10 +439,14 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
     return Promise.resolve().then(() => this.#attempt(work));
   }
 
-  /** Runs `work`; a failure is a `StoreError` (`notMigrated` when a table is missing). */
-  #attempt<T>(work: () => T): T {
+  /**
+   * Runs `work`, again while another process's write lock makes it fail with SQLITE_BUSY, on timers, up to
+   * `busyTimeoutMs` (see `whenNotBusy`: each of the store's statements runs in autocommit, so a busy one
+   * changed nothing). A failure is a `StoreError` (`notMigrated` when a table is missing).
+   */
+  async #attempt<T>(work: () => T): Promise<T> {
     try {
-      return work();
+      return await whenNotBusy(work, this.#busyTimeoutMs);
     } catch (error) {
       throw this.#failure(error);
     }
