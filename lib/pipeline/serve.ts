@@ -109,7 +109,8 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
 }
 
-function replyOf(outcome: IpnOutcome, head: boolean): Reply {
+/** The reply to write for `outcome` (no body for a HEAD request). */
+export function replyOf(outcome: IpnOutcome, head: boolean): Reply {
   const payload = payloadOf(outcome.body);
   const length = String(Buffer.byteLength(payload));
   const headers = outcome.headers
