@@ -9,7 +9,7 @@ import { BodyUnavailableError, messageOf, StoreError, VerificationBusyError } fr
 import type { InvalidEvent } from '../delivery/events.js';
 import { matchesSecret } from '../authenticate/ipn-url.js';
 import type { ResolvedOptions } from '../config/options.js';
-import { ipnNotificationSchema, isFinalState, type IpnNotification } from '../notification/schema.js';
+import { isFinalState, parseNotification, type IpnNotification } from '../notification/schema.js';
 import { createStoreClaimer } from '../delivery/store-claimer.js';
 import { within } from '../shared/within.js';
 import { isCloudflareWorkers } from '../shared/global-scope.js';
@@ -182,7 +182,7 @@ export function createIpnPipeline<C>(
       return reject({ reason: 'unauthorized', status: 401, message, received: undefined });
     }
 
-    const validated = ipnNotificationSchema.safeParse(read.record);
+    const validated = parseNotification(read.record);
     if (!validated.success) {
       const issues = toFieldIssues(validated.error);
       const message = `the notification is invalid: ${issues.map((i) => `${i.path || 'body'}: ${i.message}`).join('; ')}`;
