@@ -337,9 +337,12 @@ const collectYoung = (): void => gc({ type: 'minor' });
  */
 export async function measureStages(settings: StageSettings): Promise<StageResult[]> {
   const only = settings.only;
-  const all = rows().filter(
+  const every = rows();
+  const chosen = every.filter(
     (row) => only === undefined || row.name === RAW || row.name.toLowerCase().includes(only.toLowerCase()),
   );
+  // A chosen row's reference is measured too: its budget may be a multiple of it.
+  const all = every.filter((row) => chosen.includes(row) || chosen.some((c) => c.reference === row.name));
   const raw = all.find((row) => row.name === RAW)!;
   const counts = new Map<Row, number>();
   for (const row of all) {
