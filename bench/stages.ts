@@ -34,6 +34,7 @@ import { createMetrics } from '../lib/observability/metrics.js';
 import { OK_BODY } from '../lib/pipeline/ipn-outcome.js';
 import { replyOf } from '../lib/pipeline/serve.js';
 import { bodyFor } from './payload.js';
+import { rawJson } from './raw-json.js';
 import { stagesTable, stageVerdict, type StageResult, type StageSettings } from './stage-table.js';
 
 /** One row of the table: a stage or a whole request, measured over `count` calls per round. */
@@ -110,21 +111,6 @@ function through(handler: RequestListener, url?: string): Row['call'] {
   };
 }
 
-/** The reference a partner writes on node:http (bench/server.ts's `node-raw`). */
-const rawJson: RequestListener = (req, res) => {
-  const chunks: Buffer[] = [];
-  req.on('data', (chunk: Buffer) => chunks.push(chunk));
-  req.on('end', () => {
-    try {
-      JSON.parse(Buffer.concat(chunks).toString('utf8'));
-    } catch {
-      res.writeHead(400).end();
-      return;
-    }
-    res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
-  });
-};
-
 /** Reading a body by hand, as `rawJson` does. */
 const rawRead = (req: IncomingMessage): Promise<Buffer> =>
   new Promise((resolve) => {
@@ -176,7 +162,7 @@ function rows(): Row[] {
     new Request(url, { method: 'POST', headers: HEADERS, body: new Uint8Array(freshBody()) });
   const responseOf = (): ServerResponse => new ServerResponse(requestOf(Buffer.alloc(0)));
   return [
-    { group: 'adapter', name: RAW, call: through(rawJson) },
+    { group: 'adapter', name: RAW, call: through(rawJson()) },
     {
       group: 'stage',
       name: 'read: readBody()',
