@@ -8,6 +8,7 @@ import { ended, killAll, receive, start, tell } from './children.js';
 import type { LoadConfig, LoadResult } from './load.js';
 import { describeMachine, LOAD_AT_START } from './machine.js';
 import type { MemoryResult } from './memory.js';
+import { stagesTable, stageVerdict, type StageResult, type StageSettings } from './stage-table.js';
 import { openMysql, openPostgres, openRedis, openSqlite, type BenchService } from './services.js';
 import { readSettings, USAGE, type Settings } from './settings.js';
 import { aggregate, checkTargets, type Aggregate, type Measurement, type VariantRun } from './summary.js';
@@ -179,6 +180,28 @@ async function measureMemory(keys: number): Promise<MemoryResult | string> {
   }
 }
 
+/**
+ * bench/stages.ts in a process of its own (nothing else of the run's in its heap), after the servers: the
+ * CPU of each stage and adapter against the raw server's, and its budget. `quick`: fewer, shorter rounds.
+ */
+async function measureStagesApart(
+  quick: boolean,
+): Promise<{ settings: StageSettings; results: StageResult[] } | string> {
+  const child = start('stages.ts', quick ? { BENCH_STAGE_ROUNDS: '5', BENCH_STAGE_MS: '15' } : {});
+  try {
+    const { results, settings } = await receive<{ results: StageResult[]; settings: StageSettings }>(
+      child,
+      'stages',
+      600_000,
+    );
+    return { settings, results };
+  } catch (error) {
+    return `failed: ${errorText(error)}`;
+  } finally {
+    await ended(child, 1_000);
+  }
+}
+
 async function main(): Promise<number> {
   const settings = readSettings(process.argv.slice(2), process.env);
   if (settings === 'help') {
@@ -220,6 +243,8 @@ async function main(): Promise<number> {
     }
     const memory = await measureMemory(settings.memoryKeys);
     if (interrupted) return 130;
+    const stages = await measureStagesApart(settings.rounds === 1);
+    if (interrupted) return 130;
     const about = describeMachine([...new Set([...services.values()].map((service) => service.version))]);
 
     const aggregates = new Map<VariantRun, Aggregate | undefined>(
@@ -229,6 +254,11 @@ async function main(): Promise<number> {
     const body = rows(runs, aggregates);
     console.log(
       `\n${textTable(body)}\n\n${memoryLines(memory).join('\n')}\n\n${targetLines(checks).join('\n')}`,
+    );
+    console.log(
+      typeof stages === 'string'
+        ? `\nstages: not measured: ${stages}`
+        : `\nPer-stage budget (bench/stages.ts, in one process, CPU per call against the hand-written node:http server's):\n\n${stagesTable(stages.results)}\n\n${stageVerdict(stages.results)}`,
     );
 
     if (settings.write) {
@@ -242,6 +272,7 @@ async function main(): Promise<number> {
         variants: runs.map((run) => ({ ...run, aggregate: aggregates.get(run) ?? null })),
         memory,
         targets: checks,
+        stages,
       });
       const section = readmeSection(settings, about, markdownTable(body), memoryLines(memory), checks);
       await rewriteSection(join(__dirname, 'README.md'), section);

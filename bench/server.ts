@@ -4,13 +4,7 @@
  * `{ type: 'ready', port }` once listening; on `'stop'` sends `{ type: 'stats', stats }`, closes everything
  * and exits (exiting, not being killed, is what lets `--cpu-prof` write its profile).
  */
-import {
-  createServer,
-  type IncomingMessage,
-  type RequestListener,
-  type Server,
-  type ServerResponse,
-} from 'node:http';
+import { createServer, type RequestListener, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { getRequestListener } from '@hono/node-server';
 import Database from 'better-sqlite3';
@@ -26,6 +20,7 @@ import { drizzleTransactions } from '../lib/orm.js';
 import { PostgresStore } from '../lib/postgres.js';
 import { RedisStore } from '../lib/redis.js';
 import { SqliteStore } from '../lib/sqlite.js';
+import { rawJson } from './raw-json.js';
 import type { ServerConfig, ServerStats } from './variants.js';
 
 const config = JSON.parse(process.env.BENCH_SERVER ?? '{}') as ServerConfig;
@@ -82,7 +77,9 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
       return mounted(counted(ipnRouter({ store: new RedisStore({ client, prefix: config.prefix }) })));
     }
     case 'node-raw':
-      return rawJson;
+      return rawJson(() => {
+        stats.successful += 1;
+      });
     case 'postgres':
     case 'postgres-ledger':
     case 'postgres-drizzle': {
@@ -149,25 +146,6 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
       // A variant added to VARIANTS without a server here fails at once, not as a server that never answers.
       throw new Error(`bench server: no server for the variant ${String(variant satisfies never)}`);
   }
-}
-
-/**
- * The reference for `node-http` (issue 27): what a partner writes on `node:http` alone. It reads the body,
- * parses it and answers 200, nothing more: no validation, no dedupe.
- */
-function rawJson(req: IncomingMessage, res: ServerResponse): void {
-  const chunks: Buffer[] = [];
-  req.on('data', (chunk: Buffer) => chunks.push(chunk));
-  req.on('end', () => {
-    try {
-      JSON.parse(Buffer.concat(chunks).toString('utf8'));
-    } catch {
-      res.writeHead(400).end();
-      return;
-    }
-    stats.successful += 1;
-    res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
-  });
 }
 
 /**

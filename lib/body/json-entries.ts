@@ -50,16 +50,38 @@ export function jsonEntries(text: string): JsonEntry[] {
  * `custom_data` (JSON inside a string), so they do not make every body take the slow path.
  */
 export function repeatedJsonKeys(text: string, keys: readonly string[]): string[] {
-  if (!text.includes('\\u') && keys.every((key) => occurrences(text, `"${key}"`) < 2)) return [];
+  if (!text.includes('\\u') && !quotedTwice(text, keys)) return [];
   const counts = new Map<string, number>();
   for (const { key } of jsonEntries(text)) counts.set(key, (counts.get(key) ?? 0) + 1);
   return keys.filter((key) => (counts.get(key) ?? 0) > 1);
 }
 
-function occurrences(text: string, needle: string): number {
-  let count = 0;
-  for (let at = text.indexOf(needle); at !== -1 && count < 2; at = text.indexOf(needle, at + 1)) count += 1;
-  return count;
+/** For each list of keys: a pattern that finds any of them quoted, made once (the router's list is a constant). */
+const SCANNERS = new WeakMap<readonly string[], RegExp>();
+
+/**
+ * Whether one of `keys` appears quoted (`"state"`) twice or more in `text`: one pass, whatever the number of
+ * keys. In valid JSON, two quoted keys of the object never overlap (each follows `{`, `,` or whitespace), so
+ * a scan that skips past each match misses none of them.
+ */
+function quotedTwice(text: string, keys: readonly string[]): boolean {
+  if (keys.length === 0) return false;
+  let scanner = SCANNERS.get(keys);
+  if (scanner === undefined) {
+    scanner = new RegExp(
+      `"(${keys.map((key) => key.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|')})"`,
+      'g',
+    );
+    SCANNERS.set(keys, scanner);
+  }
+  scanner.lastIndex = 0;
+  const seen: string[] = [];
+  for (let match = scanner.exec(text); match !== null; match = scanner.exec(text)) {
+    const key = match[1]!;
+    if (seen.includes(key)) return true;
+    seen.push(key);
+  }
+  return false;
 }
 
 function isWhitespace(char: string | undefined): boolean {

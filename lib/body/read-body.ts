@@ -40,12 +40,14 @@ export function readBody(source: Readable, limit: number, encoding?: string): Pr
     let size = 0;
     let settled = false;
 
+    // Each callback catches its own throw (`crash`): a throw inside a stream callback must not crash the
+    // host. One closure per callback, and the decoder's only when there is one: every request reads a body.
     const cleanUp = (): void => {
       input.off('data', onData).off('end', onEnd);
       source.off('error', onSourceError).off('close', onClose);
       if (decoding) {
-        decoding.off('error', onDecodeError).off('drain', onDrain);
-        source.off('data', feed).off('end', endFeed);
+        decoding.off('error', onDecodeError!).off('drain', onDrain!);
+        source.off('data', feed!).off('end', endFeed!);
       }
     };
     const finish = (result: ReadResult): void => {
@@ -62,72 +64,101 @@ export function readBody(source: Readable, limit: number, encoding?: string): Pr
       }
       resolve(result);
     };
-    /** Each callback runs through this: a throw inside a stream callback must not crash the host. */
-    const guarded =
-      <A extends unknown[]>(callback: (...args: A) => void) =>
-      (...args: A): void => {
-        try {
-          callback(...args);
-        } catch (cause) {
-          if (settled) return;
-          settled = true;
-          try {
-            cleanUp();
-            source.resume();
-          } finally {
-            reject(cause instanceof Error ? cause : new Error(messageOf(cause)));
-          }
-        }
-      };
-    const onData = guarded((chunk: Buffer | string): void => {
-      const bytes = toBytes(chunk, input);
-      size += bytes.length;
-      if (size > limit) {
-        finish({ ok: false, reason: 'body_too_large', message: `the body is over the ${limit}-byte limit` });
-      } else {
-        chunks.push(bytes);
+    /** A bug of ours in a callback: the read ends, rejected (the router answers 500). */
+    const crash = (cause: unknown): void => {
+      if (settled) return;
+      settled = true;
+      try {
+        cleanUp();
+        source.resume();
+      } finally {
+        reject(cause instanceof Error ? cause : new Error(messageOf(cause)));
       }
-    });
-    const onEnd = guarded((): void => {
-      finish({ ok: true, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size) });
-    });
-    const onSourceError = guarded((error: Error): void => {
-      finish({
-        ok: false,
-        reason: 'request_aborted',
-        message: `the request was aborted: ${messageOf(error)}`,
-      });
-    });
-    const onDecodeError = guarded((error: Error): void => {
-      finish({
-        ok: false,
-        reason: 'malformed_body',
-        message: `the body could not be decompressed: ${messageOf(error)}`,
-      });
-    });
+    };
+    const onData = (chunk: Buffer | string): void => {
+      try {
+        const bytes = toBytes(chunk, input);
+        size += bytes.length;
+        if (size > limit) {
+          finish({
+            ok: false,
+            reason: 'body_too_large',
+            message: `the body is over the ${limit}-byte limit`,
+          });
+        } else {
+          chunks.push(bytes);
+        }
+      } catch (cause) {
+        crash(cause);
+      }
+    };
+    const onEnd = (): void => {
+      try {
+        finish({ ok: true, body: chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size) });
+      } catch (cause) {
+        crash(cause);
+      }
+    };
+    const onSourceError = (error: Error): void => {
+      try {
+        finish({
+          ok: false,
+          reason: 'request_aborted',
+          message: `the request was aborted: ${messageOf(error)}`,
+        });
+      } catch (cause) {
+        crash(cause);
+      }
+    };
     // 'close' before 'end' means the client went away mid-body.
-    const onClose = guarded((): void => {
-      if (!source.readableEnded)
-        finish({ ok: false, reason: 'request_aborted', message: 'the request was aborted' });
-    });
+    const onClose = (): void => {
+      try {
+        if (!source.readableEnded)
+          finish({ ok: false, reason: 'request_aborted', message: 'the request was aborted' });
+      } catch (cause) {
+        crash(cause);
+      }
+    };
+    const onDecodeError =
+      decoding &&
+      guarded(crash, (error: Error): void => {
+        finish({
+          ok: false,
+          reason: 'malformed_body',
+          message: `the body could not be decompressed: ${messageOf(error)}`,
+        });
+      });
     // A source that yields strings is fed to the decoder by hand: `pipe` would re-encode them as UTF-8.
-    const feed = guarded((chunk: Buffer | string): void => {
-      if (decoding?.write(toBytes(chunk, source)) === false) source.pause();
-    });
-    const endFeed = guarded((): void => void decoding?.end());
-    const onDrain = guarded((): void => void source.resume());
+    const feed =
+      decoding &&
+      guarded(crash, (chunk: Buffer | string): void => {
+        if (decoding.write(toBytes(chunk, source)) === false) source.pause();
+      });
+    const endFeed = decoding && guarded(crash, (): void => void decoding.end());
+    const onDrain = decoding && guarded(crash, (): void => void source.resume());
 
     input.on('data', onData).on('end', onEnd);
     source.on('error', onSourceError).on('close', onClose);
     if (decoding) {
-      decoding.on('error', onDecodeError);
+      decoding.on('error', onDecodeError!);
       if (source.readableEncoding === null) source.pipe(decoding);
       else {
-        decoding.on('drain', onDrain);
-        source.on('data', feed).on('end', endFeed);
+        decoding.on('drain', onDrain!);
+        source.on('data', feed!).on('end', endFeed!);
       }
     }
   });
+}
+
+/** `callback`, whose throw goes to `crash` instead of the stream that called it. */
+function guarded<A extends unknown[]>(crash: (cause: unknown) => void, callback: (...args: A) => void) {
+  return (...args: A): void => {
+    try {
+      callback(...args);
+    } catch (cause) {
+      crash(cause);
+    }
+  };
 }
 
 /** A chunk as bytes: a stream whose `setEncoding()` was called yields strings in that encoding. */

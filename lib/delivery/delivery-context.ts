@@ -6,6 +6,7 @@ import type { ResolvedOptions } from '../config/options.js';
 import { identify, type Emit, type EmitAndWait, type Track } from './safe-emitter.js';
 import type { IpnNotification } from '../notification/schema.js';
 import { loggableError } from '../observability/redact.js';
+import { isQuiet } from '../observability/logger.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
 
 /** The router's emitters: fire-and-forget, fire-then-await-every-listener, and track what listeners start. */
@@ -106,7 +107,7 @@ export function createDeliveryContext<C>(
       track(() => {
         const event = toEvent(n);
         const attempt = { key: keyOf(n), attempt: 1 };
-        logger.debug(identify(n), 'IPN notification delivered');
+        if (!isQuiet(logger.debug)) logger.debug(identify(n), 'IPN notification delivered');
         emit('notification', event, attempt);
         let heard = true;
         if (event.state === 'SUCCESSFUL')

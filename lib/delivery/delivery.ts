@@ -27,6 +27,12 @@ import { monotonicNow } from '../shared/clock.js';
 
 type Claimer = ReturnType<typeof createStoreClaimer>;
 
+/** What claiming a notification came to, and the lease its delivery takes (`''` at most once). */
+export interface Acceptance {
+  claimed: boolean | StoreError | VerificationBusyError;
+  leaseId: string;
+}
+
 /**
  * What `ipn.reconcile()` resolves.
  * @inline
@@ -196,11 +202,10 @@ export function createDelivery<C>(
   return {
     /**
      * Claims (or, at-least-once, stores) a notification before the answer: `true` first, `false` a resend.
-     * `leaseId` goes to `dispatch`, after the answer.
+     * `leaseId` goes to `dispatch`, after the answer. At once when the store answers synchronously
+     * (MemoryStore), else a promise; never rejects.
      */
-    async accept(
-      n: IpnNotification,
-    ): Promise<{ claimed: boolean | StoreError | VerificationBusyError; leaseId: string }> {
+    accept(n: IpnNotification): Acceptance | Promise<Acceptance> {
       const key = keyOf(n);
       // Past the bound, shed before claiming: nothing to release, and the service's resend is processed.
       if (verifying && !verifying.reserve(key)) return { claimed: shed(n), leaseId: '' };
@@ -212,9 +217,12 @@ export function createDelivery<C>(
         void dispatch(n, leaseId);
       };
       const receive = durable && (() => durable.receive(key, toRecord(n), { id: leaseId, ms: leaseMs }));
-      const claimed = await claimer.claim(key, late, receive);
-      if (claimed !== true) verifying?.unreserve(key);
-      return { claimed, leaseId };
+      const settled = (claimed: boolean | StoreError): Acceptance => {
+        if (claimed !== true) verifying?.unreserve(key);
+        return { claimed, leaseId };
+      };
+      const claimed = claimer.claimNow(key, late, receive);
+      return claimed instanceof Promise ? claimed.then(settled) : settled(claimed);
     },
 
     /** Runs after the answer: verification, then the events. */

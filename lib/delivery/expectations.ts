@@ -22,6 +22,9 @@ export type ExpectationCheck =
   | { kind: 'mismatch'; event: RejectedEvent }
   | { kind: 'error'; error: StoreError };
 
+/** The check of a notification no expectation is kept for. */
+export const NO_EXPECTATION: ExpectationCheck = Object.freeze({ kind: 'none' });
+
 /**
  * Whether an outcome of an expected transaction ends its expectation, whoever learnt it (the router from a
  * notification, the sweep from a status query). Only `SUCCESSFUL` does. A `FAILED` leaves it in place: the
@@ -81,6 +84,9 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
         attempts: 0,
       });
     },
+
+    /** Whether {@link check} can find anything: `false` until expectations are in use, and without a store of them. */
+    inUse: (): boolean => expectations !== undefined && active,
 
     /**
      * Compares a notification with its expectation, if there is one; no status query is made. Only once

@@ -124,29 +124,39 @@ export function createSafeEmitter<C>(
     }
   };
   /** The listener, isolated; a one-time one removes itself before it runs (so a prepend keeps it one-time). */
+  /**
+   * A listener's failure: handed back when the emit is awaited (an at-least-once attempt, which the caller
+   * reports once), otherwise (tracked for a `waitUntil`, or not awaited) reported here.
+   */
+  const failed = (
+    event: string,
+    cause: unknown,
+    payload: unknown,
+    watch: Watch,
+  ): ListenerError | undefined => {
+    if (watch.kind === 'awaited') return new ListenerError(event, cause);
+    report(event, cause, payload);
+    return undefined;
+  };
   const wrap = (event: string, listener: Listener, once = false): Wrapped => {
     const wrapped: Wrapped = Object.assign(
       (payload: unknown, context?: Attempt, watch: Watch = REPORTED): void => {
         if (once) emitter.off(event, wrapped);
-        // Awaited (an at-least-once attempt): the failure goes back to the caller, which reports the attempt
-        // once; otherwise (tracked for a `waitUntil`, or not awaited) it is reported here.
-        const fail = (cause: unknown): ListenerError | undefined => {
-          if (watch.kind === 'awaited') return new ListenerError(event, cause);
-          report(event, cause, payload);
-          return undefined;
-        };
         try {
           // Only the notification events carry a context: the others' listeners get their payload alone.
           const result = context === undefined ? listener(payload) : listener(payload, context);
           if (isThenable(result)) {
-            const settled = Promise.resolve(result).then(() => undefined, fail);
+            const settled = Promise.resolve(result).then(
+              () => undefined,
+              (cause: unknown) => failed(event, cause, payload, watch),
+            );
             if (watch.kind !== 'reported') watch.outcomes.push(settled);
           } else if (watch.kind === 'awaited') {
             // Every listener counts in an attempt; a tracked one that returned nothing has nothing to wait for.
             watch.outcomes.push(SUCCEEDED);
           }
         } catch (cause) {
-          const failure = fail(cause);
+          const failure = failed(event, cause, payload, watch);
           if (watch.kind !== 'reported') watch.outcomes.push(Promise.resolve(failure));
         }
       },
@@ -254,7 +264,8 @@ export function createSafeEmitter<C>(
   return { methods, emit, emitAndWait, track };
 }
 
-const SETTLED: Promise<void> = Promise.resolve();
+/** What `track` gives when nothing it ran returned a promise: one settled promise, shared. */
+export const SETTLED: Promise<void> = Promise.resolve();
 const SUCCEEDED: Promise<undefined> = Promise.resolve(undefined);
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {

@@ -77,38 +77,51 @@ export function createStoreClaimer(store: Store, ttlMs: number, timeoutMs: numbe
     });
   }
 
+  /**
+   * `true` (first delivery), `false` (a resend) or a `StoreError` (the store failed or timed out), at once
+   * when the store answered synchronously (MemoryStore), else a promise of it. Never throws nor rejects.
+   * `operation` replaces `store.claim` (a durable store's `receive`).
+   */
+  function claimNow(
+    key: string,
+    late: () => void,
+    durable?: () => Awaitable<boolean>,
+  ): boolean | StoreError | Promise<boolean | StoreError> {
+    const token = randomUUID();
+    const operation = durable ?? (() => store.claim(key, ttlMs, token));
+    // A durable store's receive needs no second asking: the stored entry is taken up by recovery.
+    const lost = durable ? undefined : () => askAgain(operation, late);
+    try {
+      if (ready) {
+        const claimed = operation();
+        if (typeof claimed === 'boolean') return claimed;
+        return failedAs(key, bounded(Promise.resolve(claimed), late, lost));
+      }
+      // One init at a time: one that hangs is waited on again (bounded per request), not started twice.
+      const init = (initialised ??= initialise());
+      // Only the claim's own failure is a lost answer to ask again about, not a failed init.
+      const claim = init.then(() =>
+        Promise.resolve(operation()).catch((error: unknown) => {
+          lost?.();
+          throw error;
+        }),
+      );
+      return failedAs(key, bounded(claim, late));
+    } catch (cause) {
+      return claimFailed(key, cause);
+    }
+  }
+
   return {
-    /**
-     * Resolves `true` (first delivery), `false` (a resend) or a `StoreError` (the store failed or timed out).
-     * Never rejects. `operation` replaces `store.claim` (a durable store's `receive`).
-     */
+    claimNow,
+
+    /** {@link claimNow}, always as a promise. */
     async claim(
       key: string,
       late: () => void,
       durable?: () => Awaitable<boolean>,
     ): Promise<boolean | StoreError> {
-      const token = randomUUID();
-      const operation = durable ?? (() => store.claim(key, ttlMs, token));
-      // A durable store's receive needs no second asking: the stored entry is taken up by recovery.
-      const lost = durable ? undefined : () => askAgain(operation, late);
-      try {
-        if (ready) {
-          const claimed = operation();
-          return typeof claimed === 'boolean' ? claimed : await bounded(Promise.resolve(claimed), late, lost);
-        }
-        // One init at a time: one that hangs is waited on again (bounded per request), not started twice.
-        const init = (initialised ??= initialise());
-        // Only the claim's own failure is a lost answer to ask again about, not a failed init.
-        const claim = init.then(() =>
-          Promise.resolve(operation()).catch((error: unknown) => {
-            lost?.();
-            throw error;
-          }),
-        );
-        return await bounded(claim, late);
-      } catch (cause) {
-        return new StoreError(`the store failed to claim ${key}: ${messageOf(cause)}`, { cause });
-      }
+      return claimNow(key, late, durable);
     },
 
     /** Stops asking again for lost answers. */
@@ -118,6 +131,15 @@ export function createStoreClaimer(store: Store, ttlMs: number, timeoutMs: numbe
       timers.clear();
     },
   };
+}
+
+function claimFailed(key: string, cause: unknown): StoreError {
+  return new StoreError(`the store failed to claim ${key}: ${messageOf(cause)}`, { cause });
+}
+
+/** `pending`, its failure resolved as a `StoreError`. */
+function failedAs(key: string, pending: Promise<boolean>): Promise<boolean | StoreError> {
+  return pending.catch((cause: unknown) => claimFailed(key, cause));
 }
 
 /** How many times, and from how long a first wait (doubling), a claim whose answer was lost is asked again. */

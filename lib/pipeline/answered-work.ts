@@ -10,19 +10,26 @@ import type { IpnOutcome } from './ipn-outcome.js';
  * two, the answer is being written (behind a host's `onSend` hook on Fastify, for as long as that takes).
  */
 export function createAnsweredWork() {
-  const pending = new Map<IpnOutcome, Promise<void>>();
-  const done = new WeakMap<IpnOutcome, () => void>();
+  // A set, not a promise per outcome: every request passes through here, and only close() ever waits.
+  const pending = new Set<IpnOutcome>();
+  /** What `settled` waits on: woken each time the last outcome's work settles. */
+  const idle = new Set<() => void>();
+
+  /** Resolves once no outcome's work is running (at once if none is). */
+  const emptied = (): Promise<void> =>
+    pending.size === 0 ? Promise.resolve() : new Promise<void>((resolve) => idle.add(resolve));
 
   return {
     /** Counts `outcome`'s work from now on, until {@link finished} is called for it. */
     started(outcome: IpnOutcome): void {
-      if (outcome.after === undefined || pending.has(outcome)) return;
-      pending.set(outcome, new Promise<void>((resolve) => done.set(outcome, resolve)));
+      if (outcome.after !== undefined) pending.add(outcome);
     },
     /** `outcome`'s work has settled. */
     finished(outcome: IpnOutcome): void {
-      done.get(outcome)?.();
-      pending.delete(outcome);
+      if (!pending.delete(outcome) || pending.size > 0 || idle.size === 0) return;
+      const waiting = [...idle];
+      idle.clear();
+      for (const wake of waiting) wake();
     },
     /** How many outcomes' work is still running. */
     get size(): number {
@@ -47,7 +54,7 @@ export function createAnsweredWork() {
       });
       try {
         while (pending.size > 0 || backgroundRunning) {
-          const all = Promise.all([...pending.values(), background]);
+          const all = Promise.all([emptied(), background]);
           if ((await Promise.race([all, late])) === 'late') break;
         }
         return { running: pending.size, background: backgroundRunning };

@@ -3,7 +3,7 @@ import { IpnKitError, messageOf } from '../shared/errors.js';
 import { guardLogger } from '../observability/logger.js';
 import { loggableError } from '../observability/redact.js';
 import type { IpnEmitter } from '../delivery/safe-emitter.js';
-import { createSafeEmitter } from '../delivery/safe-emitter.js';
+import { createSafeEmitter, SETTLED } from '../delivery/safe-emitter.js';
 import type { Inbox, ReconcileResult } from '../delivery/delivery.js';
 import type { ExpectOptions } from '../delivery/expectations.js';
 import type { SweepResult } from '../delivery/reconcile-sweep.js';
@@ -118,7 +118,7 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
   const onFailure = (cause: unknown): void => {
     emit('error', { error: internal(cause) });
   };
-  const runAfterResponse = async (outcome: IpnOutcome): Promise<void> => {
+  const runAfterResponse = (outcome: IpnOutcome): Promise<void> => {
     let started: unknown;
     const listeners = track(() => {
       try {
@@ -127,11 +127,18 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
         onFailure(cause);
       }
     });
-    try {
-      await Promise.all([listeners, started]);
-    } finally {
+    // Nearly every request: the listeners returned nothing to wait for, and neither did the work.
+    if (listeners === SETTLED && (started === SETTLED || !isThenable(started))) {
       answered.finished(outcome);
+      return SETTLED;
     }
+    return Promise.all([listeners, started]).then(
+      () => answered.finished(outcome),
+      (error: unknown) => {
+        answered.finished(outcome);
+        throw error;
+      },
+    );
   };
   /**
    * Answers 503 from now on; once the claims in flight settled, waits for the work after the answers already
@@ -202,4 +209,8 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
     metrics: metrics.snapshot,
     close,
   };
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
 }

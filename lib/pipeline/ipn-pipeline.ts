@@ -1,15 +1,17 @@
 import type { StandardSchemaV1 } from '../notification/standard-schema.js';
 import { toFieldIssues } from '../notification/custom-data.js';
-import { createDelivery } from '../delivery/delivery.js';
+import { createDelivery, type Acceptance } from '../delivery/delivery.js';
+import { NO_EXPECTATION } from '../delivery/expectations.js';
 import { identify, keyOf, type Emitters } from '../delivery/delivery-context.js';
 import type { Metrics } from '../observability/metrics.js';
 import { loggableError } from '../observability/redact.js';
+import { isQuiet } from '../observability/logger.js';
 import { createUnmatchedTokenWarning } from '../observability/unmatched-token-warning.js';
 import { BodyUnavailableError, messageOf, StoreError, VerificationBusyError } from '../shared/errors.js';
 import type { InvalidEvent } from '../delivery/events.js';
 import { matchesSecret } from '../authenticate/ipn-url.js';
 import type { ResolvedOptions } from '../config/options.js';
-import { ipnNotificationSchema, isFinalState, type IpnNotification } from '../notification/schema.js';
+import { isFinalState, parseNotification, type IpnNotification } from '../notification/schema.js';
 import { createStoreClaimer } from '../delivery/store-claimer.js';
 import { within } from '../shared/within.js';
 import { isCloudflareWorkers } from '../shared/global-scope.js';
@@ -96,13 +98,25 @@ export function createIpnPipeline<C>(
     };
   };
 
-  /** Claims, unless the router closed meanwhile: then the claim is undone (the inbox keeps a stored one). */
-  async function admit(n: IpnNotification): Promise<Admission> {
-    const { claimed, leaseId } = await delivery.accept(n);
+  /**
+   * Claims, unless the router closed meanwhile: then the claim is undone (the inbox keeps a stored one). At
+   * once when the store answers synchronously (MemoryStore), else a promise.
+   */
+  function admit(n: IpnNotification): Admission | Promise<Admission> {
+    const accepted = delivery.accept(n);
+    return accepted instanceof Promise ? accepted.then((done) => admitted(n, done)) : admitted(n, accepted);
+  }
+
+  function admitted(n: IpnNotification, { claimed, leaseId }: Acceptance): Admission | Promise<Admission> {
     if (claimed instanceof StoreError) return { kind: 'store-failed', error: claimed };
     if (claimed instanceof VerificationBusyError) return { kind: 'busy', error: claimed };
     if (!claimed) return { kind: 'duplicate' };
     if (!closed) return { kind: 'claimed', leaseId };
+    return unclaim(n);
+  }
+
+  /** A claim made as the router closed, undone. */
+  async function unclaim(n: IpnNotification): Promise<Admission> {
     const message = `the store did not release ${keyOf(n)} within ${storeTimeoutMs} ms (storeTimeoutMs) on close`;
     await within(delivery.unclaim(n), storeTimeoutMs, () => new StoreError(message)).catch(
       (error: StoreError) => {
@@ -137,10 +151,12 @@ export function createIpnPipeline<C>(
           status: 200,
           body: DUPLICATE_BODY,
           after: () => {
-            logger.debug(
-              { transaction_id: notification.transaction_id, state: notification.state },
-              'IPN resend dropped',
-            );
+            if (!isQuiet(logger.debug)) {
+              logger.debug(
+                { transaction_id: notification.transaction_id, state: notification.state },
+                'IPN resend dropped',
+              );
+            }
             emit('duplicate', notification);
           },
         };
@@ -182,7 +198,7 @@ export function createIpnPipeline<C>(
       return reject({ reason: 'unauthorized', status: 401, message, received: undefined });
     }
 
-    const validated = ipnNotificationSchema.safeParse(read.record);
+    const validated = parseNotification(read.record);
     if (!validated.success) {
       const issues = toFieldIssues(validated.error);
       const message = `the notification is invalid: ${issues.map((i) => `${i.path || 'body'}: ${i.message}`).join('; ')}`;
@@ -192,14 +208,19 @@ export function createIpnPipeline<C>(
     metrics?.received();
     if (closed) return unavailable('closed');
     // An expected transaction is checked before the claim: a contradicting copy must not take the key.
-    const expected = await delivery.expectations.check(notification);
+    const expected = delivery.expectations.inUse()
+      ? await delivery.expectations.check(notification)
+      : NO_EXPECTATION;
     if (expected.kind === 'mismatch') {
       return { status: 200, body: OK_BODY, after: () => delivery.rejectExpected(expected.event) };
     }
-    const admission: Admission =
-      expected.kind === 'error'
-        ? { kind: 'store-failed', error: expected.error }
-        : await track(admit(notification));
+    let admission: Admission;
+    if (expected.kind === 'error') admission = { kind: 'store-failed', error: expected.error };
+    else {
+      const admitting = admit(notification);
+      // Only a claim still under way is in flight for close() to wait for.
+      admission = admitting instanceof Promise ? await track(admitting) : admitting;
+    }
     if (admission.kind === 'claimed') {
       delivery.expectations.settle(notification, expected);
       if (!isFinalState(notification.state)) {

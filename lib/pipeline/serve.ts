@@ -4,15 +4,18 @@ import { DUPLICATE_BODY, OK_BODY, type IpnOutcome, type IpnRequest } from './ipn
 /** The one content type of every answer. */
 export const JSON_TYPE = 'application/json; charset=utf-8';
 
-const FIXED = new Map<object, string>([
-  [OK_BODY, JSON.stringify(OK_BODY)],
-  [DUPLICATE_BODY, JSON.stringify(DUPLICATE_BODY)],
-]);
+/** The few fixed answers' JSON text and its length, made once. */
+const FIXED = new Map<object, { payload: string; length: string }>(
+  [OK_BODY, DUPLICATE_BODY].map((body) => {
+    const payload = JSON.stringify(body);
+    return [body, { payload, length: String(Buffer.byteLength(payload)) }];
+  }),
+);
 
 /** The JSON text of an answer's body; the few fixed ones are written once. */
 export function payloadOf(body: Record<string, unknown> | undefined): string {
   if (body === undefined) return '';
-  return FIXED.get(body) ?? JSON.stringify(body);
+  return FIXED.get(body)?.payload ?? JSON.stringify(body);
 }
 
 /** An answer ready to write, whatever the transport. */
@@ -83,14 +86,19 @@ export function serve<In extends unknown[], Out>(
     }
     // Started now, not once the answer is flushed: a frozen function may never run a later timer. Only a
     // transport that says its answer is still on its way (and that runs in a process that stays up) waits.
-    const start = (): Promise<void> => core.runAfterResponse(outcome);
     let pending: Promise<void> | undefined;
-    try {
-      pending = transport.written?.(...input);
-    } catch (cause) {
-      core.onFailure(cause);
+    if (transport.written) {
+      try {
+        pending = transport.written(...input);
+      } catch (cause) {
+        core.onFailure(cause);
+      }
     }
-    const work = pending ? pending.then(start, start) : start();
+    let work: Promise<void>;
+    if (pending) {
+      const start = (): Promise<void> => core.runAfterResponse(outcome);
+      work = pending.then(start, start);
+    } else work = core.runAfterResponse(outcome);
     if (transport.waitUntil) {
       try {
         const handed = transport.waitUntil(work, ...input);
@@ -109,9 +117,12 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
 }
 
-function replyOf(outcome: IpnOutcome, head: boolean): Reply {
-  const payload = payloadOf(outcome.body);
-  const length = String(Buffer.byteLength(payload));
+/** The reply to write for `outcome` (no body for a HEAD request). */
+export function replyOf(outcome: IpnOutcome, head: boolean): Reply {
+  const fixed = outcome.body === undefined ? undefined : FIXED.get(outcome.body);
+  const payload = fixed?.payload ?? payloadOf(outcome.body);
+  const length = fixed?.length ?? String(Buffer.byteLength(payload));
+  // A new headers object each time: a host's hook around writeHead may change the one it is given.
   const headers = outcome.headers
     ? { ...outcome.headers, 'Content-Type': JSON_TYPE, 'Content-Length': length }
     : { 'Content-Type': JSON_TYPE, 'Content-Length': length };
