@@ -122,42 +122,37 @@ describe('SqliteStore under hostile listeners', () => {
   // process's receive once waited for it inside SQLite's busy handler, synchronously, and every timer and
   // request of the process waited with it (measured: a 10 ms timer late by the whole wait). Now the store's
   // connections run with busy_timeout 0 and SQLITE_BUSY is retried on timers up to busyTimeoutMs.
-  test(
-    "a receive waiting for another process's write lock does not freeze this process's event loop",
-    async () => {
-      const { store, path } = await newStore(5_000);
-      const holder = spawn(
-        process.execPath,
-        [
-          '-e',
-          `const D = require('better-sqlite3'); const d = new D(${JSON.stringify(path)});` +
-            "d.exec('BEGIN IMMEDIATE'); process.send('held');" +
-            "setTimeout(() => { d.exec('COMMIT'); process.exit(0); }, 1000);",
-        ],
-        { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] },
+  test("a receive waiting for another process's write lock does not freeze this process's event loop", async () => {
+    const { store, path } = await newStore(5_000);
+    const holder = spawn(
+      process.execPath,
+      [
+        '-e',
+        `const D = require('better-sqlite3'); const d = new D(${JSON.stringify(path)});` +
+          "d.exec('BEGIN IMMEDIATE'); process.send('held');" +
+          "setTimeout(() => { d.exec('COMMIT'); process.exit(0); }, 1000);",
+      ],
+      { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] },
+    );
+    await new Promise((resolve) => holder.once('message', resolve));
+    let last = Date.now();
+    let worstGap = 0;
+    const timer = setInterval(() => {
+      worstGap = Math.max(worstGap, Date.now() - last);
+      last = Date.now();
+    }, 10);
+    await new Promise((resolve) => setTimeout(resolve, 30));
+    try {
+      expect(await store.receive('t1:SUCCESSFUL', { transaction_id: 't1' }, { id: 'l', ms: 1000 })).toBe(
+        true,
       );
-      await new Promise((resolve) => holder.once('message', resolve));
-      let last = Date.now();
-      let worstGap = 0;
-      const timer = setInterval(() => {
-        worstGap = Math.max(worstGap, Date.now() - last);
-        last = Date.now();
-      }, 10);
       await new Promise((resolve) => setTimeout(resolve, 30));
-      try {
-        expect(await store.receive('t1:SUCCESSFUL', { transaction_id: 't1' }, { id: 'l', ms: 1000 })).toBe(
-          true,
-        );
-        await new Promise((resolve) => setTimeout(resolve, 30));
-      } finally {
-        clearInterval(timer);
-        await new Promise((resolve) =>
-          holder.exitCode === null ? holder.once('exit', resolve) : resolve(0),
-        );
-      }
-      expect(worstGap).toBeLessThan(500);
-    },
-  );
+    } finally {
+      clearInterval(timer);
+      await new Promise((resolve) => (holder.exitCode === null ? holder.once('exit', resolve) : resolve(0)));
+    }
+    expect(worstGap).toBeLessThan(500);
+  });
 
   /** Another process that holds the file's write lock until it is sent 'release', then says 'released'. */
   async function lockHolder(path: string) {
@@ -250,7 +245,9 @@ describe('SqliteStore under hostile listeners', () => {
     const { store, database } = await newStore(2_000);
     const { db, insert, rows, finish } = await abandonedWithIterator(store);
 
-    expect(await store.receive('t2:SUCCESSFUL', { transaction_id: 't2' }, { id: 'l2', ms: 60_000 })).toBe(true);
+    expect(await store.receive('t2:SUCCESSFUL', { transaction_id: 't2' }, { id: 'l2', ms: 60_000 })).toBe(
+      true,
+    );
     expect(ledgerRows(database, 't1')).toBe(0);
     // The listener goes on: its iteration, then writes through a statement it prepared and a new one.
     rows.next();
