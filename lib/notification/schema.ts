@@ -167,7 +167,11 @@ const isEmpty = (value: unknown): boolean => value === undefined || value === nu
 function normalise(input: unknown): unknown {
   if (typeof input !== 'object' || input === null) return input;
   const record = input as Record<string, unknown>;
-  const alias = typeof record.state === 'string' ? STATE_ALIASES[record.state] : undefined;
+  // Own keys only: a state named like a property of every object ('constructor') is no alias.
+  const alias =
+    typeof record.state === 'string' && Object.hasOwn(STATE_ALIASES, record.state)
+      ? STATE_ALIASES[record.state]
+      : undefined;
   const keys = Object.keys(record);
   if (
     alias === undefined &&

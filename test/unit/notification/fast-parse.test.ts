@@ -47,7 +47,19 @@ const IDS: unknown[] = [
   null,
   undefined,
 ];
-const STATES: unknown[] = ['SUCCESSFUL', 'FAILED', 'SUCCESS', 'PENDING', 'pending 1', '', 7, null, undefined];
+const STATES: unknown[] = [
+  'SUCCESSFUL',
+  'FAILED',
+  'SUCCESS',
+  'PENDING',
+  'pending 1',
+  'constructor',
+  '__proto__',
+  '',
+  7,
+  null,
+  undefined,
+];
 const FIELDS = [
   'custom_data',
   'amount',

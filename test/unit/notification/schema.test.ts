@@ -260,9 +260,13 @@ describe('ipnNotificationSchema', () => {
       expect(rejectedPaths(successfulPayload({ state: 'S'.repeat(33) }))).toContain('state');
     });
 
-    it.each(['SUCCESSFUL', 'FAILED', 'PENDING', 'PENDING1'])('accepts the state %s unchanged', (state) => {
-      expect(accept(successfulPayload({ state })).state).toBe(state);
-    });
+    // A state named like a property of every object is a state like any other, never an alias.
+    it.each(['SUCCESSFUL', 'FAILED', 'PENDING', 'PENDING1', 'constructor', 'toString', '__proto__'])(
+      'accepts the state %s unchanged',
+      (state) => {
+        expect(accept(successfulPayload({ state })).state).toBe(state);
+      },
+    );
 
     it('accepts a lowercase successful but keeps it lowercase, so it is never SUCCESSFUL', () => {
       const notification = accept(successfulPayload({ state: 'successful' }));
