@@ -278,14 +278,14 @@ export function explainPostgres(error: unknown): string | undefined {
 }
 
 /** The error a failed commit rejects with: the driver's error as cause, its meaning in words when known. */
-function asCommitFailure(key: string, error: unknown): unknown {
+export function asCommitFailure(key: string, error: unknown): unknown {
   if (error instanceof IpnKitError) return error;
   const why = explainPostgres(error) ?? messageOf(error);
   return new DeliveryError(`the delivery transaction of ${key} did not commit: ${why}`, { cause: error });
 }
 
 /** The text of a query's first argument: a string, or a config's (or submittable's) `text`. */
-function textOf(first: unknown): string | undefined {
+export function textOf(first: unknown): string | undefined {
   if (typeof first === 'string') return first;
   const text: unknown = typeof first === 'object' && first !== null ? Reflect.get(first, 'text') : undefined;
   return typeof text === 'string' ? text : undefined;
@@ -342,7 +342,7 @@ export function asSavepoint(
 }
 
 /** A refusal for a transaction statement sent as a submittable (a `pg` `Query` object). */
-function submittableRefusal(key: string): DeliveryError {
+export function submittableRefusal(key: string): DeliveryError {
   return new DeliveryError(
     `a listener sent a transaction statement as a submittable query through db (delivery transaction of ${key}): send it as text`,
   );
@@ -441,7 +441,7 @@ export function splitStatements(text: string, backslashes = false): string[] {
  * the pool, a failed `BEGIN`): a `StoreError` whose cause is the driver's. A refusal (the attempt ended) and
  * a wrong pool (`TypeError`, a programmer error) are passed on as they are.
  */
-function asOpenFailure(key: string, error: unknown): unknown {
+export function asOpenFailure(key: string, error: unknown): unknown {
   if (error instanceof IpnKitError || error instanceof TypeError) return error;
   return new StoreError(
     `could not open the delivery transaction of ${key}: ${messageOf(error)} (is the pool exhausted, or the ` +
@@ -451,7 +451,7 @@ function asOpenFailure(key: string, error: unknown): unknown {
 }
 
 /** `on` or `removeListener` of an event emitter, as a pool's client has them. */
-type Listening = (this: unknown, event: string, listener: (error: unknown) => void) => unknown;
+export type Listening = (this: unknown, event: string, listener: (error: unknown) => void) => unknown;
 
 /**
  * Runs a query on the client `started` resolves (once BEGIN has answered and the previous query of the
@@ -462,7 +462,7 @@ type Listening = (this: unknown, event: string, listener: (error: unknown) => vo
  * callback getting the refusal; the submittable itself (a cursor, a stream), told through `handleError`.
  * `done` settles when the query has.
  */
-function inTurn<C>(
+export function inTurn<C>(
   started: Promise<C>,
   queryOf: ((client: C) => (...args: unknown[]) => unknown) | undefined,
   args: unknown[],
