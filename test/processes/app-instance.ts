@@ -38,11 +38,23 @@ interface InstanceConfig {
   crash?: { point: CrashPoint; nth: number; log: string };
   leaseMs?: number;
   recoveryIntervalMs?: number;
+  /** PostgresStore's `groupDeliveries`. */
+  groupDeliveries?: boolean | { size?: number; lanes?: number };
 }
 
 /** Where a delivery can be cut: around the listener's write, and around the transaction's COMMIT. */
 export type CrashPoint =
-  'before-write' | 'during-write' | 'after-write' | 'before-commit' | 'commit-sent' | 'after-commit';
+  | 'before-write'
+  | 'during-write'
+  | 'after-write'
+  | 'before-commit'
+  | 'commit-sent'
+  | 'after-commit'
+  // Between two members of a group transaction: a member's mark (with its savepoint released and set again
+  // for the next one) about to be sent, sent, answered.
+  | 'before-member-mark'
+  | 'member-mark-sent'
+  | 'after-member-mark';
 
 const config = JSON.parse(process.env.INSTANCE ?? '{}') as InstanceConfig;
 const send = (message: unknown) => process.send?.(message);
@@ -139,6 +151,19 @@ async function main(): Promise<void> {
       const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
       Object.assign(client, {
         query: (...args: unknown[]) => {
+          if (
+            typeof args[0] === 'string' &&
+            args[0].endsWith('SAVEPOINT ipn_kit_group') &&
+            args[0].includes('RELEASE')
+          ) {
+            maybeCrash('before-member-mark');
+            const marking = query(...args);
+            setImmediate(() => maybeCrash('member-mark-sent'));
+            return marking.then((result) => {
+              maybeCrash('after-member-mark');
+              return result;
+            });
+          }
           if (typeof args[0] !== 'string' || !/\bCOMMIT$/.test(args[0])) return query(...args);
           maybeCrash('before-commit');
           const committing = query(...args);
@@ -159,7 +184,11 @@ async function main(): Promise<void> {
     await client.connect();
     store = new RedisStore({ client, prefix: config.namespace });
   } else {
-    store = new PostgresStore({ pool, table: config.namespace });
+    store = new PostgresStore({
+      pool,
+      table: config.namespace,
+      ...(config.groupDeliveries === undefined ? {} : { groupDeliveries: config.groupDeliveries }),
+    });
   }
   const ipn = ipnRouter({
     store,
