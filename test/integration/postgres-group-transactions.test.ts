@@ -221,6 +221,26 @@ describeWithService('PostgreSQL', 'group transactions: PostgresStore groupDelive
     await creditedOnce(payments);
   });
 
+  test('a query that does not answer (pg_sleep) does not hold its group: past half of storeTimeoutMs its backend is ended, the others run again alone, and so does it', async () => {
+    const { pool } = faultyPool();
+    const ipn = router(pool, { storeTimeoutMs: 600 });
+    let runs = 0;
+    let sleeper: string | undefined;
+    together(ipn, async (n, db) => {
+      runs += 1;
+      await credit(n, db);
+      if (runs === 2) {
+        sleeper = n.transaction_id;
+        await db.query('SELECT pg_sleep(25)'); // far past this test's time: only ending its backend frees the group
+      }
+    });
+    const { post } = await serve(ipn);
+    const payments = await payAll(post);
+    await creditedOnce(payments);
+    expect(sleeper).toBeDefined();
+    for (const payment of payments) expect((await entryOf(keyOf(payment)))?.attempts).toBe(1);
+  });
+
   test('a slow listener does not hold its group: past half of storeTimeoutMs it is taken out, the others commit, and it runs again alone', async () => {
     const { pool } = faultyPool();
     const ipn = router(pool, { storeTimeoutMs: 600 });

@@ -218,6 +218,20 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
     return lane;
   }
 
+  /**
+   * A statement still running on a lane given up keeps running in PostgreSQL once its socket is closed (it
+   * notices only when it answers), holding the row locks of the group's marks, which the members' runs alone
+   * then wait for: its backend is ended through another connection of the pool (best effort: a role that
+   * may not end it leaves the statement to finish).
+   */
+  function stopBackend(client: PgPoolClient | undefined): void {
+    const pid: unknown = client === undefined ? undefined : Reflect.get(client, 'processID');
+    const query: unknown = Reflect.get(pool, 'query');
+    if (typeof pid !== 'number' || typeof query !== 'function') return;
+    const ended = Reflect.apply(query, pool, ['SELECT pg_terminate_backend($1)', [pid]]) as unknown;
+    if (ended instanceof Promise) ended.catch(() => {});
+  }
+
   /** Ends the lane: gives its client back, or closes it (which rolls back whatever is open). */
   function endLane(lane: Lane, destroy: boolean): void {
     lane.state = 'ended';
@@ -236,9 +250,10 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
    * The lane's transaction broke before its COMMIT was sent: its connection is closed (PostgreSQL rolls it
    * back), and every member still in it is given up, to run again alone.
    */
-  function breakLane(lane: Lane, cause: unknown): void {
+  function breakLane(lane: Lane, cause: unknown, running = false): void {
     if (lane.state === 'ended') return;
     lane.broken ??= cause;
+    if (running) stopBackend(lane.client);
     const marked = lane.marked.splice(0);
     const holder = lane.holder;
     lane.holder = undefined;
@@ -332,6 +347,12 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
       lane.closing = true;
       const holder = lane.holder;
       if (lane.state !== 'open' || holder === undefined || holder.marking) return;
+      if (holder.state === 'ended') {
+        // Rolling back, behind a query of its own that has not answered: the group cannot wait for it.
+        if (holder.inFlight > 0)
+          breakLane(lane, new DeliveryError(`a query of ${holder.key} held its group`), true);
+        return;
+      }
       if (holder.state !== 'turn' && holder.state !== 'committing') return;
       holder.alone = true;
       holder.state = 'ended'; // every query from now on is refused
@@ -339,6 +360,7 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
         breakLane(
           lane,
           new DeliveryError(`the delivery of ${holder.key} held its group past ${limits.holdMs()} ms`),
+          true,
         );
         return;
       }
@@ -570,6 +592,7 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
           case 'waiting':
             member.state = 'ended';
             waiting.splice(waiting.indexOf(member), 1);
+            member.grant?.reject(refused()); // its queries still waiting for a turn are refused
             return;
           case 'turn': {
             member.state = 'ended'; // every query from now on is refused
@@ -581,7 +604,7 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
             if (!opened || lane.state !== 'open' || lane.holder !== member) return;
             if (listeners === undefined) await member.queue;
             // Abandoned with a query still running: the group cannot wait for it.
-            else if (member.inFlight > 0) return breakLane(lane, refused());
+            else if (member.inFlight > 0) return breakLane(lane, refused(), true);
             if (await undoTurn(lane)) passTurn(lane);
           }
         }
