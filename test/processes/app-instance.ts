@@ -69,6 +69,24 @@ function maybeCrash(point: CrashPoint): void {
   process.kill(process.pid, 'SIGKILL');
 }
 
+const COMMIT_POINTS: [CrashPoint, CrashPoint, CrashPoint] = ['before-commit', 'commit-sent', 'after-commit'];
+const MEMBER_MARK_POINTS: [CrashPoint, CrashPoint, CrashPoint] = [
+  'before-member-mark',
+  'member-mark-sent',
+  'after-member-mark',
+];
+
+/** Sends a statement, killed (as planned) before it is sent, once it is sent, or once it is answered. */
+function cutAround<T>(send: () => Promise<T>, [before, sent, after]: [CrashPoint, CrashPoint, CrashPoint]) {
+  maybeCrash(before);
+  const sending = send();
+  setImmediate(() => maybeCrash(sent));
+  return sending.then((result) => {
+    maybeCrash(after);
+    return result;
+  });
+}
+
 /** An instance over MySQL (MYSQL_URL): its listeners write the ledger through the delivery's `db`. */
 function mysqlMain(): void {
   const pool = createPool({ uri: process.env.MYSQL_URL, connectionLimit: 6 });
@@ -123,13 +141,7 @@ function cutMysqlCommits(pool: ReturnType<typeof createPool>): void {
           if (text === 'ROLLBACK') wrote = false;
           if (text !== 'COMMIT' || !wrote) return query(...args);
           wrote = false;
-          maybeCrash('before-commit');
-          const committing = query(...args);
-          setImmediate(() => maybeCrash('commit-sent'));
-          return committing.then((result) => {
-            maybeCrash('after-commit');
-            return result;
-          });
+          return cutAround(() => query(...args), COMMIT_POINTS);
         },
       });
       return connection;
@@ -151,27 +163,13 @@ async function main(): Promise<void> {
       const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
       Object.assign(client, {
         query: (...args: unknown[]) => {
-          if (
-            typeof args[0] === 'string' &&
-            args[0].endsWith('SAVEPOINT ipn_kit_group') &&
-            args[0].includes('RELEASE')
-          ) {
-            maybeCrash('before-member-mark');
-            const marking = query(...args);
-            setImmediate(() => maybeCrash('member-mark-sent'));
-            return marking.then((result) => {
-              maybeCrash('after-member-mark');
-              return result;
-            });
+          const text = typeof args[0] === 'string' ? args[0] : '';
+          // A group member's mark: its savepoint released and set again for the next member.
+          if (text.endsWith('SAVEPOINT ipn_kit_group') && text.includes('RELEASE')) {
+            return cutAround(() => query(...args), MEMBER_MARK_POINTS);
           }
-          if (typeof args[0] !== 'string' || !/\bCOMMIT$/.test(args[0])) return query(...args);
-          maybeCrash('before-commit');
-          const committing = query(...args);
-          setImmediate(() => maybeCrash('commit-sent'));
-          return committing.then((result) => {
-            maybeCrash('after-commit');
-            return result;
-          });
+          if (!/\bCOMMIT$/.test(text)) return query(...args);
+          return cutAround(() => query(...args), COMMIT_POINTS);
         },
       });
     });

@@ -4,10 +4,9 @@ import type { DeliveryTransaction } from '../store.js';
 import {
   asCommitFailure,
   asOpenFailure,
-  asSavepoint,
+  insideTransaction,
   inTurn,
-  submittableRefusal,
-  textOf,
+  standIn,
   type Listening,
   type PgPoolClient,
 } from './postgres-transaction.js';
@@ -470,12 +469,9 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
       (member.state !== 'turn' && member.state !== 'committing') || member.lane?.broken !== undefined;
     /** A listener's statement as it runs inside the member's savepoint (see `asSavepoint`). */
     const inside = (args: unknown[]): unknown[] => {
-      const mapped = asSavepoint(textOf(args[0]), member.depth, key);
-      if (mapped === undefined) return args;
-      if (typeof Reflect.get(Object(args[0]), 'submit') === 'function') throw submittableRefusal(key);
+      const mapped = insideTransaction(args, member.depth, key);
       member.depth = mapped.depth;
-      if (typeof args[0] === 'string') return [mapped.text, ...args.slice(1)];
-      return [{ ...(args[0] as object), text: mapped.text }, ...args.slice(1)];
+      return mapped.args;
     };
     /** Sends a query on the lane's client, unless the turn ended meanwhile (then refused, in its form). */
     const send =
@@ -499,10 +495,7 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
         member.inFlight += 1;
         return (client.query as (...a: unknown[]) => unknown)(...args);
       };
-    const stand = Object.create(
-      typeof Client === 'function' ? (Client.prototype as object | null) : Object.prototype,
-    ) as object;
-    const db = new Proxy(stand, {
+    const db = new Proxy(standIn(Client), {
       get(target, property) {
         if (property === 'release') return () => {};
         if (property === 'query') {

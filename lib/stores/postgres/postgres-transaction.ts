@@ -135,19 +135,11 @@ export function openTransaction(
   };
   /** A listener's statement as it runs inside the delivery's transaction (see {@link asSavepoint}). */
   const inside = (args: unknown[]): unknown[] => {
-    const mapped = asSavepoint(textOf(args[0]), savepoints, key);
-    if (mapped === undefined) return args;
-    // Refused before the depth changes: a savepoint that is never sent must not be released later.
-    if (typeof Reflect.get(Object(args[0]), 'submit') === 'function') throw submittableRefusal(key);
+    const mapped = insideTransaction(args, savepoints, key);
     savepoints = mapped.depth;
-    if (typeof args[0] === 'string') return [mapped.text, ...args.slice(1)];
-    return [{ ...(args[0] as object), text: mapped.text }, ...args.slice(1)];
+    return mapped.args;
   };
-  const Client = Reflect.get(pool, 'Client') as unknown;
-  const stand = Object.create(
-    typeof Client === 'function' ? (Client.prototype as object | null) : Object.prototype,
-  ) as object;
-  const db = new Proxy(stand, {
+  const db = new Proxy(standIn(Reflect.get(pool, 'Client')), {
     get(target, property) {
       if (property === 'release') return () => {};
       if (property === 'query') {
@@ -254,6 +246,31 @@ export function openTransaction(
   };
 }
 
+/**
+ * A listener's query arguments as they run inside a delivery's transaction, `depth` savepoints of its own
+ * open (see {@link asSavepoint}): the same arguments, or the mapped statement in their place; and the depth
+ * after it. Throws the refusal of a statement that cannot run there.
+ */
+export function insideTransaction(
+  args: unknown[],
+  depth: number,
+  key: string,
+): { args: unknown[]; depth: number } {
+  const mapped = asSavepoint(textOf(args[0]), depth, key);
+  if (mapped === undefined) return { args, depth };
+  // Refused before the depth changes: a savepoint that is never sent must not be released later.
+  if (typeof Reflect.get(Object(args[0]), 'submit') === 'function') throw submittableRefusal(key);
+  const first = typeof args[0] === 'string' ? mapped.text : { ...(args[0] as object), text: mapped.text };
+  return { args: [first, ...args.slice(1)], depth: mapped.depth };
+}
+
+/** What `db` is before its first query: an object of the pool's client class (`db instanceof Client`). */
+export function standIn(Client: unknown): object {
+  return Object.create(
+    typeof Client === 'function' ? (Client.prototype as object | null) : Object.prototype,
+  ) as object;
+}
+
 /** PostgreSQL's in_failed_sql_transaction: a statement of the transaction failed before. */
 const IN_FAILED_TRANSACTION = '25P02';
 
@@ -285,7 +302,7 @@ export function asCommitFailure(key: string, error: unknown): unknown {
 }
 
 /** The text of a query's first argument: a string, or a config's (or submittable's) `text`. */
-export function textOf(first: unknown): string | undefined {
+function textOf(first: unknown): string | undefined {
   if (typeof first === 'string') return first;
   const text: unknown = typeof first === 'object' && first !== null ? Reflect.get(first, 'text') : undefined;
   return typeof text === 'string' ? text : undefined;
@@ -342,7 +359,7 @@ export function asSavepoint(
 }
 
 /** A refusal for a transaction statement sent as a submittable (a `pg` `Query` object). */
-export function submittableRefusal(key: string): DeliveryError {
+function submittableRefusal(key: string): DeliveryError {
   return new DeliveryError(
     `a listener sent a transaction statement as a submittable query through db (delivery transaction of ${key}): send it as text`,
   );
