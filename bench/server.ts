@@ -82,12 +82,14 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
       });
     case 'postgres':
     case 'postgres-ledger':
+    case 'postgres-ledger-grouped':
     case 'postgres-drizzle': {
       const pool = postgresPool();
       if (variant === 'postgres-drizzle') return mounted(counted(drizzleLedger(pool)));
-      const store = new PostgresStore({ pool, table: config.table });
+      const groupDeliveries = variant === 'postgres-ledger-grouped';
+      const store = new PostgresStore({ pool, table: config.table, groupDeliveries });
       const ipn = ipnRouter({ store, delivery: 'at-least-once' });
-      if (variant === 'postgres-ledger') {
+      if (variant === 'postgres-ledger' || groupDeliveries) {
         // The documented exactly-once listener: its write commits with the delivered mark.
         const insert = `INSERT INTO "${config.table}_ledger" (transaction_id, order_id, amount) VALUES ($1, $2, $3)`;
         ipn.on('successful', async (n, { db }) => {

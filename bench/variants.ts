@@ -6,6 +6,7 @@ export const VARIANTS = [
   'redis',
   'postgres',
   'postgres-ledger',
+  'postgres-ledger-grouped',
   'postgres-drizzle',
   'handwritten-ledger',
   'mysql',
@@ -39,6 +40,11 @@ export const VARIANT_INFO: Record<Variant, { label: string; needs?: ServiceName;
   },
   'postgres-ledger': {
     label: 'the same, listener inserts a ledger row through db (exactly once)',
+    needs: 'PostgreSQL',
+    reference: 'handwritten-ledger',
+  },
+  'postgres-ledger-grouped': {
+    label: 'the same with groupDeliveries: true (deliveries due together share one transaction)',
     needs: 'PostgreSQL',
     reference: 'handwritten-ledger',
   },

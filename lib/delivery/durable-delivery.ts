@@ -72,10 +72,18 @@ export function createDurableDelivery<C>(
     return { kind: 'delivered' };
   }
 
-  /** Verifies, then (in the store's transaction, when it opens one) emits to every listener. */
-  async function attempt(n: IpnNotification, context: Context, tx: TransactionHolder): Promise<Attempt> {
+  /**
+   * Verifies (unless `verified`: a run again of a confirmed attempt), then (in the store's transaction, when
+   * it opens one) emits to every listener.
+   */
+  async function attempt(
+    n: IpnNotification,
+    context: Context,
+    tx: TransactionHolder,
+    verified: boolean,
+  ): Promise<Attempt> {
     const attempts = context.attempt;
-    if (options.verify) {
+    if (options.verify && !verified) {
       // No answer older than this attempt condemns it; a not-found is believed from the second attempt on.
       const now = monotonicNow();
       const verdict = await verifyNotification(options.verify, n, {
@@ -115,9 +123,33 @@ export function createDurableDelivery<C>(
     driver: Driver,
   ): Promise<Outcome> {
     metrics?.attempt();
-    const tx = holdTransaction(inbox, key, leaseId, (pending) => timed(pending, 'begin', key));
+    try {
+      const first = await run(key, n, leaseId, attempts, false);
+      let concluded = await conclude(key, first.result, first.tx, first.abandoned);
+      if (concluded.kind === 'failed' && first.tx.current()?.retryAlone === true) {
+        // Its group's transaction gave it up through no fault of its own, and it did not land: once more,
+        // at once, in a transaction of its own (not a failed attempt).
+        const again = await run(key, n, leaseId, attempts, true);
+        concluded = await conclude(key, again.result, again.tx, again.abandoned);
+      }
+      return await settle(key, n, leaseId, attempts, driver, concluded);
+    } catch (cause) {
+      // The entry is still in the inbox (every write above changes it in one step, none deletes a
+      // notification still to deliver): its lease runs out and it is taken up again. At least once.
+      const message = `the store failed to record the delivery of ${key}: ${messageOf(cause)}`;
+      report(new StoreError(message, { cause }), n);
+      return 'other';
+    }
+  }
+
+  /**
+   * Runs the attempt (verification unless `alone`, then the listeners within 90% of `leaseMs`), in a
+   * transaction of its own when `alone`: what it came to, and its transaction. Never rejects.
+   */
+  async function run(key: string, n: IpnNotification, leaseId: string, attempts: number, alone: boolean) {
+    const tx = holdTransaction(inbox, key, leaseId, (pending) => timed(pending, 'begin', key), alone);
     const ms = Math.floor(options.leaseMs * 0.9);
-    const running = attempt(n, { key, attempt: attempts }, tx);
+    const running = attempt(n, { key, attempt: attempts }, tx, alone);
     let result: Attempt;
     let abandoned: Promise<unknown> | undefined; // the listeners may still be running: settles when they have
     try {
@@ -129,16 +161,7 @@ export function createDurableDelivery<C>(
       result = { kind: 'failed', error: failure };
       abandoned = running.catch(() => {});
     }
-    try {
-      const concluded = await conclude(key, result, tx, abandoned);
-      return await settle(key, n, leaseId, attempts, driver, concluded);
-    } catch (cause) {
-      // The entry is still in the inbox (every write above changes it in one step, none deletes a
-      // notification still to deliver): its lease runs out and it is taken up again. At least once.
-      const message = `the store failed to record the delivery of ${key}: ${messageOf(cause)}`;
-      report(new StoreError(message, { cause }), n);
-      return 'other';
-    }
+    return { result, tx, abandoned };
   }
 
   /**
@@ -405,13 +428,14 @@ function holdTransaction(
   key: string,
   leaseId: string,
   bound: <T>(pending: Promise<T>) => Promise<T>,
+  alone: boolean,
 ): TransactionHolder {
   let tx: DeliveryTransaction | undefined;
   let ended = false;
   return {
     leaseId,
     async open() {
-      const pending = inbox.begin?.(key, leaseId);
+      const pending = alone ? inbox.begin?.(key, leaseId, { alone }) : inbox.begin?.(key, leaseId);
       if (pending === undefined) return undefined;
       // One that opens after the attempt ended (its begin timed out, or the listeners' time ran out) is
       // rolled back at once: no connection stays held by an attempt nobody waits for.

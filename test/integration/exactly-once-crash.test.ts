@@ -1,17 +1,15 @@
 import { Pool } from 'pg';
 import { PostgresStore } from '../../lib/postgres.js';
-import { describeCrashLedger } from '../helpers/crash-ledger.js';
+import { describeCrashLedger, type CrashDatabase } from '../helpers/crash-ledger.js';
 import { databaseUrl } from '../helpers/services.js';
 
 // Each process start costs a second or two of CPU on a shared 2-core machine: a dozen kills in all.
 jest.setTimeout(180_000);
 
-describeCrashLedger({
+const backend = {
   service: 'PostgreSQL',
-  name: 'exactly once on the ledger across SIGKILLs',
   store: 'postgres',
-  prefix: 'crash',
-  async open(table, ledger) {
+  async open(table: string, ledger: string): Promise<CrashDatabase> {
     const pool = new Pool({ connectionString: databaseUrl(), max: 2 });
     await new PostgresStore({ pool, table }).migrate();
     await pool.query(`CREATE TABLE ${ledger} (transaction_id text NOT NULL, amount numeric)`);
@@ -34,5 +32,22 @@ describeCrashLedger({
         await pool.end();
       },
     };
+  },
+} as const;
+
+describeCrashLedger({ ...backend, name: 'exactly once on the ledger across SIGKILLs', prefix: 'crash' });
+
+// Group transactions: one lane, so that the deliveries due together share it; payments in bursts of 4; also
+// killed between two members of a group (a member's mark, with its savepoint released and set again for the
+// next one: before it is sent, once sent, once answered), which only groups of two or more reach.
+describeCrashLedger({
+  ...backend,
+  name: 'exactly once on the ledger across SIGKILLs, group transactions',
+  prefix: 'crashgroup',
+  variant: {
+    instance: { groupDeliveries: { lanes: 1, size: 8 } },
+    points: ['before-member-mark', 'member-mark-sent', 'after-member-mark'],
+    burst: 4,
+    maxPayments: 200,
   },
 });

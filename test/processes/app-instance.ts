@@ -38,11 +38,23 @@ interface InstanceConfig {
   crash?: { point: CrashPoint; nth: number; log: string };
   leaseMs?: number;
   recoveryIntervalMs?: number;
+  /** PostgresStore's `groupDeliveries`. */
+  groupDeliveries?: boolean | { size?: number; lanes?: number };
 }
 
 /** Where a delivery can be cut: around the listener's write, and around the transaction's COMMIT. */
 export type CrashPoint =
-  'before-write' | 'during-write' | 'after-write' | 'before-commit' | 'commit-sent' | 'after-commit';
+  | 'before-write'
+  | 'during-write'
+  | 'after-write'
+  | 'before-commit'
+  | 'commit-sent'
+  | 'after-commit'
+  // Between two members of a group transaction: a member's mark (with its savepoint released and set again
+  // for the next one) about to be sent, sent, answered.
+  | 'before-member-mark'
+  | 'member-mark-sent'
+  | 'after-member-mark';
 
 const config = JSON.parse(process.env.INSTANCE ?? '{}') as InstanceConfig;
 const send = (message: unknown) => process.send?.(message);
@@ -55,6 +67,24 @@ function maybeCrash(point: CrashPoint): void {
   if (config.crash?.point !== point || config.crash.nth !== count) return;
   appendFileSync(config.crash.log, `${point}\n`);
   process.kill(process.pid, 'SIGKILL');
+}
+
+const COMMIT_POINTS: [CrashPoint, CrashPoint, CrashPoint] = ['before-commit', 'commit-sent', 'after-commit'];
+const MEMBER_MARK_POINTS: [CrashPoint, CrashPoint, CrashPoint] = [
+  'before-member-mark',
+  'member-mark-sent',
+  'after-member-mark',
+];
+
+/** Sends a statement, killed (as planned) before it is sent, once it is sent, or once it is answered. */
+function cutAround<T>(send: () => Promise<T>, [before, sent, after]: [CrashPoint, CrashPoint, CrashPoint]) {
+  maybeCrash(before);
+  const sending = send();
+  setImmediate(() => maybeCrash(sent));
+  return sending.then((result) => {
+    maybeCrash(after);
+    return result;
+  });
 }
 
 /** An instance over MySQL (MYSQL_URL): its listeners write the ledger through the delivery's `db`. */
@@ -111,13 +141,7 @@ function cutMysqlCommits(pool: ReturnType<typeof createPool>): void {
           if (text === 'ROLLBACK') wrote = false;
           if (text !== 'COMMIT' || !wrote) return query(...args);
           wrote = false;
-          maybeCrash('before-commit');
-          const committing = query(...args);
-          setImmediate(() => maybeCrash('commit-sent'));
-          return committing.then((result) => {
-            maybeCrash('after-commit');
-            return result;
-          });
+          return cutAround(() => query(...args), COMMIT_POINTS);
         },
       });
       return connection;
@@ -139,14 +163,13 @@ async function main(): Promise<void> {
       const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
       Object.assign(client, {
         query: (...args: unknown[]) => {
-          if (typeof args[0] !== 'string' || !/\bCOMMIT$/.test(args[0])) return query(...args);
-          maybeCrash('before-commit');
-          const committing = query(...args);
-          setImmediate(() => maybeCrash('commit-sent'));
-          return committing.then((result) => {
-            maybeCrash('after-commit');
-            return result;
-          });
+          const text = typeof args[0] === 'string' ? args[0] : '';
+          // A group member's mark: its savepoint released and set again for the next member.
+          if (text.endsWith('SAVEPOINT ipn_kit_group') && text.includes('RELEASE')) {
+            return cutAround(() => query(...args), MEMBER_MARK_POINTS);
+          }
+          if (!/\bCOMMIT$/.test(text)) return query(...args);
+          return cutAround(() => query(...args), COMMIT_POINTS);
         },
       });
     });
@@ -159,7 +182,11 @@ async function main(): Promise<void> {
     await client.connect();
     store = new RedisStore({ client, prefix: config.namespace });
   } else {
-    store = new PostgresStore({ pool, table: config.namespace });
+    store = new PostgresStore({
+      pool,
+      table: config.namespace,
+      ...(config.groupDeliveries === undefined ? {} : { groupDeliveries: config.groupDeliveries }),
+    });
   }
   const ipn = ipnRouter({
     store,

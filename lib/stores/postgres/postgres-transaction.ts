@@ -135,19 +135,11 @@ export function openTransaction(
   };
   /** A listener's statement as it runs inside the delivery's transaction (see {@link asSavepoint}). */
   const inside = (args: unknown[]): unknown[] => {
-    const mapped = asSavepoint(textOf(args[0]), savepoints, key);
-    if (mapped === undefined) return args;
-    // Refused before the depth changes: a savepoint that is never sent must not be released later.
-    if (typeof Reflect.get(Object(args[0]), 'submit') === 'function') throw submittableRefusal(key);
+    const mapped = insideTransaction(args, savepoints, key);
     savepoints = mapped.depth;
-    if (typeof args[0] === 'string') return [mapped.text, ...args.slice(1)];
-    return [{ ...(args[0] as object), text: mapped.text }, ...args.slice(1)];
+    return mapped.args;
   };
-  const Client = Reflect.get(pool, 'Client') as unknown;
-  const stand = Object.create(
-    typeof Client === 'function' ? (Client.prototype as object | null) : Object.prototype,
-  ) as object;
-  const db = new Proxy(stand, {
+  const db = new Proxy(standIn(Reflect.get(pool, 'Client')), {
     get(target, property) {
       if (property === 'release') return () => {};
       if (property === 'query') {
@@ -254,6 +246,31 @@ export function openTransaction(
   };
 }
 
+/**
+ * A listener's query arguments as they run inside a delivery's transaction, `depth` savepoints of its own
+ * open (see {@link asSavepoint}): the same arguments, or the mapped statement in their place; and the depth
+ * after it. Throws the refusal of a statement that cannot run there.
+ */
+export function insideTransaction(
+  args: unknown[],
+  depth: number,
+  key: string,
+): { args: unknown[]; depth: number } {
+  const mapped = asSavepoint(textOf(args[0]), depth, key);
+  if (mapped === undefined) return { args, depth };
+  // Refused before the depth changes: a savepoint that is never sent must not be released later.
+  if (typeof Reflect.get(Object(args[0]), 'submit') === 'function') throw submittableRefusal(key);
+  const first = typeof args[0] === 'string' ? mapped.text : { ...(args[0] as object), text: mapped.text };
+  return { args: [first, ...args.slice(1)], depth: mapped.depth };
+}
+
+/** What `db` is before its first query: an object of the pool's client class (`db instanceof Client`). */
+export function standIn(Client: unknown): object {
+  return Object.create(
+    typeof Client === 'function' ? (Client.prototype as object | null) : Object.prototype,
+  ) as object;
+}
+
 /** PostgreSQL's in_failed_sql_transaction: a statement of the transaction failed before. */
 const IN_FAILED_TRANSACTION = '25P02';
 
@@ -278,7 +295,7 @@ export function explainPostgres(error: unknown): string | undefined {
 }
 
 /** The error a failed commit rejects with: the driver's error as cause, its meaning in words when known. */
-function asCommitFailure(key: string, error: unknown): unknown {
+export function asCommitFailure(key: string, error: unknown): unknown {
   if (error instanceof IpnKitError) return error;
   const why = explainPostgres(error) ?? messageOf(error);
   return new DeliveryError(`the delivery transaction of ${key} did not commit: ${why}`, { cause: error });
@@ -441,7 +458,7 @@ export function splitStatements(text: string, backslashes = false): string[] {
  * the pool, a failed `BEGIN`): a `StoreError` whose cause is the driver's. A refusal (the attempt ended) and
  * a wrong pool (`TypeError`, a programmer error) are passed on as they are.
  */
-function asOpenFailure(key: string, error: unknown): unknown {
+export function asOpenFailure(key: string, error: unknown): unknown {
   if (error instanceof IpnKitError || error instanceof TypeError) return error;
   return new StoreError(
     `could not open the delivery transaction of ${key}: ${messageOf(error)} (is the pool exhausted, or the ` +
@@ -451,7 +468,7 @@ function asOpenFailure(key: string, error: unknown): unknown {
 }
 
 /** `on` or `removeListener` of an event emitter, as a pool's client has them. */
-type Listening = (this: unknown, event: string, listener: (error: unknown) => void) => unknown;
+export type Listening = (this: unknown, event: string, listener: (error: unknown) => void) => unknown;
 
 /**
  * Runs a query on the client `started` resolves (once BEGIN has answered and the previous query of the
@@ -462,7 +479,7 @@ type Listening = (this: unknown, event: string, listener: (error: unknown) => vo
  * callback getting the refusal; the submittable itself (a cursor, a stream), told through `handleError`.
  * `done` settles when the query has.
  */
-function inTurn<C>(
+export function inTurn<C>(
   started: Promise<C>,
   queryOf: ((client: C) => (...args: unknown[]) => unknown) | undefined,
   args: unknown[],
