@@ -156,7 +156,7 @@ function progress(variant: Variant, round: number, settings: Settings, measureme
   const where = `round ${round}/${settings.rounds}  ${variant.padEnd(18)}`;
   const { result, stats, error } = measurement;
   if (!result) return `${where}  FAILED: ${error}`;
-  let line = `${where}  ${Math.round(result.rps).toLocaleString('en-US').padStart(7)} req/s  p50 ${result.p50.toFixed(2)} ms  p99 ${result.p99.toFixed(2)} ms  non-2xx ${result.non2xx}`;
+  let line = `${where}  ${Math.round(result.rps).toLocaleString('en-US').padStart(7)} req/s  p50 ${fixed(result.p50)} ms  p99 ${fixed(result.p99)} ms  non-2xx ${result.non2xx}`;
   const cpu = stats ? stats.cpuMicros / (result.responses + result.warmupResponses) : Number.NaN;
   line += `  CPU ${cpu.toFixed(0)} µs/req`;
   const served = result.responses + result.warmupResponses;
@@ -297,3 +297,8 @@ main().then(
     process.exit(1);
   },
 );
+
+/** A latency to two places, or '-' for a round that got no answer (its latencies are NaN, or null once read back). */
+function fixed(ms: number | null): string {
+  return typeof ms === 'number' && Number.isFinite(ms) ? ms.toFixed(2) : '-';
+}

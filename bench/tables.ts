@@ -38,8 +38,8 @@ export function rows(runs: VariantRun[], aggregates: Map<VariantRun, Aggregate |
     return [
       name,
       integer(found.rps),
-      found.p50.toFixed(2),
-      found.p99.toFixed(2),
+      Number.isFinite(found.p50) ? found.p50.toFixed(2) : '-',
+      Number.isFinite(found.p99) ? found.p99.toFixed(2) : '-',
       String(found.non2xx),
       String(found.errors),
       found.ratio === null ? '-' : `${found.ratio.toFixed(2)}x`,
