@@ -2,6 +2,9 @@ import { DeliveryError, messageOf, StoreError } from '../shared/errors.js';
 import type { DeliveryTransaction, TransactionState } from './store.js';
 import type { Statement, StatementResult, Transactions } from './transactions.js';
 
+/** Runs one statement in the delivery's transaction (through the ORM's `tx`). */
+export type Run = (statement: Statement) => Promise<StatementResult>;
+
 /** What ends the ORM's transaction callback: commit (after the mark), or roll back. */
 type Decision = { commit: boolean };
 
@@ -31,20 +34,21 @@ class LeaseLost extends DeliveryError {
  * PostgreSQL's aborted transaction); `undefined` keeps the ORM's message. `outcome` reads what the mark
  * came to (by default: one row changed, delivered; none, the lease was lost); it throws when the mark says
  * something is wrong that a lost lease would hide, and the ORM rolls back. `opening`, when given, runs in
- * the transaction before the listeners do, and `mark` may be made from what it returned: how a dialect
- * tells, at the mark, that a listener ended the transaction through `tx` (a raw `ROLLBACK`), after which
- * the mark would otherwise run on its own and commit `delivered` with no ledger row.
+ * the transaction before the listeners do (a statement, or statements through `run`), and `mark` may be
+ * made from what it returned, running statements of its own first: how a dialect tells, at the mark, that a
+ * listener ended the transaction through `tx` (a raw `ROLLBACK`), after which the mark would otherwise run
+ * on its own and commit `delivered` with no ledger row. A `mark` that throws rolls back.
  *
  * Resolves once the ORM has opened the transaction; rejects (a `StoreError`) when it could not.
  */
 export async function openOrmTransaction<Tx>(
   transactions: Transactions<Tx>,
   key: string,
-  mark: Statement | ((opened: StatementResult) => Statement),
+  mark: Statement | ((opened: StatementResult, run: Run) => Statement | Promise<Statement>),
   explain: (error: unknown) => string | undefined = () => undefined,
   outcome: (result: StatementResult) => 'delivered' | 'lost' = ({ count }) =>
     count === 1 ? 'delivered' : 'lost',
-  opening?: Statement,
+  opening?: Statement | ((run: Run) => Promise<StatementResult>),
 ): Promise<DeliveryTransaction<Tx, never>> {
   let state: TransactionState = 'idle';
   let decide!: (decision: Decision) => void;
@@ -67,15 +71,21 @@ export async function openOrmTransaction<Tx>(
     }
     // What the mark needs to know of this transaction (PostgreSQL: its id, to tell whether a listener ended
     // it through `tx`), read before any listener runs.
-    const opened = opening === undefined ? { rows: [], count: 0 } : await transactions.query(tx, opening);
+    const run: Run = (statement) => transactions.query(tx, statement);
+    const opened =
+      opening === undefined
+        ? { rows: [], count: 0 }
+        : typeof opening === 'function'
+          ? await opening(run)
+          : await run(opening);
     handOut(tx);
     const decision = await decided;
     // Rolled back at once, even while an abandoned attempt's listeners still run: the ORM refuses their
     // later queries through `tx` (part of the Transactions contract), and a listener that hangs holds no
     // lock and no connection.
     if (!decision.commit) throw new RolledBack();
-    const statement = typeof mark === 'function' ? mark(opened) : mark;
-    if (outcome(await transactions.query(tx, statement)) === 'lost') throw new LeaseLost(key);
+    const statement = typeof mark === 'function' ? await mark(opened, run) : mark;
+    if (outcome(await run(statement)) === 'lost') throw new LeaseLost(key);
     marked = true;
   };
   const finished = Promise.resolve()

@@ -77,6 +77,8 @@ export const NO_SUCH_TABLE = 1146;
 export const DUPLICATE_KEY = 1062;
 /** MySQL's ER_LOCK_DEADLOCK: InnoDB rolled back the whole transaction. */
 export const DEADLOCK = 1213;
+/** MySQL's ER_SP_DOES_NOT_EXIST: no savepoint of that name (the transaction that had it has ended). */
+export const NO_SUCH_SAVEPOINT = 1305;
 /** MySQL's ER_LOCK_WAIT_TIMEOUT. */
 export const LOCK_WAIT_TIMEOUT = 1205;
 /** MySQL's ER_TRUNCATED_WRONG_VALUE_FOR_FIELD: "Incorrect string value", text the connection's charset cannot carry. */

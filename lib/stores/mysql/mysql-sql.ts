@@ -228,3 +228,19 @@ export function mysqlInboxSql(table: string) {
 
 /** The statements of {@link mysqlInboxSql}. */
 export type MysqlInboxSql = ReturnType<typeof mysqlInboxSql>;
+
+/**
+ * What the ORM path runs besides the mark, to tell whether a listener ended the delivery's transaction
+ * through `tx` (MySQL has no `txid_status`, and MySQL 8 no `@@in_transaction`; `information_schema.innodb_trx`
+ * needs the PROCESS privilege). The savepoint, set when the transaction opens, is gone once anything ends
+ * that transaction: a `COMMIT` or `ROLLBACK` sent through `tx`, a statement that commits implicitly, or a
+ * deadlock that InnoDB rolled back (after which the next statements run in a new transaction). The
+ * session's counts of `COMMIT` and `ROLLBACK` statements (`SHOW STATUS` needs no privilege), read at the
+ * opening and again at the mark when the savepoint is gone, tell a raw `COMMIT` (the writes landed) from
+ * the rest.
+ */
+export const mysqlOrmSql = {
+  savepoint: 'SAVEPOINT ipn_kit_delivery',
+  release: 'RELEASE SAVEPOINT ipn_kit_delivery',
+  ends: "SHOW SESSION STATUS WHERE Variable_name IN ('Com_commit', 'Com_rollback')",
+};

@@ -51,7 +51,7 @@ import {
   mysqlTableNames,
   type MysqlInboxSql,
 } from './mysql-sql.js';
-import { explainMysql, openPoolTransaction } from './mysql-transaction.js';
+import { explainMysql, mysqlOrmMark, openPoolTransaction } from './mysql-transaction.js';
 
 /**
  * Options of {@link MysqlStore}.
@@ -358,10 +358,20 @@ export class MysqlStore<
     type Opened = DeliveryTransaction<TxOf<P, T>, DbOf<P, T>>;
     checkKey(key);
     const mark: Statement = { text: this.#sql.delivered, values: [key, leaseId], returns: 'count' };
-    const opened = this.#transactions
-      ? openOrmTransaction(this.#transactions, key, mark, explainMysql)
-      : openPoolTransaction(this.#pool, key, mark);
-    return opened as Promise<Opened>;
+    if (this.#transactions) {
+      // A listener may end the ORM's transaction through tx (a raw ROLLBACK): the mark checks it first.
+      const checked = mysqlOrmMark(this.#transactions.name, key, mark);
+      const opened = openOrmTransaction(
+        this.#transactions,
+        key,
+        checked.mark,
+        explainMysql,
+        undefined,
+        checked.opening,
+      );
+      return opened as Promise<Opened>;
+    }
+    return openPoolTransaction(this.#pool, key, mark) as Promise<Opened>;
   }
 
   /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */

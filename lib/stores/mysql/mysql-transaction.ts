@@ -1,6 +1,7 @@
 import { asSavepoint, splitStatements } from '../postgres/postgres-transaction.js';
-import { openOrmTransaction } from '../orm-transaction.js';
+import { openOrmTransaction, type Run } from '../orm-transaction.js';
 import type { DeliveryTransaction } from '../store.js';
+import { mysqlOrmSql } from './mysql-sql.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
 import { DeliveryError, IpnKitError, messageOf, StoreError } from '../../shared/errors.js';
 import {
@@ -8,6 +9,7 @@ import {
   DEADLOCK,
   errnoOf,
   LOCK_WAIT_TIMEOUT,
+  NO_SUCH_SAVEPOINT,
   rowsOf,
   type MysqlPool,
   type MysqlPoolConnection,
@@ -414,4 +416,58 @@ export function explainMysql(error: unknown): string | undefined {
     );
   }
   return undefined;
+}
+
+/** A session's counts of `COMMIT` and `ROLLBACK` statements, from `SHOW SESSION STATUS`. */
+function endsOf({ rows }: StatementResult): { commits: number; rollbacks: number } {
+  const count = (name: string) =>
+    Number(rows.find((row) => String(row.Variable_name).toLowerCase() === name)?.Value);
+  return { commits: count('com_commit'), rollbacks: count('com_rollback') };
+}
+
+/**
+ * The ORM path's opening and mark on MySQL/MariaDB: what keeps a listener that ended the delivery's
+ * transaction through `tx` from having `delivered` committed without its writes. The opening sets a
+ * savepoint and reads the session's counts of `COMMIT` and `ROLLBACK` (see {@link mysqlOrmSql}); the mark
+ * first releases the savepoint. Released: the transaction is the one the listeners wrote in, and `mark`
+ * runs in it. Gone, after a raw `COMMIT` alone (the listeners' writes landed): `mark` runs, on its own, and
+ * marking them delivered is right. Gone otherwise (a raw `ROLLBACK`, a deadlock the listener caught, a
+ * statement that commits implicitly): nothing is marked, and the attempt fails with a `DeliveryError`
+ * that says why, and is retried.
+ */
+export function mysqlOrmMark(
+  orm: string,
+  key: string,
+  mark: Statement,
+): {
+  opening: (run: Run) => Promise<StatementResult>;
+  mark: (opened: StatementResult, run: Run) => Promise<Statement>;
+} {
+  return {
+    opening: async (run) => {
+      await run({ text: mysqlOrmSql.savepoint, values: [], returns: 'count' });
+      return run({ text: mysqlOrmSql.ends, values: [], returns: 'rows' });
+    },
+    mark: async (opened, run) => {
+      try {
+        await run({ text: mysqlOrmSql.release, values: [], returns: 'count' });
+        return mark;
+      } catch (error) {
+        if (errnoOf(error) !== NO_SUCH_SAVEPOINT) throw error;
+      }
+      const before = endsOf(opened);
+      const after = endsOf(await run({ text: mysqlOrmSql.ends, values: [], returns: 'rows' }));
+      const rolledBack = after.rollbacks !== before.rollbacks;
+      if (!rolledBack && after.commits !== before.commits) return mark; // a raw COMMIT: the writes landed
+      throw new DeliveryError(
+        `a listener ended the delivery transaction of ${key} through tx (` +
+          (rolledBack
+            ? `a raw ROLLBACK through ${orm}): its writes were undone`
+            : `through ${orm}, without COMMIT or ROLLBACK: a deadlock or lock wait timeout the listener ` +
+              'caught, which rolled its writes back, or a statement that commits implicitly)') +
+          ', so it is not marked delivered; the attempt is retried. Throw from the listener instead: ' +
+          'ipn-kit rolls back for you',
+      );
+    },
+  };
 }
