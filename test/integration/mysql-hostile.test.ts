@@ -341,5 +341,44 @@ describeWithService('MariaDB', 'MysqlStore under hostile listeners and pools', (
         expect(row!.custom_data).toBe(customData);
       },
     );
+
+    test.each(['utf8', 'latin1'])(
+      "through a pool of charset '%s': an expectation's custom_data and a failure's message read back exactly",
+      async (charset) => {
+        const store = new MysqlStore({ pool: newPool({ charset }), table });
+        const wide = new MysqlStore({ pool, table });
+        const transactionId = randomUUID();
+        const customData = 'order 😀 7 · Été';
+        await store.expectations.put({
+          transactionId,
+          customData,
+          amount: 5,
+          expectedAt: 1,
+          dueAt: 2,
+          attempts: 0,
+        });
+        expect((await store.expectations.get(transactionId))?.customData).toBe(customData);
+        expect((await wide.expectations.get(transactionId))?.customData).toBe(customData);
+        expect(
+          (await store.expectations.takeDue(3, 4, 100)).find((e) => e.transactionId === transactionId)
+            ?.customData,
+        ).toBe(customData);
+
+        const key = `${transactionId}:SUCCESSFUL`;
+        const lease = { id: randomUUID(), ms: 60_000 };
+        expect(
+          await store.receive(key, { transaction_id: transactionId, custom_data: customData }, lease),
+        ).toBe(true);
+        const error = 'the ledger refused order 😀 7 · Été';
+        expect(await store.settle(key, lease.id, { status: 'dead', error })).toBe(true);
+        expect((await store.get(key))?.lastError).toBe(error);
+        expect((await wide.get(key))?.lastError).toBe(error);
+        const [[row]] = await pool.query<RowDataPacket[]>(
+          `SELECT last_error FROM ${table} WHERE \`key\` = ?`,
+          [key],
+        );
+        expect(row!.last_error).toBe(error);
+      },
+    );
   });
 });

@@ -7,6 +7,7 @@ import {
   type MysqlPoolConnection,
   type MysqlQueryResult,
 } from './mysql-pool.js';
+import { asUtf8Hex, fromUtf8Hex, UTF8_TEXT } from './mysql-rows.js';
 import { msOf, mysqlTableNames, NOW } from './mysql-sql.js';
 
 /** What the expectations run their statements through: the store's own (with its error messages). */
@@ -21,6 +22,13 @@ const LOCK_ID = '';
 /** The database's now in milliseconds since the epoch. */
 const NOW_MS = msOf(NOW);
 
+/**
+ * The columns an expectation is read from. `custom_data` goes both ways as hex of its utf8mb4 bytes (see
+ * `asUtf8Hex`): through a pool of another charset (`utf8`, `latin1`) the text itself would be changed on the
+ * way (an emoji to `?`), and a notification's `custom_data` would no longer equal its expectation's.
+ */
+const COLUMNS = 'transaction_id, HEX(custom_data) AS custom_data, amount, expected_at, due_at, attempts';
+
 interface Row {
   transaction_id: string;
   custom_data: string | null;
@@ -32,7 +40,7 @@ interface Row {
 
 const toExpectation = (row: Row): Expectation => ({
   transactionId: String(row.transaction_id),
-  customData: row.custom_data ?? undefined,
+  customData: row.custom_data === null ? undefined : fromUtf8Hex(String(row.custom_data)),
   amount: row.amount === null ? undefined : Number(row.amount),
   expectedAt: Number(row.expected_at),
   dueAt: Number(row.due_at),
@@ -55,20 +63,26 @@ export class MysqlExpectations implements ExpectationStore {
   }
 
   async put(e: Expectation): Promise<void> {
-    const values = [e.customData ?? null, e.amount ?? null, e.expectedAt, e.dueAt, e.attempts];
+    const values = [
+      e.customData === undefined ? null : asUtf8Hex(e.customData),
+      e.amount ?? null,
+      e.expectedAt,
+      e.dueAt,
+      e.attempts,
+    ];
     // The values twice, for the insert and the update: VALUES() in ON DUPLICATE KEY UPDATE is deprecated in
     // MySQL 8, and its replacement (an alias) is not MariaDB's.
     await this.#run.query(
       `INSERT INTO ${this.#t} (transaction_id, custom_data, amount, expected_at, due_at, attempts)
-       VALUES (?, ?, ?, ?, ?, ?)
-       ON DUPLICATE KEY UPDATE custom_data = ?, amount = ?, expected_at = ?, due_at = ?, attempts = ?`,
+       VALUES (?, ${UTF8_TEXT}, ?, ?, ?, ?)
+       ON DUPLICATE KEY UPDATE custom_data = ${UTF8_TEXT}, amount = ?, expected_at = ?, due_at = ?, attempts = ?`,
       [e.transactionId, ...values, ...values],
     );
   }
 
   async get(transactionId: string): Promise<Expectation | undefined> {
     if (transactionId === LOCK_ID) return undefined;
-    const result = await this.#run.query(`SELECT * FROM ${this.#t} WHERE transaction_id = ?`, [
+    const result = await this.#run.query(`SELECT ${COLUMNS} FROM ${this.#t} WHERE transaction_id = ?`, [
       transactionId,
     ]);
     const [row] = rowsOf(result);
@@ -88,7 +102,7 @@ export class MysqlExpectations implements ExpectationStore {
       const rows = rowsOf(
         await connection.query(
           // Read in the order of the index (due_at, transaction_id): a sorted read would lock every due row.
-          `SELECT * FROM ${this.#t} FORCE INDEX (ipn_kit_due) WHERE transaction_id <> '' AND due_at <= ?
+          `SELECT ${COLUMNS} FROM ${this.#t} FORCE INDEX (ipn_kit_due) WHERE transaction_id <> '' AND due_at <= ?
            ORDER BY due_at, transaction_id LIMIT ${count} FOR UPDATE SKIP LOCKED`,
           [now],
         ),

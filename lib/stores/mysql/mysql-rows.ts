@@ -100,6 +100,11 @@ export function asUtf8Hex(text: string): string {
   return Buffer.from(text, 'utf8').toString('hex');
 }
 
+/** The text of `HEX(column)` read from a utf8mb4 column: exact whatever the connection's charset. */
+export function fromUtf8Hex(hex: string): string {
+  return Buffer.from(hex, 'hex').toString('utf8');
+}
+
 /** The SQL of a `?` bound to {@link asUtf8Hex}'s hex: the text, in utf8mb4 (`NULL` for `NULL`). */
 export const UTF8_TEXT = 'CONVERT(UNHEX(?) USING utf8mb4)';
 
@@ -138,7 +143,7 @@ export function toEntry(value: unknown): InboxEntry {
     record: recordOf(row.record),
     status: row.status,
     attempts: Number(row.attempts),
-    lastError: row.last_error === null ? null : String(row.last_error),
+    lastError: row.last_error === null ? null : fromUtf8Hex(String(row.last_error)),
     receivedAt: toDate(row.received_at),
     updatedAt: toDate(row.updated_at),
     nextAttemptAt: toDate(row.next_attempt_at),

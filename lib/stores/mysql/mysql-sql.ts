@@ -132,7 +132,9 @@ const COLUMNS = [
   'record',
   'status',
   'attempts',
-  'last_error',
+  // As hex of its utf8mb4 bytes: read through a pool of another charset, the text itself would be converted
+  // to it (an emoji to `?` through latin1). toEntry decodes it.
+  'HEX(last_error) AS last_error',
   ...['received_at', 'updated_at', 'next_attempt_at', 'delivered_at', 'lease_until'].map(
     (column) => `${msOf(column)} AS ${column}`,
   ),
@@ -199,9 +201,9 @@ export function mysqlInboxSql(table: string) {
     taken: `SELECT ${COLUMNS} FROM ${t} WHERE \`key\` IN (?) AND lease_id = ? ORDER BY received_at, \`key\``,
     delivered: `UPDATE ${t} SET status = 'delivered', delivered_at = ${NOW}, ${END_LEASE}
       WHERE \`key\` = ? AND lease_id = ?`,
-    failed: `UPDATE ${t} SET status = 'failed', last_error = ?, next_attempt_at = ${AT}, ${END_LEASE}
+    failed: `UPDATE ${t} SET status = 'failed', last_error = ${UTF8_TEXT}, next_attempt_at = ${AT}, ${END_LEASE}
       WHERE \`key\` = ? AND lease_id = ?`,
-    dead: `UPDATE ${t} SET status = 'dead', last_error = ?, ${END_LEASE} WHERE \`key\` = ? AND lease_id = ?`,
+    dead: `UPDATE ${t} SET status = 'dead', last_error = ${UTF8_TEXT}, ${END_LEASE} WHERE \`key\` = ? AND lease_id = ?`,
     // Each filter is off when its parameter is null (each is bound twice). LOCATE, not LIKE: a % or _ in
     // the text is looked for as it is. The text comes as hex (see asUtf8Hex), in the column's collation.
     list: (newest: boolean, limit: number, offset: number) => `SELECT ${COLUMNS} FROM ${t}

@@ -326,10 +326,10 @@ export class MysqlStore<
         return [this.#sql.delivered, [key, leaseId]];
       case 'failed': {
         const next = msOfDate(settlement.nextAttemptAt, 'settle: nextAttemptAt');
-        return [this.#sql.failed, [errorText(settlement.error), next, key, leaseId]];
+        return [this.#sql.failed, [asUtf8Hex(errorText(settlement.error)), next, key, leaseId]];
       }
       case 'dead':
-        return [this.#sql.dead, [errorText(settlement.error), key, leaseId]];
+        return [this.#sql.dead, [asUtf8Hex(errorText(settlement.error)), key, leaseId]];
       default:
         throw new TypeError(
           `MysqlStore.settle: status must be delivered, failed or dead, got ${String((settlement as { status?: unknown } | undefined)?.status)}`,
