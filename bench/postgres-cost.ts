@@ -2,7 +2,8 @@
  * What PostgreSQL itself spends per notification, on its own CPU, for each statement the durable inbox
  * makes: `npx tsx bench/postgres-cost.ts`. No HTTP and no router: the store's statements, sent in batches
  * of several sizes (group commit makes the batches; their size depends on the load), and the transaction
- * of an exactly-once delivery. Needs PostgreSQL on this machine (its CPU is read from /proc); uses
+ * of an exactly-once delivery, beside the hand-written handler's one insert (the issue-27 reference) and
+ * the parts between the two: the same write in a transaction, then with ipn-kit's `delivered` mark. Needs PostgreSQL on this machine (its CPU is read from /proc); uses
  * DATABASE_URL and a table of its own, dropped at the end.
  */
 import { randomUUID } from 'node:crypto';
@@ -26,8 +27,14 @@ async function main(): Promise<void> {
     }
     const sql = inboxSql(TABLE);
     const record = bodyFor()('PIX_22827809');
-    const costOf = async (label: string, work: () => Promise<void>): Promise<void> => {
+    // `prepare` runs first, uncounted: the receives whose marks a row measures alone.
+    const costOf = async (
+      label: string,
+      work: () => Promise<void>,
+      prepare?: () => Promise<void>,
+    ): Promise<void> => {
       await service.reset();
+      await prepare?.();
       const before = (await service.cpuMicros())!;
       const started = process.cpuUsage();
       await work();
@@ -62,9 +69,57 @@ async function main(): Promise<void> {
         }
       });
     }
+    const insert = `INSERT INTO "${TABLE}_ledger" (transaction_id, order_id, amount) VALUES ($1, $2, $3)`;
+    // The physical floor, statement by statement: the hand-written handler's one insert, the same write in a
+    // transaction of its own, and that transaction with ipn-kit's `delivered` mark (an update of the
+    // inbox row received before, batched by ten as under load) sent with the COMMIT.
+    run += 1;
+    const handwritten =
+      `INSERT INTO "${TABLE}_handwritten" (transaction_id, state, order_id, amount) VALUES ($1, $2, $3, $4) ` +
+      'ON CONFLICT (transaction_id, state) DO NOTHING';
+    await costOf('the hand-written handler: one insert, autocommit', async () => {
+      for (let index = 0; index < NOTIFICATIONS; index += 1) {
+        await pool.query(handwritten, [`C${run}.${index}`, 'SUCCESSFUL', 'order', 100]);
+      }
+    });
+    run += 1;
+    await costOf('BEGIN, one ledger insert, COMMIT (no inbox)', async () => {
+      for (let index = 0; index < NOTIFICATIONS; index += 1) {
+        const client = await pool.connect();
+        await client.query('BEGIN');
+        await client.query(insert, [`C${run}.${index}:SUCCESSFUL`, 'order', 100]);
+        await client.query('COMMIT');
+        client.release();
+      }
+    });
+    run += 1;
+    const received = Array.from({ length: NOTIFICATIONS }, (_, index) => ({
+      key: `C${run}.${index}:SUCCESSFUL`,
+      lease: randomUUID(),
+    }));
+    await costOf(
+      'BEGIN, one ledger insert, the mark with COMMIT (receives apart)',
+      async () => {
+        for (const { key, lease } of received) {
+          const client = await pool.connect();
+          await client.query('BEGIN');
+          await client.query(insert, [key, 'order', 100]);
+          await client.query(sql.markAndCommit(key, lease)!);
+          client.release();
+        }
+      },
+      async () => {
+        for (let batch = 0; batch < NOTIFICATIONS; batch += 10) {
+          const some = received.slice(batch, batch + 10);
+          await receiveMany(
+            some.map(({ key }) => key),
+            some.map(({ lease }) => lease),
+          );
+        }
+      },
+    );
     run += 1;
     const store = new PostgresStore({ pool, table: TABLE });
-    const insert = `INSERT INTO "${TABLE}_ledger" (transaction_id, order_id, amount) VALUES ($1, $2, $3)`;
     await costOf('receive alone, then an exactly-once delivery (one ledger insert)', async () => {
       for (let index = 0; index < NOTIFICATIONS; index += 1) {
         const key = `C${run}.${index}:SUCCESSFUL`;
