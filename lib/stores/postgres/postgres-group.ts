@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { LEASE_LOST } from './postgres-sql.js';
 import { DeliveryError, messageOf, StoreError } from '../../shared/errors.js';
 import type { DeliveryTransaction } from '../store.js';
@@ -36,8 +37,14 @@ export interface GroupLimits {
   holdMs(): number;
 }
 
-/** The savepoint each member's writes and mark run in. */
-const SAVEPOINT = 'ipn_kit_group';
+/**
+ * The name of the savepoint each member's writes and mark run in: `ipn_kit_group_` and a suffix no listener
+ * can know. A listener that named it through `db` could otherwise hide it behind a savepoint of its own (its
+ * failure would then roll back to that one, and what it wrote before would land, with no mark, to be
+ * written again on its retry), release it (its writes taken out of its savepoint), or roll back to it (its
+ * credit undone, then marked delivered). A name it does not know fails its statement instead.
+ */
+const savepointName = (): string => `ipn_kit_group_${randomBytes(6).toString('hex')}`;
 
 type MemberState = 'idle' | 'waiting' | 'turn' | 'committing' | 'marked' | 'ended';
 
@@ -110,7 +117,7 @@ function sqlState(error: unknown): string | undefined {
  * Group transactions of delivery attempts over `pool` (see `PostgresStoreOptions.groupDeliveries`): the
  * attempts whose listeners query `db` while others do share one transaction on one client, a lane, and its
  * one COMMIT. Each member takes its turn on the lane from its listeners' first query to its commit or
- * rollback, inside the savepoint `ipn_kit_group`: its writes, then its lease-guarded mark, then the savepoint
+ * rollback, inside a savepoint (`ipn_kit_group_` and a random suffix): its writes, then its lease-guarded mark, then the savepoint
  * is released and set again for the next member, in one simple query. A member whose listeners fail (or
  * whose lease was lost) rolls back to the savepoint; the others go on. The last member's mark goes with the
  * COMMIT. Members wait for a turn in one queue, served by whichever lane frees up first: nothing waits to
@@ -123,6 +130,7 @@ function sqlState(error: unknown): string | undefined {
  * and its members are `retryAlone`: delivery runs them again at once, each in a transaction of its own.
  */
 export function createGroups(pool: { connect(): Promise<unknown> }, limits: GroupLimits) {
+  const SAVEPOINT = savepointName();
   const waiting: Member[] = [];
   const lanes = new Set<Lane>();
   let pumpTimer: ReturnType<typeof setTimeout> | undefined;

@@ -1,0 +1,136 @@
+import type { Pool, PoolClient } from 'pg';
+import { ipnRouter, type IpnRouter } from 'ipn-kit';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { servedRouters } from '../helpers/servers.js';
+import { ledgerSchema } from '../helpers/ledger-schema.js';
+import { describeWithService, eventually } from '../helpers/services.js';
+
+jest.setTimeout(30_000);
+
+/** How many deliveries each test makes due together, in one lane. */
+const GROUP = 4;
+
+/** Who a listener runs for: its delivery's place in the group (0 takes the first turn), attempt and run. */
+interface Role {
+  index: number;
+  attempt: number;
+  /** 1 for the first run of this delivery, 2 for the next (a retry, or a run alone after its group broke). */
+  run: number;
+}
+
+type Work = (
+  n: { transaction_id: string; custom_data: unknown },
+  db: PoolClient,
+  role: Role,
+) => Promise<void>;
+
+describeWithService('PostgreSQL', 'group transactions against hostile listeners', () => {
+  const ledger = ledgerSchema('ipn_grouph');
+  const { keyOf, entryOf } = ledger;
+  const serve = servedRouters();
+
+  // A rejection nobody handles is a failure of the test it happened in.
+  const unhandled: unknown[] = [];
+  const onUnhandled = (reason: unknown) => void unhandled.push(reason);
+  beforeAll(() => process.on('unhandledRejection', onUnhandled));
+  afterAll(() => process.off('unhandledRejection', onUnhandled));
+  afterEach(() => expect(unhandled.splice(0)).toEqual([]));
+
+  /** A router grouping every delivery in one lane of GROUP, over `pool`, with fast retries. */
+  const router = (pool: Pool, options: { storeTimeoutMs?: number; leaseMs?: number } = {}) =>
+    ipnRouter({
+      store: new PostgresStore({ pool, groupDeliveries: { lanes: 1, size: GROUP } }),
+      delivery: 'at-least-once',
+      logger: quiet,
+      retryDelayMs: 20,
+      recoveryIntervalMs: 50,
+      ...options,
+    });
+
+  /**
+   * Listeners that start together: each waits until every payment's listener has started, so that their
+   * first queries through `db` come due together, in the order they started, and form one group.
+   */
+  const together = (ipn: IpnRouter<any>, work: Work, size = GROUP) => {
+    const order = new Map<string, number>();
+    const runs = new Map<string, number>();
+    let go: () => void = () => {};
+    const all = new Promise<void>((resolve) => {
+      go = resolve;
+    });
+    ipn.on('successful', async (n, { db, attempt }) => {
+      if (!order.has(n.transaction_id)) order.set(n.transaction_id, order.size);
+      const run = (runs.get(n.transaction_id) ?? 0) + 1;
+      runs.set(n.transaction_id, run);
+      if (order.size === size) go();
+      await all;
+      await work(n, db as unknown as PoolClient, { index: order.get(n.transaction_id)!, attempt, run });
+    });
+    return { runs, idOf: (index: number) => [...order].find(([, i]) => i === index)?.[0] };
+  };
+
+  const credit = (n: { transaction_id: string; custom_data: unknown }, db: PoolClient) =>
+    db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
+      n.transaction_id,
+      n.custom_data,
+    ]);
+
+  /** Posts `size` payments; resolves them once each is delivered. */
+  const payAll = async (post: (body: unknown) => Promise<Response>, size = GROUP) => {
+    const payments = Array.from({ length: size }, (_, i) => uniquePayload({ custom_data: `order-${i}` }));
+    const statuses = await Promise.all(payments.map(async (payment) => (await post(payment)).status));
+    expect(statuses).toEqual(payments.map(() => 200));
+    for (const payment of payments) {
+      await eventually(
+        `${keyOf(payment)} delivered`,
+        async () => (await entryOf(keyOf(payment)))?.status === 'delivered',
+      );
+    }
+    return payments;
+  };
+
+  /** Every payment has exactly one ledger row and is delivered: the money invariant. */
+  const creditedOnce = async (payments: Array<Record<string, unknown>>) => {
+    for (const payment of payments) {
+      expect(await ledger.ledgerOf(payment.transaction_id)).toHaveLength(1);
+      expect((await entryOf(keyOf(payment)))?.status).toBe('delivered');
+    }
+  };
+
+  /** Every client of `pool` is back in it (none held by a group that never ended). */
+  const allBack = (pool: Pool) =>
+    eventually('every client back in the pool', () => pool.totalCount === pool.idleCount);
+
+  // A listener can name the group's savepoint through db: a savepoint of the same name set by it hides the
+  // group's (its failure then rolls back only to it, and what it wrote before lands), and one it releases
+  // takes its writes out of its savepoint. Its first attempt fails after its credit.
+  test.each<[string, string]>([
+    ['sets a savepoint of the same name', 'SAVEPOINT ipn_kit_group'],
+    ['releases it and sets it again', 'RELEASE SAVEPOINT ipn_kit_group; SAVEPOINT ipn_kit_group'],
+    ['releases it', 'RELEASE SAVEPOINT ipn_kit_group'],
+    ['rolls back to it (its credit undone), and resolves', 'ROLLBACK TO SAVEPOINT ipn_kit_group'],
+  ])(
+    "a listener that names the group's savepoint through db (%s): each payment still credited once",
+    async (how, statement) => {
+      const pool = ledger.newPool(8);
+      const ipn = router(pool);
+      const resolves = how.endsWith('resolves');
+      const { idOf } = together(ipn, async (n, db, { index, attempt }) => {
+        await credit(n, db);
+        if (index !== 1 || attempt > 1) return;
+        await db.query(statement).catch(() => {});
+        if (!resolves) throw new Error('the listener failed after its credit');
+      });
+      const { post } = await serve(ipn);
+      const payments = await payAll(post);
+      await creditedOnce(payments);
+      // The others committed on their first attempt, whatever it did.
+      for (const payment of payments.filter((p) => p.transaction_id !== idOf(1)))
+        expect((await entryOf(keyOf(payment)))?.attempts).toBe(1);
+      await allBack(pool);
+    },
+  );
+});
