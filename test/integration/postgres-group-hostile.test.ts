@@ -133,4 +133,50 @@ describeWithService('PostgreSQL', 'group transactions against hostile listeners'
       await allBack(pool);
     },
   );
+
+  /**
+   * A pool whose clients send the first statement matching `pattern` into a network gone silent: never
+   * answered, until the connection is closed (then it fails as a dropped connection does).
+   */
+  const stallingPool = (pattern: RegExp) => {
+    const pool = ledger.newPool(8);
+    let fired = false;
+    pool.on('connect', (client: PoolClient) => {
+      const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
+      Object.assign(client, {
+        query: (...args: unknown[]) => {
+          const text = args[0];
+          if (fired || typeof text !== 'string' || !pattern.test(text)) return query(...args);
+          fired = true;
+          return new Promise((_resolve, reject) => {
+            client.once('end', () => reject(new Error('Connection terminated (injected: a silent network)')));
+          });
+        },
+      });
+    });
+    return { pool, fired: () => fired };
+  };
+
+  // A statement of the group's own that never answers (a network gone silent, a lock it waits for) must not
+  // hold the group for ever: its client, and the row locks of the marks made in it, which keep those
+  // deliveries from ever being leased again.
+  test.each<[string, RegExp]>([
+    ['its opening (BEGIN and the savepoint)', /^BEGIN; SAVEPOINT/],
+    ["a member's mark (the savepoint released and set again)", /RELEASE SAVEPOINT \w+; SAVEPOINT \w+$/],
+    ['its COMMIT (with the last mark)', /\bCOMMIT$/],
+  ])(
+    'a statement of the group that never answers (%s): the group is given up, each payment credited once, every client back',
+    async (_where, pattern) => {
+      const { pool, fired } = stallingPool(pattern);
+      const ipn = router(pool, { storeTimeoutMs: 1_000, leaseMs: 3_000 });
+      together(ipn, async (n, db) => {
+        await credit(n, db);
+      });
+      const { post } = await serve(ipn);
+      const payments = await payAll(post);
+      expect(fired()).toBe(true);
+      await creditedOnce(payments);
+      await allBack(pool);
+    },
+  );
 });

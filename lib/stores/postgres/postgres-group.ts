@@ -218,7 +218,7 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
       }
       lane.client = taken;
       (Reflect.get(taken, 'on') as Listening | undefined)?.call(taken, 'error', lane.onError);
-      await taken.query(`BEGIN; SAVEPOINT ${SAVEPOINT}`);
+      await own(lane, `BEGIN; SAVEPOINT ${SAVEPOINT}`);
       if (lane.state === 'opening') lane.state = 'open';
     })();
     lane.opened.catch((error: unknown) => breakLane(lane, error));
@@ -237,6 +237,28 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
     if (typeof pid !== 'number' || typeof query !== 'function') return;
     const ended = Reflect.apply(query, pool, ['SELECT pg_terminate_backend($1)', [pid]]) as unknown;
     if (ended instanceof Promise) ended.catch(() => {});
+  }
+
+  /**
+   * Sends one of the group's own statements on the lane's client. One that has not answered within `holdMs`
+   * (sent into a network gone silent, waiting for a lock) breaks the lane: its connection is closed, which
+   * fails the statement, and its backend ended. Otherwise the group would hold its client, and the row locks
+   * of the marks made in it (which keep those entries from being leased again), for as long as it waits.
+   */
+  function own(lane: Lane, text: string, values?: unknown[]): Promise<{ rowCount: number | null }> {
+    const stalled = setTimeout(() => {
+      const error = new StoreError(
+        `a statement of the group transaction did not answer within ${limits.holdMs()} ms: its connection is closed`,
+      );
+      breakLane(lane, error, true);
+    }, limits.holdMs());
+    stalled.unref?.();
+    const answered = lane.client!.query(text, values);
+    answered.then(
+      () => clearTimeout(stalled),
+      () => clearTimeout(stalled),
+    );
+    return answered;
   }
 
   /** Ends the lane: gives its client back, or closes it (which rolls back whatever is open). */
@@ -295,10 +317,9 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
   async function finishLane(lane: Lane): Promise<void> {
     lane.state = 'finishing';
     pump();
-    const client = lane.client!;
     const marked = lane.marked.splice(0);
     if (marked.length === 0) {
-      const rolled = await client.query('ROLLBACK').then(
+      const rolled = await own(lane, 'ROLLBACK').then(
         () => true,
         () => false,
       );
@@ -306,7 +327,7 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
       return;
     }
     try {
-      await client.query('COMMIT');
+      await own(lane, 'COMMIT');
     } catch (cause) {
       settleUnknown(lane, marked, cause);
       return;
@@ -335,7 +356,7 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
   /** The holder's writes are undone: rolled back to its savepoint; the lane goes on. False when it broke. */
   async function undoTurn(lane: Lane): Promise<boolean> {
     try {
-      await lane.client!.query(`ROLLBACK TO SAVEPOINT ${SAVEPOINT}`);
+      await own(lane, `ROLLBACK TO SAVEPOINT ${SAVEPOINT}`);
       return true;
     } catch (error) {
       breakLane(lane, error);
@@ -381,22 +402,22 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
   /** Marks the holder delivered inside its savepoint; its turn passes, or the group commits with it. */
   async function mark(lane: Lane, member: Member, how: GroupMark): Promise<'delivered' | 'lost'> {
     member.marking = true;
-    const client = lane.client!;
     const last = !(waiting.some((next) => next.state === 'waiting') && canTake(lane));
     const raise = how.orRaise();
     let lost = false;
     try {
       if (raise !== undefined) {
         if (last) lane.state = 'finishing';
-        await client.query(
+        await own(
+          lane,
           `${raise}; ${last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`}`,
         );
       } else {
-        const { rowCount } = await client.query(...how.statement);
+        const { rowCount } = await own(lane, ...how.statement);
         lost = rowCount !== 1;
         if (!lost) {
           if (last) lane.state = 'finishing';
-          await client.query(last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`);
+          await own(lane, last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`);
         }
       }
     } catch (error) {
