@@ -179,4 +179,87 @@ describeWithService('PostgreSQL', 'group transactions against hostile listeners'
       await allBack(pool);
     },
   );
+
+  // The second delivery of a group misbehaves on its first attempt, after its credit; the others credit.
+  // Each row: what it does, and how many attempts it takes (a second run alone is not one).
+  const late: Array<Promise<unknown>> = [];
+  test.each<[string, (db: PoolClient, n: Parameters<Work>[0]) => Promise<void>, number]>([
+    [
+      'credits again once it resolved, without waiting (refused)',
+      async (db, n) => {
+        late.push(new Promise((resolve) => setTimeout(resolve, 50)).then(() => credit(n, db)));
+      },
+      1,
+    ],
+    [
+      'makes a statement fail and catches it, then resolves (its transaction is aborted)',
+      async (db) => {
+        await db.query('SELECT 1/0').catch(() => {});
+      },
+      2,
+    ],
+    [
+      'throws a string',
+      async () => {
+        throw 'the order service is down'; // eslint-disable-line @typescript-eslint/only-throw-error
+      },
+      2,
+    ],
+    [
+      'rejects with undefined',
+      () => Promise.reject(undefined), // eslint-disable-line prefer-promise-reject-errors
+      2,
+    ],
+    [
+      "sets the group's transaction read only (its own mark fails first, and rolls it back)",
+      async (db) => {
+        await db.query('SET TRANSACTION READ ONLY');
+      },
+      2,
+    ],
+    [
+      "sets a search_path that would send the others' writes elsewhere (its own mark fails first)",
+      async (db) => {
+        await db.query('SET LOCAL search_path TO pg_catalog');
+      },
+      2,
+    ],
+  ])(
+    'a listener of a group that %s: each payment credited once, the others on their first attempt',
+    async (_what, misbehave, attempts) => {
+      const pool = ledger.newPool(8);
+      const ipn = router(pool);
+      const { idOf } = together(ipn, async (n, db, { index, attempt, run }) => {
+        await credit(n, db);
+        if (index === 1 && attempt === 1 && run === 1) await misbehave(db, n);
+      });
+      const { post } = await serve(ipn);
+      const payments = await payAll(post);
+      const refusals = await Promise.all(late.splice(0).map((write) => write.then(() => 'landed', String)));
+      for (const refusal of refusals)
+        expect(refusal).toMatch(/DeliveryError: the delivery transaction of .* has ended/);
+      await creditedOnce(payments);
+      for (const payment of payments) {
+        expect((await entryOf(keyOf(payment)))?.attempts).toBe(
+          payment.transaction_id === idOf(1) ? attempts : 1,
+        );
+      }
+      await allBack(pool);
+    },
+  );
+
+  test('a listener that sets its isolation level first, as a transaction of its own allows: in a group, where PostgreSQL refuses it, it runs again alone, and is credited once', async () => {
+    const pool = ledger.newPool(8);
+    const ipn = router(pool);
+    const { idOf, runs } = together(ipn, async (n, db, { index }) => {
+      if (index === 1) await db.query('SET TRANSACTION ISOLATION LEVEL SERIALIZABLE');
+      await credit(n, db);
+    });
+    const { post } = await serve(ipn);
+    const payments = await payAll(post);
+    await creditedOnce(payments);
+    for (const payment of payments) expect((await entryOf(keyOf(payment)))?.attempts).toBe(1);
+    expect(runs.get(idOf(1)!)).toBe(2);
+    await allBack(pool);
+  });
 });

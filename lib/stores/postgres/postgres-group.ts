@@ -107,6 +107,9 @@ interface Lane {
 
 const now = (): number => performance.now();
 
+/** PostgreSQL's active_sql_transaction: a statement that must come first in a transaction of its own. */
+const ACTIVE_SQL_TRANSACTION = '25001';
+
 /** The SQLSTATE of an error PostgreSQL answered (five characters), or `undefined` (the connection failed). */
 function sqlState(error: unknown): string | undefined {
   const code: unknown = Reflect.get(Object(error), 'code');
@@ -522,7 +525,15 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
         }
         sent.yes = true;
         member.inFlight += 1;
-        return (client.query as (...a: unknown[]) => unknown)(...args);
+        const answer = (client.query as (...a: unknown[]) => unknown)(...args);
+        if (answer instanceof Promise) {
+          // What only a transaction of its own may do (SET TRANSACTION ISOLATION LEVEL, which PostgreSQL
+          // refuses in a savepoint): the attempt, failed by it, runs again at once alone, where it may.
+          answer.catch((error: unknown) => {
+            if (sqlState(error) === ACTIVE_SQL_TRANSACTION) member.alone = true;
+          });
+        }
+        return answer;
       };
     const db = new Proxy(standIn(Client), {
       get(target, property) {
