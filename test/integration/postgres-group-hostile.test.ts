@@ -3,7 +3,6 @@ import { ipnRouter, type IpnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
-import { recordEvents } from '../helpers/record-events.js';
 import { servedRouters } from '../helpers/servers.js';
 import { ledgerSchema } from '../helpers/ledger-schema.js';
 import { describeWithService, eventually } from '../helpers/services.js';
@@ -186,8 +185,9 @@ describeWithService('PostgreSQL', 'group transactions against hostile listeners'
   test.each<[string, (db: PoolClient, n: Parameters<Work>[0]) => Promise<void>, number]>([
     [
       'credits again once it resolved, without waiting (refused)',
-      async (db, n) => {
+      (db, n) => {
         late.push(new Promise((resolve) => setTimeout(resolve, 50)).then(() => credit(n, db)));
+        return Promise.resolve();
       },
       1,
     ],
@@ -199,15 +199,15 @@ describeWithService('PostgreSQL', 'group transactions against hostile listeners'
       2,
     ],
     [
-      'throws a string',
-      async () => {
-        throw 'the order service is down'; // eslint-disable-line @typescript-eslint/only-throw-error
-      },
+      'rejects with a string',
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the odd value is the point
+      () => Promise.reject('the order service is down'),
       2,
     ],
     [
       'rejects with undefined',
-      () => Promise.reject(undefined), // eslint-disable-line prefer-promise-reject-errors
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the odd value is the point
+      () => Promise.reject(undefined),
       2,
     ],
     [
@@ -260,6 +260,192 @@ describeWithService('PostgreSQL', 'group transactions against hostile listeners'
     await creditedOnce(payments);
     for (const payment of payments) expect((await entryOf(keyOf(payment)))?.attempts).toBe(1);
     expect(runs.get(idOf(1)!)).toBe(2);
+    await allBack(pool);
+  });
+
+  test('a listener that runs past its time (90% of leaseMs), then credits again and rejects: the late credit is refused, the group goes on without it, and each payment is credited once', async () => {
+    const pool = ledger.newPool(8);
+    const ipn = router(pool, { leaseMs: 1_000 });
+    const { idOf } = together(ipn, async (n, db, { index, attempt }) => {
+      await credit(n, db);
+      // The last of its group: the others, marked, wait for it (none waits for a turn behind it, which would
+      // run out of its own time too).
+      if (index !== GROUP - 1 || attempt > 1) return;
+      await new Promise((resolve) => setTimeout(resolve, 1_100));
+      late.push(credit(n, db));
+      throw new Error('rejected long after the attempt ended');
+    });
+    const { post } = await serve(ipn);
+    const payments = await payAll(post);
+    await eventually('the late credit was tried', () => late.length === 1);
+    expect(await Promise.all(late.splice(0).map((write) => write.then(() => 'landed', String)))).toEqual([
+      expect.stringMatching(/has ended/),
+    ]);
+    await creditedOnce(payments);
+    for (const payment of payments) {
+      expect((await entryOf(keyOf(payment)))?.attempts).toBe(
+        payment.transaction_id === idOf(GROUP - 1) ? 2 : 1,
+      );
+    }
+    await allBack(pool);
+  });
+
+  test('the only delivery of its group leaves a query that never answers running, not awaited: once its commit is given up, its client is closed, and it is credited once', async () => {
+    const pool = ledger.newPool(8);
+    const ipn = router(pool, { storeTimeoutMs: 1_000 });
+    const sleep = `SELECT pg_sleep(30) /* ${ledger.schema} unawaited */`;
+    try {
+      const { runs } = together(
+        ipn,
+        async (n, db, { run }) => {
+          await credit(n, db);
+          if (run === 1) void db.query(sleep).catch(() => {});
+        },
+        1,
+      );
+      const { post } = await serve(ipn);
+      const payments = await payAll(post, 1);
+      await creditedOnce(payments);
+      expect([...runs.values()]).toEqual([2]);
+      await allBack(pool);
+    } finally {
+      await ledger
+        .pool()
+        .query(
+          'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = $1 AND pid <> pg_backend_pid()',
+          [sleep],
+        );
+    }
+  });
+
+  // Another instance takes the entry while the delivery is in its group (its lease ran out): the mark finds
+  // the lease lost; first in its group (the others after it commit), or last (its mark goes with the COMMIT).
+  test.each<[string, number]>([
+    ['first', 0],
+    ['last', GROUP - 1],
+  ])(
+    'a delivery whose lease is lost while in its group (%s in it): its credit rolls back, the others commit, and the holder of the lease credits it once',
+    async (_where, culprit) => {
+      const pool = ledger.newPool(8);
+      const ipn = router(pool, { leaseMs: 1_000 });
+      const { idOf } = together(ipn, async (n, db, { index, attempt }) => {
+        await credit(n, db);
+        if (index === culprit && attempt === 1) {
+          await ledger
+            .pool()
+            .query("UPDATE ipn_inbox SET lease_id = 'another-instance' WHERE transaction_id = $1", [
+              n.transaction_id,
+            ]);
+        }
+      });
+      const { post } = await serve(ipn);
+      const payments = await payAll(post);
+      await creditedOnce(payments);
+      for (const payment of payments) {
+        const attempts = payment.transaction_id === idOf(culprit) ? 2 : 1;
+        expect((await entryOf(keyOf(payment)))?.attempts).toBe(attempts);
+      }
+      await allBack(pool);
+    },
+  );
+
+  // Two instances, each with its groups, hold one key in turn: the first's lease ran out, the second leased
+  // it. Both write in a group of their own; whichever commits first, only the holder of the lease lands.
+  test.each([['the holder of the lease'], ['the one whose lease ran out']])(
+    'one key in two groups of two stores (%s commits first): only the lease holder’s write lands, delivered once',
+    async (first) => {
+      const stores = [ledger.newPool(2), ledger.newPool(2)].map(
+        (pool) => new PostgresStore({ pool, groupDeliveries: { lanes: 1, size: GROUP } }),
+      );
+      const [stale, holder] = stores as [PostgresStore<Pool>, PostgresStore<Pool>];
+      const payment = uniquePayload();
+      const key = keyOf(payment);
+      await stale.receive(key, payment, { id: 'lease-stale', ms: 1 });
+      await eventually('the first lease ran out, and the other store leased the entry', async () =>
+        (await holder.lease({ id: 'lease-holder', ms: 60_000 }, 100)).some((entry) => entry.key === key),
+      );
+      const txs = [
+        (await stale.begin(key, 'lease-stale'))!,
+        (await holder.begin(key, 'lease-holder'))!,
+      ] as const;
+      for (const [i, tx] of txs.entries()) {
+        await tx.db!.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
+          payment.transaction_id,
+          i === 0 ? 'stale' : 'holder',
+        ]);
+      }
+      const [staleTx, holderTx] = txs;
+      if (first === 'the holder of the lease') {
+        expect(await holderTx.commit()).toBe('delivered');
+        expect(await staleTx.commit()).toBe('lost');
+      } else {
+        expect(await staleTx.commit()).toBe('lost');
+        expect(await holderTx.commit()).toBe('delivered');
+      }
+      expect(await ledger.ledgerOf(payment.transaction_id)).toEqual([{ order_id: 'holder' }]);
+      expect((await entryOf(key))?.status).toBe('delivered');
+    },
+  );
+
+  test('a group of 60 deliveries due together: each credited once, on its first attempt, and every client back', async () => {
+    const size = 60;
+    const pool = ledger.newPool(8);
+    const ipn = ipnRouter({
+      store: new PostgresStore({ pool, groupDeliveries: { lanes: 1, size } }),
+      delivery: 'at-least-once',
+      logger: quiet,
+      retryDelayMs: 20,
+      recoveryIntervalMs: 50,
+    });
+    together(ipn, async (n, db) => void (await credit(n, db)), size);
+    const { post } = await serve(ipn);
+    const payments = await payAll(post, size);
+    await creditedOnce(payments);
+    const { rows } = await pool.query(
+      'SELECT count(*)::int AS n FROM ipn_inbox WHERE key = ANY($1) AND attempts = 1',
+      [payments.map(keyOf)],
+    );
+    expect(rows[0].n).toBe(size);
+    await allBack(pool);
+  });
+
+  test('the router is closed while a group is open: every client goes back, nothing is delivered without its row, and a router started again credits each once', async () => {
+    const pool = ledger.newPool(8);
+    const ipn = router(pool, { leaseMs: 1_500 });
+    let release: () => void = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let holding = false;
+    together(ipn, async (n, db, { index, attempt }) => {
+      await credit(n, db);
+      if (index === 1 && attempt === 1) {
+        holding = true;
+        await held; // past close()
+      }
+    });
+    const { post } = await serve(ipn);
+    const payments = Array.from({ length: GROUP }, (_, i) => uniquePayload({ custom_data: `order-${i}` }));
+    await Promise.all(payments.map((payment) => post(payment)));
+    await eventually('the second delivery holds its group', () => holding);
+    await ipn.close({ timeoutMs: 50 });
+    release();
+    await allBack(pool);
+    for (const payment of payments) {
+      const rows = await ledger.ledgerOf(payment.transaction_id);
+      const delivered = (await entryOf(keyOf(payment)))?.status === 'delivered';
+      expect(rows).toHaveLength(delivered ? 1 : 0);
+    }
+    const again = router(pool, { leaseMs: 1_500 });
+    again.on('successful', async (n, { db }) => void (await credit(n, db)));
+    await serve(again);
+    for (const payment of payments) {
+      await eventually(
+        `${keyOf(payment)} delivered`,
+        async () => (await entryOf(keyOf(payment)))?.status === 'delivered',
+      );
+    }
+    await creditedOnce(payments);
     await allBack(pool);
   });
 });

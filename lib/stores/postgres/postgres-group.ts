@@ -617,8 +617,20 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
           case 'ended':
           case 'marked': // the group's COMMIT decides, and the entry says what it did
             return;
-          case 'committing':
-            return; // a commit under way ends the turn itself
+          case 'committing': {
+            // A commit under way ends the turn itself, unless it was given up (it timed out) while waiting
+            // for a query of its listeners that has not answered: then its group cannot wait for that query.
+            const lane = member.lane;
+            if (
+              listeners !== undefined &&
+              lane?.holder === member &&
+              !member.marking &&
+              member.inFlight > 0
+            ) {
+              breakLane(lane, refused(), true);
+            }
+            return;
+          }
           case 'idle':
             member.state = 'ended';
             return;
