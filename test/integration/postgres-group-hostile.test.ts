@@ -184,10 +184,17 @@ describeWithService('PostgreSQL', 'group transactions against hostile listeners'
   const late: Array<Promise<unknown>> = [];
   test.each<[string, (db: PoolClient, n: Parameters<Work>[0]) => Promise<void>, number]>([
     [
-      'credits again once it resolved, without waiting (refused)',
-      (db, n) => {
-        late.push(new Promise((resolve) => setTimeout(resolve, 50)).then(() => credit(n, db)));
-        return Promise.resolve();
+      'opens a transaction through db (BEGIN, a savepoint) and leaves it open',
+      async (db) => {
+        await db.query('BEGIN');
+        await db.query('SELECT 1');
+      },
+      1,
+    ],
+    [
+      'sends a COMMIT with no BEGIN through db (refused before it is sent), catches it, and resolves',
+      async (db) => {
+        await db.query('COMMIT').catch(() => {});
       },
       1,
     ],
@@ -235,9 +242,6 @@ describeWithService('PostgreSQL', 'group transactions against hostile listeners'
       });
       const { post } = await serve(ipn);
       const payments = await payAll(post);
-      const refusals = await Promise.all(late.splice(0).map((write) => write.then(() => 'landed', String)));
-      for (const refusal of refusals)
-        expect(refusal).toMatch(/DeliveryError: the delivery transaction of .* has ended/);
       await creditedOnce(payments);
       for (const payment of payments) {
         expect((await entryOf(keyOf(payment)))?.attempts).toBe(
@@ -260,6 +264,26 @@ describeWithService('PostgreSQL', 'group transactions against hostile listeners'
     await creditedOnce(payments);
     for (const payment of payments) expect((await entryOf(keyOf(payment)))?.attempts).toBe(1);
     expect(runs.get(idOf(1)!)).toBe(2);
+    await allBack(pool);
+  });
+
+  test('a listener that writes through db once it resolved, while its group goes on (the next delivery has the turn) and after the COMMIT: both writes are refused', async () => {
+    const pool = ledger.newPool(8);
+    const ipn = router(pool);
+    let again: (() => Promise<unknown>) | undefined;
+    const { idOf } = together(ipn, async (n, db, { index, attempt }) => {
+      await credit(n, db);
+      if (index === 1 && attempt === 1) again = () => credit(n, db);
+      // Its credit answered: this one has the turn, so the second one is marked, waiting for the COMMIT.
+      if (index === 2) late.push(again!());
+    });
+    const { post } = await serve(ipn);
+    const payments = await payAll(post);
+    late.push(again!());
+    const refusals = await Promise.all(late.splice(0).map((write) => write.then(() => 'landed', String)));
+    expect(refusals).toEqual([expect.stringMatching(/has ended/), expect.stringMatching(/has ended/)]);
+    await creditedOnce(payments);
+    expect((await entryOf(keyOf(payments.find((p) => p.transaction_id === idOf(1))!)))?.attempts).toBe(1);
     await allBack(pool);
   });
 
