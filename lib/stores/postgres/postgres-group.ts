@@ -32,7 +32,8 @@ export interface GroupLimits {
    * How long a group waits for its current member once another is marked (their commit waits for it): past
    * it, the group stops taking members, and a member still in its turn is evicted (its attempt runs again
    * alone) so that the others commit. Also how long a turn may last before its lane no longer counts
-   * against `lanes`.
+   * against `lanes`, and how long a statement of the group's own may go unanswered before the group is given
+   * up.
    */
   holdMs(): number;
 }
@@ -120,17 +121,18 @@ function sqlState(error: unknown): string | undefined {
  * Group transactions of delivery attempts over `pool` (see `PostgresStoreOptions.groupDeliveries`): the
  * attempts whose listeners query `db` while others do share one transaction on one client, a lane, and its
  * one COMMIT. Each member takes its turn on the lane from its listeners' first query to its commit or
- * rollback, inside a savepoint (`ipn_kit_group_` and a random suffix): its writes, then its lease-guarded mark, then the savepoint
- * is released and set again for the next member, in one simple query. A member whose listeners fail (or
- * whose lease was lost) rolls back to the savepoint; the others go on. The last member's mark goes with the
- * COMMIT. Members wait for a turn in one queue, served by whichever lane frees up first: nothing waits to
- * join a group; a group is whatever was due while its lane was busy.
+ * rollback, inside a savepoint (`ipn_kit_group_` and a random suffix): its writes, then its lease-guarded
+ * mark, then the savepoint is released and set again for the next member, in one simple query. A member
+ * whose listeners fail (or whose lease was lost) rolls back to the savepoint; the others go on. The last
+ * member's mark goes with the COMMIT. Members wait for a turn in one queue, served by whichever lane frees
+ * up first: nothing waits to join a group; a group is whatever was due while its lane was busy.
  *
  * What a member's `commit()` resolves is never assumed: a COMMIT that fails with an answer from PostgreSQL
  * rolled back (its members are `retryAlone`); one whose answer is lost rejects for each member, which
  * delivery settles by reading the entry. A lane whose transaction breaks (its connection lost, a statement
- * of the group's own failing, a member abandoned with a query still running) is closed, which rolls it back,
- * and its members are `retryAlone`: delivery runs them again at once, each in a transaction of its own.
+ * of the group's own failing or not answering within `holdMs`, a member abandoned with a query still
+ * running) is closed, which rolls it back, and its members are `retryAlone`: delivery runs them again at
+ * once, each in a transaction of its own.
  */
 export function createGroups(pool: { connect(): Promise<unknown> }, limits: GroupLimits) {
   const SAVEPOINT = savepointName();
