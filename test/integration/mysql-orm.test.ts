@@ -313,6 +313,70 @@ describe.each(ORMS)('%s on MySQL', (name, openOrm) => {
       },
     );
 
+    /**
+     * A listener that sends `statements` through tx on its first attempt, after its credit (each one's error
+     * caught), then resolves: the payment must end with one ledger row, delivered (after `attempts`, when
+     * given).
+     */
+    const creditsOnceAfter = async (statements: (made: string) => string[], attempts?: number) => {
+      const made = `${table}_made`;
+      const { ipn, post } = await serve(router());
+      ipn.on('successful', async (n, { tx, attempt }) => {
+        await orm.credit(tx, n);
+        if (attempt > 1) return;
+        for (const statement of statements(made)) await orm.raw(tx, statement).catch(() => {});
+      });
+      const payload = uniquePayload();
+      try {
+        expect((await post(payload)).status).toBe(200);
+        await delivered(keyOf(payload));
+        expect(await rowsOf(payload.transaction_id)).toBe(1);
+        if (attempts !== undefined) expect(await entryOf(keyOf(payload))).toMatchObject({ attempts });
+      } finally {
+        await pool.query(`DROP TABLE IF EXISTS ${made}`);
+      }
+    };
+
+    // The guard's own savepoint, by the name a listener could read in ipn-kit's source (rolled back to, it
+    // undid the credit, then marked delivered; released, it failed the attempt, before the name got a suffix
+    // no listener can know), and statements that end no transaction: none fails the attempt.
+    test.each<[string, (made: string) => string[]]>([
+      ['ROLLBACK TO SAVEPOINT ipn_kit_delivery', () => ['ROLLBACK TO SAVEPOINT ipn_kit_delivery']],
+      ['RELEASE SAVEPOINT ipn_kit_delivery', () => ['RELEASE SAVEPOINT ipn_kit_delivery']],
+      ['SET autocommit = 1', () => ['SET autocommit = 1']],
+      ['XA START (refused in a transaction)', () => ["XA START 'ipn_kit_xa'", "XA END 'ipn_kit_xa'"]],
+      [
+        'CREATE TEMPORARY TABLE (no implicit commit)',
+        (made) => [`CREATE TEMPORARY TABLE ${made} (a INT)`, `DROP TEMPORARY TABLE ${made}`],
+      ],
+    ])(
+      'a listener that sends %s through tx, then resolves: one ledger row, delivered on its first attempt',
+      (_what, statements) => creditsOnceAfter(statements, 1),
+    );
+
+    // DEFECT, left (a fix needs a design change): a statement that commits implicitly (DDL, LOCK TABLES, a
+    // raw BEGIN), or a raw COMMIT then a ROLLBACK, ends the transaction with the credit committed. The guard
+    // reads only the session's counts of COMMIT and ROLLBACK statements: an implicit commit moves neither, as
+    // a deadlock's rollback does not, and a COMMIT then a ROLLBACK move both, as a ROLLBACK then another
+    // transaction's COMMIT do. It takes each for a rollback: the attempt fails, and its retry credits a
+    // second time (2 rows). Telling them apart needs the transaction's own outcome: a write of ipn-kit's at
+    // the opening (which would hold the inbox row's lock through the listeners), or InnoDB's transaction id
+    // (information_schema.innodb_trx, which needs the PROCESS privilege).
+    test.failing.each<[string, (made: string) => string[]]>([
+      ['CREATE TABLE (an implicit commit)', (made) => [`CREATE TABLE ${made} (a INT)`]],
+      [
+        'LOCK TABLES and UNLOCK TABLES (an implicit commit)',
+        () => [`LOCK TABLES ${ledger} WRITE`, 'UNLOCK TABLES'],
+      ],
+      ['a raw BEGIN (an implicit commit)', () => ['BEGIN']],
+      [
+        'a raw COMMIT, a write, then a raw ROLLBACK',
+        () => ['COMMIT', `UPDATE ${ledger} SET amount = amount WHERE 1 = 0`, 'ROLLBACK'],
+      ],
+    ])('a listener that sends %s through tx, then resolves: one ledger row, delivered', (_what, statements) =>
+      creditsOnceAfter(statements),
+    );
+
     test("the store's ? statements run inside the ORM's transaction: rows, counts, and a ? inside a literal", async () => {
       const id = `TX-${name}-${process.pid}-${Date.now()}`;
       const { transactions } = orm;

@@ -165,7 +165,7 @@ async function main(): Promise<void> {
         query: (...args: unknown[]) => {
           const text = typeof args[0] === 'string' ? args[0] : '';
           // A group member's mark: its savepoint released and set again for the next member.
-          if (text.endsWith('SAVEPOINT ipn_kit_group') && text.includes('RELEASE')) {
+          if (/SAVEPOINT ipn_kit_group_\w+$/.test(text) && text.includes('RELEASE')) {
             return cutAround(() => query(...args), MEMBER_MARK_POINTS);
           }
           if (!/\bCOMMIT$/.test(text)) return query(...args);

@@ -239,10 +239,11 @@ export type MysqlInboxSql = ReturnType<typeof mysqlInboxSql>;
  * deadlock that InnoDB rolled back (after which the next statements run in a new transaction). The
  * session's counts of `COMMIT` and `ROLLBACK` statements (`SHOW STATUS` needs no privilege), read at the
  * opening and again at the mark when the savepoint is gone, tell a raw `COMMIT` (the writes landed) from
- * the rest.
+ * the rest. The savepoint's `name` is `ipn_kit_delivery_` and a suffix no listener can know: one that
+ * rolled back to it through `tx` would undo its writes, and have them marked delivered.
  */
 export const mysqlOrmSql = {
-  savepoint: 'SAVEPOINT ipn_kit_delivery',
-  release: 'RELEASE SAVEPOINT ipn_kit_delivery',
+  savepoint: (name: string) => `SAVEPOINT ${name}`,
+  release: (name: string) => `RELEASE SAVEPOINT ${name}`,
   ends: "SHOW SESSION STATUS WHERE Variable_name IN ('Com_commit', 'Com_rollback')",
 };

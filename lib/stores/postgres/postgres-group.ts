@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { LEASE_LOST } from './postgres-sql.js';
 import { DeliveryError, messageOf, StoreError } from '../../shared/errors.js';
 import type { DeliveryTransaction } from '../store.js';
@@ -31,13 +32,20 @@ export interface GroupLimits {
    * How long a group waits for its current member once another is marked (their commit waits for it): past
    * it, the group stops taking members, and a member still in its turn is evicted (its attempt runs again
    * alone) so that the others commit. Also how long a turn may last before its lane no longer counts
-   * against `lanes`.
+   * against `lanes`, and how long a statement of the group's own may go unanswered before the group is given
+   * up.
    */
   holdMs(): number;
 }
 
-/** The savepoint each member's writes and mark run in. */
-const SAVEPOINT = 'ipn_kit_group';
+/**
+ * The name of the savepoint each member's writes and mark run in: `ipn_kit_group_` and a suffix no listener
+ * can know. A listener that named it through `db` could otherwise hide it behind a savepoint of its own (its
+ * failure would then roll back to that one, and what it wrote before would land, with no mark, to be
+ * written again on its retry), release it (its writes taken out of its savepoint), or roll back to it (its
+ * credit undone, then marked delivered). A name it does not know fails its statement instead.
+ */
+const savepointName = (): string => `ipn_kit_group_${randomBytes(6).toString('hex')}`;
 
 type MemberState = 'idle' | 'waiting' | 'turn' | 'committing' | 'marked' | 'ended';
 
@@ -100,6 +108,9 @@ interface Lane {
 
 const now = (): number => performance.now();
 
+/** PostgreSQL's active_sql_transaction: a statement that must come first in a transaction of its own. */
+const ACTIVE_SQL_TRANSACTION = '25001';
+
 /** The SQLSTATE of an error PostgreSQL answered (five characters), or `undefined` (the connection failed). */
 function sqlState(error: unknown): string | undefined {
   const code: unknown = Reflect.get(Object(error), 'code');
@@ -110,19 +121,21 @@ function sqlState(error: unknown): string | undefined {
  * Group transactions of delivery attempts over `pool` (see `PostgresStoreOptions.groupDeliveries`): the
  * attempts whose listeners query `db` while others do share one transaction on one client, a lane, and its
  * one COMMIT. Each member takes its turn on the lane from its listeners' first query to its commit or
- * rollback, inside the savepoint `ipn_kit_group`: its writes, then its lease-guarded mark, then the savepoint
- * is released and set again for the next member, in one simple query. A member whose listeners fail (or
- * whose lease was lost) rolls back to the savepoint; the others go on. The last member's mark goes with the
- * COMMIT. Members wait for a turn in one queue, served by whichever lane frees up first: nothing waits to
- * join a group; a group is whatever was due while its lane was busy.
+ * rollback, inside a savepoint (`ipn_kit_group_` and a random suffix): its writes, then its lease-guarded
+ * mark, then the savepoint is released and set again for the next member, in one simple query. A member
+ * whose listeners fail (or whose lease was lost) rolls back to the savepoint; the others go on. The last
+ * member's mark goes with the COMMIT. Members wait for a turn in one queue, served by whichever lane frees
+ * up first: nothing waits to join a group; a group is whatever was due while its lane was busy.
  *
  * What a member's `commit()` resolves is never assumed: a COMMIT that fails with an answer from PostgreSQL
  * rolled back (its members are `retryAlone`); one whose answer is lost rejects for each member, which
  * delivery settles by reading the entry. A lane whose transaction breaks (its connection lost, a statement
- * of the group's own failing, a member abandoned with a query still running) is closed, which rolls it back,
- * and its members are `retryAlone`: delivery runs them again at once, each in a transaction of its own.
+ * of the group's own failing or not answering within `holdMs`, a member abandoned with a query still
+ * running) is closed, which rolls it back, and its members are `retryAlone`: delivery runs them again at
+ * once, each in a transaction of its own.
  */
 export function createGroups(pool: { connect(): Promise<unknown> }, limits: GroupLimits) {
+  const SAVEPOINT = savepointName();
   const waiting: Member[] = [];
   const lanes = new Set<Lane>();
   let pumpTimer: ReturnType<typeof setTimeout> | undefined;
@@ -210,7 +223,7 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
       }
       lane.client = taken;
       (Reflect.get(taken, 'on') as Listening | undefined)?.call(taken, 'error', lane.onError);
-      await taken.query(`BEGIN; SAVEPOINT ${SAVEPOINT}`);
+      await own(lane, `BEGIN; SAVEPOINT ${SAVEPOINT}`);
       if (lane.state === 'opening') lane.state = 'open';
     })();
     lane.opened.catch((error: unknown) => breakLane(lane, error));
@@ -229,6 +242,28 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
     if (typeof pid !== 'number' || typeof query !== 'function') return;
     const ended = Reflect.apply(query, pool, ['SELECT pg_terminate_backend($1)', [pid]]) as unknown;
     if (ended instanceof Promise) ended.catch(() => {});
+  }
+
+  /**
+   * Sends one of the group's own statements on the lane's client. One that has not answered within `holdMs`
+   * (sent into a network gone silent, waiting for a lock) breaks the lane: its connection is closed, which
+   * fails the statement, and its backend ended. Otherwise the group would hold its client, and the row locks
+   * of the marks made in it (which keep those entries from being leased again), for as long as it waits.
+   */
+  function own(lane: Lane, text: string, values?: unknown[]): Promise<{ rowCount: number | null }> {
+    const stalled = setTimeout(() => {
+      const error = new StoreError(
+        `a statement of the group transaction did not answer within ${limits.holdMs()} ms: its connection is closed`,
+      );
+      breakLane(lane, error, true);
+    }, limits.holdMs());
+    stalled.unref?.();
+    const answered = lane.client!.query(text, values);
+    answered.then(
+      () => clearTimeout(stalled),
+      () => clearTimeout(stalled),
+    );
+    return answered;
   }
 
   /** Ends the lane: gives its client back, or closes it (which rolls back whatever is open). */
@@ -287,10 +322,9 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
   async function finishLane(lane: Lane): Promise<void> {
     lane.state = 'finishing';
     pump();
-    const client = lane.client!;
     const marked = lane.marked.splice(0);
     if (marked.length === 0) {
-      const rolled = await client.query('ROLLBACK').then(
+      const rolled = await own(lane, 'ROLLBACK').then(
         () => true,
         () => false,
       );
@@ -298,7 +332,7 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
       return;
     }
     try {
-      await client.query('COMMIT');
+      await own(lane, 'COMMIT');
     } catch (cause) {
       settleUnknown(lane, marked, cause);
       return;
@@ -327,7 +361,7 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
   /** The holder's writes are undone: rolled back to its savepoint; the lane goes on. False when it broke. */
   async function undoTurn(lane: Lane): Promise<boolean> {
     try {
-      await lane.client!.query(`ROLLBACK TO SAVEPOINT ${SAVEPOINT}`);
+      await own(lane, `ROLLBACK TO SAVEPOINT ${SAVEPOINT}`);
       return true;
     } catch (error) {
       breakLane(lane, error);
@@ -373,22 +407,22 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
   /** Marks the holder delivered inside its savepoint; its turn passes, or the group commits with it. */
   async function mark(lane: Lane, member: Member, how: GroupMark): Promise<'delivered' | 'lost'> {
     member.marking = true;
-    const client = lane.client!;
     const last = !(waiting.some((next) => next.state === 'waiting') && canTake(lane));
     const raise = how.orRaise();
     let lost = false;
     try {
       if (raise !== undefined) {
         if (last) lane.state = 'finishing';
-        await client.query(
+        await own(
+          lane,
           `${raise}; ${last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`}`,
         );
       } else {
-        const { rowCount } = await client.query(...how.statement);
+        const { rowCount } = await own(lane, ...how.statement);
         lost = rowCount !== 1;
         if (!lost) {
           if (last) lane.state = 'finishing';
-          await client.query(last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`);
+          await own(lane, last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`);
         }
       }
     } catch (error) {
@@ -493,7 +527,15 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
         }
         sent.yes = true;
         member.inFlight += 1;
-        return (client.query as (...a: unknown[]) => unknown)(...args);
+        const answer = (client.query as (...a: unknown[]) => unknown)(...args);
+        if (answer instanceof Promise) {
+          // What only a transaction of its own may do (SET TRANSACTION ISOLATION LEVEL, which PostgreSQL
+          // refuses in a savepoint): the attempt, failed by it, runs again at once alone, where it may.
+          answer.catch((error: unknown) => {
+            if (sqlState(error) === ACTIVE_SQL_TRANSACTION) member.alone = true;
+          });
+        }
+        return answer;
       };
     const db = new Proxy(standIn(Client), {
       get(target, property) {
@@ -577,8 +619,20 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
           case 'ended':
           case 'marked': // the group's COMMIT decides, and the entry says what it did
             return;
-          case 'committing':
-            return; // a commit under way ends the turn itself
+          case 'committing': {
+            // A commit under way ends the turn itself, unless it was given up (it timed out) while waiting
+            // for a query of its listeners that has not answered: then its group cannot wait for that query.
+            const lane = member.lane;
+            if (
+              listeners !== undefined &&
+              lane?.holder === member &&
+              !member.marking &&
+              member.inFlight > 0
+            ) {
+              breakLane(lane, refused(), true);
+            }
+            return;
+          }
           case 'idle':
             member.state = 'ended';
             return;
