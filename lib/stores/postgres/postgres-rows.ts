@@ -53,11 +53,20 @@ export function splitKey(key: string): [string, string] {
   return [key.slice(0, at), key.slice(at + 1)];
 }
 
-/** The lease's length, checked. */
+/**
+ * The lease's length, checked, with its id: a non-empty string that a `text` column (and a batch's JSON)
+ * holds exactly, so that a bad one fails its own call, never a batch it would be sent in.
+ */
 export function leaseMs(lease: Lease): number {
-  if (typeof lease?.id !== 'string' || lease.id === '' || !Number.isFinite(lease.ms) || lease.ms <= 0) {
+  if (
+    typeof lease?.id !== 'string' ||
+    lease.id === '' ||
+    UNSTORABLE.test(lease.id) ||
+    !Number.isFinite(lease.ms) ||
+    lease.ms <= 0
+  ) {
     throw new TypeError(
-      `PostgresStore: a lease must have a non-empty id and a positive ms, got ${JSON.stringify(lease)}`,
+      `PostgresStore: a lease must have a non-empty id (no NUL character or lone surrogate) and a positive ms, got ${JSON.stringify(lease)}`,
     );
   }
   return lease.ms;
