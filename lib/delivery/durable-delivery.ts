@@ -55,7 +55,12 @@ export function createDurableDelivery<C>(
         : event.state === 'FAILED'
           ? emitAndWait('failed', event as Notification<C> & { state: 'FAILED' }, context)
           : undefined;
-    const results = await Promise.all([emitAndWait('notification', event, context), own]);
+    const general = emitAndWait('notification', event, context);
+    // Listeners that returned no promise answer at once: nothing to wait for.
+    const results =
+      general instanceof Promise || own instanceof Promise
+        ? await Promise.all([general, own])
+        : [general, own];
     const failures = results.flatMap((result) => result?.failures ?? []);
     if (failures.length > 0) {
       // One error for the attempt, carrying the listeners' own messages (redacted as logs are): the
