@@ -9,7 +9,7 @@
 import { randomUUID } from 'node:crypto';
 import { Pool } from 'pg';
 import { PostgresStore } from '../lib/postgres.js';
-import { inboxSql } from '../lib/stores/postgres/postgres-sql.js';
+import { inboxSql, receivesJson } from '../lib/stores/postgres/postgres-sql.js';
 import { bodyFor } from './payload.js';
 import { openPostgres } from './services.js';
 import { databaseUrl } from './variants.js';
@@ -49,14 +49,15 @@ async function main(): Promise<void> {
     const keysOf = (size: number, batch: number) =>
       Array.from({ length: size }, (_, index) => `C${run}.${batch}.${index}:SUCCESSFUL`);
     const receiveMany = async (keys: string[], leases: string[]) => {
-      await pool.query(sql.receiveMany, [
-        keys,
-        keys.map((key) => key.split(':')[0]),
-        keys.map(() => 'SUCCESSFUL'),
-        keys.map(() => record),
-        leases,
-        keys.map(() => 60_000),
+      const receives = keys.map((key, index) => [
+        key,
+        key.split(':')[0],
+        'SUCCESSFUL',
+        record,
+        leases[index],
+        60_000,
       ]);
+      await pool.query(sql.receiveMany, [receivesJson(receives)]);
     };
     for (const size of [1, 10, 40]) {
       run += 1;

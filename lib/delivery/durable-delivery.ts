@@ -55,7 +55,12 @@ export function createDurableDelivery<C>(
         : event.state === 'FAILED'
           ? emitAndWait('failed', event as Notification<C> & { state: 'FAILED' }, context)
           : undefined;
-    const results = await Promise.all([emitAndWait('notification', event, context), own]);
+    const general = emitAndWait('notification', event, context);
+    // Listeners that returned no promise answer at once: nothing to wait for.
+    const results =
+      general instanceof Promise || own instanceof Promise
+        ? await Promise.all([general, own])
+        : [general, own];
     const failures = results.flatMap((result) => result?.failures ?? []);
     if (failures.length > 0) {
       // One error for the attempt, carrying the listeners' own messages (redacted as logs are): the
@@ -153,8 +158,9 @@ export function createDurableDelivery<C>(
     let result: Attempt;
     let abandoned: Promise<unknown> | undefined; // the listeners may still be running: settles when they have
     try {
-      const message = `the listeners of ${key} did not settle within ${ms} ms (leaseMs)`;
-      result = await within(running, ms, () => new DeliveryError(message));
+      const late = () =>
+        new DeliveryError(`the listeners of ${key} did not settle within ${ms} ms (leaseMs)`);
+      result = await within(running, ms, late);
     } catch (error) {
       const failure =
         error instanceof IpnKitError ? error : new DeliveryError(messageOf(error), { cause: error });
@@ -369,9 +375,12 @@ export function createDurableDelivery<C>(
    * once that lease runs out.
    */
   function timed<T>(pending: T | Promise<T>, call: string, key?: string): Promise<T> {
-    const about = key === undefined ? '' : ` for ${key}`;
-    const message = `the store's ${call}${about} did not answer within ${options.storeTimeoutMs} ms (storeTimeoutMs)`;
-    return within(pending, options.storeTimeoutMs, () => new StoreError(message));
+    // The message is written only when the time runs out: this bounds every store call of every attempt.
+    return within(pending, options.storeTimeoutMs, () => {
+      const about = key === undefined ? '' : ` for ${key}`;
+      const message = `the store's ${call}${about} did not answer within ${options.storeTimeoutMs} ms (storeTimeoutMs)`;
+      return new StoreError(message);
+    });
   }
 
   /**

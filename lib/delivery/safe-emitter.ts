@@ -76,14 +76,22 @@ export type Emit<C> = <E extends Name<C>>(
 export type Track = (run: () => void) => Promise<void>;
 
 /**
- * Emits, then waits for every listener: how many ran, whether all of them succeeded, and each failure. The
- * failures are not reported (no `error` event, no log line): the caller reports the attempt once.
+ * Emits, then waits for every listener: how many ran, whether all of them succeeded, and each failure (at
+ * once when there is nothing to wait for, else a promise of it). The failures are not reported (no `error`
+ * event, no log line): the caller reports the attempt once.
  */
 export type EmitAndWait<C> = <E extends Name<C>>(
   event: E,
   payload: Parameters<Events<C>[E]>[0],
   context?: Attempt,
-) => Promise<{ listeners: number; ok: boolean; failures: ListenerError[] }>;
+) => Emitted | Promise<Emitted>;
+
+/** What an awaited emit came to: how many listeners ran, whether all succeeded, and each failure. */
+interface Emitted {
+  listeners: number;
+  ok: boolean;
+  failures: ListenerError[];
+}
 
 /**
  * An eventemitter3 emitter whose listeners cannot hurt the caller: each one runs in isolation, and a throw
@@ -234,17 +242,22 @@ export function createSafeEmitter<C>(
     return emitter.emit(event, payload, context, tracking ?? REPORTED);
   };
   /**
-   * Emits, then waits for every listener (and the promise each returns). Resolves how many listeners ran,
-   * whether all of them succeeded, and each failure, which is handed back rather than reported.
+   * Emits, then waits for every listener (and the promise each returns). Gives how many listeners ran,
+   * whether all of them succeeded, and each failure, which is handed back rather than reported: at once
+   * when no listener returned a promise or threw (nothing to wait for), else as a promise.
    */
-  const emitAndWait: EmitAndWait<C> = async (event, payload, context) => {
+  const emitAndWait: EmitAndWait<C> = (event, payload, context) => {
     // Every listener counts here, inside a `track` too: this watch is this emit's alone.
     const outcomes: Array<Promise<ListenerError | undefined>> = [];
     observe(event, payload, true);
     emitter.emit(event, payload, context, { kind: 'awaited', outcomes } satisfies Watch);
-    const results = await Promise.all(outcomes);
-    const failures = results.filter((failure): failure is ListenerError => failure !== undefined);
-    return { listeners: results.length, ok: failures.length === 0, failures };
+    if (outcomes.every((outcome) => outcome === SUCCEEDED)) {
+      return { listeners: outcomes.length, ok: true, failures: [] };
+    }
+    return Promise.all(outcomes).then((results) => {
+      const failures = results.filter((failure): failure is ListenerError => failure !== undefined);
+      return { listeners: results.length, ok: failures.length === 0, failures };
+    });
   };
   /**
    * Runs `run` (which emits) and resolves once every listener it called has settled, the promises they

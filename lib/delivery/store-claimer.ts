@@ -87,8 +87,7 @@ export function createStoreClaimer(store: Store, ttlMs: number, timeoutMs: numbe
     late: () => void,
     durable?: () => Awaitable<boolean>,
   ): boolean | StoreError | Promise<boolean | StoreError> {
-    const token = randomUUID();
-    const operation = durable ?? (() => store.claim(key, ttlMs, token));
+    const operation = durable ?? claimOf(key);
     // A durable store's receive needs no second asking: the stored entry is taken up by recovery.
     const lost = durable ? undefined : () => askAgain(operation, late);
     try {
@@ -110,6 +109,12 @@ export function createStoreClaimer(store: Store, ttlMs: number, timeoutMs: numbe
     } catch (cause) {
       return claimFailed(key, cause);
     }
+  }
+
+  /** The claim of `key`, with a token of its own: asked again after a lost answer, it is the same claim. */
+  function claimOf(key: string): () => Awaitable<boolean> {
+    const token = randomUUID();
+    return () => store.claim(key, ttlMs, token);
   }
 
   return {

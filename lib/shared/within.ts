@@ -7,8 +7,17 @@ export function within<T>(pending: T | Promise<T>, ms: number, timeout: () => Er
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(timeout()), ms);
     timer.unref();
-    Promise.resolve(pending)
-      .then(resolve, reject)
-      .finally(() => clearTimeout(timer));
+    // Two callbacks rather than `.finally()`: this runs for every store call, and each promise counts.
+    Promise.resolve(pending).then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (error: unknown) => {
+        clearTimeout(timer);
+        // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- passed on as it came
+        reject(error);
+      },
+    );
   });
 }

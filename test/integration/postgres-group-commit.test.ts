@@ -9,6 +9,9 @@ import { servedRouters } from '../helpers/servers.js';
 import { databaseUrl, describeWithService } from '../helpers/services.js';
 import { until } from '../helpers/until.js';
 
+/** A group-commit statement: receives as a JSON array of rows, settlements as arrays. */
+const isBatch = (text: string): boolean => /jsonb_to_recordset|unnest/.test(text);
+
 describeWithService('PostgreSQL', 'PostgresStore group commit', () => {
   let pool: Pool;
   const tables: string[] = [];
@@ -30,7 +33,7 @@ describeWithService('PostgreSQL', 'PostgresStore group commit', () => {
     const counted: PgQueryable = {
       query: (text, values) => {
         statements.push(text);
-        if (text.includes('unnest') && failBatches > 0) {
+        if (isBatch(text) && failBatches > 0) {
           failBatches -= 1;
           return Promise.reject(new Error('the batch failed (injected)'));
         }
@@ -39,7 +42,7 @@ describeWithService('PostgreSQL', 'PostgresStore group commit', () => {
     };
     const store = new PostgresStore({ pool: counted, table });
     await store.migrate();
-    const batches = () => statements.filter((text) => text.includes('unnest')).length;
+    const batches = () => statements.filter((text) => isBatch(text)).length;
     return { store, table, batches, statements, failNextBatch: () => (failBatches += 1) };
   }
   const lease = () => ({ id: randomUUID(), ms: 60_000 });
@@ -302,6 +305,28 @@ describeWithService('PostgreSQL', 'PostgresStore group commit: mixed, large and 
       expect(outcomes[1].status).toBe('rejected');
       expect(outcomes.slice(2).map((o) => o.status)).toEqual(['fulfilled', 'fulfilled']);
     });
+
+    test.each([
+      ['a NUL', 'lease\u0000.1'],
+      ['a lone surrogate', 'lease\ud800.1'],
+    ])(
+      'a lease id with %s fails only its own receive, with a TypeError; the others batched with it are stored',
+      async (_case, id) => {
+        const { store, table } = await fresh();
+        const outcomes = await Promise.allSettled([
+          opener(store, 'h'),
+          store.receive('BADLEASE.1:SUCCESSFUL', {}, { id, ms: 60_000 }),
+          store.receive('INNOCENT.3:SUCCESSFUL', {}, lease()),
+          store.receive('INNOCENT.4:SUCCESSFUL', {}, lease()),
+        ]);
+        expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'rejected', 'fulfilled', 'fulfilled']);
+        expect((outcomes[1] as PromiseRejectedResult).reason).toBeInstanceOf(TypeError);
+        const { rows } = await pool.query(
+          `SELECT count(*)::int AS n FROM "${table}" WHERE key LIKE 'BADLEASE%'`,
+        );
+        expect(rows[0].n).toBe(0);
+      },
+    );
   });
   describe('two instances on one table (the documented multi-instance setup)', () => {
     test('overlapping resends batched in opposite orders by two instances: no batch fails (deadlock)', async () => {
@@ -415,7 +440,7 @@ describeWithService(
       let stalledBatches = 0;
       const wrapped: PgQueryable = {
         query: async (text, values) => {
-          if (stallNext && text.includes('unnest')) {
+          if (stallNext && isBatch(text)) {
             stallNext = false;
             stalledBatches += 1;
             const result = await pool.query(text, values); // committed at once...
@@ -473,7 +498,7 @@ describeWithService(
       let stallNext = false;
       const wrapped: PgQueryable = {
         query: async (text, values) => {
-          if (stallNext && text.includes('unnest')) {
+          if (stallNext && isBatch(text)) {
             stallNext = false;
             await sleep(7_000); // stuck before it reaches the server, then runs
           }

@@ -2,6 +2,7 @@ import express from 'express';
 import Redis from 'ioredis';
 import { createClient } from 'redis';
 import { ipnRouter } from 'ipn-kit';
+import { StoreError } from 'ipn-kit';
 import { RedisStore } from 'ipn-kit/redis';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
@@ -40,6 +41,22 @@ const CLIENTS: Array<[string, () => Promise<Connection>]> = [
 ];
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * A client that sends through `connection` and records each command it sends (its name and arguments);
+ * `refuse` may answer a command instead, with a rejection, as a proxy or a failing Redis would.
+ */
+function recording(connection: Connection, refuse?: (args: string[]) => Error | undefined) {
+  const sent: string[][] = [];
+  const send = (args: string[]): Promise<unknown> => {
+    sent.push(args);
+    const refused = refuse?.(args);
+    return refused ? Promise.reject(refused) : connection.raw(args);
+  };
+  const client = { call: (...args: string[]) => send(args) };
+  const scripts = () => sent.filter(([name]) => name === 'EVALSHA' || name === 'EVAL');
+  return { client, scripts, forget: () => void sent.splice(0) };
+}
 
 /** What a claim writes: its token. */
 const UUID = /^[0-9a-f-]{36}$/;
@@ -183,6 +200,105 @@ describeWithService('Redis', 'RedisStore', () => {
       expect(results.filter((result) => result)).toHaveLength(1);
     });
 
+    test('claims made together go as one script, each answered as if alone', async () => {
+      const connection = await open();
+      const { client, scripts, forget } = recording(connection);
+      const store = new RedisStore({ client, prefix });
+      const claimed = uniqueKey();
+      expect(await store.claim(claimed, 60_000, 'token-0')).toBe(true);
+      const keys = Array.from({ length: 30 }, () => uniqueKey());
+      forget();
+
+      const results = await Promise.all([
+        ...keys.map((key) => store.claim(key, 60_000)),
+        store.claim(claimed, 60_000, 'token-0'), // its own answer lost: asked again with its token
+        store.claim(claimed, 60_000, 'token-1'), // another claim of it
+        store.claim(keys[0]!, 60_000), // a key claimed twice in one batch: the first call wins
+      ]);
+
+      expect(results).toEqual([...keys.map(() => true), true, false, false]);
+      // The first goes at once, alone (unless the claim before is still freeing its place), and the others,
+      // made while it is on its way, as one more script.
+      expect(scripts().length).toBeLessThanOrEqual(2);
+      for (const key of keys) {
+        expect(await connection.raw(['GET', prefix + key])).toMatch(UUID);
+        const ttl = Number(await connection.raw(['PTTL', prefix + key]));
+        expect(ttl).toBeGreaterThan(50_000);
+        expect(ttl).toBeLessThanOrEqual(60_000);
+      }
+      expect(await Promise.all(keys.map((key) => store.claim(key, 60_000)))).toEqual(keys.map(() => false));
+    });
+
+    test('a key Redis refuses in a batch (it holds a hash) fails its own claim only, as if sent alone', async () => {
+      const connection = await open();
+      const store = new RedisStore({ client: connection.client, prefix });
+      const [hash, ...keys] = Array.from({ length: 6 }, () => uniqueKey());
+      await connection.raw(['HSET', prefix + hash, 'field', 'value']);
+
+      const alone = await Promise.allSettled([store.claim(hash!, 60_000)]);
+      const together = await Promise.allSettled([
+        ...keys.slice(0, 3).map((key) => store.claim(key, 60_000)),
+        store.claim(hash!, 60_000),
+        ...keys.slice(3).map((key) => store.claim(key, 60_000)),
+      ]);
+
+      expect(alone).toEqual([{ status: 'rejected', reason: expect.any(StoreError) }]);
+      const statuses = together.map((result) =>
+        result.status === 'fulfilled' ? result.value : result.reason,
+      );
+      expect(statuses).toEqual([true, true, true, expect.any(StoreError), true, true]);
+      expect(String(statuses[3])).toMatch(/WRONGTYPE/);
+    });
+
+    test('a batch of claims after SCRIPT FLUSH is sent as the script itself, and answers as before', async () => {
+      const connection = await open();
+      const store = new RedisStore({ client: connection.client, prefix });
+      const keys = Array.from({ length: 10 }, () => uniqueKey());
+      await connection.raw(['SCRIPT', 'FLUSH']);
+
+      const results = await Promise.all(keys.map((key) => store.claim(key, 60_000)));
+      expect(results).toEqual(keys.map(() => true));
+      await connection.raw(['SCRIPT', 'FLUSH']);
+      expect(await Promise.all(keys.map((key) => store.claim(key, 60_000)))).toEqual(keys.map(() => false));
+    });
+
+    test('a proxy that refuses a script of several keys (CROSSSLOT): each claim goes alone from then on, none lost', async () => {
+      const connection = await open();
+      const crossSlot = (args: string[]): Error | undefined =>
+        args[0]!.startsWith('EVAL') && Number(args[2]) > 1
+          ? new Error("CROSSSLOT Keys in request don't hash to the same slot")
+          : undefined;
+      const { client, scripts, forget } = recording(connection, crossSlot);
+      const store = new RedisStore({ client, prefix });
+      const keys = Array.from({ length: 10 }, () => uniqueKey());
+
+      const results = await Promise.all(keys.map((key) => store.claim(key, 60_000)));
+
+      expect(results).toEqual(keys.map(() => true));
+      forget();
+      expect(await Promise.all(keys.map((key) => store.claim(key, 60_000)))).toEqual(keys.map(() => false));
+      expect(scripts().every(([, , count]) => count === '1')).toBe(true);
+      expect(scripts()).toHaveLength(10);
+    });
+
+    test('a batch that fails rejects each of its claims with a StoreError; the next batch is sent', async () => {
+      const connection = await open();
+      let failing = true;
+      const batchesFail = (args: string[]): Error | undefined =>
+        failing && Number(args[2]) > 1 ? new Error('Connection is closed.') : undefined;
+      const store = new RedisStore({ client: recording(connection, batchesFail).client, prefix });
+      const first = store.claim(uniqueKey(), 60_000);
+      const batch = Array.from({ length: 5 }, () => store.claim(uniqueKey(), 60_000));
+
+      expect(await first).toBe(true);
+      for (const claim of batch) {
+        await expect(claim).rejects.toThrow(/RedisStore: the EVALSHA command failed: Connection is closed/);
+      }
+      failing = false;
+      const keys = Array.from({ length: 5 }, () => uniqueKey());
+      expect(await Promise.all(keys.map((key) => store.claim(key, 60_000)))).toEqual(keys.map(() => true));
+    });
+
     test('close leaves the client open: it is the caller’s', async () => {
       const { client, raw } = await open();
       const store = new RedisStore({ client, prefix });
@@ -275,5 +391,38 @@ describe('RedisStore construction', () => {
   test('an unexpected reply to SET is a rejection, never a claim', async () => {
     const store = new RedisStore({ client: { sendCommand: () => Promise.resolve('QUEUED') } });
     await expect(store.claim('TX.1:SUCCESSFUL', 1000)).rejects.toThrow(/unexpected reply/);
+  });
+
+  test('an unexpected reply to a batch of claims rejects each of them, never a claim', async () => {
+    const replies: unknown[] = [1, 'QUEUED', 1, [1, 1], 1, [1, 'OK', 0]];
+    const store = new RedisStore({ client: { call: () => Promise.resolve(replies.shift()) } });
+    /** One claim alone, and three made while it is on its way: those go together, as the next batch. */
+    async function batch(): Promise<Array<PromiseSettledResult<boolean>>> {
+      const alone = store.claim('TX.1:SUCCESSFUL', 1000);
+      const together = [2, 3, 4].map((n) => store.claim(`TX.${n}:SUCCESSFUL`, 1000));
+      expect(await alone).toBe(true);
+      return Promise.allSettled(together);
+    }
+    const reasons = (results: Array<PromiseSettledResult<boolean>>) =>
+      results.map((result) => (result.status === 'rejected' ? String(result.reason) : result.value));
+
+    expect(reasons(await batch())).toEqual(
+      Array(3).fill(expect.stringMatching(/unexpected reply.*"QUEUED"/)),
+    );
+    expect(reasons(await batch())).toEqual(Array(3).fill(expect.stringMatching(/unexpected reply.*\[1,1\]/)));
+    expect(reasons(await batch())).toEqual([true, expect.stringMatching(/unexpected reply.*"OK"/), false]);
+    expect(replies).toEqual([]);
+  });
+
+  test('an ioredis Cluster is sent one script per claim: its keys live in different slots', async () => {
+    const sent: unknown[][] = [];
+    const cluster = {
+      isCluster: true,
+      call: (...args: unknown[]) => (sent.push(args), Promise.resolve(1)),
+    };
+    const store = new RedisStore({ client: cluster });
+    const results = await Promise.all([1, 2, 3].map((n) => store.claim(`TX.${n}:SUCCESSFUL`, 1000)));
+    expect(results).toEqual([true, true, true]);
+    expect(sent.map((args) => args[2])).toEqual(['1', '1', '1']);
   });
 });

@@ -53,11 +53,20 @@ export function splitKey(key: string): [string, string] {
   return [key.slice(0, at), key.slice(at + 1)];
 }
 
-/** The lease's length, checked. */
+/**
+ * The lease's length, checked, with its id: a non-empty string that a `text` column (and a batch's JSON)
+ * holds exactly, so that a bad one fails its own call, never a batch it would be sent in.
+ */
 export function leaseMs(lease: Lease): number {
-  if (typeof lease?.id !== 'string' || lease.id === '' || !Number.isFinite(lease.ms) || lease.ms <= 0) {
+  if (
+    typeof lease?.id !== 'string' ||
+    lease.id === '' ||
+    UNSTORABLE.test(lease.id) ||
+    !Number.isFinite(lease.ms) ||
+    lease.ms <= 0
+  ) {
     throw new TypeError(
-      `PostgresStore: a lease must have a non-empty id and a positive ms, got ${JSON.stringify(lease)}`,
+      `PostgresStore: a lease must have a non-empty id (no NUL character or lone surrogate) and a positive ms, got ${JSON.stringify(lease)}`,
     );
   }
   return lease.ms;
@@ -113,20 +122,23 @@ export const AS_TEXT = 'ipn-kit:json';
 // eslint-disable-next-line no-control-regex -- the NUL is exactly what is looked for
 const UNSTORABLE = /[\u0000\p{Cs}]/u;
 
-function unstorable(value: unknown): boolean {
-  if (typeof value === 'string') return UNSTORABLE.test(value);
-  if (typeof value !== 'object' || value === null) return false;
-  return Object.entries(value).some(([key, item]) => UNSTORABLE.test(key) || unstorable(item));
-}
+/**
+ * The same in JSON text as `JSON.stringify` writes it: the escape of a NUL (`\u0000`) or of a lone surrogate
+ * (`\ud800` to `\udfff`: a whole pair it writes as the character itself), not preceded by an escaped
+ * backslash (`\\u0000` is a backslash, then `u0000`).
+ */
+const UNSTORABLE_ESCAPE = /(?<!\\)(?:\\\\)*\\u(?:0000|d[89a-f])/;
 
 /**
  * The JSON to store in the `jsonb` column. A record holding a string `jsonb` refuses is stored as its JSON
  * text (where `JSON.stringify` escapes such characters as `\u0000`, `\ud83d`) inside `{"ipn-kit:json": ...}`,
- * so that it round-trips exactly; every other record is stored as itself, searchable as before.
+ * so that it round-trips exactly; every other record is stored as itself, searchable as before. Decided on
+ * the text `jsonb` is given, which holds a `\u` only where a string did (almost never): the text is searched
+ * only then.
  */
 export function toStoredJson(record: Record<string, unknown>): string {
   const text = JSON.stringify(record);
-  return unstorable(record) ? JSON.stringify({ [AS_TEXT]: text }) : text;
+  return text.includes('\\u') && UNSTORABLE_ESCAPE.test(text) ? JSON.stringify({ [AS_TEXT]: text }) : text;
 }
 
 /** The record a stored `jsonb` value holds: the inverse of {@link toStoredJson}. */

@@ -103,6 +103,30 @@ export const LEASE_LOST = 'IK001';
 /** Lease columns cleared when an attempt ends. */
 const END_LEASE = 'lease_id = NULL, lease_until = NULL, updated_at = now()';
 
+/** The rows of a batch of receives, from `$1`: a JSON array of the objects {@link receivesJson} writes. */
+const RECEIVED_ROWS = `u.key, u.transaction_id, u.state, u.record, 'received', 1, u.lease_id,
+        now() + u.ms * interval '1 millisecond'
+      FROM jsonb_to_recordset($1::jsonb)
+        AS u(key text, transaction_id text, state text, record jsonb, lease_id text, ms double precision)
+      ORDER BY u.key`;
+
+/**
+ * A batch of receives (each: key, transaction id, state, the record's stored JSON text, lease id, lease ms)
+ * as the JSON array that `receiveMany` and `receiveAndDeliverMany` take. The records are spliced in as the
+ * JSON they are; the keys and lease ids hold no NUL or lone surrogate (checked), which `jsonb` would refuse.
+ */
+export function receivesJson(receives: ReadonlyArray<readonly unknown[]>): string {
+  let json = '[';
+  for (const [key, transactionId, state, record, leaseId, ms] of receives) {
+    if (json.length > 1) json += ',';
+    json +=
+      `{"key":${JSON.stringify(key)},"transaction_id":${JSON.stringify(transactionId)},` +
+      `"state":${JSON.stringify(state)},"record":${record as string},` +
+      `"lease_id":${JSON.stringify(leaseId)},"ms":${JSON.stringify(ms)}}`;
+  }
+  return `${json}]`;
+}
+
 /**
  * Every statement the store runs on `table`, with `$n` parameters for every value. Each compares times with
  * the database's `now()`, so that instances whose clocks disagree still agree on what is due and leased.
@@ -144,15 +168,13 @@ export function inboxSql(table: string) {
           .join(', ')}
       )
       SELECT * FROM taken ORDER BY received_at, key`,
-    // Group commit: many receives in one statement. Keys are unique within a batch (the store sees to it),
-    // and inserted in key order, so that two instances inserting overlapping batches (a burst resent to
-    // both) take the keys' locks in the same order, and never deadlock.
+    // Group commit: many receives in one statement, given as one JSON array of rows ($1, see receivesJson):
+    // a record goes into it as its JSON text, where a text[] parameter would escape each of its quotes.
+    // Keys are unique within a batch (the store sees to it), and inserted in key order, so that two
+    // instances inserting overlapping batches (a burst resent to both) take the keys' locks in the same
+    // order, and never deadlock.
     receiveMany: `INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
-      SELECT u.key, u.transaction_id, u.state, u.record::jsonb, 'received', 1, u.lease_id,
-        now() + u.ms * interval '1 millisecond'
-      FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::double precision[])
-        AS u(key, transaction_id, state, record, lease_id, ms)
-      ORDER BY u.key
+      SELECT ${RECEIVED_ROWS}
       ON CONFLICT (key) DO NOTHING RETURNING key`,
     delivered: `UPDATE ${t} SET status = 'delivered', delivered_at = now(), ${END_LEASE}
       WHERE key = $1 AND lease_id = $2`,
@@ -172,21 +194,17 @@ export function inboxSql(table: string) {
       )
       SELECT (SELECT count(*) FROM marked)::int AS marked, EXISTS (SELECT 1 FROM ${t} WHERE key = $1) AS seen,
         (SELECT rolled_back FROM ended) AS rolled_back`,
-    // Group commit of both: receives ($1 to $6) and `delivered` settlements ($7, $8) that arrive together,
-    // as one statement and one commit. A settlement never meets its own receive here: an entry is leased,
-    // so settled, only once its receive has answered.
+    // Group commit of both: receives ($1, as for receiveMany) and `delivered` settlements ($2, $3) that
+    // arrive together, as one statement and one commit. A settlement never meets its own receive here: an
+    // entry is leased, so settled, only once its receive has answered.
     receiveAndDeliverMany: `WITH received AS (
         INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
-        SELECT u.key, u.transaction_id, u.state, u.record::jsonb, 'received', 1, u.lease_id,
-          now() + u.ms * interval '1 millisecond'
-        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::double precision[])
-          AS u(key, transaction_id, state, record, lease_id, ms)
-        ORDER BY u.key
+        SELECT ${RECEIVED_ROWS}
         ON CONFLICT (key) DO NOTHING RETURNING key
       ), delivered AS (
         UPDATE ${t} AS inbox SET status = 'delivered', delivered_at = now(),
           lease_id = NULL, lease_until = NULL, updated_at = now()
-        FROM unnest($7::text[], $8::text[]) AS u(key, lease_id)
+        FROM unnest($2::text[], $3::text[]) AS u(key, lease_id)
         WHERE inbox.key = u.key AND inbox.lease_id = u.lease_id RETURNING inbox.key, u.lease_id
       )
       SELECT key, NULL AS lease_id FROM received UNION ALL SELECT key, lease_id FROM delivered`,

@@ -1,7 +1,7 @@
 import { checkListOptions } from '../list-options.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
-import { inboxSql, migrateSql, tableNames, type InboxSql } from './postgres-sql.js';
+import { inboxSql, migrateSql, receivesJson, tableNames, type InboxSql } from './postgres-sql.js';
 import { createBatcher, STALLED_BATCH_MS } from './postgres-batch.js';
 import {
   canConnect,
@@ -282,16 +282,15 @@ export class PostgresStore<
       if (item.receive && !first.has(item.receive[0] as string)) first.set(item.receive[0] as string, index);
       if (item.delivered) settling.push(item.delivered);
     });
-    const unique = [...first.values()].map((index) => items[index]!.receive!);
-    const columns = [0, 1, 2, 3, 4, 5].map((column) => unique.map((values) => values[column]));
+    const receives = [...first.values()].map((index) => items[index]!.receive!);
     const text =
       settling.length === 0
         ? this.#sql.receiveMany
-        : unique.length === 0
+        : receives.length === 0
           ? this.#sql.deliveredMany
           : this.#sql.receiveAndDeliverMany;
-    const values =
-      settling.length === 0 ? columns : [...(unique.length === 0 ? [] : columns), ...transpose(settling)];
+    const received = receives.length === 0 ? [] : [receivesJson(receives)];
+    const values = settling.length === 0 ? received : [...received, ...transpose(settling)];
     const { rows } = await this.#query(text, values);
     const done = new Set(
       (rows as Array<{ key: string; lease_id: string | null }>).map(

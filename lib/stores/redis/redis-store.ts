@@ -10,6 +10,7 @@ import type {
   StatusCounts,
 } from '../store.js';
 import { RedisExpectations } from './redis-expectations.js';
+import { createBatcher, STALLED_BATCH_MS } from '../postgres/postgres-batch.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
 
 /**
@@ -52,8 +53,34 @@ export interface RedisStoreOptions {
 const CLAIM_SCRIPT = `if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
 return 0`;
-const CLAIM_SHA = createHash('sha1').update(CLAIM_SCRIPT).digest('hex');
+/**
+ * The claim script for many keys at once (KEYS: the keys; ARGV: each one's token, then its ttl), each claimed
+ * as by {@link CLAIM_SCRIPT}: one reply of 1s and 0s, in order. A key Redis refuses (one holding a hash:
+ * WRONGTYPE) gets Redis's error message as its reply, a failure of its claim alone, as if sent alone.
+ */
+const CLAIM_MANY_SCRIPT = `local claimed = {}
+for i, key in ipairs(KEYS) do
+  local token = ARGV[2 * i - 1]
+  local set = redis.pcall('SET', key, token, 'NX', 'PX', ARGV[2 * i])
+  if type(set) == 'table' and set.err then
+    claimed[i] = set.err
+  elseif set then
+    claimed[i] = 1
+  else
+    local held = redis.pcall('GET', key)
+    if type(held) == 'table' and held.err then
+      claimed[i] = held.err
+    elseif held == token then
+      claimed[i] = 1
+    else
+      claimed[i] = 0
+    end
+  end
+end
+return claimed`;
 const sha1 = (script: string): string => createHash('sha1').update(script).digest('hex');
+const CLAIM_SHA = sha1(CLAIM_SCRIPT);
+const CLAIM_MANY_SHA = sha1(CLAIM_MANY_SCRIPT);
 const INBOX_SHAS = Object.fromEntries(
   Object.entries(INBOX_SCRIPTS).map(([name, script]) => [name, sha1(script)]),
 ) as Record<InboxScript, string>;
@@ -61,10 +88,15 @@ const INBOX_SHAS = Object.fromEntries(
 /** Sends one raw command, whichever client it is. */
 export type Send = (args: string[]) => Promise<unknown>;
 
+/** One claim as sent: the prefixed key, its token, its ttl in whole milliseconds. */
+type Claim = [key: string, token: string, ttl: string];
+
 /**
  * A dedupe store in Redis, shared by every instance of your app: a claim is one small script (`SET key token
  * NX PX ttl`, or the same token already there), which Redis runs atomically, so exactly one instance delivers
- * a notification. Keys expire after the router's `ttlMs` by themselves. It needs the commands EVALSHA, EVAL
+ * a notification. Claims made while one is on its way go together as one script of several keys, each
+ * claimed as if alone (one command and one reply for the lot); to an ioredis `Cluster`, whose keys live in
+ * different slots, each goes alone. Keys expire after the router's `ttlMs` by themselves. It needs the commands EVALSHA, EVAL
  * and DEL (a Redis whose ACL or hosting forbids scripts answers every claim with an error, so 503s).
  *
  * Give it your own client, ioredis or node-redis; ipn-kit loads neither package. You own the client: connect
@@ -104,6 +136,15 @@ export class RedisStore implements DurableStore {
   readonly expectations: RedisExpectations;
   readonly #send: Send;
   readonly #client: object;
+  /** How long a batch of claims stuck on the connection holds its place: the routers' shortest storeTimeoutMs. */
+  #stallMs = STALLED_BATCH_MS;
+  /**
+   * Claims that arrive while one is on its way go together, as one script (one command, one reply), when
+   * every key may be sent in one script: not to a Redis Cluster, whose keys live in different slots.
+   */
+  readonly #claims: ((claim: Claim) => Promise<unknown>) | undefined;
+  /** A proxy in front of a sharded Redis refused a script of several keys (CROSSSLOT): one key each. */
+  #oneKeyPerScript = false;
 
   constructor(options: Partial<RedisStoreOptions> & Pick<RedisStoreOptions, 'client'>) {
     const { client, prefix = 'ipn-kit:' } = (options ?? {}) as Partial<RedisStoreOptions>;
@@ -114,6 +155,10 @@ export class RedisStore implements DurableStore {
     }
     this.prefix = prefix;
     this.expectations = new RedisExpectations((args) => this.#command(args), prefix);
+    this.#claims =
+      Reflect.get(client as object, 'isCluster') === true
+        ? undefined
+        : createBatcher((claims: Claim[]) => this.#claimMany(claims), { stallMs: () => this.#stallMs });
   }
 
   /**
@@ -134,14 +179,10 @@ export class RedisStore implements DurableStore {
       );
     }
     // PX takes whole milliseconds; rounding up never shortens the dedupe window.
-    const ttl = String(Math.ceil(ttlMs));
-    const args = ['1', this.prefix + key, token, ttl];
-    // EVALSHA sends 40 bytes instead of the script; a Redis that has not seen the script yet (a restart, a
-    // SCRIPT FLUSH) answers NOSCRIPT, and EVAL both runs and caches it.
-    const reply = await this.#command(['EVALSHA', CLAIM_SHA, ...args]).catch((error: unknown) => {
-      if (!isNoScript(error)) throw error;
-      return this.#command(['EVAL', CLAIM_SCRIPT, ...args]);
-    });
+    const claim: Claim = [this.prefix + key, token, String(Math.ceil(ttlMs))];
+    const reply = await (this.#claims && !this.#oneKeyPerScript
+      ? this.#claims(claim)
+      : this.#claimOne(claim));
     if (reply === 1) return true;
     if (reply === 0) return false;
     // The router takes anything but a boolean as a store failure; say what Redis answered instead.
@@ -149,6 +190,37 @@ export class RedisStore implements DurableStore {
       `RedisStore: unexpected reply to the claim script: ${JSON.stringify(reply) ?? typeof reply} (is the ` +
         'client a Redis client, talking to Redis 6.2 or later?)',
     );
+  }
+
+  /** One claim, through {@link CLAIM_SCRIPT}: Redis's reply. */
+  #claimOne([key, token, ttl]: Claim): Promise<unknown> {
+    return this.#script(CLAIM_SCRIPT, CLAIM_SHA, ['1', key, token, ttl]);
+  }
+
+  /**
+   * The claims of one batch, as one script when there are several: one reply each, in order. A proxy that
+   * refuses a script of several keys (CROSSSLOT: a sharded Redis behind one address) gets one script per key
+   * from then on; the claims of the batch it refused are sent again so (a claim asked again with its token
+   * answers as the first time).
+   */
+  async #claimMany(claims: Claim[]): Promise<unknown[]> {
+    if (claims.length === 1 || this.#oneKeyPerScript) {
+      return Promise.all(claims.map((claim) => this.#claimOne(claim)));
+    }
+    const args: string[] = [String(claims.length)];
+    for (const [key] of claims) args.push(key);
+    for (const [, token, ttl] of claims) args.push(token, ttl);
+    try {
+      const reply = await this.#script(CLAIM_MANY_SCRIPT, CLAIM_MANY_SHA, args);
+      // Anything but one reply per claim is the claims' failure: each says what Redis answered.
+      return Array.isArray(reply) && reply.length === claims.length
+        ? (reply as unknown[])
+        : claims.map(() => reply);
+    } catch (error) {
+      if (!messageOf(error instanceof StoreError ? error.cause : error).startsWith('CROSSSLOT')) throw error;
+      this.#oneKeyPerScript = true;
+      return Promise.all(claims.map((claim) => this.#claimOne(claim)));
+    }
   }
 
   /**
@@ -266,15 +338,33 @@ export class RedisStore implements DurableStore {
 
   /** Runs one inbox script by its SHA, or whole when Redis has not seen it yet. */
   async #inbox(name: InboxScript, args: Array<string | number>): Promise<unknown> {
-    const tail = ['1', this.#base(), ...args.map(String)];
-    return this.#command(['EVALSHA', INBOX_SHAS[name], ...tail]).catch((error: unknown) => {
+    return this.#script(INBOX_SCRIPTS[name], INBOX_SHAS[name], ['1', this.#base(), ...args.map(String)]);
+  }
+
+  /**
+   * Runs `script` by its SHA (EVALSHA sends 40 bytes instead of the script); a Redis that has not seen it yet
+   * (a restart, a SCRIPT FLUSH) answers NOSCRIPT, and EVAL both runs and caches it. `args`: the number of
+   * keys, the keys, then the arguments.
+   */
+  #script(script: string, sha: string, args: string[]): Promise<unknown> {
+    return this.#command(['EVALSHA', sha, ...args]).catch((error: unknown) => {
       if (!isNoScript(error)) throw error;
-      return this.#command(['EVAL', INBOX_SCRIPTS[name], ...tail]);
+      return this.#command(['EVAL', script, ...args]);
     });
   }
 
   /** Does nothing: the client is yours, and other parts of your app may still use it. Quit it yourself. */
   close(): void {}
+
+  /**
+   * The router's `storeTimeoutMs` (it calls this; several routers on one store: the shortest wins). A batch
+   * of claims stuck that long on the connection gives up its place, so that the claims behind it are sent.
+   */
+  useStoreTimeout(storeTimeoutMs: number): void {
+    if (Number.isFinite(storeTimeoutMs) && storeTimeoutMs > 0) {
+      this.#stallMs = Math.min(this.#stallMs, storeTimeoutMs);
+    }
+  }
 
   async #command(args: string[]): Promise<unknown> {
     // node-redis answers a command on a client that was never connected with "The client is closed", which

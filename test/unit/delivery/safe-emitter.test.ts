@@ -481,7 +481,9 @@ describe('each emit carries how its listeners are watched, so no emit changes ho
     let settled = false;
 
     const tracked = track(() => {
-      void emitAndWait('successful', notification as never).then((result) => (awaited = result));
+      void Promise.resolve(emitAndWait('successful', notification as never)).then(
+        (result) => (awaited = result),
+      );
       emit('failed', other as never);
     }).then(() => (settled = true));
     await tick();
