@@ -6,9 +6,13 @@ export type BodyFormat = 'json' | 'form' | 'other';
 
 /** What a `Content-Type` header allows: a format and a charset, or why it cannot carry the record. */
 export type ContentTypeResult =
-  { ok: true; format: BodyFormat; charset: string } | { ok: false; message: string };
+  | { readonly ok: true; readonly format: BodyFormat; readonly charset: string }
+  | { readonly ok: false; readonly message: string };
 
 const FORM = 'application/x-www-form-urlencoded';
+
+/** The last header {@link parseContentType} read, and what it allows (results are never changed). */
+let last: { header: string | undefined; result: ContentTypeResult } | undefined;
 
 /**
  * Reads a `Content-Type` header. JSON is `application/json` or any other `x/json` or `x/y+json`, with any
@@ -18,6 +22,12 @@ const FORM = 'application/x-www-form-urlencoded';
  * which cannot carry the record.
  */
 export function parseContentType(header: string | undefined): ContentTypeResult {
+  // A service sends the same header with every notification: the last one read is answered at once.
+  if (last === undefined || last.header !== header) last = { header, result: readContentType(header) };
+  return last.result;
+}
+
+function readContentType(header: string | undefined): ContentTypeResult {
   if (header === undefined || header.trim() === '') return { ok: true, format: 'json', charset: 'utf-8' };
   const [mediaType = '', ...parameters] = header.split(';');
   const type = mediaType.trim().toLowerCase();

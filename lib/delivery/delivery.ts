@@ -164,6 +164,18 @@ export function createDelivery<C>(
     if (durably) after(0, durably.recover);
   };
 
+  /** A claim answered 503, that went through after all: ours to deliver, or it would be lost. */
+  function deliverLate(n: IpnNotification, leaseId: string): void {
+    logger.warn(identify(n), 'IPN claim landed after storeTimeoutMs: delivered late');
+    void dispatch(n, leaseId);
+  }
+
+  /** What a claim came to; a verification slot reserved for a notification not claimed is given back. */
+  function acceptance(key: string, claimed: boolean | StoreError, leaseId: string): Acceptance {
+    if (claimed !== true) verifying?.unreserve(key);
+    return { claimed, leaseId };
+  }
+
   /** Resolves when the first attempt has settled, listeners included (for a `waitUntil`); never rejects. */
   function dispatch(n: IpnNotification, leaseId: string): Promise<void> {
     if (durably) return detach(durably.deliver(keyOf(n), n, leaseId, 1));
@@ -211,18 +223,11 @@ export function createDelivery<C>(
       if (verifying && !verifying.reserve(key)) return { claimed: shed(n), leaseId: '' };
       // Only a durable store leases: the at-most-once path makes no lease id.
       const leaseId = durable ? randomUUID() : '';
-      const late = (): void => {
-        // Answered 503, but the claim went through after all: ours to deliver, or it would be lost.
-        logger.warn(identify(n), 'IPN claim landed after storeTimeoutMs: delivered late');
-        void dispatch(n, leaseId);
-      };
       const receive = durable && (() => durable.receive(key, toRecord(n), { id: leaseId, ms: leaseMs }));
-      const settled = (claimed: boolean | StoreError): Acceptance => {
-        if (claimed !== true) verifying?.unreserve(key);
-        return { claimed, leaseId };
-      };
-      const claimed = claimer.claimNow(key, late, receive);
-      return claimed instanceof Promise ? claimed.then(settled) : settled(claimed);
+      const claimed = claimer.claimNow(key, () => deliverLate(n, leaseId), receive);
+      return claimed instanceof Promise
+        ? claimed.then((answer) => acceptance(key, answer, leaseId))
+        : acceptance(key, claimed, leaseId);
     },
 
     /** Runs after the answer: verification, then the events. */

@@ -75,4 +75,13 @@ describe('parseContentType', () => {
     expect(result.ok).toBe(false);
     if (!result.ok) expect(result.message).toContain('iso-8859-1');
   });
+
+  it('answers a header read again, after others, as it answered it the first time', () => {
+    const headers = ['application/json', 'multipart/form-data', undefined, 'text/plain; charset=latin1'];
+    const first = headers.map((header) => parseContentType(header));
+    for (const header of [...headers].reverse()) parseContentType(header);
+    expect(headers.map((header) => parseContentType(header))).toEqual(first);
+    expect(first[0]).toEqual({ ok: true, format: 'json', charset: 'utf-8' });
+    expect(first[1]?.ok).toBe(false);
+  });
 });

@@ -156,6 +156,24 @@ describe('parseNotification (the fast path of validation)', () => {
     }
   });
 
+  it('reads the other spellings in place as zod reads its copy, whatever the record inherits', () => {
+    // `comission` fills an empty `commission`; a `reponse` never replaces the `response` that is there.
+    const misspelt = { ...successfulPayload(), commission: '', reponse: 'ok', currency: 'XOF' };
+    const inheriting = Object.assign(Object.create({ amount: 7, currency: 'EUR' }) as object, misspelt);
+    const bare = Object.assign(Object.create(null) as object, misspelt);
+    for (const input of [misspelt, inheriting, bare]) {
+      const { zod, router } = both(input);
+      expect(zod.success).toBe(true);
+      expect(router).toEqual(zod);
+    }
+    expect(fastParse(misspelt)).toMatchObject({
+      commission: 75,
+      response: 'operation success',
+      extra: { currency: 'XOF' },
+    });
+    expect(fastParse(misspelt)?.extra).not.toHaveProperty('reponse');
+  });
+
   it('agrees with zod on 3000 random records: every value, every key order, every issue', () => {
     const next = random(27);
     let fast = 0;
