@@ -1,6 +1,6 @@
 import { checkListOptions } from '../list-options.js';
 import { createHash, randomUUID } from 'node:crypto';
-import { createBatcher } from '../postgres/postgres-batch.js';
+import { createBatcher } from '../batcher.js';
 import { afterMigration, markMigration, trackMigration } from '../postgres/postgres-migrations.js';
 import { openOrmTransaction } from '../orm-transaction.js';
 import { isTransactions, type Statement, type Transactions } from '../transactions.js';

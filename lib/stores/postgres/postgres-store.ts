@@ -2,7 +2,7 @@ import { checkListOptions } from '../list-options.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
 import { inboxSql, migrateSql, receivesJson, tableNames, type InboxSql } from './postgres-sql.js';
-import { createBatcher, STALLED_BATCH_MS } from './postgres-batch.js';
+import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
 import {
   canConnect,
   explainPostgres,

@@ -10,7 +10,7 @@ import type {
   StatusCounts,
 } from '../store.js';
 import { RedisExpectations } from './redis-expectations.js';
-import { createBatcher, STALLED_BATCH_MS } from '../postgres/postgres-batch.js';
+import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
 
 /**

@@ -4,7 +4,7 @@ import { PostgresStore, type PgQueryResult } from '../../../lib/stores/postgres/
 import { openTransaction } from '../../../lib/stores/postgres/postgres-transaction.js';
 import { RedisStore } from '../../../lib/stores/redis/redis-store.js';
 import { MemoryStore } from '../../../lib/stores/memory/memory-store.js';
-import { createBatcher } from '../../../lib/stores/postgres/postgres-batch.js';
+import { createBatcher } from '../../../lib/stores/batcher.js';
 
 // Every way a store fails reaches its caller (the router, the admin page, the CLI, your own code) as an
 // IpnKitError with a stable code, the driver's own error kept as `cause`: "every error is an IpnKitError".

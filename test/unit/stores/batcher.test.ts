@@ -1,4 +1,4 @@
-import { createBatcher } from '../../../lib/stores/postgres/postgres-batch.js';
+import { createBatcher } from '../../../lib/stores/batcher.js';
 
 /** A batch runner whose batches the test settles by hand. */
 function manual() {

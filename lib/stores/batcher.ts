@@ -1,4 +1,5 @@
-import { StoreError } from '../../shared/errors.js';
+import { StoreError } from '../shared/errors.js';
+
 /**
  * How long a batch may run before it stops holding its place, until a router tells the store its own
  * `storeTimeoutMs` (`Store.useStoreTimeout`): the router's default.
@@ -19,7 +20,8 @@ export const STALLED_BATCH_MS = 5_000;
  * behind it go on, and fail or succeed on their own, instead of queueing without end. `stallMs` is read
  * for each batch: the store follows the router's `storeTimeoutMs`.
  *
- * `run` gets the items of one batch and resolves one result per item, in order.
+ * `run` gets the items of one batch and resolves one result per item, in order. Used by the stores of every
+ * backend that has round trips to save: PostgreSQL's and MySQL's receives and settlements, Redis's claims.
  */
 export function createBatcher<I, O>(
   run: (items: I[]) => Promise<O[]>,
@@ -51,7 +53,7 @@ export function createBatcher<I, O>(
           if (results.length !== batch.length) {
             // A bug of the store's own: its callers see a StoreError, as for any failed write.
             throw new StoreError(
-              `PostgresStore: a batch of ${batch.length} writes resolved ${results.length} results`,
+              `ipn-kit: a batch of ${batch.length} writes resolved ${results.length} results`,
             );
           }
           batch.forEach(({ resolve }, index) => resolve(results[index]!));
