@@ -24,6 +24,7 @@ import {
   type ServiceName,
   type Variant,
 } from './variants.js';
+import { buildLib } from './build-lib.js';
 import { rewriteSection, writeJson } from './write-results.js';
 
 const RUN_TAG = Date.now().toString(36);
@@ -34,12 +35,17 @@ const TABLE = `ipn_bench_${process.pid}_${RUN_TAG}`;
 const services = new Map<ServiceName, BenchService>();
 /** The run's SQLite file, once that service is open. */
 let sqliteFile = '';
+/** The run's build of lib/, once made. */
+let built: { dir: string; remove(): Promise<void> } | undefined;
 
 let cleaning: Promise<void> | undefined;
 /** Kills the children, deletes the run's keys, drops its tables and removes its SQLite folder. Idempotent. */
 function cleanup(): Promise<void> {
   killAll();
-  cleaning ??= Promise.all([...services.values()].map((service) => service.cleanup())).then(() => {});
+  cleaning ??= Promise.all([
+    ...[...services.values()].map((service) => service.cleanup()),
+    built?.remove(),
+  ]).then(() => {});
   return cleaning;
 }
 
@@ -117,6 +123,7 @@ async function measure(settings: Settings, variant: Variant, round: number): Pro
     table: TABLE,
     mysqlUrl: mysqlUrl(),
     sqliteFile,
+    lib: built!.dir,
   };
   const children = [];
   try {
@@ -231,6 +238,7 @@ async function main(): Promise<number> {
   );
   if (busy > 0.5) console.warn('bench: the machine is busy with other work: expect noisy figures');
   try {
+    built = await buildLib(RUN_TAG);
     await openServices(runs);
     const active = runs.filter((run) => run.skipped === undefined);
     for (let round = 1; round <= settings.rounds; round += 1) {

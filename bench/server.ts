@@ -1,6 +1,8 @@
 /**
  * One server variant, alone in its process, on a random loopback port. Run by bench/run.ts as
- * `node --import tsx bench/server.ts` with BENCH_SERVER (a `ServerConfig`, as JSON). Talks over IPC: sends
+ * `node --import tsx bench/server.ts` with BENCH_SERVER (a `ServerConfig`, as JSON). ipn-kit is loaded
+ * from the run's build of lib/ (`config.lib`), as JavaScript that tsx leaves as it is: what a partner's
+ * server runs, without the wrappers tsx adds to TypeScript sources. Talks over IPC: sends
  * `{ type: 'ready', port }` once listening; on `'stop'` sends `{ type: 'stats', stats }`, closes everything
  * and exits (exiting, not being killed, is what lets `--cpu-prof` write its profile).
  */
@@ -14,16 +16,31 @@ import express from 'express';
 import Redis from 'ioredis';
 import { createPool } from 'mysql2/promise';
 import { Pool } from 'pg';
-import { ipnRouter, type IpnRouter } from '../lib/index.js';
-import { MysqlStore } from '../lib/mysql.js';
-import { drizzleTransactions } from '../lib/orm.js';
-import { PostgresStore } from '../lib/postgres.js';
-import { RedisStore } from '../lib/redis.js';
-import { SqliteStore } from '../lib/sqlite.js';
+import { pathToFileURL } from 'node:url';
+import { join } from 'node:path';
+import type * as Index from '../lib/index.js';
+import type { IpnRouter } from '../lib/index.js';
+import type * as Mysql from '../lib/mysql.js';
+import type * as Orm from '../lib/orm.js';
+import type * as Postgres from '../lib/postgres.js';
+import type * as Redis_ from '../lib/redis.js';
+import type * as Sqlite from '../lib/sqlite.js';
 import { rawJson } from './raw-json.js';
 import type { ServerConfig, ServerStats } from './variants.js';
 
 const config = JSON.parse(process.env.BENCH_SERVER ?? '{}') as ServerConfig;
+
+/** ipn-kit as a partner's server runs it: the entry points of the build in `config.lib` (see build-lib.ts). */
+type Lib = typeof Index & typeof Mysql & typeof Orm & typeof Postgres & typeof Redis_ & typeof Sqlite;
+let lib: Lib;
+
+async function loadLib(dir: string): Promise<Lib> {
+  const entries = ['index', 'mysql', 'orm', 'postgres', 'redis', 'sqlite'];
+  const modules = await Promise.all(
+    entries.map((entry) => import(pathToFileURL(join(dir, `${entry}.js`)).href) as Promise<object>),
+  );
+  return Object.assign({}, ...modules) as Lib;
+}
 const stats: ServerStats = { cpuMicros: 0, successful: 0, duplicate: 0, invalid: 0, error: 0 };
 /** CPU time when listening began: loading the modules is not the requests' cost. */
 let listening: NodeJS.CpuUsage | undefined;
@@ -69,12 +86,14 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
       return app;
     }
     case 'memory':
-      return mounted(counted(ipnRouter()));
+      return mounted(counted(lib.ipnRouter()));
     case 'redis': {
       const client = new Redis(config.redisUrl, { lazyConnect: false });
       client.on('error', (error: Error) => console.error(`bench server: Redis: ${error.message}`));
       closers.push(() => client.quit());
-      return mounted(counted(ipnRouter({ store: new RedisStore({ client, prefix: config.prefix }) })));
+      return mounted(
+        counted(lib.ipnRouter({ store: new lib.RedisStore({ client, prefix: config.prefix }) })),
+      );
     }
     case 'node-raw':
       return rawJson(() => {
@@ -87,8 +106,8 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
       const pool = postgresPool();
       if (variant === 'postgres-drizzle') return mounted(counted(drizzleLedger(pool)));
       const groupDeliveries = variant === 'postgres-ledger-grouped';
-      const store = new PostgresStore({ pool, table: config.table, groupDeliveries });
-      const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+      const store = new lib.PostgresStore({ pool, table: config.table, groupDeliveries });
+      const ipn = lib.ipnRouter({ store, delivery: 'at-least-once' });
       if (variant === 'postgres-ledger' || groupDeliveries) {
         // The documented exactly-once listener: its write commits with the delivered mark.
         const insert = `INSERT INTO "${config.table}_ledger" (transaction_id, order_id, amount) VALUES ($1, $2, $3)`;
@@ -105,8 +124,8 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
       const pool = createPool({ uri: config.mysqlUrl });
       // After the router's close (closers run in reverse): deliveries still settling need the pool.
       closers.push(() => pool.end());
-      const ipn = ipnRouter({
-        store: new MysqlStore({ pool, table: config.table }),
+      const ipn = lib.ipnRouter({
+        store: new lib.MysqlStore({ pool, table: config.table }),
         delivery: 'at-least-once',
       });
       if (variant === 'mysql-ledger') {
@@ -124,8 +143,8 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
       closers.push(() => {
         database.close();
       });
-      const store = new SqliteStore({ database, table: config.table });
-      const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+      const store = new lib.SqliteStore({ database, table: config.table });
+      const ipn = lib.ipnRouter({ store, delivery: 'at-least-once' });
       if (variant === 'sqlite-ledger') {
         // SqliteStore's documented exactly-once listener: `db` is the delivery transaction's connection.
         const insert = `INSERT INTO "${config.table}_ledger" (transaction_id, order_id, amount) VALUES (?, ?, ?)`;
@@ -136,11 +155,11 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
       return mounted(counted(ipn));
     }
     case 'node-http':
-      return counted(ipnRouter());
+      return counted(lib.ipnRouter());
     case 'fetch': {
       // The Web-standard handler as fetch-style servers on Node run it: a Request made from the
       // IncomingMessage, the Response written back (@hono/node-server's listener, what Hono uses).
-      const ipn = counted(ipnRouter());
+      const ipn = counted(lib.ipnRouter());
       const listener = getRequestListener((request) => ipn.fetch(request));
       return (req, res) => void listener(req, res);
     }
@@ -193,12 +212,12 @@ function drizzleLedger(pool: Pool): IpnRouter {
     orderId: text('order_id'),
     amount: numeric('amount'),
   });
-  const store = new PostgresStore({
+  const store = new lib.PostgresStore({
     pool,
     table: config.table,
-    transactions: drizzleTransactions(drizzle(pool)),
+    transactions: lib.drizzleTransactions(drizzle(pool)),
   });
-  const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+  const ipn = lib.ipnRouter({ store, delivery: 'at-least-once' });
   ipn.on('successful', async (n, { tx }) => {
     await tx
       .insert(ledger)
@@ -235,7 +254,8 @@ async function stop(server: Server): Promise<void> {
   process.exit(0);
 }
 
-function main(): void {
+async function main(): Promise<void> {
+  lib = await loadLib(config.lib);
   const server = createServer(handlerOf(config.variant));
   // Without the orchestrator, nobody is left to stop this process.
   process.on('disconnect', () => process.exit(1));
@@ -248,4 +268,7 @@ function main(): void {
   });
 }
 
-main();
+main().catch((error: unknown) => {
+  console.error(`bench server: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+  process.exit(1);
+});

@@ -97,6 +97,8 @@ export interface ServerConfig {
   mysqlUrl: string;
   /** The run's SQLite file (in a temp folder of the run's), migrated by the orchestrator. */
   sqliteFile: string;
+  /** The folder of the run's build of lib/ (ES modules, `index.js`, `postgres.js`, ...): see build-lib.ts. */
+  lib: string;
 }
 
 /** What a server process reports when it stops: how many events its router emitted, and its CPU time. */
