@@ -15,6 +15,7 @@ export type {
   ErrorEvent,
   DeadEvent,
   StaleEvent,
+  ConflictEvent,
 } from './delivery/events.js';
 export type { RejectedEvent, StatusSource, VerifiedField } from './status/verify-notification.js';
 export { ipnNotificationSchema } from './notification/schema.js';

@@ -157,6 +157,25 @@ export interface StaleEvent {
   status?: StatusRecord;
 }
 
+/**
+ * Payload of the `conflict` event: a notification that contradicts the state already accepted for its
+ * transaction (a `FAILED` after a `SUCCESSFUL`). It is answered 200, so the service stops resending it, and
+ * never emitted as `failed`: a paid order is never undone by it.
+ */
+export interface ConflictEvent<C = undefined> {
+  /** The contradicting notification, as received. */
+  notification: Notification<C> | IpnNotification;
+  /** The state already accepted for this `transaction_id`. */
+  accepted: 'SUCCESSFUL';
+  /**
+   * What one status query says of the transaction now, when a status client is configured and its budget
+   * allowed the query; absent otherwise.
+   */
+  status?: StatusRecord;
+  /** The same, in words. */
+  message: string;
+}
+
 /** The events of an IPN router and the payload each listener receives. */
 export interface IpnEvents<C = undefined, X = ListenerContext> {
   /** A first delivery in state SUCCESSFUL: credit the order (through `context.tx`, when there is one). */
@@ -180,6 +199,11 @@ export interface IpnEvents<C = undefined, X = ListenerContext> {
   stale: (event: StaleEvent) => unknown;
   /** With `delivery: 'at-least-once'`: every attempt failed; the notification is kept as `dead` for a replay. */
   dead: (event: DeadEvent<C>) => unknown;
+  /**
+   * A notification that contradicts the state already accepted for its transaction (a `FAILED` after a
+   * `SUCCESSFUL`): answered 200, never emitted as `failed`.
+   */
+  conflict: (event: ConflictEvent<C>) => unknown;
 }
 
 /** An event name of {@link IpnEvents}. */
@@ -199,6 +223,7 @@ const EVENTS: Record<IpnEventName, true> = {
   rejected: true,
   stale: true,
   dead: true,
+  conflict: true,
 };
 
 /** The known event names, for the check that turns a typo (`'success'`) into a `TypeError`. */
