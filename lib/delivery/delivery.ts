@@ -24,6 +24,8 @@ import { createExpectations } from './expectations.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
 import type { DrainResult } from './drain-result.js';
 import { monotonicNow } from '../shared/clock.js';
+import { createLifecycle } from './lifecycle.js';
+import type { LifecycleVerdict } from '../stores/lifecycle-store.js';
 
 type Claimer = ReturnType<typeof createStoreClaimer>;
 
@@ -31,6 +33,8 @@ type Claimer = ReturnType<typeof createStoreClaimer>;
 export interface Acceptance {
   claimed: boolean | StoreError | VerificationBusyError;
   leaseId: string;
+  /** At most once: the claimed notification contradicts its transaction's accepted state (`conflict`). */
+  conflict?: boolean;
 }
 
 /**
@@ -80,7 +84,10 @@ export function createDelivery<C>(
   const verify = options.verify && timeLimited(options.verify, options.verifyTimeoutMs);
   const context = createDeliveryContext<C>({ ...options, verify }, emitters);
   const durable = options.delivery === 'at-least-once' ? (store as DurableStore) : undefined;
-  const durably = durable && createDurableDelivery(context, durable, metrics);
+  // The status query is for notifications that never arrived: the sweep's client, not necessarily verify's.
+  const statusSource = options.statusClient ?? verify;
+  const lifecycle = createLifecycle(context, statusSource);
+  const durably = durable && createDurableDelivery(context, durable, metrics, lifecycle);
   const verifying = verify && !durable ? createVerifyQueue(context, verify) : undefined;
   const { detach, after } = context;
   const shedWarning = createLogThrottle({ everyMs: 60_000 });
@@ -98,8 +105,6 @@ export function createDelivery<C>(
     }
     return error;
   }
-  // The status query is for notifications that never arrived: the sweep's client, not necessarily verify's.
-  const statusSource = options.statusClient ?? verify;
   const expectations = createExpectations(context, store);
   const sweeper =
     expectations.store &&
@@ -167,7 +172,59 @@ export function createDelivery<C>(
   /** A claim answered 503, that went through after all: ours to deliver, or it would be lost. */
   function deliverLate(n: IpnNotification, leaseId: string): void {
     logger.warn(identify(n), 'IPN claim landed after storeTimeoutMs: delivered late');
-    void dispatch(n, leaseId);
+    if (durably) {
+      void dispatch(n, leaseId);
+      return;
+    }
+    void detach(
+      Promise.resolve()
+        .then(() => lifecycle.decide(n))
+        .then(
+          (verdict) => dispatch(n, leaseId, verdict === 'conflict'),
+          (cause: unknown) => decisionFailed(n, cause),
+        ),
+    );
+  }
+
+  /**
+   * At most once, a claimed notification whose lifecycle could not be decided: reported, and its claim
+   * released, so that the service's resend (after the 503) or a reconcile is decided again. Never a guess:
+   * a FAILED is never emitted undecided.
+   */
+  async function decisionFailed(n: IpnNotification, cause: unknown): Promise<StoreError> {
+    const key = keyOf(n);
+    const error = new StoreError(`the store failed to decide the lifecycle of ${key}: ${messageOf(cause)}`, {
+      cause,
+    });
+    await within(context.release(key), options.storeTimeoutMs, () => error).catch(() => undefined);
+    return error;
+  }
+
+  /**
+   * At most once, a claim that went through is decided by the transaction's lifecycle before the answer: a
+   * failure answers 503 (the claim released), so that the service resends. At once when both the claim and
+   * the decision answered synchronously (MemoryStore).
+   */
+  function decided(n: IpnNotification, acceptance: Acceptance): Acceptance | Promise<Acceptance> {
+    if (durable || acceptance.claimed !== true) return acceptance;
+    const { leaseId } = acceptance;
+    const verdictOf = (verdict: LifecycleVerdict): Acceptance => {
+      if (verdict === 'conflict') verifying?.unreserve(keyOf(n)); // answered without verification
+      return { claimed: true, leaseId, conflict: verdict === 'conflict' };
+    };
+    const failed = async (cause: unknown): Promise<Acceptance> => {
+      verifying?.unreserve(keyOf(n));
+      return { claimed: await decisionFailed(n, cause), leaseId };
+    };
+    let verdict: LifecycleVerdict | Promise<LifecycleVerdict>;
+    try {
+      verdict = lifecycle.decide(n);
+    } catch (cause) {
+      return failed(cause);
+    }
+    if (!(verdict instanceof Promise)) return verdictOf(verdict);
+    const message = `the store's lifecycle decision of ${keyOf(n)} did not answer within ${options.storeTimeoutMs} ms (storeTimeoutMs)`;
+    return within(verdict, options.storeTimeoutMs, () => new Error(message)).then(verdictOf, failed);
   }
 
   /** What a claim came to; a verification slot reserved for a notification not claimed is given back. */
@@ -177,8 +234,9 @@ export function createDelivery<C>(
   }
 
   /** Resolves when the first attempt has settled, listeners included (for a `waitUntil`); never rejects. */
-  function dispatch(n: IpnNotification, leaseId: string): Promise<void> {
+  function dispatch(n: IpnNotification, leaseId: string, conflict = false): Promise<void> {
     if (durably) return detach(durably.deliver(keyOf(n), n, leaseId, 1));
+    if (conflict) return detach(lifecycle.conflict(n));
     if (verifying) return verifying.start(n);
     return context.emitNow(n);
   }
@@ -190,7 +248,11 @@ export function createDelivery<C>(
     driver: Driver = 'timers',
   ): Promise<boolean> {
     if (durably) return durably.deliver(key, record, leaseId, 1, driver);
-    void context.emitNow(record); // reconcile resolves at once, as before: listeners are not awaited
+    const acceptance = await decided(record, { claimed: true, leaseId });
+    if (acceptance.claimed instanceof Error) throw acceptance.claimed;
+    // reconcile resolves at once, as before: listeners are not awaited
+    if (acceptance.conflict === true) void detach(lifecycle.conflict(record));
+    else void context.emitNow(record);
     return true;
   }
 
@@ -226,8 +288,8 @@ export function createDelivery<C>(
       const receive = durable && (() => durable.receive(key, toRecord(n), { id: leaseId, ms: leaseMs }));
       const claimed = claimer.claimNow(key, () => deliverLate(n, leaseId), receive);
       return claimed instanceof Promise
-        ? claimed.then((answer) => acceptance(key, answer, leaseId))
-        : acceptance(key, claimed, leaseId);
+        ? claimed.then((answer) => decided(n, acceptance(key, answer, leaseId)))
+        : decided(n, acceptance(key, claimed, leaseId));
     },
 
     /** Runs after the answer: verification, then the events. */

@@ -12,6 +12,7 @@ import { within } from '../shared/within.js';
 import type { InboxDrain, Outcome } from './drain-result.js';
 import { monotonicNow } from '../shared/clock.js';
 import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
+import { CONFLICT_PREFIX, createLifecycle, type Lifecycle } from './lifecycle.js';
 
 /**
  * Who drives an attempt: the router's `timers` schedule the next attempt of a failed one; a `drain` leaves it
@@ -21,7 +22,10 @@ export type Driver = 'timers' | 'drain';
 
 /** How an attempt ended: `later` is a verification that could not be made yet. */
 type Attempt =
-  Exclude<Verdict, { kind: 'confirmed' }> | { kind: 'delivered' } | { kind: 'failed'; error: IpnKitError };
+  | Exclude<Verdict, { kind: 'confirmed' }>
+  | { kind: 'delivered' }
+  | { kind: 'failed'; error: IpnKitError }
+  | { kind: 'conflict' };
 
 /**
  * What an attempt came to once its transaction ended: `marked` delivered (its writes and mark landed),
@@ -41,6 +45,7 @@ export function createDurableDelivery<C>(
   context: DeliveryContext<C>,
   inbox: DurableStore,
   metrics?: Metrics,
+  lifecycle: Lifecycle<C> = createLifecycle(context, undefined),
 ) {
   const { options, logger, emit, emitAndWait, toEvent, report, reject, after } = context;
   let leasedOnce = false; // a recovery pass has leased: the store is ready
@@ -96,6 +101,19 @@ export function createDurableDelivery<C>(
         notFoundAt: attempts > 1 ? now : undefined,
       });
       if (verdict.kind !== 'confirmed') return verdict;
+    }
+    // Decided at every attempt, after verification: a FAILED retried (or replayed) after its transaction's
+    // SUCCESSFUL was accepted meanwhile is a conflict, never a failure emitted after the success. A store
+    // failure here is a failed attempt, retried.
+    try {
+      if ((await timed(lifecycle.decide(n), 'lifecycle', context.key)) === 'conflict')
+        return { kind: 'conflict' };
+    } catch (cause) {
+      const message = `the store failed to decide the lifecycle of ${context.key}: ${messageOf(cause)}`;
+      return {
+        kind: 'failed',
+        error: cause instanceof StoreError ? cause : new StoreError(message, { cause }),
+      };
     }
     const opened = await tx.open();
     if (opened === undefined) return emitAndSettle(n, context);
@@ -224,6 +242,14 @@ export function createDurableDelivery<C>(
     }
     // The lease was lost (another attempt holds the entry): the holder of the lease delivers it.
     if (result.kind === 'lost') return 'other';
+    if (result.kind === 'conflict') {
+      // Kept as dead, its last error saying why: where an operator looks (the CLI, the operator's page),
+      // replayable, and a replay decides it again: a conflict again, never `failed`.
+      const message = await lifecycle.conflict(n);
+      const kept = { status: 'dead', error: `${CONFLICT_PREFIX} ${message}` } as const;
+      await timed(inbox.settle(key, leaseId, kept), 'settle', key);
+      return 'other';
+    }
     if (result.kind === 'rejected') {
       reject(result.event);
       const genuine = genuineRecord(result.event);

@@ -22,6 +22,8 @@ export interface IpnMetrics {
   unknownStates: number;
   /** Expected transactions the sweep could not reconcile within its bound: the `stale` event. */
   stale: number;
+  /** `FAILED` notifications after their transaction's accepted `SUCCESSFUL`: the `conflict` event. */
+  conflicts: number;
   /** Listeners that threw or rejected. */
   listenerErrors: number;
   /** Store failures (answered 503, or a delivery that could not be recorded). */
@@ -57,6 +59,7 @@ export function createMetrics(statusStats?: () => unknown) {
     rejected: 0,
     unknownStates: 0,
     stale: 0,
+    conflicts: 0,
     listenerErrors: 0,
     storeErrors: 0,
     verificationErrors: 0,
@@ -84,6 +87,7 @@ export function createMetrics(statusStats?: () => unknown) {
       else if (event === 'rejected') counts.rejected += 1;
       else if (event === 'dead') counts.dead += 1;
       else if (event === 'stale') counts.stale += 1;
+      else if (event === 'conflict') counts.conflicts += 1;
       // An at-least-once attempt is counted once it is delivered (see `delivered`), not at each try.
       else if (event === 'notification' && !awaited) countEmitted((payload as { state: string }).state);
       else if (event === 'error') {

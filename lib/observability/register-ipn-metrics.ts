@@ -34,6 +34,11 @@ const COUNTERS: Array<[string, string, (m: IpnMetrics) => Record<string, number>
   ],
   ['stale_total', 'Expected transactions the sweep could not reconcile', (m) => ({ '': m.stale })],
   [
+    'conflicts_total',
+    "FAILED notifications after their transaction's accepted SUCCESSFUL (the conflict event)",
+    (m) => ({ '': m.conflicts }),
+  ],
+  [
     'errors_total',
     'Failures reported through the error event, by kind',
     (m) => ({

@@ -31,7 +31,7 @@ import { createAuthentication } from '../authenticate/authentication.js';
  * a resend, or one of the reasons it is answered 503 and nothing stays claimed.
  */
 export type Admission =
-  | { kind: 'claimed'; leaseId: string }
+  | { kind: 'claimed'; leaseId: string; conflict?: boolean }
   | { kind: 'duplicate' }
   | { kind: 'store-failed'; error: StoreError }
   | { kind: 'busy'; error: VerificationBusyError }
@@ -107,11 +107,14 @@ export function createIpnPipeline<C>(
     return accepted instanceof Promise ? accepted.then((done) => admitted(n, done)) : admitted(n, accepted);
   }
 
-  function admitted(n: IpnNotification, { claimed, leaseId }: Acceptance): Admission | Promise<Admission> {
+  function admitted(
+    n: IpnNotification,
+    { claimed, leaseId, conflict }: Acceptance,
+  ): Admission | Promise<Admission> {
     if (claimed instanceof StoreError) return { kind: 'store-failed', error: claimed };
     if (claimed instanceof VerificationBusyError) return { kind: 'busy', error: claimed };
     if (!claimed) return { kind: 'duplicate' };
-    if (!closed) return { kind: 'claimed', leaseId };
+    if (!closed) return { kind: 'claimed', leaseId, conflict };
     return unclaim(n);
   }
 
@@ -161,8 +164,12 @@ export function createIpnPipeline<C>(
           },
         };
       case 'claimed': {
-        const { leaseId } = admission;
-        return { status: 200, body: OK_BODY, after: () => delivery.dispatch(notification, leaseId) };
+        const { leaseId, conflict } = admission;
+        return {
+          status: 200,
+          body: OK_BODY,
+          after: () => delivery.dispatch(notification, leaseId, conflict),
+        };
       }
     }
   }

@@ -1,4 +1,5 @@
 import type { ExpectationStore } from './expectation-store.js';
+import type { LifecycleStore } from './lifecycle-store.js';
 
 /**
  * A value, or a promise of it: store methods may answer either way.
@@ -58,6 +59,13 @@ export interface Store {
    * `RedisStore` and `PostgresStore` have one; without it, `ipn.expect()` rejects.
    */
   readonly expectations?: ExpectationStore;
+  /**
+   * Optional: where each transaction's accepted final state is kept, so that a `FAILED` after a `SUCCESSFUL`
+   * of the same transaction is emitted as `conflict`, never as `failed`, on every instance sharing the store.
+   * Every built-in store has one. Without it, the router keeps the states in its own memory (this instance
+   * only) and logs a warning once at start: two instances could then emit `failed` after `successful`.
+   */
+  readonly lifecycle?: LifecycleStore;
 }
 
 /**

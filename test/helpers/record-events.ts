@@ -18,6 +18,7 @@ const NAMES: IpnEventName[] = [
   'rejected',
   'dead',
   'stale',
+  'conflict',
 ];
 
 /** Records every event of a router, so tests can assert names, payloads and counts. */

@@ -1,6 +1,7 @@
 import { MemoryInbox } from './memory-inbox.js';
 import { IpnKitError, messageOf, StoreError } from '../../shared/errors.js';
 import { MemoryExpectations } from './memory-expectations.js';
+import { MemoryLifecycle } from './memory-lifecycle.js';
 import type { DurableStore, InboxEntry, Lease, ListOptions, Settlement, StatusCounts } from '../store.js';
 
 /**
@@ -48,6 +49,8 @@ export class MemoryStore implements DurableStore {
   readonly maxEntries: number;
   /** The transactions `ipn.expect()` was told about, in this process's memory too (at most `maxEntries`). */
   readonly expectations: MemoryExpectations;
+  /** Each transaction's accepted final state, in this process's memory too (at most `maxEntries`). */
+  readonly lifecycle: MemoryLifecycle;
   readonly #now: () => number;
   /** key -> expiry time of its live claim. */
   readonly #expiries = new Map<string, number>();
@@ -72,6 +75,7 @@ export class MemoryStore implements DurableStore {
     this.#now = options.now ?? Date.now;
     this.#inbox = new MemoryInbox(maxEntries, () => this.#now());
     this.expectations = new MemoryExpectations(maxEntries, () => this.#now());
+    this.lifecycle = new MemoryLifecycle(maxEntries, () => this.#now());
   }
 
   /** Number of keys held (claims, expired ones not yet swept included, and inbox entries). */
