@@ -18,4 +18,9 @@ CREATE TABLE IF NOT EXISTS "ipn_inbox" (
   CHECK (key = transaction_id || ':' || state)
 );
 CREATE INDEX IF NOT EXISTS "ipn_inbox_due_idx" ON "ipn_inbox" (status, next_attempt_at);
+CREATE TABLE IF NOT EXISTS "ipn_inbox_states" (
+  transaction_id text PRIMARY KEY,
+  state text NOT NULL,
+  decided_at timestamptz NOT NULL DEFAULT now()
+);
 -- #endregion schema

@@ -12,7 +12,7 @@ describe('a custom store without a lifecycle', () => {
   test('the router warns once at start, and still emits conflict for a FAILED after a SUCCESSFUL it accepted', async () => {
     const inner = new MemoryStore();
     const store: Store = {
-      claim: (k, t, token) => inner.claim(k, t, token),
+      claim: (k, t) => inner.claim(k, t),
       release: (k) => inner.release(k),
     };
     const warnings: string[] = [];

@@ -16,6 +16,7 @@ import type {
 } from '../store.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
 import { MysqlExpectations } from './mysql-expectations.js';
+import { MysqlLifecycle, mysqlLifecycleSql } from './mysql-lifecycle.js';
 import {
   affectedOf,
   DUPLICATE_KEY,
@@ -145,6 +146,8 @@ export class MysqlStore<
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
   readonly expectations: MysqlExpectations;
+  /** Each transaction's accepted final state: the table `<table>_states`, made by `migrate()`. */
+  readonly lifecycle: MysqlLifecycle;
   readonly #pool: MysqlPool;
   readonly #transactions: Transactions | undefined;
   readonly #sql: MysqlInboxSql;
@@ -182,6 +185,7 @@ export class MysqlStore<
       },
       this.table,
     );
+    this.lifecycle = new MysqlLifecycle((work) => this.#transaction(work), this.table);
   }
 
   /**
@@ -209,6 +213,7 @@ export class MysqlStore<
         if (unfit !== undefined) throw new StoreError(`MysqlStore.migrate: ${unfit}`);
         await connection.query(mysqlSchemaSql(this.table));
         await connection.query(mysqlExpectationsSql(this.table));
+        await connection.query(mysqlLifecycleSql(this.table));
         await connection.query('SELECT RELEASE_LOCK(?)', [lock]);
         connection.release();
       } catch (error) {

@@ -36,7 +36,8 @@ export function tableNames(table: unknown, owner = 'PostgresStore'): TableNames 
 }
 
 /**
- * The SQL that creates the inbox table and its index, for teams that run their own migrations (the same SQL
+ * The SQL that creates the inbox table and its index, and the lifecycle table beside it (`<table>_states`:
+ * each transaction's accepted final state), for teams that run their own migrations (the same SQL
  * `PostgresStore.migrate()` runs). Idempotent: `IF NOT EXISTS` throughout.
  *
  * The key `transaction_id:state` is the primary key: it is what makes a claim or a receive atomic across
@@ -69,6 +70,28 @@ export function postgresSchemaSql(table = 'ipn_inbox'): string {
   CHECK (key = transaction_id || ':' || state)
 );
 CREATE INDEX IF NOT EXISTS ${dueIndex} ON ${quoted} (status, next_attempt_at);
+${lifecycleSql(quoted)}`;
+}
+
+const STATES_SUFFIX = '_states';
+
+/**
+ * The lifecycle table beside the quoted inbox table: `<table>_states`, in the same schema, one row per
+ * transaction (its accepted final state).
+ */
+export function statesTable(quoted: string): string {
+  const parts = quoted.split('.');
+  const name = (parts.pop() as string).slice(1, -1);
+  return [...parts, `"${name.slice(0, 63 - STATES_SUFFIX.length)}${STATES_SUFFIX}"`].join('.');
+}
+
+/** The lifecycle table: the row of a transaction is what makes its decisions atomic across instances. */
+function lifecycleSql(quoted: string): string {
+  return `CREATE TABLE IF NOT EXISTS ${statesTable(quoted)} (
+  transaction_id text PRIMARY KEY,
+  state text NOT NULL,
+  decided_at timestamptz NOT NULL DEFAULT now()
+);
 `;
 }
 

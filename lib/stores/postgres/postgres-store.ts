@@ -14,6 +14,7 @@ import { openOrmTransaction } from '../orm-transaction.js';
 import { createGroups } from './postgres-group.js';
 import { isTransactions, type Statement, type StatementResult, type Transactions } from '../transactions.js';
 import { PostgresExpectations, postgresExpectationsSql } from './postgres-expectations.js';
+import { PostgresLifecycle } from './postgres-lifecycle.js';
 import { afterMigration, markMigration, trackMigration } from './postgres-migrations.js';
 import { DeliveryError, messageOf, StoreError } from '../../shared/errors.js';
 import type {
@@ -159,6 +160,8 @@ export class PostgresStore<
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
   readonly expectations: PostgresExpectations;
+  /** Each transaction's accepted final state: the table `<table>_states`, made by `migrate()`. */
+  readonly lifecycle: PostgresLifecycle;
   readonly #pool: PgQueryable;
   readonly #transactions: Transactions | undefined;
   /** Group transactions of delivery attempts (`groupDeliveries`), over the pool's clients. */
@@ -208,6 +211,7 @@ export class PostgresStore<
       (text, values) => this.#query(text, values, 'expectations'),
       this.table,
     );
+    this.lifecycle = new PostgresLifecycle((text, values) => this.#query(text, values), this.table);
   }
 
   /**

@@ -10,6 +10,7 @@ import type {
   StatusCounts,
 } from '../store.js';
 import { RedisExpectations } from './redis-expectations.js';
+import { RedisLifecycle } from './redis-lifecycle.js';
 import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
 
@@ -134,6 +135,8 @@ export class RedisStore implements DurableStore {
   readonly prefix: string;
   /** Where `ipn.expect()` keeps expected transactions: under `prefix + 'expected:'`, shared by every instance. */
   readonly expectations: RedisExpectations;
+  /** Each transaction's accepted final state: under `prefix + 'state:'`, kept the router's `ttlMs`. */
+  readonly lifecycle: RedisLifecycle;
   readonly #send: Send;
   readonly #client: object;
   /** How long a batch of claims stuck on the connection holds its place: the routers' shortest storeTimeoutMs. */
@@ -155,6 +158,7 @@ export class RedisStore implements DurableStore {
     }
     this.prefix = prefix;
     this.expectations = new RedisExpectations((args) => this.#command(args), prefix);
+    this.lifecycle = new RedisLifecycle((args) => this.#command(args), prefix);
     this.#claims =
       Reflect.get(client as object, 'isCluster') === true
         ? undefined

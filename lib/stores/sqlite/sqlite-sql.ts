@@ -55,6 +55,11 @@ CREATE TABLE IF NOT EXISTS "${table}_expected" (
   due_at INTEGER NOT NULL,
   attempts INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS "${table}_states" (
+  transaction_id TEXT PRIMARY KEY NOT NULL,
+  state TEXT NOT NULL,
+  decided_at INTEGER NOT NULL
+);
 `;
 }
 

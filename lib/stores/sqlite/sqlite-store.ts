@@ -26,6 +26,7 @@ import {
   type WriteGate,
 } from './sqlite-connection.js';
 import { SqliteExpectations } from './sqlite-expectations.js';
+import { SqliteLifecycle } from './sqlite-lifecycle.js';
 import { quoteTable, sqliteInboxSql, sqliteSchemaSql, type SqliteInboxSql } from './sqlite-sql.js';
 
 /**
@@ -110,6 +111,8 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
   readonly expectations: SqliteExpectations;
+  /** Each transaction's accepted final state: the table `<table>_states`, made by `migrate()`. */
+  readonly lifecycle: SqliteLifecycle;
   readonly #database: D;
   readonly #connect: (() => D) | undefined;
   readonly #busyTimeoutMs: number;
@@ -165,6 +168,10 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
           this.#write(() => Number(statementOf(this.#database, text).run(...values).changes)),
         writeReturning: (text, values) => this.#write(() => statementOf(this.#database, text).all(...values)),
       },
+      this.table,
+    );
+    this.lifecycle = new SqliteLifecycle(
+      (text, values) => this.#write(() => statementOf(this.#database, text).all(...values)),
       this.table,
     );
   }
