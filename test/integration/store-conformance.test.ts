@@ -116,7 +116,8 @@ describeWithService('PostgreSQL', 'runStoreConformance on PostgresStore', () => 
     for (const client of [pool, other]) client.on('error', () => {});
   });
   afterAll(async () => {
-    for (const table of tables) await pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_expected"`);
+    for (const table of tables)
+      await pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_expected", "${table}_states"`);
     await Promise.all([pool.end(), other.end()]);
   });
 
@@ -154,7 +155,8 @@ describeWithService('MariaDB', 'runStoreConformance on MysqlStore', () => {
     other = createPool({ uri: mysqlUrl(), connectionLimit: 10 });
   });
   afterAll(async () => {
-    for (const table of tables) await pool.query(`DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\``);
+    for (const table of tables)
+      await pool.query(`DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\`, \`${table}_states\``);
     await Promise.all([pool.end(), other.end()]);
   });
 
