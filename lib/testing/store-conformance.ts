@@ -5,6 +5,7 @@ import { CLAIM_RULES } from './store-conformance-claims.js';
 import { CRASH_RULES } from './store-conformance-crash.js';
 import { EXPECTATION_RULES } from './store-conformance-expectations.js';
 import { LEASE_RULES } from './store-conformance-leases.js';
+import { LIFECYCLE_RULES } from './store-conformance-lifecycle.js';
 import {
   createKit,
   RuleFailure,
@@ -29,6 +30,7 @@ const RULES: Rule[] = [
   ...OPERATOR_RULES,
   ...CRASH_RULES,
   ...EXPECTATION_RULES,
+  ...LIFECYCLE_RULES,
 ];
 
 /** The names of the rules, for `skip`. */
@@ -171,6 +173,11 @@ async function runRule(
 /** Why `rule` does not apply to `store`, or `undefined` when it does. */
 function notApplicable(rule: Rule, store: AnyStore, options: Resolved): string | undefined {
   if (rule.needs === 'store') return undefined;
+  if (rule.needs === 'lifecycle') {
+    return store.lifecycle === undefined
+      ? 'the store has no lifecycle (optional: the router keeps one in its own memory instead)'
+      : undefined;
+  }
   if (!isDurable(store, options)) return 'the store is not durable (at most once only)';
   if (rule.needs === 'countByStatus' && typeof store.countByStatus !== 'function')
     return 'the store has no countByStatus() (optional)';

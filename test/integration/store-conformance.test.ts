@@ -42,7 +42,15 @@ describe('runStoreConformance on the built-in stores', () => {
   test('a MemoryStore taken as not durable runs the claim rules only', async () => {
     const result = await runStoreConformance(() => new MemoryStore(), { skip: memorySkips, durable: false });
     expect(result.failures).toEqual([]);
-    expect(result.passed).toEqual(['interface', 'claim-atomic', 'claim-held', 'claim-ttl', 'release']);
+    expect(result.passed).toEqual([
+      'interface',
+      'claim-atomic',
+      'claim-held',
+      'claim-ttl',
+      'release',
+      'lifecycle-decide',
+      'lifecycle-atomic',
+    ]);
     expect(result.skipped).toContainEqual({
       rule: 'lease-disjoint',
       reason: 'the store is not durable (at most once only)',
