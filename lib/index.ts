@@ -23,6 +23,7 @@ export type { IpnNotification } from './notification/schema.js';
 export { MemoryStore } from './stores/memory/memory-store.js';
 export type { Store, DurableStore, InboxEntry } from './stores/store.js';
 export type { ExpectationStore } from './stores/expectation-store.js';
+export type { LifecycleStore } from './stores/lifecycle-store.js';
 export type { Logger } from './observability/logger.js';
 export { createStatusClient } from './status/status-client.js';
 export type { StatusClient } from './status/status-client.js';

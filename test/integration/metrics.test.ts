@@ -74,6 +74,7 @@ describe('ipn.metrics()', () => {
       verificationsShed: 0,
       deliveryAttempts: 0,
       dead: 0,
+      conflicts: 0,
       statusQueries: expect.objectContaining({ shared: 0 }),
     });
     // Two for the genuine ones, and the forged id at least twice: a not-found is believed once repeated.
