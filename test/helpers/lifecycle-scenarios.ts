@@ -14,7 +14,7 @@ export interface LifecycleBackend {
 }
 
 type Mode = 'at-most-once' | 'at-least-once';
-type Router = IpnRouter<any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Router = IpnRouter<any>;
 
 let sequence = 0;
 /** A transaction id no other test (nor process) uses. */

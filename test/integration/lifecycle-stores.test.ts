@@ -85,9 +85,10 @@ describe('SqliteStore', () => {
   lifecycleScenarios({
     store,
     ready: () => store().migrate(),
-    close: async () => {
+    close: () => {
       for (const database of opened) database.close();
       rmSync(folder, { recursive: true, force: true });
+      return Promise.resolve();
     },
   });
 });
