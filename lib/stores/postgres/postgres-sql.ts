@@ -100,6 +100,14 @@ const PLAIN = /^[A-Za-z0-9._:-]{1,200}$/;
 /** The SQLSTATE `markAndCommit` raises when the lease was lost: ipn-kit's own ("IK": no class of PostgreSQL's). */
 export const LEASE_LOST = 'IK001';
 
+/**
+ * Sent before a delivery's COMMIT (a rollback undoes them by itself): what a listener set in the session
+ * (`SET search_path`, any `SET` but `SET LOCAL`) goes back to the session's start (its startup parameters,
+ * the role's and database's settings), so that it never outlives the delivery: through a transaction-mode
+ * pooler the connection serves other clients next. A `SET` of the pool's `connect` event goes too.
+ */
+export const RESET = 'RESET ALL';
+
 /** Lease columns cleared when an attempt ends. */
 const END_LEASE = 'lease_id = NULL, lease_until = NULL, updated_at = now()';
 
@@ -256,7 +264,7 @@ export function inboxSql(table: string) {
     // would do. When the mark raises LEASE_LOST, the COMMIT is skipped, and the caller rolls back.
     markAndCommit: (key: string, leaseId: string): string | undefined => {
       const mark = sql.markOrRaise(key, leaseId);
-      return mark === undefined ? undefined : `${mark}; COMMIT`;
+      return mark === undefined ? undefined : `${mark}; ${RESET}; COMMIT`;
     },
   };
 }

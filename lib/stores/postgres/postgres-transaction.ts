@@ -1,4 +1,4 @@
-import { LEASE_LOST } from './postgres-sql.js';
+import { LEASE_LOST, RESET } from './postgres-sql.js';
 import { DeliveryError, IpnKitError, messageOf, StoreError } from '../../shared/errors.js';
 import type { DeliveryTransaction } from '../store.js';
 
@@ -221,7 +221,7 @@ export function openTransaction(
           finish(false);
           return 'lost';
         }
-        await taken.query('COMMIT');
+        await taken.query(`${RESET}; COMMIT`);
         finish(false);
         return 'delivered';
       } catch (error) {
