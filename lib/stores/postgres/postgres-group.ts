@@ -79,6 +79,8 @@ interface Member {
   inFlight: number;
   /** BEGINs the listeners sent through db, open as savepoints inside the member's. */
   depth: number;
+  /** A listener changed a setting of the session through db: RESET ALL goes with the member's mark. */
+  setsSession?: boolean;
   /** The group's COMMIT, for a member marked in it. */
   outcome?: Deferred<'delivered'>;
   /** Given up by its group through no fault of its own: nothing of it landed unless the entry says so. */
@@ -414,13 +416,14 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
     member.marking = true;
     const last = !(waiting.some((next) => next.state === 'waiting') && canTake(lane));
     const raise = how.orRaise();
+    const reset = member.setsSession === true ? `${RESET}; ` : ''; // it ends with the member's savepoint
     let lost = false;
     try {
       if (raise !== undefined) {
         if (last) lane.state = 'finishing';
         await own(
           lane,
-          `${raise}; ${RESET}; ${last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`}`,
+          `${raise}; ${reset}${last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`}`,
         );
       } else {
         const { rowCount } = await own(lane, ...how.statement);
@@ -429,7 +432,7 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
           if (last) lane.state = 'finishing';
           await own(
             lane,
-            `${RESET}; ${last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`}`,
+            `${reset}${last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`}`,
           );
         }
       }
@@ -513,6 +516,7 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
     const inside = (args: unknown[]): unknown[] => {
       const mapped = insideTransaction(args, member.depth, key);
       member.depth = mapped.depth;
+      if (mapped.setsSession) member.setsSession = true;
       return mapped.args;
     };
     /** Sends a query on the lane's client, unless the turn ended meanwhile (then refused, in its form). */

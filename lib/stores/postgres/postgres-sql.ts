@@ -101,10 +101,10 @@ const PLAIN = /^[A-Za-z0-9._:-]{1,200}$/;
 export const LEASE_LOST = 'IK001';
 
 /**
- * Sent before a delivery's COMMIT (a rollback undoes them by itself): what a listener set in the session
- * (`SET search_path`, any `SET` but `SET LOCAL`) goes back to the session's start (its startup parameters,
- * the role's and database's settings), so that it never outlives the delivery: through a transaction-mode
- * pooler the connection serves other clients next. A `SET` of the pool's `connect` event goes too.
+ * Sent before the COMMIT of a delivery whose listener changed a setting of the session through `db` (a
+ * rollback undoes it by itself): the settings go back to the session's start (its startup parameters, the
+ * role's and database's settings), so that none outlives the delivery: through a transaction-mode pooler
+ * the connection serves other clients next. A `SET` of the pool's `connect` event goes too, on that one.
  */
 export const RESET = 'RESET ALL';
 
@@ -262,9 +262,9 @@ export function inboxSql(table: string) {
     ...sql,
     // The mark and the COMMIT of a delivery transaction, as one simple query: one round trip where two
     // would do. When the mark raises LEASE_LOST, the COMMIT is skipped, and the caller rolls back.
-    markAndCommit: (key: string, leaseId: string): string | undefined => {
+    markAndCommit: (key: string, leaseId: string, reset: boolean): string | undefined => {
       const mark = sql.markOrRaise(key, leaseId);
-      return mark === undefined ? undefined : `${mark}; ${RESET}; COMMIT`;
+      return mark === undefined ? undefined : `${mark}; ${reset ? `${RESET}; ` : ''}COMMIT`;
     },
   };
 }

@@ -1,7 +1,7 @@
 import { checkListOptions } from '../list-options.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
-import { inboxSql, migrateSql, receivesJson, RESET, tableNames, type InboxSql } from './postgres-sql.js';
+import { inboxSql, migrateSql, receivesJson, tableNames, type InboxSql } from './postgres-sql.js';
 import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
 import {
   canConnect,
@@ -10,7 +10,7 @@ import {
   splitStatements,
   type PgClientOf,
 } from './postgres-transaction.js';
-import { openOrmTransaction, type Run } from '../orm-transaction.js';
+import { openOrmTransaction } from '../orm-transaction.js';
 import { createGroups } from './postgres-group.js';
 import { guardCheckouts } from '../guard-checkouts.js';
 import { isTransactions, type Statement, type StatementResult, type Transactions } from '../transactions.js';
@@ -363,14 +363,11 @@ export class PostgresStore<
     type Opened = DeliveryTransaction<TxOf<P, T>, DbOf<P, T>>;
     if (this.#transactions) {
       const opening: Statement = { text: this.#sql.currentXid, values: [], returns: 'rows' };
-      const mark = async ({ rows }: StatementResult, run: Run): Promise<Statement> => {
-        await run({ text: RESET, values: [], returns: 'count' }); // see RESET: a listener's SET ends here
-        return {
-          text: this.#sql.deliveredInOrm,
-          values: [key, leaseId, String(rows[0]?.xid)],
-          returns: 'rows',
-        };
-      };
+      const mark = ({ rows }: StatementResult): Statement => ({
+        text: this.#sql.deliveredInOrm,
+        values: [key, leaseId, String(rows[0]?.xid)],
+        returns: 'rows',
+      });
       const outcome = (result: StatementResult) => markedInOrm(result, key, this.#transactions!.name);
       return openOrmTransaction(
         this.#transactions,
@@ -389,7 +386,7 @@ export class PostgresStore<
       const Client = Reflect.get(this.#pool, 'Client') as unknown;
       return Promise.resolve(this.#groups.join(key, how, markWithout, Client) as Opened);
     }
-    const mark = { statement, andCommit: () => this.#sql.markAndCommit(key, leaseId) };
+    const mark = { statement, andCommit: (reset: boolean) => this.#sql.markAndCommit(key, leaseId, reset) };
     return Promise.resolve(openTransaction(this.#pool, key, mark, markWithout) as Opened);
   }
 
