@@ -423,17 +423,15 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
         if (last) lane.state = 'finishing';
         await own(
           lane,
-          `${raise}; ${reset}${last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`}`,
+          `${reset}${raise}; ${last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`}`,
         );
       } else {
+        if (reset !== '') await own(lane, RESET);
         const { rowCount } = await own(lane, ...how.statement);
         lost = rowCount !== 1;
         if (!lost) {
           if (last) lane.state = 'finishing';
-          await own(
-            lane,
-            `${reset}${last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`}`,
-          );
+          await own(lane, `${last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`}`);
         }
       }
     } catch (error) {

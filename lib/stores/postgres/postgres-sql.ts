@@ -101,7 +101,7 @@ const PLAIN = /^[A-Za-z0-9._:-]{1,200}$/;
 export const LEASE_LOST = 'IK001';
 
 /**
- * Sent before the COMMIT of a delivery whose listener changed a setting of the session through `db` (a
+ * Sent before the mark and COMMIT of a delivery whose listener changed a setting of the session through `db` (a
  * rollback undoes it by itself): the settings go back to the session's start (its startup parameters, the
  * role's and database's settings), so that none outlives the delivery: through a transaction-mode pooler
  * the connection serves other clients next. A `SET` of the pool's `connect` event goes too, on that one.
@@ -264,7 +264,7 @@ export function inboxSql(table: string) {
     // would do. When the mark raises LEASE_LOST, the COMMIT is skipped, and the caller rolls back.
     markAndCommit: (key: string, leaseId: string, reset: boolean): string | undefined => {
       const mark = sql.markOrRaise(key, leaseId);
-      return mark === undefined ? undefined : `${mark}; ${reset ? `${RESET}; ` : ''}COMMIT`;
+      return mark === undefined ? undefined : `${reset ? `${RESET}; ` : ''}${mark}; COMMIT`;
     },
   };
 }

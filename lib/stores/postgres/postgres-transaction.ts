@@ -6,7 +6,7 @@ import type { DeliveryTransaction } from '../store.js';
  * How a delivery transaction marks its entry delivered: `statement` (changing one row while the lease holds,
  * none once it was lost), then `COMMIT`; or the query `andCommit()` gives, both in one simple query that
  * fails with {@link LEASE_LOST} when the lease was lost (`undefined` when the key cannot stand in it), with
- * {@link RESET} before the `COMMIT` when `reset` (a listener changed a setting of the session).
+ * {@link RESET} before them when `reset` (a listener changed a setting of the session).
  */
 export interface DeliveredMark {
   statement: [string, unknown[]];
@@ -217,6 +217,7 @@ export function openTransaction(
           finish(false);
           return lost ? 'lost' : 'delivered';
         }
+        if (setsSession) await taken.query(RESET); // before the mark: it may have changed search_path
         const { rowCount } = await taken.query(...mark.statement);
         if (rowCount !== 1) {
           // The lease was lost: another attempt holds the entry now. The listeners' writes must not land.
@@ -224,7 +225,7 @@ export function openTransaction(
           finish(false);
           return 'lost';
         }
-        await taken.query(setsSession ? `${RESET}; COMMIT` : 'COMMIT');
+        await taken.query('COMMIT');
         finish(false);
         return 'delivered';
       } catch (error) {
