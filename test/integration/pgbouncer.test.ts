@@ -8,6 +8,7 @@ import { quiet } from '../helpers/quiet-logger.js';
 import { servedRouters } from '../helpers/servers.js';
 import { databaseUrl, eventually, hostAndPort } from '../helpers/services.js';
 import { TcpProxy } from '../helpers/tcp-proxy.js';
+import { hostedRouter, hostedStore } from '../../examples/snippets/hosted-postgres.js';
 
 /**
  * Hosted PostgreSQL as partners deploy it: behind a transaction-mode PgBouncer (Supabase's pooler, Neon's
@@ -110,6 +111,26 @@ describeWithPgBouncer('through a transaction-mode PgBouncer', (bouncer) => {
       code: 0,
       output: expect.stringContaining('delivered'),
     });
+  });
+});
+
+describeWithPgBouncer("docs/hosted-postgres.md's recipe", (bouncer) => {
+  const { table, ledger, credits } = tables('recipe');
+  const serve = servedRouters();
+
+  test('migrates on the direct URL, credits once through the pooled one with SET LOCAL', async () => {
+    const { pool, store } = await hostedStore(bouncer().url, databaseUrl(), table);
+    try {
+      const ipn = hostedRouter(store, ledger);
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      expect((await post(payload)).status).toBe(200);
+      await eventually('delivered', async () => (await store.get(keyOf(payload)))?.status === 'delivered');
+      expect(await credits(payload.transaction_id)).toBe(1);
+    } finally {
+      await pool.end();
+    }
   });
 });
 
