@@ -58,13 +58,14 @@ export interface CliPoolConfig {
   keepAlive: boolean;
   connectionTimeoutMillis: number;
   query_timeout: number;
-  statement_timeout: number;
 }
 
 /**
  * The CLI's own pool: one connection, TCP keep-alive (a connection behind a dropped network is found dead
- * instead of waited on), and time limits on connecting and on each query (client side, and server side for
- * a statement stuck on a lock), so that a command fails with a message instead of hanging.
+ * instead of waited on), and time limits on connecting and on each query (client side), so that a command
+ * fails with a message instead of hanging. No startup parameter (`statement_timeout`, `options`): a
+ * transaction-mode pooler (PgBouncer, Supabase's, Neon's pooled endpoint) refuses the connection for one;
+ * the CLI's process ends after the command, which closes its connection.
  */
 export function cliPoolConfig(connectionString: string): CliPoolConfig {
   return {
@@ -73,7 +74,6 @@ export function cliPoolConfig(connectionString: string): CliPoolConfig {
     keepAlive: true,
     connectionTimeoutMillis: 10_000,
     query_timeout: 30_000,
-    statement_timeout: 30_000,
   };
 }
 

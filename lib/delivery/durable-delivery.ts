@@ -11,6 +11,7 @@ import type { DeliveryTransaction, DurableStore, InboxEntry } from '../stores/st
 import { within } from '../shared/within.js';
 import type { InboxDrain, Outcome } from './drain-result.js';
 import { monotonicNow } from '../shared/clock.js';
+import { connectionHint } from '../shared/connection-hint.js';
 import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
 import { CONFLICT_PREFIX, createLifecycle, type Lifecycle } from './lifecycle.js';
 
@@ -268,7 +269,7 @@ export function createDurableDelivery<C>(
     }
     const failure =
       result.kind === 'failed'
-        ? result.error
+        ? withHint(result.error)
         : new VerificationError(n.transaction_id, attempts, result.reason);
     if (result.kind === 'failed') report(failure, n);
     if (attempts >= options.maxAttempts) {
@@ -324,6 +325,15 @@ export function createDurableDelivery<C>(
     const outcomes = await Promise.all(
       entries.map(async (entry): Promise<Outcome> => {
         const read = ipnNotificationSchema.safeParse(entry.record);
+        if (read.success && entry.attempts > options.maxAttempts) {
+          // Its last attempts never settled (their process died, or lost its connection, each time): dead,
+          // not taken up without end. This lease counted one more, which does not run.
+          const error = new DeliveryError(unsettled(entry));
+          return settle(entry.key, read.data, lease.id, entry.attempts - 1, driver, {
+            kind: 'failed',
+            error,
+          });
+        }
         if (read.success) return attemptOnce(entry.key, read.data, lease.id, entry.attempts, driver);
         const error = `the stored record of ${entry.key} is not a notification`;
         try {
@@ -491,4 +501,21 @@ function holdTransaction(
       await tx?.rollback(listeners);
     },
   };
+}
+
+/** `error`, with what to do added when it says the database ended the delivery's connection. */
+function withHint(error: IpnKitError): IpnKitError {
+  const hint = connectionHint(error);
+  return hint === undefined ? error : new DeliveryError(`${error.message}: ${hint}`, { cause: error });
+}
+
+/** Why an entry taken up more than `maxAttempts` times ends dead without another attempt. */
+function unsettled(entry: InboxEntry): string {
+  const last = entry.lastError === null ? '' : ` (the last recorded: ${entry.lastError})`;
+  return (
+    `${entry.key} was taken up ${entry.attempts - 1} times and no attempt recorded how it ended${last}: ` +
+    "each one's process died or lost its connection before it could (a crash; a restart; a role's " +
+    'idle_in_transaction_session_timeout or statement_timeout shorter than the listener: raise it for the ' +
+    'role above leaseMs, or keep the listener under it)'
+  );
 }

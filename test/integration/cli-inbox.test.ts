@@ -212,7 +212,6 @@ test("the CLI's own pool keeps connections alive and bounds connecting and every
     keepAlive: true,
     connectionTimeoutMillis: 10_000,
     query_timeout: 30_000,
-    statement_timeout: 30_000,
   });
 });
 

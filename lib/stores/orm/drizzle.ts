@@ -1,4 +1,5 @@
 import { DeliveryError } from '../../shared/errors.js';
+import { guardCheckouts } from '../guard-checkouts.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
 
 /**
@@ -200,6 +201,8 @@ export function drizzleTransactions<Db extends DrizzleDatabase>(
         'delivery would run in it, as a savepoint, and commit only when it does. Pass the database',
     );
   }
+  // Drizzle takes a client of its pool for each transaction and listens to none of its events.
+  guardCheckouts(Reflect.get(db, '$client'));
   const runner = db as unknown as DrizzleRunner;
   const config: unknown = options.config;
   return {

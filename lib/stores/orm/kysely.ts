@@ -1,3 +1,4 @@
+import { guardCheckouts } from '../guard-checkouts.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
 
 /**
@@ -75,6 +76,22 @@ function describeValue(value: unknown): string {
 }
 
 /**
+ * Options of {@link kyselyTransactions}.
+ * @inline
+ */
+export interface KyselyTransactionsOptions {
+  /**
+   * The `pg` pool your `PostgresDialect` was given. Kysely listens to no `error` of the client it checks out
+   * for a transaction, so a server ending a delivery's connection (a restart, `pg_terminate_backend`, a
+   * pooler's disconnect, a hosted timeout) would stop the process; given the pool, ipn-kit listens on each
+   * client it hands out, and the attempt fails and is retried instead. `PostgresStore` does so for its own
+   * `pool`: needed only when Kysely's pool is another one, or the store has none.
+   * @default undefined
+   */
+  pool?: unknown;
+}
+
+/**
  * Runs each delivery attempt in a Kysely transaction (`db.transaction().execute(...)`): listeners write
  * through their context's `tx`, Kysely's `Transaction` typed for your database interface, and ipn-kit's
  * `delivered` mark commits with their writes or rolls back with them. Kysely has no nested transaction:
@@ -85,6 +102,7 @@ function describeValue(value: unknown): string {
  * rename the columns it reads; your own queries keep them.
  *
  * @param db your Kysely instance, over PostgreSQL (`PostgresDialect`, or another PostgreSQL dialect).
+ * @param options `pool`: the dialect's pool, when it is not the store's.
  * @throws TypeError when `db` is not a Kysely instance (a Kysely `Transaction` is not one).
  * @example
  * ```ts
@@ -100,7 +118,10 @@ function describeValue(value: unknown): string {
  * });
  * ```
  */
-export function kyselyTransactions<Db extends KyselyDatabase>(db: Db): Transactions<KyselyTransactionOf<Db>> {
+export function kyselyTransactions<Db extends KyselyDatabase>(
+  db: Db,
+  options: KyselyTransactionsOptions = {},
+): Transactions<KyselyTransactionOf<Db>> {
   if (
     typeof db !== 'object' ||
     db === null ||
@@ -118,6 +139,7 @@ export function kyselyTransactions<Db extends KyselyDatabase>(db: Db): Transacti
       'kyselyTransactions: expected a Kysely instance (new Kysely({ dialect })), got a Kysely Transaction: pass the instance',
     );
   }
+  guardCheckouts(options.pool);
   const runner = db as unknown as KyselyRunner;
   return {
     name: 'Kysely',

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { LEASE_LOST } from './postgres-sql.js';
+import { LEASE_LOST, RESET } from './postgres-sql.js';
 import { DeliveryError, messageOf, StoreError } from '../../shared/errors.js';
 import type { DeliveryTransaction } from '../store.js';
 import {
@@ -79,6 +79,8 @@ interface Member {
   inFlight: number;
   /** BEGINs the listeners sent through db, open as savepoints inside the member's. */
   depth: number;
+  /** A listener changed a setting of the session through db: RESET ALL goes with the member's mark. */
+  setsSession?: boolean;
   /** The group's COMMIT, for a member marked in it. */
   outcome?: Deferred<'delivered'>;
   /** Given up by its group through no fault of its own: nothing of it landed unless the entry says so. */
@@ -89,6 +91,11 @@ interface Member {
 
 interface Lane {
   client?: PgPoolClient;
+  /**
+   * The server process of its transaction (`pg_backend_pid()`, read in it): not the client's `processID`,
+   * which behind a pooler (PgBouncer, Supabase, Neon) is the pooler's cancel key, not a backend.
+   */
+  pid?: number;
   opened: Promise<void>;
   state: 'opening' | 'open' | 'finishing' | 'ended';
   holder?: Member;
@@ -223,7 +230,8 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
       }
       lane.client = taken;
       (Reflect.get(taken, 'on') as Listening | undefined)?.call(taken, 'error', lane.onError);
-      await own(lane, `BEGIN; SAVEPOINT ${SAVEPOINT}`);
+      const begun: unknown = await own(lane, `BEGIN; SAVEPOINT ${SAVEPOINT}; SELECT pg_backend_pid() AS pid`);
+      lane.pid = lastPid(begun);
       if (lane.state === 'opening') lane.state = 'open';
     })();
     lane.opened.catch((error: unknown) => breakLane(lane, error));
@@ -233,11 +241,10 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
   /**
    * A statement still running on a lane given up keeps running in PostgreSQL once its socket is closed (it
    * notices only when it answers), holding the row locks of the group's marks, which the members' runs alone
-   * then wait for: its backend is ended through another connection of the pool (best effort: a role that
-   * may not end it leaves the statement to finish).
+   * then wait for: its backend (`pid`, read in its transaction) is ended through another connection of the
+   * pool (best effort: a role that may not end it leaves the statement to finish).
    */
-  function stopBackend(client: PgPoolClient | undefined): void {
-    const pid: unknown = client === undefined ? undefined : Reflect.get(client, 'processID');
+  function stopBackend(pid: number | undefined): void {
     const query: unknown = Reflect.get(pool, 'query');
     if (typeof pid !== 'number' || typeof query !== 'function') return;
     const ended = Reflect.apply(query, pool, ['SELECT pg_terminate_backend($1)', [pid]]) as unknown;
@@ -287,7 +294,7 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
   function breakLane(lane: Lane, cause: unknown, running = false): void {
     if (lane.state === 'ended') return;
     lane.broken ??= cause;
-    if (running) stopBackend(lane.client);
+    if (running) stopBackend(lane.pid);
     const marked = lane.marked.splice(0);
     const holder = lane.holder;
     lane.holder = undefined;
@@ -409,20 +416,22 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
     member.marking = true;
     const last = !(waiting.some((next) => next.state === 'waiting') && canTake(lane));
     const raise = how.orRaise();
+    const reset = member.setsSession === true ? `${RESET}; ` : ''; // it ends with the member's savepoint
     let lost = false;
     try {
       if (raise !== undefined) {
         if (last) lane.state = 'finishing';
         await own(
           lane,
-          `${raise}; ${last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`}`,
+          `${reset}${raise}; ${last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`}`,
         );
       } else {
+        if (reset !== '') await own(lane, RESET);
         const { rowCount } = await own(lane, ...how.statement);
         lost = rowCount !== 1;
         if (!lost) {
           if (last) lane.state = 'finishing';
-          await own(lane, last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`);
+          await own(lane, `${last ? 'COMMIT' : `RELEASE SAVEPOINT ${SAVEPOINT}; SAVEPOINT ${SAVEPOINT}`}`);
         }
       }
     } catch (error) {
@@ -505,6 +514,7 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
     const inside = (args: unknown[]): unknown[] => {
       const mapped = insideTransaction(args, member.depth, key);
       member.depth = mapped.depth;
+      if (mapped.setsSession) member.setsSession = true;
       return mapped.args;
     };
     /** Sends a query on the lane's client, unless the turn ended meanwhile (then refused, in its form). */
@@ -660,4 +670,12 @@ export function createGroups(pool: { connect(): Promise<unknown> }, limits: Grou
   }
 
   return { join };
+}
+
+/** The `pid` of the last result of a multi-statement query (pg resolves one result per statement). */
+function lastPid(results: unknown): number | undefined {
+  const last: unknown = Array.isArray(results) ? results.at(-1) : undefined;
+  const rows: unknown = typeof last === 'object' && last !== null ? Reflect.get(last, 'rows') : undefined;
+  const pid: unknown = Array.isArray(rows) ? Reflect.get(Object(rows[0]), 'pid') : undefined;
+  return typeof pid === 'number' ? pid : undefined;
 }

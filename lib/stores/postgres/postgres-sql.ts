@@ -123,6 +123,14 @@ const PLAIN = /^[A-Za-z0-9._:-]{1,200}$/;
 /** The SQLSTATE `markAndCommit` raises when the lease was lost: ipn-kit's own ("IK": no class of PostgreSQL's). */
 export const LEASE_LOST = 'IK001';
 
+/**
+ * Sent before the mark and COMMIT of a delivery whose listener changed a setting of the session through `db` (a
+ * rollback undoes it by itself): the settings go back to the session's start (its startup parameters, the
+ * role's and database's settings), so that none outlives the delivery: through a transaction-mode pooler
+ * the connection serves other clients next. A `SET` of the pool's `connect` event goes too, on that one.
+ */
+export const RESET = 'RESET ALL';
+
 /** Lease columns cleared when an attempt ends. */
 const END_LEASE = 'lease_id = NULL, lease_until = NULL, updated_at = now()';
 
@@ -277,9 +285,9 @@ export function inboxSql(table: string) {
     ...sql,
     // The mark and the COMMIT of a delivery transaction, as one simple query: one round trip where two
     // would do. When the mark raises LEASE_LOST, the COMMIT is skipped, and the caller rolls back.
-    markAndCommit: (key: string, leaseId: string): string | undefined => {
+    markAndCommit: (key: string, leaseId: string, reset: boolean): string | undefined => {
       const mark = sql.markOrRaise(key, leaseId);
-      return mark === undefined ? undefined : `${mark}; COMMIT`;
+      return mark === undefined ? undefined : `${reset ? `${RESET}; ` : ''}${mark}; COMMIT`;
     },
   };
 }

@@ -12,6 +12,7 @@ import {
 } from './postgres-transaction.js';
 import { openOrmTransaction } from '../orm-transaction.js';
 import { createGroups } from './postgres-group.js';
+import { guardCheckouts } from '../guard-checkouts.js';
 import { isTransactions, type Statement, type StatementResult, type Transactions } from '../transactions.js';
 import { PostgresExpectations, postgresExpectationsSql } from './postgres-expectations.js';
 import { PostgresLifecycle } from './postgres-lifecycle.js';
@@ -206,6 +207,9 @@ export class PostgresStore<
         ? createGroups(pool, { ...grouping, holdMs: () => this.#stallMs / 2 })
         : undefined;
     this.#transactions = transactions;
+    // An ORM's delivery transaction holds a client of this pool with no `error` listener of its own (Kysely):
+    // a server ending it must fail the attempt, not the process.
+    if (transactions) guardCheckouts(given?.pool);
     this.#sql = inboxSql(this.table);
     this.expectations = new PostgresExpectations(
       (text, values) => this.#query(text, values, 'expectations'),
@@ -386,7 +390,7 @@ export class PostgresStore<
       const Client = Reflect.get(this.#pool, 'Client') as unknown;
       return Promise.resolve(this.#groups.join(key, how, markWithout, Client) as Opened);
     }
-    const mark = { statement, andCommit: () => this.#sql.markAndCommit(key, leaseId) };
+    const mark = { statement, andCommit: (reset: boolean) => this.#sql.markAndCommit(key, leaseId, reset) };
     return Promise.resolve(openTransaction(this.#pool, key, mark, markWithout) as Opened);
   }
 

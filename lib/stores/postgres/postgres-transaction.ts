@@ -1,15 +1,16 @@
-import { LEASE_LOST } from './postgres-sql.js';
+import { LEASE_LOST, RESET } from './postgres-sql.js';
 import { DeliveryError, IpnKitError, messageOf, StoreError } from '../../shared/errors.js';
 import type { DeliveryTransaction } from '../store.js';
 
 /**
  * How a delivery transaction marks its entry delivered: `statement` (changing one row while the lease holds,
  * none once it was lost), then `COMMIT`; or the query `andCommit()` gives, both in one simple query that
- * fails with {@link LEASE_LOST} when the lease was lost (`undefined` when the key cannot stand in it).
+ * fails with {@link LEASE_LOST} when the lease was lost (`undefined` when the key cannot stand in it), with
+ * {@link RESET} before them when `reset` (a listener changed a setting of the session).
  */
 export interface DeliveredMark {
   statement: [string, unknown[]];
-  andCommit(): string | undefined;
+  andCommit(reset: boolean): string | undefined;
 }
 
 /** A client a pool hands out (`pool.connect()`): what a delivery transaction runs on. */
@@ -96,6 +97,7 @@ export function openTransaction(
   let begun: Promise<{ error: unknown } | undefined> | undefined; // the client taken and BEGIN sent
   let queue: Promise<unknown> = Promise.resolve(); // settles when the last query made has
   let savepoints = 0; // BEGINs a listener sent through db, open as savepoints
+  let setsSession = false; // a listener changed a setting of the session: RESET ALL before the COMMIT
   let broken: unknown; // what the connection emitted as 'error' while this attempt held it
   const onError = (error: unknown): void => {
     broken ??= error;
@@ -137,6 +139,7 @@ export function openTransaction(
   const inside = (args: unknown[]): unknown[] => {
     const mapped = insideTransaction(args, savepoints, key);
     savepoints = mapped.depth;
+    setsSession ||= mapped.setsSession;
     return mapped.args;
   };
   const db = new Proxy(standIn(Reflect.get(pool, 'Client')), {
@@ -201,7 +204,7 @@ export function openTransaction(
           );
         }
         const taken = client!;
-        const andCommit = mark.andCommit();
+        const andCommit = mark.andCommit(setsSession);
         if (andCommit !== undefined) {
           const lost = await taken.query(andCommit).then(
             () => false,
@@ -214,6 +217,7 @@ export function openTransaction(
           finish(false);
           return lost ? 'lost' : 'delivered';
         }
+        if (setsSession) await taken.query(RESET); // before the mark: it may have changed search_path
         const { rowCount } = await taken.query(...mark.statement);
         if (rowCount !== 1) {
           // The lease was lost: another attempt holds the entry now. The listeners' writes must not land.
@@ -248,21 +252,33 @@ export function openTransaction(
 
 /**
  * A listener's query arguments as they run inside a delivery's transaction, `depth` savepoints of its own
- * open (see {@link asSavepoint}): the same arguments, or the mapped statement in their place; and the depth
- * after it. Throws the refusal of a statement that cannot run there.
+ * open (see {@link asSavepoint}): the same arguments, or the mapped statement in their place; the depth
+ * after it; and whether it changes a setting of the session (`SET` but `SET LOCAL`, `RESET`, `set_config`),
+ * which {@link RESET} then undoes before the commit. Throws the refusal of a statement that cannot run there.
  */
 export function insideTransaction(
   args: unknown[],
   depth: number,
   key: string,
-): { args: unknown[]; depth: number } {
-  const mapped = asSavepoint(textOf(args[0]), depth, key);
-  if (mapped === undefined) return { args, depth };
+): { args: unknown[]; depth: number; setsSession: boolean } {
+  const text = textOf(args[0]);
+  const setsSession = text !== undefined && SETS_SESSION.test(text);
+  const mapped = asSavepoint(text, depth, key);
+  if (mapped === undefined) return { args, depth, setsSession };
   // Refused before the depth changes: a savepoint that is never sent must not be released later.
   if (typeof Reflect.get(Object(args[0]), 'submit') === 'function') throw submittableRefusal(key);
   const first = typeof args[0] === 'string' ? mapped.text : { ...(args[0] as object), text: mapped.text };
-  return { args: [first, ...args.slice(1)], depth: mapped.depth };
+  return { args: [first, ...args.slice(1)], depth: mapped.depth, setsSession };
 }
+
+/**
+ * A statement that changes a setting of the session, which outlives the transaction when it commits:
+ * `SET name ...` or `SET SESSION ...` (not `SET LOCAL`, `SET TRANSACTION`, `SET CONSTRAINTS`), `RESET`,
+ * `set_config(...)` (whose third argument may say `false`). Cheap to tell, so that only a delivery that
+ * made one pays for its {@link RESET}.
+ */
+const SETS_SESSION =
+  /(?:^|;)\s*(?:set\s+(?!local\b|transaction\b|constraints\b|session\s+characteristics\b)|reset\b)|\bset_config\s*\(/i;
 
 /** What `db` is before its first query: an object of the pool's client class (`db instanceof Client`). */
 export function standIn(Client: unknown): object {
