@@ -16,7 +16,10 @@ export type {
   DeadEvent,
   StaleEvent,
   ConflictEvent,
+  AlertEvent,
 } from './delivery/events.js';
+export { alertWebhook, alertLogger, formatAlert } from './observability/alert-notifiers.js';
+export type { AlertNotifier } from './observability/alert-notifiers.js';
 export type { RejectedEvent, StatusSource, VerifiedField } from './status/verify-notification.js';
 export { ipnNotificationSchema } from './notification/schema.js';
 export type { IpnNotification } from './notification/schema.js';
