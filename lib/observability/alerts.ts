@@ -59,7 +59,9 @@ export function createAlertMonitor(options: AlertMonitorOptions) {
   const { thresholds: t, emit, listening, logger, storeTimeoutMs, now = Date.now } = options;
   const firing = new Map<AlertKind, Firing>();
   let inARow = 0;
-  const ratio = createFailureWindow(t.failureWindowMs);
+  let ratio = createFailureWindow(t.failureWindowMs);
+  /** `deliveries_failing` fired on failures in a row (not on the ratio alone): the next success ends it. */
+  let failingInARow = false;
   const forged = createSlidingWindow(t.forgedWindowMs);
   let closed = false;
   /** The backlog's age at the last inbox read (ms), for the metric; `undefined` until one ran. */
@@ -137,6 +139,11 @@ export function createAlertMonitor(options: AlertMonitorOptions) {
     return { failing, value: share, threshold: t.failureRatio, why };
   }
 
+  function ratioRecovered(at: number): boolean {
+    const { attempts, failures } = ratio.totals(at);
+    return attempts === 0 || failures / attempts < t.failureRatio / 2;
+  }
+
   return {
     /** An at-least-once attempt ended: delivered, or failed (`error`: its message). */
     attempt(delivered: boolean, key: string, error?: string): void {
@@ -145,14 +152,21 @@ export function createAlertMonitor(options: AlertMonitorOptions) {
       ratio.add(at, !delivered);
       if (delivered) {
         inARow = 0;
-        if (firing.has('deliveries_failing') && !failingNow(at).failing) {
-          resolve('deliveries_failing', at, (f) => `deliveries succeed again, after ${f.count} failed attempts`);
-        }
+        if (!firing.has('deliveries_failing')) return;
+        // Failures in a row end at the next success, and the ratio is judged afresh from there (the failures
+        // that made the alert would otherwise fire it again at the next one). Fired on the ratio alone, it
+        // ends once a success finds the ratio under half its threshold: a share hovering at the threshold
+        // must not fire and resolve at every other attempt.
+        if (!failingInARow && !ratioRecovered(at)) return;
+        if (failingInARow) ratio = createFailureWindow(t.failureWindowMs);
+        failingInARow = false;
+        resolve('deliveries_failing', at, (f) => `deliveries succeed again, after ${f.count} failed attempts`);
         return;
       }
       inARow += 1;
       const state = failingNow(at);
       if (!state.failing && !firing.has('deliveries_failing')) return;
+      if (inARow >= t.failuresInARow) failingInARow = true;
       const { value, threshold, why } = state;
       fire('deliveries_failing', at, {
         message: why,
