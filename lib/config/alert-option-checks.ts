@@ -24,11 +24,15 @@ export function checkAlertOptions(defaults: AlertOptions, given: unknown): Alert
   const alerts: AlertOptions = { ...defaults, ...(defined as Partial<AlertOptions>) };
   for (const name of COUNTS) {
     if (!Number.isInteger(alerts[name]) || alerts[name] < 1)
-      throw new TypeError(`ipnRouter: alerts.${name} must be a positive integer, got ${String(alerts[name])}`);
+      throw new TypeError(
+        `ipnRouter: alerts.${name} must be a positive integer, got ${String(alerts[name])}`,
+      );
   }
   const { failureRatio } = alerts;
   if (typeof failureRatio !== 'number' || !(failureRatio > 0 && failureRatio <= 1))
-    throw new TypeError(`ipnRouter: alerts.failureRatio must be a number above 0, at most 1, got ${String(failureRatio)}`);
+    throw new TypeError(
+      `ipnRouter: alerts.failureRatio must be a number above 0, at most 1, got ${String(failureRatio)}`,
+    );
   for (const name of DURATIONS) checkDuration(`alerts.${name}`, alerts[name], MAX_TIMER);
   return alerts;
 }

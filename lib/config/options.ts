@@ -196,7 +196,11 @@ type Current = { [K in Exclude<keyof Options, RenamedOption>]-?: Options[K] };
  * across routers), so it is `undefined` here.
  */
 const DEFAULTS: {
-  readonly [K in keyof Current]: K extends 'store' ? undefined : K extends 'alerts' ? AlertOptions : Current[K];
+  readonly [K in keyof Current]: K extends 'store'
+    ? undefined
+    : K extends 'alerts'
+      ? AlertOptions
+      : Current[K];
 } = {
   customData: undefined,
   store: undefined,

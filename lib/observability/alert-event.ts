@@ -6,7 +6,7 @@
  * - `dead`: the inbox holds `dead` entries; fired at the first `dead` event (or an inbox read that finds
  *   one), resolved when an inbox read finds none (replayed or purged).
  * - `backlog`: the oldest entry not delivered yet (`received` or `failed`) is older than `backlogAgeMs`;
- *   measured by the recovery pass's inbox read, resolved when it is younger again.
+ *   measured by the recovery pass's inbox read, resolved when two reads in a row find it younger.
  * - `stale`: the sweep gave up on an expected transaction (`stale` event); resolved after `quietMs` without
  *   another.
  * - `forged`: a burst of notifications that look forged: `forgedBurst` answered 401 (a wrong IPN address
@@ -19,13 +19,7 @@
  * @inline
  */
 export type AlertKind =
-  | 'deliveries_failing'
-  | 'dead'
-  | 'backlog'
-  | 'stale'
-  | 'forged'
-  | 'status_refused'
-  | 'conflict';
+  'deliveries_failing' | 'dead' | 'backlog' | 'stale' | 'forged' | 'status_refused' | 'conflict';
 
 /** Every alert kind, in the order of {@link AlertKind}. */
 export const ALERT_KINDS: readonly AlertKind[] = Object.freeze([

@@ -69,7 +69,9 @@ export function alertWebhook(
   if (!Number.isInteger(maxQueue) || maxQueue < 1)
     throw new TypeError(`alertWebhook: maxQueue must be a positive integer, got ${String(maxQueue)}`);
   if (typeof timeoutMs !== 'number' || !(timeoutMs > 0 && timeoutMs <= 2 ** 31 - 1))
-    throw new TypeError(`alertWebhook: timeoutMs must be a positive number of milliseconds, got ${String(timeoutMs)}`);
+    throw new TypeError(
+      `alertWebhook: timeoutMs must be a positive number of milliseconds, got ${String(timeoutMs)}`,
+    );
   if (typeof send !== 'function') throw new TypeError('alertWebhook: no fetch: pass one ({ fetch })');
   const queue: AlertEvent[] = [];
   let sending: Promise<void> | undefined;
@@ -77,7 +79,10 @@ export function alertWebhook(
   const warn = (what: string): void => {
     const count = failures.note();
     if (count === undefined) return;
-    logger.warn({ host: target.host, count }, `alertWebhook: ${count} alert(s) not sent to ${target.host}: ${what}`);
+    logger.warn(
+      { host: target.host, count },
+      `alertWebhook: ${count} alert(s) not sent to ${target.host}: ${what}`,
+    );
   };
 
   async function post(event: AlertEvent): Promise<void> {
@@ -96,7 +101,11 @@ export function alertWebhook(
       void response.body?.cancel().catch(() => {});
       if (!response.ok) warn(`the endpoint answered ${response.status}`);
     } catch (cause) {
-      warn(abort.signal.aborted ? `no answer within ${timeoutMs} ms (timeoutMs)` : messageOf(cause).replace(url, '[url]'));
+      warn(
+        abort.signal.aborted
+          ? `no answer within ${timeoutMs} ms (timeoutMs)`
+          : messageOf(cause).replace(url, '[url]'),
+      );
     } finally {
       clearTimeout(timer);
     }

@@ -69,6 +69,8 @@ export function createAlertMonitor(options: AlertMonitorOptions) {
   /** When the last `dead` event was seen: an inbox read begun before it must not resolve `dead`. */
   let deadSeenAt = -Infinity;
   let reading: Promise<void> | undefined;
+  /** Inbox reads in a row that found the backlog younger than its threshold while it fired. */
+  let youngReads = 0;
   /** Something other than an `alert` listener wants the inbox read (the backlog metric). */
   let watched = false;
 
@@ -160,7 +162,11 @@ export function createAlertMonitor(options: AlertMonitorOptions) {
         if (!failingInARow && !ratioRecovered(at)) return;
         if (failingInARow) ratio = createFailureWindow(t.failureWindowMs);
         failingInARow = false;
-        resolve('deliveries_failing', at, (f) => `deliveries succeed again, after ${f.count} failed attempts`);
+        resolve(
+          'deliveries_failing',
+          at,
+          (f) => `deliveries succeed again, after ${f.count} failed attempts`,
+        );
         return;
       }
       inARow += 1;
@@ -188,10 +194,20 @@ export function createAlertMonitor(options: AlertMonitorOptions) {
         deadSeenAt = at;
         const key = String(p.key);
         const lastError = String(p.lastError);
-        fire('dead', at, { message: `${key} is dead after ${String(p.attempts)} attempts`, threshold: 1, key, lastError });
+        fire('dead', at, {
+          message: `${key} is dead after ${String(p.attempts)} attempts`,
+          threshold: 1,
+          key,
+          lastError,
+        });
       } else if (event === 'stale') {
         const key = String(p.transactionId);
-        fire('stale', at, { message: `the sweep gave up on ${key}: ${String(p.reason)}`, threshold: 1, key }, true);
+        fire(
+          'stale',
+          at,
+          { message: `the sweep gave up on ${key}: ${String(p.reason)}`, threshold: 1, key },
+          true,
+        );
       } else if (event === 'conflict') {
         const n = p.notification as Record<string, unknown> | undefined;
         const key = `${String(n?.transaction_id)}:${String(n?.state)}`;
@@ -270,17 +286,29 @@ export function createAlertMonitor(options: AlertMonitorOptions) {
     backlogAgeMs = age;
     if (!listening()) return;
     if (age > t.backlogAgeMs) {
-      const key = received && failed ? (received.receivedAt <= failed.receivedAt ? received : failed).key : (received ?? failed)?.key;
+      const key =
+        received && failed
+          ? (received.receivedAt <= failed.receivedAt ? received : failed).key
+          : (received ?? failed)?.key;
       const message = `the oldest notification not delivered was received ${seconds(age)} ago`;
       const current = firing.get('backlog');
       if (current) Object.assign(current, { value: age, key });
       else fire('backlog', at, { message, value: age, threshold: t.backlogAgeMs, ...(key ? { key } : {}) });
-    } else {
+      youngReads = 0;
+    } else if (firing.has('backlog') && (youngReads += 1) >= 2) {
+      // Two reads in a row: the two lists are read at once, and an entry that changes status between them
+      // (failed to received, by a replay) is in neither: one read alone must not resolve it.
+      youngReads = 0;
       resolve('backlog', at, () => `the backlog is delivered: its oldest entry is ${seconds(age)} old`);
     }
     if (dead) {
       if (!firing.has('dead')) {
-        fire('dead', at, { message: `the inbox holds dead entries, such as ${dead.key}`, threshold: 1, key: dead.key, count: 0 });
+        fire('dead', at, {
+          message: `the inbox holds dead entries, such as ${dead.key}`,
+          threshold: 1,
+          key: dead.key,
+          count: 0,
+        });
       }
     } else if (started > deadSeenAt) {
       resolve('dead', at, (f) => `the inbox holds no dead entry any more (${f.count} died meanwhile)`);
