@@ -12,7 +12,8 @@ const DURATIONS = ['failureWindowMs', 'backlogAgeMs', 'forgedWindowMs', 'quietMs
 export function checkAlertOptions(defaults: AlertOptions, given: unknown): AlertOptions {
   if (given === undefined) return defaults;
   if (typeof given !== 'object' || given === null || Array.isArray(given)) {
-    throw new TypeError(`ipnRouter: alerts must be an object of thresholds, got ${String(given)}`);
+    const what = given === null ? 'null' : Array.isArray(given) ? 'an array' : typeof given;
+    throw new TypeError(`ipnRouter: alerts must be an object of thresholds, got ${what}`);
   }
   const defined = Object.fromEntries(Object.entries(given).filter(([, value]) => value !== undefined));
   const unknown = Object.keys(defined).filter((key) => !Object.hasOwn(defaults, key));

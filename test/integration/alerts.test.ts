@@ -202,9 +202,9 @@ describeWithService('Redis', 'alerts on RedisStore (at least once)', () => {
     }
     client.disconnect();
   });
-  scenarios(async () => {
+  scenarios(() => {
     const prefix = `ipn-kit-test:alerts:${process.pid}:${randomUUID().slice(0, 8)}:`;
     prefixes.push(prefix);
-    return new RedisStore({ client, prefix });
+    return Promise.resolve(new RedisStore({ client, prefix }));
   });
 });

@@ -42,10 +42,10 @@ function setup(thresholds: Partial<AlertOptions> = {}, listening = true) {
 function inbox(oldest: Partial<Record<'received' | 'failed' | 'dead', Date>>) {
   const reader: InboxReader & { reads: number } = {
     reads: 0,
-    list: async ({ status }) => {
+    list: ({ status }) => {
       reader.reads += 1;
       const at = oldest[status];
-      return at ? [{ receivedAt: at, key: `EFB.1:${status}` }] : [];
+      return Promise.resolve(at ? [{ receivedAt: at, key: `EFB.1:${status}` }] : []);
     },
   };
   return reader;
