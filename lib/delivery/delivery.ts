@@ -327,6 +327,7 @@ function watched(source: StatusSource, alerts: AlertMonitor | undefined): Status
   return {
     getStatus: (id, options) => {
       const asked = options === undefined ? source.getStatus(id) : source.getStatus(id, options);
+      if (!alerts.active()) return asked; // no listener: not even a promise more per query
       return Promise.resolve(asked).then(
         (record) => {
           alerts.status();

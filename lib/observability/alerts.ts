@@ -253,6 +253,8 @@ export function createAlertMonitor(options: AlertMonitorOptions) {
       return reading;
     },
 
+    /** Whether anything listens to `alert`: a caller skips even wrapping its work when not. */
+    active: (): boolean => listening(),
     /** The backlog's age at the last inbox read, in ms; `undefined` before one. */
     backlogAgeMs: (): number | undefined => backlogAgeMs,
     /** The backlog metric is exported: read the inbox at each recovery pass even with no listener. */
