@@ -1,8 +1,8 @@
 import {
+  ipnNotificationSchema,
   ipnRouter,
   StatusQueryError,
   type AlertEvent,
-  type IpnNotification,
   type StatusSource,
 } from 'ipn-kit';
 import { successfulPayload, uniquePayload } from '../helpers/payloads.js';
@@ -46,7 +46,7 @@ describe('alerts on a real router', () => {
                 httpStatus: 429,
               }),
             )
-          : Promise.resolve({ ...successfulPayload({ transaction_id: id }) } as IpnNotification),
+          : Promise.resolve(ipnNotificationSchema.parse(successfulPayload({ transaction_id: id }))),
     };
     const ipn = ipnRouter({ logger: quiet, statusClient });
     ipn.on('successful', () => {});
