@@ -92,7 +92,7 @@ const SURFACE: Record<string, string[]> = {
       'AlertEvent',
       'ipnNotificationSchema',
     ],
-    ...['alertWebhook', 'alertLogger', 'formatAlert', 'AlertNotifier'],
+    ...['alertWebhook', 'alertLogger', 'formatAlert', 'AlertNotifier', 'AlertOptions'],
     ...['MemoryStore', 'Store', 'DurableStore', 'InboxEntry', 'ExpectationStore', 'Logger', 'Authenticate'],
     ...['createStatusClient', 'StatusClient', 'StatusClientStats', 'StatusSource', 'VerifiedField'],
     ...['ipnUrl', 'hmacAuthenticator', 'IpnKitError', 'IpnKitErrorCode', 'StoreError', 'ListenerError'],
