@@ -18,9 +18,7 @@ export type {
   ConflictEvent,
   AlertEvent,
 } from './delivery/events.js';
-export { alertWebhook, alertLogger, formatAlert } from './observability/alert-notifiers.js';
-export type { AlertNotifier } from './observability/alert-notifiers.js';
-export type { AlertOptions } from './observability/alert-event.js';
+export { alertWebhook, alertLogger } from './observability/alert-notifiers.js';
 export type { RejectedEvent, StatusSource, VerifiedField } from './status/verify-notification.js';
 export { ipnNotificationSchema } from './notification/schema.js';
 export type { IpnNotification } from './notification/schema.js';

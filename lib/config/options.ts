@@ -152,7 +152,7 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
   /** At-least-once: how often notifications left undelivered (a crash, a retry that is due) are taken up, in ms. @default 15_000 */
   recoveryIntervalMs: number;
   /**
-   * The thresholds of the `alert` event, each optional (see {@link AlertOptions} for every default): a
+   * The thresholds of the `alert` event, each optional (each one's default is given with it): a
    * first `dead` entry, or `failuresInARow` (10) failed attempts in a row, fire at once; a recovery resolves
    * at the next success. Nothing is measured while no `alert` listener is added.
    * @default { failuresInARow: 10, failureRatio: 0.5, failureRatioMinAttempts: 20, failureWindowMs: 300_000, backlogAgeMs: 300_000, forgedBurst: 5, forgedWindowMs: 60_000, quietMs: 300_000 }

@@ -69,6 +69,7 @@ export interface AlertEvent {
 /**
  * The thresholds of the `alert` event (the router's `alerts` option). Every field is optional; each
  * default is given below, chosen so that an incident is told within seconds.
+ * @inline
  */
 export interface AlertOptions {
   /** `deliveries_failing` fires once this many delivery attempts failed in a row. @default 10 */

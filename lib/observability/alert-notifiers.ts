@@ -16,7 +16,7 @@ export interface AlertWebhookOptions {
   url: string;
   /**
    * The JSON body of an alert. @default `{ text }`, the alert in one line (what Slack and Teams incoming
-   * webhooks take): see {@link formatAlert}.
+   * webhooks take): `[ipn-kit] FIRING dead: ... (since ...)`.
    */
   body: (event: AlertEvent) => unknown;
   /** Time limit of each POST, answer included, in ms. @default 5_000 */
@@ -34,7 +34,10 @@ export interface AlertWebhookOptions {
   fetch: typeof fetch;
 }
 
-/** A ready `alert` listener: add it with `ipn.on('alert', notifier)`. */
+/**
+ * A ready `alert` listener: add it with `ipn.on('alert', notifier)`.
+ * @inline
+ */
 export interface AlertNotifier {
   /** The listener. It returns at once, never throws and never rejects: the router never waits for it. */
   (event: AlertEvent): void;

@@ -92,7 +92,7 @@ const SURFACE: Record<string, string[]> = {
       'AlertEvent',
       'ipnNotificationSchema',
     ],
-    ...['alertWebhook', 'alertLogger', 'formatAlert', 'AlertNotifier', 'AlertOptions'],
+    ...['alertWebhook', 'alertLogger'],
     ...['MemoryStore', 'Store', 'DurableStore', 'InboxEntry', 'ExpectationStore', 'Logger', 'Authenticate'],
     ...['createStatusClient', 'StatusClient', 'StatusClientStats', 'StatusSource', 'VerifiedField'],
     ...['ipnUrl', 'hmacAuthenticator', 'IpnKitError', 'IpnKitErrorCode', 'StoreError', 'ListenerError'],
@@ -162,5 +162,6 @@ test('each entry point exports exactly its public names, values and types', () =
     Object.entries(SURFACE).map(([name, names]) => [name, [...names].sort()]),
   );
   expect(exported).toEqual(expected);
-  expect(SURFACE.index?.length).toBeLessThanOrEqual(44);
+  // 45 with issue 35's alerts (AlertEvent, alertWebhook, alertLogger): the payload type and the two notifiers.
+  expect(SURFACE.index?.length).toBeLessThanOrEqual(45);
 }, 60_000);

@@ -1,4 +1,5 @@
-import { alertLogger, alertWebhook, formatAlert, ipnRouter, MemoryStore, type AlertEvent } from 'ipn-kit';
+import { alertLogger, alertWebhook, ipnRouter, MemoryStore, type AlertEvent } from 'ipn-kit';
+import { formatAlert } from '../../lib/observability/alert-notifiers.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { servedRouters } from '../helpers/servers.js';
