@@ -16,7 +16,9 @@ export type {
   DeadEvent,
   StaleEvent,
   ConflictEvent,
+  AlertEvent,
 } from './delivery/events.js';
+export { alertWebhook, alertLogger } from './observability/alert-notifiers.js';
 export type { RejectedEvent, StatusSource, VerifiedField } from './status/verify-notification.js';
 export { ipnNotificationSchema } from './notification/schema.js';
 export type { IpnNotification } from './notification/schema.js';

@@ -14,6 +14,8 @@ import {
   parseLimit,
 } from './option-checks.js';
 import { applyRenames, warnRenamed, type Renames } from './renamed-options.js';
+import type { AlertOptions } from '../observability/alert-event.js';
+import { checkAlertOptions } from './alert-option-checks.js';
 
 /** Options of `ipnRouter()`. Every field is optional; each one's default is given below. */
 export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
@@ -149,6 +151,13 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
   leaseMs: number;
   /** At-least-once: how often notifications left undelivered (a crash, a retry that is due) are taken up, in ms. @default 15_000 */
   recoveryIntervalMs: number;
+  /**
+   * The thresholds of the `alert` event, each optional (each one's default is given with it): a
+   * first `dead` entry, or `failuresInARow` (10) failed attempts in a row, fire at once; a recovery resolves
+   * at the next success. Nothing is measured while no `alert` listener is added.
+   * @default { failuresInARow: 10, failureRatio: 0.5, failureRatioMinAttempts: 20, failureWindowMs: 300_000, backlogAgeMs: 300_000, forgedBurst: 5, forgedWindowMs: 60_000, quietMs: 300_000 }
+   */
+  alerts: Partial<AlertOptions>;
   /** @deprecated Renamed `ttlMs` (the same milliseconds); `ttl` is accepted until the next minor version. */
   ttl?: number;
   /** @deprecated Renamed `storeTimeoutMs` (the same milliseconds); `storeTimeout` is accepted until the next minor version. */
@@ -170,10 +179,12 @@ type RenamedOption = keyof typeof RENAMED;
 /** Options with every default applied and checked, as the router uses them: new names only. */
 export interface ResolvedOptions<S extends StandardSchemaV1 | undefined = undefined> extends Omit<
   Options<S>,
-  'limit' | RenamedOption
+  'limit' | 'alerts' | RenamedOption
 > {
   /** The body limit in bytes. */
   limit: number;
+  /** The alert thresholds, every default applied. */
+  alerts: AlertOptions;
 }
 
 /** Every current option, required: what {@link DEFAULTS} must hold a value for. */
@@ -184,7 +195,13 @@ type Current = { [K in Exclude<keyof Options, RenamedOption>]-?: Options[K] };
  * known keys are derived from it. The store is made per router (a shared default `MemoryStore` would dedupe
  * across routers), so it is `undefined` here.
  */
-const DEFAULTS: { readonly [K in keyof Current]: K extends 'store' ? undefined : Current[K] } = {
+const DEFAULTS: {
+  readonly [K in keyof Current]: K extends 'store'
+    ? undefined
+    : K extends 'alerts'
+      ? AlertOptions
+      : Current[K];
+} = {
   customData: undefined,
   store: undefined,
   ttlMs: 7 * 24 * 60 * 60 * 1000,
@@ -208,6 +225,16 @@ const DEFAULTS: { readonly [K in keyof Current]: K extends 'store' ? undefined :
   retryDelayMs: 30_000,
   leaseMs: 60_000,
   recoveryIntervalMs: 15_000,
+  alerts: {
+    failuresInARow: 10,
+    failureRatio: 0.5,
+    failureRatioMinAttempts: 20,
+    failureWindowMs: 5 * 60_000,
+    backlogAgeMs: 5 * 60_000,
+    forgedBurst: 5,
+    forgedWindowMs: 60_000,
+    quietMs: 5 * 60_000,
+  },
 };
 
 /** What an at-least-once store must do beyond dedupe. */
@@ -239,6 +266,7 @@ export function resolveOptions<S extends StandardSchemaV1 | undefined>(
     store: new MemoryStore(),
     ...(given as Partial<ResolvedOptions<S>>),
     limit: parseLimit(given.limit ?? DEFAULTS.limit),
+    alerts: checkAlertOptions(DEFAULTS.alerts, given.alerts),
   };
   checkSchema(resolved.customData);
   checkMethods('store', resolved.store, ['claim', 'release'], ['init', 'close']);

@@ -19,6 +19,7 @@ import { createVerifyQueue } from './verify-queue.js';
 import type { StatusSource } from '../status/verify-notification.js';
 import { within } from '../shared/within.js';
 import type { Metrics } from '../observability/metrics.js';
+import type { AlertMonitor } from '../observability/alerts.js';
 import { createLogThrottle } from '../observability/log-throttle.js';
 import { createExpectations } from './expectations.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
@@ -79,15 +80,16 @@ export function createDelivery<C>(
   emitters: Emitters<C>,
   claimer: Claimer,
   metrics?: Metrics,
+  alerts?: AlertMonitor,
 ) {
   const { store, logger, leaseMs } = options;
-  const verify = options.verify && timeLimited(options.verify, options.verifyTimeoutMs);
+  const verify = options.verify && watched(timeLimited(options.verify, options.verifyTimeoutMs), alerts);
   const context = createDeliveryContext<C>({ ...options, verify }, emitters);
   const durable = options.delivery === 'at-least-once' ? (store as DurableStore) : undefined;
   // The status query is for notifications that never arrived: the sweep's client, not necessarily verify's.
-  const statusSource = options.statusClient ?? verify;
+  const statusSource = options.statusClient ? watched(options.statusClient, alerts) : verify;
   const lifecycle = createLifecycle(context, statusSource);
-  const durably = durable && createDurableDelivery(context, durable, metrics, lifecycle);
+  const durably = durable && createDurableDelivery(context, durable, metrics, lifecycle, alerts);
   const verifying = verify && !durable ? createVerifyQueue(context, verify) : undefined;
   const { detach, after } = context;
   const shedWarning = createLogThrottle({ everyMs: 60_000 });
@@ -144,6 +146,8 @@ export function createDelivery<C>(
     };
     try {
       if (durably) add(await durably.drain(deadline));
+      // A platform with no timers: the drain is the recovery pass, and reads the backlog for the alerts.
+      if (durable && alerts && !stopping) await alerts.checkInbox(durable);
       if (verifying && !stopping) add(await verifying.drain());
       if (sweeper && !stopping && !context.isClosed()) {
         const { result: swept, finished } = await sweeper.sweepUntil(deadline);
@@ -372,6 +376,30 @@ export function createDelivery<C>(
       verifying?.close();
       claimer.close();
       context.close();
+    },
+  };
+}
+
+/**
+ * `source`, whose every query's outcome the alerts are told of (a refusal or block fires `status_refused`,
+ * an answer resolves it). Only the status query's outcome: a call per query, none per notification.
+ */
+function watched(source: StatusSource, alerts: AlertMonitor | undefined): StatusSource {
+  if (alerts === undefined) return source;
+  return {
+    getStatus: (id, options) => {
+      const asked = options === undefined ? source.getStatus(id) : source.getStatus(id, options);
+      if (!alerts.active()) return asked; // no listener: not even a promise more per query
+      return Promise.resolve(asked).then(
+        (record) => {
+          alerts.status();
+          return record;
+        },
+        (error: unknown) => {
+          alerts.status(error);
+          throw error;
+        },
+      );
     },
   };
 }

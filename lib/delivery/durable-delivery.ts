@@ -5,6 +5,7 @@ import { DeliveryError, IpnKitError, messageOf, StoreError, VerificationError } 
 import type { Notification } from './events.js';
 import { ipnNotificationSchema, toRecord, type IpnNotification } from '../notification/schema.js';
 import type { Metrics } from '../observability/metrics.js';
+import type { AlertMonitor } from '../observability/alerts.js';
 import { redactText } from '../observability/redact.js';
 import type { Attempt as Context } from './safe-emitter.js';
 import type { DeliveryTransaction, DurableStore, InboxEntry } from '../stores/store.js';
@@ -47,6 +48,7 @@ export function createDurableDelivery<C>(
   inbox: DurableStore,
   metrics?: Metrics,
   lifecycle: Lifecycle<C> = createLifecycle(context, undefined),
+  alerts?: AlertMonitor,
 ) {
   const { options, logger, emit, emitAndWait, toEvent, report, reject, after } = context;
   let leasedOnce = false; // a recovery pass has leased: the store is ready
@@ -161,7 +163,9 @@ export function createDurableDelivery<C>(
       // The entry is still in the inbox (every write above changes it in one step, none deletes a
       // notification still to deliver): its lease runs out and it is taken up again. At least once.
       const message = `the store failed to record the delivery of ${key}: ${messageOf(cause)}`;
-      report(new StoreError(message, { cause }), n);
+      const error = new StoreError(message, { cause });
+      report(error, n);
+      alerts?.attempt(false, key, error.message);
       return 'other';
     }
   }
@@ -239,6 +243,7 @@ export function createDurableDelivery<C>(
   ): Promise<Outcome> {
     if (result.kind === 'marked') {
       metrics?.delivered(n.state);
+      alerts?.attempt(true, key);
       return 'delivered';
     }
     // The lease was lost (another attempt holds the entry): the holder of the lease delivers it.
@@ -272,6 +277,7 @@ export function createDurableDelivery<C>(
         ? withHint(result.error)
         : new VerificationError(n.transaction_id, attempts, result.reason);
     if (result.kind === 'failed') report(failure, n);
+    alerts?.attempt(false, key, failure.message);
     if (attempts >= options.maxAttempts) {
       // Emitted by the instance that still held the lease, only: a replay may have taken it meanwhile.
       const dead = { status: 'dead', error: failure.message } as const;
@@ -441,8 +447,15 @@ export function createDurableDelivery<C>(
    */
   function start(): void {
     if (started || context.isClosed()) return;
-    after(0, recover);
-    context.every(options.recoveryIntervalMs, recover);
+    // Each pass also reads the backlog for the alerts: a no-op while nothing listens to them.
+    const pass = alerts
+      ? (): void => {
+          recover();
+          void alerts.checkInbox(inbox);
+        }
+      : recover;
+    after(0, pass);
+    context.every(options.recoveryIntervalMs, pass);
     started = true;
   }
 

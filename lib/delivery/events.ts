@@ -3,6 +3,9 @@ import type { IpnNotification } from '../notification/schema.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
 import type { StatusRecord } from '../status/status-envelope.js';
 import type { DeliveryTransaction } from '../stores/store.js';
+import type { AlertEvent } from '../observability/alert-event.js';
+
+export type { AlertEvent } from '../observability/alert-event.js';
 
 /**
  * What every listener of `successful`, `failed` and `notification` learns about the delivery attempt.
@@ -204,6 +207,13 @@ export interface IpnEvents<C = undefined, X = ListenerContext> {
    * `SUCCESSFUL`): answered 200, never emitted as `failed`.
    */
   conflict: (event: ConflictEvent<C>) => unknown;
+  /**
+   * A condition an operator must hear of started (`state: 'firing'`) or ended (`'resolved'`): deliveries
+   * failing, dead entries, a backlog, stale expectations, forged notifications, a status query refused,
+   * conflicts. Told once at each end, never once per notification; nothing is measured while no listener is
+   * added. `alertWebhook()` and `alertLogger()` are ready listeners.
+   */
+  alert: (event: AlertEvent) => unknown;
 }
 
 /** An event name of {@link IpnEvents}. */
@@ -224,6 +234,7 @@ const EVENTS: Record<IpnEventName, true> = {
   stale: true,
   dead: true,
   conflict: true,
+  alert: true,
 };
 
 /** The known event names, for the check that turns a typo (`'success'`) into a `TypeError`. */

@@ -46,12 +46,21 @@ export interface IpnMetrics {
         budgetLeft?: number;
       }
     | undefined;
+  /**
+   * At-least-once: the age in ms of the oldest notification not delivered yet (`received` or `failed`; 0
+   * when there is none), as of the last inbox read. The read is made at each recovery pass only while an
+   * `alert` listener is added or `registerIpnMetrics` exports it; absent before the first read.
+   */
+  backlogAgeMs?: number;
 }
 
 type Counted = Omit<IpnMetrics, 'emitted' | 'statusQueries'>;
 
 /** The router's counters, fed by its events. */
-export function createMetrics(statusStats?: () => unknown) {
+export function createMetrics(
+  statusStats?: () => unknown,
+  backlogAgeMs: () => number | undefined = () => undefined,
+) {
   const counts: Counted = {
     received: 0,
     duplicates: 0,
@@ -125,7 +134,13 @@ export function createMetrics(statusStats?: () => unknown) {
               ...(typeof stats.budgetLeft === 'number' ? { budgetLeft: stats.budgetLeft } : {}),
             }
           : undefined;
-      return { ...counts, emitted: { ...emitted }, statusQueries };
+      const age = backlogAgeMs();
+      return {
+        ...counts,
+        emitted: { ...emitted },
+        statusQueries,
+        ...(age === undefined ? {} : { backlogAgeMs: age }),
+      };
     },
   };
 }

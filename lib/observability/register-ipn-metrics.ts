@@ -1,4 +1,4 @@
-import { Counter, register as defaultRegistry, type Registry } from 'prom-client';
+import { Counter, Gauge, register as defaultRegistry, type Registry } from 'prom-client';
 import type { IpnMetrics } from './metrics.js';
 
 /**
@@ -63,8 +63,13 @@ const LABELS: Record<string, string> = {
   status_queries_total: 'outcome',
 };
 
+/** The symbol a router answers to by reading its backlog's age at each recovery pass (see `ipn-router.ts`). */
+const WATCH_BACKLOG = Symbol.for('ipn-kit.watchBacklog');
+
 /**
- * Registers a router's counters as Prometheus counters, read from `ipn.metrics()` at each scrape.
+ * Registers a router's counters as Prometheus counters, read from `ipn.metrics()` at each scrape, and the
+ * gauge `backlog_age_seconds` (at least once: the age of the oldest notification not delivered yet, read
+ * from the inbox at each recovery pass; absent at most once and before the first read).
  *
  * @example
  * import { register } from 'prom-client';
@@ -104,4 +109,15 @@ export function registerIpnMetrics(
       },
     });
   }
+  (source as { [WATCH_BACKLOG]?: () => void })[WATCH_BACKLOG]?.();
+  new Gauge({
+    name: `${prefix}backlog_age_seconds`,
+    help: 'At least once: age of the oldest notification not delivered yet, as of the last inbox read',
+    registers: [registry],
+    collect() {
+      const age = source.metrics().backlogAgeMs;
+      if (age === undefined) this.reset();
+      else this.set(age / 1000);
+    },
+  });
 }

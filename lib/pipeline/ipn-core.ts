@@ -9,6 +9,7 @@ import type { ExpectOptions } from '../delivery/expectations.js';
 import type { SweepResult } from '../delivery/reconcile-sweep.js';
 import { DEFAULT_DRAIN_BUDGET_MS, type DrainOptions, type DrainResult } from '../delivery/drain-result.js';
 import { createMetrics, type IpnMetrics } from '../observability/metrics.js';
+import { createAlertMonitor, type AlertMonitor } from '../observability/alerts.js';
 import { createIpnPipeline } from './ipn-pipeline.js';
 import { createAnsweredWork } from './answered-work.js';
 import type { IpnOutcome, IpnRequest } from './ipn-outcome.js';
@@ -45,6 +46,8 @@ export interface IpnCore<C> {
   readonly inbox: Inbox;
   readonly metrics: () => IpnMetrics;
   readonly close: (options?: CloseOptions) => Promise<void>;
+  /** The `alert` event's monitor (`registerIpnMetrics` asks it to read the backlog's age). */
+  readonly alerts: AlertMonitor;
 }
 
 /**
@@ -75,15 +78,27 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
   const checked = resolveOptions(options);
   const resolved = { ...checked, logger: guardLogger(checked.logger) };
   const verifier = resolved.verify as { stats?: unknown } | undefined;
-  const metrics = createMetrics(() => verifier?.stats);
-  // Every event is counted on its way out: the counters need no listener of their own.
+  // The alerts are told through the router's own `alert` event; with no listener, every hook is a no-op.
+  const alerts: AlertMonitor = createAlertMonitor({
+    thresholds: resolved.alerts,
+    emit: (event) => void emit('alert', event),
+    listening: () => methods.listenerCount('alert') > 0,
+    logger: resolved.logger,
+    storeTimeoutMs: resolved.storeTimeoutMs,
+  });
+  const metrics = createMetrics(() => verifier?.stats, alerts.backlogAgeMs);
+  // Every event is counted on its way out: the counters need no listener of their own, nor do the alerts.
+  const observe = (event: string, payload: unknown, awaited: boolean): void => {
+    metrics.count(event, payload, awaited);
+    alerts.observe(event, payload);
+  };
   const { methods, emit, emitAndWait, track } = createSafeEmitter<C>(
     resolved.logger,
     self,
-    metrics.count,
+    observe,
     !resolved.logCustomerData,
   );
-  const pipeline = createIpnPipeline<C>(resolved, { emit, emitAndWait, track }, metrics);
+  const pipeline = createIpnPipeline<C>(resolved, { emit, emitAndWait, track }, metrics, alerts);
 
   // A bug of ours, not bad input: log it and report it as an `error` event.
   const internal = (cause: unknown): IpnKitError => {
@@ -162,6 +177,7 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
     return (closing = closeOnce(ms));
   };
   const closeOnce = async (ms: number): Promise<void> => {
+    alerts.close();
     await pipeline.close(async (background) => {
       const still = await answered.settled(ms, background);
       if (still.running > 0) {
@@ -208,6 +224,7 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
     inbox,
     metrics: metrics.snapshot,
     close,
+    alerts,
   };
 }
 

@@ -4,6 +4,7 @@ import { createDelivery, type Acceptance } from '../delivery/delivery.js';
 import { NO_EXPECTATION } from '../delivery/expectations.js';
 import { identify, keyOf, type Emitters } from '../delivery/delivery-context.js';
 import type { Metrics } from '../observability/metrics.js';
+import type { AlertMonitor } from '../observability/alerts.js';
 import { loggableError } from '../observability/redact.js';
 import { isQuiet } from '../observability/logger.js';
 import { createUnmatchedTokenWarning } from '../observability/unmatched-token-warning.js';
@@ -45,6 +46,7 @@ export function createIpnPipeline<C>(
   options: ResolvedOptions<StandardSchemaV1 | undefined>,
   emitters: Emitters<C>,
   metrics?: Metrics,
+  alerts?: AlertMonitor,
 ) {
   const { store, ttlMs, limit, logger, storeTimeoutMs } = options;
   const { emit } = emitters;
@@ -55,6 +57,7 @@ export function createIpnPipeline<C>(
     emitters,
     createStoreClaimer(store, ttlMs, storeTimeoutMs),
     metrics,
+    alerts,
   );
 
   /**

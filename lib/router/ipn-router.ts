@@ -20,6 +20,12 @@ export type { CustomDataOf };
  */
 const CORE = Symbol.for('ipn-kit.core');
 
+/**
+ * What `registerIpnMetrics` (`ipn-kit/prometheus`, which may be another build) calls on a router to have the
+ * backlog's age read at each recovery pass even with no `alert` listener: a registered symbol, as `CORE`.
+ */
+const WATCH_BACKLOG = Symbol.for('ipn-kit.watchBacklog');
+
 /** The core of a router made by {@link ipnRouter}; a `TypeError` for anything else (a programmer error). */
 export function coreOf(router: unknown, who: string): IpnCore<unknown> {
   const core = (router as { [CORE]?: IpnCore<unknown> } | null | undefined)?.[CORE];
@@ -166,5 +172,6 @@ export function ipnRouter<
     metrics,
   });
   Object.defineProperty(router, CORE, { value: core });
+  Object.defineProperty(router, WATCH_BACKLOG, { value: () => core.alerts.watch() });
   return router;
 }

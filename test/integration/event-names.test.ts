@@ -9,7 +9,7 @@ describe('event names on a real router', () => {
     expect(() => ipn.on('success', () => {})).toThrow(
       new TypeError(
         "ipn.on('success'): the router emits no such event (did you mean 'successful'?); the events are " +
-          "'successful', 'failed', 'notification', 'duplicate', 'invalid', 'error', 'rejected', 'stale', 'dead', 'conflict'",
+          "'successful', 'failed', 'notification', 'duplicate', 'invalid', 'error', 'rejected', 'stale', 'dead', 'conflict', 'alert'",
       ),
     );
     expect(() => ipn.once('SUCCESSFUL', () => {})).toThrow(/did you mean 'successful'/);
