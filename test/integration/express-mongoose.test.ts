@@ -25,30 +25,32 @@ function standIn() {
   const failNext: { create?: Error; updateOne?: Error } = {};
   const models: PaymentModels = {
     Payment: {
-      async create(doc) {
-        const failure = failNext.create;
-        failNext.create = undefined;
-        if (failure) throw failure;
-        if (payments.some((p) => p.transactionId === doc.transactionId)) {
-          throw new mongo.MongoServerError({
-            message: `E11000 duplicate key error collection: shop.payments index: transactionId_1 dup key: { transactionId: "${doc.transactionId}" }`,
-            code: 11000,
-          });
-        }
-        payments.push({ ...doc });
-        return doc;
-      },
+      create: (doc) =>
+        Promise.resolve().then(() => {
+          const failure = failNext.create;
+          failNext.create = undefined;
+          if (failure) throw failure;
+          if (payments.some((p) => p.transactionId === doc.transactionId)) {
+            throw new mongo.MongoServerError({
+              message: `E11000 duplicate key error collection: shop.payments index: transactionId_1 dup key: { transactionId: "${doc.transactionId}" }`,
+              code: 11000,
+            });
+          }
+          payments.push({ ...doc });
+          return doc;
+        }),
     },
     Order: {
-      async updateOne(filter, update) {
-        const failure = failNext.updateOne;
-        failNext.updateOne = undefined;
-        if (failure) throw failure;
-        const order = orders.get(filter._id);
-        if (!order || order.status !== filter.status) return { matchedCount: 0, modifiedCount: 0 };
-        Object.assign(order, update.$set);
-        return { matchedCount: 1, modifiedCount: 1 };
-      },
+      updateOne: (filter, update) =>
+        Promise.resolve().then(() => {
+          const failure = failNext.updateOne;
+          failNext.updateOne = undefined;
+          if (failure) throw failure;
+          const order = orders.get(filter._id);
+          if (!order || order.status !== filter.status) return { matchedCount: 0, modifiedCount: 0 };
+          Object.assign(order, update.$set);
+          return { matchedCount: 1, modifiedCount: 1 };
+        }),
     },
   };
   return { models, payments, orders, failNext };
@@ -144,7 +146,7 @@ describeWithService(
       orders.set('order-m-3', { status: 'pending' });
       const payload = uniquePayload({ custom_data: 'order-m-3', amount: 10 });
       const key = `${String(payload.transaction_id)}:SUCCESSFUL`;
-      failNext.create = Object.assign(new mongo.MongoServerError({ message: 'not primary', code: 10107 }));
+      failNext.create = new mongo.MongoServerError({ message: 'not primary', code: 10107 });
 
       await post(payload);
       await eventually('the failed attempt', () => errors.some((message) => /not primary/.test(message)));
