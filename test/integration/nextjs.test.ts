@@ -163,6 +163,29 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
     expect(await response.json()).toEqual({ ok: true });
   });
 
+  test("App Router: Next routes by method: HEAD follows GET (no body), a method route.ts does not export gets Next's own 405", async () => {
+    const head = await fetch(`${base}/api/ipn`, { method: 'HEAD' });
+    const put = await fetch(`${base}/api/ipn`, { method: 'PUT', body: '{}' });
+    const getWithoutExport = await fetch(`${base}/api/prisma-ipn`);
+
+    expect(head.status).toBe(200);
+    expect(await head.text()).toBe('');
+    expect(put.status).toBe(405);
+    expect(put.headers.get('content-type') ?? '').not.toMatch(/json/);
+    expect(getWithoutExport.status).toBe(405);
+  });
+
+  test("Pages Router: GET answers 200 and PUT the router's own 405 in JSON (every method reaches the router)", async () => {
+    const get = await fetch(`${base}/api/legacy-ipn`);
+    const put = await fetch(`${base}/api/legacy-ipn`, { method: 'PUT', body: '{}' });
+
+    expect(get.status).toBe(200);
+    expect(await get.json()).toEqual({ ok: true });
+    expect(put.status).toBe(405);
+    expect(put.headers.get('allow')).toBe('GET, HEAD, POST');
+    expect(await put.json()).toMatchObject({ error: 'method_not_allowed' });
+  });
+
   test('Pages Router: a payment and its resend answer 200 then duplicate; a bad body 400', async () => {
     const ipnUrl = `${base}/api/legacy-ipn`;
     const paid = provider.initiate({
