@@ -21,6 +21,7 @@ const require = createRequire(import.meta.url);
 const SCHEMAS = [
   { schema: 'test/fixtures/orm/prisma/schema.prisma', output: 'test/fixtures/orm/prisma/generated' },
   { schema: 'examples/prisma/schema.prisma', output: 'examples/prisma/generated' },
+  { schema: 'examples/nextjs/prisma/schema.prisma', output: 'examples/nextjs/prisma/generated' },
 ];
 
 const STAMP = '.ipn-kit-stamp';

@@ -16,11 +16,21 @@ const config = json('docs/typedoc.json') as {
   treatWarningsAsErrors: boolean;
   treatValidationWarningsAsErrors: boolean;
 };
-const pkg = json('package.json') as { exports: Record<string, unknown>; scripts: Record<string, string> };
+const pkg = json('package.json') as {
+  exports: Record<string, unknown>;
+  scripts: Record<string, string>;
+  files: string[];
+};
 
 test('npm test builds the API reference with docs/typedoc.json', () => {
   expect(pkg.scripts.docs).toBe('typedoc --options docs/typedoc.json');
   expect(pkg.scripts.test).toMatch(/npm run docs &&/);
+});
+
+test('the package ships the API reference, built afresh when it is packed (the packaging test opens it)', () => {
+  expect(config.out).toBe('api');
+  expect(pkg.files).toContain('docs/api');
+  expect(pkg.scripts.prepack).toMatch(/npm run docs/);
 });
 
 test('the API reference has one entry point per public entry point of the package, no more, no less', () => {

@@ -1,4 +1,4 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, normalize } from 'node:path';
 import { codeBlocks, documentationFiles } from './quotes.js';
 
@@ -58,6 +58,66 @@ function brokenLinks(file: string, markdown = readFileSync(join(root, file), 'ut
   }
   return broken;
 }
+
+/** Where a reader opens the repository's files: the package ships no examples/ (package.json `files`). */
+export const REPOSITORY_FILES = 'https://github.com/ipn-kit/ipn-kit/';
+
+/**
+ * Every `examples/...` path a reader of `file` sees that they could not open, as `file: path (why)`: the
+ * package ships no examples, so a path in prose must be a link to the repository (`blob/main/` for a file,
+ * `tree/main/` for a folder) that names a file or folder that exists. Code blocks and the quote markers
+ * (HTML comments, never shown) are not read.
+ */
+function unreachableExamples(file: string, markdown = readFileSync(join(root, file), 'utf8')): string[] {
+  let text = prose(file, markdown).replace(/<!--[\s\S]*?-->/g, '');
+  const problems: string[] = [];
+  const link = /\[((?:[^[\]]|\[[^\]]*\])*)\]\(([^)\s]+)\)/g;
+  text = text.replace(link, (whole, label: string, target: string) => {
+    const repository = new RegExp(
+      `^${REPOSITORY_FILES.replace(/[.]/g, '\\.')}(blob|tree)/main/(examples/[^#?]*)`,
+    ).exec(target);
+    if (repository) {
+      const [, kind = '', path = ''] = repository;
+      const full = join(root, path);
+      if (!existsSync(full)) problems.push(`${file}: ${target} (no ${path} in the repository)`);
+      else if ((kind === 'tree') !== statSync(full).isDirectory())
+        problems.push(`${file}: ${target} (${kind === 'tree' ? 'tree/ for a file' : 'blob/ for a folder'})`);
+      return '';
+    }
+    if (/(^|\/)examples\//.test(target))
+      problems.push(`${file}: ${target} (a relative link: the package ships no examples)`);
+    return label.includes('examples/') ? '' : whole;
+  });
+  for (const [path = ''] of text.matchAll(/(?<![\w./-])examples\/(?:[\w./*-]*[\w/*])?/g)) {
+    const kind = path.endsWith('/') ? 'tree' : 'blob';
+    const url = `${REPOSITORY_FILES}${kind}/main/${path.replace(/\/$/, '')}`;
+    problems.push(`${file}: ${path} (not a link: write [\`${path}\`](${url}))`);
+  }
+  return problems;
+}
+
+test.each(files)('every examples/ path that %s shows is a link a reader can open', (file) => {
+  expect(unreachableExamples(file)).toEqual([]);
+});
+
+test('a bare examples/ path, a relative link to one, or a link to a missing file is reported', () => {
+  const page = [
+    'See `examples/quick-start.ts` and examples/demo.ts.',
+    `[\`examples/quick-start.ts\`](${REPOSITORY_FILES}blob/main/examples/quick-start.ts) is fine,`,
+    `[the NestJS app](${REPOSITORY_FILES}tree/main/examples/nestjs) too.`,
+    `[gone](${REPOSITORY_FILES}blob/main/examples/nope.ts) [rel](../examples/demo.ts)`,
+    '<!-- quote: examples/quick-start.ts -->',
+    '```ts',
+    "import './examples/x.js';",
+    '```',
+  ].join('\n');
+  expect(unreachableExamples('docs/x.md', page)).toEqual([
+    `docs/x.md: ${REPOSITORY_FILES}blob/main/examples/nope.ts (no examples/nope.ts in the repository)`,
+    'docs/x.md: ../examples/demo.ts (a relative link: the package ships no examples)',
+    `docs/x.md: examples/quick-start.ts (not a link: write [\`examples/quick-start.ts\`](${REPOSITORY_FILES}blob/main/examples/quick-start.ts))`,
+    `docs/x.md: examples/demo.ts (not a link: write [\`examples/demo.ts\`](${REPOSITORY_FILES}blob/main/examples/demo.ts))`,
+  ]);
+});
 
 test.each(files)('every relative link of %s leads somewhere', (file) => {
   expect(brokenLinks(file)).toEqual([]);

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import ts from 'typescript';
 import { codeBlocks, documentationFiles, mustBeQuoted, quotedText, type CodeBlock } from './quotes.js';
 
 const root = join(__dirname, '../..');
@@ -47,6 +48,27 @@ test.each(quotable.map((block) => [`${block.file}:${block.line}`, block] as cons
     expect(problem(block)).toBeUndefined();
   },
 );
+
+/** The syntax errors of a ts or tsx block read on its own: a region cut off mid-function has some. */
+function syntaxErrors(block: CodeBlock): string[] {
+  const kind = block.language === 'tsx' ? ts.ScriptKind.TSX : ts.ScriptKind.TS;
+  const source = ts.createSourceFile(`x.${block.language}`, block.text, ts.ScriptTarget.Latest, false, kind);
+  const { parseDiagnostics } = source as unknown as { parseDiagnostics: ts.Diagnostic[] };
+  return parseDiagnostics.map((d) => ts.flattenDiagnosticMessageText(d.messageText, ' '));
+}
+
+test.each(
+  quotable
+    .filter((block) => block.language === 'ts' || block.language === 'tsx')
+    .map((block) => [`${block.file}:${block.line}`, block] as const),
+)('the ts block at %s is whole: it parses on its own (a reader can paste it)', (_where, block) => {
+  expect(syntaxErrors(block)).toEqual([]);
+});
+
+test('a block cut off inside a function is caught', () => {
+  const [block] = codeBlocks('x.md', '```ts\nexport function f() {\n  const a = 1;\n```\n').blocks;
+  expect(syntaxErrors(block!)).toEqual(["'}' expected."]);
+});
 
 test('every quote marker is followed by a code block', () => {
   expect(all.flatMap(({ file, strayMarkers }) => strayMarkers.map((line) => `${file}:${line}`))).toEqual([]);

@@ -201,6 +201,21 @@ describe('ipn.fetch: a WHATWG Request in, a Response out', () => {
     expect(recorder.names()).toEqual([]);
   });
 
+  test('GET answers 200 without the secret token, and after close(), while a POST gets 401 then 503', async () => {
+    await ipn.close();
+    start({ secret: 'liveness-secret-0123456789' });
+    const get = await read(await ipn.fetch(new Request(URL_BASE)));
+    const unauthorized = await read(await ipn.fetch(post(uniquePayload())));
+    await ipn.close();
+    const getAfterClose = await read(await ipn.fetch(new Request(URL_BASE)));
+    const postAfterClose = await read(await ipn.fetch(post(uniquePayload())));
+
+    expect(get).toMatchObject({ status: 200, body: { ok: true } });
+    expect(unauthorized.status).toBe(401);
+    expect(getAfterClose).toMatchObject({ status: 200, body: { ok: true } });
+    expect(postAfterClose).toMatchObject({ status: 503, body: { error: 'closed' } });
+  });
+
   test('a body the host already read answers 500 body_unavailable and emits error', async () => {
     const request = post(uniquePayload());
     await request.text(); // e.g. `await req.json()` in the route before handing it over

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
 import { buildNextApp, isBuilt, NEXT_BIN, nextAppDir } from '../helpers/next-app.js';
 import { ledgerSchema } from '../helpers/ledger-schema.js';
-import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
+import { databaseUrl, describeWithService, eventually, unreachable } from '../helpers/services.js';
 import { until } from '../helpers/until.js';
 
 /**
@@ -51,8 +51,19 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
   let base: string;
   const output: string[] = [];
   const lines = (prefix: string) => output.filter((line) => line.startsWith(prefix));
-  /** The schema of the Drizzle route's ledger and inbox (set below, when PostgreSQL answers). */
-  let ledger: ReturnType<typeof ledgerSchema> | undefined;
+  /**
+   * The schema of the Drizzle and Prisma routes' ledger and inbox, when PostgreSQL answers: made before the
+   * app starts, with a ledger Prisma can write (an `id`) and no inbox, which the app's instrumentation.ts
+   * must create with store.migrate() at start (a notification would get 503 without it).
+   */
+  const ledger =
+    unreachable('PostgreSQL') === null
+      ? ledgerSchema('ipn_next', [
+          'DROP TABLE ipn_inbox',
+          'DROP TABLE ipn_inbox_expected',
+          'ALTER TABLE ledger ADD COLUMN id serial PRIMARY KEY',
+        ])
+      : undefined;
 
   beforeAll(async () => {
     provider = await createFakeProvider({ apiKey: 'next-key', resendIntervalMs: 10 });
@@ -70,7 +81,7 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
         PAYMENT_API_KEY: 'next-key',
         // The Drizzle route's pool: the test database, on the schema of this run.
         DATABASE_URL: databaseUrl(),
-        ...(ledger ? { PGOPTIONS: `-c search_path=${ledger.schema}` } : {}),
+        ...(ledger ? { PGOPTIONS: `-c search_path=${ledger.schema}`, DATABASE_SCHEMA: ledger.schema } : {}),
       },
     });
     const collect = (chunk: Buffer) => output.push(...chunk.toString().split('\n').filter(Boolean));
@@ -152,6 +163,29 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
     expect(await response.json()).toEqual({ ok: true });
   });
 
+  test("App Router: Next routes by method: HEAD follows GET (no body), a method route.ts does not export gets Next's own 405", async () => {
+    const head = await fetch(`${base}/api/ipn`, { method: 'HEAD' });
+    const put = await fetch(`${base}/api/ipn`, { method: 'PUT', body: '{}' });
+    const getWithoutExport = await fetch(`${base}/api/prisma-ipn`);
+
+    expect(head.status).toBe(200);
+    expect(await head.text()).toBe('');
+    expect(put.status).toBe(405);
+    expect(put.headers.get('content-type') ?? '').not.toMatch(/json/);
+    expect(getWithoutExport.status).toBe(405);
+  });
+
+  test("Pages Router: GET answers 200 and PUT the router's own 405 in JSON (every method reaches the router)", async () => {
+    const get = await fetch(`${base}/api/legacy-ipn`);
+    const put = await fetch(`${base}/api/legacy-ipn`, { method: 'PUT', body: '{}' });
+
+    expect(get.status).toBe(200);
+    expect(await get.json()).toEqual({ ok: true });
+    expect(put.status).toBe(405);
+    expect(put.headers.get('allow')).toBe('GET, HEAD, POST');
+    expect(await put.json()).toMatchObject({ error: 'method_not_allowed' });
+  });
+
   test('Pages Router: a payment and its resend answer 200 then duplicate; a bad body 400', async () => {
     const ipnUrl = `${base}/api/legacy-ipn`;
     const paid = provider.initiate({
@@ -173,8 +207,6 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
   });
 
   describeWithService('PostgreSQL', 'at least once, crediting through Drizzle', () => {
-    ledger = ledgerSchema('ipn_next');
-
     test('a payment notified twice is credited once: one ledger row, written by tx.insert', async () => {
       const ipnUrl = `${base}/api/ledger-ipn`;
       const paid = provider.initiate({
@@ -196,6 +228,75 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
       expect(lines('ledger order-drizzle-1')).toEqual([
         `ledger order-drizzle-1: 1200 (${paid.transactionId})`,
       ]);
+    });
+  });
+
+  // docs/recipes.md, "Next.js App Router and Prisma 7": the singleton, instrumentation.ts, the route.
+  describeWithService('PostgreSQL', 'the Next.js + Prisma 7 recipe: exactly once through Prisma', () => {
+    const pending = (id: string) =>
+      ledger!.pool().query(`SELECT count(*)::int AS n FROM ipn_inbox WHERE transaction_id = $1`, [id]);
+
+    test('instrumentation.ts made the inbox; a payment notified twice is one ledger row, by tx.ledger.create', async () => {
+      const ipnUrl = `${base}/api/prisma-ipn`;
+      const paid = provider.initiate({
+        amount: 3400,
+        ipnUrl,
+        customData: 'order-prisma-1',
+        outcome: 'SUCCESSFUL',
+        duplicates: 2,
+      });
+      const report = await paid.delivered;
+      await eventually(
+        'the delivered mark',
+        async () => (await ledger!.entryOf(`${paid.transactionId}:SUCCESSFUL`))?.status === 'delivered',
+      );
+
+      expect(report.statuses).toEqual([200, 200, 200]);
+      expect((await pending(paid.transactionId)).rows).toEqual([{ n: 1 }]);
+      const rows = await ledger!
+        .pool()
+        .query('SELECT order_id, amount::int AS amount FROM ledger WHERE transaction_id = $1', [
+          paid.transactionId,
+        ]);
+      expect(rows.rows).toEqual([{ order_id: 'order-prisma-1', amount: 3400 }]);
+      expect(lines('prisma ledger order-prisma-1')).toEqual([
+        `prisma ledger order-prisma-1: 3400 (${paid.transactionId})`,
+      ]);
+    });
+
+    test('a listener that fails leaves no ledger row, and the retry credits once', async () => {
+      // The ledger refuses this order once (a CHECK dropped after the first attempt fails): the attempt's
+      // Prisma transaction rolls back with the inbox mark, and the router's retry credits it.
+      await ledger!
+        .pool()
+        .query(`ALTER TABLE ledger ADD CONSTRAINT not_yet CHECK (order_id <> 'order-prisma-2') NOT VALID`);
+      const ipnUrl = `${base}/api/prisma-ipn`;
+      const paid = provider.initiate({
+        amount: 50,
+        ipnUrl,
+        customData: 'order-prisma-2',
+        outcome: 'SUCCESSFUL',
+      });
+      const key = `${paid.transactionId}:SUCCESSFUL`;
+      expect((await paid.delivered).statuses).toEqual([200]);
+      await eventually('a failed attempt', async () => Boolean((await ledger!.entryOf(key))?.last_error));
+      expect(await ledger!.ledgerOf(paid.transactionId)).toEqual([]);
+      await ledger!.pool().query('ALTER TABLE ledger DROP CONSTRAINT not_yet');
+      // The retry comes from the router's own backoff: replay it now rather than wait for it.
+      await eventually(
+        'the delivered mark',
+        async () => {
+          await ledger!
+            .pool()
+            .query(`UPDATE ipn_inbox SET next_attempt_at = now() WHERE key = $1 AND status <> 'delivered'`, [
+              key,
+            ]);
+          return (await ledger!.entryOf(key))?.status === 'delivered';
+        },
+        45_000,
+      );
+
+      expect(await ledger!.ledgerOf(paid.transactionId)).toEqual([{ order_id: 'order-prisma-2' }]);
     });
   });
 });

@@ -102,6 +102,32 @@ try {
     if (broken.length > 0) throw new Error(`links to files the tarball does not hold:\n${broken.join('\n')}`);
   });
 
+  check('the tarball holds the API reference the README points to, and its pages link only within it', () => {
+    const paths = new Set(files.map((file) => file.path));
+    const where = 'node_modules/ipn-kit/docs/api/index.html';
+    for (const page of ['README.md', 'docs/README.md']) {
+      if (!readFileSync(join(root, page), 'utf8').replace(/\s+/g, ' ').includes(where))
+        throw new Error(`${page} does not say where the API reference is (${where})`);
+    }
+    // The front page lists the entry points; ipnRouter's page documents it.
+    const pages = {
+      'docs/api/index.html': 'modules/redis.html',
+      'docs/api/functions/index.ipnRouter.html': 'ipnRouter',
+    };
+    for (const [page, expected] of Object.entries(pages)) {
+      if (!paths.has(page)) throw new Error(`missing ${page}`);
+      const html = readFileSync(join(root, page), 'utf8');
+      if (!html.includes(expected)) throw new Error(`${page} does not hold ${expected}`);
+      const broken = [];
+      for (const [, target] of html.matchAll(/(?:href|src)="([^"#?]+)[^"]*"/g)) {
+        if (/^[a-z]+:/i.test(target)) continue;
+        const path = posix.normalize(posix.join(posix.dirname(page), target));
+        if (!paths.has(path)) broken.push(target);
+      }
+      if (broken.length > 0) throw new Error(`${page} links to files the tarball does not hold: ${broken}`);
+    }
+  });
+
   check('package.json names the repository, the home page and where to report bugs', () => {
     const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
     const repository = 'https://github.com/ipn-kit/ipn-kit';

@@ -18,9 +18,7 @@ export function prismaIpn(pool: Pool, schema = 'public') {
   const prisma = new PrismaClient({ adapter: new PrismaPg(pool, { schema }) });
   const store = new PostgresStore({ pool, transactions: prismaTransactions(prisma) });
   const ipn = ipnRouter({ store, delivery: 'at-least-once' });
-  // #endregion prisma-setup
 
-  // #region prisma-listener
   ipn.on('successful', async (n, { tx }) => {
     // `tx` is Prisma's transaction client, typed with your models: what you write through it commits
     // together with ipn-kit's `delivered` mark, or rolls back with a failed attempt. No unique key needed.
@@ -28,9 +26,9 @@ export function prismaIpn(pool: Pool, schema = 'public') {
       data: { transactionId: n.transaction_id, orderId: String(n.custom_data), amount: n.amount ?? 0 },
     });
   });
-  // #endregion prisma-listener
   return { ipn, prisma };
 }
+// #endregion prisma-setup
 
 // #region prisma-dead-letters
 /** The notifications whose delivery gave up, newest first: for an operator's page of your own. */
