@@ -149,6 +149,19 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
   leaseMs: number;
   /** At-least-once: how often notifications left undelivered (a crash, a retry that is due) are taken up, in ms. @default 15_000 */
   recoveryIntervalMs: number;
+  /**
+   * Who runs the router's periodic work on the store: the inbox's recovery (at-least-once), the retry of a
+   * failed attempt, the expectations' sweep, the purge of delivered entries older than `ttlMs`.
+   * - `'timers'`: the router's own timers, from its first use (a recovery pass every `recoveryIntervalMs`,
+   *   a sweep every `sweepIntervalMs`).
+   * - `'drain'`: no timer of the router's ever touches the store: an idle instance makes no query at all,
+   *   so a scale-to-zero database (Neon, Supabase's paused projects) can suspend. Everything above waits
+   *   for your scheduler (a cron) to call `ipn.drain()`, which must then run often enough: a failed
+   *   attempt's retry, a crashed instance's notifications and due expectations wait for the next call.
+   *   Requests are served as usual.
+   * @default 'timers'
+   */
+  backgroundWork: 'timers' | 'drain';
   /** @deprecated Renamed `ttlMs` (the same milliseconds); `ttl` is accepted until the next minor version. */
   ttl?: number;
   /** @deprecated Renamed `storeTimeoutMs` (the same milliseconds); `storeTimeout` is accepted until the next minor version. */
@@ -208,6 +221,7 @@ const DEFAULTS: { readonly [K in keyof Current]: K extends 'store' ? undefined :
   retryDelayMs: 30_000,
   leaseMs: 60_000,
   recoveryIntervalMs: 15_000,
+  backgroundWork: 'timers',
 };
 
 /** What an at-least-once store must do beyond dedupe. */
@@ -275,6 +289,11 @@ export function resolveOptions<S extends StandardSchemaV1 | undefined>(
     throw new TypeError(
       "ipnRouter: authenticate must be a function of { rawBody, body, headers, record }, such as hmacAuthenticator({ secret, header: 'x-signature' })",
     );
+  if (resolved.backgroundWork !== 'timers' && resolved.backgroundWork !== 'drain') {
+    throw new TypeError(
+      `ipnRouter: backgroundWork must be 'timers' or 'drain', got ${String(resolved.backgroundWork)}`,
+    );
+  }
   if (resolved.delivery !== 'at-most-once' && resolved.delivery !== 'at-least-once') {
     throw new TypeError(
       `ipnRouter: delivery must be 'at-most-once' or 'at-least-once', got ${String(resolved.delivery)}`,
