@@ -274,7 +274,9 @@ export function createSafeEmitter<C>(
     }
     return outcomes.length === 0 ? SETTLED : Promise.all(outcomes).then(() => undefined);
   };
-  return { methods, emit, emitAndWait, track };
+  /** Whether the app listens for `event` now (an app with an `error` listener owns its errors). */
+  const listens = (event: IpnEventName): boolean => emitter.listenerCount(event) > 0;
+  return { methods, emit, emitAndWait, track, listens };
 }
 
 /** What `track` gives when nothing it ran returned a promise: one settled promise, shared. */

@@ -1,6 +1,6 @@
 import type { StandardOutput, StandardSchemaV1 } from '../notification/standard-schema.js';
 import { IpnKitError, messageOf } from '../shared/errors.js';
-import { guardLogger } from '../observability/logger.js';
+import { guardLogger, ownedErrors } from '../observability/logger.js';
 import { loggableError } from '../observability/redact.js';
 import type { IpnEmitter } from '../delivery/safe-emitter.js';
 import { createSafeEmitter, SETTLED } from '../delivery/safe-emitter.js';
@@ -73,16 +73,19 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
 ): IpnCore<CustomDataOf<S>> {
   type C = CustomDataOf<S>;
   const checked = resolveOptions(options);
-  const resolved = { ...checked, logger: guardLogger(checked.logger) };
+  // Bound once the emitter exists: an app with an `error` listener owns its errors (logged at debug).
+  let owned = (): boolean => false;
+  const resolved = { ...checked, logger: ownedErrors(guardLogger(checked.logger), () => owned()) };
   const verifier = resolved.verify as { stats?: unknown } | undefined;
   const metrics = createMetrics(() => verifier?.stats);
   // Every event is counted on its way out: the counters need no listener of their own.
-  const { methods, emit, emitAndWait, track } = createSafeEmitter<C>(
+  const { methods, emit, emitAndWait, track, listens } = createSafeEmitter<C>(
     resolved.logger,
     self,
     metrics.count,
     !resolved.logCustomerData,
   );
+  owned = () => listens('error');
   const pipeline = createIpnPipeline<C>(resolved, { emit, emitAndWait, track }, metrics);
 
   // A bug of ours, not bad input: log it and report it as an `error` event.
