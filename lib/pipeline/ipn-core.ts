@@ -11,6 +11,7 @@ import { DEFAULT_DRAIN_BUDGET_MS, type DrainOptions, type DrainResult } from '..
 import { createMetrics, type IpnMetrics } from '../observability/metrics.js';
 import { createIpnPipeline } from './ipn-pipeline.js';
 import { createAnsweredWork } from './answered-work.js';
+import { ownStore } from './store-owners.js';
 import type { IpnOutcome, IpnRequest } from './ipn-outcome.js';
 import { resolveOptions, type Options, type ResolvedOptions } from '../config/options.js';
 
@@ -87,6 +88,8 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
   );
   owned = () => listens('error');
   const pipeline = createIpnPipeline<C>(resolved, { emit, emitAndWait, track }, metrics);
+  // A second open router on this store (hot reload, most often) is told once.
+  const disown = ownStore(resolved.store, resolved.logger);
 
   // A bug of ours, not bad input: log it and report it as an `error` event.
   const internal = (cause: unknown): IpnKitError => {
@@ -165,6 +168,7 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
     return (closing = closeOnce(ms));
   };
   const closeOnce = async (ms: number): Promise<void> => {
+    disown();
     await pipeline.close(async (background) => {
       const still = await answered.settled(ms, background);
       if (still.running > 0) {
