@@ -132,6 +132,17 @@ export function createDelivery<C>(
   function start(): void {
     if (started || context.isClosed() || building) return;
     if (driver === 'timers') durably?.start();
+    // Once, at the start: a store that would lose the inbox it keeps says so (RedisStore without persistence).
+    if (durable?.durabilityWarning) {
+      void Promise.resolve()
+        .then(() => durable.durabilityWarning?.())
+        .then(
+          (warning) => {
+            if (typeof warning === 'string') logger.warn({}, warning);
+          },
+          () => {}, // a check that failed tells nothing: the store's own calls report its failures
+        );
+    }
     if (options.statusClient !== undefined) startSweeping();
     started = true;
   }
