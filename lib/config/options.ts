@@ -158,6 +158,19 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
    * @default { failuresInARow: 10, failureRatio: 0.5, failureRatioMinAttempts: 20, failureWindowMs: 300_000, backlogAgeMs: 300_000, forgedBurst: 5, forgedWindowMs: 60_000, quietMs: 300_000 }
    */
   alerts: Partial<AlertOptions>;
+  /**
+   * Who runs the router's periodic work on the store: the inbox's recovery (at-least-once), the retry of a
+   * failed attempt, the expectations' sweep, the purge of delivered entries older than `ttlMs`.
+   * - `'timers'`: the router's own timers, from its first use (a recovery pass every `recoveryIntervalMs`,
+   *   a sweep every `sweepIntervalMs`).
+   * - `'drain'`: no timer of the router's ever touches the store: an idle instance makes no query at all,
+   *   so a scale-to-zero database (Neon, Supabase's paused projects) can suspend. Everything above waits
+   *   for your scheduler (a cron) to call `ipn.drain()`, which must then run often enough: a failed
+   *   attempt's retry, a crashed instance's notifications and due expectations wait for the next call.
+   *   Requests are served as usual.
+   * @default 'timers'
+   */
+  backgroundWork: 'timers' | 'drain';
   /** @deprecated Renamed `ttlMs` (the same milliseconds); `ttl` is accepted until the next minor version. */
   ttl?: number;
   /** @deprecated Renamed `storeTimeoutMs` (the same milliseconds); `storeTimeout` is accepted until the next minor version. */
@@ -235,6 +248,7 @@ const DEFAULTS: {
     forgedWindowMs: 60_000,
     quietMs: 5 * 60_000,
   },
+  backgroundWork: 'timers',
 };
 
 /** What an at-least-once store must do beyond dedupe. */
@@ -303,6 +317,11 @@ export function resolveOptions<S extends StandardSchemaV1 | undefined>(
     throw new TypeError(
       "ipnRouter: authenticate must be a function of { rawBody, body, headers, record }, such as hmacAuthenticator({ secret, header: 'x-signature' })",
     );
+  if (resolved.backgroundWork !== 'timers' && resolved.backgroundWork !== 'drain') {
+    throw new TypeError(
+      `ipnRouter: backgroundWork must be 'timers' or 'drain', got ${String(resolved.backgroundWork)}`,
+    );
+  }
   if (resolved.delivery !== 'at-most-once' && resolved.delivery !== 'at-least-once') {
     throw new TypeError(
       `ipnRouter: delivery must be 'at-most-once' or 'at-least-once', got ${String(resolved.delivery)}`,

@@ -6,7 +6,7 @@ import type { ResolvedOptions } from '../config/options.js';
 import { identify, type Emit, type EmitAndWait, type Track } from './safe-emitter.js';
 import type { IpnNotification } from '../notification/schema.js';
 import { loggableError } from '../observability/redact.js';
-import { isQuiet } from '../observability/logger.js';
+import { isQuiet, rootStack } from '../observability/logger.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
 
 /** The router's emitters: fire-and-forget, fire-then-await-every-listener, and track what listeners start. */
@@ -37,6 +37,13 @@ export function createDeliveryContext<C>(
     const err = options.logCustomerData ? error : loggableError(error, notification);
     const message = options.logCustomerData ? error.message : (err.message as string);
     logger.error({ err, ...(notification && identify(notification)) }, message);
+    // One line per failure; where it began, for whoever logs at debug.
+    if (!isQuiet(logger.debug)) {
+      logger.debug(
+        { stack: rootStack(err), ...(notification && identify(notification)) },
+        `stack: ${message}`,
+      );
+    }
     emit('error', { error, notification });
   };
   const toEvent = (n: IpnNotification): Notification<C> =>

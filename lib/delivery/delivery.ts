@@ -27,6 +27,7 @@ import type { DrainResult } from './drain-result.js';
 import { monotonicNow } from '../shared/clock.js';
 import { createLifecycle } from './lifecycle.js';
 import type { LifecycleVerdict } from '../stores/lifecycle-store.js';
+import { isNextBuild } from '../shared/global-scope.js';
 
 type Claimer = ReturnType<typeof createStoreClaimer>;
 
@@ -93,6 +94,10 @@ export function createDelivery<C>(
   const verifying = verify && !durable ? createVerifyQueue(context, verify) : undefined;
   const { detach, after } = context;
   const shedWarning = createLogThrottle({ everyMs: 60_000 });
+  /** Who takes up a failed attempt's retry: the router's timers, or the scheduler's `drain()` only. */
+  const driver: Driver = options.backgroundWork === 'drain' ? 'drain' : 'timers';
+  /** Built by `next build`, which imports route modules and serves nothing: this router never starts. */
+  const building = isNextBuild();
 
   /** A notification turned away by the bound: logged at most once a minute, with how many were. */
   function shed(n: IpnNotification): VerificationBusyError {
@@ -117,18 +122,34 @@ export function createDelivery<C>(
   /** `close()` has begun: the timers and `drain()` take up no new work (it would run into a closed store). */
   let stopping = false;
   const startSweeping = (): void =>
-    sweeper?.start(() => {
-      if (!stopping) void sweep();
-    });
+    void (
+      driver === 'timers' &&
+      sweeper?.start(() => {
+        if (!stopping) void sweep();
+      })
+    );
 
   let started = false;
   /**
    * Starts the router's timers (recovery, and the sweep when a status client is given): on first use, never
-   * while the router is built (a Worker builds it at global scope, where timers are forbidden). Once.
+   * while the router is built (a Worker builds it at global scope, where timers are forbidden). Once. Never
+   * during `next build`, which imports the route modules but serves nothing (the runtime process imports
+   * them again); with `backgroundWork: 'drain'`, no timer at all: `drain()` does their work.
    */
   function start(): void {
-    if (started || context.isClosed()) return;
-    durably?.start();
+    if (started || context.isClosed() || building) return;
+    if (driver === 'timers') durably?.start();
+    // Once, at the start: a store that would lose the inbox it keeps says so (RedisStore without persistence).
+    if (durable?.durabilityWarning) {
+      void Promise.resolve()
+        .then(() => durable.durabilityWarning?.())
+        .then(
+          (warning) => {
+            if (typeof warning === 'string') logger.warn({}, warning);
+          },
+          () => {}, // a check that failed tells nothing: the store's own calls report its failures
+        );
+    }
     if (options.statusClient !== undefined) startSweeping();
     started = true;
   }
@@ -169,8 +190,10 @@ export function createDelivery<C>(
       "the inbox needs delivery: 'at-least-once' with a durable store, such as new PostgresStore({ pool })",
     );
   }
+  /** After a replay: the entries are taken up now (by one batch of a drain when the timers do not run). */
   const recoverSoon = (): void => {
-    if (durably) after(0, durably.recover);
+    if (durably && driver === 'timers') after(0, durably.recover);
+    else if (durably) void durably.drain(monotonicNow());
   };
 
   /** A claim answered 503, that went through after all: ours to deliver, or it would be lost. */
@@ -239,7 +262,7 @@ export function createDelivery<C>(
 
   /** Resolves when the first attempt has settled, listeners included (for a `waitUntil`); never rejects. */
   function dispatch(n: IpnNotification, leaseId: string, conflict = false): Promise<void> {
-    if (durably) return detach(durably.deliver(keyOf(n), n, leaseId, 1));
+    if (durably) return detach(durably.deliver(keyOf(n), n, leaseId, 1, driver));
     if (conflict) return detach(lifecycle.conflict(n));
     if (verifying) return verifying.start(n);
     return context.emitNow(n);
@@ -249,9 +272,9 @@ export function createDelivery<C>(
     record: IpnNotification,
     key: string,
     leaseId: string,
-    driver: Driver = 'timers',
+    by: Driver = driver,
   ): Promise<boolean> {
-    if (durably) return durably.deliver(key, record, leaseId, 1, driver);
+    if (durably) return durably.deliver(key, record, leaseId, 1, by);
     const acceptance = await decided(record, { claimed: true, leaseId });
     if (acceptance.claimed instanceof Error) throw acceptance.claimed;
     // reconcile resolves at once, as before: listeners are not awaited
@@ -264,7 +287,7 @@ export function createDelivery<C>(
    * Delivers a final record of the service as a notification, through the same dedupe: `true` when this
    * call emitted it, `false` when it was already handled. The service's own record needs no verification.
    */
-  async function deliverRecord(record: IpnNotification, driver: Driver = 'timers'): Promise<boolean> {
+  async function deliverRecord(record: IpnNotification, by: Driver = driver): Promise<boolean> {
     const key = keyOf(record);
     const lease = { id: randomUUID(), ms: leaseMs };
     const claimed = await claimer.claim(
@@ -274,7 +297,7 @@ export function createDelivery<C>(
     );
     if (claimed instanceof StoreError) throw claimed;
     if (!claimed) return false;
-    return settleReconciled(record, key, lease.id, driver);
+    return settleReconciled(record, key, lease.id, by);
   }
 
   return {

@@ -283,7 +283,7 @@ export function createDurableDelivery<C>(
       const dead = { status: 'dead', error: failure.message } as const;
       if (!(await timed(inbox.settle(key, leaseId, dead), 'settle', key))) return 'other';
       logger.error(
-        { ...identify(n), attempts },
+        { ...identify(n), attempts, event: 'dead' },
         `IPN notification ${key} is dead after ${attempts} attempts`,
       );
       emit('dead', { key, notification: toEvent(n), attempts, lastError: failure.message });

@@ -122,7 +122,13 @@ export function createSafeEmitter<C>(
   const reportFailure = (event: string, cause: unknown, payload: unknown): void => {
     const error = new ListenerError(event, cause);
     const err = redact ? loggableError(error, payload) : error;
-    logger.error({ err, event, ...identify(payload) }, redact ? (err.message as string) : error.message);
+    // A failing 'error' listener did not log what it was handed (an app's error listener owns its errors,
+    // which ipn-kit then logs at debug only): its line names that error too.
+    const handed = event === 'error' ? { handling: messageOf((payload as { error?: unknown }).error) } : {};
+    logger.error(
+      { err, event, ...identify(payload), ...handed },
+      redact ? (err.message as string) : error.message,
+    );
     // A failing 'error' listener is only logged: reporting it through 'error' again could loop.
     if (event !== 'error') {
       const failure = { error, notification: event === 'invalid' ? undefined : payload };
@@ -274,7 +280,9 @@ export function createSafeEmitter<C>(
     }
     return outcomes.length === 0 ? SETTLED : Promise.all(outcomes).then(() => undefined);
   };
-  return { methods, emit, emitAndWait, track };
+  /** Whether the app listens for `event` now (an app with an `error` listener owns its errors). */
+  const listens = (event: IpnEventName): boolean => emitter.listenerCount(event) > 0;
+  return { methods, emit, emitAndWait, track, listens };
 }
 
 /** What `track` gives when nothing it ran returned a promise: one settled promise, shared. */

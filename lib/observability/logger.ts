@@ -29,8 +29,10 @@ export function isQuiet(method: LogFn): boolean {
 /**
  * The default logger: `warn` and `error` lines go to stderr (`console.error`), one line each, such as
  * `[ipn-kit] WARN rejected an IPN request: unauthorized {"reason":"unauthorized","status":401}`; `debug` and
- * `info` are quiet. An error line ends with the stack of the original error. The fields are the ones
- * ipn-kit logs, already redacted: the customer's number and name never appear unless `logCustomerData`.
+ * `info` are quiet. A message is written once: the fields leave out an error's (or a cause's) message that
+ * the line already says. The stack is not on the line: ipn-kit logs it at `debug`, except for a bug of
+ * ipn-kit's own (`IPN_INTERNAL`), whose line ends with it. The fields are the ones ipn-kit logs, already
+ * redacted: the customer's number and name never appear unless `logCustomerData`.
  */
 export const defaultLogger: Logger = {
   debug: noop,
@@ -39,15 +41,24 @@ export const defaultLogger: Logger = {
   error: (object, message) => console.error(formatLine('ERROR', object, message)),
 };
 
-/** One log line: prefix, level, message, the fields as JSON, and (for an error) the original stack. */
+/**
+ * One log line: prefix, level, message, the fields as JSON, and, for an error that is a bug of ipn-kit's
+ * own (`IPN_INTERNAL`), the original stack on the lines after.
+ */
 export function formatLine(level: string, object: Record<string, unknown>, message: string): string {
-  const fields = Object.keys(object).length === 0 ? '' : ` ${toJson(object)}`;
-  const stack = level === 'ERROR' ? rootStack(object.err) : undefined;
+  const fields = Object.keys(object).length === 0 ? '' : ` ${toJson(object, message)}`;
+  const stack =
+    level === 'ERROR' && codeOf(object.err) === 'IPN_INTERNAL' ? rootStack(object.err) : undefined;
   return `[ipn-kit] ${level} ${message}${fields}${stack === undefined ? '' : `\n${stack}`}`;
 }
 
-/** The fields as JSON: errors as `{ type, code, message, cause }` (stacks apart), never a throw. */
-function toJson(object: Record<string, unknown>): string {
+const codeOf = (err: unknown): unknown => (err as { code?: unknown } | null | undefined)?.code;
+
+/**
+ * The fields as JSON: errors as `{ type, code, message, cause }` (stacks apart), a message the line (or the
+ * error it caused) already says left out; never a throw.
+ */
+function toJson(object: Record<string, unknown>, line: string): string {
   const seen = new WeakSet<object>();
   try {
     return JSON.stringify(object, (key, value: unknown) => {
@@ -56,8 +67,9 @@ function toJson(object: Record<string, unknown>): string {
       if (value instanceof Error) {
         const { name, message, cause } = value;
         const code = (value as { code?: unknown }).code;
-        return { type: name, code, message, cause };
+        return { type: name, code, message: line.includes(message) ? undefined : message, cause };
       }
+      if (key === 'message' && typeof value === 'string' && line.includes(value)) return undefined;
       if (typeof value === 'object' && value !== null) {
         if (seen.has(value)) return '[circular]';
         seen.add(value);
@@ -70,7 +82,7 @@ function toJson(object: Record<string, unknown>): string {
 }
 
 /** The stack of the innermost cause of a logged error (where the failure began), if it has one. */
-function rootStack(err: unknown): string | undefined {
+export function rootStack(err: unknown): string | undefined {
   let stack: string | undefined;
   let current = err;
   for (let depth = 0; depth < 8 && typeof current === 'object' && current !== null; depth += 1) {
@@ -109,4 +121,20 @@ export function guardLogger(logger: Logger): Logger {
 
 function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
+}
+
+/**
+ * The rule "an app with an `error` listener owns its errors": while `owned()` (the router has an `error`
+ * listener, which receives every error ipn-kit reports), an error line goes to `debug`, so that the app's own
+ * line is the only one. A dead notification's line (`event: 'dead'`) stays an error: it is a `dead` event,
+ * not an `error` one; so does a failing `error` listener's (`event: 'error'`), which nothing else reports. Without a listener, errors are logged as they are.
+ */
+export function ownedErrors(logger: Logger, owned: () => boolean): Logger {
+  return {
+    ...logger,
+    error: (object, message) =>
+      owned() && object.event !== 'dead' && object.event !== 'error'
+        ? logger.debug(object, message)
+        : logger.error(object, message),
+  };
 }

@@ -27,7 +27,7 @@ export function loggableError(error: IpnKitError, notification: unknown): Record
       return undefined;
     }
   };
-  const describe = (value: unknown, depth: number): unknown => {
+  const describe = (value: unknown, depth: number, outer?: string): unknown => {
     if (!isError(value)) {
       if (typeof value === 'string') return scrub(value);
       // Anything else is shown as text: an object may hold the customer's details, or throw when printed.
@@ -41,14 +41,16 @@ export function loggableError(error: IpnKitError, notification: unknown): Record
         .filter((entry): entry is [string, string] => typeof entry[1] === 'string')
         .map(([field, text]) => [field, scrub(text)]),
     );
+    const message = scrub(messageOf(value)) as string;
     return {
       type: scrub(read(value, 'name')),
       code: typeof code === 'string' ? code : undefined,
-      message: scrub(messageOf(value)),
+      // A cause whose message the error's own already quotes (a listener's throw, wrapped twice) says it once.
+      message: outer?.includes(message) === true ? undefined : message,
       ...extra,
       stack: scrub(read(value, 'stack')),
       // A cause chain may loop (a.cause = b, b.cause = a): a few levels say enough.
-      cause: cause === undefined || depth >= MAX_CAUSES ? undefined : describe(cause, depth + 1),
+      cause: cause === undefined || depth >= MAX_CAUSES ? undefined : describe(cause, depth + 1, message),
     };
   };
   return describe(error, 0) as Record<string, unknown>;

@@ -1,6 +1,6 @@
 import type { StandardOutput, StandardSchemaV1 } from '../notification/standard-schema.js';
 import { IpnKitError, messageOf } from '../shared/errors.js';
-import { guardLogger } from '../observability/logger.js';
+import { guardLogger, ownedErrors } from '../observability/logger.js';
 import { loggableError } from '../observability/redact.js';
 import type { IpnEmitter } from '../delivery/safe-emitter.js';
 import { createSafeEmitter, SETTLED } from '../delivery/safe-emitter.js';
@@ -12,6 +12,7 @@ import { createMetrics, type IpnMetrics } from '../observability/metrics.js';
 import { createAlertMonitor, type AlertMonitor } from '../observability/alerts.js';
 import { createIpnPipeline } from './ipn-pipeline.js';
 import { createAnsweredWork } from './answered-work.js';
+import { ownStore } from './store-owners.js';
 import type { IpnOutcome, IpnRequest } from './ipn-outcome.js';
 import { resolveOptions, type Options, type ResolvedOptions } from '../config/options.js';
 
@@ -76,7 +77,9 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
 ): IpnCore<CustomDataOf<S>> {
   type C = CustomDataOf<S>;
   const checked = resolveOptions(options);
-  const resolved = { ...checked, logger: guardLogger(checked.logger) };
+  // Bound once the emitter exists: an app with an `error` listener owns its errors (logged at debug).
+  let owned = (): boolean => false;
+  const resolved = { ...checked, logger: ownedErrors(guardLogger(checked.logger), () => owned()) };
   const verifier = resolved.verify as { stats?: unknown } | undefined;
   // The alerts are told through the router's own `alert` event; with no listener, every hook is a no-op.
   const alerts: AlertMonitor = createAlertMonitor({
@@ -92,13 +95,16 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
     metrics.count(event, payload, awaited);
     alerts.observe(event, payload);
   };
-  const { methods, emit, emitAndWait, track } = createSafeEmitter<C>(
+  const { methods, emit, emitAndWait, track, listens } = createSafeEmitter<C>(
     resolved.logger,
     self,
     observe,
     !resolved.logCustomerData,
   );
+  owned = () => listens('error');
   const pipeline = createIpnPipeline<C>(resolved, { emit, emitAndWait, track }, metrics, alerts);
+  // A second open router on this store (hot reload, most often) is told once.
+  const disown = ownStore(resolved.store, resolved.logger);
 
   // A bug of ours, not bad input: log it and report it as an `error` event.
   const internal = (cause: unknown): IpnKitError => {
@@ -178,6 +184,7 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
   };
   const closeOnce = async (ms: number): Promise<void> => {
     alerts.close();
+    disown();
     await pipeline.close(async (background) => {
       const still = await answered.settled(ms, background);
       if (still.running > 0) {

@@ -8,3 +8,13 @@ export function isCloudflareWorkers(): boolean {
   const navigator = (globalThis as { navigator?: { userAgent?: unknown } }).navigator;
   return navigator?.userAgent === 'Cloudflare-Workers';
 }
+
+/**
+ * Whether the code runs inside `next build` (Next.js sets `NEXT_PHASE` to `'phase-production-build'` while
+ * it imports route modules to collect their configuration). A router built there never serves: the runtime
+ * process (`next start`, a serverless function) imports the module again, and that router starts its work.
+ */
+export function isNextBuild(): boolean {
+  const env = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env;
+  return env?.NEXT_PHASE === 'phase-production-build';
+}

@@ -193,6 +193,12 @@ export interface DurableStore extends Store {
   /** Deletes `delivered` entries delivered before `before` (their resends are then new). Resolves how many. */
   purge(before: Date): Promise<number>;
   /**
+   * Optional: why this store would lose the inbox that the docs promise to keep (`RedisStore` on a Redis
+   * without persistence), or `undefined`. The router calls it once when it starts at least once, and logs
+   * the answer as one warning; a rejection is ignored.
+   */
+  durabilityWarning?(): Promise<string | undefined>;
+  /**
    * Optional: opens a transaction for one delivery attempt, held by `leaseId`, that the listeners write
    * through (their context's `tx`, and `db` when the store has one) and that marks the entry delivered when
    * it commits: their writes and the `delivered` mark commit together or not at all. Resolves `undefined`

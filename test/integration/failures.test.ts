@@ -379,9 +379,13 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
     ]);
   });
 
-  test('an error listener that throws is logged, not rethrown', async () => {
+  test('an error listener that throws is logged, not rethrown, with the error it was handed', async () => {
     const logged: string[] = [];
-    const logger = { ...quiet, error: (_: object, message: string) => void logged.push(message) };
+    const logger = {
+      ...quiet,
+      error: (fields: { handling?: string }, message: string) =>
+        void logged.push(`${message} ${fields.handling ?? ''}`),
+    };
     const { ipn, post } = await start({ logger });
     ipn.on('successful', () => {
       throw new Error('first');
@@ -391,6 +395,7 @@ describe.each(EXPRESS_VERSIONS)('failures under %s', (_version, express) => {
     });
 
     expect((await post(uniquePayload())).status).toBe(200);
-    expect(logged).toEqual([expect.stringContaining('first'), expect.stringContaining('second')]);
+    // 'first' went to the app's error listener (ipn-kit logs it at debug), which failed: its line names both.
+    expect(logged).toEqual([expect.stringMatching(/second.*first/)]);
   });
 });

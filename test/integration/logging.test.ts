@@ -1,5 +1,6 @@
 import request from 'supertest';
-import { ipnRouter } from '../../lib/index.js';
+import { ipnRouter, MemoryStore } from '../../lib/index.js';
+import { eventually } from '../helpers/services.js';
 import { successfulPayload, uniquePayload } from '../helpers/payloads.js';
 import { listen, type Running } from '../helpers/servers.js';
 import express from 'express';
@@ -155,13 +156,61 @@ describe('the default logger (no logger option): loud by default', () => {
       '[ipn-kit] WARN rejected an IPN request: invalid_fields ' +
         '{"reason":"invalid_fields","status":400,"fields":["transaction_id"]}',
     );
-    const [errorLine, ...stack] = printed[1]!.split('\n');
-    expect(errorLine).toMatch(
+    // One line: no stack (that is debug's), and the listener's message once, not once per wrapping error.
+    expect(printed[1]!.split('\n')).toHaveLength(1);
+    expect(printed[1]).toMatch(
       /^\[ipn-kit\] ERROR a listener of 'successful' failed: could not credit \[redacted\] \(\[redacted\]\) \{.*"type":"ListenerError","code":"IPN_LISTENER_FAILED"/,
     );
-    expect(stack[0]).toBe('Error: could not credit [redacted] ([redacted])'); // the listener's own stack
-    expect(stack[1]).toMatch(/^\s+at /);
+    expect(printed[1]!.split('could not credit')).toHaveLength(2);
     expect(printed.join('\n')).not.toMatch(/Awa Kone|0700000001/);
+  });
+
+  test('at least once, a failed attempt is one line, and a dead notification one more', async () => {
+    const ipn = ipnRouter({
+      store: new MemoryStore(),
+      delivery: 'at-least-once',
+      maxAttempts: 2,
+      retryDelayMs: 1,
+    });
+    ipn.on('successful', async () => {
+      await Promise.resolve();
+      throw new Error('ledger down: connection refused', { cause: new Error('connection refused') });
+    });
+    const dead: unknown[] = [];
+    ipn.on('dead', (event) => void dead.push(event));
+    running = await listen(ipn);
+    await request(running.url).post('/').set('Content-Type', 'application/json').send(uniquePayload());
+    await eventually('the notification is dead', () => dead.length === 1);
+
+    const lines = printed.flatMap((printedLine) => printedLine.split('\n'));
+    expect(lines.map((line) => line.replace(/ \{.*/, ''))).toEqual([
+      "[ipn-kit] ERROR a listener of 'successful' failed: ledger down: connection refused",
+      "[ipn-kit] ERROR a listener of 'successful' failed: ledger down: connection refused",
+      expect.stringMatching(/^\[ipn-kit\] ERROR IPN notification \S+ is dead after 2 attempts$/),
+    ]);
+    for (const line of lines.slice(0, 2)) expect(line.split('connection refused')).toHaveLength(2);
+    await ipn.close();
+  });
+
+  test("an app with an error listener owns its errors: the failure is its line, not ipn-kit's", async () => {
+    const ipn = ipnRouter({ store: new MemoryStore(), delivery: 'at-least-once', maxAttempts: 1 });
+    ipn.on('successful', () => {
+      throw new Error('ledger down');
+    });
+    const errors: unknown[] = [];
+    ipn.on('error', (event) => void errors.push(event));
+    const dead: unknown[] = [];
+    ipn.on('dead', (event) => void dead.push(event));
+    running = await listen(ipn);
+    await request(running.url).post('/').set('Content-Type', 'application/json').send(uniquePayload());
+    await eventually('the notification is dead', () => dead.length === 1);
+
+    expect(errors).toHaveLength(1);
+    // The dead line stays: it is not an error event, and the app may have no dead listener.
+    expect(printed).toEqual([
+      expect.stringMatching(/^\[ipn-kit\] ERROR IPN notification \S+ is dead after 1 attempts /),
+    ]);
+    await ipn.close();
   });
 
   test('debug and info stay quiet', async () => {

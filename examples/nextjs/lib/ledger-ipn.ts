@@ -32,6 +32,10 @@ function createLedgerIpn() {
   return ipn;
 }
 
-// Made at the first request, not when `next build` loads the route: the build has no database.
-let ledgerIpn: ReturnType<typeof createLedgerIpn> | undefined;
-export const getLedgerIpn = () => (ledgerIpn ??= createLedgerIpn());
+// #region singleton
+// One router per process. Made at the first request, not when `next build` loads the route (the build
+// has no database), and kept on globalThis: `next dev` evaluates this module again at every edit, and a
+// module-level variable would make one more router, pool and set of timers each time.
+const kept = globalThis as typeof globalThis & { ledgerIpn?: ReturnType<typeof createLedgerIpn> };
+export const getLedgerIpn = () => (kept.ledgerIpn ??= createLedgerIpn());
+// #endregion singleton

@@ -11,6 +11,7 @@ import type {
 } from '../store.js';
 import { RedisExpectations } from './redis-expectations.js';
 import { RedisLifecycle } from './redis-lifecycle.js';
+import { persistenceWarning, saveOf } from './redis-persistence.js';
 import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
 
@@ -355,6 +356,18 @@ export class RedisStore implements DurableStore {
       if (!isNoScript(error)) throw error;
       return this.#command(['EVAL', script, ...args]);
     });
+  }
+
+  /**
+   * Why this Redis would not keep the inbox across a restart (no AOF and no RDB save point), or `undefined`
+   * when it would, or when it cannot be told (`CONFIG GET save` refused, as hosted Redis may). The router
+   * asks once, at its start with `delivery: 'at-least-once'`, and logs the answer as a warning.
+   */
+  async durabilityWarning(): Promise<string | undefined> {
+    const info = await this.#command(['INFO', 'persistence']);
+    if (typeof info !== 'string') return undefined;
+    const save = await this.#command(['CONFIG', 'GET', 'save']).then(saveOf, () => undefined);
+    return persistenceWarning(info, save);
   }
 
   /** Does nothing: the client is yours, and other parts of your app may still use it. Quit it yourself. */
