@@ -1,5 +1,5 @@
 import { EventEmitter } from 'eventemitter3';
-import { ListenerError, messageOf } from '../shared/errors.js';
+import { IpnKitError, ListenerError, messageOf } from '../shared/errors.js';
 import {
   IPN_EVENT_NAMES,
   isIpnEventName,
@@ -17,6 +17,9 @@ type Wrapped = ((payload: unknown, context?: Attempt, watch?: Watch) => void) & 
   listener: (...args: never[]) => unknown;
 };
 type Listener = (payload: unknown, context?: Attempt) => unknown;
+
+/** The payload of an `error` event, as a failing 'error' listener was handed it. */
+type ErrorPayload = { error?: unknown; notification?: unknown };
 
 /**
  * How the listeners of one emit are watched. It travels with the emit, as an argument to each listener's
@@ -106,6 +109,8 @@ export function createSafeEmitter<C>(
   redact = true,
 ) {
   const emitter = new EventEmitter();
+  /** Each reported listener failure, and the payload its listener was given (for {@link handlingOf}). */
+  const sources = new WeakMap<object, unknown>();
   /**
    * The watch of the emits that `track`'s `run` makes, set only while it runs (its code is the caller's,
    * which emits through `emit`): the one scope left, and `track` alone sets and clears it.
@@ -119,12 +124,22 @@ export function createSafeEmitter<C>(
       // Nothing in it should throw; if a bug of ours does, the next listener must still run.
     }
   };
+  /**
+   * What a failing 'error' listener was handling, in words, as clear as the log allows: scrubbed of the
+   * customer's details of the notification (or the rejected request) it came from, as its own line was.
+   */
+  const handlingOf = ({ error, notification }: ErrorPayload): string => {
+    if (!redact || !(error instanceof IpnKitError)) return messageOf(error);
+    return String(loggableError(error, sources.get(error) ?? notification).message ?? '');
+  };
   const reportFailure = (event: string, cause: unknown, payload: unknown): void => {
     const error = new ListenerError(event, cause);
+    // A failing 'invalid' listener's error goes to 'error' without the request it quotes: kept to scrub it.
+    sources.set(error, payload);
     const err = redact ? loggableError(error, payload) : error;
     // A failing 'error' listener did not log what it was handed (an app's error listener owns its errors,
     // which ipn-kit then logs at debug only): its line names that error too.
-    const handed = event === 'error' ? { handling: messageOf((payload as { error?: unknown }).error) } : {};
+    const handed = event === 'error' ? { handling: handlingOf(payload as ErrorPayload) } : {};
     logger.error(
       { err, event, ...identify(payload), ...handed },
       redact ? (err.message as string) : error.message,
