@@ -130,7 +130,8 @@ export function createSafeEmitter<C>(
    */
   const handlingOf = ({ error, notification }: ErrorPayload): string => {
     if (!redact || !(error instanceof IpnKitError)) return messageOf(error);
-    return String(loggableError(error, sources.get(error) ?? notification).message ?? '');
+    const { message } = loggableError(error, sources.get(error) ?? notification);
+    return typeof message === 'string' ? message : '';
   };
   const reportFailure = (event: string, cause: unknown, payload: unknown): void => {
     const error = new ListenerError(event, cause);
