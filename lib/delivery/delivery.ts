@@ -22,6 +22,7 @@ import type { Metrics } from '../observability/metrics.js';
 import { createLogThrottle } from '../observability/log-throttle.js';
 import { createExpectations } from './expectations.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
+import { createUnexpectedScreen } from './unexpected.js';
 import type { DrainResult } from './drain-result.js';
 import { monotonicNow } from '../shared/clock.js';
 
@@ -101,6 +102,11 @@ export function createDelivery<C>(
   // The status query is for notifications that never arrived: the sweep's client, not necessarily verify's.
   const statusSource = options.statusClient ?? verify;
   const expectations = createExpectations(context, store);
+  const unexpected = createUnexpectedScreen(
+    context,
+    durable,
+    options.statusClient && timeLimited(options.statusClient, options.verifyTimeoutMs),
+  );
   const sweeper =
     expectations.store &&
     createReconcileSweep(context, expectations.store, statusSource, (record, driver) =>
@@ -261,6 +267,8 @@ export function createDelivery<C>(
     },
     /** The expectation check of an incoming notification, and its settling. */
     expectations,
+    /** The option `unexpected`, for a notification with no expectation once they are in use. Never rejects. */
+    screenUnexpected: unexpected.screen,
     /** Emits `rejected` for a notification its expectation contradicts (made without any status query). */
     rejectExpected: (event: RejectedEvent) => context.reject(event),
     start,

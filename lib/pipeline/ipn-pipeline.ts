@@ -214,6 +214,16 @@ export function createIpnPipeline<C>(
     if (expected.kind === 'mismatch') {
       return { status: 200, body: OK_BODY, after: () => delivery.rejectExpected(expected.event) };
     }
+    if (expected.kind === 'unexpected') {
+      // No expectation while they are in use: confirmed by one status query, or kept and not credited.
+      const screened = await track(delivery.screenUnexpected(notification));
+      if (screened.kind === 'held')
+        return { status: 200, body: OK_BODY, after: () => delivery.rejectExpected(screened.event) };
+      if (screened.kind === 'refused')
+        return unavailable('unexpected', () => delivery.rejectExpected(screened.event));
+      if (screened.kind !== 'go') return answer(screened, notification);
+      if (closed) return unavailable('closed');
+    }
     let admission: Admission;
     if (expected.kind === 'error') admission = { kind: 'store-failed', error: expected.error };
     else {
