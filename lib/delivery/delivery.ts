@@ -268,7 +268,7 @@ export function createDelivery<C>(
     /** The expectation check of an incoming notification, and its settling. */
     expectations,
     /** The option `unexpected`, for a notification with no expectation once they are in use. Never rejects. */
-    screenUnexpected: unexpected.screen,
+    screenUnexpected: (n: IpnNotification) => unexpected.screen(n),
     /** Emits `rejected` for a notification its expectation contradicts (made without any status query). */
     rejectExpected: (event: RejectedEvent) => context.reject(event),
     start,

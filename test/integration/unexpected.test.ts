@@ -114,9 +114,9 @@ function suite(name: string, makeBackend: () => Backend): void {
         expect(entry).toMatchObject({ status: 'failed', transactionId: forgedId });
         expect(entry?.lastError).toMatch(/^unexpected: /);
         expect(b.recorder.of('rejected')[0]?.key).toBe(`${forgedId}:SUCCESSFUL`);
-        await b.ipn.drain(2_000);
+        await b.ipn.drain({ budgetMs: 2_000 });
         expect(await b.ipn.inbox.replayDead()).toBe(0);
-        await b.ipn.drain(2_000);
+        await b.ipn.drain({ budgetMs: 2_000 });
       } else {
         expect(status).toBe(503);
       }
