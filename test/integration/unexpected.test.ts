@@ -114,6 +114,9 @@ function suite(name: string, makeBackend: () => Backend): void {
         expect(entry).toMatchObject({ status: 'failed', transactionId: forgedId });
         expect(entry?.lastError).toMatch(/^unexpected: /);
         expect(b.recorder.of('rejected')[0]?.key).toBe(`${forgedId}:SUCCESSFUL`);
+        // Listed where the operator's page and the CLI look: the failed entries.
+        const failed = await b.ipn.inbox.list({ status: 'failed', transactionId: forgedId });
+        expect(failed.map((e) => e.key)).toEqual([`${forgedId}:SUCCESSFUL`]);
         await b.ipn.drain({ budgetMs: 2_000 });
         expect(await b.ipn.inbox.replayDead()).toBe(0);
         await b.ipn.drain({ budgetMs: 2_000 });
