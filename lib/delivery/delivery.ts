@@ -102,10 +102,16 @@ export function createDelivery<C>(
   // The status query is for notifications that never arrived: the sweep's client, not necessarily verify's.
   const statusSource = options.statusClient ?? verify;
   const expectations = createExpectations(context, store);
+  // At least once, the query is the work after the 200; at most once, the answer waits for it, briefly: a
+  // slower answer is cached by the client (single flight), and the service's resend is confirmed from it.
   const unexpected = createUnexpectedScreen(
     context,
     durable,
-    options.statusClient && timeLimited(options.statusClient, options.verifyTimeoutMs),
+    options.statusClient &&
+      (durable
+        ? timeLimited(options.statusClient, options.verifyTimeoutMs)
+        : timeLimited(options.statusClient, options.storeTimeoutMs, 'storeTimeoutMs')),
+    () => recoverSoon(),
   );
   const sweeper =
     expectations.store &&
@@ -290,7 +296,10 @@ export function createDelivery<C>(
         return store.countByStatus ? store.countByStatus(receivedFrom) : undefined;
       },
       replay: async (key) => {
-        const found = await inbox().replay(key);
+        const store = inbox();
+        // A kept unexpected notification still under its hold lease (a crash between its two writes).
+        await unexpected.endHold(key);
+        const found = await store.replay(key);
         if (found) recoverSoon();
         return found;
       },
@@ -327,7 +336,7 @@ export function createDelivery<C>(
  * query's options (`since`) are passed on: without them a cached answer older than the notification (a
  * not-found, a FAILED) would be taken for a fresh one, and condemn it.
  */
-function timeLimited(source: StatusSource, ms: number): StatusSource {
+function timeLimited(source: StatusSource, ms: number, option = 'verifyTimeoutMs'): StatusSource {
   return {
     getStatus: (id, options) =>
       within(
@@ -336,7 +345,7 @@ function timeLimited(source: StatusSource, ms: number): StatusSource {
         ),
         ms,
         () => {
-          const message = `the status source did not answer about ${id} within ${ms} ms (verifyTimeoutMs)`;
+          const message = `the status source did not answer about ${id} within ${ms} ms (${option})`;
           return new StatusQueryError(id, message, { retryable: true });
         },
       ),

@@ -231,8 +231,7 @@ export function createIpnPipeline<C>(
     if (expected.kind === 'unexpected') {
       // No expectation while they are in use: confirmed by one status query, or kept and not credited.
       const screened = await track(delivery.screenUnexpected(notification));
-      if (screened.kind === 'held')
-        return { status: 200, body: OK_BODY, after: () => delivery.rejectExpected(screened.event) };
+      if (screened.kind === 'held') return { status: 200, body: OK_BODY, after: screened.after };
       if (screened.kind === 'refused') return refuse(notification, screened.event);
       if (screened.kind !== 'go') return answer(screened, notification);
       if (closed) return unavailable('closed');

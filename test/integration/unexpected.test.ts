@@ -128,7 +128,9 @@ function suite(name: string, makeBackend: () => Backend): void {
     });
 
     test('with a status client, a genuine unexpected notification is confirmed by one status query and credited once', async () => {
-      const { b } = await fleet({ statusClient: statusClient() });
+      const { a, b } = await fleet({ statusClient: statusClient() });
+      // Either instance's recovery may deliver a confirmed one, at least once (kept first, then made due).
+      const credited = () => a.recorder.count('successful') + b.recorder.count('successful');
       const tx = provider.initiate({
         amount: 7000,
         ipnUrl: b.url,
@@ -137,9 +139,9 @@ function suite(name: string, makeBackend: () => Backend): void {
         duplicates: 1,
       });
       expect(await tx.delivered).toMatchObject({ acknowledged: true });
-      await eventually(() => expect(b.recorder.count('successful')).toBe(1));
+      await eventually(() => expect(credited()).toBe(1));
       await settle();
-      expect(b.recorder.count('successful')).toBe(1);
+      expect(credited()).toBe(1);
       expect(b.recorder.names()).not.toContain('rejected');
       // One query for the first copy; the resend is answered from the client's cache of a final record.
       expect(provider.statusQueriesFor(tx.transactionId)).toBe(1);
@@ -150,7 +152,7 @@ function suite(name: string, makeBackend: () => Backend): void {
       await eventually(() => expect(b.recorder.count('rejected')).toBe(1));
       expect(b.recorder.of('rejected')[0]).toMatchObject({ reason: 'unexpected' });
       expect(provider.statusQueriesFor(forgedId)).toBe(1);
-      expect(b.recorder.count('successful')).toBe(1);
+      expect(credited()).toBe(1);
     });
 
     test("unexpected: 'reject' makes no status query: the genuine one is kept, then delivered once an operator replays or expects it", async () => {
@@ -190,6 +192,144 @@ function suite(name: string, makeBackend: () => Backend): void {
       await eventually(() => expect(b.recorder.count('successful')).toBe(1));
       expect(b.recorder.names()).not.toContain('rejected');
     });
+
+    /** A status client whose queries wait until `open()`: what the service answers, when the test says. */
+    function gatedStatusClient() {
+      const client = statusClient();
+      let open!: () => void;
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      let calls = 0;
+      return {
+        open,
+        calls: () => calls,
+        statusClient: {
+          getStatus: async (id: string) => {
+            calls += 1;
+            await gate;
+            return client.getStatus(id);
+          },
+        },
+      };
+    }
+
+    if (delivery === 'at-least-once') {
+      test('the service gets its 200 before the status query answers; confirmed after it, the kept notification is credited once', async () => {
+        const gated = gatedStatusClient();
+        const { a, b } = await fleet({ statusClient: gated.statusClient });
+        const tx = provider.initiate({
+          amount: 7100,
+          ipnUrl: b.url,
+          customData: 'order-answered-first',
+          outcome: 'SUCCESSFUL',
+        });
+        // Acknowledged while the query is still waiting: kept first, and not credited yet.
+        expect(await tx.delivered).toMatchObject({ acknowledged: true });
+        const key = `${tx.transactionId}:SUCCESSFUL`;
+        await eventually(() => expect(gated.calls()).toBe(1));
+        expect((await b.ipn.inbox.get(key))?.lastError).toMatch(/^unexpected: /);
+        expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(0);
+        gated.open();
+        await eventually(() =>
+          expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(1),
+        );
+        await eventually(async () => expect((await b.ipn.inbox.get(key))?.status).toBe('delivered'));
+        await settle();
+        expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(1);
+        expect(b.recorder.names()).not.toContain('rejected');
+        expect(provider.statusQueriesFor(tx.transactionId)).toBe(1);
+      });
+
+      test("an operator's replay racing the status query is credited once: the confirmation does not make it due again", async () => {
+        const gated = gatedStatusClient();
+        const { a, b } = await fleet({ statusClient: gated.statusClient });
+        const tx = provider.initiate({
+          amount: 7200,
+          ipnUrl: b.url,
+          customData: 'order-race',
+          outcome: 'SUCCESSFUL',
+        });
+        expect(await tx.delivered).toMatchObject({ acknowledged: true });
+        const key = `${tx.transactionId}:SUCCESSFUL`;
+        await eventually(() => expect(gated.calls()).toBe(1));
+        expect(await b.ipn.inbox.replay(key)).toBe(true);
+        await eventually(async () => expect((await b.ipn.inbox.get(key))?.status).toBe('delivered'));
+        gated.open();
+        await eventually(() => expect(provider.statusQueriesFor(tx.transactionId)).toBe(1));
+        await settle();
+        await b.ipn.drain({ budgetMs: 2_000 });
+        await settle();
+        expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(1);
+      });
+
+      test('a crash between the two writes that keep it (settle fails after receive): never credited, and a replay of its key delivers it once', async () => {
+        const inner = backend.store();
+        let failed = 0;
+        // The store fails the write that marks it kept: it stays received, under its hold lease.
+        type Settle = (key: string, leaseId: string, settlement: unknown) => Promise<boolean>;
+        type Method = (...args: unknown[]) => unknown;
+        const faulty = new Proxy(inner, {
+          get(target, property) {
+            if (property === 'settle')
+              return (key: string, leaseId: string, settlement: { status: string; error?: string }) => {
+                if (
+                  failed === 0 &&
+                  settlement.status === 'failed' &&
+                  settlement.error?.startsWith('unexpected: ')
+                ) {
+                  failed += 1;
+                  return Promise.reject(new Error('connection lost'));
+                }
+                return (target as unknown as { settle: Settle }).settle(key, leaseId, settlement);
+              };
+            const value: unknown = Reflect.get(target, property, target);
+            return typeof value === 'function' ? (value as Method).bind(target) : value;
+          },
+        });
+        const a = await instance(inner);
+        const b = await instance(faulty, { unexpected: 'reject' });
+        await a.ipn.expect(`EXP.${randomUUID().slice(0, 8)}`, { amount: 5000, customData: 'x' });
+        const payload = uniquePayload({ amount: 7300, custom_data: 'order-crash' });
+        const key = `${payload.transaction_id as string}:SUCCESSFUL`;
+        expect((await post(b.url, payload)).status).toBe(200);
+        await eventually(() => expect(b.recorder.names()).toContain('error'));
+        expect(failed).toBe(1);
+        const entry = await a.ipn.inbox.get(key);
+        expect(entry?.status).toBe('received');
+        // Neither recovery nor a drain takes it: it is under its century-long hold lease.
+        await a.ipn.drain({ budgetMs: 2_000 });
+        await b.ipn.drain({ budgetMs: 2_000 });
+        await settle();
+        expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(0);
+        // An operator's replay, from either instance, delivers it: once.
+        expect(await a.ipn.inbox.replay(key)).toBe(true);
+        await eventually(() =>
+          expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(1),
+        );
+        await settle();
+        expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(1);
+      });
+    } else {
+      test('at most once, a slow status query is answered 503 after storeTimeoutMs; the resend is confirmed from the cached answer and credited once', async () => {
+        const gated = gatedStatusClient();
+        const { b } = await fleet({ statusClient: gated.statusClient, storeTimeoutMs: 300 });
+        const tx = provider.initiate({
+          amount: 7400,
+          ipnUrl: b.url,
+          customData: 'order-slow',
+          outcome: 'SUCCESSFUL',
+        });
+        await eventually(() => expect(b.recorder.count('rejected')).toBeGreaterThanOrEqual(1));
+        expect(b.recorder.of('rejected')[0]).toMatchObject({ reason: 'unexpected' });
+        expect(b.recorder.count('successful')).toBe(0);
+        gated.open();
+        expect(await tx.delivered).toMatchObject({ acknowledged: true });
+        await eventually(() => expect(b.recorder.count('successful')).toBe(1));
+        await settle();
+        expect(b.recorder.count('successful')).toBe(1);
+        // Every copy's query shared one request, and the resend was answered from the cache.
+        expect(provider.statusQueriesFor(tx.transactionId)).toBe(1);
+      });
+    }
 
     const post = (url: string, payload: Record<string, unknown>) =>
       fetch(url, {
