@@ -2,6 +2,7 @@ import type { IpnMetrics } from '../observability/metrics.js';
 import type { InboxEntry, ListOptions, StatusCounts } from '../stores/store.js';
 import type { RecentEvent } from './event-ring.js';
 import { html, when, type Html } from './html.js';
+import { isKeptUnexpected, KEPT_UNEXPECTED_LABEL } from '../delivery/kept-unexpected.js';
 
 /** What the pages need to mask the customer. */
 export interface Masker {
@@ -34,6 +35,11 @@ const textOf = (value: unknown): string =>
   typeof value === 'string' ? value : (JSON.stringify(value) ?? '');
 
 const badge = (status: string): Html => html`<span class="status status-${status}">${status}</span>`;
+/** An entry's status, and for a kept unexpected notification the label that tells it apart. */
+const statusOf = (entry: InboxEntry): Html =>
+  isKeptUnexpected(entry)
+    ? html`${badge(entry.status)} <span class="status kept-unexpected">${KEPT_UNEXPECTED_LABEL}</span>`
+    : badge(entry.status);
 
 function countCards(counts: StatusCounts | undefined, lastHour: StatusCounts | undefined): Html {
   if (!counts) return html`<p class="notice">This store does not count its entries.</p>`;
@@ -118,7 +124,7 @@ function entryRows(base: string, entries: InboxEntry[]): Html {
               <td>${when(entry.receivedAt)}</td>
               <td><a href="${base}/entry?key=${encodeURIComponent(entry.key)}">${entry.transactionId}</a></td>
               <td>${entry.state}</td>
-              <td>${badge(entry.status)}</td>
+              <td>${statusOf(entry)}</td>
               <td class="optional">${entry.attempts}</td>
               <td class="optional">${textOf(entry.record.custom_data)}</td>
             </tr>`,
@@ -204,7 +210,7 @@ export function entryPage(base: string, entry: InboxEntry, mask: Masker): Html {
     ['delivered', entry.deliveredAt],
     ['leased until', entry.leaseUntil],
   ];
-  return html`<h1>${entry.transactionId} ${entry.state} ${badge(entry.status)}</h1>
+  return html`<h1>${entry.transactionId} ${entry.state} ${statusOf(entry)}</h1>
     <div class="actions">
       <a class="button" href="${base}/confirm?action=replay&key=${encodeURIComponent(entry.key)}">Replay…</a>
       <a class="button secondary" href="${base}/">Back</a>

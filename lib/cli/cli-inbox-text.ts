@@ -1,5 +1,6 @@
 /** Text in and out of `ipn-kit inbox`: its number and date options, and the table `list` prints. */
 import type { InboxEntry } from '../stores/store.js';
+import { isKeptUnexpected, KEPT_UNEXPECTED_LABEL } from '../delivery/kept-unexpected.js';
 
 /** A command line that makes no sense: the command exits 2 with its usage. */
 export class UsageError extends Error {}
@@ -10,7 +11,8 @@ export function formatTable(entries: InboxEntry[]): string {
     ['KEY', 'STATUS', 'ATTEMPTS', 'RECEIVED', 'NEXT ATTEMPT', 'LAST ERROR'],
     ...entries.map((entry) => [
       entry.key,
-      entry.status,
+      // A kept unexpected notification is told apart: never due, delivered only by a replay after checking.
+      isKeptUnexpected(entry) ? `${entry.status} (${KEPT_UNEXPECTED_LABEL})` : entry.status,
       String(entry.attempts),
       entry.receivedAt.toISOString(),
       entry.status === 'received' || entry.status === 'failed' ? entry.nextAttemptAt.toISOString() : '-',

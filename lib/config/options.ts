@@ -17,6 +17,13 @@ import { applyRenames, warnRenamed, type Renames } from './renamed-options.js';
 import type { AlertOptions } from '../observability/alert-event.js';
 import { checkAlertOptions } from './alert-option-checks.js';
 
+/**
+ * What `ipnRouter({ unexpected })` does with a notification no expectation is kept for, once expectations
+ * are in use.
+ * @inline
+ */
+export type UnexpectedPolicy = 'verify' | 'reject' | 'accept';
+
 /** Options of `ipnRouter()`. Every field is optional; each one's default is given below. */
 export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
   /**
@@ -86,6 +93,24 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
    * @default 8
    */
   reconcileAttempts: number;
+  /**
+   * What becomes of a notification whose `transaction_id` has no expectation, once expectations are in use
+   * (a shared store holds the mark the first `ipn.expect()` leaves, or this process called it): the same on
+   * every instance over one store.
+   *
+   * - `'verify'`: with `verify`, verified as every notification is; with only a `statusClient`, one status
+   *   query (within the client's budget and its 15 minutes per transaction) before the answer, and emitted
+   *   only if the service's record matches in state, amount and `custom_data`; without either, or when that
+   *   query cannot confirm it (not found, a difference, not final, over budget, unreachable), as `'reject'`.
+   * - `'reject'`: no status query. Emits `rejected` (reason `unexpected`) and keeps it: with `delivery:
+   *   'at-least-once'`, in the inbox as `failed` and never due, with `lastError` starting `unexpected:`
+   *   (answered 200: listed by the operator's page and `ipn-kit inbox`, delivered by a `replay` of its key
+   *   after checking, never by `replayDead`); at most once, nothing is stored and it is answered 503, so that
+   *   the service keeps resending it (`ipn.expect()` it after checking, and the next resend is credited).
+   * - `'accept'`: emitted as any other notification, as every version before this option did.
+   * @default 'verify'
+   */
+  unexpected: UnexpectedPolicy;
   /**
    * How often the sweep looks for expected transactions that are due, in ms (one instance at a time when the
    * store is shared). Only due ones are queried, within the status client's budget.
@@ -226,6 +251,7 @@ const DEFAULTS: {
   statusClient: undefined,
   reconcileAfterMs: 15 * 60_000,
   reconcileAttempts: 8,
+  unexpected: 'verify',
   sweepIntervalMs: 60_000,
   verifyAttempts: 6,
   verifyTimeoutMs: 60_000,
@@ -312,6 +338,10 @@ export function resolveOptions<S extends StandardSchemaV1 | undefined>(
   if (resolved.verify !== undefined) checkMethods('verify', resolved.verify, ['getStatus'], []);
   if (resolved.statusClient !== undefined)
     checkMethods('statusClient', resolved.statusClient, ['getStatus'], []);
+  if (!['verify', 'reject', 'accept'].includes(resolved.unexpected))
+    throw new TypeError(
+      `ipnRouter: unexpected must be 'verify', 'reject' or 'accept', got ${String(resolved.unexpected)}`,
+    );
   checkSecret(resolved.secret);
   if (resolved.authenticate !== undefined && typeof resolved.authenticate !== 'function')
     throw new TypeError(

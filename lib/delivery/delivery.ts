@@ -23,6 +23,7 @@ import type { AlertMonitor } from '../observability/alerts.js';
 import { createLogThrottle } from '../observability/log-throttle.js';
 import { createExpectations } from './expectations.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
+import { createUnexpectedScreen } from './unexpected.js';
 import type { DrainResult } from './drain-result.js';
 import { monotonicNow } from '../shared/clock.js';
 import { createLifecycle } from './lifecycle.js';
@@ -113,6 +114,17 @@ export function createDelivery<C>(
     return error;
   }
   const expectations = createExpectations(context, store);
+  // At least once, the query is the work after the 200; at most once, the answer waits for it, briefly: a
+  // slower answer is cached by the client (single flight), and the service's resend is confirmed from it.
+  const unexpected = createUnexpectedScreen(
+    context,
+    durable,
+    options.statusClient &&
+      (durable
+        ? timeLimited(options.statusClient, options.verifyTimeoutMs)
+        : timeLimited(options.statusClient, options.storeTimeoutMs, 'storeTimeoutMs')),
+    () => recoverSoon(),
+  );
   const sweeper =
     expectations.store &&
     createReconcileSweep(context, expectations.store, statusSource, (record, driver) =>
@@ -350,6 +362,8 @@ export function createDelivery<C>(
     },
     /** The expectation check of an incoming notification, and its settling. */
     expectations,
+    /** The option `unexpected`, for a notification with no expectation once they are in use. Never rejects. */
+    screenUnexpected: (n: IpnNotification) => unexpected.screen(n),
     /** Emits `rejected` for a notification its expectation contradicts (made without any status query). */
     rejectExpected: (event: RejectedEvent) => context.reject(event),
     start,
@@ -371,7 +385,10 @@ export function createDelivery<C>(
         return store.countByStatus ? store.countByStatus(receivedFrom) : undefined;
       },
       replay: async (key) => {
-        const found = await inbox().replay(key);
+        const store = inbox();
+        // A kept unexpected notification still under its hold lease (a crash between its two writes).
+        await unexpected.endHold(key);
+        const found = await store.replay(key);
         if (found) recoverSoon();
         return found;
       },
@@ -432,7 +449,7 @@ function watched(source: StatusSource, alerts: AlertMonitor | undefined): Status
  * query's options (`since`) are passed on: without them a cached answer older than the notification (a
  * not-found, a FAILED) would be taken for a fresh one, and condemn it.
  */
-function timeLimited(source: StatusSource, ms: number): StatusSource {
+function timeLimited(source: StatusSource, ms: number, option = 'verifyTimeoutMs'): StatusSource {
   return {
     getStatus: (id, options) =>
       within(
@@ -441,7 +458,7 @@ function timeLimited(source: StatusSource, ms: number): StatusSource {
         ),
         ms,
         () => {
-          const message = `the status source did not answer about ${id} within ${ms} ms (verifyTimeoutMs)`;
+          const message = `the status source did not answer about ${id} within ${ms} ms (${option})`;
           return new StatusQueryError(id, message, { retryable: true });
         },
       ),

@@ -4,6 +4,28 @@ import type { Expectation, ExpectationStore } from '../stores/expectation-store.
 import type { Store } from '../stores/store.js';
 import { sameCustomData, type RejectedEvent, type VerifiedField } from '../status/verify-notification.js';
 import type { DeliveryContext } from './delivery-context.js';
+import { monotonicNow } from '../shared/clock.js';
+
+/**
+ * The mark the first `ipn.expect()` leaves in the store's expectations: once there, every instance over the
+ * store treats a notification with no expectation as unexpected (option `unexpected`). Not the shape of a
+ * transaction id (letters, a dot or an underscore, digits): no notification can name it.
+ */
+export const IN_USE_MARK = 'ipn-kit:expectations-in-use';
+/** The mark and a settled expectation are never due for the sweep before this time (ms since the epoch). */
+const NEVER = Date.UTC(9000, 0, 1);
+/** How often a router whose store holds no mark yet looks for it again. */
+export const MARK_RECHECK_MS = 10_000;
+/** How often one process writes the mark again (it may have been removed by hand). */
+const MARK_REFRESH_MS = 60 * 60_000;
+/**
+ * `attempts` of a settled expectation (a tombstone): kept for the router's `ttlMs` after it was settled,
+ * given up on or forgotten, so that a resend or a late first delivery is still checked against it.
+ */
+export const SETTLED_ATTEMPTS = 1_000_000_000;
+
+/** Whether this expectation is kept only to recognise late copies (settled, given up on, or forgotten). */
+export const isSettled = (e: Expectation): boolean => e.attempts >= SETTLED_ATTEMPTS;
 
 /**
  * What `ipn.expect()` takes besides the transaction id: what to check the notification against.
@@ -18,7 +40,10 @@ export interface ExpectOptions {
 
 /** What an incoming notification's expectation says about it. */
 export type ExpectationCheck =
-  | { kind: 'none' | 'match' }
+  | { kind: 'none' }
+  /** Expectations are in use and none is kept for this transaction: the option `unexpected` decides. */
+  | { kind: 'unexpected' }
+  | { kind: 'match'; expectation: Expectation }
   | { kind: 'mismatch'; event: RejectedEvent }
   | { kind: 'error'; error: StoreError };
 
@@ -45,19 +70,50 @@ export function contradictions(expectation: Expectation, record: IpnNotification
   return fields;
 }
 
+/**
+ * Keeps `e` as settled for `ttlMs` from now (as long as the dedupe key of its notification), in place of
+ * deleting it: a resend or a late first delivery is then still checked against it, never taken for an
+ * unexpected one. The sweep deletes it when that time is due.
+ */
+export function retire(store: ExpectationStore, e: Expectation, ttlMs: number): void | Promise<void> {
+  return store.put({ ...e, attempts: SETTLED_ATTEMPTS, dueAt: Math.min(Date.now() + ttlMs, NEVER) });
+}
+
 /** The expectations of a router: `ipn.expect()`, the check of each notification, and settling. */
 export function createExpectations<C>(context: DeliveryContext<C>, store: Store) {
   const { options, report } = context;
   const expectations: ExpectationStore | undefined = store.expectations;
   // A router that never uses expectations pays nothing for them: no read, no delete per notification.
   let active = options.statusClient !== undefined;
+  /** This process called `ipn.expect()`. */
+  let local = false;
+  /** The store holds the mark (once seen, for good), and when this process last looked for it. */
+  let marked = false;
+  let lookedAt = -Infinity;
+  /** When this process last wrote the mark (ms since the epoch). */
+  let markedAt = -Infinity;
+  const policed = options.unexpected !== 'accept';
 
   function stored(): ExpectationStore {
     if (expectations) return expectations;
     throw new IpnKitError(
       'IPN_NO_EXPECTATIONS',
-      'ipn.expect() needs a store that keeps expectations: MemoryStore, RedisStore or PostgresStore',
+      'ipn.expect() needs a store that keeps expectations: MemoryStore, RedisStore, PostgresStore, MysqlStore or SqliteStore',
     );
+  }
+
+  /**
+   * Whether expectations are in use on this store, from any instance: this process called `ipn.expect()`,
+   * or the store holds the mark the first call leaves. Not seen yet, it is looked for again at most every
+   * {@link MARK_RECHECK_MS}: a router that never uses expectations pays one read per interval.
+   */
+  async function inUseAnywhere(target: ExpectationStore): Promise<boolean> {
+    if (local || marked) return true;
+    if (monotonicNow() - lookedAt < MARK_RECHECK_MS) return false;
+    const mark = await target.get(IN_USE_MARK);
+    lookedAt = monotonicNow();
+    marked = mark !== undefined;
+    return marked;
   }
 
   return {
@@ -67,14 +123,22 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
     async expect(transactionId: string, given: ExpectOptions = {}): Promise<void> {
       if (typeof transactionId !== 'string' || transactionId.length === 0)
         throw new TypeError('ipn.expect: transactionId must be a non-empty string');
+      if (transactionId === IN_USE_MARK)
+        throw new TypeError(`ipn.expect: ${IN_USE_MARK} is ipn-kit's own mark, not a transaction id`);
       const { customData, amount } = given ?? {};
       if (amount !== undefined && (typeof amount !== 'number' || !Number.isFinite(amount)))
         throw new TypeError(`ipn.expect: amount must be a finite number, got ${String(amount)}`);
       const text =
         customData === undefined || typeof customData === 'string' ? customData : JSON.stringify(customData);
       const target = stored();
-      active = true;
       const now = Date.now();
+      if (now - markedAt >= MARK_REFRESH_MS) {
+        // Before the expectation: an instance that sees an expectation of this store also sees the mark.
+        await target.put({ transactionId: IN_USE_MARK, expectedAt: now, dueAt: NEVER, attempts: 0 });
+        markedAt = now;
+      }
+      active = true;
+      local = true;
       await target.put({
         transactionId,
         customData: text,
@@ -85,37 +149,48 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
       });
     },
 
-    /** Whether {@link check} can find anything: `false` until expectations are in use, and without a store of them. */
-    inUse: (): boolean => expectations !== undefined && active,
+    /**
+     * Whether {@link check} can find anything: `false` without a store of expectations, or until they are in
+     * use while the option `unexpected` is `'accept'`.
+     */
+    inUse: (): boolean => expectations !== undefined && (active || policed),
 
     /**
-     * Compares a notification with its expectation, if there is one; no status query is made. Only once
-     * expectations are in use: with `statusClient`, or after this process called `ipn.expect()`.
+     * Compares a notification with its expectation, if there is one; no status query is made. `unexpected`
+     * when there is none while expectations are in use on this store (and `unexpected` is not `'accept'`).
      */
     async check(n: IpnNotification): Promise<ExpectationCheck> {
-      if (!expectations || !active) return { kind: 'none' };
+      if (!expectations || !(active || policed)) return NO_EXPECTATION;
       let expectation: Expectation | undefined;
+      let policing: boolean;
       try {
+        policing = policed && (await inUseAnywhere(expectations));
+        if (!active && !policing) return NO_EXPECTATION;
         expectation = await expectations.get(n.transaction_id);
       } catch (cause) {
         const message = `the store failed to read the expectation of ${n.transaction_id}: ${messageOf(cause)}`;
         return { kind: 'error', error: new StoreError(message, { cause }) };
       }
-      if (expectation === undefined) return { kind: 'none' };
+      // The mark is no transaction's expectation: a notification naming it is as unexpected as any other.
+      if (expectation === undefined || n.transaction_id === IN_USE_MARK)
+        return policing ? { kind: 'unexpected' } : NO_EXPECTATION;
       const mismatches = contradictions(expectation, n);
-      if (mismatches.length === 0) return { kind: 'match' };
+      if (mismatches.length === 0) return { kind: 'match', expectation };
       const message = `the notification of ${n.transaction_id} contradicts its expectation in ${mismatches.join(', ')}: not credited`;
       return { kind: 'mismatch', event: { reason: 'mismatch', message, mismatches, notification: n } };
     },
 
     /**
      * A notification that matched its expectation was accepted: the expectation is settled when its state
-     * ends it ({@link settlesExpectation}: `SUCCESSFUL`, not `FAILED`).
+     * ends it ({@link settlesExpectation}: `SUCCESSFUL`, not `FAILED`). Settled, it is kept for `ttlMs`
+     * ({@link retire}), so that a resend is still recognised as expected.
      */
     settle(n: IpnNotification, checked: ExpectationCheck): void {
       if (!expectations || checked.kind !== 'match' || !settlesExpectation(n.state)) return;
+      if (isSettled(checked.expectation)) return;
+      const { expectation } = checked;
       Promise.resolve()
-        .then(() => expectations.delete(n.transaction_id))
+        .then(() => retire(expectations, expectation, options.ttlMs))
         .catch((cause: unknown) =>
           report(
             new StoreError(

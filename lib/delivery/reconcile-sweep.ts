@@ -5,7 +5,7 @@ import type { Expectation, ExpectationStore } from '../stores/expectation-store.
 import type { StatusSource } from '../status/verify-notification.js';
 import type { DeliveryContext } from './delivery-context.js';
 import type { StaleReason } from './events.js';
-import { contradictions, settlesExpectation } from './expectations.js';
+import { contradictions, isSettled, retire, settlesExpectation } from './expectations.js';
 import { monotonicNow } from '../shared/clock.js';
 import type { Driver } from './durable-delivery.js';
 
@@ -80,10 +80,17 @@ export function createReconcileSweep<C>(
 
   /** Settles one due expectation; `true` when the pass must stop (the budget is spent). */
   async function settleOne(e: Expectation, result: SweepResult, driver: Driver): Promise<boolean> {
+    // A settled one kept for late copies (retire): its time is over, it goes without a query.
+    if (isSettled(e)) {
+      await expectations.delete(e.transactionId);
+      return false;
+    }
     const last = e.attempts >= options.reconcileAttempts;
+    // Given up on or settled, an expectation is kept for ttlMs more: a late copy is still checked against it.
+    const forget = () => retire(expectations, e, options.ttlMs);
     if (source === undefined) {
       result.stale += 1;
-      await expectations.delete(e.transactionId);
+      await forget();
       stale(e, 'no_status_client', 'the router has no status client (statusClient or verify) to ask');
       return false;
     }
@@ -101,7 +108,7 @@ export function createReconcileSweep<C>(
       }
       if (!last) return false; // already moved to its next due time
       result.stale += 1;
-      await expectations.delete(e.transactionId);
+      await forget();
       const notFound = error instanceof TransactionNotFoundError;
       stale(e, notFound ? 'not_found' : 'unavailable', messageOf(error));
       return false;
@@ -109,14 +116,14 @@ export function createReconcileSweep<C>(
     if (!isFinalState(record.state)) {
       if (!last) return false;
       result.stale += 1;
-      await expectations.delete(e.transactionId);
+      await forget();
       stale(e, 'not_final', `the service still reports ${record.state}`, record);
       return false;
     }
     const mismatches = contradictions(e, record);
     if (mismatches.length > 0) {
       result.rejected += 1;
-      await expectations.delete(e.transactionId);
+      await forget();
       const message = `the service's record of ${e.transactionId} contradicts its expectation in ${mismatches.join(', ')}: not credited`;
       reject({ reason: 'mismatch', message, mismatches, notification: record, status: record });
       return false;
@@ -125,9 +132,9 @@ export function createReconcileSweep<C>(
     // The router's rule: a FAILED keeps the expectation, already moved to its next due time, so a forged
     // SUCCESSFUL is still checked against it and a later turn to SUCCESSFUL is found; forgotten at the bound.
     if (settlesExpectation(record.state)) {
-      await expectations.delete(e.transactionId);
+      await forget();
     } else if (last) {
-      await expectations.delete(e.transactionId);
+      await forget();
       logger.info(
         { transaction_id: e.transactionId, state: record.state, attempts: e.attempts },
         `expected transaction still ${record.state} after ${e.attempts} status queries: its expectation is forgotten`,

@@ -10,6 +10,7 @@ import { isQuiet } from '../observability/logger.js';
 import { createUnmatchedTokenWarning } from '../observability/unmatched-token-warning.js';
 import { BodyUnavailableError, messageOf, StoreError, VerificationBusyError } from '../shared/errors.js';
 import type { InvalidEvent } from '../delivery/events.js';
+import type { RejectedEvent } from '../status/verify-notification.js';
 import { matchesSecret } from '../authenticate/ipn-url.js';
 import type { ResolvedOptions } from '../config/options.js';
 import { isFinalState, parseNotification, type IpnNotification } from '../notification/schema.js';
@@ -133,6 +134,19 @@ export function createIpnPipeline<C>(
     return { kind: 'closed' };
   }
 
+  /**
+   * An unexpected notification not kept (at most once): a resend of one already handled (its expectation
+   * gone since) is a duplicate, answered 200; any other is answered 503, its claim undone, so that the
+   * service resends it until it is expected or the service confirms it.
+   */
+  async function refuse(n: IpnNotification, event: RejectedEvent): Promise<IpnOutcome> {
+    const admitting = admit(n);
+    const admission = admitting instanceof Promise ? await track(admitting) : admitting;
+    if (admission.kind !== 'claimed') return answer(admission, n);
+    await delivery.unclaim(n);
+    return unavailable('unexpected', () => delivery.rejectExpected(event));
+  }
+
   /** The answer to an admitted notification, and the work after it. */
   function answer(admission: Admission, notification: IpnNotification): IpnOutcome {
     switch (admission.kind) {
@@ -223,6 +237,14 @@ export function createIpnPipeline<C>(
       : NO_EXPECTATION;
     if (expected.kind === 'mismatch') {
       return { status: 200, body: OK_BODY, after: () => delivery.rejectExpected(expected.event) };
+    }
+    if (expected.kind === 'unexpected') {
+      // No expectation while they are in use: confirmed by one status query, or kept and not credited.
+      const screened = await track(delivery.screenUnexpected(notification));
+      if (screened.kind === 'held') return { status: 200, body: OK_BODY, after: screened.after };
+      if (screened.kind === 'refused') return refuse(notification, screened.event);
+      if (screened.kind !== 'go') return answer(screened, notification);
+      if (closed) return unavailable('closed');
     }
     let admission: Admission;
     if (expected.kind === 'error') admission = { kind: 'store-failed', error: expected.error };

@@ -34,18 +34,28 @@ export type RejectionReason =
   /** The service's record differs in state, amount or `custom_data`. */
   | 'mismatch'
   /** The service still reports a non-final state after every verification attempt. */
-  | 'not_final';
+  | 'not_final'
+  /**
+   * Expectations are in use and none is kept for its transaction, and nothing confirmed it (option
+   * `unexpected`): not credited, and kept (at least once: in the inbox, for a `replay` after checking).
+   */
+  | 'unexpected';
 
 /** Payload of the `rejected` event: a notification the status query contradicts. Never credited. */
 export interface RejectedEvent {
   reason: RejectionReason;
   message: string;
-  /** The fields that differ (for `mismatch`; `state` for `not_final`). */
+  /** The fields that differ (for `mismatch`, and `unexpected` when the status query found any; `state` for `not_final`). */
   mismatches: readonly VerifiedField[];
   /** What was posted to the IPN address. */
   notification: IpnNotification;
   /** What the status query answered, when it found the transaction. */
   status?: StatusRecord;
+  /**
+   * For `unexpected`, at least once: its inbox key, for `ipn.inbox.replay(key)` once checked. Absent when
+   * it was not kept (at most once: answered 503, so that the service resends it).
+   */
+  key?: string;
 }
 
 /** The outcome of one verification attempt. */

@@ -13,7 +13,10 @@ export interface Expectation {
   expectedAt: number;
   /** When the sweep next asks the service about it, in ms since the epoch. */
   dueAt: number;
-  /** Status queries the sweep has made for it so far. */
+  /**
+   * Status queries the sweep has made for it so far; 1,000,000,000 and above once it is settled (kept until
+   * `dueAt`, the router's `ttlMs` later, so that a late copy is still checked against it).
+   */
   attempts: number;
 }
 
@@ -27,7 +30,7 @@ export interface ExpectationStore {
   put(expectation: Expectation): void | Promise<void>;
   /** The expectation of `transactionId`, or `undefined`. */
   get(transactionId: string): Expectation | undefined | Promise<Expectation | undefined>;
-  /** Forgets the expectation of `transactionId` (settled, or reported stale). */
+  /** Forgets the expectation of `transactionId` (settled or given up on, `ttlMs` ago). */
   delete(transactionId: string): void | Promise<void>;
   /**
    * Takes up to `limit` expectations whose `dueAt` is at or before `now`: each is moved to `dueAt =

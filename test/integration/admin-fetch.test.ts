@@ -102,6 +102,31 @@ describe('examples/admin-page-fetch.ts (quoted in docs/admin.md), Hono on @hono/
     expect(css.headers.get('content-type')).toBe('text/css; charset=utf-8');
   });
 
+  test('labels a kept unexpected notification on the overview and its own page: not credited, check and replay', async () => {
+    const { url, inbox, key: plain } = await start();
+    const kept = uniquePayload();
+    const key = `${String(kept.transaction_id)}:SUCCESSFUL`;
+    const lease = { id: 'hold', ms: 60_000 };
+    await inbox.receive(key, kept, lease);
+    const century = new Date(Date.now() + 100 * 365 * 24 * 60 * 60_000);
+    await inbox.settle(key, lease.id, {
+      status: 'failed',
+      error: 'unexpected: no expectation',
+      nextAttemptAt: century,
+    });
+    const label = 'unexpected: not credited, check and replay';
+    const overview = await (await fetch(`${url}/ops/ipn/`, { headers: { authorization } })).text();
+    expect(overview.split(label)).toHaveLength(2); // once: the dead entry is not labelled
+    const own = await fetch(`${url}/ops/ipn/entry?key=${encodeURIComponent(key)}`, {
+      headers: { authorization },
+    });
+    expect(await own.text()).toContain(label);
+    const other = await fetch(`${url}/ops/ipn/entry?key=${encodeURIComponent(plain)}`, {
+      headers: { authorization },
+    });
+    expect(await other.text()).not.toContain(label);
+  });
+
   test('without authorization: 401 from the login, never the page', async () => {
     const { url } = await start();
     const denied = await fetch(`${url}/ops/ipn/`);

@@ -89,6 +89,30 @@ describeWithService('PostgreSQL', 'ipn-kit inbox', () => {
     expect(lines[5]).toBe(`4 entries in ${store.table}`);
   });
 
+  test('list labels a kept unexpected notification: not credited, to check and replay', async () => {
+    const store = await freshStore();
+    const plain = await entry(store, 'failed');
+    sequence += 1;
+    const key = `TX.${process.pid}.${String(sequence).padStart(4, '0')}:SUCCESSFUL`;
+    const held = lease();
+    await store.receive(key, { transaction_id: key.split(':')[0], amount: 500 }, held);
+    const century = new Date(Date.now() + 100 * 365 * 24 * 60 * 60_000);
+    await store.settle(key, held.id, {
+      status: 'failed',
+      error: 'unexpected: no expectation',
+      nextAttemptAt: century,
+    });
+
+    const { code, stdout } = await inbox(['list', '--table', store.table]);
+
+    expect(code).toBe(0);
+    const lines = stdout.split('\n');
+    expect(lines.find((line) => line.startsWith(key))).toContain(
+      'unexpected: not credited, check and replay',
+    );
+    expect(lines.find((line) => line.startsWith(plain))).not.toContain('not credited');
+  });
+
   test('list --status filters, --limit and --offset page, and it says when more may follow', async () => {
     const store = await freshStore();
     const dead = [await entry(store, 'dead'), await entry(store, 'received'), await entry(store, 'dead')];

@@ -14,6 +14,7 @@ import {
 import { PostgresStore } from 'ipn-kit/postgres';
 import { RedisStore } from 'ipn-kit/redis';
 import { ipnNotificationSchema } from '../../lib/notification/schema.js';
+import { IN_USE_MARK } from '../../lib/delivery/expectations.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
@@ -324,18 +325,31 @@ describe('expectations and the sweep with MemoryStore', () => {
     await ipn.close();
   });
 
-  test('a router that uses no expectations (no statusClient, no expect()) never reads them', async () => {
+  test("a router that uses no expectations (no statusClient, no expect(), unexpected: 'accept') never reads them", async () => {
     const store = new MemoryStore();
     const reads = jest.spyOn(store.expectations, 'get').mockImplementation(() => {
       throw new Error('must not be read');
     });
-    const ipn = ipnRouter({ logger: quiet, store });
+    const ipn = ipnRouter({ logger: quiet, store, unexpected: 'accept' });
     const recorder = recordEvents(ipn);
     const answer = await request(ipn).post('/').send(uniquePayload());
     await settle();
     expect(answer.status).toBe(200);
     expect(recorder.names()).toEqual(['notification', 'successful']);
     expect(reads).not.toHaveBeenCalled();
+    await ipn.close();
+  });
+
+  test('a router that uses no expectations reads only the mark of their use, once per interval', async () => {
+    const store = new MemoryStore();
+    const reads = jest.spyOn(store.expectations, 'get');
+    const ipn = ipnRouter({ logger: quiet, store });
+    const recorder = recordEvents(ipn);
+    for (let i = 0; i < 3; i += 1)
+      expect((await request(ipn).post('/').send(uniquePayload())).status).toBe(200);
+    await settle();
+    expect(recorder.names()).toEqual(Array(3).fill(['notification', 'successful']).flat());
+    expect(reads.mock.calls).toEqual([[IN_USE_MARK]]);
     await ipn.close();
   });
 
@@ -358,7 +372,8 @@ describe('expectations and the sweep with MemoryStore', () => {
     expect([first.status, resend.status]).toEqual([503, 200]);
     expect(first.body).toMatchObject({ error: 'store_unavailable' });
     expect(recorder.names()).toEqual(['error', 'notification', 'successful']);
-    expect(read).toHaveBeenCalledTimes(2);
+    // The mark of their use (the failed read, then again), and the notification's expectation.
+    expect(read.mock.calls).toEqual([[IN_USE_MARK], [IN_USE_MARK], [payload.transaction_id]]);
     await ipn.close();
   });
 

@@ -166,6 +166,17 @@ describe('resolveOptions', () => {
   });
 });
 
+describe('resolveOptions, unexpected', () => {
+  test("defaults to 'verify', takes the three values, and refuses any other", () => {
+    expect(resolveUntyped({}).unexpected).toBe('verify');
+    for (const value of ['verify', 'reject', 'accept'])
+      expect(resolveUntyped({ unexpected: value }).unexpected).toBe(value);
+    expect(() => resolveUntyped({ unexpected: 'ignore' })).toThrow(
+      /unexpected must be 'verify', 'reject' or 'accept', got ignore/,
+    );
+  });
+});
+
 describe('resolveOptions, at least once', () => {
   it('applies verifyTimeoutMs 60_000 by default, and checks it as a duration', () => {
     expect(resolveOptions().verifyTimeoutMs).toBe(60_000);

@@ -6,6 +6,10 @@ import type { Expectation } from '../../../lib/stores/expectation-store.js';
 import { MemoryExpectations } from '../../../lib/stores/memory/memory-expectations.js';
 import type { StatusSource } from '../../../lib/status/verify-notification.js';
 import { deliveryHarness, uniqueNotification } from '../../helpers/delivery-context.js';
+import { isSettled } from '../../../lib/delivery/expectations.js';
+
+/** Forgotten by the sweep: kept as settled for `ttlMs`, so that a late copy is still checked against it. */
+const retired = (e: Expectation | undefined): boolean => e !== undefined && isSettled(e);
 
 const NOW = Date.parse('2026-01-01T00:00:00Z');
 
@@ -51,7 +55,7 @@ describe('createReconcileSweep', () => {
     expecting(n);
     await expect(sweeper.sweep()).resolves.toEqual({ ...counts, queried: 1, reconciled: 1 });
     expect(delivered).toEqual([n]);
-    expect(expectations.get(n.transaction_id)).toBeUndefined();
+    expect(retired(expectations.get(n.transaction_id))).toBe(true);
   });
 
   test('an expectation not due yet is not asked about', async () => {
@@ -78,7 +82,7 @@ describe('createReconcileSweep', () => {
     expect(of('stale')).toEqual([
       expect.objectContaining({ transactionId: n.transaction_id, reason: 'no_status_client', attempts: 1 }),
     ]);
-    expect(expectations.get(n.transaction_id)).toBeUndefined();
+    expect(retired(expectations.get(n.transaction_id))).toBe(true);
   });
 
   test('a transaction the service does not know is asked again later, then reported stale (not_found)', async () => {
@@ -100,7 +104,7 @@ describe('createReconcileSweep', () => {
     jest.setSystemTime(NOW + MIN_QUERY_SPACING_MS);
     await expect(sweeper.sweep()).resolves.toEqual({ ...counts, queried: 1, stale: 1 });
     expect(of('stale')).toEqual([expect.objectContaining({ reason: 'not_found', attempts: 2 })]);
-    expect(expectations.get(n.transaction_id)).toBeUndefined();
+    expect(retired(expectations.get(n.transaction_id))).toBe(true);
   });
 
   test('a service unavailable at the last attempt is reported stale (unavailable)', async () => {
@@ -134,7 +138,7 @@ describe('createReconcileSweep', () => {
     await expect(sweeper.sweep()).resolves.toEqual({ ...counts, queried: 1, rejected: 1 });
     expect(of('rejected')).toEqual([expect.objectContaining({ reason: 'mismatch', mismatches: ['amount'] })]);
     expect(delivered).toEqual([]);
-    expect(expectations.get(n.transaction_id)).toBeUndefined();
+    expect(retired(expectations.get(n.transaction_id))).toBe(true);
   });
 
   test('a FAILED record is delivered and its expectation kept, until the last attempt forgets it', async () => {
@@ -147,7 +151,7 @@ describe('createReconcileSweep', () => {
 
     jest.setSystemTime(NOW + MIN_QUERY_SPACING_MS);
     await sweeper.sweep();
-    expect(expectations.get(n.transaction_id)).toBeUndefined();
+    expect(retired(expectations.get(n.transaction_id))).toBe(true);
     expect(said('info').map((line) => line.message)).toContain(
       'expected transaction still FAILED after 2 status queries: its expectation is forgotten',
     );
@@ -207,17 +211,42 @@ describe('createReconcileSweep', () => {
     } = setup((id) => Promise.resolve(byId.get(id)!));
     expecting(a);
     expecting(b);
-    const remove = expectations.delete.bind(expectations);
-    jest.spyOn(expectations, 'delete').mockImplementation((id) => {
-      if (id === a.transaction_id) throw new Error('connection reset');
-      remove(id);
+    const put = expectations.put.bind(expectations);
+    jest.spyOn(expectations, 'put').mockImplementation((e) => {
+      if (e.transactionId === a.transaction_id) throw new Error('connection reset');
+      put(e);
     });
     await sweeper.sweep();
     expect(of('error').map((e) => e.error.message)).toEqual([
       `the sweep failed for ${a.transaction_id}: connection reset`,
     ]);
     expect(delivered).toEqual([a, b]);
-    expect(expectations.get(b.transaction_id)).toBeUndefined();
+    expect(retired(expectations.get(b.transaction_id))).toBe(true);
+  });
+
+  test('a settled expectation is deleted once its ttlMs is over, with no status query', async () => {
+    const n = uniqueNotification();
+    const {
+      sweeper,
+      expect: expecting,
+      expectations,
+      source,
+      delivered,
+    } = setup(() => Promise.resolve(n), {
+      ttlMs: 60_000,
+    });
+    expecting(n);
+    await sweeper.sweep();
+    expect(retired(expectations.get(n.transaction_id))).toBe(true);
+    expect(source?.getStatus).toHaveBeenCalledTimes(1);
+    jest.setSystemTime(NOW + 59_000);
+    await sweeper.sweep();
+    expect(retired(expectations.get(n.transaction_id))).toBe(true);
+    jest.setSystemTime(NOW + 60_000);
+    await sweeper.sweep();
+    expect(expectations.get(n.transaction_id)).toBeUndefined();
+    expect(source?.getStatus).toHaveBeenCalledTimes(1);
+    expect(delivered).toEqual([n]);
   });
 
   test('a lock the store fails to take is an error event, and the sweep resolves having done nothing', async () => {

@@ -1,0 +1,35 @@
+import type { InboxEntry } from '../stores/store.js';
+
+/**
+ * How long a kept unexpected notification is leased and put off (about a century): never taken up by
+ * recovery, so never credited, until the service confirms it or an operator's `replay` of its key makes it
+ * due. Leased from its first write, so that a crash before it is marked kept leaves it undelivered too.
+ */
+export const HOLD_MS = 100 * 365 * 24 * 60 * 60_000;
+/** Past this, a lease or a next attempt is a hold's (no delivery lease or retry is ever that long). */
+const HELD_BEYOND_MS = HOLD_MS / 2;
+
+/** Starts the `lastError` of a kept unexpected notification: how an operator tells it apart in the inbox. */
+export const UNEXPECTED_ERROR_PREFIX = 'unexpected: ';
+
+/** What the operator's page and `ipn-kit inbox list` show for a kept unexpected notification. */
+export const KEPT_UNEXPECTED_LABEL = 'unexpected: not credited, check and replay';
+
+/**
+ * Whether `entry` is an unexpected notification kept and not credited, that only an operator's `replay`
+ * (or the service's confirmation) delivers: marked kept (`failed`, `lastError` starting `unexpected: `,
+ * never due), or still under the hold lease it was received with (a crash, or a store failure, before it
+ * was marked). No import but types: the operator's page and the CLI use it too.
+ */
+export function isKeptUnexpected(entry: InboxEntry, now: number = Date.now()): boolean {
+  if (entry.status === 'failed')
+    return (
+      (entry.lastError ?? '').startsWith(UNEXPECTED_ERROR_PREFIX) &&
+      entry.nextAttemptAt.getTime() - now > HELD_BEYOND_MS
+    );
+  return (
+    entry.status === 'received' &&
+    entry.leaseUntil !== null &&
+    entry.leaseUntil.getTime() - now > HELD_BEYOND_MS
+  );
+}

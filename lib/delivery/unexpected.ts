@@ -1,0 +1,259 @@
+import { createHash } from 'node:crypto';
+import { messageOf, StatusRateLimitError, StoreError, TransactionNotFoundError } from '../shared/errors.js';
+import { isFinalState, toRecord, type IpnNotification } from '../notification/schema.js';
+import type { DurableStore } from '../stores/store.js';
+import { HOLD_MS, isKeptUnexpected, UNEXPECTED_ERROR_PREFIX } from './kept-unexpected.js';
+import { lackingFields, type StatusRecord } from '../status/status-envelope.js';
+import {
+  mismatchesOf,
+  type RejectedEvent,
+  type StatusSource,
+  type VerifiedField,
+} from '../status/verify-notification.js';
+import { within } from '../shared/within.js';
+import { keyOf, type DeliveryContext } from './delivery-context.js';
+
+/**
+ * The lease id a kept unexpected notification is received under: derived from its key (shaped as a UUID),
+ * so that whoever makes it due later (the service's confirmation, an operator's `replay`, on any instance,
+ * after a crash) can end that lease through the store's lease guard, and nothing else can.
+ */
+export function holdLeaseId(key: string): string {
+  const hex = createHash('sha256').update(`ipn-kit:unexpected-hold:${key}`).digest('hex');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-8${hex.slice(13, 16)}-a${hex.slice(17, 20)}-${hex.slice(20, 32)}`;
+}
+
+/**
+ * What became of a notification of a transaction with no expectation (option `unexpected`): `go` on as
+ * usual (confirmed by the service, left to `verify`, or `accept`), `held` (kept in the inbox, answered 200;
+ * `after` is the work after the answer: the one status query, then the entry made due or `rejected`),
+ * `refused` (not kept: answered 503, so that the service resends it), a `duplicate` of one already there,
+ * or a store failure (503).
+ */
+export type Screened =
+  | { kind: 'go' }
+  | { kind: 'held'; after: () => Promise<void> }
+  | { kind: 'refused'; event: RejectedEvent }
+  | { kind: 'duplicate' }
+  | { kind: 'store-failed'; error: StoreError };
+
+/** What the one status query of an unexpected notification came to. */
+type Confirmation =
+  | { confirmed: true }
+  | { confirmed: false; detail: string; status?: StatusRecord; mismatches: VerifiedField[] };
+
+/**
+ * The option `unexpected`: what becomes of a notification whose transaction has no expectation once
+ * expectations are in use. `durable` is the inbox it is kept in (at least once); `statusClient` the source of
+ * its one status query (time-limited: after the answer at least once, before it, briefly, at most once),
+ * when the router has one and no `verify`; `due` is called once a confirmed one was made due (recovery).
+ */
+export function createUnexpectedScreen<C>(
+  context: DeliveryContext<C>,
+  durable: DurableStore | undefined,
+  statusClient: StatusSource | undefined,
+  due: () => void,
+) {
+  const { options } = context;
+  const storeError = (what: string, key: string) => (cause: unknown) =>
+    cause instanceof StoreError
+      ? cause
+      : new StoreError(`the store failed to ${what} unexpected ${key}: ${messageOf(cause)}`, { cause });
+  const timed = <T>(pending: Promise<T>, what: string, key: string): Promise<T> =>
+    within(pending, options.storeTimeoutMs, () => {
+      return new StoreError(
+        `the store did not ${what} unexpected ${key} within ${options.storeTimeoutMs} ms (storeTimeoutMs)`,
+      );
+    });
+
+  /** One status query, never two: the record must be final, whole, and match in state, amount and custom_data. */
+  async function confirm(n: IpnNotification): Promise<Confirmation> {
+    if (statusClient === undefined)
+      return { confirmed: false, detail: 'the router has no status client to ask', mismatches: [] };
+    let status: StatusRecord;
+    try {
+      status = await statusClient.getStatus(n.transaction_id);
+    } catch (error) {
+      const detail =
+        error instanceof TransactionNotFoundError
+          ? 'the payment service does not know it'
+          : error instanceof StatusRateLimitError
+            ? `the status query was refused (over its budget, or the key blocked): ${messageOf(error)}`
+            : `the status query failed: ${messageOf(error)}`;
+      return { confirmed: false, detail, mismatches: [] };
+    }
+    if (!isFinalState(status.state))
+      return { confirmed: false, detail: `the service reports ${status.state}`, status, mismatches: [] };
+    const lacking = lackingFields(status);
+    if (lacking.length > 0 || status.amount === null) {
+      const detail = `the service's answer lacks ${lacking.length > 0 ? lacking.join(' and ') : 'amount'}`;
+      return { confirmed: false, detail, status, mismatches: [] };
+    }
+    const mismatches = mismatchesOf(n, status);
+    if (mismatches.length === 0) return { confirmed: true };
+    const detail = `the service's record differs in ${mismatches.join(', ')}`;
+    return { confirmed: false, detail, status, mismatches };
+  }
+
+  /** The `rejected` event of one nothing confirmed. */
+  function rejection(n: IpnNotification, confirmation: Confirmation & { confirmed: false }): RejectedEvent {
+    const kept = durable
+      ? 'kept in the inbox: replay its key once checked'
+      : 'not kept (at most once): answered 503, so that the service resends it; ipn.expect() it once checked';
+    const message =
+      `the notification of ${n.transaction_id} has no expectation, while expectations are in use, and ` +
+      `${confirmation.detail}: not credited, ${kept}`;
+    return {
+      reason: 'unexpected',
+      message,
+      mismatches: confirmation.mismatches,
+      notification: n,
+      ...(confirmation.status ? { status: confirmation.status } : {}),
+      ...(durable ? { key: keyOf(n) } : {}),
+    };
+  }
+
+  /**
+   * Makes a kept unexpected notification due (recovery then delivers it, once): ends its hold lease through
+   * the store's lease guard (it was never marked kept: a crash or a store failure), or, marked kept, replays
+   * it. `onlyKept`: only while it is still kept, never due again once replayed or delivered (the service's
+   * confirmation racing an operator's replay). Resolves whether it was made due.
+   */
+  async function release(inbox: DurableStore, key: string, onlyKept: boolean): Promise<boolean> {
+    const settlement = {
+      status: 'failed' as const,
+      error: `${UNEXPECTED_ERROR_PREFIX}released for delivery`,
+      nextAttemptAt: new Date(),
+    };
+    if (await timed(Promise.resolve(inbox.settle(key, holdLeaseId(key), settlement)), 'release', key))
+      return true;
+    if (onlyKept) {
+      const entry = await timed(Promise.resolve(inbox.get(key)), 'read', key);
+      if (entry === undefined || !isKeptUnexpected(entry)) return false;
+    }
+    if (typeof inbox.replay !== 'function')
+      throw new StoreError(`the store has no replay(): unexpected ${key} stays kept`);
+    return timed(Promise.resolve(inbox.replay(key)), 'replay', key);
+  }
+
+  /**
+   * Keeps it in the inbox, under its hold lease, then marks it kept (`failed`, never due, `lastError`
+   * starting `unexpected: `); one of `held`, `duplicate`, `store-failed`. A failure of the second write
+   * leaves it under the hold lease: never credited, made due by a `replay` of its key.
+   */
+  async function hold(
+    n: IpnNotification,
+    inbox: DurableStore,
+    then: () => Promise<void>,
+    note: string,
+  ): Promise<Screened> {
+    const key = keyOf(n);
+    const lease = { id: holdLeaseId(key), ms: HOLD_MS };
+    let received: boolean;
+    try {
+      received = await timed(Promise.resolve(inbox.receive(key, toRecord(n), lease)), 'keep', key);
+    } catch (cause) {
+      return { kind: 'store-failed', error: storeError('keep', key)(cause) };
+    }
+    // Already there: kept before (the service's resend), or received and handled as expected then.
+    if (!received) return { kind: 'duplicate' };
+    const settlement = {
+      status: 'failed' as const,
+      error: `${UNEXPECTED_ERROR_PREFIX}the notification of ${n.transaction_id} has no expectation, while expectations are in use: ${note}`,
+      nextAttemptAt: new Date(Date.now() + HOLD_MS),
+    };
+    try {
+      await timed(Promise.resolve(inbox.settle(key, lease.id, settlement)), 'mark as kept', key);
+    } catch (cause) {
+      // Kept all the same (received, under its hold lease): reported, never credited, made due by a replay.
+      const message = `the store failed to mark unexpected ${key} as kept (it stays under its hold lease, until a replay of its key): ${messageOf(cause)}`;
+      context.report(new StoreError(message, { cause }), n);
+    }
+    return { kind: 'held', after: then };
+  }
+
+  /**
+   * At least once, after the 200: the one status query; confirmed, the entry is made due and delivered by
+   * recovery, once; otherwise `rejected` and it stays kept. Never rejects.
+   */
+  async function settleHeld(n: IpnNotification, inbox: DurableStore): Promise<void> {
+    const confirmation = await confirm(n);
+    if (!confirmation.confirmed) return context.reject(rejection(n, confirmation));
+    const key = keyOf(n);
+    try {
+      if (await release(inbox, key, true)) {
+        context.logger.info(
+          { transaction_id: n.transaction_id, state: n.state },
+          'unexpected notification confirmed by the status query: delivered',
+        );
+        due();
+      }
+    } catch (cause) {
+      const error = storeError('make due', key)(cause);
+      const message = `the service confirmed unexpected ${key}, but ${messageOf(error)}: it stays kept, replay its key`;
+      context.report(new StoreError(message, { cause }), n);
+    }
+  }
+
+  return {
+    /** Screens a notification of a transaction with no expectation. Never rejects. */
+    async screen(n: IpnNotification): Promise<Screened> {
+      const policy = options.unexpected;
+      if (policy === 'accept') return { kind: 'go' };
+      // `verify` checks every notification already, this one included: credited only if confirmed.
+      if (policy === 'verify' && options.verify !== undefined) return { kind: 'go' };
+      const asking = policy === 'verify' && statusClient !== undefined;
+      if (durable) {
+        // Kept first, answered 200 at once: the status query is the work after the answer.
+        if (asking)
+          return hold(
+            n,
+            durable,
+            () => settleHeld(n, durable),
+            'one status query is made after the answer; kept and not credited unless the service confirms it, replay its key once checked',
+          );
+        const confirmation: Confirmation = {
+          confirmed: false,
+          detail:
+            policy === 'verify'
+              ? 'the router has no status client to ask'
+              : "no status query was made (unexpected: 'reject')",
+          mismatches: [],
+        };
+        const event = rejection(n, confirmation);
+        return hold(
+          n,
+          durable,
+          () => Promise.resolve(context.reject(event)),
+          `${confirmation.detail}; kept and not credited, replay its key once checked`,
+        );
+      }
+      let confirmation: Confirmation = {
+        confirmed: false,
+        detail: "no status query was made (unexpected: 'reject')",
+        mismatches: [],
+      };
+      if (policy === 'verify') confirmation = await confirm(n);
+      if (confirmation.confirmed) {
+        context.logger.info(
+          { transaction_id: n.transaction_id, state: n.state },
+          'unexpected notification confirmed by the status query: delivered',
+        );
+        return { kind: 'go' };
+      }
+      return { kind: 'refused', event: rejection(n, confirmation) };
+    },
+    /**
+     * An operator's `replay(key)` of a kept unexpected notification still under its hold lease (a crash
+     * between its two writes): that lease ended, so that the store's `replay` makes it due. Only the hold
+     * lease: a delivery's live lease is never broken. Resolves whether it ended one.
+     */
+    endHold: async (key: string): Promise<boolean> =>
+      durable !== undefined &&
+      durable.settle(key, holdLeaseId(key), {
+        status: 'failed',
+        error: `${UNEXPECTED_ERROR_PREFIX}replayed by an operator`,
+        nextAttemptAt: new Date(),
+      }),
+  };
+}
