@@ -39,6 +39,8 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
   store: Store;
   /**
    * How long a handled notification is remembered, in milliseconds. Must outlive the service's resends.
+   * At least once, delivered inbox entries older than this are deleted by a recovery pass (at most once an
+   * hour per instance); undelivered and dead ones are kept.
    * @default 604_800_000 (7 days)
    */
   ttlMs: number;

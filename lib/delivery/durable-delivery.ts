@@ -37,6 +37,8 @@ type Concluded = Exclude<Attempt, { kind: 'delivered' }> | { kind: 'marked' } | 
 
 const MAX_RETRY_DELAY = 60 * 60_000;
 const RECOVERY_BATCH = 50;
+/** How often one instance deletes the delivered entries older than `ttlMs` (the dedupe window). */
+export const EXPIRY_INTERVAL_MS = 60 * 60_000;
 
 /**
  * At-least-once: the notification was stored before the 200; each attempt verifies it (with `verify`),
@@ -52,6 +54,32 @@ export function createDurableDelivery<C>(
 ) {
   const { options, logger, emit, emitAndWait, toEvent, report, reject, after } = context;
   let leasedOnce = false; // a recovery pass has leased: the store is ready
+  let expiredAt = -Infinity; // when this instance last deleted the expired delivered entries (monotonic)
+
+  /**
+   * Delivered entries expire: at most once an hour, a recovery pass (or a drain) deletes those delivered more
+   * than `ttlMs` ago, as `purge` does. A resend within `ttlMs` of its delivery is still a duplicate, and
+   * `received`, `failed` and `dead` entries are never touched. Runs beside the pass; a failure is reported.
+   */
+  function expire(): void {
+    if (monotonicNow() - expiredAt < EXPIRY_INTERVAL_MS) return;
+    expiredAt = monotonicNow();
+    const before = new Date(Date.now() - options.ttlMs);
+    timed(
+      Promise.resolve().then(() => inbox.purge(before)),
+      'purge',
+    ).then(
+      (count) => {
+        if (count > 0) logger.debug({ count }, `deleted ${count} delivered notification(s) older than ttlMs`);
+      },
+      (cause: unknown) =>
+        report(
+          new StoreError(`the store failed to delete expired delivered notifications: ${messageOf(cause)}`, {
+            cause,
+          }),
+        ),
+    );
+  }
   let warnedMissing = false;
 
   /** Emits and waits for every listener: delivered only when at least one ran and none failed. */
@@ -327,6 +355,7 @@ export function createDurableDelivery<C>(
       return undefined;
     }
     leasedOnce = true;
+    if (typeof inbox.purge === 'function') expire();
     counts.taken = entries.length;
     const outcomes = await Promise.all(
       entries.map(async (entry): Promise<Outcome> => {
