@@ -9,6 +9,7 @@ import type { ExpectOptions } from '../delivery/expectations.js';
 import type { SweepResult } from '../delivery/reconcile-sweep.js';
 import { DEFAULT_DRAIN_BUDGET_MS, type DrainOptions, type DrainResult } from '../delivery/drain-result.js';
 import { createMetrics, type IpnMetrics } from '../observability/metrics.js';
+import type { Protection } from '../observability/unprotected-warning.js';
 import { createIpnPipeline } from './ipn-pipeline.js';
 import { createAnsweredWork } from './answered-work.js';
 import type { IpnOutcome, IpnRequest } from './ipn-outcome.js';
@@ -43,6 +44,8 @@ export interface IpnCore<C> {
   readonly sweep: () => Promise<SweepResult>;
   readonly drain: (options?: DrainOptions) => Promise<DrainResult>;
   readonly inbox: Inbox;
+  /** How the router stands against forged notifications now (the operator's page shows it). */
+  readonly protection: () => Protection;
   readonly metrics: () => IpnMetrics;
   readonly close: (options?: CloseOptions) => Promise<void>;
 }
@@ -185,7 +188,7 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
       }
     });
   };
-  const { reconcile, expect, sweep, inbox } = pipeline;
+  const { reconcile, expect, sweep, inbox, protection } = pipeline;
   const drain = (drainOptions: DrainOptions = {}): Promise<DrainResult> => {
     const budgetMs = drainOptions.budgetMs ?? DEFAULT_DRAIN_BUDGET_MS;
     if (typeof budgetMs !== 'number' || !(budgetMs >= 0)) {
@@ -206,6 +209,7 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
     sweep,
     drain,
     inbox,
+    protection,
     metrics: metrics.snapshot,
     close,
   };

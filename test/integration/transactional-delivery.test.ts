@@ -466,7 +466,9 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
     const payload = uniquePayload();
     await post(payload);
     await delivered(keyOf(payload));
-    expect(contexts).toEqual([{ key: keyOf(payload), attempt: 1 }]);
+    expect(contexts).toEqual([
+      { key: keyOf(payload), idempotencyKey: expect.stringMatching(/^[0-9a-f]{64}$/), attempt: 1 },
+    ]);
   });
 });
 
@@ -480,7 +482,11 @@ describe('at most once', () => {
     const payload = uniquePayload();
     await post(payload);
     await eventually('both listeners', () => contexts.length === 2);
-    const expected = { key: `${String(payload.transaction_id)}:SUCCESSFUL`, attempt: 1 };
+    const expected = {
+      key: `${String(payload.transaction_id)}:SUCCESSFUL`,
+      idempotencyKey: expect.stringMatching(/^[0-9a-f]{64}$/),
+      attempt: 1,
+    };
     expect(contexts).toEqual([expected, expected]);
   });
 });
