@@ -8,6 +8,7 @@ import type { SweepResult } from '../delivery/reconcile-sweep.js';
 import type { DrainOptions, DrainResult } from '../delivery/drain-result.js';
 import type { IpnMetrics } from '../observability/metrics.js';
 import type { Options } from '../config/options.js';
+import type { Protection } from '../observability/unprotected-warning.js';
 import { createIpnCore, type CloseOptions, type CustomDataOf, type IpnCore } from '../pipeline/ipn-core.js';
 import { createNodeHandler, type NodeHandler } from './node-handler.js';
 import { createFetchHandler, type FetchContext } from './fetch-handler.js';
@@ -25,6 +26,14 @@ export function coreOf(router: unknown, who: string): IpnCore<unknown> {
   const core = (router as { [CORE]?: IpnCore<unknown> } | null | undefined)?.[CORE];
   if (core === undefined) throw new TypeError(`${who} needs the router ipnRouter() made: { router: ipn }`);
   return core;
+}
+
+/**
+ * How the router `ipnRouter()` made stands against forged notifications now (see `acknowledgeUnprotected`);
+ * `undefined` for anything else. For the operator's page.
+ */
+export function protectionOf(router: unknown): Protection | undefined {
+  return (router as { [CORE]?: IpnCore<unknown> } | null | undefined)?.[CORE]?.protection();
 }
 
 /**
