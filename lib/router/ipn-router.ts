@@ -136,12 +136,15 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
  * import { z } from 'zod';
  * import { ipnRouter } from 'ipn-kit';
  *
- * const ipn = ipnRouter({ customData: z.object({ orderId: z.string() }) });
+ * const secret = process.env.IPN_SECRET!; // give the service ipnUrl(yourUrl, { secret }) at initiation
+ * const ipn = ipnRouter({ secret, customData: z.object({ orderId: z.string() }) });
  * ipn.on('successful', (n) => {
- *   if (n.customDataError) return flagForReview(n);
- *   credit(n.customData.orderId, n.amount);
+ *   const order = n.customData && orders.get(n.customData.orderId);
+ *   // Only the order's own transaction and amount, once:
+ *   if (order?.transactionId !== n.transaction_id || order.amount !== n.amount) return flagForReview(n);
+ *   if (order.status !== 'paid') markPaid(order);
  * });
- * ipn.on('failed', (n) => markFailed(n.custom_data, n.error));
+ * ipn.on('failed', (n) => markFailedUnlessPaid(n)); // a FAILED never undoes a paid order
  *
  * const app = express();
  * app.use('/ipn', ipn); // before any global body parser
@@ -150,7 +153,11 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
  * // Exactly once on your ledger: with PostgresStore at least once, `db` is inside the delivery's transaction.
  * const ipn = ipnRouter({ store: new PostgresStore({ pool }), delivery: 'at-least-once' });
  * ipn.on('successful', async (n, { db }) => {
- *   await db.query('UPDATE orders SET paid_at = now() WHERE id = $1', [n.custom_data]);
+ *   const paid = await db.query(
+ *     'UPDATE orders SET paid_at = now() WHERE id = $1 AND transaction_id = $2 AND amount = $3 AND paid_at IS NULL',
+ *     [n.custom_data, n.transaction_id, n.amount],
+ *   );
+ *   if (paid.rowCount !== 1) throw new Error(`${n.transaction_id} is not the payment of ${n.custom_data}`);
  * });
  */
 export function ipnRouter<
