@@ -116,7 +116,7 @@ describeWithService('PostgreSQL', 'the first start on an empty PostgreSQL schema
     const leases = watchLeaseQueries(pool);
     // The snippet, in its order: the router over the store, then migrate() before listening.
     const store = new PostgresStore({ pool });
-    const ipn = ipnRouter({ store, delivery: 'at-least-once' });
+    const ipn = ipnRouter({ store, delivery: 'at-least-once', acknowledgeUnprotected: true });
     const errors = errorsOf(ipn);
     const delivered: string[] = [];
     ipn.on('successful', (n) => void delivered.push(n.transaction_id));
@@ -166,7 +166,13 @@ describeWithService('PostgreSQL', 'the first start on an empty PostgreSQL schema
       (_object: unknown, message?: string): void =>
         void lines.push([level, String(message)]);
     const logger = { debug() {}, info() {}, warn: record('warn'), error: record('error') };
-    const ipn = ipnRouter({ store, delivery: 'at-least-once', logger, recoveryIntervalMs: 50 });
+    const ipn = ipnRouter({
+      store,
+      delivery: 'at-least-once',
+      logger,
+      recoveryIntervalMs: 50,
+      acknowledgeUnprotected: true,
+    });
     const errors = errorsOf(ipn);
     const delivered: string[] = [];
     ipn.on('successful', (n) => void delivered.push(n.transaction_id));
@@ -195,7 +201,12 @@ describeWithService('PostgreSQL', 'the first start on an empty PostgreSQL schema
     const store = new PostgresStore({ pool });
     await store.migrate();
     const leases = watchLeases(store);
-    const ipn = ipnRouter({ store, delivery: 'at-least-once', recoveryIntervalMs: 50 });
+    const ipn = ipnRouter({
+      store,
+      delivery: 'at-least-once',
+      recoveryIntervalMs: 50,
+      acknowledgeUnprotected: true,
+    });
     const errors = errorsOf(ipn);
     try {
       expect(await firstRecoveryPass(leases)).toEqual([]);
@@ -225,7 +236,12 @@ describeWithService('PostgreSQL', 'the first start on an empty PostgreSQL schema
     await other.query('BEGIN');
     await other.query(`SELECT pg_advisory_xact_lock(${0x69706e6b}, hashtext('"ipn_inbox"'))`);
     const migrating = store.migrate(); // this instance's start: it waits for the lock
-    const ipn = ipnRouter({ store, delivery: 'at-least-once', storeTimeoutMs: 2_000 });
+    const ipn = ipnRouter({
+      store,
+      delivery: 'at-least-once',
+      storeTimeoutMs: 2_000,
+      acknowledgeUnprotected: true,
+    });
     const delivered: string[] = [];
     ipn.on('successful', (n) => void delivered.push(n.transaction_id));
     try {
@@ -268,7 +284,7 @@ describeWithService('Redis', 'the first start on an empty Redis prefix', () => {
       const prefix = `ipn-kit-test:first-start:${process.pid}:${delivery}:${Date.now()}:`;
       const store = new RedisStore({ client: redis, prefix });
       const leases = watchLeases(store);
-      const ipn = ipnRouter({ store, delivery });
+      const ipn = ipnRouter({ store, delivery, acknowledgeUnprotected: true });
       const errors = errorsOf(ipn);
       const delivered: string[] = [];
       ipn.on('successful', (n) => void delivered.push(n.transaction_id));
@@ -293,7 +309,7 @@ test.each([['at-most-once' as const], ['at-least-once' as const]])(
   async (delivery) => {
     const store = new MemoryStore();
     const leases = watchLeases(store);
-    const ipn = ipnRouter({ store, delivery });
+    const ipn = ipnRouter({ store, delivery, acknowledgeUnprotected: true });
     const errors = errorsOf(ipn);
     const delivered: string[] = [];
     ipn.on('successful', (n) => void delivered.push(n.transaction_id));
