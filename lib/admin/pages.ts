@@ -204,8 +204,9 @@ function protectionNotice(protection: Protection | undefined): Html | string {
     return html`<p class="notice bad" id="unprotected">
       Unprotected: this IPN endpoint has no <code>secret</code>, no <code>authenticate</code>, no
       <code>verify</code> and no expectations in use, so anyone who learns its address can post a SUCCESSFUL
-      notification and have an order credited. Give the service the address <code>ipnUrl(yourUrl, secret)</code>
-      builds with the router's <code>secret</code>, or call <code>ipn.expect()</code> at each initiation.
+      notification and have an order credited. Give the service the address
+      <code>ipnUrl(yourUrl, secret)</code> builds with the router's <code>secret</code>, or call
+      <code>ipn.expect()</code> at each initiation.
     </p>`;
   if (protection === 'acknowledged')
     return html`<p class="notice" id="unprotected">

@@ -1,11 +1,5 @@
 import { adminFetchHandler } from '../../lib/admin.js';
-import {
-  ipnRouter,
-  MemoryStore,
-  type IpnRouter,
-  type Logger,
-  type Options,
-} from '../../lib/index.js';
+import { ipnRouter, MemoryStore, type IpnRouter, type Logger, type Options } from '../../lib/index.js';
 import { servedRouters } from '../helpers/servers.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { until } from '../helpers/until.js';
@@ -21,7 +15,10 @@ function recording() {
     warn: (_fields, message) => void warnings.push(message),
     error: () => {},
   };
-  return { logger, unprotected: () => warnings.filter((line) => line.includes('believes every notification')) };
+  return {
+    logger,
+    unprotected: () => warnings.filter((line) => line.includes('believes every notification')),
+  };
 }
 
 async function started(options: Partial<Options> = {}, before?: (ipn: IpnRouter) => Promise<void>) {
