@@ -19,10 +19,18 @@ import { PG_POOL, PrismaService } from './prisma.service';
 /** Your ledger, written through whatever Prisma client it is given: inside a delivery, its transaction. */
 @Injectable()
 export class LedgerService {
+  /** Credits the order this transaction was initiated for, for its amount, once; otherwise throws. */
   async credit(tx: Prisma.TransactionClient, n: IpnNotification): Promise<void> {
-    await tx.ledger.create({
-      data: { transactionId: n.transaction_id, orderId: String(n.custom_data), amount: n.amount ?? 0 },
+    const orderId = String(n.custom_data);
+    const { amount } = n;
+    if (amount === null) throw new Error(`${n.transaction_id} carries no amount`);
+    const paid = await tx.order.updateMany({
+      where: { id: orderId, transactionId: n.transaction_id, amount, paidAt: null },
+      data: { paidAt: new Date() },
     });
+    // Not this order's transaction or amount, or paid already: nothing credited; dead after its retries.
+    if (paid.count !== 1) throw new Error(`${n.transaction_id} is not the payment of order ${orderId}`);
+    await tx.ledger.create({ data: { transactionId: n.transaction_id, orderId, amount } });
   }
 }
 

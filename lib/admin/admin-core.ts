@@ -5,6 +5,7 @@ import { csrfAllows, csrfCookie, newCsrfToken, readCsrfCookie } from './csrf.js'
 import { createEventRing } from './event-ring.js';
 import { layout, STYLE, type Html } from './html.js';
 import { createMasker } from './mask.js';
+import { protectionOf } from '../router/ipn-router.js';
 import { confirmPage, entryPage, overviewPage, resultPage, type Confirmation } from './pages.js';
 
 /**
@@ -133,6 +134,7 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
     const filters = filtersOf(query);
     const metrics = ipn.metrics();
     const recent = ring.recent();
+    const protection = protectionOf(ipn);
     const entries = await durable(() =>
       ipn.inbox.list({
         ...filters,
@@ -141,7 +143,7 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
         offset: (pageNumber - 1) * pageSize,
       }),
     );
-    if (entries === undefined) return overviewPage({ base, metrics, recent, mask });
+    if (entries === undefined) return overviewPage({ base, metrics, recent, mask, protection });
     const [counts, lastHour] = await Promise.all([
       ipn.inbox.countByStatus(),
       ipn.inbox.countByStatus(new Date(Date.now() - 60 * 60 * 1000)),
@@ -155,7 +157,7 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       hasNext: entries.length > pageSize,
       query: keep(query, ['status', 'transaction', 'q', 'from', 'to']),
     };
-    return overviewPage({ base, inbox, metrics, recent, mask });
+    return overviewPage({ base, inbox, metrics, recent, mask, protection });
   }
 
   async function post(req: AdminRequest<Req>, base: string, action: string): Promise<AdminAnswer> {

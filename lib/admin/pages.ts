@@ -1,4 +1,5 @@
 import type { IpnMetrics } from '../observability/metrics.js';
+import type { Protection } from '../observability/unprotected-warning.js';
 import type { InboxEntry, ListOptions, StatusCounts } from '../stores/store.js';
 import type { RecentEvent } from './event-ring.js';
 import { html, when, type Html } from './html.js';
@@ -26,6 +27,8 @@ export interface Overview {
   metrics: IpnMetrics;
   recent: readonly RecentEvent[];
   mask: Masker;
+  /** How the router stands against forged notifications; `undefined` when the page cannot tell. */
+  protection?: Protection | undefined;
 }
 
 const STATUSES = ['received', 'delivered', 'failed', 'dead'] as const;
@@ -188,7 +191,7 @@ export function overviewPage(view: Overview): Html {
         are this process's since it started.
       </p>`;
   return html`<h1>Payment notifications</h1>
-    ${inboxPart}
+    ${protectionNotice(view.protection)}${inboxPart}
     <h2>Reconcile a transaction by hand</h2>
     <form class="filters" method="get" action="${base}/confirm">
       <input type="hidden" name="action" value="reconcile" /><label
@@ -199,6 +202,24 @@ export function overviewPage(view: Overview): Html {
     ${metricCards(view.metrics)}
     <h2>Recent rejections and errors (this process)</h2>
     ${recentEvents(view.recent, view.mask)}`;
+}
+
+/** The router's unprotected state, said first: it is why a forged payment could be credited. */
+function protectionNotice(protection: Protection | undefined): Html | string {
+  if (protection === 'unprotected')
+    return html`<p class="notice bad" id="unprotected">
+      Unprotected: this IPN endpoint has no <code>secret</code>, no <code>authenticate</code>, no
+      <code>verify</code> and no expectations in use, so anyone who learns its address can post a SUCCESSFUL
+      notification and have an order credited. Give the service the address
+      <code>ipnUrl(yourUrl, secret)</code> builds with the router's <code>secret</code>, or call
+      <code>ipn.expect()</code> at each initiation.
+    </p>`;
+  if (protection === 'acknowledged')
+    return html`<p class="notice" id="unprotected">
+      Unprotected, acknowledged (<code>acknowledgeUnprotected: true</code>): every notification posted to this
+      endpoint is believed. For tests and local demos only.
+    </p>`;
+  return '';
 }
 
 /** One entry: its record (masked), attempts, last error, timeline, and its replay. */

@@ -159,6 +159,15 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
    */
   authenticate: Authenticate | undefined;
   /**
+   * Says that a router with no `secret`, no `authenticate`, no `verify` and no expectations in use is
+   * unprotected on purpose (a test, a local demo), and silences the warning such a router logs at its first
+   * request ("anyone who learns its address can POST a SUCCESSFUL notification"). Expectations are in use
+   * with a `statusClient` (and a store that keeps expectations), or once this process called `ipn.expect()`
+   * before that first request. It changes nothing else: never set it in production.
+   * @default false (the warning is logged once, at the first request of an unprotected router)
+   */
+  acknowledgeUnprotected: boolean;
+  /**
    * `'at-most-once'`: the 200 is sent once the notification is claimed; listeners run after it and a failure
    * is only reported. `'at-least-once'` (needs a store with an inbox: `PostgresStore`, durable; `RedisStore`,
    * as durable as Redis's persistence; or `MemoryStore`, in this process only): the notification is stored
@@ -261,6 +270,7 @@ const DEFAULTS: {
   maxPendingVerifications: 500,
   secret: undefined,
   authenticate: undefined,
+  acknowledgeUnprotected: false,
   delivery: 'at-most-once',
   maxAttempts: 8,
   retryDelayMs: 30_000,
@@ -354,6 +364,10 @@ export function resolveOptions<S extends StandardSchemaV1 | undefined>(
       `ipnRouter: backgroundWork must be 'timers' or 'drain', got ${String(resolved.backgroundWork)}`,
     );
   }
+  if (typeof resolved.acknowledgeUnprotected !== 'boolean')
+    throw new TypeError(
+      `ipnRouter: acknowledgeUnprotected must be true or false, got ${String(resolved.acknowledgeUnprotected)}`,
+    );
   if (resolved.delivery !== 'at-most-once' && resolved.delivery !== 'at-least-once') {
     throw new TypeError(
       `ipnRouter: delivery must be 'at-most-once' or 'at-least-once', got ${String(resolved.delivery)}`,

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { StandardSchemaV1 } from '../notification/standard-schema.js';
 import { parseCustomData } from '../notification/custom-data.js';
 import { IpnKitError, messageOf, StoreError } from '../shared/errors.js';
@@ -18,6 +19,12 @@ export interface Emitters<C> {
 
 /** The dedupe key of a notification: `transaction_id:state`. */
 export const keyOf = (n: IpnNotification): string => `${n.transaction_id}:${n.state}`;
+
+/**
+ * The `idempotencyKey` of a listener's context for the dedupe key `key`: the SHA-256 of `key` in hex, the
+ * same on every attempt, instance and restart (it depends on nothing else).
+ */
+export const idempotencyKeyOf = (key: string): string => createHash('sha256').update(key).digest('hex');
 
 export { identify } from './safe-emitter.js';
 
@@ -113,7 +120,8 @@ export function createDeliveryContext<C>(
     emitNow: (n: IpnNotification): Promise<void> =>
       track(() => {
         const event = toEvent(n);
-        const attempt = { key: keyOf(n), attempt: 1 };
+        const key = keyOf(n);
+        const attempt = { key, idempotencyKey: idempotencyKeyOf(key), attempt: 1 };
         if (!isQuiet(logger.debug)) logger.debug(identify(n), 'IPN notification delivered');
         emit('notification', event, attempt);
         let heard = true;

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { DeliveryContext } from './delivery-context.js';
-import { identify, keyOf } from './delivery-context.js';
+import { identify, idempotencyKeyOf, keyOf } from './delivery-context.js';
 import { DeliveryError, IpnKitError, messageOf, StoreError, VerificationError } from '../shared/errors.js';
 import type { Notification } from './events.js';
 import { ipnNotificationSchema, toRecord, type IpnNotification } from '../notification/schema.js';
@@ -205,7 +205,8 @@ export function createDurableDelivery<C>(
   async function run(key: string, n: IpnNotification, leaseId: string, attempts: number, alone: boolean) {
     const tx = holdTransaction(inbox, key, leaseId, (pending) => timed(pending, 'begin', key), alone);
     const ms = Math.floor(options.leaseMs * 0.9);
-    const running = attempt(n, { key, attempt: attempts }, tx, alone);
+    const context = { key, idempotencyKey: idempotencyKeyOf(key), attempt: attempts };
+    const running = attempt(n, context, tx, alone);
     let result: Attempt;
     let abandoned: Promise<unknown> | undefined; // the listeners may still be running: settles when they have
     try {

@@ -15,6 +15,15 @@ export interface AttemptInfo {
   /** The notification's inbox and dedupe key: `transaction_id:state`. */
   key: string;
   /**
+   * A stable key for your own calls to other APIs (an SMS, a fulfilment request, a refund) made from this
+   * listener: the same for every attempt, retry and replay of this transaction's state, on every instance
+   * and after a restart, and different for each (transaction, state). It is the SHA-256 of `key`, in
+   * lowercase hex (64 characters of `0-9a-f`), so it is safe in an `Idempotency-Key` header whatever
+   * characters the `transaction_id` holds. Add your own suffix when one listener makes several calls
+   * (`${idempotencyKey}-sms`).
+   */
+  idempotencyKey: string;
+  /**
    * Which attempt this is: 1 at first; at-least-once, counts each retry (a replay starts over at 1).
    */
   attempt: number;

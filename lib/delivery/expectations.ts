@@ -156,6 +156,12 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
     inUse: (): boolean => expectations !== undefined && (active || policed),
 
     /**
+     * Whether expectations protect this router from forged notifications now: a `statusClient`, this
+     * process's `ipn.expect()`, or the mark of another instance's, once seen (for the unprotected warning).
+     */
+    protecting: (): boolean => expectations !== undefined && (active || local || marked),
+
+    /**
      * Compares a notification with its expectation, if there is one; no status query is made. `unexpected`
      * when there is none while expectations are in use on this store (and `unexpected` is not `'accept'`).
      */

@@ -10,6 +10,7 @@ import type { SweepResult } from '../delivery/reconcile-sweep.js';
 import { DEFAULT_DRAIN_BUDGET_MS, type DrainOptions, type DrainResult } from '../delivery/drain-result.js';
 import { createMetrics, type IpnMetrics } from '../observability/metrics.js';
 import { createAlertMonitor, type AlertMonitor } from '../observability/alerts.js';
+import type { Protection } from '../observability/unprotected-warning.js';
 import { createIpnPipeline } from './ipn-pipeline.js';
 import { createAnsweredWork } from './answered-work.js';
 import { ownStore } from './store-owners.js';
@@ -45,6 +46,8 @@ export interface IpnCore<C> {
   readonly sweep: () => Promise<SweepResult>;
   readonly drain: (options?: DrainOptions) => Promise<DrainResult>;
   readonly inbox: Inbox;
+  /** How the router stands against forged notifications now (the operator's page shows it). */
+  readonly protection: () => Protection;
   readonly metrics: () => IpnMetrics;
   readonly close: (options?: CloseOptions) => Promise<void>;
   /** The `alert` event's monitor (`registerIpnMetrics` asks it to read the backlog's age). */
@@ -208,7 +211,7 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
       }
     });
   };
-  const { reconcile, expect, sweep, inbox } = pipeline;
+  const { reconcile, expect, sweep, inbox, protection } = pipeline;
   const drain = (drainOptions: DrainOptions = {}): Promise<DrainResult> => {
     const budgetMs = drainOptions.budgetMs ?? DEFAULT_DRAIN_BUDGET_MS;
     if (typeof budgetMs !== 'number' || !(budgetMs >= 0)) {
@@ -229,6 +232,7 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
     sweep,
     drain,
     inbox,
+    protection,
     metrics: metrics.snapshot,
     close,
     alerts,

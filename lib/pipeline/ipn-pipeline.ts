@@ -8,6 +8,7 @@ import type { AlertMonitor } from '../observability/alerts.js';
 import { loggableError } from '../observability/redact.js';
 import { isQuiet } from '../observability/logger.js';
 import { createUnmatchedTokenWarning } from '../observability/unmatched-token-warning.js';
+import { createUnprotectedWarning } from '../observability/unprotected-warning.js';
 import { BodyUnavailableError, messageOf, StoreError, VerificationBusyError } from '../shared/errors.js';
 import type { InvalidEvent } from '../delivery/events.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
@@ -59,6 +60,10 @@ export function createIpnPipeline<C>(
     createStoreClaimer(store, ttlMs, storeTimeoutMs),
     metrics,
     alerts,
+  );
+  const unprotected = createUnprotectedWarning(
+    { ...options, expectationsInUse: () => delivery.expectations.protecting() },
+    logger,
   );
 
   /**
@@ -193,6 +198,7 @@ export function createIpnPipeline<C>(
 
   async function handle(request: IpnRequest): Promise<IpnOutcome> {
     delivery.start();
+    unprotected.started();
     if (request.method === 'GET' || request.method === 'HEAD') return { status: 200, body: OK_BODY };
     if (request.method !== 'POST') {
       const message = `${request.method} is not allowed here: the payment service POSTs notifications`;
@@ -291,6 +297,8 @@ export function createIpnPipeline<C>(
 
   return {
     handle,
+    /** How the router stands against forged notifications now, for the operator's page. */
+    protection: unprotected.protection,
     reconcile: used((transactionId: string) => delivery.reconcile(transactionId)),
     expect: used((...args: Parameters<typeof delivery.expect>) => delivery.expect(...args)),
     sweep: used(() => delivery.sweep()),

@@ -8,6 +8,7 @@ import type { SweepResult } from '../delivery/reconcile-sweep.js';
 import type { DrainOptions, DrainResult } from '../delivery/drain-result.js';
 import type { IpnMetrics } from '../observability/metrics.js';
 import type { Options } from '../config/options.js';
+import type { Protection } from '../observability/unprotected-warning.js';
 import { createIpnCore, type CloseOptions, type CustomDataOf, type IpnCore } from '../pipeline/ipn-core.js';
 import { createNodeHandler, type NodeHandler } from './node-handler.js';
 import { createFetchHandler, type FetchContext } from './fetch-handler.js';
@@ -31,6 +32,14 @@ export function coreOf(router: unknown, who: string): IpnCore<unknown> {
   const core = (router as { [CORE]?: IpnCore<unknown> } | null | undefined)?.[CORE];
   if (core === undefined) throw new TypeError(`${who} needs the router ipnRouter() made: { router: ipn }`);
   return core;
+}
+
+/**
+ * How the router `ipnRouter()` made stands against forged notifications now (see `acknowledgeUnprotected`);
+ * `undefined` for anything else. For the operator's page.
+ */
+export function protectionOf(router: unknown): Protection | undefined {
+  return (router as { [CORE]?: IpnCore<unknown> } | null | undefined)?.[CORE]?.protection();
 }
 
 /**
@@ -133,12 +142,15 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
  * import { z } from 'zod';
  * import { ipnRouter } from 'ipn-kit';
  *
- * const ipn = ipnRouter({ customData: z.object({ orderId: z.string() }) });
+ * const secret = process.env.IPN_SECRET!; // give the service ipnUrl(yourUrl, { secret }) at initiation
+ * const ipn = ipnRouter({ secret, customData: z.object({ orderId: z.string() }) });
  * ipn.on('successful', (n) => {
- *   if (n.customDataError) return flagForReview(n);
- *   credit(n.customData.orderId, n.amount);
+ *   const order = n.customData && orders.get(n.customData.orderId);
+ *   // Only the order's own transaction and amount, once:
+ *   if (order?.transactionId !== n.transaction_id || order.amount !== n.amount) return flagForReview(n);
+ *   if (order.status !== 'paid') markPaid(order);
  * });
- * ipn.on('failed', (n) => markFailed(n.custom_data, n.error));
+ * ipn.on('failed', (n) => markFailedUnlessPaid(n)); // a FAILED never undoes a paid order
  *
  * const app = express();
  * app.use('/ipn', ipn); // before any global body parser
@@ -147,7 +159,11 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
  * // Exactly once on your ledger: with PostgresStore at least once, `db` is inside the delivery's transaction.
  * const ipn = ipnRouter({ store: new PostgresStore({ pool }), delivery: 'at-least-once' });
  * ipn.on('successful', async (n, { db }) => {
- *   await db.query('UPDATE orders SET paid_at = now() WHERE id = $1', [n.custom_data]);
+ *   const paid = await db.query(
+ *     'UPDATE orders SET paid_at = now() WHERE id = $1 AND transaction_id = $2 AND amount = $3 AND paid_at IS NULL',
+ *     [n.custom_data, n.transaction_id, n.amount],
+ *   );
+ *   if (paid.rowCount !== 1) throw new Error(`${n.transaction_id} is not the payment of ${n.custom_data}`);
  * });
  */
 export function ipnRouter<

@@ -25,7 +25,7 @@ describe('the documentation samples through the router', () => {
       warn: (fields: unknown, message?: string) => void warnings.push({ fields, message: String(message) }),
       error: () => {},
     };
-    ipn = ipnRouter({ logger });
+    ipn = ipnRouter({ logger, acknowledgeUnprotected: true });
     recorder = recordEvents(ipn);
     const app = express();
     app.use('/ipn', ipn);

@@ -20,7 +20,7 @@ describe('logging', () => {
       warn: record('warn'),
       error: record('error'),
     };
-    const ipn = ipnRouter({ logger });
+    const ipn = ipnRouter({ logger, acknowledgeUnprotected: true });
     ipn.on('successful', () => {
       throw new Error('ledger down');
     });
@@ -58,7 +58,7 @@ describe('logging', () => {
       const record = (object: object, message: string) =>
         void lines.push(`${message} ${JSON.stringify(object)}`);
       const logger = { debug: record, info: record, warn: record, error: record };
-      const ipn = ipnRouter({ logger, logCustomerData });
+      const ipn = ipnRouter({ logger, logCustomerData, acknowledgeUnprotected: true });
       const errors: Error[] = [];
       ipn.on('successful', (n) => {
         throw new Error(`could not credit ${n.customer_name} (${n.destination})`, {
@@ -89,7 +89,10 @@ describe('logging', () => {
       const lines: string[] = [];
       const record = (object: object, message: string) =>
         void lines.push(`${message} ${JSON.stringify(object)}`);
-      const ipn = ipnRouter({ logger: { debug: record, info: record, warn: record, error: record } });
+      const ipn = ipnRouter({
+        logger: { debug: record, info: record, warn: record, error: record },
+        acknowledgeUnprotected: true,
+      });
       ipn.on('successful', () => {
         throw new Error('ledger down');
       });
@@ -139,7 +142,7 @@ describe('the default logger (no logger option): loud by default', () => {
   });
 
   test('prints warnings and errors to stderr, one line each with its level, redacted', async () => {
-    const ipn = ipnRouter();
+    const ipn = ipnRouter({ acknowledgeUnprotected: true });
     ipn.on('successful', (n) => {
       throw new Error(`could not credit ${n.customer_name} (${n.destination})`);
     });
@@ -214,7 +217,7 @@ describe('the default logger (no logger option): loud by default', () => {
   });
 
   test('debug and info stay quiet', async () => {
-    const ipn = ipnRouter();
+    const ipn = ipnRouter({ acknowledgeUnprotected: true });
     ipn.on('successful', () => {}); // without it, the SUCCESSFUL is a warning: emitted to no listener
     running = await listen(ipn);
     const payload = uniquePayload();

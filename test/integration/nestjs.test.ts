@@ -155,6 +155,9 @@ describeWithService('PostgreSQL', 'the NestJS example on Prisma (examples/nestjs
     await pool.query(
       'CREATE TABLE ledger (id serial PRIMARY KEY, transaction_id text NOT NULL, order_id text NOT NULL, amount numeric NOT NULL)',
     );
+    await pool.query(
+      'CREATE TABLE orders (id text PRIMARY KEY, transaction_id text NOT NULL, amount numeric NOT NULL, paid_at timestamptz)',
+    );
     const port = await freePort();
     base = `http://127.0.0.1:${port}`;
     child = spawn(join(root, 'node_modules/.bin/tsx'), ['test/processes/nest-prisma-app.ts'], {
@@ -193,6 +196,11 @@ describeWithService('PostgreSQL', 'the NestJS example on Prisma (examples/nestjs
       uniquePayload({ custom_data: 'nest-prisma-2' }),
     ];
     for (const payload of payloads) {
+      await pool.query('INSERT INTO orders (id, transaction_id, amount) VALUES ($1, $2, $3)', [
+        payload.custom_data,
+        payload.transaction_id,
+        payload.amount,
+      ]);
       expect((await post(payload)).status).toBe(200);
       expect((await post(payload)).status).toBe(200);
     }

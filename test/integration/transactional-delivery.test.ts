@@ -23,7 +23,9 @@ afterAll(() => knexOnDb.destroy());
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delivery: 'at-least-once'", () => {
-  const ledger = ledgerSchema('ipn_tx', ['CREATE TABLE orders (id text PRIMARY KEY, paid_at timestamptz)']);
+  const ledger = ledgerSchema('ipn_tx', [
+    'CREATE TABLE orders (id text PRIMARY KEY, transaction_id text NOT NULL, amount numeric NOT NULL, paid_at timestamptz)',
+  ]);
   const { keyOf } = ledger;
   let pool: Pool;
   beforeAll(() => {
@@ -47,7 +49,13 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
   const ledgerRows = async (id: unknown) =>
     (await pool.query('SELECT count(*)::int AS n FROM ledger WHERE transaction_id = $1', [id])).rows[0]
       .n as number;
-  const newOrder = async (id: string) => pool.query('INSERT INTO orders (id) VALUES ($1)', [id]);
+  /** An order initiated as `payload`'s transaction, for `amount` (the payload's, unless told otherwise). */
+  const newOrder = async (payload: Record<string, unknown>, amount = payload.amount) =>
+    pool.query('INSERT INTO orders (id, transaction_id, amount) VALUES ($1, $2, $3)', [
+      payload.custom_data,
+      payload.transaction_id,
+      amount,
+    ]);
   const delivered = (key: string) =>
     eventually(`${key} delivered`, async () => (await statusOf(key)) === 'delivered');
 
@@ -59,7 +67,7 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
     async (_, make) => {
       const { post } = await serve(make(pool));
       const payload = uniquePayload({ custom_data: `order-${String(Math.random()).slice(2)}` });
-      await newOrder(payload.custom_data as string);
+      await newOrder(payload);
       expect((await post(payload)).status).toBe(200);
       await delivered(keyOf(payload));
       expect(await ledgerRows(payload.transaction_id)).toBe(1);
@@ -67,6 +75,34 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
       expect(rows[0].paid_at).toBeInstanceOf(Date);
       expect(await (await post(payload)).json()).toEqual({ ok: true, duplicate: true });
       expect(await ledgerRows(payload.transaction_id)).toBe(1);
+    },
+  );
+
+  test.each([
+    ['raw pg', rawPg],
+    ['Kysely', withKysely],
+  ])(
+    'the documented %s listener credits nothing for another amount, another transaction, or an unknown order',
+    async (_, make) => {
+      const { post } = await serve(make(pool));
+      const order = () => uniquePayload({ custom_data: `order-${String(Math.random()).slice(2)}` });
+      const wrongAmount = order();
+      await newOrder(wrongAmount, 9_999); // initiated for 9999, notified for 5000
+      const otherTransaction = order();
+      await newOrder({ ...otherTransaction, transaction_id: 'EFB.000000' });
+      const unknownOrder = order();
+      for (const payload of [wrongAmount, otherTransaction, unknownOrder]) {
+        expect((await post(payload)).status).toBe(200);
+        await eventually(
+          `${keyOf(payload)} failed`,
+          async () => (await statusOf(keyOf(payload))) === 'failed',
+        );
+        expect(await ledgerRows(payload.transaction_id)).toBe(0);
+        const { rows } = await pool.query('SELECT paid_at FROM orders WHERE id = $1', [payload.custom_data]);
+        expect(rows.map((row: { paid_at: unknown }) => row.paid_at)).toEqual(
+          payload === unknownOrder ? [] : [null],
+        );
+      }
     },
   );
 
@@ -466,7 +502,9 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
     const payload = uniquePayload();
     await post(payload);
     await delivered(keyOf(payload));
-    expect(contexts).toEqual([{ key: keyOf(payload), attempt: 1 }]);
+    expect(contexts).toEqual([
+      { key: keyOf(payload), idempotencyKey: expect.stringMatching(/^[0-9a-f]{64}$/), attempt: 1 },
+    ]);
   });
 });
 
@@ -480,7 +518,11 @@ describe('at most once', () => {
     const payload = uniquePayload();
     await post(payload);
     await eventually('both listeners', () => contexts.length === 2);
-    const expected = { key: `${String(payload.transaction_id)}:SUCCESSFUL`, attempt: 1 };
+    const expected = {
+      key: `${String(payload.transaction_id)}:SUCCESSFUL`,
+      idempotencyKey: expect.stringMatching(/^[0-9a-f]{64}$/),
+      attempt: 1,
+    };
     expect(contexts).toEqual([expected, expected]);
   });
 });

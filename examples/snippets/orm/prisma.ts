@@ -22,9 +22,18 @@ export function prismaIpn(pool: Pool, schema = 'public') {
   ipn.on('successful', async (n, { tx }) => {
     // `tx` is Prisma's transaction client, typed with your models: what you write through it commits
     // together with ipn-kit's `delivered` mark, or rolls back with a failed attempt. No unique key needed.
-    await tx.ledger.create({
-      data: { transactionId: n.transaction_id, orderId: String(n.custom_data), amount: n.amount ?? 0 },
+    // Only the order this transaction was initiated for (custom_data), for its amount, and only once:
+    const orderId = String(n.custom_data);
+    const { amount } = n;
+    if (amount === null) throw new Error(`${n.transaction_id} carries no amount`);
+    const paid = await tx.order.updateMany({
+      where: { id: orderId, transactionId: n.transaction_id, amount, paidAt: null },
+      data: { paidAt: new Date() },
     });
+    // Otherwise credit nothing: the throw rolls back; after its retries the notification is `dead` in the
+    // inbox, for a person to look at (ipn.inbox, the operator's page).
+    if (paid.count !== 1) throw new Error(`${n.transaction_id} is not the payment of order ${orderId}`);
+    await tx.ledger.create({ data: { transactionId: n.transaction_id, orderId, amount } });
   });
   return { ipn, prisma };
 }

@@ -221,7 +221,20 @@ describeWithService('PostgreSQL', 'prismaTransactions (Prisma 7, @prisma/adapter
 });
 
 describeWithService('PostgreSQL', 'a PostgresStore on Prisma: what the store tells a partner', () => {
-  const ledger = ledgerSchema('ipn_prisma_store', ['ALTER TABLE ledger ADD COLUMN id serial PRIMARY KEY']);
+  const ledger = ledgerSchema('ipn_prisma_store', [
+    'ALTER TABLE ledger ADD COLUMN id serial PRIMARY KEY',
+    // examples/prisma/schema.prisma's Order: what the partner initiated.
+    'CREATE TABLE orders (id text PRIMARY KEY, transaction_id text NOT NULL, amount numeric NOT NULL, paid_at timestamptz)',
+  ]);
+  /** An order initiated as `payload`'s transaction, for `amount` (the payload's, unless told otherwise). */
+  const newOrder = (payload: Record<string, unknown>, amount = payload.amount) =>
+    ledger
+      .pool()
+      .query('INSERT INTO orders (id, transaction_id, amount) VALUES ($1, $2, $3)', [
+        payload.custom_data,
+        payload.transaction_id,
+        amount,
+      ]);
   let prisma: PrismaClient;
   beforeAll(() => {
     prisma = new PrismaClient({ adapter: new PrismaPg(ledger.pool(), { schema: ledger.schema }) });
@@ -234,6 +247,7 @@ describeWithService('PostgreSQL', 'a PostgresStore on Prisma: what the store tel
     try {
       const { post } = await serve(ipn);
       const payload = uniquePayload({ custom_data: 'order-7' });
+      await newOrder(payload);
       expect((await post(payload)).status).toBe(200);
       expect((await post(payload)).status).toBe(200);
       await eventually(
@@ -246,6 +260,30 @@ describeWithService('PostgreSQL', 'a PostgresStore on Prisma: what the store tel
       await documented.$disconnect();
     }
     expect((await ledger.pool().query('SELECT 1 AS one')).rows).toEqual([{ one: 1 }]); // the pool still open
+  });
+
+  test('the documented listener credits nothing for another amount, another transaction, or an unknown order', async () => {
+    const { ipn, prisma: documented } = prismaIpn(ledger.pool(), ledger.schema);
+    try {
+      const { post } = await serve(ipn);
+      const wrongAmount = uniquePayload({ custom_data: 'order-8' });
+      await newOrder(wrongAmount, 9_999);
+      const otherTransaction = uniquePayload({ custom_data: 'order-9' });
+      await newOrder({ ...otherTransaction, transaction_id: 'EFB.000000' });
+      const unknownOrder = uniquePayload({ custom_data: 'order-10' });
+      for (const payload of [wrongAmount, otherTransaction, unknownOrder]) {
+        expect((await post(payload)).status).toBe(200);
+        const key = ledger.keyOf(payload);
+        await eventually(`${key} failed`, async () => (await ledger.entryOf(key))?.status === 'failed');
+        expect(await ledger.ledgerOf(payload.transaction_id)).toEqual([]);
+      }
+      const { rows } = await ledger
+        .pool()
+        .query("SELECT paid_at FROM orders WHERE id IN ('order-8', 'order-9')");
+      expect(rows).toEqual([{ paid_at: null }, { paid_at: null }]);
+    } finally {
+      await documented.$disconnect();
+    }
   });
 
   test('through Prisma alone, on an inbox never migrated: the store says to migrate', async () => {

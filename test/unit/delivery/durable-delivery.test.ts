@@ -51,7 +51,9 @@ describe('createDurableDelivery: one attempt', () => {
     const { key, leaseId } = await received(n);
 
     expect(await durable.deliver(key, n, leaseId, 1)).toBe(true);
-    expect(seen).toEqual([[n.transaction_id, { key, attempt: 1 }]]);
+    expect(seen).toEqual([
+      [n.transaction_id, { key, idempotencyKey: expect.stringMatching(/^[0-9a-f]{64}$/), attempt: 1 }],
+    ]);
     expect(inbox.entries.get(key)).toMatchObject({ status: 'delivered', attempts: 1, lastError: null });
   });
 
