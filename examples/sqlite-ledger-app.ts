@@ -30,6 +30,9 @@ const ipn = ipnRouter({
   // 60 s by default; the scene shortens it, so that the restarted app takes the notification up quickly.
   leaseMs: process.env.LEASE_MS === undefined ? undefined : Number(process.env.LEASE_MS),
   recoveryIntervalMs: 200, // 15 s by default
+  // The demo's crash scene, posted to by the demo itself on loopback; a real app gives the service
+  // ipnUrl(url, secret) and passes `secret` here (see the quick start).
+  acknowledgeUnprotected: true,
 });
 
 ipn.on('successful', async (n, { db, attempt }) => {

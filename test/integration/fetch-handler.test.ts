@@ -82,7 +82,8 @@ describe('ipn.fetch: a WHATWG Request in, a Response out', () => {
 
     expect(resend).toMatchObject({ status: 200, body: { ok: true, duplicate: true } });
     expect(failed).toMatchObject({ status: 200, body: { ok: true } });
-    expect(recorder.names()).toEqual(['notification', 'successful', 'duplicate', 'notification', 'failed']);
+    // The FAILED after the accepted SUCCESSFUL of the same transaction is a conflict, never `failed`.
+    expect(recorder.names()).toEqual(['notification', 'successful', 'duplicate', 'conflict']);
   });
 
   test.each([

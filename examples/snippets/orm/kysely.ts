@@ -98,6 +98,7 @@ export const ipnKitTables = {
     await sql.raw(postgresSchemaSql('ipn_inbox') + postgresExpectationsSql('ipn_inbox')).execute(db);
   },
   async down(db: Kysely<unknown>): Promise<void> {
+    await db.schema.dropTable('ipn_inbox_states').ifExists().execute();
     await db.schema.dropTable('ipn_inbox_expected').ifExists().execute();
     await db.schema.dropTable('ipn_inbox').ifExists().execute();
   },
