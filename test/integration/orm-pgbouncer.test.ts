@@ -4,8 +4,8 @@ import { numeric, pgTable, text } from 'drizzle-orm/pg-core';
 import knex from 'knex';
 import { Kysely, PostgresDialect } from 'kysely';
 import { Pool } from 'pg';
-import { DataTypes, Sequelize } from 'sequelize';
-import { DataSource, EntitySchema } from 'typeorm';
+import { DataTypes, Sequelize, type Transaction as SequelizeTransaction } from 'sequelize';
+import { DataSource, EntitySchema, type EntityManager } from 'typeorm';
 import { ipnRouter, type IpnNotification } from '../../lib/index.js';
 import { PostgresStore } from '../../lib/postgres.js';
 import {
@@ -17,7 +17,7 @@ import {
   typeormTransactions,
   type Transactions,
 } from '../../lib/orm.js';
-import { PrismaClient } from '../fixtures/orm/prisma/generated/client.js';
+import { PrismaClient, type Prisma } from '../fixtures/orm/prisma/generated/client.js';
 import { describeWithPgBouncer } from '../helpers/pgbouncer.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
@@ -80,9 +80,11 @@ const ORMS: Orm[] = [
       return Promise.resolve({
         transactions: drizzleTransactions(db),
         credit: async (tx: Parameters<Parameters<typeof db.transaction>[0]>[0], n: IpnNotification) => {
-          await tx
-            .insert(ledger)
-            .values({ transactionId: n.transaction_id, orderId: String(n.custom_data), amount: String(n.amount) });
+          await tx.insert(ledger).values({
+            transactionId: n.transaction_id,
+            orderId: String(n.custom_data),
+            amount: String(n.amount),
+          });
         },
         pool,
         close: () => pool.end(),
@@ -120,7 +122,11 @@ const ORMS: Orm[] = [
       return Promise.resolve({
         transactions: knexTransactions(db),
         credit: async (tx: knex.Knex.Transaction, n: IpnNotification) => {
-          await tx(name).insert({ transaction_id: n.transaction_id, order_id: String(n.custom_data), amount: n.amount });
+          await tx(name).insert({
+            transaction_id: n.transaction_id,
+            order_id: String(n.custom_data),
+            amount: n.amount,
+          });
         },
         pool,
         close: async () => {
@@ -148,7 +154,7 @@ const ORMS: Orm[] = [
       await dataSource.initialize();
       return {
         transactions: typeormTransactions(dataSource),
-        credit: async (tx: import('typeorm').EntityManager, n: IpnNotification) => {
+        credit: async (tx: EntityManager, n: IpnNotification) => {
           await tx.insert(Ledger, {
             transactionId: n.transaction_id,
             orderId: String(n.custom_data),
@@ -181,7 +187,7 @@ const ORMS: Orm[] = [
       Ledger.removeAttribute('id');
       return Promise.resolve({
         transactions: sequelizeTransactions(sequelize),
-        credit: async (tx: import('sequelize').Transaction, n: IpnNotification) => {
+        credit: async (tx: SequelizeTransaction, n: IpnNotification) => {
           await Ledger.create(
             { transactionId: n.transaction_id, orderId: String(n.custom_data), amount: n.amount },
             { transaction: tx },
@@ -206,9 +212,13 @@ const ORMS: Orm[] = [
       const prisma = new PrismaClient({ adapter: new PrismaPg(pool, { schema }) });
       return {
         transactions: prismaTransactions(prisma),
-        credit: async (tx: import('../fixtures/orm/prisma/generated/client.js').Prisma.TransactionClient, n: IpnNotification) => {
+        credit: async (tx: Prisma.TransactionClient, n: IpnNotification) => {
           await tx.ledger.create({
-            data: { transactionId: n.transaction_id, orderId: String(n.custom_data), amount: String(n.amount) },
+            data: {
+              transactionId: n.transaction_id,
+              orderId: String(n.custom_data),
+              amount: String(n.amount),
+            },
           });
         },
         pool,
@@ -231,7 +241,7 @@ describeWithPgBouncer('every ORM adapter through a transaction-mode PgBouncer', 
       await new PostgresStore({ pool: direct, table }).migrate();
       if (schema) await direct.query(`CREATE SCHEMA ${schema}`);
       await direct.query(`CREATE TABLE ${ledger} ${LEDGER_COLUMNS}`);
-      opened = (await orm.open(bouncer().url, ledger)) as Opened<unknown>;
+      opened = await orm.open(bouncer().url, ledger);
     });
     afterAll(async () => {
       await opened?.close();
@@ -285,7 +295,11 @@ describeWithPgBouncer('every ORM adapter through a transaction-mode PgBouncer', 
         const pid = Number(rows[0]!.pid);
         terminated.push(pid);
         // This delivery's own server connection (the pooler's, held by this transaction): nobody else's.
-        await direct.query('SELECT pg_terminate_backend($1::int, 5000)', [pid]);
+        const { rows: ended } = await direct.query<{ ended: boolean }>(
+          'SELECT pg_terminate_backend($1::int, 5000) AS ended',
+          [pid],
+        );
+        expect(ended).toEqual([{ ended: true }]); // a server backend really ended (not a pooler's key)
       });
       const { post } = await serve(ipn);
       const payload = uniquePayload();
