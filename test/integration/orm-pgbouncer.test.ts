@@ -1,0 +1,313 @@
+import { PrismaPg } from '@prisma/adapter-pg';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { numeric, pgTable, text } from 'drizzle-orm/pg-core';
+import knex from 'knex';
+import { Kysely, PostgresDialect } from 'kysely';
+import { Pool } from 'pg';
+import { DataTypes, Sequelize, type Transaction as SequelizeTransaction } from 'sequelize';
+import { DataSource, EntitySchema, type EntityManager } from 'typeorm';
+import { ipnRouter, type IpnNotification } from '../../lib/index.js';
+import { PostgresStore } from '../../lib/postgres.js';
+import {
+  drizzleTransactions,
+  knexTransactions,
+  kyselyTransactions,
+  prismaTransactions,
+  sequelizeTransactions,
+  typeormTransactions,
+  type Transactions,
+} from '../../lib/orm.js';
+import { PrismaClient, type Prisma } from '../fixtures/orm/prisma/generated/client.js';
+import { describeWithPgBouncer } from '../helpers/pgbouncer.js';
+import { uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
+import { servedRouters } from '../helpers/servers.js';
+import { databaseUrl, eventually } from '../helpers/services.js';
+
+/**
+ * Every ORM adapter of `ipn-kit/orm` behind a transaction-mode PgBouncer (Supabase's pooler, Neon's pooled
+ * endpoint; pool of 5), as partners deploy them: a notification credited exactly once, and the server ending
+ * the delivery's connection while its listener is inside the transaction (pg_terminate_backend of that
+ * delivery's own backend, read with pg_backend_pid() in the listener): no crash (an unhandled 'error' would
+ * fail this jest process), the attempt retried, one ledger row. PgBouncer refuses startup parameters
+ * (`options: '-c search_path=...'`, Knex's `searchPath`): the ORMs here connect with none, to tables of
+ * unique names in the default schema (Prisma: its own schema, which it names in each query).
+ */
+
+jest.setTimeout(60_000);
+const suffix = `${process.pid}_${Date.now() % 100_000}`;
+const direct = new Pool({ connectionString: databaseUrl(), max: 2 });
+direct.on('error', () => {});
+afterAll(() => direct.end());
+
+/** An ORM opened through the pooler: its transactions, a partner's credit of `ledger` through its own API. */
+interface Opened<Tx> {
+  transactions: Transactions<Tx>;
+  credit(tx: Tx, n: IpnNotification): Promise<void>;
+  /** The pool (through the pooler) the store uses beside the ORM. */
+  pool: Pool;
+  close(): Promise<void>;
+}
+
+interface Orm {
+  name: string;
+  /** Makes `ledger` (a qualified name: Prisma's is in a schema of its own) and opens the ORM on it. */
+  open(url: string, ledger: string): Promise<Opened<never>>;
+  /** The ledger's name for `base`: a table of the default schema, or Prisma's `schema.ledger`. */
+  ledger(base: string): string;
+}
+
+const LEDGER_COLUMNS = '(transaction_id text NOT NULL, order_id text NOT NULL, amount numeric)';
+const pooled = (url: string): Pool => {
+  const pool = new Pool({ connectionString: url, max: 4 });
+  pool.on('error', () => {});
+  return pool;
+};
+const plain = (base: string) => `${base}_ledger`;
+
+const ORMS: Orm[] = [
+  {
+    name: 'Drizzle',
+    ledger: plain,
+    open(url, name) {
+      const pool = pooled(url);
+      const ledger = pgTable(name, {
+        transactionId: text('transaction_id').notNull(),
+        orderId: text('order_id').notNull(),
+        amount: numeric('amount'),
+      });
+      const db = drizzle(pool);
+      return Promise.resolve({
+        transactions: drizzleTransactions(db),
+        credit: async (tx: Parameters<Parameters<typeof db.transaction>[0]>[0], n: IpnNotification) => {
+          await tx.insert(ledger).values({
+            transactionId: n.transaction_id,
+            orderId: String(n.custom_data),
+            amount: String(n.amount),
+          });
+        },
+        pool,
+        close: () => pool.end(),
+      } as never);
+    },
+  },
+  {
+    name: 'Kysely',
+    ledger: plain,
+    open(url, name) {
+      const pool = pooled(url);
+      interface Database {
+        [table: string]: { transaction_id: string; order_id: string; amount: number | null };
+      }
+      const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+      return Promise.resolve({
+        transactions: kyselyTransactions(db, { pool }),
+        credit: async (tx: Kysely<Database>, n: IpnNotification) => {
+          await tx
+            .insertInto(name)
+            .values({ transaction_id: n.transaction_id, order_id: String(n.custom_data), amount: n.amount })
+            .execute();
+        },
+        pool,
+        close: () => db.destroy(), // ends the pool
+      } as never);
+    },
+  },
+  {
+    name: 'Knex',
+    ledger: plain,
+    open(url, name) {
+      const pool = pooled(url);
+      const db = knex({ client: 'pg', connection: url, pool: { min: 0, max: 4 } });
+      return Promise.resolve({
+        transactions: knexTransactions(db),
+        credit: async (tx: knex.Knex.Transaction, n: IpnNotification) => {
+          await tx(name).insert({
+            transaction_id: n.transaction_id,
+            order_id: String(n.custom_data),
+            amount: n.amount,
+          });
+        },
+        pool,
+        close: async () => {
+          await db.destroy();
+          await pool.end();
+        },
+      } as never);
+    },
+  },
+  {
+    name: 'TypeORM',
+    ledger: plain,
+    async open(url, name) {
+      const pool = pooled(url);
+      const Ledger = new EntitySchema<{ transactionId: string; orderId: string; amount: string | null }>({
+        name: 'Ledger',
+        tableName: name,
+        columns: {
+          transactionId: { name: 'transaction_id', type: 'text', primary: true },
+          orderId: { name: 'order_id', type: 'text' },
+          amount: { type: 'numeric', nullable: true },
+        },
+      });
+      const dataSource = new DataSource({ type: 'postgres', url, entities: [Ledger], extra: { max: 4 } });
+      await dataSource.initialize();
+      return {
+        transactions: typeormTransactions(dataSource),
+        credit: async (tx: EntityManager, n: IpnNotification) => {
+          await tx.insert(Ledger, {
+            transactionId: n.transaction_id,
+            orderId: String(n.custom_data),
+            amount: String(n.amount),
+          });
+        },
+        pool,
+        close: async () => {
+          await dataSource.destroy();
+          await pool.end();
+        },
+      } as never;
+    },
+  },
+  {
+    name: 'Sequelize',
+    ledger: plain,
+    open(url, name) {
+      const pool = pooled(url);
+      const sequelize = new Sequelize(url, { dialect: 'postgres', logging: false, pool: { max: 4 } });
+      const Ledger = sequelize.define(
+        'Ledger',
+        {
+          transactionId: { type: DataTypes.TEXT, field: 'transaction_id', allowNull: false },
+          orderId: { type: DataTypes.TEXT, field: 'order_id', allowNull: false },
+          amount: { type: DataTypes.DECIMAL },
+        },
+        { tableName: name, timestamps: false },
+      );
+      Ledger.removeAttribute('id');
+      return Promise.resolve({
+        transactions: sequelizeTransactions(sequelize),
+        credit: async (tx: SequelizeTransaction, n: IpnNotification) => {
+          await Ledger.create(
+            { transactionId: n.transaction_id, orderId: String(n.custom_data), amount: n.amount },
+            { transaction: tx },
+          );
+        },
+        pool,
+        close: async () => {
+          await sequelize.close();
+          await pool.end();
+        },
+      } as never);
+    },
+  },
+  {
+    name: 'Prisma',
+    // The generated model maps the table `ledger`; PrismaPg's `schema` names it in each query.
+    ledger: (base) => `${base}_prisma.ledger`,
+    async open(url, name) {
+      const schema = name.split('.')[0]!;
+      await direct.query(`ALTER TABLE ${name} ADD COLUMN id serial PRIMARY KEY`);
+      const pool = pooled(url);
+      const prisma = new PrismaClient({ adapter: new PrismaPg(pool, { schema }) });
+      return {
+        transactions: prismaTransactions(prisma),
+        credit: async (tx: Prisma.TransactionClient, n: IpnNotification) => {
+          await tx.ledger.create({
+            data: {
+              transactionId: n.transaction_id,
+              orderId: String(n.custom_data),
+              amount: String(n.amount),
+            },
+          });
+        },
+        pool,
+        close: async () => {
+          await prisma.$disconnect();
+          await pool.end();
+        },
+      } as never;
+    },
+  },
+];
+
+describeWithPgBouncer('every ORM adapter through a transaction-mode PgBouncer', (bouncer) => {
+  describe.each(ORMS.map((orm) => [orm.name, orm] as const))('%s', (key, orm) => {
+    const table = `ipn_pgbo_${key.toLowerCase()}_${suffix}`;
+    const ledger = orm.ledger(table);
+    const schema = ledger.includes('.') ? ledger.split('.')[0]! : undefined;
+    let opened: Opened<unknown>;
+    beforeAll(async () => {
+      await new PostgresStore({ pool: direct, table }).migrate();
+      if (schema) await direct.query(`CREATE SCHEMA ${schema}`);
+      await direct.query(`CREATE TABLE ${ledger} ${LEDGER_COLUMNS}`);
+      opened = await orm.open(bouncer().url, ledger);
+    });
+    afterAll(async () => {
+      await opened?.close();
+      await direct.query(`DROP TABLE IF EXISTS ${table}, ${table}_expected, ${ledger}`);
+      if (schema) await direct.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+    });
+    const serve = servedRouters();
+    const router = () =>
+      ipnRouter({
+        store: new PostgresStore({ pool: opened.pool, table, transactions: opened.transactions }),
+        delivery: 'at-least-once',
+        logger: quiet,
+        retryDelayMs: 20,
+        recoveryIntervalMs: 50,
+      });
+    const credits = async (id: unknown) =>
+      (await direct.query(`SELECT 1 FROM ${ledger} WHERE transaction_id = $1`, [id])).rowCount;
+    const entryOf = async (payload: Record<string, unknown>) =>
+      (
+        await direct.query(`SELECT status, attempts FROM ${table} WHERE key = $1`, [
+          `${String(payload.transaction_id)}:${String(payload.state)}`,
+        ])
+      ).rows[0] as { status: string; attempts: number } | undefined;
+    const delivered = (payload: Record<string, unknown>) =>
+      eventually('delivered', async () => (await entryOf(payload))?.status === 'delivered');
+
+    test('a few notifications, each posted twice: one ledger row each', async () => {
+      const ipn = router();
+      ipn.on('successful', async (n, { tx }) => {
+        await opened.credit(tx, n);
+      });
+      const { post } = await serve(ipn);
+      const payloads = [uniquePayload(), uniquePayload(), uniquePayload()];
+      const answers = await Promise.all([...payloads, ...payloads].map((payload) => post(payload)));
+      expect(answers.map((answer) => answer.status)).toEqual(answers.map(() => 200));
+      for (const payload of payloads) await delivered(payload);
+      for (const payload of payloads) expect(await credits(payload.transaction_id)).toBe(1);
+    });
+
+    test("the server ends the delivery's connection inside the transaction: no crash, retried, one row", async () => {
+      const ipn = router();
+      const terminated: number[] = [];
+      ipn.on('successful', async (n, { tx, attempt }) => {
+        await opened.credit(tx, n);
+        if (attempt > 1) return;
+        const { rows } = await opened.transactions.query(tx, {
+          text: 'SELECT pg_backend_pid() AS pid',
+          values: [],
+          returns: 'rows',
+        });
+        const pid = Number(rows[0]!.pid);
+        terminated.push(pid);
+        // This delivery's own server connection (the pooler's, held by this transaction): nobody else's.
+        const { rows: ended } = await direct.query<{ ended: boolean }>(
+          'SELECT pg_terminate_backend($1::int, 5000) AS ended',
+          [pid],
+        );
+        expect(ended).toEqual([{ ended: true }]); // a server backend really ended (not a pooler's key)
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await delivered(payload);
+      expect(terminated).toHaveLength(1);
+      expect(await credits(payload.transaction_id)).toBe(1);
+      expect(await entryOf(payload)).toMatchObject({ status: 'delivered', attempts: 2 });
+    });
+  });
+});
