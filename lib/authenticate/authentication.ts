@@ -18,7 +18,7 @@ export function createAuthentication(authenticate: Authenticate, logger: Logger,
       const failures = throttle.note();
       if (failures !== undefined) {
         logger.error(
-          { failures },
+          { failures, event: 'invalid' },
           `ipn-kit refused ${failures} notification(s) that failed authenticate (answered 401) since the last such line: ` +
             'if these are genuine, the secret, header or signed text is wrong and payments are being refused',
         );

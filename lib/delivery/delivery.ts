@@ -263,7 +263,7 @@ export function createDelivery<C>(
     }
     if (!(verdict instanceof Promise)) return verdictOf(verdict);
     const message = `the store's lifecycle decision of ${keyOf(n)} did not answer within ${options.storeTimeoutMs} ms (storeTimeoutMs)`;
-    return within(verdict, options.storeTimeoutMs, () => new Error(message)).then(verdictOf, failed);
+    return within(verdict, options.storeTimeoutMs, () => new StoreError(message)).then(verdictOf, failed);
   }
 
   /** What a claim came to; a verification slot reserved for a notification not claimed is given back. */

@@ -2,6 +2,7 @@ import {
   messageOf,
   StatusQueryError,
   StatusRateLimitError,
+  StoreError,
   TransactionNotFoundError,
 } from '../shared/errors.js';
 import { within } from '../shared/within.js';
@@ -271,7 +272,7 @@ export function createAlertMonitor(options: AlertMonitorOptions) {
     const started = now();
     const oldest = (status: 'received' | 'failed' | 'dead') =>
       within(inbox.list({ status, limit: 1, order: 'oldest' }), storeTimeoutMs, () => {
-        return new Error(`the inbox read did not answer within ${storeTimeoutMs} ms (storeTimeoutMs)`);
+        return new StoreError(`the inbox read did not answer within ${storeTimeoutMs} ms (storeTimeoutMs)`);
       }).then((entries) => entries[0]);
     let found;
     try {

@@ -133,7 +133,7 @@ export function ownedErrors(logger: Logger, owned: () => boolean): Logger {
   return {
     ...logger,
     error: (object, message) =>
-      owned() && object.event !== 'dead' && object.event !== 'error'
+      owned() && object.event !== 'dead' && object.event !== 'error' && object.event !== 'invalid'
         ? logger.debug(object, message)
         : logger.error(object, message),
   };

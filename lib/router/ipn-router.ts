@@ -163,7 +163,7 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
  *     'UPDATE orders SET paid_at = now() WHERE id = $1 AND transaction_id = $2 AND amount = $3 AND paid_at IS NULL',
  *     [n.custom_data, n.transaction_id, n.amount],
  *   );
- *   if (paid.rowCount !== 1) throw new Error(`${n.transaction_id} is not the payment of ${n.custom_data}`);
+ *   if (paid.rowCount !== 1) throw new TypeError(`${n.transaction_id} is not the payment of ${n.custom_data}`);
  * });
  */
 export function ipnRouter<

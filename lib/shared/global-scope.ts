@@ -15,6 +15,11 @@ export function isCloudflareWorkers(): boolean {
  * process (`next start`, a serverless function) imports the module again, and that router starts its work.
  */
 export function isNextBuild(): boolean {
-  const env = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env;
-  return env?.NEXT_PHASE === 'phase-production-build';
+  try {
+    const env = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env;
+    return env?.NEXT_PHASE === 'phase-production-build';
+  } catch {
+    // Deno without --allow-env throws on the read: not a Next.js build, and no reason to refuse to start.
+    return false;
+  }
 }

@@ -5,7 +5,7 @@ import { quiet } from '../helpers/quiet-logger.js';
 
 describe('event names on a real router', () => {
   test("ipn.on('success') from plain JavaScript throws a TypeError naming the known events", () => {
-    const ipn: any = ipnRouter({ logger: quiet });
+    const ipn: any = ipnRouter({ acknowledgeUnprotected: true, logger: quiet });
     expect(() => ipn.on('success', () => {})).toThrow(
       new TypeError(
         "ipn.on('success'): the router emits no such event (did you mean 'successful'?); the events are " +
@@ -19,7 +19,7 @@ describe('event names on a real router', () => {
   });
 
   test('the known names still chain, prependListener included', () => {
-    const ipn = ipnRouter({ logger: quiet });
+    const ipn = ipnRouter({ acknowledgeUnprotected: true, logger: quiet });
     expect(
       ipn
         .on('successful', () => {})
@@ -36,7 +36,7 @@ describe('a final state emitted with no listener for it (at-most-once)', () => {
       ...quiet,
       warn: (object: Record<string, unknown>, message: string) => void warnings.push([object, message]),
     };
-    const ipn = ipnRouter({ logger });
+    const ipn = ipnRouter({ acknowledgeUnprotected: true, logger });
     return { ipn, warnings };
   }
 

@@ -58,7 +58,11 @@ describe('logging', () => {
       const record = (object: object, message: string) =>
         void lines.push(`${message} ${JSON.stringify(object)}`);
       const logger = { debug: record, info: record, warn: record, error: record };
-      const ipn = ipnRouter({ logger, logCustomerData, acknowledgeUnprotected: true });
+      const ipn = ipnRouter({
+        logger,
+        logCustomerData,
+        acknowledgeUnprotected: true,
+      });
       const errors: Error[] = [];
       ipn.on('successful', (n) => {
         throw new Error(`could not credit ${n.customer_name} (${n.destination})`, {
@@ -170,6 +174,7 @@ describe('the default logger (no logger option): loud by default', () => {
 
   test('at least once, a failed attempt is one line, and a dead notification one more', async () => {
     const ipn = ipnRouter({
+      acknowledgeUnprotected: true,
       store: new MemoryStore(),
       delivery: 'at-least-once',
       maxAttempts: 2,
@@ -196,7 +201,12 @@ describe('the default logger (no logger option): loud by default', () => {
   });
 
   test("an app with an error listener owns its errors: the failure is its line, not ipn-kit's", async () => {
-    const ipn = ipnRouter({ store: new MemoryStore(), delivery: 'at-least-once', maxAttempts: 1 });
+    const ipn = ipnRouter({
+      acknowledgeUnprotected: true,
+      store: new MemoryStore(),
+      delivery: 'at-least-once',
+      maxAttempts: 1,
+    });
     ipn.on('successful', () => {
       throw new Error('ledger down');
     });

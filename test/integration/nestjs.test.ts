@@ -101,8 +101,9 @@ describe('the NestJS example on NestJS 12, through a real server', () => {
     expect(provider.statusQueriesFor(paid.transactionId)).toBe(1);
   });
 
-  test('a forged notification is rejected by verify, never credited', async () => {
-    // A forged FAILED of a real, paid transaction: the service's record contradicts it at the first query.
+  test('a forged FAILED of a paid transaction is a conflict, never failed', async () => {
+    // A forged FAILED of a real, paid transaction: the store already accepted its SUCCESSFUL, so it is a
+    // conflict (issue 33), never `failed`, whatever the service says.
     // (A made-up id is believed forged only once the service says "not found" twice, minIntervalMs apart.)
     const ipnUrl = `${base}/ipn`;
     const real = provider.initiate({ amount: 20, ipnUrl, customData: 'nest-order-3', outcome: 'SUCCESSFUL' });
@@ -110,7 +111,7 @@ describe('the NestJS example on NestJS 12, through a real server', () => {
     await until(() => count('successful', 'nest-order-3') === 1, 'the real credit', 20_000);
     const forgery = { ipnUrl, transactionId: real.transactionId, state: 'FAILED', customData: 'nest-forged' };
     const status = await provider.forge(forgery);
-    await until(() => count('rejected', 'nest-forged') === 1, 'the rejection', 20_000);
+    await until(() => count('conflict', 'nest-forged') === 1, 'the conflict', 20_000);
 
     expect(status).toBe(200);
     expect(count('failed', 'nest-forged')).toBe(0);

@@ -125,8 +125,8 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
     expect(provider.statusQueriesFor(paid.transactionId)).toBe(1);
   });
 
-  test('App Router: a forged notification is rejected by verify, never credited', async () => {
-    // A forged FAILED of a real, paid transaction: the service's record contradicts it at the first query.
+  test('App Router: a forged FAILED of a paid transaction is a conflict, never failed', async () => {
+    // A forged FAILED of a real, paid transaction: its SUCCESSFUL was accepted, so it is a conflict (issue 33).
     // (A made-up id is believed forged only once the service says "not found" twice, minIntervalMs apart.)
     const ipnUrl = `${base}/api/ipn`;
     const real = provider.initiate({ amount: 20, ipnUrl, customData: 'order-next-3', outcome: 'SUCCESSFUL' });
@@ -139,10 +139,10 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
       customData: 'order-forged',
     };
     const status = await provider.forge(forgery);
-    await until(() => lines('rejected order-forged').length === 1, 'the rejection', 20_000);
+    await until(() => lines('conflict order-forged').length === 1, 'the conflict', 20_000);
 
     expect(status).toBe(200);
-    expect(lines('rejected order-forged')).toEqual(['rejected order-forged: mismatch']);
+    expect(lines('conflict order-forged')).toEqual(['conflict order-forged: paid already']);
     expect(lines('failed order-forged')).toEqual([]);
     expect(lines('credit order-forged')).toEqual([]);
   });

@@ -56,6 +56,7 @@ ipn.on('successful', (n) =>
 );
 ipn.on('failed', (n) => send({ type: 'event', event: 'failed', id: n.transaction_id, amount: n.amount }));
 ipn.on('rejected', (r) => send({ type: 'event', event: 'rejected', id: r.notification.transaction_id }));
+ipn.on('conflict', (c) => send({ type: 'event', event: 'conflict', id: c.notification.transaction_id }));
 process.on('message', (message) => {
   if (message === 'stats')
     send({

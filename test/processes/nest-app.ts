@@ -18,6 +18,7 @@ async function main(): Promise<void> {
     'duplicate',
     'invalid',
     'rejected',
+    'conflict',
     'error',
   ];
   for (const event of names) {

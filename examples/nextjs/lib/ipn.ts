@@ -12,5 +12,6 @@ export const ipn = ipnRouter({
 ipn.on('successful', (n) => console.log(`credit ${n.custom_data}: ${n.amount} (${n.transaction_id})`));
 ipn.on('failed', (n) => console.log(`failed ${n.custom_data}: ${n.error}`));
 ipn.on('rejected', (e) => console.log(`rejected ${e.notification.custom_data}: ${e.reason}`));
+ipn.on('conflict', (e) => console.log(`conflict ${e.notification.custom_data}: paid already`));
 ipn.on('invalid', (e) => console.log(`invalid ${e.status} ${e.reason}`));
 ipn.on('error', ({ error }) => console.error(`error ${error.message}`));
