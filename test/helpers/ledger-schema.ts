@@ -12,7 +12,12 @@ export function ledgerSchema(prefix: string, sql: string[] = []) {
   const schema = `${prefix}_${process.pid}_${Date.now() % 100_000}`;
   const pools: Pool[] = [];
   const newPool = (max = 6): Pool => {
-    const pool = new Pool({ connectionString: databaseUrl(), max, options: `-c search_path=${schema}` });
+    const pool = new Pool({
+      connectionString: databaseUrl(),
+      max,
+      idleTimeoutMillis: 500,
+      options: `-c search_path=${schema}`,
+    });
     pool.on('error', () => {});
     pools.push(pool);
     return pool;
