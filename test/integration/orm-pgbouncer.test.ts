@@ -22,14 +22,17 @@ import { describeWithPgBouncer } from '../helpers/pgbouncer.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { servedRouters } from '../helpers/servers.js';
-import { databaseUrl, eventually } from '../helpers/services.js';
+import { databaseUrl, eventually, hostAndPort } from '../helpers/services.js';
+import { TcpProxy } from '../helpers/tcp-proxy.js';
 
 /**
  * Every ORM adapter of `ipn-kit/orm` behind a transaction-mode PgBouncer (Supabase's pooler, Neon's pooled
  * endpoint; pool of 5), as partners deploy them: a notification credited exactly once, and the server ending
  * the delivery's connection while its listener is inside the transaction (pg_terminate_backend of that
- * delivery's own backend, read with pg_backend_pid() in the listener): no crash (an unhandled 'error' would
- * fail this jest process), the attempt retried, one ledger row. PgBouncer refuses startup parameters
+ * delivery's own backend, read with pg_backend_pid() in the listener), and a PostgreSQL restart behind the
+ * pooler (staged by a TCP proxy between PgBouncer and PostgreSQL: the shared server is never restarted) while
+ * listeners are inside their transactions: no crash (an unhandled 'error' would fail this jest process), the
+ * attempts retried, one ledger row per payment. PgBouncer refuses startup parameters
  * (`options: '-c search_path=...'`, Knex's `searchPath`): the ORMs here connect with none, to tables of
  * unique names in the default schema (Prisma: its own schema, which it names in each query).
  */
@@ -231,83 +234,123 @@ const ORMS: Orm[] = [
   },
 ];
 
-describeWithPgBouncer('every ORM adapter through a transaction-mode PgBouncer', (bouncer) => {
-  describe.each(ORMS.map((orm) => [orm.name, orm] as const))('%s', (key, orm) => {
-    const table = `ipn_pgbo_${key.toLowerCase()}_${suffix}`;
-    const ledger = orm.ledger(table);
-    const schema = ledger.includes('.') ? ledger.split('.')[0]! : undefined;
-    let opened: Opened<unknown>;
-    beforeAll(async () => {
-      await new PostgresStore({ pool: direct, table }).migrate();
-      if (schema) await direct.query(`CREATE SCHEMA ${schema}`);
-      await direct.query(`CREATE TABLE ${ledger} ${LEDGER_COLUMNS}`);
-      opened = await orm.open(bouncer().url, ledger);
-    });
-    afterAll(async () => {
-      await opened?.close();
-      await direct.query(`DROP TABLE IF EXISTS ${table}, ${table}_expected, ${ledger}`);
-      if (schema) await direct.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
-    });
-    const serve = servedRouters();
-    const router = () =>
-      ipnRouter({
-        store: new PostgresStore({ pool: opened.pool, table, transactions: opened.transactions }),
-        delivery: 'at-least-once',
-        logger: quiet,
-        retryDelayMs: 20,
-        recoveryIntervalMs: 50,
-      });
-    const credits = async (id: unknown) =>
-      (await direct.query(`SELECT 1 FROM ${ledger} WHERE transaction_id = $1`, [id])).rowCount;
-    const entryOf = async (payload: Record<string, unknown>) =>
-      (
-        await direct.query(`SELECT status, attempts FROM ${table} WHERE key = $1`, [
-          `${String(payload.transaction_id)}:${String(payload.state)}`,
-        ])
-      ).rows[0] as { status: string; attempts: number } | undefined;
-    const delivered = (payload: Record<string, unknown>) =>
-      eventually('delivered', async () => (await entryOf(payload))?.status === 'delivered');
+let proxy: TcpProxy | undefined;
+afterAll(() => proxy?.close());
 
-    test('a few notifications, each posted twice: one ledger row each', async () => {
-      const ipn = router();
-      ipn.on('successful', async (n, { tx }) => {
-        await opened.credit(tx, n);
+describeWithPgBouncer(
+  'every ORM adapter through a transaction-mode PgBouncer',
+  (bouncer) => {
+    describe.each(ORMS.map((orm) => [orm.name, orm] as const))('%s', (key, orm) => {
+      const table = `ipn_pgbo_${key.toLowerCase()}_${suffix}`;
+      const ledger = orm.ledger(table);
+      const schema = ledger.includes('.') ? ledger.split('.')[0]! : undefined;
+      let opened: Opened<unknown>;
+      beforeAll(async () => {
+        await new PostgresStore({ pool: direct, table }).migrate();
+        if (schema) await direct.query(`CREATE SCHEMA ${schema}`);
+        await direct.query(`CREATE TABLE ${ledger} ${LEDGER_COLUMNS}`);
+        opened = await orm.open(bouncer().url, ledger);
       });
-      const { post } = await serve(ipn);
-      const payloads = [uniquePayload(), uniquePayload(), uniquePayload()];
-      const answers = await Promise.all([...payloads, ...payloads].map((payload) => post(payload)));
-      expect(answers.map((answer) => answer.status)).toEqual(answers.map(() => 200));
-      for (const payload of payloads) await delivered(payload);
-      for (const payload of payloads) expect(await credits(payload.transaction_id)).toBe(1);
-    });
-
-    test("the server ends the delivery's connection inside the transaction: no crash, retried, one row", async () => {
-      const ipn = router();
-      const terminated: number[] = [];
-      ipn.on('successful', async (n, { tx, attempt }) => {
-        await opened.credit(tx, n);
-        if (attempt > 1) return;
-        const { rows } = await opened.transactions.query(tx, {
-          text: 'SELECT pg_backend_pid() AS pid',
-          values: [],
-          returns: 'rows',
+      afterAll(async () => {
+        await opened?.close();
+        await direct.query(`DROP TABLE IF EXISTS ${table}, ${table}_expected, ${ledger}`);
+        if (schema) await direct.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      });
+      const serve = servedRouters();
+      const router = (leaseMs = 60_000) =>
+        ipnRouter({
+          leaseMs,
+          store: new PostgresStore({ pool: opened.pool, table, transactions: opened.transactions }),
+          delivery: 'at-least-once',
+          logger: quiet,
+          retryDelayMs: 20,
+          recoveryIntervalMs: 50,
         });
-        const pid = Number(rows[0]!.pid);
-        terminated.push(pid);
-        // This delivery's own server connection (the pooler's, held by this transaction): nobody else's.
-        const { rows: ended } = await direct.query<{ ended: boolean }>(
-          'SELECT pg_terminate_backend($1::int, 5000) AS ended',
-          [pid],
-        );
-        expect(ended).toEqual([{ ended: true }]); // a server backend really ended (not a pooler's key)
+      const credits = async (id: unknown) =>
+        (await direct.query(`SELECT 1 FROM ${ledger} WHERE transaction_id = $1`, [id])).rowCount;
+      const entryOf = async (payload: Record<string, unknown>) =>
+        (
+          await direct.query(`SELECT status, attempts FROM ${table} WHERE key = $1`, [
+            `${String(payload.transaction_id)}:${String(payload.state)}`,
+          ])
+        ).rows[0] as { status: string; attempts: number } | undefined;
+      const delivered = (payload: Record<string, unknown>) =>
+        eventually('delivered', async () => (await entryOf(payload))?.status === 'delivered');
+
+      test('a few notifications, each posted twice: one ledger row each', async () => {
+        const ipn = router();
+        ipn.on('successful', async (n, { tx }) => {
+          await opened.credit(tx, n);
+        });
+        const { post } = await serve(ipn);
+        const payloads = [uniquePayload(), uniquePayload(), uniquePayload()];
+        const answers = await Promise.all([...payloads, ...payloads].map((payload) => post(payload)));
+        expect(answers.map((answer) => answer.status)).toEqual(answers.map(() => 200));
+        for (const payload of payloads) await delivered(payload);
+        for (const payload of payloads) expect(await credits(payload.transaction_id)).toBe(1);
       });
-      const { post } = await serve(ipn);
-      const payload = uniquePayload();
-      expect((await post(payload)).status).toBe(200);
-      await delivered(payload);
-      expect(terminated).toHaveLength(1);
-      expect(await credits(payload.transaction_id)).toBe(1);
-      expect(await entryOf(payload)).toMatchObject({ status: 'delivered', attempts: 2 });
+
+      test("the server ends the delivery's connection inside the transaction: no crash, retried, one row", async () => {
+        const ipn = router();
+        const terminated: number[] = [];
+        ipn.on('successful', async (n, { tx, attempt }) => {
+          await opened.credit(tx, n);
+          if (attempt > 1) return;
+          const { rows } = await opened.transactions.query(tx, {
+            text: 'SELECT pg_backend_pid() AS pid',
+            values: [],
+            returns: 'rows',
+          });
+          const pid = Number(rows[0]!.pid);
+          terminated.push(pid);
+          // This delivery's own server connection (the pooler's, held by this transaction): nobody else's.
+          const { rows: ended } = await direct.query<{ ended: boolean }>(
+            'SELECT pg_terminate_backend($1::int, 5000) AS ended',
+            [pid],
+          );
+          expect(ended).toEqual([{ ended: true }]); // a server backend really ended (not a pooler's key)
+        });
+        const { post } = await serve(ipn);
+        const payload = uniquePayload();
+        expect((await post(payload)).status).toBe(200);
+        await delivered(payload);
+        expect(terminated).toHaveLength(1);
+        expect(await credits(payload.transaction_id)).toBe(1);
+        expect(await entryOf(payload)).toMatchObject({ status: 'delivered', attempts: 2 });
+      });
+
+      test('PostgreSQL restarts behind the pooler while listeners are inside: no crash, each payment credited once', async () => {
+        if (!proxy) return; // PGBOUNCER_URL given: the pooler's upstream cannot be restarted from here
+        // An attempt whose end the store could not record (the database was gone) is taken up again when
+        // its lease runs out: a short lease, so that the wait is seconds, not the default minute.
+        const ipn = router(3_000);
+        let inside = 0;
+        ipn.on('successful', async (n, { tx }) => {
+          await opened.credit(tx, n);
+          inside += 1;
+          await new Promise((resolve) => setTimeout(resolve, 50)); // in the transaction when the server goes
+        });
+        const { post } = await serve(ipn);
+        const payloads = Array.from({ length: 8 }, () => uniquePayload());
+        const answers = payloads.slice(0, 4).map((payload) => post(payload).then((r) => r.status));
+        await eventually('a listener inside its transaction', () => Promise.resolve(inside > 0));
+        await proxy.stop(); // every server connection dropped, new ones refused
+        const during = payloads.slice(4).map((payload) => post(payload).then((r) => r.status));
+        await new Promise((resolve) => setTimeout(resolve, 300));
+        await proxy.start();
+        const statuses = await Promise.all([...answers, ...during]);
+        // What was refused (503) the service sends again, until each is answered 200.
+        for (const payload of payloads.filter((_, i) => statuses[i] !== 200)) {
+          await eventually('answered 200', async () => (await post(payload)).status === 200);
+        }
+        for (const payload of payloads) await delivered(payload);
+        for (const payload of payloads) expect(await credits(payload.transaction_id)).toBe(1);
+      });
     });
-  });
-});
+  },
+  async () => {
+    if (process.env.PGBOUNCER_URL) return hostAndPort(databaseUrl(), 5432);
+    proxy = await TcpProxy.open(hostAndPort(databaseUrl(), 5432));
+    return { host: '127.0.0.1', port: proxy.port };
+  },
+);
