@@ -12,7 +12,7 @@ import { PostgresStore } from 'ipn-kit/postgres';
 import { RedisStore } from 'ipn-kit/redis';
 import { SqliteStore } from 'ipn-kit/sqlite';
 import { createFakeProvider, type FakeProvider } from 'ipn-kit/testing';
-import { uniquePayload } from '../helpers/payloads.js';
+import { failedPayload, uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { listen, settle, type Running } from '../helpers/servers.js';
@@ -309,6 +309,19 @@ function suite(name: string, makeBackend: () => Backend): void {
         expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(1);
       });
     } else {
+      test('at most once, a refused unexpected SUCCESSFUL never touches the lifecycle: the genuine FAILED, once expected, is failed, not a conflict', async () => {
+        const { b } = await fleet(); // no status client: refused, answered 503
+        const id = `FRG.${randomUUID().slice(0, 8)}`;
+        const fields = { transaction_id: id, amount: 5000, custom_data: 'order-refused' };
+        expect((await post(b.url, uniquePayload(fields))).status).toBe(503);
+        await eventually(() => expect(b.recorder.count('rejected')).toBe(1));
+        await b.ipn.expect(id, { amount: 5000, customData: 'order-refused' });
+        expect((await post(b.url, failedPayload(fields))).status).toBe(200);
+        await eventually(() => expect(b.recorder.count('failed')).toBe(1));
+        expect(b.recorder.count('conflict')).toBe(0);
+        expect(b.recorder.count('successful')).toBe(0);
+      });
+
       test('at most once, a slow status query is answered 503 after storeTimeoutMs; the resend is confirmed from the cached answer and credited once', async () => {
         const gated = gatedStatusClient();
         const { b } = await fleet({ statusClient: gated.statusClient, storeTimeoutMs: 300 });
