@@ -152,6 +152,12 @@ function suite(name: string, makeBackend: () => Backend): void {
       await eventually(() => expect(b.recorder.count('rejected')).toBe(1));
       expect(b.recorder.of('rejected')[0]).toMatchObject({ reason: 'unexpected' });
       expect(provider.statusQueriesFor(forgedId)).toBe(1);
+      if (delivery === 'at-least-once') {
+        // Marked kept by the query's answer, saying why.
+        const kept = await b.ipn.inbox.get(`${forgedId}:SUCCESSFUL`);
+        expect(kept?.status).toBe('failed');
+        expect(kept?.lastError).toMatch(/^unexpected: .*the payment service does not know it; kept/);
+      }
       expect(credited()).toBe(1);
     });
 
@@ -226,7 +232,10 @@ function suite(name: string, makeBackend: () => Backend): void {
         expect(await tx.delivered).toMatchObject({ acknowledged: true });
         const key = `${tx.transactionId}:SUCCESSFUL`;
         await eventually(() => expect(gated.calls()).toBe(1));
-        expect((await b.ipn.inbox.get(key))?.lastError).toMatch(/^unexpected: /);
+        // Kept under its hold lease while its query runs (the answer ends that lease, as a replay would).
+        const waiting = await b.ipn.inbox.get(key);
+        expect(waiting?.status).toBe('received');
+        expect(waiting?.leaseUntil?.getTime()).toBeGreaterThan(Date.now() + 365 * 24 * 60 * 60_000);
         expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(0);
         gated.open();
         await eventually(() =>
@@ -260,6 +269,82 @@ function suite(name: string, makeBackend: () => Backend): void {
         await settle();
         expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(1);
       });
+
+      // SQLite has one writer: a replay waits for the running delivery's transaction, which the test holds.
+      const writersWait = name === 'SqliteStore';
+      (writersWait ? test.skip : test)(
+        "the confirmation and an operator's replay at once: the replay lands while the confirmed delivery runs, credited once",
+        async () => {
+          // The confirmation's instance reads the entry through a store that holds a read of it (after
+          // making it) until the test says: a confirmation that reads "kept" and then makes it due acts on
+          // a read the replay and its delivery made stale.
+          const gated = gatedStatusClient();
+          let holdReads = false;
+          let readHeld!: () => void;
+          const heldRead = new Promise<void>((resolve) => (readHeld = resolve));
+          let letRead!: () => void;
+          const readGate = new Promise<void>((resolve) => (letRead = resolve));
+          type Method = (...args: unknown[]) => unknown;
+          const inner = backend.store();
+          const holding = new Proxy(inner, {
+            get(target, property) {
+              const value: unknown = Reflect.get(target, property, target);
+              if (property === 'get' && typeof value === 'function')
+                return async (key: string) => {
+                  const entry: unknown = await (value as Method).call(target, key);
+                  if (holdReads) {
+                    readHeld();
+                    await readGate;
+                  }
+                  return entry;
+                };
+              return typeof value === 'function' ? (value as Method).bind(target) : value;
+            },
+          });
+          const a = await instance(backend.store(), { statusClient: gated.statusClient });
+          const b = await instance(holding, { statusClient: gated.statusClient });
+          await a.ipn.expect(`EXP.${randomUUID().slice(0, 8)}`, { amount: 5000, customData: 'x' });
+          // The first delivery's listener waits until the test lets it finish: its delivery is running.
+          let entered = 0;
+          let letListener!: () => void;
+          const listenerGate = new Promise<void>((resolve) => (letListener = resolve));
+          for (const ipn of [a.ipn, b.ipn])
+            ipn.on('successful', async () => {
+              entered += 1;
+              if (entered === 1) await listenerGate;
+            });
+          const payload = uniquePayload({ amount: 7250, custom_data: 'order-at-once' });
+          const id = payload.transaction_id as string;
+          const key = `${id}:SUCCESSFUL`;
+          provider.initiate({
+            transactionId: id,
+            amount: 7250,
+            ipnUrl: 'http://127.0.0.1:9/unused',
+            customData: 'order-at-once',
+            outcome: 'SUCCESSFUL',
+            deliver: false,
+          });
+          provider.setState(id, 'SUCCESSFUL');
+          expect((await post(b.url, payload)).status).toBe(200);
+          await eventually(() => expect(gated.calls()).toBe(1));
+          holdReads = true;
+          gated.open();
+          // The confirmation is between its read and its write, or its delivery is running.
+          await Promise.race([heldRead, eventually(() => expect(entered).toBe(1))]);
+          expect(await a.ipn.inbox.replay(key)).toBe(true);
+          await eventually(() => expect(entered).toBe(1));
+          letListener();
+          await eventually(async () => expect((await a.ipn.inbox.get(key))?.status).toBe('delivered'));
+          holdReads = false;
+          letRead();
+          await settle();
+          await a.ipn.drain({ budgetMs: 2_000 });
+          await b.ipn.drain({ budgetMs: 2_000 });
+          await settle();
+          expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(1);
+          expect((await a.ipn.inbox.get(key))?.status).toBe('delivered');
+        },
+      );
 
       test('a crash between the two writes that keep it (settle fails after receive): never credited, and a replay of its key delivers it once', async () => {
         const inner = backend.store();

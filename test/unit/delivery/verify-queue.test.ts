@@ -144,7 +144,7 @@ describe('createVerifyQueue', () => {
       .mockImplementationOnce(() => {
         throw new Error('connection reset');
       })
-      .mockImplementationOnce(() => Promise.reject(new Error('connection reset')));
+      .mockImplementationOnce(() => Promise.reject(new Error('connection reset')) as never);
     const n = uniqueNotification();
     const { accept, source, credited, of, release } = setup(() => Promise.resolve(n), { store });
     await accept(n);
@@ -163,7 +163,9 @@ describe('createVerifyQueue', () => {
 
   test('a lifecycle the store never decides within verifyAttempts: the StoreError reported, the key released, nothing emitted', async () => {
     const store = new MemoryStore();
-    jest.spyOn(store.lifecycle, 'decide').mockImplementation(() => Promise.reject(new Error('down')));
+    jest
+      .spyOn(store.lifecycle, 'decide')
+      .mockImplementation(() => Promise.reject(new Error('down')) as never);
     const n = uniqueNotification();
     const { accept, credited, of } = setup(() => Promise.resolve(n), { store });
     const release = jest.spyOn(store, 'release');
