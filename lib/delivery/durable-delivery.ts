@@ -14,7 +14,8 @@ import type { InboxDrain, Outcome } from './drain-result.js';
 import { monotonicNow } from '../shared/clock.js';
 import { connectionHint } from '../shared/connection-hint.js';
 import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
-import { CONFLICT_PREFIX, createLifecycle, type Lifecycle } from './lifecycle.js';
+import { createLifecycle, type Lifecycle } from './lifecycle.js';
+import { CONFLICT_PREFIX } from './kept-unexpected.js';
 
 /**
  * Who drives an attempt: the router's `timers` schedule the next attempt of a failed one; a `drain` leaves it

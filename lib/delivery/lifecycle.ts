@@ -15,9 +15,6 @@ export const CONFLICT_QUERY_MS = 5_000;
 /** Transactions a router without a store lifecycle keeps in its own memory. */
 const FALLBACK_ENTRIES = 100_000;
 
-/** The last error of an inbox entry settled as a conflict starts so: the CLI and the operator's page read it. */
-export const CONFLICT_PREFIX = 'conflict:';
-
 /**
  * A transaction's lifecycle, kept by the store (`store.lifecycle`): decides whether a final notification is
  * delivered as its state says or is a `conflict` (a `FAILED` after an accepted `SUCCESSFUL`), and emits the
