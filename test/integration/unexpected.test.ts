@@ -148,7 +148,14 @@ function suite(name: string, makeBackend: () => Backend): void {
 
       // A forged fresh id: the service does not know it, never credited.
       const forgedId = `FRG.${randomUUID().slice(0, 8)}`;
-      await provider.forge({ ipnUrl: b.url, transactionId: forgedId, customData: 'order-x', amount: 7000 });
+      const answered = await provider.forge({
+        ipnUrl: b.url,
+        transactionId: forgedId,
+        customData: 'order-x',
+        amount: 7000,
+      });
+      // At most once nothing keeps it: 503, so that a genuine one is resent (a forgery's resends are refused).
+      expect(answered).toBe(delivery === 'at-least-once' ? 200 : 503);
       await eventually(() => expect(b.recorder.count('rejected')).toBe(1));
       expect(b.recorder.of('rejected')[0]).toMatchObject({ reason: 'unexpected' });
       expect(provider.statusQueriesFor(forgedId)).toBe(1);
