@@ -414,6 +414,26 @@ function suite(name: string, makeBackend: () => Backend): void {
         expect(b.recorder.count('successful')).toBe(0);
       });
 
+      test('at most once, a genuine unexpected one refused (503) is never lost: once the service stopped resending, reconcile credits it once', async () => {
+        const { b } = await fleet({ statusClient: statusClient(), unexpected: 'reject' });
+        const tx = provider.initiate({
+          amount: 6100,
+          ipnUrl: 'http://127.0.0.1:9/unused',
+          customData: 'order-reconciled',
+          outcome: 'SUCCESSFUL',
+          deliver: false,
+        });
+        provider.setState(tx.transactionId, 'SUCCESSFUL');
+        const fields = { transaction_id: tx.transactionId, amount: 6100, custom_data: 'order-reconciled' };
+        expect((await post(b.url, uniquePayload(fields))).status).toBe(503);
+        await eventually(() => expect(b.recorder.count('rejected')).toBe(1));
+        expect(b.recorder.count('successful')).toBe(0);
+        expect(await b.ipn.reconcile(tx.transactionId)).toMatchObject({ emitted: true });
+        await eventually(() => expect(b.recorder.count('successful')).toBe(1));
+        expect(await b.ipn.reconcile(tx.transactionId)).toMatchObject({ emitted: false });
+        expect(b.recorder.count('successful')).toBe(1);
+      });
+
       test('at most once, a slow status query is answered 503 after storeTimeoutMs; the resend is confirmed from the cached answer and credited once', async () => {
         const gated = gatedStatusClient();
         const { b } = await fleet({ statusClient: gated.statusClient, storeTimeoutMs: 300 });
