@@ -22,7 +22,7 @@ export const KEPT_UNEXPECTED_LABEL = 'unexpected: not credited, check and replay
  * Whether `entry` is an unexpected notification kept and not credited, that only an operator's `replay`
  * (or the service's confirmation) delivers: marked kept (`failed`, `lastError` starting `unexpected: `,
  * never due), or still under the hold lease it was received with (its status query still running, or a
- * crash, or a store failure, before it was marked). No import but types: the operator's page and the CLI use it too.
+ * crash, or a store failure, before it was marked).
  */
 export function isKeptUnexpected(entry: InboxEntry, now: number = Date.now()): boolean {
   if (entry.status === 'failed')
