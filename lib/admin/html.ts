@@ -70,6 +70,7 @@ button,.button{font:inherit;background:#2456c7;color:#fff;border:0;border-radius
 .button.secondary,button.secondary{background:#e6e9ef;color:#1d2330}.danger{background:#b3261e}
 .status{display:inline-block;border-radius:99px;padding:0 .5rem;font-size:.8rem;font-weight:600}
 .status-received{background:#e3ecff;color:#2456c7}.status-delivered{background:#dff3e6;color:#1c7a3d}.status-failed{background:#fff1d6;color:#8a5a00}.status-dead{background:#fde2e0;color:#b3261e}
+.conflict{background:#fde2e0;color:#b3261e}.kept-unexpected{background:#fff1d6;color:#8a5a00}
 .notice{background:#fff;border-left:4px solid #2456c7;padding:.6rem .8rem;margin:.8rem 0}.notice.bad{border-color:#b3261e}
 pre{background:#fff;border:1px solid #dde1e7;border-radius:8px;padding:.7rem;overflow-x:auto;font-size:.85rem}
 .actions{display:flex;flex-wrap:wrap;gap:.5rem;margin:.6rem 0}nav.pages{display:flex;gap:.5rem;margin:.6rem 0}

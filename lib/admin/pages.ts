@@ -3,7 +3,7 @@ import type { Protection } from '../observability/unprotected-warning.js';
 import type { InboxEntry, ListOptions, StatusCounts } from '../stores/store.js';
 import type { RecentEvent } from './event-ring.js';
 import { html, when, type Html } from './html.js';
-import { isKeptUnexpected, KEPT_UNEXPECTED_LABEL } from '../delivery/kept-unexpected.js';
+import { isConflict, labelOf } from '../delivery/kept-unexpected.js';
 
 /** What the pages need to mask the customer. */
 export interface Masker {
@@ -38,11 +38,13 @@ const textOf = (value: unknown): string =>
   typeof value === 'string' ? value : (JSON.stringify(value) ?? '');
 
 const badge = (status: string): Html => html`<span class="status status-${status}">${status}</span>`;
-/** An entry's status, and for a kept unexpected notification the label that tells it apart. */
-const statusOf = (entry: InboxEntry): Html =>
-  isKeptUnexpected(entry)
-    ? html`${badge(entry.status)} <span class="status kept-unexpected">${KEPT_UNEXPECTED_LABEL}</span>`
-    : badge(entry.status);
+/** An entry's status, and for a kept unexpected notification or a conflict the label that tells it apart. */
+function statusOf(entry: InboxEntry): Html {
+  const label = labelOf(entry);
+  if (label === undefined) return badge(entry.status);
+  const kind = isConflict(entry) ? 'conflict' : 'kept-unexpected';
+  return html`${badge(entry.status)} <span class="status ${kind}">${label}</span>`;
+}
 
 function countCards(counts: StatusCounts | undefined, lastHour: StatusCounts | undefined): Html {
   if (!counts) return html`<p class="notice">This store does not count its entries.</p>`;
@@ -69,6 +71,7 @@ function metricCards(metrics: IpnMetrics): Html {
     ['listener errors', metrics.listenerErrors],
     ['store errors', metrics.storeErrors],
     ['dead', metrics.dead],
+    ['conflicts', metrics.conflicts],
   ];
   if (queries) {
     cards.push(['status queries', queries.made], ['queries refused', queries.refused]);

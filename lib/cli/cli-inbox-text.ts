@@ -1,6 +1,6 @@
 /** Text in and out of `ipn-kit inbox`: its number and date options, and the table `list` prints. */
 import type { InboxEntry } from '../stores/store.js';
-import { isKeptUnexpected, KEPT_UNEXPECTED_LABEL } from '../delivery/kept-unexpected.js';
+import { labelOf } from '../delivery/kept-unexpected.js';
 
 /** A command line that makes no sense: the command exits 2 with its usage. */
 export class UsageError extends Error {}
@@ -11,8 +11,9 @@ export function formatTable(entries: InboxEntry[]): string {
     ['KEY', 'STATUS', 'ATTEMPTS', 'RECEIVED', 'NEXT ATTEMPT', 'LAST ERROR'],
     ...entries.map((entry) => [
       entry.key,
-      // A kept unexpected notification is told apart: never due, delivered only by a replay after checking.
-      isKeptUnexpected(entry) ? `${entry.status} (${KEPT_UNEXPECTED_LABEL})` : entry.status,
+      // A kept unexpected notification (never due, delivered only by a replay after checking) and a
+      // conflict (a FAILED of a paid transaction, never emitted as failed) are told apart.
+      labelled(entry),
       String(entry.attempts),
       entry.receivedAt.toISOString(),
       entry.status === 'received' || entry.status === 'failed' ? entry.nextAttemptAt.toISOString() : '-',
@@ -28,6 +29,12 @@ export function formatTable(entries: InboxEntry[]): string {
         .trimEnd(),
     )
     .join('\n');
+}
+
+/** An entry's status, with its label when it has one (see `labelOf`). */
+function labelled(entry: InboxEntry): string {
+  const label = labelOf(entry);
+  return label === undefined ? entry.status : `${entry.status} (${label})`;
 }
 
 /** `text` on one line, cut at `max` characters. */

@@ -92,7 +92,7 @@ export function createDelivery<C>(
   const statusSource = options.statusClient ? watched(options.statusClient, alerts) : verify;
   const lifecycle = createLifecycle(context, statusSource);
   const durably = durable && createDurableDelivery(context, durable, metrics, lifecycle, alerts);
-  const verifying = verify && !durable ? createVerifyQueue(context, verify) : undefined;
+  const verifying = verify && !durable ? createVerifyQueue(context, verify, lifecycle) : undefined;
   const { detach, after } = context;
   const shedWarning = createLogThrottle({ everyMs: 60_000 });
   /** Who takes up a failed attempt's retry: the router's timers, or the scheduler's `drain()` only. */
@@ -211,7 +211,8 @@ export function createDelivery<C>(
   /** A claim answered 503, that went through after all: ours to deliver, or it would be lost. */
   function deliverLate(n: IpnNotification, leaseId: string): void {
     logger.warn(identify(n), 'IPN claim landed after storeTimeoutMs: delivered late');
-    if (durably) {
+    // Verified first, and decided only once verified (the verification queue's part, as for any claim).
+    if (durably || verifying) {
       void dispatch(n, leaseId);
       return;
     }
@@ -232,9 +233,12 @@ export function createDelivery<C>(
    */
   async function decisionFailed(n: IpnNotification, cause: unknown): Promise<StoreError> {
     const key = keyOf(n);
-    const error = new StoreError(`the store failed to decide the lifecycle of ${key}: ${messageOf(cause)}`, {
-      cause,
-    });
+    const error =
+      cause instanceof StoreError
+        ? cause
+        : new StoreError(`the store failed to decide the lifecycle of ${key}: ${messageOf(cause)}`, {
+            cause,
+          });
     await within(context.release(key), options.storeTimeoutMs, () => error).catch(() => undefined);
     return error;
   }
@@ -242,19 +246,21 @@ export function createDelivery<C>(
   /**
    * At most once, a claim that went through is decided by the transaction's lifecycle before the answer: a
    * failure answers 503 (the claim released), so that the service resends. At once when both the claim and
-   * the decision answered synchronously (MemoryStore).
+   * the decision answered synchronously (MemoryStore). Not for a notification still to verify (`verify`):
+   * the verification queue decides it once verified, so that a forgery never touches the lifecycle.
    */
   function decided(n: IpnNotification, acceptance: Acceptance): Acceptance | Promise<Acceptance> {
     if (durable || acceptance.claimed !== true) return acceptance;
     const { leaseId } = acceptance;
-    const verdictOf = (verdict: LifecycleVerdict): Acceptance => {
-      if (verdict === 'conflict') verifying?.unreserve(keyOf(n)); // answered without verification
-      return { claimed: true, leaseId, conflict: verdict === 'conflict' };
-    };
-    const failed = async (cause: unknown): Promise<Acceptance> => {
-      verifying?.unreserve(keyOf(n));
-      return { claimed: await decisionFailed(n, cause), leaseId };
-    };
+    const verdictOf = (verdict: LifecycleVerdict): Acceptance => ({
+      claimed: true,
+      leaseId,
+      conflict: verdict === 'conflict',
+    });
+    const failed = async (cause: unknown): Promise<Acceptance> => ({
+      claimed: await decisionFailed(n, cause),
+      leaseId,
+    });
     let verdict: LifecycleVerdict | Promise<LifecycleVerdict>;
     try {
       verdict = lifecycle.decide(n);
@@ -262,8 +268,7 @@ export function createDelivery<C>(
       return failed(cause);
     }
     if (!(verdict instanceof Promise)) return verdictOf(verdict);
-    const message = `the store's lifecycle decision of ${keyOf(n)} did not answer within ${options.storeTimeoutMs} ms (storeTimeoutMs)`;
-    return within(verdict, options.storeTimeoutMs, () => new StoreError(message)).then(verdictOf, failed);
+    return lifecycle.decideWithin(n, verdict).then(verdictOf, failed);
   }
 
   /** What a claim came to; a verification slot reserved for a notification not claimed is given back. */
@@ -316,9 +321,11 @@ export function createDelivery<C>(
     /**
      * Claims (or, at-least-once, stores) a notification before the answer: `true` first, `false` a resend.
      * `leaseId` goes to `dispatch`, after the answer. At once when the store answers synchronously
-     * (MemoryStore), else a promise; never rejects.
+     * (MemoryStore), else a promise; never rejects. At most once, the lifecycle decides it before the
+     * answer, unless it is still to verify (then once verified), or `decide` is false (a claim only checked
+     * for a resend, undone at once: an unexpected notification refused).
      */
-    accept(n: IpnNotification): Acceptance | Promise<Acceptance> {
+    accept(n: IpnNotification, decide = true): Acceptance | Promise<Acceptance> {
       const key = keyOf(n);
       // Past the bound, shed before claiming: nothing to release, and the service's resend is processed.
       if (verifying && !verifying.reserve(key)) return { claimed: shed(n), leaseId: '' };
@@ -326,9 +333,11 @@ export function createDelivery<C>(
       const leaseId = durable ? randomUUID() : '';
       const receive = durable && (() => durable.receive(key, toRecord(n), { id: leaseId, ms: leaseMs }));
       const claimed = claimer.claimNow(key, () => deliverLate(n, leaseId), receive);
-      return claimed instanceof Promise
-        ? claimed.then((answer) => decided(n, acceptance(key, answer, leaseId)))
-        : decided(n, acceptance(key, claimed, leaseId));
+      const settled = (answer: boolean | StoreError): Acceptance | Promise<Acceptance> => {
+        const accepted = acceptance(key, answer, leaseId);
+        return decide && !verifying ? decided(n, accepted) : accepted;
+      };
+      return claimed instanceof Promise ? claimed.then(settled) : settled(claimed);
     },
 
     /** Runs after the answer: verification, then the events. */

@@ -14,7 +14,8 @@ import type { InboxDrain, Outcome } from './drain-result.js';
 import { monotonicNow } from '../shared/clock.js';
 import { connectionHint } from '../shared/connection-hint.js';
 import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
-import { CONFLICT_PREFIX, createLifecycle, type Lifecycle } from './lifecycle.js';
+import { createLifecycle, type Lifecycle } from './lifecycle.js';
+import { CONFLICT_PREFIX } from './kept-unexpected.js';
 
 /**
  * Who drives an attempt: the router's `timers` schedule the next attempt of a failed one; a `drain` leaves it
@@ -137,14 +138,9 @@ export function createDurableDelivery<C>(
     // SUCCESSFUL was accepted meanwhile is a conflict, never a failure emitted after the success. A store
     // failure here is a failed attempt, retried.
     try {
-      if ((await timed(lifecycle.decide(n), 'lifecycle', context.key)) === 'conflict')
-        return { kind: 'conflict' };
-    } catch (cause) {
-      const message = `the store failed to decide the lifecycle of ${context.key}: ${messageOf(cause)}`;
-      return {
-        kind: 'failed',
-        error: cause instanceof StoreError ? cause : new StoreError(message, { cause }),
-      };
+      if ((await lifecycle.decideWithin(n)) === 'conflict') return { kind: 'conflict' };
+    } catch (error) {
+      return { kind: 'failed', error: error as StoreError };
     }
     const opened = await tx.open();
     if (opened === undefined) return emitAndSettle(n, context);

@@ -1,5 +1,8 @@
 import type { InboxEntry } from '../stores/store.js';
 
+// What the inbox's entries that need an operator's eye look like: kept unexpected notifications and
+// conflicts. No import but types: the operator's page and the CLI use it too.
+
 /**
  * How long a kept unexpected notification is leased and put off (about a century): never taken up by
  * recovery, so never credited, until the service confirms it or an operator's `replay` of its key makes it
@@ -18,8 +21,8 @@ export const KEPT_UNEXPECTED_LABEL = 'unexpected: not credited, check and replay
 /**
  * Whether `entry` is an unexpected notification kept and not credited, that only an operator's `replay`
  * (or the service's confirmation) delivers: marked kept (`failed`, `lastError` starting `unexpected: `,
- * never due), or still under the hold lease it was received with (a crash, or a store failure, before it
- * was marked). No import but types: the operator's page and the CLI use it too.
+ * never due), or still under the hold lease it was received with (its status query still running, or a
+ * crash, or a store failure, before it was marked).
  */
 export function isKeptUnexpected(entry: InboxEntry, now: number = Date.now()): boolean {
   if (entry.status === 'failed')
@@ -32,4 +35,27 @@ export function isKeptUnexpected(entry: InboxEntry, now: number = Date.now()): b
     entry.leaseUntil !== null &&
     entry.leaseUntil.getTime() - now > HELD_BEYOND_MS
   );
+}
+
+/**
+ * Starts the `lastError` of an inbox entry settled as a conflict (a `FAILED` after its transaction's
+ * accepted `SUCCESSFUL`, kept `dead`, never emitted as `failed`): how an operator tells it apart.
+ */
+export const CONFLICT_PREFIX = 'conflict:';
+
+/** What the operator's page and `ipn-kit inbox list` show for an entry kept as a conflict. */
+export const CONFLICT_LABEL = 'conflict: FAILED after an accepted SUCCESSFUL, not emitted as failed';
+
+/** Whether `entry` is kept as a conflict: `dead`, its `lastError` starting `conflict:`. */
+export function isConflict(entry: InboxEntry): boolean {
+  return entry.status === 'dead' && (entry.lastError ?? '').startsWith(CONFLICT_PREFIX);
+}
+
+/**
+ * The label the operator's page and `ipn-kit inbox list` show beside an entry's status, for an entry that
+ * is not what its status alone says: a kept unexpected notification, or a conflict. Else `undefined`.
+ */
+export function labelOf(entry: InboxEntry, now: number = Date.now()): string | undefined {
+  if (isKeptUnexpected(entry, now)) return KEPT_UNEXPECTED_LABEL;
+  return isConflict(entry) ? CONFLICT_LABEL : undefined;
 }

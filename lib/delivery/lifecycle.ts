@@ -6,7 +6,7 @@ import type { LifecycleStore, LifecycleVerdict } from '../stores/lifecycle-store
 import type { StatusRecord } from '../status/status-envelope.js';
 import type { StatusSource } from '../status/verify-notification.js';
 import { within } from '../shared/within.js';
-import { messageOf } from '../shared/errors.js';
+import { messageOf, StoreError } from '../shared/errors.js';
 import { monotonicNow } from '../shared/clock.js';
 
 /** The longest the status query of a conflict is waited for (and at most `verifyTimeoutMs`). */
@@ -14,9 +14,6 @@ export const CONFLICT_QUERY_MS = 5_000;
 
 /** Transactions a router without a store lifecycle keeps in its own memory. */
 const FALLBACK_ENTRIES = 100_000;
-
-/** The last error of an inbox entry settled as a conflict starts so: the CLI and the operator's page read it. */
-export const CONFLICT_PREFIX = 'conflict:';
 
 /**
  * A transaction's lifecycle, kept by the store (`store.lifecycle`): decides whether a final notification is
@@ -51,6 +48,31 @@ export function createLifecycle<C>(context: DeliveryContext<C>, statusSource: St
     return checked(verdict);
   }
 
+  /**
+   * {@link decide} as a promise bounded by `storeTimeoutMs`: a store that fails or does not answer rejects
+   * with a `StoreError` (never a guess: the caller retries or answers 503). `started`: a decision of `n`
+   * already asked for, bounded instead of asking again.
+   */
+  async function decideWithin(
+    n: IpnNotification,
+    started?: Promise<LifecycleVerdict>,
+  ): Promise<LifecycleVerdict> {
+    const key = keyOf(n);
+    const failed = (cause: unknown): StoreError =>
+      cause instanceof StoreError
+        ? cause
+        : new StoreError(`the store failed to decide the lifecycle of ${key}: ${messageOf(cause)}`, {
+            cause,
+          });
+    const late = `the store's lifecycle decision of ${key} did not answer within ${options.storeTimeoutMs} ms (storeTimeoutMs)`;
+    try {
+      const pending = started ?? Promise.resolve().then(() => decide(n));
+      return await within(pending, options.storeTimeoutMs, () => new StoreError(late));
+    } catch (cause) {
+      throw failed(cause);
+    }
+  }
+
   /** What one status query says now, within its bound; `undefined` when there is no client or no answer. */
   async function statusNow(id: string): Promise<{ status?: StatusRecord; said: string }> {
     if (statusSource === undefined) return { said: 'no status client is configured to ask the service' };
@@ -83,7 +105,7 @@ export function createLifecycle<C>(context: DeliveryContext<C>, statusSource: St
     return message;
   }
 
-  return { decide, conflict };
+  return { decide, decideWithin, conflict };
 }
 
 /** A lifecycle must answer one of its two verdicts: anything else is its failure, never a guess. */

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { messageOf, StatusRateLimitError, StoreError, TransactionNotFoundError } from '../shared/errors.js';
 import { isFinalState, toRecord, type IpnNotification } from '../notification/schema.js';
 import type { DurableStore } from '../stores/store.js';
-import { HOLD_MS, isKeptUnexpected, UNEXPECTED_ERROR_PREFIX } from './kept-unexpected.js';
+import { HOLD_MS, UNEXPECTED_ERROR_PREFIX } from './kept-unexpected.js';
 import { lackingFields, type StatusRecord } from '../status/status-envelope.js';
 import {
   mismatchesOf,
@@ -113,39 +113,22 @@ export function createUnexpectedScreen<C>(
     };
   }
 
-  /**
-   * Makes a kept unexpected notification due (recovery then delivers it, once): ends its hold lease through
-   * the store's lease guard (it was never marked kept: a crash or a store failure), or, marked kept, replays
-   * it. `onlyKept`: only while it is still kept, never due again once replayed or delivered (the service's
-   * confirmation racing an operator's replay). Resolves whether it was made due.
-   */
-  async function release(inbox: DurableStore, key: string, onlyKept: boolean): Promise<boolean> {
-    const settlement = {
-      status: 'failed' as const,
-      error: `${UNEXPECTED_ERROR_PREFIX}released for delivery`,
-      nextAttemptAt: new Date(),
-    };
-    if (await timed(Promise.resolve(inbox.settle(key, holdLeaseId(key), settlement)), 'release', key))
-      return true;
-    if (onlyKept) {
-      const entry = await timed(Promise.resolve(inbox.get(key)), 'read', key);
-      if (entry === undefined || !isKeptUnexpected(entry)) return false;
-    }
-    if (typeof inbox.replay !== 'function')
-      throw new StoreError(`the store has no replay(): unexpected ${key} stays kept`);
-    return timed(Promise.resolve(inbox.replay(key)), 'replay', key);
-  }
+  /** The `lastError` of a kept unexpected notification, saying why it is kept. */
+  const keptError = (n: IpnNotification, note: string): string =>
+    `${UNEXPECTED_ERROR_PREFIX}the notification of ${n.transaction_id} has no expectation, while expectations are in use: ${note}`;
 
   /**
-   * Keeps it in the inbox, under its hold lease, then marks it kept (`failed`, never due, `lastError`
-   * starting `unexpected: `); one of `held`, `duplicate`, `store-failed`. A failure of the second write
-   * leaves it under the hold lease: never credited, made due by a `replay` of its key.
+   * Keeps it in the inbox, under its hold lease; then, given a `note` (why), marks it kept (`failed`,
+   * never due, `lastError` starting `unexpected: `); one of `held`, `duplicate`, `store-failed`. A failure of
+   * the second write leaves it under the hold lease: never credited, made due by a `replay` of its key.
+   * Without a note (its status query is still to come), it stays under the hold lease until the query's
+   * answer ends it: see {@link settleHeld}.
    */
   async function hold(
     n: IpnNotification,
     inbox: DurableStore,
     then: () => Promise<void>,
-    note: string,
+    note?: string,
   ): Promise<Screened> {
     const key = keyOf(n);
     const lease = { id: holdLeaseId(key), ms: HOLD_MS };
@@ -157,9 +140,10 @@ export function createUnexpectedScreen<C>(
     }
     // Already there: kept before (the service's resend), or received and handled as expected then.
     if (!received) return { kind: 'duplicate' };
+    if (note === undefined) return { kind: 'held', after: then };
     const settlement = {
       status: 'failed' as const,
-      error: `${UNEXPECTED_ERROR_PREFIX}the notification of ${n.transaction_id} has no expectation, while expectations are in use: ${note}`,
+      error: keptError(n, note),
       nextAttemptAt: new Date(Date.now() + HOLD_MS),
     };
     try {
@@ -173,26 +157,50 @@ export function createUnexpectedScreen<C>(
   }
 
   /**
-   * At least once, after the 200: the one status query; confirmed, the entry is made due and delivered by
-   * recovery, once; otherwise `rejected` and it stays kept. Never rejects.
+   * At least once, after the 200: the one status query, then one write through the hold lease (the store's
+   * lease guard: atomic, across instances): confirmed, the entry is made due and delivered by recovery,
+   * once; otherwise it is marked kept and `rejected`. An operator's `replay` of its key while the query runs
+   * ends the same hold lease first: then the answer changes nothing, and the entry is delivered once, by the
+   * replay. Never rejects.
    */
   async function settleHeld(n: IpnNotification, inbox: DurableStore): Promise<void> {
     const confirmation = await confirm(n);
-    if (!confirmation.confirmed) return context.reject(rejection(n, confirmation));
     const key = keyOf(n);
+    const { confirmed } = confirmation;
+    const settlement = {
+      status: 'failed' as const,
+      error: confirmed
+        ? `${UNEXPECTED_ERROR_PREFIX}confirmed by the status query: released for delivery`
+        : keptError(n, `${confirmation.detail}; kept and not credited, replay its key once checked`),
+      nextAttemptAt: new Date(confirmed ? Date.now() : Date.now() + HOLD_MS),
+    };
+    const what = confirmed ? 'make due' : 'mark as kept';
+    let ended: boolean;
     try {
-      if (await release(inbox, key, true)) {
-        context.logger.info(
-          { transaction_id: n.transaction_id, state: n.state },
-          'unexpected notification confirmed by the status query: delivered',
-        );
-        due();
-      }
+      ended = await timed(Promise.resolve(inbox.settle(key, holdLeaseId(key), settlement)), what, key);
     } catch (cause) {
-      const error = storeError('make due', key)(cause);
-      const message = `the service confirmed unexpected ${key}, but ${messageOf(error)}: it stays kept, replay its key`;
+      const error = storeError(what, key)(cause);
+      const message = confirmed
+        ? `the service confirmed unexpected ${key}, but ${messageOf(error)}: it stays kept, replay its key`
+        : `${messageOf(error)}: it stays kept under its hold lease, until a replay of its key`;
       context.report(new StoreError(message, { cause }), n);
+      if (!confirmed) context.reject(rejection(n, confirmation));
+      return;
     }
+    if (!ended) {
+      // An operator's replay ended the hold first: the replay delivers it, once; nothing more to do here.
+      context.logger.info(
+        { transaction_id: n.transaction_id, state: n.state },
+        'unexpected notification replayed by an operator while its status query ran: delivered by the replay',
+      );
+      return;
+    }
+    if (!confirmation.confirmed) return context.reject(rejection(n, confirmation));
+    context.logger.info(
+      { transaction_id: n.transaction_id, state: n.state },
+      'unexpected notification confirmed by the status query: delivered',
+    );
+    due();
   }
 
   return {
@@ -205,13 +213,7 @@ export function createUnexpectedScreen<C>(
       const asking = policy === 'verify' && statusClient !== undefined;
       if (durable) {
         // Kept first, answered 200 at once: the status query is the work after the answer.
-        if (asking)
-          return hold(
-            n,
-            durable,
-            () => settleHeld(n, durable),
-            'one status query is made after the answer; kept and not credited unless the service confirms it, replay its key once checked',
-          );
+        if (asking) return hold(n, durable, () => settleHeld(n, durable));
         const confirmation: Confirmation = {
           confirmed: false,
           detail:

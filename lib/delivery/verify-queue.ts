@@ -1,9 +1,10 @@
 import type { DeliveryContext } from './delivery-context.js';
 import type { Outcome } from './drain-result.js';
 import { keyOf } from './delivery-context.js';
-import { VerificationError } from '../shared/errors.js';
+import { StoreError, VerificationError } from '../shared/errors.js';
 import type { IpnNotification } from '../notification/schema.js';
 import { monotonicNow } from '../shared/clock.js';
+import type { Lifecycle } from './lifecycle.js';
 import {
   genuineRecord,
   verifyNotification,
@@ -20,6 +21,11 @@ interface Pending {
   notFoundAt?: number | undefined;
   /** The retry scheduled (its attempt and when it is due, wall clock), until its timer or a drain runs it. */
   retry?: Retry | undefined;
+  /**
+   * What verification confirmed: the notification, or the service's own record in a forgery's place. Set,
+   * a retry only decides its lifecycle again (the store failed to): it is not verified (nor rejected) twice.
+   */
+  verified?: IpnNotification | undefined;
 }
 
 interface Retry {
@@ -29,7 +35,10 @@ interface Retry {
 
 /**
  * At-most-once with `verify`: each accepted notification is emitted once the service confirms it, retried
- * within `verifyAttempts` when the service cannot answer now.
+ * within `verifyAttempts` when the service cannot answer now. Only a verified notification is decided by its
+ * transaction's lifecycle (then emitted, or `conflict`): a forgery that verification rejects never touches it,
+ * so a forged SUCCESSFUL never turns the genuine FAILED into a conflict, and a forged FAILED of a paid
+ * transaction is `rejected`, not a conflict.
  *
  * A copy that the service contradicts in amount or `custom_data` only, for a transaction that did end in that
  * state, is a forgery of a real payment that claimed the key first: the genuine copy was (or will be) a
@@ -38,7 +47,11 @@ interface Retry {
  * At most `maxPendingVerifications` notifications wait at once (those reserved by a request being answered
  * included): past it, {@link reserve} refuses, and the router answers 503 before claiming the key.
  */
-export function createVerifyQueue<C>(context: DeliveryContext<C>, source: StatusSource) {
+export function createVerifyQueue<C>(
+  context: DeliveryContext<C>,
+  source: StatusSource,
+  lifecycle: Lifecycle<C>,
+) {
   const { options, after, detach, reject, release, report, emitNow, logger } = context;
   const max = options.maxPendingVerifications;
   /** Keys being verified, with the notification that claimed each. */
@@ -59,29 +72,60 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
   async function verify(entry: Pending, attempt: number): Promise<Outcome> {
     const n = entry.notification;
     const key = keyOf(n);
-    const verdict = await verifyNotification(source, n, entry);
-    if (context.isClosed() || pending.get(key) !== entry) return 'other';
-    if (verdict.kind === 'confirmed') {
-      pending.delete(key);
-      await emitNow(n);
-      return 'delivered';
-    }
-    if (verdict.kind === 'rejected') {
-      pending.delete(key);
-      reject(verdict.event);
-      const genuine = genuineRecord(verdict.event);
-      if (genuine === undefined)
-        void release(key); // no genuine notification of this key can exist
+    if (entry.verified === undefined) {
+      const verdict = await verifyNotification(source, n, entry);
+      if (context.isClosed() || pending.get(key) !== entry) return 'other';
+      if (verdict.kind === 'later') return later(entry, attempt, verdict);
+      if (verdict.kind === 'confirmed') entry.verified = n;
       else {
+        reject(verdict.event);
+        const genuine = genuineRecord(verdict.event);
+        if (genuine === undefined) {
+          pending.delete(key);
+          void release(key); // no genuine notification of this key can exist
+          return 'other';
+        }
         logger.warn(
           { transaction_id: n.transaction_id, state: n.state },
           'delivered the service record instead',
         );
-        await emitNow(genuine);
-        return 'delivered';
+        entry.verified = genuine;
       }
+    }
+    return decideThenEmit(entry, entry.verified, attempt);
+  }
+
+  /**
+   * A verified notification, decided by its transaction's lifecycle, then emitted (or `conflict`). A store
+   * that fails to decide is retried as an unanswered verification is: never emitted undecided.
+   */
+  async function decideThenEmit(
+    entry: Pending,
+    verified: IpnNotification,
+    attempt: number,
+  ): Promise<Outcome> {
+    const key = keyOf(entry.notification);
+    let conflict: boolean;
+    try {
+      conflict = (await lifecycle.decideWithin(verified)) === 'conflict';
+    } catch (error) {
+      if (context.isClosed() || pending.get(key) !== entry) return 'other';
+      return later(entry, attempt, { kind: 'later', reason: error, retryAfterMs: 0 });
+    }
+    if (context.isClosed() || pending.get(key) !== entry) return 'other';
+    pending.delete(key);
+    if (conflict) {
+      await lifecycle.conflict(verified);
       return 'other';
     }
+    await emitNow(verified);
+    return 'delivered';
+  }
+
+  /** Verification (or the decision after it) could not be made now: retried, or given up. */
+  function later(entry: Pending, attempt: number, verdict: Extract<Verdict, { kind: 'later' }>): Outcome {
+    const n = entry.notification;
+    const key = keyOf(n);
     if (attempt < options.verifyAttempts) {
       entry.notFoundAt = verdict.notFoundAt ?? entry.notFoundAt;
       const backoff = Math.min(options.verifyRetryDelayMs * 2 ** (attempt - 1), MAX_VERIFY_DELAY);
@@ -94,7 +138,8 @@ export function createVerifyQueue<C>(context: DeliveryContext<C>, source: Status
     }
     pending.delete(key);
     void release(key); // so that a resend or ipn.reconcile() can still deliver it
-    giveUp(n, verdict, attempt);
+    if (verdict.reason instanceof StoreError) report(verdict.reason, n);
+    else giveUp(n, verdict, attempt);
     return 'dead';
   }
 

@@ -111,8 +111,8 @@ export function createIpnPipeline<C>(
    * Claims, unless the router closed meanwhile: then the claim is undone (the inbox keeps a stored one). At
    * once when the store answers synchronously (MemoryStore), else a promise.
    */
-  function admit(n: IpnNotification): Admission | Promise<Admission> {
-    const accepted = delivery.accept(n);
+  function admit(n: IpnNotification, decide = true): Admission | Promise<Admission> {
+    const accepted = delivery.accept(n, decide);
     return accepted instanceof Promise ? accepted.then((done) => admitted(n, done)) : admitted(n, accepted);
   }
 
@@ -145,7 +145,8 @@ export function createIpnPipeline<C>(
    * service resends it until it is expected or the service confirms it.
    */
   async function refuse(n: IpnNotification, event: RejectedEvent): Promise<IpnOutcome> {
-    const admitting = admit(n);
+    // Claimed only to tell a resend, then undone: never decided by the lifecycle (it is not credited).
+    const admitting = admit(n, false);
     const admission = admitting instanceof Promise ? await track(admitting) : admitting;
     if (admission.kind !== 'claimed') return answer(admission, n);
     await delivery.unclaim(n);

@@ -1,4 +1,5 @@
-import { ipnRouter, type IpnRouter, type Store } from '../../lib/index.js';
+import { createStatusClient, ipnRouter, type IpnRouter, type Store } from '../../lib/index.js';
+import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
 import { quiet } from './quiet-logger.js';
 import { recordEvents } from './record-events.js';
 import { failedPayload, successfulPayload } from './payloads.js';
@@ -24,13 +25,14 @@ export const freshId = (): string => {
 };
 
 /** A router over `store`, with listeners that succeed, recording every event. */
-export function lifecycleRouter(store: Store, delivery: Mode) {
+export function lifecycleRouter(store: Store, delivery: Mode, options: object = {}) {
   const ipn: Router = ipnRouter({
     store,
     delivery,
     logger: quiet,
     retryDelayMs: 10,
     recoveryIntervalMs: 60_000,
+    ...options,
   } as never);
   ipn.on('successful', () => {});
   ipn.on('failed', () => {});
@@ -59,16 +61,47 @@ export function lifecycleScenarios(
   modes: Mode[] = ['at-most-once', 'at-least-once'],
 ) {
   const routers: Router[] = [];
-  const open = (delivery: Mode) => {
-    const made = lifecycleRouter(backend.store(), delivery);
+  const open = (delivery: Mode, options?: object) => {
+    const made = lifecycleRouter(backend.store(), delivery, options);
     routers.push(made.ipn);
     return made;
   };
-  beforeAll(async () => backend.ready?.());
+  /** The fake payment service, as `verify`'s status service. */
+  let provider: FakeProvider;
+  beforeAll(async () => {
+    provider = await createFakeProvider({ apiKey: 'lifecycle-key' });
+    await backend.ready?.();
+  });
   afterEach(async () => {
     await Promise.all(routers.splice(0).map((ipn) => ipn.close()));
   });
-  afterAll(async () => backend.close?.());
+  afterAll(async () => {
+    await provider.close();
+    await backend.close?.();
+  });
+  /** A transaction the service ended in `state`, never notified by it: the tests post its notifications. */
+  const transaction = (state: 'SUCCESSFUL' | 'FAILED') => {
+    const id = freshId();
+    provider.initiate({
+      transactionId: id,
+      amount: 2500,
+      customData: 'order-7',
+      ipnUrl: 'http://127.0.0.1:9/unused',
+      outcome: state,
+      deliver: false,
+    });
+    provider.setState(id, state);
+    const body = (posted: 'SUCCESSFUL' | 'FAILED') =>
+      (posted === 'SUCCESSFUL' ? successfulPayload : failedPayload)({
+        transaction_id: id,
+        amount: 2500,
+        custom_data: 'order-7',
+      });
+    return { id, successful: body('SUCCESSFUL'), failed: body('FAILED') };
+  };
+  const verifying = () => ({
+    verify: createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'lifecycle-key' }),
+  });
 
   describe.each(modes)('%s', (delivery) => {
     test('a FAILED after an accepted SUCCESSFUL is answered 200 and emitted as conflict, never as failed', async () => {
@@ -103,6 +136,40 @@ export function lifecycleScenarios(
         expect(recorder.count('failed')).toBe(0);
         expect((await ipn.inbox.get(`${id}:FAILED`))?.status).toBe('dead');
       }
+    });
+
+    // With `verify`, only a verified notification is decided by the lifecycle: a forgery never touches it.
+    test('with verify, a forged SUCCESSFUL of a failed transaction is rejected, and the genuine FAILED after it is failed, not a conflict', async () => {
+      const { recorder, post } = open(delivery, verifying());
+      const { id, successful, failed } = transaction('FAILED');
+      expect(await post(successful)).toBe(200);
+      await until(() => recorder.count('rejected') === 1, 'the forgery rejected');
+      expect(recorder.of('rejected')[0]).toMatchObject({
+        reason: 'mismatch',
+        notification: { transaction_id: id, state: 'SUCCESSFUL' },
+      });
+      expect(await post(failed)).toBe(200);
+      await until(() => recorder.count('failed') === 1, 'the genuine FAILED');
+      expect(recorder.count('conflict')).toBe(0);
+      expect(recorder.count('successful')).toBe(0);
+      // The lifecycle holds the FAILED only: the SUCCESSFUL was never accepted.
+      expect(await backend.store().lifecycle?.decide(id, 'FAILED', 60_000)).toBe('accepted');
+    });
+
+    test('with verify, a forged FAILED of a paid transaction is rejected as forged, never a conflict nor failed', async () => {
+      const { recorder, post } = open(delivery, verifying());
+      const { id, successful, failed } = transaction('SUCCESSFUL');
+      expect(await post(successful)).toBe(200);
+      await until(() => recorder.count('successful') === 1, 'the genuine SUCCESSFUL');
+      expect(await post(failed)).toBe(200);
+      await until(() => recorder.count('rejected') === 1, 'the forgery rejected');
+      expect(recorder.of('rejected')[0]).toMatchObject({
+        reason: 'mismatch',
+        mismatches: ['state'],
+        notification: { transaction_id: id, state: 'FAILED' },
+      });
+      expect(recorder.count('conflict')).toBe(0);
+      expect(recorder.count('failed')).toBe(0);
     });
 
     test('a SUCCESSFUL after a FAILED stays a success, emitted as today', async () => {

@@ -68,6 +68,12 @@ describe('examples/admin-page-fetch.ts (quoted in docs/admin.md), Hono on @hono/
     return { ipn, inbox, url, payload, key, delivered, fixLedger: () => (ledgerUp = true) };
   }
 
+  /** The text of an entry's own page. */
+  const entryPage = async (url: string, key: string): Promise<string> =>
+    (
+      await fetch(`${url}/ops/ipn/entry?key=${encodeURIComponent(key)}`, { headers: { authorization } })
+    ).text();
+
   test('renders the overview (200, HTML, security headers), the customer masked', async () => {
     const { url, payload } = await start();
     const page = await fetch(`${url}/ops/ipn/`, { headers: { authorization } });
@@ -117,14 +123,36 @@ describe('examples/admin-page-fetch.ts (quoted in docs/admin.md), Hono on @hono/
     const label = 'unexpected: not credited, check and replay';
     const overview = await (await fetch(`${url}/ops/ipn/`, { headers: { authorization } })).text();
     expect(overview.split(label)).toHaveLength(2); // once: the dead entry is not labelled
-    const own = await fetch(`${url}/ops/ipn/entry?key=${encodeURIComponent(key)}`, {
-      headers: { authorization },
-    });
-    expect(await own.text()).toContain(label);
-    const other = await fetch(`${url}/ops/ipn/entry?key=${encodeURIComponent(plain)}`, {
-      headers: { authorization },
-    });
-    expect(await other.text()).not.toContain(label);
+    expect(await entryPage(url, key)).toContain(label);
+    expect(await entryPage(url, plain)).not.toContain(label);
+  });
+
+  test('labels an entry kept as a conflict on the overview and its own page, and counts conflicts', async () => {
+    const { url, fixLedger, key: plain, inbox } = await start();
+    fixLedger();
+    const paid = uniquePayload();
+    const id = String(paid.transaction_id);
+    const post = (body: object) =>
+      fetch(`${url}/ipn`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    expect((await post(paid)).status).toBe(200);
+    await until(() => inbox.entries.get(`${id}:SUCCESSFUL`)?.status === 'delivered', 'the SUCCESSFUL');
+    // The service's FAILED after it: kept dead as a conflict, never emitted as failed.
+    expect((await post({ ...paid, state: 'FAILED' })).status).toBe(200);
+    const key = `${id}:FAILED`;
+    await until(() => inbox.entries.get(key)?.lastError?.startsWith('conflict:') === true, 'the conflict');
+    expect(inbox.entries.get(key)?.status).toBe('dead');
+    const label = 'conflict: FAILED after an accepted SUCCESSFUL, not emitted as failed';
+    const overview = await (await fetch(`${url}/ops/ipn/`, { headers: { authorization } })).text();
+    // Once: the plain dead entry (its listener failed) is not labelled.
+    expect(overview.split(label)).toHaveLength(2);
+    expect(overview).toContain(`<span class="status conflict">${label}</span>`);
+    expect(overview).toContain('data-metric="conflicts"><small>conflicts</small><b>1</b>');
+    expect(await entryPage(url, key)).toContain(label);
+    expect(await entryPage(url, plain)).not.toContain(label);
   });
 
   test('without authorization: 401 from the login, never the page', async () => {

@@ -113,6 +113,33 @@ describeWithService('PostgreSQL', 'ipn-kit inbox', () => {
     expect(lines.find((line) => line.startsWith(plain))).not.toContain('not credited');
   });
 
+  test('list labels an entry kept as a conflict; --json and show keep its last error, which says so', async () => {
+    const store = await freshStore();
+    const plain = await entry(store, 'dead');
+    sequence += 1;
+    const key = `TX.${process.pid}.${String(sequence).padStart(4, '0')}:FAILED`;
+    const held = lease();
+    await store.receive(key, { transaction_id: key.split(':')[0], amount: 500 }, held);
+    const error = 'conflict: TX:FAILED contradicts the SUCCESSFUL already accepted for this transaction';
+    await store.settle(key, held.id, { status: 'dead', error });
+
+    const { code, stdout } = await inbox(['list', '--table', store.table]);
+
+    expect(code).toBe(0);
+    const lines = stdout.split('\n');
+    expect(lines.find((line) => line.startsWith(key))).toMatch(
+      / dead \(conflict: FAILED after an accepted SUCCESSFUL, not emitted as failed\) /,
+    );
+    expect(lines.find((line) => line.startsWith(plain))).not.toContain('conflict');
+    const json = await inbox(['list', '--table', store.table, '--status', 'dead', '--json']);
+    const listed = json.stdout
+      .split('\n')
+      .map((line) => JSON.parse(line) as { key: string; lastError: string });
+    expect(listed.find((e) => e.key === key)?.lastError).toBe(error);
+    const shown = await inbox(['show', key, '--table', store.table]);
+    expect(JSON.parse(shown.stdout)).toMatchObject({ key, status: 'dead', lastError: error });
+  });
+
   test('list --status filters, --limit and --offset page, and it says when more may follow', async () => {
     const store = await freshStore();
     const dead = [await entry(store, 'dead'), await entry(store, 'received'), await entry(store, 'dead')];

@@ -101,9 +101,9 @@ describe('the NestJS example on NestJS 12, through a real server', () => {
     expect(provider.statusQueriesFor(paid.transactionId)).toBe(1);
   });
 
-  test('a forged FAILED of a paid transaction is a conflict, never failed', async () => {
-    // A forged FAILED of a real, paid transaction: the store already accepted its SUCCESSFUL, so it is a
-    // conflict (issue 33), never `failed`, whatever the service says.
+  test('a forged FAILED of a paid transaction is rejected, never failed nor a conflict', async () => {
+    // A forged FAILED of a real, paid transaction: `verify` rejects it (the service says SUCCESSFUL), and
+    // only a verified notification is decided by the lifecycle, so it is no conflict (issue 33).
     // (A made-up id is believed forged only once the service says "not found" twice, minIntervalMs apart.)
     const ipnUrl = `${base}/ipn`;
     const real = provider.initiate({ amount: 20, ipnUrl, customData: 'nest-order-3', outcome: 'SUCCESSFUL' });
@@ -111,10 +111,11 @@ describe('the NestJS example on NestJS 12, through a real server', () => {
     await until(() => count('successful', 'nest-order-3') === 1, 'the real credit', 20_000);
     const forgery = { ipnUrl, transactionId: real.transactionId, state: 'FAILED', customData: 'nest-forged' };
     const status = await provider.forge(forgery);
-    await until(() => count('conflict', 'nest-forged') === 1, 'the conflict', 20_000);
+    await until(() => count('rejected', 'nest-forged') === 1, 'the rejection', 20_000);
 
     expect(status).toBe(200);
     expect(count('failed', 'nest-forged')).toBe(0);
+    expect(count('conflict', 'nest-forged')).toBe(0);
   });
 
   test("malformed JSON answers the router's 400 in JSON, not Nest's body parser's, and emits invalid", async () => {

@@ -125,8 +125,9 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
     expect(provider.statusQueriesFor(paid.transactionId)).toBe(1);
   });
 
-  test('App Router: a forged FAILED of a paid transaction is a conflict, never failed', async () => {
-    // A forged FAILED of a real, paid transaction: its SUCCESSFUL was accepted, so it is a conflict (issue 33).
+  test('App Router: a forged FAILED of a paid transaction is rejected, never failed nor a conflict', async () => {
+    // A forged FAILED of a real, paid transaction: `verify` rejects it, and only a verified notification is
+    // decided by the lifecycle, so it is no conflict (issue 33).
     // (A made-up id is believed forged only once the service says "not found" twice, minIntervalMs apart.)
     const ipnUrl = `${base}/api/ipn`;
     const real = provider.initiate({ amount: 20, ipnUrl, customData: 'order-next-3', outcome: 'SUCCESSFUL' });
@@ -139,10 +140,11 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
       customData: 'order-forged',
     };
     const status = await provider.forge(forgery);
-    await until(() => lines('conflict order-forged').length === 1, 'the conflict', 20_000);
+    await until(() => lines('rejected order-forged').length === 1, 'the rejection', 20_000);
 
     expect(status).toBe(200);
-    expect(lines('conflict order-forged')).toEqual(['conflict order-forged: paid already']);
+    expect(lines('rejected order-forged')).toEqual(['rejected order-forged: mismatch']);
+    expect(lines('conflict order-forged')).toEqual([]);
     expect(lines('failed order-forged')).toEqual([]);
     expect(lines('credit order-forged')).toEqual([]);
   });

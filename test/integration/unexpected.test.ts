@@ -12,7 +12,7 @@ import { PostgresStore } from 'ipn-kit/postgres';
 import { RedisStore } from 'ipn-kit/redis';
 import { SqliteStore } from 'ipn-kit/sqlite';
 import { createFakeProvider, type FakeProvider } from 'ipn-kit/testing';
-import { uniquePayload } from '../helpers/payloads.js';
+import { failedPayload, uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { listen, settle, type Running } from '../helpers/servers.js';
@@ -148,10 +148,23 @@ function suite(name: string, makeBackend: () => Backend): void {
 
       // A forged fresh id: the service does not know it, never credited.
       const forgedId = `FRG.${randomUUID().slice(0, 8)}`;
-      await provider.forge({ ipnUrl: b.url, transactionId: forgedId, customData: 'order-x', amount: 7000 });
+      const answered = await provider.forge({
+        ipnUrl: b.url,
+        transactionId: forgedId,
+        customData: 'order-x',
+        amount: 7000,
+      });
+      // At most once nothing keeps it: 503, so that a genuine one is resent (a forgery's resends are refused).
+      expect(answered).toBe(delivery === 'at-least-once' ? 200 : 503);
       await eventually(() => expect(b.recorder.count('rejected')).toBe(1));
       expect(b.recorder.of('rejected')[0]).toMatchObject({ reason: 'unexpected' });
       expect(provider.statusQueriesFor(forgedId)).toBe(1);
+      if (delivery === 'at-least-once') {
+        // Marked kept by the query's answer, saying why.
+        const kept = await b.ipn.inbox.get(`${forgedId}:SUCCESSFUL`);
+        expect(kept?.status).toBe('failed');
+        expect(kept?.lastError).toMatch(/^unexpected: .*the payment service does not know it; kept/);
+      }
       expect(credited()).toBe(1);
     });
 
@@ -226,7 +239,10 @@ function suite(name: string, makeBackend: () => Backend): void {
         expect(await tx.delivered).toMatchObject({ acknowledged: true });
         const key = `${tx.transactionId}:SUCCESSFUL`;
         await eventually(() => expect(gated.calls()).toBe(1));
-        expect((await b.ipn.inbox.get(key))?.lastError).toMatch(/^unexpected: /);
+        // Kept under its hold lease while its query runs (the answer ends that lease, as a replay would).
+        const waiting = await b.ipn.inbox.get(key);
+        expect(waiting?.status).toBe('received');
+        expect(waiting?.leaseUntil?.getTime()).toBeGreaterThan(Date.now() + 365 * 24 * 60 * 60_000);
         expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(0);
         gated.open();
         await eventually(() =>
@@ -260,6 +276,82 @@ function suite(name: string, makeBackend: () => Backend): void {
         await settle();
         expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(1);
       });
+
+      // SQLite has one writer: a replay waits for the running delivery's transaction, which the test holds.
+      const writersWait = name === 'SqliteStore';
+      (writersWait ? test.skip : test)(
+        "the confirmation and an operator's replay at once: the replay lands while the confirmed delivery runs, credited once",
+        async () => {
+          // The confirmation's instance reads the entry through a store that holds a read of it (after
+          // making it) until the test says: a confirmation that reads "kept" and then makes it due acts on
+          // a read the replay and its delivery made stale.
+          const gated = gatedStatusClient();
+          let holdReads = false;
+          let readHeld!: () => void;
+          const heldRead = new Promise<void>((resolve) => (readHeld = resolve));
+          let letRead!: () => void;
+          const readGate = new Promise<void>((resolve) => (letRead = resolve));
+          type Method = (...args: unknown[]) => unknown;
+          const inner = backend.store();
+          const holding = new Proxy(inner, {
+            get(target, property) {
+              const value: unknown = Reflect.get(target, property, target);
+              if (property === 'get' && typeof value === 'function')
+                return async (key: string) => {
+                  const entry: unknown = await (value as Method).call(target, key);
+                  if (holdReads) {
+                    readHeld();
+                    await readGate;
+                  }
+                  return entry;
+                };
+              return typeof value === 'function' ? (value as Method).bind(target) : value;
+            },
+          });
+          const a = await instance(backend.store(), { statusClient: gated.statusClient });
+          const b = await instance(holding, { statusClient: gated.statusClient });
+          await a.ipn.expect(`EXP.${randomUUID().slice(0, 8)}`, { amount: 5000, customData: 'x' });
+          // The first delivery's listener waits until the test lets it finish: its delivery is running.
+          let entered = 0;
+          let letListener!: () => void;
+          const listenerGate = new Promise<void>((resolve) => (letListener = resolve));
+          for (const ipn of [a.ipn, b.ipn])
+            ipn.on('successful', async () => {
+              entered += 1;
+              if (entered === 1) await listenerGate;
+            });
+          const payload = uniquePayload({ amount: 7250, custom_data: 'order-at-once' });
+          const id = payload.transaction_id as string;
+          const key = `${id}:SUCCESSFUL`;
+          provider.initiate({
+            transactionId: id,
+            amount: 7250,
+            ipnUrl: 'http://127.0.0.1:9/unused',
+            customData: 'order-at-once',
+            outcome: 'SUCCESSFUL',
+            deliver: false,
+          });
+          provider.setState(id, 'SUCCESSFUL');
+          expect((await post(b.url, payload)).status).toBe(200);
+          await eventually(() => expect(gated.calls()).toBe(1));
+          holdReads = true;
+          gated.open();
+          // The confirmation is between its read and its write, or its delivery is running.
+          await Promise.race([heldRead, eventually(() => expect(entered).toBe(1))]);
+          expect(await a.ipn.inbox.replay(key)).toBe(true);
+          await eventually(() => expect(entered).toBe(1));
+          letListener();
+          await eventually(async () => expect((await a.ipn.inbox.get(key))?.status).toBe('delivered'));
+          holdReads = false;
+          letRead();
+          await settle();
+          await a.ipn.drain({ budgetMs: 2_000 });
+          await b.ipn.drain({ budgetMs: 2_000 });
+          await settle();
+          expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(1);
+          expect((await a.ipn.inbox.get(key))?.status).toBe('delivered');
+        },
+      );
 
       test('a crash between the two writes that keep it (settle fails after receive): never credited, and a replay of its key delivers it once', async () => {
         const inner = backend.store();
@@ -309,6 +401,39 @@ function suite(name: string, makeBackend: () => Backend): void {
         expect(a.recorder.count('successful') + b.recorder.count('successful')).toBe(1);
       });
     } else {
+      test('at most once, a refused unexpected SUCCESSFUL never touches the lifecycle: the genuine FAILED, once expected, is failed, not a conflict', async () => {
+        const { b } = await fleet(); // no status client: refused, answered 503
+        const id = `FRG.${randomUUID().slice(0, 8)}`;
+        const fields = { transaction_id: id, amount: 5000, custom_data: 'order-refused' };
+        expect((await post(b.url, uniquePayload(fields))).status).toBe(503);
+        await eventually(() => expect(b.recorder.count('rejected')).toBe(1));
+        await b.ipn.expect(id, { amount: 5000, customData: 'order-refused' });
+        expect((await post(b.url, failedPayload(fields))).status).toBe(200);
+        await eventually(() => expect(b.recorder.count('failed')).toBe(1));
+        expect(b.recorder.count('conflict')).toBe(0);
+        expect(b.recorder.count('successful')).toBe(0);
+      });
+
+      test('at most once, a genuine unexpected one refused (503) is never lost: once the service stopped resending, reconcile credits it once', async () => {
+        const { b } = await fleet({ statusClient: statusClient(), unexpected: 'reject' });
+        const tx = provider.initiate({
+          amount: 6100,
+          ipnUrl: 'http://127.0.0.1:9/unused',
+          customData: 'order-reconciled',
+          outcome: 'SUCCESSFUL',
+          deliver: false,
+        });
+        provider.setState(tx.transactionId, 'SUCCESSFUL');
+        const fields = { transaction_id: tx.transactionId, amount: 6100, custom_data: 'order-reconciled' };
+        expect((await post(b.url, uniquePayload(fields))).status).toBe(503);
+        await eventually(() => expect(b.recorder.count('rejected')).toBe(1));
+        expect(b.recorder.count('successful')).toBe(0);
+        expect(await b.ipn.reconcile(tx.transactionId)).toMatchObject({ emitted: true });
+        await eventually(() => expect(b.recorder.count('successful')).toBe(1));
+        expect(await b.ipn.reconcile(tx.transactionId)).toMatchObject({ emitted: false });
+        expect(b.recorder.count('successful')).toBe(1);
+      });
+
       test('at most once, a slow status query is answered 503 after storeTimeoutMs; the resend is confirmed from the cached answer and credited once', async () => {
         const gated = gatedStatusClient();
         const { b } = await fleet({ statusClient: gated.statusClient, storeTimeoutMs: 300 });

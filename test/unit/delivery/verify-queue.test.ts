@@ -1,4 +1,5 @@
 import { createVerifyQueue } from '../../../lib/delivery/verify-queue.js';
+import { createLifecycle } from '../../../lib/delivery/lifecycle.js';
 import { keyOf } from '../../../lib/delivery/delivery-context.js';
 import type { Options } from '../../../lib/config/options.js';
 import type { IpnNotification } from '../../../lib/notification/schema.js';
@@ -35,7 +36,7 @@ function setup(getStatus: StatusSource['getStatus'], options: Partial<Options> =
     maxPendingVerifications: 2,
     ...options,
   });
-  const queue = createVerifyQueue(harness.context, source);
+  const queue = createVerifyQueue(harness.context, source, createLifecycle(harness.context, undefined));
   const credited: IpnNotification[] = [];
   harness.ipn.on('successful', (n) => void credited.push(n));
   /** Starts verifying `n` as the router does: a place reserved, then the claim made. */
@@ -134,6 +135,48 @@ describe('createVerifyQueue', () => {
     expect(credited.map((n) => n.custom_data)).toEqual([genuine.custom_data]);
     expect(release).not.toHaveBeenCalled();
     expect(said('warn').map((line) => line.message)).toContain('delivered the service record instead');
+  });
+
+  test('a verified notification whose lifecycle the store fails to decide is decided again, never emitted undecided nor verified twice', async () => {
+    const store = new MemoryStore();
+    const decide = jest
+      .spyOn(store.lifecycle, 'decide')
+      .mockImplementationOnce(() => {
+        throw new Error('connection reset');
+      })
+      .mockImplementationOnce(() => Promise.reject(new Error('connection reset')) as never);
+    const n = uniqueNotification();
+    const { accept, source, credited, of, release } = setup(() => Promise.resolve(n), { store });
+    await accept(n);
+    expect(credited).toEqual([]);
+    await jest.advanceTimersByTimeAsync(1_000);
+    await settle();
+    expect(credited).toEqual([]);
+    await jest.advanceTimersByTimeAsync(2_000);
+    await settle();
+    expect(credited).toEqual([n]);
+    expect(decide).toHaveBeenCalledTimes(3);
+    expect(source.getStatus).toHaveBeenCalledTimes(1);
+    expect(of('error')).toEqual([]);
+    expect(release).not.toHaveBeenCalled();
+  });
+
+  test('a lifecycle the store never decides within verifyAttempts: the StoreError reported, the key released, nothing emitted', async () => {
+    const store = new MemoryStore();
+    jest
+      .spyOn(store.lifecycle, 'decide')
+      .mockImplementation(() => Promise.reject(new Error('down')) as never);
+    const n = uniqueNotification();
+    const { accept, credited, of } = setup(() => Promise.resolve(n), { store });
+    const release = jest.spyOn(store, 'release');
+    await accept(n);
+    await jest.advanceTimersByTimeAsync(3_000);
+    await settle();
+    expect(credited).toEqual([]);
+    expect(of('error').map((e) => e.error.message)).toEqual([
+      expect.stringMatching(/failed to decide the lifecycle of .*: down/),
+    ]);
+    expect(release).toHaveBeenCalledWith(keyOf(n));
   });
 
   test('a state the service still reports pending after verifyAttempts is rejected as not_final', async () => {
