@@ -74,14 +74,18 @@ export const insertOrder = (pool: Pool, order: OrderRow) =>
  * answered 200 and its entry fails with NOT_THE_PAYMENT (retried, then `dead`); no ledger row is written,
  * and no order is marked paid.
  */
-export async function expectNothingCredited(pool: Pool, post: (body: unknown) => Promise<Response>) {
+export async function expectNothingCredited(
+  pool: Pool,
+  post: (body: unknown) => Promise<{ status: number }>,
+  inbox = 'ipn_inbox',
+) {
   const refused = refusedPayments();
   for (const { why, payload, order } of refused) {
     if (order) await insertOrder(pool, order);
     expect((await post(payload)).status).toBe(200);
     const entry = async () =>
       (
-        await pool.query('SELECT status, last_error FROM ipn_inbox WHERE transaction_id = $1', [
+        await pool.query(`SELECT status, last_error FROM ${inbox} WHERE transaction_id = $1`, [
           payload.transaction_id,
         ])
       ).rows[0] as { status: string; last_error: string | null } | undefined;
