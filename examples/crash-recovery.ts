@@ -49,6 +49,8 @@ export interface CrashRecoverySummary {
   ledgerTable: string;
   /** The inbox table, made for the run (with `<inboxTable>_expected`), gone as the ledger table is. */
   inboxTable: string;
+  /** The orders table, made for the run with the payment's order in it, gone as the ledger table is. */
+  ordersTable: string;
   /** The whole ledger, read back at the end. */
   ledger: LedgerRow[];
 }
@@ -80,9 +82,11 @@ interface SceneDatabase {
   store: PostgresStore | SqliteStore;
   ledgerTable: string;
   inboxTable: string;
+  ordersTable: string;
   /** How the ledger app reaches the same database. */
   app: LedgerAppConfig['database'];
-  createLedger(): Promise<void> | void;
+  /** Makes the ledger, and the orders with `order` in it, initiated with its transaction and amount. */
+  createLedger(order: typeof PAYMENT): Promise<void> | void;
   rowsOf(transactionId: string): Promise<number> | number;
   readLedger(): Promise<LedgerRow[]> | LedgerRow[];
   query: SceneQuery;
@@ -139,12 +143,12 @@ async function playCrash(
   database: SceneDatabase,
   beforeLedgerRead: CrashRecoveryOptions['beforeLedgerRead'] | undefined,
 ): Promise<CrashRecoverySummary> {
-  const { store, ledgerTable, inboxTable } = database;
+  const { store, ledgerTable, inboxTable, ordersTable } = database;
   const provider = await createFakeProvider({ apiKey: 'demo-api-key' });
   const running = new Set<ChildProcess>();
   const start = (holdAfterWrite: boolean) =>
     startLedgerApp(
-      { database: database.app, inboxTable, ledgerTable, leaseMs: LEASE_MS, holdAfterWrite },
+      { database: database.app, inboxTable, ledgerTable, ordersTable, leaseMs: LEASE_MS, holdAfterWrite },
       running,
     );
   const key = `${PAYMENT.transactionId}:SUCCESSFUL`;
@@ -155,7 +159,7 @@ async function playCrash(
   };
   try {
     await store.migrate();
-    await database.createLedger();
+    await database.createLedger(PAYMENT);
 
     const first = await start(true);
     const written = first.written();
@@ -201,6 +205,7 @@ async function playCrash(
       leaseMs: LEASE_MS,
       ledgerTable,
       inboxTable,
+      ordersTable,
       ledger: await database.readLedger(),
     };
   } finally {
@@ -222,17 +227,28 @@ async function openPostgres(url: string): Promise<SceneDatabase> {
   const suffix = `${process.pid}_${randomBytes(3).toString('hex')}`;
   const inboxTable = `ipn_demo_inbox_${suffix}`;
   const ledgerTable = `ipn_demo_ledger_${suffix}`;
+  const ordersTable = `ipn_demo_orders_${suffix}`;
   return {
     name: 'PostgreSQL',
     store: new PostgresStore({ pool, table: inboxTable }),
     ledgerTable,
     inboxTable,
+    ordersTable,
     app: { url },
     // No unique constraint: a second credit of the payment would be a second row, for all to see.
-    createLedger: async () =>
-      void (await pool.query(
+    createLedger: async (order) => {
+      await pool.query(
         `CREATE TABLE ${ledgerTable} (transaction_id text NOT NULL, order_id text NOT NULL, amount numeric)`,
-      )),
+      );
+      await pool.query(
+        `CREATE TABLE ${ordersTable} (id text PRIMARY KEY, transaction_id text NOT NULL, amount numeric NOT NULL, paid_at timestamptz)`,
+      );
+      await pool.query(`INSERT INTO ${ordersTable} (id, transaction_id, amount) VALUES ($1, $2, $3)`, [
+        order.orderId,
+        order.transactionId,
+        order.amount,
+      ]);
+    },
     rowsOf: async (transactionId) => {
       const sql = `SELECT count(*)::int AS n FROM ${ledgerTable} WHERE transaction_id = $1`;
       const { rows } = await pool.query<{ n: number }>(sql, [transactionId]);
@@ -244,7 +260,7 @@ async function openPostgres(url: string): Promise<SceneDatabase> {
     },
     query: async (sql) => (await pool.query<Record<string, unknown>>(sql)).rows,
     end: async () => {
-      const tables = `${ledgerTable}, ${inboxTable}, ${inboxTable}_expected`;
+      const tables = `${ledgerTable}, ${ordersTable}, ${inboxTable}, ${inboxTable}_expected`;
       await pool
         .query(`DROP TABLE IF EXISTS ${tables}`)
         .catch((error: unknown) => console.error(`could not drop ${tables}: ${reasonOf(error)}`));
@@ -268,17 +284,28 @@ function openSqlite(): SceneDatabase {
     throw error;
   }
   const ledgerTable = 'ledger';
+  const ordersTable = 'orders';
   return {
     name: 'SQLite',
     store,
     ledgerTable,
     inboxTable: store.table,
+    ordersTable,
     app: { sqliteFile: file },
     // In the inbox's file, with no unique constraint, as on PostgreSQL.
-    createLedger: () =>
-      void db.exec(
+    createLedger: (order) => {
+      db.exec(
         `CREATE TABLE ${ledgerTable} (transaction_id text NOT NULL, order_id text NOT NULL, amount integer)`,
-      ),
+      );
+      db.exec(
+        `CREATE TABLE ${ordersTable} (id text PRIMARY KEY, transaction_id text NOT NULL, amount integer NOT NULL, paid_at text)`,
+      );
+      db.prepare(`INSERT INTO ${ordersTable} (id, transaction_id, amount) VALUES (?, ?, ?)`).run(
+        order.orderId,
+        order.transactionId,
+        order.amount,
+      );
+    },
     rowsOf: (transactionId) => {
       const sql = `SELECT count(*) AS n FROM ${ledgerTable} WHERE transaction_id = ?`;
       return (db.prepare(sql).get(transactionId) as { n: number }).n;

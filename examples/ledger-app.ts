@@ -1,12 +1,13 @@
 /**
  * The partner app of the demo's crash scene (`examples/crash-recovery.ts`), in a process of its own so that
  * the scene can kill it: a PostgreSQL inbox, at-least-once delivery, and a `successful` listener that credits
- * the order with one ledger row written through `db`, inside the delivery's transaction. Without PostgreSQL
- * the scene runs `examples/sqlite-ledger-app.ts`, the same app on SQLite.
+ * the order it was initiated for (its transaction, its amount, once) with one ledger row written through
+ * `db`, inside the delivery's transaction. Without PostgreSQL the scene runs `examples/sqlite-ledger-app.ts`,
+ * the same app on SQLite.
  *
  * Run with `node --import tsx`; configured by the environment: DATABASE_URL, INBOX_TABLE, LEDGER_TABLE,
- * LEASE_MS, and HOLD_AFTER_WRITE=1 to keep the first attempt open after its write, until the scene kills
- * the process. Talks to the scene over IPC: `{ type: 'ready', url }` once it listens, then
+ * ORDERS_TABLE, LEASE_MS, and HOLD_AFTER_WRITE=1 to keep the first attempt open after its write, until the
+ * scene kills the process. Talks to the scene over IPC: `{ type: 'ready', url }` once it listens, then
  * `{ type: 'written', transactionId, attempt }` each time its listener wrote a ledger row.
  *
  * No `verify`, to keep the scene about the crash: a real app confirms each notification as the demo's first
@@ -19,6 +20,7 @@ import { ipnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 
 const ledger = process.env.LEDGER_TABLE ?? 'ledger';
+const orders = process.env.ORDERS_TABLE ?? 'orders';
 const pool = new Pool({ connectionString: process.env.DATABASE_URL, max: 4 });
 pool.on('error', (error) => console.error('idle PostgreSQL client failed:', error.message));
 
@@ -34,6 +36,14 @@ const ipn = ipnRouter({
 });
 
 ipn.on('successful', async (n, { db, attempt }) => {
+  // Only the order this transaction was initiated for (custom_data), for its amount, and only once:
+  // otherwise the throw rolls back, and after its retries the notification is `dead`, for a person to see.
+  const paid = await db.query(
+    `UPDATE ${orders} SET paid_at = now() WHERE id = $1 AND transaction_id = $2 AND amount = $3 AND paid_at IS NULL`,
+    [n.custom_data, n.transaction_id, n.amount],
+  );
+  if (paid.rowCount !== 1)
+    throw new Error(`${n.transaction_id} is not the payment of order ${n.custom_data}`);
   // No unique key on the ledger: this row commits with the inbox's `delivered` mark, or not at all.
   await db.query(`INSERT INTO ${ledger} (transaction_id, order_id, amount) VALUES ($1, $2, $3)`, [
     n.transaction_id,

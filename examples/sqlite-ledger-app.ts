@@ -1,14 +1,14 @@
 /**
  * The partner app of the demo's crash scene when there is no PostgreSQL (`examples/crash-recovery.ts`), in a
  * process of its own so that the scene can kill it: a SQLite inbox in one file, at-least-once delivery, and
- * a `successful` listener that credits the order with one ledger row in the same file, written through `db`
- * (the delivery's own connection), inside the delivery's transaction. `examples/ledger-app.ts` is the same
- * app on PostgreSQL.
+ * a `successful` listener that credits the order it was initiated for (its transaction, its amount, once)
+ * with one ledger row in the same file, written through `db` (the delivery's own connection), inside the
+ * delivery's transaction. `examples/ledger-app.ts` is the same app on PostgreSQL.
  *
  * Run with `node --import tsx`; configured by the environment: SQLITE_FILE, INBOX_TABLE, LEDGER_TABLE,
- * LEASE_MS, and HOLD_AFTER_WRITE=1 to keep the first attempt open after its write, until the scene kills
- * the process. Talks to the scene over IPC as `examples/ledger-app.ts` does: `{ type: 'ready', url }` once
- * it listens, then `{ type: 'written', transactionId, attempt }` each time its listener wrote a ledger row.
+ * ORDERS_TABLE, LEASE_MS, and HOLD_AFTER_WRITE=1 to keep the first attempt open after its write, until the
+ * scene kills the process. Talks to the scene over IPC as `examples/ledger-app.ts` does: `{ type: 'ready',
+ * url }` once it listens, then `{ type: 'written', transactionId, attempt }` each time its listener wrote a ledger row.
  *
  * No `verify`, to keep the scene about the crash: a real app confirms each notification as the demo's first
  * scene does, before crediting it.
@@ -22,6 +22,7 @@ import { SqliteStore } from 'ipn-kit/sqlite';
 const file = process.env.SQLITE_FILE;
 if (!file) throw new Error('SQLITE_FILE: the SQLite file of the inbox and the ledger');
 const ledger = process.env.LEDGER_TABLE ?? 'ledger';
+const orders = process.env.ORDERS_TABLE ?? 'orders';
 
 const ipn = ipnRouter({
   // The store opens a second connection to the file for delivery transactions: the listener's `db`.
@@ -36,6 +37,14 @@ const ipn = ipnRouter({
 });
 
 ipn.on('successful', async (n, { db, attempt }) => {
+  // Only the order this transaction was initiated for (custom_data), for its amount, and only once:
+  // otherwise the throw rolls back, and after its retries the notification is `dead`, for a person to see.
+  const paid = db
+    .prepare(
+      `UPDATE ${orders} SET paid_at = datetime('now') WHERE id = ? AND transaction_id = ? AND amount = ? AND paid_at IS NULL`,
+    )
+    .run(n.custom_data, n.transaction_id, n.amount);
+  if (paid.changes !== 1) throw new Error(`${n.transaction_id} is not the payment of order ${n.custom_data}`);
   // No unique key on the ledger: this row commits with the inbox's `delivered` mark, or not at all.
   db.prepare(`INSERT INTO ${ledger} (transaction_id, order_id, amount) VALUES (?, ?, ?)`).run(
     n.transaction_id,

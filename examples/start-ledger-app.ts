@@ -17,6 +17,8 @@ export interface LedgerAppConfig {
   database: { url: string } | { sqliteFile: string };
   inboxTable: string;
   ledgerTable: string;
+  /** The partner's orders, each with the transaction_id and the amount it was initiated with. */
+  ordersTable: string;
   leaseMs: number;
   /** Keep the first attempt open after its write, until the process is killed. */
   holdAfterWrite: boolean;
@@ -52,6 +54,7 @@ export async function startLedgerApp(
       ...where,
       INBOX_TABLE: config.inboxTable,
       LEDGER_TABLE: config.ledgerTable,
+      ORDERS_TABLE: config.ordersTable,
       LEASE_MS: String(config.leaseMs),
       HOLD_AFTER_WRITE: config.holdAfterWrite ? '1' : '0',
     },

@@ -20,10 +20,26 @@ pool.on('error', (error) => console.error('idle PostgreSQL connection lost', err
 const store = new PostgresStore({ pool });
 const ipn = ipnRouter({ store, delivery: 'at-least-once' });
 
-ipn.on('successful', (payment) => {
-  // Credit the order here (a throw is retried: the inbox keeps the notification until a listener succeeds).
-  console.log('credited', payment.transaction_id);
+ipn.on('successful', async (n, { db }) => {
+  // db: this delivery's transaction, committed with the inbox's `delivered` mark. Only the order this
+  // transaction was initiated for (custom_data), for its amount, and only once:
+  const paid = await db.query(
+    'UPDATE orders SET paid_at = now() WHERE id = $1 AND transaction_id = $2 AND amount = $3 AND paid_at IS NULL',
+    [n.custom_data, n.transaction_id, n.amount],
+  );
+  // Otherwise credit nothing: the throw rolls back; after its retries the notification is `dead`.
+  if (paid.rowCount !== 1)
+    throw new Error(`${n.transaction_id} is not the payment of order ${n.custom_data}`);
+  await db.query('INSERT INTO ledger (transaction_id, order_id, amount) VALUES ($1, $2, $3)', [
+    n.transaction_id,
+    n.custom_data,
+    n.amount,
+  ]);
+  console.log('credited', n.transaction_id);
 });
+ipn.on('error', ({ error, notification }) =>
+  console.error('ipn', notification?.transaction_id, error.message),
+);
 
 // EdgeRuntime.waitUntil (Supabase's) keeps the function alive for the work after the 200: your listeners,
 // and the inbox marking the notification delivered. Plain Deno has no EdgeRuntime and needs none.

@@ -13,9 +13,21 @@ interface Env {
 /** A router and your listeners, over this request's store. */
 function router(store: PostgresStore<Pool>) {
   const ipn = ipnRouter({ store, delivery: 'at-least-once' });
-  ipn.on('successful', async (notification, { db }) => {
-    // db: this delivery's transaction, committed with the 'delivered' mark. Credit the order here.
-    await db.query('SELECT $1::text AS credited', [notification.transaction_id]);
+  ipn.on('successful', async (n, { db }) => {
+    // db: this delivery's transaction, committed with the 'delivered' mark. Only the order this transaction
+    // was initiated for (custom_data), for its amount, and only once:
+    const paid = await db.query(
+      'UPDATE orders SET paid_at = now() WHERE id = $1 AND transaction_id = $2 AND amount = $3 AND paid_at IS NULL',
+      [n.custom_data, n.transaction_id, n.amount],
+    );
+    // Otherwise credit nothing: the throw rolls back; the Cron Trigger's passes retry it, then it is `dead`.
+    if (paid.rowCount !== 1)
+      throw new Error(`${n.transaction_id} is not the payment of order ${n.custom_data}`);
+    await db.query('INSERT INTO ledger (transaction_id, order_id, amount) VALUES ($1, $2, $3)', [
+      n.transaction_id,
+      n.custom_data,
+      n.amount,
+    ]);
   });
   return ipn;
 }

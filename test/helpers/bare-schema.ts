@@ -56,6 +56,3 @@ export function bareSchema(prefix: string, sql: string[] = []) {
     }),
   };
 }
-
-/** The partner's `orders` of the documented listeners, which they mark paid. */
-export const ORDERS = 'CREATE TABLE orders (id text PRIMARY KEY, paid_at timestamptz)';

@@ -211,7 +211,7 @@ describeWithService('PostgreSQL', "the demo's third scene: a crash survived with
   });
 
   it('drops its tables when it ends', async () => {
-    const tables = [scene.ledgerTable, scene.inboxTable, `${scene.inboxTable}_expected`];
+    const tables = [scene.ledgerTable, scene.ordersTable, scene.inboxTable, `${scene.inboxTable}_expected`];
     expect(await existing(tables)).toEqual([]);
   });
 

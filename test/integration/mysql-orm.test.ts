@@ -8,6 +8,13 @@ import { knexLedgerRouter } from '../../examples/snippets/orm/knex-mysql.js';
 import { sequelizeLedgerRouter } from '../../examples/snippets/orm/sequelize-mysql.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
+import {
+  NOT_THE_PAYMENT,
+  orderOf,
+  orderPayment,
+  refusedPayments,
+  type OrderRow,
+} from '../helpers/refused-payments.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { servedRouters } from '../helpers/servers.js';
 import { describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
@@ -440,6 +447,9 @@ describeWithService(
       await pool.query(
         'CREATE TABLE ledger (transaction_id VARCHAR(255) NOT NULL, order_id VARCHAR(255), amount DECIMAL(12, 2))',
       );
+      await pool.query(
+        'CREATE TABLE orders (id VARCHAR(255) PRIMARY KEY, transaction_id VARCHAR(255) NOT NULL, amount DECIMAL(12, 2) NOT NULL, paid_at DATETIME NULL)',
+      );
     });
     afterAll(async () => {
       await pool?.end();
@@ -454,6 +464,11 @@ describeWithService(
       );
       return Number(rows[0]?.n);
     };
+    const insertOrder = (order: OrderRow) =>
+      pool.query(
+        'INSERT INTO orders (id, transaction_id, amount, paid_at) VALUES (?, ?, ?, IF(?, NOW(), NULL))',
+        [order.id, order.transactionId, order.amount, order.paid],
+      );
 
     test.each([
       [
@@ -475,7 +490,8 @@ describeWithService(
       try {
         await store.migrate();
         const { post } = await serve(ipn);
-        const payload = uniquePayload({ custom_data: `order-${process.pid}` });
+        const payload = orderPayment();
+        await insertOrder(orderOf(payload));
         expect((await post(payload)).status).toBe(200);
         expect((await post(payload)).status).toBe(200);
         await eventually('delivered', async () => {
@@ -483,6 +499,27 @@ describeWithService(
           return entry?.status === 'delivered';
         });
         expect(await rowsOf(payload.transaction_id)).toBe(1);
+
+        // Another amount, another transaction, an unknown order, an order already paid: nothing credited.
+        const refused = refusedPayments();
+        for (const { why, payload: other, order } of refused) {
+          if (order) await insertOrder(order);
+          expect((await post(other)).status).toBe(200);
+          const key = `${String(other.transaction_id)}:SUCCESSFUL`;
+          await eventually(`${why}: failed`, async () =>
+            ['failed', 'dead'].includes((await store.get(key))?.status ?? ''),
+          );
+          expect({ why, error: (await store.get(key))?.lastError }).toEqual({
+            why,
+            error: expect.stringMatching(NOT_THE_PAYMENT),
+          });
+          expect({ why, credited: await rowsOf(other.transaction_id) }).toEqual({ why, credited: 0 });
+        }
+        const [paid] = await pool.query<RowDataPacket[]>(
+          'SELECT id FROM orders WHERE id IN (?) AND paid_at IS NOT NULL',
+          [refused.map(({ payload: other }) => other.custom_data)],
+        );
+        expect(paid).toEqual([{ id: refused[3]?.order?.id }]); // only the order paid before
         await ipn.close();
       } finally {
         await close();

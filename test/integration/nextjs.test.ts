@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
 import { buildNextApp, isBuilt, NEXT_BIN, nextAppDir } from '../helpers/next-app.js';
 import { ledgerSchema } from '../helpers/ledger-schema.js';
+import { insertOrder, NOT_THE_PAYMENT, ORDERS } from '../helpers/refused-payments.js';
 import { databaseUrl, describeWithService, eventually, unreachable } from '../helpers/services.js';
 import { until } from '../helpers/until.js';
 
@@ -62,6 +63,7 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
           'DROP TABLE ipn_inbox',
           'DROP TABLE ipn_inbox_expected',
           'ALTER TABLE ledger ADD COLUMN id serial PRIMARY KEY',
+          ORDERS,
         ])
       : undefined;
 
@@ -104,6 +106,56 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
 
   const post = (path: string, body: string, type = 'application/json') =>
     fetch(`${base}${path}`, { method: 'POST', headers: { 'content-type': type }, body });
+
+  let initiated = 0;
+  const nextTransactionId = () => {
+    initiated += 1;
+    return `NXT.${process.pid}${String(initiated).padStart(4, '0')}`;
+  };
+  /**
+   * The database routes credit only the order a payment was initiated for: the order `id`, recorded with
+   * the transaction_id the service gives (chosen here) and `amount` (`paid` already, or not), is returned
+   * with that transaction_id, ready for provider.initiate().
+   */
+  const newOrder = async (id: string, amount: number, paid = false) => {
+    const transactionId = nextTransactionId();
+    await insertOrder(ledger!.pool(), { id, transactionId, amount, paid });
+    return transactionId;
+  };
+  /**
+   * A payment of `amount` to `path` for an order of another amount, an unknown order and an order already
+   * paid: each is answered 200 and fails in the listener (retried, then dead), and none is credited.
+   */
+  const expectNothingCredited = async (path: string, prefix: string) => {
+    const cases = [
+      { why: 'another amount', order: { amount: 9_999, paid: false } },
+      { why: 'an unknown order', order: undefined },
+      { why: 'an order already paid', order: { amount: 80, paid: true } },
+    ];
+    for (const [index, { why, order }] of cases.entries()) {
+      const customData = `${prefix}-refused-${index}`;
+      const transactionId = order
+        ? await newOrder(customData, order.amount, order.paid)
+        : nextTransactionId();
+      const payment = provider.initiate({
+        amount: 80,
+        ipnUrl: `${base}${path}`,
+        customData,
+        outcome: 'SUCCESSFUL',
+        transactionId,
+      });
+      expect((await payment.delivered).statuses).toEqual([200]);
+      const key = `${transactionId}:SUCCESSFUL`;
+      await eventually(`${why}: a failed attempt`, async () =>
+        Boolean((await ledger!.entryOf(key))?.last_error),
+      );
+      expect({ why, error: (await ledger!.entryOf(key))?.last_error }).toEqual({
+        why,
+        error: expect.stringMatching(NOT_THE_PAYMENT),
+      });
+      expect({ why, ledger: await ledger!.ledgerOf(transactionId) }).toEqual({ why, ledger: [] });
+    }
+  };
 
   test('App Router: a payment notified then resent twice answers 200 each time and is credited once', async () => {
     const ipnUrl = `${base}/api/ipn`;
@@ -217,6 +269,7 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
         customData: 'order-drizzle-1',
         outcome: 'SUCCESSFUL',
         duplicates: 1,
+        transactionId: await newOrder('order-drizzle-1', 1200),
       });
       const report = await paid.delivered;
       const key = `${paid.transactionId}:SUCCESSFUL`;
@@ -231,6 +284,9 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
         `ledger order-drizzle-1: 1200 (${paid.transactionId})`,
       ]);
     });
+
+    test('a payment of another amount, of an unknown order or of an order already paid credits nothing', () =>
+      expectNothingCredited('/api/ledger-ipn', 'order-drizzle'));
   });
 
   // docs/recipes.md, "Next.js App Router and Prisma 7": the singleton, instrumentation.ts, the route.
@@ -246,6 +302,7 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
         customData: 'order-prisma-1',
         outcome: 'SUCCESSFUL',
         duplicates: 2,
+        transactionId: await newOrder('order-prisma-1', 3400),
       });
       const report = await paid.delivered;
       await eventually(
@@ -278,6 +335,7 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
         ipnUrl,
         customData: 'order-prisma-2',
         outcome: 'SUCCESSFUL',
+        transactionId: await newOrder('order-prisma-2', 50),
       });
       const key = `${paid.transactionId}:SUCCESSFUL`;
       expect((await paid.delivered).statuses).toEqual([200]);
@@ -300,5 +358,8 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
 
       expect(await ledger!.ledgerOf(paid.transactionId)).toEqual([{ order_id: 'order-prisma-2' }]);
     });
+
+    test('a payment of another amount, of an unknown order or of an order already paid credits nothing', () =>
+      expectNothingCredited('/api/prisma-ipn', 'order-prisma'));
   });
 });

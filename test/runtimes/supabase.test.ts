@@ -13,7 +13,13 @@ import { join } from 'node:path';
 import { Pool } from 'pg';
 import { PostgresStore } from '../../lib/postgres.js';
 import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
-import { uniquePayload } from '../helpers/payloads.js';
+import {
+  expectNothingCredited,
+  insertOrder,
+  orderOf,
+  orderPayment,
+  ORDERS,
+} from '../helpers/refused-payments.js';
 import { describeIpnAnswers } from './ipn-answers.js';
 import { packedApp, ROOT } from './packed.js';
 import { binary, describeWithRuntime, startServer, type RuntimeServer } from './runtime-process.js';
@@ -34,6 +40,8 @@ describeWithRuntime('deno', 'a Supabase Edge Function: Deno.serve, PostgresStore
   describeWithService('PostgreSQL', 'the function against PostgreSQL', () => {
     const schema = `ipn_supabase_${process.pid}_${randomBytes(3).toString('hex')}`;
     let pool: Pool;
+    /** On the schema: the partner's orders and ledger. */
+    let partnerPool: Pool;
     let server: RuntimeServer | undefined;
     let app: string | undefined;
 
@@ -42,6 +50,14 @@ describeWithRuntime('deno', 'a Supabase Edge Function: Deno.serve, PostgresStore
       pool.on('error', () => {});
       await pool.query(`CREATE SCHEMA ${schema}`);
       await new PostgresStore({ pool, table: `${schema}.ipn_inbox` }).migrate();
+      const url = new URL(databaseUrl());
+      url.searchParams.set('options', `-c search_path=${schema}`);
+      partnerPool = new Pool({ connectionString: url.toString(), max: 2, idleTimeoutMillis: 500 });
+      partnerPool.on('error', () => {});
+      await partnerPool.query(ORDERS);
+      await partnerPool.query(
+        'CREATE TABLE ledger (transaction_id text NOT NULL, order_id text NOT NULL, amount numeric)',
+      );
 
       const packed = packedApp();
       app = mkdtempSync(join(tmpdir(), 'ipn-kit-supabase-'));
@@ -51,8 +67,6 @@ describeWithRuntime('deno', 'a Supabase Edge Function: Deno.serve, PostgresStore
       symlinkSync(realpathSync(join(ROOT, 'node_modules/pg')), join(app, 'node_modules/pg'));
       copyFileSync(join(ROOT, 'examples/runtimes/supabase.ts'), join(app, 'supabase.ts'));
 
-      const url = new URL(databaseUrl());
-      url.searchParams.set('options', `-c search_path=${schema}`);
       server = await startServer(binary('deno'), ['run', ...PERMISSIONS, 'supabase.ts'], {
         cwd: app,
         env: {
@@ -69,21 +83,25 @@ describeWithRuntime('deno', 'a Supabase Edge Function: Deno.serve, PostgresStore
     afterAll(async () => {
       await server?.stop();
       await pool?.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+      await partnerPool?.end();
       await pool?.end();
       if (app !== undefined) rmSync(app, { recursive: true, force: true });
     });
 
     describeIpnAnswers(() => server!.url);
 
-    test('the notification is in the inbox table, delivered once the listener ran', async () => {
-      const payload = uniquePayload();
-      const id = String(payload.transaction_id);
-      const response = await fetch(server!.url, {
+    const post = (body: unknown) =>
+      fetch(server!.url, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(payload),
+        body: JSON.stringify(body),
       });
-      expect(response.status).toBe(200);
+
+    test('the notification is in the inbox table, delivered once the listener credited its order', async () => {
+      const payload = orderPayment();
+      await insertOrder(partnerPool, orderOf(payload));
+      const id = String(payload.transaction_id);
+      expect((await post(payload)).status).toBe(200);
       await eventually('the listener ran', () => server!.output().includes(`credited ${id}`));
       const row = async () =>
         (
@@ -94,7 +112,14 @@ describeWithRuntime('deno', 'a Supabase Edge Function: Deno.serve, PostgresStore
         ).rows[0];
       await eventually('the row is delivered', async () => (await row())?.status === 'delivered');
       expect(await row()).toEqual({ status: 'delivered', attempts: 1 });
+      const credited = await partnerPool.query('SELECT order_id FROM ledger WHERE transaction_id = $1', [id]);
+      expect(credited.rows).toEqual([{ order_id: payload.custom_data }]);
+      // The function's error listener reports the failures of its listener (here, those of the payments of
+      // describeIpnAnswers, which no order was initiated for): ipn-kit logs no ERROR line of its own.
       expect(server!.output()).not.toMatch(/NotCapable|ERROR/);
     });
+
+    test('another amount, another transaction, an unknown order, an order already paid: nothing credited', () =>
+      expectNothingCredited(partnerPool, post));
   });
 });

@@ -3,6 +3,13 @@ import { dirname, join } from 'node:path';
 import { Pool } from 'pg';
 import { PostgresStore } from '../../lib/postgres.js';
 import { uniquePayload } from '../helpers/payloads.js';
+import {
+  expectNothingCredited,
+  insertOrder,
+  orderOf,
+  orderPayment,
+  ORDERS,
+} from '../helpers/refused-payments.js';
 import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
 import { packedApp, ROOT } from './packed.js';
 import { describeWithRuntime, wranglerDev } from './runtime-process.js';
@@ -18,6 +25,9 @@ import { describeWithRuntime, wranglerDev } from './runtime-process.js';
 let dir = '';
 const table = `ipn_workers_${process.pid}_${Date.now()}`;
 let pool: Pool | undefined;
+/** The partner's orders and ledger, in a schema of this run, before `public` (the inbox) in the Worker's path. */
+const partner = `${table}_partner`;
+let partnerPool: Pool | undefined;
 
 const FILES = [
   'examples/runtimes/worker-postgres.ts',
@@ -69,16 +79,26 @@ describeWithRuntime('wrangler', 'Cloudflare Workers with PostgreSQL (workerd, wr
       mkdirSync(join(dir, 'node_modules'));
       symlinkSync(join(ROOT, 'node_modules/pg'), join(dir, 'node_modules/pg'), 'dir');
       // How wrangler dev reads a secret locally.
+      const partnerUrl = new URL(databaseUrl());
+      partnerUrl.searchParams.set('options', `-c search_path=${partner},public`);
       writeFileSync(
         join(dir, 'examples/runtimes/.dev.vars'),
-        `DATABASE_URL=${databaseUrl()}\nIPN_TABLE=${table}\n`,
+        `DATABASE_URL=${partnerUrl.toString()}\nIPN_TABLE=${table}\n`,
       );
       pool = new Pool({ connectionString: databaseUrl() });
       await new PostgresStore({ pool, table }).migrate();
+      await pool.query(`CREATE SCHEMA ${partner}`);
+      partnerPool = new Pool({ connectionString: partnerUrl.toString(), max: 2, idleTimeoutMillis: 500 });
+      await partnerPool.query(ORDERS);
+      await partnerPool.query(
+        'CREATE TABLE ledger (transaction_id text NOT NULL, order_id text NOT NULL, amount numeric)',
+      );
     }, 300_000);
 
     afterAll(async () => {
       await pool?.query(`DROP TABLE IF EXISTS "${table}", "${table}_expected"`);
+      await pool?.query(`DROP SCHEMA IF EXISTS ${partner} CASCADE`);
+      await partnerPool?.end();
       await pool?.end();
       rmSync(dir, { recursive: true, force: true });
     });
@@ -87,7 +107,8 @@ describeWithRuntime('wrangler', 'Cloudflare Workers with PostgreSQL (workerd, wr
       const server = await wranglerDev(dir, 'worker-postgres.ts', '--test-scheduled');
       try {
         for (let i = 0; i < 6; i += 1) {
-          const notification = uniquePayload();
+          const notification = orderPayment();
+          await insertOrder(partnerPool!, orderOf(notification));
           const body = JSON.stringify(notification);
           expect(await post(server.url, body)).toEqual({ status: 200, body: { ok: true } });
           expect(await post(server.url, body)).toEqual({ status: 200, body: { ok: true, duplicate: true } });
@@ -95,7 +116,17 @@ describeWithRuntime('wrangler', 'Cloudflare Workers with PostgreSQL (workerd, wr
           // The listener's transaction committed under ctx.waitUntil: the row is marked delivered.
           await eventually(`${id} delivered`, async () => (await rows(id))[0]?.status === 'delivered');
           expect(await rows(id)).toEqual([{ status: 'delivered' }]);
+          const credited = await partnerPool!.query('SELECT order_id FROM ledger WHERE transaction_id = $1', [
+            id,
+          ]);
+          expect(credited.rows).toEqual([{ order_id: notification.custom_data }]);
         }
+        // Another amount, another transaction, an unknown order, an order already paid: nothing credited.
+        await expectNothingCredited(
+          partnerPool!,
+          (body) => post(server.url, JSON.stringify(body)),
+          `"${table}"`,
+        );
         // The failure of a pool kept across requests: a 503 after 5 s, "Stream was cancelled", or workerd's
         // "Cannot perform I/O on behalf of a different request". (The example does not log the cancelled read
         // pg-cloudflare reports when its own pool ends.)

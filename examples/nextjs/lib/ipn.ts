@@ -9,6 +9,8 @@ export const ipn = ipnRouter({
   }),
 });
 
+// A log line only. To credit, look the order up from custom_data and credit it only if this transaction_id
+// and amount are the ones you initiated it with, and only once: lib/ledger-ipn.ts does it in SQL.
 ipn.on('successful', (n) => console.log(`credit ${n.custom_data}: ${n.amount} (${n.transaction_id})`));
 ipn.on('failed', (n) => console.log(`failed ${n.custom_data}: ${n.error}`));
 ipn.on('rejected', (e) => console.log(`rejected ${e.notification.custom_data}: ${e.reason}`));

@@ -1,9 +1,10 @@
+import { and, eq, isNull } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { Pool } from 'pg';
 import { createStatusClient, ipnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { drizzleTransactions } from 'ipn-kit/orm';
-import { ledger } from './schema';
+import { ledger, orders } from './schema';
 
 // Exactly once on your ledger, through Drizzle: each delivery attempt runs in a Drizzle transaction, and the
 // credit commits together with the inbox's `delivered` mark. The inbox table comes from `store.migrate()`,
@@ -21,12 +22,26 @@ function createLedgerIpn() {
     }),
   });
   ipn.on('successful', async (n, { tx }) => {
-    await tx.insert(ledger).values({
-      transactionId: n.transaction_id,
-      orderId: n.custom_data,
-      amount: String(n.amount),
-    });
-    console.log(`ledger ${n.custom_data}: ${n.amount} (${n.transaction_id})`);
+    // Only the order this transaction was initiated for (custom_data), for its amount, and only once:
+    const orderId = String(n.custom_data);
+    const { amount } = n;
+    if (amount === null) throw new Error(`${n.transaction_id} carries no amount`);
+    const paid = await tx
+      .update(orders)
+      .set({ paidAt: new Date() })
+      .where(
+        and(
+          eq(orders.id, orderId),
+          eq(orders.transactionId, n.transaction_id),
+          eq(orders.amount, String(amount)),
+          isNull(orders.paidAt),
+        ),
+      )
+      .returning({ id: orders.id });
+    // Otherwise credit nothing: the throw rolls back; after its retries the notification is `dead`.
+    if (paid.length !== 1) throw new Error(`${n.transaction_id} is not the payment of order ${orderId}`);
+    await tx.insert(ledger).values({ transactionId: n.transaction_id, orderId, amount: String(amount) });
+    console.log(`ledger ${orderId}: ${amount} (${n.transaction_id})`);
   });
   ipn.on('error', ({ error }) => console.error(`error ${error.message}`));
   return ipn;

@@ -24,10 +24,18 @@ function createPaymentsIpn() {
 
   ipn.on('successful', async (n, { tx }) => {
     // Prisma's transaction client: the credit commits with the inbox's `delivered` mark, or not at all.
-    await tx.ledger.create({
-      data: { transactionId: n.transaction_id, orderId: String(n.custom_data), amount: n.amount ?? 0 },
+    // Only the order this transaction was initiated for (custom_data), for its amount, and only once:
+    const orderId = String(n.custom_data);
+    const { amount } = n;
+    if (amount === null) throw new Error(`${n.transaction_id} carries no amount`);
+    const paid = await tx.order.updateMany({
+      where: { id: orderId, transactionId: n.transaction_id, amount, paidAt: null },
+      data: { paidAt: new Date() },
     });
-    console.log(`prisma ledger ${n.custom_data}: ${n.amount} (${n.transaction_id})`);
+    // Otherwise credit nothing: the throw rolls back; after its retries the notification is `dead`.
+    if (paid.count !== 1) throw new Error(`${n.transaction_id} is not the payment of order ${orderId}`);
+    await tx.ledger.create({ data: { transactionId: n.transaction_id, orderId, amount } });
+    console.log(`prisma ledger ${orderId}: ${amount} (${n.transaction_id})`);
   });
   ipn.on('error', ({ error, notification }) =>
     console.error(`ipn error ${notification?.transaction_id}: ${error.message}`),

@@ -64,9 +64,18 @@ export const ledger = pgTable('ledger', {
   orderId: text('order_id').notNull(),
   amount: numeric('amount'),
 });
+
+/** Your orders, with what you initiated: the transaction_id the service returned, and the amount. */
+export const orders = pgTable('orders', {
+  id: text('id').primaryKey(),
+  transactionId: text('transaction_id').notNull(),
+  amount: numeric('amount').notNull(),
+  paidAt: timestamp('paid_at', { withTimezone: true }),
+});
 // #endregion ledger
 
 // #region router
+import { and, eq, isNull } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import type { Pool } from 'pg';
 import { ipnRouter } from 'ipn-kit';
@@ -78,20 +87,35 @@ export function drizzleRouter(pool: Pool) {
   const store = new PostgresStore({ pool, transactions: drizzleTransactions(db) });
   const ipn = ipnRouter({ store, delivery: 'at-least-once' });
   ipn.on('successful', async (n, { tx }) => {
-    // `tx` is Drizzle's transaction: this row commits together with the inbox's `delivered` mark, or not at
-    // all (a failed attempt rolls it back, and the retry writes it again). No unique key needed.
-    await tx.insert(ledger).values({
-      transactionId: n.transaction_id,
-      orderId: n.custom_data,
-      amount: String(n.amount),
-    });
+    // `tx` is Drizzle's transaction: what goes through it commits with the inbox's `delivered` mark,
+    // or not at all (a failed attempt rolls it back, and the retry writes it again). No unique key needed.
+    // Only the order this transaction was initiated for (custom_data), for its amount, and only once:
+    const orderId = String(n.custom_data);
+    const { amount } = n;
+    if (amount === null) throw new Error(`${n.transaction_id} carries no amount`);
+    const paid = await tx
+      .update(orders)
+      .set({ paidAt: new Date() })
+      .where(
+        and(
+          eq(orders.id, orderId),
+          eq(orders.transactionId, n.transaction_id),
+          eq(orders.amount, String(amount)),
+          isNull(orders.paidAt),
+        ),
+      )
+      .returning({ id: orders.id });
+    // Otherwise credit nothing: the throw rolls back; after its retries the notification is `dead` in the
+    // inbox, for a person to look at (ipn.inbox, the operator's page).
+    if (paid.length !== 1) throw new Error(`${n.transaction_id} is not the payment of order ${orderId}`);
+    await tx.insert(ledger).values({ transactionId: n.transaction_id, orderId, amount: String(amount) });
   });
   return ipn;
 }
 // #endregion router
 
 // #region dead-letters
-import { and, desc, eq, gte } from 'drizzle-orm';
+import { desc, gte } from 'drizzle-orm'; // and, eq: imported for the router above
 import type { NodePgDatabase } from 'drizzle-orm/node-postgres';
 
 /** The notifications whose delivery gave up, newest first: for an operator's page of your own. */

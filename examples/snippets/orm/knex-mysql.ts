@@ -14,11 +14,17 @@ export function knexLedgerRouter(pool: Pool, db: Knex) {
   const ipn = ipnRouter({ store, delivery: 'at-least-once' });
   ipn.on('successful', async (n, { tx }) => {
     // `tx` is this attempt's Knex.Transaction: what goes through it commits with the delivered mark.
-    await tx('ledger').insert({
-      transaction_id: n.transaction_id,
-      order_id: n.custom_data,
-      amount: n.amount,
-    });
+    // Only the order this transaction was initiated for (custom_data), for its amount, and only once:
+    const orderId = String(n.custom_data);
+    const { amount } = n;
+    if (amount === null) throw new Error(`${n.transaction_id} carries no amount`);
+    const paid = await tx('orders')
+      .where({ id: orderId, transaction_id: n.transaction_id, amount })
+      .whereNull('paid_at')
+      .update({ paid_at: tx.fn.now() });
+    // Otherwise credit nothing: the throw rolls back; after its retries the notification is `dead`.
+    if (paid !== 1) throw new Error(`${n.transaction_id} is not the payment of order ${orderId}`);
+    await tx('ledger').insert({ transaction_id: n.transaction_id, order_id: orderId, amount });
   });
   return { ipn, store };
 }

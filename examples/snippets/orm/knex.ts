@@ -17,12 +17,18 @@ export function ledgerRouter(db: Knex) {
   ipn.on('successful', async (n, { tx }) => {
     // `tx` is this attempt's Knex.Transaction: what goes through it commits with the delivered mark, or not
     // at all. A query through `db` instead would run outside it, and commit whatever happens to the attempt.
-    await tx('ledger').insert({
-      transaction_id: n.transaction_id,
-      order_id: n.custom_data,
-      amount: n.amount,
-    });
-    await tx('orders').where({ id: n.custom_data }).update({ paid_at: tx.fn.now() });
+    // Only the order this transaction was initiated for (custom_data), for its amount, and only once:
+    const orderId = String(n.custom_data);
+    const { amount } = n;
+    if (amount === null) throw new Error(`${n.transaction_id} carries no amount`);
+    const paid = await tx('orders')
+      .where({ id: orderId, transaction_id: n.transaction_id, amount })
+      .whereNull('paid_at')
+      .update({ paid_at: tx.fn.now() });
+    // Otherwise credit nothing: the throw rolls back; after its retries the notification is `dead` in the
+    // inbox, for a person to look at (ipn.inbox, the operator's page).
+    if (paid !== 1) throw new Error(`${n.transaction_id} is not the payment of order ${orderId}`);
+    await tx('ledger').insert({ transaction_id: n.transaction_id, order_id: orderId, amount });
   });
   return { ipn, store };
 }

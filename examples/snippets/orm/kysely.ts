@@ -45,10 +45,19 @@ export interface LedgerTable {
   amount: ColumnType<string | null, number | string | null, number | string | null>;
 }
 
+/** Your orders, with what you initiated: the transaction_id the service returned, and the amount. */
+export interface OrdersTable {
+  id: string;
+  transaction_id: string;
+  amount: ColumnType<string, number | string, number | string>;
+  paid_at: Date | null;
+}
+
 export interface Database {
   ipn_inbox: IpnInboxTable;
   ipn_inbox_expected: IpnInboxExpectedTable;
   ledger: LedgerTable;
+  orders: OrdersTable;
 }
 // #endregion ledger
 
@@ -64,11 +73,26 @@ export function kyselyRouter(pool: Pool) {
   const store = new PostgresStore({ pool, transactions: kyselyTransactions(db) });
   const ipn = ipnRouter({ store, delivery: 'at-least-once' });
   ipn.on('successful', async (n, { tx }) => {
-    // `tx` is Kysely's transaction: this row commits together with the inbox's `delivered` mark, or not at
-    // all (a failed attempt rolls it back, and the retry writes it again). No unique key needed.
+    // `tx` is Kysely's transaction: what goes through it commits with the inbox's `delivered` mark,
+    // or not at all (a failed attempt rolls it back, and the retry writes it again). No unique key needed.
+    // Only the order this transaction was initiated for (custom_data), for its amount, and only once:
+    const orderId = String(n.custom_data);
+    const { amount } = n;
+    if (amount === null) throw new Error(`${n.transaction_id} carries no amount`);
+    const { numUpdatedRows } = await tx
+      .updateTable('orders')
+      .set({ paid_at: new Date() })
+      .where('id', '=', orderId)
+      .where('transaction_id', '=', n.transaction_id)
+      .where('amount', '=', String(amount))
+      .where('paid_at', 'is', null)
+      .executeTakeFirst();
+    // Otherwise credit nothing: the throw rolls back; after its retries the notification is `dead` in the
+    // inbox, for a person to look at (ipn.inbox, the operator's page).
+    if (numUpdatedRows !== 1n) throw new Error(`${n.transaction_id} is not the payment of order ${orderId}`);
     await tx
       .insertInto('ledger')
-      .values({ transaction_id: n.transaction_id, order_id: n.custom_data, amount: n.amount })
+      .values({ transaction_id: n.transaction_id, order_id: orderId, amount })
       .execute();
   });
   return ipn;

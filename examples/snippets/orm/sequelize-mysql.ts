@@ -18,14 +18,32 @@ export function sequelizeLedgerRouter(pool: Pool, sequelize: Sequelize) {
     },
     { tableName: 'ledger', timestamps: false },
   );
+  // Your orders, with what you initiated: the transaction_id the service returned, and the amount.
+  const Order = sequelize.define(
+    'Order',
+    {
+      id: { type: DataTypes.STRING, primaryKey: true },
+      transactionId: { type: DataTypes.STRING, field: 'transaction_id', allowNull: false },
+      amount: { type: DataTypes.DECIMAL(12, 2), allowNull: false },
+      paidAt: { type: DataTypes.DATE, field: 'paid_at' },
+    },
+    { tableName: 'orders', timestamps: false },
+  );
   const store = new MysqlStore({ pool, transactions: sequelizeTransactions(sequelize) });
   const ipn = ipnRouter({ store, delivery: 'at-least-once' });
   ipn.on('successful', async (n, { tx }) => {
     // Pass `{ transaction: tx }` to every call: one without it commits whatever happens to the attempt.
-    await Ledger.create(
-      { transactionId: n.transaction_id, orderId: n.custom_data, amount: n.amount },
-      { transaction: tx },
+    // Only the order this transaction was initiated for (custom_data), for its amount, and only once:
+    const orderId = String(n.custom_data);
+    const { amount } = n;
+    if (amount === null) throw new Error(`${n.transaction_id} carries no amount`);
+    const [paid] = await Order.update(
+      { paidAt: new Date() },
+      { where: { id: orderId, transactionId: n.transaction_id, amount, paidAt: null }, transaction: tx },
     );
+    // Otherwise credit nothing: the throw rolls back; after its retries the notification is `dead`.
+    if (paid !== 1) throw new Error(`${n.transaction_id} is not the payment of order ${orderId}`);
+    await Ledger.create({ transactionId: n.transaction_id, orderId, amount }, { transaction: tx });
   });
   return { ipn, store };
 }

@@ -11,6 +11,8 @@ import { PostgresStore } from 'ipn-kit/postgres';
 import { sequelizeTransactions } from 'ipn-kit/orm';
 
 export class Ledger extends Model {}
+/** Your orders, with what you initiated: the transaction_id the service returned, and the amount. */
+export class Order extends Model {}
 
 /** `sequelize`: your Sequelize instance, `new Sequelize(process.env.DATABASE_URL, { dialect: 'postgres' })`. */
 export function ledgerRouter(sequelize: Sequelize) {
@@ -22,20 +24,33 @@ export function ledgerRouter(sequelize: Sequelize) {
     },
     { sequelize, tableName: 'ledger', timestamps: false },
   );
+  Order.init(
+    {
+      id: { type: DataTypes.TEXT, primaryKey: true },
+      transactionId: { type: DataTypes.TEXT, field: 'transaction_id', allowNull: false },
+      amount: { type: DataTypes.DECIMAL, allowNull: false },
+      paidAt: { type: DataTypes.DATE, field: 'paid_at' },
+    },
+    { sequelize, tableName: 'orders', timestamps: false },
+  );
   // The store runs its own statements through Sequelize too (give it `pool` as well to run them on a pg pool).
   const store = new PostgresStore({ transactions: sequelizeTransactions(sequelize) });
   const ipn = ipnRouter({ store, delivery: 'at-least-once' });
   ipn.on('successful', async (n, { tx }) => {
     // `tx` is this attempt's Transaction: pass it to every call. A call without `{ transaction: tx }` runs
     // outside the transaction, and commits even when the attempt fails and is retried.
-    await Ledger.create(
-      { transactionId: n.transaction_id, orderId: n.custom_data, amount: n.amount },
-      { transaction: tx },
+    // Only the order this transaction was initiated for (custom_data), for its amount, and only once:
+    const orderId = String(n.custom_data);
+    const { amount } = n;
+    if (amount === null) throw new Error(`${n.transaction_id} carries no amount`);
+    const [paid] = await Order.update(
+      { paidAt: new Date() },
+      { where: { id: orderId, transactionId: n.transaction_id, amount, paidAt: null }, transaction: tx },
     );
-    await sequelize.query('UPDATE orders SET paid_at = now() WHERE id = $1', {
-      bind: [n.custom_data],
-      transaction: tx,
-    });
+    // Otherwise credit nothing: the throw rolls back; after its retries the notification is `dead` in the
+    // inbox, for a person to look at (ipn.inbox, the operator's page).
+    if (paid !== 1) throw new Error(`${n.transaction_id} is not the payment of order ${orderId}`);
+    await Ledger.create({ transactionId: n.transaction_id, orderId, amount }, { transaction: tx });
   });
   return { ipn, store };
 }

@@ -5,7 +5,7 @@
  * against a real PostgreSQL.
  */
 // #region typeorm
-import { EntitySchema, type DataSource } from 'typeorm';
+import { EntitySchema, IsNull, type DataSource } from 'typeorm';
 import { ipnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { typeormTransactions } from 'ipn-kit/orm';
@@ -26,7 +26,24 @@ export const Ledger = new EntitySchema<{
   },
 });
 
-/** `dataSource`: your DataSource (`type: 'postgres'`, `Ledger` among its entities), initialized. */
+/** Your orders, with what you initiated: the transaction_id the service returned, and the amount. */
+export const Order = new EntitySchema<{
+  id: string;
+  transactionId: string;
+  amount: number;
+  paidAt: Date | null;
+}>({
+  name: 'Order',
+  tableName: 'orders',
+  columns: {
+    id: { type: 'text', primary: true },
+    transactionId: { name: 'transaction_id', type: 'text' },
+    amount: { type: 'numeric' },
+    paidAt: { name: 'paid_at', type: 'timestamptz', nullable: true },
+  },
+});
+
+/** `dataSource`: your DataSource (`type: 'postgres'`, `Ledger` and `Order` among its entities), ready. */
 export function ledgerRouter(dataSource: DataSource) {
   // The store runs its own statements through TypeORM too (give it `pool` as well to run them on a pg pool).
   const store = new PostgresStore({ transactions: typeormTransactions(dataSource) });
@@ -34,8 +51,19 @@ export function ledgerRouter(dataSource: DataSource) {
   ipn.on('successful', async (n, { tx }) => {
     // `tx` is this attempt's EntityManager: what goes through it commits with the delivered mark, or not at
     // all. `dataSource.manager` or a repository of `dataSource` would write outside it.
-    await tx.insert(Ledger, { transactionId: n.transaction_id, orderId: n.custom_data, amount: n.amount });
-    await tx.query('UPDATE orders SET paid_at = now() WHERE id = $1', [n.custom_data]);
+    // Only the order this transaction was initiated for (custom_data), for its amount, and only once:
+    const orderId = String(n.custom_data);
+    const { amount } = n;
+    if (amount === null) throw new Error(`${n.transaction_id} carries no amount`);
+    const paid = await tx.update(
+      Order,
+      { id: orderId, transactionId: n.transaction_id, amount, paidAt: IsNull() },
+      { paidAt: new Date() },
+    );
+    // Otherwise credit nothing: the throw rolls back; after its retries the notification is `dead` in the
+    // inbox, for a person to look at (ipn.inbox, the operator's page).
+    if (paid.affected !== 1) throw new Error(`${n.transaction_id} is not the payment of order ${orderId}`);
+    await tx.insert(Ledger, { transactionId: n.transaction_id, orderId, amount });
   });
   return { ipn, store };
 }

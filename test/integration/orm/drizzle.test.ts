@@ -15,7 +15,13 @@ import {
 } from '../../../examples/snippets/orm/drizzle.js';
 import { catalogOf } from '../../helpers/pg-catalog.js';
 import { ledgerSchema } from '../../helpers/ledger-schema.js';
-import { uniquePayload } from '../../helpers/payloads.js';
+import {
+  expectNothingCredited,
+  insertOrder,
+  orderOf,
+  orderPayment,
+  ORDERS,
+} from '../../helpers/refused-payments.js';
 import { servedRouters } from '../../helpers/servers.js';
 import { databaseUrl, describeWithService, eventually } from '../../helpers/services.js';
 import { ODD_SQL_TEXTS } from '../../helpers/odd-sql-texts.js';
@@ -340,19 +346,21 @@ describeWithService(
   'PostgreSQL',
   'the documented Drizzle snippets (examples/snippets/orm/drizzle.ts)',
   () => {
-    const schema = ledgerSchema('orm_drizzle_snippet');
+    const schema = ledgerSchema('orm_drizzle_snippet', [ORDERS]);
     const serve = servedRouters();
 
     test('drizzleRouter: a notification posted twice is credited once, through tx', async () => {
       const { post } = await serve(drizzleRouter(schema.pool()));
-      const payload = uniquePayload({ custom_data: 'order-7' });
+      const payload = orderPayment();
+      await insertOrder(schema.pool(), orderOf(payload));
       expect((await post(payload)).status).toBe(200);
       expect((await post(payload)).status).toBe(200);
       await eventually(
         'delivered',
         async () => (await schema.entryOf(schema.keyOf(payload)))?.status === 'delivered',
       );
-      expect(await schema.ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'order-7' }]);
+      expect(await schema.ledgerOf(payload.transaction_id)).toEqual([{ order_id: payload.custom_data }]);
+      await expectNothingCredited(schema.pool(), post);
     });
 
     test("deadNotifications: the dead entries received since a date, through the inbox's declaration", async () => {

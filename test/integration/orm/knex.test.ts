@@ -3,8 +3,14 @@ import { knex, type Knex } from 'knex';
 import { ledgerRouter } from '../../../examples/snippets/orm/knex.js';
 import { knexTransactions } from '../../../lib/orm.js';
 import { fixture } from '../../fixtures/orm/knex.js';
-import { bareSchema, ORDERS } from '../../helpers/bare-schema.js';
-import { uniquePayload } from '../../helpers/payloads.js';
+import { bareSchema } from '../../helpers/bare-schema.js';
+import {
+  expectNothingCredited,
+  insertOrder,
+  orderOf,
+  orderPayment,
+  ORDERS,
+} from '../../helpers/refused-payments.js';
 import { servedRouters } from '../../helpers/servers.js';
 import { databaseUrl, describeWithService, eventually } from '../../helpers/services.js';
 import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
@@ -46,8 +52,8 @@ describeWithService('PostgreSQL', 'the documented Knex setup (examples/snippets/
 
     const { ipn } = ledgerRouter(db);
     const { post } = await serve(ipn);
-    const payload = uniquePayload({ custom_data: `order-${process.pid}-knex` });
-    await bare.pool().query('INSERT INTO orders (id) VALUES ($1)', [payload.custom_data]);
+    const payload = orderPayment();
+    await insertOrder(bare.pool(), orderOf(payload));
     expect((await post(payload)).status).toBe(200);
     expect((await post(payload)).status).toBe(200);
     await eventually('delivered', async () => {
@@ -62,6 +68,7 @@ describeWithService('PostgreSQL', 'the documented Knex setup (examples/snippets/
     expect(credited.rows[0].n).toBe(1);
     const order = await bare.pool().query('SELECT paid_at FROM orders WHERE id = $1', [payload.custom_data]);
     expect(order.rows[0].paid_at).toBeInstanceOf(Date);
+    await expectNothingCredited(bare.pool(), post);
     await ipn.close();
 
     await db.migrate.rollback(migrations);

@@ -20,11 +20,18 @@ import {
   type IpnInboxExpectedTable,
   type IpnInboxTable,
   type LedgerTable,
+  type OrdersTable,
 } from '../../../examples/snippets/orm/kysely.js';
 import { catalogOf } from '../../helpers/pg-catalog.js';
 import { ledgerSchema } from '../../helpers/ledger-schema.js';
+import {
+  expectNothingCredited,
+  insertOrder,
+  orderOf,
+  orderPayment,
+  ORDERS,
+} from '../../helpers/refused-payments.js';
 import { ODD_SQL_TEXTS } from '../../helpers/odd-sql-texts.js';
-import { uniquePayload } from '../../helpers/payloads.js';
 import { servedRouters } from '../../helpers/servers.js';
 import { databaseUrl, describeWithService, eventually } from '../../helpers/services.js';
 
@@ -256,14 +263,21 @@ const expected: Shape<IpnInboxExpectedTable> = {
   attempts: generated,
 };
 const ledger: Shape<LedgerTable> = { transaction_id: required, order_id: required, amount: nullable };
+const orders: Shape<OrdersTable> = {
+  id: required,
+  transaction_id: required,
+  amount: required,
+  paid_at: nullable,
+};
 
 describeWithService('PostgreSQL', 'the Kysely Database interface: what store.migrate() made', () => {
-  const schema = ledgerSchema('orm_kysely_tables');
+  const schema = ledgerSchema('orm_kysely_tables', [ORDERS]);
 
   test.each([
     ['ipn_inbox', inbox],
     ['ipn_inbox_expected', expected],
     ['ledger', ledger],
+    ['orders', orders],
   ] as const)(
     '%s: the same columns, nullable where the table’s are, optional on insert where they have a default',
     async (table, shape) => {
@@ -279,19 +293,21 @@ describeWithService('PostgreSQL', 'the Kysely Database interface: what store.mig
 });
 
 describeWithService('PostgreSQL', 'the documented Kysely snippets (examples/snippets/orm/kysely.ts)', () => {
-  const schema = ledgerSchema('orm_kysely_snippet');
+  const schema = ledgerSchema('orm_kysely_snippet', [ORDERS]);
   const serve = servedRouters();
 
   test('kyselyRouter: a notification posted twice is credited once, through tx', async () => {
     const { post } = await serve(kyselyRouter(schema.pool()));
-    const payload = uniquePayload({ custom_data: 'order-7' });
+    const payload = orderPayment();
+    await insertOrder(schema.pool(), orderOf(payload));
     expect((await post(payload)).status).toBe(200);
     expect((await post(payload)).status).toBe(200);
     await eventually(
       'delivered',
       async () => (await schema.entryOf(schema.keyOf(payload)))?.status === 'delivered',
     );
-    expect(await schema.ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'order-7' }]);
+    expect(await schema.ledgerOf(payload.transaction_id)).toEqual([{ order_id: payload.custom_data }]);
+    await expectNothingCredited(schema.pool(), post);
   });
 
   test("deadNotifications: the dead entries received since a date, through the inbox's declaration", async () => {

@@ -11,8 +11,14 @@ import {
 } from '../../../examples/snippets/orm/sequelize.js';
 import { sequelizeTransactions, type Statement } from '../../../lib/orm.js';
 import { fixture } from '../../fixtures/orm/sequelize.js';
-import { bareSchema, ORDERS } from '../../helpers/bare-schema.js';
-import { uniquePayload } from '../../helpers/payloads.js';
+import { bareSchema } from '../../helpers/bare-schema.js';
+import {
+  expectNothingCredited,
+  insertOrder,
+  orderOf,
+  orderPayment,
+  ORDERS,
+} from '../../helpers/refused-payments.js';
 import { quiet } from '../../helpers/quiet-logger.js';
 import { servedRouters } from '../../helpers/servers.js';
 import { databaseUrl, describeWithService, eventually } from '../../helpers/services.js';
@@ -55,8 +61,8 @@ describeWithService(
         return rows[0]?.status === 'delivered';
       });
     const newOrder = async () => {
-      const payload = uniquePayload({ custom_data: `order-${String(Math.random()).slice(2, 10)}` });
-      await bare.pool().query('INSERT INTO orders (id) VALUES ($1)', [payload.custom_data]);
+      const payload = orderPayment();
+      await insertOrder(bare.pool(), orderOf(payload));
       return payload;
     };
 
@@ -86,6 +92,8 @@ describeWithService(
       await sequelize.sync();
       expect(await bare.shapeOf('ipn_inbox')).toEqual(withEntries);
       expect(await IpnInboxEntry.count({ where: { status: 'delivered' } })).toBe(1);
+
+      await expectNothingCredited(bare.pool(), post);
     });
 
     test('a write without { transaction: tx } runs outside the delivery transaction, even with CLS on: it survives a failed attempt', async () => {

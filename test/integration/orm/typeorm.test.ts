@@ -4,11 +4,12 @@ import {
   IpnInboxEntry,
   Ledger,
   ledgerRouter,
+  Order,
 } from '../../../examples/snippets/orm/typeorm.js';
 import { typeormTransactions } from '../../../lib/orm.js';
 import { fixture, Ledger as FixtureLedger } from '../../fixtures/orm/typeorm.js';
-import { bareSchema, ORDERS } from '../../helpers/bare-schema.js';
-import { uniquePayload } from '../../helpers/payloads.js';
+import { bareSchema } from '../../helpers/bare-schema.js';
+import { expectNothingCredited, insertOrder, orderOf, orderPayment } from '../../helpers/refused-payments.js';
 import { servedRouters } from '../../helpers/servers.js';
 import { databaseUrl, describeWithService, eventually } from '../../helpers/services.js';
 import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
@@ -23,8 +24,9 @@ describeWithService('PostgreSQL', 'typeormTransactions against PostgreSQL', () =
 runOrmScenarios(require.resolve('../../fixtures/orm/typeorm.ts'));
 
 describeWithService('PostgreSQL', 'the documented TypeORM setup (examples/snippets/orm/typeorm.ts)', () => {
-  // No ledger: the app's `synchronize` creates it from the Ledger entity, beside the inbox it must not touch.
-  const bare = bareSchema('ipn_typeorm_docs', [ORDERS]);
+  // No ledger and no orders: the app's `synchronize` creates them from the Ledger and Order entities, beside
+  // the inbox it must not touch.
+  const bare = bareSchema('ipn_typeorm_docs');
   const serve = servedRouters();
   const opened: DataSource[] = [];
   afterAll(() => Promise.all(opened.map((dataSource) => dataSource.destroy())));
@@ -45,12 +47,15 @@ describeWithService('PostgreSQL', 'the documented TypeORM setup (examples/snippe
       .map((query) => query.query)
       .filter((query) => query.includes('ipn_inbox'));
 
-  /** Posts a notification twice through the documented router; resolves once it is delivered. */
+  /**
+   * Posts a notification twice through the documented router; resolves once it is delivered, credited once.
+   * Then the payments it must not credit: nothing credited.
+   */
   const creditOnce = async (dataSource: DataSource) => {
     const { ipn } = ledgerRouter(dataSource);
     const { post } = await serve(ipn);
-    const payload = uniquePayload({ custom_data: `order-${String(Math.random()).slice(2, 10)}` });
-    await bare.pool().query('INSERT INTO orders (id) VALUES ($1)', [payload.custom_data]);
+    const payload = orderPayment();
+    await insertOrder(bare.pool(), orderOf(payload));
     expect((await post(payload)).status).toBe(200);
     expect((await post(payload)).status).toBe(200);
     await eventually('delivered', async () => {
@@ -65,24 +70,26 @@ describeWithService('PostgreSQL', 'the documented TypeORM setup (examples/snippe
     expect(credited.rows[0].n).toBe(1);
     const order = await bare.pool().query('SELECT paid_at FROM orders WHERE id = $1', [payload.custom_data]);
     expect(order.rows[0].paid_at).toBeInstanceOf(Date);
+    await expectNothingCredited(bare.pool(), post);
     await ipn.close();
   };
 
   test('runMigrations() with the documented migration creates the inbox; synchronize with the documented entity leaves it as it was, and the listener credits once', async () => {
-    const dataSource = await open([Ledger, IpnInboxEntry]);
+    const dataSource = await open([Ledger, Order, IpnInboxEntry]);
     expect((await dataSource.runMigrations()).map((migration) => migration.name)).toEqual([
       'IpnInbox1764028800000',
     ]);
     const before = await bare.shapeOf('ipn_inbox');
     expect(await syncOfInbox(dataSource)).toEqual([]);
-    await dataSource.synchronize(); // creates the ledger
+    await dataSource.synchronize(); // creates the ledger and the orders
     expect(await bare.exists('ledger')).toBe(true);
+    expect(await bare.exists('orders')).toBe(true);
     expect(await bare.shapeOf('ipn_inbox')).toEqual(before);
     await creditOnce(dataSource);
   });
 
   test('synchronize again, with entries in the inbox: not a row or a constraint changes, and the store still delivers', async () => {
-    const dataSource = await open([Ledger, IpnInboxEntry]);
+    const dataSource = await open([Ledger, Order, IpnInboxEntry]);
     const before = await bare.shapeOf('ipn_inbox');
     expect(before.rows.length).toBeGreaterThan(0);
     await dataSource.synchronize();
