@@ -3,7 +3,15 @@ import { IpnKitError, messageOf, StoreError } from '../../shared/errors.js';
 import { MemoryExpectations } from './memory-expectations.js';
 import { MemoryLifecycle } from './memory-lifecycle.js';
 import { MemoryAudit } from './memory-audit.js';
-import type { DurableStore, PurgedStatus, InboxEntry, Lease, ListOptions, Settlement, StatusCounts } from '../store.js';
+import type {
+  DurableStore,
+  PurgedStatus,
+  InboxEntry,
+  Lease,
+  ListOptions,
+  Settlement,
+  StatusCounts,
+} from '../store.js';
 
 /**
  * Options of {@link MemoryStore}.
