@@ -225,6 +225,7 @@ export function mysqlInboxSql(table: string) {
         updated_at = ${NOW}
       WHERE status = 'dead' AND record <> '{}'`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ${AT}`,
+    purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < ${AT}`,
   };
 }
 

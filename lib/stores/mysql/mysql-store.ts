@@ -1,3 +1,4 @@
+import { checkPurge } from '../redact-record.js';
 import { checkListOptions } from '../list-options.js';
 import { createHash, randomUUID } from 'node:crypto';
 import { createBatcher } from '../batcher.js';
@@ -13,6 +14,7 @@ import type {
   ListOptions,
   Settlement,
   StatusCounts,
+  PurgedStatus,
 } from '../store.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
 import { MysqlExpectations } from './mysql-expectations.js';
@@ -422,12 +424,14 @@ export class MysqlStore<
     return affectedOf(await this.#query(this.#sql.replayDead, []));
   }
 
-  /** Deletes `delivered` rows (claim markers included) delivered before `before`; resolves how many. */
-  async purge(before: Date): Promise<number> {
-    if (!(before instanceof Date) || Number.isNaN(before.getTime())) {
-      throw new TypeError(`MysqlStore.purge: before must be a valid Date, got ${String(before)}`);
-    }
-    return affectedOf(await this.#query(this.#sql.purge, [before.getTime()]));
+  /**
+   * Deletes `delivered` rows (claim markers included) delivered before `before`; given `'dead'`, the dead rows
+   * last updated before it. Resolves how many.
+   */
+  async purge(before: Date, status: PurgedStatus = 'delivered'): Promise<number> {
+    checkPurge('MysqlStore', before, status);
+    const text = status === 'dead' ? this.#sql.purgeDead : this.#sql.purge;
+    return affectedOf(await this.#query(text, [before.getTime()]));
   }
 
   /** Does nothing: the pool is yours, and other parts of your app may still use it. End it yourself. */

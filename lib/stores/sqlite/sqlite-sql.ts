@@ -122,6 +122,7 @@ export function sqliteInboxSql(table: string) {
     replayDead: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = ?, updated_at = ?
       WHERE status = 'dead' AND record <> '{}'`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ?`,
+    purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < ?`,
   };
 }
 

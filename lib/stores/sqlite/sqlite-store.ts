@@ -1,3 +1,4 @@
+import { checkPurge } from '../redact-record.js';
 import { checkListOptions } from '../list-options.js';
 import { randomUUID } from 'node:crypto';
 import { messageOf, StoreError } from '../../shared/errors.js';
@@ -12,6 +13,7 @@ import type {
   ListOptions,
   Settlement,
   StatusCounts,
+  PurgedStatus,
 } from '../store.js';
 import {
   closeQuietly,
@@ -366,12 +368,14 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
     return this.#change(this.#sql.replayDead, [now, now]);
   }
 
-  /** Deletes `delivered` rows (claim markers included) delivered before `before`; resolves how many. */
-  async purge(before: Date): Promise<number> {
-    if (!(before instanceof Date) || Number.isNaN(before.getTime())) {
-      throw new TypeError(`SqliteStore.purge: before must be a valid Date, got ${String(before)}`);
-    }
-    return this.#change(this.#sql.purge, [before.getTime()]);
+  /**
+   * Deletes `delivered` rows (claim markers included) delivered before `before`; given `'dead'`, the dead rows
+   * last updated before it. Resolves how many.
+   */
+  async purge(before: Date, status: PurgedStatus = 'delivered'): Promise<number> {
+    checkPurge('SqliteStore', before, status);
+    const text = status === 'dead' ? this.#sql.purgeDead : this.#sql.purge;
+    return this.#change(text, [before.getTime()]);
   }
 
   /** Closes the delivery transactions' connection, once no transaction is open. Your `database` stays open. */
