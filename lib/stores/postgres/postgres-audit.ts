@@ -17,7 +17,7 @@ function auditTable(table: string): string {
 /**
  * The SQL that creates the audit table beside the inbox `table` (`<table>_audit`: one row per operator
  * action), for teams that run their own migrations; `PostgresStore.migrate()` runs it too, as a statement of
- * its own. Idempotent.
+ * its own. Idempotent. `detail` is `json`, not `jsonb`: kept as written, its keys in their order.
  */
 export function postgresAuditSql(table = 'ipn_inbox'): string {
   return `CREATE TABLE IF NOT EXISTS ${auditTable(table)} (
@@ -25,7 +25,7 @@ export function postgresAuditSql(table = 'ipn_inbox'): string {
   at timestamptz NOT NULL DEFAULT now(),
   action text NOT NULL,
   actor text NOT NULL,
-  detail jsonb NOT NULL
+  detail json NOT NULL
 );
 `;
 }
@@ -46,7 +46,7 @@ export class PostgresAudit implements AuditLog {
   constructor(query: Query, table: string) {
     this.#query = query;
     const t = auditTable(table);
-    this.#insert = `INSERT INTO ${t} (action, actor, detail) VALUES ($1, $2, $3::jsonb)`;
+    this.#insert = `INSERT INTO ${t} (action, actor, detail) VALUES ($1, $2, $3::json)`;
     this.#list = `SELECT action, actor, detail, at FROM ${t} ORDER BY id DESC LIMIT $1 OFFSET $2`;
   }
 
