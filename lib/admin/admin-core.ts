@@ -100,12 +100,13 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
     );
   }
 
-  /** Who the request is (`authorize`'s name, or `'unknown'` after `true`), or `undefined` when not let in. */
+  /** Who the request is (`authorize`'s `actor`, or `'unknown'` after `true`), or `undefined` when not let in. */
   async function allowed(raw: Req): Promise<string | undefined> {
     try {
       const verdict = await authorize(raw);
       if (verdict === true) return UNKNOWN_ACTOR;
-      return typeof verdict === 'string' && verdict.trim() !== '' ? verdict : undefined;
+      const actor: unknown = typeof verdict === 'object' && verdict !== null ? verdict.actor : undefined;
+      return typeof actor === 'string' && actor.trim() !== '' ? actor : undefined;
     } catch {
       return undefined; // a failing check never opens the page
     }

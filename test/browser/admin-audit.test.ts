@@ -40,8 +40,8 @@ describeWithService('PostgreSQL', 'ipn-kit/admin audit trail on PostgreSQL', () 
       ipn.on('error', () => {});
       const app = express();
       app.use('/ipn', ipn);
-      app.use('/ops', adminRouter({ ipn, authorize: () => 'ada@example.com', logger: quiet }));
-      app.use('/nobody', adminRouter({ ipn, authorize: () => '', logger: quiet }));
+      app.use('/ops', adminRouter({ ipn, authorize: () => ({ actor: 'ada@example.com' }), logger: quiet }));
+      app.use('/nobody', adminRouter({ ipn, authorize: () => ({ actor: '' }), logger: quiet }));
       server = await listen(app);
       const answer = await fetch(`${server.url}/ipn`, {
         method: 'POST',
@@ -101,7 +101,7 @@ describeWithService('PostgreSQL', 'ipn-kit/admin audit trail on PostgreSQL', () 
       await page.close();
     });
 
-    test('an empty name from authorize lets nobody in', async () => {
+    test('an empty actor from authorize lets nobody in', async () => {
       expect((await fetch(`${server.url}/nobody/audit`)).status).toBe(403);
     });
   });
