@@ -131,6 +131,7 @@ const SURFACE: Record<string, string[]> = {
     'PgQueryable',
     'postgresSchemaSql',
     'postgresExpectationsSql',
+    'postgresAuditSql',
   ],
   mysql: [
     'MysqlStore',
