@@ -30,7 +30,7 @@ export function checkRetentionOptions(given: unknown): RetentionOptions {
   if (given === undefined) return RETENTION_DEFAULTS;
   if (typeof given !== 'object' || given === null || Array.isArray(given)) {
     throw new TypeError(
-      `ipnRouter: retention must be an object ({ deadMs, personalDataMs }), got ${String(given)}`,
+      `ipnRouter: retention must be an object ({ deadMs, personalDataMs }), got ${given === null ? 'null' : Array.isArray(given) ? 'an array' : typeof given}`,
     );
   }
   const defined = Object.fromEntries(Object.entries(given).filter(([, value]) => value !== undefined));

@@ -12,19 +12,20 @@ export class MemoryAudit implements AuditLog {
     this.#now = now;
   }
 
-  async record(entry: Omit<AuditEntry, 'at'>): Promise<void> {
+  record(entry: Omit<AuditEntry, 'at'>): Promise<void> {
     // A copy through JSON, as the other stores keep it: a later change to the caller's object changes nothing.
     const detail = JSON.parse(JSON.stringify(entry.detail)) as Record<string, unknown>;
     this.#entries.push({ action: entry.action, actor: entry.actor, detail, at: new Date(this.#now()) });
     if (this.#entries.length > this.#max) this.#entries.shift();
+    return Promise.resolve();
   }
 
-  async list(options?: AuditListOptions): Promise<AuditEntry[]> {
+  list(options?: AuditListOptions): Promise<AuditEntry[]> {
     const { limit, offset } = auditPage(options);
-    return this.#entries
+    const newest = this.#entries
       .slice()
       .reverse()
-      .slice(offset, offset + limit)
-      .map((entry) => ({ ...entry, at: new Date(entry.at) }));
+      .slice(offset, offset + limit);
+    return Promise.resolve(newest.map((entry) => ({ ...entry, at: new Date(entry.at) })));
   }
 }
