@@ -29,3 +29,22 @@ export function checkPurge(store: string, before: unknown, status: unknown, meth
     throw new TypeError(`${store}.${method}: status must be 'delivered' or 'dead', got ${String(status)}`);
   }
 }
+
+/**
+ * `redact()` for the stores that change records in JavaScript: each candidate (a delivered or dead entry
+ * received before the date, its record as stored) is blanked by {@link blankPersonal}, then written by `set`
+ * only if its stored text is still `stored` (a replace meanwhile keeps the new record). Resolves how many
+ * records changed.
+ */
+export async function redactEach(
+  candidates: Array<{ key: string; stored: string }>,
+  serialize: (record: Record<string, unknown>) => string,
+  set: (key: string, stored: string, blanked: string) => Promise<boolean>,
+): Promise<number> {
+  let count = 0;
+  for (const { key, stored } of candidates) {
+    const blanked = blankPersonal(JSON.parse(stored) as Record<string, unknown>);
+    if (blanked !== undefined && (await set(key, stored, serialize(blanked)))) count += 1;
+  }
+  return count;
+}

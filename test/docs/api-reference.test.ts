@@ -140,9 +140,17 @@ const SURFACE: Record<string, string[]> = {
     'MysqlPoolConnection',
     'mysqlSchemaSql',
     'mysqlExpectationsSql',
+    'mysqlAuditSql',
     'mysqlLifecycleSql',
   ],
-  sqlite: ['SqliteStore', 'SqliteStoreOptions', 'SqliteDatabase', 'SqliteStatement', 'sqliteSchemaSql'],
+  sqlite: [
+    'SqliteStore',
+    'SqliteStoreOptions',
+    'SqliteDatabase',
+    'SqliteStatement',
+    'sqliteSchemaSql',
+    'sqliteAuditSql',
+  ],
   testing: [
     ...['createFakeProvider', 'FakeProvider', 'FakeProviderOptions'],
     ...['runStoreConformance', 'StoreConformanceOptions', 'StoreConformanceResult', 'ConformanceFailure'],

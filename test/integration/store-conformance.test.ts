@@ -164,7 +164,9 @@ describeWithService('MariaDB', 'runStoreConformance on MysqlStore', () => {
   });
   afterAll(async () => {
     for (const table of tables)
-      await pool.query(`DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\`, \`${table}_states\``);
+      await pool.query(
+        `DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\`, \`${table}_states\`, \`${table}_audit\``,
+      );
     await Promise.all([pool.end(), other.end()]);
   });
 
@@ -172,12 +174,7 @@ describeWithService('MariaDB', 'runStoreConformance on MysqlStore', () => {
     const result = await runStoreConformance(createStore, { skip });
     expect(result.failures).toEqual([]);
     // Every other rule ran: the inbox's, countByStatus's and the expectations'.
-    // redact() and the audit log are optional; MysqlStore and SqliteStore have neither yet.
-    expect(result.skipped).toEqual([
-      { rule: 'claim-ttl', reason: 'skipped by the options' },
-      { rule: 'redact', reason: 'the store has no redact() (optional)' },
-      { rule: 'audit', reason: 'the store has no audit log (optional)' },
-    ]);
+    expect(result.skipped).toEqual([{ rule: 'claim-ttl', reason: 'skipped by the options' }]);
   }, 120_000);
 
   test('MysqlStore conforms across two instances, each with its own pool', async () => {
@@ -217,12 +214,7 @@ describe('runStoreConformance on SqliteStore', () => {
   test('SqliteStore conforms', async () => {
     const result = await runStoreConformance(createStore, { skip });
     expect(result.failures).toEqual([]);
-    // redact() and the audit log are optional; MysqlStore and SqliteStore have neither yet.
-    expect(result.skipped).toEqual([
-      { rule: 'claim-ttl', reason: 'skipped by the options' },
-      { rule: 'redact', reason: 'the store has no redact() (optional)' },
-      { rule: 'audit', reason: 'the store has no audit log (optional)' },
-    ]);
+    expect(result.skipped).toEqual([{ rule: 'claim-ttl', reason: 'skipped by the options' }]);
   }, 120_000);
 
   test('SqliteStore conforms across two connections to one file (two processes of an app)', async () => {

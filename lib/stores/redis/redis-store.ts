@@ -13,7 +13,7 @@ import type {
 import { RedisExpectations } from './redis-expectations.js';
 import { RedisLifecycle } from './redis-lifecycle.js';
 import { RedisAudit } from './redis-audit.js';
-import { blankPersonal, checkPurge } from '../redact-record.js';
+import { checkPurge, redactEach } from '../redact-record.js';
 import { persistenceWarning, saveOf } from './redis-persistence.js';
 import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
@@ -347,14 +347,14 @@ export class RedisStore implements DurableStore {
   async redact(before: Date): Promise<number> {
     checkPurge('RedisStore', before, 'delivered', 'redact');
     const flat = (await this.#inbox('redactable', [before.getTime()])) as string[];
-    let count = 0;
-    for (let index = 0; index + 1 < flat.length; index += 2) {
-      const [key, json] = [String(flat[index]), String(flat[index + 1])];
-      const blanked = blankPersonal(JSON.parse(json) as Record<string, unknown>);
-      if (blanked === undefined) continue;
-      count += Number(await this.#inbox('setRecord', [key, json, JSON.stringify(blanked)]));
-    }
-    return count;
+    const candidates = [];
+    for (let index = 0; index + 1 < flat.length; index += 2)
+      candidates.push({ key: String(flat[index]), stored: String(flat[index + 1]) });
+    return redactEach(
+      candidates,
+      (record) => JSON.stringify(record),
+      async (key, stored, blanked) => Number(await this.#inbox('setRecord', [key, stored, blanked])) === 1,
+    );
   }
 
   /** Where the inbox's keys start: one hash tag, so that a cluster keeps them in one slot. */
