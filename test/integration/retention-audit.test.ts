@@ -1,5 +1,12 @@
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import Redis from 'ioredis';
+import { createPool, type Pool as MysqlPool } from 'mysql2/promise';
+import { MysqlStore } from '../../lib/mysql.js';
+import { SqliteStore } from '../../lib/sqlite.js';
 import { Pool } from 'pg';
 import { ipnRouter, MemoryStore, type DurableStore } from '../../lib/index.js';
 import { PostgresStore } from '../../lib/postgres.js';
@@ -8,7 +15,7 @@ import type { CliIo } from '../../lib/cli/cli-io.js';
 import { runCli } from '../../lib/cli/run-cli.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
-import { databaseUrl, describeWithService, eventually, redisUrl } from '../helpers/services.js';
+import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
 
 // Retention: the recovery pass (or a drain) that deletes delivered entries after ttlMs also deletes dead
 // ones after retention.deadMs and blanks the customer's name and number after retention.personalDataMs.
@@ -186,5 +193,39 @@ describeWithService('Redis', 'RedisStore', () => {
   cliAuditScenario(
     () => new RedisStore({ client, prefix }),
     (args) => inbox([...args, '--redis-url', redisUrl(), '--prefix', prefix], {}),
+  );
+});
+
+describeWithService('MariaDB', 'MysqlStore', () => {
+  const table = `ipn_test_ret_${process.pid}_${randomUUID().slice(0, 6)}`;
+  let pool: MysqlPool;
+  beforeAll(() => {
+    pool = createPool({ uri: mysqlUrl(), connectionLimit: 4 });
+  });
+  afterAll(async () => {
+    await pool.query(
+      `DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\`, \`${table}_states\`, \`${table}_audit\``,
+    );
+    await pool.end();
+  });
+  const ready = () => new MysqlStore({ pool, table }).migrate();
+  retentionScenario(() => new MysqlStore({ pool, table }), ready);
+  cliAuditScenario(
+    () => new MysqlStore({ pool, table }),
+    (args) => inbox([...args, '--mysql-url', mysqlUrl(), '--table', table], {}),
+  );
+});
+
+describe('SqliteStore', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'ipn-kit-retention-'));
+  const database = new Database(join(dir, 'ipn.db'));
+  afterAll(() => {
+    database.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const store = new SqliteStore({ database });
+  retentionScenario(
+    () => store,
+    async () => store.migrate(),
   );
 });
