@@ -236,11 +236,10 @@ export class PostgresStore<
     await trackMigration(this.#pool, this.table, async () => {
       try {
         await this.#pool.query(migrateSql(this.table));
+        // The expectations' and the audit's tables, under the same lock: the audit's DDL a statement of its own.
         await this.#pool.query(
-          `${migrateSql(this.table).split('\n')[0]}\n${postgresExpectationsSql(this.table)}`,
+          `${migrateSql(this.table).split('\n')[0]}\n${postgresExpectationsSql(this.table)}${postgresAuditSql(this.table)}`,
         );
-        // The audit table: a statement of its own, apart from the inbox's schema.
-        await this.#pool.query(`${migrateSql(this.table).split('\n')[0]}\n${postgresAuditSql(this.table)}`);
       } catch (error) {
         throw new StoreError(
           `PostgresStore.migrate: could not create the table ${this.table}: ${messageOf(error)} (the role needs ` +
