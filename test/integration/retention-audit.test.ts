@@ -15,6 +15,7 @@ import type { CliIo } from '../../lib/cli/cli-io.js';
 import { runCli } from '../../lib/cli/run-cli.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
+import { postTo, refusingRouter } from '../helpers/refusing-router.js';
 import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
 
 // Retention: the recovery pass (or a drain) that deletes delivered entries after ttlMs also deletes dead
@@ -23,33 +24,9 @@ import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from
 
 const HOUR = 3_600_000;
 
-function router(store: DurableStore, retention: { deadMs?: number; personalDataMs?: number }) {
-  const ipn = ipnRouter({
-    store,
-    delivery: 'at-least-once',
-    ttlMs: HOUR,
-    maxAttempts: 1,
-    logger: quiet,
-    retention,
-  });
-  ipn.on('successful', (n) => {
-    if (String(n.custom_data).includes('refuse')) throw new Error('the ledger refuses it');
-  });
-  ipn.on('error', (e) => {
-    if (process.env.DEBUG_RET) console.log(e);
-  });
-  ipn.on('dead', () => {});
-  return ipn;
-}
-
-async function post(ipn: ReturnType<typeof router>, payload: Record<string, unknown>): Promise<number> {
-  const request = new Request('http://127.0.0.1/ipn', {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(payload),
-  });
-  return (await ipn.fetch(request)).status;
-}
+const router = (store: DurableStore, retention: { deadMs?: number; personalDataMs?: number }) =>
+  refusingRouter(store, { ttlMs: HOUR, retention });
+const post = postTo;
 
 function retentionScenario(make: () => DurableStore, ready: () => Promise<void> = async () => {}): void {
   test("the customer's data is blanked after personalDataMs (amount and id kept), dead entries deleted after deadMs", async () => {
