@@ -41,7 +41,7 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
   /**
    * How long a handled notification is remembered, in milliseconds. Must outlive the service's resends.
    * At least once, delivered inbox entries older than this are deleted by a recovery pass (at most once an
-   * hour per instance); undelivered and dead ones are kept.
+   * hour per instance); undelivered ones are kept, dead ones for `retention.deadMs`.
    * @default 604_800_000 (7 days)
    */
   ttlMs: number;
