@@ -6,5 +6,5 @@
 export { MysqlStore } from './stores/mysql/mysql-store.js';
 export type { MysqlStoreOptions } from './stores/mysql/mysql-store.js';
 export type { MysqlPool, MysqlPoolConnection } from './stores/mysql/mysql-pool.js';
-export { mysqlSchemaSql, mysqlExpectationsSql } from './stores/mysql/mysql-sql.js';
+export { mysqlSchemaSql, mysqlExpectationsSql, mysqlAuditSql } from './stores/mysql/mysql-sql.js';
 export { mysqlLifecycleSql } from './stores/mysql/mysql-lifecycle.js';

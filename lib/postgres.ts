@@ -8,3 +8,4 @@ export type { PostgresStoreOptions } from './stores/postgres/postgres-store.js';
 export type { PgQueryable } from './stores/postgres/postgres-store.js';
 export { postgresSchemaSql } from './stores/postgres/postgres-sql.js';
 export { postgresExpectationsSql } from './stores/postgres/postgres-expectations.js';
+export { postgresAuditSql } from './stores/postgres/postgres-audit.js';

@@ -7,6 +7,8 @@ import { layout, STYLE, type Html } from './html.js';
 import { createMasker } from './mask.js';
 import { protectionOf } from '../router/ipn-router.js';
 import { confirmPage, entryPage, overviewPage, resultPage, type Confirmation } from './pages.js';
+import { auditPage } from './audit-page.js';
+import { UNKNOWN_ACTOR } from '../observability/audit.js';
 
 /**
  * One request to the operator's page, as a transport adapter (node:http, fetch) reads it: the page's logic
@@ -79,14 +81,15 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
   };
 
   async function respond(req: AdminRequest<Req>, base: string): Promise<AdminAnswer> {
-    if (!(await allowed(req.raw))) return answer(403, page(base, resultPage(base, 'Not authorised.', false)));
+    const actor = await allowed(req.raw);
+    if (actor === undefined) return answer(403, page(base, resultPage(base, 'Not authorised.', false)));
     if (req.target === undefined) return answer(404, page(base, resultPage(base, 'No such page.', false)));
     const url = parseUrl(req.target);
     if (url === undefined || hasNul(url.searchParams)) return badRequest(base);
     if (url.pathname === '/admin.css') return answer(200, STYLE, 'text/css; charset=utf-8');
     const { method } = req;
     if (method === 'GET' || method === 'HEAD') return get(req, base, url);
-    if (method === 'POST') return post(req, base, url.pathname);
+    if (method === 'POST') return post(req, base, url.pathname, actor);
     return answer(
       405,
       page(base, resultPage(base, `Method ${method} is not allowed here.`, false)),
@@ -97,11 +100,15 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
     );
   }
 
-  async function allowed(raw: Req): Promise<boolean> {
+  /** Who the request is (`authorize`'s `actor`, or `'unknown'` after `true`), or `undefined` when not let in. */
+  async function allowed(raw: Req): Promise<string | undefined> {
     try {
-      return (await authorize(raw)) === true;
+      const verdict = await authorize(raw);
+      if (verdict === true) return UNKNOWN_ACTOR;
+      const actor: unknown = typeof verdict === 'object' && verdict !== null ? verdict.actor : undefined;
+      return typeof actor === 'string' && actor.trim() !== '' ? actor : undefined;
     } catch {
-      return false; // a failing check never opens the page
+      return undefined; // a failing check never opens the page
     }
   }
 
@@ -120,6 +127,13 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       if (!entry) return answer(404, page(base, resultPage(base, 'No such entry.', false)), undefined, extra);
       return answer(200, page(base, entryPage(base, entry, mask)), undefined, extra);
     }
+    if (pathname === '/audit') {
+      const number = pageOf(searchParams);
+      const options = { limit: pageSize + 1, offset: (number - 1) * pageSize };
+      const actions = await durable(() => ipn.inbox.actions(options));
+      const body = auditPage(base, actions?.slice(0, pageSize), number, (actions?.length ?? 0) > pageSize);
+      return answer(200, page(base, body), undefined, extra);
+    }
     if (pathname === '/confirm') {
       const confirmation = confirmationOf(searchParams);
       if (!confirmation)
@@ -130,7 +144,7 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
   }
 
   async function overview(base: string, query: URLSearchParams): Promise<Html> {
-    const pageNumber = Math.max(1, Math.min(10_000, Number.parseInt(query.get('page') ?? '1', 10) || 1));
+    const pageNumber = pageOf(query);
     const filters = filtersOf(query);
     const metrics = ipn.metrics();
     const recent = ring.recent();
@@ -160,7 +174,12 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
     return overviewPage({ base, inbox, metrics, recent, mask, protection });
   }
 
-  async function post(req: AdminRequest<Req>, base: string, action: string): Promise<AdminAnswer> {
+  async function post(
+    req: AdminRequest<Req>,
+    base: string,
+    action: string,
+    actor: string,
+  ): Promise<AdminAnswer> {
     const form = await req.form();
     if (form === undefined) return answer(413, page(base, resultPage(base, 'The form is too large.', false)));
     if (hasNul(form)) return badRequest(base);
@@ -179,20 +198,47 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
     }
     const done = (message: string, ok = true, link?: string) =>
       answer(ok ? 200 : 409, page(base, resultPage(base, message, ok, link)));
+    /** Keeps the action in the audit trail, then says what was done: or that it was done, unrecorded. */
+    const kept = async (
+      name: string,
+      detail: Record<string, unknown>,
+      message: string,
+      ok = true,
+      link?: string,
+    ) => {
+      try {
+        await ipn.inbox.recordAction({ action: name, actor, detail });
+        return done(message, ok, link);
+      } catch (error) {
+        logger.error(
+          { err: { message: messageOf(error) }, action },
+          'ipn-kit admin: an action was not recorded',
+        );
+        return done(`${message} It could not be recorded in the audit trail: ${describe(error)}`, ok, link);
+      }
+    };
     try {
       if (action === '/replay') {
         const key = form.get('key') ?? '';
         const link = `${base}/entry?key=${encodeURIComponent(key)}`;
-        return (await ipn.inbox.replay(key))
-          ? done(`Replayed ${key}: it is delivered again now.`, true, link)
+        const replayed = await ipn.inbox.replay(key);
+        return replayed
+          ? kept('replay', { key, replayed }, `Replayed ${key}: it is delivered again now.`, true, link)
           : done(`No entry ${key} to replay.`, false);
       }
-      if (action === '/replay-dead') return done(`Replayed ${await ipn.inbox.replayDead()} dead entries.`);
+      if (action === '/replay-dead') {
+        const count = await ipn.inbox.replayDead();
+        return kept('replay-dead', { count }, `Replayed ${count} dead entries.`);
+      }
       if (action === '/purge') {
         const before = dateOf(form.get('before'));
         if (!before) return done('Give the date before which delivered entries are purged.', false);
-        return done(
-          `Purged ${await ipn.inbox.purge(before)} delivered entries delivered before ${before.toISOString().slice(0, 10)}.`,
+        const count = await ipn.inbox.purge(before);
+        const day = before.toISOString().slice(0, 10);
+        return kept(
+          'purge',
+          { status: 'delivered', before: before.toISOString(), count },
+          `Purged ${count} delivered entries delivered before ${day}.`,
         );
       }
       if (action === '/reconcile') {
@@ -222,6 +268,11 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
   }
 
   return core;
+}
+
+/** The page number a query asks for, 1 to 10 000. */
+function pageOf(query: URLSearchParams): number {
+  return Math.max(1, Math.min(10_000, Number.parseInt(query.get('page') ?? '1', 10) || 1));
 }
 
 /** The request's path and query, or `undefined` for a target that is no URL (`//[`). */

@@ -20,9 +20,13 @@ export interface AdminOptions<Req = IncomingMessage> {
    * Decides whether a request may see the page and act on it (replay, purge, reconcile): return `true` for
    * your operators, from your own session or login. Every request is asked, pages and actions alike; `false`,
    * a rejection or a throw answers 403. Required: a page that can replay payments is never public by accident.
+   * Return `{ actor: name }` instead of `true` to let the operator in and have their actions (replay, purge)
+   * kept under that name in the audit trail; after `true` they are kept as `'unknown'`. Anything else (a
+   * string, an object without a non-empty `actor`) answers 403, as `false` does: only an explicit yes opens.
    * @example (req) => req.session?.user?.role === 'admin'
+   * @example (req) => (req.user?.isAdmin ? { actor: req.user.email } : false)
    */
-  authorize: (req: Req) => boolean | Promise<boolean>;
+  authorize: (req: Req) => boolean | { actor: string } | Promise<boolean | { actor: string }>;
   /** Show the customer's number and name (`destination`, `customer_name`) in clear, as the router's option of the same name does for logs. @default false */
   logCustomerData: boolean;
   /** How many recent `rejected` and `error` events the page keeps in memory (for at-most-once mode too). @default 50 */

@@ -184,6 +184,7 @@ export function overviewPage(view: Overview): Html {
         <div class="actions">
           <a class="button secondary" href="${base}/confirm?action=replay-dead">Replay every dead entry…</a>
           <a class="button secondary" href="${base}/confirm?action=purge">Purge delivered entries…</a>
+          <a class="button secondary" href="${base}/audit" id="audit-link">Audit trail</a>
         </div>
         ${filterForm(base, inbox.filters, inbox.query)}${entryRows(base, inbox.entries)}
         <nav class="pages">

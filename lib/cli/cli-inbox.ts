@@ -7,14 +7,17 @@ import { mysqlTableNames } from '../stores/mysql/mysql-sql.js';
 import { tableNames } from '../stores/postgres/postgres-sql.js';
 import { PostgresStore, type PgQueryable } from '../stores/postgres/postgres-store.js';
 import { RedisStore } from '../stores/redis/redis-store.js';
-import type { DeliveryStatus, DurableStore } from '../stores/store.js';
+import type { DeliveryStatus, DurableStore, PurgedStatus } from '../stores/store.js';
+import { listActions, recordAction } from '../observability/audit.js';
+import { osActor } from './os-actor.js';
 
 const USAGE = `usage:
   ipn-kit inbox list [--status received|delivered|failed|dead] [--limit N] [--offset N] [--json]
   ipn-kit inbox show <key>
   ipn-kit inbox replay <key>
   ipn-kit inbox replay --dead
-  ipn-kit inbox purge --before <ISO date>
+  ipn-kit inbox purge --before <ISO date> [--dead]
+  ipn-kit inbox audit [--limit N] [--offset N] [--json]
 
 Reads and repairs the PostgreSQL inbox of ipn-kit/postgres (PostgresStore), with --mysql-url the MySQL
 inbox of ipn-kit/mysql (MysqlStore), or with --redis-url the Redis inbox of ipn-kit/redis (RedisStore).
@@ -25,9 +28,11 @@ inbox of ipn-kit/mysql (MysqlStore), or with --redis-url the Redis inbox of ipn-
   --redis-url URL   the Redis that holds the inbox (redis://host:6379) instead of DATABASE_URL's PostgreSQL
   --prefix TEXT     with --redis-url: the RedisStore's prefix (default ipn-kit:)
   --json            list: one JSON object per line instead of a table
-  --dead            replay: every dead entry
+  --dead            replay: every dead entry; purge: dead entries gone dead before DATE instead
   --before DATE     purge: delete delivered entries delivered before DATE (2024-05-01, 2024-05-01T12:00Z);
                     a resend of a purged notification is delivered again
+  --actor NAME      replay, purge: who is recorded in the audit trail (default: the OS user)
+replay and purge are recorded in the store's audit trail (who, when, what); audit lists it, newest first.
 replay only makes entries due again: your running app's recovery loop (delivery: 'at-least-once')
 delivers them. The database is DATABASE_URL (postgres://user:password@host:5432/db).`;
 
@@ -170,7 +175,7 @@ interface Plan {
 /** Parses the command line into a table and a run, or `'help'`. @throws UsageError, or parseArgs' TypeError. */
 function plan(argv: string[]): Plan | 'help' {
   const [command, ...rest] = argv;
-  if (command === undefined) throw new UsageError('missing command: list, show, replay or purge');
+  if (command === undefined) throw new UsageError('missing command: list, show, replay, purge or audit');
   if (command === '--help' || command === '-h' || command === 'help') return 'help';
   const { values, positionals } = parseArgs({
     args: rest,
@@ -188,6 +193,7 @@ function plan(argv: string[]): Plan | 'help' {
       'redis-url': { type: 'string' },
       prefix: { type: 'string' },
       'mysql-url': { type: 'string' },
+      actor: { type: 'string' },
     },
   });
   if (values.help) return 'help';
@@ -213,14 +219,17 @@ function plan(argv: string[]): Plan | 'help' {
   const allowed: Record<string, string[]> = {
     list: [...where, 'status', 'limit', 'offset', 'json'],
     show: where,
-    replay: [...where, 'dead'],
-    purge: [...where, 'before'],
+    replay: [...where, 'dead', 'actor'],
+    purge: [...where, 'before', 'dead', 'actor'],
+    audit: [...where, 'limit', 'offset', 'json'],
   };
   const known = allowed[command];
   if (known === undefined) throw new UsageError(`unknown command '${command}'`);
   const misplaced = Object.keys(values).filter((option) => !known.includes(option));
   if (misplaced.length > 0) throw new UsageError(`${command} does not take --${misplaced.join(', --')}`);
   const takes = command === 'show' || (command === 'replay' && !values.dead) ? 1 : 0;
+  if (values.actor !== undefined && values.actor.trim() === '') throw new UsageError('--actor needs a name');
+  const actor = values.actor ?? osActor();
   if (positionals.length !== takes) {
     throw new UsageError(
       takes === 1
@@ -240,11 +249,19 @@ function plan(argv: string[]): Plan | 'help' {
     return { table, redis, mysqlUrl, run };
   }
   if (command === 'show') return { table, redis, mysqlUrl, run: show(key) };
-  if (command === 'replay') return { table, redis, mysqlUrl, run: values.dead ? replayDead : replay(key) };
+  if (command === 'audit') {
+    const limit = count('--limit', values.limit ?? '100', 1);
+    const offset = count('--offset', values.offset ?? '0', 0);
+    return { table, redis, mysqlUrl, run: audit(limit, offset, values.json === true) };
+  }
+  if (command === 'replay') {
+    return { table, redis, mysqlUrl, run: recorded(actor, values.dead ? replayDead : replay(key)) };
+  }
   if (values.before === undefined) {
     throw new UsageError('purge needs --before <ISO date>: the entries delivered before it are deleted');
   }
-  return { table, redis, mysqlUrl, run: purge(parseIsoDate(values.before)) };
+  const status = values.dead ? 'dead' : 'delivered';
+  return { table, redis, mysqlUrl, run: recorded(actor, purge(parseIsoDate(values.before), status)) };
 }
 
 function list(status: DeliveryStatus | undefined, limit: number, offset: number, json: boolean): Run {
@@ -273,12 +290,52 @@ function show(key: string): Run {
   };
 }
 
-function replay(key: string): Run {
+/** A run of an operator action: its exit code and, when it did something, what to keep in the audit trail. */
+type Action = (store: DurableStore, io: CliIo, where: string) => Promise<{ code: number; done?: Done }>;
+type Done = { action: string; detail: Record<string, unknown> };
+
+/** Runs `action`, then keeps it in the store's audit trail as `actor`'s: exit 1 when it could not be kept. */
+function recorded(actor: string, action: Action): Run {
+  return async (store, io, where) => {
+    const { code, done } = await action(store, io, where);
+    if (done === undefined) return code;
+    try {
+      if (!(await recordAction(store, { ...done, actor })))
+        io.stderr(`ipn-kit inbox: ${where} keeps no audit trail: the ${done.action} was not recorded`);
+      return code;
+    } catch (error) {
+      io.stderr(
+        `ipn-kit inbox: the ${done.action} was done, but not recorded in the audit trail: ${messageOf(error)}`,
+      );
+      return 1;
+    }
+  };
+}
+
+function audit(limit: number, offset: number, json: boolean): Run {
+  return async (store, io, where) => {
+    const actions = await listActions(store, { limit, offset });
+    for (const entry of actions) {
+      io.stdout(
+        json
+          ? JSON.stringify(entry)
+          : `${entry.at.toISOString()}  ${entry.actor}  ${entry.action}  ${JSON.stringify(entry.detail)}`,
+      );
+    }
+    if (!json)
+      io.stdout(
+        `${actions.length} ${actions.length === 1 ? 'action' : 'actions'} in the audit trail of ${where}`,
+      );
+    return 0;
+  };
+}
+
+function replay(key: string): Action {
   return async (store, io, where) => {
     const entry = await store.get(key);
     if (entry === undefined) {
       io.stderr(`ipn-kit inbox replay: no entry with key '${key}' in ${where}`);
-      return 1;
+      return { code: 1 };
     }
     // A key claimed in at-most-once mode has only a marker row: marking it due would deliver an empty record.
     if (Object.keys(entry.record).length === 0) {
@@ -286,34 +343,36 @@ function replay(key: string): Run {
         `ipn-kit inbox replay: '${key}' holds no notification (it was claimed in at-most-once mode): there is ` +
           'nothing to deliver again',
       );
-      return 1;
+      return { code: 1 };
     }
     if (!(await store.replay(key))) {
       io.stderr(`ipn-kit inbox replay: '${key}' was deleted meanwhile`);
-      return 1;
+      return { code: 1 };
     }
     io.stdout(`${key} is due again (was ${entry.status}): ${RECOVERY}`);
-    return 0;
+    return { code: 0, done: { action: 'replay', detail: { key, was: entry.status } } };
   };
 }
 
-const replayDead: Run = async (store, io) => {
+const replayDead: Action = async (store, io) => {
   const replayed = await store.replayDead();
   io.stdout(`${replayed} dead ${replayed === 1 ? 'entry is' : 'entries are'} due again: ${RECOVERY}`);
-  return 0;
+  return { code: 0, done: { action: 'replay-dead', detail: { count: replayed } } };
 };
 
 const RECOVERY =
   "the running app's recovery loop (delivery: 'at-least-once') delivers it; nothing is delivered by this command";
 
-function purge(before: Date): Run {
+function purge(before: Date, status: PurgedStatus): Action {
   return async (store, io, where) => {
-    const purged = await store.purge(before);
+    const purged = await store.purge(before, status);
+    const how = status === 'dead' ? 'gone dead' : 'delivered';
     io.stdout(
-      `deleted ${purged} delivered ${purged === 1 ? 'entry' : 'entries'} delivered before ${before.toISOString()} ` +
+      `deleted ${purged} ${status} ${purged === 1 ? 'entry' : 'entries'} ${how} before ${before.toISOString()} ` +
         `from ${where}`,
     );
-    return 0;
+    const detail = { status, before: before.toISOString(), count: purged };
+    return { code: 0, done: { action: 'purge', detail } };
   };
 }
 

@@ -9,7 +9,8 @@ const USAGE = `usage:
   ipn-kit inbox list [--status received|delivered|failed|dead] [--limit N]
   ipn-kit inbox show <key>
   ipn-kit inbox replay <key> | --dead
-  ipn-kit inbox purge --before <ISO date>
+  ipn-kit inbox purge --before <ISO date> [--dead]
+  ipn-kit inbox audit
   (inbox: PostgreSQL at DATABASE_URL, or Redis with --redis-url URL [--prefix P])
   ipn-kit --version
 Run 'ipn-kit <command> --help' for details.`;

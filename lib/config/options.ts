@@ -16,6 +16,7 @@ import {
 import { applyRenames, warnRenamed, type Renames } from './renamed-options.js';
 import type { AlertOptions } from '../observability/alert-event.js';
 import { checkAlertOptions } from './alert-option-checks.js';
+import { checkRetentionOptions, RETENTION_DEFAULTS, type RetentionOptions } from '../delivery/retention.js';
 
 /**
  * What `ipnRouter({ unexpected })` does with a notification no expectation is kept for, once expectations
@@ -40,7 +41,7 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
   /**
    * How long a handled notification is remembered, in milliseconds. Must outlive the service's resends.
    * At least once, delivered inbox entries older than this are deleted by a recovery pass (at most once an
-   * hour per instance); undelivered and dead ones are kept.
+   * hour per instance); undelivered ones are kept, dead ones for `retention.deadMs`.
    * @default 604_800_000 (7 days)
    */
   ttlMs: number;
@@ -195,6 +196,13 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
    */
   alerts: Partial<AlertOptions>;
   /**
+   * At least once, how long the inbox keeps what it no longer delivers; delivered entries are kept `ttlMs`.
+   * The same pass as `ttlMs`'s (a recovery pass or a drain, at most once an hour per instance) deletes dead
+   * entries older than `deadMs` and blanks the customer's name and number older than `personalDataMs`.
+   * @default { deadMs: 7_776_000_000 (90 days), personalDataMs: 2_592_000_000 (30 days) }
+   */
+  retention: Partial<RetentionOptions>;
+  /**
    * Who runs the router's periodic work on the store: the inbox's recovery (at-least-once), the retry of a
    * failed attempt, the expectations' sweep, the purge of delivered entries older than `ttlMs`.
    * - `'timers'`: the router's own timers, from its first use (a recovery pass every `recoveryIntervalMs`,
@@ -228,8 +236,10 @@ type RenamedOption = keyof typeof RENAMED;
 /** Options with every default applied and checked, as the router uses them: new names only. */
 export interface ResolvedOptions<S extends StandardSchemaV1 | undefined = undefined> extends Omit<
   Options<S>,
-  'limit' | 'alerts' | RenamedOption
+  'limit' | 'alerts' | 'retention' | RenamedOption
 > {
+  /** How long the inbox keeps dead entries and the customer's data, every default applied. */
+  retention: RetentionOptions;
   /** The body limit in bytes. */
   limit: number;
   /** The alert thresholds, every default applied. */
@@ -249,7 +259,9 @@ const DEFAULTS: {
     ? undefined
     : K extends 'alerts'
       ? AlertOptions
-      : Current[K];
+      : K extends 'retention'
+        ? RetentionOptions
+        : Current[K];
 } = {
   customData: undefined,
   store: undefined,
@@ -276,6 +288,7 @@ const DEFAULTS: {
   retryDelayMs: 30_000,
   leaseMs: 60_000,
   recoveryIntervalMs: 15_000,
+  retention: RETENTION_DEFAULTS,
   alerts: {
     failuresInARow: 10,
     failureRatio: 0.5,
@@ -319,6 +332,7 @@ export function resolveOptions<S extends StandardSchemaV1 | undefined>(
     ...(given as Partial<ResolvedOptions<S>>),
     limit: parseLimit(given.limit ?? DEFAULTS.limit),
     alerts: checkAlertOptions(DEFAULTS.alerts, given.alerts),
+    retention: checkRetentionOptions(given.retention),
   };
   checkSchema(resolved.customData);
   checkMethods('store', resolved.store, ['claim', 'release'], ['init', 'close']);

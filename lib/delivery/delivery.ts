@@ -12,7 +12,16 @@ import {
 import type { ResolvedOptions } from '../config/options.js';
 import { isFinalState, toRecord, type IpnNotification } from '../notification/schema.js';
 import type { createStoreClaimer } from './store-claimer.js';
-import type { DurableStore, InboxEntry, ListOptions, StatusCounts } from '../stores/store.js';
+import type {
+  AuditEntry,
+  AuditListOptions,
+  DurableStore,
+  InboxEntry,
+  ListOptions,
+  PurgedStatus,
+  StatusCounts,
+} from '../stores/store.js';
+import { listActions, recordAction, type AuditAction } from '../observability/audit.js';
 import type { StatusRecord } from '../status/status-envelope.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
 import { createVerifyQueue } from './verify-queue.js';
@@ -69,8 +78,18 @@ export interface Inbox {
   replay(key: string): Promise<boolean>;
   /** Delivers every dead entry again. Resolves how many. */
   replayDead(): Promise<number>;
-  /** Deletes delivered entries delivered before `before`. Resolves how many. */
-  purge(before: Date): Promise<number>;
+  /**
+   * Deletes delivered entries delivered before `before` (given `'dead'`: dead entries gone dead before it).
+   * Resolves how many.
+   */
+  purge(before: Date, status?: PurgedStatus): Promise<number>;
+  /**
+   * Keeps one operator action in the store's audit log (see `lib/observability/audit.ts`): resolves `false`
+   * when the store keeps none. The CLI and the operator's page call it after each replay and purge.
+   */
+  recordAction(action: AuditAction): Promise<boolean>;
+  /** The operator actions the store's audit log keeps, newest first; `[]` when it keeps none. */
+  actions(options?: AuditListOptions): Promise<AuditEntry[]>;
 }
 
 /**
@@ -406,7 +425,9 @@ export function createDelivery<C>(
         if (count > 0) recoverSoon();
         return count;
       },
-      purge: async (before) => inbox().purge(before),
+      purge: async (before, status) => inbox().purge(before, status),
+      recordAction: async (action) => recordAction(inbox(), action),
+      actions: async (options) => listActions(inbox(), options),
     } satisfies Inbox,
 
     /**

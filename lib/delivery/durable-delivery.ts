@@ -10,6 +10,7 @@ import { redactText } from '../observability/redact.js';
 import type { Attempt as Context } from './safe-emitter.js';
 import type { DeliveryTransaction, DurableStore, InboxEntry } from '../stores/store.js';
 import { within } from '../shared/within.js';
+import { retentionPass } from './retention.js';
 import type { InboxDrain, Outcome } from './drain-result.js';
 import { monotonicNow } from '../shared/clock.js';
 import { connectionHint } from '../shared/connection-hint.js';
@@ -58,20 +59,26 @@ export function createDurableDelivery<C>(
   let expiredAt = -Infinity; // when this instance last deleted the expired delivered entries (monotonic)
 
   /**
-   * Delivered entries expire: at most once an hour, a recovery pass (or a drain) deletes those delivered more
-   * than `ttlMs` ago, as `purge` does. A resend within `ttlMs` of its delivery is still a duplicate, and
-   * `received`, `failed` and `dead` entries are never touched. Runs beside the pass; a failure is reported.
+   * Retention: at most once an hour, a recovery pass (or a drain) deletes the entries delivered more than
+   * `ttlMs` ago, as `purge` does, and the dead ones older than `retention.deadMs`, and blanks the customer's
+   * data older than `retention.personalDataMs` (see retention.ts). A resend within `ttlMs` of its delivery is
+   * still a duplicate, and `received` and `failed` entries are never touched. Runs beside the pass; a failure
+   * is reported.
    */
   function expire(): void {
     if (monotonicNow() - expiredAt < EXPIRY_INTERVAL_MS) return;
     expiredAt = monotonicNow();
-    const before = new Date(Date.now() - options.ttlMs);
     timed(
-      Promise.resolve().then(() => inbox.purge(before)),
+      Promise.resolve().then(() => retentionPass(inbox, options.ttlMs, options.retention)),
       'purge',
     ).then(
-      (count) => {
-        if (count > 0) logger.debug({ count }, `deleted ${count} delivered notification(s) older than ttlMs`);
+      ({ delivered, dead, redacted }) => {
+        if (delivered + dead + redacted > 0)
+          logger.debug(
+            { delivered, dead, redacted },
+            `retention: deleted ${delivered} delivered notification(s) older than ttlMs and ${dead} dead one(s) ` +
+              `older than retention.deadMs; blanked the customer's data in ${redacted}`,
+          );
       },
       (cause: unknown) =>
         report(

@@ -312,6 +312,8 @@ export function createIpnPipeline<C>(
       replay: used(inbox.replay),
       replayDead: used(inbox.replayDead),
       purge: used(inbox.purge),
+      recordAction: used(inbox.recordAction),
+      actions: used(inbox.actions),
     } satisfies typeof inbox,
     /**
      * Answers 503 from now on and takes up no new work (recovery, a drain, a sweep), waits for the claims in

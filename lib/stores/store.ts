@@ -190,8 +190,24 @@ export interface DurableStore extends Store {
   replay(key: string): Promise<boolean>;
   /** Makes every `dead` entry due again now, attempts reset to 0. Resolves how many. */
   replayDead(): Promise<number>;
-  /** Deletes `delivered` entries delivered before `before` (their resends are then new). Resolves how many. */
-  purge(before: Date): Promise<number>;
+  /**
+   * Deletes `delivered` entries delivered before `before` (their resends are then new); given `'dead'`,
+   * the `dead` entries that went dead (were last updated) before `before` instead. Resolves how many. A
+   * store that ignores `status` keeps its dead entries: the router's `retention.deadMs` then deletes none.
+   */
+  purge(before: Date, status?: PurgedStatus): Promise<number>;
+  /**
+   * Optional: blanks the customer's name and number ({@link PERSONAL_FIELDS}, set to `""`) in the records of
+   * `delivered` and `dead` entries received before `before`, keeping every other field (amounts, ids).
+   * Resolves how many records changed. The router's `retention.personalDataMs` calls it; every built-in
+   * store has it.
+   */
+  redact?(before: Date): Promise<number>;
+  /**
+   * Optional: where operator actions (replay, purge, pause) are kept, with who, when and what. Every
+   * built-in store has one (a table or key beside the inbox); without it, actions are only logged.
+   */
+  readonly audit?: AuditLog;
   /**
    * Optional: why this store would lose the inbox that the docs promise to keep (`RedisStore` on a Redis
    * without persistence), or `undefined`. The router calls it once when it starts at least once, and logs
@@ -216,6 +232,49 @@ export interface DurableStore extends Store {
    * its own.
    */
   begin?(key: string, leaseId: string, options?: BeginOptions): Promise<DeliveryTransaction | undefined>;
+}
+
+/**
+ * Which entries {@link DurableStore.purge} deletes.
+ * @inline
+ */
+export type PurgedStatus = 'delivered' | 'dead';
+
+/**
+ * The fields of a stored notification that name the customer (personal data): what
+ * {@link DurableStore.redact} blanks. Amounts, ids and states stay, for the audit the service asks for.
+ */
+export const PERSONAL_FIELDS = ['customer_name', 'destination'] as const;
+
+/** One operator action as kept by an {@link AuditLog}. */
+export interface AuditEntry {
+  /** What was done: `replay`, `replay-dead`, `purge`, `pause`, `resume`, ... */
+  action: string;
+  /** Who did it: the operator's page's identity, the CLI's OS user or `--actor`, or `'unknown'`. */
+  actor: string;
+  /** What it was done to and what came of it (a key, a date, a count), as JSON-safe values. */
+  detail: Record<string, unknown>;
+  /** When the store recorded it. */
+  at: Date;
+}
+
+/**
+ * Options of {@link AuditLog.list}.
+ * @inline
+ */
+export interface AuditListOptions {
+  /** At most this many, newest first. @default 100 */
+  limit?: number;
+  /** Skips this many first, for paging. @default 0 */
+  offset?: number;
+}
+
+/** Where a durable store keeps operator actions: append-only, listed newest first. */
+export interface AuditLog {
+  /** Appends one action; the store stamps its time. */
+  record(entry: Omit<AuditEntry, 'at'>): Promise<void>;
+  /** The actions kept, newest first. */
+  list(options?: AuditListOptions): Promise<AuditEntry[]>;
 }
 
 /**

@@ -14,6 +14,7 @@ import {
   type StoreConformanceResult,
 } from './store-conformance-kit.js';
 import { OPERATOR_RULES } from './store-conformance-operator.js';
+import { RETENTION_RULES } from './store-conformance-retention.js';
 import { RECEIVE_RULES } from './store-conformance-receive.js';
 import { REPLACE_RULES } from './store-conformance-replace.js';
 import { SETTLE_RULES } from './store-conformance-settle.js';
@@ -28,6 +29,7 @@ const RULES: Rule[] = [
   ...SETTLE_RULES,
   ...REPLACE_RULES,
   ...OPERATOR_RULES,
+  ...RETENTION_RULES,
   ...CRASH_RULES,
   ...EXPECTATION_RULES,
   ...LIFECYCLE_RULES,
@@ -183,6 +185,9 @@ function notApplicable(rule: Rule, store: AnyStore, options: Resolved): string |
     return 'the store has no countByStatus() (optional)';
   if (rule.needs === 'expectations' && store.expectations === undefined)
     return 'the store has no expectations (optional)';
+  if (rule.needs === 'redact' && typeof store.redact !== 'function')
+    return 'the store has no redact() (optional)';
+  if (rule.needs === 'audit' && store.audit === undefined) return 'the store has no audit log (optional)';
   return undefined;
 }
 

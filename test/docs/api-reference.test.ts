@@ -131,6 +131,7 @@ const SURFACE: Record<string, string[]> = {
     'PgQueryable',
     'postgresSchemaSql',
     'postgresExpectationsSql',
+    'postgresAuditSql',
   ],
   mysql: [
     'MysqlStore',
@@ -139,9 +140,17 @@ const SURFACE: Record<string, string[]> = {
     'MysqlPoolConnection',
     'mysqlSchemaSql',
     'mysqlExpectationsSql',
+    'mysqlAuditSql',
     'mysqlLifecycleSql',
   ],
-  sqlite: ['SqliteStore', 'SqliteStoreOptions', 'SqliteDatabase', 'SqliteStatement', 'sqliteSchemaSql'],
+  sqlite: [
+    'SqliteStore',
+    'SqliteStoreOptions',
+    'SqliteDatabase',
+    'SqliteStatement',
+    'sqliteSchemaSql',
+    'sqliteAuditSql',
+  ],
   testing: [
     ...['createFakeProvider', 'FakeProvider', 'FakeProviderOptions'],
     ...['runStoreConformance', 'StoreConformanceOptions', 'StoreConformanceResult', 'ConformanceFailure'],

@@ -6,13 +6,13 @@ import Database from 'better-sqlite3';
 import Redis from 'ioredis';
 import { Pool } from 'pg';
 import { createPool, type Pool as MysqlPool } from 'mysql2/promise';
-import { ipnRouter, MemoryStore, type DurableStore } from '../../lib/index.js';
+import { MemoryStore, type DurableStore } from '../../lib/index.js';
 import { MysqlStore } from '../../lib/mysql.js';
 import { PostgresStore } from '../../lib/postgres.js';
 import { RedisStore } from '../../lib/redis.js';
 import { SqliteStore } from '../../lib/sqlite.js';
 import { uniquePayload } from '../helpers/payloads.js';
-import { quiet } from '../helpers/quiet-logger.js';
+import { postTo, refusingRouter } from '../helpers/refusing-router.js';
 import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
 
 // Delivered inbox entries expire in every store: a recovery pass (or a drain) deletes those delivered more
@@ -20,24 +20,8 @@ import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from
 
 const TTL_MS = 300;
 
-function router(store: DurableStore) {
-  const ipn = ipnRouter({ store, delivery: 'at-least-once', ttlMs: TTL_MS, maxAttempts: 1, logger: quiet });
-  ipn.on('successful', (n) => {
-    if (String(n.custom_data).includes('refuse')) throw new Error('the ledger refuses it');
-  });
-  ipn.on('error', () => {});
-  ipn.on('dead', () => {});
-  return ipn;
-}
-
-async function post(ipn: ReturnType<typeof router>, payload: Record<string, unknown>): Promise<number> {
-  const request = new Request('http://127.0.0.1/ipn', {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify(payload),
-  });
-  return (await ipn.fetch(request)).status;
-}
+const router = (store: DurableStore) => refusingRouter(store, { ttlMs: TTL_MS });
+const post = postTo;
 
 function expiryScenario(make: () => DurableStore, ready: () => Promise<void> = async () => {}): void {
   test('a delivered entry older than ttlMs is deleted by the next instance that recovers; a dead one stays', async () => {

@@ -164,7 +164,9 @@ describeWithService('MariaDB', 'runStoreConformance on MysqlStore', () => {
   });
   afterAll(async () => {
     for (const table of tables)
-      await pool.query(`DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\`, \`${table}_states\``);
+      await pool.query(
+        `DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\`, \`${table}_states\`, \`${table}_audit\``,
+      );
     await Promise.all([pool.end(), other.end()]);
   });
 

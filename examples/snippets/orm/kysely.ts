@@ -114,14 +114,16 @@ export function deadNotifications(db: Kysely<Database>, since: Date) {
 
 // #region migration
 import { sql } from 'kysely';
-import { postgresExpectationsSql, postgresSchemaSql } from 'ipn-kit/postgres';
+import { postgresAuditSql, postgresExpectationsSql, postgresSchemaSql } from 'ipn-kit/postgres';
 
 /** A migration for Kysely's `Migrator`: ipn-kit's tables (`IF NOT EXISTS`: `store.migrate()` may run too). */
 export const ipnKitTables = {
   async up(db: Kysely<unknown>): Promise<void> {
     await sql.raw(postgresSchemaSql('ipn_inbox') + postgresExpectationsSql('ipn_inbox')).execute(db);
+    await sql.raw(postgresAuditSql('ipn_inbox')).execute(db); // the operators' audit trail
   },
   async down(db: Kysely<unknown>): Promise<void> {
+    await db.schema.dropTable('ipn_inbox_audit').ifExists().execute();
     await db.schema.dropTable('ipn_inbox_states').ifExists().execute();
     await db.schema.dropTable('ipn_inbox_expected').ifExists().execute();
     await db.schema.dropTable('ipn_inbox').ifExists().execute();

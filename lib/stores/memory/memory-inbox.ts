@@ -1,4 +1,5 @@
-import type { InboxEntry, Lease, ListOptions, Settlement, StatusCounts } from '../store.js';
+import { blankPersonal } from '../redact-record.js';
+import type { InboxEntry, PurgedStatus, Lease, ListOptions, Settlement, StatusCounts } from '../store.js';
 
 type Held = InboxEntry & { leaseId: string | null };
 
@@ -154,13 +155,28 @@ export class MemoryInbox {
     return dead.length;
   }
 
-  purge(before: Date): number {
+  purge(before: Date, status: PurgedStatus = 'delivered'): number {
     let count = 0;
     for (const entry of [...this.#entries.values()]) {
-      if (entry.status === 'delivered' && entry.deliveredAt !== null && entry.deliveredAt < before) {
+      if (entry.status !== status) continue;
+      const at = status === 'delivered' ? entry.deliveredAt : entry.updatedAt;
+      if (at !== null && at < before) {
         this.#entries.delete(entry.key);
         count += 1;
       }
+    }
+    return count;
+  }
+
+  /** Blanks the customer's name and number in delivered and dead entries received before `before`. */
+  redact(before: Date): number {
+    let count = 0;
+    for (const entry of this.#entries.values()) {
+      if ((entry.status !== 'delivered' && entry.status !== 'dead') || entry.receivedAt >= before) continue;
+      const blanked = blankPersonal(entry.record);
+      if (blanked === undefined) continue;
+      entry.record = blanked;
+      count += 1;
     }
     return count;
   }

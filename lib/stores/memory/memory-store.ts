@@ -2,7 +2,16 @@ import { MemoryInbox } from './memory-inbox.js';
 import { IpnKitError, messageOf, StoreError } from '../../shared/errors.js';
 import { MemoryExpectations } from './memory-expectations.js';
 import { MemoryLifecycle } from './memory-lifecycle.js';
-import type { DurableStore, InboxEntry, Lease, ListOptions, Settlement, StatusCounts } from '../store.js';
+import { MemoryAudit } from './memory-audit.js';
+import type {
+  DurableStore,
+  PurgedStatus,
+  InboxEntry,
+  Lease,
+  ListOptions,
+  Settlement,
+  StatusCounts,
+} from '../store.js';
 
 /**
  * Options of {@link MemoryStore}.
@@ -51,6 +60,8 @@ export class MemoryStore implements DurableStore {
   readonly expectations: MemoryExpectations;
   /** Each transaction's accepted final state, in this process's memory too (at most `maxEntries`). */
   readonly lifecycle: MemoryLifecycle;
+  /** Operator actions (replay, purge, pause), in this process's memory too (at most `maxEntries`). */
+  readonly audit: MemoryAudit;
   readonly #now: () => number;
   /** key -> expiry time of its live claim. */
   readonly #expiries = new Map<string, number>();
@@ -76,6 +87,7 @@ export class MemoryStore implements DurableStore {
     this.#inbox = new MemoryInbox(maxEntries, () => this.#now());
     this.expectations = new MemoryExpectations(maxEntries, () => this.#now());
     this.lifecycle = new MemoryLifecycle(maxEntries, () => this.#now());
+    this.audit = new MemoryAudit(maxEntries, () => this.#now());
   }
 
   /** Number of keys held (claims, expired ones not yet swept included, and inbox entries). */
@@ -132,8 +144,13 @@ export class MemoryStore implements DurableStore {
   }
 
   /** Deletes delivered entries delivered before `before`; resolves how many. */
-  purge(before: Date): Promise<number> {
-    return settled(() => this.#inbox.purge(before));
+  purge(before: Date, status?: PurgedStatus): Promise<number> {
+    return settled(() => this.#inbox.purge(before, status));
+  }
+
+  /** Blanks the customer's name and number in delivered and dead entries received before `before`. */
+  redact(before: Date): Promise<number> {
+    return settled(() => this.#inbox.redact(before));
   }
 
   claim(key: string, ttlMs: number): boolean {

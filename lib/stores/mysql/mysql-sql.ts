@@ -225,7 +225,33 @@ export function mysqlInboxSql(table: string) {
         updated_at = ${NOW}
       WHERE status = 'dead' AND record <> '{}'`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ${AT}`,
+    purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < ${AT}`,
+    // redact(): the records to blank (in JavaScript, one rule for every store), then each set only if unchanged.
+    redactable: `SELECT \`key\`, record FROM ${t} WHERE status IN ('delivered', 'dead') AND received_at < ${AT}`,
+    setRecord: `UPDATE ${t} SET record = ? WHERE \`key\` = ? AND record = ?`,
   };
+}
+
+/** The quoted audit table beside inbox `table`: `<table>_audit`, in the same database, within 64 characters. */
+export function mysqlAuditTable(table: string): string {
+  const parts = mysqlTableNames(table).name.split('.');
+  const name = parts.pop() as string;
+  return [...parts, `${name.slice(0, 64 - '_audit'.length)}_audit`].map((part) => `\`${part}\``).join('.');
+}
+
+/**
+ * The SQL that creates the audit table beside the inbox `table` (`<table>_audit`: one row per operator
+ * action, its time in milliseconds since the epoch), for teams that run their own migrations;
+ * `MysqlStore.migrate()` runs it too, as a statement of its own. Idempotent.
+ */
+export function mysqlAuditSql(table = 'ipn_inbox'): string {
+  return `CREATE TABLE IF NOT EXISTS ${mysqlAuditTable(table)} (
+  id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+  at_ms BIGINT NOT NULL,
+  action VARCHAR(64) NOT NULL,
+  actor VARCHAR(255) NOT NULL,
+  detail LONGTEXT NOT NULL
+) DEFAULT CHARSET = utf8mb4`;
 }
 
 /** The statements of {@link mysqlInboxSql}. */

@@ -1,3 +1,5 @@
+import { checkPurge, redactEach } from '../redact-record.js';
+import { SqlAudit } from '../sql-audit.js';
 import { checkListOptions } from '../list-options.js';
 import { createHash, randomUUID } from 'node:crypto';
 import { createBatcher } from '../batcher.js';
@@ -13,6 +15,7 @@ import type {
   ListOptions,
   Settlement,
   StatusCounts,
+  PurgedStatus,
 } from '../store.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
 import { MysqlExpectations } from './mysql-expectations.js';
@@ -46,6 +49,8 @@ import {
   toStoredJson,
 } from './mysql-rows.js';
 import {
+  mysqlAuditSql,
+  mysqlAuditTable,
   mysqlExpectationsSql,
   mysqlInboxSql,
   mysqlSchemaSql,
@@ -146,6 +151,8 @@ export class MysqlStore<
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
   readonly expectations: MysqlExpectations;
+  /** Operator actions: the table `<table>_audit`, made by `migrate()` (or {@link mysqlAuditSql}). */
+  readonly audit: SqlAudit;
   /** Each transaction's accepted final state: the table `<table>_states`, made by `migrate()`. */
   readonly lifecycle: MysqlLifecycle;
   readonly #pool: MysqlPool;
@@ -186,6 +193,8 @@ export class MysqlStore<
       this.table,
     );
     this.lifecycle = new MysqlLifecycle((work) => this.#transaction(work), this.table);
+    const query = async (text: string, values: unknown[]) => rowsOf(await this.#query(text, values));
+    this.audit = new SqlAudit({ write: query, read: query }, mysqlAuditTable(this.table));
   }
 
   /**
@@ -214,6 +223,7 @@ export class MysqlStore<
         await connection.query(mysqlSchemaSql(this.table));
         await connection.query(mysqlExpectationsSql(this.table));
         await connection.query(mysqlLifecycleSql(this.table));
+        await connection.query(mysqlAuditSql(this.table)); // a statement of its own, apart from the inbox's
         await connection.query('SELECT RELEASE_LOCK(?)', [lock]);
         connection.release();
       } catch (error) {
@@ -422,12 +432,26 @@ export class MysqlStore<
     return affectedOf(await this.#query(this.#sql.replayDead, []));
   }
 
-  /** Deletes `delivered` rows (claim markers included) delivered before `before`; resolves how many. */
-  async purge(before: Date): Promise<number> {
-    if (!(before instanceof Date) || Number.isNaN(before.getTime())) {
-      throw new TypeError(`MysqlStore.purge: before must be a valid Date, got ${String(before)}`);
-    }
-    return affectedOf(await this.#query(this.#sql.purge, [before.getTime()]));
+  /**
+   * Deletes `delivered` rows (claim markers included) delivered before `before`; given `'dead'`, the dead rows
+   * last updated before it. Resolves how many.
+   */
+  async purge(before: Date, status: PurgedStatus = 'delivered'): Promise<number> {
+    checkPurge('MysqlStore', before, status);
+    const text = status === 'dead' ? this.#sql.purgeDead : this.#sql.purge;
+    return affectedOf(await this.#query(text, [before.getTime()]));
+  }
+  /** Blanks the customer's name and number in delivered and dead rows received before `before`; how many. */
+  async redact(before: Date): Promise<number> {
+    checkPurge('MysqlStore', before, 'delivered', 'redact');
+    const rows = rowsOf(await this.#query(this.#sql.redactable, [before.getTime()]));
+    const candidates = rows.map((row) => ({ key: String(row.key), stored: String(row.record) }));
+    return redactEach(
+      candidates,
+      toStoredJson,
+      async (key, stored, blanked) =>
+        affectedOf(await this.#query(this.#sql.setRecord, [blanked, key, stored])) === 1,
+    );
   }
 
   /** Does nothing: the pool is yours, and other parts of your app may still use it. End it yourself. */

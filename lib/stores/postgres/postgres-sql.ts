@@ -1,3 +1,4 @@
+import { PERSONAL_FIELDS } from '../store.js';
 /** One part of a table name: an unquoted-style identifier, within PostgreSQL's 63-byte limit. */
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 
@@ -109,6 +110,9 @@ export function migrateSql(table: string): string {
 
 /** The first key of the migration's advisory lock: ipn-kit's own, so it does not meet an app's locks. */
 const MIGRATE_LOCK = 0x69706e6b; // 'ipnk'
+
+/** The customer's fields set to `""`, as a jsonb to merge: {@link PERSONAL_FIELDS} in PostgreSQL's dialect. */
+const BLANKS = `'${JSON.stringify(Object.fromEntries(PERSONAL_FIELDS.map((f) => [f, ''])))}'::jsonb`;
 
 /** The columns an `InboxEntry` is read from. */
 const COLUMNS =
@@ -280,6 +284,11 @@ export function inboxSql(table: string) {
     replayDead: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = now(), updated_at = now()
       WHERE status = 'dead' AND record <> '{}'::jsonb`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < $1`,
+    purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < $1`,
+    // Only rows that still hold a name or a number: a second pass changes nothing and counts nothing.
+    redact: `UPDATE ${t} SET record = record || ${BLANKS}
+      WHERE status IN ('delivered', 'dead') AND received_at < $1
+        AND (${PERSONAL_FIELDS.map((f) => `coalesce(record->>'${f}', '') <> ''`).join(' OR ')})`,
   };
   return {
     ...sql,

@@ -15,6 +15,8 @@ import { createGroups } from './postgres-group.js';
 import { guardCheckouts } from '../guard-checkouts.js';
 import { isTransactions, type Statement, type StatementResult, type Transactions } from '../transactions.js';
 import { PostgresExpectations, postgresExpectationsSql } from './postgres-expectations.js';
+import { PostgresAudit, postgresAuditSql } from './postgres-audit.js';
+import { checkPurge } from '../redact-record.js';
 import { PostgresLifecycle } from './postgres-lifecycle.js';
 import { afterMigration, markMigration, trackMigration } from './postgres-migrations.js';
 import { DeliveryError, messageOf, StoreError } from '../../shared/errors.js';
@@ -28,6 +30,7 @@ import type {
   ListOptions,
   Settlement,
   StatusCounts,
+  PurgedStatus,
 } from '../store.js';
 
 /**
@@ -161,6 +164,8 @@ export class PostgresStore<
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
   readonly expectations: PostgresExpectations;
+  /** Operator actions: the table `<table>_audit`, made by `migrate()` (or {@link postgresAuditSql}). */
+  readonly audit: PostgresAudit;
   /** Each transaction's accepted final state: the table `<table>_states`, made by `migrate()`. */
   readonly lifecycle: PostgresLifecycle;
   readonly #pool: PgQueryable;
@@ -211,6 +216,7 @@ export class PostgresStore<
     // a server ending it must fail the attempt, not the process.
     if (transactions) guardCheckouts(given?.pool);
     this.#sql = inboxSql(this.table);
+    this.audit = new PostgresAudit((text, values) => this.#query(text, values, 'audit'), this.table);
     this.expectations = new PostgresExpectations(
       (text, values) => this.#query(text, values, 'expectations'),
       this.table,
@@ -230,8 +236,9 @@ export class PostgresStore<
     await trackMigration(this.#pool, this.table, async () => {
       try {
         await this.#pool.query(migrateSql(this.table));
+        // The expectations' and the audit's tables, under the same lock: the audit's DDL a statement of its own.
         await this.#pool.query(
-          `${migrateSql(this.table).split('\n')[0]}\n${postgresExpectationsSql(this.table)}`,
+          `${migrateSql(this.table).split('\n')[0]}\n${postgresExpectationsSql(this.table)}${postgresAuditSql(this.table)}`,
         );
       } catch (error) {
         throw new StoreError(
@@ -438,12 +445,20 @@ export class PostgresStore<
     return (await this.#query(this.#sql.replayDead, [])).rowCount ?? 0;
   }
 
-  /** Deletes `delivered` rows (claim markers included) delivered before `before`; resolves how many. */
-  async purge(before: Date): Promise<number> {
-    if (!(before instanceof Date) || Number.isNaN(before.getTime())) {
-      throw new TypeError(`PostgresStore.purge: before must be a valid Date, got ${String(before)}`);
-    }
-    return (await this.#query(this.#sql.purge, [before])).rowCount ?? 0;
+  /**
+   * Deletes `delivered` rows (claim markers included) delivered before `before`; given `'dead'`, the dead rows
+   * last updated before it. Resolves how many.
+   */
+  async purge(before: Date, status: PurgedStatus = 'delivered'): Promise<number> {
+    checkPurge('PostgresStore', before, status);
+    const text = status === 'dead' ? this.#sql.purgeDead : this.#sql.purge;
+    return (await this.#query(text, [before])).rowCount ?? 0;
+  }
+
+  /** Blanks the customer's name and number in delivered and dead rows received before `before`; how many. */
+  async redact(before: Date): Promise<number> {
+    checkPurge('PostgresStore', before, 'delivered', 'redact');
+    return (await this.#query(this.#sql.redact, [before])).rowCount ?? 0;
   }
 
   /** Does nothing: the pool is yours, and other parts of your app may still use it. End it yourself. */
@@ -469,7 +484,7 @@ export class PostgresStore<
   async #query(
     text: string,
     values: unknown[],
-    of: 'inbox' | 'expectations' = 'inbox',
+    of: 'inbox' | 'expectations' | 'audit' = 'inbox',
   ): Promise<PgQueryResult> {
     const mark = markMigration(this.#pool, this.table);
     try {
@@ -487,14 +502,16 @@ export class PostgresStore<
   }
 
   /** The `StoreError` of a failed query: the driver's error stays the cause (its `code`, such as 57P01). */
-  #failure(error: unknown, of: 'inbox' | 'expectations'): StoreError {
+  #failure(error: unknown, of: 'inbox' | 'expectations' | 'audit'): StoreError {
     if (missing(error)) {
       // pg's own message (relation "ipn_inbox" does not exist) does not say what to do about it; it is kept
       // at the end, as it names the relation PostgreSQL looked for (the search_path decides where).
       const [table, sql] =
         of === 'inbox'
           ? [this.table, 'postgresSchemaSql()']
-          : [`${this.table}_expected (of ipn.expect())`, 'postgresExpectationsSql()'];
+          : of === 'audit'
+            ? [`${this.table}_audit (the operators' audit trail)`, 'postgresAuditSql()']
+            : [`${this.table}_expected (of ipn.expect())`, 'postgresExpectationsSql()'];
       return new StoreError(
         `PostgresStore: the table ${table} does not exist: run \`await store.migrate()\` once, or create it ` +
           `with the SQL of ${sql} in your migrations (PostgreSQL: ${messageOf(error)})`,

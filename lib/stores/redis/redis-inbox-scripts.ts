@@ -108,6 +108,43 @@ for _, k in ipairs(keys) do
 end
 return #keys`,
 
+  /** ARGV: before (ms). Deletes dead entries last updated before it; how many. */
+  purgeDead: `local base = KEYS[1]
+local count = 0
+for _, k in ipairs(redis.call('SMEMBERS', base .. 'dead')) do
+  local e = base .. 'e:' .. k
+  local at = tonumber(redis.call('HGET', e, 'updated_at'))
+  if at and at < tonumber(ARGV[1]) and redis.call('HGET', e, 'status') == 'dead' then
+    redis.call('DEL', e)
+    redis.call('ZREM', base .. 'all', k)
+    redis.call('ZREM', base .. 'due', k)
+    redis.call('SREM', base .. 'dead', k)
+    count = count + 1
+  end
+end
+return count`,
+
+  /**
+   * ARGV: before (ms). The keys and records of delivered and dead entries received before it, as a flat
+   * array: what \`redact\` blanks in JavaScript (one rule for every store that changes records there).
+   */
+  redactable: `local base = KEYS[1]
+local out = {}
+for _, k in ipairs(redis.call('ZRANGEBYSCORE', base .. 'all', '-inf', '(' .. ARGV[1])) do
+  local status = redis.call('HGET', base .. 'e:' .. k, 'status')
+  if status == 'delivered' or status == 'dead' then
+    out[#out + 1] = k
+    out[#out + 1] = redis.call('HGET', base .. 'e:' .. k, 'record')
+  end
+end
+return out`,
+
+  /** ARGV: key, record as read, blanked record. 1 when set; 0 when the record changed meanwhile. */
+  setRecord: `local e = KEYS[1] .. 'e:' .. ARGV[1]
+if redis.call('HGET', e, 'record') ~= ARGV[2] then return 0 end
+redis.call('HSET', e, 'record', ARGV[3])
+return 1`,
+
   /**
    * ARGV: key, record JSON, lease id held, new lease id, lease ms, custom_data in lower case. Puts the record
    * in place of the entry held by that lease, in one step (never through absent). 1 when replaced, 0 when the

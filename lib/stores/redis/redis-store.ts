@@ -6,11 +6,14 @@ import type {
   InboxEntry,
   Lease,
   ListOptions,
+  PurgedStatus,
   Settlement,
   StatusCounts,
 } from '../store.js';
 import { RedisExpectations } from './redis-expectations.js';
 import { RedisLifecycle } from './redis-lifecycle.js';
+import { RedisAudit } from './redis-audit.js';
+import { checkPurge, redactEach } from '../redact-record.js';
 import { persistenceWarning, saveOf } from './redis-persistence.js';
 import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
@@ -138,6 +141,8 @@ export class RedisStore implements DurableStore {
   readonly expectations: RedisExpectations;
   /** Each transaction's accepted final state: under `prefix + 'state:'`, kept the router's `ttlMs`. */
   readonly lifecycle: RedisLifecycle;
+  /** Operator actions (replay, purge, pause): the list `prefix + 'audit'`, newest first. */
+  readonly audit: RedisAudit;
   readonly #send: Send;
   readonly #client: object;
   /** How long a batch of claims stuck on the connection holds its place: the routers' shortest storeTimeoutMs. */
@@ -160,6 +165,7 @@ export class RedisStore implements DurableStore {
     this.prefix = prefix;
     this.expectations = new RedisExpectations((args) => this.#command(args), prefix);
     this.lifecycle = new RedisLifecycle((args) => this.#command(args), prefix);
+    this.audit = new RedisAudit((args) => this.#command(args), prefix);
     this.#claims =
       Reflect.get(client as object, 'isCluster') === true
         ? undefined
@@ -328,12 +334,27 @@ export class RedisStore implements DurableStore {
     return Number(await this.#inbox('replayDead', []));
   }
 
-  /** Deletes entries delivered before `before`; resolves how many. */
-  async purge(before: Date): Promise<number> {
-    if (!(before instanceof Date) || Number.isNaN(before.getTime())) {
-      throw new TypeError(`RedisStore.purge: before must be a valid Date, got ${String(before)}`);
-    }
-    return Number(await this.#inbox('purge', [before.getTime()]));
+  /** Deletes entries delivered before `before` (given `'dead'`: dead ones last updated before it); how many. */
+  async purge(before: Date, status: PurgedStatus = 'delivered'): Promise<number> {
+    checkPurge('RedisStore', before, status);
+    return Number(await this.#inbox(status === 'dead' ? 'purgeDead' : 'purge', [before.getTime()]));
+  }
+
+  /**
+   * Blanks the customer's name and number in delivered and dead entries received before `before`; how many.
+   * Each record is changed only if it is still the one read (a replace meanwhile keeps the new one).
+   */
+  async redact(before: Date): Promise<number> {
+    checkPurge('RedisStore', before, 'delivered', 'redact');
+    const flat = (await this.#inbox('redactable', [before.getTime()])) as string[];
+    const candidates = [];
+    for (let index = 0; index + 1 < flat.length; index += 2)
+      candidates.push({ key: String(flat[index]), stored: String(flat[index + 1]) });
+    return redactEach(
+      candidates,
+      (record) => JSON.stringify(record),
+      async (key, stored, blanked) => Number(await this.#inbox('setRecord', [key, stored, blanked])) === 1,
+    );
   }
 
   /** Where the inbox's keys start: one hash tag, so that a cluster keeps them in one slot. */

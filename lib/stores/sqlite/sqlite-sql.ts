@@ -16,6 +16,28 @@ export function quoteTable(table: unknown, owner = 'SqliteStore'): string {
 }
 
 /**
+ * The SQL that creates the audit table beside the inbox `table` (`<table>_audit`: one row per operator
+ * action, its time in milliseconds since the epoch); `SqliteStore.migrate()` runs it too, apart from the
+ * inbox's schema. Idempotent.
+ */
+export function sqliteAuditSql(table = 'ipn_inbox'): string {
+  return `CREATE TABLE IF NOT EXISTS ${sqliteAuditTable(table)} (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  at_ms INTEGER NOT NULL,
+  action TEXT NOT NULL,
+  actor TEXT NOT NULL,
+  detail TEXT NOT NULL
+);
+`;
+}
+
+/** The quoted audit table beside inbox `table`: `<table>_audit`. */
+export function sqliteAuditTable(table: string): string {
+  quoteTable(table, 'sqliteAuditSql');
+  return `"${table}_audit"`;
+}
+
+/**
  * The SQL that creates the inbox table, its index and the expectations table beside it (`<table>_expected`),
  * for teams that run their own migrations (the same SQL `SqliteStore.migrate()` runs). Idempotent: `IF NOT
  * EXISTS` throughout.
@@ -122,6 +144,10 @@ export function sqliteInboxSql(table: string) {
     replayDead: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = ?, updated_at = ?
       WHERE status = 'dead' AND record <> '{}'`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ?`,
+    purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < ?`,
+    // redact(): the records to blank (in JavaScript, one rule for every store), then each set only if unchanged.
+    redactable: `SELECT key, record FROM ${t} WHERE status IN ('delivered', 'dead') AND received_at < ?`,
+    setRecord: `UPDATE ${t} SET record = ? WHERE key = ? AND record = ?`,
   };
 }
 

@@ -1,3 +1,5 @@
+import { checkPurge, redactEach } from '../redact-record.js';
+import { SqlAudit } from '../sql-audit.js';
 import { checkListOptions } from '../list-options.js';
 import { randomUUID } from 'node:crypto';
 import { messageOf, StoreError } from '../../shared/errors.js';
@@ -12,6 +14,7 @@ import type {
   ListOptions,
   Settlement,
   StatusCounts,
+  PurgedStatus,
 } from '../store.js';
 import {
   closeQuietly,
@@ -27,7 +30,14 @@ import {
 } from './sqlite-connection.js';
 import { SqliteExpectations } from './sqlite-expectations.js';
 import { SqliteLifecycle } from './sqlite-lifecycle.js';
-import { quoteTable, sqliteInboxSql, sqliteSchemaSql, type SqliteInboxSql } from './sqlite-sql.js';
+import {
+  quoteTable,
+  sqliteAuditSql,
+  sqliteAuditTable,
+  sqliteInboxSql,
+  sqliteSchemaSql,
+  type SqliteInboxSql,
+} from './sqlite-sql.js';
 
 /**
  * Options of {@link SqliteStore}.
@@ -111,6 +121,8 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
   readonly expectations: SqliteExpectations;
+  /** Operator actions: the table `<table>_audit`, made by `migrate()` (or {@link sqliteAuditSql}). */
+  readonly audit: SqlAudit;
   /** Each transaction's accepted final state: the table `<table>_states`, made by `migrate()`. */
   readonly lifecycle: SqliteLifecycle;
   readonly #database: D;
@@ -174,6 +186,13 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
       (text, values) => this.#write(() => statementOf(this.#database, text).all(...values)),
       this.table,
     );
+    this.audit = new SqlAudit(
+      {
+        write: (text, values) => this.#change(text, values),
+        read: async (text, values) => (await this.#read(text, values)) as Array<Record<string, unknown>>,
+      },
+      sqliteAuditTable(this.table),
+    );
   }
 
   /**
@@ -185,6 +204,8 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
       try {
         // Each statement is its own transaction, and each is IF NOT EXISTS: a busy one is run again whole.
         await whenNotBusy(() => this.#database.exec(sqliteSchemaSql(this.table)), this.#busyTimeoutMs);
+        // The audit table: a statement of its own, apart from the inbox's schema.
+        await whenNotBusy(() => this.#database.exec(sqliteAuditSql(this.table)), this.#busyTimeoutMs);
       } catch (error) {
         throw new StoreError(
           `SqliteStore.migrate: could not create the table ${this.table}: ${messageOf(error)}`,
@@ -366,12 +387,27 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
     return this.#change(this.#sql.replayDead, [now, now]);
   }
 
-  /** Deletes `delivered` rows (claim markers included) delivered before `before`; resolves how many. */
-  async purge(before: Date): Promise<number> {
-    if (!(before instanceof Date) || Number.isNaN(before.getTime())) {
-      throw new TypeError(`SqliteStore.purge: before must be a valid Date, got ${String(before)}`);
-    }
-    return this.#change(this.#sql.purge, [before.getTime()]);
+  /**
+   * Deletes `delivered` rows (claim markers included) delivered before `before`; given `'dead'`, the dead rows
+   * last updated before it. Resolves how many.
+   */
+  async purge(before: Date, status: PurgedStatus = 'delivered'): Promise<number> {
+    checkPurge('SqliteStore', before, status);
+    const text = status === 'dead' ? this.#sql.purgeDead : this.#sql.purge;
+    return this.#change(text, [before.getTime()]);
+  }
+  /** Blanks the customer's name and number in delivered and dead rows received before `before`; how many. */
+  async redact(before: Date): Promise<number> {
+    checkPurge('SqliteStore', before, 'delivered', 'redact');
+    const rows = (await this.#read(this.#sql.redactable, [before.getTime()])) as Array<
+      Record<string, unknown>
+    >;
+    const candidates = rows.map((row) => ({ key: String(row.key), stored: String(row.record) }));
+    return redactEach(
+      candidates,
+      (record) => JSON.stringify(record),
+      async (key, stored, blanked) => (await this.#change(this.#sql.setRecord, [blanked, key, stored])) === 1,
+    );
   }
 
   /** Closes the delivery transactions' connection, once no transaction is open. Your `database` stays open. */
