@@ -310,6 +310,10 @@ export function createIpnPipeline<C>(
       countByStatus: used(inbox.countByStatus),
       replay: used(inbox.replay),
       replayDead: used(inbox.replayDead),
+      replayMatching: used(inbox.replayMatching),
+      pause: used(inbox.pause),
+      resume: used(inbox.resume),
+      isPaused: inbox.isPaused,
       purge: used(inbox.purge),
     } satisfies typeof inbox,
     /**
