@@ -8,12 +8,14 @@ import { tableNames } from '../stores/postgres/postgres-sql.js';
 import { PostgresStore, type PgQueryable } from '../stores/postgres/postgres-store.js';
 import { RedisStore } from '../stores/redis/redis-store.js';
 import type { DeliveryStatus, DurableStore } from '../stores/store.js';
+import { replayMatching, type ReplayFilter } from '../delivery/bulk-replay.js';
 
 const USAGE = `usage:
   ipn-kit inbox list [--status received|delivered|failed|dead] [--limit N] [--offset N] [--json]
   ipn-kit inbox show <key>
   ipn-kit inbox replay <key>
   ipn-kit inbox replay --dead
+  ipn-kit inbox replay [--status S] [--since DATE] [--until DATE] [--transaction ID]... [--rate N] [--dry-run]
   ipn-kit inbox purge --before <ISO date>
 
 Reads and repairs the PostgreSQL inbox of ipn-kit/postgres (PostgresStore), with --mysql-url the MySQL
@@ -25,7 +27,12 @@ inbox of ipn-kit/mysql (MysqlStore), or with --redis-url the Redis inbox of ipn-
   --redis-url URL   the Redis that holds the inbox (redis://host:6379) instead of DATABASE_URL's PostgreSQL
   --prefix TEXT     with --redis-url: the RedisStore's prefix (default ipn-kit:)
   --json            list: one JSON object per line instead of a table
-  --dead            replay: every dead entry
+  --dead            replay: every dead entry (the same as --status dead)
+  --status S        replay: only entries of this status (received, delivered, failed, dead)
+  --since DATE      replay: only entries received at or after DATE; --until DATE: received before it
+  --transaction ID  replay: only the entries of this transaction (repeat it for several)
+  --dry-run         replay: count what matches, replay nothing
+  --rate N          replay: how many entries become due per second (default 20, as replayRate)
   --before DATE     purge: delete delivered entries delivered before DATE (2024-05-01, 2024-05-01T12:00Z);
                     a resend of a purged notification is delivered again
 replay only makes entries due again: your running app's recovery loop (delivery: 'at-least-once')
@@ -188,6 +195,11 @@ function plan(argv: string[]): Plan | 'help' {
       'redis-url': { type: 'string' },
       prefix: { type: 'string' },
       'mysql-url': { type: 'string' },
+      since: { type: 'string' },
+      until: { type: 'string' },
+      transaction: { type: 'string', multiple: true },
+      'dry-run': { type: 'boolean' },
+      rate: { type: 'string' },
     },
   });
   if (values.help) return 'help';
@@ -213,34 +225,50 @@ function plan(argv: string[]): Plan | 'help' {
   const allowed: Record<string, string[]> = {
     list: [...where, 'status', 'limit', 'offset', 'json'],
     show: where,
-    replay: [...where, 'dead'],
+    replay: [...where, 'dead', 'status', 'since', 'until', 'transaction', 'dry-run', 'rate'],
     purge: [...where, 'before'],
   };
   const known = allowed[command];
   if (known === undefined) throw new UsageError(`unknown command '${command}'`);
   const misplaced = Object.keys(values).filter((option) => !known.includes(option));
   if (misplaced.length > 0) throw new UsageError(`${command} does not take --${misplaced.join(', --')}`);
-  const takes = command === 'show' || (command === 'replay' && !values.dead) ? 1 : 0;
+  const filtered = ['dead', 'status', 'since', 'until', 'transaction', 'dry-run', 'rate'].some(
+    (option) => option in values,
+  );
+  const takes = command === 'show' || (command === 'replay' && !filtered) ? 1 : 0;
   if (positionals.length !== takes) {
     throw new UsageError(
       takes === 1
-        ? `${command} takes one key (transaction_id:state)${command === 'replay' ? ', or --dead' : ''}`
-        : `${command} takes no ${command === 'replay' ? 'key with --dead' : 'argument'}: got ${positionals.join(' ')}`,
+        ? `${command} takes one key (transaction_id:state)${command === 'replay' ? ', or filters (--dead, --status, ...)' : ''}`
+        : `${command} takes no ${command === 'replay' ? 'key with filters (--dead, --status, ...)' : 'argument'}: got ${positionals.join(' ')}`,
     );
   }
   const key = positionals[0] ?? '';
+  const status = values.status;
+  if (status !== undefined && !STATUSES.includes(status as DeliveryStatus)) {
+    throw new UsageError(`--status must be one of ${STATUSES.join(', ')}, got '${status}'`);
+  }
   if (command === 'list') {
-    const status = values.status;
-    if (status !== undefined && !STATUSES.includes(status as DeliveryStatus)) {
-      throw new UsageError(`--status must be one of ${STATUSES.join(', ')}, got '${status}'`);
-    }
     const limit = count('--limit', values.limit ?? '100', 1);
     const offset = count('--offset', values.offset ?? '0', 0);
     const run = list(status as DeliveryStatus | undefined, limit, offset, values.json === true);
     return { table, redis, mysqlUrl, run };
   }
   if (command === 'show') return { table, redis, mysqlUrl, run: show(key) };
-  if (command === 'replay') return { table, redis, mysqlUrl, run: values.dead ? replayDead : replay(key) };
+  if (command === 'replay' && filtered) {
+    if (values.dead && status !== undefined && status !== 'dead')
+      throw new UsageError(`--dead and --status ${status} contradict each other: give one`);
+    const filter: ReplayFilter = {
+      status: values.dead ? 'dead' : (status as DeliveryStatus | undefined),
+      since: values.since === undefined ? undefined : parseIsoDate(values.since),
+      until: values.until === undefined ? undefined : parseIsoDate(values.until),
+      transactionIds: values.transaction,
+      dryRun: values['dry-run'] === true,
+    };
+    const rate = count('--rate', values.rate ?? '20', 1);
+    return { table, redis, mysqlUrl, run: replayWhere(filter, rate) };
+  }
+  if (command === 'replay') return { table, redis, mysqlUrl, run: replay(key) };
   if (values.before === undefined) {
     throw new UsageError('purge needs --before <ISO date>: the entries delivered before it are deleted');
   }
@@ -297,11 +325,26 @@ function replay(key: string): Run {
   };
 }
 
-const replayDead: Run = async (store, io) => {
-  const replayed = await store.replayDead();
-  io.stdout(`${replayed} dead ${replayed === 1 ? 'entry is' : 'entries are'} due again: ${RECOVERY}`);
-  return 0;
-};
+/** `replay --dead`, `--status`, `--since`...: the router's bulk replay, paced at `rate` a second. */
+function replayWhere(filter: ReplayFilter, rate: number): Run {
+  return async (store, io, where) => {
+    // audit: replay
+    const { matched, replayed } = await replayMatching(store, filter, rate);
+    if (filter.dryRun === true) {
+      io.stdout(
+        `${matched} ${filter.status ?? ''}${filter.status ? ' ' : ''}${matched === 1 ? 'entry matches' : 'entries match'} in ${where} (dry run: nothing replayed)`,
+      );
+      return 0;
+    }
+    const paced = replayed > rate ? `, ${rate} a second over ${Math.ceil(replayed / rate)} s` : '';
+    const extra = matched !== replayed || paced !== '' ? ` (${matched} matched${paced})` : '';
+    const entries = replayed === 1 ? 'entry is' : 'entries are';
+    io.stdout(
+      `${replayed} ${filter.status ?? ''}${filter.status ? ' ' : ''}${entries} due again${extra}: ${RECOVERY}`,
+    );
+    return 0;
+  };
+}
 
 const RECOVERY =
   "the running app's recovery loop (delivery: 'at-least-once') delivers it; nothing is delivered by this command";
