@@ -15,6 +15,8 @@ export interface ReplayFilter {
   until?: Date;
   /** Only the entries of these transactions. */
   transactionIds?: readonly string[];
+  /** Only entries whose `custom_data` contains this text, ignoring case (the operator's page's search). */
+  customDataContains?: string;
   /** Counts the entries that match and replays none (`replayed` is 0). @default false */
   dryRun?: boolean;
 }
@@ -47,6 +49,7 @@ export async function matchingKeys(store: DurableStore, filter: ReplayFilter): P
     status: filter.status,
     receivedFrom: filter.since,
     receivedBefore: filter.until,
+    customDataContains: filter.customDataContains,
   };
   checkListOptions('ipn.replay', base); // a bad status is the caller's TypeError, not a store's error
   const ids = filter.transactionIds === undefined ? [undefined] : [...new Set(filter.transactionIds)];

@@ -217,6 +217,18 @@ export function createDelivery<C>(
       "the inbox needs delivery: 'at-least-once' with a durable store, such as new PostgresStore({ pool })",
     );
   }
+  /**
+   * `pause()` and `resume()`: `change` takes effect at once (no notification slips in between), or the
+   * promise rejects `IPN_NOT_DURABLE` without a durable inbox to keep what arrives meanwhile.
+   */
+  function held(change: () => void): Promise<void> {
+    // The executor runs now: a throw of inbox() becomes the rejection.
+    return new Promise((resolve) => {
+      inbox();
+      change();
+      resolve();
+    });
+  }
   /** The bulk replay (shared by every store: each only makes one entry due again, in its dialect). */
   async function replayWhere(filter: ReplayFilter): Promise<ReplayResult> {
     const store = inbox();
@@ -421,17 +433,17 @@ export function createDelivery<C>(
       },
       replayDead: async () => (await replayWhere({ status: 'dead' })).replayed,
       replayMatching: async (filter = {}) => replayWhere(filter),
-      pause: async () => {
-        inbox(); // refused (IPN_NOT_DURABLE) without a durable inbox to keep what arrives meanwhile
-        // audit: pause
-        durably?.pause();
-      },
-      resume: async () => {
-        inbox();
-        // audit: resume
-        durably?.resume();
-        recoverSoon();
-      },
+      pause: () =>
+        held(() => {
+          // audit: pause
+          durably?.pause();
+        }),
+      resume: () =>
+        held(() => {
+          // audit: resume
+          durably?.resume();
+          recoverSoon();
+        }),
       isPaused: () => durably?.isPaused() ?? false,
       purge: async (before) => inbox().purge(before),
     } satisfies Inbox,

@@ -202,9 +202,9 @@ export function ipnRouter<
     sweep,
     drain,
     inbox,
-    replay: inbox.replayMatching,
-    pause: inbox.pause,
-    resume: inbox.resume,
+    replay: (filter?: ReplayFilter) => inbox.replayMatching(filter),
+    pause: () => inbox.pause(),
+    resume: () => inbox.resume(),
     close,
     metrics,
   });
