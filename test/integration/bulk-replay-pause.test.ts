@@ -1,13 +1,20 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import Redis from 'ioredis';
+import { createPool } from 'mysql2/promise';
 import { Pool } from 'pg';
 import { IpnKitError, ipnRouter, MemoryStore, type Options } from '../../lib/index.js';
+import { MysqlStore } from '../../lib/mysql.js';
 import { PostgresStore } from '../../lib/postgres.js';
+import { SqliteStore } from '../../lib/sqlite.js';
 import { RedisStore } from '../../lib/redis.js';
 import type { DurableStore } from '../../lib/stores/store.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { servedRouters } from '../helpers/servers.js';
-import { databaseUrl, describeWithService, eventually, redisUrl } from '../helpers/services.js';
+import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
 
 /**
  * `ipn.replay(filter)` (the bulk replay, `replayDead()` its special case) and `ipn.pause()` / `resume()`,
@@ -182,5 +189,37 @@ describeWithService('Redis', 'RedisStore', () => {
     const prefix = `ipn-kit-test:pause:${process.pid}:${prefixes.length}:`;
     prefixes.push(prefix);
     return new RedisStore({ client, prefix });
+  });
+});
+
+describeWithService('MariaDB', 'MysqlStore', () => {
+  const pool = createPool({ uri: mysqlUrl(), connectionLimit: 4 });
+  const tables: string[] = [];
+  afterAll(async () => {
+    for (const table of tables) await pool.query(`DROP TABLE IF EXISTS \`${table}\``);
+    await pool.end();
+  });
+  scenarios(async () => {
+    const table = `ipn_pause_${process.pid}_${tables.length}`;
+    tables.push(table);
+    const store = new MysqlStore({ pool, table });
+    await store.migrate();
+    return store;
+  });
+});
+
+describe('SqliteStore', () => {
+  const folder = mkdtempSync(join(tmpdir(), 'ipn-sqlite-pause-'));
+  const opened: Database.Database[] = [];
+  afterAll(() => {
+    for (const database of opened) database.close();
+    rmSync(folder, { recursive: true, force: true });
+  });
+  scenarios(async () => {
+    const database = new Database(join(folder, `${opened.length}.db`));
+    opened.push(database);
+    const store = new SqliteStore({ database });
+    await store.migrate();
+    return store;
   });
 });
