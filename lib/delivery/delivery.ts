@@ -425,6 +425,7 @@ export function createDelivery<C>(
       },
       replay: async (key) => {
         const store = inbox();
+        // audit: replay-key
         // A kept unexpected notification still under its hold lease (a crash between its two writes).
         await unexpected.endHold(key);
         const found = await store.replay(key);
