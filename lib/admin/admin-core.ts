@@ -1,5 +1,6 @@
 import { IpnKitError, messageOf, StoreError } from '../shared/errors.js';
 import type { DeliveryStatus, ListOptions } from '../stores/store.js';
+import type { ReplayFilter } from '../delivery/bulk-replay.js';
 import type { AdminOptions } from './admin-options.js';
 import { csrfAllows, csrfCookie, newCsrfToken, readCsrfCookie } from './csrf.js';
 import { createEventRing } from './event-ring.js';
@@ -135,7 +136,7 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       return answer(200, page(base, body), undefined, extra);
     }
     if (pathname === '/confirm') {
-      const confirmation = confirmationOf(searchParams);
+      const confirmation = await confirmationOf(searchParams);
       if (!confirmation)
         return answer(400, page(base, resultPage(base, 'Unknown action.', false)), undefined, extra);
       return answer(200, page(base, confirmPage(base, csrf, confirmation)), undefined, extra);
@@ -169,7 +170,8 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       filters,
       page: pageNumber,
       hasNext: entries.length > pageSize,
-      query: keep(query, ['status', 'transaction', 'q', 'from', 'to']),
+      query: keep(query, FILTERS),
+      paused: ipn.inbox.isPaused(),
     };
     return overviewPage({ base, inbox, metrics, recent, mask, protection });
   }
@@ -230,6 +232,21 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
         const count = await ipn.inbox.replayDead();
         return kept('replay-dead', { count }, `Replayed ${count} dead entries.`);
       }
+      if (action === '/replay-filter') {
+        const filter = replayFilterOf(form);
+        const { matched, replayed } = await ipn.inbox.replayMatching(filter);
+        const message = `Replayed ${replayed} of the ${matched} entries the filter showed.`;
+        return kept('replay-filter', { filter, matched, count: replayed }, message);
+      }
+      if (action === '/pause') {
+        await ipn.inbox.pause();
+        const message = 'Delivery is paused on this instance: notifications are stored, none is delivered.';
+        return kept('pause', {}, message);
+      }
+      if (action === '/resume') {
+        await ipn.inbox.resume();
+        return kept('resume', {}, 'Delivery resumed: what arrived meanwhile is being delivered.');
+      }
       if (action === '/purge') {
         const before = dateOf(form.get('before'));
         if (!before) return done('Give the date before which delivered entries are purged.', false);
@@ -267,6 +284,47 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
     return answer(400, page(base, resultPage(base, message, false)));
   }
 
+  /** The request's path and query, or `undefined` for a target that is no URL (`//[`). */
+  function parseUrl(target: string): URL | undefined {
+    try {
+      return new URL(target, 'http://admin.invalid');
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** A NUL character fits in no key, transaction id or `custom_data` (PostgreSQL's text refuses it). */
+  function hasNul(values: URLSearchParams): boolean {
+    for (const [name, value] of values) if (name.includes('\u0000') || value.includes('\u0000')) return true;
+    return false;
+  }
+
+  /** `undefined` when the router has no durable inbox (at-most-once mode); other failures propagate. */
+  async function durable<T>(read: () => Promise<T>): Promise<T | undefined> {
+    try {
+      return await read();
+    } catch (error) {
+      if (error instanceof IpnKitError && error.code === 'IPN_NOT_DURABLE') return undefined;
+      throw error;
+    }
+  }
+
+  async function confirmationOf(query: URLSearchParams): Promise<Confirmation | undefined> {
+    const action = query.get('action');
+    if (action === 'replay-filter') {
+      // The count first (a dry run), so that the operator knows what the button does.
+      const { matched } = await ipn.inbox.replayMatching({ ...replayFilterOf(query), dryRun: true });
+      const fields = Object.fromEntries(keep(query, FILTERS));
+      const what = `${matched} ${matched === 1 ? 'entry' : 'entries'}`;
+      return {
+        action,
+        question: `Replay the ${what} this filter shows? Their listeners run again, paced by replayRate.`,
+        fields,
+      };
+    }
+    return staticConfirmationOf(query);
+  }
+
   return core;
 }
 
@@ -275,33 +333,31 @@ function pageOf(query: URLSearchParams): number {
   return Math.max(1, Math.min(10_000, Number.parseInt(query.get('page') ?? '1', 10) || 1));
 }
 
-/** The request's path and query, or `undefined` for a target that is no URL (`//[`). */
-function parseUrl(target: string): URL | undefined {
-  try {
-    return new URL(target, 'http://admin.invalid');
-  } catch {
-    return undefined;
-  }
+/** The list's filters, kept in its links and carried by "replay what this filter shows". */
+const FILTERS = ['status', 'transaction', 'q', 'from', 'to'];
+
+/** The list's filters as a bulk replay's (the same entries the list shows, on every page). */
+function replayFilterOf(values: URLSearchParams): ReplayFilter {
+  const { status, transactionId, customDataContains, receivedFrom, receivedBefore } = filtersOf(values);
+  return {
+    status,
+    since: receivedFrom,
+    until: receivedBefore,
+    customDataContains,
+    ...(transactionId === undefined ? {} : { transactionIds: [transactionId] }),
+  };
 }
 
-/** A NUL character fits in no key, transaction id or `custom_data` (PostgreSQL's text refuses it). */
-function hasNul(values: URLSearchParams): boolean {
-  for (const [name, value] of values) if (name.includes('\u0000') || value.includes('\u0000')) return true;
-  return false;
-}
-
-/** `undefined` when the router has no durable inbox (at-most-once mode); other failures propagate. */
-async function durable<T>(read: () => Promise<T>): Promise<T | undefined> {
-  try {
-    return await read();
-  } catch (error) {
-    if (error instanceof IpnKitError && error.code === 'IPN_NOT_DURABLE') return undefined;
-    throw error;
-  }
-}
-
-function confirmationOf(query: URLSearchParams): Confirmation | undefined {
+function staticConfirmationOf(query: URLSearchParams): Confirmation | undefined {
   const action = query.get('action');
+  if (action === 'pause')
+    return {
+      action,
+      question: 'Pause delivery on this instance? Notifications are still stored and answered 200.',
+      fields: {},
+    };
+  if (action === 'resume')
+    return { action, question: 'Resume delivery? What arrived meanwhile is delivered now.', fields: {} };
   if (action === 'replay') {
     const key = query.get('key') ?? '';
     return { action, question: `Replay ${key}? Its listeners run again.`, fields: { key } };

@@ -23,6 +23,8 @@ export interface Overview {
     page: number;
     hasNext: boolean;
     query: URLSearchParams;
+    /** Whether delivery is paused on this instance (`ipn.pause()`). */
+    paused?: boolean;
   };
   metrics: IpnMetrics;
   recent: readonly RecentEvent[];
@@ -181,10 +183,27 @@ export function overviewPage(view: Overview): Html {
   const inboxPart = inbox
     ? html`<h2>Inbox</h2>
         ${countCards(inbox.counts, inbox.lastHour)}
+        ${
+          inbox.paused
+            ? html`<p class="notice bad" id="paused">
+                Delivery is paused on this instance: notifications are stored and answered 200, none is
+                delivered until you resume.
+              </p>`
+            : ''
+        }
         <div class="actions">
           <a class="button secondary" href="${base}/confirm?action=replay-dead">Replay every dead entry…</a>
+          <a class="button secondary" id="replay-filter" href="${base}/confirm?${replayQuery(inbox.query)}"
+            >Replay what this filter shows…</a
+          >
           <a class="button secondary" href="${base}/confirm?action=purge">Purge delivered entries…</a>
           <a class="button secondary" href="${base}/audit" id="audit-link">Audit trail</a>
+          <a
+            class="button secondary"
+            id="pause-toggle"
+            href="${base}/confirm?action=${inbox.paused ? 'resume' : 'pause'}"
+            >${inbox.paused ? 'Resume delivery…' : 'Pause delivery…'}</a
+          >
         </div>
         ${filterForm(base, inbox.filters, inbox.query)}${entryRows(base, inbox.entries)}
         <nav class="pages">
@@ -206,6 +225,14 @@ export function overviewPage(view: Overview): Html {
     ${metricCards(view.metrics)}
     <h2>Recent rejections and errors (this process)</h2>
     ${recentEvents(view.recent, view.mask)}`;
+}
+
+/** The confirmation address of "replay what this filter shows": the list's filters, without its page. */
+function replayQuery(query: URLSearchParams): string {
+  const kept = new URLSearchParams(query);
+  kept.delete('page');
+  kept.set('action', 'replay-filter');
+  return kept.toString();
 }
 
 /** The router's unprotected state, said first: it is why a forged payment could be credited. */
@@ -273,7 +300,7 @@ export function entryPage(base: string, entry: InboxEntry, mask: Masker): Html {
 
 /** What each action asks before it runs. */
 export interface Confirmation {
-  action: 'replay' | 'replay-dead' | 'purge' | 'reconcile';
+  action: 'replay' | 'replay-dead' | 'replay-filter' | 'purge' | 'reconcile' | 'pause' | 'resume';
   question: string;
   fields: Record<string, string>;
   /** A field the operator fills in on the confirmation page (the purge's date). */

@@ -9,6 +9,7 @@ import { PostgresStore, type PgQueryable } from '../stores/postgres/postgres-sto
 import { RedisStore } from '../stores/redis/redis-store.js';
 import type { DeliveryStatus, DurableStore, PurgedStatus } from '../stores/store.js';
 import { listActions, recordAction } from '../observability/audit.js';
+import { replayMatching, type ReplayFilter } from '../delivery/bulk-replay.js';
 import { osActor } from './os-actor.js';
 
 const USAGE = `usage:
@@ -16,6 +17,7 @@ const USAGE = `usage:
   ipn-kit inbox show <key>
   ipn-kit inbox replay <key>
   ipn-kit inbox replay --dead
+  ipn-kit inbox replay [--status S] [--since DATE] [--until DATE] [--transaction ID]... [--rate N] [--dry-run]
   ipn-kit inbox purge --before <ISO date> [--dead]
   ipn-kit inbox audit [--limit N] [--offset N] [--json]
 
@@ -28,7 +30,13 @@ inbox of ipn-kit/mysql (MysqlStore), or with --redis-url the Redis inbox of ipn-
   --redis-url URL   the Redis that holds the inbox (redis://host:6379) instead of DATABASE_URL's PostgreSQL
   --prefix TEXT     with --redis-url: the RedisStore's prefix (default ipn-kit:)
   --json            list: one JSON object per line instead of a table
-  --dead            replay: every dead entry; purge: dead entries gone dead before DATE instead
+  --dead            replay: every dead entry (the same as --status dead); purge: dead entries gone dead
+                    before DATE instead
+  --status S        replay: only entries of this status (received, delivered, failed, dead)
+  --since DATE      replay: only entries received at or after DATE; --until DATE: received before it
+  --transaction ID  replay: only the entries of this transaction (repeat it for several)
+  --dry-run         replay: count what matches, replay nothing
+  --rate N          replay: how many entries become due per second (default 20, as replayRate)
   --before DATE     purge: delete delivered entries delivered before DATE (2024-05-01, 2024-05-01T12:00Z);
                     a resend of a purged notification is delivered again
   --actor NAME      replay, purge: who is recorded in the audit trail (default: the OS user)
@@ -194,6 +202,11 @@ function plan(argv: string[]): Plan | 'help' {
       prefix: { type: 'string' },
       'mysql-url': { type: 'string' },
       actor: { type: 'string' },
+      since: { type: 'string' },
+      until: { type: 'string' },
+      transaction: { type: 'string', multiple: true },
+      'dry-run': { type: 'boolean' },
+      rate: { type: 'string' },
     },
   });
   if (values.help) return 'help';
@@ -219,7 +232,7 @@ function plan(argv: string[]): Plan | 'help' {
   const allowed: Record<string, string[]> = {
     list: [...where, 'status', 'limit', 'offset', 'json'],
     show: where,
-    replay: [...where, 'dead', 'actor'],
+    replay: [...where, 'dead', 'status', 'since', 'until', 'transaction', 'dry-run', 'rate', 'actor'],
     purge: [...where, 'before', 'dead', 'actor'],
     audit: [...where, 'limit', 'offset', 'json'],
   };
@@ -227,22 +240,25 @@ function plan(argv: string[]): Plan | 'help' {
   if (known === undefined) throw new UsageError(`unknown command '${command}'`);
   const misplaced = Object.keys(values).filter((option) => !known.includes(option));
   if (misplaced.length > 0) throw new UsageError(`${command} does not take --${misplaced.join(', --')}`);
-  const takes = command === 'show' || (command === 'replay' && !values.dead) ? 1 : 0;
+  const filtered =
+    command === 'replay' &&
+    ['dead', 'status', 'since', 'until', 'transaction', 'dry-run', 'rate'].some((option) => option in values);
+  const takes = command === 'show' || (command === 'replay' && !filtered) ? 1 : 0;
   if (values.actor !== undefined && values.actor.trim() === '') throw new UsageError('--actor needs a name');
   const actor = values.actor ?? osActor();
   if (positionals.length !== takes) {
     throw new UsageError(
       takes === 1
-        ? `${command} takes one key (transaction_id:state)${command === 'replay' ? ', or --dead' : ''}`
-        : `${command} takes no ${command === 'replay' ? 'key with --dead' : 'argument'}: got ${positionals.join(' ')}`,
+        ? `${command} takes one key (transaction_id:state)${command === 'replay' ? ', or filters (--dead, --status, ...)' : ''}`
+        : `${command} takes no ${command === 'replay' ? 'key with filters (--dead, --status, ...)' : 'argument'}: got ${positionals.join(' ')}`,
     );
   }
   const key = positionals[0] ?? '';
+  const status = values.status;
+  if (status !== undefined && !STATUSES.includes(status as DeliveryStatus)) {
+    throw new UsageError(`--status must be one of ${STATUSES.join(', ')}, got '${status}'`);
+  }
   if (command === 'list') {
-    const status = values.status;
-    if (status !== undefined && !STATUSES.includes(status as DeliveryStatus)) {
-      throw new UsageError(`--status must be one of ${STATUSES.join(', ')}, got '${status}'`);
-    }
     const limit = count('--limit', values.limit ?? '100', 1);
     const offset = count('--offset', values.offset ?? '0', 0);
     const run = list(status as DeliveryStatus | undefined, limit, offset, values.json === true);
@@ -254,14 +270,25 @@ function plan(argv: string[]): Plan | 'help' {
     const offset = count('--offset', values.offset ?? '0', 0);
     return { table, redis, mysqlUrl, run: audit(limit, offset, values.json === true) };
   }
-  if (command === 'replay') {
-    return { table, redis, mysqlUrl, run: recorded(actor, values.dead ? replayDead : replay(key)) };
+  if (command === 'replay' && filtered) {
+    if (values.dead && status !== undefined && status !== 'dead')
+      throw new UsageError(`--dead and --status ${status} contradict each other: give one`);
+    const filter: ReplayFilter = {
+      status: values.dead ? 'dead' : (status as DeliveryStatus | undefined),
+      since: values.since === undefined ? undefined : parseIsoDate(values.since),
+      until: values.until === undefined ? undefined : parseIsoDate(values.until),
+      transactionIds: values.transaction,
+      dryRun: values['dry-run'] === true,
+    };
+    const rate = count('--rate', values.rate ?? '20', 1);
+    return { table, redis, mysqlUrl, run: recorded(actor, replayWhere(filter, rate)) };
   }
+  if (command === 'replay') return { table, redis, mysqlUrl, run: recorded(actor, replay(key)) };
   if (values.before === undefined) {
     throw new UsageError('purge needs --before <ISO date>: the entries delivered before it are deleted');
   }
-  const status = values.dead ? 'dead' : 'delivered';
-  return { table, redis, mysqlUrl, run: recorded(actor, purge(parseIsoDate(values.before), status)) };
+  const purged = values.dead ? 'dead' : 'delivered';
+  return { table, redis, mysqlUrl, run: recorded(actor, purge(parseIsoDate(values.before), purged)) };
 }
 
 function list(status: DeliveryStatus | undefined, limit: number, offset: number, json: boolean): Run {
@@ -354,11 +381,30 @@ function replay(key: string): Action {
   };
 }
 
-const replayDead: Action = async (store, io) => {
-  const replayed = await store.replayDead();
-  io.stdout(`${replayed} dead ${replayed === 1 ? 'entry is' : 'entries are'} due again: ${RECOVERY}`);
-  return { code: 0, done: { action: 'replay-dead', detail: { count: replayed } } };
-};
+/** `replay --dead`, `--status`, `--since`...: the router's bulk replay, paced at `rate` a second. */
+function replayWhere(filter: ReplayFilter, rate: number): Action {
+  return async (store, io, where) => {
+    const { matched, replayed } = await replayMatching(store, filter, rate);
+    if (filter.dryRun === true) {
+      io.stdout(
+        `${matched} ${filter.status ?? ''}${filter.status ? ' ' : ''}${matched === 1 ? 'entry matches' : 'entries match'} in ${where} (dry run: nothing replayed)`,
+      );
+      return { code: 0 }; // a count changes nothing: not an action to keep
+    }
+    const paced = replayed > rate ? `, ${rate} a second over ${Math.ceil(replayed / rate)} s` : '';
+    const extra = matched !== replayed || paced !== '' ? ` (${matched} matched${paced})` : '';
+    const entries = replayed === 1 ? 'entry is' : 'entries are';
+    io.stdout(
+      `${replayed} ${filter.status ?? ''}${filter.status ? ' ' : ''}${entries} due again${extra}: ${RECOVERY}`,
+    );
+    const only = Object.entries(filter).filter(([name, value]) => value !== undefined && name !== 'dryRun');
+    const dead = only.length === 1 && filter.status === 'dead';
+    const detail = dead
+      ? { count: replayed }
+      : { filter: Object.fromEntries(only), matched, count: replayed };
+    return { code: 0, done: { action: dead ? 'replay-dead' : 'replay-filter', detail } };
+  };
+}
 
 const RECOVERY =
   "the running app's recovery loop (delivery: 'at-least-once') delivers it; nothing is delivered by this command";

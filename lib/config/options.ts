@@ -189,6 +189,12 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
   /** At-least-once: how often notifications left undelivered (a crash, a retry that is due) are taken up, in ms. @default 15_000 */
   recoveryIntervalMs: number;
   /**
+   * At-least-once: how many entries a bulk replay (`ipn.replay()`, `replayDead()`, the CLI's and the
+   * operator's page's) makes due per second, by the store's clock, so that a thousand dead entries do not
+   * reach your listeners (and your database) at once. A positive integer. @default 20
+   */
+  replayRate: number;
+  /**
    * The thresholds of the `alert` event, each optional (each one's default is given with it): a
    * first `dead` entry, or `failuresInARow` (10) failed attempts in a row, fire at once; a recovery resolves
    * at the next success. Nothing is measured while no `alert` listener is added.
@@ -289,6 +295,7 @@ const DEFAULTS: {
   leaseMs: 60_000,
   recoveryIntervalMs: 15_000,
   retention: RETENTION_DEFAULTS,
+  replayRate: 20,
   alerts: {
     failuresInARow: 10,
     failureRatio: 0.5,
@@ -357,6 +364,7 @@ export function resolveOptions<S extends StandardSchemaV1 | undefined>(
     'maxAttempts',
     'maxPendingVerifications',
     'reconcileAttempts',
+    'replayRate',
   ] as const) {
     if (!Number.isInteger(resolved[name]) || resolved[name] < 1)
       throw new TypeError(`ipnRouter: ${name} must be a positive integer, got ${String(resolved[name])}`);

@@ -34,6 +34,7 @@ import { createExpectations } from './expectations.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
 import { createUnexpectedScreen } from './unexpected.js';
 import type { DrainResult } from './drain-result.js';
+import { replayMatching, type ReplayFilter, type ReplayResult } from './bulk-replay.js';
 import { monotonicNow } from '../shared/clock.js';
 import { createLifecycle } from './lifecycle.js';
 import type { LifecycleVerdict } from '../stores/lifecycle-store.js';
@@ -76,8 +77,22 @@ export interface Inbox {
   get(key: string): Promise<InboxEntry | undefined>;
   /** Delivers one entry again, whatever its status (attempts start over). `false` when there is none. */
   replay(key: string): Promise<boolean>;
-  /** Delivers every dead entry again. Resolves how many. */
+  /** Delivers every dead entry again, paced by `replayRate`: `replayMatching({ status: 'dead' })`. Resolves how many. */
   replayDead(): Promise<number>;
+  /**
+   * Delivers again every entry matching `filter` (all of them when it is empty), whatever its status, at
+   * most `replayRate` a second; with `dryRun`, only counts them. `ipn.replay()` is this method.
+   */
+  replayMatching(filter?: ReplayFilter): Promise<ReplayResult>;
+  /**
+   * Stops delivery on this instance: notifications are still checked, stored and answered 200, and wait
+   * in the inbox (status `received`) until `resume()`. `ipn.pause()` is this method.
+   */
+  pause(): Promise<void>;
+  /** Delivers again, starting with what arrived while paused, oldest first. `ipn.resume()` is this method. */
+  resume(): Promise<void>;
+  /** Whether `pause()` holds delivery on this instance now. */
+  isPaused(): boolean;
   /**
    * Deletes delivered entries delivered before `before` (given `'dead'`: dead entries gone dead before it).
    * Resolves how many.
@@ -85,7 +100,8 @@ export interface Inbox {
   purge(before: Date, status?: PurgedStatus): Promise<number>;
   /**
    * Keeps one operator action in the store's audit log (see `lib/observability/audit.ts`): resolves `false`
-   * when the store keeps none. The CLI and the operator's page call it after each replay and purge.
+   * when the store keeps none. The CLI and the operator's page call it after each replay, purge, pause and
+   * resume.
    */
   recordAction(action: AuditAction): Promise<boolean>;
   /** The operator actions the store's audit log keeps, newest first; `[]` when it keeps none. */
@@ -220,6 +236,29 @@ export function createDelivery<C>(
       'IPN_NOT_DURABLE',
       "the inbox needs delivery: 'at-least-once' with a durable store, such as new PostgresStore({ pool })",
     );
+  }
+  /**
+   * `pause()` and `resume()`: `change` takes effect at once (no notification slips in between), or the
+   * promise rejects `IPN_NOT_DURABLE` without a durable inbox to keep what arrives meanwhile.
+   */
+  function held(change: () => void): Promise<void> {
+    // The executor runs now: a throw of inbox() becomes the rejection.
+    return new Promise((resolve) => {
+      inbox();
+      change();
+      resolve();
+    });
+  }
+  /** The bulk replay (shared by every store: each only makes one entry due again, in its dialect). */
+  async function replayWhere(filter: ReplayFilter): Promise<ReplayResult> {
+    const store = inbox();
+    const result = await replayMatching(store, filter, options.replayRate, async (key, delayMs) => {
+      // A kept unexpected notification still under its hold lease (a crash between its two writes).
+      await unexpected.endHold(key);
+      return store.replay(key, delayMs);
+    });
+    if (result.replayed > 0) recoverSoon();
+    return result;
   }
   /** After a replay: the entries are taken up now (by one batch of a drain when the timers do not run). */
   const recoverSoon = (): void => {
@@ -420,11 +459,15 @@ export function createDelivery<C>(
         if (found) recoverSoon();
         return found;
       },
-      replayDead: async () => {
-        const count = await inbox().replayDead();
-        if (count > 0) recoverSoon();
-        return count;
-      },
+      replayDead: async () => (await replayWhere({ status: 'dead' })).replayed,
+      replayMatching: async (filter = {}) => replayWhere(filter),
+      pause: () => held(() => durably?.pause()),
+      resume: () =>
+        held(() => {
+          durably?.resume();
+          recoverSoon();
+        }),
+      isPaused: () => durably?.isPaused() ?? false,
       purge: async (before, status) => inbox().purge(before, status),
       recordAction: async (action) => recordAction(inbox(), action),
       actions: async (options) => listActions(inbox(), options),

@@ -163,7 +163,36 @@ export function createDurableDelivery<C>(
     attempts: number,
     driver: Driver = 'timers',
   ): Promise<boolean> {
+    if (paused) {
+      await park(key, n, leaseId);
+      return false;
+    }
     return (await attemptOnce(key, n, leaseId, attempts, driver)) === 'delivered';
+  }
+
+  /** `pause()` holds delivery on this instance: what arrives is stored and waits. */
+  let paused = false;
+
+  /**
+   * A notification stored while paused: given back to the inbox, `received`, attempts 0, due now (its lease
+   * ended), for the first pass after `resume()`. A store failure is reported; the entry then waits for its
+   * lease to run out, and is taken up all the same.
+   */
+  async function park(key: string, n: IpnNotification, leaseId: string): Promise<void> {
+    try {
+      const error = 'delivery paused (ipn.pause()): delivered on resume';
+      if (
+        await timed(
+          inbox.settle(key, leaseId, { status: 'failed', error, nextAttemptAt: new Date() }),
+          'settle',
+          key,
+        )
+      )
+        await timed(inbox.replay(key), 'replay', key);
+    } catch (cause) {
+      const message = `the store failed to put ${key} back while paused: ${messageOf(cause)}`;
+      report(new StoreError(message, { cause }), n);
+    }
   }
 
   /**
@@ -404,7 +433,7 @@ export function createDurableDelivery<C>(
 
   /** Takes up due and abandoned entries and delivers them; one run at a time. */
   function recover(): void {
-    if (running !== undefined || stopping || context.isClosed()) return;
+    if (running !== undefined || stopping || paused || context.isClosed()) return;
     exclusively(takeUp('timers')).then(
       (counts) => {
         if (counts?.taken === RECOVERY_BATCH) after(0, recover); // more are waiting
@@ -427,6 +456,10 @@ export function createDurableDelivery<C>(
     for (let first = true; ; first = false) {
       while (running !== undefined) await running;
       if (stopping || context.isClosed()) return totals;
+      if (paused) {
+        totals.left = 1; // held by pause(): taken up on resume()
+        return totals;
+      }
       if (!first && monotonicNow() >= deadline) {
         totals.left = 1; // the last batch was full: more may be due
         return totals;
@@ -492,7 +525,20 @@ export function createDurableDelivery<C>(
     started = true;
   }
 
-  return { deliver, recover, start, drain, stop };
+  return {
+    deliver,
+    recover,
+    start,
+    drain,
+    stop,
+    pause: (): void => {
+      paused = true;
+    },
+    resume: (): void => {
+      paused = false;
+    },
+    isPaused: (): boolean => paused,
+  };
 }
 
 /** Whether a value a store's `lease()` handed out can be taken up: an object with a string key. */

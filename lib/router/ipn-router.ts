@@ -1,3 +1,4 @@
+import type { ReplayFilter, ReplayResult } from '../delivery/bulk-replay.js';
 import type { StandardSchemaV1 } from '../notification/standard-schema.js';
 import type { IpnEmitter } from '../delivery/safe-emitter.js';
 import type { ListenerContext, ListenerContextOf } from '../delivery/events.js';
@@ -100,6 +101,23 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
   /** The inbox, for admin tools (`delivery: 'at-least-once'` only; otherwise each call rejects `IPN_NOT_DURABLE`). */
   readonly inbox: Inbox;
   /**
+   * Bulk replay: delivers again every inbox entry matching the filter (status, received `since` / `until`,
+   * `transactionIds`), at most `replayRate` a second; `dryRun` only counts. Resolves `{ matched, replayed }`.
+   * At-least-once only (otherwise it rejects `IPN_NOT_DURABLE`).
+   *
+   * @example
+   * const { matched } = await ipn.replay({ status: 'dead', since: new Date('2026-11-27'), dryRun: true });
+   */
+  replay(filter?: ReplayFilter): Promise<ReplayResult>;
+  /**
+   * Holds delivery on this instance: notifications are still checked, stored and answered 200; none is
+   * delivered until `resume()`. At-least-once only (otherwise it rejects `IPN_NOT_DURABLE`). Per instance:
+   * pause every instance (the operator's page of each, or your own signal) to pause a fleet.
+   */
+  pause(): Promise<void>;
+  /** Ends `pause()`: what arrived meanwhile is delivered, oldest first. */
+  resume(): Promise<void>;
+  /**
    * The same endpoint as a Web-standard handler: a WHATWG `Request` in, a `Response` out, with the same
    * statuses, bodies and events. For a Next.js App Router route handler, Hono, Deno, Bun, Cloudflare
    * Workers and any fetch-style server. On a platform that freezes the function once the response is
@@ -184,6 +202,9 @@ export function ipnRouter<
     sweep,
     drain,
     inbox,
+    replay: (filter?: ReplayFilter) => inbox.replayMatching(filter),
+    pause: () => inbox.pause(),
+    resume: () => inbox.resume(),
     close,
     metrics,
   });

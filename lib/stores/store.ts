@@ -184,10 +184,11 @@ export interface DurableStore extends Store {
    */
   countByStatus?(receivedFrom?: Date): Promise<StatusCounts>;
   /**
-   * Makes one entry due again now, attempts reset to 0, whatever its status; a live lease is kept (the
-   * attempt holding it finishes first). `false` when there is none, or only a `claim` row without a record.
+   * Makes one entry due again now (or `delayMs` from now, by the store's clock: how a bulk replay paces its
+   * entries), attempts reset to 0, whatever its status; a live lease is kept (the attempt holding it
+   * finishes first). `false` when there is none, or only a `claim` row without a record.
    */
-  replay(key: string): Promise<boolean>;
+  replay(key: string, delayMs?: number): Promise<boolean>;
   /** Makes every `dead` entry due again now, attempts reset to 0. Resolves how many. */
   replayDead(): Promise<number>;
   /**

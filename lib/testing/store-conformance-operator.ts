@@ -1,6 +1,7 @@
 import type { InboxEntry, ListOptions } from '../stores/store.js';
 import { delivered, dead, expected, inboxOfFour, take } from './store-conformance-entries.js';
 import { keysOf, must, same, type Rule } from './store-conformance-kit.js';
+import { replayMatching } from '../delivery/bulk-replay.js';
 
 /** The rules of the operator's tools: replay, purge, the list and the counts. */
 export const OPERATOR_RULES: Rule[] = [
@@ -95,6 +96,58 @@ export const OPERATOR_RULES: Rule[] = [
         'the keys lease() took after replayDead',
       );
       same(await kit.store.replayDead(), 0, 'what a second replayDead() resolved');
+    },
+  },
+  {
+    // A bulk replay paces its entries: one made due an hour from now (by the store's clock) is not leased now.
+    name: 'replay-delayed',
+    needs: 'durable',
+    async run(kit) {
+      const [now, later] = ['now', 'later'].map((label) => kit.key(`replay-delay-${label}`));
+      await dead(kit, now!);
+      await dead(kit, later!);
+      must(await kit.store.replay(now!, 0), `replay(${now}, 0) resolved false`);
+      must(await kit.store.replay(later!, 3_600_000), `replay(${later}, 1 hour) resolved false`);
+      const entry = await kit.entry(later!);
+      same([entry.status, entry.attempts], ['received', 0], `[status, attempts] of ${later} after replay`);
+      must(
+        entry.nextAttemptAt.getTime() > entry.updatedAt.getTime() + 30 * 60_000,
+        `nextAttemptAt of ${later} replayed an hour ahead: ${entry.nextAttemptAt.toISOString()}`,
+      );
+      same(
+        keysOf(await kit.store.lease(kit.lease(), 100)),
+        [now!],
+        'the keys lease() took after one replay due now and one due in an hour',
+      );
+    },
+  },
+  {
+    // ipn.replay()'s filter, as the router runs it over the store's list() and replay(key, delayMs).
+    name: 'replay-filtered',
+    needs: 'durable',
+    async run(kit) {
+      const [gone, alsoGone, done, other] = ['a', 'b', 'c', 'd'].map((label) =>
+        kit.key(`replay-filter-${label}`),
+      );
+      await dead(kit, gone!);
+      await dead(kit, alsoGone!);
+      await delivered(kit, done!);
+      await dead(kit, other!);
+      const ids = [gone!, alsoGone!, done!].map((key) => key.slice(0, key.lastIndexOf(':')));
+      const dry = await replayMatching(kit.store, { status: 'dead', transactionIds: ids, dryRun: true }, 1);
+      same(dry, { matched: 2, replayed: 0 }, 'a dry run over two dead entries of three transactions');
+      same((await kit.entry(gone!)).status, 'dead', `status of ${gone} after a dry run`);
+      const done1 = await replayMatching(kit.store, { status: 'dead', transactionIds: ids }, 1);
+      same(done1, { matched: 2, replayed: 2 }, 'a replay over two dead entries of three transactions');
+      same((await kit.entry(done!)).status, 'delivered', `status of the delivered ${done}`);
+      same((await kit.entry(other!)).status, 'dead', `status of ${other}, of no transaction named`);
+      // At one a second, the first is due now and the second a second later.
+      const [first, second] = [await kit.entry(gone!), await kit.entry(alsoGone!)];
+      same([first.status, second.status], ['received', 'received'], 'statuses after the replay');
+      must(
+        Math.abs(second.nextAttemptAt.getTime() - first.nextAttemptAt.getTime()) >= 500,
+        `the second entry due a second after the first at replayRate 1 (${first.nextAttemptAt.toISOString()}, ${second.nextAttemptAt.toISOString()})`,
+      );
     },
   },
   {

@@ -99,9 +99,9 @@ export class MemoryInbox implements DurableStore {
     return this.#inbox.get(key);
   }
 
-  async replay(key: string): Promise<boolean> {
+  async replay(key: string, delayMs?: number): Promise<boolean> {
     await this.#turn();
-    return this.#inbox.replay(key);
+    return this.#inbox.replay(key, delayMs);
   }
 
   async replayDead(): Promise<number> {

@@ -192,8 +192,9 @@ describe('when the store fails under the operator page', () => {
     app.use('/ops', adminRouter({ ipn, authorize: () => true, logger }));
     const server = await listen(app);
     running.push(server);
-    inbox.replayDead = () => Promise.reject(new Error('disk full'));
     const { cookie, token } = await csrfOf(`${server.url}/ops`);
+    // Replaying the dead entries reads them first (the bulk replay's list), then replays each.
+    inbox.list = () => Promise.reject(new Error('disk full'));
     const answer = await post(`${server.url}/ops/replay-dead`, cookie, `csrf=${token}`);
     expect(answer.status).toBe(409);
     expect(await answer.text()).toMatch(/see the application log/);

@@ -227,6 +227,53 @@ describeWithService('PostgreSQL', 'ipn-kit inbox', () => {
     expect(await store.get(delivered)).toMatchObject({ status: 'delivered' });
   });
 
+  test('replay --status --transaction --dry-run counts first; then replays only what matches, paced by --rate', async () => {
+    const store = await freshStore();
+    const [a, b, c] = [await entry(store, 'dead'), await entry(store, 'dead'), await entry(store, 'dead')];
+    const failed = await entry(store, 'failed');
+    const ids = [a, b, failed].flatMap((key) => ['--transaction', key.split(':')[0]!]);
+
+    const dry = await inbox(['replay', '--status', 'dead', ...ids, '--dry-run', '--table', store.table]);
+    expect(dry).toMatchObject({
+      code: 0,
+      stdout: expect.stringMatching(/^2 dead entries match in .*dry run/),
+    });
+    expect(await store.get(a)).toMatchObject({ status: 'dead' });
+
+    const since = (await store.get(a))!.receivedAt.toISOString();
+    const future = new Date(Date.now() + 3_600_000).toISOString();
+    const none = await inbox(['replay', '--dead', '--since', future, '--table', store.table]);
+    expect(none).toMatchObject({ code: 0, stdout: expect.stringMatching(/^0 dead entries are due again/) });
+
+    const done = await inbox([
+      'replay',
+      '--status',
+      'dead',
+      ...ids,
+      '--since',
+      since,
+      '--until',
+      future,
+      '--rate',
+      '1',
+      '--table',
+      store.table,
+    ]);
+    expect(done).toMatchObject({
+      code: 0,
+      stdout: expect.stringMatching(
+        /^2 dead entries are due again \(2 matched, 1 a second over 2 s\): .*recovery loop/,
+      ),
+    });
+    const [first, second] = [(await store.get(a))!, (await store.get(b))!];
+    expect([first.status, second.status]).toEqual(['received', 'received']);
+    expect(Math.abs(second.nextAttemptAt.getTime() - first.nextAttemptAt.getTime())).toBeGreaterThanOrEqual(
+      900,
+    );
+    expect(await store.get(c)).toMatchObject({ status: 'dead' });
+    expect(await store.get(failed)).toMatchObject({ status: 'failed' });
+  });
+
   test('purge --before deletes delivered entries delivered before the date', async () => {
     const store = await freshStore();
     const old = await entry(store, 'delivered');
@@ -285,6 +332,10 @@ describe('ipn-kit inbox usage', () => {
     ['show with two keys', ['show', 'a:B', 'c:D']],
     ['replay without a key or --dead', ['replay']],
     ['replay with a key and --dead', ['replay', 'TX.1:SUCCESSFUL', '--dead']],
+    ['replay with a key and --status', ['replay', 'TX.1:SUCCESSFUL', '--status', 'dead']],
+    ['replay --dead and --status failed', ['replay', '--dead', '--status', 'failed']],
+    ['replay --since that is not a date', ['replay', '--dead', '--since', 'yesterday']],
+    ['replay --rate 0', ['replay', '--dead', '--rate', '0']],
     ['an option of another command', ['show', 'TX.1:SUCCESSFUL', '--json']],
     ['an unknown option', ['list', '--verbose']],
     ['an invalid --table', ['list', '--table', 'inbox; DROP TABLE users']],

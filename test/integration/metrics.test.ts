@@ -150,6 +150,18 @@ describe('registerIpnMetrics (ipn-kit/prometheus)', () => {
     expect(second).toMatch(/^ipn_kit_emitted_total\{state="SUCCESSFUL"\} 1$/m);
   });
 
+  test('the gauge paused is 1 while ipn.pause() holds delivery, 0 after resume()', async () => {
+    const ipn = ipnRouter({ store: new MemoryInbox(), delivery: 'at-least-once', logger: quiet });
+    routers.push(ipn);
+    const registry = new Registry();
+    registerIpnMetrics(ipn, { registry });
+    expect(await registry.metrics()).toMatch(/^ipn_kit_paused 0$/m);
+    await ipn.pause();
+    expect(await registry.metrics()).toMatch(/^ipn_kit_paused 1$/m);
+    await ipn.resume();
+    expect(await registry.metrics()).toMatch(/^ipn_kit_paused 0$/m);
+  });
+
   test('a prefix of your own, and a clear error for something that is not a router', () => {
     const registry = new Registry();
     registerIpnMetrics(ipnRouter({ logger: quiet }), { registry, prefix: 'shop_ipn_' });

@@ -140,11 +140,12 @@ export class MemoryInbox {
   }
 
   /** As `PostgresStore.replay`: due now, attempts 0; a live lease is kept (its attempt finishes first). */
-  replay(key: string): boolean {
+  replay(key: string, delayMs = 0): boolean {
     const entry = this.#entries.get(key);
     if (entry === undefined) return false;
     const now = new Date(this.#now());
-    Object.assign(entry, { status: 'received', attempts: 0, nextAttemptAt: now, updatedAt: now });
+    const due = new Date(now.getTime() + delayMs);
+    Object.assign(entry, { status: 'received', attempts: 0, nextAttemptAt: due, updatedAt: now });
     this.#pending.add(key);
     return true;
   }

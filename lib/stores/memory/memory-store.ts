@@ -134,8 +134,8 @@ export class MemoryStore implements DurableStore {
   }
 
   /** Makes `key` due now, attempts 0, whatever its status. */
-  replay(key: string): Promise<boolean> {
-    return settled(() => this.#inbox.replay(key));
+  replay(key: string, delayMs?: number): Promise<boolean> {
+    return settled(() => this.#inbox.replay(key, delayMs));
   }
 
   /** Replays every dead entry; resolves how many. */

@@ -219,7 +219,8 @@ export function mysqlInboxSql(table: string) {
     get: `SELECT ${COLUMNS} FROM ${t} WHERE \`key\` = ?`,
     // A replay keeps a live lease (an attempt still running finishes first, alone) and skips the rows
     // claim() writes, which hold no notification to deliver.
-    replay: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = ${NOW}, updated_at = ${NOW}
+    replay: `UPDATE ${t} SET status = 'received', attempts = 0,
+        next_attempt_at = ${NOW} + INTERVAL (? * 1000) MICROSECOND, updated_at = ${NOW}
       WHERE \`key\` = ? AND record <> '{}'`,
     replayDead: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = ${NOW},
         updated_at = ${NOW}

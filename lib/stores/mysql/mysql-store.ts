@@ -423,8 +423,8 @@ export class MysqlStore<
   }
 
   /** Makes `key` due now whatever its status: `received`, attempts 0, a live lease kept, `last_error` kept. */
-  async replay(key: string): Promise<boolean> {
-    return affectedOf(await this.#query(this.#sql.replay, [key])) === 1;
+  async replay(key: string, delayMs = 0): Promise<boolean> {
+    return affectedOf(await this.#query(this.#sql.replay, [Math.round(delayMs), key])) === 1;
   }
 
   /** {@link MysqlStore.replay} for every `dead` entry; resolves how many. */

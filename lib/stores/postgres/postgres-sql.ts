@@ -279,7 +279,8 @@ export function inboxSql(table: string) {
     get: `SELECT ${COLUMNS} FROM ${t} WHERE key = $1`,
     // A replay keeps a live lease (an attempt still running finishes first, alone) and skips the rows
     // claim() writes, which hold no notification to deliver.
-    replay: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = now(), updated_at = now()
+    replay: `UPDATE ${t} SET status = 'received', attempts = 0,
+        next_attempt_at = now() + $2::bigint * interval '1 millisecond', updated_at = now()
       WHERE key = $1 AND record <> '{}'::jsonb`,
     replayDead: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = now(), updated_at = now()
       WHERE status = 'dead' AND record <> '{}'::jsonb`,

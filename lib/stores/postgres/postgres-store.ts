@@ -436,8 +436,8 @@ export class PostgresStore<
    * Makes `key` due now whatever its status: `received`, attempts 0, `last_error` kept; a live lease is kept
    * (the attempt holding it finishes first). `false` for a row `claim()` wrote, which holds no notification.
    */
-  async replay(key: string): Promise<boolean> {
-    return (await this.#query(this.#sql.replay, [key])).rowCount === 1;
+  async replay(key: string, delayMs = 0): Promise<boolean> {
+    return (await this.#query(this.#sql.replay, [key, Math.round(delayMs)])).rowCount === 1;
   }
 
   /** {@link PostgresStore.replay} for every `dead` entry; resolves how many. */

@@ -18,12 +18,13 @@ local base = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;
 
-const REPLAY_ONE = `local function replay(k)
+const REPLAY_ONE = `local function replay(k, delay)
   local e = base .. 'e:' .. k
   if redis.call('EXISTS', e) == 0 then return 0 end
-  redis.call('HMSET', e, 'status', 'received', 'attempts', 0, 'next_attempt_at', now, 'updated_at', now)
+  local due = now + (delay or 0)
+  redis.call('HMSET', e, 'status', 'received', 'attempts', 0, 'next_attempt_at', due, 'updated_at', now)
   local held = tonumber(redis.call('HGET', e, 'lease_until'))
-  local score = now
+  local score = due
   if held and held > now then score = held end
   redis.call('ZADD', base .. 'due', score, k)
   redis.call('ZREM', base .. 'done', k)
@@ -86,10 +87,10 @@ else
 end
 return 1`,
 
-  /** ARGV: key. 1 when replayed, 0 when there is no entry. */
+  /** ARGV: key, delay in ms. 1 when replayed, 0 when there is no entry. */
   replay: `${NOW}
 ${REPLAY_ONE}
-return replay(ARGV[1])`,
+return replay(ARGV[1], tonumber(ARGV[2]) or 0)`,
 
   /** How many dead entries were replayed. */
   replayDead: `${NOW}

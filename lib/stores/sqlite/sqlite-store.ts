@@ -376,9 +376,9 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
   }
 
   /** Makes `key` due now whatever its status (see `DurableStore.replay`); `false` for a `claim()` row. */
-  async replay(key: string): Promise<boolean> {
+  async replay(key: string, delayMs = 0): Promise<boolean> {
     const now = Date.now();
-    return (await this.#change(this.#sql.replay, [now, now, key])) === 1;
+    return (await this.#change(this.#sql.replay, [now + Math.round(delayMs), now, key])) === 1;
   }
 
   /** {@link SqliteStore.replay} for every `dead` entry; resolves how many. */

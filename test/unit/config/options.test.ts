@@ -20,6 +20,13 @@ function quietLogger(): Logger {
 }
 
 describe('resolveOptions', () => {
+  it('replayRate: 20 a second by default; a positive integer, else a TypeError', () => {
+    expect(resolveOptions().replayRate).toBe(20);
+    expect(resolveOptions({ replayRate: 5 }).replayRate).toBe(5);
+    for (const bad of [0, -1, 1.5, Number.NaN, '10'])
+      expect(() => resolveUntyped({ replayRate: bad })).toThrow(/replayRate must be a positive integer/);
+  });
+
   it('applies every default', () => {
     const resolved = resolveOptions();
     expect(resolved.ttlMs).toBe(604_800_000);

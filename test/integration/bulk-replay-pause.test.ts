@@ -1,0 +1,225 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import Redis from 'ioredis';
+import { createPool } from 'mysql2/promise';
+import { Pool } from 'pg';
+import { IpnKitError, ipnRouter, MemoryStore, type Options } from '../../lib/index.js';
+import { MysqlStore } from '../../lib/mysql.js';
+import { PostgresStore } from '../../lib/postgres.js';
+import { SqliteStore } from '../../lib/sqlite.js';
+import { RedisStore } from '../../lib/redis.js';
+import type { DurableStore } from '../../lib/stores/store.js';
+import { uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
+import { servedRouters } from '../helpers/servers.js';
+import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
+
+/**
+ * `ipn.replay(filter)` (the bulk replay, `replayDead()` its special case) and `ipn.pause()` / `resume()`,
+ * through the router over each durable store the partners run.
+ */
+
+jest.setTimeout(30_000);
+const serve = servedRouters();
+const keyOf = (payload: Record<string, unknown>) =>
+  `${String(payload.transaction_id)}:${String(payload.state)}`;
+
+function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
+  async function start(options: Partial<Options> = {}) {
+    const store = await fresh();
+    const ipn = ipnRouter({
+      store,
+      delivery: 'at-least-once',
+      logger: quiet,
+      maxAttempts: 1,
+      retryDelayMs: 5,
+      recoveryIntervalMs: 20,
+      replayRate: 1000,
+      ...options,
+    });
+    const credited: string[] = [];
+    let healthy = false;
+    ipn.on('successful', (n) => {
+      if (!healthy) return Promise.reject(new Error('ledger down'));
+      credited.push(n.transaction_id);
+    });
+    const { post } = await serve(ipn);
+    const heal = () => void (healthy = true);
+    const status = async (key: string) => (await store.get(key))?.status;
+    return { ipn, store, post, credited, heal, status };
+  }
+
+  test('replay({ status, transactionIds, dryRun }) counts first, then delivers only what matches', async () => {
+    const { ipn, post, credited, heal, status } = await start();
+    const [a, b, c] = [uniquePayload(), uniquePayload(), uniquePayload()];
+    for (const payload of [a, b, c]) expect((await post(payload)).status).toBe(200);
+    await eventually('three dead entries', async () => {
+      const statuses = await Promise.all([a, b, c].map((p) => status(keyOf(p))));
+      return statuses.every((s) => s === 'dead');
+    });
+    const ids = [a, b].map((p) => String(p.transaction_id));
+
+    expect(await ipn.replay({ status: 'dead', transactionIds: ids, dryRun: true })).toEqual({
+      matched: 2,
+      replayed: 0,
+    });
+    expect(await status(keyOf(a))).toBe('dead'); // a dry run changes nothing
+    expect(await ipn.replay({ status: 'delivered', transactionIds: ids })).toEqual({
+      matched: 0,
+      replayed: 0,
+    });
+
+    heal();
+    expect(await ipn.replay({ status: 'dead', transactionIds: ids })).toEqual({ matched: 2, replayed: 2 });
+    await eventually('a and b delivered', async () =>
+      (await Promise.all([a, b].map((p) => status(keyOf(p))))).every((s) => s === 'delivered'),
+    );
+    expect(credited.sort()).toEqual([...ids].sort());
+    expect(await status(keyOf(c))).toBe('dead');
+
+    // replayDead() is the filter { status: 'dead' }.
+    expect(await ipn.inbox.replayDead()).toBe(1);
+    await eventually('c delivered', async () => (await status(keyOf(c))) === 'delivered');
+    expect(await ipn.replay({ status: 'dead', dryRun: true })).toEqual({ matched: 0, replayed: 0 });
+  });
+
+  test('replay({ since, until }) selects by receipt time; replayRate paces the entries by a second each', async () => {
+    const { ipn, store, post, status } = await start({ replayRate: 1 });
+    const [a, b] = [uniquePayload(), uniquePayload()];
+    for (const payload of [a, b]) expect((await post(payload)).status).toBe(200);
+    await eventually('two dead entries', async () =>
+      (await Promise.all([a, b].map((p) => status(keyOf(p))))).every((s) => s === 'dead'),
+    );
+    const received = (await store.get(keyOf(a)))!.receivedAt;
+    const ids = [a, b].map((p) => String(p.transaction_id));
+    const future = new Date(received.getTime() + 3_600_000);
+    expect(await ipn.replay({ transactionIds: ids, since: future, dryRun: true })).toEqual({
+      matched: 0,
+      replayed: 0,
+    });
+    expect(await ipn.replay({ transactionIds: ids, until: future, dryRun: true })).toEqual({
+      matched: 2,
+      replayed: 0,
+    });
+    await ipn.pause(); // the paced entries stay in the inbox, where their due times can be read
+    expect(await ipn.replay({ transactionIds: ids })).toEqual({ matched: 2, replayed: 2 });
+    const due = await Promise.all(
+      [a, b].map(async (p) => (await store.get(keyOf(p)))!.nextAttemptAt.getTime()),
+    );
+    expect(Math.abs(due[1]! - due[0]!)).toBeGreaterThanOrEqual(900);
+    await expect(ipn.replay({ status: 'gone' as never })).rejects.toThrow(TypeError);
+  });
+
+  test('paused: answered 200 and stored, nothing delivered; resume() delivers what arrived', async () => {
+    const { ipn, post, credited, heal, status, store } = await start();
+    heal();
+    await ipn.pause();
+    expect(ipn.inbox.isPaused()).toBe(true);
+    const [a, b] = [uniquePayload(), uniquePayload()];
+    for (const payload of [a, b]) expect((await post(payload)).status).toBe(200);
+    // Each is put back in the inbox, received, attempts 0, and no recovery pass takes it up.
+    await eventually('both parked', async () =>
+      (await Promise.all([a, b].map((p) => store.get(keyOf(p))))).every(
+        (entry) => entry?.status === 'received' && entry.attempts === 0 && entry.leaseUntil === null,
+      ),
+    );
+    expect(await ipn.drain()).toMatchObject({ delivered: 0 });
+    expect(credited).toEqual([]);
+    expect(await ipn.replay({ transactionIds: [String(a.transaction_id)] })).toEqual({
+      matched: 1,
+      replayed: 1,
+    });
+    expect(credited).toEqual([]); // a replay while paused waits too
+
+    await ipn.resume();
+    expect(ipn.inbox.isPaused()).toBe(false);
+    await eventually('both delivered', async () =>
+      (await Promise.all([a, b].map((p) => status(keyOf(p))))).every((s) => s === 'delivered'),
+    );
+    expect(credited.sort()).toEqual([a, b].map((p) => String(p.transaction_id)).sort());
+    const c = uniquePayload();
+    expect((await post(c)).status).toBe(200);
+    await eventually('c delivered at once', async () => (await status(keyOf(c))) === 'delivered');
+  });
+}
+
+describe('MemoryStore', () => {
+  scenarios(() => new MemoryStore());
+
+  test('pause() and replay() at most once are refused: IPN_NOT_DURABLE', async () => {
+    const ipn = ipnRouter({ store: new MemoryStore(), logger: quiet });
+    await serve(ipn);
+    await expect(ipn.pause()).rejects.toMatchObject({ code: 'IPN_NOT_DURABLE' });
+    await expect(ipn.pause()).rejects.toBeInstanceOf(IpnKitError);
+    await expect(ipn.replay({ status: 'dead' })).rejects.toMatchObject({ code: 'IPN_NOT_DURABLE' });
+    expect(ipn.inbox.isPaused()).toBe(false);
+  });
+});
+
+describeWithService('PostgreSQL', 'PostgresStore', () => {
+  const pool = new Pool({ connectionString: databaseUrl(), max: 4, idleTimeoutMillis: 500 });
+  pool.on('error', () => {});
+  const tables: string[] = [];
+  afterAll(async () => {
+    if (tables.length > 0) await pool.query(`DROP TABLE IF EXISTS ${tables.join(', ')}`);
+    await pool.end();
+  });
+  scenarios(async () => {
+    const table = `ipn_pause_${process.pid}_${tables.length}`;
+    tables.push(table);
+    const store = new PostgresStore({ pool, table });
+    await store.migrate();
+    return store;
+  });
+});
+
+describeWithService('Redis', 'RedisStore', () => {
+  const client = new Redis(redisUrl());
+  const prefixes: string[] = [];
+  afterAll(async () => {
+    for (const prefix of prefixes) {
+      const keys = await client.keys(`${prefix}*`);
+      if (keys.length > 0) await client.del(...keys);
+    }
+    client.disconnect();
+  });
+  scenarios(() => {
+    const prefix = `ipn-kit-test:pause:${process.pid}:${prefixes.length}:`;
+    prefixes.push(prefix);
+    return new RedisStore({ client, prefix });
+  });
+});
+
+describeWithService('MariaDB', 'MysqlStore', () => {
+  const pool = createPool({ uri: mysqlUrl(), connectionLimit: 4 });
+  const tables: string[] = [];
+  afterAll(async () => {
+    for (const table of tables) await pool.query(`DROP TABLE IF EXISTS \`${table}\``);
+    await pool.end();
+  });
+  scenarios(async () => {
+    const table = `ipn_pause_${process.pid}_${tables.length}`;
+    tables.push(table);
+    const store = new MysqlStore({ pool, table });
+    await store.migrate();
+    return store;
+  });
+});
+
+describe('SqliteStore', () => {
+  const folder = mkdtempSync(join(tmpdir(), 'ipn-sqlite-pause-'));
+  const opened: Database.Database[] = [];
+  afterAll(() => {
+    for (const database of opened) database.close();
+    rmSync(folder, { recursive: true, force: true });
+  });
+  scenarios(async () => {
+    const database = new Database(join(folder, `${opened.length}.db`));
+    opened.push(database);
+    const store = new SqliteStore({ database });
+    await store.migrate();
+    return store;
+  });
+});
