@@ -9,7 +9,7 @@ import { createMasker } from './mask.js';
 import { protectionOf } from '../router/ipn-router.js';
 import { confirmPage, entryPage, overviewPage, resultPage, type Confirmation } from './pages.js';
 import { auditPage } from './audit-page.js';
-import { UNKNOWN_ACTOR } from '../observability/audit.js';
+import { UNKNOWN_ACTOR } from '../delivery/audit.js';
 
 /**
  * One request to the operator's page, as a transport adapter (node:http, fetch) reads it: the page's logic

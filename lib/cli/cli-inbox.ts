@@ -8,7 +8,7 @@ import { tableNames } from '../stores/postgres/postgres-sql.js';
 import { PostgresStore, type PgQueryable } from '../stores/postgres/postgres-store.js';
 import { RedisStore } from '../stores/redis/redis-store.js';
 import type { DeliveryStatus, DurableStore, PurgedStatus } from '../stores/store.js';
-import { listActions, recordAction } from '../observability/audit.js';
+import { listActions, recordAction } from '../delivery/audit.js';
 import { replayMatching, type ReplayFilter } from '../delivery/bulk-replay.js';
 import { osActor } from './os-actor.js';
 

@@ -1,5 +1,5 @@
 import { userInfo } from 'node:os';
-import { UNKNOWN_ACTOR } from '../observability/audit.js';
+import { UNKNOWN_ACTOR } from '../delivery/audit.js';
 
 /** Who runs this process: the CLI's actor in the audit trail when `--actor` is not given. */
 export function osActor(): string {

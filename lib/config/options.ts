@@ -16,7 +16,7 @@ import {
 import { applyRenames, warnRenamed, type Renames } from './renamed-options.js';
 import type { AlertOptions } from '../observability/alert-event.js';
 import { checkAlertOptions } from './alert-option-checks.js';
-import { checkRetentionOptions, RETENTION_DEFAULTS, type RetentionOptions } from '../delivery/retention.js';
+import { checkRetentionOptions, RETENTION_DEFAULTS, type RetentionOptions } from './retention-options.js';
 
 /**
  * What `ipnRouter({ unexpected })` does with a notification no expectation is kept for, once expectations

@@ -21,7 +21,7 @@ import type {
   PurgedStatus,
   StatusCounts,
 } from '../stores/store.js';
-import { listActions, recordAction, type AuditAction } from '../observability/audit.js';
+import { listActions, recordAction, type AuditAction } from './audit.js';
 import type { StatusRecord } from '../status/status-envelope.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
 import { createVerifyQueue } from './verify-queue.js';
@@ -99,7 +99,7 @@ export interface Inbox {
    */
   purge(before: Date, status?: PurgedStatus): Promise<number>;
   /**
-   * Keeps one operator action in the store's audit log (see `lib/observability/audit.ts`): resolves `false`
+   * Keeps one operator action in the store's audit log (see `lib/delivery/audit.ts`): resolves `false`
    * when the store keeps none. The CLI and the operator's page call it after each replay, purge, pause and
    * resume.
    */

@@ -1,4 +1,4 @@
-import { auditPage } from '../observability/audit.js';
+import { auditPage } from './audit-page.js';
 import type { AuditEntry, AuditListOptions, AuditLog } from './store.js';
 
 /** Runs one statement with `?` placeholders: a write, or a read that resolves its rows. */

@@ -1,4 +1,4 @@
-import { auditPage } from '../../observability/audit.js';
+import { auditPage } from '../audit-page.js';
 import type { AuditEntry, AuditListOptions, AuditLog } from '../store.js';
 
 /** The audit log of {@link MemoryStore}: operator actions in this process's memory, the oldest forgotten beyond `max`. */

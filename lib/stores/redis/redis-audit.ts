@@ -1,4 +1,4 @@
-import { auditPage } from '../../observability/audit.js';
+import { auditPage } from '../audit-page.js';
 import type { AuditEntry, AuditListOptions, AuditLog } from '../store.js';
 
 /** Sends one raw command (the `RedisStore`'s own sender, whichever client it is). */
