@@ -31,6 +31,9 @@ export interface MemoryStoreOptions {
 /** Stale queue entries (released or re-claimed keys) tolerated before the queue is rebuilt. */
 const SLACK = 4096;
 
+/** How many of the latest claims' tokens a MemoryStore keeps (see `#tokens`). */
+const RECENT_TOKENS = 4096;
+
 /**
  * The default store: dedupe in this process's memory. Bounded by TTL and by `maxEntries`, O(1) per
  * operation (amortised), no timers (nothing keeps the process alive). It does not survive a restart and is
@@ -73,6 +76,12 @@ export class MemoryStore implements DurableStore {
   #keys: string[] = [];
   #times: number[] = [];
   #head = 0;
+  /**
+   * The tokens of the latest claims (at most RECENT_TOKENS, oldest forgotten first): the same claim asked
+   * again wins again, as `Store.claim` asks. The router asks again only right after a lost answer, so the
+   * latest claims are enough, and a million keys do not carry a token each.
+   */
+  readonly #tokens = new Map<string, string>();
   #evictions = 0;
   /** The notifications kept at least once (`receive`), apart from the at-most-once claims. */
   readonly #inbox: MemoryInbox;
@@ -153,10 +162,15 @@ export class MemoryStore implements DurableStore {
     return settled(() => this.#inbox.redact(before));
   }
 
-  claim(key: string, ttlMs: number): boolean {
+  claim(key: string, ttlMs: number, token?: string): boolean {
     const now = this.#now();
     const expiry = this.#expiries.get(key);
-    if (expiry !== undefined && expiry > now) return false;
+    if (expiry !== undefined && expiry > now) return token !== undefined && this.#tokens.get(key) === token;
+    this.#tokens.delete(key); // a token of an expired claim no longer holds the key
+    if (token !== undefined) {
+      this.#tokens.set(key, token);
+      if (this.#tokens.size > RECENT_TOKENS) this.#tokens.delete(this.#tokens.keys().next().value!);
+    }
     // An expired claim of this key is replaced, not added to: it must not push a live key out.
     if (expiry !== undefined) this.#expiries.delete(key);
     this.#sweep(now);
@@ -169,7 +183,10 @@ export class MemoryStore implements DurableStore {
 
   /** Frees `key`; at least once, given `leaseId`, only while that lease holds its inbox entry. */
   release(key: string, leaseId?: string): void {
-    if (leaseId === undefined) this.#expiries.delete(key);
+    if (leaseId === undefined) {
+      this.#expiries.delete(key);
+      this.#tokens.delete(key);
+    }
     this.#inbox.delete(key, leaseId);
   }
 
@@ -181,6 +198,7 @@ export class MemoryStore implements DurableStore {
   /** Forgets every claim (the inbox's entries stay). */
   clear(): void {
     this.#expiries.clear();
+    this.#tokens.clear();
     this.#keys = [];
     this.#times = [];
     this.#head = 0;
