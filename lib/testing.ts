@@ -12,5 +12,13 @@ export type {
   StoreConformanceOptions,
   StoreConformanceResult,
 } from './testing/store-conformance.js';
-export type { Lease, ListOptions, Settlement, StatusCounts } from './stores/store.js';
+export type {
+  Lease,
+  ListOptions,
+  Settlement,
+  StatusCounts,
+  AuditLog,
+  AuditEntry,
+  AuditListOptions,
+} from './stores/store.js';
 export type { Expectation } from './stores/expectation-store.js';

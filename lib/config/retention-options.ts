@@ -5,6 +5,7 @@ const DAY = 24 * 60 * 60 * 1000;
 /**
  * How long a durable inbox keeps what it no longer delivers (the router's `retention` option). Delivered
  * entries are kept `ttlMs` (the dedupe window: a resend within it is still a duplicate), then deleted.
+ * @inline
  */
 export interface RetentionOptions {
   /**

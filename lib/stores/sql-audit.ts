@@ -14,6 +14,7 @@ export const SQL_AUDIT_COLUMNS = 'at_ms, action, actor, detail';
  * Operator actions in `<table>_audit` of `MysqlStore` and `SqliteStore` (the same statements in both: `?`
  * placeholders, the time in milliseconds of the app's clock, `detail` as JSON text). Their DDL is each
  * dialect's own (`mysqlAuditSql`, `sqliteAuditSql`).
+ * @inline
  */
 export class SqlAudit implements AuditLog {
   readonly #run: Run;

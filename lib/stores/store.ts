@@ -198,7 +198,7 @@ export interface DurableStore extends Store {
    */
   purge(before: Date, status?: PurgedStatus): Promise<number>;
   /**
-   * Optional: blanks the customer's name and number ({@link PERSONAL_FIELDS}, set to `""`) in the records of
+   * Optional: blanks the customer's name and number (`customer_name` and `destination`, set to `""`) in the records of
    * `delivered` and `dead` entries received before `before`, keeping every other field (amounts, ids).
    * Resolves how many records changed. The router's `retention.personalDataMs` calls it; every built-in
    * store has it.

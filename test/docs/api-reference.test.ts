@@ -156,6 +156,8 @@ const SURFACE: Record<string, string[]> = {
     ...['runStoreConformance', 'StoreConformanceOptions', 'StoreConformanceResult', 'ConformanceFailure'],
     // What a partner's own store names in its methods' signatures (ipn-kit exports the Store interfaces).
     ...['Lease', 'Settlement', 'ListOptions', 'StatusCounts', 'Expectation'],
+    // A custom store's audit log (DurableStore.audit), as the operator's actions are kept in it.
+    ...['AuditLog', 'AuditEntry', 'AuditListOptions'],
   ],
   prometheus: ['registerIpnMetrics'],
   admin: ['adminRouter', 'adminFetchHandler', 'AdminOptions'],

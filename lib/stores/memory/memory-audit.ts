@@ -1,7 +1,10 @@
 import { auditPage } from '../audit-page.js';
 import type { AuditEntry, AuditListOptions, AuditLog } from '../store.js';
 
-/** The audit log of {@link MemoryStore}: operator actions in this process's memory, the oldest forgotten beyond `max`. */
+/**
+ * The audit log of {@link MemoryStore}: operator actions in this process's memory, the oldest forgotten beyond `max`.
+ * @inline
+ */
 export class MemoryAudit implements AuditLog {
   readonly #entries: AuditEntry[] = [];
   readonly #max: number;

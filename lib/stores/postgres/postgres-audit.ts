@@ -37,7 +37,10 @@ interface Row {
   at: Date;
 }
 
-/** Operator actions in PostgreSQL, in `<table>_audit`: shared by every instance, kept until you delete them. */
+/**
+ * Operator actions in PostgreSQL, in `<table>_audit`: shared by every instance, kept until you delete them.
+ * @inline
+ */
 export class PostgresAudit implements AuditLog {
   readonly #query: Query;
   readonly #insert: string;

@@ -7,6 +7,7 @@ type Send = (args: string[]) => Promise<unknown>;
 /**
  * Operator actions in Redis: one list under the store's prefix (`audit`), newest first, each action a JSON
  * text with its time (the app's clock). Shared by every instance; never trimmed (delete the key yourself).
+ * @inline
  */
 export class RedisAudit implements AuditLog {
   readonly #send: Send;
