@@ -151,6 +151,9 @@ describeWithPgBouncer(
         logger: quiet,
         retryDelayMs: 20,
         recoveryIntervalMs: 50,
+        // An attempt whose end the store could not record (the database was gone) is taken up again when its
+        // lease runs out: a short lease, so that the wait is seconds, not the default minute (flaky before).
+        leaseMs: 3_000,
       });
       ipn.on('error', () => {});
       ipn.on('successful', async (n, { db }) => {
