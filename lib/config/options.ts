@@ -205,7 +205,7 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
    * At least once, how long the inbox keeps what it no longer delivers; delivered entries are kept `ttlMs`.
    * The same pass as `ttlMs`'s (a recovery pass or a drain, at most once an hour per instance) deletes dead
    * entries older than `deadMs` and blanks the customer's name and number older than `personalDataMs`.
-   * @default { deadMs: 7_776_000_000 (90 days), personalDataMs: 2_592_000_000 (30 days) }
+   * @default { deadMs: Infinity (kept), personalDataMs: 2_592_000_000 (30 days) }
    */
   retention: Partial<RetentionOptions>;
   /**

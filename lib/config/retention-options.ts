@@ -9,9 +9,10 @@ const DAY = 24 * 60 * 60 * 1000;
  */
 export interface RetentionOptions {
   /**
-   * Dead entries are deleted this long after they went dead: longer than delivered ones, since a person must
-   * see them (the operator's page, `ipn-kit inbox list --status dead`) and replay them. `Infinity` keeps them.
-   * @default 7_776_000_000 (90 days)
+   * Dead entries are deleted this long after they went dead. A dead entry is a payment never credited: by
+   * default it is kept until a person replays or purges it (the operator's page, `ipn-kit inbox list --status
+   * dead`; the `dead` alert tells at once); give an age (90 days: `7_776_000_000`) to delete them.
+   * @default Infinity (kept)
    */
   deadMs: number;
   /**
@@ -23,7 +24,7 @@ export interface RetentionOptions {
   personalDataMs: number;
 }
 
-export const RETENTION_DEFAULTS: RetentionOptions = { deadMs: 90 * DAY, personalDataMs: 30 * DAY };
+export const RETENTION_DEFAULTS: RetentionOptions = { deadMs: Infinity, personalDataMs: 30 * DAY };
 
 /** The `retention` option over its defaults: a `TypeError` for an unknown key or a duration that is no positive number. */
 export function checkRetentionOptions(given: unknown): RetentionOptions {

@@ -17,6 +17,7 @@ import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { postTo, refusingRouter } from '../helpers/refusing-router.js';
 import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
+import { checkRetentionOptions } from '../../lib/config/retention-options.js';
 
 // Retention: the recovery pass (or a drain) that deletes delivered entries after ttlMs also deletes dead
 // ones after retention.deadMs and blanks the customer's name and number after retention.personalDataMs.
@@ -42,7 +43,7 @@ function retentionScenario(make: () => DurableStore, ready: () => Promise<void> 
     const refusedKey = `${String(refused.transaction_id)}:SUCCESSFUL`;
     await eventually('delivered', async () => (await store.get(paidKey))?.status === 'delivered');
     await eventually('dead', async () => (await store.get(refusedKey))?.status === 'dead');
-    // The defaults (30 days, 90 days) touch neither (the pass ran when the entries were taken up).
+    // The defaults (30 days; dead entries kept) touch neither (the pass ran when the entries were taken up).
     expect((await store.get(refusedKey))?.record.customer_name).toBe('Ada Lovelace');
     await first.close();
     const deadAt = (await store.get(refusedKey))!.updatedAt.getTime();
@@ -94,6 +95,17 @@ test('retention options are checked at construction', () => {
   expect(make({ personalDataMs: 'soon' })).toThrow(/retention.personalDataMs/);
   expect(make({ deadDays: 3 })).toThrow(/unknown retention option deadDays/);
   expect(make({ deadMs: Infinity, personalDataMs: Infinity })).not.toThrow();
+});
+
+test('by default a dead entry (a payment never credited) is kept: only the customer data has an age', () => {
+  expect(checkRetentionOptions(undefined)).toEqual({
+    deadMs: Infinity,
+    personalDataMs: 30 * 24 * 60 * 60 * 1000,
+  });
+  expect(checkRetentionOptions({ deadMs: 1000 })).toEqual({
+    deadMs: 1000,
+    personalDataMs: 30 * 24 * 60 * 60 * 1000,
+  });
 });
 
 describe('MemoryStore', () => {
