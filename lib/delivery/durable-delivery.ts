@@ -431,12 +431,21 @@ export function createDurableDelivery<C>(
     return pending;
   }
 
+  /** A `recover()` came while a pass was running: one more pass follows it. */
+  let again = false;
   /** Takes up due and abandoned entries and delivers them; one run at a time. */
   function recover(): void {
-    if (running !== undefined || stopping || paused || context.isClosed()) return;
+    if (stopping || paused || context.isClosed()) return;
+    if (running !== undefined) {
+      // A pass is running: it may have looked before this call's entry (a retry) was due. Run once more
+      // after it, rather than leave the entry to the next recoveryIntervalMs.
+      again = true;
+      return;
+    }
+    again = false;
     exclusively(takeUp('timers')).then(
       (counts) => {
-        if (counts?.taken === RECOVERY_BATCH) after(0, recover); // more are waiting
+        if (counts?.taken === RECOVERY_BATCH || again) after(0, recover); // more are waiting
       },
       (cause: unknown) => {
         // A bug of ours (takeUp never rejects): reported, never an unhandled rejection.
