@@ -313,12 +313,15 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
     const action = query.get('action');
     if (action === 'replay-filter') {
       // The count first (a dry run), so that the operator knows what the button does.
-      const { matched } = await ipn.inbox.replayMatching({ ...replayFilterOf(query), dryRun: true });
+      const filter = replayFilterOf(query);
+      const { matched } = await ipn.inbox.replayMatching({ ...filter, dryRun: true });
       const fields = Object.fromEntries(keep(query, FILTERS));
-      const what = `${matched} ${matched === 1 ? 'entry' : 'entries'}`;
+      const what = `${matched} ${filter.status === undefined ? 'undelivered ' : ''}${matched === 1 ? 'entry' : 'entries'}`;
+      const delivered =
+        filter.status === undefined ? ' (delivered ones only with the status filter delivered)' : '';
       return {
         action,
-        question: `Replay the ${what} this filter shows? Their listeners run again, paced by replayRate.`,
+        question: `Replay the ${what} this filter shows${delivered}? Their listeners run again, paced by replayRate.`,
         fields,
       };
     }

@@ -32,7 +32,8 @@ inbox of ipn-kit/mysql (MysqlStore), or with --redis-url the Redis inbox of ipn-
   --json            list: one JSON object per line instead of a table
   --dead            replay: every dead entry (the same as --status dead); purge: dead entries gone dead
                     before DATE instead
-  --status S        replay: only entries of this status (received, delivered, failed, dead)
+  --status S        replay: only entries of this status (received, delivered, failed, dead); without it,
+                    every entry not yet delivered
   --since DATE      replay: only entries received at or after DATE; --until DATE: received before it
   --transaction ID  replay: only the entries of this transaction (repeat it for several)
   --dry-run         replay: count what matches, replay nothing

@@ -3,11 +3,15 @@ import { checkListOptions } from '../stores/list-options.js';
 
 /**
  * Which inbox entries `ipn.replay()` delivers again. Every filter given must hold; none given matches every
- * entry. `dryRun` only counts them.
+ * entry not yet delivered. `dryRun` only counts them.
  * @inline
  */
 export interface ReplayFilter {
-  /** Only entries of this status (`'dead'`: what `replayDead()` replays). */
+  /**
+   * Only entries of this status (`'dead'`: what `replayDead()` replays). Without it, every status but
+   * `delivered`: a delivered payment was credited, and runs its listener again only when named explicitly
+   * (`status: 'delivered'`).
+   */
   status?: DeliveryStatus;
   /** Only entries received at or after this time. */
   since?: Date;
@@ -53,11 +57,14 @@ export async function matchingKeys(store: DurableStore, filter: ReplayFilter): P
   };
   checkListOptions('ipn.replay', base); // a bad status is the caller's TypeError, not a store's error
   const ids = filter.transactionIds === undefined ? [undefined] : [...new Set(filter.transactionIds)];
+  // A filter without a status never re-runs a credited payment's listener: `delivered` must be asked for.
+  const wanted = (status: DeliveryStatus): boolean =>
+    filter.status === undefined ? status !== 'delivered' : status === filter.status;
   const keys = new Set<string>();
   for (const transactionId of ids) {
     for (let offset = 0; ; offset += PAGE) {
       const page = await store.list({ ...base, transactionId, order: 'oldest', limit: PAGE, offset });
-      for (const entry of page) keys.add(entry.key);
+      for (const entry of page) if (wanted(entry.status)) keys.add(entry.key);
       if (page.length < PAGE) break;
     }
   }

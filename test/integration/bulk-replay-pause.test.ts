@@ -47,8 +47,9 @@ function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
     });
     const { post } = await serve(ipn);
     const heal = () => void (healthy = true);
+    const setHealthy = (value: boolean) => void (healthy = value);
     const status = async (key: string) => (await store.get(key))?.status;
-    return { ipn, store, post, credited, heal, status };
+    return { ipn, store, post, credited, heal, setHealthy, status };
   }
 
   test('replay({ status, transactionIds, dryRun }) counts first, then delivers only what matches', async () => {
@@ -83,6 +84,30 @@ function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
     expect(await ipn.inbox.replayDead()).toBe(1);
     await eventually('c delivered', async () => (await status(keyOf(c))) === 'delivered');
     expect(await ipn.replay({ status: 'dead', dryRun: true })).toEqual({ matched: 0, replayed: 0 });
+  });
+
+  test('replay() without a status never runs a delivered payment again; status delivered must be asked for', async () => {
+    const { ipn, post, credited, heal, setHealthy: healthy, status } = await start();
+    const [paid, stuck] = [uniquePayload(), uniquePayload()];
+    heal();
+    expect((await post(paid)).status).toBe(200);
+    await eventually('paid delivered', async () => (await status(keyOf(paid))) === 'delivered');
+    expect(credited).toEqual([String(paid.transaction_id)]);
+    healthy(false);
+    expect((await post(stuck)).status).toBe(200);
+    await eventually('stuck dead', async () => (await status(keyOf(stuck))) === 'dead');
+    heal();
+    const ids = [paid, stuck].map((p) => String(p.transaction_id));
+
+    expect(await ipn.replay({ transactionIds: ids, dryRun: true })).toEqual({ matched: 1, replayed: 0 });
+    expect(await ipn.replay({ transactionIds: ids })).toEqual({ matched: 1, replayed: 1 });
+    await eventually('stuck delivered', async () => (await status(keyOf(stuck))) === 'delivered');
+    expect(credited.sort()).toEqual([...ids].sort()); // the paid one once, not twice
+
+    expect(await ipn.replay({ status: 'delivered', transactionIds: ids, dryRun: true })).toEqual({
+      matched: 2,
+      replayed: 0,
+    });
   });
 
   test('replay({ since, until }) selects by receipt time; replayRate paces the entries by a second each', async () => {
