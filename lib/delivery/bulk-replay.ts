@@ -1,5 +1,6 @@
-import type { DeliveryStatus, DurableStore, ListOptions } from '../stores/store.js';
+import type { DeliveryStatus, DurableStore, InboxEntry, ListOptions } from '../stores/store.js';
 import { checkListOptions } from '../stores/list-options.js';
+import { isKeptUnexpected } from './kept-unexpected.js';
 
 /**
  * Which inbox entries `ipn.replay()` delivers again. Every filter given must hold; none given matches every
@@ -10,7 +11,8 @@ export interface ReplayFilter {
   /**
    * Only entries of this status (`'dead'`: what `replayDead()` replays). Without it, every status but
    * `delivered`: a delivered payment was credited, and runs its listener again only when named explicitly
-   * (`status: 'delivered'`).
+   * (`status: 'delivered'`). Whatever the status, a kept unexpected notification (not credited until
+   * someone checks it) is never replayed in bulk: replay its key.
    */
   status?: DeliveryStatus;
   /** Only entries received at or after this time. */
@@ -58,13 +60,16 @@ export async function matchingKeys(store: DurableStore, filter: ReplayFilter): P
   checkListOptions('ipn.replay', base); // a bad status is the caller's TypeError, not a store's error
   const ids = filter.transactionIds === undefined ? [undefined] : [...new Set(filter.transactionIds)];
   // A filter without a status never re-runs a credited payment's listener: `delivered` must be asked for.
-  const wanted = (status: DeliveryStatus): boolean =>
-    filter.status === undefined ? status !== 'delivered' : status === filter.status;
+  // A kept unexpected notification is never credited in bulk: only a replay of its key, after checking.
+  const now = Date.now();
+  const wanted = (entry: InboxEntry): boolean =>
+    (filter.status === undefined ? entry.status !== 'delivered' : entry.status === filter.status) &&
+    !isKeptUnexpected(entry, now);
   const keys = new Set<string>();
   for (const transactionId of ids) {
     for (let offset = 0; ; offset += PAGE) {
       const page = await store.list({ ...base, transactionId, order: 'oldest', limit: PAGE, offset });
-      for (const entry of page) if (wanted(entry.status)) keys.add(entry.key);
+      for (const entry of page) if (wanted(entry)) keys.add(entry.key);
       if (page.length < PAGE) break;
     }
   }

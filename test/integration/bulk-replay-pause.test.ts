@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -108,6 +109,23 @@ function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
       matched: 2,
       replayed: 0,
     });
+  });
+
+  test('replay() in bulk never credits a kept unexpected notification; a replay of its key does', async () => {
+    const { ipn, post, credited, heal } = await start({ unexpected: 'reject' });
+    heal();
+    await ipn.expect(`EXP.${randomUUID().slice(0, 8)}`, { amount: 5000, customData: 'order-expected' });
+    const stranger = uniquePayload();
+    expect((await post(stranger)).status).toBe(200);
+    const ids = [String(stranger.transaction_id)];
+    await eventually('kept', async () => (await ipn.inbox.get(keyOf(stranger)))?.status === 'failed');
+    for (const filter of [{}, { status: 'failed' as const }, { status: 'received' as const }])
+      expect(await ipn.replay({ ...filter, transactionIds: ids })).toEqual({ matched: 0, replayed: 0 });
+    expect(await ipn.drain()).toMatchObject({ delivered: 0 });
+    expect(credited).toEqual([]);
+    expect(await ipn.inbox.replay(keyOf(stranger))).toBe(true);
+    await eventually('credited after its own replay', () => credited.length === 1);
+    expect(credited).toEqual(ids);
   });
 
   test('replay({ since, until }) selects by receipt time; replayRate paces the entries by a second each', async () => {
