@@ -1,13 +1,20 @@
 import { IpnKitError, messageOf, StoreError } from '../shared/errors.js';
 import type { DeliveryStatus, ListOptions } from '../stores/store.js';
-import type { ReplayFilter } from '../delivery/bulk-replay.js';
+import { keptKeys, type ReplayFilter } from '../delivery/bulk-replay.js';
 import type { AdminOptions } from './admin-options.js';
 import { csrfAllows, csrfCookie, newCsrfToken, readCsrfCookie } from './csrf.js';
 import { createEventRing } from './event-ring.js';
 import { layout, STYLE, type Html } from './html.js';
 import { createMasker } from './mask.js';
 import { protectionOf } from '../router/ipn-router.js';
-import { confirmPage, entryPage, overviewPage, resultPage, type Confirmation } from './pages.js';
+import {
+  confirmPage,
+  entryPage,
+  overviewPage,
+  resultPage,
+  type Confirmation,
+  type LatestReplay,
+} from './pages.js';
 import { auditPage } from './audit-page.js';
 import { UNKNOWN_ACTOR } from '../delivery/audit.js';
 
@@ -45,6 +52,8 @@ export type AdminCore<Req> = (request: AdminRequest<Req>) => Promise<AdminAnswer
 
 const STATUSES: ReadonlySet<string> = new Set<DeliveryStatus>(['received', 'delivered', 'failed', 'dead']);
 const DAY = 24 * 60 * 60 * 1000;
+/** How many of the newest audit actions the main page looks through for the newest bulk replay. */
+const REPLAY_SHOWN = 20;
 const HTML_TYPE = 'text/html; charset=utf-8';
 const HEADERS = {
   'Content-Security-Policy':
@@ -159,9 +168,10 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       }),
     );
     if (entries === undefined) return overviewPage({ base, metrics, recent, mask, protection });
-    const [counts, lastHour] = await Promise.all([
+    const [counts, lastHour, replay] = await Promise.all([
       ipn.inbox.countByStatus(),
       ipn.inbox.countByStatus(new Date(Date.now() - 60 * 60 * 1000)),
+      latestReplay(),
     ]);
     const inbox = {
       counts,
@@ -172,6 +182,7 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       hasNext: entries.length > pageSize,
       query: keep(query, FILTERS),
       paused: ipn.inbox.isPaused(),
+      replay,
     };
     return overviewPage({ base, inbox, metrics, recent, mask, protection });
   }
@@ -229,14 +240,15 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
           : done(`No entry ${key} to replay.`, false);
       }
       if (action === '/replay-dead') {
-        const count = await ipn.inbox.replayDead();
-        return kept('replay-dead', { count }, `Replayed ${count} dead entries.`);
+        const { replayed, keys } = await ipn.inbox.replayMatching({ status: 'dead' });
+        const message = `Replayed ${replayed} dead entries: the list shows their progress.`;
+        return kept('replay-dead', { count: replayed, ...keptKeys(keys) }, message);
       }
       if (action === '/replay-filter') {
         const filter = replayFilterOf(form);
-        const { matched, replayed } = await ipn.inbox.replayMatching(filter);
-        const message = `Replayed ${replayed} of the ${matched} entries the filter showed.`;
-        return kept('replay-filter', { filter, matched, count: replayed }, message);
+        const { matched, replayed, keys } = await ipn.inbox.replayMatching(filter);
+        const message = `Replayed ${replayed} of the ${matched} entries the filter showed: the list shows their progress.`;
+        return kept('replay-filter', { filter, matched, count: replayed, ...keptKeys(keys) }, message);
       }
       if (action === '/pause') {
         await ipn.inbox.pause();
@@ -297,6 +309,21 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
   function hasNul(values: URLSearchParams): boolean {
     for (const [name, value] of values) if (name.includes('\u0000') || value.includes('\u0000')) return true;
     return false;
+  }
+
+  /**
+   * The newest bulk replay of the day (within the last `REPLAY_SHOWN` actions), with where its entries stand
+   * now; `undefined` when there is none, or its keys were not kept.
+   */
+  async function latestReplay(): Promise<LatestReplay | undefined> {
+    const actions = await ipn.inbox.actions({ limit: REPLAY_SHOWN });
+    const newest = actions.find(
+      (entry) => entry.action === 'replay-dead' || entry.action === 'replay-filter',
+    );
+    if (newest === undefined || Date.now() - newest.at.getTime() > DAY) return undefined;
+    const keys = newest.detail.keys;
+    if (!Array.isArray(keys) || !keys.every((key) => typeof key === 'string')) return undefined;
+    return { at: newest.at, actor: newest.actor, progress: await ipn.inbox.replayProgress(keys) };
   }
 
   /** `undefined` when the router has no durable inbox (at-most-once mode); other failures propagate. */

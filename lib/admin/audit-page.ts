@@ -1,3 +1,4 @@
+import { detailText } from '../delivery/audit.js';
 import type { AuditEntry } from '../stores/store.js';
 import { html, when, type Html } from './html.js';
 
@@ -23,7 +24,7 @@ export function auditPage(
         <td>${when(entry.at)}</td>
         <td class="actor">${entry.actor}</td>
         <td class="action">${entry.action}</td>
-        <td><code>${JSON.stringify(entry.detail)}</code></td>
+        <td><code>${detailText(entry.detail)}</code></td>
       </tr>`,
   );
   const table =

@@ -4,6 +4,7 @@ import type { InboxEntry, ListOptions, StatusCounts } from '../stores/store.js';
 import type { RecentEvent } from './event-ring.js';
 import { html, when, type Html } from './html.js';
 import { isConflict, labelOf } from '../delivery/kept-unexpected.js';
+import { progressText, type ReplayProgress } from '../delivery/bulk-replay.js';
 
 /** What the pages need to mask the customer. */
 export interface Masker {
@@ -25,6 +26,8 @@ export interface Overview {
     query: URLSearchParams;
     /** Whether delivery is paused on this instance (`ipn.pause()`). */
     paused?: boolean;
+    /** The newest bulk replay of the last day, and where its entries stand. */
+    replay?: LatestReplay | undefined;
   };
   metrics: IpnMetrics;
   recent: readonly RecentEvent[];
@@ -33,7 +36,23 @@ export interface Overview {
   protection?: Protection | undefined;
 }
 
+/** A bulk replay as the main page shows it: who, when, and where its entries stand now. */
+export interface LatestReplay {
+  at: Date;
+  actor: string;
+  progress: ReplayProgress;
+}
+
 const STATUSES = ['received', 'delivered', 'failed', 'dead'] as const;
+
+function replayProgressNotice(replay: LatestReplay | undefined): Html | string {
+  if (replay === undefined) return '';
+  const { progress } = replay;
+  const tone = progress.dead > 0 ? 'bad' : '';
+  return html`<p class="notice ${tone}" id="replay-progress">
+    Bulk replay by ${replay.actor}, ${when(replay.at)}: ${progressText(progress)}.
+  </p>`;
+}
 
 /** A field's value as text: strings as they are, anything else as JSON. */
 const textOf = (value: unknown): string =>
@@ -182,7 +201,7 @@ export function overviewPage(view: Overview): Html {
   };
   const inboxPart = inbox
     ? html`<h2>Inbox</h2>
-        ${countCards(inbox.counts, inbox.lastHour)}
+        ${countCards(inbox.counts, inbox.lastHour)} ${replayProgressNotice(inbox.replay)}
         ${
           inbox.paused
             ? html`<p class="notice bad" id="paused">

@@ -8,8 +8,14 @@ import { tableNames } from '../stores/postgres/postgres-sql.js';
 import { PostgresStore, type PgQueryable } from '../stores/postgres/postgres-store.js';
 import { RedisStore } from '../stores/redis/redis-store.js';
 import type { DeliveryStatus, DurableStore, PurgedStatus } from '../stores/store.js';
-import { listActions, recordAction } from '../delivery/audit.js';
-import { replayMatching, type ReplayFilter } from '../delivery/bulk-replay.js';
+import { detailText, listActions, recordAction } from '../delivery/audit.js';
+import {
+  keptKeys,
+  progressText,
+  replayMatching,
+  replayProgress,
+  type ReplayFilter,
+} from '../delivery/bulk-replay.js';
 import { osActor } from './os-actor.js';
 
 const USAGE = `usage:
@@ -18,6 +24,7 @@ const USAGE = `usage:
   ipn-kit inbox replay <key>
   ipn-kit inbox replay --dead
   ipn-kit inbox replay [--status S] [--since DATE] [--until DATE] [--transaction ID]... [--rate N] [--dry-run]
+                       [--wait]
   ipn-kit inbox purge --before <ISO date> [--dead]
   ipn-kit inbox audit [--limit N] [--offset N] [--json]
 
@@ -38,6 +45,7 @@ inbox of ipn-kit/mysql (MysqlStore), or with --redis-url the Redis inbox of ipn-
   --transaction ID  replay: only the entries of this transaction (repeat it for several)
   --dry-run         replay: count what matches, replay nothing
   --rate N          replay: how many entries become due per second (default 20, as replayRate)
+  --wait            replay: then print the progress until none waits (exit 1 if some went dead again)
   --before DATE     purge: delete delivered entries delivered before DATE (2024-05-01, 2024-05-01T12:00Z);
                     a resend of a purged notification is delivered again
   --actor NAME      replay, purge: who is recorded in the audit trail (default: the OS user)
@@ -208,6 +216,7 @@ function plan(argv: string[]): Plan | 'help' {
       transaction: { type: 'string', multiple: true },
       'dry-run': { type: 'boolean' },
       rate: { type: 'string' },
+      wait: { type: 'boolean' },
     },
   });
   if (values.help) return 'help';
@@ -233,7 +242,7 @@ function plan(argv: string[]): Plan | 'help' {
   const allowed: Record<string, string[]> = {
     list: [...where, 'status', 'limit', 'offset', 'json'],
     show: where,
-    replay: [...where, 'dead', 'status', 'since', 'until', 'transaction', 'dry-run', 'rate', 'actor'],
+    replay: [...where, 'dead', 'status', 'since', 'until', 'transaction', 'dry-run', 'rate', 'wait', 'actor'],
     purge: [...where, 'before', 'dead', 'actor'],
     audit: [...where, 'limit', 'offset', 'json'],
   };
@@ -243,7 +252,9 @@ function plan(argv: string[]): Plan | 'help' {
   if (misplaced.length > 0) throw new UsageError(`${command} does not take --${misplaced.join(', --')}`);
   const filtered =
     command === 'replay' &&
-    ['dead', 'status', 'since', 'until', 'transaction', 'dry-run', 'rate'].some((option) => option in values);
+    ['dead', 'status', 'since', 'until', 'transaction', 'dry-run', 'rate', 'wait'].some(
+      (option) => option in values,
+    );
   const takes = command === 'show' || (command === 'replay' && !filtered) ? 1 : 0;
   if (values.actor !== undefined && values.actor.trim() === '') throw new UsageError('--actor needs a name');
   const actor = values.actor ?? osActor();
@@ -282,7 +293,10 @@ function plan(argv: string[]): Plan | 'help' {
       dryRun: values['dry-run'] === true,
     };
     const rate = count('--rate', values.rate ?? '20', 1);
-    return { table, redis, mysqlUrl, run: recorded(actor, replayWhere(filter, rate)) };
+    const wait = values.wait === true;
+    if (wait && filter.dryRun === true)
+      throw new UsageError('--wait follows a replay: a --dry-run replays nothing');
+    return { table, redis, mysqlUrl, run: recorded(actor, replayWhere(filter, rate, wait)) };
   }
   if (command === 'replay') return { table, redis, mysqlUrl, run: recorded(actor, replay(key)) };
   if (values.before === undefined) {
@@ -319,24 +333,30 @@ function show(key: string): Run {
 }
 
 /** A run of an operator action: its exit code and, when it did something, what to keep in the audit trail. */
-type Action = (store: DurableStore, io: CliIo, where: string) => Promise<{ code: number; done?: Done }>;
+type Action = (
+  store: DurableStore,
+  io: CliIo,
+  where: string,
+) => Promise<{ code: number; done?: Done; follow?: () => Promise<number> }>;
 type Done = { action: string; detail: Record<string, unknown> };
 
 /** Runs `action`, then keeps it in the store's audit trail as `actor`'s: exit 1 when it could not be kept. */
 function recorded(actor: string, action: Action): Run {
   return async (store, io, where) => {
-    const { code, done } = await action(store, io, where);
+    const { code, done, follow } = await action(store, io, where);
     if (done === undefined) return code;
+    let kept = code;
     try {
       if (!(await recordAction(store, { ...done, actor })))
         io.stderr(`ipn-kit inbox: ${where} keeps no audit trail: the ${done.action} was not recorded`);
-      return code;
     } catch (error) {
       io.stderr(
         `ipn-kit inbox: the ${done.action} was done, but not recorded in the audit trail: ${messageOf(error)}`,
       );
-      return 1;
+      kept = 1;
     }
+    // What comes after the action (--wait) comes once it is kept: an interrupted wait loses no record.
+    return follow === undefined ? kept : Math.max(kept, await follow());
   };
 }
 
@@ -347,7 +367,7 @@ function audit(limit: number, offset: number, json: boolean): Run {
       io.stdout(
         json
           ? JSON.stringify(entry)
-          : `${entry.at.toISOString()}  ${entry.actor}  ${entry.action}  ${JSON.stringify(entry.detail)}`,
+          : `${entry.at.toISOString()}  ${entry.actor}  ${entry.action}  ${detailText(entry.detail)}`,
       );
     }
     if (!json)
@@ -382,10 +402,43 @@ function replay(key: string): Action {
   };
 }
 
+/** How often `replay --wait` reads where the replayed entries stand. */
+const WAIT_POLL_MS = 1_000;
+/** `replay --wait` gives up when nothing moved for this long (no app delivers the inbox?). */
+const WAIT_STALL_MS = 5 * 60_000;
+
+/**
+ * `replay --wait`: prints the replay's progress each time it moves, until no entry waits. Exit 0 when every
+ * one was delivered (or purged meanwhile), 1 when some went dead again or nothing moved for 5 minutes.
+ */
+function waitFor(store: DurableStore, io: CliIo, keys: readonly string[]): () => Promise<number> {
+  return async () => {
+    let last = '';
+    let moved = Date.now();
+    for (;;) {
+      const progress = await replayProgress(store, keys);
+      const line = progressText(progress);
+      if (line !== last) {
+        io.stdout(`replay: ${line}`);
+        [last, moved] = [line, Date.now()];
+      }
+      if (progress.waiting === 0) return progress.dead > 0 ? 1 : 0;
+      if (Date.now() - moved >= WAIT_STALL_MS) {
+        io.stderr(
+          `ipn-kit inbox replay --wait: nothing delivered in ${WAIT_STALL_MS / 60_000} minutes: is an app with ` +
+            "delivery: 'at-least-once' running on this inbox?",
+        );
+        return 1;
+      }
+      await new Promise((resolve) => setTimeout(resolve, WAIT_POLL_MS));
+    }
+  };
+}
+
 /** `replay --dead`, `--status`, `--since`...: the router's bulk replay, paced at `rate` a second. */
-function replayWhere(filter: ReplayFilter, rate: number): Action {
+function replayWhere(filter: ReplayFilter, rate: number, wait: boolean): Action {
   return async (store, io, where) => {
-    const { matched, replayed } = await replayMatching(store, filter, rate);
+    const { matched, replayed, keys } = await replayMatching(store, filter, rate);
     if (filter.dryRun === true) {
       io.stdout(
         `${matched} ${filter.status ?? ''}${filter.status ? ' ' : ''}${matched === 1 ? 'entry matches' : 'entries match'} in ${where} (dry run: nothing replayed)`,
@@ -401,9 +454,10 @@ function replayWhere(filter: ReplayFilter, rate: number): Action {
     const only = Object.entries(filter).filter(([name, value]) => value !== undefined && name !== 'dryRun');
     const dead = only.length === 1 && filter.status === 'dead';
     const detail = dead
-      ? { count: replayed }
-      : { filter: Object.fromEntries(only), matched, count: replayed };
-    return { code: 0, done: { action: dead ? 'replay-dead' : 'replay-filter', detail } };
+      ? { count: replayed, ...keptKeys(keys) }
+      : { filter: Object.fromEntries(only), matched, count: replayed, ...keptKeys(keys) };
+    const follow = wait && keys.length > 0 ? waitFor(store, io, keys) : undefined;
+    return { code: 0, done: { action: dead ? 'replay-dead' : 'replay-filter', detail }, follow };
   };
 }
 

@@ -40,3 +40,13 @@ export async function recordAction(store: DurableStore, action: AuditAction): Pr
 export async function listActions(store: DurableStore, options?: AuditListOptions): Promise<AuditEntry[]> {
   return store.audit === undefined ? [] : store.audit.list(options);
 }
+
+/** Past this many items, an array in an action's detail is shown as its length (a bulk replay's keys). */
+const SHOWN_ITEMS = 10;
+
+/** An action's detail as one line of JSON for people: long arrays (a bulk replay's keys) as their length. */
+export function detailText(detail: Record<string, unknown>): string {
+  return JSON.stringify(detail, (_name, value: unknown) =>
+    Array.isArray(value) && value.length > SHOWN_ITEMS ? `[${value.length} items]` : value,
+  );
+}

@@ -28,12 +28,31 @@ export interface ReplayFilter {
 }
 
 /**
- * What `ipn.replay()` resolves: how many entries matched, and how many were made due again.
+ * What `ipn.replay()` resolves: how many entries matched, how many were made due again, and their keys,
+ * oldest first (what `ipn.replayProgress()` follows).
  * @inline
  */
 export interface ReplayResult {
   matched: number;
   replayed: number;
+  keys: string[];
+}
+
+/**
+ * Where the entries of a bulk replay stand now (`ipn.replayProgress(keys)`): each key counted once.
+ * @inline
+ */
+export interface ReplayProgress {
+  /** How many keys were asked about. */
+  total: number;
+  /** Delivered (their listeners succeeded). */
+  delivered: number;
+  /** Not yet delivered: due, being delivered, or waiting for a retry (`received` or `failed`). */
+  waiting: number;
+  /** Every attempt failed again: `dead`. */
+  dead: number;
+  /** No longer in the inbox (purged meanwhile). */
+  gone: number;
 }
 
 /** How many entries one `list()` call reads while collecting the matches. */
@@ -88,10 +107,52 @@ export async function replayMatching(
     store.replay(key, delayMs),
 ): Promise<ReplayResult> {
   const keys = await matchingKeys(store, filter);
-  if (filter.dryRun === true) return { matched: keys.length, replayed: 0 };
-  let replayed = 0;
+  if (filter.dryRun === true) return { matched: keys.length, replayed: 0, keys: [] };
+  const replayed: string[] = [];
   for (const [i, key] of keys.entries()) {
-    if (await replayOne(key, Math.floor(i / rate) * 1000)) replayed += 1;
+    if (await replayOne(key, Math.floor(i / rate) * 1000)) replayed.push(key);
   }
-  return { matched: keys.length, replayed };
+  return { matched: keys.length, replayed: replayed.length, keys: replayed };
+}
+
+/** How many entries `replayProgress` reads at once. */
+const PROGRESS_READS = 8;
+
+/**
+ * Where the entries of `keys` stand now, read one by one (`store.get`, `PROGRESS_READS` at a time): the
+ * progress of a bulk replay whose keys `replayMatching` resolved.
+ */
+export async function replayProgress(store: DurableStore, keys: readonly string[]): Promise<ReplayProgress> {
+  const unique = [...new Set(keys)];
+  const progress: ReplayProgress = { total: unique.length, delivered: 0, waiting: 0, dead: 0, gone: 0 };
+  for (let i = 0; i < unique.length; i += PROGRESS_READS) {
+    const entries = await Promise.all(unique.slice(i, i + PROGRESS_READS).map((key) => store.get(key)));
+    for (const entry of entries) {
+      if (entry === undefined) progress.gone += 1;
+      else if (entry.status === 'delivered') progress.delivered += 1;
+      else if (entry.status === 'dead') progress.dead += 1;
+      else progress.waiting += 1;
+    }
+  }
+  return progress;
+}
+
+/** A progress as one line: `340 of 1000 delivered, 2 dead again, 658 waiting`. */
+export function progressText(progress: ReplayProgress): string {
+  const parts = [`${progress.delivered} of ${progress.total} delivered`];
+  if (progress.dead > 0) parts.push(`${progress.dead} dead again`);
+  if (progress.gone > 0) parts.push(`${progress.gone} purged meanwhile`);
+  parts.push(progress.waiting === 0 ? 'none waiting' : `${progress.waiting} waiting`);
+  return parts.join(', ');
+}
+
+/** How many keys of one bulk replay its audit entry keeps, for its progress to be followed. */
+export const KEPT_KEYS = 10_000;
+
+/**
+ * What a bulk replay's audit entry keeps of its keys: all of them up to `KEPT_KEYS` (the operator's page
+ * shows the progress of the newest replay from them), else none and how many there were.
+ */
+export function keptKeys(keys: readonly string[]): { keys: string[] } | { keysNotKept: number } {
+  return keys.length <= KEPT_KEYS ? { keys: [...keys] } : { keysNotKept: keys.length };
 }

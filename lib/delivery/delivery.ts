@@ -34,7 +34,13 @@ import { createExpectations } from './expectations.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
 import { createUnexpectedScreen } from './unexpected.js';
 import type { DrainResult } from './drain-result.js';
-import { replayMatching, type ReplayFilter, type ReplayResult } from './bulk-replay.js';
+import {
+  replayMatching,
+  replayProgress,
+  type ReplayFilter,
+  type ReplayProgress,
+  type ReplayResult,
+} from './bulk-replay.js';
 import { monotonicNow } from '../shared/clock.js';
 import { createLifecycle } from './lifecycle.js';
 import type { LifecycleVerdict } from '../stores/lifecycle-store.js';
@@ -80,10 +86,16 @@ export interface Inbox {
   /** Delivers every dead entry again, paced by `replayRate`: `replayMatching({ status: 'dead' })`. Resolves how many. */
   replayDead(): Promise<number>;
   /**
-   * Delivers again every entry matching `filter` (all of them when it is empty), whatever its status, at
-   * most `replayRate` a second; with `dryRun`, only counts them. `ipn.replay()` is this method.
+   * Delivers again every entry matching `filter` (without a status, every one not yet delivered; never a
+   * kept unexpected one), at most `replayRate` a second; with `dryRun`, only counts them. `ipn.replay()` is
+   * this method.
    */
   replayMatching(filter?: ReplayFilter): Promise<ReplayResult>;
+  /**
+   * Where the entries of a bulk replay stand now: `keys` as `replayMatching()` resolved them.
+   * `ipn.replayProgress()` is this method.
+   */
+  replayProgress(keys: readonly string[]): Promise<ReplayProgress>;
   /**
    * Stops delivery on this instance: notifications are still checked, stored and answered 200, and wait
    * in the inbox (status `received`) until `resume()`. `ipn.pause()` is this method.
@@ -461,6 +473,7 @@ export function createDelivery<C>(
       },
       replayDead: async () => (await replayWhere({ status: 'dead' })).replayed,
       replayMatching: async (filter = {}) => replayWhere(filter),
+      replayProgress: async (keys) => replayProgress(inbox(), keys),
       pause: () => held(() => durably?.pause()),
       resume: () =>
         held(() => {

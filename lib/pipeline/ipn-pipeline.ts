@@ -312,6 +312,7 @@ export function createIpnPipeline<C>(
       replay: used(inbox.replay),
       replayDead: used(inbox.replayDead),
       replayMatching: used(inbox.replayMatching),
+      replayProgress: used(inbox.replayProgress),
       pause: used(inbox.pause),
       resume: used(inbox.resume),
       isPaused: inbox.isPaused,

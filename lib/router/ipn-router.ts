@@ -1,4 +1,4 @@
-import type { ReplayFilter, ReplayResult } from '../delivery/bulk-replay.js';
+import type { ReplayFilter, ReplayProgress, ReplayResult } from '../delivery/bulk-replay.js';
 import type { StandardSchemaV1 } from '../notification/standard-schema.js';
 import type { IpnEmitter } from '../delivery/safe-emitter.js';
 import type { ListenerContext, ListenerContextOf } from '../delivery/events.js';
@@ -102,13 +102,23 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
   readonly inbox: Inbox;
   /**
    * Bulk replay: delivers again every inbox entry matching the filter (status, received `since` / `until`,
-   * `transactionIds`), at most `replayRate` a second; `dryRun` only counts. Resolves `{ matched, replayed }`.
-   * At-least-once only (otherwise it rejects `IPN_NOT_DURABLE`).
+   * `transactionIds`; without a status, every one not yet delivered; never a kept unexpected one), at most
+   * `replayRate` a second; `dryRun` only counts. Resolves `{ matched, replayed, keys }`. At-least-once only
+   * (otherwise it rejects `IPN_NOT_DURABLE`).
    *
    * @example
    * const { matched } = await ipn.replay({ status: 'dead', since: new Date('2026-11-27'), dryRun: true });
    */
   replay(filter?: ReplayFilter): Promise<ReplayResult>;
+  /**
+   * Where the entries of a bulk replay stand now, `{ total, delivered, waiting, dead, gone }`, given the
+   * `keys` that `replay()` resolved. At-least-once only.
+   *
+   * @example
+   * const { keys } = await ipn.replay({ status: 'dead' });
+   * const { delivered, waiting } = await ipn.replayProgress(keys);
+   */
+  replayProgress(keys: readonly string[]): Promise<ReplayProgress>;
   /**
    * Holds delivery on this instance: notifications are still checked, stored and answered 200; none is
    * delivered until `resume()`. At-least-once only (otherwise it rejects `IPN_NOT_DURABLE`). Per instance:
@@ -203,6 +213,7 @@ export function ipnRouter<
     drain,
     inbox,
     replay: (filter?: ReplayFilter) => inbox.replayMatching(filter),
+    replayProgress: (keys: readonly string[]) => inbox.replayProgress(keys),
     pause: () => inbox.pause(),
     resume: () => inbox.resume(),
     close,

@@ -84,10 +84,17 @@ describeWithService('PostgreSQL', 'ipn-kit/admin bulk replay and pause on Postgr
         failing = false;
         const { question, result } = await confirmed(page, '#replay-filter', /replay-filter/);
         expect(question).toMatch(/^Replay the 2 entries this filter shows\?/);
-        expect(result).toBe('Replayed 2 of the 2 entries the filter showed.');
+        expect(result).toBe('Replayed 2 of the 2 entries the filter showed: the list shows their progress.');
         await eventually('the batch delivered', () => credited.length === 2);
         expect(credited.sort()).toEqual(['batch-a-1', 'batch-a-2']);
         expect(await store.get(key(other))).toMatchObject({ status: 'dead' });
+        // The main page follows the newest bulk replay's entries (their keys kept in the audit trail).
+        await page.goto(`${server.url}/ops/`);
+        expect(await page.locator('#replay-progress').textContent()).toMatch(
+          /Bulk replay by unknown, .*: 2 of 2 delivered, none waiting\./,
+        );
+        await page.goto(`${server.url}/ops/audit`);
+        expect(await page.locator('#audit').textContent()).toContain('"keys":[');
       });
 
       test('pause: stored and answered 200, nothing delivered, the page says so; resume delivers it', async () => {

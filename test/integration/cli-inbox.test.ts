@@ -10,6 +10,9 @@ import { MysqlStore } from 'ipn-kit/mysql';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { RedisStore } from 'ipn-kit/redis';
 import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers/services.js';
+import { ipnRouter } from '../../lib/index.js';
+import { uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
 
 /** Runs `ipn-kit inbox ...args` with DATABASE_URL set (unless `env` says otherwise), capturing its output. */
 async function inbox(args: string[], env: CliIo['env'] = { DATABASE_URL: databaseUrl() }) {
@@ -227,6 +230,47 @@ describeWithService('PostgreSQL', 'ipn-kit inbox', () => {
     expect(await store.get(delivered)).toMatchObject({ status: 'delivered' });
   });
 
+  test('replay --wait prints the progress as the app delivers; exit 1 when some go dead again', async () => {
+    const store = await freshStore();
+    let healthy = true;
+    const app = ipnRouter({
+      store,
+      delivery: 'at-least-once',
+      maxAttempts: 1,
+      recoveryIntervalMs: 50,
+      logger: quiet,
+    });
+    app.on('successful', () => {
+      if (!healthy) throw new Error('ledger down');
+    });
+    app.on('error', () => {});
+    try {
+      const payloads = [uniquePayload(), uniquePayload()];
+      const keys = payloads.map((p) => `${String(p.transaction_id)}:${String(p.state)}`);
+      for (const [i, payload] of payloads.entries()) {
+        const held = lease();
+        await store.receive(keys[i]!, payload, held);
+        await store.settle(keys[i]!, held.id, { status: 'dead', error: 'gave up' });
+      }
+
+      const done = await inbox(['replay', '--dead', '--wait', '--table', store.table]);
+      expect(done.code).toBe(0);
+      expect(done.stdout).toMatch(/^2 dead entries are due again/);
+      expect(done.stdout.split('\n').at(-1)).toBe('replay: 2 of 2 delivered, none waiting');
+      for (const key of keys) expect(await store.get(key)).toMatchObject({ status: 'delivered' });
+
+      healthy = false;
+      const again = await inbox(['replay', '--status', 'delivered', '--wait', '--table', store.table]);
+      expect(again.code).toBe(1);
+      expect(again.stdout.split('\n').at(-1)).toBe('replay: 0 of 2 delivered, 2 dead again, none waiting');
+      const [audit] = await store.audit.list({ limit: 1 });
+      expect(audit).toMatchObject({ action: 'replay-filter', detail: { count: 2 } });
+      expect([...(audit!.detail.keys as string[])].sort()).toEqual([...keys].sort());
+    } finally {
+      await app.close();
+    }
+  });
+
   test('replay --status --transaction --dry-run counts first; then replays only what matches, paced by --rate', async () => {
     const store = await freshStore();
     const [a, b, c] = [await entry(store, 'dead'), await entry(store, 'dead'), await entry(store, 'dead')];
@@ -336,6 +380,7 @@ describe('ipn-kit inbox usage', () => {
     ['replay --dead and --status failed', ['replay', '--dead', '--status', 'failed']],
     ['replay --since that is not a date', ['replay', '--dead', '--since', 'yesterday']],
     ['replay --rate 0', ['replay', '--dead', '--rate', '0']],
+    ['replay --wait with --dry-run', ['replay', '--dead', '--wait', '--dry-run']],
     ['an option of another command', ['show', 'TX.1:SUCCESSFUL', '--json']],
     ['an unknown option', ['list', '--verbose']],
     ['an invalid --table', ['list', '--table', 'inbox; DROP TABLE users']],
