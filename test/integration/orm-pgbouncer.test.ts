@@ -234,6 +234,42 @@ const ORMS: Orm[] = [
   },
 ];
 
+/** A server connection's settings a listener could leak, as a client of the pooler sees them. */
+interface Seen {
+  pid: number;
+  search_path: string;
+  statement_timeout: string;
+  application_name: string;
+  role: string;
+}
+
+/**
+ * The settings of every server connection of the pooler (pool of 5): five clients each hold a transaction
+ * open at once, so that each is on a server connection of its own, and read it.
+ */
+async function everyServerConnection(url: string): Promise<Seen[]> {
+  const clients = Array.from({ length: 5 }, () => new Pool({ connectionString: url, max: 1 }));
+  for (const client of clients) client.on('error', () => {});
+  try {
+    const held = await Promise.all(clients.map((pool) => pool.connect()));
+    const seen = await Promise.all(
+      held.map(async (client) => {
+        await client.query('BEGIN');
+        const { rows } = await client.query<Seen>(
+          `SELECT pg_backend_pid() AS pid, current_setting('search_path') AS search_path,
+             current_setting('statement_timeout') AS statement_timeout,
+             current_setting('application_name') AS application_name, current_setting('role') AS role`,
+        );
+        return rows[0]!;
+      }),
+    );
+    await Promise.all(held.map((client) => client.query('COMMIT').then(() => client.release())));
+    return seen.sort((a, b) => a.pid - b.pid);
+  } finally {
+    await Promise.all(clients.map((pool) => pool.end()));
+  }
+}
+
 let proxy: TcpProxy | undefined;
 afterAll(() => proxy?.close());
 
@@ -288,6 +324,42 @@ describeWithPgBouncer(
         expect(answers.map((answer) => answer.status)).toEqual(answers.map(() => 200));
         for (const payload of payloads) await delivered(payload);
         for (const payload of payloads) expect(await credits(payload.transaction_id)).toBe(1);
+      });
+
+      test("a listener's plain SET through tx never reaches the pooler's next client", async () => {
+        const before = await everyServerConnection(bouncer().url);
+        const ipn = router();
+        const pids: number[] = [];
+        ipn.on('successful', async (n, { tx }) => {
+          const run = (text: string, returns: 'rows' | 'count' = 'count') =>
+            opened.transactions.query(tx, { text, values: [], returns });
+          // Session level, through the ORM's own transaction: each would outlive the COMMIT.
+          await run('SET search_path = pg_catalog');
+          await run("SET statement_timeout = '77s'");
+          await run("SELECT set_config('application_name', 'ipn_kit_leaked', false)", 'rows');
+          await run('SET search_path = public'); // the ledger is found where the ORM looks for it
+          await opened.credit(tx, n);
+          await run('SET search_path = pg_catalog'); // the mark must still find the inbox table
+          const { rows } = await run('SELECT pg_backend_pid() AS pid', 'rows');
+          pids.push(Number(rows[0]!.pid));
+        });
+        const { post } = await serve(ipn);
+        const payloads = [uniquePayload(), uniquePayload(), uniquePayload()];
+        for (const payload of payloads) expect((await post(payload)).status).toBe(200);
+        for (const payload of payloads) await delivered(payload);
+        for (const payload of payloads) expect(await credits(payload.transaction_id)).toBe(1);
+        const after = await everyServerConnection(bouncer().url);
+        // The listeners' server connections are among those read, each as it was before the deliveries.
+        expect(after.map((seen) => seen.pid)).toEqual(expect.arrayContaining([...new Set(pids)]));
+        for (const seen of after) {
+          expect(seen).toMatchObject({
+            search_path: before[0]!.search_path,
+            statement_timeout: before[0]!.statement_timeout,
+            application_name: before[0]!.application_name,
+            role: 'none',
+          });
+        }
+        expect(before[0]).toMatchObject({ search_path: '"$user", public', statement_timeout: '0' });
       });
 
       test("the server ends the delivery's connection inside the transaction: no crash, retried, one row", async () => {
