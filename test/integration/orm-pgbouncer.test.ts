@@ -419,6 +419,91 @@ describeWithPgBouncer(
         for (const payload of payloads) expect(await credits(payload.transaction_id)).toBe(1);
       });
     });
+
+    // Knex's searchPath is a SET that Knex sends on each new connection, outside any transaction: behind a
+    // transaction-mode pooler it lands on whichever server connection answers it, so it is for a connection
+    // of Knex's own, as here (direct, a pool of one). What a listener sets there must end with its delivery,
+    // and what Knex set before must stay.
+    describe('Knex with searchPath, on a connection of its own', () => {
+      const table = `ipn_pgbo_knexsp_${suffix}`;
+      const schema = `ipn_pgbo_sp_${suffix}`;
+      const role = `ipn_pgbo_role_${suffix}`;
+      let db: knex.Knex;
+      const session = async () =>
+        (
+          await db.raw<{ rows: Array<Record<string, unknown>> }>(
+            `SELECT current_setting('search_path') AS search_path,
+               current_setting('statement_timeout') AS statement_timeout,
+               current_setting('application_name') AS application_name, current_user AS "user",
+               pg_backend_pid() AS pid`,
+          )
+        ).rows[0]!;
+      beforeAll(async () => {
+        await new PostgresStore({ pool: direct, table }).migrate();
+        await direct.query(`CREATE SCHEMA ${schema}`);
+        await direct.query(`CREATE ROLE ${role} NOLOGIN`);
+        await direct.query(`GRANT ALL ON ${table} TO ${role}`);
+        db = knex({
+          client: 'pg',
+          connection: databaseUrl(),
+          searchPath: [schema, 'public'],
+          pool: { min: 0, max: 1 },
+        });
+      });
+      afterAll(async () => {
+        await db?.destroy();
+        await direct.query(`DROP TABLE IF EXISTS ${table}, ${table}_expected`);
+        await direct.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+        await direct.query(`DROP OWNED BY ${role}`).catch(() => {});
+        await direct.query(`DROP ROLE IF EXISTS ${role}`);
+      });
+      const serve = servedRouters();
+
+      test("a listener's SET, RESET, set_config and SET ROLE through tx end with its delivery; Knex's search_path stays", async () => {
+        const before = await session();
+        expect(before.search_path).toBe(`${schema}, public`);
+        const ipn = ipnRouter({
+          store: new PostgresStore({ pool: direct, table, transactions: knexTransactions(db) }),
+          delivery: 'at-least-once',
+          logger: quiet,
+          retryDelayMs: 20,
+          recoveryIntervalMs: 50,
+        });
+        let deliveries = 0;
+        let failed = 0;
+        ipn.on('successful', async (_n, { tx, attempt }) => {
+          deliveries += 1;
+          if (attempt > 1) return; // the retry of the one that failed sets nothing: the rollback undid it all
+          await tx.raw("SET statement_timeout = '77s'");
+          await tx.raw("SELECT set_config('application_name', 'ipn_kit_leaked', false)");
+          if (deliveries === 1) {
+            await tx.raw('SET search_path = pg_catalog');
+            await tx.raw('RESET search_path'); // Knex's own, reset: put back too
+          } else {
+            await tx.raw('SET search_path = pg_catalog');
+            await tx.raw(`SET ROLE ${role}`);
+          }
+          if (deliveries === 3 && attempt === 1) {
+            failed += 1;
+            throw new Error('the listener fails: its transaction, and what it set, rolls back');
+          }
+        });
+        ipn.on('error', () => {});
+        const { post } = await serve(ipn);
+        for (const payload of [uniquePayload(), uniquePayload(), uniquePayload()]) {
+          expect((await post(payload)).status).toBe(200);
+          await eventually('delivered', async () => {
+            const { rows } = await direct.query(`SELECT status FROM ${table} WHERE key = $1`, [
+              `${String(payload.transaction_id)}:${String(payload.state)}`,
+            ]);
+            return rows[0]?.status === 'delivered';
+          });
+          expect(await session()).toEqual(before); // the same connection, as it was
+        }
+        expect(failed).toBe(1);
+        expect(deliveries).toBe(4);
+      });
+    });
   },
   async () => {
     if (process.env.PGBOUNCER_URL) return hostAndPort(databaseUrl(), 5432);
