@@ -139,7 +139,8 @@ export const RESET = 'RESET ALL';
  * The settings of the session as the ORM path reads them, before a delivery's listeners run and again at its
  * mark: each setting set in the session (`SET`, `set_config(..., false)`, and `SET LOCAL` while its transaction
  * is open: `pg_settings`' source `session`), by name with its value; and the session authorization and role,
- * which `pg_settings` does not list. PostgreSQL lists no custom variable (`app.tenant`): those are not in it.
+ * which `pg_settings` does not list. Nor does it list a custom variable no loaded module defines
+ * (`app.tenant`): those are not in it.
  */
 const SESSION_SETTINGS = `SELECT name, setting FROM pg_settings WHERE source = 'session'
   UNION ALL VALUES ('session_authorization', current_setting('session_authorization')),
