@@ -27,7 +27,7 @@ export function hostedRouter(store: PostgresStore<Pool>, ledger: string) {
   const ipn = ipnRouter({ store, delivery: 'at-least-once' });
   // #region set-local
   ipn.on('successful', async (n, { db }) => {
-    // SET LOCAL ends with the delivery's transaction; a plain SET would stay on a pooled server connection.
+    // SET LOCAL ends with the delivery's transaction (ipn-kit also undoes a plain SET, at a small cost).
     await db.query("SET LOCAL lock_timeout = '2s'");
     await db.query(`INSERT INTO ${ledger} (transaction_id) VALUES ($1)`, [n.transaction_id]);
   });

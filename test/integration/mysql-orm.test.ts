@@ -384,6 +384,37 @@ describe.each(ORMS)('%s on MySQL', (name, openOrm) => {
       creditsOnceAfter(statements),
     );
 
+    // Known, and documented (docs/orm.md, On MySQL): MySQL's SET is not transactional, and the connection is
+    // the ORM's, which ipn-kit cannot reset as it resets its own: a listener's session setting stays on it, for
+    // the app's next use of that connection. (On PostgreSQL the mark puts it back: orm-pgbouncer.test.ts.)
+    test.failing("a listener's SET SESSION through tx ends with its delivery", async () => {
+      const ipn = router();
+      let connection: unknown;
+      const read = (tx: unknown) =>
+        orm.transactions.query(tx, {
+          text: 'SELECT CONNECTION_ID() AS id, @@session.wait_timeout AS timeout',
+          values: [],
+          returns: 'rows',
+        });
+      ipn.on('successful', async (n, { tx }) => {
+        await orm.raw(tx, 'SET SESSION wait_timeout = 77');
+        connection = (await read(tx)).rows[0]?.id;
+        await orm.credit(tx, n);
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+      // The app's next transactions on the ORM, until one is on the delivery's connection.
+      for (let tries = 0; tries < 20; tries += 1) {
+        const { rows } = await orm.transactions.transaction((tx) => read(tx));
+        if (String(rows[0]?.id) !== String(connection)) continue;
+        expect(Number(rows[0]?.timeout)).not.toBe(77);
+        return;
+      }
+      // Not found again: no leak was seen, so this known failure does not fail (and test.failing says so).
+    });
+
     test("the store's ? statements run inside the ORM's transaction: rows, counts, and a ? inside a literal", async () => {
       const id = `TX-${name}-${process.pid}-${Date.now()}`;
       const { transactions } = orm;

@@ -234,6 +234,42 @@ const ORMS: Orm[] = [
   },
 ];
 
+/** A server connection's settings a listener could leak, as a client of the pooler sees them. */
+interface Seen {
+  pid: number;
+  search_path: string;
+  statement_timeout: string;
+  application_name: string;
+  role: string;
+}
+
+/**
+ * The settings of every server connection of the pooler (pool of 5): five clients each hold a transaction
+ * open at once, so that each is on a server connection of its own, and read it.
+ */
+async function everyServerConnection(url: string): Promise<Seen[]> {
+  const clients = Array.from({ length: 5 }, () => new Pool({ connectionString: url, max: 1 }));
+  for (const client of clients) client.on('error', () => {});
+  try {
+    const held = await Promise.all(clients.map((pool) => pool.connect()));
+    const seen = await Promise.all(
+      held.map(async (client) => {
+        await client.query('BEGIN');
+        const { rows } = await client.query<Seen>(
+          `SELECT pg_backend_pid() AS pid, current_setting('search_path') AS search_path,
+             current_setting('statement_timeout') AS statement_timeout,
+             current_setting('application_name') AS application_name, current_setting('role') AS role`,
+        );
+        return rows[0]!;
+      }),
+    );
+    await Promise.all(held.map((client) => client.query('COMMIT').then(() => client.release())));
+    return seen.sort((a, b) => a.pid - b.pid);
+  } finally {
+    await Promise.all(clients.map((pool) => pool.end()));
+  }
+}
+
 let proxy: TcpProxy | undefined;
 afterAll(() => proxy?.close());
 
@@ -288,6 +324,42 @@ describeWithPgBouncer(
         expect(answers.map((answer) => answer.status)).toEqual(answers.map(() => 200));
         for (const payload of payloads) await delivered(payload);
         for (const payload of payloads) expect(await credits(payload.transaction_id)).toBe(1);
+      });
+
+      test("a listener's plain SET through tx never reaches the pooler's next client", async () => {
+        const before = await everyServerConnection(bouncer().url);
+        const ipn = router();
+        const pids: number[] = [];
+        ipn.on('successful', async (n, { tx }) => {
+          const run = (text: string, returns: 'rows' | 'count' = 'count') =>
+            opened.transactions.query(tx, { text, values: [], returns });
+          // Session level, through the ORM's own transaction: each would outlive the COMMIT.
+          await run('SET search_path = pg_catalog');
+          await run("SET statement_timeout = '77s'");
+          await run("SELECT set_config('application_name', 'ipn_kit_leaked', false)", 'rows');
+          await run('SET search_path = public'); // the ledger is found where the ORM looks for it
+          await opened.credit(tx, n);
+          await run('SET search_path = pg_catalog'); // the mark must still find the inbox table
+          const { rows } = await run('SELECT pg_backend_pid() AS pid', 'rows');
+          pids.push(Number(rows[0]!.pid));
+        });
+        const { post } = await serve(ipn);
+        const payloads = [uniquePayload(), uniquePayload(), uniquePayload()];
+        for (const payload of payloads) expect((await post(payload)).status).toBe(200);
+        for (const payload of payloads) await delivered(payload);
+        for (const payload of payloads) expect(await credits(payload.transaction_id)).toBe(1);
+        const after = await everyServerConnection(bouncer().url);
+        // The listeners' server connections are among those read, each as it was before the deliveries.
+        expect(after.map((seen) => seen.pid)).toEqual(expect.arrayContaining([...new Set(pids)]));
+        for (const seen of after) {
+          expect(seen).toMatchObject({
+            search_path: before[0]!.search_path,
+            statement_timeout: before[0]!.statement_timeout,
+            application_name: before[0]!.application_name,
+            role: 'none',
+          });
+        }
+        expect(before[0]).toMatchObject({ search_path: '"$user", public', statement_timeout: '0' });
       });
 
       test("the server ends the delivery's connection inside the transaction: no crash, retried, one row", async () => {
@@ -345,6 +417,99 @@ describeWithPgBouncer(
         }
         for (const payload of payloads) await delivered(payload);
         for (const payload of payloads) expect(await credits(payload.transaction_id)).toBe(1);
+      });
+    });
+
+    // Knex's searchPath is a SET that Knex sends on each new connection, outside any transaction: behind a
+    // transaction-mode pooler it lands on whichever server connection answers it, so it is for a connection
+    // of Knex's own, as here (direct, a pool of one). What a listener sets there must end with its delivery,
+    // and what Knex set before must stay.
+    describe('Knex with searchPath, on a connection of its own', () => {
+      const table = `ipn_pgbo_knexsp_${suffix}`;
+      const schema = `ipn_pgbo_sp_${suffix}`;
+      const role = `ipn_pgbo_role_${suffix}`;
+      let db: knex.Knex;
+      const session = async () =>
+        (
+          await db.raw<{ rows: Array<Record<string, unknown>> }>(
+            `SELECT current_setting('search_path') AS search_path,
+               current_setting('statement_timeout') AS statement_timeout,
+               current_setting('application_name') AS application_name, current_user AS "user",
+               pg_backend_pid() AS pid`,
+          )
+        ).rows[0]!;
+      beforeAll(async () => {
+        await new PostgresStore({ pool: direct, table }).migrate();
+        await direct.query(`CREATE SCHEMA ${schema}`);
+        await direct.query(`CREATE ROLE ${role} NOLOGIN`);
+        await direct.query(`GRANT ALL ON ${table} TO ${role}`);
+        db = knex({
+          client: 'pg',
+          connection: databaseUrl(),
+          searchPath: [schema, 'public'],
+          pool: { min: 0, max: 1 },
+        });
+      });
+      afterAll(async () => {
+        await db?.destroy();
+        await direct.query(`DROP TABLE IF EXISTS ${table}, ${table}_expected`);
+        await direct.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
+        await direct.query(`DROP OWNED BY ${role}`).catch(() => {});
+        await direct.query(`DROP ROLE IF EXISTS ${role}`);
+      });
+      const serve = servedRouters();
+
+      test("a listener's SET, RESET, set_config, SET ROLE and SET SESSION AUTHORIZATION through tx end with its delivery; Knex's search_path stays", async () => {
+        const before = await session();
+        expect(before.search_path).toBe(`${schema}, public`);
+        const ipn = ipnRouter({
+          store: new PostgresStore({ pool: direct, table, transactions: knexTransactions(db) }),
+          delivery: 'at-least-once',
+          logger: quiet,
+          retryDelayMs: 20,
+          recoveryIntervalMs: 50,
+        });
+        let deliveries = 0;
+        let failed = 0;
+        ipn.on('successful', async (_n, { tx, attempt }) => {
+          deliveries += 1;
+          if (attempt > 1) return; // the retry of the one that failed sets nothing: the rollback undid it all
+          await tx.raw("SET statement_timeout = '77s'");
+          await tx.raw("SELECT set_config('application_name', 'ipn_kit_leaked', false)");
+          if (deliveries === 1) {
+            await tx.raw('SET search_path = pg_catalog');
+            await tx.raw('RESET search_path'); // Knex's own, reset: put back too
+          } else if (deliveries === 5) {
+            // Only a superuser may (the test's DATABASE_URL is one): the session's user, then a role.
+            await tx.raw(`SET SESSION AUTHORIZATION ${role}`);
+            await tx.raw('SET search_path = pg_catalog');
+          } else {
+            await tx.raw('SET search_path = pg_catalog');
+            await tx.raw(`SET ROLE ${role}`);
+          }
+          if (deliveries === 3 && attempt === 1) {
+            failed += 1;
+            throw new Error('the listener fails: its transaction, and what it set, rolls back');
+          }
+        });
+        ipn.on('error', () => {});
+        const { post } = await serve(ipn);
+        const { rows: superuser } = await direct.query<{ rolsuper: boolean }>(
+          'SELECT rolsuper FROM pg_roles WHERE rolname = current_user',
+        );
+        const payloads = Array.from({ length: superuser[0]?.rolsuper ? 4 : 3 }, () => uniquePayload());
+        for (const payload of payloads) {
+          expect((await post(payload)).status).toBe(200);
+          await eventually('delivered', async () => {
+            const { rows } = await direct.query(`SELECT status FROM ${table} WHERE key = $1`, [
+              `${String(payload.transaction_id)}:${String(payload.state)}`,
+            ]);
+            return rows[0]?.status === 'delivered';
+          });
+          expect(await session()).toEqual(before); // the same connection, as it was
+        }
+        expect(failed).toBe(1);
+        expect(deliveries).toBe(payloads.length + 1);
       });
     });
   },

@@ -135,6 +135,38 @@ export const LEASE_LOST = 'IK001';
  */
 export const RESET = 'RESET ALL';
 
+/**
+ * The settings of the session as the ORM path reads them, before a delivery's listeners run and again at its
+ * mark: each setting set in the session (`SET`, `set_config(..., false)`, and `SET LOCAL` while its transaction
+ * is open: `pg_settings`' source `session`), by name with its value; and the session authorization and role,
+ * which `pg_settings` does not list. Nor does it list a custom variable no loaded module defines
+ * (`app.tenant`): those are not in it.
+ */
+const SESSION_SETTINGS = `SELECT name, setting FROM pg_settings WHERE source = 'session'
+  UNION ALL VALUES ('session_authorization', current_setting('session_authorization')),
+    ('role', current_setting('role'))`;
+
+/**
+ * Puts back, inside the ORM path's mark, every setting of the session a listener changed through the ORM's
+ * `tx`, to its value before the delivery (`$4`: {@link SESSION_SETTINGS} as the opening read them, a JSON
+ * object): a changed value is set back, a setting the listener set that was not set before is reset
+ * (`set_config` with a null value is a `RESET`), one it reset is set again, each at session level, so that
+ * it holds after the `COMMIT`. Settings the listener did not change are not touched: what the pool's
+ * `connect` event, Knex's `searchPath` or the pooler set before the delivery stays. The session
+ * authorization goes back first, then the role, then the rest (a superuser's setting needs the role back).
+ * The delivery's transaction holds it all: a rollback undoes the listener's settings and these alike.
+ * Resolves how many it put back.
+ */
+const RESTORE_SESSION = `SELECT count(set_config(name, was, false))::int AS settings FROM (
+        SELECT coalesce(now.name, before.key) AS name, before.value AS was
+        FROM (${SESSION_SETTINGS}) AS now FULL JOIN json_each_text($4::json) AS before ON before.key = now.name
+        WHERE now.setting IS DISTINCT FROM before.value
+        ORDER BY CASE coalesce(now.name, before.key) WHEN 'session_authorization' THEN 0 WHEN 'role' THEN 1 ELSE 2 END
+      ) AS changed`;
+
+/** A schema name as `quote_ident` gives it: what the ORM path's opening reads may stand in SQL as it is. */
+const QUOTED_SCHEMA = /^(?:[a-z_][a-z0-9_$]*|"(?:[^"]|"")+")$/;
+
 /** Lease columns cleared when an attempt ends. */
 const END_LEASE = 'lease_id = NULL, lease_until = NULL, updated_at = now()';
 
@@ -216,19 +248,35 @@ export function inboxSql(table: string) {
     // The mark inside an ORM's transaction: whether it marked the entry, and whether that transaction sees
     // the entry at all (the main query reads the table as it was before the update). An ORM pointed at
     // another database or schema, whose own inbox table has no such key, must not pass for a lost lease.
-    // The ORM path's opening: the transaction's id, forced now, before any listener runs.
-    currentXid: 'SELECT txid_current()::text AS xid',
+    // The ORM path's opening, before any listener runs: the transaction's id, forced now; the session's
+    // settings as they are (see SESSION_SETTINGS), which the mark puts back; and, for a table named without
+    // its schema, the schema it is found in now, so that the mark finds the same table whatever search_path
+    // a listener set.
+    ormOpening: `SELECT txid_current()::text AS xid,
+        (SELECT json_object_agg(name, setting)::text FROM (${SESSION_SETTINGS}) AS session) AS settings,
+        ${
+          t.includes('.')
+            ? 'NULL::text'
+            : `(SELECT quote_ident(n.nspname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                WHERE c.oid = to_regclass('${t}'))`
+        } AS schema`,
     // The ORM path's mark. $3 is the delivery transaction's id: when a listener ended that transaction
     // through `tx` with a raw ROLLBACK, this statement runs on its own (autocommit) and would commit
     // `delivered` with the ledger writes undone; `rolled_back` says so and nothing is marked. (After a raw
-    // COMMIT the writes have landed, and marking them delivered is right.)
-    deliveredInOrm: `WITH ended AS (SELECT txid_status($3::bigint) = 'aborted' AS rolled_back),
+    // COMMIT the writes have landed, and marking them delivered is right.) $4 is the session's settings as
+    // `ormOpening` read them: the same statement puts back those a listener changed (see RESTORE_SESSION).
+    // `schema`: where `ormOpening` found the table (quoted), for a table named without one.
+    deliveredInOrm: (schema?: string | null): string => {
+      const table = schema && !t.includes('.') && QUOTED_SCHEMA.test(schema) ? `${schema}.${t}` : t;
+      return `WITH ended AS (SELECT txid_status($3::bigint) = 'aborted' AS rolled_back),
       marked AS (
-        UPDATE ${t} SET status = 'delivered', delivered_at = now(), ${END_LEASE}
+        UPDATE ${table} SET status = 'delivered', delivered_at = now(), ${END_LEASE}
         WHERE key = $1 AND lease_id = $2 AND NOT (SELECT rolled_back FROM ended) RETURNING 1
-      )
-      SELECT (SELECT count(*) FROM marked)::int AS marked, EXISTS (SELECT 1 FROM ${t} WHERE key = $1) AS seen,
-        (SELECT rolled_back FROM ended) AS rolled_back`,
+      ),
+      restored AS (${RESTORE_SESSION})
+      SELECT (SELECT count(*) FROM marked)::int AS marked, EXISTS (SELECT 1 FROM ${table} WHERE key = $1) AS seen,
+        (SELECT rolled_back FROM ended) AS rolled_back, (SELECT settings FROM restored) AS restored`;
+    },
     // Group commit of both: receives ($1, as for receiveMany) and `delivered` settlements ($2, $3) that
     // arrive together, as one statement and one commit. A settlement never meets its own receive here: an
     // entry is leased, so settled, only once its receive has answered.

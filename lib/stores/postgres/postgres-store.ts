@@ -373,12 +373,23 @@ export class PostgresStore<
   ): Promise<DeliveryTransaction<TxOf<P, T>, DbOf<P, T>> | undefined> {
     type Opened = DeliveryTransaction<TxOf<P, T>, DbOf<P, T>>;
     if (this.#transactions) {
-      const opening: Statement = { text: this.#sql.currentXid, values: [], returns: 'rows' };
-      const mark = ({ rows }: StatementResult): Statement => ({
-        text: this.#sql.deliveredInOrm,
-        values: [key, leaseId, String(rows[0]?.xid)],
-        returns: 'rows',
-      });
+      // The opening reads the session's settings before any listener runs; the mark puts back, in the same
+      // statement, those a listener changed through `tx` (a plain SET would outlive the COMMIT, and reach the
+      // next client of a transaction-mode pooler), and leaves the others as they were.
+      const opening: Statement = { text: this.#sql.ormOpening, values: [], returns: 'rows' };
+      const mark = ({ rows }: StatementResult): Statement => {
+        const { xid, settings, schema } = rows[0] ?? {};
+        return {
+          text: this.#sql.deliveredInOrm(typeof schema === 'string' ? schema : undefined),
+          values: [
+            key,
+            leaseId,
+            String(xid),
+            typeof settings === 'string' ? settings : JSON.stringify(settings),
+          ],
+          returns: 'rows',
+        };
+      };
       const outcome = (result: StatementResult) => markedInOrm(result, key, this.#transactions!.name);
       return openOrmTransaction(
         this.#transactions,
