@@ -5,6 +5,7 @@
  * minimal hand-written handler, the handler written by the service's own book and a job queue
  * (graphile-worker). The variants run interleaved, round after round, as the per-request ones do.
  */
+import { join } from 'node:path';
 import { Pool } from 'pg';
 import { ended, receive, start, tell } from './children.js';
 import type { EndToEndLoadConfig, EndToEndLoadResult } from './e2e-load.js';
@@ -123,6 +124,8 @@ export interface EndToEndContext {
   runTag: string;
   /** True once the run was interrupted: the comparison stops after the measurement under way. */
   interrupted: () => boolean;
+  /** Where to write a `--cpu-prof` profile of each server process (`<dir>/e2e-<variant>-round<N>/`), if anywhere. */
+  cpuProf?: string;
   /** Called with each measurement's progress line. */
   log: (line: string) => void;
 }
@@ -194,7 +197,10 @@ async function measure(
   try {
     await service.reset();
     const config: ServerConfig = { ...serverConfig, variant: INFO[variant].server };
-    const server = start('server.ts', { BENCH_SERVER: JSON.stringify(config) });
+    const profile = context.cpuProf
+      ? ['--cpu-prof', `--cpu-prof-dir=${join(context.cpuProf, `e2e-${variant}-round${round}`)}`]
+      : [];
+    const server = start('server.ts', { BENCH_SERVER: JSON.stringify(config) }, profile);
     children.push(server);
     const { port } = await receive<{ port: number }>(server, 'ready', 60_000);
     const loadConfig: EndToEndLoadConfig = {

@@ -240,6 +240,7 @@ async function measureEndToEnd(
     service,
     server: serverConfig(),
     runTag: RUN_TAG,
+    cpuProf: settings.cpuProf,
     interrupted,
     log: (line) => console.log(line),
   });

@@ -40,6 +40,7 @@ export const USAGE = `npm run bench -- [options]
   --quick           1 round of 2 s, 0.5 s warm-up, 100,000 keys, 500 notifications end to end; writes
                     nothing unless --write
   --cpu-prof DIR    profile each server process (node --cpu-prof) into DIR/<variant>-round<N>/
+                    (DIR/e2e-<variant>-round<N>/ for the end-to-end comparison)
   --no-write        do not write bench/results.json and bench/README.md
   --write           write them even with --quick
   --help`;
