@@ -253,13 +253,18 @@ function endToEndSection(e2e: EndToEndResult | string, settings: Settings, markd
   const table = markdown
     ? markdownTable(body, E2E_HEADER, E2E_RIGHT)
     : textTable(body, E2E_HEADER, E2E_RIGHT);
-  const lines = targetLines(e2e.targets);
+  const lines = markdown
+    ? e2e.targets.map(({ status, target, measured }) => `- **${status}** ${target}: ${measured}`)
+    : targetLines(e2e.targets);
+  const load = describeMachine([]).loadAverage;
   return [
-    `End to end (bench/e2e.ts): ${settings.rounds} interleaved round(s) of ${e2e.count.toLocaleString('en-US')} ` +
-      `notifications, ${e2e.concurrency} in flight, timed from the first request to the last ledger row; ` +
-      'each ledger checked for one row per payment once its server had stopped. "µs/n": CPU per request sent.',
+    `End to end (bench/e2e.ts), ${new Date().toISOString().slice(0, 10)}: ${settings.rounds} interleaved ` +
+      `round(s) of ${e2e.count.toLocaleString('en-US')} notifications, ${e2e.concurrency} in flight, timed ` +
+      'from the first request to the last ledger row; each ledger checked for one row per payment once its ' +
+      'server had stopped. "µs/n": CPU per request sent. Load average (1, 5, 15 min) ' +
+      `${load.start} at the start of the run, ${load.end} at the end.`,
     table,
-    markdown ? lines.map((line) => `- ${line}`).join('\n') : lines.join('\n'),
+    lines.join('\n'),
   ].join('\n\n');
 }
 
