@@ -3,6 +3,7 @@
  * interleaved rounds, then the MemoryStore's heap and claim cost. Each server runs in a child process and is
  * driven by autocannon from another child process. See bench/README.md.
  */
+import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ended, killAll, receive, start, tell } from './children.js';
 import type { LoadConfig, LoadResult } from './load.js';
@@ -25,6 +26,7 @@ import {
   type Variant,
 } from './variants.js';
 import { buildLib } from './build-lib.js';
+import { E2E_HEADER, E2E_RIGHT, endToEndRows, runEndToEnd, type EndToEndResult } from './e2e.js';
 import { rewriteSection, writeJson } from './write-results.js';
 
 const RUN_TAG = Date.now().toString(36);
@@ -109,14 +111,9 @@ async function openServices(runs: VariantRun[]): Promise<void> {
   }
 }
 
-/** One measurement: a fresh server process, a fresh load process, then both gone. */
-async function measure(settings: Settings, variant: Variant, round: number): Promise<Measurement> {
-  // A directory per process: with tsx, its loader thread writes a profile too, under a name of its own.
-  const profile = settings.cpuProf
-    ? ['--cpu-prof', `--cpu-prof-dir=${join(settings.cpuProf, `${variant}-round${round}`)}`]
-    : [];
-  const config: ServerConfig = {
-    variant,
+/** What every server process of the run is told, but its variant: the services, the run's names, the build. */
+function serverConfig(): Omit<ServerConfig, 'variant'> {
+  return {
     redisUrl: redisUrl(),
     prefix: PREFIX,
     databaseUrl: databaseUrl(),
@@ -125,6 +122,15 @@ async function measure(settings: Settings, variant: Variant, round: number): Pro
     sqliteFile,
     lib: built!.dir,
   };
+}
+
+/** One measurement: a fresh server process, a fresh load process, then both gone. */
+async function measure(settings: Settings, variant: Variant, round: number): Promise<Measurement> {
+  // A directory per process: with tsx, its loader thread writes a profile too, under a name of its own.
+  const profile = settings.cpuProf
+    ? ['--cpu-prof', `--cpu-prof-dir=${join(settings.cpuProf, `${variant}-round${round}`)}`]
+    : [];
+  const config: ServerConfig = { variant, ...serverConfig() };
   const children = [];
   try {
     const needs = VARIANT_INFO[variant].needs;
@@ -209,6 +215,59 @@ async function measureStagesApart(
   }
 }
 
+/**
+ * The end-to-end comparison (bench/e2e.ts) on the run's PostgreSQL, opened here if no per-request variant
+ * needed it; a reason instead when it was not asked for or PostgreSQL is unreachable.
+ */
+async function measureEndToEnd(
+  settings: Settings,
+  interrupted: () => boolean,
+): Promise<EndToEndResult | string> {
+  if (settings.e2e === 0) return 'not asked for (--e2e 0)';
+  let service = services.get('PostgreSQL');
+  if (!service) {
+    try {
+      service = await openService('PostgreSQL');
+      services.set('PostgreSQL', service);
+    } catch (error) {
+      return `PostgreSQL at ${hostOf(databaseUrl())} is unreachable (${errorText(error)}); set DATABASE_URL`;
+    }
+  }
+  return runEndToEnd({
+    count: settings.e2e,
+    concurrency: settings.e2eConcurrency,
+    rounds: settings.rounds,
+    service,
+    server: serverConfig(),
+    runTag: RUN_TAG,
+    cpuProf: settings.cpuProf,
+    interrupted,
+    log: (line) => console.log(line),
+  });
+}
+
+/** The end-to-end table and what it measured, for the terminal (`text`) or bench/README.md. */
+function endToEndSection(e2e: EndToEndResult | string, settings: Settings, markdown: boolean): string {
+  if (typeof e2e === 'string') return `End to end: not measured: ${e2e}`;
+  const body = endToEndRows(e2e.runs);
+  const table = markdown
+    ? markdownTable(body, E2E_HEADER, E2E_RIGHT)
+    : textTable(body, E2E_HEADER, E2E_RIGHT);
+  const lines = markdown
+    ? e2e.targets.map(({ status, target, measured }) => `- **${status}** ${target}: ${measured}`)
+    : targetLines(e2e.targets);
+  const load = describeMachine([]).loadAverage;
+  return [
+    `End to end (bench/e2e.ts), ${new Date().toISOString().slice(0, 10)}: ${settings.rounds} interleaved ` +
+      `round(s) of ${e2e.count.toLocaleString('en-US')} notifications, ${e2e.concurrency} in flight, timed ` +
+      'from the first request to the last ledger row; each ledger checked for one row per payment once its ' +
+      'server had stopped. "µs/n": CPU per request sent. Load average (1, 5, 15 min) ' +
+      `${load.start} at the start of the run, ${load.end} at the end.`,
+    table,
+    lines.join('\n'),
+  ].join('\n\n');
+}
+
 async function main(): Promise<number> {
   const settings = readSettings(process.argv.slice(2), process.env);
   if (settings === 'help') {
@@ -226,15 +285,20 @@ async function main(): Promise<number> {
       setTimeout(() => void cleanup().finally(() => process.exit(130)), 15_000).unref();
     });
   }
-  const runs: VariantRun[] = settings.variants.map((variant) => ({
+  const runs: VariantRun[] = (settings.e2eOnly ? [] : settings.variants).map((variant) => ({
     variant,
     label: VARIANT_INFO[variant].label,
     rounds: [],
   }));
   const busy = LOAD_AT_START;
+  const e2e =
+    settings.e2e === 0 ? 'no end-to-end comparison' : `end to end ${settings.e2e} notifications a variant`;
   console.log(
-    `bench: ${settings.rounds} rounds × ${settings.variants.length} variants, ${settings.duration} s each ` +
-      `after ${settings.warmup} s of warm-up, ${settings.connections} connections; load average ${busy.toFixed(2)}`,
+    settings.e2eOnly
+      ? `bench: ${settings.rounds} rounds, only ${e2e}, ${settings.e2eConcurrency} in flight; load average ${busy.toFixed(2)}`
+      : `bench: ${settings.rounds} rounds × ${settings.variants.length} variants, ${settings.duration} s each ` +
+          `after ${settings.warmup} s of warm-up, ${settings.connections} connections; ${e2e}; ` +
+          `load average ${busy.toFixed(2)}`,
   );
   if (busy > 0.5) console.warn('bench: the machine is busy with other work: expect noisy figures');
   try {
@@ -249,6 +313,9 @@ async function main(): Promise<number> {
         console.log(progress(run.variant, round, settings, measurement));
       }
     }
+    const e2e = await measureEndToEnd(settings, () => interrupted);
+    if (interrupted) return 130;
+    if (settings.e2eOnly) return await endToEndOnly(settings, e2e);
     const memory = await measureMemory(settings.memoryKeys);
     if (interrupted) return 130;
     const stages = await measureStagesApart(settings.rounds === 1);
@@ -263,6 +330,7 @@ async function main(): Promise<number> {
     console.log(
       `\n${textTable(body)}\n\n${memoryLines(memory).join('\n')}\n\n${targetLines(checks).join('\n')}`,
     );
+    console.log(`\n${endToEndSection(e2e, settings, false)}`);
     console.log(
       typeof stages === 'string'
         ? `\nstages: not measured: ${stages}`
@@ -281,17 +349,42 @@ async function main(): Promise<number> {
         memory,
         targets: checks,
         stages,
+        e2e,
       });
       const section = readmeSection(settings, about, markdownTable(body), memoryLines(memory), checks);
       await rewriteSection(join(__dirname, 'README.md'), section);
-      console.log('\nbench: wrote bench/results.json and the results section of bench/README.md');
+      await rewriteSection(join(__dirname, 'README.md'), endToEndSection(e2e, settings, true), 'e2e-results');
+      console.log('\nbench: wrote bench/results.json and the results sections of bench/README.md');
     }
-    // A measurement that failed (a crashed server) makes the run a failure; a missed target does not.
+    // A measurement that failed (a crashed server, a wrong ledger) makes the run a failure; a missed target does not.
     const failed = runs.some((run) => run.rounds.some((measurement) => measurement.error !== undefined));
-    return failed ? 1 : 0;
+    return failed || endToEndFailed(e2e) ? 1 : 0;
   } finally {
     await cleanup();
   }
+}
+
+/** Whether a measurement of the comparison failed: a server that crashed, a ledger that never filled or is wrong. */
+function endToEndFailed(e2e: EndToEndResult | string): boolean {
+  return typeof e2e !== 'string' && e2e.runs.some((run) => run.rounds.some((m) => m.error !== undefined));
+}
+
+/**
+ * `--e2e-only`: prints the comparison and, when writing, replaces only its part of bench/results.json
+ * (`e2e`) and its section of bench/README.md, leaving the per-request results of the last full run.
+ */
+async function endToEndOnly(settings: Settings, e2e: EndToEndResult | string): Promise<number> {
+  console.log(`\n${endToEndSection(e2e, settings, false)}`);
+  if (typeof e2e === 'string') return 1;
+  if (settings.write) {
+    const path = join(__dirname, 'results.json');
+    const previous = JSON.parse(await readFile(path, 'utf8').catch(() => '{}')) as Record<string, unknown>;
+    const about = describeMachine([...new Set([...services.values()].map((service) => service.version))]);
+    await writeJson(path, { ...previous, e2e: { machine: about, rounds: settings.rounds, ...e2e } });
+    await rewriteSection(join(__dirname, 'README.md'), endToEndSection(e2e, settings, true), 'e2e-results');
+    console.log('\nbench: wrote the e2e part of bench/results.json and its section of bench/README.md');
+  }
+  return endToEndFailed(e2e) ? 1 : 0;
 }
 
 main().then(

@@ -13,6 +13,7 @@ import Database from 'better-sqlite3';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { numeric, pgTable, text } from 'drizzle-orm/pg-core';
 import express from 'express';
+import { Logger, run as runWorker } from 'graphile-worker';
 import Redis from 'ioredis';
 import { createPool } from 'mysql2/promise';
 import { Pool } from 'pg';
@@ -75,7 +76,7 @@ function mounted(ipn: IpnRouter): RequestListener {
   return app;
 }
 
-function handlerOf(variant: ServerConfig['variant']): RequestListener {
+function handlerOf(variant: ServerConfig['variant']): RequestListener | Promise<RequestListener> {
   switch (variant) {
     case 'baseline': {
       const app = express();
@@ -119,6 +120,10 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
     }
     case 'handwritten-ledger':
       return handwrittenLedger(postgresPool());
+    case 'by-the-book':
+      return byTheBook(postgresPool());
+    case 'graphile-worker':
+      return jobQueue(postgresPool());
     case 'mysql':
     case 'mysql-ledger': {
       const pool = createPool({ uri: config.mysqlUrl });
@@ -175,9 +180,7 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener {
  * no-op, and the answer comes after the commit, so a crash before it means a resend, never a lost credit.
  */
 function handwrittenLedger(pool: Pool): RequestListener {
-  const insert =
-    `INSERT INTO "${config.table}_handwritten" (transaction_id, state, order_id, amount) ` +
-    'VALUES ($1, $2, $3, $4) ON CONFLICT (transaction_id, state) DO NOTHING';
+  const insert = creditSql();
   const app = express();
   app.use(express.json());
   app.post('/ipn', async (req, res) => {
@@ -186,6 +189,91 @@ function handwrittenLedger(pool: Pool): RequestListener {
     // Counted as the router counts: a resend is a duplicate (the run's ids are new: it prints any).
     if (rowCount === 1) stats.successful += 1;
     else stats.duplicate += 1;
+    res.status(200).json({ ok: true });
+  });
+  return app;
+}
+
+/** The hand-written credit: one row per (transaction_id, state), a resend a no-op. */
+const creditSql = (): string =>
+  `INSERT INTO "${config.table}_handwritten" (transaction_id, state, order_id, amount) ` +
+  'VALUES ($1, $2, $3, $4) ON CONFLICT (transaction_id, state) DO NOTHING';
+
+/**
+ * The handler as the payment service's own integration guide has it (issue 34's "by the book"): keep the
+ * payload for audit and credit, in one transaction, then answer 200. A crash before the `COMMIT` keeps
+ * neither and the service resends; after it, the resend finds the ledger row and credits nothing.
+ */
+function byTheBook(pool: Pool): RequestListener {
+  const audit = `INSERT INTO "${config.table}_payloads" (transaction_id, payload) VALUES ($1, $2)`;
+  const credit = creditSql();
+  const app = express();
+  app.use(express.json());
+  app.post('/ipn', async (req, res) => {
+    const n = req.body as Record<string, unknown>;
+    const client = await pool.connect();
+    let rowCount: number | null;
+    try {
+      await client.query('BEGIN');
+      await client.query(audit, [n.transaction_id, n]);
+      ({ rowCount } = await client.query(credit, [n.transaction_id, n.state, n.custom_data, n.amount]));
+      await client.query('COMMIT');
+      client.release();
+    } catch (error) {
+      console.error(`bench server: by-the-book: ${String(error)}`);
+      // The connection's state is unknown: it leaves the pool. The service resends on the 500.
+      client.release(error instanceof Error ? error : true);
+      res.status(500).json({ ok: false });
+      return;
+    }
+    if (rowCount === 1) stats.successful += 1;
+    else stats.duplicate += 1;
+    res.status(200).json({ ok: true });
+  });
+  return app;
+}
+
+/**
+ * A job queue (graphile-worker, issue 34's comparator): the handler enqueues a job with `add_job` and
+ * answers 200; a worker of concurrency 10 in the same process runs the jobs, each crediting the ledger
+ * as the hand-written handler does (a job can run twice, so the credit is idempotent). The queue lives in
+ * the schema `<table>_gw`, which the worker migrates on start.
+ */
+async function jobQueue(pool: Pool): Promise<RequestListener> {
+  const schema = `${config.table}_gw`;
+  const credit = creditSql();
+  // The worker's own pool, as graphile-worker makes it from a connection string (its default size, 10),
+  // beside the handler's: one of its clients holds the LISTEN that wakes the workers.
+  const runner = await runWorker({
+    connectionString: config.databaseUrl,
+    schema,
+    concurrency: 10,
+    noHandleSignals: true,
+    // Its errors only: the info lines (a job done, the worker's start) would flood the run's output.
+    logger: new Logger(() => (level, message) => {
+      if (String(level) === 'error') console.error(`bench server: graphile-worker: ${message}`);
+    }),
+    taskList: {
+      credit: async (payload, helpers) => {
+        const n = payload as Record<string, unknown>;
+        const { rowCount } = await helpers.query(credit, [
+          n.transaction_id,
+          n.state,
+          n.custom_data,
+          n.amount,
+        ]);
+        if (rowCount === 1) stats.successful += 1;
+        else stats.duplicate += 1;
+      },
+    },
+  });
+  // Before the handler's pool ends (closers run in reverse); stop() also ends the worker's pool.
+  closers.push(() => runner.stop());
+  const add = `SELECT "${schema}".add_job('credit', $1::json)`;
+  const app = express();
+  app.use(express.json());
+  app.post('/ipn', async (req, res) => {
+    await pool.query(add, [req.body]);
     res.status(200).json({ ok: true });
   });
   return app;
@@ -256,7 +344,7 @@ async function stop(server: Server): Promise<void> {
 
 async function main(): Promise<void> {
   lib = await loadLib(config.lib);
-  const server = createServer(handlerOf(config.variant));
+  const server = createServer(await handlerOf(config.variant));
   // Without the orchestrator, nobody is left to stop this process.
   process.on('disconnect', () => process.exit(1));
   process.on('message', (message) => {

@@ -82,9 +82,11 @@ export async function openRedis(url: string, prefix: string): Promise<BenchServi
 }
 
 /**
- * Connects to PostgreSQL at `url`, migrates `table` (and its `_expected` table beside it) and creates the
- * ledger `<table>_ledger` that the exactly-once variants write, and `<table>_handwritten`, the ledger keyed
- * by (transaction_id, state) that `handwritten-ledger` writes; rejects with the cause when it cannot.
+ * Connects to PostgreSQL at `url`, migrates `table` (and its `_expected`, `_states` and `_audit` tables beside it) and
+ * creates the ledger `<table>_ledger` that the exactly-once variants write, `<table>_handwritten`, the
+ * ledger keyed by (transaction_id, state) that `handwritten-ledger`, `by-the-book` and `graphile-worker`
+ * write, and `<table>_payloads`, the payloads `by-the-book` keeps; rejects with the cause when it cannot.
+ * Dropped at the end with graphile-worker's schema `<table>_gw`.
  */
 export async function openPostgres(url: string, table: string): Promise<BenchService> {
   const pool = new Pool({ connectionString: url, max: 2, connectionTimeoutMillis: 3000 });
@@ -94,7 +96,8 @@ export async function openPostgres(url: string, table: string): Promise<BenchSer
   const cleanup = async (report = true): Promise<void> => {
     try {
       await pool.query(
-        `DROP TABLE IF EXISTS "${table}", "${table}_expected", "${table}_ledger", "${table}_handwritten"`,
+        `DROP TABLE IF EXISTS "${table}", "${table}_expected", "${table}_states", "${table}_ledger", ` +
+          `"${table}_handwritten", "${table}_audit", "${table}_payloads"; DROP SCHEMA IF EXISTS "${table}_gw" CASCADE`,
       );
     } catch (error) {
       if (report) console.error(`bench: could not drop the table ${table}: ${String(error)}`);
@@ -116,6 +119,11 @@ export async function openPostgres(url: string, table: string): Promise<BenchSer
       `CREATE TABLE IF NOT EXISTS "${table}_handwritten" (transaction_id text NOT NULL, state text NOT NULL, ` +
         'order_id text, amount numeric, PRIMARY KEY (transaction_id, state))',
     );
+    // The payloads the by-the-book handler keeps for audit (bench/e2e.ts); `_audit` is the store's own log.
+    await pool.query(
+      `CREATE TABLE IF NOT EXISTS "${table}_payloads" (id bigserial PRIMARY KEY, transaction_id text NOT NULL, ` +
+        'payload jsonb NOT NULL, received_at timestamptz NOT NULL DEFAULT now())',
+    );
     const { rows } = await pool.query<{ server_version: string }>('SHOW server_version');
     version = `PostgreSQL ${rows[0]?.server_version ?? '?'}`;
   } catch (error) {
@@ -125,7 +133,12 @@ export async function openPostgres(url: string, table: string): Promise<BenchSer
   return {
     version,
     reset: async () => {
-      await pool.query(`TRUNCATE "${table}", "${table}_ledger", "${table}_handwritten"`);
+      // graphile-worker's schema too: its server migrates it anew, so no job of an earlier measurement is left.
+      await pool.query(
+        `TRUNCATE "${table}", "${table}_states", "${table}_ledger", "${table}_handwritten", "${table}_audit", ` +
+          `"${table}_payloads"; ` +
+          `DROP SCHEMA IF EXISTS "${table}_gw" CASCADE`,
+      );
     },
     cpuMicros: () => Promise.resolve(postmaster === undefined ? undefined : postgresCpu(postmaster)),
     cleanup: () => cleanup(),

@@ -18,6 +18,12 @@ export interface Settings {
   cpuProf: string | undefined;
   /** Whether to write bench/results.json and the results section of bench/README.md. */
   write: boolean;
+  /** Notifications per round of the end-to-end comparison (bench/e2e.ts); 0 skips it. */
+  e2e: number;
+  /** Requests in flight at once in the end-to-end comparison. */
+  e2eConcurrency: number;
+  /** Only the end-to-end comparison: no per-request variants, memory or stages. */
+  e2eOnly: boolean;
 }
 
 export const USAGE = `npm run bench -- [options]
@@ -28,8 +34,13 @@ export const USAGE = `npm run bench -- [options]
   --connections N   concurrent connections (BENCH_CONNECTIONS, default 50)
   --variants LIST   comma-separated subset of ${VARIANTS.join(',')} (BENCH_VARIANTS)
   --memory-keys N   keys for the MemoryStore measurement, 0 to skip (BENCH_MEMORY_KEYS, default 1000000)
-  --quick           1 round of 2 s, 0.5 s warm-up, 100,000 keys; writes nothing unless --write
+  --e2e N           notifications per round of the end-to-end comparison, 0 to skip (BENCH_E2E, default 6000)
+  --e2e-concurrency N  requests in flight in it (BENCH_E2E_CONCURRENCY, default 10)
+  --e2e-only        only the end-to-end comparison (no per-request variants, memory or stages)
+  --quick           1 round of 2 s, 0.5 s warm-up, 100,000 keys, 500 notifications end to end; writes
+                    nothing unless --write
   --cpu-prof DIR    profile each server process (node --cpu-prof) into DIR/<variant>-round<N>/
+                    (DIR/e2e-<variant>-round<N>/ for the end-to-end comparison)
   --no-write        do not write bench/results.json and bench/README.md
   --write           write them even with --quick
   --help`;
@@ -58,6 +69,9 @@ export function readSettings(argv: string[], env: NodeJS.ProcessEnv): Settings |
       'cpu-prof': { type: 'string' },
       'no-write': { type: 'boolean', default: false },
       write: { type: 'boolean', default: false },
+      e2e: { type: 'string' },
+      'e2e-concurrency': { type: 'string' },
+      'e2e-only': { type: 'boolean', default: false },
       help: { type: 'boolean', default: false },
     },
   });
@@ -81,5 +95,10 @@ export function readSettings(argv: string[], env: NodeJS.ProcessEnv): Settings |
     ),
     cpuProf: values['cpu-prof'],
     write: !values['no-write'] && (!quick || values.write),
+    e2e: Math.floor(number('e2e', values.e2e ?? env.BENCH_E2E, quick ? 500 : 6000, 0)),
+    e2eConcurrency: Math.floor(
+      number('e2e-concurrency', values['e2e-concurrency'] ?? env.BENCH_E2E_CONCURRENCY, 10, 1),
+    ),
+    e2eOnly: values['e2e-only'],
   };
 }

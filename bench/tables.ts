@@ -53,23 +53,23 @@ export function rows(runs: VariantRun[], aggregates: Map<VariantRun, Aggregate |
   });
 }
 
-/** The table as aligned text, for the terminal. */
-export function textTable(body: string[][]): string {
-  const all = [HEADER, ...body];
-  const widths = HEADER.map((_, column) => Math.max(...all.map((row) => (row[column] ?? '').length)));
+/** The table as aligned text, for the terminal; the per-request table's columns unless others are given. */
+export function textTable(body: string[][], header = HEADER, right = RIGHT): string {
+  const all = [header, ...body];
+  const widths = header.map((_, column) => Math.max(...all.map((row) => (row[column] ?? '').length)));
   const line = (row: string[]): string =>
     row
-      .map((cell, column) => (RIGHT[column] ? cell.padStart(widths[column]!) : cell.padEnd(widths[column]!)))
+      .map((cell, column) => (right[column] ? cell.padStart(widths[column]!) : cell.padEnd(widths[column]!)))
       .join('  ')
       .trimEnd();
-  return [line(HEADER), widths.map((width) => '-'.repeat(width)).join('  '), ...body.map(line)].join('\n');
+  return [line(header), widths.map((width) => '-'.repeat(width)).join('  '), ...body.map(line)].join('\n');
 }
 
-/** The table in Markdown. */
-export function markdownTable(body: string[][]): string {
+/** The table in Markdown; the per-request table's columns unless others are given. */
+export function markdownTable(body: string[][], header = HEADER, right = RIGHT): string {
   const line = (row: string[]): string => `| ${row.map((cell) => cell.replaceAll('|', '\\|')).join(' | ')} |`;
-  const rule = `|${RIGHT.map((right) => (right ? ' ---: ' : ' --- ')).join('|')}|`;
-  return [line(HEADER), rule, ...body.map(line)].join('\n');
+  const rule = `|${right.map((aligned) => (aligned ? ' ---: ' : ' --- ')).join('|')}|`;
+  return [line(header), rule, ...body.map(line)].join('\n');
 }
 
 /** The MemoryStore figures, one per line. */

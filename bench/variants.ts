@@ -81,9 +81,15 @@ export const VARIANT_INFO: Record<Variant, { label: string; needs?: ServiceName;
   fetch: { label: 'ipn.fetch (Web Request/Response) on node:http, MemoryStore', reference: 'baseline' },
 };
 
+/**
+ * Servers that only the end-to-end comparison runs (bench/e2e.ts): references whose 200 says nothing about
+ * the credit (a job queue) or that the per-request table does not need.
+ */
+export type EndToEndServer = 'by-the-book' | 'graphile-worker';
+
 /** How the orchestrator configures a server process (the BENCH_SERVER environment variable, as JSON). */
 export interface ServerConfig {
-  variant: Variant;
+  variant: Variant | EndToEndServer;
   redisUrl: string;
   /** The run's Redis key prefix. */
   prefix: string;
@@ -91,7 +97,9 @@ export interface ServerConfig {
   /**
    * The run's table in PostgreSQL and MariaDB, migrated by the orchestrator, with its ledgers beside it:
    * `<table>_ledger` (no unique key, as the docs' exactly-once example has it) and, in PostgreSQL,
-   * `<table>_handwritten` (keyed by transaction id and state, for `handwritten-ledger`).
+   * `<table>_handwritten` (keyed by transaction id and state, for `handwritten-ledger`, `by-the-book` and
+   * `graphile-worker`), `<table>_payloads` (the payloads `by-the-book` keeps) and the schema `<table>_gw`
+   * (graphile-worker's, which its server migrates).
    */
   table: string;
   mysqlUrl: string;

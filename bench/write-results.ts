@@ -1,9 +1,6 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { format, resolveConfig } from 'prettier';
 
-const START = '<!-- results -->';
-const END = '<!-- /results -->';
-
 /** Writes `data` as JSON formatted the way the repository's prettier check wants it. */
 export async function writeJson(path: string, data: unknown): Promise<void> {
   const options = (await resolveConfig(path)) ?? {};
@@ -11,10 +8,13 @@ export async function writeJson(path: string, data: unknown): Promise<void> {
 }
 
 /**
- * Replaces what lies between `<!-- results -->` and `<!-- /results -->` in the Markdown file at `path`
- * with `section`; the hand-written rest of the file is kept. Appends the markers when they are missing.
+ * Replaces what lies between `<!-- results -->` and `<!-- /results -->` (or another `marker`'s pair) in the
+ * Markdown file at `path` with `section`; the hand-written rest of the file is kept. Appends the markers
+ * when they are missing.
  */
-export async function rewriteSection(path: string, section: string): Promise<void> {
+export async function rewriteSection(path: string, section: string, marker = 'results'): Promise<void> {
+  const START = `<!-- ${marker} -->`;
+  const END = `<!-- /${marker} -->`;
   const text = await readFile(path, 'utf8').catch(() => '');
   const start = text.indexOf(START);
   const end = text.indexOf(END, start);
