@@ -28,7 +28,7 @@ describeWithService('PostgreSQL', 'an ORM on another schema than the store', () 
       store: new PostgresStore({ pool: store.pool(), transactions: pgTransactions(ormPool) }),
       delivery: 'at-least-once',
       logger: quiet,
-      leaseMs: 300,
+      leaseMs: 2_000, // each attempt fails at its mark, well before: the lease only bounds a slow machine
       retryDelayMs: 20,
       recoveryIntervalMs: 50,
       maxAttempts: 3,
