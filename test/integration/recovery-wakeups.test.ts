@@ -40,7 +40,8 @@ function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
       recoveryIntervalMs: TEN_MINUTES,
       ...options,
     });
-    return { ipn, store, ...(await serve(ipn)) };
+    const { post } = await serve(ipn);
+    return { ipn, store, post };
   }
 
   test("a retry due while a drain's batch runs is taken up once that batch ends (not after recoveryIntervalMs)", async () => {
