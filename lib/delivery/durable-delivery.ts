@@ -423,16 +423,22 @@ export function createDurableDelivery<C>(
   let running: Promise<unknown> | undefined;
   /** `close()` has begun: no new batch is taken up (one would run on into a closed store). */
   let stopping = false;
+  /** A `recover()` came while a batch was running: one more pass follows it (see `exclusively`). */
+  let again = false;
   function exclusively<T>(pending: Promise<T>): Promise<T> {
     const over = (): void => {
       running = undefined;
+      // A `recover()` came while this batch ran (a retry's wake-up, a replay): one more pass, whichever
+      // batch this was (the timers' or a drain's, which schedules nothing of its own).
+      if (again) {
+        again = false;
+        after(0, recover);
+      }
     };
     running = pending.then(over, over); // never rejects: the caller handles `pending`'s own failure
     return pending;
   }
 
-  /** A `recover()` came while a pass was running: one more pass follows it. */
-  let again = false;
   /** Takes up due and abandoned entries and delivers them; one run at a time. */
   function recover(): void {
     if (stopping || paused || context.isClosed()) return;
@@ -442,10 +448,9 @@ export function createDurableDelivery<C>(
       again = true;
       return;
     }
-    again = false;
     exclusively(takeUp('timers')).then(
       (counts) => {
-        if (counts?.taken === RECOVERY_BATCH || again) after(0, recover); // more are waiting
+        if (counts?.taken === RECOVERY_BATCH) after(0, recover); // more are waiting
       },
       (cause: unknown) => {
         // A bug of ours (takeUp never rejects): reported, never an unhandled rejection.
