@@ -4,7 +4,7 @@ import { Pool } from 'pg';
 import { ipnRouter, MemoryStore, type Options } from '../../lib/index.js';
 import { PostgresStore } from '../../lib/postgres.js';
 import { RedisStore } from '../../lib/redis.js';
-import type { DurableStore } from '../../lib/stores/store.js';
+import type { DurableStore, InboxEntry } from '../../lib/stores/store.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { servedRouters } from '../helpers/servers.js';
@@ -96,6 +96,72 @@ function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
     );
     expect(credited).toContain(String(retried.transaction_id));
   });
+
+  test('resume() while a notification is being put back: delivered once, never made due again after', async () => {
+    const plain = await fresh();
+    const { hooked, open, entered, done, nextLease } = heldReplay(plain);
+    const ipn = ipnRouter({
+      store: hooked,
+      delivery: 'at-least-once',
+      logger: quiet,
+      retryDelayMs: 5,
+      recoveryIntervalMs: TEN_MINUTES,
+    });
+    const credited: string[] = [];
+    ipn.on('successful', (n) => void credited.push(n.transaction_id));
+    const { post } = await serve(ipn);
+    await ipn.pause();
+    const a = uniquePayload();
+    expect((await post(a)).status).toBe(200);
+    await entered; // being put back in the inbox
+    const leased = nextLease();
+    await ipn.resume(); // its recovery pass: when it takes the entry up, the put-back lands after the delivery
+    if ((await leased).includes(keyOf(a)))
+      await eventually('a delivered', async () => (await plain.get(keyOf(a)))?.status === 'delivered');
+    open();
+    await done;
+    await eventually('a delivered', async () => (await plain.get(keyOf(a)))?.status === 'delivered', 5_000);
+    await ipn.drain(); // a replay landing after the delivery would have made it due again: taken up here
+    expect((await plain.get(keyOf(a)))?.status).toBe('delivered');
+    expect(credited).toEqual([String(a.transaction_id)]);
+  });
+}
+
+/**
+ * `store` with its `replay` held (each call enters, then waits for `open()`): `entered` resolves at the first
+ * call, `done` once that call has landed. `nextLease()` resolves the keys of the next `lease()` that answers.
+ */
+function heldReplay(store: DurableStore) {
+  const held = gate();
+  const entered = gate();
+  const done = gate();
+  let leased: ((keys: string[]) => void) | undefined;
+  const hooked = new Proxy(store, {
+    get(target, property) {
+      const value: unknown = Reflect.get(target, property, target);
+      if (typeof value !== 'function') return value;
+      const call = (...args: unknown[]) => (value as (...a: unknown[]) => unknown).apply(target, args);
+      if (property === 'lease') {
+        return async (...args: unknown[]) => {
+          const entries = (await call(...args)) as InboxEntry[];
+          leased?.(entries.map((entry) => entry.key));
+          return entries;
+        };
+      }
+      if (property !== 'replay') return call;
+      return async (...args: unknown[]) => {
+        entered.open();
+        await held.opened;
+        try {
+          return (await call(...args)) as boolean;
+        } finally {
+          done.open();
+        }
+      };
+    },
+  });
+  const nextLease = () => new Promise<string[]>((resolve) => (leased = resolve));
+  return { hooked, open: held.open, entered: entered.opened, done: done.opened, nextLease };
 }
 
 describe('MemoryStore', () => {
