@@ -4,6 +4,7 @@ import { createPool, type Pool as MysqlPool } from 'mysql2/promise';
 import { MysqlStore } from '../../lib/mysql.js';
 import { RedisStore } from '../../lib/redis.js';
 import type { DurableStore } from '../../lib/stores/store.js';
+import { retentionPass } from '../../lib/delivery/retention.js';
 import { describeWithService, mysqlUrl, redisUrl } from '../helpers/services.js';
 
 // Retention must never blank what is still to deliver. The stores that blank in JavaScript (Redis, MySQL,
@@ -45,6 +46,22 @@ async function replayDuringRedact(
   expect(entry?.record).toMatchObject(customer);
 }
 
+/**
+ * An age past what a date can say (`Number.MAX_SAFE_INTEGER`, "for ever") deletes nothing, and the rest of
+ * the pass (the blanking of the customer's data) still runs.
+ */
+async function foreverScenario(store: DurableStore): Promise<void> {
+  const key = await deadEntry(store);
+  const forever = Number.MAX_SAFE_INTEGER;
+  const later = Date.now() + 1_000;
+  const pass = await retentionPass(store, forever, { deadMs: forever, personalDataMs: 1 }, later);
+  expect(pass).toMatchObject({ delivered: 0, dead: 0 });
+  expect(pass.redacted).toBeGreaterThanOrEqual(1);
+  expect((await store.get(key))?.record).toMatchObject({ customer_name: '', destination: '', amount: 2500 });
+  await retentionPass(store, forever, { deadMs: 1, personalDataMs: forever }, later);
+  expect(await store.get(key)).toBeUndefined();
+}
+
 describeWithService('Redis', 'RedisStore', () => {
   const prefix = `ipn-kit-test:retrace:${process.pid}:${randomUUID().slice(0, 8)}:`;
   const client = new Redis(redisUrl());
@@ -77,6 +94,10 @@ describeWithService('Redis', 'RedisStore', () => {
       new RedisStore({ client, prefix }),
       (hook) => void (before = hook),
     );
+  });
+
+  test('retention ages past the date range ("for ever") delete nothing and block nothing', async () => {
+    await foreverScenario(new RedisStore({ client, prefix }));
   });
 });
 
@@ -114,5 +135,9 @@ describeWithService('MariaDB', 'MysqlStore', () => {
       new MysqlStore({ pool, table }),
       (hook) => void (before = hook),
     );
+  });
+
+  test('retention ages past the date range ("for ever") delete nothing and block nothing', async () => {
+    await foreverScenario(new MysqlStore({ pool, table }));
   });
 });
