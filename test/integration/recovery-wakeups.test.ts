@@ -125,6 +125,47 @@ function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
     expect((await plain.get(keyOf(a)))?.status).toBe('delivered');
     expect(credited).toEqual([String(a.transaction_id)]);
   });
+
+  test('pause, then close(): what was stored while paused is delivered once by the next router on the store, and by an unpaused instance meanwhile', async () => {
+    const store = await fresh();
+    const make = () =>
+      ipnRouter({ store, delivery: 'at-least-once', logger: quiet, retryDelayMs: 5, recoveryIntervalMs: 50 });
+    const credited: string[] = [];
+    const paused = make();
+    paused.on('successful', (n) => void credited.push(`paused:${n.transaction_id}`));
+    const { post } = await serve(paused);
+    await paused.pause();
+    const [a, b] = [uniquePayload(), uniquePayload()];
+    expect((await post(a)).status).toBe(200);
+    await eventually('a put back', async () => (await store.get(keyOf(a)))?.leaseUntil === null);
+    // Pause is per instance: another one, unpaused, delivers what the paused one stored.
+    const other = make();
+    other.on('successful', (n) => void credited.push(`other:${n.transaction_id}`));
+    const second = await serve(other);
+    expect((await second.post(uniquePayload())).status).toBe(200); // its first use starts its recovery
+    await eventually(
+      'a delivered by the other',
+      async () => (await store.get(keyOf(a)))?.status === 'delivered',
+    );
+    await other.close();
+
+    expect((await post(b)).status).toBe(200);
+    await eventually('b put back', async () => (await store.get(keyOf(b)))?.leaseUntil === null);
+    await paused.close();
+    const next = make();
+    next.on('successful', (n) => void credited.push(`next:${n.transaction_id}`));
+    const third = await serve(next);
+    expect(next.inbox.isPaused()).toBe(false); // a restart starts unpaused
+    expect((await third.post(uniquePayload())).status).toBe(200);
+    await eventually(
+      'b delivered by the next',
+      async () => (await store.get(keyOf(b)))?.status === 'delivered',
+    );
+    const ids = [a, b].map((p) => String(p.transaction_id));
+    expect(credited.filter((c) => ids.some((id) => c.endsWith(id))).sort()).toEqual(
+      [`next:${ids[1]}`, `other:${ids[0]}`].sort(),
+    );
+  });
 }
 
 /**
