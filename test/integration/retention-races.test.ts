@@ -1,8 +1,13 @@
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import Redis from 'ioredis';
 import { createPool, type Pool as MysqlPool } from 'mysql2/promise';
 import { MysqlStore } from '../../lib/mysql.js';
 import { RedisStore } from '../../lib/redis.js';
+import { SqliteStore } from '../../lib/sqlite.js';
 import type { DurableStore } from '../../lib/stores/store.js';
 import { retentionPass } from '../../lib/delivery/retention.js';
 import { describeWithService, mysqlUrl, redisUrl } from '../helpers/services.js';
@@ -34,12 +39,12 @@ async function deadEntry(store: DurableStore): Promise<string> {
 async function replayDuringRedact(
   hooked: DurableStore,
   plain: DurableStore,
-  arm: (before: () => Promise<void>) => void,
+  arm: (before: () => Promise<void>, key: string) => void,
 ): Promise<void> {
   const key = await deadEntry(plain);
   arm(async () => {
     expect(await plain.replay(key)).toBe(true);
-  });
+  }, key);
   await hooked.redact!(new Date(Date.now() + HOUR));
   const entry = await plain.get(key);
   expect(entry?.status).toBe('received');
@@ -139,5 +144,39 @@ describeWithService('MariaDB', 'MysqlStore', () => {
 
   test('retention ages past the date range ("for ever") delete nothing and block nothing', async () => {
     await foreverScenario(new MysqlStore({ pool, table }));
+  });
+});
+
+describe('SqliteStore', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'ipn-kit-retrace-'));
+  const database = new Database(join(dir, 'ipn.db'));
+  afterAll(() => {
+    database.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('redact() never blanks an entry replayed between its read and its write', async () => {
+    const plain = new SqliteStore({ database });
+    await plain.migrate();
+    let replayed: string | undefined;
+    // SQLite's statements are synchronous: the replay (another process on the file) is its SQL, run just
+    // before redact's write is prepared.
+    const hooked = new Proxy(database, {
+      get(target, property) {
+        const value: unknown = Reflect.get(target, property, target);
+        if (property !== 'prepare')
+          return typeof value === 'function' ? (value as () => unknown).bind(target) : value;
+        return (text: string) => {
+          if (replayed !== undefined && /SET record = \?/.test(text)) {
+            target
+              .prepare(`UPDATE ipn_inbox SET status = 'received', attempts = 0 WHERE key = ?`)
+              .run(replayed);
+            replayed = undefined;
+          }
+          return target.prepare(text);
+        };
+      },
+    });
+    await replayDuringRedact(new SqliteStore({ database: hooked }), plain, (_, key) => void (replayed = key));
   });
 });
