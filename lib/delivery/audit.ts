@@ -10,6 +10,33 @@ export type AuditAction = Omit<AuditEntry, 'at'>;
 /** Who an action is recorded as when nobody is named. */
 export const UNKNOWN_ACTOR = 'unknown';
 
+/** The longest action name (MySQL's `VARCHAR(64)`) and actor (in characters) the audit trail keeps. */
+const MAX_ACTION = 64;
+const MAX_ACTOR = 200;
+/** Control characters: a NUL PostgreSQL's text refuses, a terminal escape the CLI's output would run. */
+// eslint-disable-next-line no-control-regex
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/g;
+
+/** The action's name, checked: a non-empty string of at most 64 characters (a programmer's slip else). */
+function actionName(name: unknown): string {
+  if (typeof name !== 'string' || name === '' || name.length > MAX_ACTION) {
+    const got = typeof name === 'string' ? `${name.length} characters` : typeof name;
+    throw new TypeError(`recordAction: action must be a name of 1 to ${MAX_ACTION} characters, got ${got}`);
+  }
+  return name;
+}
+
+/**
+ * Who, as every store keeps it alike: without control characters, at most 200 characters (never half of
+ * one), `'unknown'` when nothing is left.
+ */
+function actorOf(actor: unknown): string {
+  if (typeof actor !== 'string')
+    throw new TypeError(`recordAction: actor must be a string, got ${typeof actor}`);
+  const kept = Array.from(actor.replace(CONTROL, '').trim()).slice(0, MAX_ACTOR).join('');
+  return kept === '' ? UNKNOWN_ACTOR : kept;
+}
+
 /**
  * Keeps one operator action (replay, purge, pause, ...) in the store's audit log, with who and what; the
  * store stamps when. Resolves `false` when the store keeps no audit log (a custom store without `audit`):
@@ -21,12 +48,8 @@ export const UNKNOWN_ACTOR = 'unknown';
  * await recordAction(store, { action: 'pause', actor: 'ada', detail: {} });
  */
 export async function recordAction(store: DurableStore, action: AuditAction): Promise<boolean> {
+  const entry = { action: actionName(action.action), actor: actorOf(action.actor), detail: action.detail };
   if (store.audit === undefined) return false;
-  const entry = {
-    action: action.action,
-    actor: action.actor.trim() === '' ? UNKNOWN_ACTOR : action.actor.slice(0, 200),
-    detail: action.detail,
-  };
   try {
     await store.audit.record(entry);
     return true;

@@ -98,7 +98,8 @@ export interface Inbox {
   replayProgress(keys: readonly string[]): Promise<ReplayProgress>;
   /**
    * Stops delivery on this instance: notifications are still checked, stored and answered 200, and wait
-   * in the inbox (status `received`) until `resume()`. `ipn.pause()` is this method.
+   * in the inbox (status `failed`, attempts 0, last error `delivery paused`) until `resume()`. `ipn.pause()`
+   * is this method.
    */
   pause(): Promise<void>;
   /** Delivers again, starting with what arrived while paused, oldest first. `ipn.resume()` is this method. */

@@ -34,7 +34,8 @@ export interface DrainResult {
   /**
    * A lower bound of the due work this pass did not reach: 0 when it saw the end of what was due. Otherwise
    * 1 when the budget ran out after a full inbox batch (50) or a full sweep batch (20), or when the store
-   * failed to hand out due entries: more may be waiting, call `drain()` again.
+   * failed to hand out due entries: more may be waiting, call `drain()` again. Also 1 while `ipn.pause()`
+   * holds delivery (nothing was taken up): a loop that calls again while `left` is above 0 must stop then.
    */
   left: number;
 }

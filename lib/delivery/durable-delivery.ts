@@ -164,7 +164,7 @@ export function createDurableDelivery<C>(
     driver: Driver = 'timers',
   ): Promise<boolean> {
     if (paused) {
-      await park(key, n, leaseId);
+      await park(key, n, leaseId, driver);
       return false;
     }
     return (await attemptOnce(key, n, leaseId, attempts, driver)) === 'delivered';
@@ -174,25 +174,28 @@ export function createDurableDelivery<C>(
   let paused = false;
 
   /**
-   * A notification stored while paused: given back to the inbox, `received`, attempts 0, due now (its lease
-   * ended), for the first pass after `resume()`. A store failure is reported; the entry then waits for its
-   * lease to run out, and is taken up all the same.
+   * A notification stored while paused: given back to the inbox, `failed` with attempts 0 and its last error
+   * saying so, due now (its lease ended), for the first pass after `resume()`. Attempts go back to 0 first,
+   * while this attempt's lease still holds the entry (a replay keeps a live lease): no other pass can take it
+   * up between the two writes, and nothing is written once the lease has ended (a replay landing after a
+   * pass delivered it would make a delivered entry due again: delivered twice). Resumed meanwhile, a pass is
+   * asked for: the resume's own may have looked before the entry was due. A store failure is reported; the
+   * entry then waits for its lease to run out, and is taken up all the same.
    */
-  async function park(key: string, n: IpnNotification, leaseId: string): Promise<void> {
+  async function park(key: string, n: IpnNotification, leaseId: string, driver: Driver): Promise<void> {
     try {
+      await timed(inbox.replay(key), 'replay', key);
       const error = 'delivery paused (ipn.pause()): delivered on resume';
-      if (
-        await timed(
-          inbox.settle(key, leaseId, { status: 'failed', error, nextAttemptAt: new Date() }),
-          'settle',
-          key,
-        )
-      )
-        await timed(inbox.replay(key), 'replay', key);
+      await timed(
+        inbox.settle(key, leaseId, { status: 'failed', error, nextAttemptAt: new Date() }),
+        'settle',
+        key,
+      );
     } catch (cause) {
       const message = `the store failed to put ${key} back while paused: ${messageOf(cause)}`;
       report(new StoreError(message, { cause }), n);
     }
+    if (!paused && driver === 'timers') recover();
   }
 
   /**
@@ -423,16 +426,22 @@ export function createDurableDelivery<C>(
   let running: Promise<unknown> | undefined;
   /** `close()` has begun: no new batch is taken up (one would run on into a closed store). */
   let stopping = false;
+  /** A `recover()` came while a batch was running: one more pass follows it (see `exclusively`). */
+  let again = false;
   function exclusively<T>(pending: Promise<T>): Promise<T> {
     const over = (): void => {
       running = undefined;
+      // A `recover()` came while this batch ran (a retry's wake-up, a replay): one more pass, whichever
+      // batch this was (the timers' or a drain's, which schedules nothing of its own).
+      if (again) {
+        again = false;
+        after(0, recover);
+      }
     };
     running = pending.then(over, over); // never rejects: the caller handles `pending`'s own failure
     return pending;
   }
 
-  /** A `recover()` came while a pass was running: one more pass follows it. */
-  let again = false;
   /** Takes up due and abandoned entries and delivers them; one run at a time. */
   function recover(): void {
     if (stopping || paused || context.isClosed()) return;
@@ -442,10 +451,9 @@ export function createDurableDelivery<C>(
       again = true;
       return;
     }
-    again = false;
     exclusively(takeUp('timers')).then(
       (counts) => {
-        if (counts?.taken === RECOVERY_BATCH || again) after(0, recover); // more are waiting
+        if (counts?.taken === RECOVERY_BATCH) after(0, recover); // more are waiting
       },
       (cause: unknown) => {
         // A bug of ours (takeUp never rejects): reported, never an unhandled rejection.

@@ -11,7 +11,8 @@ export interface RetentionPass {
 /**
  * One retention pass over `inbox` at `now`: the one rule, which every store runs in its own dialect. Deletes
  * delivered entries older than `ttlMs`, dead ones older than `deadMs`, and blanks the customer's data older
- * than `personalDataMs` (a store without `redact` keeps it). Rejects with the first store failure.
+ * than `personalDataMs` (a store without `redact` keeps it); an age reaching before 1970 deletes and blanks
+ * nothing. Rejects with the first store failure.
  */
 export async function retentionPass(
   inbox: DurableStore,
@@ -19,12 +20,18 @@ export async function retentionPass(
   retention: RetentionOptions,
   now = Date.now(),
 ): Promise<RetentionPass> {
-  const before = (ms: number): Date => new Date(now - ms);
-  const delivered = await inbox.purge(before(ttlMs));
-  const dead = Number.isFinite(retention.deadMs) ? await inbox.purge(before(retention.deadMs), 'dead') : 0;
+  // An age reaching back before 1970 (Infinity, or Number.MAX_SAFE_INTEGER, which the options accept and
+  // no Date can hold) covers nothing any inbox holds: that step is skipped, never a TypeError of the store's
+  // date check that would stop the rest of the pass (the customer's data would then never be blanked).
+  const before = (ms: number): Date | undefined => (now - ms > 0 ? new Date(now - ms) : undefined);
+  const [deliveredBefore, deadBefore, personalBefore] = [
+    before(ttlMs),
+    before(retention.deadMs),
+    before(retention.personalDataMs),
+  ];
+  const delivered = deliveredBefore ? await inbox.purge(deliveredBefore) : 0;
+  const dead = deadBefore ? await inbox.purge(deadBefore, 'dead') : 0;
   const redacted =
-    Number.isFinite(retention.personalDataMs) && typeof inbox.redact === 'function'
-      ? await inbox.redact(before(retention.personalDataMs))
-      : 0;
+    personalBefore && typeof inbox.redact === 'function' ? await inbox.redact(personalBefore) : 0;
   return { delivered, dead, redacted };
 }

@@ -33,8 +33,9 @@ export function checkPurge(store: string, before: unknown, status: unknown, meth
 /**
  * `redact()` for the stores that change records in JavaScript: each candidate (a delivered or dead entry
  * received before the date, its record as stored) is blanked by {@link blankPersonal}, then written by `set`
- * only if its stored text is still `stored` (a replace meanwhile keeps the new record). Resolves how many
- * records changed.
+ * only if its stored text is still `stored` (a replace meanwhile keeps the new record) and it is still delivered
+ * or dead (a replay meanwhile made it due again: what is still to deliver keeps its record whole). Resolves how
+ * many records changed.
  */
 export async function redactEach(
   candidates: Array<{ key: string; stored: string }>,

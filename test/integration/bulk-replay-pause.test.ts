@@ -173,10 +173,14 @@ function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
     expect(ipn.inbox.isPaused()).toBe(true);
     const [a, b] = [uniquePayload(), uniquePayload()];
     for (const payload of [a, b]) expect((await post(payload)).status).toBe(200);
-    // Each is put back in the inbox, received, attempts 0, and no recovery pass takes it up.
+    // Each is put back in the inbox, failed, attempts 0, saying why, and no recovery pass takes it up.
     await eventually('both parked', async () =>
       (await Promise.all([a, b].map((p) => store.get(keyOf(p))))).every(
-        (entry) => entry?.status === 'received' && entry.attempts === 0 && entry.leaseUntil === null,
+        (entry) =>
+          entry?.status === 'failed' &&
+          entry.attempts === 0 &&
+          entry.leaseUntil === null &&
+          entry.lastError === 'delivery paused (ipn.pause()): delivered on resume',
       ),
     );
     expect(await ipn.drain()).toMatchObject({ delivered: 0 });

@@ -140,9 +140,14 @@ for _, k in ipairs(redis.call('ZRANGEBYSCORE', base .. 'all', '-inf', '(' .. ARG
 end
 return out`,
 
-  /** ARGV: key, record as read, blanked record. 1 when set; 0 when the record changed meanwhile. */
+  /**
+   * ARGV: key, record as read, blanked record. 1 when set; 0 when the record changed meanwhile, or the entry
+   * is no longer delivered or dead (a replay since it was read: what is still to deliver keeps its record).
+   */
   setRecord: `local e = KEYS[1] .. 'e:' .. ARGV[1]
 if redis.call('HGET', e, 'record') ~= ARGV[2] then return 0 end
+local status = redis.call('HGET', e, 'status')
+if status ~= 'delivered' and status ~= 'dead' then return 0 end
 redis.call('HSET', e, 'record', ARGV[3])
 return 1`,
 

@@ -145,9 +145,10 @@ export function sqliteInboxSql(table: string) {
       WHERE status = 'dead' AND record <> '{}'`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ?`,
     purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < ?`,
-    // redact(): the records to blank (in JavaScript, one rule for every store), then each set only if unchanged.
+    // redact(): the records to blank (in JavaScript, one rule for every store), then each set only if unchanged
+    // and still delivered or dead: a replay between the two (the entry received again) keeps its record whole.
     redactable: `SELECT key, record FROM ${t} WHERE status IN ('delivered', 'dead') AND received_at < ?`,
-    setRecord: `UPDATE ${t} SET record = ? WHERE key = ? AND record = ?`,
+    setRecord: `UPDATE ${t} SET record = ? WHERE key = ? AND record = ? AND status IN ('delivered', 'dead')`,
   };
 }
 
