@@ -99,6 +99,19 @@ export function schemaMigration(
   };
 }
 
+/** Every migration of `migrations` as SQL for a migration tool, each followed by what `record` adds. */
+export function schemaMigrations(
+  migrations: readonly Migration[],
+  record: (migration: Migration) => readonly string[],
+): SchemaMigration[] {
+  return migrations.map((migration) => schemaMigration({ record }, migration));
+}
+
+/** Every statement of `migrations` as one text: what brings a database of any version to the latest. */
+export function latestSql(migrations: readonly SchemaMigration[]): string {
+  return migrations.map((migration) => migration.sql).join('');
+}
+
 /** Checks that `migrations` are numbered 1, 2, 3, ... in order: a slip in a dialect's list fails at once. */
 export function checkedMigrations(migrations: readonly Migration[]): readonly Migration[] {
   migrations.forEach((migration, index) => {

@@ -1,6 +1,6 @@
 import {
   checkedMigrations,
-  schemaMigration,
+  schemaMigrations,
   type Migration,
   type MigrationStep,
   type SchemaDialect,
@@ -105,8 +105,7 @@ function recordSql(table: string, migration: Migration): string[] {
  */
 export function mysqlMigrations(table = 'ipn_inbox'): SchemaMigration[] {
   mysqlTableNames(table, 'mysqlMigrations');
-  const dialect = { record: (m: Migration) => recordSql(table, m) };
-  return mysqlMigrationList(table).map((migration) => schemaMigration(dialect, migration));
+  return schemaMigrations(mysqlMigrationList(table), (migration) => recordSql(table, migration));
 }
 
 /** One connection of the pool, the one that holds the lock: its statements, without values or with `?`. */

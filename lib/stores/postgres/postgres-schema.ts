@@ -1,6 +1,7 @@
 import {
   checkedMigrations,
-  schemaMigration,
+  latestSql,
+  schemaMigrations,
   type Migration,
   type MigrationStep,
   type SchemaDialect,
@@ -112,8 +113,7 @@ function recordSql(table: string, migration: Migration): string[] {
  */
 export function postgresMigrations(table = 'ipn_inbox'): SchemaMigration[] {
   tableNames(table, 'postgresMigrations');
-  const dialect = { record: (m: Migration) => recordSql(table, m) };
-  return postgresMigrationList(table).map((migration) => schemaMigration(dialect, migration));
+  return schemaMigrations(postgresMigrationList(table), (migration) => recordSql(table, migration));
 }
 
 /**
@@ -136,9 +136,7 @@ export function postgresMigrations(table = 'ipn_inbox'): SchemaMigration[] {
  */
 export function postgresSchemaSql(table = 'ipn_inbox'): string {
   tableNames(table, 'postgresSchemaSql');
-  return postgresMigrations(table)
-    .map((migration) => migration.sql)
-    .join('');
+  return latestSql(postgresMigrations(table));
 }
 
 /** What the PostgreSQL dialect runs its statements through: the store's pool, or its ORM as one. */

@@ -1,6 +1,7 @@
 import {
   checkedMigrations,
-  schemaMigration,
+  latestSql,
+  schemaMigrations,
   type Migration,
   type MigrationStep,
   type SchemaDialect,
@@ -107,8 +108,7 @@ function recordSql(table: string, migration: Migration): string[] {
  */
 export function sqliteMigrations(table = 'ipn_inbox'): SchemaMigration[] {
   quoteTable(table, 'sqliteMigrations');
-  const dialect = { record: (m: Migration) => recordSql(table, m) };
-  return sqliteMigrationList(table).map((migration) => schemaMigration(dialect, migration));
+  return schemaMigrations(sqliteMigrationList(table), (migration) => recordSql(table, migration));
 }
 
 /**
@@ -129,9 +129,7 @@ export function sqliteMigrations(table = 'ipn_inbox'): SchemaMigration[] {
  */
 export function sqliteSchemaSql(table = 'ipn_inbox'): string {
   quoteTable(table, 'sqliteSchemaSql');
-  return sqliteMigrations(table)
-    .map((migration) => migration.sql)
-    .join('');
+  return latestSql(sqliteMigrations(table));
 }
 
 /** What the SQLite dialect runs its statements through: the store's connection. */
