@@ -23,7 +23,7 @@ CREATE TABLE IF NOT EXISTS "ipn_inbox_schema" (
   name text NOT NULL,
   applied_at timestamptz NOT NULL DEFAULT now()
 );
-INSERT INTO "ipn_inbox_schema" (version, name) VALUES (1, 'the inbox and its index of due entries (ipn-kit 0.1.0)') ON CONFLICT (version) DO NOTHING;
+INSERT INTO "ipn_inbox_schema" (version, name) VALUES (1, 'the inbox and its index of due entries') ON CONFLICT (version) DO NOTHING;
 CREATE TABLE IF NOT EXISTS "ipn_inbox_expected" (
   transaction_id text PRIMARY KEY,
   custom_data text,

@@ -332,7 +332,7 @@ describeWithService('PostgreSQL', 'PostgreSQL: upgrade from 0.1.0', () => {
       expect(ran).toMatchObject({ code: 0, stderr: '' });
       expect(ran.stdout.split('\n')).toEqual([
         `${table}: schema version 0 (none recorded: tables made before schema versions, or none yet)`,
-        'ran version 1: the inbox and its index of due entries (ipn-kit 0.1.0)',
+        'ran version 1: the inbox and its index of due entries',
         'ran version 2: the expectations, lifecycle and audit tables',
         `${table}: schema version 2 (the latest)`,
       ]);

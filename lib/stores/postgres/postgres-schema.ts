@@ -45,7 +45,7 @@ export function postgresMigrationList(table: string): readonly Migration[] {
   return checkedMigrations([
     {
       version: 1,
-      name: 'the inbox and its index of due entries (ipn-kit 0.1.0)',
+      name: 'the inbox and its index of due entries',
       tables: [quoted],
       steps: [
         statement(`CREATE TABLE IF NOT EXISTS ${quoted} (
