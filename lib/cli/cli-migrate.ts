@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import type { CliIo } from './cli-io.js';
 import { messageOf } from '../shared/errors.js';
@@ -150,6 +151,10 @@ async function connect(planned: Plan, io: CliIo): Promise<Target | number> {
     const Database =
       loaded.default ?? (loaded as unknown as new (file: string, options: object) => SqliteDatabase);
     // A file that is not there is a typing slip, not a new inbox: migrate() of the app makes a new one.
+    if (!existsSync(planned.sqlite)) {
+      io.stderr(`ipn-kit migrate: ${planned.sqlite} does not exist (--sqlite names the app's SQLite file)`);
+      return 2;
+    }
     const database = new Database(planned.sqlite, { fileMustExist: true });
     try {
       return {

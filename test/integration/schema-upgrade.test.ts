@@ -430,6 +430,32 @@ describe('SQLite: upgrade from 0.1.0', () => {
     },
   };
   scenarios(() => dialect, `ipn_test_upg_${process.pid}`, [{ file: 'sqlite.sql', full: true }]);
+
+  test('ipn-kit migrate --sqlite FILE migrates the file; a file that is not there is refused', async () => {
+    const file = join(folder, 'cli.db');
+    const made = new Database(file);
+    made.exec(fixture('sqlite.sql', 'ipn_inbox'));
+    made.close();
+    const out: string[] = [];
+    const err: string[] = [];
+    const io = {
+      stdout: (line: string) => out.push(line),
+      stderr: (line: string) => err.push(line),
+      env: {},
+    };
+    expect(await runCli(['migrate', '--sqlite', file], io)).toBe(0);
+    expect(err).toEqual([]);
+    expect(out.at(0)).toMatch(/^ipn_inbox: schema version 0 /);
+    expect(out.at(-1)).toBe('ipn_inbox: schema version 2 (the latest)');
+    const check = new Database(file);
+    opened.push(check);
+    expect(check.prepare('SELECT version FROM ipn_inbox_schema ORDER BY version').all()).toEqual([
+      { version: 1 },
+      { version: 2 },
+    ]);
+    expect(await runCli(['migrate', '--sqlite', join(folder, 'typo.db')], io)).toBe(2);
+    expect(err.at(-1)).toMatch(/typo\.db does not exist/);
+  });
   afterAll(() => {
     for (const made of opened) made.close();
     rmSync(folder, { recursive: true, force: true });
