@@ -18,9 +18,36 @@ CREATE TABLE IF NOT EXISTS "ipn_inbox" (
   CHECK (key = transaction_id || ':' || state)
 );
 CREATE INDEX IF NOT EXISTS "ipn_inbox_due_idx" ON "ipn_inbox" (status, next_attempt_at);
+CREATE TABLE IF NOT EXISTS "ipn_inbox_schema" (
+  version integer PRIMARY KEY,
+  name text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO "ipn_inbox_schema" (version, name) VALUES (1, 'the inbox and its index of due entries') ON CONFLICT (version) DO NOTHING;
+CREATE TABLE IF NOT EXISTS "ipn_inbox_expected" (
+  transaction_id text PRIMARY KEY,
+  custom_data text,
+  amount double precision,
+  expected_at bigint NOT NULL,
+  due_at bigint NOT NULL,
+  attempts integer NOT NULL DEFAULT 0
+);
 CREATE TABLE IF NOT EXISTS "ipn_inbox_states" (
   transaction_id text PRIMARY KEY,
   state text NOT NULL,
   decided_at timestamptz NOT NULL DEFAULT now()
 );
+CREATE TABLE IF NOT EXISTS "ipn_inbox_audit" (
+  id bigserial PRIMARY KEY,
+  at timestamptz NOT NULL DEFAULT now(),
+  action text NOT NULL,
+  actor text NOT NULL,
+  detail json NOT NULL
+);
+CREATE TABLE IF NOT EXISTS "ipn_inbox_schema" (
+  version integer PRIMARY KEY,
+  name text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO "ipn_inbox_schema" (version, name) VALUES (2, 'the expectations, lifecycle and audit tables') ON CONFLICT (version) DO NOTHING;
 -- #endregion schema

@@ -8,3 +8,5 @@ export type { MysqlStoreOptions } from './stores/mysql/mysql-store.js';
 export type { MysqlPool, MysqlPoolConnection } from './stores/mysql/mysql-pool.js';
 export { mysqlSchemaSql, mysqlExpectationsSql, mysqlAuditSql } from './stores/mysql/mysql-sql.js';
 export { mysqlLifecycleSql } from './stores/mysql/mysql-lifecycle.js';
+export { mysqlMigrations } from './stores/mysql/mysql-schema.js';
+export type { SchemaMigration, MigrationReport, MigrateOptions } from './stores/schema-migrations.js';

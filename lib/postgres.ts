@@ -6,6 +6,7 @@
 export { PostgresStore } from './stores/postgres/postgres-store.js';
 export type { PostgresStoreOptions } from './stores/postgres/postgres-store.js';
 export type { PgQueryable } from './stores/postgres/postgres-store.js';
-export { postgresSchemaSql } from './stores/postgres/postgres-sql.js';
+export { postgresSchemaSql, postgresMigrations } from './stores/postgres/postgres-schema.js';
+export type { SchemaMigration, MigrationReport, MigrateOptions } from './stores/schema-migrations.js';
 export { postgresExpectationsSql } from './stores/postgres/postgres-expectations.js';
 export { postgresAuditSql } from './stores/postgres/postgres-audit.js';

@@ -7,4 +7,6 @@
 export { SqliteStore } from './stores/sqlite/sqlite-store.js';
 export type { SqliteStoreOptions } from './stores/sqlite/sqlite-store.js';
 export type { SqliteDatabase, SqliteStatement } from './stores/sqlite/sqlite-connection.js';
-export { sqliteSchemaSql, sqliteAuditSql } from './stores/sqlite/sqlite-sql.js';
+export { sqliteAuditSql } from './stores/sqlite/sqlite-sql.js';
+export { sqliteSchemaSql, sqliteMigrations } from './stores/sqlite/sqlite-schema.js';
+export type { SchemaMigration, MigrationReport, MigrateOptions } from './stores/schema-migrations.js';

@@ -109,7 +109,7 @@ export async function onMysql(
 }
 
 /** Loads mysql2 only now: ipn-kit does not depend on it, and the rest of the CLI works without it. */
-async function loadCreatePool(): Promise<CreatePool> {
+export async function loadCreatePool(): Promise<CreatePool> {
   const mysql2 = (await import('mysql2/promise')) as unknown as {
     createPool?: CreatePool;
     default?: { createPool?: CreatePool };

@@ -478,7 +478,7 @@ function purge(before: Date, status: PurgedStatus): Action {
 }
 
 /** Loads `pg` only now: ipn-kit does not depend on it, and the rest of the CLI works without it. */
-async function loadPool(): Promise<PoolConstructor> {
+export async function loadPool(): Promise<PoolConstructor> {
   const pg = (await import('pg')) as unknown as {
     Pool?: PoolConstructor;
     default?: { Pool?: PoolConstructor };

@@ -1,5 +1,6 @@
 import type { CliIo } from './cli-io.js';
 import { inboxCommand } from './cli-inbox.js';
+import { migrateCommand } from './cli-migrate.js';
 import { sendCommand } from './cli-send.js';
 import { packageVersion } from './package-version.js';
 
@@ -12,6 +13,7 @@ const USAGE = `usage:
   ipn-kit inbox purge --before <ISO date> [--dead]
   ipn-kit inbox audit
   (inbox: PostgreSQL at DATABASE_URL, or Redis with --redis-url URL [--prefix P])
+  ipn-kit migrate [--table NAME] [--dry-run] [--mysql-url URL | --sqlite FILE]
   ipn-kit --version
 Run 'ipn-kit <command> --help' for details.`;
 
@@ -20,6 +22,7 @@ export async function runCli(argv: string[], io: CliIo): Promise<number> {
   const [command, ...rest] = argv;
   if (command === 'send') return sendCommand(rest, io);
   if (command === 'inbox') return inboxCommand(rest, io);
+  if (command === 'migrate') return migrateCommand(rest, io);
   if (command === '--version' || command === '-v') {
     io.stdout(packageVersion());
     return 0;

@@ -132,6 +132,8 @@ const SURFACE: Record<string, string[]> = {
     'postgresSchemaSql',
     'postgresExpectationsSql',
     'postgresAuditSql',
+    'postgresMigrations',
+    ...['SchemaMigration', 'MigrationReport', 'MigrateOptions'],
   ],
   mysql: [
     'MysqlStore',
@@ -142,6 +144,8 @@ const SURFACE: Record<string, string[]> = {
     'mysqlExpectationsSql',
     'mysqlAuditSql',
     'mysqlLifecycleSql',
+    'mysqlMigrations',
+    ...['SchemaMigration', 'MigrationReport', 'MigrateOptions'],
   ],
   sqlite: [
     'SqliteStore',
@@ -150,6 +154,8 @@ const SURFACE: Record<string, string[]> = {
     'SqliteStatement',
     'sqliteSchemaSql',
     'sqliteAuditSql',
+    'sqliteMigrations',
+    ...['SchemaMigration', 'MigrationReport', 'MigrateOptions'],
   ],
   testing: [
     ...['createFakeProvider', 'FakeProvider', 'FakeProviderOptions'],

@@ -123,6 +123,7 @@ export const ipnKitTables = {
     await sql.raw(postgresAuditSql('ipn_inbox')).execute(db); // the operators' audit trail
   },
   async down(db: Kysely<unknown>): Promise<void> {
+    await db.schema.dropTable('ipn_inbox_schema').ifExists().execute(); // the schema versions run
     await db.schema.dropTable('ipn_inbox_audit').ifExists().execute();
     await db.schema.dropTable('ipn_inbox_states').ifExists().execute();
     await db.schema.dropTable('ipn_inbox_expected').ifExists().execute();

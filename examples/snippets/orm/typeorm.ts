@@ -81,7 +81,9 @@ export class IpnInbox1764028800000 implements MigrationInterface {
   }
 
   async down(queryRunner: QueryRunner): Promise<void> {
-    await queryRunner.query('DROP TABLE IF EXISTS ipn_inbox_expected, ipn_inbox');
+    await queryRunner.query(
+      'DROP TABLE IF EXISTS ipn_inbox_schema, ipn_inbox_audit, ipn_inbox_states, ipn_inbox_expected, ipn_inbox',
+    );
   }
 }
 // #endregion typeorm-migration

@@ -19,7 +19,7 @@ import type {
 } from '../store.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
 import { MysqlExpectations } from './mysql-expectations.js';
-import { MysqlLifecycle, mysqlLifecycleSql } from './mysql-lifecycle.js';
+import { MysqlLifecycle } from './mysql-lifecycle.js';
 import {
   affectedOf,
   DUPLICATE_KEY,
@@ -48,16 +48,10 @@ import {
   toEntry,
   toStoredJson,
 } from './mysql-rows.js';
-import {
-  mysqlAuditSql,
-  mysqlAuditTable,
-  mysqlExpectationsSql,
-  mysqlInboxSql,
-  mysqlSchemaSql,
-  mysqlTableNames,
-  type MysqlInboxSql,
-} from './mysql-sql.js';
+import { mysqlAuditTable, mysqlInboxSql, mysqlTableNames, type MysqlInboxSql } from './mysql-sql.js';
 import { explainMysql, mysqlOrmMark, openPoolTransaction } from './mysql-transaction.js';
+import { mysqlSchemaDialect } from './mysql-schema.js';
+import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
 
 /**
  * Options of {@link MysqlStore}.
@@ -119,7 +113,7 @@ const MIGRATE_LOCK_SECONDS = 60;
  *   Receives that arrive together are inserted as one statement (group commit).
  *
  * Create the tables once with {@link MysqlStore.migrate} (safe to run on every start, from every instance
- * at once), or with {@link mysqlSchemaSql} and {@link mysqlExpectationsSql} in your own migrations. Every
+ * at once), or with the SQL of {@link mysqlMigrations} in your own migrations. Every
  * time comparison uses the database's clock, in UTC. Give it your own mysql2 pool; ipn-kit loads no MySQL
  * package, and `ipn.close()` leaves the pool open.
  *
@@ -198,44 +192,72 @@ export class MysqlStore<
   }
 
   /**
-   * Creates the inbox table and the expectations table beside it (`<table>_expected`) if they do not exist.
-   * Idempotent, and safe to run from several processes at once: a named lock (`GET_LOCK`) makes them take
-   * turns.
+   * Brings the store's tables to the latest schema version: the inbox, `<table>_expected`, `<table>_states`
+   * and `<table>_audit`, with the version recorded in `<table>_schema` (the SQL of {@link mysqlMigrations}).
+   * Runs each version above the database's in order (a database made before versions is at 0; its rows are
+   * kept as they are). Idempotent, and safe to run from several processes at once: a named lock
+   * (`GET_LOCK`) makes them take turns.
+   * @throws StoreError when a statement fails, another `migrate()` holds the lock for a minute, or the
+   * database is at a newer version than this ipn-kit's (nothing is changed: ipn-kit never downgrades).
    */
   async migrate(): Promise<void> {
+    await this.migrateSchema();
+  }
+
+  /**
+   * {@link MysqlStore.migrate}, saying what it did: the version before and after, and the versions run.
+   * `{ dryRun: true }` runs nothing and says what would run (`ipn-kit migrate --dry-run`).
+   * @throws StoreError as `migrate()`.
+   */
+  async migrateSchema(options?: MigrateOptions): Promise<MigrationReport> {
+    let report: MigrationReport | undefined;
     // Recorded at once, before any await: a query of the router's first recovery pass that finds no table
     // meanwhile waits for it and runs again, so the documented start logs no missing table.
     await trackMigration(this.#pool, this.table, async () => {
-      const lock = `ipn-kit:${createHash('sha1').update(this.table).digest('hex').slice(0, 40)}`;
-      let connection: MysqlPoolConnection | undefined;
+      const dialect = mysqlSchemaDialect(this.table, (work) => this.#migrationLock(work));
       try {
-        connection = await this.#pool.getConnection();
-        const [row] = rowsOf(
-          await connection.query('SELECT GET_LOCK(?, ?) AS locked', [lock, MIGRATE_LOCK_SECONDS]),
-        );
-        if (Number(row?.locked) !== 1) {
-          throw new StoreError(
-            `MysqlStore.migrate: another migrate() held the lock ${lock} for ${MIGRATE_LOCK_SECONDS} s`,
-          );
-        }
-        const unfit = await unfitSession(connection);
-        if (unfit !== undefined) throw new StoreError(`MysqlStore.migrate: ${unfit}`);
-        await connection.query(mysqlSchemaSql(this.table));
-        await connection.query(mysqlExpectationsSql(this.table));
-        await connection.query(mysqlLifecycleSql(this.table));
-        await connection.query(mysqlAuditSql(this.table)); // a statement of its own, apart from the inbox's
-        await connection.query('SELECT RELEASE_LOCK(?)', [lock]);
-        connection.release();
+        report = await runMigrations(dialect, options);
       } catch (error) {
-        connection?.destroy(); // closing the connection lets go of its lock
         if (error instanceof StoreError) throw error;
         throw new StoreError(
           `MysqlStore.migrate: could not create the table ${this.table}: ${messageOf(error)} (the user needs ` +
-            'CREATE on the database; or create it with the SQL of mysqlSchemaSql() in your migrations)',
+            'CREATE on the database; or create it with the SQL of mysqlMigrations() in your migrations)',
           { cause: error },
         );
       }
     });
+    return report!;
+  }
+
+  /** Runs `work` on one connection of the pool that holds the migration's named lock of this table. */
+  async #migrationLock<T>(
+    work: (connection: {
+      rows(sql: string, values?: unknown[]): Promise<Array<Record<string, unknown>>>;
+    }) => Promise<T>,
+  ): Promise<T> {
+    const lock = `ipn-kit:${createHash('sha1').update(this.table).digest('hex').slice(0, 40)}`;
+    let connection: MysqlPoolConnection | undefined;
+    try {
+      connection = await this.#pool.getConnection();
+      const [row] = rowsOf(
+        await connection.query('SELECT GET_LOCK(?, ?) AS locked', [lock, MIGRATE_LOCK_SECONDS]),
+      );
+      if (Number(row?.locked) !== 1) {
+        throw new StoreError(
+          `MysqlStore.migrate: another migrate() held the lock ${lock} for ${MIGRATE_LOCK_SECONDS} s`,
+        );
+      }
+      const unfit = await unfitSession(connection);
+      if (unfit !== undefined) throw new StoreError(`MysqlStore.migrate: ${unfit}`);
+      const held = connection;
+      const result = await work({ rows: async (sql, values) => rowsOf(await held.query(sql, values)) });
+      await connection.query('SELECT RELEASE_LOCK(?)', [lock]);
+      connection.release();
+      return result;
+    } catch (error) {
+      connection?.destroy(); // closing the connection lets go of its lock
+      throw error;
+    }
   }
 
   /**

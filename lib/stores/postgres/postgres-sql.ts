@@ -36,44 +36,6 @@ export function tableNames(table: unknown, owner = 'PostgresStore'): TableNames 
   };
 }
 
-/**
- * The SQL that creates the inbox table and its index, and the lifecycle table beside it (`<table>_states`:
- * each transaction's accepted final state), for teams that run their own migrations (the same SQL
- * `PostgresStore.migrate()` runs). Idempotent: `IF NOT EXISTS` throughout.
- *
- * The key `transaction_id:state` is the primary key: it is what makes a claim or a receive atomic across
- * instances. A `CHECK` keeps it equal to `transaction_id || ':' || state`, so `(transaction_id, state)` is
- * unique too, without a second unique index to maintain on every insert.
- *
- * @param table `name` or `schema.name`. @default 'ipn_inbox'
- * @throws TypeError when `table` is not such a name.
- * @example
- * // In a migration of your own (node-pg-migrate, knex, a .sql file):
- * import { postgresSchemaSql } from 'ipn-kit/postgres';
- * await db.query(postgresSchemaSql('ipn_inbox'));
- */
-export function postgresSchemaSql(table = 'ipn_inbox'): string {
-  const { quoted, dueIndex } = tableNames(table, 'postgresSchemaSql');
-  return `CREATE TABLE IF NOT EXISTS ${quoted} (
-  key text PRIMARY KEY,
-  transaction_id text NOT NULL,
-  state text NOT NULL,
-  record jsonb NOT NULL,
-  status text NOT NULL CHECK (status IN ('received', 'delivered', 'failed', 'dead')),
-  attempts integer NOT NULL DEFAULT 0,
-  last_error text,
-  received_at timestamptz NOT NULL DEFAULT now(),
-  updated_at timestamptz NOT NULL DEFAULT now(),
-  next_attempt_at timestamptz NOT NULL DEFAULT now(),
-  delivered_at timestamptz,
-  lease_id text,
-  lease_until timestamptz,
-  CHECK (key = transaction_id || ':' || state)
-);
-CREATE INDEX IF NOT EXISTS ${dueIndex} ON ${quoted} (status, next_attempt_at);
-${lifecycleSql(quoted)}`;
-}
-
 const STATES_SUFFIX = '_states';
 
 /**
@@ -85,31 +47,6 @@ export function statesTable(quoted: string): string {
   const name = (parts.pop() as string).slice(1, -1);
   return [...parts, `"${name.slice(0, 63 - STATES_SUFFIX.length)}${STATES_SUFFIX}"`].join('.');
 }
-
-/** The lifecycle table: the row of a transaction is what makes its decisions atomic across instances. */
-function lifecycleSql(quoted: string): string {
-  return `CREATE TABLE IF NOT EXISTS ${statesTable(quoted)} (
-  transaction_id text PRIMARY KEY,
-  state text NOT NULL,
-  decided_at timestamptz NOT NULL DEFAULT now()
-);
-`;
-}
-
-/**
- * The schema SQL behind a transaction-scoped advisory lock, as one multi-statement query: PostgreSQL runs it
- * as one implicit transaction, so two processes migrating at once take turns (a bare `CREATE TABLE IF NOT
- * EXISTS` can fail with a unique violation when two run concurrently), and a failure rolls back and leaves
- * the connection clean, with no BEGIN/COMMIT to pair on a pooled connection.
- */
-export function migrateSql(table: string): string {
-  const { quoted } = tableNames(table);
-  // The name is checked above (letters, digits, underscores, quotes and a dot), so it is a safe literal.
-  return `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK}, hashtext('${quoted.replaceAll("'", "''")}'));\n${postgresSchemaSql(table)}`;
-}
-
-/** The first key of the migration's advisory lock: ipn-kit's own, so it does not meet an app's locks. */
-const MIGRATE_LOCK = 0x69706e6b; // 'ipnk'
 
 /** The customer's fields set to `""`, as a jsonb to merge: {@link PERSONAL_FIELDS} in PostgreSQL's dialect. */
 const BLANKS = `'${JSON.stringify(Object.fromEntries(PERSONAL_FIELDS.map((f) => [f, ''])))}'::jsonb`;

@@ -1,7 +1,9 @@
 import { checkListOptions } from '../list-options.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
-import { inboxSql, migrateSql, receivesJson, tableNames, type InboxSql } from './postgres-sql.js';
+import { inboxSql, receivesJson, tableNames, type InboxSql } from './postgres-sql.js';
+import { postgresSchemaDialect } from './postgres-schema.js';
+import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
 import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
 import {
   canConnect,
@@ -14,8 +16,8 @@ import { openOrmTransaction } from '../orm-transaction.js';
 import { createGroups } from './postgres-group.js';
 import { guardCheckouts } from '../guard-checkouts.js';
 import { isTransactions, type Statement, type StatementResult, type Transactions } from '../transactions.js';
-import { PostgresExpectations, postgresExpectationsSql } from './postgres-expectations.js';
-import { PostgresAudit, postgresAuditSql } from './postgres-audit.js';
+import { PostgresExpectations } from './postgres-expectations.js';
+import { PostgresAudit } from './postgres-audit.js';
 import { checkPurge } from '../redact-record.js';
 import { PostgresLifecycle } from './postgres-lifecycle.js';
 import { afterMigration, markMigration, trackMigration } from './postgres-migrations.js';
@@ -131,7 +133,7 @@ const UNDEFINED_TABLE = '42P01';
  *   attempts are leased, settled and retried through the table.
  *
  * Create the table once with {@link PostgresStore.migrate} (safe to run on every start, from every instance
- * at once), or with {@link postgresSchemaSql} in your own migrations. Every time comparison uses the
+ * at once), or with {@link postgresSchemaSql} (or each version's SQL, {@link postgresMigrations}) in your own migrations. Every time comparison uses the
  * database's clock. Give it your own `pg` pool; ipn-kit loads no PostgreSQL package, and `ipn.close()` leaves
  * the pool open.
  *
@@ -225,22 +227,35 @@ export class PostgresStore<
   }
 
   /**
-   * Creates the table and its index if they do not exist, and the expectations table beside it
-   * (`<table>_expected`). Idempotent, and safe to run from several processes at once: an advisory lock makes
-   * them take turns.
+   * Brings the store's tables to the latest schema version: the inbox and its index, `<table>_expected`,
+   * `<table>_states` and `<table>_audit`, with the version recorded in `<table>_schema`. Runs each version
+   * above the database's in order (a database made by ipn-kit 0.1.0, before versions, is at 0; its rows are
+   * kept as they are). Idempotent, and safe to run from several processes at once: an advisory lock makes
+   * them take turns. See {@link PostgresStore.migrateSchema} for what it did.
+   * @throws StoreError when a statement fails, or the database is at a newer version than this ipn-kit's
+   * (nothing is changed: ipn-kit never downgrades).
    */
   async migrate(): Promise<void> {
+    await this.migrateSchema();
+  }
+
+  /**
+   * {@link PostgresStore.migrate}, saying what it did: the version before and after, and the versions run.
+   * `{ dryRun: true }` runs nothing and says what would run (`ipn-kit migrate --dry-run`).
+   * @throws StoreError as `migrate()`.
+   */
+  async migrateSchema(options?: MigrateOptions): Promise<MigrationReport> {
     // Recorded at once, before any await: a query of the router's first recovery pass that finds no table
     // meanwhile waits for it and runs again (see postgres-migrations.ts), so the documented start logs no
     // missing table.
+    let report: MigrationReport | undefined;
     await trackMigration(this.#pool, this.table, async () => {
       try {
-        await this.#pool.query(migrateSql(this.table));
-        // The expectations' and the audit's tables, under the same lock: the audit's DDL a statement of its own.
-        await this.#pool.query(
-          `${migrateSql(this.table).split('\n')[0]}\n${postgresExpectationsSql(this.table)}${postgresAuditSql(this.table)}`,
-        );
+        // The text alone, with no values: pg sends it as a simple query, which may hold several statements.
+        const dialect = postgresSchemaDialect(this.table, (text) => this.#pool.query(text));
+        report = await runMigrations(dialect, options);
       } catch (error) {
+        if (error instanceof StoreError) throw error;
         throw new StoreError(
           `PostgresStore.migrate: could not create the table ${this.table}: ${messageOf(error)} (the role needs ` +
             'CREATE on the schema; or create it with the SQL of postgresSchemaSql() in your migrations)',
@@ -248,6 +263,7 @@ export class PostgresStore<
         );
       }
     });
+    return report!;
   }
 
   /**

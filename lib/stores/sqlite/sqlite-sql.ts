@@ -37,54 +37,6 @@ export function sqliteAuditTable(table: string): string {
   return `"${table}_audit"`;
 }
 
-/**
- * The SQL that creates the inbox table, its index and the expectations table beside it (`<table>_expected`),
- * for teams that run their own migrations (the same SQL `SqliteStore.migrate()` runs). Idempotent: `IF NOT
- * EXISTS` throughout.
- *
- * Times are milliseconds since the epoch, from the app's clock (`Date.now()`): every process using the
- * file runs on the same machine, so they share it. The record is JSON text.
- *
- * @param table letters, digits and underscores. @default 'ipn_inbox'
- * @throws TypeError when `table` is not such a name.
- * @example
- * import { sqliteSchemaSql } from 'ipn-kit/sqlite';
- * database.exec(sqliteSchemaSql('ipn_inbox'));
- */
-export function sqliteSchemaSql(table = 'ipn_inbox'): string {
-  const t = quoteTable(table, 'sqliteSchemaSql');
-  return `CREATE TABLE IF NOT EXISTS ${t} (
-  key TEXT PRIMARY KEY NOT NULL,
-  transaction_id TEXT NOT NULL,
-  state TEXT NOT NULL,
-  record TEXT NOT NULL,
-  status TEXT NOT NULL CHECK (status IN ('received', 'delivered', 'failed', 'dead')),
-  attempts INTEGER NOT NULL DEFAULT 0,
-  last_error TEXT,
-  received_at INTEGER NOT NULL,
-  updated_at INTEGER NOT NULL,
-  next_attempt_at INTEGER NOT NULL,
-  delivered_at INTEGER,
-  lease_id TEXT,
-  lease_until INTEGER
-);
-CREATE INDEX IF NOT EXISTS "${table}_due_idx" ON ${t} (status, next_attempt_at);
-CREATE TABLE IF NOT EXISTS "${table}_expected" (
-  transaction_id TEXT PRIMARY KEY NOT NULL,
-  custom_data TEXT,
-  amount REAL,
-  expected_at INTEGER NOT NULL,
-  due_at INTEGER NOT NULL,
-  attempts INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS "${table}_states" (
-  transaction_id TEXT PRIMARY KEY NOT NULL,
-  state TEXT NOT NULL,
-  decided_at INTEGER NOT NULL
-);
-`;
-}
-
 /** The columns an `InboxEntry` is read from. */
 const COLUMNS =
   'key, transaction_id, state, record, status, attempts, last_error, received_at, updated_at, next_attempt_at, delivered_at, lease_until';

@@ -30,14 +30,9 @@ import {
 } from './sqlite-connection.js';
 import { SqliteExpectations } from './sqlite-expectations.js';
 import { SqliteLifecycle } from './sqlite-lifecycle.js';
-import {
-  quoteTable,
-  sqliteAuditSql,
-  sqliteAuditTable,
-  sqliteInboxSql,
-  sqliteSchemaSql,
-  type SqliteInboxSql,
-} from './sqlite-sql.js';
+import { quoteTable, sqliteAuditTable, sqliteInboxSql, type SqliteInboxSql } from './sqlite-sql.js';
+import { sqliteSchemaDialect } from './sqlite-schema.js';
+import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
 
 /**
  * Options of {@link SqliteStore}.
@@ -196,23 +191,41 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
   }
 
   /**
-   * Creates the tables and the index if they do not exist (the SQL of {@link sqliteSchemaSql}). Idempotent,
-   * and safe from several processes at once (SQLite writes the schema under the file's write lock).
+   * Brings the store's tables to the latest schema version: the inbox and its index, `<table>_expected`,
+   * `<table>_states` and `<table>_audit`, with the version recorded in `<table>_schema` (the SQL of
+   * {@link sqliteMigrations}). Runs each version above the file's in order (a file made before versions is
+   * at 0; its rows are kept as they are). Idempotent, and safe from several processes at once: it takes the
+   * file's write lock (`BEGIN IMMEDIATE`) before it reads the version.
+   * @throws StoreError when a statement fails, or the file is at a newer version than this ipn-kit's
+   * (nothing is changed: ipn-kit never downgrades).
    */
   async migrate(): Promise<void> {
-    await this.#gate.run(async () => {
-      try {
-        // Each statement is its own transaction, and each is IF NOT EXISTS: a busy one is run again whole.
-        await whenNotBusy(() => this.#database.exec(sqliteSchemaSql(this.table)), this.#busyTimeoutMs);
-        // The audit table: a statement of its own, apart from the inbox's schema.
-        await whenNotBusy(() => this.#database.exec(sqliteAuditSql(this.table)), this.#busyTimeoutMs);
-      } catch (error) {
-        throw new StoreError(
-          `SqliteStore.migrate: could not create the table ${this.table}: ${messageOf(error)}`,
-          { cause: error },
-        );
-      }
-    });
+    await this.migrateSchema();
+  }
+
+  /**
+   * {@link SqliteStore.migrate}, saying what it did: the version before and after, and the versions run.
+   * `{ dryRun: true }` runs nothing and says what would run (`ipn-kit migrate --dry-run`).
+   * @throws StoreError as `migrate()`.
+   */
+  async migrateSchema(options?: MigrateOptions): Promise<MigrationReport> {
+    const database = this.#database;
+    const connection = {
+      exec: (sql: string) => whenNotBusy(() => database.exec(sql), this.#busyTimeoutMs),
+      rows: (sql: string) => database.prepare(sql).all(),
+    };
+    const dialect = sqliteSchemaDialect(this.table, connection, (work) => this.#gate.run(work));
+    try {
+      return await runMigrations(dialect, options);
+    } catch (error) {
+      if (error instanceof StoreError) throw error;
+      throw new StoreError(
+        `SqliteStore.migrate: could not create the table ${this.table}: ${messageOf(error)}`,
+        {
+          cause: error,
+        },
+      );
+    }
   }
 
   /**

@@ -1,0 +1,163 @@
+import {
+  checkedMigrations,
+  schemaMigrations,
+  type Migration,
+  type MigrationStep,
+  type SchemaDialect,
+  type SchemaMigration,
+} from '../schema-migrations.js';
+import { mysqlLifecycleSql } from './mysql-lifecycle.js';
+import { mysqlAuditSql, mysqlExpectationsSql, mysqlSchemaSql, mysqlTableNames } from './mysql-sql.js';
+
+/** A table beside the inbox, in its database: its name and database apart, and quoted for SQL. */
+interface Beside {
+  /** The database, when the inbox's name gives one (`database.name`). */
+  database: string | undefined;
+  name: string;
+  quoted: string;
+}
+
+/** The table `<table><suffix>` beside the inbox (`''`: the inbox itself), within MySQL's 64 characters. */
+function beside(table: string, suffix: string): Beside {
+  const parts = mysqlTableNames(table).name.split('.');
+  const last = parts.pop() as string;
+  const name = suffix === '' ? last : `${last.slice(0, 64 - suffix.length)}${suffix}`;
+  return {
+    database: parts[0],
+    name,
+    quoted: [...parts, name].map((part) => `\`${part}\``).join('.'),
+  };
+}
+
+/** The database of `table` in SQL: the one it names, or the connection's. Names are checked identifiers. */
+const databaseOf = (table: Beside): string =>
+  table.database === undefined ? 'DATABASE()' : `'${table.database}'`;
+
+/**
+ * A nullable column added to a table of the set (`table`: from {@link beside}), in a version of its own.
+ * MySQL 8 has no `ADD COLUMN IF NOT EXISTS` (MariaDB has), and its DDL commits by itself: `migrate()` skips
+ * the statement when the column is there, so a second run changes nothing. `column` and `type` are ipn-kit's
+ * own text, never a user's.
+ */
+export function addColumn(table: Beside, column: string, type: string): MigrationStep {
+  return {
+    sql: `ALTER TABLE ${table.quoted} ADD COLUMN ${column} ${type}`,
+    done:
+      `SELECT 1 FROM information_schema.columns WHERE table_schema = ${databaseOf(table)} ` +
+      `AND table_name = '${table.name}' AND column_name = '${column}'`,
+  };
+}
+
+/** One statement of a text that holds one. */
+const statement = (sql: string): MigrationStep => ({ sql: sql.trim().replace(/;$/, '') });
+
+/**
+ * Every version of the MySQL schema of the table set of inbox `table`, in order. A released version never
+ * changes; a change of the schema is one more line at the end (`addColumn(...)` in a version of its own),
+ * with the same number in every dialect.
+ */
+export function mysqlMigrationList(table: string): readonly Migration[] {
+  return checkedMigrations([
+    {
+      version: 1,
+      name: 'the inbox and its index of due entries',
+      tables: [beside(table, '').name],
+      steps: [statement(mysqlSchemaSql(table))],
+    },
+    {
+      version: 2,
+      name: 'the expectations, lifecycle and audit tables',
+      tables: ['_expected', '_states', '_audit'].map((suffix) => beside(table, suffix).name),
+      steps: [mysqlExpectationsSql(table), mysqlLifecycleSql(table), mysqlAuditSql(table)].map(statement),
+    },
+  ]);
+}
+
+/** The statements that record `migration` in the version table beside inbox `table`, `<table>_schema`. */
+function recordSql(table: string, migration: Migration): string[] {
+  const versions = beside(table, '_schema').quoted;
+  return [
+    `CREATE TABLE IF NOT EXISTS ${versions} (
+  version INT NOT NULL,
+  name VARCHAR(255) NOT NULL,
+  applied_at DATETIME(3) NOT NULL,
+  PRIMARY KEY (version)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4`,
+    `INSERT IGNORE INTO ${versions} (version, name, applied_at) VALUES (${migration.version}, ` +
+      `'${migration.name.replaceAll("'", "''")}', UTC_TIMESTAMP(3))`,
+  ];
+}
+
+/**
+ * Each version of the MySQL schema of the table set of inbox `table` (the inbox, `<table>_expected`,
+ * `<table>_states`, `<table>_audit`), as SQL for a migration tool of your own: run those above the version
+ * your database is at (`SELECT max(version) FROM <table>_schema`; none: 0), each once, in order, each of
+ * its `statements` as a query of its own (no `multipleStatements` needed). `MysqlStore.migrate()` and
+ * `ipn-kit migrate --mysql-url` run the same statements.
+ *
+ * @param table `name` or `database.name`. @default 'ipn_inbox'
+ * @throws TypeError when `table` is not such a name.
+ * @example
+ * import { mysqlMigrations } from 'ipn-kit/mysql';
+ * for (const { version, statements } of mysqlMigrations('ipn_inbox')) {
+ *   if (version > current) for (const statement of statements) await pool.query(statement);
+ * }
+ */
+export function mysqlMigrations(table = 'ipn_inbox'): SchemaMigration[] {
+  mysqlTableNames(table, 'mysqlMigrations');
+  return schemaMigrations(mysqlMigrationList(table), (migration) => recordSql(table, migration));
+}
+
+/** One connection of the pool, the one that holds the lock: its statements, without values or with `?`. */
+interface Connection {
+  rows(sql: string, values?: unknown[]): Promise<Array<Record<string, unknown>>>;
+}
+
+/**
+ * The MySQL part of `migrate()`, on the one connection that holds the migration's named lock (`GET_LOCK`,
+ * taken by `lock` before the version is read): a second process migrating at once waits for it, then finds
+ * the versions recorded. MySQL's DDL commits by itself, so a version is no transaction: each of its steps is
+ * idempotent (`IF NOT EXISTS`, or a `done` check), and a version interrupted half way is run again whole by
+ * the next `migrate()`, which completes it.
+ */
+export function mysqlSchemaDialect(
+  table: string,
+  lock: <T>(work: (connection: Connection) => Promise<T>) => Promise<T>,
+): SchemaDialect {
+  const inbox = beside(table, '');
+  const exists = async (connection: Connection, tables: readonly string[]): Promise<boolean> => {
+    if (tables.length === 0) return true;
+    const [row] = await connection.rows(
+      `SELECT COUNT(*) AS n FROM information_schema.tables WHERE table_schema = ${databaseOf(inbox)} ` +
+        `AND table_name IN (${tables.map(() => '?').join(', ')})`,
+      [...tables],
+    );
+    return Number(row?.n) === tables.length;
+  };
+  return {
+    owner: 'MysqlStore',
+    table,
+    migrations: mysqlMigrationList(table),
+    record: (migration) => recordSql(table, migration),
+    locked: (work) =>
+      lock((connection) =>
+        work({
+          exists: (tables) => exists(connection, tables),
+          async version() {
+            const versions = beside(table, '_schema');
+            if (!(await exists(connection, [versions.name]))) return 0;
+            const [row] = await connection.rows(
+              `SELECT COALESCE(MAX(version), 0) AS version FROM ${versions.quoted}`,
+            );
+            return Number(row?.version ?? 0);
+          },
+          async apply(steps) {
+            for (const step of steps) {
+              if (step.done !== undefined && (await connection.rows(step.done)).length > 0) continue;
+              await connection.rows(step.sql);
+            }
+          },
+        }),
+      ),
+  };
+}

@@ -1,0 +1,184 @@
+import {
+  checkedMigrations,
+  latestSql,
+  schemaMigrations,
+  type Migration,
+  type MigrationStep,
+  type SchemaDialect,
+  type SchemaMigration,
+} from '../schema-migrations.js';
+import { postgresAuditSql } from './postgres-audit.js';
+import { postgresExpectationsSql } from './postgres-expectations.js';
+import { statesTable, tableNames } from './postgres-sql.js';
+
+/** The first key of the migration's advisory lock: ipn-kit's own, so it does not meet an app's locks. */
+const MIGRATE_LOCK = 0x69706e6b; // 'ipnk'
+
+/** The quoted table `<table><suffix>` beside the inbox, in its schema, within PostgreSQL's 63 bytes. */
+function beside(table: string, suffix: string): string {
+  const parts = tableNames(table).quoted.split('.');
+  const name = (parts.pop() as string).slice(1, -1);
+  return [...parts, `"${name.slice(0, 63 - suffix.length)}${suffix}"`].join('.');
+}
+
+/** One statement of a text that holds one (or ends with `;`). */
+const statement = (sql: string): MigrationStep => ({ sql: sql.trim().replace(/;$/, '') });
+
+/**
+ * A nullable column added to a table of the set, in a version of its own: `ALTER TABLE ... ADD COLUMN IF NOT
+ * EXISTS`. `column` and `type` are ipn-kit's own text (a name, a PostgreSQL type), never a user's.
+ */
+export function addColumn(quotedTable: string, column: string, type: string): MigrationStep {
+  return { sql: `ALTER TABLE ${quotedTable} ADD COLUMN IF NOT EXISTS ${column} ${type}` };
+}
+
+/**
+ * Every version of the PostgreSQL schema of the table set of inbox `table`, in order. A released version
+ * never changes; a change of the schema is one more line at the end (`addColumn(...)` in a version of its
+ * own), with the same number in every dialect.
+ */
+export function postgresMigrationList(table: string): readonly Migration[] {
+  const { quoted, dueIndex } = tableNames(table);
+  const expected = beside(table, '_expected');
+  const states = statesTable(quoted);
+  const audit = beside(table, '_audit');
+  return checkedMigrations([
+    {
+      version: 1,
+      name: 'the inbox and its index of due entries',
+      tables: [quoted],
+      steps: [
+        statement(`CREATE TABLE IF NOT EXISTS ${quoted} (
+  key text PRIMARY KEY,
+  transaction_id text NOT NULL,
+  state text NOT NULL,
+  record jsonb NOT NULL,
+  status text NOT NULL CHECK (status IN ('received', 'delivered', 'failed', 'dead')),
+  attempts integer NOT NULL DEFAULT 0,
+  last_error text,
+  received_at timestamptz NOT NULL DEFAULT now(),
+  updated_at timestamptz NOT NULL DEFAULT now(),
+  next_attempt_at timestamptz NOT NULL DEFAULT now(),
+  delivered_at timestamptz,
+  lease_id text,
+  lease_until timestamptz,
+  CHECK (key = transaction_id || ':' || state)
+)`),
+        statement(`CREATE INDEX IF NOT EXISTS ${dueIndex} ON ${quoted} (status, next_attempt_at)`),
+      ],
+    },
+    {
+      version: 2,
+      name: 'the expectations, lifecycle and audit tables',
+      tables: [expected, states, audit],
+      steps: [
+        statement(postgresExpectationsSql(table)),
+        statement(`CREATE TABLE IF NOT EXISTS ${states} (
+  transaction_id text PRIMARY KEY,
+  state text NOT NULL,
+  decided_at timestamptz NOT NULL DEFAULT now()
+)`),
+        statement(postgresAuditSql(table)),
+      ],
+    },
+  ]);
+}
+
+/** The version table beside inbox `table`: `<table>_schema`, one row per version run. */
+function recordSql(table: string, migration: Migration): string[] {
+  const versions = beside(table, '_schema');
+  return [
+    `CREATE TABLE IF NOT EXISTS ${versions} (
+  version integer PRIMARY KEY,
+  name text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+)`,
+    `INSERT INTO ${versions} (version, name) VALUES (${migration.version}, '${migration.name.replaceAll("'", "''")}') ON CONFLICT (version) DO NOTHING`,
+  ];
+}
+
+/**
+ * Each version of the PostgreSQL schema of the table set of inbox `table` (the inbox, `<table>_expected`,
+ * `<table>_states`, `<table>_audit`), as SQL for a migration tool of your own: run those above the version
+ * your database is at (`SELECT max(version) FROM <table>_schema`; none: 0), each once, in order.
+ * `PostgresStore.migrate()` and `ipn-kit migrate` run the same statements.
+ *
+ * @param table `name` or `schema.name`. @default 'ipn_inbox'
+ * @throws TypeError when `table` is not such a name.
+ * @example
+ * import { postgresMigrations } from 'ipn-kit/postgres';
+ * for (const { version, sql } of postgresMigrations('ipn_inbox')) {
+ *   if (version > current) await db.query(sql);
+ * }
+ */
+export function postgresMigrations(table = 'ipn_inbox'): SchemaMigration[] {
+  tableNames(table, 'postgresMigrations');
+  return schemaMigrations(postgresMigrationList(table), (migration) => recordSql(table, migration));
+}
+
+/**
+ * The SQL that creates the latest schema of the table set of inbox `table`: the inbox and its index, the
+ * expectations (`<table>_expected`), lifecycle (`<table>_states`) and audit (`<table>_audit`) tables, and
+ * the version table (`<table>_schema`) with every version recorded: the statements of every
+ * {@link postgresMigrations} version, in order. Idempotent (`IF NOT EXISTS` throughout): run on a database of
+ * an earlier version, it brings it to the latest, rows kept.
+ *
+ * The key `transaction_id:state` is the primary key: it is what makes a claim or a receive atomic across
+ * instances. A `CHECK` keeps it equal to `transaction_id || ':' || state`, so `(transaction_id, state)` is
+ * unique too, without a second unique index to maintain on every insert.
+ *
+ * @param table `name` or `schema.name`. @default 'ipn_inbox'
+ * @throws TypeError when `table` is not such a name.
+ * @example
+ * // In a migration of your own (node-pg-migrate, knex, a .sql file):
+ * import { postgresSchemaSql } from 'ipn-kit/postgres';
+ * await db.query(postgresSchemaSql('ipn_inbox'));
+ */
+export function postgresSchemaSql(table = 'ipn_inbox'): string {
+  tableNames(table, 'postgresSchemaSql');
+  return latestSql(postgresMigrations(table));
+}
+
+/** What the PostgreSQL dialect runs its statements through: the store's pool, or its ORM as one. */
+interface Query {
+  (text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
+}
+
+/**
+ * The PostgreSQL part of `migrate()`. Each version runs as one multi-statement query behind a
+ * transaction-scoped advisory lock: PostgreSQL runs it as one implicit transaction (a failure rolls it back
+ * whole, and leaves a pooled connection clean, with no BEGIN/COMMIT to pair, through a transaction-mode
+ * pooler too), and two processes migrating at once take turns (a bare `CREATE TABLE IF NOT EXISTS` can
+ * fail with a unique violation when two run concurrently). The one that comes second finds the version's
+ * tables made, and its idempotent statements change nothing. The lock is the one of ipn-kit's versions
+ * before schema versions, so an instance still on one takes turns with these too.
+ */
+export function postgresSchemaDialect(table: string, query: Query): SchemaDialect {
+  const { quoted } = tableNames(table);
+  const versions = beside(table, '_schema');
+  const lock = `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK}, hashtext('${quoted.replaceAll("'", "''")}'))`;
+  const present = (tables: readonly string[]): string =>
+    tables.map((t) => `to_regclass('${t.replaceAll("'", "''")}') IS NOT NULL`).join(' AND ');
+  const session = {
+    async version(): Promise<number> {
+      if (!(await session.exists([versions]))) return 0;
+      const { rows } = await query(`SELECT coalesce(max(version), 0)::int AS version FROM ${versions}`);
+      return Number((rows[0] as { version?: unknown } | undefined)?.version ?? 0);
+    },
+    async exists(tables: readonly string[]): Promise<boolean> {
+      if (tables.length === 0) return true;
+      const { rows } = await query(`SELECT ${present(tables)} AS present`);
+      return (rows[0] as { present?: unknown } | undefined)?.present === true;
+    },
+    async apply(steps: readonly MigrationStep[]): Promise<void> {
+      await query([lock, ...steps.map((step) => step.sql)].join(';\n'));
+    },
+  };
+  return {
+    owner: 'PostgresStore',
+    table,
+    migrations: postgresMigrationList(table),
+    record: (migration) => recordSql(table, migration),
+    locked: (work) => work(session),
+  };
+}

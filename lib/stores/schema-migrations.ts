@@ -1,0 +1,166 @@
+import { StoreError } from '../shared/errors.js';
+
+/**
+ * One statement of a migration. `done`, where the dialect has no `IF NOT EXISTS` for the statement (MySQL's
+ * and SQLite's `ADD COLUMN`), is a query that returns a row once the statement has run: `migrate()` skips
+ * the statement then, so that every step can run twice (two processes at once, a database whose tables
+ * were made before versions) and change nothing the second time.
+ */
+export interface MigrationStep {
+  readonly sql: string;
+  readonly done?: string;
+}
+
+/**
+ * One version of a dialect's schema: what it adds to the version before it. A released version never
+ * changes (a partner's database is at it): a change of the schema is a new version at the end of the list.
+ */
+export interface Migration {
+  readonly version: number;
+  /** What it adds, for people: kept in the version table beside the number. */
+  readonly name: string;
+  /** The tables it creates, quoted: `migrate()` checks that they are there once the database is at it. */
+  readonly tables: readonly string[];
+  readonly steps: readonly MigrationStep[];
+}
+
+/**
+ * One version of the schema of a table set, as SQL to run in a migration tool of your own (node-pg-migrate,
+ * knex, Prisma Migrate, a `.sql` file): each version once, in order, those above the version your database
+ * is at. `statements` one by one (MySQL runs one per query), or `sql`, all of them as one text. The last
+ * statements record the version in the table `<table>_schema` (made if missing), where `store.migrate()`
+ * and `ipn-kit migrate` read it: the two ways agree on where a database is.
+ */
+export interface SchemaMigration {
+  /** 1, 2, ...: the same number means the same tables and columns in every dialect. */
+  readonly version: number;
+  /** What it adds. */
+  readonly name: string;
+  /** Its statements, each without a final `;`. */
+  readonly statements: readonly string[];
+  /** Its statements as one text, each ending with `;` and a new line. */
+  readonly sql: string;
+}
+
+/** What `store.migrate()` did (or, with `dryRun`, would do). */
+export interface MigrationReport {
+  /** The version the database was at: 0 for one made before versions (ipn-kit 0.1.0) or a new one. */
+  readonly from: number;
+  /** The version it is at now (with `dryRun`, still `from`). */
+  readonly to: number;
+  /** The versions run (with `dryRun`: that would run), in order. */
+  readonly migrations: readonly SchemaMigration[];
+}
+
+/** Options of `store.migrate()`. */
+export interface MigrateOptions {
+  /** Reads the database's version and says what would run, running nothing. @default false */
+  readonly dryRun?: boolean;
+}
+
+/** What a dialect's migration runs through, while the dialect's lock (if it takes one for all) is held. */
+export interface SchemaSession {
+  /** The highest version recorded in `<table>_schema`; 0 when the table is not there. */
+  version(): Promise<number>;
+  /** Whether every table of `tables` is there. */
+  exists(tables: readonly string[]): Promise<boolean>;
+  /**
+   * Runs `steps` (a migration's, then the statements that record it), in one transaction where the
+   * dialect allows, skipping a step whose `done` query returns a row; behind the dialect's lock.
+   */
+  apply(steps: readonly MigrationStep[]): Promise<void>;
+}
+
+/** A dialect's part of migrating: its SQL, and how it locks and runs it. */
+export interface SchemaDialect {
+  /** For messages: `PostgresStore`. */
+  readonly owner: string;
+  /** The inbox table, as given. */
+  readonly table: string;
+  /** Every version, in order from 1. */
+  readonly migrations: readonly Migration[];
+  /** The statements, run after a migration's own, that record `migration` in `<table>_schema`. */
+  record(migration: Migration): readonly string[];
+  /** Runs `work` with a session, under the lock that makes two processes take turns. */
+  locked<T>(work: (session: SchemaSession) => Promise<T>, options: { dryRun: boolean }): Promise<T>;
+}
+
+/** `migration` as SQL for a migration tool: its steps, then the statements that record it. */
+export function schemaMigration(
+  dialect: Pick<SchemaDialect, 'record'>,
+  migration: Migration,
+): SchemaMigration {
+  const statements = [...migration.steps.map((step) => step.sql), ...dialect.record(migration)];
+  return {
+    version: migration.version,
+    name: migration.name,
+    statements,
+    sql: statements.map((statement) => `${statement};\n`).join(''),
+  };
+}
+
+/** Every migration of `migrations` as SQL for a migration tool, each followed by what `record` adds. */
+export function schemaMigrations(
+  migrations: readonly Migration[],
+  record: (migration: Migration) => readonly string[],
+): SchemaMigration[] {
+  return migrations.map((migration) => schemaMigration({ record }, migration));
+}
+
+/** Every statement of `migrations` as one text: what brings a database of any version to the latest. */
+export function latestSql(migrations: readonly SchemaMigration[]): string {
+  return migrations.map((migration) => migration.sql).join('');
+}
+
+/** Checks that `migrations` are numbered 1, 2, 3, ... in order: a slip in a dialect's list fails at once. */
+export function checkedMigrations(migrations: readonly Migration[]): readonly Migration[] {
+  migrations.forEach((migration, index) => {
+    if (migration.version !== index + 1) {
+      throw new Error(`ipn-kit: schema version ${migration.version} listed at position ${index + 1}`);
+    }
+  });
+  return migrations;
+}
+
+/**
+ * Brings the table set of `dialect` to its latest version: reads the version the database is at, refuses a
+ * newer one (ipn-kit never downgrades), and runs each version above it in order. A database made before
+ * versions (ipn-kit 0.1.0, or `postgresSchemaSql()` of then) is at 0: every version runs, and each is
+ * idempotent, so the tables it already has are kept as they are, rows and all. So is a database whose
+ * recorded version's tables are not all there (dropped by hand): its versions run again.
+ * @throws StoreError when the database is at a newer version than this ipn-kit's, or a statement fails.
+ */
+export async function runMigrations(
+  dialect: SchemaDialect,
+  options: MigrateOptions = {},
+): Promise<MigrationReport> {
+  const dryRun = options.dryRun === true;
+  const { migrations } = dialect;
+  const latest = migrations.length;
+  return dialect.locked(
+    async (session) => {
+      const from = await session.version();
+      if (from > latest) {
+        throw new StoreError(
+          `${dialect.owner}.migrate: the tables of ${dialect.table} are at schema version ${from}, newer than ` +
+            `this ipn-kit's (${latest}): a newer ipn-kit migrated them. Nothing was changed (ipn-kit never ` +
+            'downgrades a schema): run the newer ipn-kit, or upgrade this one',
+        );
+      }
+      const tables = migrations.filter((m) => m.version <= from).flatMap((m) => m.tables);
+      const start = (await session.exists(tables)) ? from : 0;
+      const pending = migrations.filter((m) => m.version > start);
+      if (!dryRun) {
+        for (const migration of pending) {
+          await session.apply([...migration.steps, ...dialect.record(migration).map((sql) => ({ sql }))]);
+        }
+      }
+      return {
+        from,
+        to: dryRun ? from : Math.max(from, latest),
+        migrations: pending.map((migration) => schemaMigration(dialect, migration)),
+      };
+    },
+    { dryRun },
+  );
+}

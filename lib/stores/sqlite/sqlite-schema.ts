@@ -1,0 +1,200 @@
+import {
+  checkedMigrations,
+  latestSql,
+  schemaMigrations,
+  type Migration,
+  type MigrationStep,
+  type SchemaDialect,
+  type SchemaMigration,
+} from '../schema-migrations.js';
+import { quoteTable, sqliteAuditSql } from './sqlite-sql.js';
+
+/** One statement of a text that holds one (or ends with `;`). */
+const statement = (sql: string): MigrationStep => ({ sql: sql.trim().replace(/;$/, '') });
+
+/**
+ * A nullable column added to a table of the set (`name`, unquoted), in a version of its own. SQLite has no
+ * `ADD COLUMN IF NOT EXISTS`: `migrate()` skips the statement when the column is there. `column` and `type`
+ * are ipn-kit's own text, never a user's.
+ */
+export function addColumn(name: string, column: string, type: string): MigrationStep {
+  return {
+    sql: `ALTER TABLE "${name}" ADD COLUMN ${column} ${type}`,
+    done: `SELECT 1 FROM pragma_table_info('${name}') WHERE name = '${column}'`,
+  };
+}
+
+/**
+ * Every version of the SQLite schema of the table set of inbox `table`, in order. A released version never
+ * changes; a change of the schema is one more line at the end (`addColumn(...)` in a version of its own),
+ * with the same number in every dialect.
+ */
+export function sqliteMigrationList(table: string): readonly Migration[] {
+  const t = quoteTable(table);
+  return checkedMigrations([
+    {
+      version: 1,
+      name: 'the inbox and its index of due entries',
+      tables: [table],
+      steps: [
+        statement(`CREATE TABLE IF NOT EXISTS ${t} (
+  key TEXT PRIMARY KEY NOT NULL,
+  transaction_id TEXT NOT NULL,
+  state TEXT NOT NULL,
+  record TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('received', 'delivered', 'failed', 'dead')),
+  attempts INTEGER NOT NULL DEFAULT 0,
+  last_error TEXT,
+  received_at INTEGER NOT NULL,
+  updated_at INTEGER NOT NULL,
+  next_attempt_at INTEGER NOT NULL,
+  delivered_at INTEGER,
+  lease_id TEXT,
+  lease_until INTEGER
+)`),
+        statement(`CREATE INDEX IF NOT EXISTS "${table}_due_idx" ON ${t} (status, next_attempt_at)`),
+      ],
+    },
+    {
+      version: 2,
+      name: 'the expectations, lifecycle and audit tables',
+      tables: [`${table}_expected`, `${table}_states`, `${table}_audit`],
+      steps: [
+        statement(`CREATE TABLE IF NOT EXISTS "${table}_expected" (
+  transaction_id TEXT PRIMARY KEY NOT NULL,
+  custom_data TEXT,
+  amount REAL,
+  expected_at INTEGER NOT NULL,
+  due_at INTEGER NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0
+)`),
+        statement(`CREATE TABLE IF NOT EXISTS "${table}_states" (
+  transaction_id TEXT PRIMARY KEY NOT NULL,
+  state TEXT NOT NULL,
+  decided_at INTEGER NOT NULL
+)`),
+        statement(sqliteAuditSql(table)),
+      ],
+    },
+  ]);
+}
+
+/** The statements that record `migration` in the version table beside inbox `table`, `<table>_schema`. */
+function recordSql(table: string, migration: Migration): string[] {
+  return [
+    `CREATE TABLE IF NOT EXISTS "${table}_schema" (
+  version INTEGER PRIMARY KEY NOT NULL,
+  name TEXT NOT NULL,
+  applied_at INTEGER NOT NULL
+)`,
+    `INSERT OR IGNORE INTO "${table}_schema" (version, name, applied_at) VALUES (${migration.version}, ` +
+      `'${migration.name.replaceAll("'", "''")}', CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))`,
+  ];
+}
+
+/**
+ * Each version of the SQLite schema of the table set of inbox `table` (the inbox, `<table>_expected`,
+ * `<table>_states`, `<table>_audit`), as SQL for a migration tool of your own: run those above the version
+ * your file is at (`SELECT max(version) FROM <table>_schema`; none: 0), each once, in order.
+ * `SqliteStore.migrate()` and `ipn-kit migrate` run the same statements.
+ *
+ * @param table letters, digits and underscores. @default 'ipn_inbox'
+ * @throws TypeError when `table` is not such a name.
+ * @example
+ * import { sqliteMigrations } from 'ipn-kit/sqlite';
+ * for (const { version, sql } of sqliteMigrations('ipn_inbox')) {
+ *   if (version > current) database.exec(sql);
+ * }
+ */
+export function sqliteMigrations(table = 'ipn_inbox'): SchemaMigration[] {
+  quoteTable(table, 'sqliteMigrations');
+  return schemaMigrations(sqliteMigrationList(table), (migration) => recordSql(table, migration));
+}
+
+/**
+ * The SQL that creates the latest schema of the table set of inbox `table`: the inbox and its index, the
+ * expectations (`<table>_expected`), lifecycle (`<table>_states`) and audit (`<table>_audit`) tables, and
+ * the version table (`<table>_schema`) with every version recorded: the statements of every
+ * {@link sqliteMigrations} version, in order. Idempotent while every version is (`IF NOT EXISTS`: versions
+ * 1 and 2); run on a file of an earlier version, it brings it to the latest, rows kept.
+ *
+ * Times are milliseconds since the epoch, from the app's clock (`Date.now()`): every process using the
+ * file runs on the same machine, so they share it. The record is JSON text.
+ *
+ * @param table letters, digits and underscores. @default 'ipn_inbox'
+ * @throws TypeError when `table` is not such a name.
+ * @example
+ * import { sqliteSchemaSql } from 'ipn-kit/sqlite';
+ * database.exec(sqliteSchemaSql('ipn_inbox'));
+ */
+export function sqliteSchemaSql(table = 'ipn_inbox'): string {
+  quoteTable(table, 'sqliteSchemaSql');
+  return latestSql(sqliteMigrations(table));
+}
+
+/** What the SQLite dialect runs its statements through: the store's connection. */
+interface Connection {
+  /** Runs one or more statements without values (again while the file is busy, up to the busy timeout). */
+  exec(sql: string): Promise<unknown>;
+  /** The rows of one statement without values. */
+  rows(sql: string): unknown[];
+}
+
+/**
+ * The SQLite part of `migrate()`: every pending version in one `BEGIN IMMEDIATE` transaction, which takes
+ * the file's write lock before it reads the version, so that a second process migrating at once waits for
+ * it (its busy timeout) and then finds the versions recorded. SQLite's DDL is transactional: a failure
+ * rolls every version of the run back. `lock` runs its work once no write of the store's is under way.
+ */
+export function sqliteSchemaDialect(
+  table: string,
+  connection: Connection,
+  lock: <T>(work: () => Promise<T>) => Promise<T>,
+): SchemaDialect {
+  const exists = (tables: readonly string[]): Promise<boolean> => {
+    if (tables.length === 0) return Promise.resolve(true);
+    const names = tables.map((name) => `'${name}'`).join(', ');
+    const [row] = connection.rows(
+      `SELECT count(*) AS n FROM sqlite_master WHERE type = 'table' AND name IN (${names})`,
+    ) as Array<{ n?: unknown }>;
+    return Promise.resolve(Number(row?.n) === tables.length);
+  };
+  const session = {
+    exists,
+    async version(): Promise<number> {
+      if (!(await exists([`${table}_schema`]))) return 0;
+      const [row] = connection.rows(
+        `SELECT coalesce(max(version), 0) AS version FROM "${table}_schema"`,
+      ) as Array<{ version?: unknown }>;
+      return Number(row?.version ?? 0);
+    },
+    async apply(steps: readonly MigrationStep[]): Promise<void> {
+      for (const step of steps) {
+        if (step.done !== undefined && connection.rows(step.done).length > 0) continue;
+        await connection.exec(step.sql);
+      }
+    },
+  };
+  return {
+    owner: 'SqliteStore',
+    table,
+    migrations: sqliteMigrationList(table),
+    record: (migration) => recordSql(table, migration),
+    locked: (work, { dryRun }) =>
+      lock(async () => {
+        await connection.exec(dryRun ? 'BEGIN' : 'BEGIN IMMEDIATE');
+        try {
+          const result = await work(session);
+          await connection.exec('COMMIT');
+          return result;
+        } catch (error) {
+          try {
+            await connection.exec('ROLLBACK');
+          } catch {
+            // No transaction left to roll back (SQLite rolled it back itself): the error says what failed.
+          }
+          throw error;
+        }
+      }),
+  };
+}
