@@ -50,4 +50,15 @@ CREATE TABLE IF NOT EXISTS "ipn_inbox_schema" (
   applied_at timestamptz NOT NULL DEFAULT now()
 );
 INSERT INTO "ipn_inbox_schema" (version, name) VALUES (2, 'the expectations, lifecycle and audit tables') ON CONFLICT (version) DO NOTHING;
+CREATE TABLE IF NOT EXISTS "ipn_inbox_control" (
+  name text PRIMARY KEY,
+  value text NOT NULL,
+  updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS "ipn_inbox_schema" (
+  version integer PRIMARY KEY,
+  name text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO "ipn_inbox_schema" (version, name) VALUES (3, 'the control table (a pause for every instance)') ON CONFLICT (version) DO NOTHING;
 -- #endregion schema

@@ -18,6 +18,7 @@ export type {
   Settlement,
   StatusCounts,
   AuditLog,
+  PauseSwitch,
   AuditEntry,
   AuditListOptions,
 } from './stores/store.js';

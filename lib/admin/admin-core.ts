@@ -252,7 +252,7 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       }
       if (action === '/pause') {
         await ipn.inbox.pause();
-        const message = 'Delivery is paused on this instance: notifications are stored, none is delivered.';
+        const message = 'Delivery is paused on every instance: notifications are stored, none is delivered.';
         return kept('pause', {}, message);
       }
       if (action === '/resume') {
@@ -383,7 +383,7 @@ function staticConfirmationOf(query: URLSearchParams): Confirmation | undefined 
   if (action === 'pause')
     return {
       action,
-      question: 'Pause delivery on this instance? Notifications are still stored and answered 200.',
+      question: 'Pause delivery on every instance? Notifications are still stored and answered 200.',
       fields: {},
     };
   if (action === 'resume')

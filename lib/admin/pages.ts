@@ -24,7 +24,7 @@ export interface Overview {
     page: number;
     hasNext: boolean;
     query: URLSearchParams;
-    /** Whether delivery is paused on this instance (`ipn.pause()`). */
+    /** Whether delivery is paused (`ipn.pause()`), as this instance last read it. */
     paused?: boolean;
     /** The newest bulk replay of the last day, and where its entries stand. */
     replay?: LatestReplay | undefined;
@@ -205,8 +205,8 @@ export function overviewPage(view: Overview): Html {
         ${
           inbox.paused
             ? html`<p class="notice bad" id="paused">
-                Delivery is paused on this instance: notifications are stored and answered 200, none is
-                delivered until you resume.
+                Delivery is paused: notifications are stored and answered 200, none is delivered until you
+                resume.
               </p>`
             : ''
         }

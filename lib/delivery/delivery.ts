@@ -97,14 +97,14 @@ export interface Inbox {
    */
   replayProgress(keys: readonly string[]): Promise<ReplayProgress>;
   /**
-   * Stops delivery on this instance: notifications are still checked, stored and answered 200, and wait
-   * in the inbox (status `failed`, attempts 0, last error `delivery paused`) until `resume()`. `ipn.pause()`
-   * is this method.
+   * Stops delivery on every instance over the store (the store's `pauseSwitch`; without one, on this
+   * instance): notifications are still checked, stored and answered 200, and wait in the inbox (status
+   * `failed`, attempts 0, last error `delivery paused`) until `resume()`. `ipn.pause()` is this method.
    */
   pause(): Promise<void>;
   /** Delivers again, starting with what arrived while paused, oldest first. `ipn.resume()` is this method. */
   resume(): Promise<void>;
-  /** Whether `pause()` holds delivery on this instance now. */
+  /** Whether `pause()` holds delivery, as this instance last read the store's flag. */
   isPaused(): boolean;
   /**
    * Deletes delivered entries delivered before `before` (given `'dead'`: dead entries gone dead before it).
@@ -251,15 +251,16 @@ export function createDelivery<C>(
     );
   }
   /**
-   * `pause()` and `resume()`: `change` takes effect at once (no notification slips in between), or the
-   * promise rejects `IPN_NOT_DURABLE` without a durable inbox to keep what arrives meanwhile.
+   * `pause()` and `resume()`: `change` takes effect on this instance at once (no notification slips in
+   * between), then in the store's pause switch for every instance; the promise rejects `IPN_NOT_DURABLE`
+   * without a durable inbox to keep what arrives meanwhile, or a `StoreError` when the switch could not be
+   * written (this instance changed all the same).
    */
-  function held(change: () => void): Promise<void> {
-    // The executor runs now: a throw of inbox() becomes the rejection.
-    return new Promise((resolve) => {
+  function held(change: () => Promise<void>): Promise<void> {
+    // The executor runs now: a throw of inbox() becomes the rejection; the change starts synchronously.
+    return new Promise<void>((resolve) => {
       inbox();
-      change();
-      resolve();
+      resolve(change());
     });
   }
   /** The bulk replay (shared by every store: each only makes one entry due again, in its dialect). */
@@ -475,11 +476,14 @@ export function createDelivery<C>(
       replayDead: async () => (await replayWhere({ status: 'dead' })).replayed,
       replayMatching: async (filter = {}) => replayWhere(filter),
       replayProgress: async (keys) => replayProgress(inbox(), keys),
-      pause: () => held(() => durably?.pause()),
+      pause: () => held(async () => durably?.pause()),
       resume: () =>
-        held(() => {
-          durably?.resume();
-          recoverSoon();
+        held(async () => {
+          try {
+            await durably?.resume();
+          } finally {
+            recoverSoon(); // this instance resumed, whether or not the switch was written
+          }
         }),
       isPaused: () => durably?.isPaused() ?? false,
       purge: async (before, status) => inbox().purge(before, status),

@@ -39,6 +39,8 @@ type Concluded = Exclude<Attempt, { kind: 'delivered' }> | { kind: 'marked' } | 
 
 const MAX_RETRY_DELAY = 60 * 60_000;
 const RECOVERY_BATCH = 50;
+/** How old a reading of the store's pause switch may be before a delivery reads it again. */
+const PAUSE_READ_MS = 1_000;
 /** How often one instance deletes the delivered entries older than `ttlMs` (the dedupe window). */
 export const EXPIRY_INTERVAL_MS = 60 * 60_000;
 
@@ -163,15 +165,61 @@ export function createDurableDelivery<C>(
     attempts: number,
     driver: Driver = 'timers',
   ): Promise<boolean> {
-    if (paused) {
+    if (await pausedNow(false)) {
       await park(key, n, leaseId, driver);
       return false;
     }
     return (await attemptOnce(key, n, leaseId, attempts, driver)) === 'delivered';
   }
 
-  /** `pause()` holds delivery on this instance: what arrives is stored and waits. */
+  /**
+   * Whether `pause()` holds delivery. With the store's `pauseSwitch`: every instance's, as last read from
+   * the store (read again before a delivery once `PAUSE_READ_MS` old, and by every recovery pass); without
+   * it, this instance's own.
+   */
   let paused = false;
+  const pauseSwitch = inbox.pauseSwitch;
+  /** When the switch was last read (monotonic), and how many times this instance changed it since start. */
+  let pauseReadAt = -Infinity;
+  let pauseChanges = 0;
+  /** Writes of the switch on their way: meanwhile this instance's own value holds, unread. */
+  let pauseWrites = 0;
+
+  /**
+   * Whether delivery is paused now: the switch read afresh when `fresh` or when the last reading is older
+   * than `PAUSE_READ_MS`. A failed read keeps what was known (the store's failure shows in the attempt
+   * itself), and a reading that began before this instance changed the switch is not taken over the change.
+   */
+  async function pausedNow(fresh: boolean): Promise<boolean> {
+    if (pauseSwitch === undefined || pauseWrites > 0) return paused;
+    if (!fresh && monotonicNow() - pauseReadAt < PAUSE_READ_MS) return paused;
+    const changes = pauseChanges;
+    try {
+      const value = await timed(pauseSwitch.read(), 'pauseSwitch.read');
+      if (changes === pauseChanges) paused = value === true;
+    } catch {
+      // Kept as it was: a store that cannot answer cannot deliver either.
+    }
+    pauseReadAt = monotonicNow();
+    return paused;
+  }
+
+  /** `pause()` and `resume()`: this instance at once, then every instance over the store's switch. */
+  async function setPaused(value: boolean): Promise<void> {
+    paused = value;
+    pauseChanges += 1;
+    if (pauseSwitch === undefined) return;
+    pauseWrites += 1;
+    try {
+      await timed(pauseSwitch.write(value), 'pauseSwitch.write');
+    } catch (cause) {
+      const what = value ? 'pause' : 'resume';
+      const message = `the store failed to keep the ${what} for every instance (this one did ${what}): ${messageOf(cause)}`;
+      throw new StoreError(message, { cause });
+    } finally {
+      pauseWrites -= 1;
+    }
+  }
 
   /**
    * A notification stored while paused: given back to the inbox, `failed` with attempts 0 and its last error
@@ -365,6 +413,12 @@ export function createDurableDelivery<C>(
    * One lease of due and abandoned entries, each attempted; resolves the batch's counts, or `undefined` when
    * the store failed to hand them out (reported). Never rejects.
    */
+  /** A recovery pass, unless delivery is paused (the switch read afresh): then it leases nothing. */
+  async function unlessPaused(driver: Driver): Promise<(InboxDrain & { taken: number }) | undefined> {
+    if (await pausedNow(true)) return { delivered: 0, retried: 0, dead: 0, left: 1, taken: 0 };
+    return takeUp(driver);
+  }
+
   async function takeUp(driver: Driver): Promise<(InboxDrain & { taken: number }) | undefined> {
     const counts = { delivered: 0, retried: 0, dead: 0, left: 0, taken: 0 };
     const lease = { id: randomUUID(), ms: options.leaseMs };
@@ -444,14 +498,15 @@ export function createDurableDelivery<C>(
 
   /** Takes up due and abandoned entries and delivers them; one run at a time. */
   function recover(): void {
-    if (stopping || paused || context.isClosed()) return;
+    // Paused, a pass still runs: it reads the switch (another instance may have resumed) and leases nothing.
+    if (stopping || (paused && pauseSwitch === undefined) || context.isClosed()) return;
     if (running !== undefined) {
       // A pass is running: it may have looked before this call's entry (a retry) was due. Run once more
       // after it, rather than leave the entry to the next recoveryIntervalMs.
       again = true;
       return;
     }
-    exclusively(takeUp('timers')).then(
+    exclusively(unlessPaused('timers')).then(
       (counts) => {
         if (counts?.taken === RECOVERY_BATCH) after(0, recover); // more are waiting
       },
@@ -473,7 +528,7 @@ export function createDurableDelivery<C>(
     for (let first = true; ; first = false) {
       while (running !== undefined) await running;
       if (stopping || context.isClosed()) return totals;
-      if (paused) {
+      if (await pausedNow(true)) {
         totals.left = 1; // held by pause(): taken up on resume()
         return totals;
       }
@@ -548,12 +603,8 @@ export function createDurableDelivery<C>(
     start,
     drain,
     stop,
-    pause: (): void => {
-      paused = true;
-    },
-    resume: (): void => {
-      paused = false;
-    },
+    pause: () => setPaused(true),
+    resume: () => setPaused(false),
     isPaused: (): boolean => paused,
   };
 }

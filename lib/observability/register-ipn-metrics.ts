@@ -70,7 +70,7 @@ const WATCH_BACKLOG = Symbol.for('ipn-kit.watchBacklog');
  * Registers a router's counters as Prometheus counters, read from `ipn.metrics()` at each scrape, and the
  * gauge `backlog_age_seconds` (at least once: the age of the oldest notification not delivered yet, read
  * from the inbox at each recovery pass; absent at most once and before the first read), and the gauge
- * `paused` (1 while `ipn.pause()` holds delivery on this instance, 0 otherwise).
+ * `paused` (1 while `ipn.pause()` holds delivery, as this instance last read it, 0 otherwise).
  *
  * @example
  * import { register } from 'prom-client';
@@ -125,7 +125,7 @@ export function registerIpnMetrics(
   const inbox = (source as { inbox?: { isPaused?: () => boolean } }).inbox;
   new Gauge({
     name: `${prefix}paused`,
-    help: 'At least once: 1 while ipn.pause() holds delivery on this instance, 0 otherwise',
+    help: 'At least once: 1 while ipn.pause() holds delivery (as this instance last read it), 0 otherwise',
     registers: [registry],
     collect() {
       this.set(inbox?.isPaused?.() === true ? 1 : 0);

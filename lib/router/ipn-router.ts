@@ -120,9 +120,10 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
    */
   replayProgress(keys: readonly string[]): Promise<ReplayProgress>;
   /**
-   * Holds delivery on this instance: notifications are still checked, stored and answered 200; none is
-   * delivered until `resume()`. At-least-once only (otherwise it rejects `IPN_NOT_DURABLE`). Per instance:
-   * pause every instance (the operator's page of each, or your own signal) to pause a fleet.
+   * Holds delivery on every instance over the store (the store keeps the flag, across restarts too):
+   * notifications are still checked, stored and answered 200; none is delivered until `resume()` on any of
+   * them. At-least-once only (otherwise it rejects `IPN_NOT_DURABLE`); a `StoreError` when the store could
+   * not keep it (this instance paused all the same).
    */
   pause(): Promise<void>;
   /** Ends `pause()`: what arrived meanwhile is delivered, oldest first. */

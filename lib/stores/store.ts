@@ -210,6 +210,12 @@ export interface DurableStore extends Store {
    */
   readonly audit?: AuditLog;
   /**
+   * Optional: where `ipn.pause()` is kept for every instance over the store, and across restarts. Every
+   * built-in store has one (a row or a key beside the inbox); without it, a pause holds delivery on the
+   * instance that made it only, until it stops.
+   */
+  readonly pauseSwitch?: PauseSwitch;
+  /**
    * Optional: why this store would lose the inbox that the docs promise to keep (`RedisStore` on a Redis
    * without persistence), or `undefined`. The router calls it once when it starts at least once, and logs
    * the answer as one warning; a rejection is ignored.
@@ -268,6 +274,14 @@ export interface AuditListOptions {
   limit?: number;
   /** Skips this many first, for paging. @default 0 */
   offset?: number;
+}
+
+/** Where a durable store keeps whether delivery is paused: one flag per inbox, shared by its instances. */
+export interface PauseSwitch {
+  /** Whether delivery is paused now. */
+  read(): Promise<boolean>;
+  /** Pauses (`true`) or resumes (`false`) delivery for every instance over the store. */
+  write(paused: boolean): Promise<void>;
 }
 
 /** Where a durable store keeps operator actions: append-only, listed newest first. */

@@ -53,7 +53,8 @@ export function canonical(value: unknown): string {
 export type AnyStore = DurableStore;
 
 /** Which stores a rule applies to: every store, durable ones, or those with the optional part it checks. */
-export type Needs = 'store' | 'durable' | 'countByStatus' | 'expectations' | 'lifecycle' | 'redact' | 'audit';
+export type Needs =
+  'store' | 'durable' | 'countByStatus' | 'expectations' | 'lifecycle' | 'redact' | 'audit' | 'pauseSwitch';
 
 /** One rule of the suite. */
 export interface Rule {

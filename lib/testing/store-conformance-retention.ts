@@ -93,4 +93,19 @@ export const RETENTION_RULES: Rule[] = [
       );
     },
   },
+  {
+    // ipn.pause() on one instance holds every instance over the store: the flag is the store's.
+    name: 'pause-switch',
+    needs: 'pauseSwitch',
+    async run(kit) {
+      const flag = kit.store.pauseSwitch!;
+      same(await flag.read(), false, 'pauseSwitch.read() of a new store');
+      await flag.write(true);
+      same(await flag.read(), true, 'pauseSwitch.read() after write(true)');
+      await flag.write(true); // twice is once
+      same(await flag.read(), true, 'pauseSwitch.read() after a second write(true)');
+      await flag.write(false);
+      same(await flag.read(), false, 'pauseSwitch.read() after write(false)');
+    },
+  },
 ];

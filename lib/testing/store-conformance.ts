@@ -188,6 +188,8 @@ function notApplicable(rule: Rule, store: AnyStore, options: Resolved): string |
   if (rule.needs === 'redact' && typeof store.redact !== 'function')
     return 'the store has no redact() (optional)';
   if (rule.needs === 'audit' && store.audit === undefined) return 'the store has no audit log (optional)';
+  if (rule.needs === 'pauseSwitch' && store.pauseSwitch === undefined)
+    return 'the store has no pause switch (optional: ipn.pause() then holds one instance)';
   return undefined;
 }
 

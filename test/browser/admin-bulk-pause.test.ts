@@ -103,7 +103,7 @@ describeWithService('PostgreSQL', 'ipn-kit/admin bulk replay and pause on Postgr
         await page.goto(`${server.url}/ops/`);
         expect(await page.locator('#paused').count()).toBe(0);
         const paused = await confirmed(page, '#pause-toggle', /\/pause$/);
-        expect(paused.question).toMatch(/^Pause delivery on this instance\?/);
+        expect(paused.question).toMatch(/^Pause delivery on every instance\?/);
         expect(paused.result).toMatch(/^Delivery is paused/);
         expect(ipn.inbox.isPaused()).toBe(true);
 

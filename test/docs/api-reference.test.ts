@@ -163,7 +163,7 @@ const SURFACE: Record<string, string[]> = {
     // What a partner's own store names in its methods' signatures (ipn-kit exports the Store interfaces).
     ...['Lease', 'Settlement', 'ListOptions', 'StatusCounts', 'Expectation'],
     // A custom store's audit log (DurableStore.audit), as the operator's actions are kept in it.
-    ...['AuditLog', 'AuditEntry', 'AuditListOptions'],
+    ...['AuditLog', 'AuditEntry', 'AuditListOptions', 'PauseSwitch'],
   ],
   prometheus: ['registerIpnMetrics'],
   admin: ['adminRouter', 'adminFetchHandler', 'AdminOptions'],

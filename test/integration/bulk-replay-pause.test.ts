@@ -109,7 +109,10 @@ function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
     heal();
     const ids = [paid, stuck].map((p) => String(p.transaction_id));
 
-    expect(await ipn.replay({ transactionIds: ids, dryRun: true })).toMatchObject({ matched: 1, replayed: 0 });
+    expect(await ipn.replay({ transactionIds: ids, dryRun: true })).toMatchObject({
+      matched: 1,
+      replayed: 0,
+    });
     expect(await ipn.replay({ transactionIds: ids })).toMatchObject({ matched: 1, replayed: 1 });
     await eventually('stuck delivered', async () => (await status(keyOf(stuck))) === 'delivered');
     expect(credited.sort()).toEqual([...ids].sort()); // the paid one once, not twice
@@ -200,6 +203,37 @@ function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
     const c = uniquePayload();
     expect((await post(c)).status).toBe(200);
     await eventually('c delivered at once', async () => (await status(keyOf(c))) === 'delivered');
+  });
+
+  test('pause() holds every instance over the store; resume() on another delivers what waited, once', async () => {
+    const { ipn: a, store, credited, heal, status } = await start();
+    heal();
+    const b = ipnRouter({
+      store,
+      delivery: 'at-least-once',
+      logger: quiet,
+      maxAttempts: 1,
+      retryDelayMs: 5,
+      recoveryIntervalMs: 20,
+    });
+    const creditedByB: string[] = [];
+    b.on('successful', (n) => void creditedByB.push(n.transaction_id));
+    const { post: postToB } = await serve(b);
+
+    await a.pause();
+    const late = uniquePayload();
+    expect((await postToB(late)).status).toBe(200);
+    await eventually('parked by b', async () =>
+      ((await store.get(keyOf(late)))?.lastError ?? '').startsWith('delivery paused'),
+    );
+    expect(b.inbox.isPaused()).toBe(true);
+    expect(await b.drain()).toMatchObject({ delivered: 0, left: 1 });
+    expect([...credited, ...creditedByB]).toEqual([]);
+
+    await b.resume(); // every instance resumes: a reads the switch at its next pass
+    await eventually('late delivered', async () => (await status(keyOf(late))) === 'delivered');
+    await eventually('a resumed too', () => !a.inbox.isPaused());
+    expect([...credited, ...creditedByB]).toEqual([String(late.transaction_id)]);
   });
 }
 

@@ -10,16 +10,20 @@ import {
 } from '../../lib/stores/postgres/postgres-schema.js';
 import { addColumn as sqliteAddColumn, sqliteSchemaDialect } from '../../lib/stores/sqlite/sqlite-schema.js';
 import { databaseUrl, describeWithService, mysqlUrl } from '../helpers/services.js';
+import { postgresMigrations } from '../../lib/postgres.js';
+
+/** The version after the latest: the one each dialect's list gets here. */
+const NEXT = postgresMigrations().length + 1;
 
 /**
  * The next schema change is one line: a version that adds a nullable column with the dialect's
- * `addColumn`. Here a version 3 of that kind, added to each dialect's real list: it runs once, records
+ * `addColumn`. Here the next version, of that kind, added to each dialect's real list: it runs once, records
  * itself, and runs again harmlessly when its record is missing (two processes at once, a version whose
  * DDL committed before its record, as MySQL's does), where MySQL 8 and SQLite have no `ADD COLUMN IF NOT
  * EXISTS`.
  */
-function withVersion3(dialect: SchemaDialect, step: Migration['steps'][number]): SchemaDialect {
-  const next: Migration = { version: 3, name: 'a note on each entry', tables: [], steps: [step] };
+function withNextVersion(dialect: SchemaDialect, step: Migration['steps'][number]): SchemaDialect {
+  const next: Migration = { version: NEXT, name: 'a note on each entry', tables: [], steps: [step] };
   return { ...dialect, migrations: [...dialect.migrations, next] };
 }
 
@@ -33,13 +37,13 @@ function scenario(
   afterAll(() => drop(table));
 
   test('a version that adds a column runs once, and again harmlessly when its record is missing', async () => {
-    expect(await runMigrations(make(table))).toMatchObject({ from: 0, to: 3 });
+    expect(await runMigrations(make(table))).toMatchObject({ from: 0, to: NEXT });
     expect(await columns(table)).toContain('note');
-    expect(await runMigrations(make(table))).toEqual({ from: 3, to: 3, migrations: [] });
+    expect(await runMigrations(make(table))).toEqual({ from: NEXT, to: NEXT, migrations: [] });
     await forget(table); // the column is there, its version not recorded
     const again = await runMigrations(make(table));
-    expect(again).toMatchObject({ from: 2, to: 3 });
-    expect(again.migrations.map((m) => m.version)).toEqual([3]);
+    expect(again).toMatchObject({ from: NEXT - 1, to: NEXT });
+    expect(again.migrations.map((m) => m.version)).toEqual([NEXT]);
     expect((await columns(table)).filter((c) => c === 'note')).toHaveLength(1);
   });
 }
@@ -49,7 +53,7 @@ describeWithService('PostgreSQL', 'PostgreSQL: a version that adds a column', ()
   pool.on('error', () => {});
   scenario(
     (table) =>
-      withVersion3(
+      withNextVersion(
         postgresSchemaDialect(table, (text) => pool.query(text)),
         postgresAddColumn(`"${table}"`, 'note', 'text'),
       ),
@@ -57,7 +61,7 @@ describeWithService('PostgreSQL', 'PostgreSQL: a version that adds a column', ()
       (
         await pool.query('SELECT column_name FROM information_schema.columns WHERE table_name = $1', [table])
       ).rows.map((row: { column_name: string }) => row.column_name),
-    async (table) => void (await pool.query(`DELETE FROM "${table}_schema" WHERE version = 3`)),
+    async (table) => void (await pool.query(`DELETE FROM "${table}_schema" WHERE version = ${NEXT}`)),
     async (table) => {
       const all = ['', '_expected', '_states', '_audit', '_schema'].map((s) => `"${table}${s}"`).join(', ');
       await pool.query(`DROP TABLE IF EXISTS ${all}`);
@@ -73,7 +77,7 @@ describeWithService('MariaDB', 'MySQL: a version that adds a column', () => {
   });
   scenario(
     (table) =>
-      withVersion3(
+      withNextVersion(
         mysqlSchemaDialect(table, async (work) => {
           const connection = await pool.getConnection();
           try {
@@ -96,7 +100,7 @@ describeWithService('MariaDB', 'MySQL: a version that adds a column', () => {
           )
         )[0] as Array<{ c: string }>
       ).map((row) => row.c),
-    async (table) => void (await pool.query(`DELETE FROM \`${table}_schema\` WHERE version = 3`)),
+    async (table) => void (await pool.query(`DELETE FROM \`${table}_schema\` WHERE version = ${NEXT}`)),
     async (table) => {
       const all = ['', '_expected', '_states', '_audit', '_schema'].map((s) => `\`${table}${s}\``).join(', ');
       await pool.query(`DROP TABLE IF EXISTS ${all}`);
@@ -109,7 +113,7 @@ describe('SQLite: a version that adds a column', () => {
   const database = new Database(':memory:');
   scenario(
     (table) =>
-      withVersion3(
+      withNextVersion(
         sqliteSchemaDialect(
           table,
           {
@@ -126,7 +130,7 @@ describe('SQLite: a version that adds a column', () => {
           database.prepare(`SELECT name FROM pragma_table_info('${table}')`).all() as Array<{ name: string }>
         ).map((row) => row.name),
       ),
-    (table) => Promise.resolve(void database.exec(`DELETE FROM "${table}_schema" WHERE version = 3`)),
+    (table) => Promise.resolve(void database.exec(`DELETE FROM "${table}_schema" WHERE version = ${NEXT}`)),
     () => Promise.resolve(void database.close()),
   );
 });

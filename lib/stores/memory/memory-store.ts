@@ -9,6 +9,7 @@ import type {
   InboxEntry,
   Lease,
   ListOptions,
+  PauseSwitch,
   Settlement,
   StatusCounts,
 } from '../store.js';
@@ -65,6 +66,8 @@ export class MemoryStore implements DurableStore {
   readonly lifecycle: MemoryLifecycle;
   /** Operator actions (replay, purge, pause), in this process's memory too (at most `maxEntries`). */
   readonly audit: MemoryAudit;
+  /** Whether delivery is paused, for every router over this store in this process. */
+  readonly pauseSwitch: PauseSwitch = memoryPauseSwitch();
   readonly #now: () => number;
   /** key -> expiry time of its live claim. */
   readonly #expiries = new Map<string, number>();
@@ -255,4 +258,16 @@ function settled<T>(run: () => T): Promise<T> {
       mistake ? error : new StoreError(`MemoryStore: ${messageOf(error)}`, { cause: error }),
     );
   }
+}
+
+/** A pause kept in this process's memory. */
+function memoryPauseSwitch(): PauseSwitch {
+  let paused = false;
+  return {
+    read: () => Promise.resolve(paused),
+    write: (value) => {
+      paused = value;
+      return Promise.resolve();
+    },
+  };
 }

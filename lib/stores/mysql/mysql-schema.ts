@@ -70,8 +70,23 @@ export function mysqlMigrationList(table: string): readonly Migration[] {
       tables: ['_expected', '_states', '_audit'].map((suffix) => beside(table, suffix).name),
       steps: [mysqlExpectationsSql(table), mysqlLifecycleSql(table), mysqlAuditSql(table)].map(statement),
     },
+    {
+      version: 3,
+      name: 'the control table (a pause for every instance)',
+      tables: [beside(table, '_control').name],
+      steps: [
+        statement(`CREATE TABLE IF NOT EXISTS ${mysqlControlTable(table)} (
+  name VARCHAR(64) NOT NULL PRIMARY KEY,
+  value VARCHAR(255) NOT NULL,
+  updated_ms BIGINT NOT NULL
+) DEFAULT CHARSET = utf8mb4`),
+      ],
+    },
   ]);
 }
+
+/** The quoted control table beside inbox `table`: `<table>_control` (the row `paused`). */
+export const mysqlControlTable = (table: string): string => beside(table, '_control').quoted;
 
 /** The statements that record `migration` in the version table beside inbox `table`, `<table>_schema`. */
 function recordSql(table: string, migration: Migration): string[] {

@@ -1,5 +1,6 @@
 import { checkPurge, redactEach } from '../redact-record.js';
 import { SqlAudit } from '../sql-audit.js';
+import { sqlPauseSwitch } from '../sql-pause-switch.js';
 import { checkListOptions } from '../list-options.js';
 import { createHash, randomUUID } from 'node:crypto';
 import { createBatcher } from '../batcher.js';
@@ -16,6 +17,7 @@ import type {
   Settlement,
   StatusCounts,
   PurgedStatus,
+  PauseSwitch,
 } from '../store.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
 import { MysqlExpectations } from './mysql-expectations.js';
@@ -50,7 +52,7 @@ import {
 } from './mysql-rows.js';
 import { mysqlAuditTable, mysqlInboxSql, mysqlTableNames, type MysqlInboxSql } from './mysql-sql.js';
 import { explainMysql, mysqlOrmMark, openPoolTransaction } from './mysql-transaction.js';
-import { mysqlSchemaDialect } from './mysql-schema.js';
+import { mysqlControlTable, mysqlSchemaDialect } from './mysql-schema.js';
 import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
 
 /**
@@ -147,6 +149,8 @@ export class MysqlStore<
   readonly expectations: MysqlExpectations;
   /** Operator actions: the table `<table>_audit`, made by `migrate()` (or {@link mysqlAuditSql}). */
   readonly audit: SqlAudit;
+  /** Whether delivery is paused for every instance: the row `paused` of `<table>_control`, made by `migrate()`. */
+  readonly pauseSwitch: PauseSwitch;
   /** Each transaction's accepted final state: the table `<table>_states`, made by `migrate()`. */
   readonly lifecycle: MysqlLifecycle;
   readonly #pool: MysqlPool;
@@ -189,6 +193,16 @@ export class MysqlStore<
     this.lifecycle = new MysqlLifecycle((work) => this.#transaction(work), this.table);
     const query = async (text: string, values: unknown[]) => rowsOf(await this.#query(text, values));
     this.audit = new SqlAudit({ write: query, read: query }, mysqlAuditTable(this.table));
+    const control = mysqlControlTable(this.table);
+    this.pauseSwitch = sqlPauseSwitch({
+      read: () => query(`SELECT value FROM ${control} WHERE name = 'paused'`, []),
+      write: (value) =>
+        query(
+          `INSERT INTO ${control} (name, value, updated_ms) VALUES ('paused', ?, ?) ` +
+            'ON DUPLICATE KEY UPDATE value = VALUES(value), updated_ms = VALUES(updated_ms)',
+          [value, Date.now()],
+        ),
+    });
   }
 
   /**

@@ -42,6 +42,7 @@ export function postgresMigrationList(table: string): readonly Migration[] {
   const expected = beside(table, '_expected');
   const states = statesTable(quoted);
   const audit = beside(table, '_audit');
+  const control = beside(table, '_control');
   return checkedMigrations([
     {
       version: 1,
@@ -81,8 +82,23 @@ export function postgresMigrationList(table: string): readonly Migration[] {
         statement(postgresAuditSql(table)),
       ],
     },
+    {
+      version: 3,
+      name: 'the control table (a pause for every instance)',
+      tables: [control],
+      steps: [
+        statement(`CREATE TABLE IF NOT EXISTS ${control} (
+  name text PRIMARY KEY,
+  value text NOT NULL,
+  updated_at timestamptz NOT NULL DEFAULT now()
+)`),
+      ],
+    },
   ]);
 }
+
+/** The quoted control table beside inbox `table`: `<table>_control` (the row `paused`). */
+export const postgresControlTable = (table: string): string => beside(table, '_control');
 
 /** The version table beside inbox `table`: `<table>_schema`, one row per version run. */
 function recordSql(table: string, migration: Migration): string[] {

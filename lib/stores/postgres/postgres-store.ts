@@ -2,7 +2,7 @@ import { checkListOptions } from '../list-options.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
 import { inboxSql, receivesJson, tableNames, type InboxSql } from './postgres-sql.js';
-import { postgresSchemaDialect } from './postgres-schema.js';
+import { postgresControlTable, postgresSchemaDialect } from './postgres-schema.js';
 import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
 import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
 import {
@@ -18,6 +18,7 @@ import { guardCheckouts } from '../guard-checkouts.js';
 import { isTransactions, type Statement, type StatementResult, type Transactions } from '../transactions.js';
 import { PostgresExpectations } from './postgres-expectations.js';
 import { PostgresAudit } from './postgres-audit.js';
+import { sqlPauseSwitch } from '../sql-pause-switch.js';
 import { checkPurge } from '../redact-record.js';
 import { PostgresLifecycle } from './postgres-lifecycle.js';
 import { afterMigration, markMigration, trackMigration } from './postgres-migrations.js';
@@ -33,6 +34,7 @@ import type {
   Settlement,
   StatusCounts,
   PurgedStatus,
+  PauseSwitch,
 } from '../store.js';
 
 /**
@@ -168,6 +170,8 @@ export class PostgresStore<
   readonly expectations: PostgresExpectations;
   /** Operator actions: the table `<table>_audit`, made by `migrate()` (or {@link postgresAuditSql}). */
   readonly audit: PostgresAudit;
+  /** Whether delivery is paused for every instance: the row `paused` of `<table>_control`, made by `migrate()`. */
+  readonly pauseSwitch: PauseSwitch;
   /** Each transaction's accepted final state: the table `<table>_states`, made by `migrate()`. */
   readonly lifecycle: PostgresLifecycle;
   readonly #pool: PgQueryable;
@@ -219,6 +223,19 @@ export class PostgresStore<
     if (transactions) guardCheckouts(given?.pool);
     this.#sql = inboxSql(this.table);
     this.audit = new PostgresAudit((text, values) => this.#query(text, values, 'audit'), this.table);
+    const control = postgresControlTable(this.table);
+    this.pauseSwitch = sqlPauseSwitch({
+      read: async () =>
+        (await this.#query(`SELECT value FROM ${control} WHERE name = 'paused'`, [], 'control'))
+          .rows as Array<Record<string, unknown>>,
+      write: (value) =>
+        this.#query(
+          `INSERT INTO ${control} (name, value) VALUES ('paused', $1) ON CONFLICT (name) DO UPDATE ` +
+            'SET value = EXCLUDED.value, updated_at = now()',
+          [value],
+          'control',
+        ),
+    });
     this.expectations = new PostgresExpectations(
       (text, values) => this.#query(text, values, 'expectations'),
       this.table,
@@ -511,7 +528,7 @@ export class PostgresStore<
   async #query(
     text: string,
     values: unknown[],
-    of: 'inbox' | 'expectations' | 'audit' = 'inbox',
+    of: 'inbox' | 'expectations' | 'audit' | 'control' = 'inbox',
   ): Promise<PgQueryResult> {
     const mark = markMigration(this.#pool, this.table);
     try {
@@ -529,7 +546,7 @@ export class PostgresStore<
   }
 
   /** The `StoreError` of a failed query: the driver's error stays the cause (its `code`, such as 57P01). */
-  #failure(error: unknown, of: 'inbox' | 'expectations' | 'audit'): StoreError {
+  #failure(error: unknown, of: 'inbox' | 'expectations' | 'audit' | 'control'): StoreError {
     if (missing(error)) {
       // pg's own message (relation "ipn_inbox" does not exist) does not say what to do about it; it is kept
       // at the end, as it names the relation PostgreSQL looked for (the search_path decides where).
@@ -538,7 +555,9 @@ export class PostgresStore<
           ? [this.table, 'postgresSchemaSql()']
           : of === 'audit'
             ? [`${this.table}_audit (the operators' audit trail)`, 'postgresAuditSql()']
-            : [`${this.table}_expected (of ipn.expect())`, 'postgresExpectationsSql()'];
+            : of === 'control'
+              ? [`${this.table}_control (ipn.pause() for every instance)`, 'postgresMigrations()']
+              : [`${this.table}_expected (of ipn.expect())`, 'postgresExpectationsSql()'];
       return new StoreError(
         `PostgresStore: the table ${table} does not exist: run \`await store.migrate()\` once, or create it ` +
           `with the SQL of ${sql} in your migrations (PostgreSQL: ${messageOf(error)})`,

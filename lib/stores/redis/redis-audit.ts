@@ -1,5 +1,5 @@
 import { auditPage } from '../audit-page.js';
-import type { AuditEntry, AuditListOptions, AuditLog } from '../store.js';
+import type { AuditEntry, AuditListOptions, AuditLog, PauseSwitch } from '../store.js';
 
 /** Sends one raw command (the `RedisStore`'s own sender, whichever client it is). */
 type Send = (args: string[]) => Promise<unknown>;
@@ -37,4 +37,18 @@ export class RedisAudit implements AuditLog {
       return { action: kept.action, actor: kept.actor, detail: kept.detail, at: new Date(kept.at) };
     });
   }
+}
+
+/**
+ * Whether delivery is paused, in Redis: the key `paused` under the store's prefix (`'1'` while paused),
+ * shared by every instance and kept across restarts.
+ */
+export function redisPauseSwitch(send: Send, prefix: string): PauseSwitch {
+  const key = `${prefix}paused`;
+  return {
+    read: async () => (await send(['GET', key])) !== null,
+    write: async (paused) => {
+      await send(paused ? ['SET', key, '1'] : ['DEL', key]);
+    },
+  };
 }

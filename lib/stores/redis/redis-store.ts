@@ -6,13 +6,14 @@ import type {
   InboxEntry,
   Lease,
   ListOptions,
+  PauseSwitch,
   PurgedStatus,
   Settlement,
   StatusCounts,
 } from '../store.js';
 import { RedisExpectations } from './redis-expectations.js';
 import { RedisLifecycle } from './redis-lifecycle.js';
-import { RedisAudit } from './redis-audit.js';
+import { RedisAudit, redisPauseSwitch } from './redis-audit.js';
 import { checkPurge, redactEach } from '../redact-record.js';
 import { persistenceWarning, saveOf } from './redis-persistence.js';
 import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
@@ -143,6 +144,8 @@ export class RedisStore implements DurableStore {
   readonly lifecycle: RedisLifecycle;
   /** Operator actions (replay, purge, pause): the list `prefix + 'audit'`, newest first. */
   readonly audit: RedisAudit;
+  /** Whether delivery is paused (`ipn.pause()`): the key `prefix + 'paused'`, shared by every instance. */
+  readonly pauseSwitch: PauseSwitch;
   readonly #send: Send;
   readonly #client: object;
   /** How long a batch of claims stuck on the connection holds its place: the routers' shortest storeTimeoutMs. */
@@ -166,6 +169,7 @@ export class RedisStore implements DurableStore {
     this.expectations = new RedisExpectations((args) => this.#command(args), prefix);
     this.lifecycle = new RedisLifecycle((args) => this.#command(args), prefix);
     this.audit = new RedisAudit((args) => this.#command(args), prefix);
+    this.pauseSwitch = redisPauseSwitch((args) => this.#command(args), prefix);
     this.#claims =
       Reflect.get(client as object, 'isCluster') === true
         ? undefined

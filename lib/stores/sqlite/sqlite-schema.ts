@@ -76,6 +76,18 @@ export function sqliteMigrationList(table: string): readonly Migration[] {
         statement(sqliteAuditSql(table)),
       ],
     },
+    {
+      version: 3,
+      name: 'the control table (a pause for every instance)',
+      tables: [`${table}_control`],
+      steps: [
+        statement(`CREATE TABLE IF NOT EXISTS "${table}_control" (
+  name TEXT PRIMARY KEY NOT NULL,
+  value TEXT NOT NULL,
+  updated_ms INTEGER NOT NULL
+)`),
+      ],
+    },
   ]);
 }
 

@@ -1,5 +1,6 @@
 import { checkPurge, redactEach } from '../redact-record.js';
 import { SqlAudit } from '../sql-audit.js';
+import { sqlPauseSwitch } from '../sql-pause-switch.js';
 import { checkListOptions } from '../list-options.js';
 import { randomUUID } from 'node:crypto';
 import { messageOf, StoreError } from '../../shared/errors.js';
@@ -15,6 +16,7 @@ import type {
   Settlement,
   StatusCounts,
   PurgedStatus,
+  PauseSwitch,
 } from '../store.js';
 import {
   closeQuietly,
@@ -118,6 +120,8 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
   readonly expectations: SqliteExpectations;
   /** Operator actions: the table `<table>_audit`, made by `migrate()` (or {@link sqliteAuditSql}). */
   readonly audit: SqlAudit;
+  /** Whether delivery is paused for every instance: the row `paused` of `<table>_control`, made by `migrate()`. */
+  readonly pauseSwitch: PauseSwitch;
   /** Each transaction's accepted final state: the table `<table>_states`, made by `migrate()`. */
   readonly lifecycle: SqliteLifecycle;
   readonly #database: D;
@@ -188,6 +192,19 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
       },
       sqliteAuditTable(this.table),
     );
+    const control = `"${this.table}_control"`;
+    this.pauseSwitch = sqlPauseSwitch({
+      read: async () =>
+        (await this.#read(`SELECT value FROM ${control} WHERE name = 'paused'`, [])) as Array<
+          Record<string, unknown>
+        >,
+      write: (value) =>
+        this.#change(
+          `INSERT INTO ${control} (name, value, updated_ms) VALUES ('paused', ?, ?) ` +
+            'ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_ms = excluded.updated_ms',
+          [value, Date.now()],
+        ),
+    });
   }
 
   /**
