@@ -126,7 +126,7 @@ function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
     expect(credited).toEqual([String(a.transaction_id)]);
   });
 
-  test('pause, then close(): what was stored while paused is delivered once by the next router on the store, and by an unpaused instance meanwhile', async () => {
+  test("pause, then close(): the pause is the store's: another instance and the next router hold too; resume() on one delivers what was stored, once", async () => {
     const store = await fresh();
     const make = () =>
       ipnRouter({ store, delivery: 'at-least-once', logger: quiet, retryDelayMs: 5, recoveryIntervalMs: 50 });
@@ -138,32 +138,35 @@ function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
     const [a, b] = [uniquePayload(), uniquePayload()];
     expect((await post(a)).status).toBe(200);
     await eventually('a put back', async () => (await store.get(keyOf(a)))?.leaseUntil === null);
-    // Pause is per instance: another one, unpaused, delivers what the paused one stored.
+    // Another instance over the store holds too: what it stores waits as well.
     const other = make();
     other.on('successful', (n) => void credited.push(`other:${n.transaction_id}`));
     const second = await serve(other);
-    expect((await second.post(uniquePayload())).status).toBe(200); // its first use starts its recovery
-    await eventually(
-      'a delivered by the other',
-      async () => (await store.get(keyOf(a)))?.status === 'delivered',
-    );
+    expect((await second.post(b)).status).toBe(200);
+    await eventually('b put back by the other', async () => {
+      const entry = await store.get(keyOf(b));
+      return entry?.leaseUntil === null && (entry.lastError ?? '').startsWith('delivery paused');
+    });
+    expect(other.inbox.isPaused()).toBe(true);
     await other.close();
-
-    expect((await post(b)).status).toBe(200);
-    await eventually('b put back', async () => (await store.get(keyOf(b)))?.leaseUntil === null);
     await paused.close();
+
+    // A restart stays paused: the next router reads the store's flag at its first recovery pass.
     const next = make();
     next.on('successful', (n) => void credited.push(`next:${n.transaction_id}`));
     const third = await serve(next);
-    expect(next.inbox.isPaused()).toBe(false); // a restart starts unpaused
-    expect((await third.post(uniquePayload())).status).toBe(200);
-    await eventually(
-      'b delivered by the next',
-      async () => (await store.get(keyOf(b)))?.status === 'delivered',
+    expect((await third.post(uniquePayload())).status).toBe(200); // its first use starts its recovery
+    await eventually('the next router paused', () => next.inbox.isPaused());
+    expect(credited).toEqual([]);
+    await next.resume();
+    await eventually('a and b delivered by the next', async () =>
+      (await Promise.all([a, b].map(async (p) => (await store.get(keyOf(p)))?.status))).every(
+        (status) => status === 'delivered',
+      ),
     );
     const ids = [a, b].map((p) => String(p.transaction_id));
     expect(credited.filter((c) => ids.some((id) => c.endsWith(id))).sort()).toEqual(
-      [`next:${ids[1]}`, `other:${ids[0]}`].sort(),
+      ids.map((id) => `next:${id}`).sort(),
     );
   });
 }
