@@ -1,6 +1,11 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import Redis from 'ioredis';
+import { createPool } from 'mysql2/promise';
 import { Pool } from 'pg';
 import { context, SpanKind, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
@@ -11,13 +16,15 @@ import {
   type ReadableSpan,
 } from '@opentelemetry/sdk-trace-base';
 import { ipnRouter, MemoryStore, type IpnRouter, type Options } from '../../lib/index.js';
+import { MysqlStore } from '../../lib/mysql.js';
 import { PostgresStore } from '../../lib/postgres.js';
+import { SqliteStore } from '../../lib/sqlite.js';
 import { RedisStore } from '../../lib/redis.js';
 import type { DurableStore } from '../../lib/stores/store.js';
 import { ipnNotificationSchema } from '../../lib/notification/schema.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
-import { databaseUrl, describeWithService, eventually, redisUrl } from '../helpers/services.js';
+import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
 
 /**
  * OpenTelemetry traces with the real SDK (in-memory exporter, AsyncLocalStorage context manager), over the
@@ -255,6 +262,53 @@ describeWithService('Redis', 'RedisStore', () => {
       return store;
     },
     (store) => new RedisStore({ client, prefix: prefixOf.get(store)! }),
+  );
+});
+
+describeWithService('MariaDB', 'MysqlStore', () => {
+  const pool = createPool({ uri: mysqlUrl(), connectionLimit: 4 });
+  const tables: string[] = [];
+  afterAll(async () => {
+    for (const table of tables) await pool.query(`DROP TABLE IF EXISTS \`${table}\``);
+    await pool.end();
+  });
+  const tableOf = new WeakMap<DurableStore, string>();
+  scenarios(
+    async () => {
+      const table = `ipn_traces_${process.pid}_${tables.length}`;
+      tables.push(table, `${table}_states`, `${table}_audit`, `${table}_expected`);
+      const store = new MysqlStore({ pool, table });
+      await store.migrate();
+      tableOf.set(store, table);
+      return store;
+    },
+    (store) => new MysqlStore({ pool, table: tableOf.get(store)! }),
+  );
+});
+
+describe('SqliteStore', () => {
+  const folder = mkdtempSync(join(tmpdir(), 'ipn-sqlite-traces-'));
+  const opened: Database.Database[] = [];
+  afterAll(() => {
+    for (const database of opened) database.close();
+    rmSync(folder, { recursive: true, force: true });
+  });
+  const open = (file: string) => {
+    const database = new Database(file);
+    opened.push(database);
+    return database;
+  };
+  const fileOf = new WeakMap<DurableStore, string>();
+  scenarios(
+    async () => {
+      const file = join(folder, `${opened.length}.db`);
+      const store = new SqliteStore({ database: open(file) });
+      await store.migrate();
+      fileOf.set(store, file);
+      return store;
+    },
+    // The next process opens the same file.
+    (store) => new SqliteStore({ database: open(fileOf.get(store)!) }),
   );
 });
 
