@@ -30,7 +30,13 @@ import { within } from '../shared/within.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { AlertMonitor } from '../observability/alerts.js';
 import { createLogThrottle } from '../observability/log-throttle.js';
-import { keepTraceparent, traceStatusQuery, type Parent } from '../observability/tracing.js';
+import {
+  keepTraceparent,
+  traceAttempt,
+  traceStatusQuery,
+  tracingActive,
+  type Parent,
+} from '../observability/tracing.js';
 import { createExpectations } from './expectations.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
 import { createUnexpectedScreen } from './unexpected.js';
@@ -341,13 +347,18 @@ export function createDelivery<C>(
 
   /**
    * Resolves when the first attempt has settled, listeners included (for a `waitUntil`); never rejects.
-   * At least once, the attempt's span is a child of `parent`, the request's (when traced).
+   * The attempt's span is a child of `parent`, the request's (when traced).
    */
   function dispatch(n: IpnNotification, leaseId: string, conflict = false, parent?: Parent): Promise<void> {
     if (durably) return detach(durably.deliver(keyOf(n), n, leaseId, 1, driver, parent));
     if (conflict) return detach(lifecycle.conflict(n));
-    if (verifying) return verifying.start(n);
-    return context.emitNow(n);
+    if (verifying) return verifying.start(n, parent);
+    if (!tracingActive()) return context.emitNow(n);
+    // At most once, the one attempt: its listeners run in its span; their failures are `error` events.
+    return traceAttempt(n, keyOf(n), 1, parent, async (span) => {
+      await context.emitNow(n);
+      span?.end('emitted');
+    });
   }
 
   async function settleReconciled(

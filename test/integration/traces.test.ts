@@ -319,3 +319,56 @@ describe('MemoryStore', () => {
     (store) => store,
   );
 });
+
+describe('at most once (MemoryStore, the default delivery)', () => {
+  const opened: Array<{ close(): Promise<void> }> = [];
+  afterEach(async () => {
+    for (const one of opened.splice(0).reverse()) await one.close();
+  });
+  async function start(options: Partial<Options> = {}) {
+    const ipn = ipnRouter({ store: new MemoryStore(), logger: quiet, ...options });
+    const served = await serve(ipn);
+    opened.push({ close: () => ipn.close() }, served);
+    return { ipn, ...served };
+  }
+
+  test('the one attempt is a child of the request; a resend and a bad body are told by the request span', async () => {
+    const { ipn, post } = await start();
+    ipn.on('successful', () => void appTracer().startSpan('credit the order').end());
+    const payload = uniquePayload();
+    const id = String(payload.transaction_id);
+    expect((await post(payload)).status).toBe(200);
+    expect((await post(payload)).status).toBe(200);
+    expect((await post({ ...payload, transaction_id: '' })).status).toBe(400);
+    await eventually('the attempt span', () => spans('ipn.deliver', id).length === 1);
+
+    const requests = spans('ipn.request', id);
+    expect(requests.map((span) => span.attributes['ipn.outcome'])).toEqual(['accepted', 'duplicate']);
+    const [attempt] = spans('ipn.deliver', id);
+    expect(parentOf(attempt!)).toBe(requests[0]!.spanContext().spanId);
+    expect(attempt!.attributes).toMatchObject({ 'ipn.attempt': 1, 'ipn.outcome': 'emitted' });
+    const credit = exporter.getFinishedSpans().find((span) => span.name === 'credit the order')!;
+    expect(parentOf(credit)).toBe(attempt!.spanContext().spanId);
+    const refused = exporter
+      .getFinishedSpans()
+      .find((span) => span.name === 'ipn.request' && span.attributes['ipn.outcome'] === 'invalid_fields');
+    expect(refused?.attributes).toMatchObject({ 'http.response.status_code': 400 });
+    expect(refused?.attributes['ipn.transaction_id']).toBeUndefined(); // not known: the body was not valid
+  });
+
+  test('with verify, the attempt holds the status query and says it delivered', async () => {
+    const payload = uniquePayload();
+    const id = String(payload.transaction_id);
+    const record = ipnNotificationSchema.parse(payload);
+    const { ipn, post } = await start({ verify: { getStatus: () => Promise.resolve(record) } });
+    ipn.on('successful', () => {});
+    expect((await post(payload)).status).toBe(200);
+    await eventually('the attempt span', () => spans('ipn.deliver', id).length === 1);
+    const [request] = spans('ipn.request', id);
+    const [attempt] = spans('ipn.deliver', id);
+    const [query] = spans('ipn.status_query', id);
+    expect(parentOf(attempt!)).toBe(request!.spanContext().spanId);
+    expect(attempt!.attributes).toMatchObject({ 'ipn.outcome': 'delivered' });
+    expect(parentOf(query!)).toBe(attempt!.spanContext().spanId);
+  });
+});
