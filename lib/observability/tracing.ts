@@ -47,6 +47,7 @@ interface OtelApi {
   trace: {
     getTracerProvider(): { getDelegateTracer?(name: string, version?: string): Tracer | undefined };
     setSpan(context: Context, span: Span): Context;
+    getSpan(context: Context): Span | undefined;
   };
   context: {
     active(): Context;
@@ -55,6 +56,7 @@ interface OtelApi {
 }
 
 /** `SpanKind` and `SpanStatusCode` of the API (stable numbers of the OpenTelemetry specification). */
+const INTERNAL = 0;
 const SERVER = 1;
 const CLIENT = 2;
 const CONSUMER = 4;
@@ -151,7 +153,9 @@ export function startRequestSpan(): RequestSpan | undefined {
   if (on === undefined) return undefined;
   const { api, tracer } = on;
   const active = api.context.active();
-  const span = tracer.startSpan('ipn.request', { kind: SERVER }, active);
+  // Under the HTTP server span of the app's instrumentation, an internal span: two server spans never nest.
+  const kind = api.trace.getSpan(active) === undefined ? SERVER : INTERNAL;
+  const span = tracer.startSpan('ipn.request', { kind }, active);
   const context = api.trace.setSpan(active, span);
   return {
     traceparent: traceparentOf(span),

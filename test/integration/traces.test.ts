@@ -132,6 +132,7 @@ function scenarios(
     const [query] = spans('ipn.status_query', id);
     expect(request).toBeDefined();
     expect(parentOf(request!)).toBe(server.spanContext().spanId);
+    expect(request!.kind).toBe(SpanKind.INTERNAL); // the HTTP server span is the SERVER one
     expect(request!.spanContext().traceId).toBe(server.spanContext().traceId);
     expect(request!.attributes).toEqual({
       'ipn.transaction_id': id,
