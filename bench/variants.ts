@@ -3,6 +3,7 @@ export const VARIANTS = [
   'baseline',
   'node-raw',
   'memory',
+  'memory-otel-api',
   'redis',
   'postgres',
   'postgres-ledger',
@@ -32,6 +33,10 @@ export const VARIANT_INFO: Record<Variant, { label: string; needs?: ServiceName;
   baseline: { label: 'Express 5 + express.json(), 200 {ok:true}' },
   'node-raw': { label: 'node:http alone: read the body, JSON.parse, 200 {ok:true}' },
   memory: { label: 'ipnRouter() in Express 5, MemoryStore', reference: 'baseline' },
+  'memory-otel-api': {
+    label: 'the same as memory, @opentelemetry/api loaded and in use (a diag logger), no tracer provider',
+    reference: 'memory',
+  },
   redis: { label: 'ipnRouter() in Express 5, RedisStore (ioredis)', needs: 'Redis', reference: 'baseline' },
   postgres: {
     label: 'ipnRouter() in Express 5, PostgresStore (Pool), at-least-once, empty listener',

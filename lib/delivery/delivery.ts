@@ -30,6 +30,13 @@ import { within } from '../shared/within.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { AlertMonitor } from '../observability/alerts.js';
 import { createLogThrottle } from '../observability/log-throttle.js';
+import {
+  keepTraceparent,
+  traceAttempt,
+  traceStatusQuery,
+  tracingActive,
+  type Parent,
+} from '../observability/tracing.js';
 import { createExpectations } from './expectations.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
 import { createUnexpectedScreen } from './unexpected.js';
@@ -133,11 +140,12 @@ export function createDelivery<C>(
   alerts?: AlertMonitor,
 ) {
   const { store, logger, leaseMs } = options;
-  const verify = options.verify && watched(timeLimited(options.verify, options.verifyTimeoutMs), alerts);
+  const verify =
+    options.verify && watched(traced(timeLimited(options.verify, options.verifyTimeoutMs)), alerts);
   const context = createDeliveryContext<C>({ ...options, verify }, emitters);
   const durable = options.delivery === 'at-least-once' ? (store as DurableStore) : undefined;
   // The status query is for notifications that never arrived: the sweep's client, not necessarily verify's.
-  const statusSource = options.statusClient ? watched(options.statusClient, alerts) : verify;
+  const statusSource = options.statusClient ? watched(traced(options.statusClient), alerts) : verify;
   const lifecycle = createLifecycle(context, statusSource);
   const durably = durable && createDurableDelivery(context, durable, metrics, lifecycle, alerts);
   const verifying = verify && !durable ? createVerifyQueue(context, verify, lifecycle) : undefined;
@@ -168,9 +176,11 @@ export function createDelivery<C>(
     context,
     durable,
     options.statusClient &&
-      (durable
-        ? timeLimited(options.statusClient, options.verifyTimeoutMs)
-        : timeLimited(options.statusClient, options.storeTimeoutMs, 'storeTimeoutMs')),
+      traced(
+        durable
+          ? timeLimited(options.statusClient, options.verifyTimeoutMs)
+          : timeLimited(options.statusClient, options.storeTimeoutMs, 'storeTimeoutMs'),
+      ),
     () => recoverSoon(),
   );
   const sweeper =
@@ -349,12 +359,20 @@ export function createDelivery<C>(
     return { claimed, leaseId };
   }
 
-  /** Resolves when the first attempt has settled, listeners included (for a `waitUntil`); never rejects. */
-  function dispatch(n: IpnNotification, leaseId: string, conflict = false): Promise<void> {
-    if (durably) return detach(durably.deliver(keyOf(n), n, leaseId, 1, driver));
+  /**
+   * Resolves when the first attempt has settled, listeners included (for a `waitUntil`); never rejects.
+   * The attempt's span is a child of `parent`, the request's (when traced).
+   */
+  function dispatch(n: IpnNotification, leaseId: string, conflict = false, parent?: Parent): Promise<void> {
+    if (durably) return detach(durably.deliver(keyOf(n), n, leaseId, 1, driver, parent));
     if (conflict) return detach(lifecycle.conflict(n));
-    if (verifying) return verifying.start(n);
-    return context.emitNow(n);
+    if (verifying) return verifying.start(n, parent);
+    if (!tracingActive()) return context.emitNow(n);
+    // At most once, the one attempt: its listeners run in its span; their failures are `error` events.
+    return traceAttempt(n, keyOf(n), 1, parent, async (span) => {
+      await context.emitNow(n);
+      span?.end('emitted');
+    });
   }
 
   async function settleReconciled(
@@ -395,15 +413,18 @@ export function createDelivery<C>(
      * `leaseId` goes to `dispatch`, after the answer. At once when the store answers synchronously
      * (MemoryStore), else a promise; never rejects. At most once, the lifecycle decides it before the
      * answer, unless it is still to verify (then once verified), or `decide` is false (a claim only checked
-     * for a resend, undone at once: an unexpected notification refused).
+     * for a resend, undone at once: an unexpected notification refused). `traceparent`, the request's span
+     * (when traced), is kept with the inbox entry.
      */
-    accept(n: IpnNotification, decide = true): Acceptance | Promise<Acceptance> {
+    accept(n: IpnNotification, decide = true, traceparent?: string): Acceptance | Promise<Acceptance> {
       const key = keyOf(n);
       // Past the bound, shed before claiming: nothing to release, and the service's resend is processed.
       if (verifying && !verifying.reserve(key)) return { claimed: shed(n), leaseId: '' };
       // Only a durable store leases: the at-most-once path makes no lease id.
       const leaseId = durable ? randomUUID() : '';
-      const receive = durable && (() => durable.receive(key, toRecord(n), { id: leaseId, ms: leaseMs }));
+      const receive =
+        durable &&
+        (() => durable.receive(key, keepTraceparent(toRecord(n), traceparent), { id: leaseId, ms: leaseMs }));
       const claimed = claimer.claimNow(key, () => deliverLate(n, leaseId), receive);
       const settled = (answer: boolean | StoreError): Acceptance | Promise<Acceptance> => {
         const accepted = acceptance(key, answer, leaseId);
@@ -532,6 +553,16 @@ function watched(source: StatusSource, alerts: AlertMonitor | undefined): Status
         },
       );
     },
+  };
+}
+
+/** `source`, whose every query is a span of its own when traces are on (see `traceStatusQuery`). */
+function traced(source: StatusSource): StatusSource {
+  return {
+    getStatus: (id, options) =>
+      traceStatusQuery(id, () =>
+        options === undefined ? source.getStatus(id) : source.getStatus(id, options),
+      ),
   };
 }
 

@@ -7,6 +7,7 @@ import { ipnNotificationSchema, toRecord, type IpnNotification } from '../notifi
 import type { Metrics } from '../observability/metrics.js';
 import type { AlertMonitor } from '../observability/alerts.js';
 import { redactText } from '../observability/redact.js';
+import { takeTraceparent, traceAttempt, type AttemptSpan, type Parent } from '../observability/tracing.js';
 import type { Attempt as Context } from './safe-emitter.js';
 import type { DeliveryTransaction, DurableStore, InboxEntry } from '../stores/store.js';
 import { within } from '../shared/within.js';
@@ -157,19 +158,40 @@ export function createDurableDelivery<C>(
     return emitAndSettle(n, { ...context, ...shared });
   }
 
-  /** One attempt at `n`, held by `leaseId`; resolves whether it was delivered. Never rejects. */
+  /**
+   * One attempt at `n`, held by `leaseId`; resolves whether it was delivered. Never rejects. Its span (when
+   * traced) is a child of `parent`, the request's.
+   */
   async function deliver(
     key: string,
     n: IpnNotification,
     leaseId: string,
     attempts: number,
     driver: Driver = 'timers',
+    parent?: Parent,
   ): Promise<boolean> {
     if (await pausedNow(false)) {
       await park(key, n, leaseId, driver);
       return false;
     }
-    return (await attemptOnce(key, n, leaseId, attempts, driver)) === 'delivered';
+    return (await tracedAttempt(key, n, leaseId, attempts, driver, parent)) === 'delivered';
+  }
+
+  /**
+   * {@link attemptOnce} in a span of its own when traces are on (see `traceAttempt`): a child of the
+   * request's span in this process, or linked to it through the `traceparent` kept with the entry.
+   */
+  function tracedAttempt(
+    key: string,
+    n: IpnNotification,
+    leaseId: string,
+    attempts: number,
+    driver: Driver,
+    parent: Parent | undefined,
+  ): Promise<Outcome> {
+    return traceAttempt(n, key, attempts, parent, (span) =>
+      attemptOnce(key, n, leaseId, attempts, driver, span),
+    );
   }
 
   /**
@@ -258,6 +280,7 @@ export function createDurableDelivery<C>(
     leaseId: string,
     attempts: number,
     driver: Driver,
+    span?: AttemptSpan,
   ): Promise<Outcome> {
     metrics?.attempt();
     try {
@@ -269,7 +292,9 @@ export function createDurableDelivery<C>(
         const again = await run(key, n, leaseId, attempts, true);
         concluded = await conclude(key, again.result, again.tx, again.abandoned);
       }
-      return await settle(key, n, leaseId, attempts, driver, concluded);
+      const outcome = await settle(key, n, leaseId, attempts, driver, concluded);
+      span?.end(spanOutcome(outcome, concluded), failureOf(concluded));
+      return outcome;
     } catch (cause) {
       // The entry is still in the inbox (every write above changes it in one step, none deletes a
       // notification still to deliver): its lease runs out and it is taken up again. At least once.
@@ -277,6 +302,7 @@ export function createDurableDelivery<C>(
       const error = new StoreError(message, { cause });
       report(error, n);
       alerts?.attempt(false, key, error.message);
+      span?.end('store_failed', error.message);
       return 'other';
     }
   }
@@ -381,7 +407,7 @@ export function createDurableDelivery<C>(
       // takes the forgery's place in one step, so that it is in the inbox at every moment.
       const lease = { id: randomUUID(), ms: options.leaseMs };
       if (await timed(inbox.replace(key, leaseId, toRecord(genuine), lease), 'replace', key))
-        return attemptOnce(key, genuine, lease.id, 1, driver);
+        return tracedAttempt(key, genuine, lease.id, 1, driver, undefined);
       return 'other';
     }
     const failure =
@@ -449,7 +475,9 @@ export function createDurableDelivery<C>(
     counts.taken = entries.length;
     const outcomes = await Promise.all(
       entries.map(async (entry): Promise<Outcome> => {
-        const read = ipnNotificationSchema.safeParse(entry.record);
+        // The request's span, kept with the entry while traces were on: the attempt's span links to it.
+        const { record, parent } = takeTraceparent(entry.record);
+        const read = ipnNotificationSchema.safeParse(record);
         if (read.success && entry.attempts > options.maxAttempts) {
           // Its last attempts never settled (their process died, or lost its connection, each time): dead,
           // not taken up without end. This lease counted one more, which does not run.
@@ -459,7 +487,8 @@ export function createDurableDelivery<C>(
             error,
           });
         }
-        if (read.success) return attemptOnce(entry.key, read.data, lease.id, entry.attempts, driver);
+        if (read.success)
+          return tracedAttempt(entry.key, read.data, lease.id, entry.attempts, driver, parent);
         const error = `the stored record of ${entry.key} is not a notification`;
         try {
           const settled = await timed(inbox.settle(entry.key, lease.id, { status: 'dead', error }), 'settle');
@@ -607,6 +636,22 @@ export function createDurableDelivery<C>(
     resume: () => setPaused(false),
     isPaused: (): boolean => paused,
   };
+}
+
+/**
+ * What an attempt's span says it came to: the outcome counted (`delivered`, `retried`, `dead`), or, for the
+ * others, how it concluded (`lost`: another attempt holds the entry; `conflict`; `rejected`; `later`).
+ */
+function spanOutcome(outcome: Outcome, concluded: Concluded): string {
+  if (outcome !== 'other') return outcome;
+  return concluded.kind === 'marked' ? 'delivered' : concluded.kind;
+}
+
+/** Why an attempt did not deliver, for its span's status (scrubbed there): `undefined` when it did. */
+function failureOf(concluded: Concluded): string | undefined {
+  if (concluded.kind === 'failed') return concluded.error.message;
+  if (concluded.kind === 'marked' || concluded.kind === 'lost') return undefined;
+  return concluded.kind;
 }
 
 /** Whether a value a store's `lease()` handed out can be taken up: an object with a string key. */

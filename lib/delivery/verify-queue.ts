@@ -4,6 +4,7 @@ import { keyOf } from './delivery-context.js';
 import { StoreError, VerificationError } from '../shared/errors.js';
 import type { IpnNotification } from '../notification/schema.js';
 import { monotonicNow } from '../shared/clock.js';
+import { traceAttempt, tracingActive, type Parent } from '../observability/tracing.js';
 import type { Lifecycle } from './lifecycle.js';
 import {
   genuineRecord,
@@ -175,9 +176,10 @@ export function createVerifyQueue<C>(
     size: (): number => pending.size + reservations,
     /**
      * Verifies a notification just accepted, then emits it (or `rejected`, or `error`). Resolves when the
-     * first attempt and its listeners have settled (a retry is scheduled for later); never rejects.
+     * first attempt and its listeners have settled (a retry is scheduled for later); never rejects. Its
+     * span (when traced) is a child of `parent`, the request's.
      */
-    start(n: IpnNotification): Promise<void> {
+    start(n: IpnNotification, parent?: Parent): Promise<void> {
       const key = keyOf(n);
       unreserve(key);
       if (context.isClosed()) {
@@ -189,7 +191,15 @@ export function createVerifyQueue<C>(
       }
       const entry: Pending = { notification: n, arrivedAt: monotonicNow() };
       pending.set(key, entry);
-      return detach(verify(entry, 1));
+      if (!tracingActive()) return detach(verify(entry, 1));
+      // The first verification and emission in a span (see `traceAttempt`); its retries make none.
+      return detach(
+        traceAttempt(n, key, 1, parent, async (span) => {
+          const outcome = await verify(entry, 1);
+          span?.end(outcome, outcome === 'retried' || outcome === 'dead' ? outcome : undefined);
+          return outcome;
+        }),
+      );
     },
     /**
      * `ipn.drain()`'s part: runs now every retry due by now (a frozen function's timers may not have fired),

@@ -9,6 +9,7 @@ import { loggableError } from '../observability/redact.js';
 import { isQuiet } from '../observability/logger.js';
 import { createUnmatchedTokenWarning } from '../observability/unmatched-token-warning.js';
 import { createUnprotectedWarning } from '../observability/unprotected-warning.js';
+import { startRequestSpan, type RequestSpan } from '../observability/tracing.js';
 import { BodyUnavailableError, messageOf, StoreError, VerificationBusyError } from '../shared/errors.js';
 import type { InvalidEvent } from '../delivery/events.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
@@ -28,6 +29,13 @@ import {
 } from './ipn-outcome.js';
 import { authenticateInput, readRecord } from './read-record.js';
 import { createAuthentication } from '../authenticate/authentication.js';
+
+/** What a request's answer says, for its span: the error's reason, `duplicate` or `accepted`. */
+function outcomeOf(outcome: IpnOutcome): string {
+  const reason = outcome.body?.error;
+  if (typeof reason === 'string') return reason;
+  return outcome.body === DUPLICATE_BODY ? 'duplicate' : 'accepted';
+}
 
 /**
  * What admitting a validated notification came to: claimed (ours to deliver, with the lease for `dispatch`),
@@ -111,8 +119,8 @@ export function createIpnPipeline<C>(
    * Claims, unless the router closed meanwhile: then the claim is undone (the inbox keeps a stored one). At
    * once when the store answers synchronously (MemoryStore), else a promise.
    */
-  function admit(n: IpnNotification, decide = true): Admission | Promise<Admission> {
-    const accepted = delivery.accept(n, decide);
+  function admit(n: IpnNotification, decide = true, traceparent?: string): Admission | Promise<Admission> {
+    const accepted = delivery.accept(n, decide, traceparent);
     return accepted instanceof Promise ? accepted.then((done) => admitted(n, done)) : admitted(n, accepted);
   }
 
@@ -153,8 +161,8 @@ export function createIpnPipeline<C>(
     return unavailable('unexpected', () => delivery.rejectExpected(event));
   }
 
-  /** The answer to an admitted notification, and the work after it. */
-  function answer(admission: Admission, notification: IpnNotification): IpnOutcome {
+  /** The answer to an admitted notification, and the work after it (its first attempt a child of `span`). */
+  function answer(admission: Admission, notification: IpnNotification, span?: RequestSpan): IpnOutcome {
     switch (admission.kind) {
       case 'closed':
         return unavailable('closed');
@@ -191,21 +199,45 @@ export function createIpnPipeline<C>(
         return {
           status: 200,
           body: OK_BODY,
-          after: () => delivery.dispatch(notification, leaseId, conflict),
+          after: () => delivery.dispatch(notification, leaseId, conflict, span?.parent),
         };
       }
     }
   }
 
-  async function handle(request: IpnRequest): Promise<IpnOutcome> {
+  /** One request's answer; not `async` itself, so that an untraced POST costs no promise more. */
+  function handle(request: IpnRequest): Promise<IpnOutcome> {
     delivery.start();
     unprotected.started();
-    if (request.method === 'GET' || request.method === 'HEAD') return { status: 200, body: OK_BODY };
+    if (request.method === 'GET' || request.method === 'HEAD')
+      return Promise.resolve({ status: 200, body: OK_BODY });
     if (request.method !== 'POST') {
       const message = `${request.method} is not allowed here: the payment service POSTs notifications`;
-      return { status: 405, headers: { Allow: ALLOW }, body: { error: 'method_not_allowed', message } };
+      return Promise.resolve({
+        status: 405,
+        headers: { Allow: ALLOW },
+        body: { error: 'method_not_allowed', message },
+      });
     }
-    if (closed) return unavailable('closed');
+    if (closed) return Promise.resolve(unavailable('closed'));
+    const span = startRequestSpan();
+    return span === undefined ? handlePost(request, undefined) : handleTraced(request, span);
+  }
+
+  /** A POST in its own span, ended with the answer's status and outcome. */
+  async function handleTraced(request: IpnRequest, span: RequestSpan): Promise<IpnOutcome> {
+    let outcome: IpnOutcome | undefined;
+    try {
+      outcome = await span.within(() => handlePost(request, span));
+      return outcome;
+    } finally {
+      // A throw is the core's 500 (a bug of ours).
+      span.end(outcome?.status ?? 500, outcome === undefined ? 'internal_error' : outcomeOf(outcome));
+    }
+  }
+
+  /** A POST: the notification read, checked, claimed and answered; `span` is the request's, when traced. */
+  async function handlePost(request: IpnRequest, span: RequestSpan | undefined): Promise<IpnOutcome> {
     if (secrets) {
       if (!matchesSecret(request.token, secrets)) {
         const missing = request.token === undefined;
@@ -236,6 +268,7 @@ export function createIpnPipeline<C>(
       return reject({ reason: 'invalid_fields', status: 400, message, issues, received: read.record });
     }
     const notification = validated.data;
+    span?.identify(notification, keyOf(notification));
     metrics?.received();
     if (closed) return unavailable('closed');
     // An expected transaction is checked before the claim: a contradicting copy must not take the key.
@@ -256,7 +289,7 @@ export function createIpnPipeline<C>(
     let admission: Admission;
     if (expected.kind === 'error') admission = { kind: 'store-failed', error: expected.error };
     else {
-      const admitting = admit(notification);
+      const admitting = admit(notification, true, span?.traceparent);
       // Only a claim still under way is in flight for close() to wait for.
       admission = admitting instanceof Promise ? await track(admitting) : admitting;
     }
@@ -271,7 +304,7 @@ export function createIpnPipeline<C>(
         );
       }
     }
-    return answer(admission, notification);
+    return answer(admission, notification, span);
   }
 
   // Building the router makes no timer, id or I/O (a Worker builds it at global scope, where they throw): the
