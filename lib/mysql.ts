@@ -7,4 +7,5 @@ export { MysqlStore } from './stores/mysql/mysql-store.js';
 export type { MysqlStoreOptions } from './stores/mysql/mysql-store.js';
 export type { MysqlPool, MysqlPoolConnection } from './stores/mysql/mysql-pool.js';
 export { mysqlSchemaSql, mysqlExpectationsSql, mysqlAuditSql } from './stores/mysql/mysql-sql.js';
+export { mysqlExpectationsAccountSql } from './stores/mysql/mysql-expectations.js';
 export { mysqlLifecycleSql } from './stores/mysql/mysql-lifecycle.js';

@@ -7,5 +7,8 @@ export { PostgresStore } from './stores/postgres/postgres-store.js';
 export type { PostgresStoreOptions } from './stores/postgres/postgres-store.js';
 export type { PgQueryable } from './stores/postgres/postgres-store.js';
 export { postgresSchemaSql } from './stores/postgres/postgres-sql.js';
-export { postgresExpectationsSql } from './stores/postgres/postgres-expectations.js';
+export {
+  postgresExpectationsSql,
+  postgresExpectationsAccountSql,
+} from './stores/postgres/postgres-expectations.js';
 export { postgresAuditSql } from './stores/postgres/postgres-audit.js';

@@ -8,3 +8,4 @@ export { SqliteStore } from './stores/sqlite/sqlite-store.js';
 export type { SqliteStoreOptions } from './stores/sqlite/sqlite-store.js';
 export type { SqliteDatabase, SqliteStatement } from './stores/sqlite/sqlite-connection.js';
 export { sqliteSchemaSql, sqliteAuditSql } from './stores/sqlite/sqlite-sql.js';
+export { sqliteExpectationsAccountSql } from './stores/sqlite/sqlite-expectations.js';

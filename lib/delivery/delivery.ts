@@ -26,6 +26,7 @@ import type { StatusRecord } from '../status/status-envelope.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
 import { createVerifyQueue } from './verify-queue.js';
 import type { StatusSource } from '../status/verify-notification.js';
+import { accounted } from './accounts.js';
 import { within } from '../shared/within.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { AlertMonitor } from '../observability/alerts.js';
@@ -120,11 +121,14 @@ export function createDelivery<C>(
   alerts?: AlertMonitor,
 ) {
   const { store, logger, leaseMs } = options;
-  const verify = options.verify && watched(timeLimited(options.verify, options.verifyTimeoutMs), alerts);
+  // With several API keys, an expected transaction is asked about with its expectation's account's key.
+  const accountedOf = (source: StatusSource) => accounted(source, store.expectations, options.storeTimeoutMs);
+  const verify =
+    options.verify && watched(timeLimited(accountedOf(options.verify), options.verifyTimeoutMs), alerts);
   const context = createDeliveryContext<C>({ ...options, verify }, emitters);
   const durable = options.delivery === 'at-least-once' ? (store as DurableStore) : undefined;
   // The status query is for notifications that never arrived: the sweep's client, not necessarily verify's.
-  const statusSource = options.statusClient ? watched(options.statusClient, alerts) : verify;
+  const statusSource = options.statusClient ? watched(accountedOf(options.statusClient), alerts) : verify;
   const lifecycle = createLifecycle(context, statusSource);
   const durably = durable && createDurableDelivery(context, durable, metrics, lifecycle, alerts);
   const verifying = verify && !durable ? createVerifyQueue(context, verify, lifecycle) : undefined;
@@ -156,8 +160,8 @@ export function createDelivery<C>(
     durable,
     options.statusClient &&
       (durable
-        ? timeLimited(options.statusClient, options.verifyTimeoutMs)
-        : timeLimited(options.statusClient, options.storeTimeoutMs, 'storeTimeoutMs')),
+        ? timeLimited(accountedOf(options.statusClient), options.verifyTimeoutMs)
+        : timeLimited(accountedOf(options.statusClient), options.storeTimeoutMs, 'storeTimeoutMs')),
     () => recoverSoon(),
   );
   const sweeper =

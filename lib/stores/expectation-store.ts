@@ -9,6 +9,11 @@ export interface Expectation {
   customData?: string | undefined;
   /** The amount of the transaction; `undefined` when not to be checked. */
   amount?: number | undefined;
+  /**
+   * The account (of the status client's `apiKeys`) whose key created the transaction: the sweep and
+   * verification ask with that key only. `undefined`: each key in turn.
+   */
+  account?: string | undefined;
   /** When `ipn.expect()` was called, in ms since the epoch. */
   expectedAt: number;
   /** When the sweep next asks the service about it, in ms since the epoch. */

@@ -18,7 +18,7 @@ import type {
   PurgedStatus,
 } from '../store.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
-import { MysqlExpectations } from './mysql-expectations.js';
+import { hasAccountColumn, MysqlExpectations, mysqlExpectationsAccountSql } from './mysql-expectations.js';
 import { MysqlLifecycle, mysqlLifecycleSql } from './mysql-lifecycle.js';
 import {
   affectedOf,
@@ -222,6 +222,9 @@ export class MysqlStore<
         if (unfit !== undefined) throw new StoreError(`MysqlStore.migrate: ${unfit}`);
         await connection.query(mysqlSchemaSql(this.table));
         await connection.query(mysqlExpectationsSql(this.table));
+        await connection.query(mysqlExpectationsAccountSql(this.table)).catch((error: unknown) => {
+          if (!hasAccountColumn(error)) throw error;
+        });
         await connection.query(mysqlLifecycleSql(this.table));
         await connection.query(mysqlAuditSql(this.table)); // a statement of its own, apart from the inbox's
         await connection.query('SELECT RELEASE_LOCK(?)', [lock]);

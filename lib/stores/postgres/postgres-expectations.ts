@@ -33,8 +33,17 @@ export function postgresExpectationsSql(table = 'ipn_inbox'): string {
 `;
 }
 
+/**
+ * The SQL that adds the `account` column (the API key's account, of `ipn.expect(id, { account })`) to an
+ * expectations table made before it existed; `PostgresStore.migrate()` runs it. Idempotent.
+ */
+export function postgresExpectationsAccountSql(table = 'ipn_inbox'): string {
+  return `ALTER TABLE ${expectedTable(table)} ADD COLUMN IF NOT EXISTS account text;\n`;
+}
+
 interface Row {
   transaction_id: string;
+  account?: string | null;
   custom_data: string | null;
   amount: number | null;
   expected_at: string | number;
@@ -46,6 +55,7 @@ const toExpectation = (row: Row): Expectation => ({
   transactionId: row.transaction_id,
   customData: row.custom_data ?? undefined,
   amount: row.amount ?? undefined,
+  account: row.account ?? undefined,
   expectedAt: Number(row.expected_at),
   dueAt: Number(row.due_at),
   attempts: row.attempts,
@@ -69,16 +79,24 @@ export class PostgresExpectations implements ExpectationStore {
 
   /** Creates the table if it does not exist. */
   async migrate(): Promise<void> {
-    await this.#query(postgresExpectationsSql(this.#table), []);
+    await this.#query(postgresExpectationsSql(this.#table) + postgresExpectationsAccountSql(this.#table), []);
   }
 
   async put(e: Expectation): Promise<void> {
     await this.#query(
-      `INSERT INTO ${this.#t} (transaction_id, custom_data, amount, expected_at, due_at, attempts)
-       VALUES ($1, $2, $3, $4, $5, $6)
+      `INSERT INTO ${this.#t} (transaction_id, custom_data, amount, expected_at, due_at, attempts, account)
+       VALUES ($1, $2, $3, $4, $5, $6, $7)
        ON CONFLICT (transaction_id) DO UPDATE SET custom_data = $2, amount = $3, expected_at = $4,
-         due_at = $5, attempts = $6`,
-      [e.transactionId, e.customData ?? null, e.amount ?? null, e.expectedAt, e.dueAt, e.attempts],
+         due_at = $5, attempts = $6, account = $7`,
+      [
+        e.transactionId,
+        e.customData ?? null,
+        e.amount ?? null,
+        e.expectedAt,
+        e.dueAt,
+        e.attempts,
+        e.account ?? null,
+      ],
     );
   }
 

@@ -14,7 +14,11 @@ import { openOrmTransaction } from '../orm-transaction.js';
 import { createGroups } from './postgres-group.js';
 import { guardCheckouts } from '../guard-checkouts.js';
 import { isTransactions, type Statement, type StatementResult, type Transactions } from '../transactions.js';
-import { PostgresExpectations, postgresExpectationsSql } from './postgres-expectations.js';
+import {
+  PostgresExpectations,
+  postgresExpectationsAccountSql,
+  postgresExpectationsSql,
+} from './postgres-expectations.js';
 import { PostgresAudit, postgresAuditSql } from './postgres-audit.js';
 import { checkPurge } from '../redact-record.js';
 import { PostgresLifecycle } from './postgres-lifecycle.js';
@@ -238,7 +242,7 @@ export class PostgresStore<
         await this.#pool.query(migrateSql(this.table));
         // The expectations' and the audit's tables, under the same lock: the audit's DDL a statement of its own.
         await this.#pool.query(
-          `${migrateSql(this.table).split('\n')[0]}\n${postgresExpectationsSql(this.table)}${postgresAuditSql(this.table)}`,
+          `${migrateSql(this.table).split('\n')[0]}\n${postgresExpectationsSql(this.table)}${postgresExpectationsAccountSql(this.table)}${postgresAuditSql(this.table)}`,
         );
       } catch (error) {
         throw new StoreError(

@@ -10,8 +10,22 @@ export interface ExpectationQueries {
 /** The sweep's lock is a row of its own, under an id no transaction can have (ids are never empty). */
 const LOCK_ID = '';
 
+/**
+ * The SQL that adds the `account` column (the API key's account, of `ipn.expect(id, { account })`) to an
+ * expectations table made before it existed. Not idempotent by itself (SQLite has no `ADD COLUMN IF NOT
+ * EXISTS`): `SqliteStore.migrate()` runs it and takes "duplicate column name" as done.
+ */
+export function sqliteExpectationsAccountSql(table = 'ipn_inbox'): string {
+  return `ALTER TABLE "${table}_expected" ADD COLUMN account TEXT`;
+}
+
+/** Whether running {@link sqliteExpectationsAccountSql} failed only because the column is there already. */
+export const hasAccountColumn = (error: unknown): boolean =>
+  /duplicate column name/i.test(String((error as Error | undefined)?.message));
+
 interface Row {
   transaction_id: string;
+  account?: string | null;
   custom_data: string | null;
   amount: number | null;
   expected_at: number;
@@ -23,6 +37,7 @@ const toExpectation = (row: Row): Expectation => ({
   transactionId: row.transaction_id,
   customData: row.custom_data ?? undefined,
   amount: row.amount ?? undefined,
+  account: row.account ?? undefined,
   expectedAt: Number(row.expected_at),
   dueAt: Number(row.due_at),
   attempts: Number(row.attempts),
@@ -45,12 +60,20 @@ export class SqliteExpectations implements ExpectationStore {
 
   async put(e: Expectation): Promise<void> {
     await this.#q.write(
-      `INSERT INTO ${this.#t} (transaction_id, custom_data, amount, expected_at, due_at, attempts)
-       VALUES (?, ?, ?, ?, ?, ?)
+      `INSERT INTO ${this.#t} (transaction_id, custom_data, amount, expected_at, due_at, attempts, account)
+       VALUES (?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (transaction_id) DO UPDATE SET custom_data = excluded.custom_data,
          amount = excluded.amount, expected_at = excluded.expected_at, due_at = excluded.due_at,
-         attempts = excluded.attempts`,
-      [e.transactionId, e.customData ?? null, e.amount ?? null, e.expectedAt, e.dueAt, e.attempts],
+         attempts = excluded.attempts, account = excluded.account`,
+      [
+        e.transactionId,
+        e.customData ?? null,
+        e.amount ?? null,
+        e.expectedAt,
+        e.dueAt,
+        e.attempts,
+        e.account ?? null,
+      ],
     );
   }
 

@@ -28,7 +28,7 @@ import {
   type SqliteDatabase,
   type WriteGate,
 } from './sqlite-connection.js';
-import { SqliteExpectations } from './sqlite-expectations.js';
+import { hasAccountColumn, SqliteExpectations, sqliteExpectationsAccountSql } from './sqlite-expectations.js';
 import { SqliteLifecycle } from './sqlite-lifecycle.js';
 import {
   quoteTable,
@@ -206,6 +206,12 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
         await whenNotBusy(() => this.#database.exec(sqliteSchemaSql(this.table)), this.#busyTimeoutMs);
         // The audit table: a statement of its own, apart from the inbox's schema.
         await whenNotBusy(() => this.#database.exec(sqliteAuditSql(this.table)), this.#busyTimeoutMs);
+        await whenNotBusy(
+          () => this.#database.exec(sqliteExpectationsAccountSql(this.table)),
+          this.#busyTimeoutMs,
+        ).catch((error: unknown) => {
+          if (!hasAccountColumn(error)) throw error;
+        });
       } catch (error) {
         throw new StoreError(
           `SqliteStore.migrate: could not create the table ${this.table}: ${messageOf(error)}`,
