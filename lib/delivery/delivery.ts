@@ -497,6 +497,9 @@ export function createDelivery<C>(
   };
 }
 
+/** The accounts a wrapped source still says it holds keys for (`ipn.expect()` checks its `account` against them). */
+const accountsOf = ({ accounts }: StatusSource) => (accounts === undefined ? {} : { accounts });
+
 /**
  * `source`, whose every query's outcome the alerts are told of (a refusal or block fires `status_refused`,
  * an answer resolves it). Only the status query's outcome: a call per query, none per notification.
@@ -504,6 +507,7 @@ export function createDelivery<C>(
 function watched(source: StatusSource, alerts: AlertMonitor | undefined): StatusSource {
   if (alerts === undefined) return source;
   return {
+    ...accountsOf(source),
     getStatus: (id, options) => {
       const asked = options === undefined ? source.getStatus(id) : source.getStatus(id, options);
       if (!alerts.active()) return asked; // no listener: not even a promise more per query
@@ -528,6 +532,7 @@ function watched(source: StatusSource, alerts: AlertMonitor | undefined): Status
  */
 function timeLimited(source: StatusSource, ms: number, option = 'verifyTimeoutMs'): StatusSource {
   return {
+    ...accountsOf(source),
     getStatus: (id, options) =>
       within(
         Promise.resolve().then(() =>

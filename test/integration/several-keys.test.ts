@@ -368,3 +368,27 @@ describeWithService(
     });
   },
 );
+
+test("the operating page's snippet: a zone-xaf payment expected with its account is swept with its key only", async () => {
+  await provider.close();
+  provider = await createFakeProvider({ apiKey: 'key-xof', apiKeys: { xaf: 'key-xaf' } });
+  const { zonedRouter } = await import('../../examples/snippets/several-keys.js');
+  const { ipn, statusClient, startPayment } = zonedRouter(provider.statusBaseUrl);
+  routers.push(ipn);
+  const recorder = recordEvents(ipn);
+  const { transactionId } = provider.initiate({
+    amount: 900,
+    ipnUrl: 'http://127.0.0.1:9/unused',
+    customData: 'order-xaf',
+    outcome: 'SUCCESSFUL',
+    deliver: false,
+    account: 'xaf',
+  });
+  await until(() => provider.transaction(transactionId)?.state === 'SUCCESSFUL', 'processing');
+  await startPayment(transactionId, 'xaf', 900, 'order-xaf');
+  expect(statusClient.accounts).toEqual(['xof', 'xaf']);
+  await expect(ipn.reconcile(transactionId)).resolves.toMatchObject({ emitted: true });
+  await settle();
+  expect(recorder.of('successful').map((n) => n.custom_data)).toEqual(['order-xaf']);
+  expect(provider.statusQueriesFor(transactionId)).toBe(1); // the xaf key only, from the expectation
+});
