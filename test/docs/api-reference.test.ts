@@ -131,6 +131,7 @@ const SURFACE: Record<string, string[]> = {
     'PgQueryable',
     'postgresSchemaSql',
     'postgresExpectationsSql',
+    'postgresExpectationsAccountSql',
     'postgresAuditSql',
   ],
   mysql: [
@@ -140,6 +141,7 @@ const SURFACE: Record<string, string[]> = {
     'MysqlPoolConnection',
     'mysqlSchemaSql',
     'mysqlExpectationsSql',
+    'mysqlExpectationsAccountSql',
     'mysqlAuditSql',
     'mysqlLifecycleSql',
   ],
@@ -150,6 +152,7 @@ const SURFACE: Record<string, string[]> = {
     'SqliteStatement',
     'sqliteSchemaSql',
     'sqliteAuditSql',
+    'sqliteExpectationsAccountSql',
   ],
   testing: [
     ...['createFakeProvider', 'FakeProvider', 'FakeProviderOptions'],
