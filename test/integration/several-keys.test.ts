@@ -1,5 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import Redis from 'ioredis';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { createPool } from 'mysql2/promise';
 import { Pool } from 'pg';
 import {
   createStatusClient,
@@ -10,7 +15,9 @@ import {
   type IpnRouter,
   type Store,
 } from 'ipn-kit';
+import { MysqlStore } from 'ipn-kit/mysql';
 import { PostgresStore } from 'ipn-kit/postgres';
+import { SqliteStore } from 'ipn-kit/sqlite';
 import { RedisStore, redisGuard } from 'ipn-kit/redis';
 import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
 import type { StatusClientOptions } from '../../lib/status/status-client.js';
@@ -18,7 +25,7 @@ import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { listen, settle, type Running } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
-import { databaseUrl, describeWithService, redisUrl } from '../helpers/services.js';
+import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers/services.js';
 
 // The service issues an API key per currency zone and answers "not found" to a key that did not create the
 // transaction: the fake provider holds two accounts, A (its default key) and B.
@@ -391,4 +398,51 @@ test("the operating page's snippet: a zone-xaf payment expected with its account
   await settle();
   expect(recorder.of('successful').map((n) => n.custom_data)).toEqual(['order-xaf']);
   expect(provider.statusQueriesFor(transactionId)).toBe(1); // the xaf key only, from the expectation
+});
+
+/** A store's expectations, once `migrate()` ran twice over a table made before the account column. */
+async function keepsAccountAfterMigrating(store: {
+  migrate(): Promise<void>;
+  expectations: NonNullable<Store['expectations']>;
+}): Promise<void> {
+  await store.migrate();
+  await store.migrate();
+  await store.expectations.put({
+    transactionId: 'OLD.1',
+    account: 'zoneB',
+    expectedAt: 1,
+    dueAt: 2,
+    attempts: 0,
+  });
+  expect(await store.expectations.get('OLD.1')).toMatchObject({ account: 'zoneB' });
+}
+
+describeWithService('MariaDB', 'MysqlStore: migrate() adds the account column', () => {
+  test('to an expectations table made before it, and again does nothing', async () => {
+    const table = `ipn_test_keys_${process.pid}_${randomUUID().slice(0, 6)}`;
+    const pool = createPool({ uri: mysqlUrl(), connectionLimit: 2 });
+    try {
+      await new MysqlStore({ pool, table }).migrate();
+      await pool.query(`ALTER TABLE \`${table}_expected\` DROP COLUMN account`);
+      await keepsAccountAfterMigrating(new MysqlStore({ pool, table }));
+    } finally {
+      await pool.query(
+        `DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\`, \`${table}_states\`, \`${table}_audit\``,
+      );
+      await pool.end();
+    }
+  });
+});
+
+test('SqliteStore: migrate() adds the account column to an expectations table made before it, and again does nothing', async () => {
+  const folder = mkdtempSync(join(tmpdir(), 'ipn-sqlite-keys-'));
+  const database = new Database(join(folder, 'old.db'));
+  try {
+    await new SqliteStore({ database }).migrate();
+    database.exec('ALTER TABLE "ipn_inbox_expected" DROP COLUMN account');
+    await keepsAccountAfterMigrating(new SqliteStore({ database }));
+  } finally {
+    database.close();
+    rmSync(folder, { recursive: true, force: true });
+  }
 });
