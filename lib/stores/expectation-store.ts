@@ -47,3 +47,19 @@ export interface ExpectationStore {
   /** Lets go of the sweep's lock, if `owner` holds it. */
   unlockSweep(owner: string): void | Promise<void>;
 }
+
+/**
+ * An expectation's values in the column order of the SQL stores' `put` (`transaction_id, custom_data, amount,
+ * expected_at, due_at, attempts, account`), an absent field as `null`.
+ */
+export function expectationValues(e: Expectation): unknown[] {
+  return [
+    e.transactionId,
+    e.customData ?? null,
+    e.amount ?? null,
+    e.expectedAt,
+    e.dueAt,
+    e.attempts,
+    e.account ?? null,
+  ];
+}

@@ -1,4 +1,4 @@
-import type { Expectation, ExpectationStore } from '../expectation-store.js';
+import { expectationValues, type Expectation, type ExpectationStore } from '../expectation-store.js';
 import { tableNames } from './postgres-sql.js';
 
 /** What the expectations run their queries through: the store's own query (with its error messages). */
@@ -88,15 +88,7 @@ export class PostgresExpectations implements ExpectationStore {
        VALUES ($1, $2, $3, $4, $5, $6, $7)
        ON CONFLICT (transaction_id) DO UPDATE SET custom_data = $2, amount = $3, expected_at = $4,
          due_at = $5, attempts = $6, account = $7`,
-      [
-        e.transactionId,
-        e.customData ?? null,
-        e.amount ?? null,
-        e.expectedAt,
-        e.dueAt,
-        e.attempts,
-        e.account ?? null,
-      ],
+      expectationValues(e),
     );
   }
 

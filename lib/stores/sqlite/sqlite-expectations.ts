@@ -1,4 +1,4 @@
-import type { Expectation, ExpectationStore } from '../expectation-store.js';
+import { expectationValues, type Expectation, type ExpectationStore } from '../expectation-store.js';
 
 /** How the expectations run their statements: through the store (its write gate, its error messages). */
 export interface ExpectationQueries {
@@ -65,15 +65,7 @@ export class SqliteExpectations implements ExpectationStore {
        ON CONFLICT (transaction_id) DO UPDATE SET custom_data = excluded.custom_data,
          amount = excluded.amount, expected_at = excluded.expected_at, due_at = excluded.due_at,
          attempts = excluded.attempts, account = excluded.account`,
-      [
-        e.transactionId,
-        e.customData ?? null,
-        e.amount ?? null,
-        e.expectedAt,
-        e.dueAt,
-        e.attempts,
-        e.account ?? null,
-      ],
+      expectationValues(e),
     );
   }
 
