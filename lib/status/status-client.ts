@@ -116,7 +116,8 @@ export interface StatusClient {
   /**
    * A self-test to run at start: asks the status query once, through the guard, about a made-up id (or
    * `transactionId`, one of yours) and says whether `baseUrl` and the key work, and if not, which one is
-   * likely wrong. Never rejects.
+   * likely wrong; with several keys, `check({ account })` checks that account's key (else each key in turn).
+   * Never rejects, but with a `TypeError` for an account the client holds no key for.
    * @example
    * const check = await client.check();
    * if (!check.ok) logger.error(check, `status client misconfigured: ${check.message}`);
