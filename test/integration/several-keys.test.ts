@@ -201,6 +201,37 @@ describe('the router with several keys', () => {
     expect(keysFor(transactionId)).toEqual([KEYS.zoneA, KEYS.zoneB]);
   });
 
+  for (const delivery of ['at-most-once', 'at-least-once'] as const) {
+    test(`${delivery}: a notification of a transaction expected under zone B is verified with zone B's key only`, async () => {
+      const { fetch, keysFor } = keysSent();
+      const ipn = ipnRouter({
+        store: new MemoryStore(),
+        delivery,
+        verify: client({}, fetch),
+        logger: quiet,
+        verifyRetryDelayMs: 5,
+        sweepIntervalMs: 2 ** 31 - 1,
+      });
+      routers.push(ipn);
+      const recorder = recordEvents(ipn);
+      const running = await listen(ipn);
+      servers.push(running);
+      const transactionId = `ZB.${randomUUID().slice(0, 8)}`;
+      await ipn.expect(transactionId, { amount: 800, customData: 'order-zb', account: 'zoneB' });
+      provider.initiate({
+        transactionId,
+        amount: 800,
+        ipnUrl: `${running.url}/`,
+        customData: 'order-zb',
+        outcome: 'SUCCESSFUL',
+        account: 'zoneB',
+      });
+      await until(() => recorder.count('successful') === 1, 'the successful event');
+      expect(recorder.count('rejected')).toBe(0);
+      expect(keysFor(transactionId)).toEqual([KEYS.zoneB]);
+    });
+  }
+
   test('accountOf(notification) names the account: only that key verifies it', async () => {
     const { fetch, keysFor } = keysSent();
     const ipn = ipnRouter({
