@@ -4,6 +4,7 @@ import { defaultLogger } from '../observability/logger.js';
 import { MemoryStore } from '../stores/memory/memory-store.js';
 import type { DurableStore, Store } from '../stores/store.js';
 import type { StatusSource } from '../status/verify-notification.js';
+import type { IpnNotification } from '../notification/schema.js';
 import type { Authenticate } from '../authenticate/authenticate.js';
 import {
   checkDuration,
@@ -81,6 +82,14 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
    * @default undefined (the `verify` client, if any)
    */
   statusClient: StatusSource | undefined;
+  /**
+   * With several API keys (`createStatusClient({ apiKeys })`): the account whose key created a notified
+   * transaction, from the notification (its `service_id`, say), for the status query of a notification with
+   * no expectation naming one (`ipn.expect(id, { account })`). `undefined` (or a throw): each key is asked in
+   * turn until one finds it.
+   * @default undefined (the expectation's account, else each key in turn)
+   */
+  accountOf: ((notification: IpnNotification) => string | undefined) | undefined;
   /**
    * How long after `ipn.expect()` an expected transaction with no final notification is reconciled through
    * the status client, in ms. Later queries of one transaction are at least this far apart, and never
@@ -278,6 +287,7 @@ const DEFAULTS: {
   logCustomerData: false,
   verify: undefined,
   statusClient: undefined,
+  accountOf: undefined,
   reconcileAfterMs: 15 * 60_000,
   reconcileAttempts: 8,
   unexpected: 'verify',
@@ -372,6 +382,10 @@ export function resolveOptions<S extends StandardSchemaV1 | undefined>(
   if (resolved.verify !== undefined) checkMethods('verify', resolved.verify, ['getStatus'], []);
   if (resolved.statusClient !== undefined)
     checkMethods('statusClient', resolved.statusClient, ['getStatus'], []);
+  if (resolved.accountOf !== undefined && typeof resolved.accountOf !== 'function')
+    throw new TypeError(
+      `ipnRouter: accountOf must be a function of the notification, got ${typeof resolved.accountOf}`,
+    );
   if (!['verify', 'reject', 'accept'].includes(resolved.unexpected))
     throw new TypeError(
       `ipnRouter: unexpected must be 'verify', 'reject' or 'accept', got ${String(resolved.unexpected)}`,

@@ -26,6 +26,7 @@ import type { StatusRecord } from '../status/status-envelope.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
 import { createVerifyQueue } from './verify-queue.js';
 import type { StatusSource } from '../status/verify-notification.js';
+import { accounted } from './accounts.js';
 import { within } from '../shared/within.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { AlertMonitor } from '../observability/alerts.js';
@@ -140,12 +141,17 @@ export function createDelivery<C>(
   alerts?: AlertMonitor,
 ) {
   const { store, logger, leaseMs } = options;
+  // With several API keys, an expected transaction is asked about with its expectation's account's key.
+  const accountedOf = (source: StatusSource) => accounted(source, store.expectations, options.storeTimeoutMs);
   const verify =
-    options.verify && watched(traced(timeLimited(options.verify, options.verifyTimeoutMs)), alerts);
+    options.verify &&
+    watched(traced(timeLimited(accountedOf(options.verify), options.verifyTimeoutMs)), alerts);
   const context = createDeliveryContext<C>({ ...options, verify }, emitters);
   const durable = options.delivery === 'at-least-once' ? (store as DurableStore) : undefined;
   // The status query is for notifications that never arrived: the sweep's client, not necessarily verify's.
-  const statusSource = options.statusClient ? watched(traced(options.statusClient), alerts) : verify;
+  const statusSource = options.statusClient
+    ? watched(traced(accountedOf(options.statusClient)), alerts)
+    : verify;
   const lifecycle = createLifecycle(context, statusSource);
   const durably = durable && createDurableDelivery(context, durable, metrics, lifecycle, alerts);
   const verifying = verify && !durable ? createVerifyQueue(context, verify, lifecycle) : undefined;
@@ -178,8 +184,8 @@ export function createDelivery<C>(
     options.statusClient &&
       traced(
         durable
-          ? timeLimited(options.statusClient, options.verifyTimeoutMs)
-          : timeLimited(options.statusClient, options.storeTimeoutMs, 'storeTimeoutMs'),
+          ? timeLimited(accountedOf(options.statusClient), options.verifyTimeoutMs)
+          : timeLimited(accountedOf(options.statusClient), options.storeTimeoutMs, 'storeTimeoutMs'),
       ),
     () => recoverSoon(),
   );
@@ -532,6 +538,9 @@ export function createDelivery<C>(
   };
 }
 
+/** The accounts a wrapped source still says it holds keys for (`ipn.expect()` checks its `account` against them). */
+const accountsOf = ({ accounts }: StatusSource) => (accounts === undefined ? {} : { accounts });
+
 /**
  * `source`, whose every query's outcome the alerts are told of (a refusal or block fires `status_refused`,
  * an answer resolves it). Only the status query's outcome: a call per query, none per notification.
@@ -539,6 +548,7 @@ export function createDelivery<C>(
 function watched(source: StatusSource, alerts: AlertMonitor | undefined): StatusSource {
   if (alerts === undefined) return source;
   return {
+    ...accountsOf(source),
     getStatus: (id, options) => {
       const asked = options === undefined ? source.getStatus(id) : source.getStatus(id, options);
       if (!alerts.active()) return asked; // no listener: not even a promise more per query
@@ -573,6 +583,7 @@ function traced(source: StatusSource): StatusSource {
  */
 function timeLimited(source: StatusSource, ms: number, option = 'verifyTimeoutMs'): StatusSource {
   return {
+    ...accountsOf(source),
     getStatus: (id, options) =>
       within(
         Promise.resolve().then(() =>

@@ -16,6 +16,7 @@ import type { InboxDrain, Outcome } from './drain-result.js';
 import { monotonicNow } from '../shared/clock.js';
 import { connectionHint } from '../shared/connection-hint.js';
 import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
+import { accountOfNotification } from './accounts.js';
 import { createLifecycle, type Lifecycle } from './lifecycle.js';
 import { CONFLICT_PREFIX } from './kept-unexpected.js';
 
@@ -141,6 +142,7 @@ export function createDurableDelivery<C>(
       const verdict = await verifyNotification(options.verify, n, {
         arrivedAt: now,
         notFoundAt: attempts > 1 ? now : undefined,
+        account: accountOfNotification(options.accountOf, n, logger),
       });
       if (verdict.kind !== 'confirmed') return verdict;
     }

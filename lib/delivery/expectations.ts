@@ -5,6 +5,7 @@ import type { Store } from '../stores/store.js';
 import { sameCustomData, type RejectedEvent, type VerifiedField } from '../status/verify-notification.js';
 import type { DeliveryContext } from './delivery-context.js';
 import { monotonicNow } from '../shared/clock.js';
+import { checkAccount } from './accounts.js';
 
 /**
  * The mark the first `ipn.expect()` leaves in the store's expectations: once there, every instance over the
@@ -36,6 +37,11 @@ export interface ExpectOptions {
   customData?: unknown;
   /** The transaction's amount. */
   amount?: number;
+  /**
+   * With several API keys (`createStatusClient({ apiKeys })`): the account whose key created the
+   * transaction. The sweep and verification ask with that key only; without it, each key in turn.
+   */
+  account?: string;
 }
 
 /** What an incoming notification's expectation says about it. */
@@ -126,6 +132,7 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
       if (transactionId === IN_USE_MARK)
         throw new TypeError(`ipn.expect: ${IN_USE_MARK} is ipn-kit's own mark, not a transaction id`);
       const { customData, amount } = given ?? {};
+      const account = checkAccount(given?.account, [options.statusClient, options.verify]);
       if (amount !== undefined && (typeof amount !== 'number' || !Number.isFinite(amount)))
         throw new TypeError(`ipn.expect: amount must be a finite number, got ${String(amount)}`);
       const text =
@@ -143,6 +150,7 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
         transactionId,
         customData: text,
         amount,
+        ...(account === undefined ? {} : { account }),
         expectedAt: now,
         dueAt: now + options.reconcileAfterMs,
         attempts: 0,

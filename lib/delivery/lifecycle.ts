@@ -9,6 +9,7 @@ import { within } from '../shared/within.js';
 import { messageOf, StoreError } from '../shared/errors.js';
 import { monotonicNow } from '../shared/clock.js';
 
+import { accountOfNotification } from './accounts.js';
 /** The longest the status query of a conflict is waited for (and at most `verifyTimeoutMs`). */
 export const CONFLICT_QUERY_MS = 5_000;
 
@@ -74,11 +75,15 @@ export function createLifecycle<C>(context: DeliveryContext<C>, statusSource: St
   }
 
   /** What one status query says now, within its bound; `undefined` when there is no client or no answer. */
-  async function statusNow(id: string): Promise<{ status?: StatusRecord; said: string }> {
+  async function statusNow(n: IpnNotification): Promise<{ status?: StatusRecord; said: string }> {
+    const id = n.transaction_id;
+    const account = accountOfNotification(options.accountOf, n, context.logger);
     if (statusSource === undefined) return { said: 'no status client is configured to ask the service' };
     const ms = Math.min(CONFLICT_QUERY_MS, options.verifyTimeoutMs);
     try {
-      const query = Promise.resolve().then(() => statusSource.getStatus(id, { since: monotonicNow() }));
+      const query = Promise.resolve().then(() =>
+        statusSource.getStatus(id, { since: monotonicNow(), ...(account === undefined ? {} : { account }) }),
+      );
       const status = await within(query, ms, () => new Error(`no answer within ${ms} ms`));
       return { status, said: `the status query says ${status.state} now` };
     } catch (error) {
@@ -91,7 +96,7 @@ export function createLifecycle<C>(context: DeliveryContext<C>, statusSource: St
    * query first, and logs it once as a warning. Resolves once emitted; never rejects.
    */
   async function conflict(n: IpnNotification): Promise<string> {
-    const { status, said } = await statusNow(n.transaction_id);
+    const { status, said } = await statusNow(n);
     const message =
       `${keyOf(n)} contradicts the SUCCESSFUL already accepted for this transaction: answered 200 and not ` +
       `emitted as failed (${said}). Look into it: a paid order is never undone by it`;

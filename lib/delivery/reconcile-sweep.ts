@@ -97,7 +97,10 @@ export function createReconcileSweep<C>(
     let record: IpnNotification;
     try {
       result.queried += 1;
-      record = await source.getStatus(e.transactionId);
+      // With several API keys, the key of the account that created it: another key would answer not found.
+      record = await (e.account === undefined
+        ? source.getStatus(e.transactionId)
+        : source.getStatus(e.transactionId, { account: e.account }));
     } catch (error) {
       if (error instanceof StatusRateLimitError) {
         // Not an attempt: put it back for when the client may send again, and stop this pass.

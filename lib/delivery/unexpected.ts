@@ -12,6 +12,7 @@ import {
 } from '../status/verify-notification.js';
 import { within } from '../shared/within.js';
 import { keyOf, type DeliveryContext } from './delivery-context.js';
+import { accountOfNotification } from './accounts.js';
 
 /**
  * The lease id a kept unexpected notification is received under: derived from its key (shaped as a UUID),
@@ -72,7 +73,10 @@ export function createUnexpectedScreen<C>(
       return { confirmed: false, detail: 'the router has no status client to ask', mismatches: [] };
     let status: StatusRecord;
     try {
-      status = await statusClient.getStatus(n.transaction_id);
+      const account = accountOfNotification(options.accountOf, n, context.logger);
+      status = await (account === undefined
+        ? statusClient.getStatus(n.transaction_id)
+        : statusClient.getStatus(n.transaction_id, { account }));
     } catch (error) {
       const detail =
         error instanceof TransactionNotFoundError

@@ -5,6 +5,7 @@ import { StoreError, VerificationError } from '../shared/errors.js';
 import type { IpnNotification } from '../notification/schema.js';
 import { monotonicNow } from '../shared/clock.js';
 import { traceAttempt, tracingActive, type Parent } from '../observability/tracing.js';
+import { accountOfNotification } from './accounts.js';
 import type { Lifecycle } from './lifecycle.js';
 import {
   genuineRecord,
@@ -20,6 +21,8 @@ interface Pending {
   notification: IpnNotification;
   arrivedAt: number;
   notFoundAt?: number | undefined;
+  /** The account whose API key created the transaction (the router's `accountOf`), when known. */
+  account?: string | undefined;
   /** The retry scheduled (its attempt and when it is due, wall clock), until its timer or a drain runs it. */
   retry?: Retry | undefined;
   /**
@@ -189,7 +192,8 @@ export function createVerifyQueue<C>(
         report(new VerificationError(n.transaction_id, 0, why), n);
         return Promise.resolve();
       }
-      const entry: Pending = { notification: n, arrivedAt: monotonicNow() };
+      const account = accountOfNotification(options.accountOf, n, logger);
+      const entry: Pending = { notification: n, arrivedAt: monotonicNow(), account };
       pending.set(key, entry);
       if (!tracingActive()) return detach(verify(entry, 1));
       // The first verification and emission in a span (see `traceAttempt`); its retries make none.

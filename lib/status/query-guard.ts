@@ -28,6 +28,8 @@ export interface StatusClientStats {
   readonly guard?: 'shared' | 'fallback';
   /** With `shared`: calls to the shared guard that failed or timed out. */
   readonly guardFailures?: number;
+  /** With several keys (`apiKeys`): each account's own figures; the ones above are their sums. */
+  readonly accounts?: Readonly<Record<string, StatusClientStats>>;
 }
 
 const MINUTE = 60_000;
@@ -45,6 +47,11 @@ export interface StatusQueryOptions {
    * the notification never condemns it.
    */
   since?: number | undefined;
+  /**
+   * The account (of `apiKeys`) whose key created the transaction: only that key is used. Unset, each key is
+   * tried in turn until one finds it. An account the client does not hold rejects with a `TypeError`.
+   */
+  account?: string | undefined;
 }
 
 /** A cached answer, and when the request that got it was sent (on the guard's clock). */

@@ -112,6 +112,9 @@ export function redisGuard(
     fallbackInstances,
     timeoutMs,
     finalTtlMs,
+    // Under the same prefix (so in the same Cluster slot), apart from every other account's keys.
+    scoped: (account) =>
+      redisGuard({ ...options, prefix: `${prefix}account:${encodeURIComponent(account)}:` }),
     async take(maxPerMinute) {
       const reply = await script(TAKE, [key('window'), key('blocked'), key('seq')], [String(maxPerMinute)]);
       const [kind, wait, left] = (Array.isArray(reply) ? reply : []).map(Number);

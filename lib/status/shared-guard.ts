@@ -43,4 +43,10 @@ export interface SharedGuard {
   readonly finalTtlMs: number;
   /** Time limit of each call to the shared store, in ms: past it, the call counts as unreachable. */
   readonly timeoutMs: number;
+  /**
+   * The same shared store, for one of several API keys: its own budget, cool-down, answers and locks (the
+   * service counts each key apart, and answers each key only about its own transactions). Required with
+   * `apiKeys` naming more than one account.
+   */
+  scoped?(account: string): SharedGuard;
 }

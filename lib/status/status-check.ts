@@ -57,6 +57,8 @@ export interface StatusCheck {
 export interface StatusCheckOptions {
   /** A transaction of yours that the service knows: finding it proves the key. @default a made-up id */
   transactionId?: string | undefined;
+  /** With several keys: the account whose key to check. @default each key in turn */
+  account?: string | undefined;
 }
 
 /**

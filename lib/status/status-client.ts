@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { StatusQueryError, TransactionNotFoundError } from '../shared/errors.js';
+import { messageOf, StatusQueryError, TransactionNotFoundError } from '../shared/errors.js';
 import { defaultLogger, guardLogger, type Logger } from '../observability/logger.js';
 import { createFleetGuard } from './fleet-guard.js';
 import { monotonicNow } from '../shared/clock.js';
@@ -16,14 +16,44 @@ import {
 import { waitFromMessage } from './wait-message.js';
 
 /**
- * Options of {@link createStatusClient}. `baseUrl` and `apiKey` are required; each other default is given.
+ * Several API keys: `{ [account]: key }`, or a function giving the key of an account (then `accounts` names
+ * them). The service issues a key per currency zone and answers "not found" to a key that did not create the
+ * transaction.
+ * @inline
+ */
+export type ApiKeys = Readonly<Record<string, string>> | ((account: string) => string);
+
+/** The account `apiKey` alone stands for: one key is one account, named so. */
+export const DEFAULT_ACCOUNT = 'default';
+
+/**
+ * Options of {@link createStatusClient}. `baseUrl` and one of `apiKey` or `apiKeys` are required; each other
+ * default is given.
  * @inline
  */
 export interface StatusClientOptions {
   /** The service's transaction API, such as `https://host/api_v1/transaction`; queries go to `{baseUrl}/status`. */
   baseUrl: string;
-  /** Your API key, sent as `api_key` in the body. */
-  apiKey: string;
+  /**
+   * Your API key, sent as `api_key` in the body: one key, the account `'default'`. Give this or `apiKeys`.
+   * @default undefined
+   */
+  apiKey: string | undefined;
+  /**
+   * Several keys, one per account (the service issues one per currency zone): `{ zoneA: 'k1', zoneB: 'k2' }`,
+   * or `(account) => key` with `accounts`. A transaction is queried with its account's key (named at
+   * `ipn.expect(id, { account })`, by the router's `accountOf`, or `getStatus(id, { account })`); one whose
+   * account is unknown is asked with each key in turn until one finds it, and is "not found" only when
+   * every key says so. Each key has its own budget, cool-down and cache. Give this or `apiKey`.
+   * @default undefined
+   */
+  apiKeys: ApiKeys | undefined;
+  /**
+   * With `apiKeys` as a function: the accounts it gives keys for, in the order they are tried. A map's own
+   * names are its accounts.
+   * @default undefined
+   */
+  accounts: readonly string[] | undefined;
   /**
    * Most requests sent in any 60 s window, retries included. Over it, calls fail at once with
    * `StatusRateLimitError` (reason `budget`) instead of queueing.
@@ -68,7 +98,7 @@ export interface StatusClientOptions {
   /**
    * A guard shared by every instance of your app (`redisGuard({ client })` from `ipn-kit/redis`): then the
    * budget, the cool-down, the answers and the one-request-per-id rule hold for the whole fleet, not per
-   * process. @default none: the guard is this process's own
+   * process; with several keys, per key (its `scoped()`). @default none: the guard is this process's own
    */
   shared: SharedGuard | undefined;
 }
@@ -81,10 +111,13 @@ export interface StatusClient {
    * (all `StatusError`s).
    */
   getStatus(transactionId: string, options?: StatusQueryOptions): Promise<StatusRecord>;
+  /** The accounts whose keys the client holds, in the order an id of unknown account is tried. */
+  readonly accounts: readonly string[];
   /**
    * A self-test to run at start: asks the status query once, through the guard, about a made-up id (or
    * `transactionId`, one of yours) and says whether `baseUrl` and the key work, and if not, which one is
-   * likely wrong. Never rejects.
+   * likely wrong; with several keys, `check({ account })` checks that account's key (else each key in turn).
+   * Never rejects, but with a `TypeError` for an account the client holds no key for.
    * @example
    * const check = await client.check();
    * if (!check.ok) logger.error(check, `status client misconfigured: ${check.message}`);
@@ -108,32 +141,44 @@ export interface StatusClient {
  * if (record.state === 'SUCCESSFUL') markPaid(record.custom_data);
  */
 export function createStatusClient(
-  options: Partial<StatusClientOptions> & Pick<StatusClientOptions, 'baseUrl' | 'apiKey'>,
+  options: Partial<StatusClientOptions> & Pick<StatusClientOptions, 'baseUrl'>,
 ): StatusClient {
   const resolved = resolveStatusOptions(options);
-  const { apiKey, retries, retryDelayMs } = resolved;
+  const { retries, retryDelayMs } = resolved;
+  const accounts = accountsOf(resolved);
+  const keyOf = keyGetter(resolved);
   const logger = guardLogger(resolved.logger);
   const exchange = { ...resolved, url: `${resolved.baseUrl}/status` };
   // A monotonic clock: a wall-clock step must neither reopen the budget nor end a cool-down early.
   const now = monotonicNow;
   const { shared } = resolved;
-  const guard: Guard = shared
-    ? createFleetGuard({ ...resolved, shared, logger, now, lockMs: lockMsOf(resolved) })
-    : createQueryGuard({ ...resolved, now });
+  const single = accounts.length === 1;
+  // One guard per key, as the service counts: its budget, cool-down, cache of answers and locks.
+  const guards = new Map<string, Guard>(
+    accounts.map((account) => {
+      const fleet = shared && (single ? shared : (shared.scoped as (name: string) => SharedGuard)(account));
+      const guard: Guard = fleet
+        ? createFleetGuard({ ...resolved, shared: fleet, logger, now, lockMs: lockMsOf(resolved) })
+        : createQueryGuard({ ...resolved, now });
+      return [account, guard];
+    }),
+  );
+  const guardOf = (account: string): Guard => guards.get(account) as Guard;
+  /** The account that last found each id: asked first next time. */
+  const owners = new Map<string, string>();
 
-  async function request(transactionId: string): Promise<StatusRecord> {
+  async function request(account: string, transactionId: string): Promise<StatusRecord> {
+    const guard = guardOf(account);
+    const apiKey = keyOf(account);
     await guard.permit(transactionId);
-    logger.debug({ transaction_id: transactionId }, 'status query sent');
-    const { httpStatus, retryAfter, body } = await exchangeStatus(transactionId, exchange);
+    logger.debug({ transaction_id: transactionId, ...(single ? {} : { account }) }, 'status query sent');
+    const { httpStatus, retryAfter, body } = await exchangeStatus(transactionId, { ...exchange, apiKey });
     const answer = parseStatusAnswer(transactionId, { httpStatus, body });
-    if (answer instanceof TransactionNotFoundError) {
-      if (!transactionId.startsWith(CHECK_PREFIX)) watch.notFound(transactionId);
-    } else if (!(answer instanceof Error)) watch.found();
     if (answer instanceof StatusQueryError && answer.blocked) {
       // The service's 429 gives the wait in its message: obey the longer of it and Retry-After.
       guard.blocked(Math.max(retryAfterMs(retryAfter), waitFromMessage(body)));
       logger.warn(
-        { transaction_id: transactionId, status: httpStatus },
+        { transaction_id: transactionId, status: httpStatus, ...(single ? {} : { account }) },
         'the payment service may be blocking status queries: sending none during the cool-down',
       );
     }
@@ -143,10 +188,10 @@ export function createStatusClient(
 
   const watch = createNotFoundWatch(logger, now);
 
-  async function withRetries(transactionId: string): Promise<StatusRecord> {
+  async function withRetries(account: string, transactionId: string): Promise<StatusRecord> {
     for (let attempt = 0; ; attempt += 1) {
       try {
-        return await request(transactionId);
+        return await request(account, transactionId);
       } catch (error) {
         if (!(error instanceof StatusQueryError) || !error.retryable || error.blocked || attempt >= retries)
           throw error;
@@ -156,16 +201,138 @@ export function createStatusClient(
     }
   }
 
+  const askOne = (account: string, id: string, since: number | undefined): Promise<StatusRecord> =>
+    guardOf(account).ask(id, () => withRetries(account, id), since);
+
+  /**
+   * Asks with each key in turn (the one that last found the id first) until one finds it. A not-found is
+   * the answer only when every key said so: a key that could not tell (its budget spent, a block, an
+   * outage) makes the whole "can't tell yet", with its error.
+   */
+  async function askEach(id: string, since: number | undefined): Promise<StatusRecord> {
+    const known = owners.get(id);
+    const order = known === undefined ? accounts : [known, ...accounts.filter((a) => a !== known)];
+    let notFound: TransactionNotFoundError | undefined;
+    let failure: Error | undefined;
+    for (const account of order) {
+      try {
+        const record = await askOne(account, id, since);
+        if (!single) remember(owners, id, account, resolved.cacheSize);
+        return record;
+      } catch (error) {
+        if (error instanceof TransactionNotFoundError) notFound = error;
+        else failure ??= error instanceof Error ? error : new Error(String(error));
+      }
+    }
+    if (failure !== undefined) throw failure;
+    throw notFound ?? new TransactionNotFoundError(id);
+  }
+
+  /** One id, through the named account's key, or each key in turn; the not-found watch sees the outcome. */
+  async function ask(id: string, account: string | undefined, since?: number): Promise<StatusRecord> {
+    try {
+      const record = await (account === undefined ? askEach(id, since) : askOne(account, id, since));
+      watch.found();
+      return record;
+    } catch (error) {
+      if (error instanceof TransactionNotFoundError && !id.startsWith(CHECK_PREFIX)) watch.notFound(id);
+      throw error;
+    }
+  }
+
+  const unknownAccount = (where: string, account: unknown): TypeError | undefined =>
+    account === undefined || (typeof account === 'string' && guards.has(account))
+      ? undefined
+      : new TypeError(
+          `${where}: unknown account ${JSON.stringify(account) ?? typeof account} (known: ${accounts.join(', ')})`,
+        );
+
   return {
     getStatus(transactionId, options) {
       if (typeof transactionId !== 'string' || transactionId.length === 0) {
         return Promise.reject(new TypeError('getStatus: transactionId must be a non-empty string'));
       }
       const since = typeof options?.since === 'number' ? options.since : undefined;
-      return guard.ask(transactionId, () => withRetries(transactionId), since);
+      const account = options?.account;
+      const refused = unknownAccount('getStatus', account);
+      return refused ? Promise.reject(refused) : ask(transactionId, account, since);
     },
-    check: (options) => checkStatus((id) => guard.ask(id, () => withRetries(id)), options),
-    stats: guard.stats,
+    check: (checkOptions) => {
+      const refused = unknownAccount('check', checkOptions?.account);
+      if (refused) return Promise.reject(refused);
+      return checkStatus((id) => ask(id, checkOptions?.account), checkOptions);
+    },
+    accounts,
+    stats: statsOf(guards),
+  };
+}
+
+/** Keeps `id`'s owner, the oldest forgotten past `max`. */
+function remember(owners: Map<string, string>, id: string, account: string, max: number): void {
+  owners.delete(id);
+  owners.set(id, account);
+  if (owners.size > max) owners.delete(owners.keys().next().value as string);
+}
+
+/** The accounts of the resolved options: `apiKey`'s one, a map's names, or `accounts`. */
+function accountsOf({ apiKeys, accounts }: StatusClientOptions): readonly string[] {
+  if (apiKeys === undefined) return Object.freeze([DEFAULT_ACCOUNT]);
+  return Object.freeze([...(typeof apiKeys === 'function' ? (accounts ?? []) : Object.keys(apiKeys))]);
+}
+
+/** The key of an account; a function's answer is checked at each query (a missing key is no answer). */
+function keyGetter({ apiKey, apiKeys }: StatusClientOptions): (account: string) => string {
+  if (apiKeys === undefined) return () => apiKey as string;
+  if (typeof apiKeys !== 'function') return (account) => apiKeys[account] as string;
+  return (account) => {
+    let key: unknown;
+    try {
+      key = apiKeys(account);
+    } catch (cause) {
+      throw new StatusQueryError('', `apiKeys(${account}) threw: ${messageOf(cause)}`, { retryable: false });
+    }
+    if (typeof key !== 'string' || key.length === 0)
+      throw new StatusQueryError('', `apiKeys(${account}) gave no key (a non-empty string)`, {
+        retryable: false,
+      });
+    return key;
+  };
+}
+
+/** What the guards counted, summed; with several keys, each key's own under `accounts`. */
+function statsOf(guards: Map<string, Guard>): Readonly<StatusClientStats> {
+  const all = [...guards.values()].map((guard) => guard.stats);
+  if (all.length === 1) return all[0] as StatusClientStats;
+  const sum = (name: 'queries' | 'refused' | 'cached' | 'shared' | 'budgetLeft'): number =>
+    all.reduce((total, stats) => total + stats[name], 0);
+  const fleet = all.some((stats) => stats.guard !== undefined);
+  return {
+    get queries() {
+      return sum('queries');
+    },
+    get refused() {
+      return sum('refused');
+    },
+    get cached() {
+      return sum('cached');
+    },
+    get shared() {
+      return sum('shared');
+    },
+    get budgetLeft() {
+      return sum('budgetLeft');
+    },
+    ...(fleet
+      ? {
+          get guard() {
+            return all.some((stats) => stats.guard === 'fallback') ? 'fallback' : 'shared';
+          },
+          get guardFailures() {
+            return all.reduce((total, stats) => total + (stats.guardFailures ?? 0), 0);
+          },
+        }
+      : {}),
+    accounts: Object.fromEntries([...guards].map(([account, guard]) => [account, guard.stats])),
   };
 }
 
@@ -205,7 +372,9 @@ function retryAfterMs(header: string | null): number {
 function statusDefaults(): StatusClientOptions {
   return {
     baseUrl: '',
-    apiKey: '',
+    apiKey: undefined,
+    apiKeys: undefined,
+    accounts: undefined,
     maxQueriesPerMinute: 30,
     minIntervalMs: 15 * 60_000,
     blockCooldownMs: 15 * 60_000,
@@ -233,8 +402,7 @@ function resolveStatusOptions(options: Partial<StatusClientOptions>): StatusClie
   if (unknown.length > 0)
     fail(`unknown option ${unknown.join(', ')} (known: ${Object.keys(defaults).join(', ')})`);
   checkBaseUrl(resolved.baseUrl, resolved.allowInsecureHttp === true, fail);
-  if (typeof resolved.apiKey !== 'string' || resolved.apiKey.length === 0)
-    fail('apiKey must be a non-empty string');
+  checkKeys(resolved, fail);
   for (const name of ['maxQueriesPerMinute', 'cacheSize', 'maxResponseBytes'] as const) {
     if (!Number.isInteger(resolved[name]) || resolved[name] < 1)
       fail(`${name} must be a positive integer, got ${String(resolved[name])}`);
@@ -261,7 +429,48 @@ function resolveStatusOptions(options: Partial<StatusClientOptions>): StatusClie
     )
   )
     fail('shared must be a shared guard, such as redisGuard({ client }) from ipn-kit/redis');
+  if (shared !== undefined && accountsOf(resolved).length > 1 && typeof shared.scoped !== 'function')
+    fail(
+      'shared must have scoped(account) with several keys (each key has its own budget), as redisGuard() has',
+    );
   return { ...resolved, baseUrl: resolved.baseUrl.replace(/\/+$/, '') };
+}
+
+/**
+ * `apiKey` (a non-empty string) or `apiKeys` (a non-empty map of non-empty, distinct keys; or a function with
+ * `accounts`, a non-empty list of distinct names), never both.
+ */
+function checkKeys(resolved: StatusClientOptions, fail: (message: string) => never): void {
+  const { apiKey, apiKeys, accounts } = resolved;
+  if (apiKey !== undefined && apiKeys !== undefined) fail('give apiKey or apiKeys, not both');
+  if (apiKeys === undefined) {
+    if (accounts !== undefined) fail('accounts goes with apiKeys as a function');
+    if (typeof apiKey !== 'string' || apiKey.length === 0)
+      fail('apiKey (a non-empty string) or apiKeys ({ [account]: key }) is required');
+    return;
+  }
+  if (typeof apiKeys === 'function') {
+    if (!Array.isArray(accounts) || accounts.length === 0)
+      fail("apiKeys as a function needs accounts: the names it gives keys for, such as ['zoneA', 'zoneB']");
+    const names = accounts as unknown[];
+    if (names.some((name) => typeof name !== 'string' || name.length === 0))
+      fail('accounts must be non-empty strings');
+    if (new Set(names).size !== names.length) fail('accounts must not name an account twice');
+    return;
+  }
+  if (accounts !== undefined)
+    fail("accounts goes with apiKeys as a function (a map's names are its accounts)");
+  if (typeof apiKeys !== 'object' || apiKeys === null || Array.isArray(apiKeys))
+    fail('apiKeys must be { [account]: key } or a function (account) => key');
+  const entries = Object.entries(apiKeys);
+  if (entries.length === 0) fail('apiKeys must name at least one account');
+  for (const [account, key] of entries) {
+    if (typeof key !== 'string' || key.length === 0)
+      fail(`apiKeys.${account} must be a non-empty string, got ${typeof key}`);
+  }
+  const keys = entries.map(([, key]) => key);
+  if (new Set(keys).size !== keys.length)
+    fail('apiKeys names one key under two accounts: the service counts one budget per key, name it once');
 }
 
 /** `baseUrl` must be absolute, and `https:` unless the host is loopback or `allowInsecureHttp` is on. */

@@ -11,6 +11,8 @@ import { lackingFields, type StatusRecord } from './status-envelope.js';
 export interface StatusSource {
   /** The service's record of `transactionId`; rejects with `TransactionNotFoundError` when it has none. */
   getStatus(transactionId: string, options?: StatusQueryOptions): Promise<StatusRecord>;
+  /** With several API keys: the accounts it holds keys for (`createStatusClient({ apiKeys })` says). */
+  readonly accounts?: readonly string[];
 }
 
 /** What a verification attempt knows of the notification's history, on the status client's clock. */
@@ -19,6 +21,8 @@ export interface VerifyContext {
   arrivedAt: number;
   /** When the service first said it does not know the transaction: a not-found is believed once repeated after it. */
   notFoundAt?: number | undefined;
+  /** The account whose API key created the transaction, when known: only its key is asked. */
+  account?: string | undefined;
 }
 
 /** The fields a notification must share with the service's own record to be believed. */
@@ -124,9 +128,17 @@ export function genuineRecord(event: RejectedEvent): StatusRecord | undefined {
 
 type Answer = { record: StatusRecord } | { notFound: TransactionNotFoundError } | { error: unknown };
 
-async function answerOf(source: StatusSource, id: string, since?: number): Promise<Answer> {
+async function answerOf(source: StatusSource, id: string, since?: number, account?: string): Promise<Answer> {
   try {
-    return { record: await (since === undefined ? source.getStatus(id) : source.getStatus(id, { since })) };
+    const options = {
+      ...(since === undefined ? {} : { since }),
+      ...(account === undefined ? {} : { account }),
+    };
+    return {
+      record: await (Object.keys(options).length === 0
+        ? source.getStatus(id)
+        : source.getStatus(id, options)),
+    };
   } catch (error) {
     return error instanceof TransactionNotFoundError ? { notFound: error } : { error };
   }
@@ -164,11 +176,12 @@ export async function verifyNotification(
   context: VerifyContext = { arrivedAt: -Infinity },
 ): Promise<Verdict> {
   const id = notification.transaction_id;
-  let answer = await answerOf(source, id);
+  const { account } = context;
+  let answer = await answerOf(source, id, undefined, account);
   if (mayBeStale(answer, notification)) {
     const since =
       'notFound' in answer && context.notFoundAt !== undefined ? context.notFoundAt : context.arrivedAt;
-    if (Number.isFinite(since)) answer = await answerOf(source, id, since);
+    if (Number.isFinite(since)) answer = await answerOf(source, id, since, account);
   }
   const notFoundAt = context.notFoundAt;
   if ('notFound' in answer) {

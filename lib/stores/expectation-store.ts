@@ -9,6 +9,11 @@ export interface Expectation {
   customData?: string | undefined;
   /** The amount of the transaction; `undefined` when not to be checked. */
   amount?: number | undefined;
+  /**
+   * The account (of the status client's `apiKeys`) whose key created the transaction: the sweep and
+   * verification ask with that key only. `undefined`: each key in turn.
+   */
+  account?: string | undefined;
   /** When `ipn.expect()` was called, in ms since the epoch. */
   expectedAt: number;
   /** When the sweep next asks the service about it, in ms since the epoch. */
@@ -41,4 +46,20 @@ export interface ExpectationStore {
   lockSweep(owner: string, ms: number): boolean | Promise<boolean>;
   /** Lets go of the sweep's lock, if `owner` holds it. */
   unlockSweep(owner: string): void | Promise<void>;
+}
+
+/**
+ * An expectation's values in the column order of the SQL stores' `put` (`transaction_id, custom_data, amount,
+ * expected_at, due_at, attempts, account`), an absent field as `null`.
+ */
+export function expectationValues(e: Expectation): unknown[] {
+  return [
+    e.transactionId,
+    e.customData ?? null,
+    e.amount ?? null,
+    e.expectedAt,
+    e.dueAt,
+    e.attempts,
+    e.account ?? null,
+  ];
 }

@@ -22,6 +22,11 @@ export interface InitiateOptions {
   serviceId?: number;
   /** The id to give the transaction; must be new to this provider. @default the next `FKP.000001` */
   transactionId?: string;
+  /**
+   * The account (an `apiKeys` name of the provider) the transaction is created under: its status answers
+   * "not found" to any other key. @default the default account, `apiKey`'s
+   */
+  account?: string;
   /** `false`: the transaction becomes final but is never notified (for reconcile tests). @default true */
   deliver?: boolean;
   /** Copies of the first delivery sent at once, as when the service retries before you answered. @default 1 */

@@ -6,6 +6,13 @@ export interface FakeProviderOptions {
   /** The API key status queries must carry in `api_key`; a query with another key gets "not found". */
   apiKey: string;
   /**
+   * More accounts, as the service issues a key per currency zone: `{ [account]: key }`. A transaction
+   * `initiate({ account })` creates under one answers status queries with its key only: "not found" to every
+   * other key (the default account's `apiKey` included).
+   * @default undefined (one account: `apiKey`'s)
+   */
+  apiKeys: Readonly<Record<string, string>> | undefined;
+  /**
    * Resends after a non-200 answer or a network error: a notification is sent `1 + resends` times at most.
    * @default 5
    */
@@ -69,6 +76,7 @@ export type FakeProviderInit = Pick<FakeProviderOptions, 'apiKey'> &
 const MAX_TIMER = 2 ** 31 - 1;
 
 const DEFAULTS: Omit<FakeProviderOptions, 'apiKey'> = {
+  apiKeys: undefined,
   resends: 5,
   resendIntervalMs: 100,
   processingMs: 0,
@@ -104,6 +112,17 @@ export function resolveFakeProviderOptions(options: FakeProviderInit | undefined
   if (typeof resolved.apiKey !== 'string' || resolved.apiKey === '') {
     throw new TypeError(
       `createFakeProvider: apiKey is required, a non-empty string such as 'test-key' (got ${describe(options.apiKey)})`,
+    );
+  }
+  const { apiKeys } = resolved;
+  if (
+    apiKeys !== undefined &&
+    (typeof apiKeys !== 'object' ||
+      apiKeys === null ||
+      Object.values(apiKeys).some((key) => typeof key !== 'string' || key === ''))
+  ) {
+    throw new TypeError(
+      `createFakeProvider: apiKeys must map each account to a non-empty key (got ${describe(apiKeys)})`,
     );
   }
   checkCount('createFakeProvider', 'resends', resolved.resends);

@@ -9,11 +9,11 @@ export interface StatusAnswer {
 
 /** What the status desk needs from the provider. */
 export interface StatusDeskConfig {
-  apiKey: string;
   blockAfter: number | undefined;
   blockForMs: number;
   dataShape: 'object' | 'array';
-  find: (transactionId: string) => FakeTransaction | undefined;
+  /** The transaction of `transactionId`, when `apiKey` is the key it was created under. */
+  find: (transactionId: string, apiKey: string) => FakeTransaction | undefined;
   /** @default Date.now */
   now?: () => number;
 }
@@ -96,7 +96,7 @@ export function createStatusDesk(config: StatusDeskConfig): StatusDesk {
         return { status: 400, body: { data: [], message: query.problem, statut_code: 400 } };
       }
       const id = query.transactionId ?? '';
-      const transaction = query.apiKey === config.apiKey ? config.find(id) : undefined;
+      const transaction = config.find(id, query.apiKey ?? '');
       if (transaction === undefined) {
         return { status: 200, body: { data: [id], message: 'transaction not found', statut_code: 404 } };
       }

@@ -99,7 +99,12 @@ export async function createFakeProvider(options: FakeProviderInit): Promise<Fak
   const tasks = new Set<Promise<unknown>>();
   const stats = { notificationsSent: 0, answers: {} as Record<number, number> };
   const sequences = { initiated: 0, forged: 0 };
-  const desk = createStatusDesk({ ...settings, find: (id) => transactions.get(id) });
+  /** The key each transaction was created under: the service answers "not found" to any other. */
+  const keyOf = new Map<string, string>();
+  const desk = createStatusDesk({
+    ...settings,
+    find: (id, key) => (keyOf.get(id) === key ? transactions.get(id) : undefined),
+  });
   let closing: Promise<void> | undefined;
 
   const onAnswer = (status: number): void => {
@@ -119,6 +124,20 @@ export async function createFakeProvider(options: FakeProviderInit): Promise<Fak
     } while (transactions.has(id));
     return id;
   };
+
+  /** The key of `account`: the default account's `apiKey` when none is named. */
+  function accountKey(account: string | undefined): string {
+    if (account === undefined) return settings.apiKey;
+    const key =
+      settings.apiKeys !== undefined && Object.hasOwn(settings.apiKeys, account)
+        ? settings.apiKeys[account]
+        : undefined;
+    if (key === undefined) {
+      const known = Object.keys(settings.apiKeys ?? {}).join(', ') || 'none: pass apiKeys';
+      throw new TypeError(`initiate: unknown account ${describe(account)} (known: ${known})`);
+    }
+    return key;
+  }
 
   async function run(transaction: FakeTransaction, plan: InitiateOptions, url: string) {
     if (!(await pause(settings.processingMs, stop.signal))) return emptyReport();
@@ -154,9 +173,11 @@ export async function createFakeProvider(options: FakeProviderInit): Promise<Fak
           'initiate: the fake provider is closed: create a new one with createFakeProvider()',
         );
       const ipnUrl = checkInitiate(plan, (id) => transactions.has(id));
+      const key = accountKey(plan.account);
       const transactionId = plan.transactionId ?? nextId('FKP', 'initiated');
       const transaction = newTransaction({ ...plan, transactionId });
       transactions.set(transactionId, transaction);
+      keyOf.set(transactionId, key);
       const delivered = track(run(transaction, plan, ipnUrl).catch(emptyReport));
       return { transactionId, delivered };
     },

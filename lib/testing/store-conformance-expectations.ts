@@ -82,6 +82,36 @@ export const EXPECTATION_RULES: Rule[] = [
     },
   },
   {
+    // The account whose API key created the transaction: the sweep asks with that key only.
+    name: 'expectations-account',
+    needs: 'expectations',
+    async run(kit) {
+      const store = of(kit);
+      const now = Date.now();
+      const zoned = expectation(kit, now - 1000, { account: 'zone-B ünïcode' });
+      await store.put(zoned);
+      same(await store.get(zoned.transactionId), zoned, `get(${zoned.transactionId}) with an account`);
+      const taken = (await store.takeDue(now, now + 30_000, 100)).find(
+        (item) => item.transactionId === zoned.transactionId,
+      );
+      same(taken?.account, zoned.account, `the account of ${zoned.transactionId} as takeDue() took it`);
+      const moved = { ...zoned, account: 'zone-A', dueAt: now + 30_000, attempts: 1 };
+      await store.put(moved);
+      same(
+        await store.get(zoned.transactionId),
+        moved,
+        `get(${zoned.transactionId}) after a put with another account`,
+      );
+      const none = { ...moved, account: undefined };
+      await store.put(none);
+      same(
+        await store.get(zoned.transactionId),
+        none,
+        `get(${zoned.transactionId}) after a put with no account`,
+      );
+    },
+  },
+  {
     // Instances sweep at the same time: each due expectation is taken by one of them.
     name: 'expectations-take-due-concurrent',
     needs: 'expectations',

@@ -27,10 +27,12 @@ const NOW_MS = msOf(NOW);
  * `asUtf8Hex`): through a pool of another charset (`utf8`, `latin1`) the text itself would be changed on the
  * way (an emoji to `?`), and a notification's `custom_data` would no longer equal its expectation's.
  */
-const COLUMNS = 'transaction_id, HEX(custom_data) AS custom_data, amount, expected_at, due_at, attempts';
+const COLUMNS =
+  'transaction_id, HEX(custom_data) AS custom_data, amount, expected_at, due_at, attempts, account';
 
 interface Row {
   transaction_id: string;
+  account?: string | null;
   custom_data: string | null;
   amount: number | null;
   expected_at: string | number;
@@ -42,6 +44,7 @@ const toExpectation = (row: Row): Expectation => ({
   transactionId: String(row.transaction_id),
   customData: row.custom_data === null ? undefined : fromUtf8Hex(String(row.custom_data)),
   amount: row.amount === null ? undefined : Number(row.amount),
+  account: row.account === null || row.account === undefined ? undefined : String(row.account),
   expectedAt: Number(row.expected_at),
   dueAt: Number(row.due_at),
   attempts: Number(row.attempts),
@@ -69,13 +72,15 @@ export class MysqlExpectations implements ExpectationStore {
       e.expectedAt,
       e.dueAt,
       e.attempts,
+      e.account ?? null,
     ];
     // The values twice, for the insert and the update: VALUES() in ON DUPLICATE KEY UPDATE is deprecated in
     // MySQL 8, and its replacement (an alias) is not MariaDB's.
     await this.#run.query(
-      `INSERT INTO ${this.#t} (transaction_id, custom_data, amount, expected_at, due_at, attempts)
-       VALUES (?, ${UTF8_TEXT}, ?, ?, ?, ?)
-       ON DUPLICATE KEY UPDATE custom_data = ${UTF8_TEXT}, amount = ?, expected_at = ?, due_at = ?, attempts = ?`,
+      `INSERT INTO ${this.#t} (transaction_id, custom_data, amount, expected_at, due_at, attempts, account)
+       VALUES (?, ${UTF8_TEXT}, ?, ?, ?, ?, ?)
+       ON DUPLICATE KEY UPDATE custom_data = ${UTF8_TEXT}, amount = ?, expected_at = ?, due_at = ?,
+         attempts = ?, account = ?`,
       [e.transactionId, ...values, ...values],
     );
   }

@@ -82,6 +82,12 @@ export function mysqlMigrationList(table: string): readonly Migration[] {
 ) DEFAULT CHARSET = utf8mb4`),
       ],
     },
+    {
+      version: 4,
+      name: "the expectations' account (several API keys)",
+      tables: [],
+      steps: [addColumn(beside(table, '_expected'), 'account', 'VARCHAR(255) NULL')],
+    },
   ]);
 }
 

@@ -1,4 +1,4 @@
-import type { Expectation, ExpectationStore } from '../expectation-store.js';
+import { expectationValues, type Expectation, type ExpectationStore } from '../expectation-store.js';
 import { tableNames } from './postgres-sql.js';
 
 /** What the expectations run their queries through: the store's own query (with its error messages). */
@@ -35,6 +35,7 @@ export function postgresExpectationsSql(table = 'ipn_inbox'): string {
 
 interface Row {
   transaction_id: string;
+  account?: string | null;
   custom_data: string | null;
   amount: number | null;
   expected_at: string | number;
@@ -46,6 +47,7 @@ const toExpectation = (row: Row): Expectation => ({
   transactionId: row.transaction_id,
   customData: row.custom_data ?? undefined,
   amount: row.amount ?? undefined,
+  account: row.account ?? undefined,
   expectedAt: Number(row.expected_at),
   dueAt: Number(row.due_at),
   attempts: row.attempts,
@@ -67,18 +69,21 @@ export class PostgresExpectations implements ExpectationStore {
     this.#t = expectedTable(table);
   }
 
-  /** Creates the table if it does not exist. */
+  /** Creates the table if it does not exist, with the account column of schema version 4. */
   async migrate(): Promise<void> {
-    await this.#query(postgresExpectationsSql(this.#table), []);
+    await this.#query(
+      `${postgresExpectationsSql(this.#table)}ALTER TABLE ${this.#t} ADD COLUMN IF NOT EXISTS account text;\n`,
+      [],
+    );
   }
 
   async put(e: Expectation): Promise<void> {
     await this.#query(
-      `INSERT INTO ${this.#t} (transaction_id, custom_data, amount, expected_at, due_at, attempts)
-       VALUES ($1, $2, $3, $4, $5, $6)
+      `INSERT INTO ${this.#t} (transaction_id, custom_data, amount, expected_at, due_at, attempts, account)
+       VALUES ($1, $2, $3, $4, $5, $6, $7)
        ON CONFLICT (transaction_id) DO UPDATE SET custom_data = $2, amount = $3, expected_at = $4,
-         due_at = $5, attempts = $6`,
-      [e.transactionId, e.customData ?? null, e.amount ?? null, e.expectedAt, e.dueAt, e.attempts],
+         due_at = $5, attempts = $6, account = $7`,
+      expectationValues(e),
     );
   }
 

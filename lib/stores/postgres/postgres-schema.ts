@@ -94,6 +94,12 @@ export function postgresMigrationList(table: string): readonly Migration[] {
 )`),
       ],
     },
+    {
+      version: 4,
+      name: "the expectations' account (several API keys)",
+      tables: [],
+      steps: [addColumn(expected, 'account', 'text')],
+    },
   ]);
 }
 

@@ -34,7 +34,7 @@ const UNLOCK = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call(
 return 0`;
 
 /** The fields kept as JSON: everything but the two that change at each sweep. */
-type Data = Pick<Expectation, 'transactionId' | 'customData' | 'amount' | 'expectedAt'>;
+type Data = Pick<Expectation, 'transactionId' | 'customData' | 'amount' | 'account' | 'expectedAt'>;
 
 /**
  * Expectations in Redis, under the store's prefix: a hash per transaction (`expected:tx:<id>`), a sorted set
@@ -52,8 +52,8 @@ export class RedisExpectations implements ExpectationStore {
   }
 
   async put(expectation: Expectation): Promise<void> {
-    const { dueAt, attempts, transactionId, customData, amount, expectedAt } = expectation;
-    const data: Data = { transactionId, customData, amount, expectedAt };
+    const { dueAt, attempts, transactionId, customData, amount, account, expectedAt } = expectation;
+    const data: Data = { transactionId, customData, amount, account, expectedAt };
     await this.#eval(
       PUT,
       [this.#key(transactionId), this.#due()],

@@ -1,4 +1,4 @@
-import type { Expectation, ExpectationStore } from '../expectation-store.js';
+import { expectationValues, type Expectation, type ExpectationStore } from '../expectation-store.js';
 
 /** How the expectations run their statements: through the store (its write gate, its error messages). */
 export interface ExpectationQueries {
@@ -12,6 +12,7 @@ const LOCK_ID = '';
 
 interface Row {
   transaction_id: string;
+  account?: string | null;
   custom_data: string | null;
   amount: number | null;
   expected_at: number;
@@ -23,6 +24,7 @@ const toExpectation = (row: Row): Expectation => ({
   transactionId: row.transaction_id,
   customData: row.custom_data ?? undefined,
   amount: row.amount ?? undefined,
+  account: row.account ?? undefined,
   expectedAt: Number(row.expected_at),
   dueAt: Number(row.due_at),
   attempts: Number(row.attempts),
@@ -45,12 +47,12 @@ export class SqliteExpectations implements ExpectationStore {
 
   async put(e: Expectation): Promise<void> {
     await this.#q.write(
-      `INSERT INTO ${this.#t} (transaction_id, custom_data, amount, expected_at, due_at, attempts)
-       VALUES (?, ?, ?, ?, ?, ?)
+      `INSERT INTO ${this.#t} (transaction_id, custom_data, amount, expected_at, due_at, attempts, account)
+       VALUES (?, ?, ?, ?, ?, ?, ?)
        ON CONFLICT (transaction_id) DO UPDATE SET custom_data = excluded.custom_data,
          amount = excluded.amount, expected_at = excluded.expected_at, due_at = excluded.due_at,
-         attempts = excluded.attempts`,
-      [e.transactionId, e.customData ?? null, e.amount ?? null, e.expectedAt, e.dueAt, e.attempts],
+         attempts = excluded.attempts, account = excluded.account`,
+      expectationValues(e),
     );
   }
 

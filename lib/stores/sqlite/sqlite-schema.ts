@@ -88,6 +88,12 @@ export function sqliteMigrationList(table: string): readonly Migration[] {
 )`),
       ],
     },
+    {
+      version: 4,
+      name: "the expectations' account (several API keys)",
+      tables: [],
+      steps: [addColumn(`${table}_expected`, 'account', 'TEXT')],
+    },
   ]);
 }
 

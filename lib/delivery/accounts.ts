@@ -1,0 +1,96 @@
+import { messageOf } from '../shared/errors.js';
+import { within } from '../shared/within.js';
+import type { IpnNotification } from '../notification/schema.js';
+import type { Logger } from '../observability/logger.js';
+import type { ExpectationStore } from '../stores/expectation-store.js';
+import type { StatusSource } from '../status/verify-notification.js';
+
+// Several API keys (the status client's `apiKeys`): which account's key asks about a transaction. The
+// service answers "not found" to a key that did not create it, so the account is named where it is known
+// (the expectation's, or the router's `accountOf`); where it is not, the client asks with each key in turn.
+
+/** The accounts a router's status sources hold keys for: `undefined` when none holds several. */
+function accountsOf(sources: ReadonlyArray<StatusSource | undefined>): ReadonlyArray<readonly string[]> {
+  return sources.flatMap((source) => (Array.isArray(source?.accounts) ? [source.accounts] : []));
+}
+
+/**
+ * `ipn.expect()`'s `account`, checked: a non-empty string that every status source with accounts holds a
+ * key for. `undefined` when none is given.
+ * @throws TypeError for any other value, an unknown account, or a router with no source of several keys.
+ */
+export function checkAccount(
+  account: unknown,
+  sources: ReadonlyArray<StatusSource | undefined>,
+): string | undefined {
+  if (account === undefined) return undefined;
+  if (typeof account !== 'string' || account.length === 0)
+    throw new TypeError(
+      `ipn.expect: account must be a non-empty string, got ${JSON.stringify(account) ?? typeof account}`,
+    );
+  const held = accountsOf(sources);
+  if (held.length === 0)
+    throw new TypeError(
+      `ipn.expect: account ${account} names an API key, but the router's status client has no apiKeys ` +
+        '(createStatusClient({ apiKeys: { [account]: key } }))',
+    );
+  for (const accounts of held) {
+    if (!accounts.includes(account))
+      throw new TypeError(`ipn.expect: unknown account ${account} (known: ${accounts.join(', ')})`);
+  }
+  return account;
+}
+
+/**
+ * The account the router's `accountOf` names for a notification, or `undefined` (then each key is asked in
+ * turn). A function that throws or answers no string names none: asking with each key is slower, never wrong.
+ */
+export function accountOfNotification(
+  accountOf: ((notification: IpnNotification) => string | undefined) | undefined,
+  n: IpnNotification,
+  logger: Logger,
+): string | undefined {
+  if (accountOf === undefined) return undefined;
+  try {
+    const account = accountOf(n);
+    return typeof account === 'string' && account.length > 0 ? account : undefined;
+  } catch (error) {
+    logger.warn(
+      { transaction_id: n.transaction_id, err: { message: messageOf(error) } },
+      'accountOf threw: the status query asks with each API key in turn',
+    );
+    return undefined;
+  }
+}
+
+/**
+ * `source`, asking about an expected transaction with its expectation's account when the query names none.
+ * Only for a source holding several keys, and a store of expectations: else `source` itself. The store's
+ * read is bounded by `ms`; a failed or late read names no account (each key in turn: slower, never wrong).
+ */
+export function accounted(
+  source: StatusSource,
+  expectations: ExpectationStore | undefined,
+  ms: number,
+): StatusSource {
+  if (expectations === undefined || !Array.isArray(source.accounts) || source.accounts.length < 2)
+    return source;
+  const expectedAccount = async (id: string): Promise<string | undefined> => {
+    try {
+      const pending = Promise.resolve().then(() => expectations.get(id));
+      return (await within(pending, ms, () => new Error('late')))?.account;
+    } catch {
+      return undefined;
+    }
+  };
+  return {
+    accounts: source.accounts,
+    async getStatus(id, options) {
+      if (options?.account !== undefined) return source.getStatus(id, options);
+      const account = await expectedAccount(id);
+      if (account === undefined)
+        return options === undefined ? source.getStatus(id) : source.getStatus(id, options);
+      return source.getStatus(id, { ...options, account });
+    },
+  };
+}

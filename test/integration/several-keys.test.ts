@@ -1,0 +1,469 @@
+import { randomUUID } from 'node:crypto';
+import Redis from 'ioredis';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { createPool } from 'mysql2/promise';
+import { Pool } from 'pg';
+import {
+  createStatusClient,
+  ipnRouter,
+  MemoryStore,
+  StatusRateLimitError,
+  TransactionNotFoundError,
+  type IpnRouter,
+  type Store,
+} from 'ipn-kit';
+import { MysqlStore } from 'ipn-kit/mysql';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { SqliteStore } from 'ipn-kit/sqlite';
+import { RedisStore, redisGuard } from 'ipn-kit/redis';
+import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
+import type { StatusClientOptions } from '../../lib/status/status-client.js';
+import { quiet } from '../helpers/quiet-logger.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { listen, settle, type Running } from '../helpers/servers.js';
+import { until } from '../helpers/until.js';
+import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers/services.js';
+
+// The service issues an API key per currency zone and answers "not found" to a key that did not create the
+// transaction: the fake provider holds two accounts, A (its default key) and B.
+const KEYS = { zoneA: 'key-of-zone-a', zoneB: 'key-of-zone-b' };
+
+let provider: FakeProvider;
+const servers: Running[] = [];
+const routers: IpnRouter[] = [];
+beforeEach(async () => {
+  provider = await createFakeProvider({
+    apiKey: KEYS.zoneA,
+    apiKeys: { zoneB: KEYS.zoneB },
+    resendIntervalMs: 10,
+  });
+});
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((server) => server.close()));
+  await Promise.all(routers.splice(0).map((router) => router.close()));
+  await provider.close();
+});
+
+/** The keys every status request carried, in order, with the id it asked about. */
+function keysSent() {
+  const sent: Array<{ key: string; id: string }> = [];
+  const fetch: typeof globalThis.fetch = (input, init) => {
+    const body = JSON.parse(init?.body as string) as { api_key: string; transaction_ids: string };
+    sent.push({ key: body.api_key, id: body.transaction_ids });
+    return globalThis.fetch(input, init);
+  };
+  return { sent, fetch, keysFor: (id: string) => sent.filter((s) => s.id === id).map((s) => s.key) };
+}
+
+function client(options: Partial<StatusClientOptions> = {}, fetch?: typeof globalThis.fetch) {
+  return createStatusClient({
+    baseUrl: provider.statusBaseUrl,
+    apiKeys: KEYS,
+    logger: quiet,
+    retryDelayMs: 1,
+    ...(fetch ? { fetch } : {}),
+    ...options,
+  });
+}
+
+/** A transaction of zone B, final and never notified. */
+async function paymentOfZoneB(customData = 'order-b'): Promise<string> {
+  const { transactionId } = provider.initiate({
+    amount: 5000,
+    ipnUrl: 'http://127.0.0.1:9/unused',
+    customData,
+    outcome: 'SUCCESSFUL',
+    deliver: false,
+    account: 'zoneB',
+  });
+  await until(() => provider.transaction(transactionId)?.state === 'SUCCESSFUL', 'processing');
+  return transactionId;
+}
+
+describe('createStatusClient({ apiKeys }) against a service with two accounts', () => {
+  test("the fake service answers not found to a key that did not create the transaction (today's single-key bug)", async () => {
+    const id = await paymentOfZoneB();
+    const zoneAOnly = createStatusClient({
+      baseUrl: provider.statusBaseUrl,
+      apiKey: KEYS.zoneA,
+      logger: quiet,
+    });
+    await expect(zoneAOnly.getStatus(id)).rejects.toBeInstanceOf(TransactionNotFoundError);
+    expect(zoneAOnly.accounts).toEqual(['default']);
+  });
+
+  test('an id of unknown account is asked with each key in turn until one finds it; the finder is asked first next time', async () => {
+    const id = await paymentOfZoneB();
+    const { fetch, keysFor } = keysSent();
+    const status = client({ minIntervalMs: 0 }, fetch);
+    expect(await status.getStatus(id)).toMatchObject({ transaction_id: id, state: 'SUCCESSFUL' });
+    expect(keysFor(id)).toEqual([KEYS.zoneA, KEYS.zoneB]);
+    expect(status.accounts).toEqual(['zoneA', 'zoneB']);
+    // A final answer is cached by zone B's guard; zone A's not-found (minIntervalMs 0) is not reused: B is
+    // asked first, from its cache, and A never again.
+    expect(await status.getStatus(id)).toMatchObject({ state: 'SUCCESSFUL' });
+    expect(keysFor(id)).toEqual([KEYS.zoneA, KEYS.zoneB]);
+  });
+
+  test("getStatus(id, { account }) asks with that account's key only", async () => {
+    const id = await paymentOfZoneB();
+    const { fetch, keysFor } = keysSent();
+    const status = client({}, fetch);
+    expect(await status.getStatus(id, { account: 'zoneB' })).toMatchObject({ state: 'SUCCESSFUL' });
+    expect(keysFor(id)).toEqual([KEYS.zoneB]);
+    await expect(status.getStatus(id, { account: 'zoneA' })).rejects.toBeInstanceOf(TransactionNotFoundError);
+    expect(keysFor(id)).toEqual([KEYS.zoneB, KEYS.zoneA]);
+    await expect(status.getStatus(id, { account: 'zoneC' })).rejects.toThrow(/unknown account "zoneC"/);
+  });
+
+  test('an id no key created is not found only once every key said so', async () => {
+    const { fetch, keysFor } = keysSent();
+    const status = client({}, fetch);
+    await expect(status.getStatus('NOPE.000001')).rejects.toBeInstanceOf(TransactionNotFoundError);
+    expect(keysFor('NOPE.000001')).toEqual([KEYS.zoneA, KEYS.zoneB]);
+  });
+
+  test("each key has its own budget: zone A's spent does not stop zone B, and makes an unknown id 'can't tell yet', never not found", async () => {
+    const id = await paymentOfZoneB();
+    const { fetch, keysFor } = keysSent();
+    const status = client({ maxQueriesPerMinute: 1 }, fetch);
+    // Zone A's one request this minute.
+    await expect(status.getStatus('NOPE.A', { account: 'zoneA' })).rejects.toBeInstanceOf(
+      TransactionNotFoundError,
+    );
+    // Zone B still asks; zone A refuses locally (nothing sent), and B finds it.
+    expect(await status.getStatus(id)).toMatchObject({ state: 'SUCCESSFUL' });
+    expect(keysFor(id)).toEqual([KEYS.zoneB]);
+    // Now both are spent: an id neither could ask about is not "unknown".
+    const refused = status.getStatus('NOPE.000002');
+    await expect(refused).rejects.toBeInstanceOf(StatusRateLimitError);
+    await expect(refused).rejects.toMatchObject({ reason: 'budget' });
+    expect(keysFor('NOPE.000002')).toEqual([]);
+    expect(status.stats.accounts?.zoneA).toMatchObject({ queries: 1, budgetLeft: 0 });
+    expect(status.stats.accounts?.zoneB).toMatchObject({ queries: 1, budgetLeft: 0 });
+    expect(status.stats.queries).toBe(2);
+  });
+
+  test('apiKeys as a function, with accounts: asked at each query', async () => {
+    const id = await paymentOfZoneB();
+    const asked: string[] = [];
+    const status = client({
+      apiKeys: (account) => {
+        asked.push(account);
+        return account === 'zoneA' ? KEYS.zoneA : KEYS.zoneB;
+      },
+      accounts: ['zoneA', 'zoneB'],
+    });
+    expect(await status.getStatus(id)).toMatchObject({ state: 'SUCCESSFUL' });
+    expect(asked).toEqual(['zoneA', 'zoneB']);
+  });
+
+  test('the options are checked: clear TypeErrors', () => {
+    const make = (options: Record<string, unknown>) => () =>
+      createStatusClient({ baseUrl: provider.statusBaseUrl, ...options });
+    expect(make({})).toThrow(/apiKey \(a non-empty string\) or apiKeys/);
+    expect(make({ apiKeys: {} })).toThrow(/apiKeys must name at least one account/);
+    expect(make({ apiKeys: { zoneA: 42 } })).toThrow(/apiKeys.zoneA must be a non-empty string/);
+    expect(make({ apiKeys: { zoneA: '' } })).toThrow(/apiKeys.zoneA must be a non-empty string/);
+    expect(make({ apiKeys: { a: 'k', b: 'k' } })).toThrow(/one key under two accounts/);
+    expect(make({ apiKey: 'k', apiKeys: { a: 'k' } })).toThrow(/not both/);
+    expect(make({ apiKeys: () => 'k' })).toThrow(/needs accounts/);
+    expect(make({ apiKeys: () => 'k', accounts: ['a', 'a'] })).toThrow(/twice/);
+    expect(make({ apiKeys: { a: 'k' }, accounts: ['a'] })).toThrow(
+      /accounts goes with apiKeys as a function/,
+    );
+    const unscoped = { ...redisGuard({ client: new Redis({ lazyConnect: true }) }), scoped: undefined };
+    expect(make({ apiKeys: KEYS, shared: unscoped })).toThrow(/scoped\(account\)/);
+  });
+});
+
+describe('the router with several keys', () => {
+  test('a genuine payment of zone B, notified with no expectation, is verified with the keys in turn and emitted, not rejected', async () => {
+    const { fetch, keysFor } = keysSent();
+    const ipn = ipnRouter({ verify: client({}, fetch), logger: quiet, verifyRetryDelayMs: 5 });
+    routers.push(ipn);
+    const recorder = recordEvents(ipn);
+    const running = await listen(ipn);
+    servers.push(running);
+    const { transactionId, delivered } = provider.initiate({
+      amount: 5000,
+      ipnUrl: `${running.url}/`,
+      customData: 'order-b',
+      outcome: 'SUCCESSFUL',
+      account: 'zoneB',
+    });
+    expect(await delivered).toMatchObject({ acknowledged: true });
+    await until(() => recorder.count('successful') === 1, 'the successful event');
+    expect(recorder.count('rejected')).toBe(0);
+    expect(keysFor(transactionId)).toEqual([KEYS.zoneA, KEYS.zoneB]);
+  });
+
+  for (const delivery of ['at-most-once', 'at-least-once'] as const) {
+    test(`${delivery}: a notification of a transaction expected under zone B is verified with zone B's key only`, async () => {
+      const { fetch, keysFor } = keysSent();
+      const ipn = ipnRouter({
+        store: new MemoryStore(),
+        delivery,
+        verify: client({}, fetch),
+        logger: quiet,
+        verifyRetryDelayMs: 5,
+        sweepIntervalMs: 2 ** 31 - 1,
+      });
+      routers.push(ipn);
+      const recorder = recordEvents(ipn);
+      const running = await listen(ipn);
+      servers.push(running);
+      const transactionId = `ZB.${randomUUID().slice(0, 8)}`;
+      await ipn.expect(transactionId, { amount: 800, customData: 'order-zb', account: 'zoneB' });
+      provider.initiate({
+        transactionId,
+        amount: 800,
+        ipnUrl: `${running.url}/`,
+        customData: 'order-zb',
+        outcome: 'SUCCESSFUL',
+        account: 'zoneB',
+      });
+      await until(() => recorder.count('successful') === 1, 'the successful event');
+      expect(recorder.count('rejected')).toBe(0);
+      expect(keysFor(transactionId)).toEqual([KEYS.zoneB]);
+    });
+  }
+
+  test('accountOf(notification) names the account: only that key verifies it', async () => {
+    const { fetch, keysFor } = keysSent();
+    const ipn = ipnRouter({
+      verify: client({}, fetch),
+      accountOf: (n) => (n.custom_data.startsWith('b-') ? 'zoneB' : 'zoneA'),
+      logger: quiet,
+      verifyRetryDelayMs: 5,
+    });
+    routers.push(ipn);
+    const recorder = recordEvents(ipn);
+    const running = await listen(ipn);
+    servers.push(running);
+    const { transactionId } = provider.initiate({
+      amount: 700,
+      ipnUrl: `${running.url}/`,
+      customData: 'b-order',
+      outcome: 'SUCCESSFUL',
+      account: 'zoneB',
+    });
+    await until(() => recorder.count('successful') === 1, 'the successful event');
+    expect(keysFor(transactionId)).toEqual([KEYS.zoneB]);
+  });
+
+  test('ipn.expect() checks the account against the status client: TypeErrors', async () => {
+    const withKeys = ipnRouter({ statusClient: client(), logger: quiet, sweepIntervalMs: 2 ** 31 - 1 });
+    const oneKey = ipnRouter({
+      statusClient: createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet }),
+      logger: quiet,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    const none = ipnRouter({ logger: quiet });
+    routers.push(withKeys, oneKey, none);
+    await expect(withKeys.expect('EXP.1', { account: 'zoneC' })).rejects.toThrow(
+      /unknown account zoneC \(known: zoneA, zoneB\)/,
+    );
+    await expect(withKeys.expect('EXP.1', { account: '' })).rejects.toThrow(/non-empty string/);
+    await expect(withKeys.expect('EXP.1', { account: 7 as never })).rejects.toThrow(TypeError);
+    await expect(oneKey.expect('EXP.1', { account: 'zoneB' })).rejects.toThrow(/known: default/);
+    await expect(none.expect('EXP.1', { account: 'zoneB' })).rejects.toThrow(/has no apiKeys/);
+    expect(() => ipnRouter({ accountOf: 'zoneB' as never })).toThrow(/accountOf must be a function/);
+  });
+});
+
+/**
+ * `ipn.expect(id, { account })` kept by the store: a second router over it (another instance, or after a
+ * restart) sweeps the transaction with that account's key only.
+ */
+function sweepSuite(name: string, open: () => Promise<{ store: () => Store; close: () => Promise<void> }>) {
+  test(`${name}: an expectation named zone B is swept with zone B's key only, by another instance, and delivered`, async () => {
+    const { store, close } = await open();
+    try {
+      const id = await paymentOfZoneB('order-sweep');
+      const { fetch, keysFor } = keysSent();
+      const options = { logger: quiet, reconcileAfterMs: 1, sweepIntervalMs: 2 ** 31 - 1 };
+      const first = ipnRouter({ ...options, store: store(), statusClient: client({}, fetch) });
+      routers.push(first);
+      await first.expect(id, { amount: 5000, customData: 'order-sweep', account: 'zoneB' });
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      const second = ipnRouter({ ...options, store: store(), statusClient: client({}, fetch) });
+      routers.push(second);
+      const recorder = recordEvents(second);
+      expect(await second.sweep()).toMatchObject({ queried: 1, reconciled: 1 });
+      await settle();
+      expect(recorder.of('successful').map((n) => n.transaction_id)).toEqual([id]);
+      expect(keysFor(id)).toEqual([KEYS.zoneB]);
+    } finally {
+      await Promise.all(routers.splice(0).map((router) => router.close()));
+      await close();
+    }
+  });
+}
+
+describe('expectations keep their account: MemoryStore', () => {
+  sweepSuite('MemoryStore', () => {
+    const shared = new MemoryStore();
+    return Promise.resolve({ store: () => shared, close: async () => {} });
+  });
+});
+
+describeWithService('PostgreSQL', 'expectations keep their account: PostgresStore', () => {
+  sweepSuite('PostgresStore', async () => {
+    const table = `ipn_test_keys_${process.pid}_${randomUUID().slice(0, 8)}`;
+    const pool = new Pool({ connectionString: databaseUrl(), max: 4 });
+    pool.on('error', () => {});
+    await new PostgresStore({ pool, table }).migrate();
+    return {
+      store: () => new PostgresStore({ pool, table }),
+      close: async () => {
+        await pool.query(
+          `DROP TABLE IF EXISTS "${table}", "${table}_expected", "${table}_states", "${table}_audit"`,
+        );
+        await pool.end();
+      },
+    };
+  });
+
+  test('migrate() adds the account column to an expectations table made before it, and again does nothing', async () => {
+    const table = `ipn_test_keys_old_${process.pid}_${randomUUID().slice(0, 8)}`;
+    const pool = new Pool({ connectionString: databaseUrl(), max: 2 });
+    pool.on('error', () => {});
+    try {
+      await new PostgresStore({ pool, table }).migrate();
+      await pool.query(`ALTER TABLE "${table}_expected" DROP COLUMN account`);
+      await keepsAccountAfterMigrating(new PostgresStore({ pool, table }));
+    } finally {
+      await pool.query(
+        `DROP TABLE IF EXISTS "${table}", "${table}_expected", "${table}_states", "${table}_audit"`,
+      );
+      await pool.end();
+    }
+  });
+});
+
+describeWithService(
+  'Redis',
+  'expectations keep their account, and the fleet budget is per key: Redis',
+  () => {
+    const prefix = `ipn-kit-test:keys:${process.pid}:${randomUUID().slice(0, 8)}:`;
+    const clients: Redis[] = [];
+    const connect = async (): Promise<Redis> => {
+      const redis = new Redis(redisUrl(), { lazyConnect: true });
+      redis.on('error', () => {});
+      await redis.connect();
+      clients.push(redis);
+      return redis;
+    };
+    afterAll(async () => {
+      const [redis] = clients;
+      if (redis) {
+        const keys = await redis.keys(`${prefix}*`);
+        const guardKeys = await redis.keys(`{${prefix}guard}:*`);
+        if (keys.length + guardKeys.length > 0) await redis.del(...keys, ...guardKeys);
+      }
+      await Promise.all(clients.map((c) => c.quit()));
+    });
+
+    sweepSuite('RedisStore', async () => {
+      const redis = await connect();
+      const round = `${prefix}${randomUUID().slice(0, 8)}:`;
+      return { store: () => new RedisStore({ client: redis, prefix: round }), close: async () => {} };
+    });
+
+    test("two instances share each key's budget through Redis, and zone A's spent does not stop zone B", async () => {
+      const id = await paymentOfZoneB();
+      const guardPrefix = `{${prefix}guard}:`;
+      const [one, two] = [await connect(), await connect()];
+      const { fetch, keysFor } = keysSent();
+      const instance = (redis: Redis) =>
+        client({ maxQueriesPerMinute: 1, shared: redisGuard({ client: redis, prefix: guardPrefix }) }, fetch);
+      const [first, second] = [instance(one), instance(two)];
+      await expect(first.getStatus('NOPE.A1', { account: 'zoneA' })).rejects.toBeInstanceOf(
+        TransactionNotFoundError,
+      );
+      // The other instance: zone A's one request this minute is the fleet's, spent.
+      await expect(second.getStatus('NOPE.A2', { account: 'zoneA' })).rejects.toMatchObject({
+        reason: 'budget',
+      });
+      // Zone B's budget is its own.
+      expect(await second.getStatus(id, { account: 'zoneB' })).toMatchObject({ state: 'SUCCESSFUL' });
+      expect(keysFor(id)).toEqual([KEYS.zoneB]);
+      expect(keysFor('NOPE.A2')).toEqual([]);
+    });
+  },
+);
+
+test("the operating page's snippet: a zone-xaf payment expected with its account is swept with its key only", async () => {
+  await provider.close();
+  provider = await createFakeProvider({ apiKey: 'key-xof', apiKeys: { xaf: 'key-xaf' } });
+  const { zonedRouter } = await import('../../examples/snippets/several-keys.js');
+  const { ipn, statusClient, startPayment } = zonedRouter(provider.statusBaseUrl);
+  routers.push(ipn);
+  const recorder = recordEvents(ipn);
+  const { transactionId } = provider.initiate({
+    amount: 900,
+    ipnUrl: 'http://127.0.0.1:9/unused',
+    customData: 'order-xaf',
+    outcome: 'SUCCESSFUL',
+    deliver: false,
+    account: 'xaf',
+  });
+  await until(() => provider.transaction(transactionId)?.state === 'SUCCESSFUL', 'processing');
+  await startPayment(transactionId, 'xaf', 900, 'order-xaf');
+  expect(statusClient.accounts).toEqual(['xof', 'xaf']);
+  await expect(ipn.reconcile(transactionId)).resolves.toMatchObject({ emitted: true });
+  await settle();
+  expect(recorder.of('successful').map((n) => n.custom_data)).toEqual(['order-xaf']);
+  expect(provider.statusQueriesFor(transactionId)).toBe(1); // the xaf key only, from the expectation
+});
+
+/** A store's expectations, once `migrate()` ran twice over a table made before the account column. */
+async function keepsAccountAfterMigrating(store: {
+  migrate(): Promise<void>;
+  expectations: NonNullable<Store['expectations']>;
+}): Promise<void> {
+  await store.migrate();
+  await store.migrate();
+  await store.expectations.put({
+    transactionId: 'OLD.1',
+    account: 'zoneB',
+    expectedAt: 1,
+    dueAt: 2,
+    attempts: 0,
+  });
+  expect(await store.expectations.get('OLD.1')).toMatchObject({ account: 'zoneB' });
+}
+
+describeWithService('MariaDB', 'MysqlStore: migrate() adds the account column', () => {
+  test('to an expectations table made before it, and again does nothing', async () => {
+    const table = `ipn_test_keys_${process.pid}_${randomUUID().slice(0, 6)}`;
+    const pool = createPool({ uri: mysqlUrl(), connectionLimit: 2 });
+    try {
+      await new MysqlStore({ pool, table }).migrate();
+      await pool.query(`ALTER TABLE \`${table}_expected\` DROP COLUMN account`);
+      await keepsAccountAfterMigrating(new MysqlStore({ pool, table }));
+    } finally {
+      await pool.query(
+        `DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\`, \`${table}_states\`, \`${table}_audit\``,
+      );
+      await pool.end();
+    }
+  });
+});
+
+test('SqliteStore: migrate() adds the account column to an expectations table made before it, and again does nothing', async () => {
+  const folder = mkdtempSync(join(tmpdir(), 'ipn-sqlite-keys-'));
+  const database = new Database(join(folder, 'old.db'));
+  try {
+    await new SqliteStore({ database }).migrate();
+    database.exec('ALTER TABLE "ipn_inbox_expected" DROP COLUMN account');
+    await keepsAccountAfterMigrating(new SqliteStore({ database }));
+  } finally {
+    database.close();
+    rmSync(folder, { recursive: true, force: true });
+  }
+});
