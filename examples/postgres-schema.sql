@@ -61,4 +61,11 @@ CREATE TABLE IF NOT EXISTS "ipn_inbox_schema" (
   applied_at timestamptz NOT NULL DEFAULT now()
 );
 INSERT INTO "ipn_inbox_schema" (version, name) VALUES (3, 'the control table (a pause for every instance)') ON CONFLICT (version) DO NOTHING;
+ALTER TABLE "ipn_inbox_expected" ADD COLUMN IF NOT EXISTS account text;
+CREATE TABLE IF NOT EXISTS "ipn_inbox_schema" (
+  version integer PRIMARY KEY,
+  name text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO "ipn_inbox_schema" (version, name) VALUES (4, 'the expectations'' account (several API keys)') ON CONFLICT (version) DO NOTHING;
 -- #endregion schema

@@ -569,6 +569,7 @@ function watched(source: StatusSource, alerts: AlertMonitor | undefined): Status
 /** `source`, whose every query is a span of its own when traces are on (see `traceStatusQuery`). */
 function traced(source: StatusSource): StatusSource {
   return {
+    ...accountsOf(source),
     getStatus: (id, options) =>
       traceStatusQuery(id, () =>
         options === undefined ? source.getStatus(id) : source.getStatus(id, options),

@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { DeliveryError, IpnKitError, StoreError } from '../../../lib/shared/errors.js';
+import { postgresMigrations } from '../../../lib/postgres.js';
 import { PostgresStore, type PgQueryResult } from '../../../lib/stores/postgres/postgres-store.js';
 import { openTransaction } from '../../../lib/stores/postgres/postgres-transaction.js';
 import { RedisStore } from '../../../lib/stores/redis/redis-store.js';
@@ -119,7 +120,9 @@ describe('PostgresStore', () => {
     finish();
     await migrated;
     await expect(listed).resolves.toEqual([]);
-    expect(order.slice(2)).toEqual(['migrate', 'query']); // the migrate's second statement, then the query again
+    // The migrate's other versions, then the query again.
+    const rest = postgresMigrations().length - 1;
+    expect(order.slice(2)).toEqual([...Array<string>(rest).fill('migrate'), 'query']);
   });
 
   test('a query on a table that exists is answered while a migrate() is held up (behind another instance lock)', async () => {
