@@ -52,6 +52,7 @@ export const ipnInboxExpected = pgTable('ipn_inbox_expected', {
   expectedAt: bigint('expected_at', { mode: 'number' }).notNull(),
   dueAt: bigint('due_at', { mode: 'number' }).notNull(),
   attempts: integer('attempts').notNull().default(0),
+  account: text('account'), // the API key's account (several keys): schema version 4
 });
 // #endregion tables
 

@@ -33,6 +33,7 @@ export interface IpnInboxExpectedTable {
   expected_at: ColumnType<string, number | string, number | string>;
   due_at: ColumnType<string, number | string, number | string>;
   attempts: Generated<number>;
+  account: string | null; // the API key's account (several keys): schema version 4
 }
 // #endregion tables
 
@@ -124,6 +125,7 @@ export const ipnKitTables = {
   },
   async down(db: Kysely<unknown>): Promise<void> {
     await db.schema.dropTable('ipn_inbox_schema').ifExists().execute(); // the schema versions run
+    await db.schema.dropTable('ipn_inbox_control').ifExists().execute();
     await db.schema.dropTable('ipn_inbox_audit').ifExists().execute();
     await db.schema.dropTable('ipn_inbox_states').ifExists().execute();
     await db.schema.dropTable('ipn_inbox_expected').ifExists().execute();

@@ -261,6 +261,7 @@ const expected: Shape<IpnInboxExpectedTable> = {
   expected_at: required,
   due_at: required,
   attempts: generated,
+  account: nullable,
 };
 const ledger: Shape<LedgerTable> = { transaction_id: required, order_id: required, amount: nullable };
 const orders: Shape<OrdersTable> = {
