@@ -221,7 +221,18 @@ export function createStatusClient(
         return record;
       } catch (error) {
         if (error instanceof TransactionNotFoundError) notFound = error;
-        else failure ??= error instanceof Error ? error : new Error(String(error));
+        else
+          failure ??=
+            error instanceof Error
+              ? error
+              : new StatusQueryError(
+                  id,
+                  `the status query failed: ${messageOf(error)}`,
+                  { retryable: true },
+                  {
+                    cause: error,
+                  },
+                );
       }
     }
     if (failure !== undefined) throw failure;

@@ -1,4 +1,4 @@
-import { StoreError } from '../shared/errors.js';
+import { IpnKitError, StoreError } from '../shared/errors.js';
 
 /**
  * One statement of a migration. `done`, where the dialect has no `IF NOT EXISTS` for the statement (MySQL's
@@ -116,7 +116,8 @@ export function latestSql(migrations: readonly SchemaMigration[]): string {
 export function checkedMigrations(migrations: readonly Migration[]): readonly Migration[] {
   migrations.forEach((migration, index) => {
     if (migration.version !== index + 1) {
-      throw new Error(`ipn-kit: schema version ${migration.version} listed at position ${index + 1}`);
+      const message = `ipn-kit: schema version ${migration.version} listed at position ${index + 1}`;
+      throw new IpnKitError('IPN_INTERNAL', message);
     }
   });
   return migrations;

@@ -143,7 +143,9 @@ describeWithService('PostgreSQL', 'ipn-kit/admin actions on PostgreSQL', () => {
       await Promise.all([page.waitForURL(/confirm/), page.click('text=Replay every dead entry…')]);
       expect(await page.locator('h1').textContent()).toMatch(/Replay every dead entry\?/);
       await Promise.all([page.waitForURL(/replay-dead/), page.click('#confirm')]);
-      expect(await page.locator('#result').textContent()).toBe('Replayed 2 dead entries.');
+      expect(await page.locator('#result').textContent()).toBe(
+        'Replayed 2 dead entries: the list shows their progress.',
+      );
       await eventually('both delivered', () => credited.filter((c) => c.startsWith('dead-')).length === 2);
       await eventually('no dead left', async () => (await store.list({ status: 'dead' })).length === 0);
     });

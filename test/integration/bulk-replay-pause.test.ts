@@ -221,6 +221,9 @@ function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
     const { post: postToB } = await serve(b);
 
     await a.pause();
+    // b reads the store's flag at its next recovery pass (or before a delivery, once its reading is a
+    // second old): until then it may still deliver, as the docs say.
+    await eventually('b sees the pause', () => b.inbox.isPaused());
     const late = uniquePayload();
     expect((await postToB(late)).status).toBe(200);
     await eventually('parked by b', async () =>
