@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
 import { ipnRouter, StoreError } from 'ipn-kit';
-import { MysqlStore, mysqlExpectationsSql, mysqlSchemaSql } from 'ipn-kit/mysql';
+import { MysqlStore, mysqlMigrations, mysqlSchemaSql } from 'ipn-kit/mysql';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
@@ -118,11 +118,10 @@ describeWithService('MariaDB', 'MysqlStore', () => {
       expect(await new MysqlStore({ pool: poolA, table }).list()).toHaveLength(1);
     });
 
-    test('mysqlSchemaSql and mysqlExpectationsSql are the same schema, for your own migrations', async () => {
+    test('mysqlMigrations(), run by a tool of your own (each version once), is the schema the store needs', async () => {
       const table = uniqueTable();
-      for (let twice = 0; twice < 2; twice += 1) {
-        await poolA.query(mysqlSchemaSql(table));
-        await poolA.query(mysqlExpectationsSql(table));
+      for (const { statements } of mysqlMigrations(table)) {
+        for (const statement of statements) await poolA.query(statement);
       }
       const store = new MysqlStore({ pool: poolA, table });
 

@@ -59,7 +59,7 @@ export function mysqlTableNames(table: unknown, owner = 'MysqlStore'): MysqlTabl
  * @param table `name` or `database.name`. @default 'ipn_inbox'
  * @throws TypeError when `table` is not such a name.
  * @example
- * // In a migration of your own (knex, a .sql file):
+ * // Schema version 1's inbox alone: in a migration of your own, run every version of mysqlMigrations().
  * import { mysqlSchemaSql } from 'ipn-kit/mysql';
  * await pool.query(mysqlSchemaSql('ipn_inbox'));
  */
