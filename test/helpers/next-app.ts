@@ -6,6 +6,7 @@ import {
   mkdirSync,
   readdirSync,
   readFileSync,
+  realpathSync,
   rmSync,
   symlinkSync,
   writeFileSync,
@@ -28,11 +29,15 @@ function filesUnder(dir: string): string[] {
 }
 
 /**
- * Where the example app is built: a folder in the OS temp dir named after a hash of its sources, the
- * library's sources and the installed Next.js, so a second run with nothing changed reuses the build.
+ * Where the example app is built: a folder in the OS temp dir named after a hash of this checkout's path,
+ * its sources, the library's sources and the installed Next.js, so a second run with nothing changed reuses
+ * the build. The path is in the hash because the build's node_modules are links into this checkout's: a
+ * build made by another clone (CI's fresh one, since deleted) would load its packages from there, or from
+ * nowhere, and answer 500 to every request.
  */
 export function nextAppDir(): string {
   const hash = createHash('sha256');
+  hash.update(root);
   for (const file of [...filesUnder(EXAMPLE), ...filesUnder(join(root, 'lib')), __filename]) {
     hash.update(relative(root, file)).update(readFileSync(file));
   }
@@ -40,9 +45,13 @@ export function nextAppDir(): string {
   return join(tmpdir(), `ipn-kit-next-${hash.digest('hex').slice(0, 16)}`);
 }
 
-/** Whether `dir` holds a finished production build. */
+/** Whether `dir` holds a finished production build whose package links still lead to this checkout's. */
 export function isBuilt(dir: string): boolean {
-  return existsSync(join(dir, '.next/BUILD_ID'));
+  return (
+    existsSync(join(dir, '.next/BUILD_ID')) &&
+    existsSync(join(dir, 'node_modules/next/package.json')) &&
+    realpathSync(join(dir, 'node_modules/next')) === realpathSync(join(root, 'node_modules/next'))
+  );
 }
 
 /**
