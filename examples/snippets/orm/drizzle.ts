@@ -8,10 +8,12 @@
 import { sql } from 'drizzle-orm';
 import {
   bigint,
+  bigserial,
   check,
   doublePrecision,
   index,
   integer,
+  json,
   jsonb,
   pgTable,
   text,
@@ -53,6 +55,36 @@ export const ipnInboxExpected = pgTable('ipn_inbox_expected', {
   dueAt: bigint('due_at', { mode: 'number' }).notNull(),
   attempts: integer('attempts').notNull().default(0),
   account: text('account'), // the API key's account (several keys): schema version 4
+});
+
+/** The state each payment was decided in (a FAILED after a SUCCESSFUL is a conflict, not a `failed`). */
+export const ipnInboxStates = pgTable('ipn_inbox_states', {
+  transactionId: text('transaction_id').primaryKey(),
+  state: text('state').notNull(),
+  decidedAt: timestamp('decided_at', { withTimezone: true }).notNull().defaultNow(),
+});
+
+/** The operators' actions (replay, purge, pause), with who and when. */
+export const ipnInboxAudit = pgTable('ipn_inbox_audit', {
+  id: bigserial('id', { mode: 'number' }).primaryKey(),
+  at: timestamp('at', { withTimezone: true }).notNull().defaultNow(),
+  action: text('action').notNull(),
+  actor: text('actor').notNull(),
+  detail: json('detail').notNull(),
+});
+
+/** The pause every instance reads (the row `paused`): schema version 3. */
+export const ipnInboxControl = pgTable('ipn_inbox_control', {
+  name: text('name').primaryKey(),
+  value: text('value').notNull(),
+  updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
+});
+
+/** The schema versions `store.migrate()` ran: it reads them to know what to run. */
+export const ipnInboxSchema = pgTable('ipn_inbox_schema', {
+  version: integer('version').primaryKey(),
+  name: text('name').notNull(),
+  appliedAt: timestamp('applied_at', { withTimezone: true }).notNull().defaultNow(),
 });
 // #endregion tables
 
