@@ -14,13 +14,7 @@ import type { TargetCheck } from './summary.js';
 import type { ServerConfig, ServerStats } from './variants.js';
 
 /** The end-to-end variants, in the order each round runs them. */
-export const E2E_VARIANTS = [
-  'minimal',
-  'by-the-book',
-  'exactly-once',
-  'exactly-once-grouped',
-  'graphile-worker',
-] as const;
+export const E2E_VARIANTS = ['minimal', 'by-the-book', 'exactly-once', 'graphile-worker'] as const;
 export type EndToEndVariant = (typeof E2E_VARIANTS)[number];
 
 /**
@@ -53,12 +47,6 @@ const INFO: Record<
     label:
       "ipnRouter(), PostgresStore, at-least-once, the listener's ledger INSERT through db (exactly once)",
     server: 'postgres-ledger',
-    ledger: 'ledger',
-    inbox: true,
-  },
-  'exactly-once-grouped': {
-    label: 'the same with groupDeliveries: true',
-    server: 'postgres-ledger-grouped',
     ledger: 'ledger',
     inbox: true,
   },
@@ -264,28 +252,19 @@ function meanRatio(run: EndToEndRun | undefined, reference: EndToEndRun | undefi
   return ratios.length > 0 ? mean(ratios) : null;
 }
 
-/** Issue 34's end-to-end targets for exactly once (the default, ungrouped), and the grouped path's beside them. */
+/** Issue 34's end-to-end targets for exactly once. */
 export function endToEndTargets(runs: EndToEndRun[]): TargetCheck[] {
   const find = (variant: EndToEndVariant) => runs.find((run) => run.variant === variant);
-  const target = (
-    variant: EndToEndVariant,
-    reference: EndToEndVariant,
-    minimum: number,
-    note = '',
-  ): TargetCheck => {
-    const text = `end to end: ${variant} >= ${minimum.toFixed(1)}x ${reference}${note}`;
+  const target = (variant: EndToEndVariant, reference: EndToEndVariant, minimum: number): TargetCheck => {
+    const text = `end to end: ${variant} >= ${minimum.toFixed(1)}x ${reference}`;
     const ratio = meanRatio(find(variant), find(reference));
     if (ratio === null) return { target: text, status: 'SKIP', measured: 'not measured (no common round)' };
     return { target: text, status: ratio >= minimum ? 'PASS' : 'MISS', measured: `${ratio.toFixed(2)}x` };
   };
-  const opt = ' (informational: opt-in)';
   return [
     target('exactly-once', 'by-the-book', 1.2),
     target('exactly-once', 'minimal', 1.0),
     target('exactly-once', 'graphile-worker', 3.0),
-    target('exactly-once-grouped', 'by-the-book', 1.2, opt),
-    target('exactly-once-grouped', 'minimal', 1.0, opt),
-    target('exactly-once-grouped', 'graphile-worker', 3.0, opt),
   ];
 }
 

@@ -104,14 +104,12 @@ function handlerOf(variant: ServerConfig['variant']): RequestListener | Promise<
       });
     case 'postgres':
     case 'postgres-ledger':
-    case 'postgres-ledger-grouped':
     case 'postgres-drizzle': {
       const pool = postgresPool();
       if (variant === 'postgres-drizzle') return mounted(counted(drizzleLedger(pool)));
-      const groupDeliveries = variant === 'postgres-ledger-grouped';
-      const store = new lib.PostgresStore({ pool, table: config.table, groupDeliveries });
+      const store = new lib.PostgresStore({ pool, table: config.table });
       const ipn = lib.ipnRouter({ store, delivery: 'at-least-once' });
-      if (variant === 'postgres-ledger' || groupDeliveries) {
+      if (variant === 'postgres-ledger') {
         // The documented exactly-once listener: its write commits with the delivered mark.
         const insert = `INSERT INTO "${config.table}_ledger" (transaction_id, order_id, amount) VALUES ($1, $2, $3)`;
         ipn.on('successful', async (n, { db }) => {

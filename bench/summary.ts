@@ -173,12 +173,6 @@ export function checkTargets(runs: VariantRun[], memory: MemoryResult | string):
       'postgres-ledger (exactly once through db) >= 1.0x handwritten-ledger',
       1.0,
     ),
-    ratioTarget(
-      'postgres-ledger-grouped',
-      'handwritten-ledger',
-      'postgres-ledger-grouped (the same, groupDeliveries: true) >= 1.0x handwritten-ledger',
-      1.0,
-    ),
     // Issue 10's that issue 27 does not replace: "well above" read as at least a fifth above.
     ratioTarget('node-http', 'baseline', 'node:http adapter well above baseline (>= 1.2x)', 1.2),
     typeof memory === 'string'

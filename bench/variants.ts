@@ -7,7 +7,6 @@ export const VARIANTS = [
   'redis',
   'postgres',
   'postgres-ledger',
-  'postgres-ledger-grouped',
   'postgres-drizzle',
   'handwritten-ledger',
   'mysql',
@@ -45,11 +44,6 @@ export const VARIANT_INFO: Record<Variant, { label: string; needs?: ServiceName;
   },
   'postgres-ledger': {
     label: 'the same, listener inserts a ledger row through db (exactly once)',
-    needs: 'PostgreSQL',
-    reference: 'handwritten-ledger',
-  },
-  'postgres-ledger-grouped': {
-    label: 'the same with groupDeliveries: true (deliveries due together share one transaction)',
     needs: 'PostgreSQL',
     reference: 'handwritten-ledger',
   },

@@ -125,18 +125,10 @@ export function createDurableDelivery<C>(
     return { kind: 'delivered' };
   }
 
-  /**
-   * Verifies (unless `verified`: a run again of a confirmed attempt), then (in the store's transaction, when
-   * it opens one) emits to every listener.
-   */
-  async function attempt(
-    n: IpnNotification,
-    context: Context,
-    tx: TransactionHolder,
-    verified: boolean,
-  ): Promise<Attempt> {
+  /** Verifies, then (in the store's transaction, when it opens one) emits to every listener. */
+  async function attempt(n: IpnNotification, context: Context, tx: TransactionHolder): Promise<Attempt> {
     const attempts = context.attempt;
-    if (options.verify && !verified) {
+    if (options.verify) {
       // No answer older than this attempt condemns it; a not-found is believed from the second attempt on.
       const now = monotonicNow();
       const verdict = await verifyNotification(options.verify, n, {
@@ -286,14 +278,8 @@ export function createDurableDelivery<C>(
   ): Promise<Outcome> {
     metrics?.attempt();
     try {
-      const first = await run(key, n, leaseId, attempts, false);
-      let concluded = await conclude(key, first.result, first.tx, first.abandoned);
-      if (concluded.kind === 'failed' && first.tx.current()?.retryAlone === true) {
-        // Its group's transaction gave it up through no fault of its own, and it did not land: once more,
-        // at once, in a transaction of its own (not a failed attempt).
-        const again = await run(key, n, leaseId, attempts, true);
-        concluded = await conclude(key, again.result, again.tx, again.abandoned);
-      }
+      const { result, tx, abandoned } = await run(key, n, leaseId, attempts);
+      const concluded = await conclude(key, result, tx, abandoned);
       const outcome = await settle(key, n, leaseId, attempts, driver, concluded);
       span?.end(spanOutcome(outcome, concluded), failureOf(concluded));
       return outcome;
@@ -310,14 +296,14 @@ export function createDurableDelivery<C>(
   }
 
   /**
-   * Runs the attempt (verification unless `alone`, then the listeners within 90% of `leaseMs`), in a
-   * transaction of its own when `alone`: what it came to, and its transaction. Never rejects.
+   * Runs the attempt (verification, then the listeners within 90% of `leaseMs`): what it came to, and its
+   * transaction. Never rejects.
    */
-  async function run(key: string, n: IpnNotification, leaseId: string, attempts: number, alone: boolean) {
-    const tx = holdTransaction(inbox, key, leaseId, (pending) => timed(pending, 'begin', key), alone);
+  async function run(key: string, n: IpnNotification, leaseId: string, attempts: number) {
+    const tx = holdTransaction(inbox, key, leaseId, (pending) => timed(pending, 'begin', key));
     const ms = Math.floor(options.leaseMs * 0.9);
     const context = { key, idempotencyKey: idempotencyKeyOf(key), attempt: attempts };
-    const running = attempt(n, context, tx, alone);
+    const running = attempt(n, context, tx);
     let result: Attempt;
     let abandoned: Promise<unknown> | undefined; // the listeners may still be running: settles when they have
     try {
@@ -680,14 +666,13 @@ function holdTransaction(
   key: string,
   leaseId: string,
   bound: <T>(pending: Promise<T>) => Promise<T>,
-  alone: boolean,
 ): TransactionHolder {
   let tx: DeliveryTransaction | undefined;
   let ended = false;
   return {
     leaseId,
     async open() {
-      const pending = alone ? inbox.begin?.(key, leaseId, { alone }) : inbox.begin?.(key, leaseId);
+      const pending = inbox.begin?.(key, leaseId);
       if (pending === undefined) return undefined;
       // One that opens after the attempt ended (its begin timed out, or the listeners' time ran out) is
       // rolled back at once: no connection stays held by an attempt nobody waits for.

@@ -232,13 +232,8 @@ export interface DurableStore extends Store {
    * error code. It asks the transaction to `commit()` a delivered attempt and to `rollback()` any other;
    * a `commit()` that rejects has an unknown outcome, which delivery settles by reading the entry
    * (`get(key)`): `delivered` means the commit landed.
-   *
-   * A store may share one database transaction between attempts that are due together (`PostgresStore`'s
-   * `groupDeliveries`); then a transaction given up by its group through no fault of its attempt says so
-   * (`retryAlone`), and delivery runs the attempt again at once with `{ alone: true }`: in a transaction of
-   * its own.
    */
-  begin?(key: string, leaseId: string, options?: BeginOptions): Promise<DeliveryTransaction | undefined>;
+  begin?(key: string, leaseId: string): Promise<DeliveryTransaction | undefined>;
 }
 
 /**
@@ -293,15 +288,6 @@ export interface AuditLog {
 }
 
 /**
- * Options of {@link DurableStore.begin}.
- * @inline
- */
-export interface BeginOptions {
-  /** A transaction of this attempt's own, shared with no other: the attempt runs again after its group's gave it up. */
-  alone?: boolean;
-}
-
-/**
  * Where a delivery transaction stands: `idle` (nothing opened yet: a store may open it lazily, at the
  * listeners' first write, and then `commit()` only marks the entry delivered, as `settle()` would), `open`,
  * or `ended` (committed or rolled back; every later write through it is refused).
@@ -334,13 +320,4 @@ export interface DeliveryTransaction<Tx = unknown, Db = unknown> {
    * theirs lands (by closing its connection, or by rolling back only once they are done). Never rejects.
    */
   rollback(listeners?: Promise<unknown>): Promise<void>;
-  /**
-   * Optional: `true` once the transaction, shared with other attempts, was given up by them through no fault
-   * of this attempt's (its group's connection failed, its COMMIT failed, or another member held it too long).
-   * When the attempt did not conclude delivered (a `commit()` that rejects is settled by reading the entry,
-   * as always), delivery runs it again at once in a transaction of its own (`begin(key, leaseId, { alone:
-   * true })`), without counting a failed attempt: the lease-guarded mark keeps a second run from landing
-   * beside a first one that did.
-   */
-  readonly retryAlone?: boolean;
 }

@@ -27,20 +27,9 @@ export interface CrashBackend {
   prefix: string;
   /** Opens a pool of 2, makes the inbox `table` and the ledger `ledger` (no unique key: a second credit of a payment is a second row). */
   open(table: string, ledger: string): Promise<CrashDatabase>;
-  /**
-   * Optional, for a configuration with points of its own (group transactions): more of the instances'
-   * configuration, the points beyond the six every delivery reaches, and how many payments are sent
-   * together (default 1). Each point is then planned once (at the first or the second time), not twice.
-   */
-  variant?: {
-    instance: Record<string, unknown>;
-    points: CrashPoint[];
-    burst: number;
-    maxPayments: number;
-  };
 }
 
-const DELIVERY_POINTS: CrashPoint[] = [
+const POINTS: CrashPoint[] = [
   'before-write',
   'during-write',
   'after-write',
@@ -49,7 +38,7 @@ const DELIVERY_POINTS: CrashPoint[] = [
   'after-commit',
 ];
 /** Every point twice, each time at the first or the second time the process reaches it. */
-const PLAN = [...DELIVERY_POINTS, ...DELIVERY_POINTS].map((point, index) => ({
+const PLAN = [...POINTS, ...POINTS].map((point, index) => ({
   point,
   nth: 1 + (index % 2),
 }));
@@ -62,11 +51,6 @@ const MAX_PAYMENTS = 60;
  * in the end, one ledger row per payment.
  */
 export function describeCrashLedger(backend: CrashBackend): void {
-  const { variant } = backend;
-  const POINTS = variant ? [...DELIVERY_POINTS, ...variant.points] : DELIVERY_POINTS;
-  const planned = variant ? POINTS.map((point, index) => ({ point, nth: 1 + (index % 2) })) : PLAN;
-  const burst = variant?.burst ?? 1;
-  const maxPayments = variant?.maxPayments ?? MAX_PAYMENTS;
   describeWithService(backend.service, backend.name, () => {
     const suffix = `${process.pid}_${Date.now() % 100_000}`;
     const table = `ipn_${backend.prefix}_${suffix}`;
@@ -90,7 +74,7 @@ export function describeCrashLedger(backend: CrashBackend): void {
     });
 
     test('two processes killed at every point of delivery, again and again: one ledger row per payment', async () => {
-      const plan = [...planned];
+      const plan = [...PLAN];
       let kills = 0;
       /** Starts an instance with the next crash of the plan (none once it is spent), restarted when killed. */
       const launch = async (): Promise<Instance> => {
@@ -103,7 +87,6 @@ export function describeCrashLedger(backend: CrashBackend): void {
           ledgerTable: ledger,
           leaseMs: 1_000,
           recoveryIntervalMs: 100,
-          ...variant?.instance,
           crash: crash && { ...crash, log },
         });
         launches.push(starting);
@@ -141,10 +124,10 @@ export function describeCrashLedger(backend: CrashBackend): void {
           );
         }
       };
-      while (kills < planned.length && payments.length < maxPayments) {
-        const sent = Array.from({ length: burst }, () => uniquePayload());
-        await Promise.all(sent.map((payment) => post(payment)));
-        payments.push(...sent);
+      while (kills < PLAN.length && payments.length < MAX_PAYMENTS) {
+        const payment = uniquePayload();
+        await post(payment);
+        payments.push(payment);
         await new Promise((resolve) => setTimeout(resolve, 150));
       }
 
@@ -166,8 +149,8 @@ export function describeCrashLedger(backend: CrashBackend): void {
       // Every planned kill happened, at every point: the plan is only spent when its processes reached it.
       const crashed = readFileSync(log, 'utf8').trim().split('\n');
       expect([...new Set(crashed)].sort()).toEqual([...POINTS].sort());
-      expect(crashed).toHaveLength(planned.length);
-      expect(kills).toBe(planned.length);
+      expect(crashed).toHaveLength(PLAN.length);
+      expect(kills).toBe(PLAN.length);
     });
   });
 }

@@ -36,18 +36,3 @@ const backend = {
 } as const;
 
 describeCrashLedger({ ...backend, name: 'exactly once on the ledger across SIGKILLs', prefix: 'crash' });
-
-// Group transactions: one lane, so that the deliveries due together share it; payments in bursts of 4; also
-// killed between two members of a group (a member's mark, with its savepoint released and set again for the
-// next one: before it is sent, once sent, once answered), which only groups of two or more reach.
-describeCrashLedger({
-  ...backend,
-  name: 'exactly once on the ledger across SIGKILLs, group transactions',
-  prefix: 'crashgroup',
-  variant: {
-    instance: { groupDeliveries: { lanes: 1, size: 8 } },
-    points: ['before-member-mark', 'member-mark-sent', 'after-member-mark'],
-    burst: 4,
-    maxPayments: 200,
-  },
-});

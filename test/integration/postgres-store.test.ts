@@ -747,4 +747,17 @@ describe('PostgresStore construction', () => {
   ])('throws a TypeError for %s', (_case, options) => {
     expect(() => new PostgresStore(options as any)).toThrow(/pool must be a pg Pool/);
   });
+
+  test.each([true, false, { size: 8, lanes: 1 }])(
+    'refuses the removed groupDeliveries (%j), saying to remove it, rather than ignore it',
+    (groupDeliveries) => {
+      const construct = () => new PostgresStore({ pool, groupDeliveries } as any);
+      expect(construct).toThrow(TypeError);
+      expect(construct).toThrow(/^PostgresStore: groupDeliveries was removed .*: remove the option$/);
+    },
+  );
+
+  test('accepts groupDeliveries: undefined (an option spread in only when set)', () => {
+    expect(new PostgresStore({ pool, groupDeliveries: undefined } as any).table).toBe('ipn_inbox');
+  });
 });

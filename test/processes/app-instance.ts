@@ -38,23 +38,11 @@ interface InstanceConfig {
   crash?: { point: CrashPoint; nth: number; log: string };
   leaseMs?: number;
   recoveryIntervalMs?: number;
-  /** PostgresStore's `groupDeliveries`. */
-  groupDeliveries?: boolean | { size?: number; lanes?: number };
 }
 
 /** Where a delivery can be cut: around the listener's write, and around the transaction's COMMIT. */
 export type CrashPoint =
-  | 'before-write'
-  | 'during-write'
-  | 'after-write'
-  | 'before-commit'
-  | 'commit-sent'
-  | 'after-commit'
-  // Between two members of a group transaction: a member's mark (with its savepoint released and set again
-  // for the next one) about to be sent, sent, answered.
-  | 'before-member-mark'
-  | 'member-mark-sent'
-  | 'after-member-mark';
+  'before-write' | 'during-write' | 'after-write' | 'before-commit' | 'commit-sent' | 'after-commit';
 
 const config = JSON.parse(process.env.INSTANCE ?? '{}') as InstanceConfig;
 const send = (message: unknown) => process.send?.(message);
@@ -70,11 +58,6 @@ function maybeCrash(point: CrashPoint): void {
 }
 
 const COMMIT_POINTS: [CrashPoint, CrashPoint, CrashPoint] = ['before-commit', 'commit-sent', 'after-commit'];
-const MEMBER_MARK_POINTS: [CrashPoint, CrashPoint, CrashPoint] = [
-  'before-member-mark',
-  'member-mark-sent',
-  'after-member-mark',
-];
 
 /** Sends a statement, killed (as planned) before it is sent, once it is sent, or once it is answered. */
 function cutAround<T>(send: () => Promise<T>, [before, sent, after]: [CrashPoint, CrashPoint, CrashPoint]) {
@@ -164,10 +147,6 @@ async function main(): Promise<void> {
       Object.assign(client, {
         query: (...args: unknown[]) => {
           const text = typeof args[0] === 'string' ? args[0] : '';
-          // A group member's mark: its savepoint released and set again for the next member.
-          if (/SAVEPOINT ipn_kit_group_\w+$/.test(text) && text.includes('RELEASE')) {
-            return cutAround(() => query(...args), MEMBER_MARK_POINTS);
-          }
           if (!/\bCOMMIT$/.test(text)) return query(...args);
           return cutAround(() => query(...args), COMMIT_POINTS);
         },
@@ -182,11 +161,7 @@ async function main(): Promise<void> {
     await client.connect();
     store = new RedisStore({ client, prefix: config.namespace });
   } else {
-    store = new PostgresStore({
-      pool,
-      table: config.namespace,
-      ...(config.groupDeliveries === undefined ? {} : { groupDeliveries: config.groupDeliveries }),
-    });
+    store = new PostgresStore({ pool, table: config.namespace });
   }
   const ipn = ipnRouter({
     store,

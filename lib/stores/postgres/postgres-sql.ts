@@ -137,7 +137,7 @@ export function receivesJson(receives: ReadonlyArray<readonly unknown[]>): strin
  */
 export function inboxSql(table: string) {
   const t = tableNames(table).quoted;
-  const sql = {
+  return {
     // The claim's token is kept in lease_id, so that the same claim asked again (its answer was lost) is
     // recognised as this caller's own: true, not a resend.
     claim: `WITH inserted AS (
@@ -228,20 +228,20 @@ export function inboxSql(table: string) {
         WHERE inbox.key = u.key AND inbox.lease_id = u.lease_id RETURNING inbox.key, u.lease_id
       )
       SELECT key, NULL AS lease_id FROM received UNION ALL SELECT key, lease_id FROM delivered`,
-    // The `delivered` mark of a delivery transaction, as one statement of a simple query that fails with
-    // LEASE_LOST when the lease no longer holds the entry (the mark then updates nothing, and PostgreSQL skips
-    // the statements sent after it in the same query). Only for a key and lease id of plain characters (a
+    // The `delivered` mark and the COMMIT of a delivery transaction, as one simple query: one round trip
+    // where two would do (after RESET ALL when `reset`). Only for a key and lease id of plain characters (a
     // transaction id is, by the schema; a lease id is a UUID), which stand in it as literals; `undefined` for
-    // any other.
-    markOrRaise: (key: string, leaseId: string): string | undefined =>
+    // any other. When the lease no longer holds the entry, the mark updates nothing and the block raises
+    // LEASE_LOST: PostgreSQL then skips the COMMIT after it, and the caller rolls back.
+    markAndCommit: (key: string, leaseId: string, reset: boolean): string | undefined =>
       PLAIN.test(key) && PLAIN.test(leaseId)
-        ? `DO $ipn_kit$ BEGIN
+        ? `${reset ? `${RESET}; ` : ''}DO $ipn_kit$ BEGIN
             UPDATE ${t} SET status = 'delivered', delivered_at = now(), ${END_LEASE}
             WHERE key = '${key}' AND lease_id = '${leaseId}';
             IF NOT FOUND THEN
               RAISE EXCEPTION 'ipn-kit: the lease on % was lost', '${key}' USING ERRCODE = '${LEASE_LOST}';
             END IF;
-          END $ipn_kit$`
+          END $ipn_kit$; COMMIT`
         : undefined,
     // Group commit: many `delivered` settlements in one statement, each still guarded by its lease.
     deliveredMany: `UPDATE ${t} AS inbox SET status = 'delivered', delivered_at = now(),
@@ -275,15 +275,6 @@ export function inboxSql(table: string) {
     redact: `UPDATE ${t} SET record = record || ${BLANKS}
       WHERE status IN ('delivered', 'dead') AND received_at < $1
         AND (${PERSONAL_FIELDS.map((f) => `coalesce(record->>'${f}', '') <> ''`).join(' OR ')})`,
-  };
-  return {
-    ...sql,
-    // The mark and the COMMIT of a delivery transaction, as one simple query: one round trip where two
-    // would do. When the mark raises LEASE_LOST, the COMMIT is skipped, and the caller rolls back.
-    markAndCommit: (key: string, leaseId: string, reset: boolean): string | undefined => {
-      const mark = sql.markOrRaise(key, leaseId);
-      return mark === undefined ? undefined : `${reset ? `${RESET}; ` : ''}${mark}; COMMIT`;
-    },
   };
 }
 

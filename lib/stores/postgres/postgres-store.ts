@@ -13,7 +13,6 @@ import {
   type PgClientOf,
 } from './postgres-transaction.js';
 import { openOrmTransaction } from '../orm-transaction.js';
-import { createGroups } from './postgres-group.js';
 import { guardCheckouts } from '../guard-checkouts.js';
 import { isTransactions, type Statement, type StatementResult, type Transactions } from '../transactions.js';
 import { PostgresExpectations } from './postgres-expectations.js';
@@ -24,7 +23,6 @@ import { PostgresLifecycle } from './postgres-lifecycle.js';
 import { afterMigration, markMigration, trackMigration } from './postgres-migrations.js';
 import { DeliveryError, messageOf, StoreError } from '../../shared/errors.js';
 import type {
-  BeginOptions,
   DeliveryStatus,
   DeliveryTransaction,
   DurableStore,
@@ -87,25 +85,7 @@ export interface PostgresStoreOptions<
    * @default 'ipn_inbox'
    */
   table: string;
-  /**
-   * Group transactions, at least once over a pool without `transactions`: delivery attempts whose listeners
-   * query `db` while others do share one transaction and one `COMMIT`, each in a savepoint of its own (its
-   * writes and its lease-guarded `delivered` mark). A listener that fails rolls back to its savepoint; the
-   * others go on. `size`: deliveries per group at most; `lanes`: groups taking deliveries at once, each on
-   * one client of the pool. Nothing waits to join a group: a group is whatever came due while its client was
-   * busy. What a partner notices: listeners of one group query `db` one delivery after the other (each from
-   * its first query to its commit), their writes commit when the group's last one is done, and a slow one
-   * delays the commit of those before it, for at most half the router's `storeTimeoutMs`: then it is taken
-   * out (its writes rolled back, its attempt run again alone) and the others commit. A group whose
-   * transaction breaks (its connection lost, its `COMMIT` refused) is rolled back, and each of its deliveries
-   * runs again at once in a transaction of its own. See docs/stores-and-delivery.md.
-   * @default false: one transaction per delivery attempt
-   */
-  groupDeliveries: boolean | { size?: number; lanes?: number };
 }
-
-/** `groupDeliveries: true`: deliveries per group, and groups at once. */
-const GROUP_DEFAULTS = { size: 20, lanes: 4 };
 
 /** The listeners' `tx` of a store: the ORM's transaction, or the pool's client. */
 type TxOf<P, T> = T extends Transactions<infer Tx> ? Tx : PgClientOf<P>;
@@ -120,6 +100,15 @@ const transpose = (pairs: Array<[string, string]>): [string[], string[]] => [
   pairs.map(([key]) => key),
   pairs.map(([, lease]) => lease),
 ];
+
+/**
+ * The refusal of the removed option `groupDeliveries`: a store that took it and ignored it would leave its
+ * caller believing it on.
+ */
+const GROUPS_REMOVED =
+  'PostgresStore: groupDeliveries was removed (shared delivery transactions were no faster end to end: ' +
+  '665 notifications/s against 681/s without; see CHANGELOG.md). Each delivery runs in a transaction of ' +
+  'its own, as by default: remove the option';
 
 /** PostgreSQL's "undefined_table" error code. */
 const UNDEFINED_TABLE = '42P01';
@@ -176,8 +165,6 @@ export class PostgresStore<
   readonly lifecycle: PostgresLifecycle;
   readonly #pool: PgQueryable;
   readonly #transactions: Transactions | undefined;
-  /** Group transactions of delivery attempts (`groupDeliveries`), over the pool's clients. */
-  readonly #groups: ReturnType<typeof createGroups> | undefined;
   readonly #sql: InboxSql;
   /** How long a batch stuck on its connection holds its place: the routers' shortest `storeTimeoutMs`. */
   #stallMs = STALLED_BATCH_MS;
@@ -188,13 +175,15 @@ export class PostgresStore<
 
   /**
    * @throws TypeError when `pool` has no `query` method (and `transactions` cannot run statements on their
-   * own), `transactions` is not a `Transactions`, or `table` is not a valid name.
+   * own), `transactions` is not a `Transactions`, `table` is not a valid name, or given `groupDeliveries`
+   * (removed: see the CHANGELOG).
    */
   constructor(
     options: Partial<PostgresStoreOptions<P, T>> &
       (Pick<PostgresStoreOptions<P, T>, 'pool'> | { transactions: T & Transactions }),
   ) {
     const given = options as Partial<PostgresStoreOptions<P, T>> | undefined;
+    if (Reflect.get(Object(given), 'groupDeliveries') !== undefined) throw new TypeError(GROUPS_REMOVED);
     const transactions: unknown = given?.transactions;
     if (transactions !== undefined && !isTransactions(transactions)) {
       throw new TypeError(
@@ -212,11 +201,6 @@ export class PostgresStore<
     }
     this.table = tableNames(given?.table ?? 'ipn_inbox').name;
     this.#pool = pool;
-    const grouping = groupLimits(given?.groupDeliveries);
-    this.#groups =
-      grouping && !transactions && canConnect(pool)
-        ? createGroups(pool, { ...grouping, holdMs: () => this.#stallMs / 2 })
-        : undefined;
     this.#transactions = transactions;
     // An ORM's delivery transaction holds a client of this pool with no `error` listener of its own (Kysely):
     // a server ending it must fail the attempt, not the process.
@@ -399,11 +383,7 @@ export class PostgresStore<
    * and no client was taken: the mark is batched with other settlements (group commit), as without a
    * transaction. Resolves `undefined` when the pool hands out no clients (a single `Client`).
    */
-  begin(
-    key: string,
-    leaseId: string,
-    options?: BeginOptions,
-  ): Promise<DeliveryTransaction<TxOf<P, T>, DbOf<P, T>> | undefined> {
+  begin(key: string, leaseId: string): Promise<DeliveryTransaction<TxOf<P, T>, DbOf<P, T>> | undefined> {
     type Opened = DeliveryTransaction<TxOf<P, T>, DbOf<P, T>>;
     if (this.#transactions) {
       // The opening reads the session's settings before any listener runs; the mark puts back, in the same
@@ -436,11 +416,6 @@ export class PostgresStore<
     if (!canConnect(this.#pool)) return Promise.resolve(undefined);
     const statement: [string, unknown[]] = [this.#sql.delivered, [key, leaseId]];
     const markWithout = () => this.#writes({ delivered: [key, leaseId] });
-    if (this.#groups !== undefined && options?.alone !== true) {
-      const how = { statement, orRaise: () => this.#sql.markOrRaise(key, leaseId) };
-      const Client = Reflect.get(this.#pool, 'Client') as unknown;
-      return Promise.resolve(this.#groups.join(key, how, markWithout, Client) as Opened);
-    }
     const mark = { statement, andCommit: (reset: boolean) => this.#sql.markAndCommit(key, leaseId, reset) };
     return Promise.resolve(openTransaction(this.#pool, key, mark, markWithout) as Opened);
   }
@@ -615,29 +590,6 @@ function markedInOrm(result: StatementResult, key: string, orm: string): 'delive
     `the transaction of ${orm} does not see the inbox entry ${key}: is ${orm} pointed at the same ` +
       "database and schema as the store's pool? (a search_path of its own, Prisma's ?schema= in its URL)",
   );
-}
-
-/** The limits `groupDeliveries` asks for, or `undefined` for none. @throws TypeError for a bad one. */
-function groupLimits(given: unknown): { size: number; lanes: number } | undefined {
-  if (given === undefined || given === false) return undefined;
-  if (given === true) return { ...GROUP_DEFAULTS };
-  if (typeof given !== 'object' || given === null) {
-    throw new TypeError(
-      `PostgresStore: groupDeliveries must be true, false or { size, lanes }, got ${typeof given}`,
-    );
-  }
-  const limits = { ...GROUP_DEFAULTS };
-  for (const name of ['size', 'lanes'] as const) {
-    const value: unknown = Reflect.get(given, name);
-    if (value === undefined) continue;
-    if (typeof value !== 'number' || !Number.isInteger(value) || value < 1) {
-      throw new TypeError(
-        `PostgresStore: groupDeliveries.${name} must be a whole number of 1 or more, got ${JSON.stringify(value) ?? typeof value}`,
-      );
-    }
-    limits[name] = value;
-  }
-  return limits;
 }
 
 /** Whether a query failed because its table does not exist (PostgreSQL's `42P01`). */

@@ -256,7 +256,7 @@ export function openTransaction(
  * after it; and whether it changes a setting of the session (`SET` but `SET LOCAL`, `RESET`, `set_config`),
  * which {@link RESET} then undoes before the commit. Throws the refusal of a statement that cannot run there.
  */
-export function insideTransaction(
+function insideTransaction(
   args: unknown[],
   depth: number,
   key: string,
@@ -281,7 +281,7 @@ const SETS_SESSION =
   /(?:^|;)\s*(?:set\s+(?!local\b|transaction\b|constraints\b|session\s+characteristics\b)|reset\b)|\bset_config\s*\(/i;
 
 /** What `db` is before its first query: an object of the pool's client class (`db instanceof Client`). */
-export function standIn(Client: unknown): object {
+function standIn(Client: unknown): object {
   return Object.create(
     typeof Client === 'function' ? (Client.prototype as object | null) : Object.prototype,
   ) as object;
@@ -311,7 +311,7 @@ export function explainPostgres(error: unknown): string | undefined {
 }
 
 /** The error a failed commit rejects with: the driver's error as cause, its meaning in words when known. */
-export function asCommitFailure(key: string, error: unknown): unknown {
+function asCommitFailure(key: string, error: unknown): unknown {
   if (error instanceof IpnKitError) return error;
   const why = explainPostgres(error) ?? messageOf(error);
   return new DeliveryError(`the delivery transaction of ${key} did not commit: ${why}`, { cause: error });
@@ -474,7 +474,7 @@ export function splitStatements(text: string, backslashes = false): string[] {
  * the pool, a failed `BEGIN`): a `StoreError` whose cause is the driver's. A refusal (the attempt ended) and
  * a wrong pool (`TypeError`, a programmer error) are passed on as they are.
  */
-export function asOpenFailure(key: string, error: unknown): unknown {
+function asOpenFailure(key: string, error: unknown): unknown {
   if (error instanceof IpnKitError || error instanceof TypeError) return error;
   return new StoreError(
     `could not open the delivery transaction of ${key}: ${messageOf(error)} (is the pool exhausted, or the ` +
@@ -484,7 +484,7 @@ export function asOpenFailure(key: string, error: unknown): unknown {
 }
 
 /** `on` or `removeListener` of an event emitter, as a pool's client has them. */
-export type Listening = (this: unknown, event: string, listener: (error: unknown) => void) => unknown;
+type Listening = (this: unknown, event: string, listener: (error: unknown) => void) => unknown;
 
 /**
  * Runs a query on the client `started` resolves (once BEGIN has answered and the previous query of the
@@ -495,7 +495,7 @@ export type Listening = (this: unknown, event: string, listener: (error: unknown
  * callback getting the refusal; the submittable itself (a cursor, a stream), told through `handleError`.
  * `done` settles when the query has.
  */
-export function inTurn<C>(
+function inTurn<C>(
   started: Promise<C>,
   queryOf: ((client: C) => (...args: unknown[]) => unknown) | undefined,
   args: unknown[],
