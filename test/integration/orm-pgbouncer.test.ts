@@ -3,7 +3,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import { numeric, pgTable, text } from 'drizzle-orm/pg-core';
 import knex from 'knex';
 import { Kysely, PostgresDialect } from 'kysely';
-import { Pool } from 'pg';
+import { Pool, type ClientBase as PgConnection } from 'pg';
 import { DataTypes, Sequelize, type Transaction as SequelizeTransaction } from 'sequelize';
 import { DataSource, EntitySchema, type EntityManager } from 'typeorm';
 import { ipnRouter, type IpnNotification } from '../../lib/index.js';
@@ -241,6 +241,9 @@ interface Seen {
   statement_timeout: string;
   application_name: string;
   role: string;
+  /** Custom variables a listener sets (`null`: never set on that connection, or reset). */
+  tenant: string | null;
+  other: string | null;
 }
 
 /**
@@ -258,7 +261,9 @@ async function everyServerConnection(url: string): Promise<Seen[]> {
         const { rows } = await client.query<Seen>(
           `SELECT pg_backend_pid() AS pid, current_setting('search_path') AS search_path,
              current_setting('statement_timeout') AS statement_timeout,
-             current_setting('application_name') AS application_name, current_setting('role') AS role`,
+             current_setting('application_name') AS application_name, current_setting('role') AS role,
+             nullif(current_setting('app.tenant_id', true), '') AS tenant,
+             nullif(current_setting('app.other', true), '') AS other`,
         );
         return rows[0]!;
       }),
@@ -362,6 +367,42 @@ describeWithPgBouncer(
         expect(before[0]).toMatchObject({ search_path: '"$user", public', statement_timeout: '0' });
       });
 
+      test("a listener's custom variables (SET, set_config(..., false)) never reach the pooler's next client; SET LOCAL holds inside", async () => {
+        const ipn = router();
+        const pids: number[] = [];
+        const inside: unknown[] = [];
+        ipn.on('successful', async (n, { tx }) => {
+          const run = (text: string, returns: 'rows' | 'count' = 'count') =>
+            opened.transactions.query(tx, { text, values: [], returns });
+          // Row-level security's usual placeholders, at session level: pg_settings lists neither.
+          await run(`SET app.tenant_id = 'tenant_${n.transaction_id}'`);
+          await run("SELECT set_config('app.other', 'leaked', false)", 'rows');
+          await run("SET LOCAL app.local = 'local'");
+          await opened.credit(tx, n);
+          const { rows } = await run(
+            `SELECT pg_backend_pid() AS pid, current_setting('app.tenant_id') AS tenant,
+               current_setting('app.local') AS local`,
+            'rows',
+          );
+          pids.push(Number(rows[0]!.pid));
+          inside.push({ tenant: rows[0]!.tenant, local: rows[0]!.local });
+        });
+        const { post } = await serve(ipn);
+        const payloads = [uniquePayload(), uniquePayload(), uniquePayload()];
+        for (const payload of payloads) expect((await post(payload)).status).toBe(200);
+        for (const payload of payloads) await delivered(payload);
+        for (const payload of payloads) expect(await credits(payload.transaction_id)).toBe(1);
+        expect(inside).toHaveLength(payloads.length);
+        expect(inside).toEqual(
+          expect.arrayContaining(
+            payloads.map((payload) => ({ tenant: `tenant_${String(payload.transaction_id)}`, local: 'local' })),
+          ),
+        );
+        const after = await everyServerConnection(bouncer().url);
+        expect(after.map((seen) => seen.pid)).toEqual(expect.arrayContaining([...new Set(pids)]));
+        for (const seen of after) expect(seen).toMatchObject({ tenant: null, other: null, role: 'none' });
+      });
+
       test("the server ends the delivery's connection inside the transaction: no crash, retried, one row", async () => {
         const ipn = router();
         const terminated: number[] = [];
@@ -423,7 +464,8 @@ describeWithPgBouncer(
     // Knex's searchPath is a SET that Knex sends on each new connection, outside any transaction: behind a
     // transaction-mode pooler it lands on whichever server connection answers it, so it is for a connection
     // of Knex's own, as here (direct, a pool of one). What a listener sets there must end with its delivery,
-    // and what Knex set before must stay.
+    // and what Knex set before must stay. So must what the app set on that connection before: a custom
+    // variable given at its start (`options`), a setting of its pool's afterCreate.
     describe('Knex with searchPath, on a connection of its own', () => {
       const table = `ipn_pgbo_knexsp_${suffix}`;
       const schema = `ipn_pgbo_sp_${suffix}`;
@@ -435,7 +477,8 @@ describeWithPgBouncer(
             `SELECT current_setting('search_path') AS search_path,
                current_setting('statement_timeout') AS statement_timeout,
                current_setting('application_name') AS application_name, current_user AS "user",
-               pg_backend_pid() AS pid`,
+               current_setting('lock_timeout') AS lock_timeout, current_setting('app.tenant_id') AS tenant,
+               nullif(current_setting('app.other', true), '') AS other, pg_backend_pid() AS pid`,
           )
         ).rows[0]!;
       beforeAll(async () => {
@@ -445,9 +488,19 @@ describeWithPgBouncer(
         await direct.query(`GRANT ALL ON ${table} TO ${role}`);
         db = knex({
           client: 'pg',
-          connection: databaseUrl(),
+          // The app's own, before any delivery: a custom variable at the connection's start, and a setting
+          // at session level once it is open.
+          connection: { connectionString: databaseUrl(), options: '-c app.tenant_id=app_tenant' },
           searchPath: [schema, 'public'],
-          pool: { min: 0, max: 1 },
+          pool: {
+            min: 0,
+            max: 1,
+            afterCreate: (connection: PgConnection, done: (error: unknown, connection: unknown) => void) => {
+              connection.query("SET lock_timeout = '7s'; SET app.by_app = 'app'", (error) =>
+                done(error, connection),
+              );
+            },
+          },
         });
       });
       afterAll(async () => {
@@ -461,7 +514,12 @@ describeWithPgBouncer(
 
       test("a listener's SET, RESET, set_config, SET ROLE and SET SESSION AUTHORIZATION through tx end with its delivery; Knex's search_path stays", async () => {
         const before = await session();
-        expect(before.search_path).toBe(`${schema}, public`);
+        expect(before).toMatchObject({
+          search_path: `${schema}, public`,
+          lock_timeout: '7s',
+          tenant: 'app_tenant',
+          other: null,
+        });
         const ipn = ipnRouter({
           store: new PostgresStore({ pool: direct, table, transactions: knexTransactions(db) }),
           delivery: 'at-least-once',
@@ -476,6 +534,9 @@ describeWithPgBouncer(
           if (attempt > 1) return; // the retry of the one that failed sets nothing: the rollback undid it all
           await tx.raw("SET statement_timeout = '77s'");
           await tx.raw("SELECT set_config('application_name', 'ipn_kit_leaked', false)");
+          await tx.raw("SET app.tenant_id = 'listener_tenant'"); // the app's, given at the start
+          await tx.raw("SELECT set_config('app.other', 'leaked', false)"); // set by none before
+          await tx.raw('RESET lock_timeout'); // the app's afterCreate's
           if (deliveries === 1) {
             await tx.raw('SET search_path = pg_catalog');
             await tx.raw('RESET search_path'); // Knex's own, reset: put back too
@@ -510,6 +571,13 @@ describeWithPgBouncer(
         }
         expect(failed).toBe(1);
         expect(deliveries).toBe(payloads.length + 1);
+        // Known, and documented (docs/hosted-postgres.md): a custom variable the app SET at session level
+        // before the delivery is reset with the listener's (no view lists custom variables, so none can be
+        // told from the other); one given at the connection's start stays, as `tenant` above shows.
+        const { rows } = await db.raw<{ rows: Array<{ by_app: string }> }>(
+          "SELECT current_setting('app.by_app') AS by_app",
+        );
+        expect(rows[0]!.by_app).toBe('');
       });
     });
   },

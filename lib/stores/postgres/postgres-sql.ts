@@ -66,39 +66,42 @@ export const LEASE_LOST = 'IK001';
 
 /**
  * Sent before the mark and COMMIT of a delivery whose listener changed a setting of the session through `db` (a
- * rollback undoes it by itself): the settings go back to the session's start (its startup parameters, the
- * role's and database's settings), so that none outlives the delivery: through a transaction-mode pooler
- * the connection serves other clients next. A `SET` of the pool's `connect` event goes too, on that one.
+ * rollback undoes it by itself), and before the mark of every delivery through an ORM's `tx`: the settings go
+ * back to the session's start (its startup parameters, the role's and database's settings), so that none
+ * outlives the delivery: through a transaction-mode pooler the connection serves other clients next. It
+ * resets custom variables too (`app.tenant_id`), which no view lists. It leaves the role and the session
+ * authorization as they are. Through `db`, a `SET` of the pool's `connect` event goes too, on that one;
+ * through an ORM's `tx`, the mark then sets back what the session had set before the delivery (see
+ * RESTORE_SESSION).
  */
 export const RESET = 'RESET ALL';
 
 /**
- * The settings of the session as the ORM path reads them, before a delivery's listeners run and again at its
- * mark: each setting set in the session (`SET`, `set_config(..., false)`, and `SET LOCAL` while its transaction
- * is open: `pg_settings`' source `session`), by name with its value; and the session authorization and role,
- * which `pg_settings` does not list. Nor does it list a custom variable no loaded module defines
- * (`app.tenant`): those are not in it.
+ * The settings of the session as the ORM path's opening reads them, before a delivery's listeners run: each
+ * setting set in the session (`SET`, `set_config(..., false)`, and `SET LOCAL` while its transaction is open:
+ * `pg_settings`' source `session`), by name with its value as `current_setting` shows it; and the session
+ * authorization and role, which `pg_settings` does not list. Nor does it list a custom variable no loaded
+ * module defines (`app.tenant`): those are not in it, and {@link RESET} resets them.
  */
-const SESSION_SETTINGS = `SELECT name, setting FROM pg_settings WHERE source = 'session'
+const SESSION_SETTINGS = `SELECT name, current_setting(name) AS setting FROM pg_settings WHERE source = 'session'
   UNION ALL VALUES ('session_authorization', current_setting('session_authorization')),
     ('role', current_setting('role'))`;
 
 /**
- * Puts back, inside the ORM path's mark, every setting of the session a listener changed through the ORM's
- * `tx`, to its value before the delivery (`$4`: {@link SESSION_SETTINGS} as the opening read them, a JSON
- * object): a changed value is set back, a setting the listener set that was not set before is reset
- * (`set_config` with a null value is a `RESET`), one it reset is set again, each at session level, so that
- * it holds after the `COMMIT`. Settings the listener did not change are not touched: what the pool's
- * `connect` event, Knex's `searchPath` or the pooler set before the delivery stays. The session
- * authorization goes back first, then the role, then the rest (a superuser's setting needs the role back).
- * The delivery's transaction holds it all: a rollback undoes the listener's settings and these alike.
- * Resolves how many it put back.
+ * Sets back, inside the ORM path's mark (after {@link RESET}, sent just before it), the settings of the
+ * session as they were before the delivery (`$4`: {@link SESSION_SETTINGS} as the opening read them, a JSON
+ * object): each one whose value is not that now is set to it, at session level, so that it holds after the
+ * `COMMIT`. So what the pool's `connect` event, Knex's `searchPath` or the pooler set before the delivery
+ * stays, and whatever a listener set, reset or added through the ORM's `tx` goes. The session authorization
+ * goes back first, then the role, then the rest (a superuser's setting needs the role back). Settings that
+ * RESET ALL leaves (the transaction's isolation and access mode) are as they were, so not set. Only
+ * `current_setting` is read by name: no scan of `pg_settings`. The delivery's transaction holds it all: a
+ * rollback undoes the listener's settings, the reset and these alike. Resolves how many it set.
  */
 const RESTORE_SESSION = `SELECT count(set_config(name, was, false))::int AS settings FROM (
-        SELECT coalesce(now.name, before.key) AS name, before.value AS was
-        FROM (${SESSION_SETTINGS}) AS now FULL JOIN json_each_text($4::json) AS before ON before.key = now.name
-        WHERE now.setting IS DISTINCT FROM before.value
-        ORDER BY CASE coalesce(now.name, before.key) WHEN 'session_authorization' THEN 0 WHEN 'role' THEN 1 ELSE 2 END
+        SELECT before.key AS name, before.value AS was FROM json_each_text($4::json) AS before
+        WHERE current_setting(before.key, true) IS DISTINCT FROM before.value
+        ORDER BY CASE before.key WHEN 'session_authorization' THEN 0 WHEN 'role' THEN 1 ELSE 2 END
       ) AS changed`;
 
 /** A schema name as `quote_ident` gives it: what the ORM path's opening reads may stand in SQL as it is. */
@@ -186,7 +189,7 @@ export function inboxSql(table: string) {
     // the entry at all (the main query reads the table as it was before the update). An ORM pointed at
     // another database or schema, whose own inbox table has no such key, must not pass for a lost lease.
     // The ORM path's opening, before any listener runs: the transaction's id, forced now; the session's
-    // settings as they are (see SESSION_SETTINGS), which the mark puts back; and, for a table named without
+    // settings as they are (see SESSION_SETTINGS), which the mark sets back; and, for a table named without
     // its schema, the schema it is found in now, so that the mark finds the same table whatever search_path
     // a listener set.
     ormOpening: `SELECT txid_current()::text AS xid,
@@ -201,7 +204,7 @@ export function inboxSql(table: string) {
     // through `tx` with a raw ROLLBACK, this statement runs on its own (autocommit) and would commit
     // `delivered` with the ledger writes undone; `rolled_back` says so and nothing is marked. (After a raw
     // COMMIT the writes have landed, and marking them delivered is right.) $4 is the session's settings as
-    // `ormOpening` read them: the same statement puts back those a listener changed (see RESTORE_SESSION).
+    // `ormOpening` read them: sent after RESET, the same statement sets them back (see RESTORE_SESSION).
     // `schema`: where `ormOpening` found the table (quoted), for a table named without one.
     deliveredInOrm: (schema?: string | null): string => {
       const table = schema && !t.includes('.') && QUOTED_SCHEMA.test(schema) ? `${schema}.${t}` : t;

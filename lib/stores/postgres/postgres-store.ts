@@ -1,7 +1,7 @@
 import { checkListOptions } from '../list-options.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
-import { inboxSql, receivesJson, tableNames, type InboxSql } from './postgres-sql.js';
+import { inboxSql, receivesJson, RESET, tableNames, type InboxSql } from './postgres-sql.js';
 import { postgresControlTable, postgresSchemaDialect } from './postgres-schema.js';
 import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
 import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
@@ -12,7 +12,7 @@ import {
   splitStatements,
   type PgClientOf,
 } from './postgres-transaction.js';
-import { openOrmTransaction } from '../orm-transaction.js';
+import { openOrmTransaction, type Run } from '../orm-transaction.js';
 import { guardCheckouts } from '../guard-checkouts.js';
 import { isTransactions, type Statement, type StatementResult, type Transactions } from '../transactions.js';
 import { PostgresExpectations } from './postgres-expectations.js';
@@ -386,12 +386,14 @@ export class PostgresStore<
   begin(key: string, leaseId: string): Promise<DeliveryTransaction<TxOf<P, T>, DbOf<P, T>> | undefined> {
     type Opened = DeliveryTransaction<TxOf<P, T>, DbOf<P, T>>;
     if (this.#transactions) {
-      // The opening reads the session's settings before any listener runs; the mark puts back, in the same
-      // statement, those a listener changed through `tx` (a plain SET would outlive the COMMIT, and reach the
-      // next client of a transaction-mode pooler), and leaves the others as they were.
+      // The opening reads the session's settings before any listener runs. Before the mark, RESET ALL undoes
+      // whatever a listener set through `tx` (a plain SET would outlive the COMMIT, and reach the next client
+      // of a transaction-mode pooler), custom variables too; the mark, in its own statement, sets back what
+      // the session had set before the delivery.
       const opening: Statement = { text: this.#sql.ormOpening, values: [], returns: 'rows' };
-      const mark = ({ rows }: StatementResult): Statement => {
+      const mark = async ({ rows }: StatementResult, run: Run): Promise<Statement> => {
         const { xid, settings, schema } = rows[0] ?? {};
+        await run({ text: RESET, values: [], returns: 'count' });
         return {
           text: this.#sql.deliveredInOrm(typeof schema === 'string' ? schema : undefined),
           values: [
