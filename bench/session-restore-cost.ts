@@ -1,25 +1,26 @@
 /**
  * What the ORM path's restore of a listener's session settings costs a delivery: `npx tsx
  * bench/session-restore-cost.ts`. The ORM path's transaction, statement by statement as an ORM sends them on
- * one `pg` client (`BEGIN`, the opening, the listener's insert, the `delivered` mark, `COMMIT`), in two forms
- * run in turns: with the session's settings read at the opening and put back at the mark (what
- * `PostgresStore` sends), and without (the opening and the mark as they were before). For each: the CPU of
- * this connection's own PostgreSQL backend (from /proc: other work on the server is not counted, so it needs
- * PostgreSQL on this machine) and the time per delivery, as this client waits for it. No listener here sets
- * anything: the cost is the reading, paid by every ORM delivery. Uses DATABASE_URL and tables of its own,
- * dropped at the end.
+ * one `pg` client (`BEGIN`, the opening, the listener's insert, `RESET ALL`, the `delivered` mark, `COMMIT`),
+ * in three forms run in turns: what `PostgresStore` sends with `sessionSettings: 'restore'` (the default: the
+ * session's settings read at the opening, reset before the mark and set back by it) and with `'reset'` (only
+ * the authorization and role read and set back), and without any of it (no reading, no `RESET ALL`). For
+ * each: the CPU of this connection's own PostgreSQL backend (from /proc: other work on the server is not
+ * counted, so it needs PostgreSQL on this machine) and the time per delivery, as this client waits for it. No
+ * listener here sets anything: the cost is the reading and the round trip of `RESET ALL`, paid by every ORM
+ * delivery. Uses DATABASE_URL and tables of its own, dropped at the end.
  */
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { Pool, type PoolClient } from 'pg';
 import { PostgresStore } from '../lib/postgres.js';
-import { inboxSql, receivesJson } from '../lib/stores/postgres/postgres-sql.js';
+import { inboxSql, receivesJson, RESET } from '../lib/stores/postgres/postgres-sql.js';
 import { bodyFor } from './payload.js';
 import { databaseUrl } from './variants.js';
 
 const TABLE = `ipn_restore_cost_${process.pid}`;
 const DELIVERIES = 1_000; // per form and round
-const ROUNDS = 4;
+const ROUNDS = 3; // each form first, second and last once
 
 /** The CPU a process has used, in µs (user and system, from /proc; `undefined` when it cannot be read). */
 function cpuMicros(pid: number): number | undefined {
@@ -48,19 +49,29 @@ async function main(): Promise<void> {
     const sql = inboxSql(TABLE);
     const insert = `INSERT INTO "${TABLE}_ledger" (transaction_id, order_id, amount) VALUES ($1, $2, $3)`;
     const record = bodyFor()('PIX_22827809');
-    const { rows: opened } = await client.query<{ schema: string | null }>(sql.ormOpening);
-    const withRestore = { opening: sql.ormOpening, mark: sql.deliveredInOrm(opened[0]!.schema) };
-    // The same statements with the settings' read and restore cut out: what the store sent before.
-    const withoutRestore = {
-      opening: 'SELECT txid_current()::text AS xid',
-      mark: withRestore.mark
-        .replace(/,\s*restored AS \([\s\S]*\) AS changed\s*\)/, '')
-        .replace(/, \(SELECT settings FROM restored\) AS restored/, ''),
+    const { rows: opened } = await client.query<{ schema: string | null }>(sql.ormOpening());
+    const mark = sql.deliveredInOrm(opened[0]!.schema);
+    // What PostgresStore sends through an ORM, by `sessionSettings`; and the same statements with the
+    // settings' read, reset and restore cut out.
+    const forms = {
+      without: {
+        opening: 'SELECT txid_current()::text AS xid',
+        reset: undefined,
+        mark: mark
+          .replace(/,\s*restored AS \([\s\S]*\) AS changed\s*\)/, '')
+          .replace(/, \(SELECT settings FROM restored\) AS restored/, ''),
+      },
+      restore: { opening: sql.ormOpening(true), reset: RESET as string | undefined, mark },
+      reset: { opening: sql.ormOpening(false), reset: RESET as string | undefined, mark },
     };
-    const forms = { without: withoutRestore, with: withRestore } as const;
-    const spent = { without: { cpu: 0, ms: 0 }, with: { cpu: 0, ms: 0 } };
+    type Form = keyof typeof forms;
+    const names = Object.keys(forms) as Form[];
+    const spent = Object.fromEntries(names.map((how) => [how, { cpu: 0, ms: 0 }])) as Record<
+      Form,
+      { cpu: number; ms: number }
+    >;
     let run = 0;
-    const deliver = async (how: keyof typeof forms, measured: boolean): Promise<void> => {
+    const deliver = async (how: Form, measured: boolean): Promise<void> => {
       run += 1;
       const count = measured ? DELIVERIES : 100;
       const leased = Array.from({ length: count }, (_, index) => ({
@@ -79,15 +90,16 @@ async function main(): Promise<void> {
         ]);
         await client.query(sql.receiveMany, [receivesJson(receives)]);
       }
-      const { opening, mark } = forms[how];
+      const { opening, reset, mark: marking } = forms[how];
       const cpuBefore = cpuMicros(pid)!;
       const started = process.hrtime.bigint();
       for (const { key, lease } of leased) {
         await client.query('BEGIN');
         const { rows } = await client.query<{ xid: string; settings?: string }>(opening);
         await client.query(insert, [key, 'order', 100]);
-        const values = [key, lease, rows[0]!.xid, ...(how === 'with' ? [rows[0]!.settings] : [])];
-        const marked = await client.query<{ marked: number }>(mark, values);
+        if (reset !== undefined) await client.query(reset);
+        const values = [key, lease, rows[0]!.xid, ...(how === 'without' ? [] : [rows[0]!.settings])];
+        const marked = await client.query<{ marked: number }>(marking, values);
         if (marked.rows[0]?.marked !== 1) throw new Error(`${key} was not marked`);
         await client.query('COMMIT');
       }
@@ -95,29 +107,35 @@ async function main(): Promise<void> {
       spent[how].ms += Number(process.hrtime.bigint() - started) / 1e6;
       spent[how].cpu += cpuMicros(pid)! - cpuBefore;
     };
-    await deliver('without', false); // warm-up: plans cached, pages read
-    await deliver('with', false);
+    for (const how of names) await deliver(how, false); // warm-up: plans cached, pages read
     for (let round = 0; round < ROUNDS; round += 1) {
-      for (const how of round % 2 === 0 ? (['without', 'with'] as const) : (['with', 'without'] as const)) {
-        await deliver(how, true);
-      }
+      // Each form first, second and last in turn.
+      for (let turn = 0; turn < names.length; turn += 1)
+        await deliver(names[(round + turn) % names.length]!, true);
     }
-    const per = (how: keyof typeof forms) => ({
+    const per = (how: Form) => ({
       cpu: spent[how].cpu / (DELIVERIES * ROUNDS),
       wall: (spent[how].ms * 1000) / (DELIVERIES * ROUNDS),
     });
-    for (const how of ['without', 'with'] as const) {
+    const label = {
+      without: "without the settings' reset",
+      restore: "sessionSettings 'restore'",
+      reset: "sessionSettings 'reset'  ",
+    };
+    for (const how of names) {
       const { cpu, wall } = per(how);
       console.log(
-        `ORM path's transaction, ${how.padEnd(7)} the settings' restore: its backend's CPU ` +
+        `ORM path's transaction, ${label[how]}: its backend's CPU ` +
           `${cpu.toFixed(0).padStart(4)} µs, ${wall.toFixed(0).padStart(5)} µs per delivery as the client waits`,
       );
     }
-    const cpu = per('with').cpu - per('without').cpu;
-    const wall = per('with').wall - per('without').wall;
-    console.log(
-      `the restore: +${cpu.toFixed(0)} µs of the backend's CPU, +${wall.toFixed(0)} µs per delivery`,
-    );
+    for (const how of ['restore', 'reset'] as const) {
+      const cpu = per(how).cpu - per('without').cpu;
+      const wall = per(how).wall - per('without').wall;
+      console.log(
+        `${label[how].trim()}: +${cpu.toFixed(0)} µs of the backend's CPU, +${wall.toFixed(0)} µs per delivery`,
+      );
+    }
   } finally {
     await client
       .query(`DROP TABLE IF EXISTS "${TABLE}", "${TABLE}_expected", "${TABLE}_states", "${TABLE}_ledger"`)

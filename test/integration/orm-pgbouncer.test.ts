@@ -395,7 +395,10 @@ describeWithPgBouncer(
         expect(inside).toHaveLength(payloads.length);
         expect(inside).toEqual(
           expect.arrayContaining(
-            payloads.map((payload) => ({ tenant: `tenant_${String(payload.transaction_id)}`, local: 'local' })),
+            payloads.map((payload) => ({
+              tenant: `tenant_${String(payload.transaction_id)}`,
+              local: 'local',
+            })),
           ),
         );
         const after = await everyServerConnection(bouncer().url);
@@ -578,6 +581,53 @@ describeWithPgBouncer(
           "SELECT current_setting('app.by_app') AS by_app",
         );
         expect(rows[0]!.by_app).toBe('');
+      });
+
+      // Last: it resets Knex's searchPath on the connection, which Knex sets only when it opens one.
+      test("sessionSettings: 'reset': the listener's settings end with its delivery, so do the session's own; its startup parameters stay", async () => {
+        const before = await session();
+        expect(before).toMatchObject({
+          search_path: `${schema}, public`,
+          lock_timeout: '7s',
+          tenant: 'app_tenant',
+        });
+        const ipn = ipnRouter({
+          store: new PostgresStore({
+            pool: direct,
+            table,
+            transactions: knexTransactions(db),
+            sessionSettings: 'reset',
+          }),
+          delivery: 'at-least-once',
+          logger: quiet,
+          retryDelayMs: 20,
+          recoveryIntervalMs: 50,
+        });
+        let inside: unknown;
+        ipn.on('successful', async (_n, { tx }) => {
+          await tx.raw("SET statement_timeout = '77s'");
+          await tx.raw("SET app.tenant_id = 'listener_tenant'");
+          await tx.raw("SELECT set_config('app.other', 'leaked', false)");
+          await tx.raw('SET search_path = pg_catalog');
+          await tx.raw(`SET ROLE ${role}`);
+          inside = (await tx.raw<{ rows: Array<{ user: string }> }>('SELECT current_user AS "user"')).rows[0];
+        });
+        const { post } = await serve(ipn);
+        const payload = uniquePayload();
+        expect((await post(payload)).status).toBe(200);
+        await eventually('delivered', async () => {
+          const { rows } = await direct.query(`SELECT status FROM ${table} WHERE key = $1`, [
+            `${String(payload.transaction_id)}:${String(payload.state)}`,
+          ]);
+          return rows[0]?.status === 'delivered';
+        });
+        expect(inside).toEqual({ user: role });
+        expect(await session()).toEqual({
+          ...before,
+          // What the session had set (Knex's searchPath, the afterCreate's lock_timeout): reset too.
+          search_path: '"$user", public',
+          lock_timeout: '0',
+        });
       });
     });
   },

@@ -77,6 +77,13 @@ export const LEASE_LOST = 'IK001';
 export const RESET = 'RESET ALL';
 
 /**
+ * The session authorization and role, which {@link RESET} leaves: all the ORM path's opening reads with
+ * `sessionSettings: 'reset'` (no scan of `pg_settings`), for the mark to set them back.
+ */
+const AUTHORIZATION = `VALUES ('session_authorization', current_setting('session_authorization')),
+    ('role', current_setting('role'))`;
+
+/**
  * The settings of the session as the ORM path's opening reads them, before a delivery's listeners run: each
  * setting set in the session (`SET`, `set_config(..., false)`, and `SET LOCAL` while its transaction is open:
  * `pg_settings`' source `session`), by name with its value as `current_setting` shows it; and the session
@@ -84,8 +91,7 @@ export const RESET = 'RESET ALL';
  * module defines (`app.tenant`): those are not in it, and {@link RESET} resets them.
  */
 const SESSION_SETTINGS = `SELECT name, current_setting(name) AS setting FROM pg_settings WHERE source = 'session'
-  UNION ALL VALUES ('session_authorization', current_setting('session_authorization')),
-    ('role', current_setting('role'))`;
+  UNION ALL ${AUTHORIZATION}`;
 
 /**
  * Sets back, inside the ORM path's mark (after {@link RESET}, sent just before it), the settings of the
@@ -192,8 +198,11 @@ export function inboxSql(table: string) {
     // settings as they are (see SESSION_SETTINGS), which the mark sets back; and, for a table named without
     // its schema, the schema it is found in now, so that the mark finds the same table whatever search_path
     // a listener set.
-    ormOpening: `SELECT txid_current()::text AS xid,
-        (SELECT json_object_agg(name, setting)::text FROM (${SESSION_SETTINGS}) AS session) AS settings,
+    // `keep`: the session's own settings are read, for the mark to set back (`sessionSettings: 'restore'`);
+    // otherwise only its authorization and role.
+    ormOpening: (keep = true): string => `SELECT txid_current()::text AS xid,
+        (SELECT json_object_agg(name, setting)::text
+          FROM (${keep ? SESSION_SETTINGS : AUTHORIZATION}) AS session (name, setting)) AS settings,
         ${
           t.includes('.')
             ? 'NULL::text'

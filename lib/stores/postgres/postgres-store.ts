@@ -80,6 +80,19 @@ export interface PostgresStoreOptions<
    */
   transactions?: T;
   /**
+   * With `transactions`: what a delivery leaves of the session's settings. Either way, none a listener sets
+   * through `tx` outlives its delivery (`SET`, `set_config(..., false)`, custom variables such as
+   * `app.tenant_id`, `SET ROLE`): `RESET ALL` runs before the mark, and the session authorization and role go
+   * back. `'restore'` also sets back what the session had set before the delivery (your pool's `connect`
+   * event, Knex's `searchPath`, the pooler's `application_name`), which costs every delivery one reading of
+   * `pg_settings`. `'reset'` skips that reading: those go back to what the connection started with (its
+   * startup parameters, the role's and database's settings), as through `db` without an ORM. For a partner
+   * whose connections set nothing at session level, such as those behind a transaction-mode pooler. See
+   * docs/hosted-postgres.md.
+   * @default 'restore'
+   */
+  sessionSettings: 'restore' | 'reset';
+  /**
    * The inbox table: `name` or `schema.name`, of letters, digits and underscores. It is quoted, so it is
    * case-sensitive.
    * @default 'ipn_inbox'
@@ -165,6 +178,8 @@ export class PostgresStore<
   readonly lifecycle: PostgresLifecycle;
   readonly #pool: PgQueryable;
   readonly #transactions: Transactions | undefined;
+  /** `sessionSettings: 'restore'`: the ORM path sets back the session's own settings after its reset. */
+  readonly #keepSettings: boolean;
   readonly #sql: InboxSql;
   /** How long a batch stuck on its connection holds its place: the routers' shortest `storeTimeoutMs`. */
   #stallMs = STALLED_BATCH_MS;
@@ -175,8 +190,8 @@ export class PostgresStore<
 
   /**
    * @throws TypeError when `pool` has no `query` method (and `transactions` cannot run statements on their
-   * own), `transactions` is not a `Transactions`, `table` is not a valid name, or given `groupDeliveries`
-   * (removed: see the CHANGELOG).
+   * own), `transactions` is not a `Transactions`, `sessionSettings` is neither `'restore'` nor `'reset'`,
+   * `table` is not a valid name, or given `groupDeliveries` (removed: see the CHANGELOG).
    */
   constructor(
     options: Partial<PostgresStoreOptions<P, T>> &
@@ -202,6 +217,13 @@ export class PostgresStore<
     this.table = tableNames(given?.table ?? 'ipn_inbox').name;
     this.#pool = pool;
     this.#transactions = transactions;
+    const sessionSettings: unknown = given?.sessionSettings ?? 'restore';
+    if (sessionSettings !== 'restore' && sessionSettings !== 'reset') {
+      throw new TypeError(
+        `PostgresStore: sessionSettings must be 'restore' or 'reset', got ${JSON.stringify(sessionSettings) ?? typeof sessionSettings}`,
+      );
+    }
+    this.#keepSettings = sessionSettings === 'restore';
     // An ORM's delivery transaction holds a client of this pool with no `error` listener of its own (Kysely):
     // a server ending it must fail the attempt, not the process.
     if (transactions) guardCheckouts(given?.pool);
@@ -389,8 +411,12 @@ export class PostgresStore<
       // The opening reads the session's settings before any listener runs. Before the mark, RESET ALL undoes
       // whatever a listener set through `tx` (a plain SET would outlive the COMMIT, and reach the next client
       // of a transaction-mode pooler), custom variables too; the mark, in its own statement, sets back what
-      // the session had set before the delivery.
-      const opening: Statement = { text: this.#sql.ormOpening, values: [], returns: 'rows' };
+      // the session had set before the delivery (with sessionSettings: 'reset', its authorization and role).
+      const opening: Statement = {
+        text: this.#sql.ormOpening(this.#keepSettings),
+        values: [],
+        returns: 'rows',
+      };
       const mark = async ({ rows }: StatementResult, run: Run): Promise<Statement> => {
         const { xid, settings, schema } = rows[0] ?? {};
         await run({ text: RESET, values: [], returns: 'count' });

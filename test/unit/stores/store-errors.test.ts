@@ -40,6 +40,16 @@ describe('PostgresStore', () => {
     query: () => Promise.reject(error),
   });
 
+  test("a sessionSettings other than 'restore' or 'reset' is refused by name", () => {
+    const pool = failing('unused');
+    for (const given of ['keep', 1, true]) {
+      expect(() => new PostgresStore({ pool, sessionSettings: given as never })).toThrow(
+        /sessionSettings must be 'restore' or 'reset', got/,
+      );
+    }
+    expect(() => new PostgresStore({ pool, sessionSettings: 'reset' })).not.toThrow();
+  });
+
   test('a query that fails is a StoreError carrying the driver error (and its code) as cause', async () => {
     const lost = driverError('terminating connection due to administrator command', '57P01');
     const store = new PostgresStore({ pool: failing(lost) });
