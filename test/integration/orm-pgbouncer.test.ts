@@ -514,8 +514,30 @@ describeWithPgBouncer(
         await direct.query(`DROP ROLE IF EXISTS ${role}`);
       });
       const serve = servedRouters();
+      /** A router on the Knex connection, its store made with `sessionSettings`. */
+      const router = (sessionSettings?: 'restore' | 'reset') =>
+        ipnRouter({
+          store: new PostgresStore({
+            pool: direct,
+            table,
+            transactions: knexTransactions(db),
+            sessionSettings,
+          }),
+          delivery: 'at-least-once',
+          logger: quiet,
+          retryDelayMs: 20,
+          recoveryIntervalMs: 50,
+        });
+      const delivered = (payload: Record<string, unknown>) =>
+        eventually('delivered', async () => {
+          const { rows } = await direct.query(`SELECT status FROM ${table} WHERE key = $1`, [
+            `${String(payload.transaction_id)}:${String(payload.state)}`,
+          ]);
+          return rows[0]?.status === 'delivered';
+        });
 
-      test("a listener's SET, RESET, set_config, SET ROLE and SET SESSION AUTHORIZATION through tx end with its delivery; Knex's search_path stays", async () => {
+      /** The session before a delivery: what Knex and the app set on the connection, nothing else. */
+      const sessionAsTheAppSetIt = async () => {
         const before = await session();
         expect(before).toMatchObject({
           search_path: `${schema}, public`,
@@ -523,13 +545,12 @@ describeWithPgBouncer(
           tenant: 'app_tenant',
           other: null,
         });
-        const ipn = ipnRouter({
-          store: new PostgresStore({ pool: direct, table, transactions: knexTransactions(db) }),
-          delivery: 'at-least-once',
-          logger: quiet,
-          retryDelayMs: 20,
-          recoveryIntervalMs: 50,
-        });
+        return before;
+      };
+
+      test("a listener's SET, RESET, set_config, SET ROLE and SET SESSION AUTHORIZATION through tx end with its delivery; Knex's search_path stays", async () => {
+        const before = await sessionAsTheAppSetIt();
+        const ipn = router();
         let deliveries = 0;
         let failed = 0;
         ipn.on('successful', async (_n, { tx, attempt }) => {
@@ -564,12 +585,7 @@ describeWithPgBouncer(
         const payloads = Array.from({ length: superuser[0]?.rolsuper ? 4 : 3 }, () => uniquePayload());
         for (const payload of payloads) {
           expect((await post(payload)).status).toBe(200);
-          await eventually('delivered', async () => {
-            const { rows } = await direct.query(`SELECT status FROM ${table} WHERE key = $1`, [
-              `${String(payload.transaction_id)}:${String(payload.state)}`,
-            ]);
-            return rows[0]?.status === 'delivered';
-          });
+          await delivered(payload);
           expect(await session()).toEqual(before); // the same connection, as it was
         }
         expect(failed).toBe(1);
@@ -585,24 +601,8 @@ describeWithPgBouncer(
 
       // Last: it resets Knex's searchPath on the connection, which Knex sets only when it opens one.
       test("sessionSettings: 'reset': the listener's settings end with its delivery, so do the session's own; its startup parameters stay", async () => {
-        const before = await session();
-        expect(before).toMatchObject({
-          search_path: `${schema}, public`,
-          lock_timeout: '7s',
-          tenant: 'app_tenant',
-        });
-        const ipn = ipnRouter({
-          store: new PostgresStore({
-            pool: direct,
-            table,
-            transactions: knexTransactions(db),
-            sessionSettings: 'reset',
-          }),
-          delivery: 'at-least-once',
-          logger: quiet,
-          retryDelayMs: 20,
-          recoveryIntervalMs: 50,
-        });
+        const before = await sessionAsTheAppSetIt();
+        const ipn = router('reset');
         let inside: unknown;
         ipn.on('successful', async (_n, { tx }) => {
           await tx.raw("SET statement_timeout = '77s'");
@@ -615,12 +615,7 @@ describeWithPgBouncer(
         const { post } = await serve(ipn);
         const payload = uniquePayload();
         expect((await post(payload)).status).toBe(200);
-        await eventually('delivered', async () => {
-          const { rows } = await direct.query(`SELECT status FROM ${table} WHERE key = $1`, [
-            `${String(payload.transaction_id)}:${String(payload.state)}`,
-          ]);
-          return rows[0]?.status === 'delivered';
-        });
+        await delivered(payload);
         expect(inside).toEqual({ user: role });
         expect(await session()).toEqual({
           ...before,
