@@ -1,3 +1,4 @@
+import { replayEveryDead } from '../replay-dead.js';
 import { MemoryInbox } from './memory-inbox.js';
 import { IpnKitError, messageOf, StoreError } from '../../shared/errors.js';
 import { MemoryExpectations } from './memory-expectations.js';
@@ -152,7 +153,7 @@ export class MemoryStore implements DurableStore {
 
   /** Replays every dead entry; resolves how many. */
   replayDead(): Promise<number> {
-    return settled(() => this.#inbox.replayDead());
+    return replayEveryDead(this);
   }
 
   /** Deletes delivered entries delivered before `before`; resolves how many. */

@@ -1,3 +1,4 @@
+import { replayEveryDead } from '../replay-dead.js';
 import { checkPurge, redactEach } from '../redact-record.js';
 import { SqlAudit } from '../sql-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
@@ -464,8 +465,8 @@ export class MysqlStore<
   }
 
   /** {@link MysqlStore.replay} for every `dead` entry; resolves how many. */
-  async replayDead(): Promise<number> {
-    return affectedOf(await this.#query(this.#sql.replayDead, []));
+  replayDead(): Promise<number> {
+    return replayEveryDead(this);
   }
 
   /**

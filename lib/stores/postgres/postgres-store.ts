@@ -1,3 +1,4 @@
+import { replayEveryDead } from '../replay-dead.js';
 import { checkListOptions } from '../list-options.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
@@ -485,8 +486,8 @@ export class PostgresStore<
   }
 
   /** {@link PostgresStore.replay} for every `dead` entry; resolves how many. */
-  async replayDead(): Promise<number> {
-    return (await this.#query(this.#sql.replayDead, [])).rowCount ?? 0;
+  replayDead(): Promise<number> {
+    return replayEveryDead(this);
   }
 
   /**

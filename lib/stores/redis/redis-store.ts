@@ -1,3 +1,4 @@
+import { replayEveryDead } from '../replay-dead.js';
 import { createHash, randomUUID } from 'node:crypto';
 import { INBOX_SCRIPTS, type InboxScript } from './redis-inbox-scripts.js';
 import type {
@@ -334,8 +335,8 @@ export class RedisStore implements DurableStore {
   }
 
   /** Replays every dead entry; resolves how many. */
-  async replayDead(): Promise<number> {
-    return Number(await this.#inbox('replayDead', []));
+  replayDead(): Promise<number> {
+    return replayEveryDead(this);
   }
 
   /** Deletes entries delivered before `before` (given `'dead'`: dead ones last updated before it); how many. */

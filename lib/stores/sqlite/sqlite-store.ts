@@ -1,3 +1,4 @@
+import { replayEveryDead } from '../replay-dead.js';
 import { checkPurge, redactEach } from '../redact-record.js';
 import { SqlAudit } from '../sql-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
@@ -412,9 +413,8 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
   }
 
   /** {@link SqliteStore.replay} for every `dead` entry; resolves how many. */
-  async replayDead(): Promise<number> {
-    const now = Date.now();
-    return this.#change(this.#sql.replayDead, [now, now]);
+  replayDead(): Promise<number> {
+    return replayEveryDead(this);
   }
 
   /**
