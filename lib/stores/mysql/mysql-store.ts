@@ -21,7 +21,8 @@ import type {
   PauseSwitch,
 } from '../store.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
-import { MysqlExpectations } from './mysql-expectations.js';
+import { mysqlExpectations } from './mysql-expectations.js';
+import type { SqlExpectations } from '../sql-expectations.js';
 import { MysqlLifecycle } from './mysql-lifecycle.js';
 import {
   affectedOf,
@@ -147,7 +148,7 @@ export class MysqlStore<
   /** The table, as given. */
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
-  readonly expectations: MysqlExpectations;
+  readonly expectations: SqlExpectations;
   /** Operator actions: the table `<table>_audit`, made by `migrate()` (or {@link mysqlAuditSql}). */
   readonly audit: SqlAudit;
   /** Whether delivery is paused for every instance: the row `paused` of `<table>_control`, made by `migrate()`. */
@@ -184,7 +185,7 @@ export class MysqlStore<
     this.#pool = pool;
     this.#transactions = transactions;
     this.#sql = mysqlInboxSql(this.table);
-    this.expectations = new MysqlExpectations(
+    this.expectations = mysqlExpectations(
       {
         query: (text, values) => this.#query(text, values, 'expectations'),
         transaction: (work) => this.#transaction(work, 'expectations'),

@@ -17,7 +17,8 @@ import { openOrmTransaction } from '../orm-transaction.js';
 import { createGroups } from './postgres-group.js';
 import { guardCheckouts } from '../guard-checkouts.js';
 import { isTransactions, type Statement, type StatementResult, type Transactions } from '../transactions.js';
-import { PostgresExpectations } from './postgres-expectations.js';
+import { postgresExpectations } from './postgres-expectations.js';
+import type { SqlExpectations } from '../sql-expectations.js';
 import { PostgresAudit } from './postgres-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
 import { checkPurge } from '../redact-record.js';
@@ -168,7 +169,7 @@ export class PostgresStore<
   /** The table, as given. */
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
-  readonly expectations: PostgresExpectations;
+  readonly expectations: SqlExpectations;
   /** Operator actions: the table `<table>_audit`, made by `migrate()` (or {@link postgresAuditSql}). */
   readonly audit: PostgresAudit;
   /** Whether delivery is paused for every instance: the row `paused` of `<table>_control`, made by `migrate()`. */
@@ -237,7 +238,7 @@ export class PostgresStore<
           'control',
         ),
     });
-    this.expectations = new PostgresExpectations(
+    this.expectations = postgresExpectations(
       (text, values) => this.#query(text, values, 'expectations'),
       this.table,
     );

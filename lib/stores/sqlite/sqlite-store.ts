@@ -31,7 +31,8 @@ import {
   type SqliteDatabase,
   type WriteGate,
 } from './sqlite-connection.js';
-import { SqliteExpectations } from './sqlite-expectations.js';
+import { sqliteExpectations } from './sqlite-expectations.js';
+import type { SqlExpectations } from '../sql-expectations.js';
 import { SqliteLifecycle } from './sqlite-lifecycle.js';
 import { quoteTable, sqliteAuditTable, sqliteInboxSql, type SqliteInboxSql } from './sqlite-sql.js';
 import { sqliteSchemaDialect } from './sqlite-schema.js';
@@ -118,7 +119,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
   /** The table, as given. */
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
-  readonly expectations: SqliteExpectations;
+  readonly expectations: SqlExpectations;
   /** Operator actions: the table `<table>_audit`, made by `migrate()` (or {@link sqliteAuditSql}). */
   readonly audit: SqlAudit;
   /** Whether delivery is paused for every instance: the row `paused` of `<table>_control`, made by `migrate()`. */
@@ -173,7 +174,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
       });
     }
     this.#transactions = connectionTransactions(() => this.#openTxDatabase(), this.#gate, busyTimeoutMs);
-    this.expectations = new SqliteExpectations(
+    this.expectations = sqliteExpectations(
       {
         read: async (text, values) => this.#run(() => statementOf(this.#database, text).all(...values)),
         write: (text, values) =>
