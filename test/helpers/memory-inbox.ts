@@ -1,7 +1,7 @@
 import type { DurableStore, InboxEntry } from '../../lib/index.js';
 import type { Lease, ListOptions, Settlement, StatusCounts } from '../../lib/stores/store.js';
 import { MemoryInbox as Inbox } from '../../lib/stores/memory/memory-inbox.js';
-import { replayEveryDead } from '../../lib/stores/replay-dead.js';
+import { replayEveryDead } from '../../lib/stores/store-core.js';
 
 /** The methods whose next calls {@link MemoryInbox.failNext} can make reject. */
 type Failing = 'receive' | 'lease' | 'settle' | 'replace';

@@ -1,4 +1,4 @@
-import { replayEveryDead } from '../replay-dead.js';
+import { replayEveryDead } from '../store-core.js';
 import { MemoryInbox } from './memory-inbox.js';
 import { IpnKitError, messageOf, StoreError } from '../../shared/errors.js';
 import { MemoryExpectations } from './memory-expectations.js';

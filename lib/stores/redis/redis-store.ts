@@ -1,4 +1,4 @@
-import { replayEveryDead } from '../replay-dead.js';
+import { checkLeaseLimit, leaseMs, replayEveryDead } from '../store-core.js';
 import { createHash, randomUUID } from 'node:crypto';
 import { INBOX_SCRIPTS, type InboxScript } from './redis-inbox-scripts.js';
 import type {
@@ -274,9 +274,7 @@ export class RedisStore implements DurableStore {
   /** Leases up to `limit` entries that are due and not leased; two instances never get the same one. */
   async lease(lease: Lease, limit: number): Promise<InboxEntry[]> {
     checkLease(lease);
-    if (!Number.isInteger(limit) || limit < 0) {
-      throw new TypeError(`RedisStore.lease: limit must be a whole number, got ${limit}`);
-    }
+    checkLeaseLimit('RedisStore', limit);
     if (limit === 0) return [];
     return entries(await this.#inbox('lease', [lease.id, lease.ms, limit]));
   }
@@ -457,13 +455,7 @@ export function senderOf(client: unknown): Send {
   );
 }
 
-function checkLease(lease: Lease): void {
-  if (typeof lease?.id !== 'string' || lease.id === '' || !Number.isFinite(lease.ms) || lease.ms <= 0) {
-    throw new TypeError(
-      `RedisStore: a lease must have a non-empty id and a positive ms, got ${JSON.stringify(lease)}`,
-    );
-  }
-}
+const checkLease = (lease: Lease): number => leaseMs('RedisStore', lease);
 
 /** HGETALL replies (flat arrays, or objects from a client that maps them) as inbox entries. */
 function entries(reply: unknown): InboxEntry[] {

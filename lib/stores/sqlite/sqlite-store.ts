@@ -1,4 +1,12 @@
-import { replayEveryDead } from '../replay-dead.js';
+import {
+  checkKey as checkStoredKey,
+  checkLeaseLimit,
+  notMigrated,
+  statusCounts,
+  leaseMs as checkedLeaseMs,
+  splitKey as splitStoredKey,
+  replayEveryDead,
+} from '../store-core.js';
 import { checkPurge, redactEach } from '../redact-record.js';
 import { SqlAudit } from '../sql-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
@@ -74,10 +82,6 @@ export interface SqliteStoreOptions<D extends SqliteDatabase = SqliteDatabase> {
    */
   busyTimeoutMs?: number;
 }
-
-/** What `jsonb`-free SQLite still cannot keep exactly: a NUL ends a C string, a lone surrogate is no UTF-8. */
-// eslint-disable-next-line no-control-regex -- the NUL is exactly what is looked for
-const UNSTORABLE_KEY = /[\u0000\p{Cs}]/u;
 
 /**
  * A dedupe store and durable inbox in one SQLite file: the embedded default for an app on one machine,
@@ -298,9 +302,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
 
   /** Leases up to `limit` due entries, oldest received first, in one statement: disjoint across processes. */
   async lease(lease: Lease, limit: number): Promise<InboxEntry[]> {
-    if (!Number.isInteger(limit) || limit < 0) {
-      throw new TypeError(`SqliteStore.lease: limit must be a whole number, got ${limit}`);
-    }
+    checkLeaseLimit('SqliteStore', limit);
     const ms = leaseMs(lease);
     if (limit === 0) return [];
     const rows = await this.#write(() => {
@@ -393,12 +395,8 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
 
   /** How many notifications the inbox holds by status (received at or after `receivedFrom`, when given). */
   async countByStatus(receivedFrom?: Date): Promise<StatusCounts> {
-    const counts: StatusCounts = { received: 0, delivered: 0, failed: 0, dead: 0 };
     const from = receivedFrom?.getTime() ?? null;
-    const rows = await this.#read(this.#sql.countByStatus, [from, from]);
-    for (const row of rows as Array<{ status: DeliveryStatus; count: number }>)
-      counts[row.status] = Number(row.count);
-    return counts;
+    return statusCounts(await this.#read(this.#sql.countByStatus, [from, from]));
   }
 
   /** The entry of `key`, or `undefined`. */
@@ -530,11 +528,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
     const message = messageOf(error);
     const missing = /no such table: (?:main\.)?(\S+)/.exec(message)?.[1];
     if (missing !== undefined) {
-      return new StoreError(
-        `SqliteStore: the table ${missing} does not exist: run \`await store.migrate()\` once, or create it ` +
-          `with the SQL of sqliteSchemaSql() in your migrations (SQLite: ${message})`,
-        { cause: error, notMigrated: true },
-      );
+      return notMigrated('SqliteStore', missing, 'sqliteSchemaSql()', 'SQLite', error);
     }
     return new StoreError(`SqliteStore: a statement on ${this.table} failed: ${message}`, { cause: error });
   }
@@ -554,31 +548,13 @@ function defaultConnect<D extends SqliteDatabase>(database: D): (() => D) | unde
   return () => new (Construct as new (path: string) => D)(name);
 }
 
-/** `transaction_id:state`, split at the last `:`. */
-function splitKey(key: string): [string, string] {
-  const at = typeof key === 'string' ? checkKey(key).lastIndexOf(':') : -1;
-  if (at === -1) throw new TypeError(`SqliteStore: a key must be transaction_id:state, got ${String(key)}`);
-  return [key.slice(0, at), key.slice(at + 1)];
-}
+/** `transaction_id:state`, checked and split at the last `:`. */
+const splitKey = (key: string): [string, string] => splitStoredKey('SqliteStore', key);
 
 /** A key SQLite keeps exactly: no NUL, no lone surrogate (the driver writes UTF-8). */
-function checkKey(key: string): string {
-  if (typeof key !== 'string' || UNSTORABLE_KEY.test(key)) {
-    throw new TypeError(
-      `SqliteStore: a key cannot hold a NUL character or a lone surrogate, got ${JSON.stringify(key)}`,
-    );
-  }
-  return key;
-}
+const checkKey = (key: string): string => checkStoredKey('SqliteStore', key);
 
-function leaseMs(lease: Lease): number {
-  if (typeof lease?.id !== 'string' || lease.id === '' || !Number.isFinite(lease.ms) || lease.ms <= 0) {
-    throw new TypeError(
-      `SqliteStore: a lease must have a non-empty id and a positive ms, got ${JSON.stringify(lease)}`,
-    );
-  }
-  return lease.ms;
-}
+const leaseMs = (lease: Lease): number => checkedLeaseMs('SqliteStore', lease);
 
 interface InboxRow {
   key: string;
