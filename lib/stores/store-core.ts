@@ -1,5 +1,5 @@
 import { messageOf, StoreError } from '../shared/errors.js';
-import type { DeliveryStatus, DurableStore, Lease, StatusCounts } from './store.js';
+import type { DeliveryStatus, DurableStore, InboxEntry, Lease, StatusCounts } from './store.js';
 
 /**
  * A NUL or a lone surrogate: PostgreSQL refuses a NUL in text, and the drivers write a lone surrogate as
@@ -108,4 +108,53 @@ export async function replayEveryDead(store: Pick<DurableStore, 'list' | 'replay
   let replayed = 0;
   for (const key of keys) if (await store.replay(key)) replayed += 1;
   return replayed;
+}
+
+/**
+ * A row of a SQL store's inbox, as its driver returns it: what {@link inboxEntry} reads.
+ * @inline
+ */
+export interface InboxRow {
+  key: string;
+  transaction_id: string;
+  state: string;
+  record: unknown;
+  status: DeliveryStatus;
+  attempts: number | string;
+  last_error: string | null;
+  received_at: unknown;
+  updated_at: unknown;
+  next_attempt_at: unknown;
+  delivered_at: unknown;
+  lease_until: unknown;
+}
+
+/** How a SQL store's driver gives a row's parts: what {@link inboxEntry} needs to read them. */
+export interface RowReader {
+  /** The stored record as an object. */
+  record(stored: unknown): Record<string, unknown>;
+  /** A time as a `Date`. @default milliseconds since the epoch (a number, or its digits) */
+  date?(stored: unknown): Date;
+  /** The last error as text. @default the text as it is */
+  lastError?(stored: string): string;
+}
+
+/** A row of a SQL store's inbox as an `InboxEntry`: camelCase, times as `Date`s, the record as an object. */
+export function inboxEntry(value: unknown, read: RowReader): InboxEntry {
+  const row = value as InboxRow;
+  const date = (stored: unknown): Date => (read.date ? read.date(stored) : new Date(Number(stored)));
+  return {
+    key: String(row.key),
+    transactionId: String(row.transaction_id),
+    state: String(row.state),
+    record: read.record(row.record),
+    status: row.status,
+    attempts: Number(row.attempts),
+    lastError: row.last_error === null ? null : (read.lastError?.(String(row.last_error)) ?? row.last_error),
+    receivedAt: date(row.received_at),
+    updatedAt: date(row.updated_at),
+    nextAttemptAt: date(row.next_attempt_at),
+    deliveredAt: row.delivered_at === null ? null : date(row.delivered_at),
+    leaseUntil: row.lease_until === null ? null : date(row.lease_until),
+  };
 }

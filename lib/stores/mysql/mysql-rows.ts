@@ -2,9 +2,10 @@ import {
   checkKey as checkStoredKey,
   leaseMs as checkedLeaseMs,
   splitKey as splitStoredKey,
+  inboxEntry,
   UNSTORABLE,
 } from '../store-core.js';
-import type { DeliveryStatus, InboxEntry, Lease } from '../store.js';
+import type { InboxEntry, Lease } from '../store.js';
 
 /** The widest key, lease id or claim token the table holds (`VARCHAR(255)`). */
 const MAX_ID = 255;
@@ -96,48 +97,13 @@ export function errorText(error: unknown): string {
   return text.length > MAX_ERROR ? `${text.slice(0, MAX_ERROR)}...` : text;
 }
 
-/** A row as mysql2 returns it: times as milliseconds (numbers, or strings with `bigNumberStrings`). */
-interface InboxRow {
-  key: string;
-  transaction_id: string;
-  state: string;
-  record: unknown;
-  status: DeliveryStatus;
-  attempts: number | string;
-  last_error: string | null;
-  received_at: number | string;
-  updated_at: number | string;
-  next_attempt_at: number | string;
-  delivered_at: number | string | null;
-  lease_until: number | string | null;
-}
-
-/** A row as an `InboxEntry`: camelCase, dates as `Date`, the record as an object. */
-export function toEntry(value: unknown): InboxEntry {
-  const row = value as InboxRow;
-  return {
-    key: String(row.key),
-    transactionId: String(row.transaction_id),
-    state: String(row.state),
-    record: recordOf(row.record),
-    status: row.status,
-    attempts: Number(row.attempts),
-    lastError: row.last_error === null ? null : fromUtf8Hex(String(row.last_error)),
-    receivedAt: toDate(row.received_at),
-    updatedAt: toDate(row.updated_at),
-    nextAttemptAt: toDate(row.next_attempt_at),
-    deliveredAt: row.delivered_at === null ? null : toDate(row.delivered_at),
-    leaseUntil: row.lease_until === null ? null : toDate(row.lease_until),
-  };
-}
+/** A row as an `InboxEntry`; times as mysql2 gives them: milliseconds (numbers, or strings with `bigNumberStrings`). */
+export const toEntry = (row: unknown): InboxEntry =>
+  inboxEntry(row, { record: recordOf, lastError: fromUtf8Hex });
 
 /** The stored record: JSON text (a `Buffer` when the pool reads text as binary), or already parsed. */
 function recordOf(stored: unknown): Record<string, unknown> {
   if (typeof stored === 'string') return JSON.parse(stored) as Record<string, unknown>;
   if (Buffer.isBuffer(stored)) return JSON.parse(stored.toString('utf8')) as Record<string, unknown>;
   return stored as Record<string, unknown>;
-}
-
-function toDate(ms: number | string): Date {
-  return new Date(Number(ms));
 }

@@ -2,9 +2,10 @@ import {
   checkKey as checkStoredKey,
   leaseMs as checkedLeaseMs,
   splitKey as splitStoredKey,
+  inboxEntry,
 } from '../store-core.js';
 import type { InboxSql } from './postgres-sql.js';
-import type { DeliveryStatus, InboxEntry, Lease, Settlement } from '../store.js';
+import type { InboxEntry, Lease, Settlement } from '../store.js';
 
 /** The statement and values that end an attempt as `settlement` says. */
 export function settleQuery(
@@ -43,44 +44,12 @@ export const splitKey = (key: string): [string, string] => splitStoredKey('Postg
 /** The lease's length, checked, with an id a `text` column (and a batch's JSON) holds exactly. */
 export const leaseMs = (lease: Lease): number => checkedLeaseMs('PostgresStore', lease, true);
 
-/** A row as `pg` returns it by default; `toEntry` also accepts strings, for pools with custom type parsers. */
-interface InboxRow {
-  key: string;
-  transaction_id: string;
-  state: string;
-  record: unknown;
-  status: DeliveryStatus;
-  attempts: number | string;
-  last_error: string | null;
-  received_at: Date | string;
-  updated_at: Date | string;
-  next_attempt_at: Date | string;
-  delivered_at: Date | string | null;
-  lease_until: Date | string | null;
-}
-
-/** A row as an `InboxEntry`: camelCase, dates as `Date`, the record as an object. */
-export function toEntry(value: unknown): InboxEntry {
-  const row = value as InboxRow;
-  return {
-    key: row.key,
-    transactionId: row.transaction_id,
-    state: row.state,
-    record: fromStoredJson(typeof row.record === 'string' ? JSON.parse(row.record) : row.record),
-    status: row.status,
-    attempts: Number(row.attempts),
-    lastError: row.last_error,
-    receivedAt: toDate(row.received_at),
-    updatedAt: toDate(row.updated_at),
-    nextAttemptAt: toDate(row.next_attempt_at),
-    deliveredAt: row.delivered_at === null ? null : toDate(row.delivered_at),
-    leaseUntil: row.lease_until === null ? null : toDate(row.lease_until),
-  };
-}
-
-function toDate(value: Date | string): Date {
-  return value instanceof Date ? value : new Date(value);
-}
+/** A row as an `InboxEntry`; times as `pg` gives them (a `Date`, or text for pools with custom type parsers). */
+export const toEntry = (row: unknown): InboxEntry =>
+  inboxEntry(row, {
+    record: (stored) => fromStoredJson(typeof stored === 'string' ? JSON.parse(stored) : stored),
+    date: (stored) => (stored instanceof Date ? stored : new Date(stored as string)),
+  });
 
 /**
  * The key of a record stored as JSON text. A notification always has `transaction_id` and `state`, so a

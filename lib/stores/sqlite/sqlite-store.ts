@@ -1,6 +1,7 @@
 import {
   checkKey as checkStoredKey,
   checkLeaseLimit,
+  inboxEntry,
   notMigrated,
   statusCounts,
   leaseMs as checkedLeaseMs,
@@ -16,7 +17,6 @@ import { messageOf, StoreError } from '../../shared/errors.js';
 import { openOrmTransaction } from '../orm-transaction.js';
 import type { Statement } from '../transactions.js';
 import type {
-  DeliveryStatus,
   DeliveryTransaction,
   DurableStore,
   InboxEntry,
@@ -556,38 +556,9 @@ const checkKey = (key: string): string => checkStoredKey('SqliteStore', key);
 
 const leaseMs = (lease: Lease): number => checkedLeaseMs('SqliteStore', lease);
 
-interface InboxRow {
-  key: string;
-  transaction_id: string;
-  state: string;
-  record: string;
-  status: DeliveryStatus;
-  attempts: number;
-  last_error: string | null;
-  received_at: number;
-  updated_at: number;
-  next_attempt_at: number;
-  delivered_at: number | null;
-  lease_until: number | null;
-}
-
-function toEntry(value: unknown): InboxEntry {
-  const row = value as InboxRow;
-  return {
-    key: row.key,
-    transactionId: row.transaction_id,
-    state: row.state,
-    record: JSON.parse(row.record) as Record<string, unknown>,
-    status: row.status,
-    attempts: Number(row.attempts),
-    lastError: row.last_error,
-    receivedAt: new Date(Number(row.received_at)),
-    updatedAt: new Date(Number(row.updated_at)),
-    nextAttemptAt: new Date(Number(row.next_attempt_at)),
-    deliveredAt: row.delivered_at === null ? null : new Date(Number(row.delivered_at)),
-    leaseUntil: row.lease_until === null ? null : new Date(Number(row.lease_until)),
-  };
-}
+/** A row as an `InboxEntry`: times are milliseconds, the record JSON text. */
+const toEntry = (row: unknown): InboxEntry =>
+  inboxEntry(row, { record: (stored) => JSON.parse(stored as string) as Record<string, unknown> });
 
 /** The delivery order: oldest received first, then by key (as the lease statement picks them). */
 function oldestFirst(a: InboxEntry, b: InboxEntry): number {
