@@ -1,3 +1,4 @@
+import { checkListOptions } from '../list-options.js';
 import { checkLeaseLimit, leaseMs, replayEveryDead } from '../store-core.js';
 import { createHash, randomUUID } from 'node:crypto';
 import { INBOX_SCRIPTS, type InboxScript } from './redis-inbox-scripts.js';
@@ -290,16 +291,8 @@ export class RedisStore implements DurableStore {
 
   /** Entries matching every filter, oldest (or newest) received first. */
   async list(options: ListOptions = {}): Promise<InboxEntry[]> {
-    const { status, transactionId, customDataContains, receivedFrom, receivedBefore } = options;
-    const { order = 'oldest', limit = 100, offset = 0 } = options;
-    for (const [name, value] of [
-      ['limit', limit],
-      ['offset', offset],
-    ] as const) {
-      if (!Number.isInteger(value) || value < 0) {
-        throw new TypeError(`RedisStore.list: ${name} must be a whole number, got ${value}`);
-      }
-    }
+    const { status, transactionId, customDataContains, receivedFrom, receivedBefore, order, limit, offset } =
+      checkListOptions('RedisStore', options);
     const reply = await this.#inbox('list', [
       status ?? '',
       transactionId ?? '',
