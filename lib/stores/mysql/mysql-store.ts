@@ -1,4 +1,4 @@
-import { checkLeaseLimit, notMigrated, statusCounts, replayEveryDead } from '../store-core.js';
+import { checkLeaseLimit, notMigrated, statusCounts, replayEveryDead, migrateWorded } from '../store-core.js';
 import { checkPurge, redactEach } from '../redact-record.js';
 import { SqlAudit } from '../sql-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
@@ -230,16 +230,9 @@ export class MysqlStore<
     // meanwhile waits for it and runs again, so the documented start logs no missing table.
     await trackMigration(this.#pool, this.table, async () => {
       const dialect = mysqlSchemaDialect(this.table, (work) => this.#migrationLock(work));
-      try {
-        report = await runMigrations(dialect, options);
-      } catch (error) {
-        if (error instanceof StoreError) throw error;
-        throw new StoreError(
-          `MysqlStore.migrate: could not create the table ${this.table}: ${messageOf(error)} (the user needs ` +
-            'CREATE on the database; or create it with the SQL of mysqlMigrations() in your migrations)',
-          { cause: error },
-        );
-      }
+      const hint =
+        ' (the user needs CREATE on the database; or create it with the SQL of mysqlMigrations() in your migrations)';
+      report = await migrateWorded('MysqlStore', this.table, () => runMigrations(dialect, options), hint);
     });
     return report!;
   }

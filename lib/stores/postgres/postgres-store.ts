@@ -1,4 +1,4 @@
-import { checkLeaseLimit, notMigrated, statusCounts, replayEveryDead } from '../store-core.js';
+import { checkLeaseLimit, notMigrated, statusCounts, replayEveryDead, migrateWorded } from '../store-core.js';
 import { checkListOptions } from '../list-options.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
@@ -268,18 +268,11 @@ export class PostgresStore<
     // missing table.
     let report: MigrationReport | undefined;
     await trackMigration(this.#pool, this.table, async () => {
-      try {
-        // The text alone, with no values: pg sends it as a simple query, which may hold several statements.
-        const dialect = postgresSchemaDialect(this.table, (text) => this.#pool.query(text));
-        report = await runMigrations(dialect, options);
-      } catch (error) {
-        if (error instanceof StoreError) throw error;
-        throw new StoreError(
-          `PostgresStore.migrate: could not create the table ${this.table}: ${messageOf(error)} (the role needs ` +
-            'CREATE on the schema; or create it with the SQL of postgresSchemaSql() in your migrations)',
-          { cause: error },
-        );
-      }
+      // The text alone, with no values: pg sends it as a simple query, which may hold several statements.
+      const dialect = postgresSchemaDialect(this.table, (text) => this.#pool.query(text));
+      const hint =
+        ' (the role needs CREATE on the schema; or create it with the SQL of postgresSchemaSql() in your migrations)';
+      report = await migrateWorded('PostgresStore', this.table, () => runMigrations(dialect, options), hint);
     });
     return report!;
   }

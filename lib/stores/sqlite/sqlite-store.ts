@@ -7,6 +7,7 @@ import {
   leaseMs as checkedLeaseMs,
   splitKey as splitStoredKey,
   replayEveryDead,
+  migrateWorded,
 } from '../store-core.js';
 import { checkPurge, redactEach } from '../redact-record.js';
 import { SqlAudit } from '../sql-audit.js';
@@ -238,17 +239,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
       rows: (sql: string) => database.prepare(sql).all(),
     };
     const dialect = sqliteSchemaDialect(this.table, connection, (work) => this.#gate.run(work));
-    try {
-      return await runMigrations(dialect, options);
-    } catch (error) {
-      if (error instanceof StoreError) throw error;
-      throw new StoreError(
-        `SqliteStore.migrate: could not create the table ${this.table}: ${messageOf(error)}`,
-        {
-          cause: error,
-        },
-      );
-    }
+    return migrateWorded('SqliteStore', this.table, () => runMigrations(dialect, options));
   }
 
   /**
