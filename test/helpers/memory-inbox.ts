@@ -1,6 +1,7 @@
 import type { DurableStore, InboxEntry } from '../../lib/index.js';
 import type { Lease, ListOptions, Settlement, StatusCounts } from '../../lib/stores/store.js';
 import { MemoryInbox as Inbox } from '../../lib/stores/memory/memory-inbox.js';
+import { replayEveryDead } from '../../lib/stores/store-core.js';
 
 /** The methods whose next calls {@link MemoryInbox.failNext} can make reject. */
 type Failing = 'receive' | 'lease' | 'settle' | 'replace';
@@ -104,9 +105,8 @@ export class MemoryInbox implements DurableStore {
     return this.#inbox.replay(key, delayMs);
   }
 
-  async replayDead(): Promise<number> {
-    await this.#turn();
-    return this.#inbox.replayDead();
+  replayDead(): Promise<number> {
+    return replayEveryDead(this);
   }
 
   async purge(before: Date): Promise<number> {

@@ -111,6 +111,18 @@ describeWithService('Redis', 'RedisStore', () => {
       expect(second).toBe(false);
     });
 
+    test('list() checks its options as every store does: a bad status or order is a TypeError', async () => {
+      const { client } = await open();
+      const store = new RedisStore({ client, prefix });
+      await expect(store.list({ status: 'gone' as never })).rejects.toThrow(
+        /RedisStore\.list: status must be one of/,
+      );
+      await expect(store.list({ order: 'sideways' as never })).rejects.toThrow(TypeError);
+      await expect(store.list({ limit: -1 })).rejects.toThrow(
+        /RedisStore\.list: limit must be a whole number/,
+      );
+    });
+
     test('a claim expires after its ttl, then the key can be claimed again', async () => {
       const { client, raw } = await open();
       const store = new RedisStore({ client, prefix });

@@ -150,12 +150,6 @@ export class MemoryInbox {
     return true;
   }
 
-  replayDead(): number {
-    const dead = [...this.#entries.values()].filter((entry) => entry.status === 'dead');
-    for (const entry of dead) this.replay(entry.key);
-    return dead.length;
-  }
-
   purge(before: Date, status: PurgedStatus = 'delivered'): number {
     let count = 0;
     for (const entry of [...this.#entries.values()]) {

@@ -1,3 +1,5 @@
+import { checkLeaseLimit, leaseMs, replayEveryDead } from '../store-core.js';
+import { checkListOptions } from '../list-options.js';
 import { MemoryInbox } from './memory-inbox.js';
 import { IpnKitError, messageOf, StoreError } from '../../shared/errors.js';
 import { MemoryExpectations } from './memory-expectations.js';
@@ -117,12 +119,19 @@ export class MemoryStore implements DurableStore {
 
   /** At least once: stores `record` as received, leased to `lease`; `false` when `key` is there already. */
   receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
-    return settled(() => this.#inbox.receive(key, record, lease));
+    return settled(() => {
+      leaseMs('MemoryStore', lease);
+      return this.#inbox.receive(key, record, lease);
+    });
   }
 
   /** Leases up to `limit` due entries, oldest received first. */
   lease(lease: Lease, limit: number): Promise<InboxEntry[]> {
-    return settled(() => this.#inbox.lease(lease, limit));
+    return settled(() => {
+      leaseMs('MemoryStore', lease);
+      checkLeaseLimit('MemoryStore', limit);
+      return this.#inbox.lease(lease, limit);
+    });
   }
 
   /** Ends the attempt held by `leaseId`; `false` when that lease was lost. */
@@ -131,8 +140,8 @@ export class MemoryStore implements DurableStore {
   }
 
   /** Inbox entries matching every filter, oldest (or newest) first. */
-  list(options?: ListOptions): Promise<InboxEntry[]> {
-    return settled(() => this.#inbox.list(options));
+  list(options: ListOptions = {}): Promise<InboxEntry[]> {
+    return settled(() => this.#inbox.list(checkListOptions('MemoryStore', options)));
   }
 
   /** How many inbox entries there are by status (received at or after `receivedFrom`, when given). */
@@ -152,7 +161,7 @@ export class MemoryStore implements DurableStore {
 
   /** Replays every dead entry; resolves how many. */
   replayDead(): Promise<number> {
-    return settled(() => this.#inbox.replayDead());
+    return replayEveryDead(this);
   }
 
   /** Deletes delivered entries delivered before `before`; resolves how many. */
@@ -195,7 +204,10 @@ export class MemoryStore implements DurableStore {
 
   /** Puts the service's `record` in place of the entry held by `leaseId`, atomically (see `DurableStore`). */
   replace(key: string, leaseId: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
-    return settled(() => this.#inbox.replace(key, leaseId, record, lease));
+    return settled(() => {
+      leaseMs('MemoryStore', lease);
+      return this.#inbox.replace(key, leaseId, record, lease);
+    });
   }
 
   /** Forgets every claim (the inbox's entries stay). */

@@ -1,36 +1,20 @@
-import type { DeliveryStatus, InboxEntry, Lease } from '../store.js';
+import {
+  checkKey as checkStoredKey,
+  leaseMs as checkedLeaseMs,
+  splitKey as splitStoredKey,
+  inboxEntry,
+  UNSTORABLE,
+} from '../store-core.js';
+import type { InboxEntry, Lease } from '../store.js';
 
 /** The widest key, lease id or claim token the table holds (`VARCHAR(255)`). */
 const MAX_ID = 255;
 
-/**
- * A NUL or a lone surrogate: mysql2 writes a lone surrogate as U+FFFD, so a key holding one would come
- * back as another key. The router never makes one (a transaction id is letters, digits and `._:-`).
- */
-// eslint-disable-next-line no-control-regex -- the NUL is exactly what is looked for
-const UNSTORABLE = /[\u0000\p{Cs}]/u;
+/** Checks that `key` can stand in the key column exactly: at most 255 characters, no NUL, no lone surrogate. */
+export const checkKey = (key: string): string => checkStoredKey('MysqlStore', key, MAX_ID);
 
-/**
- * Checks that `key` can stand in the key column exactly: at most 255 characters, no NUL, no lone surrogate.
- * @throws TypeError for any other key.
- */
-export function checkKey(key: string): string {
-  if (typeof key !== 'string' || key.length > MAX_ID || UNSTORABLE.test(key)) {
-    throw new TypeError(
-      `MysqlStore: a key must be a string of at most ${MAX_ID} characters, without a NUL or a lone surrogate, got ${JSON.stringify(key)}`,
-    );
-  }
-  return key;
-}
-
-/** `transaction_id:state`, split at the last `:` (a transaction id may contain one; a state never does). */
-export function splitKey(key: string): [string, string] {
-  const at = typeof key === 'string' ? checkKey(key).lastIndexOf(':') : -1;
-  if (at === -1) {
-    throw new TypeError(`MysqlStore: a key must be transaction_id:state, got ${String(key)}`);
-  }
-  return [key.slice(0, at), key.slice(at + 1)];
-}
+/** `transaction_id:state`, checked and split at the last `:`. */
+export const splitKey = (key: string): [string, string] => splitStoredKey('MysqlStore', key, MAX_ID);
 
 /** Checks a lease id or a claim token: a non-empty string that fits its column. */
 export function checkId(id: unknown, what: string): string {
@@ -44,13 +28,9 @@ export function checkId(id: unknown, what: string): string {
 
 /** The lease's length, checked, in whole milliseconds (at least 1). */
 export function leaseMs(lease: Lease): number {
-  if (typeof lease?.id !== 'string' || !Number.isFinite(lease.ms) || lease.ms <= 0) {
-    throw new TypeError(
-      `MysqlStore: a lease must have a non-empty id and a positive ms, got ${JSON.stringify(lease)}`,
-    );
-  }
+  const ms = checkedLeaseMs('MysqlStore', lease);
   checkId(lease.id, 'a lease id');
-  return Math.max(1, Math.round(lease.ms));
+  return Math.max(1, Math.round(ms));
 }
 
 /** A `Date` as milliseconds since the epoch, checked. */
@@ -117,48 +97,13 @@ export function errorText(error: unknown): string {
   return text.length > MAX_ERROR ? `${text.slice(0, MAX_ERROR)}...` : text;
 }
 
-/** A row as mysql2 returns it: times as milliseconds (numbers, or strings with `bigNumberStrings`). */
-interface InboxRow {
-  key: string;
-  transaction_id: string;
-  state: string;
-  record: unknown;
-  status: DeliveryStatus;
-  attempts: number | string;
-  last_error: string | null;
-  received_at: number | string;
-  updated_at: number | string;
-  next_attempt_at: number | string;
-  delivered_at: number | string | null;
-  lease_until: number | string | null;
-}
-
-/** A row as an `InboxEntry`: camelCase, dates as `Date`, the record as an object. */
-export function toEntry(value: unknown): InboxEntry {
-  const row = value as InboxRow;
-  return {
-    key: String(row.key),
-    transactionId: String(row.transaction_id),
-    state: String(row.state),
-    record: recordOf(row.record),
-    status: row.status,
-    attempts: Number(row.attempts),
-    lastError: row.last_error === null ? null : fromUtf8Hex(String(row.last_error)),
-    receivedAt: toDate(row.received_at),
-    updatedAt: toDate(row.updated_at),
-    nextAttemptAt: toDate(row.next_attempt_at),
-    deliveredAt: row.delivered_at === null ? null : toDate(row.delivered_at),
-    leaseUntil: row.lease_until === null ? null : toDate(row.lease_until),
-  };
-}
+/** A row as an `InboxEntry`; times as mysql2 gives them: milliseconds (numbers, or strings with `bigNumberStrings`). */
+export const toEntry = (row: unknown): InboxEntry =>
+  inboxEntry(row, { record: recordOf, lastError: fromUtf8Hex });
 
 /** The stored record: JSON text (a `Buffer` when the pool reads text as binary), or already parsed. */
 function recordOf(stored: unknown): Record<string, unknown> {
   if (typeof stored === 'string') return JSON.parse(stored) as Record<string, unknown>;
   if (Buffer.isBuffer(stored)) return JSON.parse(stored.toString('utf8')) as Record<string, unknown>;
   return stored as Record<string, unknown>;
-}
-
-function toDate(ms: number | string): Date {
-  return new Date(Number(ms));
 }

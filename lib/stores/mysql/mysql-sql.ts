@@ -222,9 +222,6 @@ export function mysqlInboxSql(table: string) {
     replay: `UPDATE ${t} SET status = 'received', attempts = 0,
         next_attempt_at = ${NOW} + INTERVAL (? * 1000) MICROSECOND, updated_at = ${NOW}
       WHERE \`key\` = ? AND record <> '{}'`,
-    replayDead: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = ${NOW},
-        updated_at = ${NOW}
-      WHERE status = 'dead' AND record <> '{}'`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ${AT}`,
     purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < ${AT}`,
     // redact(): the records to blank (in JavaScript, one rule for every store), then each set only if unchanged

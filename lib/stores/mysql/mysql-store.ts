@@ -1,14 +1,14 @@
+import { checkLeaseLimit, notMigrated, statusCounts, replayEveryDead, migrateWorded } from '../store-core.js';
 import { checkPurge, redactEach } from '../redact-record.js';
 import { SqlAudit } from '../sql-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
 import { checkListOptions } from '../list-options.js';
 import { createHash, randomUUID } from 'node:crypto';
 import { createBatcher } from '../batcher.js';
-import { afterMigration, markMigration, trackMigration } from '../postgres/postgres-migrations.js';
+import { retriedAfterMigration, trackMigration } from '../postgres/postgres-migrations.js';
 import { openOrmTransaction } from '../orm-transaction.js';
 import { isTransactions, type Statement, type Transactions } from '../transactions.js';
 import type {
-  DeliveryStatus,
   DeliveryTransaction,
   DurableStore,
   InboxEntry,
@@ -20,7 +20,8 @@ import type {
   PauseSwitch,
 } from '../store.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
-import { MysqlExpectations } from './mysql-expectations.js';
+import { mysqlExpectations } from './mysql-expectations.js';
+import type { SqlExpectations } from '../sql-expectations.js';
 import { MysqlLifecycle } from './mysql-lifecycle.js';
 import {
   affectedOf,
@@ -146,7 +147,7 @@ export class MysqlStore<
   /** The table, as given. */
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
-  readonly expectations: MysqlExpectations;
+  readonly expectations: SqlExpectations;
   /** Operator actions: the table `<table>_audit`, made by `migrate()` (or {@link mysqlAuditSql}). */
   readonly audit: SqlAudit;
   /** Whether delivery is paused for every instance: the row `paused` of `<table>_control`, made by `migrate()`. */
@@ -183,7 +184,7 @@ export class MysqlStore<
     this.#pool = pool;
     this.#transactions = transactions;
     this.#sql = mysqlInboxSql(this.table);
-    this.expectations = new MysqlExpectations(
+    this.expectations = mysqlExpectations(
       {
         query: (text, values) => this.#query(text, values, 'expectations'),
         transaction: (work) => this.#transaction(work, 'expectations'),
@@ -229,16 +230,9 @@ export class MysqlStore<
     // meanwhile waits for it and runs again, so the documented start logs no missing table.
     await trackMigration(this.#pool, this.table, async () => {
       const dialect = mysqlSchemaDialect(this.table, (work) => this.#migrationLock(work));
-      try {
-        report = await runMigrations(dialect, options);
-      } catch (error) {
-        if (error instanceof StoreError) throw error;
-        throw new StoreError(
-          `MysqlStore.migrate: could not create the table ${this.table}: ${messageOf(error)} (the user needs ` +
-            'CREATE on the database; or create it with the SQL of mysqlMigrations() in your migrations)',
-          { cause: error },
-        );
-      }
+      const hint =
+        ' (the user needs CREATE on the database; or create it with the SQL of mysqlMigrations() in your migrations)';
+      report = await migrateWorded('MysqlStore', this.table, () => runMigrations(dialect, options), hint);
     });
     return report!;
   }
@@ -345,9 +339,7 @@ export class MysqlStore<
    * for a transaction.
    */
   async lease(lease: Lease, limit: number): Promise<InboxEntry[]> {
-    if (!Number.isInteger(limit) || limit < 0) {
-      throw new TypeError(`MysqlStore.lease: limit must be a whole number, got ${limit}`);
-    }
+    checkLeaseLimit('MysqlStore', limit);
     const ms = leaseMs(lease);
     if (limit === 0) return [];
     if (rowsOf(await this.#query(this.#sql.anyDue, [])).length === 0) return [];
@@ -445,11 +437,8 @@ export class MysqlStore<
 
   /** How many notifications the inbox holds by status (received at or after `receivedFrom`, when given). */
   async countByStatus(receivedFrom?: Date): Promise<StatusCounts> {
-    const counts: StatusCounts = { received: 0, delivered: 0, failed: 0, dead: 0 };
     const from = receivedFrom === undefined ? null : msOfDate(receivedFrom, 'countByStatus: receivedFrom');
-    const rows = rowsOf(await this.#query(this.#sql.countByStatus, [from, from]));
-    for (const row of rows) counts[row.status as DeliveryStatus] = Number(row.count);
-    return counts;
+    return statusCounts(rowsOf(await this.#query(this.#sql.countByStatus, [from, from])));
   }
 
   /** The entry of `key`, or `undefined`. */
@@ -464,8 +453,8 @@ export class MysqlStore<
   }
 
   /** {@link MysqlStore.replay} for every `dead` entry; resolves how many. */
-  async replayDead(): Promise<number> {
-    return affectedOf(await this.#query(this.#sql.replayDead, []));
+  replayDead(): Promise<number> {
+    return replayEveryDead(this);
   }
 
   /**
@@ -522,26 +511,14 @@ export class MysqlStore<
   }
 
   /**
-   * Runs `attempt`. One that finds its table missing while a `migrate()` of it runs on the pool runs again
-   * once that has settled (see postgres-migrations.ts): it never waits for a `migrate()` before it is sent,
-   * so one held up holds up nothing on a table that exists. `of` says which table it is about, for the
-   * message of a missing one.
+   * Runs `attempt`; one that finds its table missing during a `migrate()` runs again once that has settled
+   * (`retriedAfterMigration`). `of` says which table it is about, for the message of a missing one.
    */
-  async #run<R>(attempt: () => Promise<R>, of: 'inbox' | 'expectations'): Promise<R> {
-    const mark = markMigration(this.#pool, this.table);
-    try {
-      return await attempt();
-    } catch (error) {
-      const migrating =
-        errnoOf(error) === NO_SUCH_TABLE ? afterMigration(this.#pool, this.table, mark) : undefined;
-      if (migrating === undefined) throw this.#failure(error, of);
-      await migrating;
-    }
-    try {
-      return await attempt();
-    } catch (error) {
-      throw this.#failure(error, of);
-    }
+  #run<R>(attempt: () => Promise<R>, of: 'inbox' | 'expectations'): Promise<R> {
+    const missing = (error: unknown) => errnoOf(error) === NO_SUCH_TABLE;
+    return retriedAfterMigration(this.#pool, this.table, attempt, missing, (error) =>
+      this.#failure(error, of),
+    );
   }
 
   /** The `StoreError` of a failed statement: the driver's error stays the cause (its `errno`, such as 1146). */
@@ -552,11 +529,7 @@ export class MysqlStore<
         of === 'inbox'
           ? [this.table, 'mysqlSchemaSql()']
           : [`${this.table}_expected (of ipn.expect())`, 'mysqlExpectationsSql()'];
-      return new StoreError(
-        `MysqlStore: the table ${table} does not exist: run \`await store.migrate()\` once, or create it ` +
-          `with the SQL of ${sql} in your migrations (MySQL: ${messageOf(error)})`,
-        { cause: error, notMigrated: true },
-      );
+      return notMigrated('MysqlStore', table, sql, 'MySQL', error);
     }
     const hint =
       errnoOf(error) === INCORRECT_STRING

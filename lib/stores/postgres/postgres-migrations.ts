@@ -53,7 +53,7 @@ export interface MigrationMark {
 }
 
 /** Marks where the `migrate()` calls of `table` on `pool` stand, as a query is sent. */
-export function markMigration(pool: object, table: string): MigrationMark {
+function markMigration(pool: object, table: string): MigrationMark {
   const { running, started } = tracked.get(pool)?.get(table) ?? { running: undefined, started: 0 };
   return { running, started };
 }
@@ -63,9 +63,37 @@ export function markMigration(pool: object, table: string): MigrationMark {
  * not) once every `migrate()` of `table` on `pool` in flight then or started since has, when there was one,
  * so that the query is run again; `undefined` when there was none, and the table is simply missing.
  */
-export function afterMigration(pool: object, table: string, mark: MigrationMark): Promise<void> | undefined {
+function afterMigration(pool: object, table: string, mark: MigrationMark): Promise<void> | undefined {
   const now = markMigration(pool, table);
   if (now.running !== undefined) return now.running;
   if (mark.running !== undefined || now.started !== mark.started) return Promise.resolve();
   return undefined;
+}
+
+/**
+ * Runs `attempt` (a statement of the store of `table` on `pool`, PostgreSQL's or MySQL's). One that finds
+ * its table `missing` while a `migrate()` of it runs on the pool runs again once that has settled: it never
+ * waits for a `migrate()` before it is sent, so one held up holds up nothing on a table that exists. A
+ * failure is thrown as `failure` makes it (the store's `StoreError`).
+ */
+export async function retriedAfterMigration<R>(
+  pool: object,
+  table: string,
+  attempt: () => Promise<R>,
+  missing: (error: unknown) => boolean,
+  failure: (error: unknown) => Error,
+): Promise<R> {
+  const mark = markMigration(pool, table);
+  try {
+    return await attempt();
+  } catch (error) {
+    const migrating = missing(error) ? afterMigration(pool, table, mark) : undefined;
+    if (migrating === undefined) throw failure(error);
+    await migrating;
+  }
+  try {
+    return await attempt();
+  } catch (error) {
+    throw failure(error);
+  }
 }

@@ -1,5 +1,11 @@
+import {
+  checkKey as checkStoredKey,
+  leaseMs as checkedLeaseMs,
+  splitKey as splitStoredKey,
+  inboxEntry,
+} from '../store-core.js';
 import type { InboxSql } from './postgres-sql.js';
-import type { DeliveryStatus, InboxEntry, Lease, Settlement } from '../store.js';
+import type { InboxEntry, Lease, Settlement } from '../store.js';
 
 /** The statement and values that end an attempt as `settlement` says. */
 export function settleQuery(
@@ -29,87 +35,21 @@ export function settleQuery(
   }
 }
 
-/**
- * Checks that `key` can stand in a `text` column exactly: PostgreSQL refuses a NUL, and pg writes a lone
- * surrogate as U+FFFD, so such a key would fail the whole batch it is sent in, or come back as another
- * key. The router never makes one (a transaction id is letters, digits and `._:-`).
- * @throws TypeError for such a key.
- */
-export function checkKey(key: string): string {
-  if (typeof key !== 'string' || UNSTORABLE.test(key)) {
-    throw new TypeError(
-      `PostgresStore: a key cannot hold a NUL character or a lone surrogate, got ${JSON.stringify(key)}`,
-    );
-  }
-  return key;
-}
+/** Checks that `key` can stand in a `text` column exactly (see `checkKey` of store-checks.ts). */
+export const checkKey = (key: string): string => checkStoredKey('PostgresStore', key);
 
-/** `transaction_id:state`, split at the last `:` (a transaction id may contain one; a state never does). */
-export function splitKey(key: string): [string, string] {
-  const at = typeof key === 'string' ? checkKey(key).lastIndexOf(':') : -1;
-  if (at === -1) {
-    throw new TypeError(`PostgresStore: a key must be transaction_id:state, got ${String(key)}`);
-  }
-  return [key.slice(0, at), key.slice(at + 1)];
-}
+/** `transaction_id:state`, checked and split at the last `:`. */
+export const splitKey = (key: string): [string, string] => splitStoredKey('PostgresStore', key);
 
-/**
- * The lease's length, checked, with its id: a non-empty string that a `text` column (and a batch's JSON)
- * holds exactly, so that a bad one fails its own call, never a batch it would be sent in.
- */
-export function leaseMs(lease: Lease): number {
-  if (
-    typeof lease?.id !== 'string' ||
-    lease.id === '' ||
-    UNSTORABLE.test(lease.id) ||
-    !Number.isFinite(lease.ms) ||
-    lease.ms <= 0
-  ) {
-    throw new TypeError(
-      `PostgresStore: a lease must have a non-empty id (no NUL character or lone surrogate) and a positive ms, got ${JSON.stringify(lease)}`,
-    );
-  }
-  return lease.ms;
-}
+/** The lease's length, checked, with an id a `text` column (and a batch's JSON) holds exactly. */
+export const leaseMs = (lease: Lease): number => checkedLeaseMs('PostgresStore', lease, true);
 
-/** A row as `pg` returns it by default; `toEntry` also accepts strings, for pools with custom type parsers. */
-interface InboxRow {
-  key: string;
-  transaction_id: string;
-  state: string;
-  record: unknown;
-  status: DeliveryStatus;
-  attempts: number | string;
-  last_error: string | null;
-  received_at: Date | string;
-  updated_at: Date | string;
-  next_attempt_at: Date | string;
-  delivered_at: Date | string | null;
-  lease_until: Date | string | null;
-}
-
-/** A row as an `InboxEntry`: camelCase, dates as `Date`, the record as an object. */
-export function toEntry(value: unknown): InboxEntry {
-  const row = value as InboxRow;
-  return {
-    key: row.key,
-    transactionId: row.transaction_id,
-    state: row.state,
-    record: fromStoredJson(typeof row.record === 'string' ? JSON.parse(row.record) : row.record),
-    status: row.status,
-    attempts: Number(row.attempts),
-    lastError: row.last_error,
-    receivedAt: toDate(row.received_at),
-    updatedAt: toDate(row.updated_at),
-    nextAttemptAt: toDate(row.next_attempt_at),
-    deliveredAt: row.delivered_at === null ? null : toDate(row.delivered_at),
-    leaseUntil: row.lease_until === null ? null : toDate(row.lease_until),
-  };
-}
-
-function toDate(value: Date | string): Date {
-  return value instanceof Date ? value : new Date(value);
-}
+/** A row as an `InboxEntry`; times as `pg` gives them (a `Date`, or text for pools with custom type parsers). */
+export const toEntry = (row: unknown): InboxEntry =>
+  inboxEntry(row, {
+    record: (stored) => fromStoredJson(typeof stored === 'string' ? JSON.parse(stored) : stored),
+    date: (stored) => (stored instanceof Date ? stored : new Date(stored as string)),
+  });
 
 /**
  * The key of a record stored as JSON text. A notification always has `transaction_id` and `state`, so a
@@ -117,10 +57,6 @@ function toDate(value: Date | string): Date {
  * rows written before it existed included.
  */
 export const AS_TEXT = 'ipn-kit:json';
-
-/** What `jsonb` refuses in a string (a NUL, a lone surrogate such as half an emoji) and `JSON.parse` accepts. */
-// eslint-disable-next-line no-control-regex -- the NUL is exactly what is looked for
-const UNSTORABLE = /[\u0000\p{Cs}]/u;
 
 /**
  * The same in JSON text as `JSON.stringify` writes it: the escape of a NUL (`\u0000`) or of a lone surrogate

@@ -279,8 +279,6 @@ export function inboxSql(table: string) {
     replay: `UPDATE ${t} SET status = 'received', attempts = 0,
         next_attempt_at = now() + $2::bigint * interval '1 millisecond', updated_at = now()
       WHERE key = $1 AND record <> '{}'::jsonb`,
-    replayDead: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = now(), updated_at = now()
-      WHERE status = 'dead' AND record <> '{}'::jsonb`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < $1`,
     purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < $1`,
     // Only rows that still hold a name or a number: a second pass changes nothing and counts nothing.

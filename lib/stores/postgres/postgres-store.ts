@@ -1,3 +1,4 @@
+import { checkLeaseLimit, notMigrated, statusCounts, replayEveryDead, migrateWorded } from '../store-core.js';
 import { checkListOptions } from '../list-options.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
@@ -15,15 +16,15 @@ import {
 import { openOrmTransaction, type Run } from '../orm-transaction.js';
 import { guardCheckouts } from '../guard-checkouts.js';
 import { isTransactions, type Statement, type StatementResult, type Transactions } from '../transactions.js';
-import { PostgresExpectations } from './postgres-expectations.js';
+import { postgresExpectations } from './postgres-expectations.js';
+import type { SqlExpectations } from '../sql-expectations.js';
 import { PostgresAudit } from './postgres-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
 import { checkPurge } from '../redact-record.js';
 import { PostgresLifecycle } from './postgres-lifecycle.js';
-import { afterMigration, markMigration, trackMigration } from './postgres-migrations.js';
+import { retriedAfterMigration, trackMigration } from './postgres-migrations.js';
 import { DeliveryError, messageOf, StoreError } from '../../shared/errors.js';
 import type {
-  DeliveryStatus,
   DeliveryTransaction,
   DurableStore,
   InboxEntry,
@@ -169,7 +170,7 @@ export class PostgresStore<
   /** The table, as given. */
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
-  readonly expectations: PostgresExpectations;
+  readonly expectations: SqlExpectations;
   /** Operator actions: the table `<table>_audit`, made by `migrate()` (or {@link postgresAuditSql}). */
   readonly audit: PostgresAudit;
   /** Whether delivery is paused for every instance: the row `paused` of `<table>_control`, made by `migrate()`. */
@@ -242,7 +243,7 @@ export class PostgresStore<
           'control',
         ),
     });
-    this.expectations = new PostgresExpectations(
+    this.expectations = postgresExpectations(
       (text, values) => this.#query(text, values, 'expectations'),
       this.table,
     );
@@ -273,18 +274,11 @@ export class PostgresStore<
     // missing table.
     let report: MigrationReport | undefined;
     await trackMigration(this.#pool, this.table, async () => {
-      try {
-        // The text alone, with no values: pg sends it as a simple query, which may hold several statements.
-        const dialect = postgresSchemaDialect(this.table, (text) => this.#pool.query(text));
-        report = await runMigrations(dialect, options);
-      } catch (error) {
-        if (error instanceof StoreError) throw error;
-        throw new StoreError(
-          `PostgresStore.migrate: could not create the table ${this.table}: ${messageOf(error)} (the role needs ` +
-            'CREATE on the schema; or create it with the SQL of postgresSchemaSql() in your migrations)',
-          { cause: error },
-        );
-      }
+      // The text alone, with no values: pg sends it as a simple query, which may hold several statements.
+      const dialect = postgresSchemaDialect(this.table, (text) => this.#pool.query(text));
+      const hint =
+        ' (the role needs CREATE on the schema; or create it with the SQL of postgresSchemaSql() in your migrations)';
+      report = await migrateWorded('PostgresStore', this.table, () => runMigrations(dialect, options), hint);
     });
     return report!;
   }
@@ -375,9 +369,7 @@ export class PostgresStore<
    * instances leasing at the same time get disjoint entries.
    */
   async lease(lease: Lease, limit: number): Promise<InboxEntry[]> {
-    if (!Number.isInteger(limit) || limit < 0) {
-      throw new TypeError(`PostgresStore.lease: limit must be a whole number, got ${limit}`);
-    }
+    checkLeaseLimit('PostgresStore', limit);
     const ms = leaseMs(lease);
     if (limit === 0) return [];
     const { rows } = await this.#query(this.#sql.lease, [lease.id, ms, limit]);
@@ -466,11 +458,7 @@ export class PostgresStore<
 
   /** How many notifications the inbox holds by status (received at or after `receivedFrom`, when given). */
   async countByStatus(receivedFrom?: Date): Promise<StatusCounts> {
-    const counts: StatusCounts = { received: 0, delivered: 0, failed: 0, dead: 0 };
-    const { rows } = await this.#query(this.#sql.countByStatus, [receivedFrom ?? null]);
-    for (const row of rows as Array<{ status: DeliveryStatus; count: number }>)
-      counts[row.status] = row.count;
-    return counts;
+    return statusCounts((await this.#query(this.#sql.countByStatus, [receivedFrom ?? null])).rows);
   }
 
   /** The entry of `key`, or `undefined`. */
@@ -488,8 +476,8 @@ export class PostgresStore<
   }
 
   /** {@link PostgresStore.replay} for every `dead` entry; resolves how many. */
-  async replayDead(): Promise<number> {
-    return (await this.#query(this.#sql.replayDead, [])).rowCount ?? 0;
+  replayDead(): Promise<number> {
+    return replayEveryDead(this);
   }
 
   /**
@@ -523,29 +511,19 @@ export class PostgresStore<
   }
 
   /**
-   * Every query of the store; a failure is a `StoreError`. One that finds its table missing while a
-   * `migrate()` of it runs on the pool (see postgres-migrations.ts) runs again once that has settled: a
-   * query never waits for a `migrate()` before it is sent, so one held up holds up nothing on a table that
-   * exists. `of` says which table the query is about, for the message of a missing one.
+   * Every query of the store; a failure is a `StoreError`. One that finds its table missing during a
+   * `migrate()` runs again once that has settled (`retriedAfterMigration`). `of` says which table the query
+   * is about, for the message of a missing one.
    */
-  async #query(
+  #query(
     text: string,
     values: unknown[],
     of: 'inbox' | 'expectations' | 'audit' | 'control' = 'inbox',
   ): Promise<PgQueryResult> {
-    const mark = markMigration(this.#pool, this.table);
-    try {
-      return await this.#pool.query(text, values);
-    } catch (error) {
-      const migrating = missing(error) ? afterMigration(this.#pool, this.table, mark) : undefined;
-      if (migrating === undefined) throw this.#failure(error, of);
-      await migrating;
-    }
-    try {
-      return await this.#pool.query(text, values);
-    } catch (error) {
-      throw this.#failure(error, of);
-    }
+    const attempt = () => this.#pool.query(text, values);
+    return retriedAfterMigration(this.#pool, this.table, attempt, missing, (error) =>
+      this.#failure(error, of),
+    );
   }
 
   /** The `StoreError` of a failed query: the driver's error stays the cause (its `code`, such as 57P01). */
@@ -561,11 +539,7 @@ export class PostgresStore<
             : of === 'control'
               ? [`${this.table}_control (ipn.pause() for every instance)`, 'postgresMigrations()']
               : [`${this.table}_expected (of ipn.expect())`, 'postgresExpectationsSql()'];
-      return new StoreError(
-        `PostgresStore: the table ${table} does not exist: run \`await store.migrate()\` once, or create it ` +
-          `with the SQL of ${sql} in your migrations (PostgreSQL: ${messageOf(error)})`,
-        { cause: error, notMigrated: true },
-      );
+      return notMigrated('PostgresStore', table, sql, 'PostgreSQL', error);
     }
     return new StoreError(`PostgresStore: a query on ${this.table} failed: ${messageOf(error)}`, {
       cause: error,

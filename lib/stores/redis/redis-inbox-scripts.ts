@@ -92,13 +92,6 @@ return 1`,
 ${REPLAY_ONE}
 return replay(ARGV[1], tonumber(ARGV[2]) or 0)`,
 
-  /** How many dead entries were replayed. */
-  replayDead: `${NOW}
-${REPLAY_ONE}
-local count = 0
-for _, k in ipairs(redis.call('SMEMBERS', base .. 'dead')) do count = count + replay(k) end
-return count`,
-
   /** ARGV: before (ms). Deletes entries delivered before it; how many. */
   purge: `local base = KEYS[1]
 local keys = redis.call('ZRANGEBYSCORE', base .. 'done', '-inf', '(' .. ARGV[1])

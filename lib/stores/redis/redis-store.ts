@@ -1,3 +1,5 @@
+import { checkListOptions } from '../list-options.js';
+import { checkLeaseLimit, leaseMs, replayEveryDead } from '../store-core.js';
 import { createHash, randomUUID } from 'node:crypto';
 import { INBOX_SCRIPTS, type InboxScript } from './redis-inbox-scripts.js';
 import type {
@@ -273,9 +275,7 @@ export class RedisStore implements DurableStore {
   /** Leases up to `limit` entries that are due and not leased; two instances never get the same one. */
   async lease(lease: Lease, limit: number): Promise<InboxEntry[]> {
     checkLease(lease);
-    if (!Number.isInteger(limit) || limit < 0) {
-      throw new TypeError(`RedisStore.lease: limit must be a whole number, got ${limit}`);
-    }
+    checkLeaseLimit('RedisStore', limit);
     if (limit === 0) return [];
     return entries(await this.#inbox('lease', [lease.id, lease.ms, limit]));
   }
@@ -291,16 +291,8 @@ export class RedisStore implements DurableStore {
 
   /** Entries matching every filter, oldest (or newest) received first. */
   async list(options: ListOptions = {}): Promise<InboxEntry[]> {
-    const { status, transactionId, customDataContains, receivedFrom, receivedBefore } = options;
-    const { order = 'oldest', limit = 100, offset = 0 } = options;
-    for (const [name, value] of [
-      ['limit', limit],
-      ['offset', offset],
-    ] as const) {
-      if (!Number.isInteger(value) || value < 0) {
-        throw new TypeError(`RedisStore.list: ${name} must be a whole number, got ${value}`);
-      }
-    }
+    const { status, transactionId, customDataContains, receivedFrom, receivedBefore, order, limit, offset } =
+      checkListOptions('RedisStore', options);
     const reply = await this.#inbox('list', [
       status ?? '',
       transactionId ?? '',
@@ -334,8 +326,8 @@ export class RedisStore implements DurableStore {
   }
 
   /** Replays every dead entry; resolves how many. */
-  async replayDead(): Promise<number> {
-    return Number(await this.#inbox('replayDead', []));
+  replayDead(): Promise<number> {
+    return replayEveryDead(this);
   }
 
   /** Deletes entries delivered before `before` (given `'dead'`: dead ones last updated before it); how many. */
@@ -456,13 +448,7 @@ export function senderOf(client: unknown): Send {
   );
 }
 
-function checkLease(lease: Lease): void {
-  if (typeof lease?.id !== 'string' || lease.id === '' || !Number.isFinite(lease.ms) || lease.ms <= 0) {
-    throw new TypeError(
-      `RedisStore: a lease must have a non-empty id and a positive ms, got ${JSON.stringify(lease)}`,
-    );
-  }
-}
+const checkLease = (lease: Lease): number => leaseMs('RedisStore', lease);
 
 /** HGETALL replies (flat arrays, or objects from a client that maps them) as inbox entries. */
 function entries(reply: unknown): InboxEntry[] {

@@ -93,8 +93,6 @@ export function sqliteInboxSql(table: string) {
     // A replay keeps a live lease and skips the rows claim() writes, which hold no notification.
     replay: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = ?, updated_at = ?
       WHERE key = ? AND record <> '{}'`,
-    replayDead: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = ?, updated_at = ?
-      WHERE status = 'dead' AND record <> '{}'`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ?`,
     purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < ?`,
     // redact(): the records to blank (in JavaScript, one rule for every store), then each set only if unchanged

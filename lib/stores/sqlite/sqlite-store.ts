@@ -1,3 +1,14 @@
+import {
+  checkKey as checkStoredKey,
+  checkLeaseLimit,
+  inboxEntry,
+  notMigrated,
+  statusCounts,
+  leaseMs as checkedLeaseMs,
+  splitKey as splitStoredKey,
+  replayEveryDead,
+  migrateWorded,
+} from '../store-core.js';
 import { checkPurge, redactEach } from '../redact-record.js';
 import { SqlAudit } from '../sql-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
@@ -7,7 +18,6 @@ import { messageOf, StoreError } from '../../shared/errors.js';
 import { openOrmTransaction } from '../orm-transaction.js';
 import type { Statement } from '../transactions.js';
 import type {
-  DeliveryStatus,
   DeliveryTransaction,
   DurableStore,
   InboxEntry,
@@ -30,7 +40,8 @@ import {
   type SqliteDatabase,
   type WriteGate,
 } from './sqlite-connection.js';
-import { SqliteExpectations } from './sqlite-expectations.js';
+import { sqliteExpectations } from './sqlite-expectations.js';
+import type { SqlExpectations } from '../sql-expectations.js';
 import { SqliteLifecycle } from './sqlite-lifecycle.js';
 import { quoteTable, sqliteAuditTable, sqliteInboxSql, type SqliteInboxSql } from './sqlite-sql.js';
 import { sqliteSchemaDialect } from './sqlite-schema.js';
@@ -73,10 +84,6 @@ export interface SqliteStoreOptions<D extends SqliteDatabase = SqliteDatabase> {
   busyTimeoutMs?: number;
 }
 
-/** What `jsonb`-free SQLite still cannot keep exactly: a NUL ends a C string, a lone surrogate is no UTF-8. */
-// eslint-disable-next-line no-control-regex -- the NUL is exactly what is looked for
-const UNSTORABLE_KEY = /[\u0000\p{Cs}]/u;
-
 /**
  * A dedupe store and durable inbox in one SQLite file: the embedded default for an app on one machine,
  * durable across restarts with no database server, shared by every process of the app on that machine.
@@ -117,7 +124,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
   /** The table, as given. */
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
-  readonly expectations: SqliteExpectations;
+  readonly expectations: SqlExpectations;
   /** Operator actions: the table `<table>_audit`, made by `migrate()` (or {@link sqliteAuditSql}). */
   readonly audit: SqlAudit;
   /** Whether delivery is paused for every instance: the row `paused` of `<table>_control`, made by `migrate()`. */
@@ -172,7 +179,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
       });
     }
     this.#transactions = connectionTransactions(() => this.#openTxDatabase(), this.#gate, busyTimeoutMs);
-    this.expectations = new SqliteExpectations(
+    this.expectations = sqliteExpectations(
       {
         read: async (text, values) => this.#run(() => statementOf(this.#database, text).all(...values)),
         write: (text, values) =>
@@ -232,17 +239,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
       rows: (sql: string) => database.prepare(sql).all(),
     };
     const dialect = sqliteSchemaDialect(this.table, connection, (work) => this.#gate.run(work));
-    try {
-      return await runMigrations(dialect, options);
-    } catch (error) {
-      if (error instanceof StoreError) throw error;
-      throw new StoreError(
-        `SqliteStore.migrate: could not create the table ${this.table}: ${messageOf(error)}`,
-        {
-          cause: error,
-        },
-      );
-    }
+    return migrateWorded('SqliteStore', this.table, () => runMigrations(dialect, options));
   }
 
   /**
@@ -296,9 +293,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
 
   /** Leases up to `limit` due entries, oldest received first, in one statement: disjoint across processes. */
   async lease(lease: Lease, limit: number): Promise<InboxEntry[]> {
-    if (!Number.isInteger(limit) || limit < 0) {
-      throw new TypeError(`SqliteStore.lease: limit must be a whole number, got ${limit}`);
-    }
+    checkLeaseLimit('SqliteStore', limit);
     const ms = leaseMs(lease);
     if (limit === 0) return [];
     const rows = await this.#write(() => {
@@ -391,12 +386,8 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
 
   /** How many notifications the inbox holds by status (received at or after `receivedFrom`, when given). */
   async countByStatus(receivedFrom?: Date): Promise<StatusCounts> {
-    const counts: StatusCounts = { received: 0, delivered: 0, failed: 0, dead: 0 };
     const from = receivedFrom?.getTime() ?? null;
-    const rows = await this.#read(this.#sql.countByStatus, [from, from]);
-    for (const row of rows as Array<{ status: DeliveryStatus; count: number }>)
-      counts[row.status] = Number(row.count);
-    return counts;
+    return statusCounts(await this.#read(this.#sql.countByStatus, [from, from]));
   }
 
   /** The entry of `key`, or `undefined`. */
@@ -412,9 +403,8 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
   }
 
   /** {@link SqliteStore.replay} for every `dead` entry; resolves how many. */
-  async replayDead(): Promise<number> {
-    const now = Date.now();
-    return this.#change(this.#sql.replayDead, [now, now]);
+  replayDead(): Promise<number> {
+    return replayEveryDead(this);
   }
 
   /**
@@ -529,11 +519,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
     const message = messageOf(error);
     const missing = /no such table: (?:main\.)?(\S+)/.exec(message)?.[1];
     if (missing !== undefined) {
-      return new StoreError(
-        `SqliteStore: the table ${missing} does not exist: run \`await store.migrate()\` once, or create it ` +
-          `with the SQL of sqliteSchemaSql() in your migrations (SQLite: ${message})`,
-        { cause: error, notMigrated: true },
-      );
+      return notMigrated('SqliteStore', missing, 'sqliteSchemaSql()', 'SQLite', error);
     }
     return new StoreError(`SqliteStore: a statement on ${this.table} failed: ${message}`, { cause: error });
   }
@@ -553,64 +539,17 @@ function defaultConnect<D extends SqliteDatabase>(database: D): (() => D) | unde
   return () => new (Construct as new (path: string) => D)(name);
 }
 
-/** `transaction_id:state`, split at the last `:`. */
-function splitKey(key: string): [string, string] {
-  const at = typeof key === 'string' ? checkKey(key).lastIndexOf(':') : -1;
-  if (at === -1) throw new TypeError(`SqliteStore: a key must be transaction_id:state, got ${String(key)}`);
-  return [key.slice(0, at), key.slice(at + 1)];
-}
+/** `transaction_id:state`, checked and split at the last `:`. */
+const splitKey = (key: string): [string, string] => splitStoredKey('SqliteStore', key);
 
 /** A key SQLite keeps exactly: no NUL, no lone surrogate (the driver writes UTF-8). */
-function checkKey(key: string): string {
-  if (typeof key !== 'string' || UNSTORABLE_KEY.test(key)) {
-    throw new TypeError(
-      `SqliteStore: a key cannot hold a NUL character or a lone surrogate, got ${JSON.stringify(key)}`,
-    );
-  }
-  return key;
-}
+const checkKey = (key: string): string => checkStoredKey('SqliteStore', key);
 
-function leaseMs(lease: Lease): number {
-  if (typeof lease?.id !== 'string' || lease.id === '' || !Number.isFinite(lease.ms) || lease.ms <= 0) {
-    throw new TypeError(
-      `SqliteStore: a lease must have a non-empty id and a positive ms, got ${JSON.stringify(lease)}`,
-    );
-  }
-  return lease.ms;
-}
+const leaseMs = (lease: Lease): number => checkedLeaseMs('SqliteStore', lease);
 
-interface InboxRow {
-  key: string;
-  transaction_id: string;
-  state: string;
-  record: string;
-  status: DeliveryStatus;
-  attempts: number;
-  last_error: string | null;
-  received_at: number;
-  updated_at: number;
-  next_attempt_at: number;
-  delivered_at: number | null;
-  lease_until: number | null;
-}
-
-function toEntry(value: unknown): InboxEntry {
-  const row = value as InboxRow;
-  return {
-    key: row.key,
-    transactionId: row.transaction_id,
-    state: row.state,
-    record: JSON.parse(row.record) as Record<string, unknown>,
-    status: row.status,
-    attempts: Number(row.attempts),
-    lastError: row.last_error,
-    receivedAt: new Date(Number(row.received_at)),
-    updatedAt: new Date(Number(row.updated_at)),
-    nextAttemptAt: new Date(Number(row.next_attempt_at)),
-    deliveredAt: row.delivered_at === null ? null : new Date(Number(row.delivered_at)),
-    leaseUntil: row.lease_until === null ? null : new Date(Number(row.lease_until)),
-  };
-}
+/** A row as an `InboxEntry`: times are milliseconds, the record JSON text. */
+const toEntry = (row: unknown): InboxEntry =>
+  inboxEntry(row, { record: (stored) => JSON.parse(stored as string) as Record<string, unknown> });
 
 /** The delivery order: oldest received first, then by key (as the lease statement picks them). */
 function oldestFirst(a: InboxEntry, b: InboxEntry): number {

@@ -21,6 +21,26 @@ describe('MemoryStore', () => {
     expect(store.claim('EFB.001158:SUCCESSFUL', DAY)).toBe(false);
   });
 
+  it('checks its arguments as every store does: a bad lease, lease() limit or list() option is a TypeError', async () => {
+    const store = new MemoryStore();
+    const record = { transaction_id: 'EFB.1', state: 'SUCCESSFUL' };
+    await expect(store.receive('EFB.1:SUCCESSFUL', record, { id: '', ms: 1000 })).rejects.toThrow(
+      /MemoryStore: a lease must have a non-empty id and a positive ms/,
+    );
+    await expect(store.receive('EFB.1:SUCCESSFUL', record, { id: 'l', ms: 0 })).rejects.toThrow(TypeError);
+    await expect(store.replace('EFB.1:SUCCESSFUL', 'l', record, { id: 'l', ms: NaN })).rejects.toThrow(
+      TypeError,
+    );
+    await expect(store.lease({ id: 'l', ms: 1000 }, 1.5)).rejects.toThrow(
+      /MemoryStore\.lease: limit must be a whole number/,
+    );
+    await expect(store.list({ status: 'gone' as never })).rejects.toThrow(
+      /MemoryStore\.list: status must be one of/,
+    );
+    await expect(store.list({ offset: -1 })).rejects.toThrow(TypeError);
+    expect(await store.list()).toEqual([]); // nothing was stored by the refused calls
+  });
+
   it('keeps different keys independent', () => {
     const store = new MemoryStore();
     expect(store.claim('EFB.001158:SUCCESSFUL', DAY)).toBe(true);

@@ -1,0 +1,183 @@
+import { messageOf, StoreError } from '../shared/errors.js';
+import type { DeliveryStatus, DurableStore, InboxEntry, Lease, StatusCounts } from './store.js';
+
+/**
+ * A NUL or a lone surrogate: PostgreSQL refuses a NUL in text, and the drivers write a lone surrogate as
+ * U+FFFD, so a key or lease id holding one would fail the batch it is sent in, or come back as another.
+ * The router never makes one (a transaction id is letters, digits and `._:-`).
+ */
+// eslint-disable-next-line no-control-regex -- the NUL is exactly what is looked for
+export const UNSTORABLE = /[\u0000\p{Cs}]/u;
+
+/**
+ * Checks that a store keeps `key` exactly: no NUL, no lone surrogate, and at most `maxLength` characters
+ * when its column is that narrow. `owner` names the store in the message (`PostgresStore`).
+ * @throws TypeError for any other key.
+ */
+export function checkKey(owner: string, key: string, maxLength = Infinity): string {
+  if (typeof key !== 'string' || key.length > maxLength || UNSTORABLE.test(key)) {
+    throw new TypeError(
+      maxLength === Infinity
+        ? `${owner}: a key cannot hold a NUL character or a lone surrogate, got ${JSON.stringify(key)}`
+        : `${owner}: a key must be a string of at most ${maxLength} characters, without a NUL or a lone surrogate, got ${JSON.stringify(key)}`,
+    );
+  }
+  return key;
+}
+
+/**
+ * `transaction_id:state`, checked as {@link checkKey} does, split at the last `:` (a transaction id may
+ * contain one; a state never does).
+ * @throws TypeError for a key of another shape.
+ */
+export function splitKey(owner: string, key: string, maxLength = Infinity): [string, string] {
+  const at = typeof key === 'string' ? checkKey(owner, key, maxLength).lastIndexOf(':') : -1;
+  if (at === -1) throw new TypeError(`${owner}: a key must be transaction_id:state, got ${String(key)}`);
+  return [key.slice(0, at), key.slice(at + 1)];
+}
+
+/**
+ * The lease's length, checked, with its id: a non-empty string (that a `text` column, and a batch's JSON,
+ * holds exactly, when `exact`: a bad one then fails its own call, never a batch it would be sent in).
+ * @throws TypeError for any other lease.
+ */
+export function leaseMs(owner: string, lease: Lease, exact = false): number {
+  if (
+    typeof lease?.id !== 'string' ||
+    lease.id === '' ||
+    (exact && UNSTORABLE.test(lease.id)) ||
+    !Number.isFinite(lease.ms) ||
+    lease.ms <= 0
+  ) {
+    throw new TypeError(
+      `${owner}: a lease must have a non-empty id${exact ? ' (no NUL character or lone surrogate)' : ''} and a positive ms, got ${JSON.stringify(lease)}`,
+    );
+  }
+  return lease.ms;
+}
+
+/** Checks `lease()`'s `limit`: a whole number. @throws TypeError for any other. */
+export function checkLeaseLimit(owner: string, limit: number): void {
+  if (!Number.isInteger(limit) || limit < 0) {
+    throw new TypeError(`${owner}.lease: limit must be a whole number, got ${limit}`);
+  }
+}
+
+/** `countByStatus()` from the rows of a `SELECT status, count(*) AS count ... GROUP BY status`. */
+export function statusCounts(rows: unknown[]): StatusCounts {
+  const counts: StatusCounts = { received: 0, delivered: 0, failed: 0, dead: 0 };
+  for (const row of rows as Array<{ status: DeliveryStatus; count: number | string }>)
+    counts[row.status] = Number(row.count);
+  return counts;
+}
+
+/**
+ * The `StoreError` of a statement that found its table missing: what to do about it, then the database's
+ * own message (`database` names it: `PostgreSQL`), which names the table it looked for. `notMigrated`.
+ */
+export function notMigrated(
+  owner: string,
+  table: string,
+  sql: string,
+  database: string,
+  error: unknown,
+): StoreError {
+  return new StoreError(
+    `${owner}: the table ${table} does not exist: run \`await store.migrate()\` once, or create it ` +
+      `with the SQL of ${sql} in your migrations (${database}: ${messageOf(error)})`,
+    { cause: error, notMigrated: true },
+  );
+}
+
+/** How many entries one `list()` page reads. */
+const PAGE = 500;
+
+/**
+ * `DurableStore.replayDead()` of every built-in store, one rule over `list` and `replay`: the dead entries'
+ * keys, oldest first, collected before any is replayed (a replay changes the status the pages select on),
+ * then each replayed as `replay(key)` does it. Resolves how many were replayed. As the router's bulk replay
+ * (`replayMatching({ status: 'dead' })`), it is one atomic step per entry, not one for them all.
+ */
+export async function replayEveryDead(store: Pick<DurableStore, 'list' | 'replay'>): Promise<number> {
+  const keys: string[] = [];
+  for (let offset = 0; ; offset += PAGE) {
+    const page = await store.list({ status: 'dead', order: 'oldest', limit: PAGE, offset });
+    keys.push(...page.map((entry) => entry.key));
+    if (page.length < PAGE) break;
+  }
+  let replayed = 0;
+  for (const key of keys) if (await store.replay(key)) replayed += 1;
+  return replayed;
+}
+
+/**
+ * A row of a SQL store's inbox, as its driver returns it: what {@link inboxEntry} reads.
+ * @inline
+ */
+export interface InboxRow {
+  key: string;
+  transaction_id: string;
+  state: string;
+  record: unknown;
+  status: DeliveryStatus;
+  attempts: number | string;
+  last_error: string | null;
+  received_at: unknown;
+  updated_at: unknown;
+  next_attempt_at: unknown;
+  delivered_at: unknown;
+  lease_until: unknown;
+}
+
+/** How a SQL store's driver gives a row's parts: what {@link inboxEntry} needs to read them. */
+export interface RowReader {
+  /** The stored record as an object. */
+  record(stored: unknown): Record<string, unknown>;
+  /** A time as a `Date`. @default milliseconds since the epoch (a number, or its digits) */
+  date?(stored: unknown): Date;
+  /** The last error as text. @default the text as it is */
+  lastError?(stored: string): string;
+}
+
+/** A row of a SQL store's inbox as an `InboxEntry`: camelCase, times as `Date`s, the record as an object. */
+export function inboxEntry(value: unknown, read: RowReader): InboxEntry {
+  const row = value as InboxRow;
+  const date = (stored: unknown): Date => (read.date ? read.date(stored) : new Date(Number(stored)));
+  return {
+    key: String(row.key),
+    transactionId: String(row.transaction_id),
+    state: String(row.state),
+    record: read.record(row.record),
+    status: row.status,
+    attempts: Number(row.attempts),
+    lastError: row.last_error === null ? null : (read.lastError?.(String(row.last_error)) ?? row.last_error),
+    receivedAt: date(row.received_at),
+    updatedAt: date(row.updated_at),
+    nextAttemptAt: date(row.next_attempt_at),
+    deliveredAt: row.delivered_at === null ? null : date(row.delivered_at),
+    leaseUntil: row.lease_until === null ? null : date(row.lease_until),
+  };
+}
+
+/**
+ * `migrate()`'s run, its failure worded: a `StoreError` as it is, anything else as what could not be made,
+ * the driver's message, then `hint` (what the database user needs, where the SQL is).
+ */
+export async function migrateWorded<R>(
+  owner: string,
+  table: string,
+  run: () => Promise<R>,
+  hint = '',
+): Promise<R> {
+  try {
+    return await run();
+  } catch (error) {
+    if (error instanceof StoreError) throw error;
+    throw new StoreError(
+      `${owner}.migrate: could not create the table ${table}: ${messageOf(error)}${hint}`,
+      {
+        cause: error,
+      },
+    );
+  }
+}
