@@ -95,6 +95,9 @@ export async function matchingKeys(store: DurableStore, filter: ReplayFilter): P
   return [...keys];
 }
 
+/** Makes one entry due in `delayMs`, if its status is still one of `from`; whether it did. */
+type ReplayOne = (key: string, delayMs: number, from: readonly DeliveryStatus[]) => Promise<boolean>;
+
 /**
  * Replays the entries matching `filter`, paced by the store's own clock: the i-th is due `floor(i / rate)`
  * seconds from now, so at most `rate` entries a second become due, on every instance sharing the store.
@@ -103,14 +106,17 @@ export async function replayMatching(
   store: DurableStore,
   filter: ReplayFilter,
   rate: number,
-  replayOne: (key: string, delayMs: number) => Promise<boolean> = (key, delayMs) =>
-    store.replay(key, delayMs),
+  replayOne: ReplayOne = (key, delayMs, from) => store.replay(key, delayMs, from),
 ): Promise<ReplayResult> {
   const keys = await matchingKeys(store, filter);
   if (filter.dryRun === true) return { matched: keys.length, replayed: 0, keys: [] };
+  // Each is replayed only if still in a status the filter selects, checked in the store's own write: an
+  // entry listed as failed that a retry delivered meanwhile is not run again (a second credit).
+  const from: readonly DeliveryStatus[] =
+    filter.status === undefined ? ['received', 'failed', 'dead'] : [filter.status];
   const replayed: string[] = [];
   for (const [i, key] of keys.entries()) {
-    if (await replayOne(key, Math.floor(i / rate) * 1000)) replayed.push(key);
+    if (await replayOne(key, Math.floor(i / rate) * 1000, from)) replayed.push(key);
   }
   return { matched: keys.length, replayed: replayed.length, keys: replayed };
 }

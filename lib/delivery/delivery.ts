@@ -282,10 +282,10 @@ export function createDelivery<C>(
   /** The bulk replay (shared by every store: each only makes one entry due again, in its dialect). */
   async function replayWhere(filter: ReplayFilter): Promise<ReplayResult> {
     const store = inbox();
-    const result = await replayMatching(store, filter, options.replayRate, async (key, delayMs) => {
+    const result = await replayMatching(store, filter, options.replayRate, async (key, delayMs, from) => {
       // A kept unexpected notification still under its hold lease (a crash between its two writes).
       await unexpected.endHold(key);
-      return store.replay(key, delayMs);
+      return store.replay(key, delayMs, from);
     });
     if (result.replayed > 0) recoverSoon();
     return result;

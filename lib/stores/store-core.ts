@@ -95,8 +95,9 @@ const PAGE = 500;
 /**
  * `DurableStore.replayDead()` of every built-in store, one rule over `list` and `replay`: the dead entries'
  * keys, oldest first, collected before any is replayed (a replay changes the status the pages select on),
- * then each replayed as `replay(key)` does it. Resolves how many were replayed. As the router's bulk replay
- * (`replayMatching({ status: 'dead' })`), it is one atomic step per entry, not one for them all.
+ * then each replayed as `replay(key, 0, ['dead'])` does it: only if still dead, in the same write (one
+ * delivered meanwhile by another instance's replay is not run again). Resolves how many were replayed. As
+ * the router's bulk replay (`replayMatching({ status: 'dead' })`), one atomic step per entry.
  */
 export async function replayEveryDead(store: Pick<DurableStore, 'list' | 'replay'>): Promise<number> {
   const keys: string[] = [];
@@ -106,7 +107,7 @@ export async function replayEveryDead(store: Pick<DurableStore, 'list' | 'replay
     if (page.length < PAGE) break;
   }
   let replayed = 0;
-  for (const key of keys) if (await store.replay(key)) replayed += 1;
+  for (const key of keys) if (await store.replay(key, 0, ['dead'])) replayed += 1;
   return replayed;
 }
 

@@ -185,10 +185,12 @@ export interface DurableStore extends Store {
   countByStatus?(receivedFrom?: Date): Promise<StatusCounts>;
   /**
    * Makes one entry due again now (or `delayMs` from now, by the store's clock: how a bulk replay paces its
-   * entries), attempts reset to 0, whatever its status; a live lease is kept (the attempt holding it
-   * finishes first). `false` when there is none, or only a `claim` row without a record.
+   * entries), attempts reset to 0, whatever its status, or given `from` only while its status is one of
+   * those, checked in the same atomic write (a bulk replay's guard: an entry it listed as `failed` that a
+   * retry delivered since is not run again); a live lease is kept (the attempt holding it finishes first).
+   * `false` when there is none, it is in another status, or only a `claim` row without a record.
    */
-  replay(key: string, delayMs?: number): Promise<boolean>;
+  replay(key: string, delayMs?: number, from?: readonly DeliveryStatus[]): Promise<boolean>;
   /** Makes every `dead` entry due again now, attempts reset to 0. Resolves how many. */
   replayDead(): Promise<number>;
   /**

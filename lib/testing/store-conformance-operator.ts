@@ -32,6 +32,34 @@ export const OPERATOR_RULES: Rule[] = [
     },
   },
   {
+    // A bulk replay lists entries, then replays each only if it is still in a status it selected: an entry
+    // a retry delivered in between must not be run again (a second credit). The check is in the write.
+    name: 'replay-from',
+    needs: 'durable',
+    async run(kit) {
+      const done = kit.key('replay-from-delivered');
+      await delivered(kit, done);
+      must(
+        !(await kit.store.replay(done, 0, ['received', 'failed', 'dead'])),
+        `replay(${done}, 0, [received, failed, dead]) of a delivered entry resolved true`,
+      );
+      same(
+        (await kit.entry(done)).status,
+        'delivered',
+        `status of ${done} after a replay from other statuses`,
+      );
+      const failed = kit.key('replay-from-failed');
+      await kit.failed(failed, 3_600_000);
+      must(
+        !(await kit.store.replay(failed, 0, ['dead'])),
+        `replay(${failed}, 0, [dead]) of a failed entry resolved true`,
+      );
+      same((await kit.entry(failed)).status, 'failed', `status of ${failed} after a replay from dead only`);
+      must(await kit.store.replay(failed, 0, ['failed']), `replay(${failed}, 0, [failed]) resolved false`);
+      same((await kit.entry(failed)).status, 'received', `status of ${failed} after a replay from failed`);
+    },
+  },
+  {
     // An operator replays an entry whose attempt is still running: that attempt finishes first, alone.
     name: 'replay-keeps-live-lease',
     needs: 'durable',

@@ -1,5 +1,13 @@
 import { blankPersonal } from '../redact-record.js';
-import type { InboxEntry, PurgedStatus, Lease, ListOptions, Settlement, StatusCounts } from '../store.js';
+import type {
+  DeliveryStatus,
+  InboxEntry,
+  PurgedStatus,
+  Lease,
+  ListOptions,
+  Settlement,
+  StatusCounts,
+} from '../store.js';
 
 type Held = InboxEntry & { leaseId: string | null };
 
@@ -140,9 +148,9 @@ export class MemoryInbox {
   }
 
   /** As `PostgresStore.replay`: due now, attempts 0; a live lease is kept (its attempt finishes first). */
-  replay(key: string, delayMs = 0): boolean {
+  replay(key: string, delayMs = 0, from?: readonly DeliveryStatus[]): boolean {
     const entry = this.#entries.get(key);
-    if (entry === undefined) return false;
+    if (entry === undefined || (from !== undefined && !from.includes(entry.status))) return false;
     const now = new Date(this.#now());
     const due = new Date(now.getTime() + delayMs);
     Object.assign(entry, { status: 'received', attempts: 0, nextAttemptAt: due, updatedAt: now });

@@ -6,6 +6,7 @@ import { MemoryExpectations } from './memory-expectations.js';
 import { MemoryLifecycle } from './memory-lifecycle.js';
 import { MemoryAudit } from './memory-audit.js';
 import type {
+  DeliveryStatus,
   DurableStore,
   PurgedStatus,
   InboxEntry,
@@ -155,8 +156,8 @@ export class MemoryStore implements DurableStore {
   }
 
   /** Makes `key` due now, attempts 0, whatever its status. */
-  replay(key: string, delayMs?: number): Promise<boolean> {
-    return settled(() => this.#inbox.replay(key, delayMs));
+  replay(key: string, delayMs?: number, from?: readonly DeliveryStatus[]): Promise<boolean> {
+    return settled(() => this.#inbox.replay(key, delayMs, from));
   }
 
   /** Replays every dead entry; resolves how many. */

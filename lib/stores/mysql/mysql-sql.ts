@@ -221,7 +221,7 @@ export function mysqlInboxSql(table: string) {
     // claim() writes, which hold no notification to deliver.
     replay: `UPDATE ${t} SET status = 'received', attempts = 0,
         next_attempt_at = ${NOW} + INTERVAL (? * 1000) MICROSECOND, updated_at = ${NOW}
-      WHERE \`key\` = ? AND record <> '{}'`,
+      WHERE \`key\` = ? AND record <> '{}' AND (? IS NULL OR FIND_IN_SET(status, ?) > 0)`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ${AT}`,
     purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < ${AT}`,
     // redact(): the records to blank (in JavaScript, one rule for every store), then each set only if unchanged

@@ -9,6 +9,7 @@ import { retriedAfterMigration, trackMigration } from '../postgres/postgres-migr
 import { openOrmTransaction } from '../orm-transaction.js';
 import { isTransactions, type Statement, type Transactions } from '../transactions.js';
 import type {
+  DeliveryStatus,
   DeliveryTransaction,
   DurableStore,
   InboxEntry,
@@ -448,8 +449,10 @@ export class MysqlStore<
   }
 
   /** Makes `key` due now whatever its status: `received`, attempts 0, a live lease kept, `last_error` kept. */
-  async replay(key: string, delayMs = 0): Promise<boolean> {
-    return affectedOf(await this.#query(this.#sql.replay, [Math.round(delayMs), key])) === 1;
+  async replay(key: string, delayMs = 0, from?: readonly DeliveryStatus[]): Promise<boolean> {
+    const statuses = from === undefined ? null : from.join(',');
+    const values = [Math.round(delayMs), key, statuses, statuses];
+    return affectedOf(await this.#query(this.#sql.replay, values)) === 1;
   }
 
   /** {@link MysqlStore.replay} for every `dead` entry; resolves how many. */

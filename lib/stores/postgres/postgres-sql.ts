@@ -278,7 +278,7 @@ export function inboxSql(table: string) {
     // claim() writes, which hold no notification to deliver.
     replay: `UPDATE ${t} SET status = 'received', attempts = 0,
         next_attempt_at = now() + $2::bigint * interval '1 millisecond', updated_at = now()
-      WHERE key = $1 AND record <> '{}'::jsonb`,
+      WHERE key = $1 AND record <> '{}'::jsonb AND ($3::text[] IS NULL OR status = ANY($3::text[]))`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < $1`,
     purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < $1`,
     // Only rows that still hold a name or a number: a second pass changes nothing and counts nothing.

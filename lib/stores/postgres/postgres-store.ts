@@ -25,6 +25,7 @@ import { PostgresLifecycle } from './postgres-lifecycle.js';
 import { retriedAfterMigration, trackMigration } from './postgres-migrations.js';
 import { DeliveryError, messageOf, StoreError } from '../../shared/errors.js';
 import type {
+  DeliveryStatus,
   DeliveryTransaction,
   DurableStore,
   InboxEntry,
@@ -471,8 +472,9 @@ export class PostgresStore<
    * Makes `key` due now whatever its status: `received`, attempts 0, `last_error` kept; a live lease is kept
    * (the attempt holding it finishes first). `false` for a row `claim()` wrote, which holds no notification.
    */
-  async replay(key: string, delayMs = 0): Promise<boolean> {
-    return (await this.#query(this.#sql.replay, [key, Math.round(delayMs)])).rowCount === 1;
+  async replay(key: string, delayMs = 0, from?: readonly DeliveryStatus[]): Promise<boolean> {
+    const values = [key, Math.round(delayMs), from === undefined ? null : [...from]];
+    return (await this.#query(this.#sql.replay, values)).rowCount === 1;
   }
 
   /** {@link PostgresStore.replay} for every `dead` entry; resolves how many. */

@@ -18,9 +18,12 @@ local base = KEYS[1]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)`;
 
-const REPLAY_ONE = `local function replay(k, delay)
+const REPLAY_ONE = `local function replay(k, delay, from)
   local e = base .. 'e:' .. k
   if redis.call('EXISTS', e) == 0 then return 0 end
+  if from and from ~= '' and not string.find(',' .. from .. ',', ',' .. redis.call('HGET', e, 'status') .. ',', 1, true) then
+    return 0
+  end
   local due = now + (delay or 0)
   redis.call('HMSET', e, 'status', 'received', 'attempts', 0, 'next_attempt_at', due, 'updated_at', now)
   local held = tonumber(redis.call('HGET', e, 'lease_until'))
@@ -87,10 +90,13 @@ else
 end
 return 1`,
 
-  /** ARGV: key, delay in ms. 1 when replayed, 0 when there is no entry. */
+  /**
+   * ARGV: key, delay in ms, the statuses it may be in (comma-separated; empty: any). 1 when replayed, 0 when
+   * there is no entry or it is in another status.
+   */
   replay: `${NOW}
 ${REPLAY_ONE}
-return replay(ARGV[1], tonumber(ARGV[2]) or 0)`,
+return replay(ARGV[1], tonumber(ARGV[2]) or 0, ARGV[3])`,
 
   /** ARGV: before (ms). Deletes entries delivered before it; how many. */
   purge: `local base = KEYS[1]

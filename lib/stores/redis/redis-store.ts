@@ -321,8 +321,8 @@ export class RedisStore implements DurableStore {
   }
 
   /** Makes `key` due now, attempts 0, whatever its status; a live lease is kept. */
-  async replay(key: string, delayMs = 0): Promise<boolean> {
-    return (await this.#inbox('replay', [key, String(Math.round(delayMs))])) === 1;
+  async replay(key: string, delayMs = 0, from?: readonly DeliveryStatus[]): Promise<boolean> {
+    return (await this.#inbox('replay', [key, String(Math.round(delayMs)), (from ?? []).join(',')])) === 1;
   }
 
   /** Replays every dead entry; resolves how many. */

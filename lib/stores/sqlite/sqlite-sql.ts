@@ -92,7 +92,7 @@ export function sqliteInboxSql(table: string) {
     get: `SELECT ${COLUMNS} FROM ${t} WHERE key = ?`,
     // A replay keeps a live lease and skips the rows claim() writes, which hold no notification.
     replay: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = ?, updated_at = ?
-      WHERE key = ? AND record <> '{}'`,
+      WHERE key = ? AND record <> '{}' AND (? IS NULL OR instr(',' || ? || ',', ',' || status || ',') > 0)`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ?`,
     purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < ?`,
     // redact(): the records to blank (in JavaScript, one rule for every store), then each set only if unchanged

@@ -18,6 +18,7 @@ import { messageOf, StoreError } from '../../shared/errors.js';
 import { openOrmTransaction } from '../orm-transaction.js';
 import type { Statement } from '../transactions.js';
 import type {
+  DeliveryStatus,
   DeliveryTransaction,
   DurableStore,
   InboxEntry,
@@ -397,9 +398,11 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
   }
 
   /** Makes `key` due now whatever its status (see `DurableStore.replay`); `false` for a `claim()` row. */
-  async replay(key: string, delayMs = 0): Promise<boolean> {
+  async replay(key: string, delayMs = 0, from?: readonly DeliveryStatus[]): Promise<boolean> {
     const now = Date.now();
-    return (await this.#change(this.#sql.replay, [now + Math.round(delayMs), now, key])) === 1;
+    const statuses = from === undefined ? null : from.join(',');
+    const values = [now + Math.round(delayMs), now, key, statuses, statuses];
+    return (await this.#change(this.#sql.replay, values)) === 1;
   }
 
   /** {@link SqliteStore.replay} for every `dead` entry; resolves how many. */
