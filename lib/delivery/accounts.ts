@@ -64,18 +64,22 @@ export function accountOfNotification(
 }
 
 /**
- * `source`, asking about an expected transaction with its expectation's account when the query names none.
- * Only for a source holding several keys, and a store of expectations: else `source` itself. The store's
- * read is bounded by `ms`; a failed or late read names no account (each key in turn: slower, never wrong).
+ * `source`, naming the account of each query as the docs rank them: the query's own `account`; else the
+ * expectation's (an expected transaction); else the router's `accountOf` guess (`accountGuess`), when the
+ * source holds a key for it (an unknown one is warned of and dropped); else none: each key in turn. Only for
+ * a source holding several keys: else `source` itself (a guess in the options is ignored by a status client).
+ * The store's read is bounded by `ms`; a failed or late read names no account (slower, never wrong).
  */
 export function accounted(
   source: StatusSource,
   expectations: ExpectationStore | undefined,
   ms: number,
+  logger: Logger,
 ): StatusSource {
-  if (expectations === undefined || !Array.isArray(source.accounts) || source.accounts.length < 2)
-    return source;
+  const accounts = source.accounts;
+  if (!Array.isArray(accounts) || accounts.length < 2) return source;
   const expectedAccount = async (id: string): Promise<string | undefined> => {
+    if (expectations === undefined) return undefined;
     try {
       const pending = Promise.resolve().then(() => expectations.get(id));
       return (await within(pending, ms, () => new Error('late')))?.account;
@@ -83,14 +87,23 @@ export function accounted(
       return undefined;
     }
   };
+  const held = (id: string, guess: string | undefined): string | undefined => {
+    if (guess === undefined || accounts.includes(guess)) return guess;
+    logger.warn(
+      { transaction_id: id, account: guess },
+      `accountOf named ${guess}, an account the status client holds no key for (known: ${accounts.join(', ')}): ` +
+        'the status query asks with each API key in turn',
+    );
+    return undefined;
+  };
   return {
-    accounts: source.accounts,
+    accounts,
     async getStatus(id, options) {
-      if (options?.account !== undefined) return source.getStatus(id, options);
-      const account = await expectedAccount(id);
-      if (account === undefined)
-        return options === undefined ? source.getStatus(id) : source.getStatus(id, options);
-      return source.getStatus(id, { ...options, account });
+      const { accountGuess, ...rest } = options ?? {};
+      if (rest.account !== undefined) return source.getStatus(id, rest);
+      const account = (await expectedAccount(id)) ?? held(id, accountGuess);
+      if (account !== undefined) return source.getStatus(id, { ...rest, account });
+      return options === undefined ? source.getStatus(id) : source.getStatus(id, rest);
     },
   };
 }

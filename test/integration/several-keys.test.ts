@@ -614,9 +614,10 @@ describe('expectations keep their account: SqliteStore', () => {
         opened.push(database);
         return new SqliteStore({ database });
       },
-      close: async () => {
+      close: () => {
         for (const database of opened) database.close();
         rmSync(folder, { recursive: true, force: true });
+        return Promise.resolve();
       },
     };
   });
