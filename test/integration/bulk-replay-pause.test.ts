@@ -6,7 +6,7 @@ import Database from 'better-sqlite3';
 import Redis from 'ioredis';
 import { createPool } from 'mysql2/promise';
 import { Pool } from 'pg';
-import { IpnKitError, ipnRouter, MemoryStore, type Options } from '../../lib/index.js';
+import { IpnKitError, ipnRouter, MemoryStore, StoreError, type Options } from '../../lib/index.js';
 import { MysqlStore } from '../../lib/mysql.js';
 import { PostgresStore } from '../../lib/postgres.js';
 import { SqliteStore } from '../../lib/sqlite.js';
@@ -27,7 +27,13 @@ const serve = servedRouters();
 const keyOf = (payload: Record<string, unknown>) =>
   `${String(payload.transaction_id)}:${String(payload.state)}`;
 
-function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
+/**
+ * Makes the store's pause switch unwritable: its control table dropped (a database not migrated to version
+ * 3), or the store's connection gone. `storeUp`: the inbox itself still works (notifications are delivered).
+ */
+type BreakSwitch = (store: DurableStore) => Promise<{ storeUp: boolean }>;
+
+function scenarios(fresh: () => Promise<DurableStore> | DurableStore, breakSwitch?: BreakSwitch) {
   async function start(options: Partial<Options> = {}) {
     const store = await fresh();
     const ipn = ipnRouter({
@@ -205,6 +211,24 @@ function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
     await eventually('c delivered at once', async () => (await status(keyOf(c))) === 'delivered');
   });
 
+  if (breakSwitch !== undefined) {
+    test('pause() whose switch cannot be written rejects with a StoreError, and this instance does not claim paused', async () => {
+      const { ipn, store, post, heal, status } = await start();
+      heal();
+      const { storeUp } = await breakSwitch(store);
+      const refused = ipn.pause();
+      await expect(refused).rejects.toBeInstanceOf(StoreError);
+      await expect(refused).rejects.toThrow(/failed to keep the pause for every instance: nothing paused/);
+      expect(ipn.inbox.isPaused()).toBe(false);
+      if (!storeUp) return;
+      // The fleet is not paused, nor is this instance: a notification is delivered, not parked.
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await eventually('delivered', async () => (await status(keyOf(payload))) === 'delivered');
+      expect(ipn.inbox.isPaused()).toBe(false);
+    });
+  }
+
   test('pause() holds every instance over the store; resume() on another delivers what waited, once', async () => {
     const { ipn: a, store, credited, heal, status } = await start();
     heal();
@@ -267,6 +291,9 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
     const store = new PostgresStore({ pool, table });
     await store.migrate();
     return store;
+  }, async (store) => {
+    await pool.query(`DROP TABLE "${(store as PostgresStore).table}_control"`);
+    return { storeUp: true };
   });
 });
 
@@ -280,11 +307,26 @@ describeWithService('Redis', 'RedisStore', () => {
     }
     client.disconnect();
   });
-  scenarios(() => {
-    const prefix = `ipn-kit-test:pause:${process.pid}:${prefixes.length}:`;
-    prefixes.push(prefix);
-    return new RedisStore({ client, prefix });
+  // Each store over a connection of its own: closing it takes the switch's store down.
+  const connections = new Map<DurableStore, Redis>();
+  afterAll(() => {
+    for (const connection of connections.values()) connection.disconnect();
   });
+  scenarios(
+    () => {
+      const prefix = `ipn-kit-test:pause:${process.pid}:${prefixes.length}:`;
+      prefixes.push(prefix);
+      const own = new Redis(redisUrl());
+      own.on('error', () => {});
+      const store = new RedisStore({ client: own, prefix });
+      connections.set(store, own);
+      return store;
+    },
+    (store) => {
+      connections.get(store)!.disconnect();
+      return Promise.resolve({ storeUp: false });
+    },
+  );
 });
 
 describeWithService('MariaDB', 'MysqlStore', () => {
@@ -300,6 +342,9 @@ describeWithService('MariaDB', 'MysqlStore', () => {
     const store = new MysqlStore({ pool, table });
     await store.migrate();
     return store;
+  }, async (store) => {
+    await pool.query(`DROP TABLE \`${(store as MysqlStore).table}_control\``);
+    return { storeUp: true };
   });
 });
 
@@ -316,5 +361,8 @@ describe('SqliteStore', () => {
     const store = new SqliteStore({ database });
     await store.migrate();
     return store;
+  }, (store) => {
+    opened.at(-1)!.exec(`DROP TABLE "${(store as SqliteStore).table}_control"`);
+    return Promise.resolve({ storeUp: true });
   });
 });
