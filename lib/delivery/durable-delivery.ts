@@ -228,17 +228,25 @@ export function createDurableDelivery<C>(
     return paused;
   }
 
-  /** `pause()` and `resume()`: this instance at once, then every instance over the store's switch. */
+  /**
+   * `pause()` and `resume()`: this instance at once, then every instance over the store's switch. When the
+   * switch cannot be written, nothing changed: this instance goes back to what it held (unless a later
+   * pause or resume came meanwhile) and reads the switch afresh before its next delivery (a write that timed
+   * out may have landed: the store's flag is what every instance follows).
+   */
   async function setPaused(value: boolean): Promise<void> {
+    const before = paused;
     paused = value;
-    pauseChanges += 1;
+    const change = ++pauseChanges;
     if (pauseSwitch === undefined) return;
     pauseWrites += 1;
     try {
       await timed(pauseSwitch.write(value), 'pauseSwitch.write');
     } catch (cause) {
+      if (change === pauseChanges) paused = before;
+      pauseReadAt = -Infinity;
       const what = value ? 'pause' : 'resume';
-      const message = `the store failed to keep the ${what} for every instance (this one did ${what}): ${messageOf(cause)}`;
+      const message = `the store failed to keep the ${what} for every instance: nothing ${value ? 'paused' : 'resumed'} (${messageOf(cause)})`;
       throw new StoreError(message, { cause });
     } finally {
       pauseWrites -= 1;
