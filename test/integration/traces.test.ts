@@ -204,6 +204,50 @@ function scenarios(
     expect(heard).toHaveLength(1);
   });
 
+  test("a notification's own ipn_kit_traceparent field (not the service's) is never kept, linked, or shown to listeners", async () => {
+    const forgedTrace = 'f'.repeat(32);
+    const forged = `00-${forgedTrace}-${'e'.repeat(16)}-01`;
+    const heard: string[] = [];
+    const failingOnce = (ipn: IpnRouter) => {
+      ipn.on('successful', (n) => {
+        heard.push(JSON.stringify(n));
+        if (heard.length % 2 === 1) return Promise.reject(new Error('ledger down once'));
+      });
+    };
+    // With a provider: the request's own traceparent is kept, not the sender's.
+    const store = await fresh();
+    const traced = uniquePayload({ ipn_kit_traceparent: forged });
+    const { ipn, post } = await start(store, { retryDelayMs: 5 });
+    failingOnce(ipn);
+    expect((await post(traced)).status).toBe(200);
+    await eventually('delivered', async () => (await store.get(keyOf(traced)))?.status === 'delivered');
+    const id = String(traced.transaction_id);
+    await eventually('two attempt spans', () => spans('ipn.deliver', id).length === 2);
+    const [request] = spans('ipn.request', id);
+    const { traceId, spanId } = request!.spanContext();
+    expect((await store.get(keyOf(traced)))!.record.ipn_kit_traceparent).toBe(`00-${traceId}-${spanId}-01`);
+    for (const span of spans('ipn.deliver', id)) {
+      expect(span.links.map((link) => link.context.traceId)).not.toContain(forgedTrace);
+      expect(span.spanContext().traceId).not.toBe(forgedTrace);
+    }
+
+    // Without one when it arrived: nothing is kept, and a retry made once a provider is registered links to nothing.
+    unregister();
+    const bare = uniquePayload({ ipn_kit_traceparent: forged });
+    try {
+      expect((await post(bare)).status).toBe(200);
+      await eventually('the failed attempt', async () => (await store.get(keyOf(bare)))?.status === 'failed');
+      expect(Object.keys((await store.get(keyOf(bare)))!.record)).not.toContain('ipn_kit_traceparent');
+    } finally {
+      register();
+    }
+    await eventually('delivered', async () => (await store.get(keyOf(bare)))?.status === 'delivered');
+    const [retry] = spans('ipn.deliver', String(bare.transaction_id));
+    expect(retry!.links).toEqual([]);
+    expect(heard).toHaveLength(4);
+    for (const seen of heard) expect(seen).not.toContain('traceparent');
+  });
+
   test('with no tracer provider registered, no span is made and the inbox keeps the record as received', async () => {
     unregister();
     try {
