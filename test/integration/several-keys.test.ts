@@ -161,6 +161,21 @@ describe('createStatusClient({ apiKeys }) against a service with two accounts', 
     expect(asked).toEqual(['zoneA', 'zoneB']);
   });
 
+  test("apiKeys as a function that throws for one account: the other's payments are found, and an unknown id is 'can't tell yet', never not found", async () => {
+    const id = await paymentOfZoneB();
+    const status = client({
+      apiKeys: (account) => {
+        if (account === 'zoneA') throw new Error('the secret store is down');
+        return KEYS.zoneB;
+      },
+      accounts: ['zoneA', 'zoneB'],
+    });
+    expect(await status.getStatus(id)).toMatchObject({ state: 'SUCCESSFUL' });
+    const unknown = status.getStatus('NOPE.000003');
+    await expect(unknown).rejects.not.toBeInstanceOf(TransactionNotFoundError);
+    await expect(unknown).rejects.toThrow(/apiKeys\(zoneA\) threw: the secret store is down/);
+  });
+
   test('the options are checked: clear TypeErrors', () => {
     const make = (options: Record<string, unknown>) => () =>
       createStatusClient({ baseUrl: provider.statusBaseUrl, ...options });
@@ -427,6 +442,36 @@ function accountSuite(name: string, open: () => Promise<{ store: () => Store; cl
   });
 }
 
+/** An account name as odd as a configuration may hold: quotes, a separator, braces, accents, an emoji, 200 characters. */
+const ODD_ACCOUNT = `zone "B"/l'Ouest:{x}% ü 😀 ${'z'.repeat(180)}`;
+
+/** The odd account kept by the store and read back by another instance: its key only asks. */
+function oddAccountSuite(name: string, open: () => Promise<{ store: () => Store; close: () => Promise<void> }>) {
+  test(`${name}: an account name with odd characters is kept with the expectation and swept with its key only`, async () => {
+    const { store, close } = await open();
+    try {
+      const id = await paymentOfZoneB('order-odd');
+      const { fetch, keysFor } = keysSent();
+      const apiKeys = { zoneA: KEYS.zoneA, [ODD_ACCOUNT]: KEYS.zoneB };
+      const options = { logger: quiet, reconcileAfterMs: 1, sweepIntervalMs: 2 ** 31 - 1 };
+      const first = ipnRouter({ ...options, store: store(), statusClient: client({ apiKeys }, fetch) });
+      routers.push(first);
+      await first.expect(id, { amount: 5000, customData: 'order-odd', account: ODD_ACCOUNT });
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      const second = ipnRouter({ ...options, store: store(), statusClient: client({ apiKeys }, fetch) });
+      routers.push(second);
+      const recorder = recordEvents(second);
+      expect(await second.sweep()).toMatchObject({ queried: 1, reconciled: 1 });
+      await settle();
+      expect(recorder.of('successful').map((n) => n.transaction_id)).toEqual([id]);
+      expect(keysFor(id)).toEqual([KEYS.zoneB]);
+    } finally {
+      await Promise.all(routers.splice(0).map((router) => router.close()));
+      await close();
+    }
+  });
+}
+
 describe('expectations keep their account: MemoryStore', () => {
   const open = () => {
     const shared = new MemoryStore();
@@ -434,6 +479,7 @@ describe('expectations keep their account: MemoryStore', () => {
   };
   sweepSuite('MemoryStore', open);
   accountSuite('MemoryStore', open);
+  oddAccountSuite('MemoryStore', open);
 });
 
 describeWithService('PostgreSQL', 'expectations keep their account: PostgresStore', () => {
@@ -454,6 +500,7 @@ describeWithService('PostgreSQL', 'expectations keep their account: PostgresStor
   };
   sweepSuite('PostgresStore', open);
   accountSuite('PostgresStore', open);
+  oddAccountSuite('PostgresStore', open);
 
   test('migrate() adds the account column to an expectations table made before it, and again does nothing', async () => {
     const table = `ipn_test_keys_old_${process.pid}_${randomUUID().slice(0, 8)}`;
@@ -504,6 +551,7 @@ describeWithService(
     };
     sweepSuite('RedisStore', open);
     accountSuite('RedisStore', open);
+    oddAccountSuite('RedisStore', open);
 
     test("two instances share each key's budget through Redis, and zone A's spent does not stop zone B", async () => {
       const id = await paymentOfZoneB();
@@ -570,7 +618,7 @@ async function keepsAccountAfterMigrating(store: {
 }
 
 describeWithService('MariaDB', 'MysqlStore: migrate() adds the account column', () => {
-  sweepSuite('MysqlStore', async () => {
+  const open = async () => {
     const table = `ipn_test_keys_sw_${process.pid}_${randomUUID().slice(0, 6)}`;
     const pool = createPool({ uri: mysqlUrl(), connectionLimit: 4 });
     await new MysqlStore({ pool, table }).migrate();
@@ -583,7 +631,9 @@ describeWithService('MariaDB', 'MysqlStore: migrate() adds the account column', 
         await pool.end();
       },
     };
-  });
+  };
+  sweepSuite('MysqlStore', open);
+  oddAccountSuite('MysqlStore', open);
 
   test('to an expectations table made before it, and again does nothing', async () => {
     const table = `ipn_test_keys_${process.pid}_${randomUUID().slice(0, 6)}`;
@@ -603,7 +653,7 @@ describeWithService('MariaDB', 'MysqlStore: migrate() adds the account column', 
 });
 
 describe('expectations keep their account: SqliteStore', () => {
-  sweepSuite('SqliteStore', async () => {
+  const open = async () => {
     const folder = mkdtempSync(join(tmpdir(), 'ipn-sqlite-keys-sweep-'));
     // A handle on one file per instance, as two processes would have.
     const opened: Database.Database[] = [new Database(join(folder, 'shared.db'))];
@@ -620,7 +670,9 @@ describe('expectations keep their account: SqliteStore', () => {
         return Promise.resolve();
       },
     };
-  });
+  };
+  sweepSuite('SqliteStore', open);
+  oddAccountSuite('SqliteStore', open);
 });
 
 test('SqliteStore: migrate() adds the account column to an expectations table made before it, and again does nothing', async () => {
