@@ -277,6 +277,62 @@ describe('MemoryStore', () => {
   });
 });
 
+describe('the pause read cache', () => {
+  test("a slow read of the switch is as old as when it was asked: an instance never trusts a reading taken before another's pause() for a second more", async () => {
+    const store = new MemoryStore();
+    // The other instance's view of the store: its reads of the switch answer what the flag was when asked,
+    // as late as the gate says (a store answering slowly).
+    let gate: (() => void) | undefined;
+    const slowSwitch = {
+      read: async () => {
+        const value = await store.pauseSwitch.read();
+        await new Promise<void>((resolve) => (gate = resolve));
+        return value;
+      },
+      write: (paused: boolean) => store.pauseSwitch.write(paused),
+    };
+    const slowStore = new Proxy(store, {
+      get(target, name) {
+        if (name === 'pauseSwitch') return slowSwitch;
+        const value: unknown = Reflect.get(target, name, target);
+        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+      },
+    });
+    const options = {
+      delivery: 'at-least-once' as const,
+      logger: quiet,
+      recoveryIntervalMs: 2 ** 31 - 1,
+      storeTimeoutMs: 10_000,
+    };
+    const pausing = ipnRouter({ ...options, store });
+    const other = ipnRouter({ ...options, store: slowStore });
+    const credited: string[] = [];
+    other.on('successful', (n) => void credited.push(n.transaction_id));
+    await serve(pausing);
+    const { post } = await serve(other);
+    // The other instance's first pass asks for the switch (not paused yet); the answer comes late.
+    await eventually('the read asked', () => gate !== undefined);
+    await pausing.pause();
+    await new Promise((resolve) => setTimeout(resolve, 1_100)); // the reading is now over a second old
+    const late = gate!;
+    gate = undefined;
+    late();
+    await new Promise((resolve) => setImmediate(resolve));
+    // A notification now: the reading was asked before the pause, over a second ago: read again, paused.
+    const payload = uniquePayload();
+    const answered = post(payload);
+    await eventually('read again, or delivered', () => gate !== undefined || credited.length > 0);
+    expect(credited).toEqual([]);
+    gate!();
+    expect((await answered).status).toBe(200);
+    await eventually('parked', async () =>
+      ((await store.get(keyOf(payload)))?.lastError ?? '').startsWith('delivery paused'),
+    );
+    expect(credited).toEqual([]);
+    expect(other.inbox.isPaused()).toBe(true);
+  });
+});
+
 describeWithService('PostgreSQL', 'PostgresStore', () => {
   const pool = new Pool({ connectionString: databaseUrl(), max: 4, idleTimeoutMillis: 500 });
   pool.on('error', () => {});
