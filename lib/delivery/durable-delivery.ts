@@ -9,7 +9,7 @@ import type { AlertMonitor } from '../observability/alerts.js';
 import { redactText } from '../observability/redact.js';
 import { takeTraceparent, traceAttempt, type AttemptSpan, type Parent } from '../observability/tracing.js';
 import type { Attempt as Context } from './safe-emitter.js';
-import type { DeliveryTransaction, DurableStore, InboxEntry } from '../stores/store.js';
+import type { DeliveryTransaction, DurableStore, InboxEntry, PauseSwitch } from '../stores/store.js';
 import { within } from '../shared/within.js';
 import { retentionPass } from './retention.js';
 import type { InboxDrain, Outcome } from './drain-result.js';
@@ -208,6 +208,8 @@ export function createDurableDelivery<C>(
   let pauseChanges = 0;
   /** Writes of the switch on their way: meanwhile this instance's own value holds, unread. */
   let pauseWrites = 0;
+  /** The read of the switch on its way, if one is. */
+  let pauseReading: Promise<boolean> | undefined;
 
   /**
    * Whether delivery is paused now: the switch read afresh when `fresh` or when the last reading is older
@@ -217,14 +219,24 @@ export function createDurableDelivery<C>(
   async function pausedNow(fresh: boolean): Promise<boolean> {
     if (pauseSwitch === undefined || pauseWrites > 0) return paused;
     if (!fresh && monotonicNow() - pauseReadAt < PAUSE_READ_MS) return paused;
+    // One read at a time: the deliveries that find the reading old while a slow one is on its way join it.
+    pauseReading ??= readPauseSwitch(pauseSwitch).finally(() => {
+      pauseReading = undefined;
+    });
+    return pauseReading;
+  }
+
+  async function readPauseSwitch(from: PauseSwitch): Promise<boolean> {
     const changes = pauseChanges;
+    // A reading is as old as the moment it was asked: a slow answer may predate another instance's pause().
+    const askedAt = monotonicNow();
     try {
-      const value = await timed(pauseSwitch.read(), 'pauseSwitch.read');
+      const value = await timed(from.read(), 'pauseSwitch.read');
       if (changes === pauseChanges) paused = value === true;
     } catch {
       // Kept as it was: a store that cannot answer cannot deliver either.
     }
-    pauseReadAt = monotonicNow();
+    pauseReadAt = Math.max(pauseReadAt, askedAt);
     return paused;
   }
 
