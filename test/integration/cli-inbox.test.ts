@@ -295,6 +295,20 @@ describeWithService('PostgreSQL', 'ipn-kit inbox', () => {
     expect(audit).toMatchObject({ action: 'replay-dead', detail: { count: 2 } });
   });
 
+  test('replay --wait giving up while delivery is paused says so, not that no app runs', async () => {
+    const store = await freshStore();
+    await entry(store, 'dead');
+    await store.pauseSwitch.write(true);
+    const given = await inbox(['replay', '--dead', '--wait', '--table', store.table], undefined, {
+      pollMs: 5,
+      stallMs: 60,
+    });
+    expect(given.code).toBe(1);
+    expect(given.stderr).toBe(
+      'ipn-kit inbox replay --wait: nothing moved in 60 ms: delivery is paused (ipn.pause()): resume it to deliver them',
+    );
+  });
+
   test('replay --status --transaction --dry-run counts first; then replays only what matches, paced by --rate', async () => {
     const store = await freshStore();
     const [a, b, c] = [await entry(store, 'dead'), await entry(store, 'dead'), await entry(store, 'dead')];
