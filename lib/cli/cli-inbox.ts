@@ -425,9 +425,12 @@ function waitFor(store: DurableStore, io: CliIo, keys: readonly string[]): () =>
       }
       if (progress.waiting === 0) return progress.dead > 0 ? 1 : 0;
       if (Date.now() - moved >= stallMs) {
+        const paused = await store.pauseSwitch?.read().catch(() => false);
         io.stderr(
-          `ipn-kit inbox replay --wait: nothing moved in ${waited(stallMs)}: is an app with ` +
-            "delivery: 'at-least-once' running on this inbox?",
+          `ipn-kit inbox replay --wait: nothing moved in ${waited(stallMs)}: ` +
+            (paused === true
+              ? 'delivery is paused (ipn.pause()): resume it to deliver them'
+              : "is an app with delivery: 'at-least-once' running on this inbox?"),
         );
         return 1;
       }
