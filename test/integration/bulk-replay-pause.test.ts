@@ -341,16 +341,19 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
     if (tables.length > 0) await pool.query(`DROP TABLE IF EXISTS ${tables.join(', ')}`);
     await pool.end();
   });
-  scenarios(async () => {
-    const table = `ipn_pause_${process.pid}_${tables.length}`;
-    tables.push(table);
-    const store = new PostgresStore({ pool, table });
-    await store.migrate();
-    return store;
-  }, async (store) => {
-    await pool.query(`DROP TABLE "${(store as PostgresStore).table}_control"`);
-    return { storeUp: true };
-  });
+  scenarios(
+    async () => {
+      const table = `ipn_pause_${process.pid}_${tables.length}`;
+      tables.push(table);
+      const store = new PostgresStore({ pool, table });
+      await store.migrate();
+      return store;
+    },
+    async (store) => {
+      await pool.query(`DROP TABLE "${(store as PostgresStore).table}_control"`);
+      return { storeUp: true };
+    },
+  );
 });
 
 describeWithService('Redis', 'RedisStore', () => {
@@ -392,16 +395,19 @@ describeWithService('MariaDB', 'MysqlStore', () => {
     for (const table of tables) await pool.query(`DROP TABLE IF EXISTS \`${table}\``);
     await pool.end();
   });
-  scenarios(async () => {
-    const table = `ipn_pause_${process.pid}_${tables.length}`;
-    tables.push(table);
-    const store = new MysqlStore({ pool, table });
-    await store.migrate();
-    return store;
-  }, async (store) => {
-    await pool.query(`DROP TABLE \`${(store as MysqlStore).table}_control\``);
-    return { storeUp: true };
-  });
+  scenarios(
+    async () => {
+      const table = `ipn_pause_${process.pid}_${tables.length}`;
+      tables.push(table);
+      const store = new MysqlStore({ pool, table });
+      await store.migrate();
+      return store;
+    },
+    async (store) => {
+      await pool.query(`DROP TABLE \`${(store as MysqlStore).table}_control\``);
+      return { storeUp: true };
+    },
+  );
 });
 
 describe('SqliteStore', () => {
@@ -411,14 +417,17 @@ describe('SqliteStore', () => {
     for (const database of opened) database.close();
     rmSync(folder, { recursive: true, force: true });
   });
-  scenarios(async () => {
-    const database = new Database(join(folder, `${opened.length}.db`));
-    opened.push(database);
-    const store = new SqliteStore({ database });
-    await store.migrate();
-    return store;
-  }, (store) => {
-    opened.at(-1)!.exec(`DROP TABLE "${(store as SqliteStore).table}_control"`);
-    return Promise.resolve({ storeUp: true });
-  });
+  scenarios(
+    async () => {
+      const database = new Database(join(folder, `${opened.length}.db`));
+      opened.push(database);
+      const store = new SqliteStore({ database });
+      await store.migrate();
+      return store;
+    },
+    (store) => {
+      opened.at(-1)!.exec(`DROP TABLE "${(store as SqliteStore).table}_control"`);
+      return Promise.resolve({ storeUp: true });
+    },
+  );
 });

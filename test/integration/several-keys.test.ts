@@ -428,7 +428,10 @@ function accountSuite(name: string, open: () => Promise<{ store: () => Store; cl
       const recorder = recordEvents(ipn);
       // Another transaction is expected, under zone A: expectations are in use, this id is not one.
       await ipn.expect(`ZA.${randomUUID().slice(0, 8)}`, { amount: 1, customData: 'x', account: 'zoneA' });
-      await expect(ipn.reconcile(id)).resolves.toMatchObject({ emitted: true, record: { state: 'SUCCESSFUL' } });
+      await expect(ipn.reconcile(id)).resolves.toMatchObject({
+        emitted: true,
+        record: { state: 'SUCCESSFUL' },
+      });
       await until(() => recorder.count('successful') === 1, 'the successful event');
       expect(keysFor(id)).toEqual([KEYS.zoneA, KEYS.zoneB]);
       // An id no key created is not found, once every key said so.
@@ -446,7 +449,10 @@ function accountSuite(name: string, open: () => Promise<{ store: () => Store; cl
 const ODD_ACCOUNT = `zone "B"/l'Ouest:{x}% ü 😀 ${'z'.repeat(180)}`;
 
 /** The odd account kept by the store and read back by another instance: its key only asks. */
-function oddAccountSuite(name: string, open: () => Promise<{ store: () => Store; close: () => Promise<void> }>) {
+function oddAccountSuite(
+  name: string,
+  open: () => Promise<{ store: () => Store; close: () => Promise<void> }>,
+) {
   test(`${name}: an account name with odd characters is kept with the expectation and swept with its key only`, async () => {
     const { store, close } = await open();
     try {
