@@ -417,6 +417,35 @@ function accountSuite(name: string, open: () => Promise<{ store: () => Store; cl
     }
   });
 
+  test(`${name}: an expectation naming an account this instance holds no key for (renamed, or a rolling deploy) is swept with each key in turn, with a warning`, async () => {
+    const { store, close } = await open();
+    try {
+      const id = await paymentOfZoneB('order-renamed');
+      const { fetch, keysFor } = keysSent();
+      const options = { reconcileAfterMs: 1, sweepIntervalMs: 2 ** 31 - 1 };
+      const first = ipnRouter({ ...options, logger: quiet, store: store(), statusClient: client({}, fetch) });
+      routers.push(first);
+      await first.expect(id, { amount: 5000, customData: 'order-renamed', account: 'zoneB' });
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      // Another instance, whose configuration names zone B's key otherwise.
+      const { said, logger } = warnings();
+      const renamed = client({ apiKeys: { zoneA: KEYS.zoneA, west: KEYS.zoneB } }, fetch);
+      const second = ipnRouter({ ...options, logger, store: store(), statusClient: renamed });
+      routers.push(second);
+      const recorder = recordEvents(second);
+      expect(await second.sweep()).toMatchObject({ queried: 1, reconciled: 1 });
+      await settle();
+      expect(recorder.of('successful').map((n) => n.transaction_id)).toEqual([id]);
+      expect(keysFor(id)).toEqual([KEYS.zoneA, KEYS.zoneB]);
+      expect(
+        said.some((line) => /account zoneB, an account the status client holds no key for/.test(line)),
+      ).toBe(true);
+    } finally {
+      await Promise.all(routers.splice(0).map((r) => r.close()));
+      await close();
+    }
+  });
+
   test(`${name}: reconcile() of an id nobody expected asks each key: zone A's not-found never hides zone B's payment`, async () => {
     const { store, close } = await open();
     try {
