@@ -65,8 +65,9 @@ export function accountOfNotification(
 
 /**
  * `source`, naming the account of each query as the docs rank them: the query's own `account`; else the
- * expectation's (an expected transaction); else the router's `accountOf` guess (`accountGuess`), when the
- * source holds a key for it (an unknown one is warned of and dropped); else none: each key in turn. Only for
+ * expectation's (an expected transaction); else the router's `accountOf` guess (`accountGuess`); else none:
+ * each key in turn. An account the source holds no key for (an expectation kept under a name another
+ * instance's configuration does not have, a wrong guess) is warned of and passed over. Only for
  * a source holding several keys: else `source` itself (a guess in the options is ignored by a status client).
  * The store's read is bounded by `ms`; a failed or late read names no account (slower, never wrong).
  */
@@ -87,11 +88,12 @@ export function accounted(
       return undefined;
     }
   };
-  const held = (id: string, guess: string | undefined): string | undefined => {
-    if (guess === undefined || accounts.includes(guess)) return guess;
+  /** `account` when the source holds a key for it; else `undefined` (each key in turn), warned of. */
+  const held = (id: string, account: string | undefined, named: string): string | undefined => {
+    if (account === undefined || accounts.includes(account)) return account;
     logger.warn(
-      { transaction_id: id, account: guess },
-      `accountOf named ${guess}, an account the status client holds no key for (known: ${accounts.join(', ')}): ` +
+      { transaction_id: id, account },
+      `${named} ${account}, an account the status client holds no key for (known: ${accounts.join(', ')}): ` +
         'the status query asks with each API key in turn',
     );
     return undefined;
@@ -100,10 +102,13 @@ export function accounted(
     accounts,
     async getStatus(id, options) {
       const { accountGuess, ...rest } = options ?? {};
-      if (rest.account !== undefined) return source.getStatus(id, rest);
-      const account = (await expectedAccount(id)) ?? held(id, accountGuess);
+      // The router names an account only from an expectation (the sweep has it at hand): checked alike.
+      const named = rest.account ?? (await expectedAccount(id));
+      const account =
+        held(id, named, 'the expectation names account') ?? held(id, accountGuess, 'accountOf named');
       if (account !== undefined) return source.getStatus(id, { ...rest, account });
-      return options === undefined ? source.getStatus(id) : source.getStatus(id, rest);
+      const { account: _unknown, ...others } = rest;
+      return options === undefined ? source.getStatus(id) : source.getStatus(id, others);
     },
   };
 }
