@@ -222,7 +222,9 @@ function scenarios(fresh: () => Promise<DurableStore> | DurableStore, breakSwitc
       expect(ipn.inbox.isPaused()).toBe(false);
       if (!storeUp) return;
       // The table missing is named, with what makes it.
-      await expect(refused).rejects.toThrow(/the table \S+_control\b.* does not exist: run `await store.migrate\(\)`/);
+      await expect(refused).rejects.toThrow(
+        /the table \S+_control\b.* does not exist: run `await store.migrate\(\)`/,
+      );
       // The fleet is not paused, nor is this instance: a notification is delivered, not parked.
       const payload = uniquePayload();
       expect((await post(payload)).status).toBe(200);
