@@ -417,22 +417,31 @@ function waitFor(store: DurableStore, io: CliIo, keys: readonly string[]): () =>
     let moved = Date.now();
     for (;;) {
       const progress = await replayProgress(store, keys);
+      const { pollMs, stallMs } = io.replayWait ?? { pollMs: WAIT_POLL_MS, stallMs: WAIT_STALL_MS };
       const line = progressText(progress);
       if (line !== last) {
         io.stdout(`replay: ${line}`);
         [last, moved] = [line, Date.now()];
       }
       if (progress.waiting === 0) return progress.dead > 0 ? 1 : 0;
-      if (Date.now() - moved >= WAIT_STALL_MS) {
+      if (Date.now() - moved >= stallMs) {
+        const paused = await store.pauseSwitch?.read().catch(() => false);
         io.stderr(
-          `ipn-kit inbox replay --wait: nothing delivered in ${WAIT_STALL_MS / 60_000} minutes: is an app with ` +
-            "delivery: 'at-least-once' running on this inbox?",
+          `ipn-kit inbox replay --wait: nothing moved in ${waited(stallMs)}: ` +
+            (paused === true
+              ? 'delivery is paused (ipn.pause()): resume it to deliver them'
+              : "is an app with delivery: 'at-least-once' running on this inbox?"),
         );
         return 1;
       }
-      await new Promise((resolve) => setTimeout(resolve, WAIT_POLL_MS));
+      await new Promise((resolve) => setTimeout(resolve, pollMs));
     }
   };
+}
+
+/** A wait in words: `5 minutes`, or `250 ms` under a minute. */
+function waited(ms: number): string {
+  return ms >= 60_000 ? `${ms / 60_000} minute${ms === 60_000 ? '' : 's'}` : `${ms} ms`;
 }
 
 /** `replay --dead`, `--status`, `--since`...: the router's bulk replay, paced at `rate` a second. */

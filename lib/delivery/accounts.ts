@@ -64,18 +64,23 @@ export function accountOfNotification(
 }
 
 /**
- * `source`, asking about an expected transaction with its expectation's account when the query names none.
- * Only for a source holding several keys, and a store of expectations: else `source` itself. The store's
- * read is bounded by `ms`; a failed or late read names no account (each key in turn: slower, never wrong).
+ * `source`, naming the account of each query as the docs rank them: the query's own `account`; else the
+ * expectation's (an expected transaction); else the router's `accountOf` guess (`accountGuess`); else none:
+ * each key in turn. An account the source holds no key for (an expectation kept under a name another
+ * instance's configuration does not have, a wrong guess) is warned of and passed over. Only for
+ * a source holding several keys: else `source` itself (a guess in the options is ignored by a status client).
+ * The store's read is bounded by `ms`; a failed or late read names no account (slower, never wrong).
  */
 export function accounted(
   source: StatusSource,
   expectations: ExpectationStore | undefined,
   ms: number,
+  logger: Logger,
 ): StatusSource {
-  if (expectations === undefined || !Array.isArray(source.accounts) || source.accounts.length < 2)
-    return source;
+  const accounts = source.accounts;
+  if (!Array.isArray(accounts) || accounts.length < 2) return source;
   const expectedAccount = async (id: string): Promise<string | undefined> => {
+    if (expectations === undefined) return undefined;
     try {
       const pending = Promise.resolve().then(() => expectations.get(id));
       return (await within(pending, ms, () => new Error('late')))?.account;
@@ -83,14 +88,27 @@ export function accounted(
       return undefined;
     }
   };
+  /** `account` when the source holds a key for it; else `undefined` (each key in turn), warned of. */
+  const held = (id: string, account: string | undefined, named: string): string | undefined => {
+    if (account === undefined || accounts.includes(account)) return account;
+    logger.warn(
+      { transaction_id: id, account },
+      `${named} ${account}, an account the status client holds no key for (known: ${accounts.join(', ')}): ` +
+        'the status query asks with each API key in turn',
+    );
+    return undefined;
+  };
   return {
-    accounts: source.accounts,
+    accounts,
     async getStatus(id, options) {
-      if (options?.account !== undefined) return source.getStatus(id, options);
-      const account = await expectedAccount(id);
-      if (account === undefined)
-        return options === undefined ? source.getStatus(id) : source.getStatus(id, options);
-      return source.getStatus(id, { ...options, account });
+      const { accountGuess, ...rest } = options ?? {};
+      // The router names an account only from an expectation (the sweep has it at hand): checked alike.
+      const named = rest.account ?? (await expectedAccount(id));
+      const account =
+        held(id, named, 'the expectation names account') ?? held(id, accountGuess, 'accountOf named');
+      if (account !== undefined) return source.getStatus(id, { ...rest, account });
+      const { account: _unknown, ...others } = rest;
+      return options === undefined ? source.getStatus(id) : source.getStatus(id, others);
     },
   };
 }

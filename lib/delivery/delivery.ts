@@ -142,7 +142,8 @@ export function createDelivery<C>(
 ) {
   const { store, logger, leaseMs } = options;
   // With several API keys, an expected transaction is asked about with its expectation's account's key.
-  const accountedOf = (source: StatusSource) => accounted(source, store.expectations, options.storeTimeoutMs);
+  const accountedOf = (source: StatusSource) =>
+    accounted(source, store.expectations, options.storeTimeoutMs, logger);
   const verify =
     options.verify &&
     watched(traced(timeLimited(accountedOf(options.verify), options.verifyTimeoutMs)), alerts);

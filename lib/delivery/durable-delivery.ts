@@ -9,7 +9,7 @@ import type { AlertMonitor } from '../observability/alerts.js';
 import { redactText } from '../observability/redact.js';
 import { takeTraceparent, traceAttempt, type AttemptSpan, type Parent } from '../observability/tracing.js';
 import type { Attempt as Context } from './safe-emitter.js';
-import type { DeliveryTransaction, DurableStore, InboxEntry } from '../stores/store.js';
+import type { DeliveryTransaction, DurableStore, InboxEntry, PauseSwitch } from '../stores/store.js';
 import { within } from '../shared/within.js';
 import { retentionPass } from './retention.js';
 import type { InboxDrain, Outcome } from './drain-result.js';
@@ -200,6 +200,8 @@ export function createDurableDelivery<C>(
   let pauseChanges = 0;
   /** Writes of the switch on their way: meanwhile this instance's own value holds, unread. */
   let pauseWrites = 0;
+  /** The read of the switch on its way, if one is. */
+  let pauseReading: Promise<boolean> | undefined;
 
   /**
    * Whether delivery is paused now: the switch read afresh when `fresh` or when the last reading is older
@@ -209,28 +211,46 @@ export function createDurableDelivery<C>(
   async function pausedNow(fresh: boolean): Promise<boolean> {
     if (pauseSwitch === undefined || pauseWrites > 0) return paused;
     if (!fresh && monotonicNow() - pauseReadAt < PAUSE_READ_MS) return paused;
+    // One read at a time: the deliveries that find the reading old while a slow one is on its way join it.
+    pauseReading ??= readPauseSwitch(pauseSwitch).finally(() => {
+      pauseReading = undefined;
+    });
+    return pauseReading;
+  }
+
+  async function readPauseSwitch(from: PauseSwitch): Promise<boolean> {
     const changes = pauseChanges;
+    // A reading is as old as the moment it was asked: a slow answer may predate another instance's pause().
+    const askedAt = monotonicNow();
     try {
-      const value = await timed(pauseSwitch.read(), 'pauseSwitch.read');
+      const value = await timed(from.read(), 'pauseSwitch.read');
       if (changes === pauseChanges) paused = value === true;
     } catch {
       // Kept as it was: a store that cannot answer cannot deliver either.
     }
-    pauseReadAt = monotonicNow();
+    pauseReadAt = Math.max(pauseReadAt, askedAt);
     return paused;
   }
 
-  /** `pause()` and `resume()`: this instance at once, then every instance over the store's switch. */
+  /**
+   * `pause()` and `resume()`: this instance at once, then every instance over the store's switch. When the
+   * switch cannot be written, nothing changed: this instance goes back to what it held (unless a later
+   * pause or resume came meanwhile) and reads the switch afresh before its next delivery (a write that timed
+   * out may have landed: the store's flag is what every instance follows).
+   */
   async function setPaused(value: boolean): Promise<void> {
+    const before = paused;
     paused = value;
-    pauseChanges += 1;
+    const change = ++pauseChanges;
     if (pauseSwitch === undefined) return;
     pauseWrites += 1;
     try {
       await timed(pauseSwitch.write(value), 'pauseSwitch.write');
     } catch (cause) {
+      if (change === pauseChanges) paused = before;
+      pauseReadAt = -Infinity;
       const what = value ? 'pause' : 'resume';
-      const message = `the store failed to keep the ${what} for every instance (this one did ${what}): ${messageOf(cause)}`;
+      const message = `the store failed to keep the ${what} for every instance: nothing ${value ? 'paused' : 'resumed'} (${messageOf(cause)})`;
       throw new StoreError(message, { cause });
     } finally {
       pauseWrites -= 1;

@@ -82,7 +82,10 @@ export function createLifecycle<C>(context: DeliveryContext<C>, statusSource: St
     const ms = Math.min(CONFLICT_QUERY_MS, options.verifyTimeoutMs);
     try {
       const query = Promise.resolve().then(() =>
-        statusSource.getStatus(id, { since: monotonicNow(), ...(account === undefined ? {} : { account }) }),
+        statusSource.getStatus(id, {
+          since: monotonicNow(),
+          ...(account === undefined ? {} : { accountGuess: account }),
+        }),
       );
       const status = await within(query, ms, () => new Error(`no answer within ${ms} ms`));
       return { status, said: `the status query says ${status.state} now` };

@@ -76,7 +76,7 @@ export function createUnexpectedScreen<C>(
       const account = accountOfNotification(options.accountOf, n, context.logger);
       status = await (account === undefined
         ? statusClient.getStatus(n.transaction_id)
-        : statusClient.getStatus(n.transaction_id, { account }));
+        : statusClient.getStatus(n.transaction_id, { accountGuess: account }));
     } catch (error) {
       const detail =
         error instanceof TransactionNotFoundError

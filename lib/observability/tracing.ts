@@ -275,6 +275,17 @@ function errorKind(error: unknown): string {
  */
 export const TRACEPARENT_FIELD = 'ipn_kit_traceparent';
 
+/**
+ * `n` without a field of that name among its `extra` fields: the service never sends one, so a sender's own
+ * is dropped on arrival. Only the request's span is then kept with the entry and linked to, and listeners
+ * never see the field, at the first attempt as at the later ones.
+ */
+export function withoutSentTraceparent<N extends { readonly extra: Record<string, unknown> }>(n: N): N {
+  if (!Object.hasOwn(n.extra, TRACEPARENT_FIELD)) return n;
+  const { [TRACEPARENT_FIELD]: _sent, ...extra } = n.extra;
+  return { ...n, extra };
+}
+
 /** `record`, keeping `traceparent` (when there is one) with it. */
 export function keepTraceparent(
   record: Record<string, unknown>,

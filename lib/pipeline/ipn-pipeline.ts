@@ -9,7 +9,7 @@ import { loggableError } from '../observability/redact.js';
 import { isQuiet } from '../observability/logger.js';
 import { createUnmatchedTokenWarning } from '../observability/unmatched-token-warning.js';
 import { createUnprotectedWarning } from '../observability/unprotected-warning.js';
-import { startRequestSpan, type RequestSpan } from '../observability/tracing.js';
+import { startRequestSpan, withoutSentTraceparent, type RequestSpan } from '../observability/tracing.js';
 import { BodyUnavailableError, messageOf, StoreError, VerificationBusyError } from '../shared/errors.js';
 import type { InvalidEvent } from '../delivery/events.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
@@ -267,7 +267,8 @@ export function createIpnPipeline<C>(
       const message = `the notification is invalid: ${issues.map((i) => `${i.path || 'body'}: ${i.message}`).join('; ')}`;
       return reject({ reason: 'invalid_fields', status: 400, message, issues, received: read.record });
     }
-    const notification = validated.data;
+    // A field named as the inbox's trace link is the sender's, not the service's: dropped, never kept or linked.
+    const notification = withoutSentTraceparent(validated.data);
     span?.identify(notification, keyOf(notification));
     metrics?.received();
     if (closed) return unavailable('closed');

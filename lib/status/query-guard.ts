@@ -52,6 +52,12 @@ export interface StatusQueryOptions {
    * tried in turn until one finds it. An account the client does not hold rejects with a `TypeError`.
    */
   account?: string | undefined;
+  /**
+   * The account the router's `accountOf` names for the notification: a guess, weaker than `account` and than
+   * the expectation's account. The router's wrapper asks with it only when neither names one, and only when
+   * the client holds a key for it (else each key in turn); a status client itself ignores it.
+   */
+  accountGuess?: string | undefined;
 }
 
 /** A cached answer, and when the request that got it was sent (on the guard's clock). */

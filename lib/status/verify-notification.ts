@@ -21,7 +21,10 @@ export interface VerifyContext {
   arrivedAt: number;
   /** When the service first said it does not know the transaction: a not-found is believed once repeated after it. */
   notFoundAt?: number | undefined;
-  /** The account whose API key created the transaction, when known: only its key is asked. */
+  /**
+   * The account the router's `accountOf` names, a guess: passed on as `accountGuess` (the expectation's
+   * account, when there is one, wins over it).
+   */
   account?: string | undefined;
 }
 
@@ -132,7 +135,7 @@ async function answerOf(source: StatusSource, id: string, since?: number, accoun
   try {
     const options = {
       ...(since === undefined ? {} : { since }),
-      ...(account === undefined ? {} : { account }),
+      ...(account === undefined ? {} : { accountGuess: account }),
     };
     return {
       record: await (Object.keys(options).length === 0

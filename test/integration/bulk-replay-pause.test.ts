@@ -6,7 +6,7 @@ import Database from 'better-sqlite3';
 import Redis from 'ioredis';
 import { createPool } from 'mysql2/promise';
 import { Pool } from 'pg';
-import { IpnKitError, ipnRouter, MemoryStore, type Options } from '../../lib/index.js';
+import { IpnKitError, ipnRouter, MemoryStore, StoreError, type Options } from '../../lib/index.js';
 import { MysqlStore } from '../../lib/mysql.js';
 import { PostgresStore } from '../../lib/postgres.js';
 import { SqliteStore } from '../../lib/sqlite.js';
@@ -27,7 +27,13 @@ const serve = servedRouters();
 const keyOf = (payload: Record<string, unknown>) =>
   `${String(payload.transaction_id)}:${String(payload.state)}`;
 
-function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
+/**
+ * Makes the store's pause switch unwritable: its control table dropped (a database not migrated to version
+ * 3), or the store's connection gone. `storeUp`: the inbox itself still works (notifications are delivered).
+ */
+type BreakSwitch = (store: DurableStore) => Promise<{ storeUp: boolean }>;
+
+function scenarios(fresh: () => Promise<DurableStore> | DurableStore, breakSwitch?: BreakSwitch) {
   async function start(options: Partial<Options> = {}) {
     const store = await fresh();
     const ipn = ipnRouter({
@@ -205,6 +211,28 @@ function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
     await eventually('c delivered at once', async () => (await status(keyOf(c))) === 'delivered');
   });
 
+  if (breakSwitch !== undefined) {
+    test('pause() whose switch cannot be written rejects with a StoreError, and this instance does not claim paused', async () => {
+      const { ipn, store, post, heal, status } = await start();
+      heal();
+      const { storeUp } = await breakSwitch(store);
+      const refused = ipn.pause();
+      await expect(refused).rejects.toBeInstanceOf(StoreError);
+      await expect(refused).rejects.toThrow(/failed to keep the pause for every instance: nothing paused/);
+      expect(ipn.inbox.isPaused()).toBe(false);
+      if (!storeUp) return;
+      // The table missing is named, with what makes it.
+      await expect(refused).rejects.toThrow(
+        /the table \S+_control\b.* does not exist: run `await store.migrate\(\)`/,
+      );
+      // The fleet is not paused, nor is this instance: a notification is delivered, not parked.
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await eventually('delivered', async () => (await status(keyOf(payload))) === 'delivered');
+      expect(ipn.inbox.isPaused()).toBe(false);
+    });
+  }
+
   test('pause() holds every instance over the store; resume() on another delivers what waited, once', async () => {
     const { ipn: a, store, credited, heal, status } = await start();
     heal();
@@ -253,6 +281,62 @@ describe('MemoryStore', () => {
   });
 });
 
+describe('the pause read cache', () => {
+  test("a slow read of the switch is as old as when it was asked: an instance never trusts a reading taken before another's pause() for a second more", async () => {
+    const store = new MemoryStore();
+    // The other instance's view of the store: its reads of the switch answer what the flag was when asked,
+    // as late as the gate says (a store answering slowly).
+    let gate: (() => void) | undefined;
+    const slowSwitch = {
+      read: async () => {
+        const value = await store.pauseSwitch.read();
+        await new Promise<void>((resolve) => (gate = resolve));
+        return value;
+      },
+      write: (paused: boolean) => store.pauseSwitch.write(paused),
+    };
+    const slowStore = new Proxy(store, {
+      get(target, name) {
+        if (name === 'pauseSwitch') return slowSwitch;
+        const value: unknown = Reflect.get(target, name, target);
+        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+      },
+    });
+    const options = {
+      delivery: 'at-least-once' as const,
+      logger: quiet,
+      recoveryIntervalMs: 2 ** 31 - 1,
+      storeTimeoutMs: 10_000,
+    };
+    const pausing = ipnRouter({ ...options, store });
+    const other = ipnRouter({ ...options, store: slowStore });
+    const credited: string[] = [];
+    other.on('successful', (n) => void credited.push(n.transaction_id));
+    await serve(pausing);
+    const { post } = await serve(other);
+    // The other instance's first pass asks for the switch (not paused yet); the answer comes late.
+    await eventually('the read asked', () => gate !== undefined);
+    await pausing.pause();
+    await new Promise((resolve) => setTimeout(resolve, 1_100)); // the reading is now over a second old
+    const late = gate!;
+    gate = undefined;
+    late();
+    await new Promise((resolve) => setImmediate(resolve));
+    // A notification now: the reading was asked before the pause, over a second ago: read again, paused.
+    const payload = uniquePayload();
+    const answered = post(payload);
+    await eventually('read again, or delivered', () => gate !== undefined || credited.length > 0);
+    expect(credited).toEqual([]);
+    gate!();
+    expect((await answered).status).toBe(200);
+    await eventually('parked', async () =>
+      ((await store.get(keyOf(payload)))?.lastError ?? '').startsWith('delivery paused'),
+    );
+    expect(credited).toEqual([]);
+    expect(other.inbox.isPaused()).toBe(true);
+  });
+});
+
 describeWithService('PostgreSQL', 'PostgresStore', () => {
   const pool = new Pool({ connectionString: databaseUrl(), max: 4, idleTimeoutMillis: 500 });
   pool.on('error', () => {});
@@ -261,13 +345,19 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
     if (tables.length > 0) await pool.query(`DROP TABLE IF EXISTS ${tables.join(', ')}`);
     await pool.end();
   });
-  scenarios(async () => {
-    const table = `ipn_pause_${process.pid}_${tables.length}`;
-    tables.push(table);
-    const store = new PostgresStore({ pool, table });
-    await store.migrate();
-    return store;
-  });
+  scenarios(
+    async () => {
+      const table = `ipn_pause_${process.pid}_${tables.length}`;
+      tables.push(table);
+      const store = new PostgresStore({ pool, table });
+      await store.migrate();
+      return store;
+    },
+    async (store) => {
+      await pool.query(`DROP TABLE "${(store as PostgresStore).table}_control"`);
+      return { storeUp: true };
+    },
+  );
 });
 
 describeWithService('Redis', 'RedisStore', () => {
@@ -280,11 +370,26 @@ describeWithService('Redis', 'RedisStore', () => {
     }
     client.disconnect();
   });
-  scenarios(() => {
-    const prefix = `ipn-kit-test:pause:${process.pid}:${prefixes.length}:`;
-    prefixes.push(prefix);
-    return new RedisStore({ client, prefix });
+  // Each store over a connection of its own: closing it takes the switch's store down.
+  const connections = new Map<DurableStore, Redis>();
+  afterAll(() => {
+    for (const connection of connections.values()) connection.disconnect();
   });
+  scenarios(
+    () => {
+      const prefix = `ipn-kit-test:pause:${process.pid}:${prefixes.length}:`;
+      prefixes.push(prefix);
+      const own = new Redis(redisUrl());
+      own.on('error', () => {});
+      const store = new RedisStore({ client: own, prefix });
+      connections.set(store, own);
+      return store;
+    },
+    (store) => {
+      connections.get(store)!.disconnect();
+      return Promise.resolve({ storeUp: false });
+    },
+  );
 });
 
 describeWithService('MariaDB', 'MysqlStore', () => {
@@ -294,13 +399,19 @@ describeWithService('MariaDB', 'MysqlStore', () => {
     for (const table of tables) await pool.query(`DROP TABLE IF EXISTS \`${table}\``);
     await pool.end();
   });
-  scenarios(async () => {
-    const table = `ipn_pause_${process.pid}_${tables.length}`;
-    tables.push(table);
-    const store = new MysqlStore({ pool, table });
-    await store.migrate();
-    return store;
-  });
+  scenarios(
+    async () => {
+      const table = `ipn_pause_${process.pid}_${tables.length}`;
+      tables.push(table);
+      const store = new MysqlStore({ pool, table });
+      await store.migrate();
+      return store;
+    },
+    async (store) => {
+      await pool.query(`DROP TABLE \`${(store as MysqlStore).table}_control\``);
+      return { storeUp: true };
+    },
+  );
 });
 
 describe('SqliteStore', () => {
@@ -310,11 +421,17 @@ describe('SqliteStore', () => {
     for (const database of opened) database.close();
     rmSync(folder, { recursive: true, force: true });
   });
-  scenarios(async () => {
-    const database = new Database(join(folder, `${opened.length}.db`));
-    opened.push(database);
-    const store = new SqliteStore({ database });
-    await store.migrate();
-    return store;
-  });
+  scenarios(
+    async () => {
+      const database = new Database(join(folder, `${opened.length}.db`));
+      opened.push(database);
+      const store = new SqliteStore({ database });
+      await store.migrate();
+      return store;
+    },
+    (store) => {
+      opened.at(-1)!.exec(`DROP TABLE "${(store as SqliteStore).table}_control"`);
+      return Promise.resolve({ storeUp: true });
+    },
+  );
 });

@@ -15,13 +15,18 @@ import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 
 /** Runs `ipn-kit inbox ...args` with DATABASE_URL set (unless `env` says otherwise), capturing its output. */
-async function inbox(args: string[], env: CliIo['env'] = { DATABASE_URL: databaseUrl() }) {
+async function inbox(
+  args: string[],
+  env: CliIo['env'] = { DATABASE_URL: databaseUrl() },
+  replayWait?: CliIo['replayWait'],
+) {
   const stdout: string[] = [];
   const stderr: string[] = [];
   const code = await runCli(['inbox', ...args], {
     stdout: (line) => stdout.push(line),
     stderr: (line) => stderr.push(line),
     env,
+    ...(replayWait === undefined ? {} : { replayWait }),
   });
   return { code, stdout: stdout.join('\n'), stderr: stderr.join('\n') };
 }
@@ -269,6 +274,39 @@ describeWithService('PostgreSQL', 'ipn-kit inbox', () => {
     } finally {
       await app.close();
     }
+  });
+
+  test('replay --wait gives up, exit 1, once nothing moved for its stall time (no app delivers this inbox)', async () => {
+    const store = await freshStore();
+    const keys = [await entry(store, 'dead'), await entry(store, 'dead')];
+    // No app runs on this table: the replayed entries stay due, and nothing ever moves.
+    const given = await inbox(['replay', '--dead', '--wait', '--table', store.table], undefined, {
+      pollMs: 5,
+      stallMs: 60,
+    });
+    expect(given.code).toBe(1);
+    expect(given.stdout.split('\n').slice(1)).toEqual(['replay: 0 of 2 delivered, 2 waiting']);
+    expect(given.stderr).toBe(
+      "ipn-kit inbox replay --wait: nothing moved in 60 ms: is an app with delivery: 'at-least-once' running on this inbox?",
+    );
+    for (const key of keys) expect(await store.get(key)).toMatchObject({ status: 'received', attempts: 0 });
+    // The replay was kept in the audit trail before the wait began: giving up loses no record.
+    const [audit] = await store.audit.list({ limit: 1 });
+    expect(audit).toMatchObject({ action: 'replay-dead', detail: { count: 2 } });
+  });
+
+  test('replay --wait giving up while delivery is paused says so, not that no app runs', async () => {
+    const store = await freshStore();
+    await entry(store, 'dead');
+    await store.pauseSwitch.write(true);
+    const given = await inbox(['replay', '--dead', '--wait', '--table', store.table], undefined, {
+      pollMs: 5,
+      stallMs: 60,
+    });
+    expect(given.code).toBe(1);
+    expect(given.stderr).toBe(
+      'ipn-kit inbox replay --wait: nothing moved in 60 ms: delivery is paused (ipn.pause()): resume it to deliver them',
+    );
   });
 
   test('replay --status --transaction --dry-run counts first; then replays only what matches, paced by --rate', async () => {

@@ -161,6 +161,21 @@ describe('createStatusClient({ apiKeys }) against a service with two accounts', 
     expect(asked).toEqual(['zoneA', 'zoneB']);
   });
 
+  test("apiKeys as a function that throws for one account: the other's payments are found, and an unknown id is 'can't tell yet', never not found", async () => {
+    const id = await paymentOfZoneB();
+    const status = client({
+      apiKeys: (account) => {
+        if (account === 'zoneA') throw new Error('the secret store is down');
+        return KEYS.zoneB;
+      },
+      accounts: ['zoneA', 'zoneB'],
+    });
+    expect(await status.getStatus(id)).toMatchObject({ state: 'SUCCESSFUL' });
+    const unknown = status.getStatus('NOPE.000003');
+    await expect(unknown).rejects.not.toBeInstanceOf(TransactionNotFoundError);
+    await expect(unknown).rejects.toThrow(/apiKeys\(zoneA\) threw: the secret store is down/);
+  });
+
   test('the options are checked: clear TypeErrors', () => {
     const make = (options: Record<string, unknown>) => () =>
       createStatusClient({ baseUrl: provider.statusBaseUrl, ...options });
@@ -304,15 +319,206 @@ function sweepSuite(name: string, open: () => Promise<{ store: () => Store; clos
   });
 }
 
+/** A logger keeping its warnings, to assert what an operator is told. */
+function warnings() {
+  const said: string[] = [];
+  const logger = { ...quiet, warn: (_fields: unknown, message?: string) => void said.push(String(message)) };
+  return { said, logger };
+}
+
+/**
+ * The router's `accountOf`, and `ipn.reconcile()` of ids nobody expected, over a durable store (another
+ * instance reads the expectation's account from it): never a crash, a 500 or a payment lost or rejected on
+ * a wrong key's not-found.
+ */
+function accountSuite(name: string, open: () => Promise<{ store: () => Store; close: () => Promise<void> }>) {
+  async function router(
+    store: Store,
+    accountOf: ((n: { custom_data: string }) => string | undefined) | undefined,
+    fetch: typeof globalThis.fetch,
+  ) {
+    const { said, logger } = warnings();
+    const ipn = ipnRouter({
+      store,
+      delivery: 'at-least-once',
+      verify: client({}, fetch),
+      logger,
+      verifyRetryDelayMs: 5,
+      retryDelayMs: 5,
+      recoveryIntervalMs: 20,
+      maxAttempts: 3,
+      sweepIntervalMs: 2 ** 31 - 1,
+      ...(accountOf === undefined ? {} : { accountOf }),
+    });
+    routers.push(ipn);
+    const recorder = recordEvents(ipn);
+    const running = await listen(ipn);
+    servers.push(running);
+    return { ipn, recorder, said, url: `${running.url}/` };
+  }
+
+  const cases = [
+    [
+      'throws',
+      () => {
+        throw new Error('no zone for this order');
+      },
+      /accountOf threw: the status query asks with each API key in turn/,
+    ],
+    ['names an account the client holds no key for', () => 'zoneC', /accountOf named zoneC/],
+  ] as const;
+  for (const [what, accountOf, warned] of cases) {
+    test(`${name}: an accountOf that ${what}: answered 200, the genuine zone-B payment verified with each key in turn and delivered, a warning`, async () => {
+      const { store, close } = await open();
+      try {
+        const { fetch, keysFor } = keysSent();
+        const { recorder, said, url } = await router(store(), accountOf, fetch);
+        const { transactionId, delivered } = provider.initiate({
+          amount: 5100,
+          ipnUrl: url,
+          customData: 'order-b',
+          outcome: 'SUCCESSFUL',
+          account: 'zoneB',
+        });
+        expect(await delivered).toMatchObject({ acknowledged: true }); // answered 200
+        await until(() => recorder.count('successful') === 1, 'the successful event');
+        expect(recorder.count('rejected') + recorder.count('dead') + recorder.count('error')).toBe(0);
+        expect(keysFor(transactionId)).toEqual([KEYS.zoneA, KEYS.zoneB]);
+        expect(said.some((line) => warned.test(line))).toBe(true);
+      } finally {
+        await Promise.all(routers.splice(0).map((r) => r.close()));
+        await close();
+      }
+    });
+  }
+
+  test(`${name}: an expectation's account wins over accountOf's (which names the wrong zone)`, async () => {
+    const { store, close } = await open();
+    try {
+      const { fetch, keysFor } = keysSent();
+      const { ipn, recorder, url } = await router(store(), () => 'zoneA', fetch);
+      const transactionId = `ZB.${randomUUID().slice(0, 8)}`;
+      await ipn.expect(transactionId, { amount: 820, customData: 'order-zb', account: 'zoneB' });
+      provider.initiate({
+        transactionId,
+        amount: 820,
+        ipnUrl: url,
+        customData: 'order-zb',
+        outcome: 'SUCCESSFUL',
+        account: 'zoneB',
+      });
+      await until(() => recorder.count('successful') + recorder.count('rejected') > 0, 'an outcome');
+      expect(recorder.count('rejected')).toBe(0);
+      expect(recorder.count('successful')).toBe(1);
+      expect(keysFor(transactionId)).toEqual([KEYS.zoneB]);
+    } finally {
+      await Promise.all(routers.splice(0).map((r) => r.close()));
+      await close();
+    }
+  });
+
+  test(`${name}: an expectation naming an account this instance holds no key for (renamed, or a rolling deploy) is swept with each key in turn, with a warning`, async () => {
+    const { store, close } = await open();
+    try {
+      const id = await paymentOfZoneB('order-renamed');
+      const { fetch, keysFor } = keysSent();
+      const options = { reconcileAfterMs: 1, sweepIntervalMs: 2 ** 31 - 1 };
+      const first = ipnRouter({ ...options, logger: quiet, store: store(), statusClient: client({}, fetch) });
+      routers.push(first);
+      await first.expect(id, { amount: 5000, customData: 'order-renamed', account: 'zoneB' });
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      // Another instance, whose configuration names zone B's key otherwise.
+      const { said, logger } = warnings();
+      const renamed = client({ apiKeys: { zoneA: KEYS.zoneA, west: KEYS.zoneB } }, fetch);
+      const second = ipnRouter({ ...options, logger, store: store(), statusClient: renamed });
+      routers.push(second);
+      const recorder = recordEvents(second);
+      expect(await second.sweep()).toMatchObject({ queried: 1, reconciled: 1 });
+      await settle();
+      expect(recorder.of('successful').map((n) => n.transaction_id)).toEqual([id]);
+      expect(keysFor(id)).toEqual([KEYS.zoneA, KEYS.zoneB]);
+      expect(
+        said.some((line) => /account zoneB, an account the status client holds no key for/.test(line)),
+      ).toBe(true);
+    } finally {
+      await Promise.all(routers.splice(0).map((r) => r.close()));
+      await close();
+    }
+  });
+
+  test(`${name}: reconcile() of an id nobody expected asks each key: zone A's not-found never hides zone B's payment`, async () => {
+    const { store, close } = await open();
+    try {
+      const id = await paymentOfZoneB('order-unexpected');
+      const { fetch, keysFor } = keysSent();
+      const options = { logger: quiet, sweepIntervalMs: 2 ** 31 - 1, delivery: 'at-least-once' as const };
+      const ipn = ipnRouter({ ...options, store: store(), statusClient: client({}, fetch) });
+      routers.push(ipn);
+      const recorder = recordEvents(ipn);
+      // Another transaction is expected, under zone A: expectations are in use, this id is not one.
+      await ipn.expect(`ZA.${randomUUID().slice(0, 8)}`, { amount: 1, customData: 'x', account: 'zoneA' });
+      await expect(ipn.reconcile(id)).resolves.toMatchObject({
+        emitted: true,
+        record: { state: 'SUCCESSFUL' },
+      });
+      await until(() => recorder.count('successful') === 1, 'the successful event');
+      expect(keysFor(id)).toEqual([KEYS.zoneA, KEYS.zoneB]);
+      // An id no key created is not found, once every key said so.
+      await expect(ipn.reconcile('NOPE.404')).rejects.toBeInstanceOf(TransactionNotFoundError);
+      expect(keysFor('NOPE.404')).toEqual([KEYS.zoneA, KEYS.zoneB]);
+      expect(recorder.count('rejected')).toBe(0);
+    } finally {
+      await Promise.all(routers.splice(0).map((r) => r.close()));
+      await close();
+    }
+  });
+}
+
+/** An account name as odd as a configuration may hold: quotes, a separator, braces, accents, an emoji, 200 characters. */
+const ODD_ACCOUNT = `zone "B"/l'Ouest:{x}% ü 😀 ${'z'.repeat(180)}`;
+
+/** The odd account kept by the store and read back by another instance: its key only asks. */
+function oddAccountSuite(
+  name: string,
+  open: () => Promise<{ store: () => Store; close: () => Promise<void> }>,
+) {
+  test(`${name}: an account name with odd characters is kept with the expectation and swept with its key only`, async () => {
+    const { store, close } = await open();
+    try {
+      const id = await paymentOfZoneB('order-odd');
+      const { fetch, keysFor } = keysSent();
+      const apiKeys = { zoneA: KEYS.zoneA, [ODD_ACCOUNT]: KEYS.zoneB };
+      const options = { logger: quiet, reconcileAfterMs: 1, sweepIntervalMs: 2 ** 31 - 1 };
+      const first = ipnRouter({ ...options, store: store(), statusClient: client({ apiKeys }, fetch) });
+      routers.push(first);
+      await first.expect(id, { amount: 5000, customData: 'order-odd', account: ODD_ACCOUNT });
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      const second = ipnRouter({ ...options, store: store(), statusClient: client({ apiKeys }, fetch) });
+      routers.push(second);
+      const recorder = recordEvents(second);
+      expect(await second.sweep()).toMatchObject({ queried: 1, reconciled: 1 });
+      await settle();
+      expect(recorder.of('successful').map((n) => n.transaction_id)).toEqual([id]);
+      expect(keysFor(id)).toEqual([KEYS.zoneB]);
+    } finally {
+      await Promise.all(routers.splice(0).map((router) => router.close()));
+      await close();
+    }
+  });
+}
+
 describe('expectations keep their account: MemoryStore', () => {
-  sweepSuite('MemoryStore', () => {
+  const open = () => {
     const shared = new MemoryStore();
     return Promise.resolve({ store: () => shared, close: async () => {} });
-  });
+  };
+  sweepSuite('MemoryStore', open);
+  accountSuite('MemoryStore', open);
+  oddAccountSuite('MemoryStore', open);
 });
 
 describeWithService('PostgreSQL', 'expectations keep their account: PostgresStore', () => {
-  sweepSuite('PostgresStore', async () => {
+  const open = async () => {
     const table = `ipn_test_keys_${process.pid}_${randomUUID().slice(0, 8)}`;
     const pool = new Pool({ connectionString: databaseUrl(), max: 4 });
     pool.on('error', () => {});
@@ -326,7 +532,10 @@ describeWithService('PostgreSQL', 'expectations keep their account: PostgresStor
         await pool.end();
       },
     };
-  });
+  };
+  sweepSuite('PostgresStore', open);
+  accountSuite('PostgresStore', open);
+  oddAccountSuite('PostgresStore', open);
 
   test('migrate() adds the account column to an expectations table made before it, and again does nothing', async () => {
     const table = `ipn_test_keys_old_${process.pid}_${randomUUID().slice(0, 8)}`;
@@ -370,11 +579,14 @@ describeWithService(
       await Promise.all(clients.map((c) => c.quit()));
     });
 
-    sweepSuite('RedisStore', async () => {
+    const open = async () => {
       const redis = await connect();
       const round = `${prefix}${randomUUID().slice(0, 8)}:`;
       return { store: () => new RedisStore({ client: redis, prefix: round }), close: async () => {} };
-    });
+    };
+    sweepSuite('RedisStore', open);
+    accountSuite('RedisStore', open);
+    oddAccountSuite('RedisStore', open);
 
     test("two instances share each key's budget through Redis, and zone A's spent does not stop zone B", async () => {
       const id = await paymentOfZoneB();
@@ -441,6 +653,23 @@ async function keepsAccountAfterMigrating(store: {
 }
 
 describeWithService('MariaDB', 'MysqlStore: migrate() adds the account column', () => {
+  const open = async () => {
+    const table = `ipn_test_keys_sw_${process.pid}_${randomUUID().slice(0, 6)}`;
+    const pool = createPool({ uri: mysqlUrl(), connectionLimit: 4 });
+    await new MysqlStore({ pool, table }).migrate();
+    return {
+      store: () => new MysqlStore({ pool, table }),
+      close: async () => {
+        await pool.query(
+          `DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\`, \`${table}_states\`, \`${table}_audit\`, \`${table}_schema\`, \`${table}_control\``,
+        );
+        await pool.end();
+      },
+    };
+  };
+  sweepSuite('MysqlStore', open);
+  oddAccountSuite('MysqlStore', open);
+
   test('to an expectations table made before it, and again does nothing', async () => {
     const table = `ipn_test_keys_${process.pid}_${randomUUID().slice(0, 6)}`;
     const pool = createPool({ uri: mysqlUrl(), connectionLimit: 2 });
@@ -456,6 +685,29 @@ describeWithService('MariaDB', 'MysqlStore: migrate() adds the account column', 
       await pool.end();
     }
   });
+});
+
+describe('expectations keep their account: SqliteStore', () => {
+  const open = async () => {
+    const folder = mkdtempSync(join(tmpdir(), 'ipn-sqlite-keys-sweep-'));
+    // A handle on one file per instance, as two processes would have.
+    const opened: Database.Database[] = [new Database(join(folder, 'shared.db'))];
+    await new SqliteStore({ database: opened[0]! }).migrate();
+    return {
+      store: () => {
+        const database = new Database(join(folder, 'shared.db'));
+        opened.push(database);
+        return new SqliteStore({ database });
+      },
+      close: () => {
+        for (const database of opened) database.close();
+        rmSync(folder, { recursive: true, force: true });
+        return Promise.resolve();
+      },
+    };
+  };
+  sweepSuite('SqliteStore', open);
+  oddAccountSuite('SqliteStore', open);
 });
 
 test('SqliteStore: migrate() adds the account column to an expectations table made before it, and again does nothing', async () => {

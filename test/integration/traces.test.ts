@@ -204,6 +204,57 @@ function scenarios(
     expect(heard).toHaveLength(1);
   });
 
+  test("a notification's own ipn_kit_traceparent field (not the service's) is never kept, linked, or shown to listeners", async () => {
+    const forgedTrace = 'f'.repeat(32);
+    const forged = `00-${forgedTrace}-${'e'.repeat(16)}-01`;
+    const heard: string[] = [];
+    let healthy = false;
+    const store = await fresh();
+    const { ipn, post } = await start(store, { retryDelayMs: 5, maxAttempts: 50 });
+    ipn.on('successful', (n) => {
+      heard.push(JSON.stringify(n));
+      // An attempt begun before a provider was registered has no span: it fails too, for a traced one to deliver.
+      if (!healthy || trace.getActiveSpan() === undefined) return Promise.reject(new Error('ledger down'));
+    });
+
+    // With a provider: the request's own traceparent is kept, not the sender's.
+    const traced = uniquePayload({ ipn_kit_traceparent: forged });
+    const id = String(traced.transaction_id);
+    expect((await post(traced)).status).toBe(200);
+    await eventually('a failed attempt', () => heard.length >= 1);
+    healthy = true;
+    await eventually('delivered', async () => (await store.get(keyOf(traced)))?.status === 'delivered');
+    await eventually('the delivered attempt span', () =>
+      spans('ipn.deliver', id).some((span) => span.attributes['ipn.outcome'] === 'delivered'),
+    );
+    const [request] = spans('ipn.request', id);
+    const { traceId, spanId } = request!.spanContext();
+    expect((await store.get(keyOf(traced)))!.record.ipn_kit_traceparent).toBe(`00-${traceId}-${spanId}-01`);
+    for (const span of spans('ipn.deliver', id)) {
+      expect(span.links.map((link) => link.context.traceId)).not.toContain(forgedTrace);
+      expect(span.spanContext().traceId).not.toBe(forgedTrace);
+    }
+
+    // Without one when it arrived: nothing is kept, and a retry made once a provider is registered links to nothing.
+    healthy = false;
+    const seen = heard.length;
+    unregister();
+    const bare = uniquePayload({ ipn_kit_traceparent: forged });
+    try {
+      expect((await post(bare)).status).toBe(200);
+      await eventually('a failed attempt', () => heard.length > seen);
+      expect(Object.keys((await store.get(keyOf(bare)))!.record)).not.toContain('ipn_kit_traceparent');
+    } finally {
+      register();
+    }
+    healthy = true;
+    await eventually('delivered', async () => (await store.get(keyOf(bare)))?.status === 'delivered');
+    const retries = spans('ipn.deliver', String(bare.transaction_id));
+    expect(retries.length).toBeGreaterThan(0);
+    for (const retry of retries) expect(retry.links).toEqual([]);
+    for (const notification of heard) expect(notification).not.toContain('traceparent');
+  });
+
   test('with no tracer provider registered, no span is made and the inbox keeps the record as received', async () => {
     unregister();
     try {

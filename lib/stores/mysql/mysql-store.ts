@@ -104,6 +104,9 @@ type DbOf<P, T> = T extends Transactions<unknown> ? never : MysqlConnectionOf<P>
 /** How long `migrate()` waits for another process's migration of the same table, in seconds. */
 const MIGRATE_LOCK_SECONDS = 60;
 
+/** Which of the store's tables a statement is about, for the message of a missing one. */
+type Of = 'inbox' | 'expectations' | 'audit' | 'control';
+
 /**
  * A dedupe store and durable inbox in MySQL 8 or MariaDB 10.6+, shared by every instance of your app. A
  * notification's row is keyed by `transaction_id:state`: the primary key makes a claim (or a receive)
@@ -193,13 +196,18 @@ export class MysqlStore<
       this.table,
     );
     this.lifecycle = new MysqlLifecycle((work) => this.#transaction(work), this.table);
-    const query = async (text: string, values: unknown[]) => rowsOf(await this.#query(text, values));
-    this.audit = new SqlAudit({ write: query, read: query }, mysqlAuditTable(this.table));
+    const about =
+      (of: Of) =>
+      async (text: string, values: unknown[]): Promise<Array<Record<string, unknown>>> =>
+        rowsOf(await this.#query(text, values, of));
+    const audited = about('audit');
+    this.audit = new SqlAudit({ write: audited, read: audited }, mysqlAuditTable(this.table));
     const control = mysqlControlTable(this.table);
+    const controlled = about('control');
     this.pauseSwitch = sqlPauseSwitch({
-      read: () => query(`SELECT value FROM ${control} WHERE name = 'paused'`, []),
+      read: () => controlled(`SELECT value FROM ${control} WHERE name = 'paused'`, []),
       write: (value) =>
-        query(
+        controlled(
           `INSERT INTO ${control} (name, value, updated_ms) VALUES ('paused', ?, ?) ` +
             'ON DUPLICATE KEY UPDATE value = VALUES(value), updated_ms = VALUES(updated_ms)',
           [value, Date.now()],
@@ -486,7 +494,7 @@ export class MysqlStore<
   close(): void {}
 
   /** One statement on the pool; a failure is a `StoreError`. */
-  #query(text: string, values: unknown[], of: 'inbox' | 'expectations' = 'inbox'): Promise<MysqlQueryResult> {
+  #query(text: string, values: unknown[], of: Of = 'inbox'): Promise<MysqlQueryResult> {
     return this.#run(() => this.#pool.query(text, values), of);
   }
 
@@ -506,10 +514,7 @@ export class MysqlStore<
   }
 
   /** `work` in a transaction on a connection of the pool; a failure is a `StoreError`. */
-  #transaction<R>(
-    work: (connection: MysqlPoolConnection) => Promise<R>,
-    of: 'inbox' | 'expectations' = 'inbox',
-  ): Promise<R> {
+  #transaction<R>(work: (connection: MysqlPoolConnection) => Promise<R>, of: Of = 'inbox'): Promise<R> {
     return this.#run(() => inTransaction(this.#pool, work), of);
   }
 
@@ -517,7 +522,7 @@ export class MysqlStore<
    * Runs `attempt`; one that finds its table missing during a `migrate()` runs again once that has settled
    * (`retriedAfterMigration`). `of` says which table it is about, for the message of a missing one.
    */
-  #run<R>(attempt: () => Promise<R>, of: 'inbox' | 'expectations'): Promise<R> {
+  #run<R>(attempt: () => Promise<R>, of: Of): Promise<R> {
     const missing = (error: unknown) => errnoOf(error) === NO_SUCH_TABLE;
     return retriedAfterMigration(this.#pool, this.table, attempt, missing, (error) =>
       this.#failure(error, of),
@@ -525,13 +530,17 @@ export class MysqlStore<
   }
 
   /** The `StoreError` of a failed statement: the driver's error stays the cause (its `errno`, such as 1146). */
-  #failure(error: unknown, of: 'inbox' | 'expectations'): StoreError {
+  #failure(error: unknown, of: Of): StoreError {
     if (error instanceof StoreError) return error;
     if (errnoOf(error) === NO_SUCH_TABLE) {
       const [table, sql] =
         of === 'inbox'
           ? [this.table, 'mysqlSchemaSql()']
-          : [`${this.table}_expected (of ipn.expect())`, 'mysqlExpectationsSql()'];
+          : of === 'audit'
+            ? [`${this.table}_audit (the operators' audit trail)`, 'mysqlMigrations()']
+            : of === 'control'
+              ? [`${this.table}_control (ipn.pause() for every instance)`, 'mysqlMigrations()']
+              : [`${this.table}_expected (of ipn.expect())`, 'mysqlExpectationsSql()'];
       return notMigrated('MysqlStore', table, sql, 'MySQL', error);
     }
     const hint =

@@ -66,7 +66,6 @@ describe('replayMatching: an entry delivered between the listing and its replay'
     );
     expect((await store.get(key))?.status).toBe('delivered');
     expect(result).toMatchObject({ matched: 1, replayed: 0, keys: [] });
-    await store.close?.();
   });
 
   test('an entry still failed is replayed', async () => {
@@ -75,6 +74,5 @@ describe('replayMatching: an entry delivered between the listing and its replay'
     await failedEntry(store, key);
     expect(await replayMatching(store, { status: 'failed' }, 20)).toMatchObject({ matched: 1, replayed: 1 });
     expect((await store.get(key))?.status).toBe('received');
-    await store.close?.();
   });
 });
