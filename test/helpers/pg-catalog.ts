@@ -41,3 +41,12 @@ export async function catalogOf(db: Pool | PoolClient, table: string) {
   );
   return { columns, primaryKey: keys.map((key) => key.name), checks, indexes };
 }
+
+/** The tables of `schema` whose name starts with `ipn_inbox` (what `store.migrate()` made there), sorted. */
+export async function inboxTablesIn(db: Pool | PoolClient, schema: string): Promise<string[]> {
+  const { rows } = await db.query<{ name: string }>(
+    'SELECT table_name AS name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1',
+    [schema],
+  );
+  return rows.map((row) => row.name).filter((name) => name.startsWith('ipn_inbox'));
+}

@@ -17,7 +17,7 @@ import {
   ipnInboxStates,
   ledger,
 } from '../../../examples/snippets/orm/drizzle.js';
-import { catalogOf } from '../../helpers/pg-catalog.js';
+import { catalogOf, inboxTablesIn } from '../../helpers/pg-catalog.js';
 import { ledgerSchema } from '../../helpers/ledger-schema.js';
 import {
   expectNothingCredited,
@@ -312,14 +312,9 @@ describeWithService(
     // drizzle-kit push drops a table the schema does not declare: losing <table>_states would let a FAILED
     // after a SUCCESSFUL through as `failed`, and <table>_control the fleet's pause.
     test('every table migrate() made is declared', async () => {
-      const { rows } = await schema
-        .pool()
-        .query<{ name: string }>(
-          'SELECT table_name AS name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1',
-          [schema.schema],
-        );
-      const made = rows.map((row) => row.name).filter((name) => name.startsWith('ipn_inbox'));
-      expect(made).toEqual(DECLARED.map(([name]) => name).sort());
+      expect(await inboxTablesIn(schema.pool(), schema.schema)).toEqual(
+        DECLARED.map(([name]) => name).sort(),
+      );
     });
 
     test.each(DECLARED)(

@@ -9,6 +9,7 @@ import { PrismaClient as ExamplePrismaClient } from '../../../examples/prisma/ge
 import { deadNotifications, prismaIpn } from '../../../examples/snippets/orm/prisma.js';
 import { PrismaClient } from '../../fixtures/orm/prisma/generated/client.js';
 import { ledgerSchema } from '../../helpers/ledger-schema.js';
+import { inboxTablesIn } from '../../helpers/pg-catalog.js';
 import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
 import { uniquePayload } from '../../helpers/payloads.js';
 import { quiet } from '../../helpers/quiet-logger.js';
@@ -410,14 +411,9 @@ describeWithService('PostgreSQL', 'the inbox models of examples/prisma/schema.pr
   // Migrate writes a DROP for a table its migrations made and the schema does not declare: losing
   // <table>_states would let a FAILED after a SUCCESSFUL through as `failed`, and <table>_control the pause.
   test('every table migrate() made is declared', async () => {
-    const { rows } = await ledger
-      .pool()
-      .query<{ name: string }>(
-        'SELECT table_name AS name FROM information_schema.tables WHERE table_schema = $1 ORDER BY 1',
-        [ledger.schema],
-      );
-    const made = rows.map((row) => row.name).filter((name) => name.startsWith('ipn_inbox'));
-    expect(made).toEqual(DECLARED.map(([, table]) => table).sort());
+    expect(await inboxTablesIn(ledger.pool(), ledger.schema)).toEqual(
+      DECLARED.map(([, table]) => table).sort(),
+    );
   });
 
   test.each(DECLARED)(
