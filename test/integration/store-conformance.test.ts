@@ -242,10 +242,14 @@ describe('runStoreConformance on SqliteStore', () => {
   const skip = ['claim-ttl'];
   /** A listener's credit through the attempt's connection, read back through the store's own file. */
   const lateWrite = (store: () => SqliteStore) => ({
-    write: async (through: unknown, id: string) =>
-      (through as Database.Database).prepare('INSERT INTO ledger (id) VALUES (?)').run(id),
-    landed: async (id: string) =>
-      databaseOf.get(store())!.prepare('SELECT 1 FROM ledger WHERE id = ?').get(id) !== undefined,
+    write: (through: unknown, id: string) =>
+      Promise.resolve().then(() =>
+        (through as Database.Database).prepare('INSERT INTO ledger (id) VALUES (?)').run(id),
+      ),
+    landed: (id: string) =>
+      Promise.resolve(
+        databaseOf.get(store())!.prepare('SELECT 1 FROM ledger WHERE id = ?').get(id) !== undefined,
+      ),
   });
   afterAll(() => {
     for (const database of opened) database.close();
