@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { LateWriteError } from '../late-write.js';
 import { asSavepoint, splitStatements } from '../postgres/postgres-transaction.js';
 import { openOrmTransaction, type Run } from '../orm-transaction.js';
 import type { DeliveryTransaction } from '../store.js';
@@ -220,11 +221,7 @@ const CONTROL: Record<string, string> = { beginTransaction: 'BEGIN', commit: 'CO
  * properties (`escape`, `format`) are the pool's.
  */
 function guarded(pool: MysqlPool, held: Held, key: string): object {
-  const refused = (): DeliveryError =>
-    new DeliveryError(
-      `the delivery transaction of ${key} has ended (a listener failed, or ran past leaseMs): this write was ` +
-        'not made; it is made again with the next attempt, in its own transaction',
-    );
+  const refused = (): DeliveryError => new LateWriteError(key);
   // After a deadlock the server has rolled the transaction back, and a statement sent now would commit on
   // its own: every later query is refused, as PostgreSQL refuses them in an aborted transaction.
   const rolledBack = (): DeliveryError =>
