@@ -62,5 +62,18 @@ export function refuseLateWrites<T>(handle: T, usable: () => boolean, key: strin
       );
     },
   });
+  targets.set(guarded, target);
   return guarded as T;
+}
+
+/** Each guard of {@link refuseLateWrites}'s own object. */
+const targets = new WeakMap<object, object>();
+
+/** The object `handle` guards (for a store that keeps state by its own handle), or `handle` itself. */
+export function unguarded<T>(handle: T): T {
+  return (
+    (typeof handle === 'object' || typeof handle === 'function') && handle !== null
+      ? (targets.get(handle) ?? handle)
+      : handle
+  ) as T;
 }

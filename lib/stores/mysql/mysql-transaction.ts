@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { LateWriteError } from '../late-write.js';
+import { LateWriteError, unguarded } from '../late-write.js';
 import { asSavepoint, splitStatements } from '../postgres/postgres-transaction.js';
 import { openOrmTransaction, type Run } from '../orm-transaction.js';
 import type { DeliveryTransaction } from '../store.js';
@@ -64,10 +64,13 @@ export async function openPoolTransaction(
   mark: Statement,
 ): Promise<DeliveryTransaction<unknown, unknown>> {
   const opened = await openOrmTransaction(poolTransactions(pool, key), key, mark, explainMysql);
-  const held = helds.get(opened.tx as object)!;
+  // Its own guarded connection, not the core's guard of it: that refuses a late query in the form it was
+  // made (a rejected promise, the callback called), where the core's throws at once.
+  const connection = unguarded(opened.tx);
+  const held = helds.get(connection as object)!;
   return {
-    tx: opened.tx,
-    db: opened.tx,
+    tx: connection,
+    db: connection,
     get state() {
       return opened.state === 'open' && held.opening === undefined ? 'idle' : opened.state;
     },
