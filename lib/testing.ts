@@ -9,6 +9,7 @@ export type { FakeProviderOptions } from './testing/fake-provider-options.js';
 export { runStoreConformance } from './testing/store-conformance.js';
 export type {
   ConformanceFailure,
+  LateWriteProbe,
   StoreConformanceOptions,
   StoreConformanceResult,
 } from './testing/store-conformance.js';

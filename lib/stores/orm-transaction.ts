@@ -1,4 +1,5 @@
 import { DeliveryError, messageOf, StoreError } from '../shared/errors.js';
+import { refuseLateWrites } from './late-write.js';
 import type { DeliveryTransaction, TransactionState } from './store.js';
 import type { Statement, StatementResult, Transactions } from './transactions.js';
 
@@ -28,7 +29,8 @@ class LeaseLost extends DeliveryError {
  * then waits for delivery's decision. Delivered: the callback runs `mark` (the store's `delivered` update,
  * guarded by the lease) in the same transaction and returns, so the ORM commits the listeners' writes and
  * the mark together; a mark that changed no row (the lease was lost) throws, so the ORM rolls both back.
- * Not delivered: the callback throws at once (abandoned listeners' later queries through `tx` are refused by the ORM), and the ORM rolls back.
+ * Not delivered: the callback throws at once (abandoned listeners' later uses of `tx` are refused, as every
+ * use is once the attempt has ended), and the ORM rolls back.
  *
  * `explain` turns a database error into words a partner can act on (a dialect's detail, such as
  * PostgreSQL's aborted transaction); `undefined` keeps the ORM's message. `outcome` reads what the mark
@@ -80,9 +82,8 @@ export async function openOrmTransaction<Tx>(
           : await run(opening);
     handOut(tx);
     const decision = await decided;
-    // Rolled back at once, even while an abandoned attempt's listeners still run: the ORM refuses their
-    // later queries through `tx` (part of the Transactions contract), and a listener that hangs holds no
-    // lock and no connection.
+    // Rolled back at once, even while an abandoned attempt's listeners still run: their later uses of `tx`
+    // are refused (refuseLateWrites, below), and a listener that hangs holds no lock and no connection.
     if (!decision.commit) throw new RolledBack();
     const statement = typeof mark === 'function' ? await mark(opened, run) : mark;
     if (outcome(await run(statement)) === 'lost') throw new LeaseLost(key);
@@ -117,7 +118,8 @@ export async function openOrmTransaction<Tx>(
   state = 'open';
 
   return {
-    tx,
+    // Once the attempt has ended, every use of it by a listener is refused here, whatever the ORM would do.
+    tx: refuseLateWrites(tx, () => state === 'open', key),
     get state() {
       return state;
     },

@@ -28,9 +28,11 @@ export interface StatementResult {
  *
  * - `transaction(work)` runs `work` once, and settles only once `work` has and the transaction has ended.
  * - Once `transaction()` has settled, a query through its `tx` fails: it never runs outside a transaction
- *   (an abandoned attempt's listener may still be running, and its late write must not land). An ORM that
- *   hands the connection back to its pool and would run such a query on it needs a guard, as Drizzle's
- *   adapter has; a hand-written one closes a failed transaction's connection instead of releasing it.
+ *   (an abandoned attempt's listener may still be running, and its late write must not land). ipn-kit
+ *   refuses every use of the `tx` it hands listeners once their attempt has ended, whatever the ORM, with
+ *   one `DeliveryError`; what it cannot see is a query builder or statement a listener took from `tx`
+ *   before the end and runs after it, which the ORM (or its connection) must refuse. `runStoreConformance`'s
+ *   `late-write` rule, given `lateWrite`, checks a store over your `Transactions`.
  * - While the transaction is open, an `error` its connection emits (the server ended it) must not crash the
  *   process.
  *

@@ -54,7 +54,30 @@ export type AnyStore = DurableStore;
 
 /** Which stores a rule applies to: every store, durable ones, or those with the optional part it checks. */
 export type Needs =
-  'store' | 'durable' | 'countByStatus' | 'expectations' | 'lifecycle' | 'redact' | 'audit' | 'pauseSwitch';
+  | 'store'
+  | 'durable'
+  | 'countByStatus'
+  | 'expectations'
+  | 'lifecycle'
+  | 'redact'
+  | 'audit'
+  | 'pauseSwitch'
+  | 'lateWrite';
+
+/**
+ * How the `late-write` rule writes as a listener would, through what a delivery attempt hands its listeners
+ * (its `tx`, and its `db` when the store gives another one), and reads, on its own, whether that write
+ * landed. The kit cannot write through your ORM or driver by itself: give it one insert and one read.
+ */
+export interface LateWriteProbe {
+  /**
+   * Writes one row identified by `id` through `through` (the attempt's `tx` or `db`, as your listeners get
+   * them), as a listener credits an order; resolves once the write is done, rejects when it is refused.
+   */
+  write(through: unknown, id: string): Promise<unknown>;
+  /** Whether the row of `id` exists, read outside any delivery transaction (another connection). */
+  landed(id: string): Promise<boolean>;
+}
 
 /** One rule of the suite. */
 export interface Rule {
@@ -73,6 +96,8 @@ export interface RuleKit {
   at(index: number): AnyStore;
   /** Whether the inbox's rules run on this store. */
   durable: boolean;
+  /** How the `late-write` rule writes through a delivery attempt's transaction (given when it runs). */
+  lateWrite: LateWriteProbe | undefined;
   /** How many copies of one call a concurrency rule sends at once. */
   concurrency: number;
   /** A ttl or lease meant to run out during the rule (100 ms times `timeScale`). */
@@ -101,6 +126,7 @@ export interface KitOptions {
   concurrency: number;
   timeScale: number;
   advance: ((ms: number) => unknown) | undefined;
+  lateWrite: LateWriteProbe | undefined;
 }
 
 /** Builds the kit of one rule over `store`. */
@@ -116,6 +142,7 @@ export function createKit(stores: [AnyStore, ...AnyStore[]], options: KitOptions
     store,
     at: (index) => stores[index % stores.length]!,
     durable: options.durable,
+    lateWrite: options.lateWrite,
     concurrency: options.concurrency,
     shortMs,
     longMs: 10 * 60_000,

@@ -4,12 +4,14 @@ import { messageOf } from '../shared/errors.js';
 import { CLAIM_RULES } from './store-conformance-claims.js';
 import { CRASH_RULES } from './store-conformance-crash.js';
 import { EXPECTATION_RULES } from './store-conformance-expectations.js';
+import { LATE_WRITE_RULES } from './store-conformance-late-write.js';
 import { LEASE_RULES } from './store-conformance-leases.js';
 import { LIFECYCLE_RULES } from './store-conformance-lifecycle.js';
 import {
   createKit,
   RuleFailure,
   type AnyStore,
+  type LateWriteProbe,
   type Rule,
   type StoreConformanceResult,
 } from './store-conformance-kit.js';
@@ -19,7 +21,7 @@ import { RECEIVE_RULES } from './store-conformance-receive.js';
 import { REPLACE_RULES } from './store-conformance-replace.js';
 import { SETTLE_RULES } from './store-conformance-settle.js';
 
-export type { ConformanceFailure, StoreConformanceResult } from './store-conformance-kit.js';
+export type { ConformanceFailure, LateWriteProbe, StoreConformanceResult } from './store-conformance-kit.js';
 
 /** Every rule, in the order they run. */
 const RULES: Rule[] = [
@@ -33,6 +35,7 @@ const RULES: Rule[] = [
   ...CRASH_RULES,
   ...EXPECTATION_RULES,
   ...LIFECYCLE_RULES,
+  ...LATE_WRITE_RULES,
 ];
 
 /** The names of the rules, for `skip`. */
@@ -78,6 +81,21 @@ export interface StoreConformanceOptions {
    */
   skip: string[];
   /**
+   * Runs these rules only, by name (the others are listed in `skipped`, with the reason "not in only"):
+   * `['late-write']` while you work on your transactions.
+   * @default undefined: every rule
+   */
+  only: string[] | undefined;
+  /**
+   * For a store with transactional delivery (`begin`), or one given your own `Transactions`: how the
+   * `late-write` rule writes through an attempt's `tx` (and `db`), as a listener credits an order, and reads
+   * whether that write landed. The rule opens an attempt, writes in time, ends it (abandoned with its
+   * listeners still running; failed; delivered), then writes again: every late write must reject and land
+   * nowhere, and the write in time must land only when delivered. Without it the rule is skipped.
+   * @default undefined
+   */
+  lateWrite: LateWriteProbe | undefined;
+  /**
    * How long one rule may run before it counts as failed (a call that never answers).
    * @default 30_000 times `timeScale`
    */
@@ -118,6 +136,10 @@ export async function runStoreConformance(
   for (const rule of RULES) {
     if (resolved.skip.includes(rule.name)) {
       result.skipped.push({ rule: rule.name, reason: 'skipped by the options' });
+      continue;
+    }
+    if (resolved.only !== undefined && !resolved.only.includes(rule.name)) {
+      result.skipped.push({ rule: rule.name, reason: 'not in only' });
       continue;
     }
     const failure = await runRule(rule, createStore, resolved, run, result);
@@ -190,6 +212,10 @@ function notApplicable(rule: Rule, store: AnyStore, options: Resolved): string |
   if (rule.needs === 'audit' && store.audit === undefined) return 'the store has no audit log (optional)';
   if (rule.needs === 'pauseSwitch' && store.pauseSwitch === undefined)
     return 'the store has no pause switch (optional: ipn.pause() then holds one instance)';
+  if (rule.needs === 'lateWrite' && typeof store.begin !== 'function')
+    return 'the store has no begin() (optional: no transactional delivery)';
+  if (rule.needs === 'lateWrite' && options.lateWrite === undefined)
+    return 'no lateWrite option: the kit cannot write through your transaction by itself';
   return undefined;
 }
 
@@ -219,7 +245,16 @@ function resolve(createStore: unknown, options: Partial<StoreConformanceOptions>
       `runStoreConformance: createStore must be a function answering a new store, got ${typeof createStore}`,
     );
   }
-  const { concurrency = 50, timeScale = 1, advance, openPeer, skip = [], durable } = options ?? {};
+  const {
+    concurrency = 50,
+    timeScale = 1,
+    advance,
+    openPeer,
+    skip = [],
+    only,
+    durable,
+    lateWrite,
+  } = options ?? {};
   if (!Number.isInteger(concurrency) || concurrency < 2) {
     throw new TypeError(
       `runStoreConformance: concurrency must be a whole number of at least 2, got ${concurrency}`,
@@ -238,12 +273,18 @@ function resolve(createStore: unknown, options: Partial<StoreConformanceOptions>
       `runStoreConformance: advance must be a function (ms) => void, got ${typeof advance}`,
     );
   }
-  const unknown = (Array.isArray(skip) ? skip : [skip]).filter(
-    (name) => !STORE_CONFORMANCE_RULES.includes(name),
-  );
-  if (!Array.isArray(skip) || unknown.length > 0) {
+  checkNames('skip', skip);
+  if (only !== undefined) checkNames('only', only);
+  if (
+    lateWrite !== undefined &&
+    (typeof lateWrite !== 'object' ||
+      lateWrite === null ||
+      typeof lateWrite.write !== 'function' ||
+      typeof lateWrite.landed !== 'function')
+  ) {
     throw new TypeError(
-      `runStoreConformance: skip must list rule names, got ${unknown.map(String).join(', ') || typeof skip} (the rules: ${STORE_CONFORMANCE_RULES.join(', ')})`,
+      'runStoreConformance: lateWrite must be { write(through, id), landed(id) }, got ' +
+        (lateWrite === null ? 'null' : typeof lateWrite),
     );
   }
   const ruleTimeoutMs = options.ruleTimeoutMs ?? 30_000 * timeScale;
@@ -252,5 +293,17 @@ function resolve(createStore: unknown, options: Partial<StoreConformanceOptions>
       `runStoreConformance: ruleTimeoutMs must be a positive number of milliseconds, got ${ruleTimeoutMs}`,
     );
   }
-  return { concurrency, timeScale, advance, openPeer, skip, durable, ruleTimeoutMs };
+  return { concurrency, timeScale, advance, openPeer, skip, only, durable, lateWrite, ruleTimeoutMs };
+}
+
+/** Throws unless `names` (the option `option`) is an array of rule names. */
+function checkNames(option: 'skip' | 'only', names: unknown): void {
+  const unknown = (Array.isArray(names) ? names : [names]).filter(
+    (name) => !STORE_CONFORMANCE_RULES.includes(name as string),
+  );
+  if (!Array.isArray(names) || unknown.length > 0) {
+    throw new TypeError(
+      `runStoreConformance: ${option} must list rule names, got ${unknown.map(String).join(', ') || typeof names} (the rules: ${STORE_CONFORMANCE_RULES.join(', ')})`,
+    );
+  }
 }

@@ -160,6 +160,8 @@ const SURFACE: Record<string, string[]> = {
   testing: [
     ...['createFakeProvider', 'FakeProvider', 'FakeProviderOptions'],
     ...['runStoreConformance', 'StoreConformanceOptions', 'StoreConformanceResult', 'ConformanceFailure'],
+    // How the late-write rule writes through a partner's transaction (the option lateWrite).
+    'LateWriteProbe',
     // What a partner's own store names in its methods' signatures (ipn-kit exports the Store interfaces).
     ...['Lease', 'Settlement', 'ListOptions', 'StatusCounts', 'Expectation'],
     // A custom store's audit log (DurableStore.audit), as the operator's actions are kept in it.

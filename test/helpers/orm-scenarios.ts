@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { ipnRouter, type IpnNotification } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import type { Transactions } from 'ipn-kit/orm';
+import { runStoreConformance } from 'ipn-kit/testing';
 import { ledgerSchema } from './ledger-schema.js';
 import { uniquePayload } from './payloads.js';
 import { quiet } from './quiet-logger.js';
@@ -178,6 +179,28 @@ export function runOrmScenarios(fixturePath: string): void {
       await delivered(keyOf(payload));
       await Promise.all(late);
       expect(await rows(payload.transaction_id)).toBe(1);
+    });
+
+    test("the kit's late-write rule: a credit through tx once the attempt was abandoned, failed or delivered rejects, and lands nowhere", async () => {
+      let tables = 0;
+      const result = await runStoreConformance(
+        async () => {
+          const table = `ipn_conf_late_${(tables += 1)}`;
+          const store = new PostgresStore({ pool: ledger.pool(), table, transactions: orm.transactions });
+          await store.migrate();
+          return store;
+        },
+        {
+          only: ['late-write'],
+          lateWrite: {
+            write: (tx, id) =>
+              orm.credit(tx, { transaction_id: id, custom_data: 'late', amount: 1 } as IpnNotification),
+            landed: async (id) => (await rows(id)) > 0,
+          },
+        },
+      );
+      expect(result.failures).toEqual([]);
+      expect(result.passed).toEqual(['late-write']);
     });
 
     test('a COMMIT that fails after the mark (a deferred constraint): neither lands; the retry credits once', async () => {

@@ -18,6 +18,7 @@ import {
 import { recordEvents } from '../helpers/record-events.js';
 import { servedRouters } from '../helpers/servers.js';
 import { describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
+import { runStoreConformance } from 'ipn-kit/testing';
 
 jest.setTimeout(30_000);
 
@@ -226,6 +227,42 @@ describe.each(ORMS)('%s on MySQL', (name, openOrm) => {
 
     // A raw ROLLBACK through tx (a listener's own error handling) ends the ORM's transaction: the credit is
     // undone, and the `delivered` mark ran after it on its own (autocommit), delivered with no ledger row.
+    test("the kit's late-write rule: a credit through tx once the attempt was abandoned, failed or delivered rejects, and lands nowhere", async () => {
+      const tables: string[] = [];
+      try {
+        const result = await runStoreConformance(
+          async () => {
+            const conformance = `${table}_late_${tables.length}`;
+            tables.push(conformance);
+            const store = new MysqlStore({ pool, table: conformance, transactions: orm.transactions });
+            await store.migrate();
+            return store;
+          },
+          {
+            only: ['late-write'],
+            lateWrite: {
+              write: (tx, id) =>
+                orm.credit(tx, { transaction_id: id, amount: 1 } as unknown as IpnNotification),
+              landed: async (id) => {
+                const [rows] = await pool.query<RowDataPacket[]>(
+                  `SELECT 1 FROM ${ledger} WHERE transaction_id = ?`,
+                  [id],
+                );
+                return rows.length > 0;
+              },
+            },
+          },
+        );
+        expect(result.failures).toEqual([]);
+        expect(result.passed).toEqual(['late-write']);
+      } finally {
+        for (const conformance of tables)
+          await pool.query(
+            `DROP TABLE IF EXISTS ${conformance}, ${conformance}_expected, ${conformance}_states, ${conformance}_audit`,
+          );
+      }
+    });
+
     test('a listener that credits, sends a raw ROLLBACK through tx, and resolves: never delivered without its row', async () => {
       const { ipn, post } = await serve(router());
       const recorder = recordEvents(ipn);

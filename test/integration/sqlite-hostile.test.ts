@@ -252,7 +252,11 @@ describe('SqliteStore under hostile listeners', () => {
     // The listener goes on: its iteration, then writes through a statement it prepared and a new one.
     rows.next();
     expect(() => insert.run('t1', 6)).toThrow(/readonly/i);
-    expect(() => db.prepare('INSERT INTO ledger VALUES (?, ?)').run('t1', 7)).toThrow(/readonly/i);
+    // A new statement is refused by the core (every use of db once the attempt ended), the prepared one by
+    // SQLite (the connection was made read-only).
+    expect(() => db.prepare('INSERT INTO ledger VALUES (?, ?)').run('t1', 7)).toThrow(
+      /the delivery transaction of t1:SUCCESSFUL has ended/,
+    );
     finish();
     expect(ledgerRows(database, 't1')).toBe(0);
     await nextAttemptCommits(store, database);

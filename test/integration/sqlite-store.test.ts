@@ -190,7 +190,9 @@ describe('SqliteStore', () => {
     await tx.rollback(listeners);
     // The store's writes go on while the abandoned listeners still run.
     expect(await store.receive('t2:SUCCESSFUL', { transaction_id: 't2' }, lease())).toBe(true);
-    expect(() => tx.tx.prepare('INSERT INTO ledger VALUES (?, ?)').run('t1', 6)).toThrow(/not open/);
+    expect(() => tx.tx.prepare('INSERT INTO ledger VALUES (?, ?)').run('t1', 6)).toThrow(
+      /the delivery transaction of t1:SUCCESSFUL has ended/,
+    );
     finish();
     expect(ledgerRows(database, 't1')).toBe(0);
     // The next attempt opens a new connection.

@@ -5,8 +5,8 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import Redis from 'ioredis';
 import { createClient } from 'redis';
-import { Pool } from 'pg';
-import { createPool, type Pool as MysqlPool } from 'mysql2/promise';
+import { Pool, type PoolClient } from 'pg';
+import { createPool, type Pool as MysqlPool, type PoolConnection } from 'mysql2/promise';
 import { MemoryStore, type Store } from 'ipn-kit';
 import { MysqlStore } from 'ipn-kit/mysql';
 import { PostgresStore } from 'ipn-kit/postgres';
@@ -19,11 +19,20 @@ import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers
 const rulesOf = (failures: Array<{ rule: string }>) =>
   [...new Set(failures.map((failure) => failure.rule))].sort();
 
+/** How a store without transactional delivery skips the late-write rule. */
+const NO_BEGIN = {
+  rule: 'late-write',
+  reason: 'the store has no begin() (optional: no transactional delivery)',
+};
+
+/** The ledger a late-write probe credits: one table of this run, `id text PRIMARY KEY`. */
+const ledgerTable = () => `ipn_test_late_${process.pid}_${randomUUID().slice(0, 6)}`;
+
 describe('runStoreConformance on the built-in stores', () => {
-  test('MemoryStore conforms, no rule skipped', async () => {
+  test('MemoryStore conforms, no rule skipped but late-write (no transactional delivery)', async () => {
     const result = await runStoreConformance(() => new MemoryStore());
     expect(result.failures).toEqual([]);
-    expect(result.skipped).toEqual([]);
+    expect(result.skipped).toEqual([NO_BEGIN]);
     expect(result.passed).toContain('claim-token-idempotent');
   }, 60_000);
 
@@ -75,7 +84,7 @@ describeWithService('Redis', 'runStoreConformance on RedisStore', () => {
   test('RedisStore conforms', async () => {
     const result = await runStoreConformance(createStore);
     expect(result.failures).toEqual([]);
-    expect(result.skipped).toEqual([]);
+    expect(result.skipped).toEqual([NO_BEGIN]);
   }, 120_000);
 
   test('RedisStore conforms over a node-redis client', async () => {
@@ -115,20 +124,30 @@ describeWithService('PostgreSQL', 'runStoreConformance on PostgresStore', () => 
   }
   // PostgresStore keeps a claim until it is purged: the router's ttlMs does not apply (as its doc says).
   const skip = ['claim-ttl'];
-  beforeAll(() => {
+  const ledger = ledgerTable();
+  /** A listener's credit through the attempt's client (its `tx` and `db`), read back through the pool. */
+  const lateWrite = {
+    write: (through: unknown, id: string) =>
+      (through as PoolClient).query(`INSERT INTO "${ledger}" (id) VALUES ($1)`, [id]),
+    landed: async (id: string) =>
+      (await pool.query(`SELECT 1 FROM "${ledger}" WHERE id = $1`, [id])).rowCount === 1,
+  };
+  beforeAll(async () => {
     pool = new Pool({ connectionString: databaseUrl(), max: 10 });
     other = new Pool({ connectionString: databaseUrl(), max: 10 });
     for (const client of [pool, other]) client.on('error', () => {});
+    await pool.query(`CREATE TABLE "${ledger}" (id text PRIMARY KEY)`);
   });
   afterAll(async () => {
-    for (const table of tables)
+    for (const table of [...tables, ledger])
       await pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_expected", "${table}_states"`);
     await Promise.all([pool.end(), other.end()]);
   });
 
-  test('PostgresStore conforms', async () => {
-    const result = await runStoreConformance(createStore, { skip });
+  test('PostgresStore conforms, late writes through its pool client refused', async () => {
+    const result = await runStoreConformance(createStore, { skip, lateWrite });
     expect(result.failures).toEqual([]);
+    expect(result.passed).toContain('late-write');
   }, 120_000);
 
   test('PostgresStore conforms across two instances, each with its own pool', async () => {
@@ -155,11 +174,23 @@ describeWithService('MariaDB', 'runStoreConformance on MysqlStore', () => {
   }
   // MysqlStore keeps a claim until it is purged: the router's ttlMs does not apply (as its doc says).
   const skip = ['claim-ttl'];
-  beforeAll(() => {
+  const ledger = ledgerTable();
+  /** A listener's credit through the attempt's connection (its `tx` and `db`), read back through the pool. */
+  const lateWrite = {
+    write: (through: unknown, id: string) =>
+      (through as PoolConnection).query(`INSERT INTO \`${ledger}\` (id) VALUES (?)`, [id]),
+    landed: async (id: string) => {
+      const [rows] = await pool.query(`SELECT 1 FROM \`${ledger}\` WHERE id = ?`, [id]);
+      return (rows as unknown[]).length === 1;
+    },
+  };
+  beforeAll(async () => {
     pool = createPool({ uri: mysqlUrl(), connectionLimit: 10 });
     other = createPool({ uri: mysqlUrl(), connectionLimit: 10 });
+    await pool.query(`CREATE TABLE \`${ledger}\` (id varchar(64) PRIMARY KEY) ENGINE=InnoDB`);
   });
   afterAll(async () => {
+    await pool.query(`DROP TABLE IF EXISTS \`${ledger}\``);
     for (const table of tables)
       await pool.query(
         `DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\`, \`${table}_states\`, \`${table}_audit\``,
@@ -167,8 +198,8 @@ describeWithService('MariaDB', 'runStoreConformance on MysqlStore', () => {
     await Promise.all([pool.end(), other.end()]);
   });
 
-  test('MysqlStore conforms', async () => {
-    const result = await runStoreConformance(createStore, { skip });
+  test('MysqlStore conforms, late writes through its pool connection refused', async () => {
+    const result = await runStoreConformance(createStore, { skip, lateWrite });
     expect(result.failures).toEqual([]);
     // Every other rule ran: the inbox's, countByStatus's and the expectations'.
     expect(result.skipped).toEqual([{ rule: 'claim-ttl', reason: 'skipped by the options' }]);
@@ -193,23 +224,40 @@ describe('runStoreConformance on SqliteStore', () => {
     return database;
   };
   const fileOf = new Map<SqliteStore, string>();
-  /** A store on a new, migrated file. */
+  const databaseOf = new Map<SqliteStore, Database.Database>();
+  let latest: SqliteStore | undefined;
+  /** A store on a new, migrated file, with a ledger table for the late-write rule. */
   async function createStore(): Promise<SqliteStore> {
     const path = join(folder, `${opened.length}.db`);
-    const store = new SqliteStore({ database: open(path) });
+    const database = open(path);
+    database.exec('CREATE TABLE ledger (id text PRIMARY KEY)');
+    const store = new SqliteStore({ database });
     fileOf.set(store, path);
+    databaseOf.set(store, database);
+    latest = store;
     await store.migrate();
     return store;
   }
   // SqliteStore keeps a claim until it is purged: the router's ttlMs does not apply (as its doc says).
   const skip = ['claim-ttl'];
+  /** A listener's credit through the attempt's connection, read back through the store's own file. */
+  const lateWrite = (store: () => SqliteStore) => ({
+    write: (through: unknown, id: string) =>
+      Promise.resolve().then(() =>
+        (through as Database.Database).prepare('INSERT INTO ledger (id) VALUES (?)').run(id),
+      ),
+    landed: (id: string) =>
+      Promise.resolve(
+        databaseOf.get(store())!.prepare('SELECT 1 FROM ledger WHERE id = ?').get(id) !== undefined,
+      ),
+  });
   afterAll(() => {
     for (const database of opened) database.close();
     rmSync(folder, { recursive: true, force: true });
   });
 
-  test('SqliteStore conforms', async () => {
-    const result = await runStoreConformance(createStore, { skip });
+  test('SqliteStore conforms, late writes through its delivery connection refused', async () => {
+    const result = await runStoreConformance(createStore, { skip, lateWrite: lateWrite(() => latest!) });
     expect(result.failures).toEqual([]);
     expect(result.skipped).toEqual([{ rule: 'claim-ttl', reason: 'skipped by the options' }]);
   }, 120_000);

@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { LateWriteError, unguarded } from '../late-write.js';
 import { asSavepoint, splitStatements } from '../postgres/postgres-transaction.js';
 import { openOrmTransaction, type Run } from '../orm-transaction.js';
 import type { DeliveryTransaction } from '../store.js';
@@ -63,10 +64,13 @@ export async function openPoolTransaction(
   mark: Statement,
 ): Promise<DeliveryTransaction<unknown, unknown>> {
   const opened = await openOrmTransaction(poolTransactions(pool, key), key, mark, explainMysql);
-  const held = helds.get(opened.tx as object)!;
+  // Its own guarded connection, not the core's guard of it: that refuses a late query in the form it was
+  // made (a rejected promise, the callback called), where the core's throws at once.
+  const connection = unguarded(opened.tx);
+  const held = helds.get(connection as object)!;
   return {
-    tx: opened.tx,
-    db: opened.tx,
+    tx: connection,
+    db: connection,
     get state() {
       return opened.state === 'open' && held.opening === undefined ? 'idle' : opened.state;
     },
@@ -220,11 +224,7 @@ const CONTROL: Record<string, string> = { beginTransaction: 'BEGIN', commit: 'CO
  * properties (`escape`, `format`) are the pool's.
  */
 function guarded(pool: MysqlPool, held: Held, key: string): object {
-  const refused = (): DeliveryError =>
-    new DeliveryError(
-      `the delivery transaction of ${key} has ended (a listener failed, or ran past leaseMs): this write was ` +
-        'not made; it is made again with the next attempt, in its own transaction',
-    );
+  const refused = (): DeliveryError => new LateWriteError(key);
   // After a deadlock the server has rolled the transaction back, and a statement sent now would commit on
   // its own: every later query is refused, as PostgreSQL refuses them in an aborted transaction.
   const rolledBack = (): DeliveryError =>

@@ -1,4 +1,3 @@
-import { DeliveryError } from '../../shared/errors.js';
 import { guardCheckouts } from '../guard-checkouts.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
 
@@ -98,27 +97,6 @@ function unwrap(error: unknown): unknown {
   return wrapped ? error.cause : error;
 }
 
-/**
- * Drizzle's transaction as listeners get it: the same object while `open()` holds, and one that refuses to
- * be used after. Drizzle gives the transaction's connection back to its pool when it ends, and still runs
- * a query made through the transaction object then (work a listener started and did not wait for) on that
- * connection, outside any transaction, committed at once: a failed attempt's credit that its retry makes
- * again.
- */
-function usableWhile<Tx extends object>(tx: Tx, open: () => boolean): Tx {
-  return new Proxy(tx, {
-    get(target, property, receiver) {
-      if (!open() && typeof property === 'string' && property !== 'then') {
-        throw new DeliveryError(
-          `Drizzle: the delivery's transaction has ended (tx.${property}): a write made through it now ` +
-            'would land outside any transaction. Await every write in the listener',
-        );
-      }
-      return Reflect.get(target, property, receiver) as unknown;
-    },
-  });
-}
-
 /** Runs `statement` through `runner.execute`: on the database (outside any transaction), or in a `tx`. */
 async function run(runner: DrizzleRunner, statement: Statement): Promise<StatementResult> {
   let result: unknown;
@@ -207,20 +185,16 @@ export function drizzleTransactions<Db extends DrizzleDatabase>(
   const config: unknown = options.config;
   return {
     name: 'Drizzle',
-    transaction: <T>(work: (tx: DrizzleTransactionOf<Db>) => Promise<T>) => {
-      let ended = false;
-      const inside = async (tx: unknown): Promise<T> => {
-        try {
-          return await work(usableWhile(tx as object, () => !ended) as DrizzleTransactionOf<Db>);
-        } finally {
-          ended = true; // before Drizzle's COMMIT or ROLLBACK, and before it gives the connection back
-        }
-      };
+    // Drizzle gives the transaction's connection back to its pool when it ends, and would still run a query
+    // made through the transaction object then on that connection, committed at once: the core refuses
+    // every use of the object a listener got once its attempt has ended (see refuseLateWrites).
+    transaction: <T>(work: (tx: DrizzleTransactionOf<Db>) => Promise<T>) =>
       // Drizzle's own COMMIT that fails (a deferred constraint, a serialization failure) is wrapped too.
-      return (runner.transaction(inside, config) as Promise<T>).catch((error: unknown) => {
-        throw unwrap(error);
-      });
-    },
+      (runner.transaction(work as (tx: unknown) => Promise<unknown>, config) as Promise<T>).catch(
+        (error: unknown) => {
+          throw unwrap(error);
+        },
+      ),
     query: (tx, statement) => run(tx as DrizzleRunner, statement),
     execute: (statement) => run(runner, statement),
   };

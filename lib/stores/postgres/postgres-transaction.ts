@@ -1,4 +1,5 @@
 import { LEASE_LOST, RESET } from './postgres-sql.js';
+import { LateWriteError } from '../late-write.js';
 import { DeliveryError, IpnKitError, messageOf, StoreError } from '../../shared/errors.js';
 import type { DeliveryTransaction } from '../store.js';
 
@@ -115,11 +116,7 @@ export function openTransaction(
     held.release(destroy || broken !== undefined || undefined);
   };
   // A DeliveryError: the write was refused because the attempt ended, not because the database failed.
-  const refused = (): DeliveryError =>
-    new DeliveryError(
-      `the delivery transaction of ${key} has ended (a listener failed, or ran past leaseMs): this write was ` +
-        'not made; it is made again with the next attempt, in its own transaction',
-    );
+  const refused = (): DeliveryError => new LateWriteError(key);
   const connectAndBegin = async (): Promise<undefined> => {
     const taken = (await pool.connect()) as PgPoolClient;
     if (typeof taken?.query !== 'function' || typeof taken.release !== 'function') {

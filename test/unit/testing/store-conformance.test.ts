@@ -69,7 +69,7 @@ describe('runStoreConformance', () => {
   test('a store is created for each rule, and closed after it', async () => {
     let opened = 0;
     let closed = 0;
-    const { passed } = await runStoreConformance(
+    const { passed, skipped } = await runStoreConformance(
       () => {
         opened += 1;
         return Object.assign(new MemoryStore(), { close: () => void (closed += 1) });
@@ -78,7 +78,9 @@ describe('runStoreConformance', () => {
     );
     expect(passed.length).toBeGreaterThan(30);
     expect(closed).toBe(opened);
-    expect(opened).toBe(passed.length);
+    // late-write too: its store is opened to find it has no begin(), then closed. Not the one skipped by name.
+    expect(skipped.map(({ rule }) => rule)).toEqual(['claim-token-idempotent', 'late-write']);
+    expect(opened).toBe(passed.length + 1);
   });
 
   test.each([
