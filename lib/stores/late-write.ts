@@ -41,13 +41,17 @@ export function refuseLateWrites<T>(handle: T, usable: () => boolean, key: strin
       if (method === undefined) {
         // Run on the object itself when called on the guard (or on nothing), with the function's own
         // members still readable (a Knex `raw`, a tagged template's helpers).
+        // A method read in time and called after the end (`const { query } = tx`) is refused as well.
+        const name = String(property);
         method = new Proxy(value, {
-          apply: (fn, thisArg, args) =>
-            Reflect.apply(
+          apply: (fn, thisArg, args) => {
+            if (!usable()) throw new LateWriteError(key, `.${name}()`);
+            return Reflect.apply(
               fn,
               thisArg === guarded || thisArg === undefined ? target : thisArg,
               args,
-            ) as unknown,
+            ) as unknown;
+          },
         });
         methods.set(value, method);
       }
