@@ -165,6 +165,18 @@ describeWithService('Redis', 'three app processes with verify and the fleet guar
       // The dedupe store stays on the shared Redis; the guard has a throwaway one, killed mid-burst.
       const guardRedis: ThrowawayRedis = await throwawayRedis();
       try {
+        // The first test's instances may still be verifying its forgeries (of ids such as FKP.000011, which
+        // this new provider gives again): they are ended, and what they reported is dropped, before it starts.
+        await Promise.all(
+          children.splice(0).map(
+            (child) =>
+              new Promise((resolve) => {
+                if (child.exitCode !== null || child.signalCode !== null) return resolve(undefined);
+                child.once('exit', resolve);
+                child.kill('SIGKILL');
+              }),
+          ),
+        );
         await provider?.close();
         provider = await createFakeProvider({ apiKey: API_KEY, blockAfter: 30, resendIntervalMs: 20 });
         events.length = 0;
