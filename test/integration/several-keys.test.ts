@@ -291,6 +291,32 @@ describe('the router with several keys', () => {
 });
 
 /**
+ * A payment of zone B expected under `account` by one router, then swept by a second over the same store
+ * (another instance): delivered once, asked with zone B's key only.
+ */
+async function sweptByAnotherInstance(
+  store: () => Store,
+  clientOptions: Partial<StatusClientOptions>,
+  customData: string,
+  account: string,
+): Promise<void> {
+  const id = await paymentOfZoneB(customData);
+  const { fetch, keysFor } = keysSent();
+  const options = { logger: quiet, reconcileAfterMs: 1, sweepIntervalMs: 2 ** 31 - 1 };
+  const first = ipnRouter({ ...options, store: store(), statusClient: client(clientOptions, fetch) });
+  routers.push(first);
+  await first.expect(id, { amount: 5000, customData, account });
+  await new Promise((resolve) => setTimeout(resolve, 5));
+  const second = ipnRouter({ ...options, store: store(), statusClient: client(clientOptions, fetch) });
+  routers.push(second);
+  const recorder = recordEvents(second);
+  expect(await second.sweep()).toMatchObject({ queried: 1, reconciled: 1 });
+  await settle();
+  expect(recorder.of('successful').map((n) => n.transaction_id)).toEqual([id]);
+  expect(keysFor(id)).toEqual([KEYS.zoneB]);
+}
+
+/**
  * `ipn.expect(id, { account })` kept by the store: a second router over it (another instance, or after a
  * restart) sweeps the transaction with that account's key only.
  */
@@ -298,20 +324,7 @@ function sweepSuite(name: string, open: () => Promise<{ store: () => Store; clos
   test(`${name}: an expectation named zone B is swept with zone B's key only, by another instance, and delivered`, async () => {
     const { store, close } = await open();
     try {
-      const id = await paymentOfZoneB('order-sweep');
-      const { fetch, keysFor } = keysSent();
-      const options = { logger: quiet, reconcileAfterMs: 1, sweepIntervalMs: 2 ** 31 - 1 };
-      const first = ipnRouter({ ...options, store: store(), statusClient: client({}, fetch) });
-      routers.push(first);
-      await first.expect(id, { amount: 5000, customData: 'order-sweep', account: 'zoneB' });
-      await new Promise((resolve) => setTimeout(resolve, 5));
-      const second = ipnRouter({ ...options, store: store(), statusClient: client({}, fetch) });
-      routers.push(second);
-      const recorder = recordEvents(second);
-      expect(await second.sweep()).toMatchObject({ queried: 1, reconciled: 1 });
-      await settle();
-      expect(recorder.of('successful').map((n) => n.transaction_id)).toEqual([id]);
-      expect(keysFor(id)).toEqual([KEYS.zoneB]);
+      await sweptByAnotherInstance(store, {}, 'order-sweep', 'zoneB');
     } finally {
       await Promise.all(routers.splice(0).map((router) => router.close()));
       await close();
@@ -485,21 +498,8 @@ function oddAccountSuite(
   test(`${name}: an account name with odd characters is kept with the expectation and swept with its key only`, async () => {
     const { store, close } = await open();
     try {
-      const id = await paymentOfZoneB('order-odd');
-      const { fetch, keysFor } = keysSent();
       const apiKeys = { zoneA: KEYS.zoneA, [ODD_ACCOUNT]: KEYS.zoneB };
-      const options = { logger: quiet, reconcileAfterMs: 1, sweepIntervalMs: 2 ** 31 - 1 };
-      const first = ipnRouter({ ...options, store: store(), statusClient: client({ apiKeys }, fetch) });
-      routers.push(first);
-      await first.expect(id, { amount: 5000, customData: 'order-odd', account: ODD_ACCOUNT });
-      await new Promise((resolve) => setTimeout(resolve, 5));
-      const second = ipnRouter({ ...options, store: store(), statusClient: client({ apiKeys }, fetch) });
-      routers.push(second);
-      const recorder = recordEvents(second);
-      expect(await second.sweep()).toMatchObject({ queried: 1, reconciled: 1 });
-      await settle();
-      expect(recorder.of('successful').map((n) => n.transaction_id)).toEqual([id]);
-      expect(keysFor(id)).toEqual([KEYS.zoneB]);
+      await sweptByAnotherInstance(store, { apiKeys }, 'order-odd', ODD_ACCOUNT);
     } finally {
       await Promise.all(routers.splice(0).map((router) => router.close()));
       await close();
