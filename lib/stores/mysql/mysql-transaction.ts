@@ -1,11 +1,11 @@
 import { randomBytes } from 'node:crypto';
-import { LateWriteError, unguarded } from '../late-write.js';
 import { asSavepoint, splitStatements } from '../postgres/postgres-transaction.js';
-import { openOrmTransaction, type Run } from '../orm-transaction.js';
+import { type Run } from '../orm-transaction.js';
+import { openPoolTransaction as openSeam, type PoolSide } from '../pool-transaction.js';
 import type { DeliveryTransaction } from '../store.js';
 import { mysqlOrmSql } from './mysql-sql.js';
-import type { Statement, StatementResult, Transactions } from '../transactions.js';
-import { DeliveryError, IpnKitError, messageOf, StoreError } from '../../shared/errors.js';
+import type { Statement, StatementResult } from '../transactions.js';
+import { DeliveryError, IpnKitError } from '../../shared/errors.js';
 import {
   affectedOf,
   DEADLOCK,
@@ -18,132 +18,73 @@ import {
   type MysqlQueryResult,
 } from './mysql-pool.js';
 
-/** Where one delivery attempt's connection stands. */
-interface Held {
-  /** Taken from the pool and `START TRANSACTION` sent: set at a listener's first query. */
-  opening?: Promise<MysqlPoolConnection>;
-  connection?: MysqlPoolConnection;
-  /** The mark is on its way: a listener's query from now on is refused. */
-  marking: boolean;
-  /** Committed, rolled back or abandoned: every query is refused. */
-  ended: boolean;
-  /** A query failed in a way that ended the transaction on the server (a deadlock): the commit must fail. */
-  broken?: unknown;
-  /** `BEGIN`s a listener sent through `db`, open as savepoints. */
-  savepoints: number;
-  /**
-   * Settles once the last query a listener made has: each runs only once the one before it has answered,
-   * so that none is sent after a deadlock ended the transaction, and the mark comes after all of them.
-   */
-  queue: Promise<unknown>;
-}
-
-const helds = new WeakMap<object, Held>();
-
 /**
- * Opens the delivery transaction of `key` on a connection of `pool`, through {@link openOrmTransaction}
- * (the pool stands for an ORM): listeners get a guarded connection as `tx` and `db`, and the mark runs in
- * the same transaction. The connection is taken lazily, at a listener's first query: an attempt whose
- * listeners never query `db` holds none, and its mark runs alone on the pool (the state stays `idle`).
+ * Opens the delivery transaction of `key` on a connection of `pool`, through {@link openPoolTransaction}
+ * (the seam every store's transactions run through): listeners get a guarded connection as `tx` and `db`,
+ * taken at their first query, which sends `START TRANSACTION`; the mark runs in the same transaction, or
+ * alone on the pool when no listener queried `db` (the state stays `idle`).
  *
- * The guarded connection refuses every query once the attempt has ended (a listener that outlives its
- * attempt never writes outside it); `release()` and `destroy()` do nothing (ipn-kit gives the connection
- * back); `BEGIN` / `START TRANSACTION`, `COMMIT` and `ROLLBACK` (and `beginTransaction()`, `commit()`,
- * `rollback()`) run as savepoints, since in MySQL a `START TRANSACTION` inside a transaction commits it.
- * Listeners' queries run one at a time, in the order made, and the mark after all of them. A deadlock
- * (InnoDB then rolls the whole transaction back, and later statements would commit on their own) refuses
- * every later query and fails the commit. An abandoned attempt's connection is closed at once,
- * which rolls back on the server whatever its listeners still do. Any other attempt's connection is reset
- * before it goes back to the pool (see `giveBack`): the store's own statements never run under a
- * session a listener changed. The mark runs in that session (it must, to commit with the listeners'
- * writes); it depends on none of it but the database, so `USE` is refused.
+ * Besides what that seam does (queries in order, savepoints for a listener's `BEGIN` / `START
+ * TRANSACTION`, `COMMIT` and `ROLLBACK`, since in MySQL a `START TRANSACTION` inside a transaction commits
+ * it; refusal once the attempt has ended; an abandoned attempt's connection closed), the connection runs
+ * `beginTransaction()`, `commit()` and `rollback()` as those statements; `destroy()` and `end()` do
+ * nothing; a statement MySQL commits implicitly on (DDL, `LOCK TABLES`, `SET autocommit`), `USE`,
+ * `reset()` and `changeUser()` are refused. A deadlock (InnoDB then rolls the whole transaction back, and
+ * later statements would commit on their own) refuses every later query and fails the commit. A
+ * connection is reset before it goes back to the pool (see `giveBack`): the store's own statements never
+ * run under a session a listener changed. The mark runs in that session (it must, to commit with the
+ * listeners' writes); it depends on none of it but the database, so `USE` is refused.
  */
-export async function openPoolTransaction(
+export function openPoolTransaction(
   pool: MysqlPool,
   key: string,
   mark: Statement,
 ): Promise<DeliveryTransaction<unknown, unknown>> {
-  const opened = await openOrmTransaction(poolTransactions(pool, key), key, mark, explainMysql);
-  // Its own guarded connection, not the core's guard of it: that refuses a late query in the form it was
-  // made (a rejected promise, the callback called), where the core's throws at once.
-  const connection = unguarded(opened.tx);
-  const held = helds.get(connection as object)!;
-  return {
-    tx: connection,
-    db: connection,
-    get state() {
-      return opened.state === 'open' && held.opening === undefined ? 'idle' : opened.state;
-    },
-    commit: () => opened.commit(),
-    rollback(listeners) {
-      if (listeners !== undefined) abandon(held);
-      return opened.rollback(listeners);
-    },
-  };
-}
-
-/** Ends an attempt whose listeners may still run: its connection is closed, the server rolls it back. */
-function abandon(held: Held): void {
-  held.ended = true;
-  const connection = held.connection;
-  held.connection = undefined;
-  connection?.destroy();
-}
-
-/** A `Transactions` over `pool` for one attempt: what {@link openOrmTransaction} runs it through. */
-function poolTransactions(pool: MysqlPool, key: string): Transactions<unknown> {
-  return {
+  let savepoints = 0; // BEGINs a listener sent through db, open as savepoints
+  const side: PoolSide<MysqlPoolConnection> = {
     name: 'MySQL',
-    async transaction<T>(work: (tx: unknown) => Promise<T>): Promise<T> {
-      const held: Held = { marking: false, ended: false, savepoints: 0, queue: Promise.resolve() };
-      const db = guarded(pool, held, key);
-      helds.set(db, held);
-      try {
-        const result = await work(db);
-        held.ended = true;
-        const connection = held.opening && (await held.opening);
-        if (connection && held.connection) {
-          await connection.query('COMMIT');
-          held.connection = undefined;
-          await giveBack(pool, connection);
-        }
-        return result;
-      } catch (error) {
-        held.ended = true;
-        await close(pool, held);
-        throw error;
-      }
+    begin: 'START TRANSACTION',
+    before: pool,
+    take: () => pool.getConnection(),
+    run: (connection, text) => connection.query(text),
+    inside(args) {
+      const mapped = asStatement(args, savepoints, key);
+      savepoints = mapped.depth;
+      return mapped.args;
     },
-    async query(tx: unknown, statement: Statement): Promise<StatementResult> {
-      const held = helds.get(tx as object)!;
-      held.marking = true;
-      await held.queue; // every query a listener made, awaited or not, has answered
-      if (held.broken !== undefined) {
-        throw new DeliveryError(
-          `the transaction of ${key} was rolled back by the database (${messageOf(held.broken)}): a listener ` +
-            'that catches this error cannot go on in it; the attempt is retried',
-          { cause: held.broken },
-        );
-      }
-      // No listener query opened a connection: nothing to make atomic, the mark runs alone on the pool.
-      const result = held.opening
-        ? await (await held.opening).query(statement.text, statement.values)
-        : await pool.query(statement.text, statement.values);
+    send(started, method, args, held) {
+      const result = started.then(async (connection) => {
+        const call = Reflect.get(connection, method) as (...a: unknown[]) => Promise<MysqlQueryResult>;
+        try {
+          return await Reflect.apply(call, connection, args);
+        } catch (error) {
+          const errno = errnoOf(error);
+          if (errno === DEADLOCK || errno === LOCK_WAIT_TIMEOUT) held.broken ??= error;
+          throw error;
+        }
+      });
+      return { result: handled(result), done: result };
+    },
+    async mark(connection, statement) {
+      const result = await (connection ?? pool).query(statement.text, statement.values);
       const rows = rowsOf(result);
       return { rows, count: statement.returns === 'rows' ? rows.length : affectedOf(result) };
     },
+    giveBack: (connection) => giveBack(pool, connection),
+    destroy: (connection) => connection.destroy(),
+    member(property, send) {
+      if (property === 'execute') return (...args: unknown[]) => send('execute', args);
+      if (typeof property === 'string' && Object.hasOwn(CONTROL, property)) {
+        return () => send('query', [CONTROL[property]]);
+      }
+      if (property === 'destroy' || property === 'end') return () => {};
+      if (property === 'changeUser' || property === 'reset') {
+        return () => handled(Promise.reject(sessionRefusal(key, property)));
+      }
+      return undefined;
+    },
   };
-}
-
-/** Rolls back and gives the connection back, or closes it when that fails (or it was abandoned). */
-async function close(pool: MysqlPool, held: Held): Promise<void> {
-  const connection = await held.opening?.catch(() => undefined);
-  if (!connection || held.connection !== connection) return; // none taken, or closed already
-  held.connection = undefined;
-  await connection.query('ROLLBACK').then(
-    () => giveBack(pool, connection),
-    () => connection.destroy(),
-  );
+  return openSeam(side, key, mark, explainMysql);
 }
 
 /**
@@ -213,114 +154,8 @@ function setsUpSessions(pool: MysqlPool): boolean {
   });
 }
 
-/** Methods of a connection a listener must not call on the delivery's: they end or leave the transaction. */
-const INERT = new Set<PropertyKey>(['release', 'destroy', 'end']);
 /** Transaction methods of a mysql2 connection, and the statement each sends. */
 const CONTROL: Record<string, string> = { beginTransaction: 'BEGIN', commit: 'COMMIT', rollback: 'ROLLBACK' };
-
-/**
- * The connection listeners get: it opens the transaction at its first query, queries in order on it,
- * and refuses what would end it early (see {@link openPoolTransaction}). Before its first query, its other
- * properties (`escape`, `format`) are the pool's.
- */
-function guarded(pool: MysqlPool, held: Held, key: string): object {
-  const refused = (): DeliveryError => new LateWriteError(key);
-  // After a deadlock the server has rolled the transaction back, and a statement sent now would commit on
-  // its own: every later query is refused, as PostgreSQL refuses them in an aborted transaction.
-  const rolledBack = (): DeliveryError =>
-    new DeliveryError(
-      `the delivery transaction of ${key} was rolled back by the database (${messageOf(held.broken)}): this ` +
-        'write was not made; a listener that catches that error cannot go on in the transaction: let it throw, ' +
-        'and the attempt is retried',
-      { cause: held.broken },
-    );
-  /** The connection for a query whose turn has come: opened at the first one. */
-  const start = (): Promise<MysqlPoolConnection> => {
-    if (held.ended) return Promise.reject(refused()); // abandoned while it waited for its turn
-    if (held.broken !== undefined) return Promise.reject(rolledBack());
-    held.opening ??= open(pool, held, key, refused);
-    return held.opening.then((connection) => {
-      if (held.ended || held.connection !== connection) throw refused();
-      if (held.broken !== undefined) throw rolledBack();
-      return connection;
-    });
-  };
-  const run = (method: 'query' | 'execute', args: unknown[]): Promise<MysqlQueryResult> => {
-    let mapped = args;
-    try {
-      mapped = asStatement(args, held, key);
-    } catch (refusal) {
-      return handled(Promise.reject(refusal as Error));
-    }
-    if (held.ended || held.marking) return handled(Promise.reject(refused()));
-    const result = held.queue.then(start).then(async (connection) => {
-      const call = Reflect.get(connection, method) as (...a: unknown[]) => Promise<MysqlQueryResult>;
-      try {
-        return await Reflect.apply(call, connection, mapped);
-      } catch (error) {
-        const errno = errnoOf(error);
-        if (errno === DEADLOCK || errno === LOCK_WAIT_TIMEOUT) held.broken ??= error;
-        throw error;
-      }
-    });
-    held.queue = result.catch(() => {});
-    return handled(result);
-  };
-  return new Proxy(
-    {},
-    {
-      get(_target, property) {
-        if (property === 'query' || property === 'execute') {
-          return (...args: unknown[]) => run(property, args);
-        }
-        if (typeof property === 'string' && property in CONTROL) {
-          return () => run('query', [CONTROL[property]]);
-        }
-        if (INERT.has(property)) return () => {};
-        if (property === 'changeUser' || property === 'reset') {
-          return () => handled(Promise.reject(sessionRefusal(key, property)));
-        }
-        const holder = held.connection ?? pool;
-        const value: unknown = Reflect.get(holder, property, holder);
-        return typeof value === 'function' ? (value as () => unknown).bind(holder) : value;
-      },
-    },
-  );
-}
-
-/** Takes a connection and begins; the opening failure as a `StoreError` naming the likely cause. */
-async function open(
-  pool: MysqlPool,
-  held: Held,
-  key: string,
-  refused: () => DeliveryError,
-): Promise<MysqlPoolConnection> {
-  let connection: MysqlPoolConnection;
-  try {
-    connection = await pool.getConnection();
-  } catch (error) {
-    throw new StoreError(
-      `could not open the delivery transaction of ${key}: ${messageOf(error)} (is the pool exhausted, or the ` +
-        'database unreachable? the attempt is retried)',
-      { cause: error },
-    );
-  }
-  if (held.ended) {
-    connection.release(); // the attempt ended while the pool was handing it out
-    throw refused();
-  }
-  held.connection = connection;
-  try {
-    await connection.query('START TRANSACTION');
-  } catch (error) {
-    held.connection = undefined;
-    connection.destroy();
-    throw new StoreError(`could not begin the delivery transaction of ${key}: ${messageOf(error)}`, {
-      cause: error,
-    });
-  }
-  return connection;
-}
 
 /**
  * MySQL's executable comments (a slash, a star and `!COMMIT`, or MariaDB's `M!100000 COMMIT`): the server
@@ -374,8 +209,11 @@ function sessionRefusal(key: string, method: string): DeliveryError {
   );
 }
 
-/** A listener's query arguments as they run inside the delivery's transaction (savepoints for its own). */
-function asStatement(args: unknown[], held: Held, key: string): unknown[] {
+/**
+ * A listener's query arguments as they run inside the delivery's transaction, `depth` savepoints of its own
+ * open (savepoints for its own), and the depth after it.
+ */
+function asStatement(args: unknown[], depth: number, key: string): { args: unknown[]; depth: number } {
   const [first] = args;
   const text =
     typeof first === 'string'
@@ -383,19 +221,17 @@ function asStatement(args: unknown[], held: Held, key: string): unknown[] {
       : typeof first === 'object' && first !== null
         ? (Reflect.get(first, 'sql') as unknown)
         : undefined;
-  if (typeof text !== 'string') return args;
+  if (typeof text !== 'string') return { args, depth };
   const statements = splitStatements(text.replace(EXECUTABLE_COMMENT, ' $1 ')).map(withoutLeadingComments);
-  const mapped = asSavepoint(statements.join(';'), held.savepoints, key);
+  const mapped = asSavepoint(statements.join(';'), depth, key);
   if (mapped === undefined) {
     const committing = statements.find((statement) => IMPLICIT_COMMIT.test(statement));
     if (committing !== undefined) throw implicitCommitRefusal(committing, key);
     if (statements.some((statement) => /^use\b/i.test(statement))) throw useRefusal(key);
-    return args;
+    return { args, depth };
   }
-  held.savepoints = mapped.depth;
-  return typeof first === 'string'
-    ? [mapped.text, ...args.slice(1)]
-    : [{ ...(first as object), sql: mapped.text }, ...args.slice(1)];
+  const first_ = typeof first === 'string' ? mapped.text : { ...(first as object), sql: mapped.text };
+  return { args: [first_, ...args.slice(1)], depth: mapped.depth };
 }
 
 /** A promise marked handled: a listener's query nobody awaits never crashes the process. */

@@ -438,7 +438,7 @@ export class PostgresStore<
     const statement: [string, unknown[]] = [this.#sql.delivered, [key, leaseId]];
     const markWithout = () => this.#writes({ delivered: [key, leaseId] });
     const mark = { statement, andCommit: (reset: boolean) => this.#sql.markAndCommit(key, leaseId, reset) };
-    return Promise.resolve(openTransaction(this.#pool, key, mark, markWithout) as Opened);
+    return openTransaction(this.#pool, key, mark, markWithout) as Promise<Opened>;
   }
 
   /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */

@@ -1,6 +1,6 @@
 import { LEASE_LOST, RESET } from './postgres-sql.js';
-import { LateWriteError } from '../late-write.js';
-import { DeliveryError, IpnKitError, messageOf, StoreError } from '../../shared/errors.js';
+import { openPoolTransaction, type PoolSide } from '../pool-transaction.js';
+import { DeliveryError } from '../../shared/errors.js';
 import type { DeliveryTransaction } from '../store.js';
 
 /**
@@ -61,18 +61,14 @@ export function canConnect(pool: object): pool is { connect(): Promise<unknown> 
 }
 
 /**
- * Where a raw delivery transaction stands: `idle` (no client taken), `opening` (a client taken, `BEGIN`
- * sent), `open`, `committing`, `ended` (the client given back or closed; every query refused).
- */
-type RawState = 'idle' | 'opening' | 'open' | 'committing' | 'ended';
-
-/**
- * Opens a delivery transaction lazily: nothing is taken from `pool` until a listener makes its first query
- * through `db`; that query takes a client, sends `BEGIN` on it, then runs. `commit` waits for every query
- * the listeners made (awaited or not), then runs `mark` (the `delivered` update, guarded by the lease) and
- * `COMMIT`. An attempt whose listeners never query `db` has nothing to make atomic and holds no client:
- * `commit` calls `markWithout` instead (the store's batched settlement). So listeners that write through
- * your pool rather than `db` never wait for a client that an idle attempt holds.
+ * Opens a delivery transaction lazily, through {@link openPoolTransaction} (the seam every store's
+ * transactions run through): nothing is taken from `pool` until a listener makes its first query through
+ * `db`; that query takes a client, sends `BEGIN` on it, then runs. `commit` waits for every query the
+ * listeners made (awaited or not), then runs `mark` (the `delivered` update, guarded by the lease) and
+ * `COMMIT`, in one round trip when `andCommit` gives the query. An attempt whose listeners never query
+ * `db` has nothing to make atomic and holds no client: `commit` calls `markWithout` instead (the store's
+ * batched settlement). So listeners that write through your pool rather than `db` never wait for a client
+ * that an idle attempt holds.
  *
  * `db` stands for that client: before its first query it offers what the pool's client class does
  * (`escapeLiteral`, and `instanceof` holds), after it the client itself. `release()` does nothing (ipn-kit
@@ -85,166 +81,58 @@ type RawState = 'idle' | 'opening' | 'open' | 'committing' | 'ended';
  * `.transaction()`, Knex's `transaction(fn, { connection: db })`) become savepoints inside the delivery's
  * transaction, as the ORMs do for nested transactions: they never commit the delivery early. One that
  * cannot be mapped (a `COMMIT` with no `BEGIN` before it, `BEGIN ISOLATION LEVEL ...`, `PREPARE
- * TRANSACTION`) is refused with an error that names the fix.
+ * TRANSACTION`) is refused with an error that names the fix. A listener that changed a setting of the
+ * session has it undone ({@link RESET}) before the mark.
  */
 export function openTransaction(
   pool: { connect(): Promise<unknown> },
   key: string,
   mark: DeliveredMark,
   markWithout: () => Promise<boolean>,
-): DeliveryTransaction<unknown, unknown> {
-  let state: RawState = 'idle';
-  let client: PgPoolClient | undefined;
-  let begun: Promise<{ error: unknown } | undefined> | undefined; // the client taken and BEGIN sent
-  let queue: Promise<unknown> = Promise.resolve(); // settles when the last query made has
+): Promise<DeliveryTransaction<unknown, unknown>> {
   let savepoints = 0; // BEGINs a listener sent through db, open as savepoints
-  let setsSession = false; // a listener changed a setting of the session: RESET ALL before the COMMIT
-  let broken: unknown; // what the connection emitted as 'error' while this attempt held it
-  const onError = (error: unknown): void => {
-    broken ??= error;
-  };
-  /**
-   * Ends the transaction: gives the client back to the pool, or closes its connection (which rolls back
-   * whatever was open). Once only: the client is forgotten.
-   */
-  const finish = (destroy: boolean): void => {
-    state = 'ended';
-    const held = client;
-    client = undefined;
-    if (!held) return;
-    (Reflect.get(held, 'removeListener') as Listening | undefined)?.call(held, 'error', onError);
-    held.release(destroy || broken !== undefined || undefined);
-  };
-  // A DeliveryError: the write was refused because the attempt ended, not because the database failed.
-  const refused = (): DeliveryError => new LateWriteError(key);
-  const connectAndBegin = async (): Promise<undefined> => {
-    const taken = (await pool.connect()) as PgPoolClient;
-    if (typeof taken?.query !== 'function' || typeof taken.release !== 'function') {
-      throw new TypeError('PostgresStore: pool.connect() must resolve a client with query() and release()');
-    }
-    if (state === 'ended') {
-      taken.release(); // the attempt ended while the pool was handing it out
-      throw refused();
-    }
-    client = taken;
-    (Reflect.get(client, 'on') as Listening | undefined)?.call(client, 'error', onError);
-    await client.query('BEGIN');
-    if (state === 'opening') state = 'open';
-    return undefined;
-  };
-  /** A listener's statement as it runs inside the delivery's transaction (see {@link asSavepoint}). */
-  const inside = (args: unknown[]): unknown[] => {
-    const mapped = insideTransaction(args, savepoints, key);
-    savepoints = mapped.depth;
-    setsSession ||= mapped.setsSession;
-    return mapped.args;
-  };
-  const db = new Proxy(standIn(Reflect.get(pool, 'Client')), {
-    get(target, property) {
-      if (property === 'release') return () => {};
-      if (property === 'query') {
-        return (...args: unknown[]) => {
-          if (state === 'committing' || state === 'ended') {
-            return inTurn(Promise.reject(refused()), undefined, args).result;
-          }
-          if (state === 'idle') {
-            state = 'opening';
-            begun = connectAndBegin().catch((error: unknown) => ({ error: asOpenFailure(key, error) }));
-          }
-          const started = Promise.all([begun, queue]).then(([failed]) => {
-            if (failed) throw failed.error;
-            if (state === 'ended') throw refused();
-            return client!;
-          });
-          let run = args;
-          try {
-            run = inside(args);
-          } catch (refusal) {
-            return inTurn(Promise.reject(refusal as Error), undefined, args).result;
-          }
-          const { result, done } = inTurn(
-            started,
-            (taken) => taken.query.bind(taken) as (...a: unknown[]) => unknown,
-            run,
-          );
-          queue = done;
-          return result;
-        };
+  let setsSession = false; // a listener changed a setting of the session: RESET ALL before the mark
+  const side: PoolSide<PgPoolClient> = {
+    name: 'PostgreSQL',
+    begin: 'BEGIN',
+    prototype: clientPrototype(Reflect.get(pool, 'Client')),
+    async take() {
+      const taken = (await pool.connect()) as PgPoolClient;
+      if (typeof taken?.query !== 'function' || typeof taken.release !== 'function') {
+        throw new TypeError('PostgresStore: pool.connect() must resolve a client with query() and release()');
       }
-      const holder = client ?? target;
-      const value: unknown = Reflect.get(holder, property, holder);
-      return typeof value === 'function' ? (value as () => unknown).bind(holder) : value;
+      return taken;
     },
-  }) as unknown;
-  return {
-    tx: db,
-    db,
-    get state() {
-      return state === 'idle' || state === 'ended' ? state : 'open';
+    run: (client, text) => client.query(text),
+    inside(args) {
+      const mapped = insideTransaction(args, savepoints, key);
+      savepoints = mapped.depth;
+      setsSession ||= mapped.setsSession;
+      return mapped.args;
     },
-    async commit() {
-      if (state === 'committing' || state === 'ended') throw refused();
-      if (state === 'idle') {
-        finish(false);
-        return (await markWithout()) ? 'delivered' : 'lost';
+    send: (started, _method, args) =>
+      inTurn(started, (client) => client.query.bind(client) as (...a: unknown[]) => unknown, args),
+    async mark(client, { text, values }) {
+      if (!client) return { rows: [], count: (await markWithout()) ? 1 : 0 };
+      const andCommit = mark.andCommit(setsSession);
+      if (andCommit !== undefined) {
+        // One round trip; a lost lease raises LEASE_LOST, which skips the COMMIT: the attempt rolls back.
+        return client.query(andCommit).then(
+          () => ({ rows: [], count: 1, committed: true }),
+          (error: unknown) => {
+            if (Reflect.get(Object(error), 'code') === LEASE_LOST) return { rows: [], count: 0 };
+            throw error;
+          },
+        );
       }
-      state = 'committing';
-      try {
-        const failed = await begun;
-        if (failed) throw failed.error;
-        await queue; // every query a listener made, awaited or not, lands before the mark
-        if (state !== 'committing') throw refused(); // abandoned meanwhile (the commit timed out)
-        if (broken !== undefined) {
-          throw new StoreError(
-            `the connection of the delivery transaction of ${key} failed: ${messageOf(broken)}`,
-            { cause: broken },
-          );
-        }
-        const taken = client!;
-        const andCommit = mark.andCommit(setsSession);
-        if (andCommit !== undefined) {
-          const lost = await taken.query(andCommit).then(
-            () => false,
-            (error: unknown) => {
-              if (Reflect.get(Object(error), 'code') === LEASE_LOST) return true;
-              throw error;
-            },
-          );
-          if (lost) await taken.query('ROLLBACK'); // the COMMIT was skipped with the failed mark
-          finish(false);
-          return lost ? 'lost' : 'delivered';
-        }
-        if (setsSession) await taken.query(RESET); // before the mark: it may have changed search_path
-        const { rowCount } = await taken.query(...mark.statement);
-        if (rowCount !== 1) {
-          // The lease was lost: another attempt holds the entry now. The listeners' writes must not land.
-          await taken.query('ROLLBACK');
-          finish(false);
-          return 'lost';
-        }
-        await taken.query('COMMIT');
-        finish(false);
-        return 'delivered';
-      } catch (error) {
-        finish(true); // both or neither: the database rolls back what did not commit
-        throw asCommitFailure(key, error);
-      }
+      if (setsSession) await client.query(RESET); // before the mark: it may have changed search_path
+      return { rows: [], count: (await client.query(text, values)).rowCount ?? 0 };
     },
-    async rollback(listeners) {
-      if (state === 'ended') return;
-      if (state === 'committing' && listeners === undefined) return; // a commit under way ends it itself
-      const held = client;
-      // Abandoned (listeners may still be running a query): the connection is closed, which rolls back.
-      if (!held || listeners !== undefined) return finish(listeners !== undefined);
-      state = 'ended'; // every query from now on is refused
-      try {
-        await held.query('ROLLBACK');
-        finish(false);
-      } catch {
-        finish(true);
-      }
-    },
+    giveBack: (client) => client.release(),
+    destroy: (client) => client.release(true),
   };
+  const [text, values] = mark.statement;
+  return openPoolTransaction(side, key, { text, values, returns: 'count' }, explainPostgres);
 }
 
 /**
@@ -277,11 +165,9 @@ function insideTransaction(
 const SETS_SESSION =
   /(?:^|;)\s*(?:set\s+(?!local\b|transaction\b|constraints\b|session\s+characteristics\b)|reset\b)|\bset_config\s*\(/i;
 
-/** What `db` is before its first query: an object of the pool's client class (`db instanceof Client`). */
-function standIn(Client: unknown): object {
-  return Object.create(
-    typeof Client === 'function' ? (Client.prototype as object | null) : Object.prototype,
-  ) as object;
+/** What `db` is an object of before its first query: the pool's client class's (`db instanceof Client`). */
+function clientPrototype(Client: unknown): object | null {
+  return typeof Client === 'function' ? (Client.prototype as object | null) : Object.prototype;
 }
 
 /** PostgreSQL's in_failed_sql_transaction: a statement of the transaction failed before. */
@@ -305,13 +191,6 @@ export function explainPostgres(error: unknown): string | undefined {
     current = Reflect.get(current, 'cause');
   }
   return undefined;
-}
-
-/** The error a failed commit rejects with: the driver's error as cause, its meaning in words when known. */
-function asCommitFailure(key: string, error: unknown): unknown {
-  if (error instanceof IpnKitError) return error;
-  const why = explainPostgres(error) ?? messageOf(error);
-  return new DeliveryError(`the delivery transaction of ${key} did not commit: ${why}`, { cause: error });
 }
 
 /** The text of a query's first argument: a string, or a config's (or submittable's) `text`. */
@@ -465,23 +344,6 @@ export function splitStatements(text: string, backslashes = false): string[] {
   statements.push(current);
   return statements.filter((statement) => statement.trim() !== '');
 }
-
-/**
- * What a listener's query through `db` rejects with when the transaction could not be opened (no client from
- * the pool, a failed `BEGIN`): a `StoreError` whose cause is the driver's. A refusal (the attempt ended) and
- * a wrong pool (`TypeError`, a programmer error) are passed on as they are.
- */
-function asOpenFailure(key: string, error: unknown): unknown {
-  if (error instanceof IpnKitError || error instanceof TypeError) return error;
-  return new StoreError(
-    `could not open the delivery transaction of ${key}: ${messageOf(error)} (is the pool exhausted, or the ` +
-      'database unreachable? the attempt is retried)',
-    { cause: error },
-  );
-}
-
-/** `on` or `removeListener` of an event emitter, as a pool's client has them. */
-type Listening = (this: unknown, event: string, listener: (error: unknown) => void) => unknown;
 
 /**
  * Runs a query on the client `started` resolves (once BEGIN has answered and the previous query of the

@@ -83,7 +83,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     const { watched, connects } = watchedPool();
     const { key, mark } = await entry();
     const markWithout = jest.fn(() => Promise.resolve(true));
-    const tx = openTransaction(watched, key, mark, markWithout);
+    const tx = await openTransaction(watched, key, mark, markWithout);
     expect(tx.state).toBe('idle');
     await expect(tx.commit()).resolves.toBe('delivered');
     expect(markWithout).toHaveBeenCalledTimes(1);
@@ -97,7 +97,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
   ])("the listeners' writes and the delivered mark commit together (%s)", async (_how, combined) => {
     const { watched, released } = watchedPool();
     const { key, mark } = await entry(randomUUID(), combined);
-    const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+    const tx = await openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
     const db = tx.db as Db;
     await db.query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
     expect(tx.state).toBe('open');
@@ -116,7 +116,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     async (_how, combined) => {
       const { watched, released } = watchedPool();
       const { key, mark } = await entry(randomUUID(), combined);
-      const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+      const tx = await openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
       await (tx.db as Db).query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
       await pool.query(`UPDATE ${inbox} SET lease_id = 'another-attempt' WHERE key = $1`, [key]);
       await expect(tx.commit()).resolves.toBe('lost');
@@ -129,7 +129,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
   test('queries a listener started without awaiting them land before the mark, one at a time', async () => {
     const { watched } = watchedPool();
     const { key, mark } = await entry();
-    const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+    const tx = await openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
     const db = tx.db as Db;
     for (const note of ['a', 'b', 'c']) void db.query(`INSERT INTO ${ledger} VALUES ($1, $2)`, [key, note]);
     await expect(tx.commit()).resolves.toBe('delivered');
@@ -139,7 +139,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
   test('rollback undoes the writes, gives the client back, and refuses every later query', async () => {
     const { watched, released } = watchedPool();
     const { key, mark } = await entry();
-    const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+    const tx = await openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
     const db = tx.db as Db;
     await db.query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
     await tx.rollback();
@@ -154,7 +154,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
   test('an abandoned attempt destroys its client instead of waiting for a listener still running', async () => {
     const { watched, released } = watchedPool();
     const { key, mark } = await entry();
-    const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+    const tx = await openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
     await (tx.db as Db).query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
     await tx.rollback(Promise.resolve());
     expect(released).toEqual([true]);
@@ -164,7 +164,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
   test('a pool that cannot hand out a client fails the query and the commit; nothing is held', async () => {
     const { key, mark } = await entry();
     const refusing = { connect: () => Promise.reject(new Error('too many clients already')) };
-    const tx = openTransaction(refusing, key, mark, () => Promise.reject(new Error('not used')));
+    const tx = await openTransaction(refusing, key, mark, () => Promise.reject(new Error('not used')));
     await expect((tx.db as Db).query('SELECT 1')).rejects.toThrow('too many clients already');
     await expect(tx.commit()).rejects.toThrow('too many clients already');
     expect(await statusOf(key)).toBe('received');
@@ -177,7 +177,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
       connect: () => new Promise<PoolClient>((resolve) => (handOut = () => resolve(watched.connect()))),
     };
     const { key, mark } = await entry();
-    const tx = openTransaction(slow, key, mark, () => Promise.reject(new Error('not used')));
+    const tx = await openTransaction(slow, key, mark, () => Promise.reject(new Error('not used')));
     const query = (tx.db as Db).query('SELECT 1');
     await tx.rollback(Promise.resolve());
     handOut!();
@@ -188,7 +188,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
   test("an 'error' the connection emits mid-attempt fails the commit and destroys the client", async () => {
     const { watched, released } = watchedPool();
     const { key, mark } = await entry();
-    const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+    const tx = await openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
     const db = tx.db as Db & { emit: (event: string, error: Error) => boolean };
     await db.query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
     db.emit('error', new Error('terminating connection due to administrator command'));
@@ -201,7 +201,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
   test("db before its first query is a client of the pool's class, and its release() does nothing", async () => {
     const { watched, connects } = watchedPool();
     const { key, mark } = await entry();
-    const tx = openTransaction(watched, key, mark, () => Promise.resolve(true));
+    const tx = await openTransaction(watched, key, mark, () => Promise.resolve(true));
     expect(tx.db).toBeInstanceOf(Client);
     (tx.db as { release: () => void }).release();
     expect(connects()).toBe(0);
@@ -212,7 +212,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     test('BEGIN and COMMIT become a savepoint: nothing commits before the delivery does', async () => {
       const { watched } = watchedPool();
       const { key, mark } = await entry();
-      const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+      const tx = await openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
       const db = tx.db as Db;
       await db.query('BEGIN;'); // as knex.transaction(fn, { connection: db }) sends it
       await db.query(`INSERT INTO ${ledger} VALUES ($1, 'inner')`, [key]);
@@ -225,7 +225,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     test('a ROLLBACK rolls back to the savepoint only; the delivery then commits the rest', async () => {
       const { watched } = watchedPool();
       const { key, mark } = await entry();
-      const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+      const tx = await openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
       const db = tx.db as Db;
       await db.query(`INSERT INTO ${ledger} VALUES ($1, 'outer')`, [key]);
       await db.query('START TRANSACTION');
@@ -250,7 +250,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     ])('%s is refused with an error naming the fix, and commits nothing', async (_what, text) => {
       const { watched } = watchedPool();
       const { key, mark } = await entry();
-      const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+      const tx = await openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
       const db = tx.db as Db;
       await db.query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
       await expect(db.query(text)).rejects.toThrow(
@@ -263,7 +263,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     test('a BEGIN refused as a submittable opens no savepoint: a COMMIT after it is refused, not a release', async () => {
       const { watched } = watchedPool();
       const { key, mark } = await entry();
-      const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+      const tx = await openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
       const db = tx.db as Db & { query: (query: Query) => Query };
       try {
         await db.query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
@@ -285,7 +285,7 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     test('a statement that only mentions COMMIT in a string, a comment or a dollar quote runs as it is', async () => {
       const { watched } = watchedPool();
       const { key, mark } = await entry();
-      const tx = openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+      const tx = await openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
       const db = tx.db as Db;
       await db.query(`INSERT INTO ${ledger} VALUES ('${key}', '; COMMIT'); -- ; commit`);
       await db.query(`INSERT INTO ${ledger} VALUES ('${key}', $q$; ROLLBACK$q$) /* ; begin */`);

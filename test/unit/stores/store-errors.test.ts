@@ -205,7 +205,7 @@ describe('a delivery transaction (a listener db.query)', () => {
 
   test('a query once the attempt has ended is refused with a DeliveryError', async () => {
     const pool = { connect: () => Promise.reject(new Error('not reached')) };
-    const tx = openTransaction(pool, 'TX.1:SUCCESSFUL', mark, markWithout);
+    const tx = await openTransaction(pool, 'TX.1:SUCCESSFUL', mark, markWithout);
     await tx.rollback();
     const db = tx.db as { query(text: string): Promise<unknown> };
     const error = await rejectionOf(db.query('INSERT INTO ledger VALUES (1)'));
@@ -217,7 +217,7 @@ describe('a delivery transaction (a listener db.query)', () => {
   test('a pool that cannot hand out a client: the query rejects with a StoreError whose cause is the pool error', async () => {
     const exhausted = new Error('timeout exceeded when trying to connect');
     const pool = { connect: () => Promise.reject(exhausted) };
-    const tx = openTransaction(pool, 'TX.2:SUCCESSFUL', mark, markWithout);
+    const tx = await openTransaction(pool, 'TX.2:SUCCESSFUL', mark, markWithout);
     const db = tx.db as { query(text: string): Promise<unknown> };
     const error = await rejectionOf(db.query('SELECT 1'));
     expectStoreError(
@@ -234,7 +234,7 @@ describe('a delivery transaction (a listener db.query)', () => {
       release: () => {},
     });
     const pool = { connect: () => Promise.resolve(client) };
-    const tx = openTransaction(pool, 'TX.3:SUCCESSFUL', mark, markWithout);
+    const tx = await openTransaction(pool, 'TX.3:SUCCESSFUL', mark, markWithout);
     const db = tx.db as { query(text: string): Promise<unknown> };
     await db.query('INSERT INTO ledger VALUES (1)');
     client.emit('error', 'Connection terminated unexpectedly');

@@ -1,0 +1,270 @@
+import { LateWriteError } from './late-write.js';
+import { openOrmTransaction } from './orm-transaction.js';
+import type { DeliveryTransaction } from './store.js';
+import type { Statement, StatementResult, Transactions } from './transactions.js';
+import { DeliveryError, IpnKitError, messageOf, StoreError } from '../shared/errors.js';
+
+/** Where one delivery attempt's connection stands. */
+export interface Held<C> {
+  /** Taken from the pool and the transaction begun: set at a listener's first query. */
+  opening?: Promise<C>;
+  connection?: C;
+  /** The mark is on its way: a listener's query from now on is refused. */
+  marking: boolean;
+  /** Committed, rolled back or abandoned: every query is refused. */
+  ended: boolean;
+  /** The mark committed too (one round trip): no `COMMIT` after it. */
+  committed?: boolean;
+  /** A query failed in a way that ended the transaction on the server (a deadlock): the commit must fail. */
+  broken?: unknown;
+  /** What the connection emitted as `error` (the server ended it): the commit fails, the connection is closed. */
+  failed?: unknown;
+  /** Keeps that `error` (listening on the connection while the attempt holds it). */
+  onError: (error: unknown) => void;
+  /**
+   * Settles once the last query a listener made has: each runs only once the one before it has answered,
+   * so that none is sent after the transaction failed, and the mark comes after all of them.
+   */
+  queue: Promise<unknown>;
+}
+
+/** A listener's query as sent: what the call returns (in the form it was made), and when it has settled. */
+export interface Sent {
+  result: unknown;
+  done: Promise<unknown>;
+}
+
+/** What a store gives {@link openPoolTransaction}: how its pool's connections are taken, used and given back. */
+export interface PoolSide<C> {
+  /** The database's name, for messages: `'PostgreSQL'`, `'MySQL'`. */
+  readonly name: string;
+  /** Takes a connection of the pool (a `TypeError` for a pool that hands out no usable one). */
+  take(): Promise<C>;
+  /** The statement that begins the transaction. */
+  readonly begin: string;
+  /** Runs one of ipn-kit's own statements (`begin`, `COMMIT`, `ROLLBACK`) on `connection`. */
+  run(connection: C, text: string): Promise<unknown>;
+  /**
+   * A listener's query arguments as they run inside the delivery's transaction (its `BEGIN`, `COMMIT` and
+   * `ROLLBACK` as savepoints); throws the refusal of a statement that cannot run there.
+   */
+  inside(args: unknown[]): unknown[];
+  /**
+   * Sends a listener's query (`method` with `args`) on the connection `started` resolves, or refuses it with
+   * what `started` rejects with, in the form the listener made it.
+   */
+  send(started: Promise<C>, method: string, args: unknown[], held: Held<C>): Sent;
+  /** Runs the mark on `connection`, or without one (no listener queried `db`). `committed`: it committed too. */
+  mark(connection: C | undefined, statement: Statement): Promise<StatementResult & { committed?: boolean }>;
+  /** Gives back to the pool a connection whose transaction has ended. */
+  giveBack(connection: C): Promise<void> | void;
+  /** Closes the connection (the server rolls back whatever it held). */
+  destroy(connection: C): void;
+  /** What `db` is an object of before its first query (`instanceof` holds): a client class's prototype. */
+  readonly prototype?: object | null;
+  /** Whose members `db` offers before its first query (by default, an object of {@link prototype}). */
+  readonly before?: object;
+  /** A member of `db` of the store's own, given how to send a query through it; `undefined` for any other. */
+  member?(property: PropertyKey, send: (method: string, args: unknown[]) => unknown): unknown;
+}
+
+/**
+ * Opens the delivery transaction of `key` on a connection of a store's pool, through
+ * {@link openOrmTransaction} (the pool stands for an ORM): listeners get a guarded connection as `tx` and
+ * `db`, and the mark runs in the same transaction. The connection is taken lazily, at a listener's first
+ * query, which begins the transaction: an attempt whose listeners never query `db` holds none, and its
+ * mark runs without one (the state stays `idle`).
+ *
+ * The guarded connection runs listeners' queries one at a time, in the order made, and the mark after all
+ * of them; maps their `BEGIN`, `COMMIT` and `ROLLBACK` to savepoints (see `side.inside`); refuses every
+ * query once the mark is on its way or the attempt has ended (a listener that outlives its attempt never
+ * writes outside it), in the form it was made; and its `release()` does nothing (ipn-kit gives the
+ * connection back). An abandoned attempt's connection is closed at once, which rolls back on the server
+ * whatever its listeners still do. An `error` the connection emits meanwhile is kept, fails the commit
+ * (the connection is closed), and never reaches the process.
+ */
+export async function openPoolTransaction<C extends object>(
+  side: PoolSide<C>,
+  key: string,
+  mark: Statement,
+  explain: (error: unknown) => string | undefined,
+): Promise<DeliveryTransaction<unknown, unknown>> {
+  const held: Held<C> = {
+    marking: false,
+    ended: false,
+    queue: Promise.resolve(),
+    onError: (error) => void (held.failed ??= error),
+  };
+  const db = guarded(side, held, key);
+  const transactions: Transactions<object> = {
+    name: side.name,
+    async transaction<T>(work: (tx: object) => Promise<T>): Promise<T> {
+      try {
+        const result = await work(db);
+        held.ended = true;
+        const connection = held.opening && (await held.opening);
+        if (connection && !held.committed) {
+          // Closed meanwhile (abandoned while the mark ran): nothing committed, and delivered is not said.
+          if (held.connection !== connection) throw new LateWriteError(key);
+          await side.run(connection, 'COMMIT');
+        }
+        await finish(side, held, false);
+        return result;
+      } catch (error) {
+        held.ended = true;
+        await close(side, held);
+        throw error;
+      }
+    },
+    async query(_tx, statement) {
+      held.marking = true;
+      await held.queue; // every query a listener made, awaited or not, has answered
+      if (held.ended) throw new LateWriteError(key); // abandoned meanwhile (the commit timed out)
+      if (held.failed !== undefined) {
+        throw new StoreError(
+          `the connection of the delivery transaction of ${key} failed: ${messageOf(held.failed)}`,
+          { cause: held.failed },
+        );
+      }
+      if (held.broken !== undefined) throw rolledBack(key, held.broken);
+      // No listener query opened a connection: nothing to make atomic, the mark runs without one.
+      const { committed, ...result } = await side.mark(held.opening && (await held.opening), statement);
+      held.committed = committed;
+      return result;
+    },
+  };
+  const opened = await openOrmTransaction(transactions, key, mark, explain);
+  return {
+    tx: db,
+    db,
+    get state() {
+      return opened.state === 'open' && held.opening === undefined ? 'idle' : opened.state;
+    },
+    async commit() {
+      try {
+        return await opened.commit();
+      } catch (error) {
+        // The store's own failure (the mark without a connection, a failed connection) as it is.
+        const cause: unknown = Reflect.get(Object(error), 'cause');
+        throw cause instanceof IpnKitError ? cause : error;
+      }
+    },
+    rollback(listeners) {
+      if (listeners !== undefined) {
+        held.ended = true; // abandoned: its connection is closed, the server rolls it back
+        void finish(side, held, true);
+      }
+      return opened.rollback(listeners);
+    },
+  };
+}
+
+/** After a deadlock the server has rolled the transaction back, and a statement sent now would commit alone. */
+function rolledBack(key: string, broken: unknown): DeliveryError {
+  return new DeliveryError(
+    `the delivery transaction of ${key} was rolled back by the database (${messageOf(broken)}): this ` +
+      'write was not made; a listener that catches that error cannot go on in the transaction: let it throw, ' +
+      'and the attempt is retried',
+    { cause: broken },
+  );
+}
+
+/** The connection listeners get (see {@link openPoolTransaction}). */
+function guarded<C extends object>(side: PoolSide<C>, held: Held<C>, key: string): object {
+  const target = Object.create(side.prototype === undefined ? Object.prototype : side.prototype) as object;
+  const before = side.before ?? target;
+  /** The connection for a query whose turn has come. */
+  const start = (): Promise<C> => {
+    if (held.ended) return Promise.reject(new LateWriteError(key)); // abandoned while it waited its turn
+    if (held.broken !== undefined) return Promise.reject(rolledBack(key, held.broken));
+    return held.opening!.then((connection) => {
+      if (held.ended || held.connection !== connection) throw new LateWriteError(key);
+      if (held.broken !== undefined) throw rolledBack(key, held.broken);
+      return connection;
+    });
+  };
+  const send = (method: string, args: unknown[]): unknown => {
+    const refuse = (refusal: unknown) => side.send(Promise.reject(refusal as Error), method, args, held).result;
+    if (held.ended || held.marking) return refuse(new LateWriteError(key));
+    let mapped: unknown[];
+    try {
+      mapped = side.inside(args);
+    } catch (refusal) {
+      return refuse(refusal);
+    }
+    held.opening ??= open(side, held, key);
+    held.opening.catch(() => {}); // each query made gets the failure
+    const sent = side.send(held.queue.then(start), method, mapped, held);
+    held.queue = sent.done.catch(() => {});
+    return sent.result;
+  };
+  return new Proxy(target, {
+    get(_target, property) {
+      if (property === 'query') return (...args: unknown[]) => send('query', args);
+      const own = side.member?.(property, send);
+      if (own !== undefined) return own;
+      if (property === 'release') return () => {};
+      const holder = held.connection ?? before;
+      const value: unknown = Reflect.get(holder, property, holder);
+      return typeof value === 'function' ? (value as () => unknown).bind(holder) : value;
+    },
+  });
+}
+
+/** `on` or `removeListener` of an event emitter, as a pool's connection has them. */
+type Listening = (this: unknown, event: string, listener: (error: unknown) => void) => unknown;
+
+/** Takes a connection and begins; the opening failure as a `StoreError` naming the likely cause. */
+async function open<C extends object>(side: PoolSide<C>, held: Held<C>, key: string): Promise<C> {
+  let connection: C;
+  try {
+    connection = await side.take();
+  } catch (error) {
+    if (error instanceof IpnKitError || error instanceof TypeError) throw error;
+    throw new StoreError(
+      `could not open the delivery transaction of ${key}: ${messageOf(error)} (is the pool exhausted, or the ` +
+        'database unreachable? the attempt is retried)',
+      { cause: error },
+    );
+  }
+  if (held.ended) {
+    await side.giveBack(connection); // the attempt ended while the pool was handing it out
+    throw new LateWriteError(key);
+  }
+  held.connection = connection;
+  (Reflect.get(connection, 'on') as Listening | undefined)?.call(connection, 'error', held.onError);
+  try {
+    await side.run(connection, side.begin);
+  } catch (error) {
+    await finish(side, held, true);
+    throw new StoreError(`could not begin the delivery transaction of ${key}: ${messageOf(error)}`, {
+      cause: error,
+    });
+  }
+  return connection;
+}
+
+/**
+ * Ends the attempt's hold on its connection, once: gives it back to the pool, or closes it (`destroy`, or
+ * its connection failed), which rolls back whatever was open.
+ */
+async function finish<C extends object>(side: PoolSide<C>, held: Held<C>, destroy: boolean): Promise<void> {
+  const connection = held.connection;
+  held.connection = undefined;
+  if (!connection) return;
+  (Reflect.get(connection, 'removeListener') as Listening | undefined)?.call(connection, 'error', held.onError);
+  if (destroy || held.failed !== undefined) side.destroy(connection);
+  else await side.giveBack(connection);
+}
+
+/** Rolls back and gives the connection back, or closes it when that fails (or it was abandoned). */
+async function close<C extends object>(side: PoolSide<C>, held: Held<C>): Promise<void> {
+  const connection = await held.opening?.catch(() => undefined);
+  if (!connection || held.connection !== connection) return; // none taken, or closed already
+  if (held.failed !== undefined) return finish(side, held, true);
+  const rolled = await side.run(connection, 'ROLLBACK').then(
+    () => true,
+    () => false,
+  );
+  await finish(side, held, !rolled);
+}
