@@ -184,13 +184,13 @@ function guarded<C extends object>(side: PoolSide<C>, held: Held<C>, key: string
     });
   };
   const send = (method: string, args: unknown[]): unknown => {
-    const refuse = (refusal: unknown) => side.send(Promise.reject(refusal as Error), method, args, held).result;
+    const refuse = (refusal: Error) => side.send(Promise.reject(refusal), method, args, held).result;
     if (held.ended || held.marking) return refuse(new LateWriteError(key));
     let mapped: unknown[];
     try {
       mapped = side.inside(args);
     } catch (refusal) {
-      return refuse(refusal);
+      return refuse(refusal as Error);
     }
     held.opening ??= open(side, held, key);
     held.opening.catch(() => {}); // each query made gets the failure
@@ -252,7 +252,11 @@ async function finish<C extends object>(side: PoolSide<C>, held: Held<C>, destro
   const connection = held.connection;
   held.connection = undefined;
   if (!connection) return;
-  (Reflect.get(connection, 'removeListener') as Listening | undefined)?.call(connection, 'error', held.onError);
+  (Reflect.get(connection, 'removeListener') as Listening | undefined)?.call(
+    connection,
+    'error',
+    held.onError,
+  );
   if (destroy || held.failed !== undefined) side.destroy(connection);
   else await side.giveBack(connection);
 }
