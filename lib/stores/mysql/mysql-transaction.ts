@@ -19,8 +19,8 @@ import {
 } from './mysql-pool.js';
 
 /**
- * Opens the delivery transaction of `key` on a connection of `pool`, through {@link openPoolTransaction}
- * (the seam every store's transactions run through): listeners get a guarded connection as `tx` and `db`,
+ * Opens the delivery transaction of `key` on a connection of `pool`, through the seam every store's
+ * transactions run through (`openPoolTransaction` of `pool-transaction.ts`, over `openOrmTransaction`): listeners get a guarded connection as `tx` and `db`,
  * taken at their first query, which sends `START TRANSACTION`; the mark runs in the same transaction, or
  * alone on the pool when no listener queried `db` (the state stays `idle`).
  *
@@ -230,8 +230,8 @@ function asStatement(args: unknown[], depth: number, key: string): { args: unkno
     if (statements.some((statement) => /^use\b/i.test(statement))) throw useRefusal(key);
     return { args, depth };
   }
-  const first_ = typeof first === 'string' ? mapped.text : { ...(first as object), sql: mapped.text };
-  return { args: [first_, ...args.slice(1)], depth: mapped.depth };
+  const replaced = typeof first === 'string' ? mapped.text : { ...(first as object), sql: mapped.text };
+  return { args: [replaced, ...args.slice(1)], depth: mapped.depth };
 }
 
 /** A promise marked handled: a listener's query nobody awaits never crashes the process. */
