@@ -161,6 +161,44 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     expect(await notesOf(key)).toEqual([]); // the server rolled back what the closed connection held
   });
 
+  test('an attempt abandoned once its mark has answered, before the COMMIT, never resolves delivered', async () => {
+    const { watched, released } = watchedPool();
+    let answered!: () => void;
+    const gate = new Promise<void>((resolve) => (answered = resolve));
+    let marked!: () => void;
+    const markAnswered = new Promise<void>((resolve) => (marked = resolve));
+    const gated = {
+      Client,
+      connect: async () => {
+        const client = await watched.connect();
+        const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
+        Object.assign(client, {
+          query: async (...args: unknown[]) => {
+            const result = await query(...args);
+            if (String(args[0]).startsWith('UPDATE')) {
+              marked();
+              await gate; // the mark has answered; the COMMIT waits
+            }
+            return result;
+          },
+        });
+        return client;
+      },
+    };
+    const { key, mark } = await entry();
+    const tx = await openTransaction(gated, key, mark, () => Promise.reject(new Error('not used')));
+    await (tx.db as Db).query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
+    const committing = tx.commit();
+    committing.catch(() => {});
+    await markAnswered;
+    await tx.rollback(Promise.resolve()); // the commit timed out: its connection is closed
+    answered();
+    await expect(committing).rejects.toThrow(/has ended/);
+    expect(released).toEqual([true]);
+    expect(await notesOf(key)).toEqual([]);
+    expect(await statusOf(key)).toBe('received');
+  });
+
   test('a pool that cannot hand out a client fails the query and the commit; nothing is held', async () => {
     const { key, mark } = await entry();
     const refusing = { connect: () => Promise.reject(new Error('too many clients already')) };
