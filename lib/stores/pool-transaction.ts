@@ -261,10 +261,16 @@ async function finish<C extends object>(side: PoolSide<C>, held: Held<C>, destro
   else await side.giveBack(connection);
 }
 
-/** Rolls back and gives the connection back, or closes it when that fails (or it was abandoned). */
+/**
+ * Rolls back and gives the connection back, or closes it when that fails (or it was abandoned). Waits for
+ * no connection the pool has not handed out yet (an exhausted pool, a `connect()` that hangs): the attempt
+ * has ended, and `open` gives that one back as it comes.
+ */
 async function close<C extends object>(side: PoolSide<C>, held: Held<C>): Promise<void> {
-  const connection = await held.opening?.catch(() => undefined);
-  if (!connection || held.connection !== connection) return; // none taken, or closed already
+  const connection = held.connection;
+  if (!connection) return; // none taken yet, or closed already
+  await held.opening?.catch(() => undefined); // its BEGIN has answered (one that failed closed it)
+  if (held.connection !== connection) return; // closed meanwhile
   if (held.failed !== undefined) return finish(side, held, true);
   const rolled = await side.run(connection, 'ROLLBACK').then(
     () => true,

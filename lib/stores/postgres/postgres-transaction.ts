@@ -147,7 +147,7 @@ function insideTransaction(
   key: string,
 ): { args: unknown[]; depth: number; setsSession: boolean } {
   const text = textOf(args[0]);
-  const setsSession = text !== undefined && SETS_SESSION.test(text);
+  const setsSession = text !== undefined && changesSession(text);
   const mapped = asSavepoint(text, depth, key);
   if (mapped === undefined) return { args, depth, setsSession };
   // Refused before the depth changes: a savepoint that is never sent must not be released later.
@@ -163,7 +163,18 @@ function insideTransaction(
  * made one pays for its {@link RESET}.
  */
 const SETS_SESSION =
-  /(?:^|;)\s*(?:set\s+(?!local\b|transaction\b|constraints\b|session\s+characteristics\b)|reset\b)|\bset_config\s*\(/i;
+  /^\s*(?:set\s+(?!local\b|transaction\b|constraints\b|session\s+characteristics\b)|reset\b)|\bset_config"?\s*\(/i;
+
+/**
+ * Whether `text` holds a statement {@link SETS_SESSION} tells, read as PostgreSQL reads it (see
+ * {@link splitStatements}, both ways a string literal can be read): a comment before the `SET` (an ORM's
+ * trace comment) or a quoted `"set_config"` must not let a setting outlive the delivery on the pooled
+ * client, nor the mark run under it (a `search_path`).
+ */
+function changesSession(text: string): boolean {
+  if (!/set/i.test(text)) return false; // cheap: most statements name none
+  return [...splitStatements(text), ...splitStatements(text, true)].some((each) => SETS_SESSION.test(each));
+}
 
 /** What `db` is an object of before its first query: the pool's client class's (`db instanceof Client`). */
 function clientPrototype(Client: unknown): object | null {
