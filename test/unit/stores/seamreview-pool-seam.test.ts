@@ -195,4 +195,131 @@ describeWithService('PostgreSQL', 'pool seam (review)', () => {
       await single.end();
     }
   }, 20000);
+
+  test.each([false, true])(
+    'a COMMIT the server refuses (a deferred constraint) is never said delivered (combined: %s)',
+    async (combined) => {
+      const parent = `seamreview_parent_${suffix}`;
+      const child = `seamreview_child_${suffix}`;
+      await pool.query(`CREATE TABLE IF NOT EXISTS ${parent} (id int PRIMARY KEY)`);
+      await pool.query(
+        `CREATE TABLE IF NOT EXISTS ${child} (id int REFERENCES ${parent} DEFERRABLE INITIALLY DEFERRED)`,
+      );
+      try {
+        const { watched, released } = watchedPool();
+        const { key, mark } = await entry(randomUUID(), combined);
+        const tx = await openTransaction(watched, key, mark, () => Promise.reject(new Error('not used')));
+        const db = tx.db as Db;
+        await db.query(`INSERT INTO ${ledger} VALUES ($1, 'credited')`, [key]);
+        await db.query(`INSERT INTO ${child} VALUES (42)`); // fails only at COMMIT
+        await expect(tx.commit()).rejects.toThrow(/foreign key/);
+        expect(released).toHaveLength(1);
+        expect(await notesOf(key)).toEqual([]);
+        expect(await statusOf(key)).toBe('received');
+      } finally {
+        await pool.query(`DROP TABLE IF EXISTS ${child}, ${parent}`);
+      }
+    },
+  );
+
+  describe('fake pools (timing)', () => {
+    const rejections: unknown[] = [];
+    const onRejection = (reason: unknown): void => void rejections.push(reason);
+    beforeEach(() => {
+      rejections.length = 0;
+      process.on('unhandledRejection', onRejection);
+    });
+    afterEach(() => void process.off('unhandledRejection', onRejection));
+    const tick = () => new Promise((resolve) => setTimeout(resolve, 20));
+    const mark: DeliveredMark = { statement: ['UPDATE x', []], andCommit: () => undefined };
+
+    /** A client whose every query waits for `gate` (when given), and records what it ran. */
+    function fakeClient(gates: Map<string, Promise<void>> = new Map()) {
+      const ran: string[] = [];
+      const released: unknown[] = [];
+      const listeners = new Set<(error: unknown) => void>();
+      const client = {
+        query: async (text: unknown) => {
+          const t = typeof text === 'string' ? text : String((text as { text?: string }).text);
+          ran.push(t);
+          await gates.get(t);
+          return { rowCount: 1, rows: [] };
+        },
+        release: (destroy?: unknown) => void released.push(destroy),
+        on: (_: string, f: (error: unknown) => void) => void listeners.add(f),
+        removeListener: (_: string, f: (error: unknown) => void) => void listeners.delete(f),
+      };
+      return { client, ran, released, listeners };
+    }
+
+    test('connect() rejecting after the attempt was abandoned: no unhandled rejection, nothing held', async () => {
+      let fail!: (error: Error) => void;
+      const pending = { connect: () => new Promise<never>((_, reject) => (fail = reject)) };
+      const tx = await openTransaction(pending, 'K', mark, () => Promise.resolve(true));
+      const query = (tx.db as Db).query('INSERT 1');
+      const callback = jest.fn();
+      (tx.db as { query: (t: string, v: unknown[], cb: unknown) => void }).query('INSERT 2', [], callback);
+      await tx.rollback(Promise.resolve());
+      fail(new Error('connection refused'));
+      await expect(query).rejects.toThrow();
+      await tick();
+      expect(callback).toHaveBeenCalledWith(expect.any(Error));
+      expect(rejections).toEqual([]);
+    });
+
+    test('BEGIN answering after the attempt was abandoned: the client is closed, never given back mid-transaction', async () => {
+      let answer!: () => void;
+      const fake = fakeClient(new Map([['BEGIN', new Promise<void>((resolve) => (answer = resolve))]]));
+      const tx = await openTransaction({ connect: () => Promise.resolve(fake.client) }, 'K', mark, () =>
+        Promise.resolve(true),
+      );
+      const query = (tx.db as Db).query('INSERT 1');
+      await tick();
+      await tx.rollback(Promise.resolve());
+      answer();
+      await expect(query).rejects.toThrow(/has ended/);
+      await tick();
+      expect(fake.released).toEqual([true]);
+      expect(fake.ran).toEqual(['BEGIN']);
+      expect(fake.listeners.size).toBe(0);
+      expect(rejections).toEqual([]);
+    });
+
+    test('rollback() while BEGIN is on its way: ROLLBACK after it, the client given back once, no listener write', async () => {
+      let answer!: () => void;
+      const fake = fakeClient(new Map([['BEGIN', new Promise<void>((resolve) => (answer = resolve))]]));
+      const tx = await openTransaction({ connect: () => Promise.resolve(fake.client) }, 'K', mark, () =>
+        Promise.resolve(true),
+      );
+      const query = (tx.db as Db).query('INSERT 1');
+      await tick();
+      const rolling = tx.rollback();
+      await tick();
+      answer();
+      await rolling;
+      await expect(query).rejects.toThrow(/has ended/);
+      expect(fake.ran).toEqual(['BEGIN', 'ROLLBACK']);
+      expect(fake.released).toEqual([undefined]);
+      expect(rejections).toEqual([]);
+    });
+
+    test("an 'error' while the mark and COMMIT are on their way, abandoned meanwhile: not delivered, nothing leaks", async () => {
+      let answer!: () => void;
+      const fake = fakeClient(new Map([['UPDATE x', new Promise<void>((resolve) => (answer = resolve))]]));
+      const tx = await openTransaction({ connect: () => Promise.resolve(fake.client) }, 'K', mark, () =>
+        Promise.resolve(true),
+      );
+      await (tx.db as Db).query('INSERT 1');
+      const committing = tx.commit();
+      committing.catch(() => {});
+      await tick();
+      for (const listener of fake.listeners) listener(new Error('terminating connection'));
+      await tx.rollback(Promise.resolve());
+      answer();
+      await expect(committing).rejects.toThrow();
+      expect(fake.ran).not.toContain('COMMIT');
+      expect(fake.released).toEqual([true]);
+      expect(rejections).toEqual([]);
+    });
+  });
 });
