@@ -451,14 +451,16 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     ['a comment before SET', '/* app */ SET search_path TO pg_catalog'],
     ['SET after a comment line', '-- tenant\nSET statement_timeout = 1234'],
     ['a quoted set_config', `SELECT "set_config"('statement_timeout', '1234', false)`],
+    // It sets default_transaction_read_only for the session: the store's next write on the client would fail.
+    ['SET SESSION CHARACTERISTICS', 'SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY'],
   ])(
     'a session setting made through db (%s) does not outlive the delivery on the pooled client',
     async (_what, text) => {
       const single = new Pool({ connectionString: databaseUrl(), max: 1 });
       try {
         const before = (
-          await single.query<{ s: string; t: string }>(
-            "SELECT current_setting('search_path') AS s, current_setting('statement_timeout') AS t",
+          await single.query<{ s: string; t: string; r: string }>(
+            "SELECT current_setting('search_path') AS s, current_setting('statement_timeout') AS t, current_setting('default_transaction_read_only') AS r",
           )
         ).rows[0];
         for (const combined of [false, true]) {
@@ -470,8 +472,8 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
           await db.query(text);
           await expect(tx.commit()).resolves.toBe('delivered');
           const after = (
-            await single.query<{ s: string; t: string }>(
-              "SELECT current_setting('search_path') AS s, current_setting('statement_timeout') AS t",
+            await single.query<{ s: string; t: string; r: string }>(
+              "SELECT current_setting('search_path') AS s, current_setting('statement_timeout') AS t, current_setting('default_transaction_read_only') AS r",
             )
           ).rows[0];
           expect(after).toEqual(before);
