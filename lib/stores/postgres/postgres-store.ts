@@ -1,5 +1,5 @@
-import { checkLeaseLimit, notMigrated, statusCounts, replayEveryDead, migrateWorded } from '../store-core.js';
-import { checkListOptions } from '../list-options.js';
+import { checkLeaseLimit, notMigrated, migrateWorded } from '../store-core.js';
+import { SqlStore, type SqlDialect } from '../sql-store.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
 import { inboxSql, receivesJson, RESET, tableNames, type InboxSql } from './postgres-sql.js';
@@ -20,20 +20,15 @@ import { postgresExpectations } from './postgres-expectations.js';
 import type { SqlExpectations } from '../sql-expectations.js';
 import { PostgresAudit } from './postgres-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
-import { checkPurge } from '../redact-record.js';
 import { PostgresLifecycle } from './postgres-lifecycle.js';
 import { retriedAfterMigration, trackMigration } from './postgres-migrations.js';
 import { DeliveryError, messageOf, StoreError } from '../../shared/errors.js';
 import type {
-  DeliveryStatus,
   DeliveryTransaction,
   DurableStore,
   InboxEntry,
   Lease,
-  ListOptions,
   Settlement,
-  StatusCounts,
-  PurgedStatus,
   PauseSwitch,
 } from '../store.js';
 
@@ -165,9 +160,10 @@ const UNDEFINED_TABLE = '42P01';
 export class PostgresStore<
   P extends PgQueryable = PgQueryable,
   T extends Transactions<any> | undefined = undefined, // eslint-disable-line @typescript-eslint/no-explicit-any
-> implements DurableStore {
-  /** This store keeps each notification and its delivery state: the router may deliver at least once. */
-  readonly durable = true as const;
+>
+  extends SqlStore
+  implements DurableStore
+{
   /** The table, as given. */
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
@@ -183,6 +179,8 @@ export class PostgresStore<
   /** `sessionSettings: 'restore'`: the ORM path sets back the session's own settings after its reset. */
   readonly #keepSettings: boolean;
   readonly #sql: InboxSql;
+  /** @internal */
+  protected readonly dialect: SqlDialect;
   /** How long a batch stuck on its connection holds its place: the routers' shortest `storeTimeoutMs`. */
   #stallMs = STALLED_BATCH_MS;
   /** Receives and `delivered` settlements that arrive together go as one statement (group commit). */
@@ -199,6 +197,7 @@ export class PostgresStore<
     options: Partial<PostgresStoreOptions<P, T>> &
       (Pick<PostgresStoreOptions<P, T>, 'pool'> | { transactions: T & Transactions }),
   ) {
+    super();
     const given = options as Partial<PostgresStoreOptions<P, T>> | undefined;
     if (Reflect.get(Object(given), 'groupDeliveries') !== undefined) throw new TypeError(GROUPS_REMOVED);
     const transactions: unknown = given?.transactions;
@@ -249,24 +248,50 @@ export class PostgresStore<
       this.table,
     );
     this.lifecycle = new PostgresLifecycle((text, values) => this.#query(text, values), this.table);
-  }
-
-  /**
-   * Brings the store's tables to the latest schema version: the inbox and its index, `<table>_expected`,
-   * `<table>_states` and `<table>_audit`, with the version recorded in `<table>_schema`. Runs each version
-   * above the database's in order (a database made by ipn-kit 0.1.0, before versions, is at 0; its rows are
-   * kept as they are). Idempotent, and safe to run from several processes at once: an advisory lock makes
-   * them take turns. See {@link PostgresStore.migrateSchema} for what it did.
-   * @throws StoreError when a statement fails, or the database is at a newer version than this ipn-kit's
-   * (nothing is changed: ipn-kit never downgrades).
-   */
-  async migrate(): Promise<void> {
-    await this.migrateSchema();
+    const changed = async (text: string, values: unknown[]) =>
+      (await this.#query(text, values)).rowCount ?? 0;
+    this.dialect = {
+      owner: 'PostgresStore',
+      sql: this.#sql,
+      read: async (text, values) => (await this.#query(text, values)).rows,
+      change: changed,
+      checkKey,
+      toEntry,
+      time: (date) => date,
+      release: (key, leaseId) => [key, leaseId],
+      list: ({
+        status,
+        limit,
+        offset,
+        transactionId,
+        customDataContains,
+        receivedFrom,
+        receivedBefore,
+        order,
+      }) => [
+        this.#sql.list(order === 'newest'),
+        [
+          limit,
+          offset,
+          status ?? null,
+          transactionId ?? null,
+          customDataContains ?? null,
+          receivedFrom ?? null,
+          receivedBefore ?? null,
+        ],
+      ],
+      countByStatus: (receivedFrom) => [receivedFrom ?? null],
+      replay: (key, delayMs, from) => [key, Math.round(delayMs), from === undefined ? null : [...from]],
+    };
   }
 
   /**
    * {@link PostgresStore.migrate}, saying what it did: the version before and after, and the versions run.
-   * `{ dryRun: true }` runs nothing and says what would run (`ipn-kit migrate --dry-run`).
+   * It brings the store's tables to the latest schema version: the inbox and its index, `<table>_expected`,
+   * `<table>_states` and `<table>_audit`, with the version recorded in `<table>_schema`. Runs each version
+   * above the database's in order (a database made by ipn-kit 0.1.0, before versions, is at 0; its rows are
+   * kept as they are). Several processes at once take turns on an advisory lock. `{ dryRun: true }` runs
+   * nothing and says what would run (`ipn-kit migrate --dry-run`).
    * @throws StoreError as `migrate()`.
    */
   async migrateSchema(options?: MigrateOptions): Promise<MigrationReport> {
@@ -293,15 +318,6 @@ export class PostgresStore<
     const [transactionId, state] = splitKey(key);
     const { rows } = await this.#query(this.#sql.claim, [key, transactionId, state, token]);
     return (rows[0] as { claimed?: unknown } | undefined)?.claimed === true;
-  }
-
-  /**
-   * Deletes the row of `key`, so that the next claim or receive of it succeeds; given `leaseId`, only while
-   * that lease holds it.
-   */
-  async release(key: string, leaseId?: string): Promise<void> {
-    checkKey(key);
-    await this.#query(this.#sql.release, [key, leaseId ?? null]);
   }
 
   /** Inserts `record` as `received`, attempts 1, leased to `lease` (until the database's now + `lease.ms`). */
@@ -439,63 +455,6 @@ export class PostgresStore<
     const markWithout = () => this.#writes({ delivered: [key, leaseId] });
     const mark = { statement, andCommit: (reset: boolean) => this.#sql.markAndCommit(key, leaseId, reset) };
     return openTransaction(this.#pool, key, mark, markWithout) as Promise<Opened>;
-  }
-
-  /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */
-  async list(options: ListOptions = {}): Promise<InboxEntry[]> {
-    const { status, limit, offset, transactionId, customDataContains, receivedFrom, receivedBefore, order } =
-      checkListOptions('PostgresStore', options);
-    const { rows } = await this.#query(this.#sql.list(order === 'newest'), [
-      limit,
-      offset,
-      status ?? null,
-      transactionId ?? null,
-      customDataContains ?? null,
-      receivedFrom ?? null,
-      receivedBefore ?? null,
-    ]);
-    return rows.map(toEntry);
-  }
-
-  /** How many notifications the inbox holds by status (received at or after `receivedFrom`, when given). */
-  async countByStatus(receivedFrom?: Date): Promise<StatusCounts> {
-    return statusCounts((await this.#query(this.#sql.countByStatus, [receivedFrom ?? null])).rows);
-  }
-
-  /** The entry of `key`, or `undefined`. */
-  async get(key: string): Promise<InboxEntry | undefined> {
-    const { rows } = await this.#query(this.#sql.get, [key]);
-    return rows.length > 0 ? toEntry(rows[0]) : undefined;
-  }
-
-  /**
-   * Makes `key` due now whatever its status: `received`, attempts 0, `last_error` kept; a live lease is kept
-   * (the attempt holding it finishes first). `false` for a row `claim()` wrote, which holds no notification.
-   */
-  async replay(key: string, delayMs = 0, from?: readonly DeliveryStatus[]): Promise<boolean> {
-    const values = [key, Math.round(delayMs), from === undefined ? null : [...from]];
-    return (await this.#query(this.#sql.replay, values)).rowCount === 1;
-  }
-
-  /** {@link PostgresStore.replay} for every `dead` entry; resolves how many. */
-  replayDead(): Promise<number> {
-    return replayEveryDead(this);
-  }
-
-  /**
-   * Deletes `delivered` rows (claim markers included) delivered before `before`; given `'dead'`, the dead rows
-   * last updated before it. Resolves how many.
-   */
-  async purge(before: Date, status: PurgedStatus = 'delivered'): Promise<number> {
-    checkPurge('PostgresStore', before, status);
-    const text = status === 'dead' ? this.#sql.purgeDead : this.#sql.purge;
-    return (await this.#query(text, [before])).rowCount ?? 0;
-  }
-
-  /** Blanks the customer's name and number in delivered and dead rows received before `before`; how many. */
-  async redact(before: Date): Promise<number> {
-    checkPurge('PostgresStore', before, 'delivered', 'redact');
-    return (await this.#query(this.#sql.redact, [before])).rowCount ?? 0;
   }
 
   /** Does nothing: the pool is yours, and other parts of your app may still use it. End it yourself. */
