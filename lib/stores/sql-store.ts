@@ -1,8 +1,33 @@
-import { replayEveryDead, statusCounts } from './store-core.js';
+import { notMigrated, replayEveryDead, statusCounts } from './store-core.js';
+import type { StoreError } from '../shared/errors.js';
 import { checkListOptions } from './list-options.js';
 import { checkPurge, redactEach } from './redact-record.js';
 import type { MigrateOptions, MigrationReport } from './schema-migrations.js';
 import type { DeliveryStatus, InboxEntry, ListOptions, PurgedStatus, StatusCounts } from './store.js';
+
+/** Which of a SQL store's tables a statement is about, for the message of a missing one. */
+export type TableOf = 'inbox' | 'expectations' | 'audit' | 'control';
+
+/**
+ * The `StoreError` of a statement that found the table `of` missing (`notMigrated`): `sql` names, for each
+ * table, the SQL that makes it; `database` the database (`PostgreSQL`).
+ */
+export function missingTable(
+  owner: string,
+  table: string,
+  of: TableOf,
+  sql: Record<TableOf, string>,
+  database: string,
+  error: unknown,
+): StoreError {
+  const named: Record<TableOf, string> = {
+    inbox: table,
+    audit: `${table}_audit (the operators' audit trail)`,
+    control: `${table}_control (ipn.pause() for every instance)`,
+    expectations: `${table}_expected (of ipn.expect())`,
+  };
+  return notMigrated(owner, named[of], sql[of], database, error);
+}
 
 /** `list()`'s options, checked (`checkListOptions`). */
 export type CheckedListOptions = ReturnType<typeof checkListOptions>;

@@ -1,5 +1,5 @@
-import { checkLeaseLimit, notMigrated, migrateWorded } from '../store-core.js';
-import { SqlStore, type SqlDialect } from '../sql-store.js';
+import { checkLeaseLimit, migrateWorded } from '../store-core.js';
+import { missingTable, SqlStore, type SqlDialect, type TableOf } from '../sql-store.js';
 import { SqlAudit } from '../sql-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
 import { createHash, randomUUID } from 'node:crypto';
@@ -99,9 +99,6 @@ type DbOf<P, T> = T extends Transactions<unknown> ? never : MysqlConnectionOf<P>
 /** How long `migrate()` waits for another process's migration of the same table, in seconds. */
 const MIGRATE_LOCK_SECONDS = 60;
 
-/** Which of the store's tables a statement is about, for the message of a missing one. */
-type Of = 'inbox' | 'expectations' | 'audit' | 'control';
-
 /**
  * A dedupe store and durable inbox in MySQL 8 or MariaDB 10.6+, shared by every instance of your app. A
  * notification's row is keyed by `transaction_id:state`: the primary key makes a claim (or a receive)
@@ -196,7 +193,7 @@ export class MysqlStore<
     );
     this.lifecycle = new MysqlLifecycle((work) => this.#transaction(work), this.table);
     const about =
-      (of: Of) =>
+      (of: TableOf) =>
       async (text: string, values: unknown[]): Promise<Array<Record<string, unknown>>> =>
         rowsOf(await this.#query(text, values, of));
     const audited = about('audit');
@@ -223,26 +220,17 @@ export class MysqlStore<
       toEntry,
       time: (date) => date.getTime(),
       release: (key, leaseId) => [key, leaseId, leaseId],
-      list: ({
-        status,
-        limit,
-        offset,
-        transactionId,
-        customDataContains,
-        receivedFrom,
-        receivedBefore,
-        order,
-      }) => {
-        const from = time(receivedFrom, 'list: receivedFrom');
-        const before = time(receivedBefore, 'list: receivedBefore');
+      list: (o) => {
+        const from = time(o.receivedFrom, 'list: receivedFrom');
+        const before = time(o.receivedBefore, 'list: receivedBefore');
         const values = [
-          ...twice(status ?? null),
-          ...twice(transactionId ?? null),
-          ...twice(customDataContains === undefined ? null : asUtf8Hex(customDataContains)),
+          ...twice(o.status ?? null),
+          ...twice(o.transactionId ?? null),
+          ...twice(o.customDataContains === undefined ? null : asUtf8Hex(o.customDataContains)),
           ...twice(from),
           ...twice(before),
         ];
-        return [this.#sql.list(order === 'newest', limit, offset), values];
+        return [this.#sql.list(o.order === 'newest', o.limit, o.offset), values];
       },
       countByStatus: (receivedFrom) => twice(time(receivedFrom, 'countByStatus: receivedFrom')),
       replay: (key, delayMs, from) => {
@@ -450,7 +438,7 @@ export class MysqlStore<
   close(): void {}
 
   /** One statement on the pool; a failure is a `StoreError`. */
-  #query(text: string, values: unknown[], of: Of = 'inbox'): Promise<MysqlQueryResult> {
+  #query(text: string, values: unknown[], of: TableOf = 'inbox'): Promise<MysqlQueryResult> {
     return this.#run(() => this.#pool.query(text, values), of);
   }
 
@@ -470,7 +458,7 @@ export class MysqlStore<
   }
 
   /** `work` in a transaction on a connection of the pool; a failure is a `StoreError`. */
-  #transaction<R>(work: (connection: MysqlPoolConnection) => Promise<R>, of: Of = 'inbox'): Promise<R> {
+  #transaction<R>(work: (connection: MysqlPoolConnection) => Promise<R>, of: TableOf = 'inbox'): Promise<R> {
     return this.#run(() => inTransaction(this.#pool, work), of);
   }
 
@@ -478,7 +466,7 @@ export class MysqlStore<
    * Runs `attempt`; one that finds its table missing during a `migrate()` runs again once that has settled
    * (`retriedAfterMigration`). `of` says which table it is about, for the message of a missing one.
    */
-  #run<R>(attempt: () => Promise<R>, of: Of): Promise<R> {
+  #run<R>(attempt: () => Promise<R>, of: TableOf): Promise<R> {
     const missing = (error: unknown) => errnoOf(error) === NO_SUCH_TABLE;
     return retriedAfterMigration(this.#pool, this.table, attempt, missing, (error) =>
       this.#failure(error, of),
@@ -486,18 +474,16 @@ export class MysqlStore<
   }
 
   /** The `StoreError` of a failed statement: the driver's error stays the cause (its `errno`, such as 1146). */
-  #failure(error: unknown, of: Of): StoreError {
+  #failure(error: unknown, of: TableOf): StoreError {
     if (error instanceof StoreError) return error;
     if (errnoOf(error) === NO_SUCH_TABLE) {
-      const [table, sql] =
-        of === 'inbox'
-          ? [this.table, 'mysqlSchemaSql()']
-          : of === 'audit'
-            ? [`${this.table}_audit (the operators' audit trail)`, 'mysqlMigrations()']
-            : of === 'control'
-              ? [`${this.table}_control (ipn.pause() for every instance)`, 'mysqlMigrations()']
-              : [`${this.table}_expected (of ipn.expect())`, 'mysqlExpectationsSql()'];
-      return notMigrated('MysqlStore', table, sql, 'MySQL', error);
+      const sql = {
+        inbox: 'mysqlSchemaSql()',
+        audit: 'mysqlMigrations()',
+        control: 'mysqlMigrations()',
+        expectations: 'mysqlExpectationsSql()',
+      };
+      return missingTable('MysqlStore', this.table, of, sql, 'MySQL', error);
     }
     const hint =
       errnoOf(error) === INCORRECT_STRING

@@ -1,5 +1,5 @@
-import { checkLeaseLimit, notMigrated, migrateWorded } from '../store-core.js';
-import { SqlStore, type SqlDialect } from '../sql-store.js';
+import { checkLeaseLimit, migrateWorded } from '../store-core.js';
+import { missingTable, SqlStore, type SqlDialect, type TableOf } from '../sql-store.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
 import { inboxSql, receivesJson, RESET, tableNames, type InboxSql } from './postgres-sql.js';
@@ -248,36 +248,25 @@ export class PostgresStore<
       this.table,
     );
     this.lifecycle = new PostgresLifecycle((text, values) => this.#query(text, values), this.table);
-    const changed = async (text: string, values: unknown[]) =>
-      (await this.#query(text, values)).rowCount ?? 0;
     this.dialect = {
       owner: 'PostgresStore',
       sql: this.#sql,
       read: async (text, values) => (await this.#query(text, values)).rows,
-      change: changed,
+      change: async (text, values) => (await this.#query(text, values)).rowCount ?? 0,
       checkKey,
       toEntry,
       time: (date) => date,
       release: (key, leaseId) => [key, leaseId],
-      list: ({
-        status,
-        limit,
-        offset,
-        transactionId,
-        customDataContains,
-        receivedFrom,
-        receivedBefore,
-        order,
-      }) => [
-        this.#sql.list(order === 'newest'),
+      list: (o) => [
+        this.#sql.list(o.order === 'newest'),
         [
-          limit,
-          offset,
-          status ?? null,
-          transactionId ?? null,
-          customDataContains ?? null,
-          receivedFrom ?? null,
-          receivedBefore ?? null,
+          o.limit,
+          o.offset,
+          o.status ?? null,
+          o.transactionId ?? null,
+          o.customDataContains ?? null,
+          o.receivedFrom ?? null,
+          o.receivedBefore ?? null,
         ],
       ],
       countByStatus: (receivedFrom) => [receivedFrom ?? null],
@@ -476,11 +465,7 @@ export class PostgresStore<
    * `migrate()` runs again once that has settled (`retriedAfterMigration`). `of` says which table the query
    * is about, for the message of a missing one.
    */
-  #query(
-    text: string,
-    values: unknown[],
-    of: 'inbox' | 'expectations' | 'audit' | 'control' = 'inbox',
-  ): Promise<PgQueryResult> {
+  #query(text: string, values: unknown[], of: TableOf = 'inbox'): Promise<PgQueryResult> {
     const attempt = () => this.#pool.query(text, values);
     return retriedAfterMigration(this.#pool, this.table, attempt, missing, (error) =>
       this.#failure(error, of),
@@ -488,19 +473,17 @@ export class PostgresStore<
   }
 
   /** The `StoreError` of a failed query: the driver's error stays the cause (its `code`, such as 57P01). */
-  #failure(error: unknown, of: 'inbox' | 'expectations' | 'audit' | 'control'): StoreError {
+  #failure(error: unknown, of: TableOf): StoreError {
     if (missing(error)) {
       // pg's own message (relation "ipn_inbox" does not exist) does not say what to do about it; it is kept
       // at the end, as it names the relation PostgreSQL looked for (the search_path decides where).
-      const [table, sql] =
-        of === 'inbox'
-          ? [this.table, 'postgresSchemaSql()']
-          : of === 'audit'
-            ? [`${this.table}_audit (the operators' audit trail)`, 'postgresAuditSql()']
-            : of === 'control'
-              ? [`${this.table}_control (ipn.pause() for every instance)`, 'postgresMigrations()']
-              : [`${this.table}_expected (of ipn.expect())`, 'postgresExpectationsSql()'];
-      return notMigrated('PostgresStore', table, sql, 'PostgreSQL', error);
+      const sql = {
+        inbox: 'postgresSchemaSql()',
+        audit: 'postgresAuditSql()',
+        control: 'postgresMigrations()',
+        expectations: 'postgresExpectationsSql()',
+      };
+      return missingTable('PostgresStore', this.table, of, sql, 'PostgreSQL', error);
     }
     return new StoreError(`PostgresStore: a query on ${this.table} failed: ${messageOf(error)}`, {
       cause: error,
