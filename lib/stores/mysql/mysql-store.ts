@@ -1,23 +1,18 @@
-import { checkLeaseLimit, notMigrated, statusCounts, replayEveryDead, migrateWorded } from '../store-core.js';
-import { checkPurge, redactEach } from '../redact-record.js';
+import { checkLeaseLimit, migrateWorded } from '../store-core.js';
+import { missingTable, SqlStore, type SqlDialect, type TableOf } from '../sql-store.js';
 import { SqlAudit } from '../sql-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
-import { checkListOptions } from '../list-options.js';
 import { createHash, randomUUID } from 'node:crypto';
 import { createBatcher } from '../batcher.js';
 import { retriedAfterMigration, trackMigration } from '../postgres/postgres-migrations.js';
 import { openOrmTransaction } from '../orm-transaction.js';
 import { isTransactions, type Statement, type Transactions } from '../transactions.js';
 import type {
-  DeliveryStatus,
   DeliveryTransaction,
   DurableStore,
   InboxEntry,
   Lease,
-  ListOptions,
   Settlement,
-  StatusCounts,
-  PurgedStatus,
   PauseSwitch,
 } from '../store.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
@@ -104,9 +99,6 @@ type DbOf<P, T> = T extends Transactions<unknown> ? never : MysqlConnectionOf<P>
 /** How long `migrate()` waits for another process's migration of the same table, in seconds. */
 const MIGRATE_LOCK_SECONDS = 60;
 
-/** Which of the store's tables a statement is about, for the message of a missing one. */
-type Of = 'inbox' | 'expectations' | 'audit' | 'control';
-
 /**
  * A dedupe store and durable inbox in MySQL 8 or MariaDB 10.6+, shared by every instance of your app. A
  * notification's row is keyed by `transaction_id:state`: the primary key makes a claim (or a receive)
@@ -145,9 +137,10 @@ type Of = 'inbox' | 'expectations' | 'audit' | 'control';
 export class MysqlStore<
   P extends MysqlPool = MysqlPool,
   T extends Transactions<any> | undefined = undefined, // eslint-disable-line @typescript-eslint/no-explicit-any
-> implements DurableStore {
-  /** This store keeps each notification and its delivery state: the router may deliver at least once. */
-  readonly durable = true as const;
+>
+  extends SqlStore
+  implements DurableStore
+{
   /** The table, as given. */
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
@@ -161,6 +154,8 @@ export class MysqlStore<
   readonly #pool: MysqlPool;
   readonly #transactions: Transactions | undefined;
   readonly #sql: MysqlInboxSql;
+  /** @internal */
+  protected readonly dialect: SqlDialect;
   /** Receives that arrive together go as one statement (group commit). */
   readonly #receives = createBatcher((batch: unknown[][]) => this.#receiveMany(batch));
 
@@ -169,6 +164,7 @@ export class MysqlStore<
    * is not a `Transactions`, or `table` is not a valid name.
    */
   constructor(options: Pick<MysqlStoreOptions<P, T>, 'pool'> & Partial<MysqlStoreOptions<P, T>>) {
+    super();
     const given = options as Partial<MysqlStoreOptions<P, T>> | undefined;
     const transactions: unknown = given?.transactions;
     if (transactions !== undefined && !isTransactions(transactions)) {
@@ -197,7 +193,7 @@ export class MysqlStore<
     );
     this.lifecycle = new MysqlLifecycle((work) => this.#transaction(work), this.table);
     const about =
-      (of: Of) =>
+      (of: TableOf) =>
       async (text: string, values: unknown[]): Promise<Array<Record<string, unknown>>> =>
         rowsOf(await this.#query(text, values, of));
     const audited = about('audit');
@@ -213,25 +209,46 @@ export class MysqlStore<
           [value, Date.now()],
         ),
     });
-  }
-
-  /**
-   * Brings the store's tables to the latest schema version: the inbox, `<table>_expected`, `<table>_states`
-   * and `<table>_audit`, with the version recorded in `<table>_schema` (the SQL of {@link mysqlMigrations}).
-   * Runs each version above the database's in order (a database made before versions is at 0; its rows are
-   * kept as they are). Idempotent, and safe to run from several processes at once: a named lock
-   * (`GET_LOCK`) makes them take turns.
-   * @throws StoreError when a statement fails, another `migrate()` holds the lock for a minute, or the
-   * database is at a newer version than this ipn-kit's (nothing is changed: ipn-kit never downgrades).
-   */
-  async migrate(): Promise<void> {
-    await this.migrateSchema();
+    const time = (date: Date | undefined, what: string) => (date === undefined ? null : msOfDate(date, what));
+    const twice = (value: unknown): unknown[] => [value, value];
+    this.dialect = {
+      owner: 'MysqlStore',
+      sql: this.#sql,
+      read: async (text, values) => rowsOf(await this.#query(text, values)),
+      change: async (text, values) => affectedOf(await this.#query(text, values)),
+      checkKey,
+      toEntry,
+      time: (date) => date.getTime(),
+      release: (key, leaseId) => [key, leaseId, leaseId],
+      list: (o) => {
+        const from = time(o.receivedFrom, 'list: receivedFrom');
+        const before = time(o.receivedBefore, 'list: receivedBefore');
+        const values = [
+          ...twice(o.status ?? null),
+          ...twice(o.transactionId ?? null),
+          ...twice(o.customDataContains === undefined ? null : asUtf8Hex(o.customDataContains)),
+          ...twice(from),
+          ...twice(before),
+        ];
+        return [this.#sql.list(o.order === 'newest', o.limit, o.offset), values];
+      },
+      countByStatus: (receivedFrom) => twice(time(receivedFrom, 'countByStatus: receivedFrom')),
+      replay: (key, delayMs, from) => {
+        const statuses = from === undefined ? null : from.join(',');
+        return [Math.round(delayMs), key, statuses, statuses];
+      },
+      stored: toStoredJson,
+    };
   }
 
   /**
    * {@link MysqlStore.migrate}, saying what it did: the version before and after, and the versions run.
-   * `{ dryRun: true }` runs nothing and says what would run (`ipn-kit migrate --dry-run`).
-   * @throws StoreError as `migrate()`.
+   * It brings the store's tables to the latest schema version: the inbox, `<table>_expected`,
+   * `<table>_states` and `<table>_audit`, with the version recorded in `<table>_schema` (the SQL of
+   * {@link mysqlMigrations}). Runs each version above the database's in order (a database made before
+   * versions is at 0; its rows are kept as they are). Several processes at once take turns on a named lock
+   * (`GET_LOCK`). `{ dryRun: true }` runs nothing and says what would run (`ipn-kit migrate --dry-run`).
+   * @throws StoreError as `migrate()`, or when another `migrate()` holds the lock for a minute.
    */
   async migrateSchema(options?: MigrateOptions): Promise<MigrationReport> {
     let report: MigrationReport | undefined;
@@ -287,15 +304,6 @@ export class MysqlStore<
     checkId(token, 'a claim token');
     if (await this.#insert(this.#sql.claim, [key, transactionId, state, token])) return true;
     return rowsOf(await this.#query(this.#sql.claimedBy, [key, token])).length > 0;
-  }
-
-  /**
-   * Deletes the row of `key`, so that the next claim or receive of it succeeds; given `leaseId`, only while
-   * that lease holds it.
-   */
-  async release(key: string, leaseId?: string): Promise<void> {
-    checkKey(key);
-    await this.#query(this.#sql.release, [key, leaseId ?? null, leaseId ?? null]);
   }
 
   /** Inserts `record` as `received`, attempts 1, leased to `lease` (until the database's now + `lease.ms`). */
@@ -426,75 +434,11 @@ export class MysqlStore<
     return openPoolTransaction(this.#pool, key, mark) as Promise<Opened>;
   }
 
-  /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */
-  async list(options: ListOptions = {}): Promise<InboxEntry[]> {
-    const { status, limit, offset, transactionId, customDataContains, receivedFrom, receivedBefore, order } =
-      checkListOptions('MysqlStore', options);
-    const from = receivedFrom === undefined ? null : msOfDate(receivedFrom, 'list: receivedFrom');
-    const before = receivedBefore === undefined ? null : msOfDate(receivedBefore, 'list: receivedBefore');
-    const twice = (value: unknown): unknown[] => [value, value];
-    const values = [
-      ...twice(status ?? null),
-      ...twice(transactionId ?? null),
-      ...twice(customDataContains === undefined ? null : asUtf8Hex(customDataContains)),
-      ...twice(from),
-      ...twice(before),
-    ];
-    const result = await this.#query(this.#sql.list(order === 'newest', limit, offset), values);
-    return rowsOf(result).map(toEntry);
-  }
-
-  /** How many notifications the inbox holds by status (received at or after `receivedFrom`, when given). */
-  async countByStatus(receivedFrom?: Date): Promise<StatusCounts> {
-    const from = receivedFrom === undefined ? null : msOfDate(receivedFrom, 'countByStatus: receivedFrom');
-    return statusCounts(rowsOf(await this.#query(this.#sql.countByStatus, [from, from])));
-  }
-
-  /** The entry of `key`, or `undefined`. */
-  async get(key: string): Promise<InboxEntry | undefined> {
-    const [row] = rowsOf(await this.#query(this.#sql.get, [key]));
-    return row === undefined ? undefined : toEntry(row);
-  }
-
-  /** Makes `key` due now whatever its status: `received`, attempts 0, a live lease kept, `last_error` kept. */
-  async replay(key: string, delayMs = 0, from?: readonly DeliveryStatus[]): Promise<boolean> {
-    const statuses = from === undefined ? null : from.join(',');
-    const values = [Math.round(delayMs), key, statuses, statuses];
-    return affectedOf(await this.#query(this.#sql.replay, values)) === 1;
-  }
-
-  /** {@link MysqlStore.replay} for every `dead` entry; resolves how many. */
-  replayDead(): Promise<number> {
-    return replayEveryDead(this);
-  }
-
-  /**
-   * Deletes `delivered` rows (claim markers included) delivered before `before`; given `'dead'`, the dead rows
-   * last updated before it. Resolves how many.
-   */
-  async purge(before: Date, status: PurgedStatus = 'delivered'): Promise<number> {
-    checkPurge('MysqlStore', before, status);
-    const text = status === 'dead' ? this.#sql.purgeDead : this.#sql.purge;
-    return affectedOf(await this.#query(text, [before.getTime()]));
-  }
-  /** Blanks the customer's name and number in delivered and dead rows received before `before`; how many. */
-  async redact(before: Date): Promise<number> {
-    checkPurge('MysqlStore', before, 'delivered', 'redact');
-    const rows = rowsOf(await this.#query(this.#sql.redactable, [before.getTime()]));
-    const candidates = rows.map((row) => ({ key: String(row.key), stored: String(row.record) }));
-    return redactEach(
-      candidates,
-      toStoredJson,
-      async (key, stored, blanked) =>
-        affectedOf(await this.#query(this.#sql.setRecord, [blanked, key, stored])) === 1,
-    );
-  }
-
   /** Does nothing: the pool is yours, and other parts of your app may still use it. End it yourself. */
   close(): void {}
 
   /** One statement on the pool; a failure is a `StoreError`. */
-  #query(text: string, values: unknown[], of: Of = 'inbox'): Promise<MysqlQueryResult> {
+  #query(text: string, values: unknown[], of: TableOf = 'inbox'): Promise<MysqlQueryResult> {
     return this.#run(() => this.#pool.query(text, values), of);
   }
 
@@ -514,7 +458,7 @@ export class MysqlStore<
   }
 
   /** `work` in a transaction on a connection of the pool; a failure is a `StoreError`. */
-  #transaction<R>(work: (connection: MysqlPoolConnection) => Promise<R>, of: Of = 'inbox'): Promise<R> {
+  #transaction<R>(work: (connection: MysqlPoolConnection) => Promise<R>, of: TableOf = 'inbox'): Promise<R> {
     return this.#run(() => inTransaction(this.#pool, work), of);
   }
 
@@ -522,7 +466,7 @@ export class MysqlStore<
    * Runs `attempt`; one that finds its table missing during a `migrate()` runs again once that has settled
    * (`retriedAfterMigration`). `of` says which table it is about, for the message of a missing one.
    */
-  #run<R>(attempt: () => Promise<R>, of: Of): Promise<R> {
+  #run<R>(attempt: () => Promise<R>, of: TableOf): Promise<R> {
     const missing = (error: unknown) => errnoOf(error) === NO_SUCH_TABLE;
     return retriedAfterMigration(this.#pool, this.table, attempt, missing, (error) =>
       this.#failure(error, of),
@@ -530,18 +474,16 @@ export class MysqlStore<
   }
 
   /** The `StoreError` of a failed statement: the driver's error stays the cause (its `errno`, such as 1146). */
-  #failure(error: unknown, of: Of): StoreError {
+  #failure(error: unknown, of: TableOf): StoreError {
     if (error instanceof StoreError) return error;
     if (errnoOf(error) === NO_SUCH_TABLE) {
-      const [table, sql] =
-        of === 'inbox'
-          ? [this.table, 'mysqlSchemaSql()']
-          : of === 'audit'
-            ? [`${this.table}_audit (the operators' audit trail)`, 'mysqlMigrations()']
-            : of === 'control'
-              ? [`${this.table}_control (ipn.pause() for every instance)`, 'mysqlMigrations()']
-              : [`${this.table}_expected (of ipn.expect())`, 'mysqlExpectationsSql()'];
-      return notMigrated('MysqlStore', table, sql, 'MySQL', error);
+      const sql = {
+        inbox: 'mysqlSchemaSql()',
+        audit: 'mysqlMigrations()',
+        control: 'mysqlMigrations()',
+        expectations: 'mysqlExpectationsSql()',
+      };
+      return missingTable('MysqlStore', this.table, of, sql, 'MySQL', error);
     }
     const hint =
       errnoOf(error) === INCORRECT_STRING

@@ -1,5 +1,5 @@
-import { checkLeaseLimit, notMigrated, statusCounts, replayEveryDead, migrateWorded } from '../store-core.js';
-import { checkListOptions } from '../list-options.js';
+import { checkLeaseLimit, migrateWorded } from '../store-core.js';
+import { missingTable, SqlStore, type SqlDialect, type TableOf } from '../sql-store.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
 import { inboxSql, receivesJson, RESET, tableNames, type InboxSql } from './postgres-sql.js';
@@ -20,20 +20,15 @@ import { postgresExpectations } from './postgres-expectations.js';
 import type { SqlExpectations } from '../sql-expectations.js';
 import { PostgresAudit } from './postgres-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
-import { checkPurge } from '../redact-record.js';
 import { PostgresLifecycle } from './postgres-lifecycle.js';
 import { retriedAfterMigration, trackMigration } from './postgres-migrations.js';
 import { DeliveryError, messageOf, StoreError } from '../../shared/errors.js';
 import type {
-  DeliveryStatus,
   DeliveryTransaction,
   DurableStore,
   InboxEntry,
   Lease,
-  ListOptions,
   Settlement,
-  StatusCounts,
-  PurgedStatus,
   PauseSwitch,
 } from '../store.js';
 
@@ -165,9 +160,10 @@ const UNDEFINED_TABLE = '42P01';
 export class PostgresStore<
   P extends PgQueryable = PgQueryable,
   T extends Transactions<any> | undefined = undefined, // eslint-disable-line @typescript-eslint/no-explicit-any
-> implements DurableStore {
-  /** This store keeps each notification and its delivery state: the router may deliver at least once. */
-  readonly durable = true as const;
+>
+  extends SqlStore
+  implements DurableStore
+{
   /** The table, as given. */
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
@@ -183,6 +179,8 @@ export class PostgresStore<
   /** `sessionSettings: 'restore'`: the ORM path sets back the session's own settings after its reset. */
   readonly #keepSettings: boolean;
   readonly #sql: InboxSql;
+  /** @internal */
+  protected readonly dialect: SqlDialect;
   /** How long a batch stuck on its connection holds its place: the routers' shortest `storeTimeoutMs`. */
   #stallMs = STALLED_BATCH_MS;
   /** Receives and `delivered` settlements that arrive together go as one statement (group commit). */
@@ -199,6 +197,7 @@ export class PostgresStore<
     options: Partial<PostgresStoreOptions<P, T>> &
       (Pick<PostgresStoreOptions<P, T>, 'pool'> | { transactions: T & Transactions }),
   ) {
+    super();
     const given = options as Partial<PostgresStoreOptions<P, T>> | undefined;
     if (Reflect.get(Object(given), 'groupDeliveries') !== undefined) throw new TypeError(GROUPS_REMOVED);
     const transactions: unknown = given?.transactions;
@@ -249,24 +248,39 @@ export class PostgresStore<
       this.table,
     );
     this.lifecycle = new PostgresLifecycle((text, values) => this.#query(text, values), this.table);
-  }
-
-  /**
-   * Brings the store's tables to the latest schema version: the inbox and its index, `<table>_expected`,
-   * `<table>_states` and `<table>_audit`, with the version recorded in `<table>_schema`. Runs each version
-   * above the database's in order (a database made by ipn-kit 0.1.0, before versions, is at 0; its rows are
-   * kept as they are). Idempotent, and safe to run from several processes at once: an advisory lock makes
-   * them take turns. See {@link PostgresStore.migrateSchema} for what it did.
-   * @throws StoreError when a statement fails, or the database is at a newer version than this ipn-kit's
-   * (nothing is changed: ipn-kit never downgrades).
-   */
-  async migrate(): Promise<void> {
-    await this.migrateSchema();
+    this.dialect = {
+      owner: 'PostgresStore',
+      sql: this.#sql,
+      read: async (text, values) => (await this.#query(text, values)).rows,
+      change: async (text, values) => (await this.#query(text, values)).rowCount ?? 0,
+      checkKey,
+      toEntry,
+      time: (date) => date,
+      release: (key, leaseId) => [key, leaseId],
+      list: (o) => [
+        this.#sql.list(o.order === 'newest'),
+        [
+          o.limit,
+          o.offset,
+          o.status ?? null,
+          o.transactionId ?? null,
+          o.customDataContains ?? null,
+          o.receivedFrom ?? null,
+          o.receivedBefore ?? null,
+        ],
+      ],
+      countByStatus: (receivedFrom) => [receivedFrom ?? null],
+      replay: (key, delayMs, from) => [key, Math.round(delayMs), from === undefined ? null : [...from]],
+    };
   }
 
   /**
    * {@link PostgresStore.migrate}, saying what it did: the version before and after, and the versions run.
-   * `{ dryRun: true }` runs nothing and says what would run (`ipn-kit migrate --dry-run`).
+   * It brings the store's tables to the latest schema version: the inbox and its index, `<table>_expected`,
+   * `<table>_states` and `<table>_audit`, with the version recorded in `<table>_schema`. Runs each version
+   * above the database's in order (a database made by ipn-kit 0.1.0, before versions, is at 0; its rows are
+   * kept as they are). Several processes at once take turns on an advisory lock. `{ dryRun: true }` runs
+   * nothing and says what would run (`ipn-kit migrate --dry-run`).
    * @throws StoreError as `migrate()`.
    */
   async migrateSchema(options?: MigrateOptions): Promise<MigrationReport> {
@@ -293,15 +307,6 @@ export class PostgresStore<
     const [transactionId, state] = splitKey(key);
     const { rows } = await this.#query(this.#sql.claim, [key, transactionId, state, token]);
     return (rows[0] as { claimed?: unknown } | undefined)?.claimed === true;
-  }
-
-  /**
-   * Deletes the row of `key`, so that the next claim or receive of it succeeds; given `leaseId`, only while
-   * that lease holds it.
-   */
-  async release(key: string, leaseId?: string): Promise<void> {
-    checkKey(key);
-    await this.#query(this.#sql.release, [key, leaseId ?? null]);
   }
 
   /** Inserts `record` as `received`, attempts 1, leased to `lease` (until the database's now + `lease.ms`). */
@@ -441,63 +446,6 @@ export class PostgresStore<
     return openTransaction(this.#pool, key, mark, markWithout) as Promise<Opened>;
   }
 
-  /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */
-  async list(options: ListOptions = {}): Promise<InboxEntry[]> {
-    const { status, limit, offset, transactionId, customDataContains, receivedFrom, receivedBefore, order } =
-      checkListOptions('PostgresStore', options);
-    const { rows } = await this.#query(this.#sql.list(order === 'newest'), [
-      limit,
-      offset,
-      status ?? null,
-      transactionId ?? null,
-      customDataContains ?? null,
-      receivedFrom ?? null,
-      receivedBefore ?? null,
-    ]);
-    return rows.map(toEntry);
-  }
-
-  /** How many notifications the inbox holds by status (received at or after `receivedFrom`, when given). */
-  async countByStatus(receivedFrom?: Date): Promise<StatusCounts> {
-    return statusCounts((await this.#query(this.#sql.countByStatus, [receivedFrom ?? null])).rows);
-  }
-
-  /** The entry of `key`, or `undefined`. */
-  async get(key: string): Promise<InboxEntry | undefined> {
-    const { rows } = await this.#query(this.#sql.get, [key]);
-    return rows.length > 0 ? toEntry(rows[0]) : undefined;
-  }
-
-  /**
-   * Makes `key` due now whatever its status: `received`, attempts 0, `last_error` kept; a live lease is kept
-   * (the attempt holding it finishes first). `false` for a row `claim()` wrote, which holds no notification.
-   */
-  async replay(key: string, delayMs = 0, from?: readonly DeliveryStatus[]): Promise<boolean> {
-    const values = [key, Math.round(delayMs), from === undefined ? null : [...from]];
-    return (await this.#query(this.#sql.replay, values)).rowCount === 1;
-  }
-
-  /** {@link PostgresStore.replay} for every `dead` entry; resolves how many. */
-  replayDead(): Promise<number> {
-    return replayEveryDead(this);
-  }
-
-  /**
-   * Deletes `delivered` rows (claim markers included) delivered before `before`; given `'dead'`, the dead rows
-   * last updated before it. Resolves how many.
-   */
-  async purge(before: Date, status: PurgedStatus = 'delivered'): Promise<number> {
-    checkPurge('PostgresStore', before, status);
-    const text = status === 'dead' ? this.#sql.purgeDead : this.#sql.purge;
-    return (await this.#query(text, [before])).rowCount ?? 0;
-  }
-
-  /** Blanks the customer's name and number in delivered and dead rows received before `before`; how many. */
-  async redact(before: Date): Promise<number> {
-    checkPurge('PostgresStore', before, 'delivered', 'redact');
-    return (await this.#query(this.#sql.redact, [before])).rowCount ?? 0;
-  }
-
   /** Does nothing: the pool is yours, and other parts of your app may still use it. End it yourself. */
   close(): void {}
 
@@ -517,11 +465,7 @@ export class PostgresStore<
    * `migrate()` runs again once that has settled (`retriedAfterMigration`). `of` says which table the query
    * is about, for the message of a missing one.
    */
-  #query(
-    text: string,
-    values: unknown[],
-    of: 'inbox' | 'expectations' | 'audit' | 'control' = 'inbox',
-  ): Promise<PgQueryResult> {
+  #query(text: string, values: unknown[], of: TableOf = 'inbox'): Promise<PgQueryResult> {
     const attempt = () => this.#pool.query(text, values);
     return retriedAfterMigration(this.#pool, this.table, attempt, missing, (error) =>
       this.#failure(error, of),
@@ -529,19 +473,17 @@ export class PostgresStore<
   }
 
   /** The `StoreError` of a failed query: the driver's error stays the cause (its `code`, such as 57P01). */
-  #failure(error: unknown, of: 'inbox' | 'expectations' | 'audit' | 'control'): StoreError {
+  #failure(error: unknown, of: TableOf): StoreError {
     if (missing(error)) {
       // pg's own message (relation "ipn_inbox" does not exist) does not say what to do about it; it is kept
       // at the end, as it names the relation PostgreSQL looked for (the search_path decides where).
-      const [table, sql] =
-        of === 'inbox'
-          ? [this.table, 'postgresSchemaSql()']
-          : of === 'audit'
-            ? [`${this.table}_audit (the operators' audit trail)`, 'postgresAuditSql()']
-            : of === 'control'
-              ? [`${this.table}_control (ipn.pause() for every instance)`, 'postgresMigrations()']
-              : [`${this.table}_expected (of ipn.expect())`, 'postgresExpectationsSql()'];
-      return notMigrated('PostgresStore', table, sql, 'PostgreSQL', error);
+      const sql = {
+        inbox: 'postgresSchemaSql()',
+        audit: 'postgresAuditSql()',
+        control: 'postgresMigrations()',
+        expectations: 'postgresExpectationsSql()',
+      };
+      return missingTable('PostgresStore', this.table, of, sql, 'PostgreSQL', error);
     }
     return new StoreError(`PostgresStore: a query on ${this.table} failed: ${messageOf(error)}`, {
       cause: error,

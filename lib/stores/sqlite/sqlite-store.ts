@@ -3,30 +3,23 @@ import {
   checkLeaseLimit,
   inboxEntry,
   notMigrated,
-  statusCounts,
   leaseMs as checkedLeaseMs,
   splitKey as splitStoredKey,
-  replayEveryDead,
   migrateWorded,
 } from '../store-core.js';
-import { checkPurge, redactEach } from '../redact-record.js';
+import { SqlStore, type SqlDialect } from '../sql-store.js';
 import { SqlAudit } from '../sql-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
-import { checkListOptions } from '../list-options.js';
 import { randomUUID } from 'node:crypto';
 import { messageOf, StoreError } from '../../shared/errors.js';
 import { openOrmTransaction } from '../orm-transaction.js';
 import type { Statement } from '../transactions.js';
 import type {
-  DeliveryStatus,
   DeliveryTransaction,
   DurableStore,
   InboxEntry,
   Lease,
-  ListOptions,
   Settlement,
-  StatusCounts,
-  PurgedStatus,
   PauseSwitch,
 } from '../store.js';
 import {
@@ -119,9 +112,7 @@ export interface SqliteStoreOptions<D extends SqliteDatabase = SqliteDatabase> {
  * });
  * app.use('/ipn', ipn);
  */
-export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements DurableStore {
-  /** This store keeps each notification and its delivery state: the router may deliver at least once. */
-  readonly durable = true as const;
+export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> extends SqlStore implements DurableStore {
   /** The table, as given. */
   readonly table: string;
   /** Where `ipn.expect()` keeps expected transactions: the table `<table>_expected`, made by `migrate()`. */
@@ -136,6 +127,8 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
   readonly #connect: (() => D) | undefined;
   readonly #busyTimeoutMs: number;
   readonly #sql: SqliteInboxSql;
+  /** @internal */
+  protected readonly dialect: SqlDialect;
   readonly #gate: WriteGate = createWriteGate();
   /** The delivery transactions' connection, opened at the first one; closed when an attempt is abandoned. */
   #txDatabase: D | undefined;
@@ -147,6 +140,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
    * @throws StoreError when the connection cannot be configured (the file is locked past the busy timeout).
    */
   constructor(options: SqliteStoreOptions<D>) {
+    super();
     const database: unknown = options?.database;
     if (
       typeof database !== 'object' ||
@@ -213,24 +207,46 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
           [value, Date.now()],
         ),
     });
-  }
-
-  /**
-   * Brings the store's tables to the latest schema version: the inbox and its index, `<table>_expected`,
-   * `<table>_states` and `<table>_audit`, with the version recorded in `<table>_schema` (the SQL of
-   * {@link sqliteMigrations}). Runs each version above the file's in order (a file made before versions is
-   * at 0; its rows are kept as they are). Idempotent, and safe from several processes at once: it takes the
-   * file's write lock (`BEGIN IMMEDIATE`) before it reads the version.
-   * @throws StoreError when a statement fails, or the file is at a newer version than this ipn-kit's
-   * (nothing is changed: ipn-kit never downgrades).
-   */
-  async migrate(): Promise<void> {
-    await this.migrateSchema();
+    const twice = (value: unknown) => [value ?? null, value ?? null];
+    this.dialect = {
+      owner: 'SqliteStore',
+      sql: this.#sql,
+      read: (text, values) => this.#read(text, values),
+      change: (text, values) => this.#change(text, values),
+      checkKey,
+      toEntry,
+      time: (date) => date.getTime(),
+      release: (key, leaseId) => [key, leaseId, leaseId],
+      list: (o) => [
+        this.#sql.list(o.order === 'newest'),
+        [
+          ...twice(o.status),
+          ...twice(o.transactionId),
+          ...twice(o.customDataContains),
+          ...twice(o.receivedFrom?.getTime()),
+          ...twice(o.receivedBefore?.getTime()),
+          o.limit,
+          o.offset,
+        ],
+      ],
+      countByStatus: (receivedFrom) => twice(receivedFrom?.getTime()),
+      replay: (key, delayMs, from) => {
+        const now = Date.now();
+        const statuses = from === undefined ? null : from.join(',');
+        return [now + Math.round(delayMs), now, key, statuses, statuses];
+      },
+      stored: (record) => JSON.stringify(record),
+    };
   }
 
   /**
    * {@link SqliteStore.migrate}, saying what it did: the version before and after, and the versions run.
-   * `{ dryRun: true }` runs nothing and says what would run (`ipn-kit migrate --dry-run`).
+   * It brings the store's tables to the latest schema version: the inbox and its index, `<table>_expected`,
+   * `<table>_states` and `<table>_audit`, with the version recorded in `<table>_schema` (the SQL of
+   * {@link sqliteMigrations}). Runs each version above the file's in order (a file made before versions is
+   * at 0; its rows are kept as they are). Several processes at once take turns: it takes the file's write
+   * lock (`BEGIN IMMEDIATE`) before it reads the version. `{ dryRun: true }` runs nothing and says what
+   * would run (`ipn-kit migrate --dry-run`).
    * @throws StoreError as `migrate()`.
    */
   async migrateSchema(options?: MigrateOptions): Promise<MigrationReport> {
@@ -255,13 +271,6 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
       if (Number(statementOf(this.#database, this.#sql.claim).run(...values).changes) === 1) return true;
       return statementOf(this.#database, this.#sql.claimedBy).all(key, token).length === 1;
     });
-  }
-
-  /** Deletes the row of `key`; given `leaseId`, only while that lease holds it. */
-  async release(key: string, leaseId?: string): Promise<void> {
-    checkKey(key);
-    const lease = leaseId ?? null;
-    await this.#change(this.#sql.release, [key, lease, lease]);
   }
 
   /** Inserts `record` as `received`, attempts 1, leased to `lease` (until now + `lease.ms`). */
@@ -366,71 +375,6 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> implements D
         return opened.rollback(listeners);
       },
     };
-  }
-
-  /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */
-  async list(options: ListOptions = {}): Promise<InboxEntry[]> {
-    const { status, limit, offset, transactionId, customDataContains, receivedFrom, receivedBefore, order } =
-      checkListOptions('SqliteStore', options);
-    const twice = (value: unknown) => [value ?? null, value ?? null];
-    const rows = await this.#read(this.#sql.list(order === 'newest'), [
-      ...twice(status),
-      ...twice(transactionId),
-      ...twice(customDataContains),
-      ...twice(receivedFrom?.getTime()),
-      ...twice(receivedBefore?.getTime()),
-      limit,
-      offset,
-    ]);
-    return rows.map(toEntry);
-  }
-
-  /** How many notifications the inbox holds by status (received at or after `receivedFrom`, when given). */
-  async countByStatus(receivedFrom?: Date): Promise<StatusCounts> {
-    const from = receivedFrom?.getTime() ?? null;
-    return statusCounts(await this.#read(this.#sql.countByStatus, [from, from]));
-  }
-
-  /** The entry of `key`, or `undefined`. */
-  async get(key: string): Promise<InboxEntry | undefined> {
-    const rows = await this.#read(this.#sql.get, [key]);
-    return rows.length > 0 ? toEntry(rows[0]) : undefined;
-  }
-
-  /** Makes `key` due now whatever its status (see `DurableStore.replay`); `false` for a `claim()` row. */
-  async replay(key: string, delayMs = 0, from?: readonly DeliveryStatus[]): Promise<boolean> {
-    const now = Date.now();
-    const statuses = from === undefined ? null : from.join(',');
-    const values = [now + Math.round(delayMs), now, key, statuses, statuses];
-    return (await this.#change(this.#sql.replay, values)) === 1;
-  }
-
-  /** {@link SqliteStore.replay} for every `dead` entry; resolves how many. */
-  replayDead(): Promise<number> {
-    return replayEveryDead(this);
-  }
-
-  /**
-   * Deletes `delivered` rows (claim markers included) delivered before `before`; given `'dead'`, the dead rows
-   * last updated before it. Resolves how many.
-   */
-  async purge(before: Date, status: PurgedStatus = 'delivered'): Promise<number> {
-    checkPurge('SqliteStore', before, status);
-    const text = status === 'dead' ? this.#sql.purgeDead : this.#sql.purge;
-    return this.#change(text, [before.getTime()]);
-  }
-  /** Blanks the customer's name and number in delivered and dead rows received before `before`; how many. */
-  async redact(before: Date): Promise<number> {
-    checkPurge('SqliteStore', before, 'delivered', 'redact');
-    const rows = (await this.#read(this.#sql.redactable, [before.getTime()])) as Array<
-      Record<string, unknown>
-    >;
-    const candidates = rows.map((row) => ({ key: String(row.key), stored: String(row.record) }));
-    return redactEach(
-      candidates,
-      (record) => JSON.stringify(record),
-      async (key, stored, blanked) => (await this.#change(this.#sql.setRecord, [blanked, key, stored])) === 1,
-    );
   }
 
   /** Closes the delivery transactions' connection, once no transaction is open. Your `database` stays open. */
