@@ -86,6 +86,10 @@ export function describeCrashLedger(backend: CrashBackend): void {
           listener: 'ledger',
           ledgerTable: ledger,
           leaseMs: 1_000,
+          // A lease of 1 s runs out under a slow start on a loaded machine, and each lease taken again is an
+          // attempt: the default 8 could send a payment `dead` before it is credited, which is not what this
+          // test is about (one ledger row per payment across kills). Failing entries still fail it.
+          maxAttempts: 1_000,
           recoveryIntervalMs: 100,
           crash: crash && { ...crash, log },
         });

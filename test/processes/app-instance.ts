@@ -37,6 +37,8 @@ interface InstanceConfig {
   /** Kill this process (SIGKILL, by itself) the `nth` time it reaches `point`, after appending it to `log`. */
   crash?: { point: CrashPoint; nth: number; log: string };
   leaseMs?: number;
+  /** The router's `maxAttempts`: its default (8) when not given. */
+  maxAttempts?: number;
   recoveryIntervalMs?: number;
 }
 
@@ -78,6 +80,7 @@ function mysqlMain(): void {
     store: new MysqlStore({ pool, table: config.namespace }),
     delivery: config.delivery,
     leaseMs: config.leaseMs,
+    maxAttempts: config.maxAttempts,
     retryDelayMs: config.retryDelayMs,
     recoveryIntervalMs: config.recoveryIntervalMs,
     logger: { debug() {}, info() {}, warn() {}, error() {} },
@@ -167,6 +170,7 @@ async function main(): Promise<void> {
     store,
     delivery: config.delivery,
     leaseMs: config.leaseMs,
+    maxAttempts: config.maxAttempts,
     recoveryIntervalMs: config.recoveryIntervalMs,
   });
   let successful = 0;
