@@ -125,7 +125,7 @@ describeWithService('PostgreSQL', 'PostgreSQL: the sweep lock in _control', () =
     async store(table) {
       const store = new PostgresStore({ pool, table });
       await store.migrate();
-      return store as unknown as { expectations: SqlExpectations; migrate(): Promise<void> };
+      return store;
     },
     rows: async (sql, values) => (await pool.query(sql, values)).rows as Array<Record<string, unknown>>,
     run: async (sql, values) => void (await pool.query(sql, values)),
@@ -162,7 +162,7 @@ describeWithService('MariaDB', 'MySQL: the sweep lock in _control', () => {
     async store(table) {
       const store = new MysqlStore({ pool, table });
       await store.migrate();
-      return store as unknown as { expectations: SqlExpectations; migrate(): Promise<void> };
+      return store;
     },
     rows: async (sql, values) => (await pool.query(sql, values))[0] as Array<Record<string, unknown>>,
     run: async (sql, values) => void (await pool.query(sql, values)),
@@ -215,7 +215,7 @@ describe('SQLite: the sweep lock in _control', () => {
       opened.push(own);
       const store = new SqliteStore({ database: own, table });
       await store.migrate();
-      return store as unknown as { expectations: SqlExpectations; migrate(): Promise<void> };
+      return store;
     },
     rows: (sql, values = []) =>
       Promise.resolve(database.prepare(sql).all(...values) as Array<Record<string, unknown>>),
@@ -225,18 +225,20 @@ describe('SQLite: the sweep lock in _control', () => {
       sqliteMigrations(table)
         .slice(0, 4)
         .map((m) => m.sql),
-    async oldLockSweep(table, owner, ms) {
-      const t = quote(`${table}_expected`);
-      const now = Date.now();
-      const changed = database
-        .prepare(
-          `INSERT INTO ${t} (transaction_id, custom_data, expected_at, due_at) VALUES ('', ?, 0, ?)
+    // In a promise: a statement that throws rejects it, as the older store's lockSweep did.
+    oldLockSweep: (table, owner, ms) =>
+      new Promise((resolve) => {
+        const t = quote(`${table}_expected`);
+        const now = Date.now();
+        const changed = database
+          .prepare(
+            `INSERT INTO ${t} (transaction_id, custom_data, expected_at, due_at) VALUES ('', ?, 0, ?)
          ON CONFLICT (transaction_id) DO UPDATE SET custom_data = excluded.custom_data, due_at = excluded.due_at
          WHERE custom_data = ? OR due_at < ?`,
-        )
-        .run(owner, now + Math.ceil(ms), owner, now).changes;
-      return changed === 1;
-    },
+          )
+          .run(owner, now + Math.ceil(ms), owner, now).changes;
+        resolve(changed === 1);
+      }),
     quote,
     drop: (table) => {
       for (const s of SUFFIXES) database.exec(`DROP TABLE IF EXISTS ${quote(`${table}${s}`)}`);
