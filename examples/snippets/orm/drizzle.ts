@@ -73,11 +73,15 @@ export const ipnInboxAudit = pgTable('ipn_inbox_audit', {
   detail: json('detail').notNull(),
 });
 
-/** The pause every instance reads (the row `paused`): schema version 3. */
+/**
+ * The pause every instance reads (the row `paused`): schema version 3. The expectations sweep's lock (the
+ * row `sweep`, its end in `until_ms`): schema version 5.
+ */
 export const ipnInboxControl = pgTable('ipn_inbox_control', {
   name: text('name').primaryKey(),
   value: text('value').notNull(),
   updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
+  untilMs: bigint('until_ms', { mode: 'number' }),
 });
 
 /** The schema versions `store.migrate()` ran: it reads them to know what to run. */
