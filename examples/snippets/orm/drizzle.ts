@@ -47,15 +47,22 @@ export const ipnInbox = pgTable(
 );
 
 /** The expectations beside it (`expect()`), which `store.migrate()` creates too. */
-export const ipnInboxExpected = pgTable('ipn_inbox_expected', {
-  transactionId: text('transaction_id').primaryKey(),
-  customData: text('custom_data'),
-  amount: doublePrecision('amount'),
-  expectedAt: bigint('expected_at', { mode: 'number' }).notNull(),
-  dueAt: bigint('due_at', { mode: 'number' }).notNull(),
-  attempts: integer('attempts').notNull().default(0),
-  account: text('account'), // the API key's account (several keys): schema version 4
-});
+export const ipnInboxExpected = pgTable(
+  'ipn_inbox_expected',
+  {
+    transactionId: text('transaction_id').primaryKey(),
+    customData: text('custom_data'),
+    amount: doublePrecision('amount'),
+    expectedAt: bigint('expected_at', { mode: 'number' }).notNull(),
+    dueAt: bigint('due_at', { mode: 'number' }).notNull(),
+    attempts: integer('attempts').notNull().default(0),
+    account: text('account'), // the API key's account (several keys): schema version 4
+  },
+  (t) => [
+    // Schema version 5: no row of an older ipn-kit's sweep lock (transaction_id '') in a rolling deploy.
+    check('ipn_kit_no_sweep_lock', sql`${t.transactionId} <> ''`),
+  ],
+);
 
 /** The state each payment was decided in (a FAILED after a SUCCESSFUL is a conflict, not a `failed`). */
 export const ipnInboxStates = pgTable('ipn_inbox_states', {
