@@ -38,7 +38,7 @@ export function addColumn(quotedTable: string, column: string, type: string): Mi
  * row `transaction_id = ''`: the CHECK fails it, so its sweep does not run (an `error` event) rather than run
  * beside the new instances' one.
  */
-export const SWEEP_LOCK_CHECK = 'ipn_kit_no_sweep_lock';
+const SWEEP_LOCK_CHECK = 'ipn_kit_no_sweep_lock';
 
 /**
  * Version 5: the sweep's lock moves from a row of `<table>_expected` (`transaction_id = ''`, its owner in
