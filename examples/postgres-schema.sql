@@ -68,4 +68,22 @@ CREATE TABLE IF NOT EXISTS "ipn_inbox_schema" (
   applied_at timestamptz NOT NULL DEFAULT now()
 );
 INSERT INTO "ipn_inbox_schema" (version, name) VALUES (4, 'the expectations'' account (several API keys)') ON CONFLICT (version) DO NOTHING;
+ALTER TABLE "ipn_inbox_control" ADD COLUMN IF NOT EXISTS until_ms bigint;
+INSERT INTO "ipn_inbox_control" (name, value, until_ms)
+SELECT 'sweep', coalesce(custom_data, ''), due_at FROM "ipn_inbox_expected" WHERE transaction_id = ''
+ON CONFLICT (name) DO NOTHING;
+DELETE FROM "ipn_inbox_expected" WHERE transaction_id = '';
+DO $$ BEGIN
+  IF NOT EXISTS (
+    SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('"ipn_inbox_expected"') AND conname = 'ipn_kit_no_sweep_lock'
+  ) THEN
+    ALTER TABLE "ipn_inbox_expected" ADD CONSTRAINT ipn_kit_no_sweep_lock CHECK (transaction_id <> '') NOT VALID;
+  END IF;
+END $$;
+CREATE TABLE IF NOT EXISTS "ipn_inbox_schema" (
+  version integer PRIMARY KEY,
+  name text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO "ipn_inbox_schema" (version, name) VALUES (5, 'the sweep''s lock in the control table') ON CONFLICT (version) DO NOTHING;
 -- #endregion schema

@@ -1,8 +1,5 @@
 import { expectationValues, type Expectation, type ExpectationStore } from './expectation-store.js';
 
-/** The sweep's lock is a row of its own, under an id no transaction can have (ids are never empty). */
-const LOCK_ID = '';
-
 /** The columns of `<table>_expected` that `put` writes, in the order of `expectationValues`. */
 const COLUMNS = ['transaction_id', 'custom_data', 'amount', 'expected_at', 'due_at', 'attempts', 'account'];
 
@@ -14,6 +11,8 @@ const COLUMNS = ['transaction_id', 'custom_data', 'amount', 'expected_at', 'due_
 export interface ExpectationsDialect {
   /** `<table>_expected`, quoted. */
   readonly table: string;
+  /** `<table>_control`, quoted: the sweep's lock is its row `sweep` (schema version 5). */
+  readonly control: string;
   /** The placeholder of the n-th value, from 1: `$n` or `?`. */
   readonly param: (n: number) => string;
   /** What a read selects: `*`, or columns that encode `custom_data` (`decode` reads it back). @default '*' */
@@ -28,7 +27,10 @@ export interface ExpectationsDialect {
   put?(e: Expectation): [string, unknown[]];
   /** `ExpectationStore.takeDue` in this database: the rows taken, as they are after it. */
   takeDue(now: number, nextDueAt: number, limit: number): Promise<unknown[]>;
-  /** `ExpectationStore.lockSweep` in this database. */
+  /**
+   * `ExpectationStore.lockSweep` in this database: the row `sweep` of `<table>_control`, its owner in `value`
+   * and its end in `until_ms`, taken when there is none, when it has ended, or when it is `owner`'s (renewed).
+   */
   lockSweep(owner: string, ms: number): Promise<boolean>;
 }
 
@@ -57,7 +59,6 @@ export class SqlExpectations implements ExpectationStore {
   }
 
   async get(transactionId: string): Promise<Expectation | undefined> {
-    if (transactionId === LOCK_ID) return undefined;
     const { table, param, columns = '*' } = this.#d;
     const [row] = await this.#d.read(`SELECT ${columns} FROM ${table} WHERE transaction_id = ${param(1)}`, [
       transactionId,
@@ -67,25 +68,21 @@ export class SqlExpectations implements ExpectationStore {
 
   async delete(transactionId: string): Promise<void> {
     const { table, param } = this.#d;
-    await this.#d.write(`DELETE FROM ${table} WHERE transaction_id = ${param(1)} AND transaction_id <> ''`, [
-      transactionId,
-    ]);
+    await this.#d.write(`DELETE FROM ${table} WHERE transaction_id = ${param(1)}`, [transactionId]);
   }
 
   async takeDue(now: number, nextDueAt: number, limit: number): Promise<Expectation[]> {
     return (await this.#d.takeDue(now, nextDueAt, limit)).map((row) => this.#toExpectation(row));
   }
 
-  /** The lock row holds its owner in `custom_data` and its end in `due_at`. */
+  /** The lock is the row `sweep` of `<table>_control`: its owner in `value`, its end in `until_ms`. */
   lockSweep(owner: string, ms: number): Promise<boolean> {
     return this.#d.lockSweep(owner, ms);
   }
 
   async unlockSweep(owner: string): Promise<void> {
-    const { table, param } = this.#d;
-    await this.#d.write(`DELETE FROM ${table} WHERE transaction_id = '' AND custom_data = ${param(1)}`, [
-      owner,
-    ]);
+    const { control, param } = this.#d;
+    await this.#d.write(`DELETE FROM ${control} WHERE name = 'sweep' AND value = ${param(1)}`, [owner]);
   }
 
   /** A row as read: a driver may give numbers as strings (`bigint`, `DECIMAL`). */

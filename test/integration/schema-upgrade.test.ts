@@ -62,6 +62,9 @@ interface Dialect {
 /** The set's tables beside the inbox. */
 const SUFFIXES = ['', '_expected', '_states', '_audit'] as const;
 
+/** What `drop` drops: the set's tables, the control and version tables. */
+const DROPPED = [...SUFFIXES, '_control', '_schema'] as const;
+
 /** Transaction ids of the seeded entries, one per status. */
 const ID = {
   received: 'EFB.9000001', // received, its attempt's lease run out (a crash): due
@@ -162,13 +165,23 @@ function scenarios(d: () => Dialect, prefix: string, fixtures: Array<{ file: str
       // (Columns a later version added, such as the expectations' account, are read as they were not there.)
       const columnsOf = (rows: Array<Record<string, unknown>>) =>
         new Set(rows.flatMap((row) => Object.keys(row)));
+      // (But the sweep's lock, a row of _expected in 0.1.0, is the row 'sweep' of _control since version 5.)
+      const isLock = (row: Record<string, unknown>) => row.transaction_id === '';
       for (const [name, rows] of Object.entries(before)) {
         const kept = columnsOf(rows);
         const seen = (after[name] ?? []).map((row) =>
           Object.fromEntries(Object.entries(row).filter(([column]) => kept.has(column))),
         );
-        expect(seen).toEqual(rows);
+        expect(seen).toEqual(name === '_expected' ? rows.filter((row) => !isLock(row)) : rows);
       }
+      const lock = (before._expected ?? []).find(isLock);
+      expect(lock === undefined).toBe(!full);
+      const control = await dialect.rows(
+        `SELECT name, value, until_ms FROM ${dialect.quote(`${table}_control`)} WHERE name = 'sweep'`,
+      );
+      expect(control.map((row) => ({ ...row, until_ms: Number(row.until_ms) }))).toEqual(
+        lock === undefined ? [] : [{ name: 'sweep', value: 'an-instance', until_ms: Number(lock.due_at) }],
+      );
       expect(Object.keys(after).sort()).toEqual(['_audit', '_expected', '_states', 'inbox']);
       const versions = await dialect.rows(
         `SELECT version FROM ${dialect.quote(`${table}_schema`)} ORDER BY version`,
@@ -305,7 +318,7 @@ describeWithService('PostgreSQL', 'PostgreSQL: upgrade from 0.1.0', () => {
       true,
     drop: async (table) =>
       void (await pool.query(
-        `DROP TABLE IF EXISTS ${[...SUFFIXES, '_schema'].map((suffix) => quote(`${table}${suffix}`)).join(', ')}`,
+        `DROP TABLE IF EXISTS ${DROPPED.map((suffix) => quote(`${table}${suffix}`)).join(', ')}`,
       )),
   };
   scenarios(() => dialect, `ipn_test_upg_${process.pid}`, [
@@ -347,6 +360,7 @@ describeWithService('PostgreSQL', 'PostgreSQL: upgrade from 0.1.0', () => {
         'ran version 2: the expectations, lifecycle and audit tables',
         'ran version 3: the control table (a pause for every instance)',
         "ran version 4: the expectations' account (several API keys)",
+        "ran version 5: the sweep's lock in the control table",
         `${table}: schema version ${LATEST} (the latest)`,
       ]);
       expect((await cli([])).stdout.split('\n')).toEqual([
@@ -404,7 +418,7 @@ describeWithService('MariaDB', 'MySQL: upgrade from 0.1.0', () => {
       )[0]!.n > 0,
     drop: async (table) =>
       void (await pool.query(
-        `DROP TABLE IF EXISTS ${[...SUFFIXES, '_schema'].map((suffix) => quote(`${table}${suffix}`)).join(', ')}`,
+        `DROP TABLE IF EXISTS ${DROPPED.map((suffix) => quote(`${table}${suffix}`)).join(', ')}`,
       )),
   };
   scenarios(() => dialect, `ipn_test_upg_${process.pid}`, [{ file: 'mysql.sql', full: true }]);
@@ -437,8 +451,7 @@ describe('SQLite: upgrade from 0.1.0', () => {
           0,
       ),
     drop: (table) => {
-      for (const suffix of [...SUFFIXES, '_schema'])
-        database.exec(`DROP TABLE IF EXISTS "${table}${suffix}"`);
+      for (const suffix of DROPPED) database.exec(`DROP TABLE IF EXISTS "${table}${suffix}"`);
       return Promise.resolve();
     },
   };

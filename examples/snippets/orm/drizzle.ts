@@ -47,15 +47,22 @@ export const ipnInbox = pgTable(
 );
 
 /** The expectations beside it (`expect()`), which `store.migrate()` creates too. */
-export const ipnInboxExpected = pgTable('ipn_inbox_expected', {
-  transactionId: text('transaction_id').primaryKey(),
-  customData: text('custom_data'),
-  amount: doublePrecision('amount'),
-  expectedAt: bigint('expected_at', { mode: 'number' }).notNull(),
-  dueAt: bigint('due_at', { mode: 'number' }).notNull(),
-  attempts: integer('attempts').notNull().default(0),
-  account: text('account'), // the API key's account (several keys): schema version 4
-});
+export const ipnInboxExpected = pgTable(
+  'ipn_inbox_expected',
+  {
+    transactionId: text('transaction_id').primaryKey(),
+    customData: text('custom_data'),
+    amount: doublePrecision('amount'),
+    expectedAt: bigint('expected_at', { mode: 'number' }).notNull(),
+    dueAt: bigint('due_at', { mode: 'number' }).notNull(),
+    attempts: integer('attempts').notNull().default(0),
+    account: text('account'), // the API key's account (several keys): schema version 4
+  },
+  (t) => [
+    // Schema version 5: no row of an older ipn-kit's sweep lock (transaction_id '') in a rolling deploy.
+    check('ipn_kit_no_sweep_lock', sql`${t.transactionId} <> ''`),
+  ],
+);
 
 /** The state each payment was decided in (a FAILED after a SUCCESSFUL is a conflict, not a `failed`). */
 export const ipnInboxStates = pgTable('ipn_inbox_states', {
@@ -73,11 +80,15 @@ export const ipnInboxAudit = pgTable('ipn_inbox_audit', {
   detail: json('detail').notNull(),
 });
 
-/** The pause every instance reads (the row `paused`): schema version 3. */
+/**
+ * The pause every instance reads (the row `paused`): schema version 3. The expectations sweep's lock (the
+ * row `sweep`, its end in `until_ms`): schema version 5.
+ */
 export const ipnInboxControl = pgTable('ipn_inbox_control', {
   name: text('name').primaryKey(),
   value: text('value').notNull(),
   updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
+  untilMs: bigint('until_ms', { mode: 'number' }),
 });
 
 /** The schema versions `store.migrate()` ran: it reads them to know what to run. */

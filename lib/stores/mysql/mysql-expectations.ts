@@ -7,6 +7,7 @@ import {
   type MysqlPoolConnection,
   type MysqlQueryResult,
 } from './mysql-pool.js';
+import { mysqlControlTable } from './mysql-schema.js';
 import { asUtf8Hex, fromUtf8Hex, UTF8_TEXT } from './mysql-rows.js';
 import { msOf, mysqlTableNames, NOW } from './mysql-sql.js';
 
@@ -30,12 +31,15 @@ const COLUMNS =
 /**
  * Expectations in MySQL, in `<table>_expected`: shared by every instance, kept across restarts. Taking the
  * due ones locks their rows (`FOR UPDATE SKIP LOCKED`, in a transaction), so two instances never take the
- * same one. The sweep's lock ends by the database's clock.
+ * same one. The sweep's lock is the row `sweep` of `<table>_control` (schema version 5), and ends by the
+ * database's clock.
  */
 export function mysqlExpectations(run: ExpectationQueries, table: string): SqlExpectations {
   const t = mysqlTableNames(table).expected;
+  const control = mysqlControlTable(table);
   return new SqlExpectations({
     table: t,
+    control,
     param: () => '?',
     columns: COLUMNS,
     decode: fromUtf8Hex,
@@ -65,7 +69,7 @@ export function mysqlExpectations(run: ExpectationQueries, table: string): SqlEx
         const rows = rowsOf(
           await connection.query(
             // Read in the order of the index (due_at, transaction_id): a sorted read would lock every due row.
-            `SELECT ${COLUMNS} FROM ${t} FORCE INDEX (ipn_kit_due) WHERE transaction_id <> '' AND due_at <= ?
+            `SELECT ${COLUMNS} FROM ${t} FORCE INDEX (ipn_kit_due) WHERE due_at <= ?
              ORDER BY due_at, transaction_id LIMIT ${count} FOR UPDATE SKIP LOCKED`,
             [now],
           ),
@@ -86,15 +90,14 @@ export function mysqlExpectations(run: ExpectationQueries, table: string): SqlEx
     async lockSweep(owner, ms) {
       const extra = Math.ceil(ms);
       const updated = await run.query(
-        `UPDATE ${t} SET custom_data = ?, due_at = ${NOW_MS} + ?
-         WHERE transaction_id = '' AND (custom_data = ? OR due_at < ${NOW_MS})`,
+        `UPDATE ${control} SET value = ?, until_ms = ${NOW_MS} + ?, updated_ms = ${NOW_MS}
+         WHERE name = 'sweep' AND (value = ? OR until_ms IS NULL OR until_ms < ${NOW_MS})`,
         [owner, extra, owner],
       );
       if (affectedOf(updated) === 1) return true;
       try {
         await run.query(
-          `INSERT INTO ${t} (transaction_id, custom_data, expected_at, due_at, attempts)
-           VALUES ('', ?, 0, ${NOW_MS} + ?, 0)`,
+          `INSERT INTO ${control} (name, value, updated_ms, until_ms) VALUES ('sweep', ?, ${NOW_MS}, ${NOW_MS} + ?)`,
           [owner, extra],
         );
         return true;

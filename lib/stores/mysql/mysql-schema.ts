@@ -7,7 +7,14 @@ import {
   type SchemaMigration,
 } from '../schema-migrations.js';
 import { mysqlLifecycleSql } from './mysql-lifecycle.js';
-import { mysqlAuditSql, mysqlExpectationsSql, mysqlSchemaSql, mysqlTableNames } from './mysql-sql.js';
+import {
+  msOf,
+  mysqlAuditSql,
+  mysqlExpectationsSql,
+  mysqlSchemaSql,
+  mysqlTableNames,
+  NOW,
+} from './mysql-sql.js';
 
 /** A table beside the inbox, in its database: its name and database apart, and quoted for SQL. */
 interface Beside {
@@ -52,6 +59,36 @@ export function addColumn(table: Beside, column: string, type: string): Migratio
 const statement = (sql: string): MigrationStep => ({ sql: sql.trim().replace(/;$/, '') });
 
 /**
+ * Version 5: the sweep's lock moves from a row of `<table>_expected` (`transaction_id = ''`, its owner in
+ * `custom_data`, its end in `due_at`) to the row `sweep` of `<table>_control` (owner in `value`, end in the
+ * new `until_ms`), and a CHECK, `<table>_no_sweep_lock` (names of CHECKs are the database's, not the
+ * table's, in MySQL), refuses the old row from now on: an instance of an older ipn-kit, still running in a
+ * rolling deploy, fails to take its lock there (its sweep does not run; an `error` event) rather than run
+ * beside the new instances' one. MySQL before 8.0.16 reads a CHECK and ignores it: there an older instance
+ * is not stopped, and is to be stopped before the migration. Each statement can run twice: a lock already
+ * moved is kept, the CHECK is added once. An older instance that takes its lock again between the `DELETE`
+ * and the CHECK (MySQL's DDL is no transaction) fails the CHECK's `ALTER`: the next `migrate()` completes it.
+ */
+function sweepLockSteps(table: string): MigrationStep[] {
+  const expected = beside(table, '_expected');
+  const control = beside(table, '_control').quoted;
+  const check = beside(table, '_no_sweep_lock');
+  return [
+    addColumn(beside(table, '_control'), 'until_ms', 'BIGINT NULL'),
+    statement(`INSERT INTO ${control} (name, value, updated_ms, until_ms)
+SELECT 'sweep', COALESCE(custom_data, ''), ${msOf(NOW)}, due_at FROM ${expected.quoted} WHERE transaction_id = ''
+ON DUPLICATE KEY UPDATE name = name`),
+    statement(`DELETE FROM ${expected.quoted} WHERE transaction_id = ''`),
+    {
+      sql: `ALTER TABLE ${expected.quoted} ADD CONSTRAINT \`${check.name}\` CHECK (transaction_id <> '')`,
+      done:
+        `SELECT 1 FROM information_schema.table_constraints WHERE constraint_schema = ${databaseOf(expected)} ` +
+        `AND table_name = '${expected.name}' AND constraint_name = '${check.name}'`,
+    },
+  ];
+}
+
+/**
  * Every version of the MySQL schema of the table set of inbox `table`, in order. A released version never
  * changes; a change of the schema is one more line at the end (`addColumn(...)` in a version of its own),
  * with the same number in every dialect.
@@ -88,10 +125,16 @@ export function mysqlMigrationList(table: string): readonly Migration[] {
       tables: [],
       steps: [addColumn(beside(table, '_expected'), 'account', 'VARCHAR(255) NULL')],
     },
+    {
+      version: 5,
+      name: "the sweep's lock in the control table",
+      tables: [],
+      steps: sweepLockSteps(table),
+    },
   ]);
 }
 
-/** The quoted control table beside inbox `table`: `<table>_control` (the row `paused`). */
+/** The quoted control table beside inbox `table`: `<table>_control` (the rows `paused` and `sweep`). */
 export const mysqlControlTable = (table: string): string => beside(table, '_control').quoted;
 
 /** The statements that record `migration` in the version table beside inbox `table`, `<table>_schema`. */

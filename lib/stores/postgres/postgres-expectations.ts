@@ -4,15 +4,16 @@ import { tableNames } from './postgres-sql.js';
 /** What the expectations run their queries through: the store's own query (with its error messages). */
 type Query = (text: string, values: unknown[]) => Promise<{ rows: unknown[]; rowCount: number | null }>;
 
-const SUFFIX = '_expected';
-
-/** The name of the expectations table beside inbox `table`: `<table>_expected`, in the same schema. */
-function expectedTable(table: string): string {
+/** The quoted table `<table><suffix>` beside inbox `table`, in the same schema, within 63 bytes. */
+function besideTable(table: string, suffix: string): string {
   const { quoted } = tableNames(table);
   const parts = quoted.split('.');
   const name = (parts.pop() as string).slice(1, -1);
-  return [...parts, `"${name.slice(0, 63 - SUFFIX.length)}${SUFFIX}"`].join('.');
+  return [...parts, `"${name.slice(0, 63 - suffix.length)}${suffix}"`].join('.');
 }
+
+/** The name of the expectations table beside inbox `table`: `<table>_expected`, in the same schema. */
+const expectedTable = (table: string): string => besideTable(table, '_expected');
 
 /**
  * The SQL that creates the expectations table beside the inbox `table` (`<table>_expected`), for teams that
@@ -33,14 +34,16 @@ export function postgresExpectationsSql(table = 'ipn_inbox'): string {
 
 /**
  * Expectations in PostgreSQL, in `<table>_expected`, through the store's `query`. Taking the due ones locks
- * their rows (`FOR UPDATE SKIP LOCKED`), so two instances never take the same one; the sweep's lock ends by
- * the database's clock.
+ * their rows (`FOR UPDATE SKIP LOCKED`), so two instances never take the same one. The sweep's lock is the
+ * row `sweep` of `<table>_control` (schema version 5), and ends by the database's clock.
  */
 export function postgresExpectations(query: Query, table: string): SqlExpectations {
   const t = expectedTable(table);
-  const until = `(extract(epoch from clock_timestamp()) * 1000)::bigint`;
+  const control = besideTable(table, '_control');
+  const nowMs = `(extract(epoch from clock_timestamp()) * 1000)::bigint`;
   return new SqlExpectations({
     table: t,
+    control,
     param: (n) => `$${n}`,
     read: async (text, values) => (await query(text, values)).rows,
     write: async (text, values) => (await query(text, values)).rowCount ?? 0,
@@ -49,7 +52,7 @@ export function postgresExpectations(query: Query, table: string): SqlExpectatio
         await query(
           `WITH due AS (
              SELECT transaction_id FROM ${t}
-             WHERE transaction_id <> '' AND due_at <= $1 ORDER BY due_at, transaction_id LIMIT $3
+             WHERE due_at <= $1 ORDER BY due_at, transaction_id LIMIT $3
              FOR UPDATE SKIP LOCKED
            )
            UPDATE ${t} AS e SET due_at = $2, attempts = e.attempts + 1
@@ -59,10 +62,9 @@ export function postgresExpectations(query: Query, table: string): SqlExpectatio
       ).rows,
     lockSweep: async (owner, ms) => {
       const { rowCount } = await query(
-        `INSERT INTO ${t} AS e (transaction_id, custom_data, expected_at, due_at)
-         VALUES ('', $1, 0, ${until} + $2)
-         ON CONFLICT (transaction_id) DO UPDATE SET custom_data = $1, due_at = ${until} + $2
-         WHERE e.custom_data = $1 OR e.due_at < ${until}`,
+        `INSERT INTO ${control} AS c (name, value, until_ms) VALUES ('sweep', $1, ${nowMs} + $2)
+         ON CONFLICT (name) DO UPDATE SET value = $1, until_ms = ${nowMs} + $2, updated_at = now()
+         WHERE c.value = $1 OR c.until_ms IS NULL OR c.until_ms < ${nowMs}`,
         [owner, Math.ceil(ms)],
       );
       return rowCount === 1;

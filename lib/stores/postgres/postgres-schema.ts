@@ -33,6 +33,38 @@ export function addColumn(quotedTable: string, column: string, type: string): Mi
 }
 
 /**
+ * The CHECK that keeps the sweep's lock out of `<table>_expected` once it is in `<table>_control` (schema
+ * version 5). An instance of an older ipn-kit, still running in a rolling deploy, takes its lock there as a
+ * row `transaction_id = ''`: the CHECK fails it, so its sweep does not run (an `error` event) rather than run
+ * beside the new instances' one.
+ */
+const SWEEP_LOCK_CHECK = 'ipn_kit_no_sweep_lock';
+
+/**
+ * Version 5: the sweep's lock moves from a row of `<table>_expected` (`transaction_id = ''`, its owner in
+ * `custom_data`, its end in `due_at`) to the row `sweep` of `<table>_control` (owner in `value`, end in the
+ * new `until_ms`), and a CHECK (`NOT VALID`: the rows there are not read again) refuses the old row from now
+ * on. Each statement can run twice: a lock already moved is kept, and the CHECK is added once.
+ */
+function sweepLockSteps(expected: string, control: string): MigrationStep[] {
+  const regclass = expected.replaceAll("'", "''");
+  return [
+    addColumn(control, 'until_ms', 'bigint'),
+    statement(`INSERT INTO ${control} (name, value, until_ms)
+SELECT 'sweep', coalesce(custom_data, ''), due_at FROM ${expected} WHERE transaction_id = ''
+ON CONFLICT (name) DO NOTHING`),
+    statement(`DELETE FROM ${expected} WHERE transaction_id = ''`),
+    statement(`DO $$ BEGIN
+  IF NOT EXISTS (
+    SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('${regclass}') AND conname = '${SWEEP_LOCK_CHECK}'
+  ) THEN
+    ALTER TABLE ${expected} ADD CONSTRAINT ${SWEEP_LOCK_CHECK} CHECK (transaction_id <> '') NOT VALID;
+  END IF;
+END $$`),
+  ];
+}
+
+/**
  * Every version of the PostgreSQL schema of the table set of inbox `table`, in order. A released version
  * never changes; a change of the schema is one more line at the end (`addColumn(...)` in a version of its
  * own), with the same number in every dialect.
@@ -100,10 +132,16 @@ export function postgresMigrationList(table: string): readonly Migration[] {
       tables: [],
       steps: [addColumn(expected, 'account', 'text')],
     },
+    {
+      version: 5,
+      name: "the sweep's lock in the control table",
+      tables: [],
+      steps: sweepLockSteps(expected, control),
+    },
   ]);
 }
 
-/** The quoted control table beside inbox `table`: `<table>_control` (the row `paused`). */
+/** The quoted control table beside inbox `table`: `<table>_control` (the rows `paused` and `sweep`). */
 export const postgresControlTable = (table: string): string => beside(table, '_control');
 
 /** The version table beside inbox `table`: `<table>_schema`, one row per version run. */

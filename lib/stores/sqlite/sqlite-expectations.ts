@@ -10,12 +10,15 @@ export interface ExpectationQueries {
 /**
  * Expectations in SQLite, in `<table>_expected` (made by `SqliteStore.migrate()`): shared by every process
  * on the file, kept across restarts. Taking the due ones is one `UPDATE ... RETURNING`: one writer at a
- * time, so two processes never take the same one. The sweep's lock ends by the app's clock.
+ * time, so two processes never take the same one. The sweep's lock is the row `sweep` of `<table>_control`
+ * (schema version 5), and ends by the app's clock.
  */
 export function sqliteExpectations(q: ExpectationQueries, table: string): SqlExpectations {
   const t = `"${table}_expected"`;
+  const control = `"${table}_control"`;
   return new SqlExpectations({
     table: t,
+    control,
     param: () => '?',
     read: (text, values) => q.read(text, values),
     write: (text, values) => q.write(text, values),
@@ -24,7 +27,7 @@ export function sqliteExpectations(q: ExpectationQueries, table: string): SqlExp
         `UPDATE ${t} SET due_at = ?, attempts = attempts + 1
          WHERE transaction_id IN (
            SELECT transaction_id FROM ${t}
-           WHERE transaction_id <> '' AND due_at <= ? ORDER BY due_at, transaction_id LIMIT ?
+           WHERE due_at <= ? ORDER BY due_at, transaction_id LIMIT ?
          )
          RETURNING *`,
         [nextDueAt, now, limit],
@@ -32,10 +35,11 @@ export function sqliteExpectations(q: ExpectationQueries, table: string): SqlExp
     lockSweep: async (owner, ms) => {
       const now = Date.now();
       const changed = await q.write(
-        `INSERT INTO ${t} (transaction_id, custom_data, expected_at, due_at) VALUES ('', ?, 0, ?)
-         ON CONFLICT (transaction_id) DO UPDATE SET custom_data = excluded.custom_data, due_at = excluded.due_at
-         WHERE custom_data = ? OR due_at < ?`,
-        [owner, now + Math.ceil(ms), owner, now],
+        `INSERT INTO ${control} (name, value, updated_ms, until_ms) VALUES ('sweep', ?, ?, ?)
+         ON CONFLICT (name) DO UPDATE SET value = excluded.value, updated_ms = excluded.updated_ms,
+           until_ms = excluded.until_ms
+         WHERE value = ? OR until_ms IS NULL OR until_ms < ?`,
+        [owner, now, now + Math.ceil(ms), owner, now],
       );
       return changed === 1;
     },

@@ -24,6 +24,34 @@ export function addColumn(name: string, column: string, type: string): Migration
   };
 }
 
+/** Now in milliseconds since the epoch, by SQLite's clock (the app's machine's). */
+const NOW_MS = "CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)";
+
+/**
+ * Version 5: the sweep's lock moves from a row of `<table>_expected` (`transaction_id = ''`, its owner in
+ * `custom_data`, its end in `due_at`) to the row `sweep` of `<table>_control` (owner in `value`, end in the
+ * new `until_ms`), and two triggers refuse the old row from now on: a process of an older ipn-kit, still
+ * running on the file, fails to take its lock there (its sweep does not run; an `error` event) rather than
+ * run beside the new processes' one. Each statement can run twice: a lock already moved is kept.
+ */
+function sweepLockSteps(table: string): MigrationStep[] {
+  const expected = `"${table}_expected"`;
+  const refuse = (event: 'INSERT' | 'UPDATE'): MigrationStep =>
+    statement(`CREATE TRIGGER IF NOT EXISTS "${table}_expected_no_sweep_lock_${event.toLowerCase()}"
+BEFORE ${event} ON ${expected} FOR EACH ROW WHEN NEW.transaction_id = ''
+BEGIN
+  SELECT RAISE(ABORT, 'ipn-kit: the sweep''s lock is in ${table}_control since schema version 5, not in ${table}_expected: an older ipn-kit runs on this file');
+END`);
+  return [
+    addColumn(`${table}_control`, 'until_ms', 'INTEGER'),
+    statement(`INSERT OR IGNORE INTO "${table}_control" (name, value, updated_ms, until_ms)
+SELECT 'sweep', coalesce(custom_data, ''), ${NOW_MS}, due_at FROM ${expected} WHERE transaction_id = ''`),
+    statement(`DELETE FROM ${expected} WHERE transaction_id = ''`),
+    refuse('INSERT'),
+    refuse('UPDATE'),
+  ];
+}
+
 /**
  * Every version of the SQLite schema of the table set of inbox `table`, in order. A released version never
  * changes; a change of the schema is one more line at the end (`addColumn(...)` in a version of its own),
@@ -94,6 +122,12 @@ export function sqliteMigrationList(table: string): readonly Migration[] {
       tables: [],
       steps: [addColumn(`${table}_expected`, 'account', 'TEXT')],
     },
+    {
+      version: 5,
+      name: "the sweep's lock in the control table",
+      tables: [],
+      steps: sweepLockSteps(table),
+    },
   ]);
 }
 
@@ -106,7 +140,7 @@ function recordSql(table: string, migration: Migration): string[] {
   applied_at INTEGER NOT NULL
 )`,
     `INSERT OR IGNORE INTO "${table}_schema" (version, name, applied_at) VALUES (${migration.version}, ` +
-      `'${migration.name.replaceAll("'", "''")}', CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER))`,
+      `'${migration.name.replaceAll("'", "''")}', ${NOW_MS})`,
   ];
 }
 

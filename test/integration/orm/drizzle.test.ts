@@ -350,8 +350,12 @@ describeWithService(
           const both = await catalogOf(client, name);
           const definitionOf = (list: Array<{ name: string; definition: string }>, wanted: string) =>
             list.find((item) => item.name === wanted)?.definition.replace(`drizzle_${wanted}`, wanted);
+          // (Schema version 5 adds its check NOT VALID, not to read the rows again; Drizzle has no way to say so,
+          // and a check drizzle-kit made again would be a valid one of the same condition.)
           for (const { name: check } of actual.checks) {
-            expect(definitionOf(both.checks, `drizzle_${check}`)).toBe(definitionOf(both.checks, check));
+            expect(definitionOf(both.checks, `drizzle_${check}`)).toBe(
+              definitionOf(both.checks, check)?.replace(/ NOT VALID$/, ''),
+            );
           }
           for (const { name: index } of actual.indexes) {
             expect(definitionOf(both.indexes, `drizzle_${index}`)?.replace(`drizzle_${index}`, index)).toBe(
