@@ -86,4 +86,18 @@ CREATE TABLE IF NOT EXISTS "ipn_inbox_schema" (
   applied_at timestamptz NOT NULL DEFAULT now()
 );
 INSERT INTO "ipn_inbox_schema" (version, name) VALUES (5, 'the sweep''s lock in the control table') ON CONFLICT (version) DO NOTHING;
+CREATE OR REPLACE FUNCTION "ipn_inbox_mark"(mark_key text, mark_lease text) RETURNS void
+  LANGUAGE plpgsql AS $ipn_kit$ BEGIN
+            UPDATE "ipn_inbox" SET status = 'delivered', delivered_at = now(), lease_id = NULL, lease_until = NULL, updated_at = now()
+            WHERE key = mark_key AND lease_id = mark_lease;
+            IF NOT FOUND THEN
+              RAISE EXCEPTION 'ipn-kit: the lease on % was lost', mark_key USING ERRCODE = 'IK001';
+            END IF;
+          END $ipn_kit$;
+CREATE TABLE IF NOT EXISTS "ipn_inbox_schema" (
+  version integer PRIMARY KEY,
+  name text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO "ipn_inbox_schema" (version, name) VALUES (6, 'the delivered mark as a function (PostgreSQL)') ON CONFLICT (version) DO NOTHING;
 -- #endregion schema

@@ -361,6 +361,7 @@ describeWithService('PostgreSQL', 'PostgreSQL: upgrade from 0.1.0', () => {
         'ran version 3: the control table (a pause for every instance)',
         "ran version 4: the expectations' account (several API keys)",
         "ran version 5: the sweep's lock in the control table",
+        'ran version 6: the delivered mark as a function (PostgreSQL)',
         `${table}: schema version ${LATEST} (the latest)`,
       ]);
       expect((await cli([])).stdout.split('\n')).toEqual([

@@ -390,9 +390,84 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
     const payload = uniquePayload();
     await post(payload);
     await delivered(keyOf(payload));
-    // The mark and the COMMIT go as one statement: one round trip.
-    expect(watched.statements).toEqual(['BEGIN', 'INSERT INTO', 'DO $ipn_kit$']);
+    // The mark and the COMMIT go as one statement: one round trip; the mark is the function of version 6.
+    expect(watched.statements).toEqual([
+      'BEGIN',
+      'INSERT INTO',
+      `SELECT "ipn_inbox_mark"('${keyOf(payload)}',`,
+    ]);
     expect(await ledgerRows(payload.transaction_id)).toBe(1);
+  });
+
+  test('an inbox named with its schema: the mark function is made and called in that schema', async () => {
+    const schema = `ipn_tx_fn_${process.pid}`;
+    await pool.query(`CREATE SCHEMA ${schema}`);
+    try {
+      const { watched, pool: watchedOne } = watchedPool();
+      const store = new PostgresStore({ pool: watchedOne, table: `${schema}.inbox` });
+      await store.migrate();
+      const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet });
+      const { post } = await serve(ipn);
+      ipn.on('successful', async (n, { db }) => {
+        await db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
+          n.transaction_id,
+          'x',
+        ]);
+      });
+      const payload = uniquePayload();
+      await post(payload);
+      await eventually('delivered', async () => (await store.get(keyOf(payload)))?.status === 'delivered');
+      expect(watched.statements).toEqual([
+        'BEGIN',
+        'INSERT INTO',
+        `SELECT "${schema}"."inbox_mark"('${keyOf(payload)}',`,
+      ]);
+      expect(await ledgerRows(payload.transaction_id)).toBe(1);
+    } finally {
+      await pool.query(`DROP SCHEMA ${schema} CASCADE`);
+    }
+  });
+
+  test('the mark function missing (migrations of your own stopped before version 6): the attempt rolls back, names the fix, and the retry marks as before; migrate() brings it back', async () => {
+    const fn = `"ipn_inbox_mark"(text, text)`;
+    const { watched, pool: watchedOne } = watchedPool();
+    const store = new PostgresStore({ pool: watchedOne });
+    const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet, retryDelayMs: 20 });
+    const recorder = recordEvents(ipn);
+    const { post } = await serve(ipn);
+    ipn.on('successful', async (n, { db }) => {
+      await db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
+        n.transaction_id,
+        'x',
+      ]);
+    });
+    await pool.query(`DROP FUNCTION ${fn}`);
+    try {
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+      expect(await ledgerRows(payload.transaction_id)).toBe(1); // the first attempt's insert rolled back
+      expect(recorder.of('error').map((event) => event.error.message)).toEqual([
+        expect.stringContaining('the mark function of schema version 6 is missing'),
+      ]);
+      expect(watched.statements.filter((s) => !s.startsWith('INSERT'))).toEqual([
+        'BEGIN',
+        `SELECT "ipn_inbox_mark"('${keyOf(payload)}',`,
+        'ROLLBACK',
+        'BEGIN',
+        'DO $ipn_kit$',
+      ]);
+    } finally {
+      await store.migrate(); // the function is back, for this test and the ones after it
+    }
+    expect((await pool.query(`SELECT to_regprocedure('${fn}') IS NOT NULL AS there`)).rows[0].there).toBe(
+      true,
+    );
+    watched.statements.length = 0;
+    const next = uniquePayload();
+    await post(next);
+    await delivered(keyOf(next));
+    expect(watched.statements).toEqual(['BEGIN', 'INSERT INTO', `SELECT "ipn_inbox_mark"('${keyOf(next)}',`]);
   });
 
   test("pg's callback and submittable forms run inside the transaction, one query at a time", async () => {

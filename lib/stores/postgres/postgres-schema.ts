@@ -9,7 +9,7 @@ import {
 } from '../schema-migrations.js';
 import { postgresAuditSql } from './postgres-audit.js';
 import { postgresExpectationsSql } from './postgres-expectations.js';
-import { statesTable, tableNames } from './postgres-sql.js';
+import { markFunction, markFunctionSql, statesTable, tableNames } from './postgres-sql.js';
 
 /** The first key of the migration's advisory lock: ipn-kit's own, so it does not meet an app's locks. */
 const MIGRATE_LOCK = 0x69706e6b; // 'ipnk'
@@ -138,6 +138,14 @@ export function postgresMigrationList(table: string): readonly Migration[] {
       tables: [],
       steps: sweepLockSteps(expected, control),
     },
+    {
+      version: 6,
+      name: 'the delivered mark as a function (PostgreSQL)',
+      // A function, not a table: checked by its signature (see `exists` below), so that a database whose
+      // function was dropped has it made again by migrate().
+      tables: [`${markFunction(table)}(text, text)`],
+      steps: [statement(markFunctionSql(table))],
+    },
   ]);
 }
 
@@ -217,8 +225,14 @@ export function postgresSchemaDialect(table: string, query: Query): SchemaDialec
   const { quoted } = tableNames(table);
   const versions = beside(table, '_schema');
   const lock = `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK}, hashtext('${quoted.replaceAll("'", "''")}'))`;
+  // A table by its name; a function by its signature (`name(text, text)`).
   const present = (tables: readonly string[]): string =>
-    tables.map((t) => `to_regclass('${t.replaceAll("'", "''")}') IS NOT NULL`).join(' AND ');
+    tables
+      .map(
+        (t) =>
+          `${t.endsWith(')') ? 'to_regprocedure' : 'to_regclass'}('${t.replaceAll("'", "''")}') IS NOT NULL`,
+      )
+      .join(' AND ');
   const session = {
     async version(): Promise<number> {
       if (!(await session.exists([versions]))) return 0;

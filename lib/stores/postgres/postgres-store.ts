@@ -181,6 +181,11 @@ export class PostgresStore<
   readonly #sql: InboxSql;
   /** @internal */
   protected readonly dialect: SqlDialect;
+  /**
+   * Whether the exactly-once mark calls the function `<table>_mark` (schema version 6): cleared when the
+   * database has none (its own migrations stopped earlier), so the mark goes as a `DO` block, as before it.
+   */
+  #markFunction = true;
   /** How long a batch stuck on its connection holds its place: the routers' shortest `storeTimeoutMs`. */
   #stallMs = STALLED_BATCH_MS;
   /** Receives and `delivered` settlements that arrive together go as one statement (group commit). */
@@ -295,6 +300,7 @@ export class PostgresStore<
         ' (the role needs CREATE on the schema; or create it with the SQL of postgresSchemaSql() in your migrations)';
       report = await migrateWorded('PostgresStore', this.table, () => runMigrations(dialect, options), hint);
     });
+    if (options?.dryRun !== true) this.#markFunction = true; // made by version 6, if it was missing
     return report!;
   }
 
@@ -442,7 +448,13 @@ export class PostgresStore<
     if (!canConnect(this.#pool)) return Promise.resolve(undefined);
     const statement: [string, unknown[]] = [this.#sql.delivered, [key, leaseId]];
     const markWithout = () => this.#writes({ delivered: [key, leaseId] });
-    const mark = { statement, andCommit: (reset: boolean) => this.#sql.markAndCommit(key, leaseId, reset) };
+    const mark = {
+      statement,
+      andCommit: (reset: boolean) => this.#sql.markAndCommit(key, leaseId, reset, this.#markFunction),
+      functionMissing: () => {
+        this.#markFunction = false;
+      },
+    };
     return openTransaction(this.#pool, key, mark, markWithout) as Promise<Opened>;
   }
 

@@ -1,18 +1,24 @@
 import { LEASE_LOST, RESET } from './postgres-sql.js';
 import { openPoolTransaction, type PoolSide } from '../pool-transaction.js';
-import { DeliveryError } from '../../shared/errors.js';
+import { DeliveryError, StoreError } from '../../shared/errors.js';
 import type { DeliveryTransaction } from '../store.js';
 
 /**
  * How a delivery transaction marks its entry delivered: `statement` (changing one row while the lease holds,
  * none once it was lost), then `COMMIT`; or the query `andCommit()` gives, both in one simple query that
  * fails with {@link LEASE_LOST} when the lease was lost (`undefined` when the key cannot stand in it), with
- * {@link RESET} before them when `reset` (a listener changed a setting of the session).
+ * {@link RESET} before them when `reset` (a listener changed a setting of the session). `andCommit` calls
+ * the mark function of schema version 6; `functionMissing` is told when the database has none (the attempt
+ * fails, and the store sends the mark as a `DO` block from then on).
  */
 export interface DeliveredMark {
   statement: [string, unknown[]];
   andCommit(reset: boolean): string | undefined;
+  functionMissing?(): void;
 }
+
+/** PostgreSQL's SQLSTATE for a function that does not exist. */
+const UNDEFINED_FUNCTION = '42883';
 
 /** A client a pool hands out (`pool.connect()`): what a delivery transaction runs on. */
 export interface PgPoolClient {
@@ -120,8 +126,16 @@ export function openTransaction(
         return client.query(andCommit).then(
           () => ({ rows: [], count: 1, committed: true }),
           (error: unknown) => {
-            if (Reflect.get(Object(error), 'code') === LEASE_LOST) return { rows: [], count: 0 };
-            throw error;
+            const code: unknown = Reflect.get(Object(error), 'code');
+            if (code === LEASE_LOST) return { rows: [], count: 0 };
+            if (code !== UNDEFINED_FUNCTION) throw error;
+            mark.functionMissing?.();
+            throw new StoreError(
+              'PostgresStore: the mark function of schema version 6 is missing (a migration of your own that ' +
+                'stopped at an earlier version?): the delivery is rolled back and retried with the mark sent ' +
+                'as it was before version 6; run store.migrate() (or postgresMigrations()) to bring it back',
+              { cause: error },
+            );
           },
         );
       }
