@@ -1,19 +1,11 @@
 import { SqlExpectations } from '../sql-expectations.js';
-import { tableNames } from './postgres-sql.js';
+import { besideInbox } from './postgres-sql.js';
 
 /** What the expectations run their queries through: the store's own query (with its error messages). */
 type Query = (text: string, values: unknown[]) => Promise<{ rows: unknown[]; rowCount: number | null }>;
 
-/** The quoted table `<table><suffix>` beside inbox `table`, in the same schema, within 63 bytes. */
-function besideTable(table: string, suffix: string): string {
-  const { quoted } = tableNames(table);
-  const parts = quoted.split('.');
-  const name = (parts.pop() as string).slice(1, -1);
-  return [...parts, `"${name.slice(0, 63 - suffix.length)}${suffix}"`].join('.');
-}
-
 /** The name of the expectations table beside inbox `table`: `<table>_expected`, in the same schema. */
-const expectedTable = (table: string): string => besideTable(table, '_expected');
+const expectedTable = (table: string): string => besideInbox(table, '_expected');
 
 /**
  * The SQL that creates the expectations table beside the inbox `table` (`<table>_expected`), for teams that
@@ -39,7 +31,7 @@ export function postgresExpectationsSql(table = 'ipn_inbox'): string {
  */
 export function postgresExpectations(query: Query, table: string): SqlExpectations {
   const t = expectedTable(table);
-  const control = besideTable(table, '_control');
+  const control = besideInbox(table, '_control');
   const nowMs = `(extract(epoch from clock_timestamp()) * 1000)::bigint`;
   return new SqlExpectations({
     table: t,

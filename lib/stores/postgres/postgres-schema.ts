@@ -9,17 +9,10 @@ import {
 } from '../schema-migrations.js';
 import { postgresAuditSql } from './postgres-audit.js';
 import { postgresExpectationsSql } from './postgres-expectations.js';
-import { markFunction, markFunctionSql, statesTable, tableNames } from './postgres-sql.js';
+import { besideInbox, markFunction, markFunctionSql, statesTable, tableNames } from './postgres-sql.js';
 
 /** The first key of the migration's advisory lock: ipn-kit's own, so it does not meet an app's locks. */
 const MIGRATE_LOCK = 0x69706e6b; // 'ipnk'
-
-/** The quoted table `<table><suffix>` beside the inbox, in its schema, within PostgreSQL's 63 bytes. */
-function beside(table: string, suffix: string): string {
-  const parts = tableNames(table).quoted.split('.');
-  const name = (parts.pop() as string).slice(1, -1);
-  return [...parts, `"${name.slice(0, 63 - suffix.length)}${suffix}"`].join('.');
-}
 
 /** One statement of a text that holds one (or ends with `;`). */
 const statement = (sql: string): MigrationStep => ({ sql: sql.trim().replace(/;$/, '') });
@@ -71,10 +64,10 @@ END $$`),
  */
 export function postgresMigrationList(table: string): readonly Migration[] {
   const { quoted, dueIndex } = tableNames(table);
-  const expected = beside(table, '_expected');
+  const expected = besideInbox(table, '_expected');
   const states = statesTable(quoted);
-  const audit = beside(table, '_audit');
-  const control = beside(table, '_control');
+  const audit = besideInbox(table, '_audit');
+  const control = besideInbox(table, '_control');
   return checkedMigrations([
     {
       version: 1,
@@ -150,11 +143,11 @@ export function postgresMigrationList(table: string): readonly Migration[] {
 }
 
 /** The quoted control table beside inbox `table`: `<table>_control` (the rows `paused` and `sweep`). */
-export const postgresControlTable = (table: string): string => beside(table, '_control');
+export const postgresControlTable = (table: string): string => besideInbox(table, '_control');
 
 /** The version table beside inbox `table`: `<table>_schema`, one row per version run. */
 function recordSql(table: string, migration: Migration): string[] {
-  const versions = beside(table, '_schema');
+  const versions = besideInbox(table, '_schema');
   return [
     `CREATE TABLE IF NOT EXISTS ${versions} (
   version integer PRIMARY KEY,
@@ -223,7 +216,7 @@ interface Query {
  */
 export function postgresSchemaDialect(table: string, query: Query): SchemaDialect {
   const { quoted } = tableNames(table);
-  const versions = beside(table, '_schema');
+  const versions = besideInbox(table, '_schema');
   const lock = `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK}, hashtext('${quoted.replaceAll("'", "''")}'))`;
   // A table by its name; a function by its signature (`name(text, text)`).
   const present = (tables: readonly string[]): string =>

@@ -43,9 +43,23 @@ const STATES_SUFFIX = '_states';
  * transaction (its accepted final state).
  */
 export function statesTable(quoted: string): string {
+  return besideQuoted(quoted, STATES_SUFFIX);
+}
+
+/** `<name><suffix>` beside the quoted table `quoted`, in its schema, within PostgreSQL's 63 bytes, quoted. */
+function besideQuoted(quoted: string, suffix: string): string {
   const parts = quoted.split('.');
   const name = (parts.pop() as string).slice(1, -1);
-  return [...parts, `"${name.slice(0, 63 - STATES_SUFFIX.length)}${STATES_SUFFIX}"`].join('.');
+  return [...parts, `"${name.slice(0, 63 - suffix.length)}${suffix}"`].join('.');
+}
+
+/**
+ * The quoted name `<table><suffix>` beside inbox `table` (a table or function of its set: `_expected`,
+ * `_control`, `_mark`), in its schema, within PostgreSQL's 63 bytes.
+ * @throws TypeError when `table` is not such a name.
+ */
+export function besideInbox(table: string, suffix: string): string {
+  return besideQuoted(tableNames(table).quoted, suffix);
 }
 
 /** The customer's fields set to `""`, as a jsonb to merge: {@link PERSONAL_FIELDS} in PostgreSQL's dialect. */
@@ -143,11 +157,7 @@ export function receivesJson(receives: ReadonlyArray<readonly unknown[]>): strin
 const MARK_SUFFIX = '_mark';
 
 /** The quoted name of the mark function beside inbox `table`: `<table>_mark`, in its schema, within 63 bytes. */
-export function markFunction(table: string): string {
-  const parts = tableNames(table).quoted.split('.');
-  const name = (parts.pop() as string).slice(1, -1);
-  return [...parts, `"${name.slice(0, 63 - MARK_SUFFIX.length)}${MARK_SUFFIX}"`].join('.');
-}
+export const markFunction = (table: string): string => besideInbox(table, MARK_SUFFIX);
 
 /** The `delivered` mark of the entry `key` held by lease `leaseId` (SQL expressions), in PL/pgSQL. */
 const markBody = (t: string, key: string, leaseId: string): string =>
