@@ -41,6 +41,10 @@ type Concluded = Exclude<Attempt, { kind: 'delivered' }> | { kind: 'marked' } | 
 
 const MAX_RETRY_DELAY = 60 * 60_000;
 const RECOVERY_BATCH = 50;
+/** A retry's wake-up that did not see its entry taken up looks again this much later, doubling (see `wake`). */
+const LOOK_AGAIN_MS = 25;
+/** How many times it looks again (over about 6 s) before leaving the entry to `recoveryIntervalMs`. */
+const LOOKS_AGAIN = 8;
 /** How old a reading of the store's pause switch may be before a delivery reads it again. */
 const PAUSE_READ_MS = 1_000;
 /** How often one instance deletes the delivered entries older than `ttlMs` (the dedupe window). */
@@ -439,8 +443,36 @@ export function createDurableDelivery<C>(
     const nextAttemptAt = new Date(Date.now() + delay);
     const failed = { status: 'failed', error: failure.message, nextAttemptAt } as const;
     const settled = await timed(inbox.settle(key, leaseId, failed), 'settle', key);
-    if (driver === 'timers') after(delay, recover);
+    if (driver === 'timers' && settled) wake(key, delay);
     return settled ? 'retried' : 'other';
+  }
+
+  /**
+   * The retries whose wake-up has not seen them taken up yet, each with its wake-up's own token (a later
+   * failure of the same key starts a new one). Taking an entry up removes it.
+   */
+  const waking = new Map<string, object>();
+
+  /**
+   * A failed attempt's wake-up: a recovery pass once its retry is due. That pass can come before the entry
+   * is due by the store's clock (a timer fires up to an event-loop turn early, and PostgreSQL, MySQL and Redis
+   * judge `nextAttemptAt` by their own clock, which may be behind this one) and take nothing; then the retry
+   * would wait for `recoveryIntervalMs`. Until a pass takes the entry up, the wake-up looks again 25 ms
+   * later, doubling, 8 times (about 6 s), and leaves a larger gap between the clocks to the recovery interval.
+   */
+  function wake(key: string, delay: number): void {
+    const token = {};
+    waking.set(key, token);
+    const look = (looks: number): void => {
+      if (waking.get(key) !== token) return; // taken up, or a later failure woke it again
+      if (looks > LOOKS_AGAIN) {
+        waking.delete(key);
+        return;
+      }
+      recover();
+      after(LOOK_AGAIN_MS * 2 ** looks, () => look(looks + 1));
+    };
+    after(delay, () => look(0));
   }
 
   /**
@@ -479,6 +511,7 @@ export function createDurableDelivery<C>(
       return undefined;
     }
     leasedOnce = true;
+    for (const entry of entries) waking.delete(entry.key);
     if (typeof inbox.purge === 'function') expire();
     counts.taken = entries.length;
     const outcomes = await Promise.all(

@@ -212,6 +212,42 @@ describe('MemoryStore', () => {
   scenarios(() => new MemoryStore());
 });
 
+describe("a retry's wake-up that comes before its entry is due by the store's clock", () => {
+  // The wake-up's timer may fire up to an event-loop turn early, and PostgreSQL, MySQL and Redis judge the
+  // retry's time by their own clock, which may be behind the app's: the pass it starts finds nothing due.
+  test.each([
+    ['the store clock 400 ms behind', 400],
+    ['the store clock 3 s behind', 3_000],
+  ])('the retry is still delivered long before recoveryIntervalMs (%s)', async (_, behindMs) => {
+    const store = new MemoryStore({ now: () => Date.now() - behindMs });
+    const ipn = ipnRouter({
+      store,
+      delivery: 'at-least-once',
+      logger: quiet,
+      retryDelayMs: 5,
+      recoveryIntervalMs: TEN_MINUTES,
+    });
+    const credited: string[] = [];
+    let failures = 0;
+    ipn.on('successful', (n) => {
+      if (failures === 0) {
+        failures += 1;
+        throw new Error('ledger busy');
+      }
+      credited.push(n.transaction_id);
+    });
+    const { post } = await serve(ipn);
+    const payment = uniquePayload();
+    expect((await post(payment)).status).toBe(200);
+    await eventually(
+      'the retry delivered',
+      async () => (await store.get(keyOf(payment)))?.status === 'delivered',
+    );
+    expect(credited).toEqual([String(payment.transaction_id)]);
+    expect((await store.get(keyOf(payment)))?.attempts).toBe(2);
+  });
+});
+
 describeWithService('PostgreSQL', 'PostgresStore', () => {
   const pool = new Pool({ connectionString: databaseUrl(), max: 4, idleTimeoutMillis: 500 });
   pool.on('error', () => {});
