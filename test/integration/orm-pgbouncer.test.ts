@@ -3,7 +3,7 @@ import { drizzle } from 'drizzle-orm/node-postgres';
 import { numeric, pgTable, text } from 'drizzle-orm/pg-core';
 import knex from 'knex';
 import { Kysely, PostgresDialect } from 'kysely';
-import { Pool, type ClientBase as PgConnection } from 'pg';
+import { Client, Pool, type ClientBase as PgConnection } from 'pg';
 import { DataTypes, Sequelize, type Transaction as SequelizeTransaction } from 'sequelize';
 import { DataSource, EntitySchema, type EntityManager } from 'typeorm';
 import { ipnRouter, type IpnNotification } from '../../lib/index.js';
@@ -42,6 +42,34 @@ const suffix = `${process.pid}_${Date.now() % 100_000}`;
 const direct = new Pool({ connectionString: databaseUrl(), max: 2 });
 direct.on('error', () => {});
 afterAll(() => direct.end());
+
+/**
+ * Runs a cleanup step; when it has not ended after 20 s, prints what every other PostgreSQL session is doing
+ * (state, wait, query), so that a hook that times out in CI says which step hung and on what. Once, in a full
+ * run, this file's teardown outlived Jest's minute and could not be reproduced alone or under load.
+ */
+async function watched<T>(step: string, run: () => Promise<T> | T | undefined): Promise<T | undefined> {
+  const timer = setTimeout(() => {
+    const client = new Client({ connectionString: databaseUrl() });
+    client.on('error', () => {});
+    void client
+      .connect()
+      .then(() =>
+        client.query(
+          `SELECT pid, state, wait_event_type, wait_event, now() - xact_start AS in_transaction, left(query, 200) AS query
+           FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`,
+        ),
+      )
+      .then(({ rows }) => console.warn(`${step}: still running after 20 s; the sessions:`, rows))
+      .catch((error: unknown) => console.warn(`${step}: still running after 20 s`, error))
+      .finally(() => void client.end().catch(() => {}));
+  }, 20_000);
+  try {
+    return await run();
+  } finally {
+    clearTimeout(timer);
+  }
+}
 
 /** An ORM opened through the pooler: its transactions, a partner's credit of `ledger` through its own API. */
 interface Opened<Tx> {
@@ -293,8 +321,10 @@ describeWithPgBouncer(
         opened = await orm.open(bouncer().url, ledger);
       });
       afterAll(async () => {
-        await opened?.close();
-        await direct.query(`DROP TABLE IF EXISTS ${table}, ${table}_expected, ${ledger}`);
+        await watched(`${key}: closing the ORM and its pool`, () => opened?.close());
+        await watched(`${key}: dropping its tables`, () =>
+          direct.query(`DROP TABLE IF EXISTS ${table}, ${table}_expected, ${ledger}`),
+        );
         if (schema) await direct.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
       });
       const serve = servedRouters();
