@@ -470,6 +470,47 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
     expect(watched.statements).toEqual(['BEGIN', 'INSERT INTO', `SELECT "ipn_inbox_mark"('${keyOf(next)}',`]);
   });
 
+  test('a role refused EXECUTE on the mark function (default privileges revoked from PUBLIC): the attempt rolls back, says to GRANT it, and the retry marks without it', async () => {
+    const fn = `"ipn_inbox_mark"(text, text)`;
+    const role = `ipn_tx_app_${process.pid}`;
+    const { schema } = ledger;
+    await pool.query(`CREATE ROLE ${role} NOLOGIN`);
+    const app = new Pool({
+      connectionString: databaseUrl(),
+      max: 2,
+      options: `-c search_path=${schema} -c role=${role}`,
+    });
+    app.on('error', () => {});
+    try {
+      await pool.query(`GRANT USAGE ON SCHEMA ${schema} TO ${role}`);
+      await pool.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ${schema} TO ${role}`);
+      await pool.query(`REVOKE EXECUTE ON FUNCTION ${fn} FROM PUBLIC`);
+      const store = new PostgresStore({ pool: app });
+      const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet, retryDelayMs: 20 });
+      const recorder = recordEvents(ipn);
+      const { post } = await serve(ipn);
+      ipn.on('successful', async (n, { db }) => {
+        await db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
+          n.transaction_id,
+          'x',
+        ]);
+      });
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await delivered(keyOf(payload));
+      expect(await ledgerRows(payload.transaction_id)).toBe(1); // the refused attempt's insert rolled back
+      expect(recorder.of('error').map((event) => event.error.message)).toEqual([
+        expect.stringMatching(/the mark of schema version 6 was refused \(permission denied .*GRANT EXECUTE/),
+      ]);
+      expect(await ledger.entryOf(keyOf(payload))).toMatchObject({ status: 'delivered', attempts: 2 });
+    } finally {
+      await pool.query(`GRANT EXECUTE ON FUNCTION ${fn} TO PUBLIC`);
+      await app.end();
+      await pool.query(`DROP OWNED BY ${role}`);
+      await pool.query(`DROP ROLE ${role}`);
+    }
+  });
+
   test("pg's callback and submittable forms run inside the transaction, one query at a time", async () => {
     const { watched, pool: watchedOne } = watchedPool();
     const ipn = ipnRouter({

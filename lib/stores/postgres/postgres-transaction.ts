@@ -1,6 +1,6 @@
 import { LEASE_LOST, RESET } from './postgres-sql.js';
 import { openPoolTransaction, type PoolSide } from '../pool-transaction.js';
-import { DeliveryError, StoreError } from '../../shared/errors.js';
+import { DeliveryError, messageOf, StoreError } from '../../shared/errors.js';
 import type { DeliveryTransaction } from '../store.js';
 
 /**
@@ -19,6 +19,8 @@ export interface DeliveredMark {
 
 /** PostgreSQL's SQLSTATE for a function that does not exist. */
 const UNDEFINED_FUNCTION = '42883';
+/** PostgreSQL's SQLSTATE for a privilege the role lacks (EXECUTE on the mark function, revoked from PUBLIC). */
+const INSUFFICIENT_PRIVILEGE = '42501';
 
 /** A client a pool hands out (`pool.connect()`): what a delivery transaction runs on. */
 export interface PgPoolClient {
@@ -128,12 +130,19 @@ export function openTransaction(
           (error: unknown) => {
             const code: unknown = Reflect.get(Object(error), 'code');
             if (code === LEASE_LOST) return { rows: [], count: 0 };
-            if (code !== UNDEFINED_FUNCTION) throw error;
+            if (code !== UNDEFINED_FUNCTION && code !== INSUFFICIENT_PRIVILEGE) throw error;
+            // Either way the retries send the mark as it was before version 6, which needs no function: a
+            // role refused the table itself is refused there too, and reported again.
             mark.functionMissing?.();
+            const retried =
+              'the delivery is rolled back and retried with the mark sent as it was before version 6';
             throw new StoreError(
-              'PostgresStore: the mark function of schema version 6 is missing (a migration of your own that ' +
-                'stopped at an earlier version?): the delivery is rolled back and retried with the mark sent ' +
-                'as it was before version 6; run store.migrate() (or postgresMigrations()) to bring it back',
+              code === UNDEFINED_FUNCTION
+                ? 'PostgresStore: the mark function of schema version 6 is missing (a migration of your own ' +
+                    `that stopped at an earlier version?): ${retried}; run store.migrate() (or ` +
+                    'postgresMigrations()) to bring it back'
+                : `PostgresStore: the mark of schema version 6 was refused (${messageOf(error)}): ${retried}. ` +
+                    "A database whose default privileges revoke EXECUTE from PUBLIC: GRANT EXECUTE ON FUNCTION <table>_mark(text, text) to the app's role",
               { cause: error },
             );
           },
