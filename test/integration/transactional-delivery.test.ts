@@ -56,6 +56,14 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
       payload.transaction_id,
       amount,
     ]);
+  /** The documented exactly-once listener: one ledger row per payment, through `db`. */
+  const creditLedger = (ipn: ReturnType<typeof router>) =>
+    ipn.on('successful', async (n, { db }) => {
+      await db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
+        n.transaction_id,
+        'x',
+      ]);
+    });
   const delivered = (key: string) =>
     eventually(`${key} delivered`, async () => (await statusOf(key)) === 'delivered');
 
@@ -381,12 +389,7 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
     const { watched, pool: watchedOne } = watchedPool();
     const ipn = ipnRouter({ store: new PostgresStore({ pool: watchedOne }), delivery: 'at-least-once' });
     const { post } = await serve(ipn);
-    ipn.on('successful', async (n, { db }) => {
-      await db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
-        n.transaction_id,
-        'x',
-      ]);
-    });
+    creditLedger(ipn);
     const payload = uniquePayload();
     await post(payload);
     await delivered(keyOf(payload));
@@ -408,12 +411,7 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
       await store.migrate();
       const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet });
       const { post } = await serve(ipn);
-      ipn.on('successful', async (n, { db }) => {
-        await db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
-          n.transaction_id,
-          'x',
-        ]);
-      });
+      creditLedger(ipn);
       const payload = uniquePayload();
       await post(payload);
       await eventually('delivered', async () => (await store.get(keyOf(payload)))?.status === 'delivered');
@@ -435,12 +433,7 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
     const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet, retryDelayMs: 20 });
     const recorder = recordEvents(ipn);
     const { post } = await serve(ipn);
-    ipn.on('successful', async (n, { db }) => {
-      await db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
-        n.transaction_id,
-        'x',
-      ]);
-    });
+    creditLedger(ipn);
     await pool.query(`DROP FUNCTION ${fn}`);
     try {
       const payload = uniquePayload();
@@ -489,12 +482,7 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
       const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet, retryDelayMs: 20 });
       const recorder = recordEvents(ipn);
       const { post } = await serve(ipn);
-      ipn.on('successful', async (n, { db }) => {
-        await db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
-          n.transaction_id,
-          'x',
-        ]);
-      });
+      creditLedger(ipn);
       const payload = uniquePayload();
       expect((await post(payload)).status).toBe(200);
       await delivered(keyOf(payload));
@@ -562,12 +550,7 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
     });
     const recorder = recordEvents(ipn);
     const { post } = await serve(ipn);
-    ipn.on('successful', async (n, { db }) => {
-      await db.query('INSERT INTO ledger (transaction_id, order_id) VALUES ($1, $2)', [
-        n.transaction_id,
-        'x',
-      ]);
-    });
+    creditLedger(ipn);
     const payload = uniquePayload();
     await post(payload);
     await delivered(keyOf(payload));
