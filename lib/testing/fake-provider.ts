@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import {
   deliverTransaction,
   emptyReport,
@@ -96,6 +97,9 @@ export async function createFakeProvider(options: FakeProviderInit): Promise<Fak
   const transactions = new Map<string, FakeTransaction>();
   const setByHand = new Set<string>();
   const stop = new AbortController();
+  // Each transaction in flight listens to `stop` while it waits or posts, and stops listening when done:
+  // twenty at once are twenty listeners, not a leak, and Node's warning past ten would say otherwise.
+  setMaxListeners(0, stop.signal);
   const tasks = new Set<Promise<unknown>>();
   const stats = { notificationsSent: 0, answers: {} as Record<number, number> };
   const sequences = { initiated: 0, forged: 0 };

@@ -1,4 +1,7 @@
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { promisify } from 'node:util';
 import express from 'express';
 import { ipnRouter } from 'ipn-kit';
 import { createFakeProvider, type FakeProvider } from 'ipn-kit/testing';
@@ -10,6 +13,7 @@ import { recordEvents } from '../helpers/record-events.js';
 import { listen, settle } from '../helpers/servers.js';
 
 const API_KEY = 'test-key';
+const run = promisify(execFile);
 let provider: FakeProvider;
 let receiver: Receiver;
 
@@ -457,6 +461,35 @@ describe('into a real ipnRouter', () => {
     } finally {
       await app.running.close();
     }
+  });
+});
+
+describe('many transactions at once', () => {
+  // Node prints the warning on its own process, which Jest's sandboxed `process` does not hear: the provider
+  // runs in a child process of its own, and what it printed is read.
+  test("twenty in flight: delivered, and no MaxListenersExceededWarning (each holds a listener on the provider's stop signal)", async () => {
+    receiver = await startReceiver();
+    const script = `
+      const testing = await import('./lib/testing.ts');
+      const { createFakeProvider } = testing.createFakeProvider ? testing : testing.default;
+      const provider = await createFakeProvider({ apiKey: 'k', processingMs: 50, resendIntervalMs: 10 });
+      const txs = Array.from({ length: 20 }, (_, i) => provider.initiate({
+        amount: 5000, customData: 'order-' + i, outcome: 'SUCCESSFUL', ipnUrl: ${JSON.stringify(ipnUrl())},
+      }));
+      const reports = await Promise.all(txs.map((tx) => tx.delivered));
+      await provider.close();
+      console.log(reports.filter((report) => report.acknowledged).length);
+    `;
+    const { stdout, stderr } = await run(
+      process.execPath,
+      ['--import', 'tsx', '--input-type=module', '-e', script],
+      {
+        cwd: join(__dirname, '../..'),
+      },
+    );
+    expect(stdout.trim()).toBe('20');
+    expect(receiver.bodies).toHaveLength(20);
+    expect(stderr).not.toContain('MaxListenersExceededWarning');
   });
 });
 
