@@ -464,35 +464,6 @@ describe('into a real ipnRouter', () => {
   });
 });
 
-describe('many transactions at once', () => {
-  // Node prints the warning on its own process, which Jest's sandboxed `process` does not hear: the provider
-  // runs in a child process of its own, and what it printed is read.
-  test("twenty in flight: delivered, and no MaxListenersExceededWarning (each holds a listener on the provider's stop signal)", async () => {
-    receiver = await startReceiver();
-    const script = `
-      const testing = await import('./lib/testing.ts');
-      const { createFakeProvider } = testing.createFakeProvider ? testing : testing.default;
-      const provider = await createFakeProvider({ apiKey: 'k', processingMs: 50, resendIntervalMs: 10 });
-      const txs = Array.from({ length: 20 }, (_, i) => provider.initiate({
-        amount: 5000, customData: 'order-' + i, outcome: 'SUCCESSFUL', ipnUrl: ${JSON.stringify(ipnUrl())},
-      }));
-      const reports = await Promise.all(txs.map((tx) => tx.delivered));
-      await provider.close();
-      console.log(reports.filter((report) => report.acknowledged).length);
-    `;
-    const { stdout, stderr } = await run(
-      process.execPath,
-      ['--import', 'tsx', '--input-type=module', '-e', script],
-      {
-        cwd: join(__dirname, '../..'),
-      },
-    );
-    expect(stdout.trim()).toBe('20');
-    expect(receiver.bodies).toHaveLength(20);
-    expect(stderr).not.toContain('MaxListenersExceededWarning');
-  });
-});
-
 describe('close()', () => {
   const count = (kind: string) =>
     process.getActiveResourcesInfo().filter((name) => name.startsWith(kind)).length;
@@ -531,5 +502,34 @@ describe('close()', () => {
     }
     expect(after.tcp).toBe(before.tcp);
     expect(after.timers).toBeLessThanOrEqual(before.timers);
+  });
+});
+
+describe('many transactions at once', () => {
+  // Node prints the warning on its own process, which Jest's sandboxed `process` does not hear: the provider
+  // runs in a child process of its own, and what it printed is read.
+  test("twenty in flight: delivered, and no MaxListenersExceededWarning (each holds a listener on the provider's stop signal)", async () => {
+    receiver = await startReceiver();
+    const script = `
+      const testing = await import('./lib/testing.ts');
+      const { createFakeProvider } = testing.createFakeProvider ? testing : testing.default;
+      const provider = await createFakeProvider({ apiKey: 'k', processingMs: 50, resendIntervalMs: 10 });
+      const txs = Array.from({ length: 20 }, (_, i) => provider.initiate({
+        amount: 5000, customData: 'order-' + i, outcome: 'SUCCESSFUL', ipnUrl: ${JSON.stringify(ipnUrl())},
+      }));
+      const reports = await Promise.all(txs.map((tx) => tx.delivered));
+      await provider.close();
+      console.log(reports.filter((report) => report.acknowledged).length);
+    `;
+    const { stdout, stderr } = await run(
+      process.execPath,
+      ['--import', 'tsx', '--input-type=module', '-e', script],
+      {
+        cwd: join(__dirname, '../..'),
+      },
+    );
+    expect(stdout.trim()).toBe('20');
+    expect(receiver.bodies).toHaveLength(20);
+    expect(stderr).not.toContain('MaxListenersExceededWarning');
   });
 });
