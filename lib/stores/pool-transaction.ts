@@ -21,6 +21,8 @@ export interface Held<C> {
   failed?: unknown;
   /** Keeps that `error` (listening on the connection while the attempt holds it). */
   onError: (error: unknown) => void;
+  /** The listeners' queries in promise form, each with its failure once it has failed (see `unobserved`). */
+  watched: Array<{ query: Watched<unknown>; settled: Promise<void>; failure?: { error: unknown } }>;
   /**
    * Settles once the last query a listener made has: each runs only once the one before it has answered,
    * so that none is sent after the transaction failed, and the mark comes after all of them.
@@ -94,6 +96,7 @@ export async function openPoolTransaction<C extends object>(
     ended: false,
     queue: Promise.resolve(),
     onError: (error) => void (held.failed ??= error),
+    watched: [],
   };
   const db = guarded(side, held, key);
   const transactions: Transactions<object> = {
@@ -127,6 +130,9 @@ export async function openPoolTransaction<C extends object>(
         );
       }
       if (held.broken !== undefined) throw rolledBack(key, held.broken);
+      await Promise.all(held.watched.map(({ settled }) => settled));
+      const missed = held.watched.find(({ query, failure }) => failure && !query.observed)?.failure;
+      if (missed) throw unobserved(key, missed.error);
       // No listener query opened a connection: nothing to make atomic, the mark runs without one.
       const { committed, ...result } = await side.mark(held.opening && (await held.opening), statement);
       held.committed = committed;
@@ -169,6 +175,60 @@ function rolledBack(key: string, broken: unknown): DeliveryError {
   );
 }
 
+/**
+ * A listener's query that failed while nothing awaited it (a `db.query(...)` without `await`): MySQL goes on
+ * in the transaction after a failed statement, and would commit the listener's other writes and the mark
+ * without this one (PostgreSQL aborts the transaction, and the mark fails). The attempt fails instead.
+ */
+function unobserved(key: string, error: unknown): DeliveryError {
+  return new DeliveryError(
+    `a query a listener made through db failed, and nothing awaited it: ${messageOf(error)}. The delivery ` +
+      `transaction of ${key} is rolled back and the attempt retried: await every query made through tx or db`,
+    { cause: error },
+  );
+}
+
+/**
+ * A listener's query in promise form that knows whether anything has awaited it, or attached a handler:
+ * `await` reads `then` of a promise of a subclass (of a plain `Promise` it does not), as `.then`, `.catch`
+ * and `.finally` call it. The promises it derives are plain ones.
+ */
+class Watched<T> extends Promise<T> {
+  static override get [Symbol.species](): PromiseConstructor {
+    return Promise;
+  }
+
+  observed = false;
+
+  override then<A = T, B = never>(
+    onFulfilled?: ((value: T) => A | PromiseLike<A>) | null,
+    onRejected?: ((reason: unknown) => B | PromiseLike<B>) | null,
+  ): Promise<A | B> {
+    this.observed = true;
+    return super.then(onFulfilled, onRejected);
+  }
+}
+
+/**
+ * `result` as the listener gets it: a promise becomes a {@link Watched} one, whose failure is kept in
+ * `held` and marked handled (never an unhandled rejection); a callback or a submittable form is left as it
+ * is (its callback or its `error` event hears the failure).
+ */
+function watch<C>(held: Held<C>, result: unknown): unknown {
+  if (!(result instanceof Promise)) return result;
+  const query = new Watched<unknown>((resolve, reject) => {
+    (result as Promise<unknown>).then(resolve, reject);
+  });
+  const entry: (typeof held.watched)[number] = {
+    query,
+    settled: Promise.prototype.then.call(query, undefined, (error: unknown) => {
+      entry.failure = { error };
+    }) as Promise<void>,
+  };
+  held.watched.push(entry);
+  return query;
+}
+
 /** The connection listeners get (see {@link openPoolTransaction}). */
 function guarded<C extends object>(side: PoolSide<C>, held: Held<C>, key: string): object {
   const target = Object.create(side.prototype === undefined ? Object.prototype : side.prototype) as object;
@@ -184,7 +244,8 @@ function guarded<C extends object>(side: PoolSide<C>, held: Held<C>, key: string
     });
   };
   const send = (method: string, args: unknown[]): unknown => {
-    const refuse = (refusal: Error) => side.send(Promise.reject(refusal), method, args, held).result;
+    const refuse = (refusal: Error) =>
+      watch(held, side.send(Promise.reject(refusal), method, args, held).result);
     if (held.ended || held.marking) return refuse(new LateWriteError(key));
     let mapped: unknown[];
     try {
@@ -196,7 +257,7 @@ function guarded<C extends object>(side: PoolSide<C>, held: Held<C>, key: string
     held.opening.catch(() => {}); // each query made gets the failure
     const sent = side.send(held.queue.then(start), method, mapped, held);
     held.queue = sent.done.catch(() => {});
-    return sent.result;
+    return watch(held, sent.result);
   };
   return new Proxy(target, {
     get(_target, property) {

@@ -195,6 +195,48 @@ describeWithService('MariaDB', "transactional delivery: MysqlStore, delivery: 'a
     expect(await rowsOf(payload.transaction_id)).toBe(1);
   });
 
+  test("a listener's write through db that fails and that nothing awaits fails the attempt (MySQL would commit the rest without it); one row after the retry", async () => {
+    const { ipn, post } = await serve(router());
+    const recorder = recordEvents(ipn);
+    let attempts = 0;
+    ipn.on('successful', async (n, { db }) => {
+      attempts += 1;
+      // The first attempt's credit goes to a table that does not exist, and the listener forgets to await it.
+      const into = attempts === 1 ? `${ledger}_missing` : ledger;
+      if (attempts === 1)
+        void db.query(`INSERT INTO ${into} (transaction_id, amount) VALUES (?, ?)`, [
+          n.transaction_id,
+          n.amount,
+        ]);
+      else await credit(db, n);
+    });
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await delivered(keyOf(payload));
+    expect(await rowsOf(payload.transaction_id)).toBe(1);
+    expect(await entryOf(keyOf(payload))).toMatchObject({ status: 'delivered', attempts: 2 });
+    expect(recorder.of('error').map((event) => event.error.message)).toEqual([
+      expect.stringMatching(
+        /a query a listener made through db failed, and nothing awaited it: .*doesn't exist/,
+      ),
+    ]);
+  });
+
+  test("a listener that awaits a failing write and catches it goes on in the transaction (MySQL's choice): delivered on the first attempt", async () => {
+    const { ipn, post } = await serve(router());
+    ipn.on('successful', async (n, { db }) => {
+      await db
+        .query(`INSERT INTO ${ledger}_missing (transaction_id) VALUES (?)`, [n.transaction_id])
+        .catch(() => {});
+      await credit(db, n);
+    });
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await delivered(keyOf(payload));
+    expect(await rowsOf(payload.transaction_id)).toBe(1);
+    expect(await entryOf(keyOf(payload))).toMatchObject({ status: 'delivered', attempts: 1 });
+  });
+
   test('a write through db once the attempt has ended is refused, and lands nowhere', async () => {
     const { ipn, post } = await serve(router());
     let kept: { query(sql: string, values: unknown[]): Promise<unknown> } | undefined;

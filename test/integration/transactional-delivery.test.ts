@@ -868,6 +868,27 @@ describeWithService('PostgreSQL', 'transactional delivery: what a listener may d
     expect(await ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'not-awaited' }]);
   });
 
+  test('a write a listener starts through db that fails, with nothing awaiting it, fails the attempt and says why; one row after the retry', async () => {
+    const { ipn, post } = await serve();
+    const recorder = recordEvents(ipn);
+    let attempts = 0;
+    ipn.on('successful', async (n, { db }) => {
+      attempts += 1;
+      if (attempts === 1)
+        void db.query('INSERT INTO no_such_ledger (transaction_id) VALUES ($1)', [n.transaction_id]);
+      else await db.query(insert, [n.transaction_id, 'awaited']);
+    });
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await eventually('delivered', async () => (await entryOf(keyOf(payload)))?.status === 'delivered');
+    expect(await ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'awaited' }]);
+    expect(recorder.of('error').map((event) => event.error.message)).toEqual([
+      expect.stringMatching(
+        /a query a listener made through db failed, and nothing awaited it: .*no_such_ledger/,
+      ),
+    ]);
+  });
+
   test.each([
     ['callback', 'the callback gets the refusal'],
     ['submittable', "the submittable's error event has the refusal"],
