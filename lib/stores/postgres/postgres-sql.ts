@@ -156,8 +156,20 @@ export function receivesJson(receives: ReadonlyArray<readonly unknown[]>): strin
 
 const MARK_SUFFIX = '_mark';
 
-/** The quoted name of the mark function beside inbox `table`: `<table>_mark`, in its schema, within 63 bytes. */
-export const markFunction = (table: string): string => besideInbox(table, MARK_SUFFIX);
+/**
+ * The quoted name of the mark function beside inbox `table`: `<table>_mark`, in its schema. A name too long
+ * for PostgreSQL's 63 bytes is cut and given a hash of the whole (`<cut>_<8 hex>_mark`): two inboxes whose
+ * names share their first 58 bytes would otherwise share one function, the second migrate() replacing the
+ * first's, whose marks would then find no lease in the other inbox and roll back every delivery.
+ */
+export function markFunction(table: string): string {
+  const name = tableNames(table).name.split('.').pop()!;
+  if (name.length + MARK_SUFFIX.length <= 63) return besideInbox(table, MARK_SUFFIX);
+  let hash = 0x811c9dc5; // FNV-1a, 32 bits: the name is ASCII (tableNames)
+  for (let i = 0; i < name.length; i += 1) hash = Math.imul(hash ^ name.charCodeAt(i), 0x01000193);
+  const tag = `_${(hash >>> 0).toString(16).padStart(8, '0')}${MARK_SUFFIX}`;
+  return besideInbox(table.slice(0, table.length - name.length) + name.slice(0, 63 - tag.length), tag);
+}
 
 /** The `delivered` mark of the entry `key` held by lease `leaseId` (SQL expressions), in PL/pgSQL. */
 const markBody = (t: string, key: string, leaseId: string): string =>
