@@ -1,4 +1,5 @@
 import { PERSONAL_FIELDS } from '../store.js';
+import { distinctName } from '../schema-migrations.js';
 /** One part of a table name: an unquoted-style identifier, within PostgreSQL's 63-byte limit. */
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 
@@ -163,12 +164,9 @@ const MARK_SUFFIX = '_mark';
  * first's, whose marks would then find no lease in the other inbox and roll back every delivery.
  */
 export function markFunction(table: string): string {
-  const name = tableNames(table).name.split('.').pop()!;
-  if (name.length + MARK_SUFFIX.length <= 63) return besideInbox(table, MARK_SUFFIX);
-  let hash = 0x811c9dc5; // FNV-1a, 32 bits: the name is ASCII (tableNames)
-  for (let i = 0; i < name.length; i += 1) hash = Math.imul(hash ^ name.charCodeAt(i), 0x01000193);
-  const tag = `_${(hash >>> 0).toString(16).padStart(8, '0')}${MARK_SUFFIX}`;
-  return besideInbox(table.slice(0, table.length - name.length) + name.slice(0, 63 - tag.length), tag);
+  const parts = tableNames(table).name.split('.');
+  const name = distinctName(parts.pop()!, MARK_SUFFIX, 63);
+  return [...parts, name].map((part) => `"${part}"`).join('.');
 }
 
 /** The `delivered` mark of the entry `key` held by lease `leaseId` (SQL expressions), in PL/pgSQL. */
