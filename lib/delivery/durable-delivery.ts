@@ -45,6 +45,12 @@ const RECOVERY_BATCH = 50;
 const LOOK_AGAIN_MS = 25;
 /** How many times it looks again (over about 6 s) before leaving the entry to `recoveryIntervalMs`. */
 const LOOKS_AGAIN = 8;
+/** One look again of a waking retry (see `lookAgain`): its key, its wake-up's token, and what follows it. */
+interface Look {
+  key: string;
+  token: object;
+  then: () => void;
+}
 /** How old a reading of the store's pause switch may be before a delivery reads it again. */
 const PAUSE_READ_MS = 1_000;
 /** How often one instance deletes the delivered entries older than `ttlMs` (the dedupe window). */
@@ -454,25 +460,57 @@ export function createDurableDelivery<C>(
   const waking = new Map<string, object>();
 
   /**
+   * The looks again of every waking retry, by the time they run at (monotonic): each time is a multiple of its
+   * gap, so that the looks of many retries that failed close together (an outage of the ledger) run as one
+   * recovery pass each, not one pass per retry: about 9 per failure otherwise, each a lease query.
+   */
+  const looks = new Map<number, Look[]>();
+
+  /**
+   * Runs `then` after about `gap` ms, after one recovery pass shared with every look due at that time; no
+   * pass when each of their retries was taken up meanwhile.
+   */
+  function lookAgain(key: string, token: object, gap: number, then: () => void): void {
+    const at = Math.ceil((monotonicNow() + gap / 2) / gap) * gap;
+    let due = looks.get(at);
+    if (due === undefined) {
+      const shared: Look[] = [];
+      due = shared;
+      looks.set(at, shared);
+      after(at - monotonicNow(), () => {
+        looks.delete(at);
+        const waiting = shared.filter((look) => waking.get(look.key) === look.token);
+        if (waiting.length > 0) recover();
+        for (const look of waiting) look.then();
+      });
+    }
+    due.push({ key, token, then });
+  }
+
+  /**
    * A failed attempt's wake-up: a recovery pass once its retry is due. That pass can come before the entry
    * is due by the store's clock (a timer fires up to an event-loop turn early, and PostgreSQL, MySQL and Redis
    * judge `nextAttemptAt` by their own clock, which may be behind this one) and take nothing; then the retry
-   * would wait for `recoveryIntervalMs`. Until a pass takes the entry up, the wake-up looks again 25 ms
+   * would wait for `recoveryIntervalMs`. Until a pass takes the entry up, the wake-up looks again about 25 ms
    * later, doubling, 8 times (about 6 s), and leaves a larger gap between the clocks to the recovery interval.
+   * The looks again are shared between retries (see `lookAgain`).
    */
   function wake(key: string, delay: number): void {
     const token = {};
     waking.set(key, token);
-    const look = (looks: number): void => {
+    const look = (count: number): void => {
       if (waking.get(key) !== token) return; // taken up, or a later failure woke it again
-      if (looks > LOOKS_AGAIN) {
+      if (count >= LOOKS_AGAIN) {
         waking.delete(key);
         return;
       }
-      recover();
-      after(LOOK_AGAIN_MS * 2 ** looks, () => look(looks + 1));
+      lookAgain(key, token, LOOK_AGAIN_MS * 2 ** count, () => look(count + 1));
     };
-    after(delay, () => look(0));
+    after(delay, () => {
+      if (waking.get(key) !== token) return; // a later failure woke it again
+      recover();
+      look(0);
+    });
   }
 
   /**

@@ -165,3 +165,17 @@ export async function runMigrations(
     { dryRun },
   );
 }
+
+/**
+ * A name cut to `limit` bytes that stays distinct: `<name><suffix>` as it is when it fits, else the name cut
+ * and followed by 8 hex digits of a hash of the whole (FNV-1a) before `suffix`. For a name of ipn-kit's own
+ * that did not exist before it was cut this way (a function, a constraint), so two inboxes whose long names
+ * share their start do not share it. `name` is an ASCII identifier (checked by the store).
+ */
+export function distinctName(name: string, suffix: string, limit: number): string {
+  if (name.length + suffix.length <= limit) return `${name}${suffix}`;
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < name.length; i += 1) hash = Math.imul(hash ^ name.charCodeAt(i), 0x01000193);
+  const tag = `_${(hash >>> 0).toString(16).padStart(8, '0')}${suffix}`;
+  return `${name.slice(0, limit - tag.length)}${tag}`;
+}

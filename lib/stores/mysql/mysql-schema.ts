@@ -1,5 +1,6 @@
 import {
   checkedMigrations,
+  distinctName,
   schemaMigrations,
   type Migration,
   type MigrationStep,
@@ -72,7 +73,9 @@ const statement = (sql: string): MigrationStep => ({ sql: sql.trim().replace(/;$
 function sweepLockSteps(table: string): MigrationStep[] {
   const expected = beside(table, '_expected');
   const control = beside(table, '_control').quoted;
-  const check = beside(table, '_no_sweep_lock');
+  // Cut with a hash, not as `beside` cuts: MySQL 8 names a CHECK within the database, so two inboxes whose
+  // names differ after 50 bytes must not share one (the second migrate() would fail at this version).
+  const check = { name: distinctName(mysqlTableNames(table).name.split('.').pop()!, '_no_sweep_lock', 64) };
   return [
     addColumn(beside(table, '_control'), 'until_ms', 'BIGINT NULL'),
     statement(`INSERT INTO ${control} (name, value, updated_ms, until_ms)

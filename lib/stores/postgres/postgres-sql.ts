@@ -1,4 +1,5 @@
 import { PERSONAL_FIELDS } from '../store.js';
+import { distinctName } from '../schema-migrations.js';
 /** One part of a table name: an unquoted-style identifier, within PostgreSQL's 63-byte limit. */
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 
@@ -156,8 +157,17 @@ export function receivesJson(receives: ReadonlyArray<readonly unknown[]>): strin
 
 const MARK_SUFFIX = '_mark';
 
-/** The quoted name of the mark function beside inbox `table`: `<table>_mark`, in its schema, within 63 bytes. */
-export const markFunction = (table: string): string => besideInbox(table, MARK_SUFFIX);
+/**
+ * The quoted name of the mark function beside inbox `table`: `<table>_mark`, in its schema. A name too long
+ * for PostgreSQL's 63 bytes is cut and given a hash of the whole (`<cut>_<8 hex>_mark`): two inboxes whose
+ * names share their first 58 bytes would otherwise share one function, the second migrate() replacing the
+ * first's, whose marks would then find no lease in the other inbox and roll back every delivery.
+ */
+export function markFunction(table: string): string {
+  const parts = tableNames(table).name.split('.');
+  const name = distinctName(parts.pop()!, MARK_SUFFIX, 63);
+  return [...parts, name].map((part) => `"${part}"`).join('.');
+}
 
 /** The `delivered` mark of the entry `key` held by lease `leaseId` (SQL expressions), in PL/pgSQL. */
 const markBody = (t: string, key: string, leaseId: string): string =>

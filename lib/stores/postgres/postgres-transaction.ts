@@ -182,11 +182,13 @@ function insideTransaction(
 /**
  * A statement that changes a setting of the session, which outlives the transaction when it commits:
  * `SET name ...` or `SET SESSION ...` (`SET SESSION CHARACTERISTICS` too: the defaults of the session's next
- * transactions; not `SET LOCAL`, `SET TRANSACTION`, `SET CONSTRAINTS`), `RESET`,
+ * transactions; not `SET TRANSACTION`, `SET CONSTRAINTS`, nor `SET LOCAL` but of `search_path`, which is still in
+ * force at the mark and would hide the inbox table and its mark function from it), `RESET`,
  * `set_config(...)` (whose third argument may say `false`). Cheap to tell, so that only a delivery that
  * made one pays for its {@link RESET}.
  */
-const SETS_SESSION = /^\s*(?:set\s+(?!local\b|transaction\b|constraints\b)|reset\b)|\bset_config"?\s*\(/i;
+const SETS_SESSION =
+  /^\s*(?:set\s+(?!local\b|transaction\b|constraints\b)|set\s+local\s+search_path\b|reset\b)|\bset_config"?\s*\(/i;
 
 /**
  * Whether `text` holds a statement {@link SETS_SESSION} tells, read as PostgreSQL reads it (see
