@@ -2,7 +2,7 @@ import { Pool } from 'pg';
 import { ipnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { uniquePayload } from '../helpers/payloads.js';
-import { quiet } from '../helpers/quiet-logger.js';
+import { fastRetries } from '../helpers/fast-retries.js';
 import { servedRouters } from '../helpers/servers.js';
 import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
 
@@ -33,10 +33,7 @@ describeWithService('PostgreSQL', 'mark functions of two long inbox names that s
       const store = new PostgresStore({ pool, table });
       const ipn = ipnRouter({
         store,
-        delivery: 'at-least-once',
-        logger: quiet,
-        retryDelayMs: 20,
-        recoveryIntervalMs: 50,
+        ...fastRetries,
         leaseMs: 500,
       });
       ipn.on('successful', async (n, { db }) => {

@@ -1,7 +1,7 @@
 import { ipnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { uniquePayload } from '../helpers/payloads.js';
-import { quiet } from '../helpers/quiet-logger.js';
+import { fastRetries } from '../helpers/fast-retries.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { servedRouters } from '../helpers/servers.js';
 import { ledgerSchema } from '../helpers/ledger-schema.js';
@@ -24,10 +24,7 @@ describeWithService('PostgreSQL', 'the mark after a listener set search_path for
     const store = new PostgresStore({ pool });
     const ipn = ipnRouter({
       store,
-      delivery: 'at-least-once',
-      logger: quiet,
-      retryDelayMs: 20,
-      recoveryIntervalMs: 50,
+      ...fastRetries,
     });
     const recorder = recordEvents(ipn);
     ipn.on('successful', async (n, { db }) => {

@@ -29,23 +29,26 @@ function gate(): { opened: Promise<void>; open: () => void } {
   return { opened, open };
 }
 
-function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
-  async function start(options: Partial<Options> = {}) {
-    const store = await fresh();
-    const ipn = ipnRouter({
-      store,
-      delivery: 'at-least-once',
-      logger: quiet,
-      retryDelayMs: 5,
-      recoveryIntervalMs: TEN_MINUTES,
-      ...options,
-    });
-    const { post } = await serve(ipn);
-    return { ipn, store, post };
-  }
+/**
+ * An at-least-once router on `store`, served, retrying after 5 ms and taking up due entries only every ten
+ * minutes: what it delivers later, a wake-up delivered.
+ */
+async function start<S extends DurableStore>(store: S, options: Partial<Options> = {}) {
+  const ipn = ipnRouter({
+    store,
+    delivery: 'at-least-once',
+    logger: quiet,
+    retryDelayMs: 5,
+    recoveryIntervalMs: TEN_MINUTES,
+    ...options,
+  });
+  const { post } = await serve(ipn);
+  return { ipn, store, post };
+}
 
+function scenarios(fresh: () => Promise<DurableStore> | DurableStore) {
   test("a retry due while a drain's batch runs is taken up once that batch ends (not after recoveryIntervalMs)", async () => {
-    const { ipn, store, post } = await start();
+    const { ipn, store, post } = await start(await fresh());
     const held = gate();
     let entered = false;
     const failedOnce = new Set<string>();
@@ -219,14 +222,7 @@ describe("a retry's wake-up that comes before its entry is due by the store's cl
     ['the store clock 400 ms behind', 400],
     ['the store clock 3 s behind', 3_000],
   ])('the retry is still delivered long before recoveryIntervalMs (%s)', async (_, behindMs) => {
-    const store = new MemoryStore({ now: () => Date.now() - behindMs });
-    const ipn = ipnRouter({
-      store,
-      delivery: 'at-least-once',
-      logger: quiet,
-      retryDelayMs: 5,
-      recoveryIntervalMs: TEN_MINUTES,
-    });
+    const { ipn, store, post } = await start(new MemoryStore({ now: () => Date.now() - behindMs }));
     const credited: string[] = [];
     let failures = 0;
     ipn.on('successful', (n) => {
@@ -236,7 +232,6 @@ describe("a retry's wake-up that comes before its entry is due by the store's cl
       }
       credited.push(n.transaction_id);
     });
-    const { post } = await serve(ipn);
     const payment = uniquePayload();
     expect((await post(payment)).status).toBe(200);
     await eventually(
