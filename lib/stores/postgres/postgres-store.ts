@@ -183,7 +183,8 @@ export class PostgresStore<
   protected readonly dialect: SqlDialect;
   /**
    * Whether the exactly-once mark calls the function `<table>_mark` (schema version 6): cleared when the
-   * database has none (its own migrations stopped earlier), so the mark goes as a `DO` block, as before it.
+   * database has none (its own migrations stopped earlier) or the role may not run it (EXECUTE revoked), so
+   * the mark goes as a `DO` block, as before it.
    */
   #markFunction = true;
   /** How long a batch stuck on its connection holds its place: the routers' shortest `storeTimeoutMs`. */
@@ -451,7 +452,7 @@ export class PostgresStore<
     const mark = {
       statement,
       andCommit: (reset: boolean) => this.#sql.markAndCommit(key, leaseId, reset, this.#markFunction),
-      functionMissing: () => {
+      functionUnusable: () => {
         this.#markFunction = false;
       },
     };

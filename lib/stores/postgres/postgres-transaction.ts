@@ -8,13 +8,13 @@ import type { DeliveryTransaction } from '../store.js';
  * none once it was lost), then `COMMIT`; or the query `andCommit()` gives, both in one simple query that
  * fails with {@link LEASE_LOST} when the lease was lost (`undefined` when the key cannot stand in it), with
  * {@link RESET} before them when `reset` (a listener changed a setting of the session). `andCommit` calls
- * the mark function of schema version 6; `functionMissing` is told when the database has none (the attempt
- * fails, and the store sends the mark as a `DO` block from then on).
+ * the mark function of schema version 6; `functionUnusable` is told when the database has none, or the role
+ * may not run it (the attempt fails, and the store sends the mark as a `DO` block from then on).
  */
 export interface DeliveredMark {
   statement: [string, unknown[]];
   andCommit(reset: boolean): string | undefined;
-  functionMissing?(): void;
+  functionUnusable?(): void;
 }
 
 /** PostgreSQL's SQLSTATE for a function that does not exist. */
@@ -133,7 +133,7 @@ export function openTransaction(
             if (code !== UNDEFINED_FUNCTION && code !== INSUFFICIENT_PRIVILEGE) throw error;
             // Either way the retries send the mark as it was before version 6, which needs no function: a
             // role refused the table itself is refused there too, and reported again.
-            mark.functionMissing?.();
+            mark.functionUnusable?.();
             const retried =
               'the delivery is rolled back and retried with the mark sent as it was before version 6';
             throw new StoreError(
