@@ -22,7 +22,7 @@ const PREFIX = `ipn_mark_${process.pid}`;
 
 /** The mark as today's exactly-once path sends it, with the COMMIT: a DO block that raises on a lost lease. */
 const doMark = (table: string, key: string, lease: string): string =>
-  inboxSql(table).markAndCommit(key, lease, false, false)!;
+  inboxSql(table).markAndCommit(key, lease, false)!;
 
 /** A form of the schema and of the mark. */
 interface Form {

@@ -105,7 +105,7 @@ async function main(): Promise<void> {
           const client = await pool.connect();
           await client.query('BEGIN');
           await client.query(insert, [key, 'order', 100]);
-          await client.query(sql.markAndCommit(key, lease, false)!);
+          await client.query(sql.markAndCommit(key, lease)!);
           client.release();
         }
       },

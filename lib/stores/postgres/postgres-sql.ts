@@ -85,9 +85,8 @@ export const LEASE_LOST = 'IK001';
  * back to the session's start (its startup parameters, the role's and database's settings), so that none
  * outlives the delivery: through a transaction-mode pooler the connection serves other clients next. It
  * resets custom variables too (`app.tenant_id`), which no view lists. It leaves the role and the session
- * authorization as they are. Through `db`, a `SET` of the pool's `connect` event goes too, on that one;
- * through an ORM's `tx`, the mark then sets back what the session had set before the delivery (see
- * RESTORE_SESSION).
+ * authorization as they are. What the session had set before the delivery (the pool's `connect` event) goes
+ * too, so {@link restoreSession} sets it back next, from the settings read before the listeners set any.
  */
 export const RESET = 'RESET ALL';
 
@@ -109,21 +108,45 @@ const SESSION_SETTINGS = `SELECT name, current_setting(name) AS setting FROM pg_
   UNION ALL ${AUTHORIZATION}`;
 
 /**
- * Sets back, inside the ORM path's mark (after {@link RESET}, sent just before it), the settings of the
- * session as they were before the delivery (`$4`: {@link SESSION_SETTINGS} as the opening read them, a JSON
- * object): each one whose value is not that now is set to it, at session level, so that it holds after the
- * `COMMIT`. So what the pool's `connect` event, Knex's `searchPath` or the pooler set before the delivery
- * stays, and whatever a listener set, reset or added through the ORM's `tx` goes. The session authorization
- * goes back first, then the role, then the rest (a superuser's setting needs the role back). Settings that
- * RESET ALL leaves (the transaction's isolation and access mode) are as they were, so not set. Only
- * `current_setting` is read by name: no scan of `pg_settings`. The delivery's transaction holds it all: a
- * rollback undoes the listener's settings, the reset and these alike. Resolves how many it set.
+ * The settings of the session as {@link SESSION_SETTINGS} reads them, as one JSON object (`settings`): what
+ * {@link restoreSession} takes.
  */
-const RESTORE_SESSION = `SELECT count(set_config(name, was, false))::int AS settings FROM (
-        SELECT before.key AS name, before.value AS was FROM json_each_text($4::json) AS before
+const settingsJson = (settings: string): string =>
+  `(SELECT json_object_agg(name, setting)::text FROM (${settings}) AS session (name, setting))`;
+
+/** {@link SESSION_SETTINGS} as one JSON object: read before a listener's first setting through `db`. */
+export const SESSION_SNAPSHOT = `SELECT ${settingsJson(SESSION_SETTINGS)} AS settings`;
+
+/**
+ * Sets back, after {@link RESET} (sent just before it, in the same transaction), the settings of the session
+ * as they were before the delivery (`settings`, SQL: {@link SESSION_SETTINGS} as read then, a JSON object): each
+ * one whose value is not that now is set to it, at session level, so that it holds after the `COMMIT`. So
+ * what the pool's `connect` event, Knex's `searchPath` or the pooler set before the delivery stays, and
+ * whatever a listener set, reset or added goes. The session authorization goes back first, then the role,
+ * then the rest (a superuser's setting needs the role back). Settings that RESET ALL leaves (the
+ * transaction's isolation and access mode) are as they were, so not set. Only `current_setting` is read by
+ * name: no scan of `pg_settings`. The delivery's transaction holds it all: a rollback undoes the listener's
+ * settings, the reset and these alike. Resolves how many it set (`settings`).
+ */
+export const restoreSession = (
+  settings: string,
+): string => `SELECT count(set_config(name, was, false))::int AS settings FROM (
+        SELECT before.key AS name, before.value AS was FROM json_each_text(${settings}::json) AS before
         WHERE current_setting(before.key, true) IS DISTINCT FROM before.value
         ORDER BY CASE before.key WHEN 'session_authorization' THEN 0 WHEN 'role' THEN 1 ELSE 2 END
       ) AS changed`;
+
+/**
+ * What goes before the mark of a delivery through `db` whose listener changed a setting of the session:
+ * {@link RESET}, then {@link restoreSession} of `settings` (the JSON {@link SESSION_SNAPSHOT} read before the
+ * listener's first setting; none: the reset alone), as statements of one simple query, each ending with `; `.
+ * The JSON stands in it as an escape string literal, which reads the same whatever `standard_conforming_strings` says.
+ */
+export function resetSession(settings: string | undefined): string {
+  if (settings === undefined) return `${RESET}; `;
+  const literal = `E'${settings.replaceAll('\\', '\\\\').replaceAll("'", "\\'")}'`;
+  return `${RESET}; ${restoreSession(literal)}; `;
+}
 
 /** A schema name as `quote_ident` gives it: what the ORM path's opening reads may stand in SQL as it is. */
 const QUOTED_SCHEMA = /^(?:[a-z_][a-z0-9_$]*|"(?:[^"]|"")+")$/;
@@ -251,8 +274,7 @@ export function inboxSql(table: string) {
     // `keep`: the session's own settings are read, for the mark to set back (`sessionSettings: 'restore'`);
     // otherwise only its authorization and role.
     ormOpening: (keep = true): string => `SELECT txid_current()::text AS xid,
-        (SELECT json_object_agg(name, setting)::text
-          FROM (${keep ? SESSION_SETTINGS : AUTHORIZATION}) AS session (name, setting)) AS settings,
+        ${settingsJson(keep ? SESSION_SETTINGS : AUTHORIZATION)} AS settings,
         ${
           t.includes('.')
             ? 'NULL::text'
@@ -263,7 +285,7 @@ export function inboxSql(table: string) {
     // through `tx` with a raw ROLLBACK, this statement runs on its own (autocommit) and would commit
     // `delivered` with the ledger writes undone; `rolled_back` says so and nothing is marked. (After a raw
     // COMMIT the writes have landed, and marking them delivered is right.) $4 is the session's settings as
-    // `ormOpening` read them: sent after RESET, the same statement sets them back (see RESTORE_SESSION).
+    // `ormOpening` read them: sent after RESET, the same statement sets them back (see restoreSession).
     // `schema`: where `ormOpening` found the table (quoted), for a table named without one.
     deliveredInOrm: (schema?: string | null): string => {
       const table = schema && !t.includes('.') && QUOTED_SCHEMA.test(schema) ? `${schema}.${t}` : t;
@@ -272,7 +294,7 @@ export function inboxSql(table: string) {
         UPDATE ${table} SET status = 'delivered', delivered_at = now(), ${END_LEASE}
         WHERE key = $1 AND lease_id = $2 AND NOT (SELECT rolled_back FROM ended) RETURNING 1
       ),
-      restored AS (${RESTORE_SESSION})
+      restored AS (${restoreSession('$4')})
       SELECT (SELECT count(*) FROM marked)::int AS marked, EXISTS (SELECT 1 FROM ${table} WHERE key = $1) AS seen,
         (SELECT rolled_back FROM ended) AS rolled_back, (SELECT settings FROM restored) AS restored`;
     },
@@ -291,7 +313,7 @@ export function inboxSql(table: string) {
       )
       SELECT key, NULL AS lease_id FROM received UNION ALL SELECT key, lease_id FROM delivered`,
     // The `delivered` mark and the COMMIT of a delivery transaction, as one simple query: one round trip
-    // where two would do (after RESET ALL when `reset`). Only for a key and lease id of plain characters (a
+    // where two would do. Only for a key and lease id of plain characters (a
     // transaction id is, by the schema; a lease id is a UUID), which stand in it as literals; `undefined` for
     // any other. When the lease no longer holds the entry, the mark updates nothing and raises LEASE_LOST:
     // PostgreSQL then skips the COMMIT after it, and the caller rolls back. The mark is the function
@@ -299,9 +321,10 @@ export function inboxSql(table: string) {
     // without `useFunction` (a database whose function is missing), the same body as a DO block, which
     // PL/pgSQL compiles and plans anew on every call (150 to 200 µs more of PostgreSQL's CPU a payment:
     // bench/README.md, "Where the durable variants' time goes").
-    markAndCommit: (key: string, leaseId: string, reset: boolean, useFunction = true): string | undefined =>
+    // `before`: statements sent first, in the same query (resetSession).
+    markAndCommit: (key: string, leaseId: string, useFunction = true, before = ''): string | undefined =>
       PLAIN.test(key) && PLAIN.test(leaseId)
-        ? `${reset ? `${RESET}; ` : ''}${
+        ? `${before}${
             useFunction
               ? `SELECT ${markFunction(table)}('${key}', '${leaseId}')`
               : `DO $ipn_kit$ BEGIN ${markBody(t, `'${key}'`, `'${leaseId}'`)} END $ipn_kit$`

@@ -451,7 +451,7 @@ export class PostgresStore<
     const markWithout = () => this.#writes({ delivered: [key, leaseId] });
     const mark = {
       statement,
-      andCommit: (reset: boolean) => this.#sql.markAndCommit(key, leaseId, reset, this.#markFunction),
+      andCommit: (before: string) => this.#sql.markAndCommit(key, leaseId, this.#markFunction, before),
       functionUnusable: () => {
         this.#markFunction = false;
       },

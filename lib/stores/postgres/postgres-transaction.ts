@@ -1,4 +1,4 @@
-import { LEASE_LOST, RESET } from './postgres-sql.js';
+import { LEASE_LOST, resetSession, SESSION_SNAPSHOT } from './postgres-sql.js';
 import { openPoolTransaction, type PoolSide } from '../pool-transaction.js';
 import { DeliveryError, messageOf, StoreError } from '../../shared/errors.js';
 import type { DeliveryTransaction } from '../store.js';
@@ -6,14 +6,14 @@ import type { DeliveryTransaction } from '../store.js';
 /**
  * How a delivery transaction marks its entry delivered: `statement` (changing one row while the lease holds,
  * none once it was lost), then `COMMIT`; or the query `andCommit()` gives, both in one simple query that
- * fails with {@link LEASE_LOST} when the lease was lost (`undefined` when the key cannot stand in it), with
- * {@link RESET} before them when `reset` (a listener changed a setting of the session). `andCommit` calls
+ * fails with {@link LEASE_LOST} when the lease was lost (`undefined` when the key cannot stand in it), after
+ * the statements `before` (see `resetSession`: a listener changed a setting of the session). `andCommit` calls
  * the mark function of schema version 6; `functionUnusable` is told when the database has none, or the role
  * may not run it (the attempt fails, and the store sends the mark as a `DO` block from then on).
  */
 export interface DeliveredMark {
   statement: [string, unknown[]];
-  andCommit(reset: boolean): string | undefined;
+  andCommit(before: string): string | undefined;
   functionUnusable?(): void;
 }
 
@@ -100,6 +100,13 @@ export function openTransaction(
 ): Promise<DeliveryTransaction<unknown, unknown>> {
   let savepoints = 0; // BEGINs a listener sent through db, open as savepoints
   let setsSession = false; // a listener changed a setting of the session: RESET ALL before the mark
+  // The session's settings before a listener's first statement that changes one for the session
+  // (SESSION_SNAPSHOT, read in turn just before it), which the mark sets back after RESET ALL: what the
+  // pool's `connect` event set stays. Without those a listener set for the transaction alone before it
+  // (`locals`): pg_settings shows a SET LOCAL's value as the session's own, which would then outlive it.
+  let snapshot: Promise<string | undefined> | undefined;
+  let snapshotNext = false;
+  const locals = new Set<string>();
   const side: PoolSide<PgPoolClient> = {
     name: 'PostgreSQL',
     begin: 'BEGIN',
@@ -116,13 +123,45 @@ export function openTransaction(
       const mapped = insideTransaction(args, savepoints, key);
       savepoints = mapped.depth;
       setsSession ||= mapped.setsSession;
+      if (snapshot === undefined && !snapshotNext) {
+        // Read before this statement: what it sets for the transaction alone is not in it yet.
+        snapshotNext = mapped.setsSession;
+        if (!snapshotNext) for (const name of mapped.locals) locals.add(name);
+      }
       return mapped.args;
     },
-    send: (started, _method, args) =>
-      inTurn(started, (client) => client.query.bind(client) as (...a: unknown[]) => unknown, args),
+    send(started, _method, args) {
+      const query = (client: PgPoolClient) => client.query.bind(client) as (...a: unknown[]) => unknown;
+      if (snapshotNext) {
+        snapshotNext = false;
+        const read = started.then(async (client) => {
+          const { rows } = (await client.query(SESSION_SNAPSHOT)) as { rows?: Array<{ settings?: unknown }> };
+          const settings: unknown = rows?.[0]?.settings;
+          if (typeof settings !== 'string' || locals.size === 0) return settings as string | undefined;
+          const kept = Object.entries(JSON.parse(settings) as Record<string, string>).filter(
+            ([name]) => !locals.has(name.toLowerCase()),
+          );
+          return JSON.stringify(Object.fromEntries(kept));
+        });
+        snapshot = read;
+        const taken = started;
+        return inTurn(
+          read.then(() => taken),
+          query,
+          args,
+        );
+      }
+      return inTurn(started, query, args);
+    },
     async mark(client, { text, values }) {
       if (!client) return { rows: [], count: (await markWithout()) ? 1 : 0 };
-      const andCommit = mark.andCommit(setsSession);
+      // Before the mark (a listener's search_path would hide the inbox from it), and in the transaction: the
+      // listener's settings go, then what the session had set before them comes back.
+      let before = '';
+      if (setsSession) {
+        before = resetSession(await snapshot);
+      }
+      const andCommit = mark.andCommit(before);
       if (andCommit !== undefined) {
         // One round trip; a lost lease raises LEASE_LOST, which skips the COMMIT: the attempt rolls back.
         return client.query(andCommit).then(
@@ -148,7 +187,7 @@ export function openTransaction(
           },
         );
       }
-      if (setsSession) await client.query(RESET); // before the mark: it may have changed search_path
+      if (before !== '') await client.query(before);
       return { rows: [], count: (await client.query(text, values)).rowCount ?? 0 };
     },
     giveBack: (client) => client.release(),
@@ -161,22 +200,25 @@ export function openTransaction(
 /**
  * A listener's query arguments as they run inside a delivery's transaction, `depth` savepoints of its own
  * open (see {@link asSavepoint}): the same arguments, or the mapped statement in their place; the depth
- * after it; and whether it changes a setting of the session (`SET` but `SET LOCAL`, `RESET`, `set_config`),
- * which {@link RESET} then undoes before the commit. Throws the refusal of a statement that cannot run there.
+ * after it; whether it changes a setting of the session (see {@link SETS_SESSION}), which {@link RESET} then
+ * undoes before the commit; and the settings it sets for the transaction alone (see {@link localNames}).
+ * Throws the refusal of a statement that cannot run there.
  */
 function insideTransaction(
   args: unknown[],
   depth: number,
   key: string,
-): { args: unknown[]; depth: number; setsSession: boolean } {
+): { args: unknown[]; depth: number; setsSession: boolean; locals: string[] } {
   const text = textOf(args[0]);
-  const setsSession = text !== undefined && changesSession(text);
+  const statements = text === undefined ? [] : settingStatements(text);
+  const setsSession = statements.some((each) => SETS_SESSION.test(each) && !onlyLocalConfig(each));
+  const locals = statements.flatMap(localNames);
   const mapped = asSavepoint(text, depth, key);
-  if (mapped === undefined) return { args, depth, setsSession };
+  if (mapped === undefined) return { args, depth, setsSession, locals };
   // Refused before the depth changes: a savepoint that is never sent must not be released later.
   if (typeof Reflect.get(Object(args[0]), 'submit') === 'function') throw submittableRefusal(key);
   const first = typeof args[0] === 'string' ? mapped.text : { ...(args[0] as object), text: mapped.text };
-  return { args: [first, ...args.slice(1)], depth: mapped.depth, setsSession };
+  return { args: [first, ...args.slice(1)], depth: mapped.depth, setsSession, locals };
 }
 
 /**
@@ -184,21 +226,64 @@ function insideTransaction(
  * `SET name ...` or `SET SESSION ...` (`SET SESSION CHARACTERISTICS` too: the defaults of the session's next
  * transactions; not `SET TRANSACTION`, `SET CONSTRAINTS`, nor `SET LOCAL` but of `search_path`, which is still in
  * force at the mark and would hide the inbox table and its mark function from it), `RESET`,
- * `set_config(...)` (whose third argument may say `false`). Cheap to tell, so that only a delivery that
- * made one pays for its {@link RESET}.
+ * `set_config(...)` (whose third argument may say `false`; not when each of its calls says `true`, for a
+ * setting named as a literal other than `search_path`: see {@link onlyLocalConfig}). Cheap to tell, so that
+ * only a delivery that made one pays for its {@link RESET}.
  */
 const SETS_SESSION =
-  /^\s*(?:set\s+(?!local\b|transaction\b|constraints\b)|set\s+local\s+search_path\b|reset\b)|\bset_config"?\s*\(/i;
+  /^\s*(?:set\s+(?!local\b|transaction\b|constraints\b)|set\s+local\s+(?:search_path|schema)\b|reset\b)|\bset_config"?\s*\(/i;
+
+/** A call of `set_config`. */
+const SET_CONFIG = /\bset_config"?\s*\(/gi;
+/** A call of `set_config` for the transaction alone, of a setting named as a literal (captured). */
+const LOCAL_SET_CONFIG =
+  /\bset_config"?\s*\(\s*'((?:[^']|'')*)'\s*,\s*(?:'(?:[^']|'')*'|\$\d+|[^,()']*)\s*,\s*true\s*\)/gi;
 
 /**
- * Whether `text` holds a statement {@link SETS_SESSION} tells, read as PostgreSQL reads it (see
- * {@link splitStatements}, both ways a string literal can be read): a comment before the `SET` (an ORM's
- * trace comment) or a quoted `"set_config"` must not let a setting outlive the delivery on the pooled
- * client, nor the mark run under it (a `search_path`).
+ * Whether `statement` is a `SELECT set_config(...)` whose every call sets a setting named as a literal,
+ * other than `search_path`, for the transaction alone (`set_config('app.tenant_id', $1, true)`, the usual
+ * row-level security setup): it ends with the transaction and hides nothing from the mark, so it needs no
+ * {@link RESET}.
  */
-function changesSession(text: string): boolean {
-  if (!/set/i.test(text)) return false; // cheap: most statements name none
-  return [...splitStatements(text), ...splitStatements(text, true)].some((each) => SETS_SESSION.test(each));
+function onlyLocalConfig(statement: string): boolean {
+  if (!/^\s*select\b/i.test(statement)) return false;
+  const calls = statement.match(SET_CONFIG)?.length ?? 0;
+  const locals = [...statement.matchAll(LOCAL_SET_CONFIG)];
+  return (
+    calls > 0 && locals.length === calls && locals.every(([, name]) => name!.toLowerCase() !== 'search_path')
+  );
+}
+
+/** `SET LOCAL name`, the name captured (`TIME ZONE`, `ROLE`, `SESSION AUTHORIZATION` as their settings). */
+const SET_LOCAL = /^\s*set\s+local\s+("[^"]+"|time\s+zone\b|session\s+authorization\b|[\w.$]+)/i;
+
+/**
+ * The settings `statement` sets for the transaction alone (`SET LOCAL`, {@link onlyLocalConfig}'s
+ * `set_config`), lower-cased as `pg_settings` names them (but for case).
+ */
+function localNames(statement: string): string[] {
+  const local = SET_LOCAL.exec(statement)?.[1];
+  if (local !== undefined) {
+    const name = local.replace(/^"|"$/g, '').toLowerCase().replace(/\s+/g, ' ');
+    return [
+      name === 'time zone' ? 'timezone' : name === 'session authorization' ? 'session_authorization' : name,
+    ];
+  }
+  if (!onlyLocalConfig(statement)) return [];
+  return [...statement.matchAll(LOCAL_SET_CONFIG)].map(([, name]) =>
+    name!.replaceAll("''", "'").toLowerCase(),
+  );
+}
+
+/**
+ * The statements of `text` that {@link SETS_SESSION} and {@link localNames} read, read as
+ * PostgreSQL reads it (see {@link splitStatements}, both ways a string literal can be read): a comment
+ * before the `SET` (an ORM's trace comment) or a quoted `"set_config"` must not let a setting outlive the
+ * delivery on the pooled client, nor the mark run under it (a `search_path`).
+ */
+function settingStatements(text: string): string[] {
+  if (!/set/i.test(text)) return []; // cheap: most statements name none
+  return [...splitStatements(text), ...splitStatements(text, true)];
 }
 
 /** What `db` is an object of before its first query: the pool's client class's (`db instanceof Client`). */

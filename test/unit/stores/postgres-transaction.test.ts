@@ -57,9 +57,9 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
     const update = `UPDATE ${inbox} SET status = 'delivered', lease_id = NULL WHERE key = $1 AND lease_id = $2`;
     const mark: DeliveredMark = {
       statement: [update, [key, leaseId]],
-      andCommit: (reset) =>
+      andCommit: (before) =>
         combined
-          ? `${reset ? 'RESET ALL; ' : ''}DO $ipn_kit$ BEGIN
+          ? `${before}DO $ipn_kit$ BEGIN
                UPDATE ${inbox} SET status = 'delivered', lease_id = NULL
                WHERE key = '${key}' AND lease_id = '${leaseId}';
                IF NOT FOUND THEN RAISE EXCEPTION 'lost' USING ERRCODE = '${LEASE_LOST}'; END IF;

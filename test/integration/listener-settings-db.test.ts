@@ -1,0 +1,157 @@
+import { Pool } from 'pg';
+import { ipnRouter } from 'ipn-kit';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { uniquePayload } from '../helpers/payloads.js';
+import { fastRetries } from '../helpers/fast-retries.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { servedRouters } from '../helpers/servers.js';
+import { ledgerSchema } from '../helpers/ledger-schema.js';
+import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
+
+jest.setTimeout(30_000);
+
+// A listener that changes a setting of the session through `db` has it undone before the delivery commits
+// (RESET ALL): the pooled connection serves the app next. What the pool's `connect` event set on that
+// connection before the delivery (a search_path, a statement_timeout) must come back, or the app's next
+// queries on it run under the server's defaults: another schema, no timeout.
+describeWithService(
+  'PostgreSQL',
+  "a listener's settings through db, on a pool whose connect event sets some",
+  () => {
+    const ledger = ledgerSchema('ipn_rv_conn');
+    const serve = servedRouters();
+    const pools: Pool[] = [];
+    const role = `${ledger.schema}_role`;
+    beforeAll(async () => {
+      await ledger.pool().query(`CREATE ROLE ${role} NOLOGIN`);
+      await ledger.pool().query(`GRANT USAGE ON SCHEMA ${ledger.schema} TO ${role}`);
+      await ledger.pool().query(`GRANT INSERT ON ${ledger.schema}.ledger TO ${role}`);
+    });
+    // After ledgerSchema's own (declared first, run first), which drops the schema and so the grants.
+    afterAll(async () => {
+      await Promise.all(pools.map((pool) => pool.end()));
+      const admin = new Pool({ connectionString: databaseUrl(), max: 1 });
+      await admin.query(`DROP ROLE IF EXISTS ${role}`).finally(() => admin.end());
+    });
+
+    /** One connection, set up by the `connect` event as apps do: no startup parameter. */
+    function connectingPool(): Pool {
+      const pool = new Pool({ connectionString: databaseUrl(), max: 1 });
+      pool.on('connect', (client) => {
+        void client.query(`SET search_path TO ${ledger.schema}`);
+        void client.query("SET statement_timeout = '12345'");
+        // A quote and a backslash: the value is set back through a string literal.
+        void client.query(String.raw`SET application_name = 'it''s \ ipn'`);
+        // A custom variable: no view lists it, so after a RESET ALL nothing can set it back.
+        void client.query("SET app.origin = 'pool'");
+      });
+      pool.on('error', () => {});
+      pools.push(pool);
+      return pool;
+    }
+
+    const settingsOf = async (pool: Pool) =>
+      (
+        await pool.query<{
+          role: string;
+          search_path: string;
+          statement_timeout: string;
+          app: string;
+          work_mem: string;
+          origin: string;
+        }>(
+          `SELECT current_user AS role, current_setting('search_path') AS search_path,
+          current_setting('statement_timeout') AS statement_timeout, current_setting('application_name') AS app, current_setting('work_mem') AS work_mem,
+          current_setting('app.origin', true) AS origin`,
+        )
+      ).rows[0];
+
+    /** The settings as the connect event leaves them; `reset`: the custom variable's too. */
+    const connected = (origin = 'pool') => ({
+      role: expect.any(String),
+      search_path: ledger.schema,
+      statement_timeout: '12345ms',
+      app: String.raw`it's \ ipn`,
+      work_mem: expect.any(String),
+      origin,
+    });
+
+    type Sets = Array<string | [string, unknown[]]>;
+    test.each<[string, Sets, ReturnType<typeof connected>]>([
+      ['a plain SET', ["SET work_mem = '7MB'"], connected('')],
+      [
+        "a SET LOCAL of the connect's setting after set_config(..., false)",
+        ["SELECT set_config('work_mem', '7MB', false)", "SET LOCAL statement_timeout = '1000'"],
+        connected(''),
+      ],
+      ['SET LOCAL search_path', ['SET LOCAL search_path TO pg_catalog'], connected('')],
+      ['RESET ALL', ['RESET ALL'], connected('')],
+      ['SET ROLE', [`SET ROLE ${role}`], connected('')],
+      ['SET application_name', ["SET application_name = 'listener'"], connected('')],
+      // Row-level security's setup: for the transaction alone, so nothing to undo, and no RESET ALL.
+      [
+        "set_config('app.tenant', $1, true)",
+        [["SELECT set_config('app.tenant', $1, true), set_config('app.user', 'u', TRUE)", ['t1']]],
+        connected(),
+      ],
+      ['SET LOCAL', ["SET LOCAL work_mem = '7MB'"], connected()],
+    ])('%s: credited once, and the connection keeps what its connect event set', async (_, sets, after) => {
+      const pool = connectingPool();
+      const defaults = await settingsOf(pool);
+      expect(defaults).toEqual(connected());
+      const ipn = ipnRouter({ store: new PostgresStore({ pool }), ...fastRetries });
+      const recorder = recordEvents(ipn);
+      ipn.on('successful', async (n, { db }) => {
+        for (const statement of sets) {
+          if (typeof statement === 'string') await db.query(statement);
+          else await db.query(...statement);
+        }
+        await db.query(`INSERT INTO ${ledger.schema}.ledger (transaction_id, order_id) VALUES ($1, 'x')`, [
+          n.transaction_id,
+        ]);
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await eventually(
+        'delivered',
+        async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+        5_000,
+      ).catch((error: unknown) => {
+        throw new Error(
+          `${String(error)}: ${JSON.stringify(recorder.of('error').map((e) => e.error.message))}`,
+        );
+      });
+      expect(await ledger.ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'x' }]);
+      expect(recorder.of('error').map((event) => event.error.message)).toEqual([]);
+      expect(await settingsOf(pool)).toEqual({ ...defaults, origin: after.origin });
+    });
+
+    // The session's settings, read before the plain SET, show the SET LOCAL's value as the session's own:
+    // that one is not set back (it would outlive the delivery), so it goes back to the server's default.
+    test('a SET LOCAL before a plain SET: neither outlives the delivery', async () => {
+      const pool = connectingPool();
+      const ipn = ipnRouter({ store: new PostgresStore({ pool }), ...fastRetries });
+      const recorder = recordEvents(ipn);
+      ipn.on('successful', async (n, { db }) => {
+        await db.query("SET LOCAL statement_timeout = '1000'");
+        await db.query("SET work_mem = '7MB'");
+        await db.query(`INSERT INTO ${ledger.schema}.ledger (transaction_id, order_id) VALUES ($1, 'x')`, [
+          n.transaction_id,
+        ]);
+      });
+      const before = await settingsOf(pool);
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await eventually(
+        'delivered',
+        async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+        5_000,
+      );
+      expect(recorder.of('error')).toEqual([]);
+      expect(await ledger.ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'x' }]);
+      expect(await settingsOf(pool)).toEqual({ ...before, statement_timeout: '0', origin: '' });
+    });
+  },
+);
