@@ -23,6 +23,10 @@ export interface Held<C> {
   onError: (error: unknown) => void;
   /** The listeners' queries in promise form (see `unobserved`). */
   watched: Array<Watched<unknown>>;
+  /** The mark has looked for unobserved failures: a query refused from now on is a late write. */
+  checked?: boolean;
+  /** Where a late write that nothing awaited is told of (the router's `error` event; see `lateWrite`). */
+  report?: (error: IpnKitError) => void;
   /**
    * Settles once the last query a listener made has: each runs only once the one before it has answered,
    * so that none is sent after the transaction failed, and the mark comes after all of them.
@@ -132,6 +136,7 @@ export async function openPoolTransaction<C extends object>(
       if (held.broken !== undefined) throw rolledBack(key, held.broken);
       await Promise.all(held.watched.map(({ settled }) => settled));
       const missed = uncaught(held.watched);
+      held.checked = true;
       if (missed) throw unobserved(key, missed.error);
       // No listener query opened a connection: nothing to make atomic, the mark runs without one.
       const { committed, ...result } = await side.mark(held.opening && (await held.opening), statement);
@@ -145,6 +150,9 @@ export async function openPoolTransaction<C extends object>(
     db,
     get state() {
       return opened.state === 'open' && held.opening === undefined ? 'idle' : opened.state;
+    },
+    onLateWrite(report) {
+      held.report = report;
     },
     async commit() {
       try {
@@ -184,6 +192,18 @@ function unobserved(key: string, error: unknown): DeliveryError {
   return new DeliveryError(
     `a query a listener made through db failed, and nothing awaited it: ${messageOf(error)}. The delivery ` +
       `transaction of ${key} is rolled back and the attempt retried: await every query made through tx or db`,
+    { cause: error },
+  );
+}
+
+/**
+ * A write through db refused because its attempt had ended, that nothing awaited a turn of the event loop
+ * later: it never ran, and this is all that tells of it.
+ */
+function lateWrite(key: string, error: unknown): DeliveryError {
+  return new DeliveryError(
+    `a query a listener made through db after the delivery of ${key} ended was not run, and nothing ` +
+      `awaited it: ${messageOf(error)}`,
     { cause: error },
   );
 }
@@ -259,12 +279,20 @@ function uncaught(queries: Array<Watched<unknown>>): { error: unknown } | undefi
 
 /**
  * `result` as the listener gets it: a promise becomes a {@link Watched} one, kept in `held` for the mark;
- * a callback or a submittable form is left as it is (its callback or its `error` event hears the failure).
+ * one refused `late` (after the mark looked) is reported instead when nothing observed its failure a turn
+ * of the event loop later. A callback or a submittable form is left as it is (its callback or its `error`
+ * event hears the failure).
  */
-function watch<C>(held: Held<C>, result: unknown): unknown {
+function watch<C>(held: Held<C>, result: unknown, late?: string): unknown {
   if (!(result instanceof Promise)) return result;
   const query = watched(result as Promise<unknown>);
-  held.watched.push(query);
+  if (late === undefined) held.watched.push(query);
+  else
+    void query.settled.then(() =>
+      setTimeout(() => {
+        if (query.failure && !query.caught) held.report?.(lateWrite(late, query.failure.error));
+      }),
+    );
   return query;
 }
 
@@ -283,9 +311,11 @@ function guarded<C extends object>(side: PoolSide<C>, held: Held<C>, key: string
     });
   };
   const send = (method: string, args: unknown[]): unknown => {
-    const refuse = (refusal: Error) =>
-      watch(held, side.send(Promise.reject(refusal), method, args, held).result);
-    if (held.ended || held.marking) return refuse(new LateWriteError(key));
+    const refuse = (refusal: Error, late?: string) =>
+      watch(held, side.send(Promise.reject(refusal), method, args, held).result, late);
+    if (held.ended || held.marking) {
+      return refuse(new LateWriteError(key), held.ended || held.checked ? key : undefined);
+    }
     let mapped: unknown[];
     try {
       mapped = side.inside(args);

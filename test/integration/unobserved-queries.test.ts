@@ -1,11 +1,12 @@
 import type { Pool as PgPool } from 'pg';
 import { createPool, type Pool, type RowDataPacket } from 'mysql2/promise';
-import { ipnRouter, type IpnNotification } from 'ipn-kit';
+import { ipnRouter, type IpnNotification, type Logger } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { MysqlStore } from 'ipn-kit/mysql';
 import { fastRetries } from '../helpers/fast-retries.js';
 import { ledgerSchema } from '../helpers/ledger-schema.js';
 import { uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { servedRouters } from '../helpers/servers.js';
 import { describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
@@ -19,7 +20,7 @@ interface Db {
 
 /** One database under the pool seam: its router, and how to write and read its ledger. */
 interface Side {
-  router(options?: { leaseMs?: number }): ReturnType<typeof ipnRouter>;
+  router(options?: { leaseMs?: number; logger?: Logger }): ReturnType<typeof ipnRouter>;
   /** The ledger's insert of (transaction_id, order_id), and the same into a table that does not exist. */
   credit: string;
   missing: string;
@@ -32,6 +33,8 @@ const asDb = (db: unknown) => db as Db;
 const keyOf = (payload: Record<string, unknown>) => `${String(payload.transaction_id)}:SUCCESSFUL`;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const unobserved = /a query a listener made through db failed, and nothing awaited it/;
+const lateFor = (key: string) =>
+  new RegExp(`after the delivery of ${key.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} ended was not run`);
 
 /** The scenarios, for either database; `mysql`: a failed statement leaves the transaction going. */
 function scenarios(side: () => Side, mysql: boolean): void {
@@ -104,6 +107,62 @@ function scenarios(side: () => Side, mysql: boolean): void {
       expect(await entryOf(keyOf(payload))).toMatchObject({ attempts: 1 });
       expect(recorder.of('error')).toEqual([]);
     });
+
+  test("a write through db after the delivery that nothing awaits is reported through 'error', naming the key; an awaited one is the listener's to hear", async () => {
+    const { router, credit, rowsOf, entryOf } = side();
+    const logged: string[] = [];
+    // With an 'error' listener (recordEvents), the router logs what it reports at debug: both levels count.
+    const log = (_: object, message: string) => void logged.push(message);
+    const logger = { ...quiet, debug: log, error: log };
+    const { ipn, post } = await serve(router({ logger }));
+    const recorder = recordEvents(ipn);
+    let kept: Db | undefined;
+    ipn.on('successful', async (n, { db }) => {
+      kept = asDb(db);
+      await kept.query(credit, [n.transaction_id, 'credited']);
+    });
+    const payload = uniquePayload();
+    const key = keyOf(payload);
+    expect((await post(payload)).status).toBe(200);
+    await eventually('delivered', async () => (await entryOf(key))?.status === 'delivered');
+
+    // As a listener's setTimeout(() => db.query(...)) would, once its attempt was over.
+    void kept!.query(credit, [payload.transaction_id, 'late']);
+    void kept!.query(credit, [payload.transaction_id, 'late, then']).then(() => 'credited');
+    await expect(kept!.query(credit, [payload.transaction_id, 'late, awaited'])).rejects.toThrow(/has ended/);
+
+    await eventually('both unawaited late writes reported', () => recorder.count('error') >= 2);
+    await sleep(50);
+    expect(recorder.of('error').map((event) => event.error.message)).toEqual([
+      expect.stringMatching(lateFor(key)),
+      expect.stringMatching(lateFor(key)),
+    ]);
+    const lines = logged.filter((line) => !line.startsWith('stack:') && lateFor(key).test(line));
+    expect(lines).toHaveLength(2);
+    expect(await rowsOf(payload.transaction_id)).toBe(1);
+  });
+
+  test("a write through db that an abandoned attempt's listener makes once it was abandoned is reported through 'error'", async () => {
+    const { router, credit, rowsOf, entryOf } = side();
+    const { ipn, post } = await serve(router({ leaseMs: 500 }));
+    const recorder = recordEvents(ipn);
+    let release = () => {};
+    const released = new Promise<void>((resolve) => (release = resolve));
+    ipn.on('successful', async (n, { db, attempt }) => {
+      if (attempt === 1) {
+        await released; // past leaseMs: the attempt is abandoned meanwhile
+        void asDb(db).query(credit, [n.transaction_id, 'late']);
+      } else await asDb(db).query(credit, [n.transaction_id, 'credited']);
+    });
+    const payload = uniquePayload();
+    const key = keyOf(payload);
+    expect((await post(payload)).status).toBe(200);
+    await eventually('delivered', async () => (await entryOf(key))?.status === 'delivered');
+    release();
+    const messages = () => recorder.of('error').map((event) => String(event.error.message));
+    await eventually('the late write reported', () => messages().some((m) => lateFor(key).test(m)));
+    expect(await rowsOf(payload.transaction_id)).toBe(1);
+  });
 }
 
 describeWithService('PostgreSQL', 'unobserved queries through db: PostgresStore', () => {
