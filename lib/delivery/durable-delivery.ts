@@ -158,6 +158,7 @@ export function createDurableDelivery<C>(
     }
     const opened = await tx.open();
     if (opened === undefined) return emitAndSettle(n, context);
+    opened.onLateWrite?.((error) => report(error, n)); // a listener's write after the attempt ended
     const shared = opened.db === undefined ? { tx: opened.tx } : { tx: opened.tx, db: opened.db };
     return emitAndSettle(n, { ...context, ...shared });
   }

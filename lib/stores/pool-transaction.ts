@@ -21,8 +21,12 @@ export interface Held<C> {
   failed?: unknown;
   /** Keeps that `error` (listening on the connection while the attempt holds it). */
   onError: (error: unknown) => void;
-  /** The listeners' queries in promise form, each with its failure once it has failed (see `unobserved`). */
-  watched: Array<{ query: Watched<unknown>; settled: Promise<void>; failure?: { error: unknown } }>;
+  /** The listeners' queries in promise form (see `unobserved`). */
+  watched: Array<Watched<unknown>>;
+  /** The mark has looked for unobserved failures: a query refused from now on is a late write. */
+  checked?: boolean;
+  /** Where a late write that nothing awaited is told of (the router's `error` event; see `lateWrite`). */
+  report?: (error: IpnKitError) => void;
   /**
    * Settles once the last query a listener made has: each runs only once the one before it has answered,
    * so that none is sent after the transaction failed, and the mark comes after all of them.
@@ -131,7 +135,8 @@ export async function openPoolTransaction<C extends object>(
       }
       if (held.broken !== undefined) throw rolledBack(key, held.broken);
       await Promise.all(held.watched.map(({ settled }) => settled));
-      const missed = held.watched.find(({ query, failure }) => failure && !query.observed)?.failure;
+      const missed = uncaught(held.watched);
+      held.checked = true;
       if (missed) throw unobserved(key, missed.error);
       // No listener query opened a connection: nothing to make atomic, the mark runs without one.
       const { committed, ...result } = await side.mark(held.opening && (await held.opening), statement);
@@ -145,6 +150,9 @@ export async function openPoolTransaction<C extends object>(
     db,
     get state() {
       return opened.state === 'open' && held.opening === undefined ? 'idle' : opened.state;
+    },
+    onLateWrite(report) {
+      held.report = report;
     },
     async commit() {
       try {
@@ -189,43 +197,102 @@ function unobserved(key: string, error: unknown): DeliveryError {
 }
 
 /**
- * A listener's query in promise form that knows whether anything has awaited it, or attached a handler:
- * `await` reads `then` of a promise of a subclass (of a plain `Promise` it does not), as `.then`, `.catch`
- * and `.finally` call it. The promises it derives are plain ones.
+ * A write through db refused because its attempt had ended, that nothing awaited a turn of the event loop
+ * later: it never ran, and this is all that tells of it.
+ */
+function lateWrite(key: string, error: unknown): DeliveryError {
+  return new DeliveryError(
+    `a query a listener made through db after the delivery of ${key} ended was not run, and nothing ` +
+      `awaited it: ${messageOf(error)}`,
+    { cause: error },
+  );
+}
+
+/**
+ * A listener's query in promise form, or a promise derived from one, that knows whether its failure is
+ * observed: a rejection handler attached to it (`await`, `.catch`, `.then(_, onRejected)`), or to what it
+ * handed its failure on to (`.then(f)` and `.finally(f)` derive watched promises in turn). `await` reads
+ * `then` of a promise of a subclass (of a plain `Promise` it does not). Its failure is kept and marked
+ * handled (never an unhandled rejection).
  */
 class Watched<T> extends Promise<T> {
   static override get [Symbol.species](): PromiseConstructor {
     return Promise;
   }
 
+  /** A rejection handler was attached to it. */
   observed = false;
+  failure?: { error: unknown };
+  /** Settles once it has; never rejects (set by {@link watched}). */
+  settled!: Promise<void>;
+  /** What `.then(f)` and `.finally(f)` derived from it: its failure travels on in them. */
+  readonly derived: Array<Watched<unknown>> = [];
+
+  /** Its failure reaches a rejection handler, here or through what it derived. */
+  get caught(): boolean {
+    return this.observed || this.derived.some((each) => each.caught);
+  }
 
   override then<A = T, B = never>(
     onFulfilled?: ((value: T) => A | PromiseLike<A>) | null,
     onRejected?: ((reason: unknown) => B | PromiseLike<B>) | null,
   ): Promise<A | B> {
+    const derived = super.then(onFulfilled, onRejected);
+    if (typeof onRejected !== 'function') return this.handOn(derived);
     this.observed = true;
-    return super.then(onFulfilled, onRejected);
+    return derived;
+  }
+
+  override finally(onFinally?: (() => void) | null): Promise<T> {
+    // Not through `then`, which `finally` calls with a rejection handler of its own that observes nothing.
+    return this.handOn((Promise.prototype.then.call(this) as Promise<T>).finally(onFinally));
+  }
+
+  private handOn<U>(derived: Promise<U>): Watched<U> {
+    const next = watched(derived);
+    this.derived.push(next);
+    return next;
   }
 }
 
+/** `promise` as a {@link Watched} one. */
+function watched<T>(promise: Promise<T>): Watched<T> {
+  const query = new Watched<T>((resolve, reject) => void promise.then(resolve, reject));
+  query.settled = Promise.prototype.then.call(query, undefined, (error: unknown) => {
+    query.failure = { error };
+  }) as Promise<void>;
+  return query;
+}
+
 /**
- * `result` as the listener gets it: a promise becomes a {@link Watched} one, whose failure is kept in
- * `held` and marked handled (never an unhandled rejection); a callback or a submittable form is left as it
- * is (its callback or its `error` event hears the failure).
+ * The first failure among `queries` and what they derived that reaches no rejection handler. One derived
+ * that has not settled (a `finally` callback still running) is not waited for: its query's failure is
+ * unobserved until something observes the derived one.
  */
-function watch<C>(held: Held<C>, result: unknown): unknown {
+function uncaught(queries: Array<Watched<unknown>>): { error: unknown } | undefined {
+  for (const query of queries) {
+    const missed = query.failure && !query.caught ? query.failure : uncaught(query.derived);
+    if (missed) return missed;
+  }
+  return undefined;
+}
+
+/**
+ * `result` as the listener gets it: a promise becomes a {@link Watched} one, kept in `held` for the mark;
+ * one refused `late` (after the mark looked) is reported instead when nothing observed its failure a turn
+ * of the event loop later. A callback or a submittable form is left as it is (its callback or its `error`
+ * event hears the failure).
+ */
+function watch<C>(held: Held<C>, result: unknown, late?: string): unknown {
   if (!(result instanceof Promise)) return result;
-  const query = new Watched<unknown>((resolve, reject) => {
-    (result as Promise<unknown>).then(resolve, reject);
-  });
-  const entry: (typeof held.watched)[number] = {
-    query,
-    settled: Promise.prototype.then.call(query, undefined, (error: unknown) => {
-      entry.failure = { error };
-    }) as Promise<void>,
-  };
-  held.watched.push(entry);
+  const query = watched(result as Promise<unknown>);
+  if (late === undefined) held.watched.push(query);
+  else
+    void query.settled.then(() =>
+      setTimeout(() => {
+        if (query.failure && !query.caught) held.report?.(lateWrite(late, query.failure.error));
+      }),
+    );
   return query;
 }
 
@@ -244,9 +311,11 @@ function guarded<C extends object>(side: PoolSide<C>, held: Held<C>, key: string
     });
   };
   const send = (method: string, args: unknown[]): unknown => {
-    const refuse = (refusal: Error) =>
-      watch(held, side.send(Promise.reject(refusal), method, args, held).result);
-    if (held.ended || held.marking) return refuse(new LateWriteError(key));
+    const refuse = (refusal: Error, late?: string) =>
+      watch(held, side.send(Promise.reject(refusal), method, args, held).result, late);
+    if (held.ended || held.marking) {
+      return refuse(new LateWriteError(key), held.ended || held.checked ? key : undefined);
+    }
     let mapped: unknown[];
     try {
       mapped = side.inside(args);

@@ -1,3 +1,4 @@
+import type { IpnKitError } from '../shared/errors.js';
 import type { ExpectationStore } from './expectation-store.js';
 import type { LifecycleStore } from './lifecycle-store.js';
 
@@ -322,4 +323,10 @@ export interface DeliveryTransaction<Tx = unknown, Db = unknown> {
    * theirs lands (by closing its connection, or by rolling back only once they are done). Never rejects.
    */
   rollback(listeners?: Promise<unknown>): Promise<void>;
+  /**
+   * Optional: where to tell of a write through `tx` or `db` made once the attempt had ended (refused, it
+   * never ran) whose refusal nothing awaited. Delivery calls it once the transaction is open, with a
+   * function that reports to the router's `error` event.
+   */
+  onLateWrite?(report: (error: IpnKitError) => void): void;
 }
