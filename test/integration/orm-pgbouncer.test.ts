@@ -44,24 +44,44 @@ direct.on('error', () => {});
 afterAll(() => direct.end());
 
 /**
- * Runs a cleanup step; when it has not ended after 20 s, prints what every other PostgreSQL session is doing
- * (state, wait, query), so that a hook that times out in CI says which step hung and on what. Once, in a full
- * run, this file's teardown outlived Jest's minute and could not be reproduced alone or under load.
+ * Runs a cleanup step; when it has not ended after 20 s, prints what it may be waiting for, so that a hook
+ * that times out in CI says which step hung and on what: the clients of `pools` still checked out (what
+ * `pool.end()` waits for: behind a transaction-mode pooler a checked-out client has no server session, so
+ * pg_stat_activity cannot show it), and the PostgreSQL sessions of this database (shared with other test
+ * runs: theirs are listed too), each with the sessions that block it.
+ *
+ * It once showed the Drizzle pool's `end()` waiting for one client, dead and checked out, with no server
+ * session behind it: Drizzle's BEGIN that failed during the restart test leaked it (fixed in
+ * lib/stores/orm/drizzle.ts). The sessions alone had pointed at another run's idle transactions instead.
  */
-async function watched<T>(step: string, run: () => Promise<T> | T | undefined): Promise<T | undefined> {
+async function watched<T>(
+  step: string,
+  run: () => Promise<T> | T | undefined,
+  pools: Pool[] = [],
+): Promise<T | undefined> {
   const timer = setTimeout(() => {
+    const checkedOut = pools.map((pool) => ({
+      clients: pool.totalCount,
+      idle: pool.idleCount,
+      waiting: pool.waitingCount,
+    }));
     const client = new Client({ connectionString: databaseUrl() });
     client.on('error', () => {});
     void client
       .connect()
       .then(() =>
         client.query(
-          `SELECT pid, state, wait_event_type, wait_event, now() - xact_start AS in_transaction, left(query, 200) AS query
+          `SELECT pid, pg_blocking_pids(pid) AS blocked_by, application_name, state, wait_event_type, wait_event,
+             now() - xact_start AS in_transaction, left(query, 200) AS query
            FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()`,
         ),
       )
-      .then(({ rows }) => console.warn(`${step}: still running after 20 s; the sessions:`, rows))
-      .catch((error: unknown) => console.warn(`${step}: still running after 20 s`, error))
+      .then(({ rows }) =>
+        console.warn(`${step}: still running after 20 s; its pools:`, checkedOut, 'the sessions:', rows),
+      )
+      .catch((error: unknown) =>
+        console.warn(`${step}: still running after 20 s; its pools:`, checkedOut, error),
+      )
       .finally(() => void client.end().catch(() => {}));
   }, 20_000);
   try {
@@ -321,7 +341,11 @@ describeWithPgBouncer(
         opened = await orm.open(bouncer().url, ledger);
       });
       afterAll(async () => {
-        await watched(`${key}: closing the ORM and its pool`, () => opened?.close());
+        await watched(
+          `${key}: closing the ORM and its pool`,
+          () => opened?.close(),
+          opened ? [opened.pool] : [],
+        );
         await watched(`${key}: dropping its tables`, () =>
           direct.query(`DROP TABLE IF EXISTS ${table}, ${table}_expected, ${ledger}`),
         );

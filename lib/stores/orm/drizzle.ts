@@ -55,6 +55,74 @@ interface DrizzleRunner {
   execute(query: ReturnType<typeof drizzleQuery>): PromiseLike<unknown>;
 }
 
+/** Runs `work` in a Drizzle transaction (with Drizzle's `config`). */
+type Begin = (work: (tx: unknown) => Promise<unknown>, config: unknown) => Promise<unknown>;
+
+/** What ipn-kit calls on Drizzle's session of a database (`db.session`): its transaction, on its `client`. */
+interface DrizzleSession {
+  client: unknown;
+  transaction(work: (tx: unknown) => Promise<unknown>, config?: unknown): Promise<unknown>;
+}
+
+/** A client a pool hands out (pg's, or @neondatabase/serverless's): `release(error)` destroys it. */
+interface PooledClient {
+  release(error?: Error | boolean): void;
+}
+
+/**
+ * Drizzle's transaction on a pool (node-postgres, neon-serverless) takes a client, sends its BEGIN, and only
+ * then enters the `try` whose `finally` releases that client: a BEGIN that fails (the connection dropped
+ * between the checkout and the BEGIN, as behind a transaction-mode pooler while the server restarts) leaves
+ * the client checked out for good. The pool loses one client each time, until it has none left and every
+ * delivery waits, and `pool.end()` never resolves. So ipn-kit takes the client itself and runs Drizzle's own
+ * transaction on it (the database's session given that client: Drizzle's path for a single connection,
+ * which releases nothing), then releases it whatever happened: destroyed when the transaction failed before
+ * the work began, as that connection's state is unknown. `undefined` when the database is not over such a
+ * pool, or its session is not as this expects: Drizzle's own transaction then, as it is.
+ */
+function onOwnCheckout(db: object): Begin | undefined {
+  const pool: unknown = Reflect.get(db, '$client');
+  const session: unknown = Reflect.get(db, 'session');
+  if (typeof pool !== 'object' || pool === null || typeof Reflect.get(pool, 'connect') !== 'function') {
+    return undefined;
+  }
+  if (
+    typeof session !== 'object' ||
+    session === null ||
+    Reflect.get(session, 'client') !== pool ||
+    typeof Reflect.get(session, 'transaction') !== 'function'
+  ) {
+    return undefined;
+  }
+  const connect = Reflect.get(pool, 'connect') as () => Promise<unknown>;
+  return async (work, config) => {
+    const client = (await connect.call(pool)) as PooledClient;
+    // Drizzle tells a pool from a connection by its class's name: a client it would take for a pool.
+    const name: unknown = (Object.getPrototypeOf(client) as { constructor?: { name?: unknown } } | null)
+      ?.constructor?.name;
+    if (typeof name === 'string' && name.includes('Pool')) {
+      client.release();
+      return (session as DrizzleSession).transaction(work, config);
+    }
+    const onClient = Object.create(session, { client: { value: client } }) as DrizzleSession;
+    let began = false;
+    let failure: unknown;
+    try {
+      return await onClient.transaction((tx) => {
+        began = true;
+        return work(tx);
+      }, config);
+    } catch (error) {
+      failure = error ?? true;
+      throw error;
+    } finally {
+      // Failed before the work began: the BEGIN did, on a connection whose state is unknown.
+      const destroy = failure !== undefined && !began;
+      client.release(destroy ? (failure instanceof Error ? failure : true) : undefined);
+    }
+  };
+}
+
 /** A value, in a few words, for an error message: `null`, `a Pool`. */
 function describeValue(value: unknown): string {
   if (value === null || typeof value !== 'object') return String(value);
@@ -183,6 +251,7 @@ export function drizzleTransactions<Db extends DrizzleDatabase>(
   guardCheckouts(Reflect.get(db, '$client'));
   const runner = db as unknown as DrizzleRunner;
   const config: unknown = options.config;
+  const begin: Begin = onOwnCheckout(db) ?? ((work, config) => runner.transaction(work, config));
   return {
     name: 'Drizzle',
     // Drizzle gives the transaction's connection back to its pool when it ends, and would still run a query
@@ -190,11 +259,9 @@ export function drizzleTransactions<Db extends DrizzleDatabase>(
     // every use of the object a listener got once its attempt has ended (see refuseLateWrites).
     transaction: <T>(work: (tx: DrizzleTransactionOf<Db>) => Promise<T>) =>
       // Drizzle's own COMMIT that fails (a deferred constraint, a serialization failure) is wrapped too.
-      (runner.transaction(work as (tx: unknown) => Promise<unknown>, config) as Promise<T>).catch(
-        (error: unknown) => {
-          throw unwrap(error);
-        },
-      ),
+      (begin(work as (tx: unknown) => Promise<unknown>, config) as Promise<T>).catch((error: unknown) => {
+        throw unwrap(error);
+      }),
     query: (tx, statement) => run(tx as DrizzleRunner, statement),
     execute: (statement) => run(runner, statement),
   };

@@ -1,6 +1,7 @@
 import { runOrmScenarios } from '../../helpers/orm-scenarios.js';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { count, eq, sql } from 'drizzle-orm';
+import type { Socket } from 'node:net';
 import { Client, Pool } from 'pg';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { drizzleTransactions } from 'ipn-kit/orm';
@@ -229,6 +230,48 @@ describeWithService('PostgreSQL', 'drizzleTransactions: the contract, over node-
       .where(sql`${ipnInbox.key} = ${`${t}:SUCCESSFUL`}`)) as [{ n: number }];
     expect(n).toBe(1);
   });
+
+  // Drizzle (node-postgres, neon-serverless) sends its BEGIN outside the try whose finally releases the
+  // client it took from the pool: when that BEGIN fails, the client stays checked out for good. Behind a
+  // transaction-mode pooler a connection dropped at that moment (a restart, a pooler's disconnect) leaked
+  // one per occurrence, until the pool was exhausted and pool.end() never resolved.
+  test.each([
+    [
+      'the connection breaks before the BEGIN',
+      (pool: Pool) =>
+        pool.once('acquire', (client) =>
+          (client as unknown as { connection: { stream: Socket } }).connection.stream.destroy(),
+        ),
+      undefined,
+    ],
+    [
+      'the BEGIN fails on a live connection (an invalid isolation level)',
+      () => undefined,
+      { isolationLevel: 'no such level' },
+    ],
+  ] as const)(
+    '%s: the work never runs, the transaction rejects, and no client stays checked out',
+    async (_, breakIt, config) => {
+      const own = new Pool({ connectionString: databaseUrl(), max: 1 });
+      own.on('error', () => {});
+      const onOwn = drizzle(own);
+      const failing = drizzleTransactions(onOwn, { config: config as never });
+      breakIt(own);
+      const work = jest.fn(() => Promise.resolve('ran'));
+      await expect(failing.transaction(work)).rejects.toBeInstanceOf(Error);
+      expect(work).not.toHaveBeenCalled();
+      expect({ checkedOut: own.totalCount - own.idleCount, waiting: own.waitingCount }).toEqual({
+        checkedOut: 0,
+        waiting: 0,
+      });
+      // The pool still serves (one client at most: a leaked one would make this wait for ever), and ends.
+      const fine = drizzleTransactions(onOwn);
+      await expect(fine.transaction((tx) => fine.query(tx, rows('SELECT 1 AS one')))).resolves.toMatchObject({
+        rows: [{ one: 1 }],
+      });
+      await own.end();
+    },
+  );
 
   test('a Drizzle database on one connection (a pg Client, or a pool’s client) is refused: deliveries at once would share its transaction', async () => {
     const client = new Client({ connectionString: databaseUrl() });
