@@ -83,7 +83,13 @@ interface PooledClient {
 function onOwnCheckout(db: object): Begin | undefined {
   const pool: unknown = Reflect.get(db, '$client');
   const session: unknown = Reflect.get(db, 'session');
-  if (typeof pool !== 'object' || pool === null || typeof Reflect.get(pool, 'connect') !== 'function') {
+  // A pg Pool (or @neondatabase/serverless's, which extends it): `connect()` hands out a client to release.
+  if (
+    typeof pool !== 'object' ||
+    pool === null ||
+    typeof Reflect.get(pool, 'connect') !== 'function' ||
+    typeof Reflect.get(pool, 'idleCount') !== 'number'
+  ) {
     return undefined;
   }
   if (
@@ -97,6 +103,13 @@ function onOwnCheckout(db: object): Begin | undefined {
   const connect = Reflect.get(pool, 'connect') as () => Promise<unknown>;
   return async (work, config) => {
     const client = (await connect.call(pool)) as PooledClient;
+    if (
+      typeof client !== 'object' ||
+      client === null ||
+      typeof Reflect.get(client, 'release') !== 'function'
+    ) {
+      throw new TypeError('drizzleTransactions: the pool handed out a client with no release()');
+    }
     // Drizzle tells a pool from a connection by its class's name: a client it would take for a pool.
     const name: unknown = (Object.getPrototypeOf(client) as { constructor?: { name?: unknown } } | null)
       ?.constructor?.name;
