@@ -208,6 +208,15 @@ function lateWrite(key: string, error: unknown): DeliveryError {
   );
 }
 
+/** A failure of what a listener chained on a query through db (`.then(f)`, `.finally(f)`) after the mark looked. */
+function afterMark(key: string, error: unknown): DeliveryError {
+  return new DeliveryError(
+    `a promise a listener chained on a query through db (.then or .finally) failed after the delivery of ${key} ` +
+      `was marked, and nothing awaited it: ${messageOf(error)}`,
+    { cause: error },
+  );
+}
+
 /**
  * A listener's query in promise form, or a promise derived from one, that knows whether its failure is
  * observed: a rejection handler attached to it (`await`, `.catch`, `.then(_, onRejected)`), or to what it
@@ -251,7 +260,11 @@ class Watched<T> extends Promise<T> {
   }
 
   private handOn<U>(derived: Promise<U>): Watched<U> {
-    const next = watched(derived, this.onDerivedFailure);
+    // Told only of a failure of its own (`f` threw, or returned a refused write): one handed on from here is
+    // this one's, which the mark or `watch` tells of.
+    const next = watched(derived, (failed) => {
+      if (this.failure?.error !== failed.failure?.error) this.onDerivedFailure?.(failed);
+    });
     next.onDerivedFailure = this.onDerivedFailure;
     this.derived.push(next);
     return next;
@@ -290,21 +303,23 @@ function uncaught(queries: Array<Watched<unknown>>): { error: unknown } | undefi
 function watch<C>(held: Held<C>, result: unknown, key: string, late?: string): unknown {
   if (!(result instanceof Promise)) return result;
   const query = watched(result as Promise<unknown>);
-  // What `.then(f)` derived may settle after the mark looked (it waits for none of them): a write `f` made
-  // then was refused, and its refusal travels on in the derived one. Told as a late write, when nothing
-  // observes it (one that derived more leaves it to those).
+  // What `.then(f)` and `.finally(f)` derived may settle after the mark looked (it waits for none of them),
+  // and is marked handled: a write `f` made then was refused, and its refusal travels on in it (told as a
+  // late write); or `f` threw once the attempt was marked (told as that). Either when nothing observes it a
+  // turn later. After an attempt that ended unmarked, only a refused write: its own failure is told already.
   query.onDerivedFailure = (failed) => {
-    if (!(held.checked || held.ended) || !refused(failed.failure?.error)) return;
+    const error = failed.failure?.error;
+    const late = refused(error);
+    if (!(held.checked || (held.ended && late))) return;
     setTimeout(() => {
-      if (failed.derived.length === 0 && !failed.caught) held.report?.(lateWrite(key, failed.failure!.error));
+      if (!failed.caught) held.report?.(late ? lateWrite(key, error) : afterMark(key, error));
     });
   };
   if (late === undefined) held.watched.push(query);
   else
     void query.settled.then(() =>
       setTimeout(() => {
-        if (query.failure && query.derived.length === 0 && !query.caught)
-          held.report?.(lateWrite(late, query.failure.error));
+        if (query.failure && !query.caught) held.report?.(lateWrite(late, query.failure.error));
       }),
     );
   return query;
