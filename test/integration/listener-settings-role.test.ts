@@ -60,9 +60,11 @@ describeWithService(
       ).rows[0];
 
     test.each([
-      ['SET work_mem', "SET work_mem = '7MB'"],
-      ['SET ROLE of the same role', `SET ROLE ${'$ROLE'}`],
-    ])('%s: credited once, and the connection keeps what its connect event set', async (_, set) => {
+      ['SET work_mem', "SET work_mem = '7MB'", 'SELECT 1'],
+      ['SET ROLE of the same role', `SET ROLE ${'$ROLE'}`, 'SELECT 1'],
+      // The role shown under a SET LOCAL ROLE is the transaction's: not set back, so it must be left alone.
+      ['SET LOCAL ROLE, then SET work_mem', `SET LOCAL ROLE ${'$ROLE'}`, "SET work_mem = '7MB'"],
+    ])('%s: credited once, and the connection keeps what its connect event set', async (_, set, next) => {
       const pool = connectingPool();
       const before = await settingsOf(pool);
       expect(before).toEqual({
@@ -75,6 +77,7 @@ describeWithService(
       const recorder = recordEvents(ipn);
       ipn.on('successful', async (n, { db }) => {
         await db.query(set.replace('$ROLE', role));
+        await db.query(next);
         await db.query(`INSERT INTO ${ledger.schema}.ledger (transaction_id, order_id) VALUES ($1, 'x')`, [
           n.transaction_id,
         ]);
