@@ -208,6 +208,15 @@ function lateWrite(key: string, error: unknown): DeliveryError {
   );
 }
 
+/** A failure of what a listener chained on a query through db (`.then(f)`, `.finally(f)`) after the mark looked. */
+function afterMark(key: string, error: unknown): DeliveryError {
+  return new DeliveryError(
+    `a promise a listener chained on a query through db (.then or .finally) failed after the delivery of ${key} ` +
+      `was marked, and nothing awaited it: ${messageOf(error)}`,
+    { cause: error },
+  );
+}
+
 /**
  * A listener's query in promise form, or a promise derived from one, that knows whether its failure is
  * observed: a rejection handler attached to it (`await`, `.catch`, `.then(_, onRejected)`), or to what it
@@ -227,6 +236,8 @@ class Watched<T> extends Promise<T> {
   settled!: Promise<void>;
   /** What `.then(f)` and `.finally(f)` derived from it: its failure travels on in them. */
   readonly derived: Array<Watched<unknown>> = [];
+  /** Told when one it derived fails (see {@link watch}); handed on to what that derives in turn. */
+  onDerivedFailure?: (failed: Watched<unknown>) => void;
 
   /** Its failure reaches a rejection handler, here or through what it derived. */
   get caught(): boolean {
@@ -249,17 +260,23 @@ class Watched<T> extends Promise<T> {
   }
 
   private handOn<U>(derived: Promise<U>): Watched<U> {
-    const next = watched(derived);
+    // Told only of a failure of its own (`f` threw, or returned a refused write): one handed on from here is
+    // this one's, which the mark or `watch` tells of.
+    const next = watched(derived, (failed) => {
+      if (this.failure?.error !== failed.failure?.error) this.onDerivedFailure?.(failed);
+    });
+    next.onDerivedFailure = this.onDerivedFailure;
     this.derived.push(next);
     return next;
   }
 }
 
-/** `promise` as a {@link Watched} one. */
-function watched<T>(promise: Promise<T>): Watched<T> {
+/** `promise` as a {@link Watched} one; `failed` is told when it fails. */
+function watched<T>(promise: Promise<T>, failed?: (query: Watched<unknown>) => void): Watched<T> {
   const query = new Watched<T>((resolve, reject) => void promise.then(resolve, reject));
   query.settled = Promise.prototype.then.call(query, undefined, (error: unknown) => {
     query.failure = { error };
+    failed?.(query);
   }) as Promise<void>;
   return query;
 }
@@ -283,9 +300,21 @@ function uncaught(queries: Array<Watched<unknown>>): { error: unknown } | undefi
  * of the event loop later. A callback or a submittable form is left as it is (its callback or its `error`
  * event hears the failure).
  */
-function watch<C>(held: Held<C>, result: unknown, late?: string): unknown {
+function watch<C>(held: Held<C>, result: unknown, key: string, late?: string): unknown {
   if (!(result instanceof Promise)) return result;
   const query = watched(result as Promise<unknown>);
+  // What `.then(f)` and `.finally(f)` derived may settle after the mark looked (it waits for none of them),
+  // and is marked handled: a write `f` made then was refused, and its refusal travels on in it (told as a
+  // late write); or `f` threw once the attempt was marked (told as that). Either when nothing observes it a
+  // turn later. After an attempt that ended unmarked, only a refused write: its own failure is told already.
+  query.onDerivedFailure = (failed) => {
+    const error = failed.failure?.error;
+    const late = refused(error);
+    if (!(held.checked || (held.ended && late))) return;
+    setTimeout(() => {
+      if (!failed.caught) held.report?.(late ? lateWrite(key, error) : afterMark(key, error));
+    });
+  };
   if (late === undefined) held.watched.push(query);
   else
     void query.settled.then(() =>
@@ -294,6 +323,16 @@ function watch<C>(held: Held<C>, result: unknown, late?: string): unknown {
       }),
     );
   return query;
+}
+
+/** Whether `error` is a write refused because its attempt had ended (or wraps one, as a listener may). */
+function refused(error: unknown): boolean {
+  let current = error;
+  for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth += 1) {
+    if (current instanceof LateWriteError) return true;
+    current = Reflect.get(current, 'cause');
+  }
+  return false;
 }
 
 /** The connection listeners get (see {@link openPoolTransaction}). */
@@ -312,7 +351,7 @@ function guarded<C extends object>(side: PoolSide<C>, held: Held<C>, key: string
   };
   const send = (method: string, args: unknown[]): unknown => {
     const refuse = (refusal: Error, late?: string) =>
-      watch(held, side.send(Promise.reject(refusal), method, args, held).result, late);
+      watch(held, side.send(Promise.reject(refusal), method, args, held).result, key, late);
     if (held.ended || held.marking) {
       return refuse(new LateWriteError(key), held.ended || held.checked ? key : undefined);
     }
@@ -326,7 +365,7 @@ function guarded<C extends object>(side: PoolSide<C>, held: Held<C>, key: string
     held.opening.catch(() => {}); // each query made gets the failure
     const sent = side.send(held.queue.then(start), method, mapped, held);
     held.queue = sent.done.catch(() => {});
-    return watch(held, sent.result);
+    return watch(held, sent.result, key);
   };
   return new Proxy(target, {
     get(_target, property) {

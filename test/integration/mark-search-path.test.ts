@@ -18,6 +18,8 @@ describeWithService('PostgreSQL', 'the mark after a listener set search_path for
 
   test.each([
     ['SET LOCAL search_path', 'SET LOCAL search_path TO pg_catalog'],
+    // A quoted name is the same setting to PostgreSQL.
+    ['SET LOCAL "search_path"', 'SET LOCAL "search_path" TO pg_catalog'],
     ["set_config('search_path', ..., true)", "SELECT set_config('search_path', 'pg_catalog', true)"],
   ])('%s: the payment is credited once, and the store keeps the function', async (_, setPath) => {
     const pool = ledger.pool();

@@ -142,6 +142,60 @@ function scenarios(side: () => Side, mysql: boolean): void {
     expect(await rowsOf(payload.transaction_id)).toBe(1);
   });
 
+  // The second write is made once the first has answered: the mark is on its way, and refuses it. Its
+  // refusal goes into what .then(...) derived, which settles after the mark looked for unobserved failures
+  // and which nothing awaits: it was dropped with nothing said, the attempt delivered without it.
+  test("a write chained as .then(() => db.query(...)) and never awaited, refused as the mark runs, is reported through 'error'", async () => {
+    const { router, credit, rowsOf, entryOf } = side();
+    const { ipn, post } = await serve(router());
+    const recorder = recordEvents(ipn);
+    ipn.on('successful', (n, { db }) => {
+      const on = asDb(db);
+      void on
+        .query(credit, [n.transaction_id, 'first'])
+        .then(() => on.query(credit, [n.transaction_id, 'second']));
+    });
+    const payload = uniquePayload();
+    const key = keyOf(payload);
+    expect((await post(payload)).status).toBe(200);
+    await eventually('delivered', async () => (await entryOf(key))?.status === 'delivered');
+    const messages = () => recorder.of('error').map((event) => String(event.error.message));
+    await eventually('the refused write reported', () => messages().some((m) => lateFor(key).test(m)));
+    await sleep(50);
+    expect(messages()).toEqual([expect.stringMatching(lateFor(key))]);
+    expect(await rowsOf(payload.transaction_id)).toBe(1);
+  });
+
+  // What .then(f) derives is watched (its failure marked handled, so no unhandled rejection): one that fails
+  // once the mark looked, nothing awaiting it, was swallowed with nothing said, where without ipn-kit the
+  // process would have heard of it.
+  test("a .then(f) on a query, never awaited, whose f throws once the attempt was marked is reported through 'error'", async () => {
+    const { router, credit, rowsOf, entryOf } = side();
+    const { ipn, post } = await serve(router());
+    const recorder = recordEvents(ipn);
+    let release = () => {};
+    const released = new Promise<void>((resolve) => (release = resolve));
+    ipn.on('successful', (n, { db }) => {
+      void asDb(db)
+        .query(credit, [n.transaction_id, 'credited'])
+        .then(async () => {
+          await released;
+          throw new Error('a check of the listener failed');
+        });
+    });
+    const payload = uniquePayload();
+    const key = keyOf(payload);
+    expect((await post(payload)).status).toBe(200);
+    await eventually('delivered', async () => (await entryOf(key))?.status === 'delivered');
+    release();
+    await eventually('the failure reported', () => recorder.count('error') > 0);
+    await sleep(50);
+    expect(recorder.of('error').map((event) => String(event.error.message))).toEqual([
+      expect.stringMatching(/a check of the listener failed/),
+    ]);
+    expect(await rowsOf(payload.transaction_id)).toBe(1);
+  });
+
   test("a write through db that an abandoned attempt's listener makes once it was abandoned is reported through 'error'", async () => {
     const { router, credit, rowsOf, entryOf } = side();
     const { ipn, post } = await serve(router({ leaseMs: 500 }));

@@ -122,18 +122,34 @@ export const SESSION_SNAPSHOT = `SELECT ${settingsJson(SESSION_SETTINGS)} AS set
  * as they were before the delivery (`settings`, SQL: {@link SESSION_SETTINGS} as read then, a JSON object): each
  * one whose value is not that now is set to it, at session level, so that it holds after the `COMMIT`. So
  * what the pool's `connect` event, Knex's `searchPath` or the pooler set before the delivery stays, and
- * whatever a listener set, reset or added goes. The session authorization goes back first, then the role,
- * then the rest (a superuser's setting needs the role back). Settings that RESET ALL leaves (the
- * transaction's isolation and access mode) are as they were, so not set. Only `current_setting` is read by
- * name: no scan of `pg_settings`. The delivery's transaction holds it all: a rollback undoes the listener's
- * settings, the reset and these alike. Resolves how many it set (`settings`).
+ * whatever a listener set, reset or added goes. The session authorization goes back first; then, when any
+ * other setting is to be set back, the role is set to none for the transaction alone (the session user: a
+ * superuser's setting of the pool's `connect` event, set before it dropped to the app's role, may not be
+ * set under that role, nor under a role a listener set), those settings, and the role last: to what it was
+ * for the session; or, when `settings` has no role (a listener's SET LOCAL ROLE showed in place of the
+ * session's), to what it is now, for the transaction alone, so that the session's comes back at the
+ * `COMMIT`. Settings that RESET ALL leaves (the transaction's isolation and access mode) are as they were,
+ * so not set. Only `current_setting` is read by name: no scan of `pg_settings`; every value is read before
+ * any is set (the sort reads them all first). The delivery's transaction holds it all: a rollback undoes
+ * the listener's settings, the reset and these alike. Resolves how many it set (`settings`).
  */
 export const restoreSession = (
   settings: string,
-): string => `SELECT count(set_config(name, was, false))::int AS settings FROM (
-        SELECT before.key AS name, before.value AS was FROM json_each_text(${settings}::json) AS before
-        WHERE current_setting(before.key, true) IS DISTINCT FROM before.value
-        ORDER BY CASE before.key WHEN 'session_authorization' THEN 0 WHEN 'role' THEN 1 ELSE 2 END
+): string => `SELECT count(set_config(name, was, local))::int AS settings FROM (
+        WITH before AS (
+          SELECT key AS name, value AS was, current_setting(key, true) IS DISTINCT FROM value AS differs
+          FROM json_each_text(${settings}::json)
+        ), others AS (
+          SELECT name, was FROM before WHERE differs AND name NOT IN ('session_authorization', 'role')
+        )
+        SELECT name, was, false AS local, 0 AS step FROM before WHERE differs AND name = 'session_authorization'
+        UNION ALL SELECT 'role', 'none', true, 1 WHERE EXISTS (SELECT FROM others)
+        UNION ALL SELECT name, was, false, 2 FROM others
+        UNION ALL SELECT name, was, false, 3 FROM before
+          WHERE name = 'role' AND (differs OR EXISTS (SELECT FROM others))
+        UNION ALL SELECT 'role', current_setting('role'), true, 3
+          WHERE EXISTS (SELECT FROM others) AND NOT EXISTS (SELECT FROM before WHERE name = 'role')
+        ORDER BY step
       ) AS changed`;
 
 /**

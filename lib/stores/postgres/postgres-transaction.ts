@@ -224,14 +224,14 @@ function insideTransaction(
 /**
  * A statement that changes a setting of the session, which outlives the transaction when it commits:
  * `SET name ...` or `SET SESSION ...` (`SET SESSION CHARACTERISTICS` too: the defaults of the session's next
- * transactions; not `SET TRANSACTION`, `SET CONSTRAINTS`, nor `SET LOCAL` but of `search_path`, which is still in
+ * transactions; not `SET TRANSACTION`, `SET CONSTRAINTS`, nor `SET LOCAL` but of `search_path` (quoted or not), which is still in
  * force at the mark and would hide the inbox table and its mark function from it), `RESET`,
  * `set_config(...)` (whose third argument may say `false`; not when each of its calls says `true`, for a
  * setting named as a literal other than `search_path`: see {@link onlyLocalConfig}). Cheap to tell, so that
  * only a delivery that made one pays for its {@link RESET}.
  */
 const SETS_SESSION =
-  /^\s*(?:set\s+(?!local\b|transaction\b|constraints\b)|set\s+local\s+(?:search_path|schema)\b|reset\b)|\bset_config"?\s*\(/i;
+  /^\s*(?:set\s+(?!local\b|transaction\b|constraints\b)|set\s+local\s+(?:search_path\b|"search_path"|schema\b)|reset\b)|\bset_config"?\s*\(/i;
 
 /** A call of `set_config`. */
 const SET_CONFIG = /\bset_config"?\s*\(/gi;
