@@ -1,12 +1,8 @@
 import { Pool } from 'pg';
-import { ipnRouter } from 'ipn-kit';
-import { PostgresStore } from 'ipn-kit/postgres';
-import { uniquePayload } from '../helpers/payloads.js';
-import { fastRetries } from '../helpers/fast-retries.js';
-import { recordEvents } from '../helpers/record-events.js';
+import { creditedOnce } from '../helpers/credited-once.js';
 import { servedRouters } from '../helpers/servers.js';
 import { ledgerSchema } from '../helpers/ledger-schema.js';
-import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
+import { databaseUrl, describeWithService } from '../helpers/services.js';
 
 jest.setTimeout(30_000);
 
@@ -99,31 +95,12 @@ describeWithService(
       const pool = connectingPool();
       const defaults = await settingsOf(pool);
       expect(defaults).toEqual(connected());
-      const ipn = ipnRouter({ store: new PostgresStore({ pool }), ...fastRetries });
-      const recorder = recordEvents(ipn);
-      ipn.on('successful', async (n, { db }) => {
+      await creditedOnce(ledger, serve, pool, async (db) => {
         for (const statement of sets) {
           if (typeof statement === 'string') await db.query(statement);
           else await db.query(...statement);
         }
-        await db.query(`INSERT INTO ${ledger.schema}.ledger (transaction_id, order_id) VALUES ($1, 'x')`, [
-          n.transaction_id,
-        ]);
       });
-      const { post } = await serve(ipn);
-      const payload = uniquePayload();
-      expect((await post(payload)).status).toBe(200);
-      await eventually(
-        'delivered',
-        async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
-        5_000,
-      ).catch((error: unknown) => {
-        throw new Error(
-          `${String(error)}: ${JSON.stringify(recorder.of('error').map((e) => e.error.message))}`,
-        );
-      });
-      expect(await ledger.ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'x' }]);
-      expect(recorder.of('error').map((event) => event.error.message)).toEqual([]);
       expect(await settingsOf(pool)).toEqual({ ...defaults, origin: after.origin });
     });
 
@@ -131,26 +108,11 @@ describeWithService(
     // that one is not set back (it would outlive the delivery), so it goes back to the server's default.
     test('a SET LOCAL before a plain SET: neither outlives the delivery', async () => {
       const pool = connectingPool();
-      const ipn = ipnRouter({ store: new PostgresStore({ pool }), ...fastRetries });
-      const recorder = recordEvents(ipn);
-      ipn.on('successful', async (n, { db }) => {
+      const before = await settingsOf(pool);
+      await creditedOnce(ledger, serve, pool, async (db) => {
         await db.query("SET LOCAL statement_timeout = '1000'");
         await db.query("SET work_mem = '7MB'");
-        await db.query(`INSERT INTO ${ledger.schema}.ledger (transaction_id, order_id) VALUES ($1, 'x')`, [
-          n.transaction_id,
-        ]);
       });
-      const before = await settingsOf(pool);
-      const { post } = await serve(ipn);
-      const payload = uniquePayload();
-      expect((await post(payload)).status).toBe(200);
-      await eventually(
-        'delivered',
-        async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
-        5_000,
-      );
-      expect(recorder.of('error')).toEqual([]);
-      expect(await ledger.ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'x' }]);
       expect(await settingsOf(pool)).toEqual({ ...before, statement_timeout: '0', origin: '' });
     });
   },

@@ -1,12 +1,8 @@
 import { Pool } from 'pg';
-import { ipnRouter } from 'ipn-kit';
-import { PostgresStore } from 'ipn-kit/postgres';
-import { uniquePayload } from '../helpers/payloads.js';
-import { fastRetries } from '../helpers/fast-retries.js';
-import { recordEvents } from '../helpers/record-events.js';
+import { creditedOnce } from '../helpers/credited-once.js';
 import { servedRouters } from '../helpers/servers.js';
 import { ledgerSchema } from '../helpers/ledger-schema.js';
-import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
+import { databaseUrl, describeWithService } from '../helpers/services.js';
 
 jest.setTimeout(30_000);
 
@@ -73,29 +69,10 @@ describeWithService(
         logged: '4321ms',
         work_mem: expect.any(String),
       });
-      const ipn = ipnRouter({ store: new PostgresStore({ pool }), ...fastRetries });
-      const recorder = recordEvents(ipn);
-      ipn.on('successful', async (n, { db }) => {
+      await creditedOnce(ledger, serve, pool, async (db) => {
         await db.query(set.replace('$ROLE', role));
         await db.query(next);
-        await db.query(`INSERT INTO ${ledger.schema}.ledger (transaction_id, order_id) VALUES ($1, 'x')`, [
-          n.transaction_id,
-        ]);
       });
-      const { post } = await serve(ipn);
-      const payload = uniquePayload();
-      expect((await post(payload)).status).toBe(200);
-      await eventually(
-        'delivered',
-        async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
-        5_000,
-      ).catch((error: unknown) => {
-        throw new Error(
-          `${String(error)}: ${JSON.stringify(recorder.of('error').map((e) => e.error.message))}`,
-        );
-      });
-      expect(await ledger.ledgerOf(payload.transaction_id)).toEqual([{ order_id: 'x' }]);
-      expect(recorder.of('error')).toEqual([]);
       expect(await settingsOf(pool)).toEqual(before);
     });
   },
