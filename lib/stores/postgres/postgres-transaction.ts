@@ -144,9 +144,8 @@ export function openTransaction(
           return JSON.stringify(Object.fromEntries(kept));
         });
         snapshot = read;
-        const taken = started;
         return inTurn(
-          read.then(() => taken),
+          Promise.all([started, read]).then(([client]) => client),
           query,
           args,
         );
@@ -157,10 +156,7 @@ export function openTransaction(
       if (!client) return { rows: [], count: (await markWithout()) ? 1 : 0 };
       // Before the mark (a listener's search_path would hide the inbox from it), and in the transaction: the
       // listener's settings go, then what the session had set before them comes back.
-      let before = '';
-      if (setsSession) {
-        before = resetSession(await snapshot);
-      }
+      const before = setsSession ? resetSession(await snapshot) : '';
       const andCommit = mark.andCommit(before);
       if (andCommit !== undefined) {
         // One round trip; a lost lease raises LEASE_LOST, which skips the COMMIT: the attempt rolls back.
