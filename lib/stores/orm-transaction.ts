@@ -60,6 +60,9 @@ export async function openOrmTransaction<Tx>(
 
   let runs = 0;
   let marked = false; // the mark ran in the ORM's transaction, and changed its one row
+  // The listeners got the transaction: `finished`, settling at its end, has lost the race below, and an
+  // error made for it there (a stack trace every delivery) would be waste.
+  let begun = false;
   /** The ORM's callback: hands its transaction to the listeners, then ends as delivery decides. */
   const work = async (tx: Tx): Promise<void> => {
     runs += 1;
@@ -80,6 +83,7 @@ export async function openOrmTransaction<Tx>(
         : typeof opening === 'function'
           ? await opening(run)
           : await run(opening);
+    begun = true;
     handOut(tx);
     const decision = await decided;
     // Rolled back at once, even while an abandoned attempt's listeners still run: their later uses of `tx`
@@ -104,9 +108,11 @@ export async function openOrmTransaction<Tx>(
     handedOut,
     finished.then(
       () => {
+        if (begun) return undefined as never;
         throw new StoreError(`${transactions.name}: the transaction of ${key} ended before it began`);
       },
       (error: unknown) => {
+        if (begun) return undefined as never;
         throw new StoreError(
           `could not open the delivery transaction of ${key} in ${transactions.name}: ${messageOf(error)} ` +
             '(is the connection pool exhausted, or the database unreachable? the attempt is retried)',
