@@ -235,6 +235,7 @@ export function markFunctionSql(table: string): string {
  */
 export function inboxSql(table: string) {
   const t = tableNames(table).quoted;
+  const mark = markFunction(table); // named once: markAndCommit runs for every delivery
   return {
     // The claim's token is kept in lease_id, so that the same claim asked again (its answer was lost) is
     // recognised as this caller's own: true, not a resend.
@@ -342,7 +343,7 @@ export function inboxSql(table: string) {
       PLAIN.test(key) && PLAIN.test(leaseId)
         ? `${before}${
             useFunction
-              ? `SELECT ${markFunction(table)}('${key}', '${leaseId}')`
+              ? `SELECT ${mark}('${key}', '${leaseId}')`
               : `DO $ipn_kit$ BEGIN ${markBody(t, `'${key}'`, `'${leaseId}'`)} END $ipn_kit$`
           }; COMMIT`
         : undefined,
