@@ -92,7 +92,9 @@ describeWithService('PostgreSQL', 'drizzleTransactions on its own checkout', () 
   test('a pool whose connect() rejects: the transaction rejects with its error, the work never runs', async () => {
     const unreachable = new Pool({ connectionString: 'postgres://nobody@127.0.0.1:1/test', max: 1 });
     const work = jest.fn(() => Promise.resolve('ran'));
-    await expect(drizzleTransactions(drizzle({ client: unreachable })).transaction(work)).rejects.toMatchObject({
+    await expect(
+      drizzleTransactions(drizzle({ client: unreachable })).transaction(work),
+    ).rejects.toMatchObject({
       code: 'ECONNREFUSED',
     });
     expect(work).not.toHaveBeenCalled();
