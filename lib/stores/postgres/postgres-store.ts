@@ -83,7 +83,7 @@ export interface PostgresStoreOptions<
    * back. `'restore'` also sets back what the session had set before the delivery (your pool's `connect`
    * event, Knex's `searchPath`, the pooler's `application_name`), which costs every delivery one reading of
    * `pg_settings`. `'reset'` skips that reading: those go back to what the connection started with (its
-   * startup parameters, the role's and database's settings), as through `db` without an ORM. For a partner
+   * startup parameters, the role's and database's settings). For a partner
    * whose connections set nothing at session level, such as those behind a transaction-mode pooler. See
    * docs/hosted-postgres.md.
    * @default 'restore'
