@@ -7,6 +7,29 @@ import { uniquePayload } from '../helpers/payloads.js';
 import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
 import { until } from '../helpers/until.js';
 
+/** Ends `child` (SIGTERM, then SIGKILL after 10 s) and resolves once it has exited. */
+async function stopped(child: ChildProcess | undefined): Promise<void> {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill();
+  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** Ends `pool` and resolves once every one of its connections has closed, not only once it has let them go. */
+async function closed(pool: Pool): Promise<void> {
+  let open = pool.totalCount;
+  const gone = new Promise<void>((resolve) => {
+    if (open === 0) resolve();
+    pool.on('remove', () => {
+      if (--open === 0) resolve();
+    });
+  });
+  await pool.end();
+  await gone;
+}
+
 /**
  * The NestJS example (examples/nestjs: IpnModule, Nest's body parser off, JSON for the controllers) on real
  * NestJS 12 and its Express platform. NestJS 12 is ESM-only and jest loads CommonJS, so the app runs in a
@@ -72,7 +95,7 @@ describe('the NestJS example on NestJS 12, through a real server', () => {
   }, 90_000);
 
   afterAll(async () => {
-    child?.kill();
+    await stopped(child);
     await provider?.close();
   });
 
@@ -179,11 +202,13 @@ describeWithService('PostgreSQL', 'the NestJS example on Prisma (examples/nestjs
   }, 90_000);
 
   afterAll(async () => {
-    child?.kill(); // SIGTERM, which tsx passes on to the app's process
-    await pool?.end();
+    await stopped(child); // SIGTERM, which tsx passes on to the app's process
+    // pg's pool.end() resolves before its connections have closed; DROP DATABASE ... WITH (FORCE) ends one
+    // still closing with 57P01, which the pool emits as an 'error' nobody listens to: the file crashed in CI.
+    if (pool) await closed(pool);
     await admin?.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
     await admin?.end();
-  });
+  }, 30_000);
 
   const post = (payload: Record<string, unknown>) =>
     fetch(`${base}/ipn`, {
