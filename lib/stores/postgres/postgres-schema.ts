@@ -1,5 +1,6 @@
 import {
   checkedMigrations,
+  distinctName,
   latestSql,
   schemaMigrations,
   type Migration,
@@ -9,7 +10,14 @@ import {
 } from '../schema-migrations.js';
 import { postgresAuditSql } from './postgres-audit.js';
 import { postgresExpectationsSql } from './postgres-expectations.js';
-import { besideInbox, markFunction, markFunctionSql, statesTable, tableNames } from './postgres-sql.js';
+import {
+  besideInbox,
+  claimsTable,
+  markFunction,
+  markFunctionSql,
+  statesTable,
+  tableNames,
+} from './postgres-sql.js';
 
 /** The first key of the migration's advisory lock: ipn-kit's own, so it does not meet an app's locks. */
 const MIGRATE_LOCK = 0x69706e6b; // 'ipnk'
@@ -54,6 +62,50 @@ ON CONFLICT (name) DO NOTHING`),
     ALTER TABLE ${expected} ADD CONSTRAINT ${SWEEP_LOCK_CHECK} CHECK (transaction_id <> '') NOT VALID;
   END IF;
 END $$`),
+  ];
+}
+
+/**
+ * The CHECK that keeps claim markers (`record = '{}'`) out of the inbox once claims are in `<table>_claims`
+ * (schema version 7). An instance of an older ipn-kit, still running in a rolling deploy, claims a key as
+ * such a row: the CHECK fails its claim (a store failure: it answers 503, and the service resends to
+ * another instance) rather than leave a row that the newer instances would read as a delivered entry.
+ */
+const CLAIM_MARKER_CHECK = 'ipn_kit_no_claim_marker';
+
+/**
+ * Version 7: claims move out of the inbox into `<table>_claims` (key, token, when). The CHECK comes first
+ * (`NOT VALID`: the rows there are not read again), so that no marker is added once the move has read
+ * the inbox: it holds the inbox's lock until the version commits, and an older instance's claim waits for
+ * it, then fails. The move is one statement (`DELETE ... RETURNING` into the insert), so a marker is
+ * deleted only as it is copied. Each statement can run twice: a claim already moved is kept.
+ */
+function claimsSteps(table: string): MigrationStep[] {
+  const { quoted, name } = tableNames(table);
+  const claims = claimsTable(table);
+  const regclass = quoted.replaceAll("'", "''");
+  const index = `"${distinctName(name.split('.').pop()!, '_claims_at_idx', 63)}"`;
+  return [
+    statement(`CREATE TABLE IF NOT EXISTS ${claims} (
+  key text PRIMARY KEY,
+  token text NOT NULL,
+  claimed_at timestamptz NOT NULL DEFAULT now()
+)`),
+    statement(`CREATE INDEX IF NOT EXISTS ${index} ON ${claims} (claimed_at)`),
+    statement(`DO $$ BEGIN
+  IF NOT EXISTS (
+    SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('${regclass}') AND conname = '${CLAIM_MARKER_CHECK}'
+  ) THEN
+    ALTER TABLE ${quoted} ADD CONSTRAINT ${CLAIM_MARKER_CHECK} CHECK (record <> '{}'::jsonb) NOT VALID;
+  END IF;
+END $$`),
+    statement(`WITH moved AS (
+  DELETE FROM ${quoted} WHERE record = '{}'::jsonb
+  RETURNING key, lease_id, coalesce(delivered_at, received_at) AS claimed_at
+)
+INSERT INTO ${claims} (key, token, claimed_at)
+SELECT key, coalesce(lease_id, ''), claimed_at FROM moved
+ON CONFLICT (key) DO NOTHING`),
   ];
 }
 
@@ -138,6 +190,12 @@ export function postgresMigrationList(table: string): readonly Migration[] {
       // function was dropped has it made again by migrate().
       tables: [`${markFunction(table)}(text, text)`],
       steps: [statement(markFunctionSql(table))],
+    },
+    {
+      version: 7,
+      name: 'the claims table (at-most-once claims out of the inbox)',
+      tables: [claimsTable(table)],
+      steps: claimsSteps(table),
     },
   ]);
 }
