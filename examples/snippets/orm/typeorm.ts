@@ -82,7 +82,7 @@ export class IpnInbox1764028800000 implements MigrationInterface {
 
   async down(queryRunner: QueryRunner): Promise<void> {
     await queryRunner.query(
-      'DROP TABLE IF EXISTS ipn_inbox_schema, ipn_inbox_control, ipn_inbox_audit, ipn_inbox_states, ipn_inbox_expected, ipn_inbox; ' +
+      'DROP TABLE IF EXISTS ipn_inbox_schema, ipn_inbox_control, ipn_inbox_claims, ipn_inbox_audit, ipn_inbox_states, ipn_inbox_expected, ipn_inbox; ' +
         'DROP FUNCTION IF EXISTS ipn_inbox_mark(text, text)',
     );
   }
