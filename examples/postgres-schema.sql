@@ -110,11 +110,12 @@ DO $$ BEGIN
   IF NOT EXISTS (
     SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('"ipn_inbox"') AND conname = 'ipn_kit_no_claim_marker'
   ) THEN
-    ALTER TABLE "ipn_inbox" ADD CONSTRAINT ipn_kit_no_claim_marker CHECK (record <> '{}'::jsonb) NOT VALID;
+    ALTER TABLE "ipn_inbox" ADD CONSTRAINT ipn_kit_no_claim_marker
+      CHECK (NOT (record = '{}'::jsonb AND status = 'delivered' AND lease_id IS NOT NULL)) NOT VALID;
   END IF;
 END $$;
 WITH moved AS (
-  DELETE FROM "ipn_inbox" WHERE record = '{}'::jsonb
+  DELETE FROM "ipn_inbox" WHERE record = '{}'::jsonb AND status = 'delivered'
   RETURNING key, lease_id, coalesce(delivered_at, received_at) AS claimed_at
 )
 INSERT INTO "ipn_inbox_claims" (key, token, claimed_at)

@@ -115,6 +115,16 @@ function scenarios(d: () => Dialect, prefix: string): void {
     expect(await store.claim(key, 60_000, randomUUID())).toBe(true);
   });
 
+  test('an entry with an empty record (the store API allows one) is no claim marker: stored, delivered', async () => {
+    const { table, store } = await fresh();
+    const key = newKey();
+    const held = lease();
+    expect(await store.receive(key, {}, held)).toBe(true);
+    expect(await store.settle(key, held.id, { status: 'delivered' })).toBe(true);
+    expect(await store.get(key)).toMatchObject({ status: 'delivered', record: {} });
+    expect(await d().claims(table)).toEqual([]);
+  });
+
   test('migrate() moves the claims an older ipn-kit wrote to <table>_claims, each still held by its token', async () => {
     const table = `${prefix}_${(count += 1)}_${randomUUID().slice(0, 6)}`;
     await d().migrateTo(table, 6);

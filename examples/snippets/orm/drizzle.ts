@@ -42,8 +42,11 @@ export const ipnInbox = pgTable(
     // The names PostgreSQL gave the checks: drizzle-kit matches constraints by name.
     check('ipn_inbox_status_check', sql`${t.status} IN ('received', 'delivered', 'failed', 'dead')`),
     check('ipn_inbox_check', sql`${t.key} = ${t.transactionId} || ':' || ${t.state}`),
-    // Schema version 7: no claim of an older ipn-kit (a row with the record {}) in a rolling deploy.
-    check('ipn_kit_no_claim_marker', sql`${t.record} <> '{}'::jsonb`),
+    // Schema version 7: no claim of an older ipn-kit (delivered, the record {}, a token) in a rolling deploy.
+    check(
+      'ipn_kit_no_claim_marker',
+      sql`NOT (${t.record} = '{}'::jsonb AND ${t.status} = 'delivered' AND ${t.leaseId} IS NOT NULL)`,
+    ),
     index('ipn_inbox_due_idx').on(t.status, t.nextAttemptAt),
   ],
 );

@@ -93,18 +93,21 @@ ON DUPLICATE KEY UPDATE name = name`),
 
 /**
  * Version 7: claims move out of the inbox into `<table>_claims` (key, token, when), and a CHECK,
- * `<table>_no_claim_marker` (named within the database, as {@link sweepLockSteps}'), refuses a claim
- * marker (`record = '{}'`) in the inbox from now on: an instance of an older ipn-kit, still running in a
- * rolling deploy, fails its claim (a store failure: 503, and the service resends) rather than leave a row
- * that the newer instances would read as a delivered entry. The copy comes first, then the delete of the
- * markers copied (a marker an older instance adds in between stays, and fails the CHECK's `ALTER`: the
- * next `migrate()` moves it and completes the version). MySQL before 8.0.16 reads a CHECK and ignores it.
- * Adding the CHECK rebuilds the inbox table (writes to it wait meanwhile). Each statement can run twice.
+ * `<table>_no_claim_marker` (named within the database, as {@link sweepLockSteps}'), refuses a claim marker
+ * (`delivered`, the record `{}`, a token as `lease_id`: no other write makes such a row) in the inbox from
+ * now on: an instance of an older ipn-kit, still running in a rolling deploy, fails its claim (a store
+ * failure: 503, and the service resends) rather than leave a row that the newer instances would read as a
+ * delivered entry. The copy comes first, then the delete of the markers copied (a marker an older instance
+ * adds in between stays, and fails the CHECK's `ALTER`: the next `migrate()` moves it and completes the
+ * version). MySQL before 8.0.16 reads a CHECK and ignores it. Adding the CHECK rebuilds the inbox table
+ * (writes to it wait meanwhile). Each statement can run twice.
  */
 function claimsSteps(table: string): MigrationStep[] {
   const inbox = beside(table, '');
   const claims = beside(table, '_claims').quoted;
   const check = { name: distinctName(inbox.name, '_no_claim_marker', 64) };
+  // An older ipn-kit's marker: `delivered`, the record `{}`, its token as lease_id (a delivered mark clears it).
+  const marker = "m.record = '{}' AND m.status = 'delivered'";
   return [
     statement(`CREATE TABLE IF NOT EXISTS ${claims} (
   \`key\` VARCHAR(255) NOT NULL,
@@ -115,13 +118,13 @@ function claimsSteps(table: string): MigrationStep[] {
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`),
     statement(`INSERT INTO ${claims} (\`key\`, token, claimed_at)
 SELECT m.\`key\`, COALESCE(m.lease_id, ''), COALESCE(m.delivered_at, m.received_at) FROM ${inbox.quoted} AS m
-WHERE m.record = '{}'
+WHERE ${marker}
 ON DUPLICATE KEY UPDATE claimed_at = ${claims}.claimed_at`),
     statement(
-      `DELETE m FROM ${inbox.quoted} AS m JOIN ${claims} AS c ON c.\`key\` = m.\`key\` WHERE m.record = '{}'`,
+      `DELETE m FROM ${inbox.quoted} AS m JOIN ${claims} AS c ON c.\`key\` = m.\`key\` WHERE ${marker}`,
     ),
     {
-      sql: `ALTER TABLE ${inbox.quoted} ADD CONSTRAINT \`${check.name}\` CHECK (record <> '{}')`,
+      sql: `ALTER TABLE ${inbox.quoted} ADD CONSTRAINT \`${check.name}\` CHECK (NOT (record = '{}' AND status = 'delivered' AND lease_id IS NOT NULL))`,
       done:
         `SELECT 1 FROM information_schema.table_constraints WHERE constraint_schema = ${databaseOf(inbox)} ` +
         `AND table_name = '${inbox.name}' AND constraint_name = '${check.name}'`,

@@ -66,12 +66,17 @@ END $$`),
 }
 
 /**
- * The CHECK that keeps claim markers (`record = '{}'`) out of the inbox once claims are in `<table>_claims`
- * (schema version 7). An instance of an older ipn-kit, still running in a rolling deploy, claims a key as
- * such a row: the CHECK fails its claim (a store failure: it answers 503, and the service resends to
- * another instance) rather than leave a row that the newer instances would read as a delivered entry.
+ * The CHECK that keeps claim markers out of the inbox once claims are in `<table>_claims` (schema version
+ * 7). An instance of an older ipn-kit, still running in a rolling deploy, claims a key as a row `delivered`
+ * with the record `{}` and its token as `lease_id`, which no other write makes (a delivered mark clears the
+ * lease): the CHECK fails its claim (a store failure: it answers 503, and the service resends to another
+ * instance) rather than leave a row that the newer instances would read as a delivered entry. A receive
+ * of an empty record (the store's API allows one; the router never makes one) is not such a row.
  */
 const CLAIM_MARKER_CHECK = 'ipn_kit_no_claim_marker';
+
+/** Version 7's test of an older ipn-kit's claim marker, on a row of the inbox. */
+const MARKER = "record = '{}'::jsonb AND status = 'delivered'";
 
 /**
  * Version 7: claims move out of the inbox into `<table>_claims` (key, token, when). The CHECK comes first
@@ -96,11 +101,12 @@ function claimsSteps(table: string): MigrationStep[] {
   IF NOT EXISTS (
     SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('${regclass}') AND conname = '${CLAIM_MARKER_CHECK}'
   ) THEN
-    ALTER TABLE ${quoted} ADD CONSTRAINT ${CLAIM_MARKER_CHECK} CHECK (record <> '{}'::jsonb) NOT VALID;
+    ALTER TABLE ${quoted} ADD CONSTRAINT ${CLAIM_MARKER_CHECK}
+      CHECK (NOT (${MARKER} AND lease_id IS NOT NULL)) NOT VALID;
   END IF;
 END $$`),
     statement(`WITH moved AS (
-  DELETE FROM ${quoted} WHERE record = '{}'::jsonb
+  DELETE FROM ${quoted} WHERE ${MARKER}
   RETURNING key, lease_id, coalesce(delivered_at, received_at) AS claimed_at
 )
 INSERT INTO ${claims} (key, token, claimed_at)

@@ -53,19 +53,22 @@ SELECT 'sweep', coalesce(custom_data, ''), ${NOW_MS}, due_at FROM ${expected} WH
 }
 
 /**
- * Version 7: claims move out of the inbox into `<table>_claims` (key, token, when), and two triggers refuse a
- * claim marker (`record = '{}'`) in the inbox from now on (SQLite cannot add a CHECK to a table): a process
- * of an older ipn-kit, still running on the file, fails its claim (a store failure: 503, and the service
+ * Version 7: claims move out of the inbox into `<table>_claims` (key, token, when), and two triggers refuse
+ * a claim marker (`delivered`, the record `{}`, a token as `lease_id`: no other write makes such a row) in
+ * the inbox from now on (SQLite cannot add a CHECK to a table): a process of an older ipn-kit, still
+ * running on the file, fails its claim (a store failure: 503, and the service
  * resends) rather than leave a row that the newer processes would read as a delivered entry. The version
  * runs in one transaction that holds the file's write lock, so no marker comes between the move and the
  * triggers. Each statement can run twice: a claim already moved is kept.
  */
 function claimsSteps(table: string): MigrationStep[] {
+  const MARKER = "record = '{}' AND status = 'delivered'";
   const inbox = quoteTable(table);
   const claims = `"${table}_claims"`;
   const refuse = (event: 'INSERT' | 'UPDATE'): MigrationStep =>
     statement(`CREATE TRIGGER IF NOT EXISTS "${table}_no_claim_marker_${event.toLowerCase()}"
-BEFORE ${event} ON ${inbox} FOR EACH ROW WHEN NEW.record = '{}'
+BEFORE ${event} ON ${inbox} FOR EACH ROW
+WHEN NEW.record = '{}' AND NEW.status = 'delivered' AND NEW.lease_id IS NOT NULL
 BEGIN
   SELECT RAISE(ABORT, 'ipn-kit: claims are in ${table}_claims since schema version 7, not in ${table}: an older ipn-kit runs on this file');
 END`);
@@ -77,8 +80,8 @@ END`);
 )`),
     statement(`CREATE INDEX IF NOT EXISTS "${table}_claims_at_idx" ON ${claims} (claimed_at)`),
     statement(`INSERT OR IGNORE INTO ${claims} (key, token, claimed_at)
-SELECT key, coalesce(lease_id, ''), coalesce(delivered_at, received_at) FROM ${inbox} WHERE record = '{}'`),
-    statement(`DELETE FROM ${inbox} WHERE record = '{}'`),
+SELECT key, coalesce(lease_id, ''), coalesce(delivered_at, received_at) FROM ${inbox} WHERE ${MARKER}`),
+    statement(`DELETE FROM ${inbox} WHERE ${MARKER}`),
     refuse('INSERT'),
     refuse('UPDATE'),
   ];
