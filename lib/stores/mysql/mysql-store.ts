@@ -47,7 +47,13 @@ import {
   toEntry,
   toStoredJson,
 } from './mysql-rows.js';
-import { mysqlAuditTable, mysqlInboxSql, mysqlTableNames, type MysqlInboxSql } from './mysql-sql.js';
+import {
+  mysqlAuditTable,
+  mysqlClaimsTable,
+  mysqlInboxSql,
+  mysqlTableNames,
+  type MysqlInboxSql,
+} from './mysql-sql.js';
 import { explainMysql, mysqlOrmMark, openPoolTransaction } from './mysql-transaction.js';
 import { mysqlControlTable, mysqlSchemaDialect } from './mysql-schema.js';
 import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
@@ -488,7 +494,10 @@ export class MysqlStore<
         claims: 'mysqlMigrations()',
         expectations: 'mysqlExpectationsSql()',
       };
-      return missingTable('MysqlStore', this.table, of, sql, 'MySQL', error);
+      // A receive reads <table>_claims too (schema version 7): name the table MySQL did not find.
+      const claims = mysqlClaimsTable(this.table).split('.').pop()!.slice(1, -1);
+      const missed = messageOf(error).includes(`${claims}'`) ? 'claims' : of;
+      return missingTable('MysqlStore', this.table, missed, sql, 'MySQL', error);
     }
     const hint =
       errnoOf(error) === INCORRECT_STRING

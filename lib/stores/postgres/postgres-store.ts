@@ -2,7 +2,7 @@ import { checkLeaseLimit, migrateWorded } from '../store-core.js';
 import { missingTable, SqlStore, type SqlDialect, type TableOf } from '../sql-store.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
-import { inboxSql, receivesJson, RESET, tableNames, type InboxSql } from './postgres-sql.js';
+import { claimsTable, inboxSql, receivesJson, RESET, tableNames, type InboxSql } from './postgres-sql.js';
 import { postgresControlTable, postgresSchemaDialect } from './postgres-schema.js';
 import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
 import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
@@ -498,7 +498,10 @@ export class PostgresStore<
         claims: 'postgresMigrations()',
         expectations: 'postgresExpectationsSql()',
       };
-      return missingTable('PostgresStore', this.table, of, sql, 'PostgreSQL', error);
+      // A receive reads <table>_claims too (schema version 7): name the table PostgreSQL did not find.
+      const claims = claimsTable(this.table).split('.').pop()!.slice(1); // name" (PostgreSQL quotes it)
+      const missed = messageOf(error).includes(claims) ? 'claims' : of;
+      return missingTable('PostgresStore', this.table, missed, sql, 'PostgreSQL', error);
     }
     return new StoreError(`PostgresStore: a query on ${this.table} failed: ${messageOf(error)}`, {
       cause: error,
