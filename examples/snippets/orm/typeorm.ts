@@ -118,6 +118,11 @@ export const IpnInboxEntry = new EntitySchema<Record<string, unknown>>({
   checks: [
     { name: 'ipn_inbox_status_check', expression: `status IN ('received', 'delivered', 'failed', 'dead')` },
     { name: 'ipn_inbox_check', expression: `key = transaction_id || ':' || state` },
+    // Schema version 7: no claim of an older ipn-kit (delivered, the record {}, a token) in a rolling deploy.
+    {
+      name: 'ipn_kit_no_claim_marker',
+      expression: `NOT (record = '{}'::jsonb AND status = 'delivered' AND lease_id IS NOT NULL)`,
+    },
   ],
 });
 // #endregion typeorm-inbox-entity
