@@ -211,7 +211,7 @@ function recordSql(table: string, migration: Migration): string[] {
 
 /**
  * Each version of the MySQL schema of the table set of inbox `table` (the inbox, `<table>_expected`,
- * `<table>_states`, `<table>_audit`), as SQL for a migration tool of your own: run those above the version
+ * `<table>_states`, `<table>_audit`, `<table>_control`, `<table>_claims`), as SQL for a migration tool of your own: run those above the version
  * your database is at (`SELECT max(version) FROM <table>_schema`; none: 0), each once, in order, each of
  * its `statements` as a query of its own (no `multipleStatements` needed). `MysqlStore.migrate()` and
  * `ipn-kit migrate --mysql-url` run the same statements.

@@ -224,7 +224,7 @@ function recordSql(table: string, migration: Migration): string[] {
 
 /**
  * Each version of the PostgreSQL schema of the table set of inbox `table` (the inbox, `<table>_expected`,
- * `<table>_states`, `<table>_audit`), as SQL for a migration tool of your own: run those above the version
+ * `<table>_states`, `<table>_audit`, `<table>_control`, `<table>_claims`), as SQL for a migration tool of your own: run those above the version
  * your database is at (`SELECT max(version) FROM <table>_schema`; none: 0), each once, in order.
  * `PostgresStore.migrate()` and `ipn-kit migrate` run the same statements.
  *
@@ -243,13 +243,14 @@ export function postgresMigrations(table = 'ipn_inbox'): SchemaMigration[] {
 
 /**
  * The SQL that creates the latest schema of the table set of inbox `table`: the inbox and its index, the
- * expectations (`<table>_expected`), lifecycle (`<table>_states`) and audit (`<table>_audit`) tables, and
+ * expectations (`<table>_expected`), lifecycle (`<table>_states`), audit (`<table>_audit`), control
+ * (`<table>_control`) and claims (`<table>_claims`: at-most-once claims, apart from the inbox) tables, and
  * the version table (`<table>_schema`) with every version recorded: the statements of every
  * {@link postgresMigrations} version, in order. Idempotent (`IF NOT EXISTS` throughout): run on a database of
  * an earlier version, it brings it to the latest, rows kept.
  *
- * The key `transaction_id:state` is the primary key: it is what makes a claim or a receive atomic across
- * instances. A `CHECK` keeps it equal to `transaction_id || ':' || state`, so `(transaction_id, state)` is
+ * The key `transaction_id:state` is the primary key: it is what makes a receive atomic across instances (a
+ * claim's is the primary key of `<table>_claims`; each checks the other table by its key). A `CHECK` keeps it equal to `transaction_id || ':' || state`, so `(transaction_id, state)` is
  * unique too, without a second unique index to maintain on every insert.
  *
  * @param table `name` or `schema.name`. @default 'ipn_inbox'

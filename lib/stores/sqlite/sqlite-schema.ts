@@ -194,7 +194,7 @@ function recordSql(table: string, migration: Migration): string[] {
 
 /**
  * Each version of the SQLite schema of the table set of inbox `table` (the inbox, `<table>_expected`,
- * `<table>_states`, `<table>_audit`), as SQL for a migration tool of your own: run those above the version
+ * `<table>_states`, `<table>_audit`, `<table>_control`, `<table>_claims`), as SQL for a migration tool of your own: run those above the version
  * your file is at (`SELECT max(version) FROM <table>_schema`; none: 0), each once, in order.
  * `SqliteStore.migrate()` and `ipn-kit migrate` run the same statements.
  *
@@ -213,7 +213,8 @@ export function sqliteMigrations(table = 'ipn_inbox'): SchemaMigration[] {
 
 /**
  * The SQL that creates the latest schema of the table set of inbox `table`: the inbox and its index, the
- * expectations (`<table>_expected`), lifecycle (`<table>_states`) and audit (`<table>_audit`) tables, and
+ * expectations (`<table>_expected`), lifecycle (`<table>_states`), audit (`<table>_audit`), control
+ * (`<table>_control`) and claims (`<table>_claims`: at-most-once claims, apart from the inbox) tables, and
  * the version table (`<table>_schema`) with every version recorded: the statements of every
  * {@link sqliteMigrations} version, in order. Idempotent while every version is (`IF NOT EXISTS`: versions
  * 1 and 2); run on a file of an earlier version, it brings it to the latest, rows kept.
