@@ -10,7 +10,7 @@ import { PostgresStore, postgresMigrations } from '../../lib/postgres.js';
 import { SqliteStore, sqliteMigrations } from '../../lib/sqlite.js';
 import type { DurableStore } from '../../lib/index.js';
 import { successfulPayload } from '../helpers/payloads.js';
-import { databaseUrl, describeWithService, mysqlUrl } from '../helpers/services.js';
+import { databaseUrl, describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
 
 /**
  * Schema version 7 (issue 34): a claim (at most once) is a row of `<table>_claims`, never of the inbox, so
@@ -189,6 +189,39 @@ describeWithService('PostgreSQL', 'PostgreSQL: claims in <table>_claims', () => 
       Number((await pool.query(`SELECT count(*)::int AS n FROM "${table}"`)).rows[0].n),
   };
   scenarios(() => dialect, prefix);
+
+  // The CHECK comes before the move, in the version's one transaction: a claim an older instance is making
+  // as the migration starts is either moved (it committed before the CHECK took the inbox's lock) or refused.
+  test("an older instance's claim in flight while migrate() runs version 7 is moved, never left behind", async () => {
+    const table = `${prefix}_inflight_${randomUUID().slice(0, 6)}`;
+    await dialect.migrateTo(table, 6);
+    const key = newKey();
+    const old = await pool.connect();
+    try {
+      await old.query('BEGIN');
+      const [id, state] = [key.slice(0, key.lastIndexOf(':')), key.slice(key.lastIndexOf(':') + 1)];
+      await old.query(
+        `INSERT INTO "${table}" (key, transaction_id, state, record, status, delivered_at, lease_id)
+         VALUES ($1, $2, $3, '{}'::jsonb, 'delivered', now(), 'in-flight')`,
+        [key, id, state],
+      );
+      const migrating = new PostgresStore({ pool, table }).migrate();
+      await eventually('migrate() waits for the open claim', async () => {
+        const { rows } = await pool.query(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
+          [`${table}_claims`],
+        );
+        return rows[0].n > 0;
+      });
+      await old.query('COMMIT');
+      await migrating;
+    } finally {
+      old.release();
+    }
+    expect(await dialect.claims(table)).toEqual([{ key, token: 'in-flight' }]);
+    expect(await dialect.inboxRows(table)).toBe(0);
+    await expect(dialect.oldClaim(table, newKey(), 'later')).rejects.toThrow(/ipn_kit_no_claim_marker/);
+  });
 });
 
 describeWithService('MariaDB', 'MySQL: claims in <table>_claims', () => {
