@@ -100,4 +100,31 @@ CREATE TABLE IF NOT EXISTS "ipn_inbox_schema" (
   applied_at timestamptz NOT NULL DEFAULT now()
 );
 INSERT INTO "ipn_inbox_schema" (version, name) VALUES (6, 'the delivered mark as a function (PostgreSQL)') ON CONFLICT (version) DO NOTHING;
+CREATE TABLE IF NOT EXISTS "ipn_inbox_claims" (
+  key text PRIMARY KEY,
+  token text NOT NULL,
+  claimed_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS "ipn_inbox_claims_at_idx" ON "ipn_inbox_claims" (claimed_at);
+DO $$ BEGIN
+  IF NOT EXISTS (
+    SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('"ipn_inbox"') AND conname = 'ipn_kit_no_claim_marker'
+  ) THEN
+    ALTER TABLE "ipn_inbox" ADD CONSTRAINT ipn_kit_no_claim_marker
+      CHECK (NOT (record = '{}'::jsonb AND status = 'delivered' AND lease_id IS NOT NULL)) NOT VALID;
+  END IF;
+END $$;
+WITH moved AS (
+  DELETE FROM "ipn_inbox" WHERE record = '{}'::jsonb AND status = 'delivered'
+  RETURNING key, lease_id, coalesce(delivered_at, received_at) AS claimed_at
+)
+INSERT INTO "ipn_inbox_claims" (key, token, claimed_at)
+SELECT key, coalesce(lease_id, ''), claimed_at FROM moved
+ON CONFLICT (key) DO NOTHING;
+CREATE TABLE IF NOT EXISTS "ipn_inbox_schema" (
+  version integer PRIMARY KEY,
+  name text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO "ipn_inbox_schema" (version, name) VALUES (7, 'the claims table (at-most-once claims out of the inbox)') ON CONFLICT (version) DO NOTHING;
 -- #endregion schema

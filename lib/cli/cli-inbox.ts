@@ -385,7 +385,8 @@ function replay(key: string): Action {
       io.stderr(`ipn-kit inbox replay: no entry with key '${key}' in ${where}`);
       return { code: 1 };
     }
-    // A key claimed in at-most-once mode has only a marker row: marking it due would deliver an empty record.
+    // A store of your own may keep a key claimed in at-most-once mode as an entry without a record (the SQL
+    // stores keep claims apart since schema version 7): marking it due would deliver an empty record.
     if (Object.keys(entry.record).length === 0) {
       io.stderr(
         `ipn-kit inbox replay: '${key}' holds no notification (it was claimed in at-most-once mode): there is ` +

@@ -6,7 +6,7 @@ import type { MigrateOptions, MigrationReport } from './schema-migrations.js';
 import type { DeliveryStatus, InboxEntry, ListOptions, PurgedStatus, StatusCounts } from './store.js';
 
 /** Which of a SQL store's tables a statement is about, for the message of a missing one. */
-export type TableOf = 'inbox' | 'expectations' | 'audit' | 'control';
+export type TableOf = 'inbox' | 'expectations' | 'audit' | 'control' | 'claims';
 
 /**
  * The `StoreError` of a statement that found the table `of` missing (`notMigrated`): `sql` names, for each
@@ -25,6 +25,7 @@ export function missingTable(
     audit: `${table}_audit (the operators' audit trail)`,
     control: `${table}_control (ipn.pause() for every instance)`,
     expectations: `${table}_expected (of ipn.expect())`,
+    claims: `${table}_claims (the at-most-once claims)`,
   };
   return notMigrated(owner, named[of], sql[of], database, error);
 }
@@ -45,7 +46,11 @@ export interface SqlDialect {
     countByStatus: string;
     replay: string;
     release: string;
+    /** Deletes the claim of a key (`claim()`'s row in `<table>_claims`). */
+    releaseClaim: string;
     purge: string;
+    /** Deletes the claims made before a time: `purge()`'s age rule for claims. */
+    purgeClaims: string;
     purgeDead: string;
     /** PostgreSQL: `redact()` as one statement. */
     redact?: string;
@@ -104,11 +109,12 @@ export abstract class SqlStore {
   abstract migrateSchema(options?: MigrateOptions): Promise<MigrationReport>;
 
   /**
-   * Deletes the row of `key`, so that the next claim or receive of it succeeds; given `leaseId`, only while
-   * that lease holds it.
+   * Deletes the claim and the inbox entry of `key`, so that the next claim or receive of it succeeds; given
+   * `leaseId`, only the entry, and only while that lease holds it.
    */
   async release(key: string, leaseId?: string): Promise<void> {
     this.dialect.checkKey(key);
+    if (leaseId === undefined) await this.dialect.change(this.dialect.sql.releaseClaim, [key]);
     await this.dialect.change(this.dialect.sql.release, this.dialect.release(key, leaseId ?? null));
   }
 
@@ -132,8 +138,8 @@ export abstract class SqlStore {
 
   /**
    * Makes `key` due now whatever its status (only from one of `from`, when given): `received`, attempts 0,
-   * `last_error` kept; a live lease is kept (the attempt holding it finishes first). `false` for a row
-   * `claim()` wrote, which holds no notification.
+   * `last_error` kept; a live lease is kept (the attempt holding it finishes first). `false` for a key only
+   * `claim()` took, which holds no notification (its claim is in `<table>_claims`, not in the inbox).
    */
   async replay(key: string, delayMs = 0, from?: readonly DeliveryStatus[]): Promise<boolean> {
     const values = this.dialect.replay(key, delayMs, from);
@@ -146,13 +152,16 @@ export abstract class SqlStore {
   }
 
   /**
-   * Deletes `delivered` rows (claim markers included) delivered before `before`; given `'dead'`, the dead rows
-   * last updated before it. Resolves how many.
+   * Deletes `delivered` rows delivered before `before`, and the claims (`<table>_claims`) made before it;
+   * given `'dead'`, the dead rows last updated before it. Resolves how many (claims included).
    */
   async purge(before: Date, status: PurgedStatus = 'delivered'): Promise<number> {
     checkPurge(this.dialect.owner, before, status);
-    const text = status === 'dead' ? this.dialect.sql.purgeDead : this.dialect.sql.purge;
-    return this.dialect.change(text, [this.dialect.time(before)]);
+    const { sql } = this.dialect;
+    const values = [this.dialect.time(before)];
+    if (status === 'dead') return this.dialect.change(sql.purgeDead, values);
+    const claims = await this.dialect.change(sql.purgeClaims, values);
+    return claims + (await this.dialect.change(sql.purge, values));
   }
 
   /** Blanks the customer's name and number in delivered and dead rows received before `before`; how many. */

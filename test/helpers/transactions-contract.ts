@@ -223,7 +223,7 @@ export function transactionsContract<Tx>(
     const key = `${n.transaction_id}:SUCCESSFUL`;
     await pool.query(
       `INSERT INTO ipn_inbox (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
-       VALUES ($1, $2, 'SUCCESSFUL', '{}'::jsonb, 'received', 1, 'lease-1', now() + interval '1 minute')`,
+       VALUES ($1, $2, 'SUCCESSFUL', '{"n":1}'::jsonb, 'received', 1, 'lease-1', now() + interval '1 minute')`,
       [key, n.transaction_id],
     );
     const mark: Statement = {

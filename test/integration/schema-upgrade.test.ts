@@ -63,7 +63,7 @@ interface Dialect {
 const SUFFIXES = ['', '_expected', '_states', '_audit'] as const;
 
 /** What `drop` drops: the set's tables, the control and version tables. */
-const DROPPED = [...SUFFIXES, '_control', '_schema'] as const;
+const DROPPED = [...SUFFIXES, '_control', '_claims', '_schema'] as const;
 
 /** Transaction ids of the seeded entries, one per status. */
 const ID = {
@@ -75,6 +75,9 @@ const ID = {
   claimed: 'EFB.9000006', // an at-most-once claim: a delivered row with an empty record
 } as const;
 const key = (id: string): string => `${id}:SUCCESSFUL`;
+/** Whether a record as a driver reads it (jsonb as an object) is `{}`. */
+const isEmpty = (value: unknown): boolean =>
+  typeof value === 'object' && value !== null && Object.keys(value).length === 0;
 const record = (id: string): string => JSON.stringify(successfulPayload({ transaction_id: id }));
 
 /** Fills the tables as ipn-kit 0.1.0 wrote them: an entry in every status, and (`full`) the other tables. */
@@ -165,15 +168,23 @@ function scenarios(d: () => Dialect, prefix: string, fixtures: Array<{ file: str
       // (Columns a later version added, such as the expectations' account, are read as they were not there.)
       const columnsOf = (rows: Array<Record<string, unknown>>) =>
         new Set(rows.flatMap((row) => Object.keys(row)));
-      // (But the sweep's lock, a row of _expected in 0.1.0, is the row 'sweep' of _control since version 5.)
+      // (But the sweep's lock, a row of _expected in 0.1.0, is the row 'sweep' of _control since version 5,
+      // and a claim, a row of the inbox with an empty record in 0.1.0, a row of _claims since version 7.)
       const isLock = (row: Record<string, unknown>) => row.transaction_id === '';
+      const isClaim = (row: Record<string, unknown>) => row.record === '{}' || isEmpty(row.record);
       for (const [name, rows] of Object.entries(before)) {
         const kept = columnsOf(rows);
         const seen = (after[name] ?? []).map((row) =>
           Object.fromEntries(Object.entries(row).filter(([column]) => kept.has(column))),
         );
-        expect(seen).toEqual(name === '_expected' ? rows.filter((row) => !isLock(row)) : rows);
+        const moved = name === '_expected' ? isLock : name === 'inbox' ? isClaim : () => false;
+        expect(seen).toEqual(rows.filter((row) => !moved(row)));
       }
+      expect((after.inbox ?? []).length).toBe(5);
+      const claims = await dialect.rows(
+        `SELECT ${dialect.quote('key')}, token FROM ${dialect.quote(`${table}_claims`)}`,
+      );
+      expect(claims).toEqual([{ key: key(ID.claimed), token: 'claim-token' }]);
       const lock = (before._expected ?? []).find(isLock);
       expect(lock === undefined).toBe(!full);
       const control = await dialect.rows(
@@ -224,7 +235,11 @@ function scenarios(d: () => Dialect, prefix: string, fixtures: Array<{ file: str
       expect((await store.get(key(ID.later)))?.status).toBe('failed');
       expect((await store.get(key(ID.dead)))?.status).toBe('dead');
       expect((await store.get(key(ID.delivered)))?.status).toBe('delivered');
+      // The key 0.1.0 claimed is still claimed: by its own token (a claim asked again), not by another.
       expect(await store.claim(key(ID.claimed), 60_000, randomUUID())).toBe(false);
+      expect(await store.claim(key(ID.claimed), 60_000, 'claim-token')).toBe(true);
+      expect(await store.get(key(ID.claimed))).toBeUndefined();
+      expect((await store.list()).map((entry) => entry.key)).not.toContain(key(ID.claimed));
       if (full) {
         expect(await store.expectations?.get('EFB.9000100')).toMatchObject({
           customData: '{"orderId":"order-7"}',
@@ -362,6 +377,7 @@ describeWithService('PostgreSQL', 'PostgreSQL: upgrade from 0.1.0', () => {
         "ran version 4: the expectations' account (several API keys)",
         "ran version 5: the sweep's lock in the control table",
         'ran version 6: the delivered mark as a function (PostgreSQL)',
+        'ran version 7: the claims table (at-most-once claims out of the inbox)',
         `${table}: schema version ${LATEST} (the latest)`,
       ]);
       expect((await cli([])).stdout.split('\n')).toEqual([

@@ -78,7 +78,7 @@ describe('SqliteStore', () => {
     expect(error).toBeInstanceOf(StoreError);
     expect(error).toMatchObject({ notMigrated: true });
     expect((error as Error).message).toMatch(
-      /the table ipn_inbox does not exist: run `await store.migrate\(\)`/,
+      /the table ipn_inbox_claims does not exist: run `await store.migrate\(\)`/,
     );
     const expected = await store.expectations.get('t1').catch((caught: unknown) => caught);
     expect(expected).toMatchObject({ notMigrated: true });

@@ -42,6 +42,11 @@ export const ipnInbox = pgTable(
     // The names PostgreSQL gave the checks: drizzle-kit matches constraints by name.
     check('ipn_inbox_status_check', sql`${t.status} IN ('received', 'delivered', 'failed', 'dead')`),
     check('ipn_inbox_check', sql`${t.key} = ${t.transactionId} || ':' || ${t.state}`),
+    // Schema version 7: no claim of an older ipn-kit (delivered, the record {}, a token) in a rolling deploy.
+    check(
+      'ipn_kit_no_claim_marker',
+      sql`NOT (${t.record} = '{}'::jsonb AND ${t.status} = 'delivered' AND ${t.leaseId} IS NOT NULL)`,
+    ),
     index('ipn_inbox_due_idx').on(t.status, t.nextAttemptAt),
   ],
 );
@@ -90,6 +95,17 @@ export const ipnInboxControl = pgTable('ipn_inbox_control', {
   updatedAt: timestamp('updated_at', { withTimezone: true }).notNull().defaultNow(),
   untilMs: bigint('until_ms', { mode: 'number' }),
 });
+
+/** The keys claimed at most once (schema version 7): a claim and its token, apart from the inbox. */
+export const ipnInboxClaims = pgTable(
+  'ipn_inbox_claims',
+  {
+    key: text('key').primaryKey(),
+    token: text('token').notNull(),
+    claimedAt: timestamp('claimed_at', { withTimezone: true }).notNull().defaultNow(),
+  },
+  (t) => [index('ipn_inbox_claims_at_idx').on(t.claimedAt)],
+);
 
 /** The schema versions `store.migrate()` ran: it reads them to know what to run. */
 export const ipnInboxSchema = pgTable('ipn_inbox_schema', {

@@ -126,6 +126,7 @@ export const ipnKitTables = {
   async down(db: Kysely<unknown>): Promise<void> {
     await db.schema.dropTable('ipn_inbox_schema').ifExists().execute(); // the schema versions run
     await db.schema.dropTable('ipn_inbox_control').ifExists().execute();
+    await db.schema.dropTable('ipn_inbox_claims').ifExists().execute();
     await db.schema.dropTable('ipn_inbox_audit').ifExists().execute();
     await db.schema.dropTable('ipn_inbox_states').ifExists().execute();
     await db.schema.dropTable('ipn_inbox_expected').ifExists().execute();

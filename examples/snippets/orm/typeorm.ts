@@ -82,7 +82,7 @@ export class IpnInbox1764028800000 implements MigrationInterface {
 
   async down(queryRunner: QueryRunner): Promise<void> {
     await queryRunner.query(
-      'DROP TABLE IF EXISTS ipn_inbox_schema, ipn_inbox_control, ipn_inbox_audit, ipn_inbox_states, ipn_inbox_expected, ipn_inbox; ' +
+      'DROP TABLE IF EXISTS ipn_inbox_schema, ipn_inbox_control, ipn_inbox_claims, ipn_inbox_audit, ipn_inbox_states, ipn_inbox_expected, ipn_inbox; ' +
         'DROP FUNCTION IF EXISTS ipn_inbox_mark(text, text)',
     );
   }
@@ -118,6 +118,11 @@ export const IpnInboxEntry = new EntitySchema<Record<string, unknown>>({
   checks: [
     { name: 'ipn_inbox_status_check', expression: `status IN ('received', 'delivered', 'failed', 'dead')` },
     { name: 'ipn_inbox_check', expression: `key = transaction_id || ':' || state` },
+    // Schema version 7: no claim of an older ipn-kit (delivered, the record {}, a token) in a rolling deploy.
+    {
+      name: 'ipn_kit_no_claim_marker',
+      expression: `NOT (record = '{}'::jsonb AND status = 'delivered' AND lease_id IS NOT NULL)`,
+    },
   ],
 });
 // #endregion typeorm-inbox-entity

@@ -92,6 +92,47 @@ ON DUPLICATE KEY UPDATE name = name`),
 }
 
 /**
+ * Version 7: claims move out of the inbox into `<table>_claims` (key, token, when), and a CHECK,
+ * `<table>_no_claim_marker` (named within the database, as {@link sweepLockSteps}'), refuses a claim marker
+ * (`delivered`, the record `{}`, a token as `lease_id`: no other write makes such a row) in the inbox from
+ * now on: an instance of an older ipn-kit, still running in a rolling deploy, fails its claim (a store
+ * failure: 503, and the service resends) rather than leave a row that the newer instances would read as a
+ * delivered entry. The copy comes first, then the delete of the markers copied (a marker an older instance
+ * adds in between stays, and fails the CHECK's `ALTER`: the next `migrate()` moves it and completes the
+ * version). MySQL before 8.0.16 reads a CHECK and ignores it. Adding the CHECK rebuilds the inbox table
+ * (writes to it wait meanwhile). Each statement can run twice.
+ */
+function claimsSteps(table: string): MigrationStep[] {
+  const inbox = beside(table, '');
+  const claims = beside(table, '_claims').quoted;
+  const check = { name: distinctName(inbox.name, '_no_claim_marker', 64) };
+  // An older ipn-kit's marker: `delivered`, the record `{}`, its token as lease_id (a delivered mark clears it).
+  const marker = "m.record = '{}' AND m.status = 'delivered'";
+  return [
+    statement(`CREATE TABLE IF NOT EXISTS ${claims} (
+  \`key\` VARCHAR(255) NOT NULL,
+  token VARCHAR(255) NOT NULL,
+  claimed_at DATETIME(3) NOT NULL,
+  PRIMARY KEY (\`key\`),
+  KEY ipn_kit_claimed (claimed_at)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`),
+    statement(`INSERT INTO ${claims} (\`key\`, token, claimed_at)
+SELECT m.\`key\`, COALESCE(m.lease_id, ''), COALESCE(m.delivered_at, m.received_at) FROM ${inbox.quoted} AS m
+WHERE ${marker}
+ON DUPLICATE KEY UPDATE claimed_at = ${claims}.claimed_at`),
+    statement(
+      `DELETE m FROM ${inbox.quoted} AS m JOIN ${claims} AS c ON c.\`key\` = m.\`key\` WHERE ${marker}`,
+    ),
+    {
+      sql: `ALTER TABLE ${inbox.quoted} ADD CONSTRAINT \`${check.name}\` CHECK (NOT (record = '{}' AND status = 'delivered' AND lease_id IS NOT NULL))`,
+      done:
+        `SELECT 1 FROM information_schema.table_constraints WHERE constraint_schema = ${databaseOf(inbox)} ` +
+        `AND table_name = '${inbox.name}' AND constraint_name = '${check.name}'`,
+    },
+  ];
+}
+
+/**
  * Every version of the MySQL schema of the table set of inbox `table`, in order. A released version never
  * changes; a change of the schema is one more line at the end (`addColumn(...)` in a version of its own),
  * with the same number in every dialect.
@@ -141,6 +182,12 @@ export function mysqlMigrationList(table: string): readonly Migration[] {
       tables: [],
       steps: [],
     },
+    {
+      version: 7,
+      name: 'the claims table (at-most-once claims out of the inbox)',
+      tables: [beside(table, '_claims').name],
+      steps: claimsSteps(table),
+    },
   ]);
 }
 
@@ -164,7 +211,7 @@ function recordSql(table: string, migration: Migration): string[] {
 
 /**
  * Each version of the MySQL schema of the table set of inbox `table` (the inbox, `<table>_expected`,
- * `<table>_states`, `<table>_audit`), as SQL for a migration tool of your own: run those above the version
+ * `<table>_states`, `<table>_audit`, `<table>_control`, `<table>_claims`), as SQL for a migration tool of your own: run those above the version
  * your database is at (`SELECT max(version) FROM <table>_schema`; none: 0), each once, in order, each of
  * its `statements` as a query of its own (no `multipleStatements` needed). `MysqlStore.migrate()` and
  * `ipn-kit migrate --mysql-url` run the same statements.

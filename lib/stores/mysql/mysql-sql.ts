@@ -143,7 +143,14 @@ const COLUMNS = [
 /** The columns a receive writes, and one row of its values (key, transaction id, state, record, custom_data, lease id, ms). */
 const RECEIVED_COLUMNS = `\`key\`, transaction_id, state, record, custom_data, status, attempts, received_at,
   updated_at, next_attempt_at, lease_id, lease_until`;
-const RECEIVED_ROW = `(?, ?, ?, ?, ${UTF8_TEXT}, 'received', 1, ${NOW}, ${NOW}, ${NOW}, ?, ${FROM_NOW})`;
+/** A receive's values as a row of a derived table (`u`), its columns named for the first row only. */
+const RECEIVED_VALUES = (first: boolean): string =>
+  first
+    ? `SELECT ? AS k, ? AS tid, ? AS st, ? AS rec, ${UTF8_TEXT} AS cd, ? AS lid, ? AS ms`
+    : `SELECT ?, ?, ?, ?, ${UTF8_TEXT}, ?, ?`;
+/** The row a receive inserts, from the derived table `u`. */
+const RECEIVED_ROW = `u.k, u.tid, u.st, u.rec, u.cd, 'received', 1, ${NOW}, ${NOW}, ${NOW}, u.lid,
+  (${NOW} + INTERVAL (u.ms * 1000) MICROSECOND)`;
 
 /** Lease columns cleared when an attempt ends. */
 const END_LEASE = `lease_id = NULL, lease_until = NULL, updated_at = ${NOW}`;
@@ -156,23 +163,32 @@ const END_LEASE = `lease_id = NULL, lease_until = NULL, updated_at = ${NOW}`;
  */
 export function mysqlInboxSql(table: string) {
   const t = mysqlTableNames(table).quoted;
+  const claims = mysqlClaimsTable(table);
+  /** Not while the key is claimed: a claim and a receive of one key exclude each other (one index lookup). */
+  const unclaimed = `NOT EXISTS (SELECT 1 FROM ${claims} AS c WHERE c.\`key\` = u.k)`;
   return {
-    // The claim's token is kept in lease_id, so that the same claim asked again (its answer was lost) is
-    // recognised as this caller's own. A plain INSERT (its duplicate key error caught), not INSERT IGNORE,
-    // which would also turn a value the table refuses into a warning and a truncated row.
-    claim: `INSERT INTO ${t} (\`key\`, transaction_id, state, record, status, received_at, updated_at,
-        next_attempt_at, delivered_at, lease_id)
-      VALUES (?, ?, ?, '{}', 'delivered', ${NOW}, ${NOW}, ${NOW}, ${NOW}, ?)`,
-    claimedBy: `SELECT 1 AS claimed FROM ${t} WHERE \`key\` = ? AND lease_id = ? AND record = '{}'`,
+    // A claim is a row of <table>_claims (schema version 7), never of the inbox: it is taken only while the
+    // inbox has no entry of the key (a receive of it came first: a resend). Its token is kept, so that the
+    // same claim asked again (its answer was lost) is recognised as this caller's own. A plain INSERT (its
+    // duplicate key error caught), not INSERT IGNORE, which would also turn a value the table refuses into
+    // a warning and a truncated row. Values: key, token, key.
+    claim: `INSERT INTO ${claims} (\`key\`, token, claimed_at)
+      SELECT ?, ?, ${NOW} FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM ${t} WHERE \`key\` = ?)`,
+    claimedBy: `SELECT 1 AS claimed FROM ${claims} WHERE \`key\` = ? AND token = ?`,
     release: `DELETE FROM ${t} WHERE \`key\` = ? AND (? IS NULL OR lease_id = ?)`,
-    receive: `INSERT INTO ${t} (${RECEIVED_COLUMNS}) VALUES ${RECEIVED_ROW}`,
+    releaseClaim: `DELETE FROM ${claims} WHERE \`key\` = ?`,
+    // One receive, its values as receiveMany's row.
+    receive: `INSERT INTO ${t} (${RECEIVED_COLUMNS})
+      SELECT ${RECEIVED_ROW} FROM (${RECEIVED_VALUES(true)}) AS u WHERE ${unclaimed}`,
     // Group commit: many receives in one statement, in key order (the store sorts them), so that two
     // instances inserting overlapping batches (a burst resent to both) take the keys' locks in the same
     // order. A key already there is left as it is (the update sets nothing), where a plain INSERT would fail
     // the whole batch; which rows this batch inserted is read next (`receivedBy`).
     receiveMany: (count: number) => `INSERT INTO ${t} (${RECEIVED_COLUMNS})
-      VALUES ${Array.from({ length: count }, () => RECEIVED_ROW).join(', ')}
-      ON DUPLICATE KEY UPDATE \`key\` = \`key\``,
+      SELECT ${RECEIVED_ROW} FROM (
+        ${Array.from({ length: count }, (_, index) => RECEIVED_VALUES(index === 0)).join('\n        UNION ALL ')}
+      ) AS u WHERE ${unclaimed} ORDER BY u.k
+      ON DUPLICATE KEY UPDATE \`key\` = ${t}.\`key\``,
     // Each receive has a lease id of its own: a row holding it is the one that receive inserted.
     receivedBy: `SELECT \`key\`, lease_id FROM ${t} WHERE \`key\` IN (?)`,
     // One statement: the row goes from the contradicted copy to the service's record, never through absent.
@@ -217,18 +233,28 @@ export function mysqlInboxSql(table: string) {
     countByStatus: `SELECT status, COUNT(*) AS count FROM ${t}
       WHERE ? IS NULL OR received_at >= ${AT} GROUP BY status`,
     get: `SELECT ${COLUMNS} FROM ${t} WHERE \`key\` = ?`,
-    // A replay keeps a live lease (an attempt still running finishes first, alone) and skips the rows
-    // claim() writes, which hold no notification to deliver.
+    // A replay keeps a live lease (an attempt still running finishes first, alone).
     replay: `UPDATE ${t} SET status = 'received', attempts = 0,
         next_attempt_at = ${NOW} + INTERVAL (? * 1000) MICROSECOND, updated_at = ${NOW}
-      WHERE \`key\` = ? AND record <> '{}' AND (? IS NULL OR FIND_IN_SET(status, ?) > 0)`,
+      WHERE \`key\` = ? AND (? IS NULL OR FIND_IN_SET(status, ?) > 0)`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ${AT}`,
+    purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < ${AT}`,
     purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < ${AT}`,
     // redact(): the records to blank (in JavaScript, one rule for every store), then each set only if unchanged
     // and still delivered or dead: a replay between the two (the entry received again) keeps its record whole.
     redactable: `SELECT \`key\`, record FROM ${t} WHERE status IN ('delivered', 'dead') AND received_at < ${AT}`,
     setRecord: `UPDATE ${t} SET record = ? WHERE \`key\` = ? AND record = ? AND status IN ('delivered', 'dead')`,
   };
+}
+
+/**
+ * The quoted claims table beside inbox `table`: `<table>_claims` (schema version 7), in the same database,
+ * within 64 characters: one row per key claimed at most once, with its token and time.
+ */
+export function mysqlClaimsTable(table: string): string {
+  const parts = mysqlTableNames(table).name.split('.');
+  const name = parts.pop() as string;
+  return [...parts, `${name.slice(0, 64 - '_claims'.length)}_claims`].map((part) => `\`${part}\``).join('.');
 }
 
 /** The quoted audit table beside inbox `table`: `<table>_audit`, in the same database, within 64 characters. */

@@ -47,7 +47,13 @@ import {
   toEntry,
   toStoredJson,
 } from './mysql-rows.js';
-import { mysqlAuditTable, mysqlInboxSql, mysqlTableNames, type MysqlInboxSql } from './mysql-sql.js';
+import {
+  mysqlAuditTable,
+  mysqlClaimsTable,
+  mysqlInboxSql,
+  mysqlTableNames,
+  type MysqlInboxSql,
+} from './mysql-sql.js';
 import { explainMysql, mysqlOrmMark, openPoolTransaction } from './mysql-transaction.js';
 import { mysqlControlTable, mysqlSchemaDialect } from './mysql-schema.js';
 import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
@@ -104,9 +110,9 @@ const MIGRATE_LOCK_SECONDS = 60;
  * notification's row is keyed by `transaction_id:state`: the primary key makes a claim (or a receive)
  * atomic across instances.
  *
- * - As a plain store (the router's default, at-most-once mode), `claim` inserts a `delivered` row with an
- *   empty `record`. The router's `ttlMs` does not apply: rows stay until you purge them (`purge(before)`),
- *   and until then a resend is dropped.
+ * - As a plain store (the router's default, at-most-once mode), `claim` inserts a row in `<table>_claims`
+ *   (never in the inbox). The router's `ttlMs` does not apply: claims stay until you purge them
+ *   (`purge(before)`), and until then a resend is dropped.
  * - As a durable inbox (`delivery: 'at-least-once'`), each notification is stored whole, and its delivery
  *   attempts are leased (`SELECT ... FOR UPDATE SKIP LOCKED`), settled and retried through the table.
  *   Receives that arrive together are inserted as one statement (group commit).
@@ -295,15 +301,16 @@ export class MysqlStore<
   }
 
   /**
-   * Inserts a `delivered` row for `key`, unless one exists. `ttlMs` is not applied: purge old rows instead.
+   * Inserts a row for `key` in `<table>_claims`, unless the key is claimed, or received in the inbox.
+   * `ttlMs` is not applied: purge old claims instead.
    * @returns `true` when this call inserted the row (or an earlier call with the same `token` did), `false`
-   * when the key was already there.
+   * when the key was already claimed or received.
    */
   async claim(key: string, ttlMs: number, token: string = randomUUID()): Promise<boolean> {
-    const [transactionId, state] = splitKey(key);
+    splitKey(key);
     checkId(token, 'a claim token');
-    if (await this.#insert(this.#sql.claim, [key, transactionId, state, token])) return true;
-    return rowsOf(await this.#query(this.#sql.claimedBy, [key, token])).length > 0;
+    if (await this.#insert(this.#sql.claim, [key, token, key], 'claims')) return true;
+    return rowsOf(await this.#query(this.#sql.claimedBy, [key, token], 'claims')).length > 0;
   }
 
   /** Inserts `record` as `received`, attempts 1, leased to `lease` (until the database's now + `lease.ms`). */
@@ -442,18 +449,21 @@ export class MysqlStore<
     return this.#run(() => this.#pool.query(text, values), of);
   }
 
-  /** An insert: `true` when it inserted its row, `false` when its key was there (a duplicate key). */
-  #insert(text: string, values: unknown[]): Promise<boolean> {
+  /**
+   * An insert: `true` when it inserted its row, `false` when its key was there (a duplicate key) or its
+   * `WHERE NOT EXISTS` found the key claimed or received in the other table.
+   */
+  #insert(text: string, values: unknown[], of: TableOf = 'inbox'): Promise<boolean> {
     return this.#run(
       () =>
         this.#pool.query(text, values).then(
-          () => true,
+          (result) => affectedOf(result) === 1,
           (error: unknown) => {
             if (errnoOf(error) === DUPLICATE_KEY) return false;
             throw error;
           },
         ),
-      'inbox',
+      of,
     );
   }
 
@@ -481,9 +491,13 @@ export class MysqlStore<
         inbox: 'mysqlSchemaSql()',
         audit: 'mysqlMigrations()',
         control: 'mysqlMigrations()',
+        claims: 'mysqlMigrations()',
         expectations: 'mysqlExpectationsSql()',
       };
-      return missingTable('MysqlStore', this.table, of, sql, 'MySQL', error);
+      // A receive reads <table>_claims too (schema version 7): name the table MySQL did not find.
+      const claims = mysqlClaimsTable(this.table).split('.').pop()!.slice(1, -1);
+      const missed = messageOf(error).includes(`${claims}'`) ? 'claims' : of;
+      return missingTable('MysqlStore', this.table, missed, sql, 'MySQL', error);
     }
     const hint =
       errnoOf(error) === INCORRECT_STRING

@@ -1,5 +1,6 @@
 import {
   checkedMigrations,
+  distinctName,
   latestSql,
   schemaMigrations,
   type Migration,
@@ -9,7 +10,14 @@ import {
 } from '../schema-migrations.js';
 import { postgresAuditSql } from './postgres-audit.js';
 import { postgresExpectationsSql } from './postgres-expectations.js';
-import { besideInbox, markFunction, markFunctionSql, statesTable, tableNames } from './postgres-sql.js';
+import {
+  besideInbox,
+  claimsTable,
+  markFunction,
+  markFunctionSql,
+  statesTable,
+  tableNames,
+} from './postgres-sql.js';
 
 /** The first key of the migration's advisory lock: ipn-kit's own, so it does not meet an app's locks. */
 const MIGRATE_LOCK = 0x69706e6b; // 'ipnk'
@@ -54,6 +62,56 @@ ON CONFLICT (name) DO NOTHING`),
     ALTER TABLE ${expected} ADD CONSTRAINT ${SWEEP_LOCK_CHECK} CHECK (transaction_id <> '') NOT VALID;
   END IF;
 END $$`),
+  ];
+}
+
+/**
+ * The CHECK that keeps claim markers out of the inbox once claims are in `<table>_claims` (schema version
+ * 7). An instance of an older ipn-kit, still running in a rolling deploy, claims a key as a row `delivered`
+ * with the record `{}` and its token as `lease_id`, which no other write makes (a delivered mark clears the
+ * lease): the CHECK fails its claim (a store failure: it answers 503, and the service resends to another
+ * instance) rather than leave a row that the newer instances would read as a delivered entry. A receive
+ * of an empty record (the store's API allows one; the router never makes one) is not such a row.
+ */
+const CLAIM_MARKER_CHECK = 'ipn_kit_no_claim_marker';
+
+/** Version 7's test of an older ipn-kit's claim marker, on a row of the inbox. */
+const MARKER = "record = '{}'::jsonb AND status = 'delivered'";
+
+/**
+ * Version 7: claims move out of the inbox into `<table>_claims` (key, token, when). The CHECK comes first
+ * (`NOT VALID`: the rows there are not read again), so that no marker is added once the move has read
+ * the inbox: it holds the inbox's lock until the version commits, and an older instance's claim waits for
+ * it, then fails. The move is one statement (`DELETE ... RETURNING` into the insert), so a marker is
+ * deleted only as it is copied. Each statement can run twice: a claim already moved is kept.
+ */
+function claimsSteps(table: string): MigrationStep[] {
+  const { quoted, name } = tableNames(table);
+  const claims = claimsTable(table);
+  const regclass = quoted.replaceAll("'", "''");
+  const index = `"${distinctName(name.split('.').pop()!, '_claims_at_idx', 63)}"`;
+  return [
+    statement(`CREATE TABLE IF NOT EXISTS ${claims} (
+  key text PRIMARY KEY,
+  token text NOT NULL,
+  claimed_at timestamptz NOT NULL DEFAULT now()
+)`),
+    statement(`CREATE INDEX IF NOT EXISTS ${index} ON ${claims} (claimed_at)`),
+    statement(`DO $$ BEGIN
+  IF NOT EXISTS (
+    SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('${regclass}') AND conname = '${CLAIM_MARKER_CHECK}'
+  ) THEN
+    ALTER TABLE ${quoted} ADD CONSTRAINT ${CLAIM_MARKER_CHECK}
+      CHECK (NOT (${MARKER} AND lease_id IS NOT NULL)) NOT VALID;
+  END IF;
+END $$`),
+    statement(`WITH moved AS (
+  DELETE FROM ${quoted} WHERE ${MARKER}
+  RETURNING key, lease_id, coalesce(delivered_at, received_at) AS claimed_at
+)
+INSERT INTO ${claims} (key, token, claimed_at)
+SELECT key, coalesce(lease_id, ''), claimed_at FROM moved
+ON CONFLICT (key) DO NOTHING`),
   ];
 }
 
@@ -139,6 +197,12 @@ export function postgresMigrationList(table: string): readonly Migration[] {
       tables: [`${markFunction(table)}(text, text)`],
       steps: [statement(markFunctionSql(table))],
     },
+    {
+      version: 7,
+      name: 'the claims table (at-most-once claims out of the inbox)',
+      tables: [claimsTable(table)],
+      steps: claimsSteps(table),
+    },
   ]);
 }
 
@@ -160,7 +224,7 @@ function recordSql(table: string, migration: Migration): string[] {
 
 /**
  * Each version of the PostgreSQL schema of the table set of inbox `table` (the inbox, `<table>_expected`,
- * `<table>_states`, `<table>_audit`), as SQL for a migration tool of your own: run those above the version
+ * `<table>_states`, `<table>_audit`, `<table>_control`, `<table>_claims`), as SQL for a migration tool of your own: run those above the version
  * your database is at (`SELECT max(version) FROM <table>_schema`; none: 0), each once, in order.
  * `PostgresStore.migrate()` and `ipn-kit migrate` run the same statements.
  *
@@ -179,13 +243,14 @@ export function postgresMigrations(table = 'ipn_inbox'): SchemaMigration[] {
 
 /**
  * The SQL that creates the latest schema of the table set of inbox `table`: the inbox and its index, the
- * expectations (`<table>_expected`), lifecycle (`<table>_states`) and audit (`<table>_audit`) tables, and
+ * expectations (`<table>_expected`), lifecycle (`<table>_states`), audit (`<table>_audit`), control
+ * (`<table>_control`) and claims (`<table>_claims`: at-most-once claims, apart from the inbox) tables, and
  * the version table (`<table>_schema`) with every version recorded: the statements of every
  * {@link postgresMigrations} version, in order. Idempotent (`IF NOT EXISTS` throughout): run on a database of
  * an earlier version, it brings it to the latest, rows kept.
  *
- * The key `transaction_id:state` is the primary key: it is what makes a claim or a receive atomic across
- * instances. A `CHECK` keeps it equal to `transaction_id || ':' || state`, so `(transaction_id, state)` is
+ * The key `transaction_id:state` is the primary key: it is what makes a receive atomic across instances (a
+ * claim's is the primary key of `<table>_claims`; each checks the other table by its key). A `CHECK` keeps it equal to `transaction_id || ':' || state`, so `(transaction_id, state)` is
  * unique too, without a second unique index to maintain on every insert.
  *
  * @param table `name` or `schema.name`. @default 'ipn_inbox'

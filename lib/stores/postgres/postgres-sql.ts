@@ -55,6 +55,13 @@ function besideQuoted(quoted: string, suffix: string): string {
 }
 
 /**
+ * The quoted claims table beside inbox `table`: `<table>_claims` (schema version 7), one row per key claimed
+ * at most once, with its token and time.
+ * @throws TypeError when `table` is not such a name.
+ */
+export const claimsTable = (table: string): string => besideInbox(table, '_claims');
+
+/**
  * The quoted name `<table><suffix>` beside inbox `table` (a table or function of its set: `_expected`,
  * `_control`, `_mark`), in its schema, within PostgreSQL's 63 bytes.
  * @throws TypeError when `table` is not such a name.
@@ -170,11 +177,18 @@ const QUOTED_SCHEMA = /^(?:[a-z_][a-z0-9_$]*|"(?:[^"]|"")+")$/;
 /** Lease columns cleared when an attempt ends. */
 const END_LEASE = 'lease_id = NULL, lease_until = NULL, updated_at = now()';
 
-/** The rows of a batch of receives, from `$1`: a JSON array of the objects {@link receivesJson} writes. */
-const RECEIVED_ROWS = `u.key, u.transaction_id, u.state, u.record, 'received', 1, u.lease_id,
+/**
+ * The rows of a batch of receives, from `$1`: a JSON array of the objects {@link receivesJson} writes, but
+ * those whose key is claimed in `claims` (the quoted `<table>_claims`): a claim and a receive of one key
+ * exclude each other, as when both were rows of the inbox.
+ */
+const receivedRows = (
+  claims: string,
+): string => `u.key, u.transaction_id, u.state, u.record, 'received', 1, u.lease_id,
         now() + u.ms * interval '1 millisecond'
       FROM jsonb_to_recordset($1::jsonb)
         AS u(key text, transaction_id text, state text, record jsonb, lease_id text, ms double precision)
+      WHERE NOT EXISTS (SELECT 1 FROM ${claims} AS c WHERE c.key = u.key)
       ORDER BY u.key`;
 
 /**
@@ -235,19 +249,28 @@ export function markFunctionSql(table: string): string {
  */
 export function inboxSql(table: string) {
   const t = tableNames(table).quoted;
+  const claims = claimsTable(table);
+  const rows = receivedRows(claims);
   const mark = markFunction(table); // named once: markAndCommit runs for every delivery
   return {
-    // The claim's token is kept in lease_id, so that the same claim asked again (its answer was lost) is
-    // recognised as this caller's own: true, not a resend.
+    // A claim is a row of <table>_claims (schema version 7), never of the inbox: it is taken only while the
+    // inbox has no entry of the key (a receive of it came first: a resend). Its token is kept, so that the
+    // same claim asked again (its answer was lost) is recognised as this caller's own: true, not a resend.
     claim: `WITH inserted AS (
-        INSERT INTO ${t} (key, transaction_id, state, record, status, delivered_at, lease_id)
-        VALUES ($1, $2, $3, '{}'::jsonb, 'delivered', now(), $4) ON CONFLICT (key) DO NOTHING RETURNING 1
+        INSERT INTO ${claims} (key, token) SELECT $1::text, $2::text
+        WHERE NOT EXISTS (SELECT 1 FROM ${t} WHERE key = $1)
+        ON CONFLICT (key) DO NOTHING RETURNING 1
       )
       SELECT EXISTS (SELECT 1 FROM inserted)
-        OR EXISTS (SELECT 1 FROM ${t} WHERE key = $1 AND lease_id = $4 AND record = '{}'::jsonb) AS claimed`,
+        OR EXISTS (SELECT 1 FROM ${claims} WHERE key = $1 AND token = $2) AS claimed`,
     release: `DELETE FROM ${t} WHERE key = $1 AND ($2::text IS NULL OR lease_id = $2)`,
+    releaseClaim: `DELETE FROM ${claims} WHERE key = $1`,
+    // Not while the key is claimed (at most once, by an instance in that mode): a duplicate, as when both
+    // were rows of the inbox. The claim's primary key makes it one index lookup.
     receive: `INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
-      VALUES ($1, $2, $3, $4::jsonb, 'received', 1, $5, ${FROM_NOW(6)}) ON CONFLICT (key) DO NOTHING`,
+      SELECT $1::text, $2::text, $3::text, $4::jsonb, 'received', 1, $5::text, ${FROM_NOW(6)}
+      WHERE NOT EXISTS (SELECT 1 FROM ${claims} WHERE key = $1)
+      ON CONFLICT (key) DO NOTHING`,
     // SKIP LOCKED: a concurrent lease passes over the rows another one is taking instead of waiting for them,
     // and re-checks each row it locks, so no row is ever leased twice at once. RETURNING has no order of its
     // own: the outer SELECT gives the oldest first again.
@@ -277,7 +300,7 @@ export function inboxSql(table: string) {
     // instances inserting overlapping batches (a burst resent to both) take the keys' locks in the same
     // order, and never deadlock.
     receiveMany: `INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
-      SELECT ${RECEIVED_ROWS}
+      SELECT ${rows}
       ON CONFLICT (key) DO NOTHING RETURNING key`,
     delivered: `UPDATE ${t} SET status = 'delivered', delivered_at = now(), ${END_LEASE}
       WHERE key = $1 AND lease_id = $2`,
@@ -320,7 +343,7 @@ export function inboxSql(table: string) {
     // entry is leased, so settled, only once its receive has answered.
     receiveAndDeliverMany: `WITH received AS (
         INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
-        SELECT ${RECEIVED_ROWS}
+        SELECT ${rows}
         ON CONFLICT (key) DO NOTHING RETURNING key
       ), delivered AS (
         UPDATE ${t} AS inbox SET status = 'delivered', delivered_at = now(),
@@ -366,12 +389,12 @@ export function inboxSql(table: string) {
     countByStatus: `SELECT status, count(*)::int AS count FROM ${t}
       WHERE $1::timestamptz IS NULL OR received_at >= $1 GROUP BY status`,
     get: `SELECT ${COLUMNS} FROM ${t} WHERE key = $1`,
-    // A replay keeps a live lease (an attempt still running finishes first, alone) and skips the rows
-    // claim() writes, which hold no notification to deliver.
+    // A replay keeps a live lease (an attempt still running finishes first, alone).
     replay: `UPDATE ${t} SET status = 'received', attempts = 0,
         next_attempt_at = now() + $2::bigint * interval '1 millisecond', updated_at = now()
-      WHERE key = $1 AND record <> '{}'::jsonb AND ($3::text[] IS NULL OR status = ANY($3::text[]))`,
+      WHERE key = $1 AND ($3::text[] IS NULL OR status = ANY($3::text[]))`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < $1`,
+    purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < $1`,
     purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < $1`,
     // Only rows that still hold a name or a number: a second pass changes nothing and counts nothing.
     redact: `UPDATE ${t} SET record = record || ${BLANKS}

@@ -2,7 +2,7 @@ import { checkLeaseLimit, migrateWorded } from '../store-core.js';
 import { missingTable, SqlStore, type SqlDialect, type TableOf } from '../sql-store.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
-import { inboxSql, receivesJson, RESET, tableNames, type InboxSql } from './postgres-sql.js';
+import { claimsTable, inboxSql, receivesJson, RESET, tableNames, type InboxSql } from './postgres-sql.js';
 import { postgresControlTable, postgresSchemaDialect } from './postgres-schema.js';
 import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
 import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
@@ -127,8 +127,8 @@ const UNDEFINED_TABLE = '42P01';
  * A dedupe store and durable inbox in PostgreSQL, shared by every instance of your app. A notification's row
  * is keyed by `transaction_id:state`: the primary key makes a claim (or a receive) atomic across instances.
  *
- * - As a plain store (the router's default, at-most-once mode), `claim` inserts a `delivered` row with an
- *   empty `record`. The router's `ttlMs` does not apply: rows stay until you purge them
+ * - As a plain store (the router's default, at-most-once mode), `claim` inserts a row in `<table>_claims`
+ *   (never in the inbox). The router's `ttlMs` does not apply: claims stay until you purge them
  *   (`purge(before)`, or `ipn-kit inbox purge --before <date>`), and until then a resend is dropped.
  * - As a durable inbox (`delivery: 'at-least-once'`), each notification is stored whole, and its delivery
  *   attempts are leased, settled and retried through the table.
@@ -306,13 +306,14 @@ export class PostgresStore<
   }
 
   /**
-   * Inserts a `delivered` row for `key`, unless one exists. `ttlMs` is not applied: purge old rows instead.
+   * Inserts a row for `key` in `<table>_claims`, unless the key is claimed, or received in the inbox.
+   * `ttlMs` is not applied: purge old claims instead.
    * @returns `true` when this call inserted the row (or an earlier call with the same `token` did), `false`
-   * when the key was already there.
+   * when the key was already claimed or received.
    */
   async claim(key: string, ttlMs: number, token: string = randomUUID()): Promise<boolean> {
-    const [transactionId, state] = splitKey(key);
-    const { rows } = await this.#query(this.#sql.claim, [key, transactionId, state, token]);
+    splitKey(key);
+    const { rows } = await this.#query(this.#sql.claim, [key, token], 'claims');
     return (rows[0] as { claimed?: unknown } | undefined)?.claimed === true;
   }
 
@@ -494,9 +495,13 @@ export class PostgresStore<
         inbox: 'postgresSchemaSql()',
         audit: 'postgresAuditSql()',
         control: 'postgresMigrations()',
+        claims: 'postgresMigrations()',
         expectations: 'postgresExpectationsSql()',
       };
-      return missingTable('PostgresStore', this.table, of, sql, 'PostgreSQL', error);
+      // A receive reads <table>_claims too (schema version 7): name the table PostgreSQL did not find.
+      const claims = claimsTable(this.table).split('.').pop()!.slice(1); // name" (PostgreSQL quotes it)
+      const missed = messageOf(error).includes(claims) ? 'claims' : of;
+      return missingTable('PostgresStore', this.table, missed, sql, 'PostgreSQL', error);
     }
     return new StoreError(`PostgresStore: a query on ${this.table} failed: ${messageOf(error)}`, {
       cause: error,

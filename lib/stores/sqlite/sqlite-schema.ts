@@ -53,6 +53,41 @@ SELECT 'sweep', coalesce(custom_data, ''), ${NOW_MS}, due_at FROM ${expected} WH
 }
 
 /**
+ * Version 7: claims move out of the inbox into `<table>_claims` (key, token, when), and two triggers refuse
+ * a claim marker (`delivered`, the record `{}`, a token as `lease_id`: no other write makes such a row) in
+ * the inbox from now on (SQLite cannot add a CHECK to a table): a process of an older ipn-kit, still
+ * running on the file, fails its claim (a store failure: 503, and the service
+ * resends) rather than leave a row that the newer processes would read as a delivered entry. The version
+ * runs in one transaction that holds the file's write lock, so no marker comes between the move and the
+ * triggers. Each statement can run twice: a claim already moved is kept.
+ */
+function claimsSteps(table: string): MigrationStep[] {
+  const MARKER = "record = '{}' AND status = 'delivered'";
+  const inbox = quoteTable(table);
+  const claims = `"${table}_claims"`;
+  const refuse = (event: 'INSERT' | 'UPDATE'): MigrationStep =>
+    statement(`CREATE TRIGGER IF NOT EXISTS "${table}_no_claim_marker_${event.toLowerCase()}"
+BEFORE ${event} ON ${inbox} FOR EACH ROW
+WHEN NEW.record = '{}' AND NEW.status = 'delivered' AND NEW.lease_id IS NOT NULL
+BEGIN
+  SELECT RAISE(ABORT, 'ipn-kit: claims are in ${table}_claims since schema version 7, not in ${table}: an older ipn-kit runs on this file');
+END`);
+  return [
+    statement(`CREATE TABLE IF NOT EXISTS ${claims} (
+  key TEXT PRIMARY KEY NOT NULL,
+  token TEXT NOT NULL,
+  claimed_at INTEGER NOT NULL
+)`),
+    statement(`CREATE INDEX IF NOT EXISTS "${table}_claims_at_idx" ON ${claims} (claimed_at)`),
+    statement(`INSERT OR IGNORE INTO ${claims} (key, token, claimed_at)
+SELECT key, coalesce(lease_id, ''), coalesce(delivered_at, received_at) FROM ${inbox} WHERE ${MARKER}`),
+    statement(`DELETE FROM ${inbox} WHERE ${MARKER}`),
+    refuse('INSERT'),
+    refuse('UPDATE'),
+  ];
+}
+
+/**
  * Every version of the SQLite schema of the table set of inbox `table`, in order. A released version never
  * changes; a change of the schema is one more line at the end (`addColumn(...)` in a version of its own),
  * with the same number in every dialect.
@@ -135,6 +170,12 @@ export function sqliteMigrationList(table: string): readonly Migration[] {
       tables: [],
       steps: [],
     },
+    {
+      version: 7,
+      name: 'the claims table (at-most-once claims out of the inbox)',
+      tables: [`${table}_claims`],
+      steps: claimsSteps(table),
+    },
   ]);
 }
 
@@ -153,7 +194,7 @@ function recordSql(table: string, migration: Migration): string[] {
 
 /**
  * Each version of the SQLite schema of the table set of inbox `table` (the inbox, `<table>_expected`,
- * `<table>_states`, `<table>_audit`), as SQL for a migration tool of your own: run those above the version
+ * `<table>_states`, `<table>_audit`, `<table>_control`, `<table>_claims`), as SQL for a migration tool of your own: run those above the version
  * your file is at (`SELECT max(version) FROM <table>_schema`; none: 0), each once, in order.
  * `SqliteStore.migrate()` and `ipn-kit migrate` run the same statements.
  *
@@ -172,7 +213,8 @@ export function sqliteMigrations(table = 'ipn_inbox'): SchemaMigration[] {
 
 /**
  * The SQL that creates the latest schema of the table set of inbox `table`: the inbox and its index, the
- * expectations (`<table>_expected`), lifecycle (`<table>_states`) and audit (`<table>_audit`) tables, and
+ * expectations (`<table>_expected`), lifecycle (`<table>_states`), audit (`<table>_audit`), control
+ * (`<table>_control`) and claims (`<table>_claims`: at-most-once claims, apart from the inbox) tables, and
  * the version table (`<table>_schema`) with every version recorded: the statements of every
  * {@link sqliteMigrations} version, in order. Idempotent while every version is (`IF NOT EXISTS`: versions
  * 1 and 2); run on a file of an earlier version, it brings it to the latest, rows kept.

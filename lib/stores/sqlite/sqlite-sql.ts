@@ -51,16 +51,22 @@ const END_LEASE = 'lease_id = NULL, lease_until = NULL, updated_at = ?';
  */
 export function sqliteInboxSql(table: string) {
   const t = quoteTable(table);
+  const claims = `"${table}_claims"`;
   return {
-    // The claim's token is kept in lease_id, so that the same claim asked again is recognised (see Store.claim).
-    claim: `INSERT INTO ${t} (key, transaction_id, state, record, status, received_at, updated_at,
-        next_attempt_at, delivered_at, lease_id)
-      VALUES (?, ?, ?, '{}', 'delivered', ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING`,
-    claimedBy: `SELECT 1 AS claimed FROM ${t} WHERE key = ? AND lease_id = ? AND record = '{}'`,
+    // A claim is a row of <table>_claims (schema version 7), never of the inbox: it is taken only while the
+    // inbox has no entry of the key (a receive of it came first: a resend). Its token is kept, so that the
+    // same claim asked again is recognised (see Store.claim). Values: key, token, now, key.
+    claim: `INSERT INTO ${claims} (key, token, claimed_at)
+      SELECT ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM ${t} WHERE key = ?) ON CONFLICT (key) DO NOTHING`,
+    claimedBy: `SELECT 1 AS claimed FROM ${claims} WHERE key = ? AND token = ?`,
     release: `DELETE FROM ${t} WHERE key = ? AND (? IS NULL OR lease_id = ?)`,
+    releaseClaim: `DELETE FROM ${claims} WHERE key = ?`,
+    // Not while the key is claimed: a claim and a receive of one key exclude each other (one index lookup).
+    // Values as the columns, then the key again.
     receive: `INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, received_at, updated_at,
         next_attempt_at, lease_id, lease_until)
-      VALUES (?, ?, ?, ?, 'received', 1, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING`,
+      SELECT ?, ?, ?, ?, 'received', 1, ?, ?, ?, ?, ?
+      WHERE NOT EXISTS (SELECT 1 FROM ${claims} WHERE key = ?) ON CONFLICT (key) DO NOTHING`,
     // One statement: the row goes from the contradicted copy to the service's record, never through absent.
     replace: `UPDATE ${t} SET record = ?, status = 'received', attempts = 1, last_error = NULL,
         next_attempt_at = ?, lease_id = ?, lease_until = ?, updated_at = ?
@@ -90,10 +96,11 @@ export function sqliteInboxSql(table: string) {
     countByStatus: `SELECT status, count(*) AS count FROM ${t}
       WHERE ? IS NULL OR received_at >= ? GROUP BY status`,
     get: `SELECT ${COLUMNS} FROM ${t} WHERE key = ?`,
-    // A replay keeps a live lease and skips the rows claim() writes, which hold no notification.
+    // A replay keeps a live lease.
     replay: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = ?, updated_at = ?
-      WHERE key = ? AND record <> '{}' AND (? IS NULL OR instr(',' || ? || ',', ',' || status || ',') > 0)`,
+      WHERE key = ? AND (? IS NULL OR instr(',' || ? || ',', ',' || status || ',') > 0)`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ?`,
+    purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < ?`,
     purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < ?`,
     // redact(): the records to blank (in JavaScript, one rule for every store), then each set only if unchanged
     // and still delivered or dead: a replay between the two (the entry received again) keeps its record whole.

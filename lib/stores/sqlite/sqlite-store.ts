@@ -83,8 +83,8 @@ export interface SqliteStoreOptions<D extends SqliteDatabase = SqliteDatabase> {
  * durable across restarts with no database server, shared by every process of the app on that machine.
  * Give it your own better-sqlite3 `Database`; ipn-kit loads no SQLite package.
  *
- * - As a plain store (at most once), `claim` inserts a `delivered` row; the router's `ttlMs` does not
- *   apply: rows stay until you purge them (`purge(before)`).
+ * - As a plain store (at most once), `claim` inserts a row in `<table>_claims` (never in the inbox); the
+ *   router's `ttlMs` does not apply: claims stay until you purge them (`purge(before)`).
  * - As a durable inbox (`delivery: 'at-least-once'`), each notification is stored whole, and its delivery
  *   attempts are leased, settled and retried through the table.
  *
@@ -260,14 +260,14 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> extends SqlS
   }
 
   /**
-   * Inserts a `delivered` row for `key`, unless one exists. `ttlMs` is not applied: purge old rows instead.
+   * Inserts a row for `key` in `<table>_claims`, unless the key is claimed, or received in the inbox.
+   * `ttlMs` is not applied: purge old claims instead.
    * @returns `true` when this call inserted the row (or an earlier call with the same `token` did).
    */
   async claim(key: string, ttlMs: number, token: string = randomUUID()): Promise<boolean> {
-    const [transactionId, state] = splitKey(key);
+    splitKey(key);
     return this.#write(() => {
-      const now = Date.now();
-      const values = [key, transactionId, state, now, now, now, now, token];
+      const values = [key, token, Date.now(), key];
       if (Number(statementOf(this.#database, this.#sql.claim).run(...values).changes) === 1) return true;
       return statementOf(this.#database, this.#sql.claimedBy).all(key, token).length === 1;
     });
@@ -280,7 +280,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> extends SqlS
     const json = JSON.stringify(record);
     return this.#write(() => {
       const now = Date.now();
-      const values = [key, transactionId, state, json, now, now, now, lease.id, now + ms];
+      const values = [key, transactionId, state, json, now, now, now, lease.id, now + ms, key];
       return Number(statementOf(this.#database, this.#sql.receive).run(...values).changes) === 1;
     });
   }

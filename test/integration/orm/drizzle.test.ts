@@ -12,6 +12,7 @@ import {
   drizzleRouter,
   ipnInbox,
   ipnInboxAudit,
+  ipnInboxClaims,
   ipnInboxControl,
   ipnInboxExpected,
   ipnInboxSchema,
@@ -349,6 +350,7 @@ describeWithService(
       ['ipn_inbox_states', ipnInboxStates],
       ['ipn_inbox_audit', ipnInboxAudit],
       ['ipn_inbox_control', ipnInboxControl],
+      ['ipn_inbox_claims', ipnInboxClaims],
       ['ipn_inbox_schema', ipnInboxSchema],
     ] as const;
 
@@ -440,7 +442,7 @@ describeWithService(
       await schema
         .pool()
         .query(
-          "INSERT INTO ipn_inbox (key, transaction_id, state, record, status, attempts, last_error) VALUES ($1, $2, 'SUCCESSFUL', '{}', 'dead', 8, 'gave up')",
+          "INSERT INTO ipn_inbox (key, transaction_id, state, record, status, attempts, last_error) VALUES ($1, $2, 'SUCCESSFUL', '{\"n\":1}', 'dead', 8, 'gave up')",
           [`${t}:SUCCESSFUL`, t],
         );
       const dead = await deadNotifications(drizzle(schema.pool()), new Date(Date.now() - 60_000));

@@ -316,7 +316,7 @@ describeWithService('PostgreSQL', 'the documented Kysely snippets (examples/snip
     await schema
       .pool()
       .query(
-        "INSERT INTO ipn_inbox (key, transaction_id, state, record, status, attempts, last_error) VALUES ($1, $2, 'SUCCESSFUL', '{}', 'dead', 8, 'gave up')",
+        "INSERT INTO ipn_inbox (key, transaction_id, state, record, status, attempts, last_error) VALUES ($1, $2, 'SUCCESSFUL', '{\"n\":1}', 'dead', 8, 'gave up')",
         [`${t}:SUCCESSFUL`, t],
       );
     const dead = await deadNotifications(

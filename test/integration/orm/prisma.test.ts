@@ -405,6 +405,7 @@ describeWithService('PostgreSQL', 'the inbox models of examples/prisma/schema.pr
     ['IpnInboxStates', 'ipn_inbox_states'],
     ['IpnInboxAudit', 'ipn_inbox_audit'],
     ['IpnInboxControl', 'ipn_inbox_control'],
+    ['IpnInboxClaims', 'ipn_inbox_claims'],
     ['IpnInboxSchema', 'ipn_inbox_schema'],
   ] as const;
 

@@ -103,6 +103,7 @@ describeWithService('PostgreSQL', 'the documented TypeORM setup (examples/snippe
     expect((await syncOfInbox(await open([Ledger, withoutChecks]))).sort()).toEqual([
       'ALTER TABLE "ipn_inbox" DROP CONSTRAINT "ipn_inbox_check"',
       'ALTER TABLE "ipn_inbox" DROP CONSTRAINT "ipn_inbox_status_check"',
+      'ALTER TABLE "ipn_inbox" DROP CONSTRAINT "ipn_kit_no_claim_marker"',
     ]);
   });
 

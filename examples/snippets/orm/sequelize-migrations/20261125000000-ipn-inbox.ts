@@ -9,7 +9,7 @@ export async function up(queryInterface: QueryInterface): Promise<void> {
 
 export async function down(queryInterface: QueryInterface): Promise<void> {
   await queryInterface.sequelize.query(
-    'DROP TABLE IF EXISTS ipn_inbox_schema, ipn_inbox_control, ipn_inbox_audit, ipn_inbox_states, ipn_inbox_expected, ipn_inbox; ' +
+    'DROP TABLE IF EXISTS ipn_inbox_schema, ipn_inbox_control, ipn_inbox_claims, ipn_inbox_audit, ipn_inbox_states, ipn_inbox_expected, ipn_inbox; ' +
       'DROP FUNCTION IF EXISTS ipn_inbox_mark(text, text)',
   );
 }

@@ -1,0 +1,310 @@
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { createPool, type Pool as MysqlPool } from 'mysql2/promise';
+import { Pool } from 'pg';
+import { MysqlStore, mysqlMigrations } from '../../lib/mysql.js';
+import { PostgresStore, postgresMigrations } from '../../lib/postgres.js';
+import { SqliteStore, sqliteMigrations } from '../../lib/sqlite.js';
+import type { DurableStore } from '../../lib/index.js';
+import { successfulPayload } from '../helpers/payloads.js';
+import { databaseUrl, describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
+
+/**
+ * Schema version 7 (issue 34): a claim (at most once) is a row of `<table>_claims`, never of the inbox, so
+ * no query of the inbox has to tell claims from notifications. A claim and a receive of one key still
+ * exclude each other, as when both were rows of the inbox; an older ipn-kit's claim, which writes its
+ * marker in the inbox, is refused; and `migrate()` moves the markers an older ipn-kit wrote.
+ */
+
+type Store = DurableStore & { migrate(): Promise<void> };
+
+/** What a dialect's scenarios need. */
+interface Dialect {
+  /** A store on the table (migrated or not). */
+  store(table: string): Store;
+  /** Runs the statements of the schema versions 1 to `version` on `table`, as a tool of your own would. */
+  migrateTo(table: string, version: number): Promise<void>;
+  /** A claim as ipn-kit before version 7 wrote it: a `delivered` row with the record `{}` in the inbox. */
+  oldClaim(table: string, key: string, token: string): Promise<void>;
+  /** The rows of `<table>_claims`: key and token. */
+  claims(table: string): Promise<Array<{ key: string; token: string }>>;
+  /** How many rows the inbox holds. */
+  inboxRows(table: string): Promise<number>;
+}
+
+const lease = () => ({ id: randomUUID(), ms: 60_000 });
+const newKey = (): string => `EFB.${randomUUID().slice(0, 12)}:SUCCESSFUL`;
+const recordOf = (key: string) => successfulPayload({ transaction_id: key.slice(0, key.lastIndexOf(':')) });
+
+function scenarios(d: () => Dialect, prefix: string): void {
+  let count = 0;
+  const fresh = async (): Promise<{ table: string; store: Store }> => {
+    const table = `${prefix}_${(count += 1)}_${randomUUID().slice(0, 6)}`;
+    const store = d().store(table);
+    await store.migrate();
+    return { table, store };
+  };
+
+  test('a claim is never an entry: not listed, counted, got, replayed or leased', async () => {
+    const { table, store } = await fresh();
+    const [claimed, received] = [newKey(), newKey()];
+    expect(await store.claim(claimed, 60_000, randomUUID())).toBe(true);
+    expect(await store.receive(received, recordOf(received), lease())).toBe(true);
+    expect(await d().inboxRows(table)).toBe(1);
+    expect((await store.list()).map((entry) => entry.key)).toEqual([received]);
+    expect((await store.list({ status: 'delivered' })).map((entry) => entry.key)).toEqual([]);
+    expect(await store.countByStatus!()).toEqual({ received: 1, delivered: 0, failed: 0, dead: 0 });
+    expect(await store.get(claimed)).toBeUndefined();
+    expect(await store.replay(claimed)).toBe(false);
+    expect(await store.replayDead()).toBe(0);
+    expect((await store.lease(lease(), 100)).map((entry) => entry.key)).toEqual([]);
+    expect((await d().claims(table)).map((row) => row.key)).toEqual([claimed]);
+  });
+
+  test('a claim and a receive of one key exclude each other, whichever comes first', async () => {
+    const { store } = await fresh();
+    const claimedFirst = newKey();
+    expect(await store.claim(claimedFirst, 60_000, randomUUID())).toBe(true);
+    expect(await store.receive(claimedFirst, recordOf(claimedFirst), lease())).toBe(false);
+    expect(await store.get(claimedFirst)).toBeUndefined();
+    const receivedFirst = newKey();
+    expect(await store.receive(receivedFirst, recordOf(receivedFirst), lease())).toBe(true);
+    expect(await store.claim(receivedFirst, 60_000, randomUUID())).toBe(false);
+    expect((await store.get(receivedFirst))?.status).toBe('received');
+  });
+
+  test('release() frees a claim: the next claim, or receive, of the key succeeds', async () => {
+    const { store } = await fresh();
+    const key = newKey();
+    const first = randomUUID();
+    expect(await store.claim(key, 60_000, first)).toBe(true);
+    expect(await store.claim(key, 60_000, first)).toBe(true); // asked again after a lost answer
+    await store.release(key);
+    const second = randomUUID();
+    expect(await store.claim(key, 60_000, second)).toBe(true);
+    expect(await store.claim(key, 60_000, first)).toBe(false);
+    // A release held by a lease is an attempt's: it leaves the claim alone.
+    await store.release(key, randomUUID());
+    expect(await store.claim(key, 60_000, randomUUID())).toBe(false);
+    await store.release(key);
+    expect(await store.receive(key, recordOf(key), lease())).toBe(true);
+  });
+
+  test('purge(before) deletes the claims made before it, as it deletes delivered entries', async () => {
+    const { table, store } = await fresh();
+    const key = newKey();
+    expect(await store.claim(key, 60_000, randomUUID())).toBe(true);
+    expect(await store.purge(new Date(Date.now() - 3_600_000))).toBe(0);
+    expect(await store.purge(new Date(Date.now() - 3_600_000), 'dead')).toBe(0);
+    expect(await store.claim(key, 60_000, randomUUID())).toBe(false);
+    expect(await store.purge(new Date(Date.now() + 3_600_000))).toBe(1);
+    expect(await d().claims(table)).toEqual([]);
+    expect(await store.claim(key, 60_000, randomUUID())).toBe(true);
+  });
+
+  test("an older ipn-kit's claim, a marker in the inbox, is refused once the tables are at version 7", async () => {
+    const { table, store } = await fresh();
+    const key = newKey();
+    await expect(d().oldClaim(table, key, randomUUID())).rejects.toThrow(
+      /no_claim_marker|since schema version 7/,
+    );
+    expect(await d().inboxRows(table)).toBe(0);
+    expect(await store.claim(key, 60_000, randomUUID())).toBe(true);
+  });
+
+  test('an entry with an empty record (the store API allows one) is no claim marker: stored, delivered', async () => {
+    const { table, store } = await fresh();
+    const key = newKey();
+    const held = lease();
+    expect(await store.receive(key, {}, held)).toBe(true);
+    expect(await store.settle(key, held.id, { status: 'delivered' })).toBe(true);
+    expect(await store.get(key)).toMatchObject({ status: 'delivered', record: {} });
+    expect(await d().claims(table)).toEqual([]);
+  });
+
+  test('migrate() moves the claims an older ipn-kit wrote to <table>_claims, each still held by its token', async () => {
+    const table = `${prefix}_${(count += 1)}_${randomUUID().slice(0, 6)}`;
+    await d().migrateTo(table, 6);
+    const [claimed, received] = [newKey(), newKey()];
+    await d().oldClaim(table, claimed, 'token-of-0.x');
+    const store = d().store(table);
+    // Not at version 7: a receive fails (503, resent) rather than skip the claims it cannot see.
+    await expect(store.receive(received, recordOf(received), lease())).rejects.toThrow(
+      /the table \S+_claims( \(the at-most-once claims\))? does not exist/,
+    );
+    await store.migrate();
+    expect(await d().claims(table)).toEqual([{ key: claimed, token: 'token-of-0.x' }]);
+    expect(await d().inboxRows(table)).toBe(0);
+    expect(await store.claim(claimed, 60_000, randomUUID())).toBe(false);
+    expect(await store.claim(claimed, 60_000, 'token-of-0.x')).toBe(true);
+    expect(await store.receive(claimed, recordOf(claimed), lease())).toBe(false);
+    expect(await store.receive(received, recordOf(received), lease())).toBe(true);
+    expect((await store.list()).map((entry) => entry.key)).toEqual([received]);
+    await store.migrate(); // again: nothing to move, nothing changed
+    expect(await d().claims(table)).toEqual([{ key: claimed, token: 'token-of-0.x' }]);
+  });
+}
+
+describeWithService('PostgreSQL', 'PostgreSQL: claims in <table>_claims', () => {
+  const pool = new Pool({ connectionString: databaseUrl(), max: 4 });
+  pool.on('error', () => {});
+  const prefix = `ipn_test_claims_${process.pid}`;
+  afterAll(async () => {
+    const { rows } = await pool.query(
+      "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE $1 || '%'",
+      [prefix],
+    );
+    for (const row of rows as Array<{ tablename: string }>)
+      await pool.query(`DROP TABLE IF EXISTS "${row.tablename}" CASCADE`);
+    const functions = await pool.query(
+      "SELECT oid::regprocedure::text AS name FROM pg_proc WHERE proname LIKE $1 || '%'",
+      [prefix],
+    );
+    for (const row of functions.rows as Array<{ name: string }>)
+      await pool.query(`DROP FUNCTION IF EXISTS ${row.name}`);
+    await pool.end();
+  });
+  const dialect: Dialect = {
+    store: (table) => new PostgresStore({ pool, table }),
+    async migrateTo(table, version) {
+      for (const migration of postgresMigrations(table).slice(0, version)) await pool.query(migration.sql);
+    },
+    async oldClaim(table, key, token) {
+      const [id, state] = [key.slice(0, key.lastIndexOf(':')), key.slice(key.lastIndexOf(':') + 1)];
+      await pool.query(
+        `INSERT INTO "${table}" (key, transaction_id, state, record, status, delivered_at, lease_id)
+         VALUES ($1, $2, $3, '{}'::jsonb, 'delivered', now(), $4) ON CONFLICT (key) DO NOTHING`,
+        [key, id, state, token],
+      );
+    },
+    claims: async (table) =>
+      (await pool.query(`SELECT key, token FROM "${table}_claims" ORDER BY key`)).rows as Array<{
+        key: string;
+        token: string;
+      }>,
+    inboxRows: async (table) =>
+      Number((await pool.query(`SELECT count(*)::int AS n FROM "${table}"`)).rows[0].n),
+  };
+  scenarios(() => dialect, prefix);
+
+  // The CHECK comes before the move, in the version's one transaction: a claim an older instance is making
+  // as the migration starts is either moved (it committed before the CHECK took the inbox's lock) or refused.
+  test("an older instance's claim in flight while migrate() runs version 7 is moved, never left behind", async () => {
+    const table = `${prefix}_inflight_${randomUUID().slice(0, 6)}`;
+    await dialect.migrateTo(table, 6);
+    const key = newKey();
+    const old = await pool.connect();
+    try {
+      await old.query('BEGIN');
+      const [id, state] = [key.slice(0, key.lastIndexOf(':')), key.slice(key.lastIndexOf(':') + 1)];
+      await old.query(
+        `INSERT INTO "${table}" (key, transaction_id, state, record, status, delivered_at, lease_id)
+         VALUES ($1, $2, $3, '{}'::jsonb, 'delivered', now(), 'in-flight')`,
+        [key, id, state],
+      );
+      const migrating = new PostgresStore({ pool, table }).migrate();
+      await eventually('migrate() waits for the open claim', async () => {
+        const { rows } = await pool.query(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
+          [`${table}_claims`],
+        );
+        return rows[0].n > 0;
+      });
+      await old.query('COMMIT');
+      await migrating;
+    } finally {
+      old.release();
+    }
+    expect(await dialect.claims(table)).toEqual([{ key, token: 'in-flight' }]);
+    expect(await dialect.inboxRows(table)).toBe(0);
+    await expect(dialect.oldClaim(table, newKey(), 'later')).rejects.toThrow(/ipn_kit_no_claim_marker/);
+  });
+});
+
+describeWithService('MariaDB', 'MySQL: claims in <table>_claims', () => {
+  let pool: MysqlPool;
+  const prefix = `ipn_test_claims_${process.pid}`;
+  beforeAll(() => {
+    pool = createPool({ uri: mysqlUrl(), connectionLimit: 4 });
+  });
+  afterAll(async () => {
+    const [rows] = await pool.query(
+      "SELECT table_name AS name FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name LIKE CONCAT(?, '%')",
+      [prefix],
+    );
+    for (const row of rows as Array<{ name: string }>)
+      await pool.query(`DROP TABLE IF EXISTS \`${row.name}\``);
+    await pool.end();
+  });
+  const dialect: Dialect = {
+    store: (table) => new MysqlStore({ pool, table }),
+    async migrateTo(table, version) {
+      for (const migration of mysqlMigrations(table).slice(0, version))
+        for (const statement of migration.statements) await pool.query(statement);
+    },
+    async oldClaim(table, key, token) {
+      const [id, state] = [key.slice(0, key.lastIndexOf(':')), key.slice(key.lastIndexOf(':') + 1)];
+      const now = 'UTC_TIMESTAMP(3)';
+      await pool.query(
+        `INSERT INTO \`${table}\` (\`key\`, transaction_id, state, record, status, received_at, updated_at,
+           next_attempt_at, delivered_at, lease_id)
+         VALUES (?, ?, ?, '{}', 'delivered', ${now}, ${now}, ${now}, ${now}, ?)`,
+        [key, id, state, token],
+      );
+    },
+    claims: async (table) =>
+      (await pool.query(`SELECT \`key\`, token FROM \`${table}_claims\` ORDER BY \`key\``))[0] as Array<{
+        key: string;
+        token: string;
+      }>,
+    inboxRows: async (table) =>
+      Number(
+        ((await pool.query(`SELECT COUNT(*) AS n FROM \`${table}\``))[0] as Array<{ n: unknown }>)[0]!.n,
+      ),
+  };
+  scenarios(() => dialect, prefix);
+});
+
+describe('SQLite: claims in <table>_claims', () => {
+  const folder = mkdtempSync(join(tmpdir(), 'ipn-kit-claims-'));
+  const database = new Database(join(folder, 'ipn.db'));
+  afterAll(() => {
+    database.close();
+    rmSync(folder, { recursive: true, force: true });
+  });
+  const dialect: Dialect = {
+    store: (table) => new SqliteStore({ database, table }),
+    migrateTo(table, version) {
+      for (const migration of sqliteMigrations(table).slice(0, version)) database.exec(migration.sql);
+      return Promise.resolve();
+    },
+    oldClaim(table, key, token) {
+      const [id, state] = [key.slice(0, key.lastIndexOf(':')), key.slice(key.lastIndexOf(':') + 1)];
+      const now = Date.now();
+      return Promise.resolve().then(() => {
+        database
+          .prepare(
+            `INSERT INTO "${table}" (key, transaction_id, state, record, status, received_at, updated_at,
+               next_attempt_at, delivered_at, lease_id)
+             VALUES (?, ?, ?, '{}', 'delivered', ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING`,
+          )
+          .run(key, id, state, now, now, now, now, token);
+      });
+    },
+    claims: (table) =>
+      Promise.resolve(
+        database.prepare(`SELECT key, token FROM "${table}_claims" ORDER BY key`).all() as Array<{
+          key: string;
+          token: string;
+        }>,
+      ),
+    inboxRows: (table) =>
+      Promise.resolve(
+        Number((database.prepare(`SELECT count(*) AS n FROM "${table}"`).get() as { n: unknown }).n),
+      ),
+  };
+  scenarios(() => dialect, 'ipn_test_claims');
+});
