@@ -100,10 +100,13 @@ export function openTransaction(
 ): Promise<DeliveryTransaction<unknown, unknown>> {
   let savepoints = 0; // BEGINs a listener sent through db, open as savepoints
   let setsSession = false; // a listener changed a setting of the session: RESET ALL before the mark
-  // The session's settings before a listener's first statement that changes one for the session
-  // (SESSION_SNAPSHOT, read in turn just before it), which the mark sets back after RESET ALL: what the
-  // pool's `connect` event set stays. Without those a listener set for the transaction alone before it
-  // (`locals`): pg_settings shows a SET LOCAL's value as the session's own, which would then outlive it.
+  // The session's settings before a listener's first statement that changes one, for the session or for
+  // the transaction alone (SESSION_SNAPSHOT, read in turn just before it), which the mark sets back after
+  // RESET ALL: what the pool's `connect` event set stays. Read before a SET LOCAL too: pg_settings shows a
+  // SET LOCAL's value as the session's own, so a snapshot read after it would lose the session's value (the
+  // connect event's), and RESET ALL would leave the server's default. Not before a statement that only sets
+  // custom variables (`app.tenant`, row-level security's usual `set_config(..., true)`), which costs no
+  // query: those it set (`locals`) are left out of a later snapshot, so that theirs does not outlive it.
   let snapshot: Promise<string | undefined> | undefined;
   let snapshotNext = false;
   const locals = new Set<string>();
@@ -125,7 +128,7 @@ export function openTransaction(
       setsSession ||= mapped.setsSession;
       if (snapshot === undefined && !snapshotNext) {
         // Read before this statement: what it sets for the transaction alone is not in it yet.
-        snapshotNext = mapped.setsSession;
+        snapshotNext = mapped.setsSession || mapped.locals.some((name) => !name.includes('.'));
         if (!snapshotNext) for (const name of mapped.locals) locals.add(name);
       }
       return mapped.args;
