@@ -22,6 +22,19 @@ const UNDEFINED_FUNCTION = '42883';
 /** PostgreSQL's SQLSTATE for a privilege the role lacks (EXECUTE on the mark function, revoked from PUBLIC). */
 const INSUFFICIENT_PRIVILEGE = '42501';
 
+/**
+ * Whether a refusal ({@link INSUFFICIENT_PRIVILEGE}) of the query that marks and commits is a privilege
+ * check on an object (the mark function's EXECUTE, or the inbox table in it): PostgreSQL raises those
+ * from `aclcheck_error`, and a refused setting (the set-back after `RESET ALL`) from elsewhere. An error
+ * that does not say where it was raised (a driver that keeps no `routine`) counts as one: read as the
+ * function's, the retries mark without it, which can only cost time; read as a setting's, a refused
+ * function would fail every retry.
+ */
+function refusedExecute(error: unknown): boolean {
+  const routine: unknown = Reflect.get(Object(error), 'routine');
+  return typeof routine !== 'string' || routine === 'aclcheck_error';
+}
+
 /** A client a pool hands out (`pool.connect()`): what a delivery transaction runs on. */
 export interface PgPoolClient {
   /** Runs one statement inside the transaction. */
@@ -168,6 +181,15 @@ export function openTransaction(
           (error: unknown) => {
             const code: unknown = Reflect.get(Object(error), 'code');
             if (code === LEASE_LOST) return { rows: [], count: 0 };
+            if (code === INSUFFICIENT_PRIVILEGE && before !== '' && !refusedExecute(error)) {
+              // The set-back after RESET ALL, refused: the mark function is not at fault, and stays in use.
+              throw new StoreError(
+                `PostgresStore: setting back the session's settings after a listener's SET through db was refused (${messageOf(error)}): ` +
+                  'the delivery is rolled back and retried. They are set as the session user: a setting your ' +
+                  "pool's connect event set that the session user may not set cannot come back",
+                { cause: error },
+              );
+            }
             if (code !== UNDEFINED_FUNCTION && code !== INSUFFICIENT_PRIVILEGE) throw error;
             // Either way the retries send the mark as it was before version 6, which needs no function: a
             // role refused the table itself is refused there too, and reported again.
