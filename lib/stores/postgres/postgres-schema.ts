@@ -200,6 +200,21 @@ export function postgresSchemaSql(table = 'ipn_inbox'): string {
   return latestSql(postgresMigrations(table));
 }
 
+/**
+ * The statements that take the migration's advisory lock of the quoted inbox table `quoted`, keyed by the
+ * table as PostgreSQL resolves it: `"schema"."name"`, an unqualified name in the schema it is created in
+ * (`current_schema()`, read as the migration runs), so that `inbox` and `public.inbox` take turns. An
+ * unqualified name takes the lock of its name as given first, the one of ipn-kit's versions before this
+ * (an instance still on one takes turns with this one too); always in that order, so two never deadlock.
+ */
+export function migrationLock(quoted: string): string {
+  const take = (key: string): string => `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK}, hashtext(${key}))`;
+  const literal = `'${quoted.replaceAll("'", "''")}'`;
+  if (quoted.includes('.')) return take(literal);
+  const resolved = `'"' || replace(coalesce(current_schema(), ''), '"', '""') || '".' || ${literal}`;
+  return `${take(literal)};\n${take(resolved)}`;
+}
+
 /** What the PostgreSQL dialect runs its statements through: the store's pool, or its ORM as one. */
 interface Query {
   (text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
@@ -217,7 +232,7 @@ interface Query {
 export function postgresSchemaDialect(table: string, query: Query): SchemaDialect {
   const { quoted } = tableNames(table);
   const versions = besideInbox(table, '_schema');
-  const lock = `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK}, hashtext('${quoted.replaceAll("'", "''")}'))`;
+  const lock = migrationLock(quoted);
   // A table by its name; a function by its signature (`name(text, text)`).
   const present = (tables: readonly string[]): string =>
     tables

@@ -1,0 +1,82 @@
+import { Pool } from 'pg';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { migrationLock } from '../../lib/stores/postgres/postgres-schema.js';
+import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
+
+jest.setTimeout(30_000);
+
+// `inbox` (on a search_path that resolves it to schema s) and `s.inbox` are one table: two processes that
+// migrate it at once, one with each spelling, must take turns on the same advisory lock. They took a lock
+// keyed by the name as given, so they ran at once (a bare CREATE TABLE IF NOT EXISTS can then fail with a
+// unique violation). Seen through the lock: a session holds what one spelling takes, and the other
+// spelling's migrate() is found waiting on an advisory lock in pg_stat_activity.
+describeWithService('PostgreSQL', 'migrate() of one table named with and without its schema', () => {
+  const schema = `ipn_mlock_${process.pid}_${Date.now() % 100_000}`;
+  const pools: Pool[] = [];
+  const pool = (name: string): Pool => {
+    const made = new Pool({
+      connectionString: databaseUrl(),
+      max: 1,
+      application_name: name,
+      options: `-c search_path=${schema}`,
+    });
+    made.on('error', () => {});
+    pools.push(made);
+    return made;
+  };
+  beforeAll(async () => {
+    const admin = new Pool({ connectionString: databaseUrl(), max: 1 });
+    await admin.query(`CREATE SCHEMA ${schema}`).finally(() => admin.end());
+  });
+  afterAll(async () => {
+    const admin = new Pool({ connectionString: databaseUrl(), max: 1 });
+    await admin.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`).finally(() => admin.end());
+    await Promise.all(pools.map((each) => each.end()));
+  });
+
+  test.each([
+    ['held as the qualified name, migrated unqualified', 'inbox_a', true],
+    ['held as the unqualified name, migrated qualified', 'inbox_b', false],
+  ])('%s: migrate() waits for the lock', async (_, table, heldQualified) => {
+    const quoted = heldQualified ? `"${schema}"."${table}"` : `"${table}"`;
+    const holder = await pool(`${schema}_holder`).connect();
+    const name = `${schema}_${table}`;
+    const migrating = pool(name);
+    const watcher = pool(`${schema}_watcher`);
+    try {
+      await holder.query('BEGIN');
+      await holder.query(migrationLock(quoted));
+      let settled = false;
+      const store = new PostgresStore({
+        pool: migrating,
+        table: heldQualified ? table : `${schema}.${table}`,
+      });
+      const migrated = store.migrate().finally(() => {
+        settled = true;
+      });
+      await eventually(
+        'migrate() waits on the advisory lock',
+        async () =>
+          (
+            await watcher.query(
+              `SELECT FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'
+                AND wait_event = 'advisory'`,
+              [name],
+            )
+          ).rowCount === 1,
+        10_000,
+      );
+      expect(settled).toBe(false);
+      await holder.query('COMMIT');
+      await migrated;
+      const { rows } = await watcher.query<{ found: boolean }>(
+        'SELECT to_regclass($1) IS NOT NULL AS found',
+        [`${schema}.${table}`],
+      );
+      expect(rows[0]!.found).toBe(true);
+    } finally {
+      await holder.query('ROLLBACK').catch(() => {});
+      holder.release();
+    }
+  });
+});
