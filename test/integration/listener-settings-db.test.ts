@@ -3,6 +3,7 @@ import { creditedOnce } from '../helpers/credited-once.js';
 import { servedRouters } from '../helpers/servers.js';
 import { ledgerSchema } from '../helpers/ledger-schema.js';
 import { databaseUrl, describeWithService } from '../helpers/services.js';
+import { recordQueries } from '../helpers/ledger-role.js';
 
 jest.setTimeout(30_000);
 
@@ -34,12 +35,7 @@ describeWithService(
     function connectingPool(sent: string[] = []): Pool {
       const pool = new Pool({ connectionString: databaseUrl(), max: 1 });
       pool.on('connect', (client) => {
-        const query = client.query.bind(client) as (...args: unknown[]) => unknown;
-        // Records what the delivery sends (`sent`), the first argument's text.
-        client.query = ((...args: unknown[]) => {
-          sent.push(typeof args[0] === 'string' ? args[0] : String(Reflect.get(Object(args[0]), 'text')));
-          return query(...args);
-        }) as typeof client.query;
+        recordQueries(client, sent);
         void client.query(`SET search_path TO ${ledger.schema}`);
         void client.query("SET statement_timeout = '12345'");
         // A quote and a backslash: the value is set back through a string literal.

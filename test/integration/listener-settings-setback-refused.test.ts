@@ -6,6 +6,7 @@ import { ledgerSchema } from '../helpers/ledger-schema.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { servedRouters } from '../helpers/servers.js';
 import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
+import { ledgerRole, recordQueries } from '../helpers/ledger-role.js';
 
 jest.setTimeout(30_000);
 
@@ -18,31 +19,13 @@ describeWithService('PostgreSQL', "a refused set-back of the session's settings"
   const ledger = ledgerSchema('ipn_rv_back');
   const serve = servedRouters();
   const pools: Pool[] = [];
-  const role = `${ledger.schema}_user`;
-  beforeAll(async () => {
-    const admin = ledger.pool();
-    await admin.query(`CREATE ROLE ${role} NOLOGIN`);
-    await admin.query(`GRANT USAGE ON SCHEMA ${ledger.schema} TO ${role}`);
-    await admin.query(`GRANT ALL ON ALL TABLES IN SCHEMA ${ledger.schema} TO ${role}`);
-  });
-  afterAll(async () => {
-    await Promise.all(pools.map((pool) => pool.end()));
-    const admin = new Pool({ connectionString: databaseUrl(), max: 1 });
-    await admin
-      .query(`DROP OWNED BY ${role}`)
-      .then(() => admin.query(`DROP ROLE IF EXISTS ${role}`))
-      .finally(() => admin.end());
-  });
+  const role = ledgerRole(ledger, 'user', pools);
 
   test('reported as the set-back, and the mark function stays in use', async () => {
     const sent: string[] = [];
     const pool = new Pool({ connectionString: databaseUrl(), max: 1 });
     pool.on('connect', (client) => {
-      const query = client.query.bind(client) as (...args: unknown[]) => unknown;
-      client.query = ((...args: unknown[]) => {
-        sent.push(typeof args[0] === 'string' ? args[0] : String(Reflect.get(Object(args[0]), 'text')));
-        return query(...args);
-      }) as typeof client.query;
+      recordQueries(client, sent);
       void client.query(`SET search_path TO ${ledger.schema}`);
       void client.query("SET log_min_duration_statement = '4321'"); // a superuser's setting
       void client.query(`SET SESSION AUTHORIZATION ${role}`);
