@@ -1,15 +1,19 @@
+import { createHash } from 'node:crypto';
+import { createPool, type RowDataPacket } from 'mysql2/promise';
 import { Pool } from 'pg';
+import { MysqlStore } from 'ipn-kit/mysql';
 import { PostgresStore } from 'ipn-kit/postgres';
-import { migrationLock } from '../../lib/stores/postgres/postgres-schema.js';
-import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
+import { dropMysqlInboxes } from '../helpers/drop-inboxes.js';
+import { databaseUrl, describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
 
 jest.setTimeout(30_000);
 
 // `inbox` (on a search_path that resolves it to schema s) and `s.inbox` are one table: two processes that
 // migrate it at once, one with each spelling, must take turns on the same advisory lock. They took a lock
 // keyed by the name as given, so they ran at once (a bare CREATE TABLE IF NOT EXISTS can then fail with a
-// unique violation). Seen through the lock: a session holds what one spelling takes, and the other
-// spelling's migrate() is found waiting on an advisory lock in pg_stat_activity.
+// unique violation). Seen through the lock: a session holds the lock one spelling took (as an instance of
+// an earlier ipn-kit still does), and the other spelling's migrate() is found waiting on an advisory lock
+// in pg_stat_activity.
 describeWithService('PostgreSQL', 'migrate() of one table named with and without its schema', () => {
   const schema = `ipn_mlock_${process.pid}_${Date.now() % 100_000}`;
   const pools: Pool[] = [];
@@ -45,7 +49,7 @@ describeWithService('PostgreSQL', 'migrate() of one table named with and without
     const watcher = pool(`${schema}_watcher`);
     try {
       await holder.query('BEGIN');
-      await holder.query(migrationLock(quoted));
+      await holder.query(`SELECT pg_advisory_xact_lock(${0x69706e6b}, hashtext($1))`, [quoted]);
       let settled = false;
       const store = new PostgresStore({
         pool: migrating,
@@ -80,3 +84,65 @@ describeWithService('PostgreSQL', 'migrate() of one table named with and without
     }
   });
 });
+
+// The same on MySQL, whose migrate() took a named lock (GET_LOCK) keyed by the name as given: `inbox` and
+// `<database>.inbox` took two.
+describeWithService(
+  'MariaDB',
+  'MysqlStore.migrate() of one table named with and without its database',
+  () => {
+    const pool = createPool({ uri: mysqlUrl(), connectionLimit: 4 });
+    const prefix = `ipn_mlock_${process.pid}_${Date.now() % 100_000}`;
+    const tables: string[] = [];
+    afterAll(async () => {
+      await dropMysqlInboxes(pool, tables);
+      await pool.end();
+    });
+    const lockOf = (name: string) => `ipn-kit:${createHash('sha1').update(name).digest('hex')}`;
+
+    test.each([
+      ['held as the qualified name, migrated unqualified', 'a', true],
+      ['held as the unqualified name, migrated qualified', 'b', false],
+    ])('%s: migrate() waits for the lock', async (_, suffix, heldQualified) => {
+      const table = `${prefix}_${suffix}`;
+      tables.push(table);
+      const [named] = await pool.query<RowDataPacket[]>('SELECT DATABASE() AS `database`');
+      const database = String(named[0]!.database);
+      const held = lockOf(heldQualified ? `${database}.${table}` : table);
+      const holder = await pool.getConnection();
+      try {
+        const [locked] = await holder.query<RowDataPacket[]>('SELECT GET_LOCK(?, 5) AS locked', [held]);
+        expect(Number(locked[0]!.locked)).toBe(1);
+        let settled = false;
+        const store = new MysqlStore({
+          pool,
+          table: heldQualified ? table : `${database}.${table}`,
+        });
+        const migrated = store.migrate().finally(() => {
+          settled = true;
+        });
+        await eventually(
+          'migrate() waits on the named lock',
+          async () =>
+            (
+              await pool.query<RowDataPacket[]>(
+                `SELECT 1 FROM information_schema.processlist WHERE info LIKE ? AND id <> CONNECTION_ID()`,
+                [`%GET_LOCK('${held}'%`],
+              )
+            )[0].length === 1,
+          10_000,
+        );
+        expect(settled).toBe(false);
+        await holder.query('SELECT RELEASE_LOCK(?)', [held]);
+        await migrated;
+        const [found] = await pool.query<RowDataPacket[]>(
+          'SELECT 1 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?',
+          [table],
+        );
+        expect(found).toHaveLength(1);
+      } finally {
+        holder.release();
+      }
+    });
+  },
+);

@@ -203,16 +203,19 @@ export function postgresSchemaSql(table = 'ipn_inbox'): string {
 /**
  * The statements that take the migration's advisory lock of the quoted inbox table `quoted`, keyed by the
  * table as PostgreSQL resolves it: `"schema"."name"`, an unqualified name in the schema it is created in
- * (`current_schema()`, read as the migration runs), so that `inbox` and `public.inbox` take turns. An
- * unqualified name takes the lock of its name as given first, the one of ipn-kit's versions before this
- * (an instance still on one takes turns with this one too); always in that order, so two never deadlock.
+ * (`current_schema()`, read as the migration runs), so that `inbox` and `public.inbox` take turns. The lock
+ * of the unqualified name (`"name"`) is taken first, whichever the spelling: the one of ipn-kit's versions
+ * before this for that spelling, so an instance still on one takes turns with both spellings; always in
+ * that order, so two never deadlock.
  */
-export function migrationLock(quoted: string): string {
+function migrationLock(quoted: string): string {
   const take = (key: string): string => `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK}, hashtext(${key}))`;
-  const literal = `'${quoted.replaceAll("'", "''")}'`;
-  if (quoted.includes('.')) return take(literal);
-  const resolved = `'"' || replace(coalesce(current_schema(), ''), '"', '""') || '".' || ${literal}`;
-  return `${take(literal)};\n${take(resolved)}`;
+  const literal = (text: string): string => `'${text.replaceAll("'", "''")}'`;
+  const bare = quoted.split('.').pop()!;
+  const resolved = quoted.includes('.')
+    ? literal(quoted)
+    : `'"' || replace(coalesce(current_schema(), ''), '"', '""') || '".' || ${literal(bare)}`;
+  return `${take(literal(bare))};\n${take(resolved)}`;
 }
 
 /** What the PostgreSQL dialect runs its statements through: the store's pool, or its ORM as one. */
