@@ -8,6 +8,15 @@ import { databaseUrl, describeWithService, eventually, mysqlUrl } from '../helpe
 
 jest.setTimeout(30_000);
 
+/** `store.migrate()` started, and whether it has settled yet. */
+function migrating(store: { migrate(): Promise<unknown> }) {
+  let settled = false;
+  const migrated = store.migrate().finally(() => {
+    settled = true;
+  });
+  return { migrated, settled: () => settled };
+}
+
 // `inbox` (on a search_path that resolves it to schema s) and `s.inbox` are one table: two processes that
 // migrate it at once, one with each spelling, must take turns on the same advisory lock. They took a lock
 // keyed by the name as given, so they ran at once (a bare CREATE TABLE IF NOT EXISTS can then fail with a
@@ -45,19 +54,14 @@ describeWithService('PostgreSQL', 'migrate() of one table named with and without
     const quoted = heldQualified ? `"${schema}"."${table}"` : `"${table}"`;
     const holder = await pool(`${schema}_holder`).connect();
     const name = `${schema}_${table}`;
-    const migrating = pool(name);
+    const onPool = pool(name);
     const watcher = pool(`${schema}_watcher`);
     try {
       await holder.query('BEGIN');
       await holder.query(`SELECT pg_advisory_xact_lock(${0x69706e6b}, hashtext($1))`, [quoted]);
-      let settled = false;
-      const store = new PostgresStore({
-        pool: migrating,
-        table: heldQualified ? table : `${schema}.${table}`,
-      });
-      const migrated = store.migrate().finally(() => {
-        settled = true;
-      });
+      const { migrated, settled } = migrating(
+        new PostgresStore({ pool: onPool, table: heldQualified ? table : `${schema}.${table}` }),
+      );
       await eventually(
         'migrate() waits on the advisory lock',
         async () =>
@@ -70,7 +74,7 @@ describeWithService('PostgreSQL', 'migrate() of one table named with and without
           ).rowCount === 1,
         10_000,
       );
-      expect(settled).toBe(false);
+      expect(settled()).toBe(false);
       await holder.query('COMMIT');
       await migrated;
       const { rows } = await watcher.query<{ found: boolean }>(
@@ -113,14 +117,9 @@ describeWithService(
       try {
         const [locked] = await holder.query<RowDataPacket[]>('SELECT GET_LOCK(?, 5) AS locked', [held]);
         expect(Number(locked[0]!.locked)).toBe(1);
-        let settled = false;
-        const store = new MysqlStore({
-          pool,
-          table: heldQualified ? table : `${database}.${table}`,
-        });
-        const migrated = store.migrate().finally(() => {
-          settled = true;
-        });
+        const { migrated, settled } = migrating(
+          new MysqlStore({ pool, table: heldQualified ? table : `${database}.${table}` }),
+        );
         await eventually(
           'migrate() waits on the named lock',
           async () =>
@@ -132,7 +131,7 @@ describeWithService(
             )[0].length === 1,
           10_000,
         );
-        expect(settled).toBe(false);
+        expect(settled()).toBe(false);
         await holder.query('SELECT RELEASE_LOCK(?)', [held]);
         await migrated;
         const [found] = await pool.query<RowDataPacket[]>(
