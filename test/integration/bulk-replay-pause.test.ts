@@ -16,6 +16,7 @@ import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { servedRouters } from '../helpers/servers.js';
 import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
+import { dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /**
  * `ipn.replay(filter)` (the bulk replay, `replayDead()` its special case) and `ipn.pause()` / `resume()`,
@@ -342,7 +343,7 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
   pool.on('error', () => {});
   const tables: string[] = [];
   afterAll(async () => {
-    if (tables.length > 0) await pool.query(`DROP TABLE IF EXISTS ${tables.join(', ')}`);
+    await dropPostgresInboxes(pool, tables);
     await pool.end();
   });
   scenarios(
@@ -396,7 +397,7 @@ describeWithService('MariaDB', 'MysqlStore', () => {
   const pool = createPool({ uri: mysqlUrl(), connectionLimit: 4 });
   const tables: string[] = [];
   afterAll(async () => {
-    for (const table of tables) await pool.query(`DROP TABLE IF EXISTS \`${table}\``);
+    await dropMysqlInboxes(pool, tables);
     await pool.end();
   });
   scenarios(

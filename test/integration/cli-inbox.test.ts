@@ -13,6 +13,7 @@ import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers
 import { ipnRouter } from '../../lib/index.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
+import { dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /** Runs `ipn-kit inbox ...args` with DATABASE_URL set (unless `env` says otherwise), capturing its output. */
 async function inbox(
@@ -68,7 +69,7 @@ describeWithService('PostgreSQL', 'ipn-kit inbox', () => {
   });
 
   afterAll(async () => {
-    for (const table of tables) await pool.query(`DROP TABLE IF EXISTS "${table}"`);
+    await dropPostgresInboxes(pool, tables);
     await pool.end();
   });
 
@@ -526,7 +527,7 @@ describeWithService('MariaDB', 'ipn-kit inbox --mysql-url (the MysqlStore inbox)
     await store.migrate();
   });
   afterAll(async () => {
-    await pool.query(`DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\``);
+    await dropMysqlInboxes(pool, [table]);
     await pool.end();
   });
 

@@ -9,6 +9,7 @@ import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { listen, type Running } from '../helpers/servers.js';
 import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
+import { dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /**
  * The rule of the durable inbox: a notification answered 200 is always somewhere, delivered, in the inbox or
@@ -56,7 +57,7 @@ describeWithService('PostgreSQL', 'the durable path under faults at every write'
   const created: string[] = [];
 
   afterAll(async () => {
-    if (created.length > 0) await pool.query(`DROP TABLE IF EXISTS ${created.join(', ')}`);
+    await dropPostgresInboxes(pool, created);
     await pool.end();
   });
 

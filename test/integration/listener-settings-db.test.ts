@@ -3,6 +3,7 @@ import { creditedOnce } from '../helpers/credited-once.js';
 import { servedRouters } from '../helpers/servers.js';
 import { ledgerSchema } from '../helpers/ledger-schema.js';
 import { databaseUrl, describeWithService } from '../helpers/services.js';
+import { recordQueries } from '../helpers/ledger-role.js';
 
 jest.setTimeout(30_000);
 
@@ -31,9 +32,10 @@ describeWithService(
     });
 
     /** One connection, set up by the `connect` event as apps do: no startup parameter. */
-    function connectingPool(): Pool {
+    function connectingPool(sent: string[] = []): Pool {
       const pool = new Pool({ connectionString: databaseUrl(), max: 1 });
       pool.on('connect', (client) => {
+        recordQueries(client, sent);
         void client.query(`SET search_path TO ${ledger.schema}`);
         void client.query("SET statement_timeout = '12345'");
         // A quote and a backslash: the value is set back through a string literal.
@@ -104,16 +106,48 @@ describeWithService(
       expect(await settingsOf(pool)).toEqual({ ...defaults, origin: after.origin });
     });
 
-    // The session's settings, read before the plain SET, show the SET LOCAL's value as the session's own:
-    // that one is not set back (it would outlive the delivery), so it goes back to the server's default.
-    test('a SET LOCAL before a plain SET: neither outlives the delivery', async () => {
+    // pg_settings shows a SET LOCAL's value as the session's own: the session's settings are read before the
+    // SET LOCAL, so the connect event's statement_timeout comes back after the plain SET's RESET ALL (it went
+    // to the server's default when they were read before the plain SET alone).
+    test.each([
+      ['SET LOCAL', "SET LOCAL statement_timeout = '1000'"],
+      ['SET LOCAL TIME ZONE', "SET LOCAL TIME ZONE 'Asia/Tokyo'"],
+      [
+        "set_config(..., true) of the connect's setting",
+        "SELECT set_config('statement_timeout', '1000', true)",
+      ],
+    ])("%s before a plain SET: the connect event's setting comes back", async (_, local) => {
       const pool = connectingPool();
+      await pool.query("SET TIME ZONE 'America/Lima'");
+      const zone = async () =>
+        (await pool.query<{ zone: string }>("SELECT current_setting('TimeZone') AS zone")).rows[0]!.zone;
       const before = await settingsOf(pool);
       await creditedOnce(ledger, serve, pool, async (db) => {
-        await db.query("SET LOCAL statement_timeout = '1000'");
+        await db.query(local);
         await db.query("SET work_mem = '7MB'");
       });
-      expect(await settingsOf(pool)).toEqual({ ...before, statement_timeout: '0', origin: '' });
+      expect(await settingsOf(pool)).toEqual({ ...before, origin: '' });
+      expect(await zone()).toBe('America/Lima');
+    });
+
+    // A custom variable set for the transaction alone (row-level security's setup) costs no read of the
+    // settings, and does not outlive the delivery when a plain SET follows.
+    test('set_config of a custom variable for the transaction, then a plain SET: neither outlives it', async () => {
+      const sent: string[] = [];
+      const pool = connectingPool(sent);
+      const before = await settingsOf(pool);
+      const snapshots = () => sent.filter((text) => text.includes('json_object_agg')).length;
+      await creditedOnce(ledger, serve, pool, async (db) => {
+        await db.query("SELECT set_config('app.tenant', 't1', true)");
+        expect(snapshots()).toBe(0); // no read of the settings for it
+        await db.query("SET work_mem = '7MB'");
+        expect(snapshots()).toBe(1);
+      });
+      expect(await settingsOf(pool)).toEqual({ ...before, origin: '' });
+      const { rows } = await pool.query<{ tenant: string | null }>(
+        "SELECT current_setting('app.tenant', true) AS tenant",
+      );
+      expect(rows[0]!.tenant ?? '').toBe('');
     });
   },
 );

@@ -3,6 +3,7 @@ import { creditedOnce } from '../helpers/credited-once.js';
 import { servedRouters } from '../helpers/servers.js';
 import { ledgerSchema } from '../helpers/ledger-schema.js';
 import { databaseUrl, describeWithService } from '../helpers/services.js';
+import { ledgerRole } from '../helpers/ledger-role.js';
 
 jest.setTimeout(30_000);
 
@@ -17,23 +18,7 @@ describeWithService(
     const ledger = ledgerSchema('ipn_rv_role');
     const serve = servedRouters();
     const pools: Pool[] = [];
-    const role = `${ledger.schema}_app`;
-    beforeAll(async () => {
-      const admin = ledger.pool();
-      await admin.query(`CREATE ROLE ${role} NOLOGIN`);
-      await admin.query(`GRANT USAGE ON SCHEMA ${ledger.schema} TO ${role}`);
-      await admin.query(`GRANT ALL ON ALL TABLES IN SCHEMA ${ledger.schema} TO ${role}`);
-      await admin.query(`GRANT ALL ON ALL SEQUENCES IN SCHEMA ${ledger.schema} TO ${role}`);
-      await admin.query(`GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ${ledger.schema} TO ${role}`);
-    });
-    afterAll(async () => {
-      await Promise.all(pools.map((pool) => pool.end()));
-      const admin = new Pool({ connectionString: databaseUrl(), max: 1 });
-      await admin
-        .query(`DROP OWNED BY ${role}`)
-        .then(() => admin.query(`DROP ROLE IF EXISTS ${role}`))
-        .finally(() => admin.end());
-    });
+    const role = ledgerRole(ledger, 'app', pools);
 
     function connectingPool(): Pool {
       const pool = new Pool({ connectionString: databaseUrl(), max: 1 });

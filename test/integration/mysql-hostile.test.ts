@@ -13,6 +13,7 @@ import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { servedRouters } from '../helpers/servers.js';
 import { describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
+import { dropMysqlInboxes } from '../helpers/drop-inboxes.js';
 
 jest.setTimeout(60_000);
 
@@ -40,7 +41,7 @@ describeWithService('MariaDB', 'MysqlStore under hostile listeners and pools', (
   });
   afterAll(async () => {
     await pool.query('UNLOCK TABLES');
-    for (const each of tables) await pool.query(`DROP TABLE IF EXISTS \`${each}\``);
+    await dropMysqlInboxes(pool, tables);
     await Promise.all(pools.map((each) => each.end()));
   });
   const serve = servedRouters();

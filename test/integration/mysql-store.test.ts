@@ -7,6 +7,7 @@ import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { listen, postCopies, type Running } from '../helpers/servers.js';
 import { describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
+import { dropMysqlInboxes } from '../helpers/drop-inboxes.js';
 
 const HOUR = 60 * 60 * 1000;
 const lease = (ms = 60_000) => ({ id: randomUUID(), ms });
@@ -57,9 +58,7 @@ describeWithService('MariaDB', 'MysqlStore', () => {
   });
 
   afterAll(async () => {
-    for (const table of tables) {
-      await poolA.query(`DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\``);
-    }
+    await dropMysqlInboxes(poolA, tables);
     await Promise.all([poolA.end(), poolB.end()]);
   });
 

@@ -8,6 +8,7 @@ import { quiet } from '../helpers/quiet-logger.js';
 import { servedRouters } from '../helpers/servers.js';
 import { databaseUrl, describeWithService } from '../helpers/services.js';
 import { until } from '../helpers/until.js';
+import { dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /** A group-commit statement: receives as a JSON array of rows, settlements as arrays. */
 const isBatch = (text: string): boolean => /jsonb_to_recordset|unnest/.test(text);
@@ -20,7 +21,7 @@ describeWithService('PostgreSQL', 'PostgresStore group commit', () => {
     pool.on('error', () => {});
   });
   afterAll(async () => {
-    for (const table of tables) await pool.query(`DROP TABLE IF EXISTS "${table}"`);
+    await dropPostgresInboxes(pool, tables);
     await pool.end();
   });
 
@@ -154,7 +155,7 @@ describeWithService('PostgreSQL', 'PostgresStore group commit: mixed, large and 
     pool.on('error', () => {});
   });
   afterAll(async () => {
-    for (const table of tables) await pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_expected"`);
+    await dropPostgresInboxes(pool, tables);
     await pool.end();
   });
 
@@ -377,7 +378,7 @@ describeWithService(
       pool.on('error', () => {});
     });
     afterAll(async () => {
-      for (const table of tables) await pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_expected"`);
+      await dropPostgresInboxes(pool, tables);
       await pool.end();
     });
 

@@ -9,6 +9,7 @@ import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { listen, type Running, postCopies } from '../helpers/servers.js';
 import { databaseUrl, describeWithService } from '../helpers/services.js';
+import { dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 const HOUR = 60 * 60 * 1000;
 const lease = (ms = 60_000) => ({ id: randomUUID(), ms });
@@ -63,7 +64,7 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
   });
 
   afterAll(async () => {
-    for (const table of tables) await poolA.query(`DROP TABLE IF EXISTS "${table}"`);
+    await dropPostgresInboxes(poolA, tables);
     await Promise.all([poolA.end(), poolB.end()]);
   });
 

@@ -9,6 +9,7 @@ import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { servedRouters } from '../helpers/servers.js';
 import { databaseUrl, describeWithService, eventually, redisUrl } from '../helpers/services.js';
+import { dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /**
  * Recovery's wake-ups and pause: a retry's wake-up that comes while a batch is running (the timers' or a
@@ -248,10 +249,7 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
   pool.on('error', () => {});
   const tables: string[] = [];
   afterAll(async () => {
-    for (const table of tables)
-      await pool.query(
-        `DROP TABLE IF EXISTS "${table}", "${table}_expected", "${table}_states", "${table}_audit"`,
-      );
+    await dropPostgresInboxes(pool, tables);
     await pool.end();
   });
   scenarios(async () => {

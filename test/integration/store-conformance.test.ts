@@ -14,6 +14,7 @@ import { RedisStore } from 'ipn-kit/redis';
 import { SqliteStore } from 'ipn-kit/sqlite';
 import { runStoreConformance, type Lease, type Settlement } from 'ipn-kit/testing';
 import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers/services.js';
+import { dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /** The rule names of the failures, sorted. */
 const rulesOf = (failures: Array<{ rule: string }>) =>
@@ -139,8 +140,7 @@ describeWithService('PostgreSQL', 'runStoreConformance on PostgresStore', () => 
     await pool.query(`CREATE TABLE "${ledger}" (id text PRIMARY KEY)`);
   });
   afterAll(async () => {
-    for (const table of [...tables, ledger])
-      await pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_expected", "${table}_states"`);
+    await dropPostgresInboxes(pool, [...tables, ledger]);
     await Promise.all([pool.end(), other.end()]);
   });
 
@@ -190,11 +190,7 @@ describeWithService('MariaDB', 'runStoreConformance on MysqlStore', () => {
     await pool.query(`CREATE TABLE \`${ledger}\` (id varchar(64) PRIMARY KEY) ENGINE=InnoDB`);
   });
   afterAll(async () => {
-    await pool.query(`DROP TABLE IF EXISTS \`${ledger}\``);
-    for (const table of tables)
-      await pool.query(
-        `DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\`, \`${table}_states\`, \`${table}_audit\``,
-      );
+    await dropMysqlInboxes(pool, [...tables, ledger]);
     await Promise.all([pool.end(), other.end()]);
   });
 

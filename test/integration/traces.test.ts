@@ -25,6 +25,7 @@ import { ipnNotificationSchema } from '../../lib/notification/schema.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
+import { dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /**
  * OpenTelemetry traces with the real SDK (in-memory exporter, AsyncLocalStorage context manager), over the
@@ -277,7 +278,7 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
   pool.on('error', () => {});
   const tables: string[] = [];
   afterAll(async () => {
-    if (tables.length > 0) await pool.query(`DROP TABLE IF EXISTS ${tables.join(', ')}`);
+    await dropPostgresInboxes(pool, tables);
     await pool.end();
   });
   const tableOf = new WeakMap<DurableStore, string>();
@@ -321,7 +322,7 @@ describeWithService('MariaDB', 'MysqlStore', () => {
   const pool = createPool({ uri: mysqlUrl(), connectionLimit: 4 });
   const tables: string[] = [];
   afterAll(async () => {
-    for (const table of tables) await pool.query(`DROP TABLE IF EXISTS \`${table}\``);
+    await dropMysqlInboxes(pool, tables);
     await pool.end();
   });
   const tableOf = new WeakMap<DurableStore, string>();

@@ -13,6 +13,7 @@ import { recordEvents } from '../helpers/record-events.js';
 import { servedRouters } from '../helpers/servers.js';
 import { ledgerSchema } from '../helpers/ledger-schema.js';
 import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
+import { dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 jest.setTimeout(30_000);
 
@@ -1006,7 +1007,7 @@ describeWithService('PostgreSQL', 'transactional delivery: a connection lost mid
   afterAll(async () => {
     for (const child of children)
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    await pool.query(`DROP TABLE IF EXISTS ${table}, ${table}_expected, ${ledger}`);
+    await dropPostgresInboxes(pool, [table, ledger]);
     await pool.end();
   });
 

@@ -17,6 +17,7 @@ import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { listen, settle, type Running } from '../helpers/servers.js';
 import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers/services.js';
+import { dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 jest.setTimeout(30_000);
 
@@ -554,7 +555,7 @@ describeWithService('PostgreSQL', 'unexpected notifications over PostgresStore',
       },
       store: () => new PostgresStore({ pool, table }),
       teardown: async () => {
-        await pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_expected"`);
+        await dropPostgresInboxes(pool, [table]);
       },
     };
   });
@@ -572,7 +573,7 @@ describeWithService('MariaDB', 'unexpected notifications over MysqlStore', () =>
       },
       store: () => new MysqlStore({ pool, table }),
       teardown: async () => {
-        await pool.query(`DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\``);
+        await dropMysqlInboxes(pool, [table]);
       },
     };
   });

@@ -269,33 +269,54 @@ export class MysqlStore<
     return report!;
   }
 
-  /** Runs `work` on one connection of the pool that holds the migration's named lock of this table. */
+  /**
+   * Runs `work` on one connection of the pool that holds the migration's named locks of this table: keyed
+   * by the table as MySQL resolves it, `<database>.<table>` (an unqualified name in the connection's
+   * database, `DATABASE()`), so that `inbox` and `app.inbox` take turns. The lock of the unqualified name
+   * is taken first, whichever the spelling: the one of ipn-kit's versions before this for that spelling, so
+   * an instance still on one takes turns with both spellings; always in that order, so two never deadlock.
+   */
   async #migrationLock<T>(
     work: (connection: {
       rows(sql: string, values?: unknown[]): Promise<Array<Record<string, unknown>>>;
     }) => Promise<T>,
   ): Promise<T> {
-    const lock = `ipn-kit:${createHash('sha1').update(this.table).digest('hex').slice(0, 40)}`;
+    const named = (name: string): string => `ipn-kit:${createHash('sha1').update(name).digest('hex')}`;
+    const bare = this.table.split('.').pop()!;
     let connection: MysqlPoolConnection | undefined;
     try {
       connection = await this.#pool.getConnection();
-      const [row] = rowsOf(
-        await connection.query('SELECT GET_LOCK(?, ?) AS locked', [lock, MIGRATE_LOCK_SECONDS]),
-      );
-      if (Number(row?.locked) !== 1) {
-        throw new StoreError(
-          `MysqlStore.migrate: another migrate() held the lock ${lock} for ${MIGRATE_LOCK_SECONDS} s`,
+      const locks = [named(bare)];
+      if (this.table.includes('.')) {
+        locks.push(named(this.table));
+      } else {
+        const [resolved] = rowsOf(
+          await connection.query(
+            "SELECT CONCAT('ipn-kit:', SHA1(CONCAT(COALESCE(DATABASE(), ''), '.', ?))) AS name",
+            [this.table],
+          ),
         );
+        locks.push(String(resolved?.name));
+      }
+      for (const lock of locks) {
+        const [row] = rowsOf(
+          await connection.query('SELECT GET_LOCK(?, ?) AS locked', [lock, MIGRATE_LOCK_SECONDS]),
+        );
+        if (Number(row?.locked) !== 1) {
+          throw new StoreError(
+            `MysqlStore.migrate: another migrate() held the lock ${lock} for ${MIGRATE_LOCK_SECONDS} s`,
+          );
+        }
       }
       const unfit = await unfitSession(connection);
       if (unfit !== undefined) throw new StoreError(`MysqlStore.migrate: ${unfit}`);
       const held = connection;
       const result = await work({ rows: async (sql, values) => rowsOf(await held.query(sql, values)) });
-      await connection.query('SELECT RELEASE_LOCK(?)', [lock]);
+      for (const lock of locks.reverse()) await connection.query('SELECT RELEASE_LOCK(?)', [lock]);
       connection.release();
       return result;
     } catch (error) {
-      connection?.destroy(); // closing the connection lets go of its lock
+      connection?.destroy(); // closing the connection lets go of its locks
       throw error;
     }
   }

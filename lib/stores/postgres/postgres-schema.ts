@@ -265,6 +265,24 @@ export function postgresSchemaSql(table = 'ipn_inbox'): string {
   return latestSql(postgresMigrations(table));
 }
 
+/**
+ * The statements that take the migration's advisory lock of the quoted inbox table `quoted`, keyed by the
+ * table as PostgreSQL resolves it: `"schema"."name"`, an unqualified name in the schema it is created in
+ * (`current_schema()`, read as the migration runs), so that `inbox` and `public.inbox` take turns. The lock
+ * of the unqualified name (`"name"`) is taken first, whichever the spelling: the one of ipn-kit's versions
+ * before this for that spelling, so an instance still on one takes turns with both spellings; always in
+ * that order, so two never deadlock.
+ */
+function migrationLock(quoted: string): string {
+  const take = (key: string): string => `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK}, hashtext(${key}))`;
+  const literal = (text: string): string => `'${text.replaceAll("'", "''")}'`;
+  const bare = quoted.split('.').pop()!;
+  const resolved = quoted.includes('.')
+    ? literal(quoted)
+    : `'"' || replace(coalesce(current_schema(), ''), '"', '""') || '".' || ${literal(bare)}`;
+  return `${take(literal(bare))};\n${take(resolved)}`;
+}
+
 /** What the PostgreSQL dialect runs its statements through: the store's pool, or its ORM as one. */
 interface Query {
   (text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
@@ -282,7 +300,7 @@ interface Query {
 export function postgresSchemaDialect(table: string, query: Query): SchemaDialect {
   const { quoted } = tableNames(table);
   const versions = besideInbox(table, '_schema');
-  const lock = `SELECT pg_advisory_xact_lock(${MIGRATE_LOCK}, hashtext('${quoted.replaceAll("'", "''")}'))`;
+  const lock = migrationLock(quoted);
   // A table by its name; a function by its signature (`name(text, text)`).
   const present = (tables: readonly string[]): string =>
     tables

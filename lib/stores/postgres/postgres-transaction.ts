@@ -22,6 +22,19 @@ const UNDEFINED_FUNCTION = '42883';
 /** PostgreSQL's SQLSTATE for a privilege the role lacks (EXECUTE on the mark function, revoked from PUBLIC). */
 const INSUFFICIENT_PRIVILEGE = '42501';
 
+/**
+ * Whether a refusal ({@link INSUFFICIENT_PRIVILEGE}) of the query that marks and commits is a privilege
+ * check on an object (the mark function's EXECUTE, or the inbox table in it): PostgreSQL raises those
+ * from `aclcheck_error`, and a refused setting (the set-back after `RESET ALL`) from elsewhere. An error
+ * that does not say where it was raised (a driver that keeps no `routine`) counts as one: read as the
+ * function's, the retries mark without it, which can only cost time; read as a setting's, a refused
+ * function would fail every retry.
+ */
+function refusedExecute(error: unknown): boolean {
+  const routine: unknown = Reflect.get(Object(error), 'routine');
+  return typeof routine !== 'string' || routine === 'aclcheck_error';
+}
+
 /** A client a pool hands out (`pool.connect()`): what a delivery transaction runs on. */
 export interface PgPoolClient {
   /** Runs one statement inside the transaction. */
@@ -100,10 +113,13 @@ export function openTransaction(
 ): Promise<DeliveryTransaction<unknown, unknown>> {
   let savepoints = 0; // BEGINs a listener sent through db, open as savepoints
   let setsSession = false; // a listener changed a setting of the session: RESET ALL before the mark
-  // The session's settings before a listener's first statement that changes one for the session
-  // (SESSION_SNAPSHOT, read in turn just before it), which the mark sets back after RESET ALL: what the
-  // pool's `connect` event set stays. Without those a listener set for the transaction alone before it
-  // (`locals`): pg_settings shows a SET LOCAL's value as the session's own, which would then outlive it.
+  // The session's settings before a listener's first statement that changes one, for the session or for
+  // the transaction alone (SESSION_SNAPSHOT, read in turn just before it), which the mark sets back after
+  // RESET ALL: what the pool's `connect` event set stays. Read before a SET LOCAL too: pg_settings shows a
+  // SET LOCAL's value as the session's own, so a snapshot read after it would lose the session's value (the
+  // connect event's), and RESET ALL would leave the server's default. Not before a statement that only sets
+  // custom variables (`app.tenant`, row-level security's usual `set_config(..., true)`), which costs no
+  // query: those it set (`locals`) are left out of a later snapshot, so that theirs does not outlive it.
   let snapshot: Promise<string | undefined> | undefined;
   let snapshotNext = false;
   const locals = new Set<string>();
@@ -125,7 +141,7 @@ export function openTransaction(
       setsSession ||= mapped.setsSession;
       if (snapshot === undefined && !snapshotNext) {
         // Read before this statement: what it sets for the transaction alone is not in it yet.
-        snapshotNext = mapped.setsSession;
+        snapshotNext = mapped.setsSession || mapped.locals.some((name) => !name.includes('.'));
         if (!snapshotNext) for (const name of mapped.locals) locals.add(name);
       }
       return mapped.args;
@@ -165,6 +181,15 @@ export function openTransaction(
           (error: unknown) => {
             const code: unknown = Reflect.get(Object(error), 'code');
             if (code === LEASE_LOST) return { rows: [], count: 0 };
+            if (code === INSUFFICIENT_PRIVILEGE && before !== '' && !refusedExecute(error)) {
+              // The set-back after RESET ALL, refused: the mark function is not at fault, and stays in use.
+              throw new StoreError(
+                `PostgresStore: setting back the session's settings after a listener's SET through db was refused (${messageOf(error)}): ` +
+                  'the delivery is rolled back and retried. They are set as the session user: a setting your ' +
+                  "pool's connect event set that the session user may not set cannot come back",
+                { cause: error },
+              );
+            }
             if (code !== UNDEFINED_FUNCTION && code !== INSUFFICIENT_PRIVILEGE) throw error;
             // Either way the retries send the mark as it was before version 6, which needs no function: a
             // role refused the table itself is refused there too, and reported again.
