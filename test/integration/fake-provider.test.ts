@@ -467,7 +467,10 @@ describe('into a real ipnRouter', () => {
 describe('close()', () => {
   const count = (kind: string) =>
     process.getActiveResourcesInfo().filter((name) => name.startsWith(kind)).length;
-  /** Sockets and servers, and live timers (others' periodic timers come and go, so "no more than before"). */
+  /**
+   * Sockets and servers, and live timers: "no more than before", as others' come and go (a worker runs many
+   * test files in one process: an earlier file's idle pooled connection may close while this test runs).
+   */
   const snapshot = () => ({ tcp: count('TCP'), timers: count('Timeout') });
 
   test('stops pending work, resolves pending deliveries and leaves no handle behind', async () => {
@@ -500,7 +503,7 @@ describe('close()', () => {
       await sleep(10);
       after = snapshot();
     }
-    expect(after.tcp).toBe(before.tcp);
+    expect(after.tcp).toBeLessThanOrEqual(before.tcp);
     expect(after.timers).toBeLessThanOrEqual(before.timers);
   });
 });

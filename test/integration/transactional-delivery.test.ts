@@ -939,7 +939,10 @@ describeWithService('PostgreSQL', 'transactional delivery: what a listener may d
     const payload = uniquePayload();
     await pool.query('INSERT INTO credits (transaction_id) VALUES ($1)', [payload.transaction_id]);
     await post(payload);
-    await new Promise((resolve) => setTimeout(resolve, 2_500)); // several leases
+    // Dead once its two attempts failed: waited for, not assumed after a fixed time (a loaded machine may
+    // take longer); then several leases more, in which it must not be taken up again.
+    await eventually('dead', async () => (await entryOf(keyOf(payload)))?.status === 'dead');
+    await sleep(1_500);
     const entry = await entryOf(keyOf(payload));
     expect(entry?.attempts).toBeLessThanOrEqual(2);
     expect(entry?.status).toBe('dead');
