@@ -303,7 +303,6 @@ describeWithService('MariaDB', 'MysqlStore under hostile listeners and pools', (
           return store;
         };
         const result = await runStoreConformance(createStore, {
-          skip: ['claim-ttl'],
           openPeer: (store) => new MysqlStore({ pool: other, table: (store as MysqlStore).table }),
         });
         expect(result.failures).toEqual([]);
