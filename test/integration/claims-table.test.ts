@@ -9,6 +9,7 @@ import { MysqlStore, mysqlMigrations } from '../../lib/mysql.js';
 import { PostgresStore, postgresMigrations } from '../../lib/postgres.js';
 import { SqliteStore, sqliteMigrations } from '../../lib/sqlite.js';
 import type { DurableStore } from '../../lib/index.js';
+import { CLEANUP_TIMEOUT_MS } from '../helpers/drop-inboxes.js';
 import { successfulPayload } from '../helpers/payloads.js';
 import { databaseUrl, describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
 
@@ -226,7 +227,7 @@ describeWithService('PostgreSQL', 'PostgreSQL: claims in <table>_claims', () => 
     for (const row of functions.rows as Array<{ name: string }>)
       await pool.query(`DROP FUNCTION IF EXISTS ${row.name}`);
     await pool.end();
-  });
+  }, CLEANUP_TIMEOUT_MS);
   const dialect: Dialect = {
     store: (table) => new PostgresStore({ pool, table }),
     async migrateTo(table, version) {
@@ -309,7 +310,7 @@ describeWithService('MariaDB', 'MySQL: claims in <table>_claims', () => {
     for (const row of rows as Array<{ name: string }>)
       await pool.query(`DROP TABLE IF EXISTS \`${row.name}\``);
     await pool.end();
-  });
+  }, CLEANUP_TIMEOUT_MS);
   const dialect: Dialect = {
     store: (table) => new MysqlStore({ pool, table }),
     async migrateTo(table, version) {

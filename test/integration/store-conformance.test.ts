@@ -14,7 +14,7 @@ import { RedisStore } from 'ipn-kit/redis';
 import { SqliteStore } from 'ipn-kit/sqlite';
 import { runStoreConformance, type Lease, type Settlement } from 'ipn-kit/testing';
 import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers/services.js';
-import { dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /** The rule names of the failures, sorted. */
 const rulesOf = (failures: Array<{ rule: string }>) =>
@@ -140,7 +140,7 @@ describeWithService('PostgreSQL', 'runStoreConformance on PostgresStore', () => 
   afterAll(async () => {
     await dropPostgresInboxes(pool, [...tables, ledger]);
     await Promise.all([pool.end(), other.end()]);
-  });
+  }, CLEANUP_TIMEOUT_MS);
 
   test('PostgresStore conforms, late writes through its pool client refused', async () => {
     const result = await runStoreConformance(createStore, { lateWrite });
@@ -187,7 +187,7 @@ describeWithService('MariaDB', 'runStoreConformance on MysqlStore', () => {
   afterAll(async () => {
     await dropMysqlInboxes(pool, [...tables, ledger]);
     await Promise.all([pool.end(), other.end()]);
-  });
+  }, CLEANUP_TIMEOUT_MS);
 
   test('MysqlStore conforms, late writes through its pool connection refused', async () => {
     const result = await runStoreConformance(createStore, { lateWrite });
