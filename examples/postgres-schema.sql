@@ -103,7 +103,8 @@ INSERT INTO "ipn_inbox_schema" (version, name) VALUES (6, 'the delivered mark as
 CREATE TABLE IF NOT EXISTS "ipn_inbox_claims" (
   key text PRIMARY KEY,
   token text NOT NULL,
-  claimed_at timestamptz NOT NULL DEFAULT now()
+  claimed_at timestamptz NOT NULL DEFAULT now(),
+  expires_at timestamptz NOT NULL
 );
 CREATE INDEX IF NOT EXISTS "ipn_inbox_claims_at_idx" ON "ipn_inbox_claims" (claimed_at);
 DO $$ BEGIN
@@ -118,8 +119,8 @@ WITH moved AS (
   DELETE FROM "ipn_inbox" WHERE record = '{}'::jsonb AND status = 'delivered'
   RETURNING key, lease_id, coalesce(delivered_at, received_at) AS claimed_at
 )
-INSERT INTO "ipn_inbox_claims" (key, token, claimed_at)
-SELECT key, coalesce(lease_id, ''), claimed_at FROM moved
+INSERT INTO "ipn_inbox_claims" (key, token, claimed_at, expires_at)
+SELECT key, coalesce(lease_id, ''), claimed_at, claimed_at + 604800000 * interval '1 millisecond' FROM moved
 ON CONFLICT (key) DO NOTHING;
 CREATE TABLE IF NOT EXISTS "ipn_inbox_schema" (
   version integer PRIMARY KEY,

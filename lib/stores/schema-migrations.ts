@@ -1,6 +1,14 @@
 import { IpnKitError, StoreError } from '../shared/errors.js';
 
 /**
+ * How long a claim that an older ipn-kit wrote in the inbox (before schema version 7, with no expiry) holds
+ * its key once version 7 moves it to `<table>_claims`: from when it was made, the router's default `ttlMs`
+ * (7 days). An older instance's claim was held until purged; this is the longest a claim of the router's
+ * defaults holds.
+ */
+export const MOVED_CLAIM_TTL_MS = 7 * 24 * 60 * 60 * 1000;
+
+/**
  * One statement of a migration. `done`, where the dialect has no `IF NOT EXISTS` for the statement (MySQL's
  * and SQLite's `ADD COLUMN`), is a query that returns a row once the statement has run: `migrate()` skips
  * the statement then, so that every step can run twice (two processes at once, a database whose tables

@@ -56,6 +56,22 @@ export function leaseMs(owner: string, lease: Lease, exact = false): number {
   return lease.ms;
 }
 
+/** The longest a claim of a SQL store holds its key: a century, within every dialect's range of times. */
+const LONGEST_CLAIM_MS = 100 * 365 * 24 * 60 * 60 * 1000;
+
+/**
+ * A claim's `ttlMs`, checked, in whole milliseconds, at most a century (a longer one holds the key as long).
+ * @throws TypeError unless `ttlMs` is a positive number.
+ */
+export function claimTtlMs(owner: string, ttlMs: number): number {
+  if (typeof ttlMs !== 'number' || !(ttlMs > 0)) {
+    throw new TypeError(
+      `${owner}.claim: ttlMs must be a positive number of milliseconds, got ${String(ttlMs)}`,
+    );
+  }
+  return Math.min(Math.ceil(ttlMs), LONGEST_CLAIM_MS);
+}
+
 /** Checks `lease()`'s `limit`: a whole number. @throws TypeError for any other. */
 export function checkLeaseLimit(owner: string, limit: number): void {
   if (!Number.isInteger(limit) || limit < 0) {

@@ -7,6 +7,12 @@
  * a random part), so nothing else starts with them. A name may be `schema.table` on PostgreSQL.
  */
 
+/**
+ * The timeout of a cleanup hook that drops inboxes: each is a set of tables (and a function on PostgreSQL),
+ * and a file's many sets take longer than jest's default 5 s under load (seen: MariaDB's afterAll).
+ */
+export const CLEANUP_TIMEOUT_MS = 60_000;
+
 /** A PostgreSQL pool or client: what `pg` hands out. */
 interface PgQueryable {
   query(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;

@@ -16,7 +16,7 @@ import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { servedRouters } from '../helpers/servers.js';
 import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
-import { dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /**
  * `ipn.replay(filter)` (the bulk replay, `replayDead()` its special case) and `ipn.pause()` / `resume()`,
@@ -345,7 +345,7 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
   afterAll(async () => {
     await dropPostgresInboxes(pool, tables);
     await pool.end();
-  });
+  }, CLEANUP_TIMEOUT_MS);
   scenarios(
     async () => {
       const table = `ipn_pause_${process.pid}_${tables.length}`;
@@ -399,7 +399,7 @@ describeWithService('MariaDB', 'MysqlStore', () => {
   afterAll(async () => {
     await dropMysqlInboxes(pool, tables);
     await pool.end();
-  });
+  }, CLEANUP_TIMEOUT_MS);
   scenarios(
     async () => {
       const table = `ipn_pause_${process.pid}_${tables.length}`;

@@ -9,14 +9,16 @@ import { MysqlStore, mysqlMigrations } from '../../lib/mysql.js';
 import { PostgresStore, postgresMigrations } from '../../lib/postgres.js';
 import { SqliteStore, sqliteMigrations } from '../../lib/sqlite.js';
 import type { DurableStore } from '../../lib/index.js';
+import { CLEANUP_TIMEOUT_MS } from '../helpers/drop-inboxes.js';
 import { successfulPayload } from '../helpers/payloads.js';
 import { databaseUrl, describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
 
 /**
  * Schema version 7 (issue 34): a claim (at most once) is a row of `<table>_claims`, never of the inbox, so
  * no query of the inbox has to tell claims from notifications. A claim and a receive of one key still
- * exclude each other, as when both were rows of the inbox; an older ipn-kit's claim, which writes its
- * marker in the inbox, is refused; and `migrate()` moves the markers an older ipn-kit wrote.
+ * exclude each other, as when both were rows of the inbox; a claim holds its key for its ttlMs, then is
+ * taken over once; an older ipn-kit's claim, which writes its marker in the inbox, is refused; and
+ * `migrate()` moves the markers an older ipn-kit wrote, giving them the router's default ttlMs.
  */
 
 type Store = DurableStore & { migrate(): Promise<void> };
@@ -33,11 +35,30 @@ interface Dialect {
   claims(table: string): Promise<Array<{ key: string; token: string }>>;
   /** How many rows the inbox holds. */
   inboxRows(table: string): Promise<number>;
+  /** Each claim's expiry less its time, in ms, by key. */
+  lifetimes(table: string): Promise<Record<string, number>>;
+  /** Makes every claim of `table` expired, as its ttlMs running out would. */
+  expireClaims(table: string): Promise<void>;
 }
+
+/** The router's default ttlMs: what a claim moved out of the inbox by version 7 is given. */
+const SEVEN_DAYS_MS = 7 * 24 * 60 * 60 * 1000;
 
 const lease = () => ({ id: randomUUID(), ms: 60_000 });
 const newKey = (): string => `EFB.${randomUUID().slice(0, 12)}:SUCCESSFUL`;
 const recordOf = (key: string) => successfulPayload({ transaction_id: key.slice(0, key.lastIndexOf(':')) });
+
+/**
+ * The message `write` was refused with (`undefined`: it was not). Not `rejects.toThrow`: better-sqlite3's
+ * native addon is loaded once per jest worker and throws the `SqliteError` of the first test file that
+ * loaded it, an object of that file's realm, neither `[object Error]` nor `instanceof` this file's `Error`:
+ * jest then reports a refusal as "did not throw" whenever another SQLite test file ran first in the worker.
+ */
+const refusalOf = (write: Promise<unknown>): Promise<string | undefined> =>
+  write.then(
+    () => undefined,
+    (error: unknown) => String((error as { message?: unknown }).message),
+  );
 
 function scenarios(d: () => Dialect, prefix: string): void {
   let count = 0;
@@ -108,7 +129,7 @@ function scenarios(d: () => Dialect, prefix: string): void {
   test("an older ipn-kit's claim, a marker in the inbox, is refused once the tables are at version 7", async () => {
     const { table, store } = await fresh();
     const key = newKey();
-    await expect(d().oldClaim(table, key, randomUUID())).rejects.toThrow(
+    expect(await refusalOf(d().oldClaim(table, key, randomUUID()))).toMatch(
       /no_claim_marker|since schema version 7/,
     );
     expect(await d().inboxRows(table)).toBe(0);
@@ -125,6 +146,44 @@ function scenarios(d: () => Dialect, prefix: string): void {
     expect(await d().claims(table)).toEqual([]);
   });
 
+  test('a claim holds its key for its ttlMs: then another token takes it over, and an expired claim blocks no receive', async () => {
+    const { table, store } = await fresh();
+    const [key, received] = [newKey(), newKey()];
+    const [first, second] = [randomUUID(), randomUUID()];
+    expect(await store.claim(key, 60_000, first)).toBe(true);
+    expect(await d().lifetimes(table)).toEqual({ [key]: 60_000 });
+    expect(await store.claim(key, 60_000, second)).toBe(false);
+    expect(await store.claim(received, 60_000, randomUUID())).toBe(true);
+    expect(await store.receive(received, recordOf(received), lease())).toBe(false);
+    await d().expireClaims(table);
+    expect(await store.receive(received, recordOf(received), lease())).toBe(true);
+    expect(await store.claim(received, 60_000, randomUUID())).toBe(false); // the inbox has it now
+    expect(await store.claim(key, 120_000, second)).toBe(true);
+    expect((await d().claims(table)).find((row) => row.key === key)).toEqual({ key, token: second });
+    expect((await d().lifetimes(table))[key]).toBe(120_000);
+    expect(await store.claim(key, 60_000, second)).toBe(true); // asked again: still its own
+    expect(await store.claim(key, 60_000, first)).toBe(false); // the expired claim's token holds nothing
+    await expect(store.claim(newKey(), 0, randomUUID())).rejects.toThrow(TypeError);
+  });
+
+  test('of two claims of an expired key at once, with other tokens, exactly one wins', async () => {
+    const { table, store } = await fresh();
+    const keys = Array.from({ length: 8 }, newKey);
+    for (const key of keys) expect(await store.claim(key, 60_000, randomUUID())).toBe(true);
+    await d().expireClaims(table);
+    const peer = d().store(table);
+    const won = await Promise.all(
+      keys.map(async (key) => {
+        const [a, b] = await Promise.all([
+          store.claim(key, 60_000, randomUUID()),
+          peer.claim(key, 60_000, randomUUID()),
+        ]);
+        return Number(a) + Number(b);
+      }),
+    );
+    expect(won).toEqual(keys.map(() => 1));
+  });
+
   test('migrate() moves the claims an older ipn-kit wrote to <table>_claims, each still held by its token', async () => {
     const table = `${prefix}_${(count += 1)}_${randomUUID().slice(0, 6)}`;
     await d().migrateTo(table, 6);
@@ -137,6 +196,8 @@ function scenarios(d: () => Dialect, prefix: string): void {
     );
     await store.migrate();
     expect(await d().claims(table)).toEqual([{ key: claimed, token: 'token-of-0.x' }]);
+    // An older claim had no ttl: moved, it holds its key the router's default ttlMs from when it was made.
+    expect(await d().lifetimes(table)).toEqual({ [claimed]: SEVEN_DAYS_MS });
     expect(await d().inboxRows(table)).toBe(0);
     expect(await store.claim(claimed, 60_000, randomUUID())).toBe(false);
     expect(await store.claim(claimed, 60_000, 'token-of-0.x')).toBe(true);
@@ -166,7 +227,7 @@ describeWithService('PostgreSQL', 'PostgreSQL: claims in <table>_claims', () => 
     for (const row of functions.rows as Array<{ name: string }>)
       await pool.query(`DROP FUNCTION IF EXISTS ${row.name}`);
     await pool.end();
-  });
+  }, CLEANUP_TIMEOUT_MS);
   const dialect: Dialect = {
     store: (table) => new PostgresStore({ pool, table }),
     async migrateTo(table, version) {
@@ -187,6 +248,17 @@ describeWithService('PostgreSQL', 'PostgreSQL: claims in <table>_claims', () => 
       }>,
     inboxRows: async (table) =>
       Number((await pool.query(`SELECT count(*)::int AS n FROM "${table}"`)).rows[0].n),
+    lifetimes: async (table) =>
+      Object.fromEntries(
+        (
+          await pool.query(
+            `SELECT key, (extract(epoch FROM expires_at - claimed_at) * 1000)::bigint AS ms FROM "${table}_claims"`,
+          )
+        ).rows.map((row: { key: string; ms: string }) => [row.key, Number(row.ms)]),
+      ),
+    expireClaims: async (table) => {
+      await pool.query(`UPDATE "${table}_claims" SET expires_at = now() - interval '1 second'`);
+    },
   };
   scenarios(() => dialect, prefix);
 
@@ -238,7 +310,7 @@ describeWithService('MariaDB', 'MySQL: claims in <table>_claims', () => {
     for (const row of rows as Array<{ name: string }>)
       await pool.query(`DROP TABLE IF EXISTS \`${row.name}\``);
     await pool.end();
-  });
+  }, CLEANUP_TIMEOUT_MS);
   const dialect: Dialect = {
     store: (table) => new MysqlStore({ pool, table }),
     async migrateTo(table, version) {
@@ -264,6 +336,17 @@ describeWithService('MariaDB', 'MySQL: claims in <table>_claims', () => {
       Number(
         ((await pool.query(`SELECT COUNT(*) AS n FROM \`${table}\``))[0] as Array<{ n: unknown }>)[0]!.n,
       ),
+    lifetimes: async (table) => {
+      const [rows] = await pool.query(
+        `SELECT \`key\`, TIMESTAMPDIFF(MICROSECOND, claimed_at, expires_at) DIV 1000 AS ms FROM \`${table}_claims\``,
+      );
+      return Object.fromEntries(
+        (rows as Array<{ key: string; ms: unknown }>).map((row) => [row.key, Number(row.ms)]),
+      );
+    },
+    expireClaims: async (table) => {
+      await pool.query(`UPDATE \`${table}_claims\` SET expires_at = UTC_TIMESTAMP(3) - INTERVAL 1 SECOND`);
+    },
   };
   scenarios(() => dialect, prefix);
 });
@@ -305,6 +388,20 @@ describe('SQLite: claims in <table>_claims', () => {
       Promise.resolve(
         Number((database.prepare(`SELECT count(*) AS n FROM "${table}"`).get() as { n: unknown }).n),
       ),
+    lifetimes: (table) =>
+      Promise.resolve(
+        Object.fromEntries(
+          (
+            database
+              .prepare(`SELECT key, expires_at - claimed_at AS ms FROM "${table}_claims"`)
+              .all() as Array<{ key: string; ms: number }>
+          ).map((row) => [row.key, row.ms]),
+        ),
+      ),
+    expireClaims: (table) =>
+      Promise.resolve().then(() => {
+        database.prepare(`UPDATE "${table}_claims" SET expires_at = ?`).run(Date.now() - 1000);
+      }),
   };
   scenarios(() => dialect, 'ipn_test_claims');
 });

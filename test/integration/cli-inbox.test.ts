@@ -13,7 +13,7 @@ import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers
 import { ipnRouter } from '../../lib/index.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
-import { dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /** Runs `ipn-kit inbox ...args` with DATABASE_URL set (unless `env` says otherwise), capturing its output. */
 async function inbox(
@@ -71,7 +71,7 @@ describeWithService('PostgreSQL', 'ipn-kit inbox', () => {
   afterAll(async () => {
     await dropPostgresInboxes(pool, tables);
     await pool.end();
-  });
+  }, CLEANUP_TIMEOUT_MS);
 
   test('list prints a table of entries, oldest first, and says how many', async () => {
     const store = await freshStore();
@@ -529,7 +529,7 @@ describeWithService('MariaDB', 'ipn-kit inbox --mysql-url (the MysqlStore inbox)
   afterAll(async () => {
     await dropMysqlInboxes(pool, [table]);
     await pool.end();
-  });
+  }, CLEANUP_TIMEOUT_MS);
 
   test('lists, shows, replays and purges, without DATABASE_URL', async () => {
     const dead = { id: randomUUID(), ms: 60_000 };

@@ -9,7 +9,7 @@ import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { listen, type Running } from '../helpers/servers.js';
 import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
-import { dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /**
  * The rule of the durable inbox: a notification answered 200 is always somewhere, delivered, in the inbox or
@@ -59,7 +59,7 @@ describeWithService('PostgreSQL', 'the durable path under faults at every write'
   afterAll(async () => {
     await dropPostgresInboxes(pool, created);
     await pool.end();
-  });
+  }, CLEANUP_TIMEOUT_MS);
 
   /** A fresh inbox table and credits table (no unique constraint: every delivery counts). */
   async function tablesFor(): Promise<{ table: string; credits: string }> {

@@ -3,7 +3,7 @@ import { createPool, type RowDataPacket } from 'mysql2/promise';
 import { Pool } from 'pg';
 import { MysqlStore } from 'ipn-kit/mysql';
 import { PostgresStore } from 'ipn-kit/postgres';
-import { dropMysqlInboxes } from '../helpers/drop-inboxes.js';
+import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes } from '../helpers/drop-inboxes.js';
 import { databaseUrl, describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
 
 jest.setTimeout(30_000);
@@ -101,7 +101,7 @@ describeWithService(
     afterAll(async () => {
       await dropMysqlInboxes(pool, tables);
       await pool.end();
-    });
+    }, CLEANUP_TIMEOUT_MS);
     const lockOf = (name: string) => `ipn-kit:${createHash('sha1').update(name).digest('hex')}`;
 
     test.each([

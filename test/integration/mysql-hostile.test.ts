@@ -13,7 +13,7 @@ import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { servedRouters } from '../helpers/servers.js';
 import { describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
-import { dropMysqlInboxes } from '../helpers/drop-inboxes.js';
+import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes } from '../helpers/drop-inboxes.js';
 
 jest.setTimeout(60_000);
 
@@ -43,7 +43,7 @@ describeWithService('MariaDB', 'MysqlStore under hostile listeners and pools', (
     await pool.query('UNLOCK TABLES');
     await dropMysqlInboxes(pool, tables);
     await Promise.all(pools.map((each) => each.end()));
-  });
+  }, CLEANUP_TIMEOUT_MS);
   const serve = servedRouters();
   const router = (on: Pool = pool) =>
     ipnRouter({
@@ -303,7 +303,6 @@ describeWithService('MariaDB', 'MysqlStore under hostile listeners and pools', (
           return store;
         };
         const result = await runStoreConformance(createStore, {
-          skip: ['claim-ttl'],
           openPeer: (store) => new MysqlStore({ pool: other, table: (store as MysqlStore).table }),
         });
         expect(result.failures).toEqual([]);

@@ -7,7 +7,7 @@ import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { listen, postCopies, type Running } from '../helpers/servers.js';
 import { describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
-import { dropMysqlInboxes } from '../helpers/drop-inboxes.js';
+import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes } from '../helpers/drop-inboxes.js';
 
 const HOUR = 60 * 60 * 1000;
 const lease = (ms = 60_000) => ({ id: randomUUID(), ms });
@@ -60,7 +60,7 @@ describeWithService('MariaDB', 'MysqlStore', () => {
   afterAll(async () => {
     await dropMysqlInboxes(poolA, tables);
     await Promise.all([poolA.end(), poolB.end()]);
-  });
+  }, CLEANUP_TIMEOUT_MS);
 
   describe('migrate', () => {
     test('creates both tables, and running it again changes nothing', async () => {

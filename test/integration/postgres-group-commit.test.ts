@@ -8,7 +8,7 @@ import { quiet } from '../helpers/quiet-logger.js';
 import { servedRouters } from '../helpers/servers.js';
 import { databaseUrl, describeWithService } from '../helpers/services.js';
 import { until } from '../helpers/until.js';
-import { dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /** A group-commit statement: receives as a JSON array of rows, settlements as arrays. */
 const isBatch = (text: string): boolean => /jsonb_to_recordset|unnest/.test(text);
@@ -23,7 +23,7 @@ describeWithService('PostgreSQL', 'PostgresStore group commit', () => {
   afterAll(async () => {
     await dropPostgresInboxes(pool, tables);
     await pool.end();
-  });
+  }, CLEANUP_TIMEOUT_MS);
 
   /** A store on a fresh table, over a pool that counts its statements and can fail the next batch. */
   async function fresh() {
@@ -157,7 +157,7 @@ describeWithService('PostgreSQL', 'PostgresStore group commit: mixed, large and 
   afterAll(async () => {
     await dropPostgresInboxes(pool, tables);
     await pool.end();
-  });
+  }, CLEANUP_TIMEOUT_MS);
 
   async function fresh(over: PgQueryable = pool) {
     const table = `ipn_gcr_${process.pid}_${randomUUID().slice(0, 8)}`;
@@ -380,7 +380,7 @@ describeWithService(
     afterAll(async () => {
       await dropPostgresInboxes(pool, tables);
       await pool.end();
-    });
+    }, CLEANUP_TIMEOUT_MS);
 
     const tableName = () => {
       const table = `ipn_gcrr_${process.pid}_${randomUUID().slice(0, 8)}`;

@@ -9,7 +9,7 @@ import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { listen, type Running, postCopies } from '../helpers/servers.js';
 import { databaseUrl, describeWithService } from '../helpers/services.js';
-import { dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 const HOUR = 60 * 60 * 1000;
 const lease = (ms = 60_000) => ({ id: randomUUID(), ms });
@@ -66,7 +66,7 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
   afterAll(async () => {
     await dropPostgresInboxes(poolA, tables);
     await Promise.all([poolA.end(), poolB.end()]);
-  });
+  }, CLEANUP_TIMEOUT_MS);
 
   describe('migrate', () => {
     test('creates the table with its columns, and running it again changes nothing', async () => {

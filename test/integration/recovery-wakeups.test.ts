@@ -9,7 +9,7 @@ import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { servedRouters } from '../helpers/servers.js';
 import { databaseUrl, describeWithService, eventually, redisUrl } from '../helpers/services.js';
-import { dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /**
  * Recovery's wake-ups and pause: a retry's wake-up that comes while a batch is running (the timers' or a
@@ -251,7 +251,7 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
   afterAll(async () => {
     await dropPostgresInboxes(pool, tables);
     await pool.end();
-  });
+  }, CLEANUP_TIMEOUT_MS);
   scenarios(async () => {
     const table = `ipn_wakeups_${process.pid}_${tables.length}`;
     tables.push(table);

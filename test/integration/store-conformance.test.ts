@@ -14,7 +14,7 @@ import { RedisStore } from 'ipn-kit/redis';
 import { SqliteStore } from 'ipn-kit/sqlite';
 import { runStoreConformance, type Lease, type Settlement } from 'ipn-kit/testing';
 import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers/services.js';
-import { dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /** The rule names of the failures, sorted. */
 const rulesOf = (failures: Array<{ rule: string }>) =>
@@ -123,8 +123,6 @@ describeWithService('PostgreSQL', 'runStoreConformance on PostgresStore', () => 
     await store.migrate();
     return store;
   }
-  // PostgresStore keeps a claim until it is purged: the router's ttlMs does not apply (as its doc says).
-  const skip = ['claim-ttl'];
   const ledger = ledgerTable();
   /** A listener's credit through the attempt's client (its `tx` and `db`), read back through the pool. */
   const lateWrite = {
@@ -142,17 +140,16 @@ describeWithService('PostgreSQL', 'runStoreConformance on PostgresStore', () => 
   afterAll(async () => {
     await dropPostgresInboxes(pool, [...tables, ledger]);
     await Promise.all([pool.end(), other.end()]);
-  });
+  }, CLEANUP_TIMEOUT_MS);
 
   test('PostgresStore conforms, late writes through its pool client refused', async () => {
-    const result = await runStoreConformance(createStore, { skip, lateWrite });
+    const result = await runStoreConformance(createStore, { lateWrite });
     expect(result.failures).toEqual([]);
     expect(result.passed).toContain('late-write');
   }, 120_000);
 
   test('PostgresStore conforms across two instances, each with its own pool', async () => {
     const result = await runStoreConformance(createStore, {
-      skip,
       openPeer: (store) => new PostgresStore({ pool: other, table: (store as PostgresStore).table }),
     });
     expect(result.failures).toEqual([]);
@@ -172,8 +169,6 @@ describeWithService('MariaDB', 'runStoreConformance on MysqlStore', () => {
     await store.migrate();
     return store;
   }
-  // MysqlStore keeps a claim until it is purged: the router's ttlMs does not apply (as its doc says).
-  const skip = ['claim-ttl'];
   const ledger = ledgerTable();
   /** A listener's credit through the attempt's connection (its `tx` and `db`), read back through the pool. */
   const lateWrite = {
@@ -192,18 +187,17 @@ describeWithService('MariaDB', 'runStoreConformance on MysqlStore', () => {
   afterAll(async () => {
     await dropMysqlInboxes(pool, [...tables, ledger]);
     await Promise.all([pool.end(), other.end()]);
-  });
+  }, CLEANUP_TIMEOUT_MS);
 
   test('MysqlStore conforms, late writes through its pool connection refused', async () => {
-    const result = await runStoreConformance(createStore, { skip, lateWrite });
+    const result = await runStoreConformance(createStore, { lateWrite });
     expect(result.failures).toEqual([]);
-    // Every other rule ran: the inbox's, countByStatus's and the expectations'.
-    expect(result.skipped).toEqual([{ rule: 'claim-ttl', reason: 'skipped by the options' }]);
+    // Every rule ran, claim-ttl too: the inbox's, countByStatus's and the expectations'.
+    expect(result.skipped).toEqual([]);
   }, 120_000);
 
   test('MysqlStore conforms across two instances, each with its own pool', async () => {
     const result = await runStoreConformance(createStore, {
-      skip,
       openPeer: (store) => new MysqlStore({ pool: other, table: (store as MysqlStore<MysqlPool>).table }),
     });
     expect(result.failures).toEqual([]);
@@ -234,8 +228,6 @@ describe('runStoreConformance on SqliteStore', () => {
     await store.migrate();
     return store;
   }
-  // SqliteStore keeps a claim until it is purged: the router's ttlMs does not apply (as its doc says).
-  const skip = ['claim-ttl'];
   /** A listener's credit through the attempt's connection, read back through the store's own file. */
   const lateWrite = (store: () => SqliteStore) => ({
     write: (through: unknown, id: string) =>
@@ -253,14 +245,13 @@ describe('runStoreConformance on SqliteStore', () => {
   });
 
   test('SqliteStore conforms, late writes through its delivery connection refused', async () => {
-    const result = await runStoreConformance(createStore, { skip, lateWrite: lateWrite(() => latest!) });
+    const result = await runStoreConformance(createStore, { lateWrite: lateWrite(() => latest!) });
     expect(result.failures).toEqual([]);
-    expect(result.skipped).toEqual([{ rule: 'claim-ttl', reason: 'skipped by the options' }]);
+    expect(result.skipped).toEqual([]);
   }, 120_000);
 
   test('SqliteStore conforms across two connections to one file (two processes of an app)', async () => {
     const result = await runStoreConformance(createStore, {
-      skip,
       openPeer: (store) => new SqliteStore({ database: open(fileOf.get(store as SqliteStore)!) }),
     });
     expect(result.failures).toEqual([]);

@@ -25,7 +25,7 @@ import { ipnNotificationSchema } from '../../lib/notification/schema.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
-import { dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /**
  * OpenTelemetry traces with the real SDK (in-memory exporter, AsyncLocalStorage context manager), over the
@@ -280,7 +280,7 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
   afterAll(async () => {
     await dropPostgresInboxes(pool, tables);
     await pool.end();
-  });
+  }, CLEANUP_TIMEOUT_MS);
   const tableOf = new WeakMap<DurableStore, string>();
   scenarios(
     async () => {
@@ -324,7 +324,7 @@ describeWithService('MariaDB', 'MysqlStore', () => {
   afterAll(async () => {
     await dropMysqlInboxes(pool, tables);
     await pool.end();
-  });
+  }, CLEANUP_TIMEOUT_MS);
   const tableOf = new WeakMap<DurableStore, string>();
   scenarios(
     async () => {

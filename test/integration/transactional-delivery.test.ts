@@ -13,7 +13,7 @@ import { recordEvents } from '../helpers/record-events.js';
 import { servedRouters } from '../helpers/servers.js';
 import { ledgerSchema } from '../helpers/ledger-schema.js';
 import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
-import { dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 jest.setTimeout(30_000);
 
@@ -1012,7 +1012,7 @@ describeWithService('PostgreSQL', 'transactional delivery: a connection lost mid
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     await dropPostgresInboxes(pool, [table, ledger]);
     await pool.end();
-  });
+  }, CLEANUP_TIMEOUT_MS);
 
   test.each([
     ['wrote through db', 'write'],

@@ -103,6 +103,7 @@ export const ipnInboxClaims = pgTable(
     key: text('key').primaryKey(),
     token: text('token').notNull(),
     claimedAt: timestamp('claimed_at', { withTimezone: true }).notNull().defaultNow(),
+    expiresAt: timestamp('expires_at', { withTimezone: true }).notNull(),
   },
   (t) => [index('ipn_inbox_claims_at_idx').on(t.claimedAt)],
 );

@@ -1,6 +1,7 @@
 import {
   checkedMigrations,
   distinctName,
+  MOVED_CLAIM_TTL_MS,
   schemaMigrations,
   type Migration,
   type MigrationStep,
@@ -113,11 +114,13 @@ function claimsSteps(table: string): MigrationStep[] {
   \`key\` VARCHAR(255) NOT NULL,
   token VARCHAR(255) NOT NULL,
   claimed_at DATETIME(3) NOT NULL,
+  expires_at DATETIME(3) NOT NULL,
   PRIMARY KEY (\`key\`),
   KEY ipn_kit_claimed (claimed_at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`),
-    statement(`INSERT INTO ${claims} (\`key\`, token, claimed_at)
-SELECT m.\`key\`, COALESCE(m.lease_id, ''), COALESCE(m.delivered_at, m.received_at) FROM ${inbox.quoted} AS m
+    statement(`INSERT INTO ${claims} (\`key\`, token, claimed_at, expires_at)
+SELECT m.\`key\`, COALESCE(m.lease_id, ''), COALESCE(m.delivered_at, m.received_at),
+  COALESCE(m.delivered_at, m.received_at) + INTERVAL ${MOVED_CLAIM_TTL_MS * 1000} MICROSECOND FROM ${inbox.quoted} AS m
 WHERE ${marker}
 ON DUPLICATE KEY UPDATE claimed_at = ${claims}.claimed_at`),
     statement(

@@ -164,17 +164,29 @@ const END_LEASE = `lease_id = NULL, lease_until = NULL, updated_at = ${NOW}`;
 export function mysqlInboxSql(table: string) {
   const t = mysqlTableNames(table).quoted;
   const claims = mysqlClaimsTable(table);
-  /** Not while the key is claimed: a claim and a receive of one key exclude each other (one index lookup). */
-  const unclaimed = `NOT EXISTS (SELECT 1 FROM ${claims} AS c WHERE c.\`key\` = u.k)`;
+  /**
+   * Not while the key is claimed: a claim and a receive of one key exclude each other (one index lookup). An
+   * expired claim no longer holds the key (as in RedisStore and MemoryStore).
+   */
+  const unclaimed = `NOT EXISTS (SELECT 1 FROM ${claims} AS c WHERE c.\`key\` = u.k AND c.expires_at > ${NOW})`;
   return {
     // A claim is a row of <table>_claims (schema version 7), never of the inbox: it is taken only while the
-    // inbox has no entry of the key (a receive of it came first: a resend). Its token is kept, so that the
-    // same claim asked again (its answer was lost) is recognised as this caller's own. A plain INSERT (its
-    // duplicate key error caught), not INSERT IGNORE, which would also turn a value the table refuses into
-    // a warning and a truncated row. Values: key, token, key.
-    claim: `INSERT INTO ${claims} (\`key\`, token, claimed_at)
-      SELECT ?, ?, ${NOW} FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM ${t} WHERE \`key\` = ?)`,
-    claimedBy: `SELECT 1 AS claimed FROM ${claims} WHERE \`key\` = ? AND token = ?`,
+    // inbox has no entry of the key (a receive of it came first: a resend), and the key's claim, if any, has
+    // expired: then the update takes it over (each column set only then; expires_at last, as MySQL sets them
+    // in order and a later one reads the earlier ones' new values). Two at once after the expiry: the second
+    // waits for the first's row lock, then finds the row live and changes nothing. Its token is kept, so that
+    // the same claim asked again (its answer was lost) is recognised as this caller's own (claimedBy). Not
+    // INSERT IGNORE, which would also turn a value the table refuses into a warning and a truncated row.
+    // Values: key, token, ttl ms, key, token, ttl ms, ttl ms.
+    claim: `INSERT INTO ${claims} (\`key\`, token, claimed_at, expires_at)
+      SELECT ?, ?, ${NOW}, ${FROM_NOW} FROM DUAL WHERE NOT EXISTS (SELECT 1 FROM ${t} WHERE \`key\` = ?)
+      ON DUPLICATE KEY UPDATE
+        token = IF(${claims}.expires_at <= ${NOW}, ?, ${claims}.token),
+        claimed_at = IF(${claims}.expires_at <= ${NOW}, ${NOW}, ${claims}.claimed_at),
+        expires_at = IF(${claims}.expires_at <= ${NOW}, ${FROM_NOW}, ${claims}.expires_at)`,
+    // Values: key, token, key.
+    claimedBy: `SELECT 1 AS claimed FROM ${claims} AS c
+      WHERE c.\`key\` = ? AND c.token = ? AND NOT EXISTS (SELECT 1 FROM ${t} WHERE \`key\` = ?)`,
     release: `DELETE FROM ${t} WHERE \`key\` = ? AND (? IS NULL OR lease_id = ?)`,
     releaseClaim: `DELETE FROM ${claims} WHERE \`key\` = ?`,
     // One receive, its values as receiveMany's row.

@@ -1,4 +1,4 @@
-import { checkLeaseLimit, migrateWorded } from '../store-core.js';
+import { checkLeaseLimit, claimTtlMs, migrateWorded } from '../store-core.js';
 import { missingTable, SqlStore, type SqlDialect, type TableOf } from '../sql-store.js';
 import { SqlAudit } from '../sql-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
@@ -111,8 +111,8 @@ const MIGRATE_LOCK_SECONDS = 60;
  * atomic across instances.
  *
  * - As a plain store (the router's default, at-most-once mode), `claim` inserts a row in `<table>_claims`
- *   (never in the inbox). The router's `ttlMs` does not apply: claims stay until you purge them
- *   (`purge(before)`), and until then a resend is dropped.
+ *   (never in the inbox), which holds the key for the router's `ttlMs` (by the database's clock); then a
+ *   resend is a new notification again. The row stays, holding nothing, until `purge(before)`.
  * - As a durable inbox (`delivery: 'at-least-once'`), each notification is stored whole, and its delivery
  *   attempts are leased (`SELECT ... FOR UPDATE SKIP LOCKED`), settled and retried through the table.
  *   Receives that arrive together are inserted as one statement (group commit).
@@ -322,16 +322,24 @@ export class MysqlStore<
   }
 
   /**
-   * Inserts a row for `key` in `<table>_claims`, unless the key is claimed, or received in the inbox.
-   * `ttlMs` is not applied: purge old claims instead.
-   * @returns `true` when this call inserted the row (or an earlier call with the same `token` did), `false`
-   * when the key was already claimed or received.
+   * Inserts a row for `key` in `<table>_claims` that holds the key for `ttlMs` (by the database's clock),
+   * unless the key is claimed, or received in the inbox; a claim whose `ttlMs` has run out is taken over,
+   * in the same statement (two at once: one wins, the other waits for its row lock and finds it live). The
+   * row stays until `purge()`, holding nothing.
+   * @returns `true` when the row is this `token`'s (this call took the key, or an earlier one with the same
+   * token did) and the inbox has no entry of the key, `false` when another claim holds it, or it was received.
+   * @throws TypeError unless `ttlMs` is a positive number (a ttl above a century holds the key a century).
    */
   async claim(key: string, ttlMs: number, token: string = randomUUID()): Promise<boolean> {
     splitKey(key);
     checkId(token, 'a claim token');
-    if (await this.#insert(this.#sql.claim, [key, token, key], 'claims')) return true;
-    return rowsOf(await this.#query(this.#sql.claimedBy, [key, token], 'claims')).length > 0;
+    const ms = claimTtlMs('MysqlStore', ttlMs);
+    // The upsert's affected rows cannot tell an insert from a live claim left alone (both 1, with mysql2's
+    // FOUND_ROWS): whether the row is now this token's says it. Not whether it is still live: a short ttl may
+    // run out between the two statements, and the key is still this claim's until another takes it over (a
+    // claim: another token) or a receive has it (an entry in the inbox).
+    await this.#query(this.#sql.claim, [key, token, ms, key, token, ms, ms], 'claims');
+    return rowsOf(await this.#query(this.#sql.claimedBy, [key, token, key], 'claims')).length > 0;
   }
 
   /** Inserts `record` as `received`, attempts 1, leased to `lease` (until the database's now + `lease.ms`). */

@@ -2,6 +2,7 @@ import {
   checkedMigrations,
   distinctName,
   latestSql,
+  MOVED_CLAIM_TTL_MS,
   schemaMigrations,
   type Migration,
   type MigrationStep,
@@ -79,7 +80,8 @@ const CLAIM_MARKER_CHECK = 'ipn_kit_no_claim_marker';
 const MARKER = "record = '{}'::jsonb AND status = 'delivered'";
 
 /**
- * Version 7: claims move out of the inbox into `<table>_claims` (key, token, when). The CHECK comes first
+ * Version 7: claims move out of the inbox into `<table>_claims` (key, token, when, until when: a moved claim
+ * expires {@link MOVED_CLAIM_TTL_MS} after it was made). The CHECK comes first
  * (`NOT VALID`: the rows there are not read again), so that no marker is added once the move has read
  * the inbox: it holds the inbox's lock until the version commits, and an older instance's claim waits for
  * it, then fails. The move is one statement (`DELETE ... RETURNING` into the insert), so a marker is
@@ -94,7 +96,8 @@ function claimsSteps(table: string): MigrationStep[] {
     statement(`CREATE TABLE IF NOT EXISTS ${claims} (
   key text PRIMARY KEY,
   token text NOT NULL,
-  claimed_at timestamptz NOT NULL DEFAULT now()
+  claimed_at timestamptz NOT NULL DEFAULT now(),
+  expires_at timestamptz NOT NULL
 )`),
     statement(`CREATE INDEX IF NOT EXISTS ${index} ON ${claims} (claimed_at)`),
     statement(`DO $$ BEGIN
@@ -109,8 +112,8 @@ END $$`),
   DELETE FROM ${quoted} WHERE ${MARKER}
   RETURNING key, lease_id, coalesce(delivered_at, received_at) AS claimed_at
 )
-INSERT INTO ${claims} (key, token, claimed_at)
-SELECT key, coalesce(lease_id, ''), claimed_at FROM moved
+INSERT INTO ${claims} (key, token, claimed_at, expires_at)
+SELECT key, coalesce(lease_id, ''), claimed_at, claimed_at + ${MOVED_CLAIM_TTL_MS} * interval '1 millisecond' FROM moved
 ON CONFLICT (key) DO NOTHING`),
   ];
 }

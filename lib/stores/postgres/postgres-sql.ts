@@ -188,7 +188,7 @@ const receivedRows = (
         now() + u.ms * interval '1 millisecond'
       FROM jsonb_to_recordset($1::jsonb)
         AS u(key text, transaction_id text, state text, record jsonb, lease_id text, ms double precision)
-      WHERE NOT EXISTS (SELECT 1 FROM ${claims} AS c WHERE c.key = u.key)
+      WHERE NOT EXISTS (SELECT 1 FROM ${claims} AS c WHERE c.key = u.key AND c.expires_at > now())
       ORDER BY u.key`;
 
 /**
@@ -254,22 +254,30 @@ export function inboxSql(table: string) {
   const mark = markFunction(table); // named once: markAndCommit runs for every delivery
   return {
     // A claim is a row of <table>_claims (schema version 7), never of the inbox: it is taken only while the
-    // inbox has no entry of the key (a receive of it came first: a resend). Its token is kept, so that the
-    // same claim asked again (its answer was lost) is recognised as this caller's own: true, not a resend.
-    claim: `WITH inserted AS (
-        INSERT INTO ${claims} (key, token) SELECT $1::text, $2::text
+    // inbox has no entry of the key (a receive of it came first: a resend), and the key's claim, if any, has
+    // expired (ttlMs): then it is taken over, in the same statement. Two at once after the expiry: the
+    // second waits for the first's row lock, then finds the row live again and changes nothing. Its token
+    // is kept, so that the same claim asked again (its answer was lost) is recognised as this caller's own:
+    // true, not a resend. Values: key, token, ttl ms.
+    claim: `WITH taken AS (
+        INSERT INTO ${claims} AS c (key, token, claimed_at, expires_at)
+        SELECT $1::text, $2::text, now(), now() + $3::double precision * interval '1 millisecond'
         WHERE NOT EXISTS (SELECT 1 FROM ${t} WHERE key = $1)
-        ON CONFLICT (key) DO NOTHING RETURNING 1
+        ON CONFLICT (key) DO UPDATE
+          SET token = excluded.token, claimed_at = excluded.claimed_at, expires_at = excluded.expires_at
+          WHERE c.expires_at <= now()
+        RETURNING 1
       )
-      SELECT EXISTS (SELECT 1 FROM inserted)
-        OR EXISTS (SELECT 1 FROM ${claims} WHERE key = $1 AND token = $2) AS claimed`,
+      SELECT EXISTS (SELECT 1 FROM taken)
+        OR EXISTS (SELECT 1 FROM ${claims} WHERE key = $1 AND token = $2 AND expires_at > now()) AS claimed`,
     release: `DELETE FROM ${t} WHERE key = $1 AND ($2::text IS NULL OR lease_id = $2)`,
     releaseClaim: `DELETE FROM ${claims} WHERE key = $1`,
     // Not while the key is claimed (at most once, by an instance in that mode): a duplicate, as when both
-    // were rows of the inbox. The claim's primary key makes it one index lookup.
+    // were rows of the inbox; an expired claim no longer holds the key (as in RedisStore and MemoryStore).
+    // The claim's primary key makes it one index lookup.
     receive: `INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
       SELECT $1::text, $2::text, $3::text, $4::jsonb, 'received', 1, $5::text, ${FROM_NOW(6)}
-      WHERE NOT EXISTS (SELECT 1 FROM ${claims} WHERE key = $1)
+      WHERE NOT EXISTS (SELECT 1 FROM ${claims} WHERE key = $1 AND expires_at > now())
       ON CONFLICT (key) DO NOTHING`,
     // SKIP LOCKED: a concurrent lease passes over the rows another one is taking instead of waiting for them,
     // and re-checks each row it locks, so no row is ever leased twice at once. RETURNING has no order of its

@@ -1,4 +1,4 @@
-import { checkLeaseLimit, migrateWorded } from '../store-core.js';
+import { checkLeaseLimit, claimTtlMs, migrateWorded } from '../store-core.js';
 import { missingTable, SqlStore, type SqlDialect, type TableOf } from '../sql-store.js';
 import { randomUUID } from 'node:crypto';
 import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
@@ -128,8 +128,9 @@ const UNDEFINED_TABLE = '42P01';
  * is keyed by `transaction_id:state`: the primary key makes a claim (or a receive) atomic across instances.
  *
  * - As a plain store (the router's default, at-most-once mode), `claim` inserts a row in `<table>_claims`
- *   (never in the inbox). The router's `ttlMs` does not apply: claims stay until you purge them
- *   (`purge(before)`, or `ipn-kit inbox purge --before <date>`), and until then a resend is dropped.
+ *   (never in the inbox), which holds the key for the router's `ttlMs` (by the database's clock); then a
+ *   resend is a new notification again. The row stays, holding nothing, until `purge(before)` (or
+ *   `ipn-kit inbox purge --before <date>`).
  * - As a durable inbox (`delivery: 'at-least-once'`), each notification is stored whole, and its delivery
  *   attempts are leased, settled and retried through the table.
  *
@@ -306,14 +307,20 @@ export class PostgresStore<
   }
 
   /**
-   * Inserts a row for `key` in `<table>_claims`, unless the key is claimed, or received in the inbox.
-   * `ttlMs` is not applied: purge old claims instead.
-   * @returns `true` when this call inserted the row (or an earlier call with the same `token` did), `false`
-   * when the key was already claimed or received.
+   * Inserts a row for `key` in `<table>_claims` that holds the key for `ttlMs` (by the database's clock),
+   * unless the key is claimed, or received in the inbox; a claim whose `ttlMs` has run out is taken over,
+   * in the same statement (two at once: one wins). The row stays until `purge()`, holding nothing.
+   * @returns `true` when this call took the key (or an earlier call with the same `token` did, and its claim
+   * is live), `false` when the key was claimed by another live claim, or received.
+   * @throws TypeError unless `ttlMs` is a positive number (a ttl above a century holds the key a century).
    */
   async claim(key: string, ttlMs: number, token: string = randomUUID()): Promise<boolean> {
     splitKey(key);
-    const { rows } = await this.#query(this.#sql.claim, [key, token], 'claims');
+    const { rows } = await this.#query(
+      this.#sql.claim,
+      [key, token, claimTtlMs('PostgresStore', ttlMs)],
+      'claims',
+    );
     return (rows[0] as { claimed?: unknown } | undefined)?.claimed === true;
   }
 

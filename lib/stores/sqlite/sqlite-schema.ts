@@ -1,6 +1,7 @@
 import {
   checkedMigrations,
   latestSql,
+  MOVED_CLAIM_TTL_MS,
   schemaMigrations,
   type Migration,
   type MigrationStep,
@@ -53,7 +54,8 @@ SELECT 'sweep', coalesce(custom_data, ''), ${NOW_MS}, due_at FROM ${expected} WH
 }
 
 /**
- * Version 7: claims move out of the inbox into `<table>_claims` (key, token, when), and two triggers refuse
+ * Version 7: claims move out of the inbox into `<table>_claims` (key, token, when, until when: a moved claim
+ * expires {@link MOVED_CLAIM_TTL_MS} after it was made), and two triggers refuse
  * a claim marker (`delivered`, the record `{}`, a token as `lease_id`: no other write makes such a row) in
  * the inbox from now on (SQLite cannot add a CHECK to a table): a process of an older ipn-kit, still
  * running on the file, fails its claim (a store failure: 503, and the service
@@ -76,11 +78,13 @@ END`);
     statement(`CREATE TABLE IF NOT EXISTS ${claims} (
   key TEXT PRIMARY KEY NOT NULL,
   token TEXT NOT NULL,
-  claimed_at INTEGER NOT NULL
+  claimed_at INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL
 )`),
     statement(`CREATE INDEX IF NOT EXISTS "${table}_claims_at_idx" ON ${claims} (claimed_at)`),
-    statement(`INSERT OR IGNORE INTO ${claims} (key, token, claimed_at)
-SELECT key, coalesce(lease_id, ''), coalesce(delivered_at, received_at) FROM ${inbox} WHERE ${MARKER}`),
+    statement(`INSERT OR IGNORE INTO ${claims} (key, token, claimed_at, expires_at)
+SELECT key, coalesce(lease_id, ''), coalesce(delivered_at, received_at),
+  coalesce(delivered_at, received_at) + ${MOVED_CLAIM_TTL_MS} FROM ${inbox} WHERE ${MARKER}`),
     statement(`DELETE FROM ${inbox} WHERE ${MARKER}`),
     refuse('INSERT'),
     refuse('UPDATE'),

@@ -54,19 +54,25 @@ export function sqliteInboxSql(table: string) {
   const claims = `"${table}_claims"`;
   return {
     // A claim is a row of <table>_claims (schema version 7), never of the inbox: it is taken only while the
-    // inbox has no entry of the key (a receive of it came first: a resend). Its token is kept, so that the
-    // same claim asked again is recognised (see Store.claim). Values: key, token, now, key.
-    claim: `INSERT INTO ${claims} (key, token, claimed_at)
-      SELECT ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM ${t} WHERE key = ?) ON CONFLICT (key) DO NOTHING`,
-    claimedBy: `SELECT 1 AS claimed FROM ${claims} WHERE key = ? AND token = ?`,
+    // inbox has no entry of the key (a receive of it came first: a resend), and the key's claim, if any, has
+    // expired: then it is taken over, in the same statement (one writer at a time). Its token is kept, so
+    // that the same claim asked again is recognised (see Store.claim). Values: key, token, now, expiry, key.
+    claim: `INSERT INTO ${claims} AS c (key, token, claimed_at, expires_at)
+      SELECT ?, ?, ?, ? WHERE NOT EXISTS (SELECT 1 FROM ${t} WHERE key = ?)
+      ON CONFLICT (key) DO UPDATE
+        SET token = excluded.token, claimed_at = excluded.claimed_at, expires_at = excluded.expires_at
+        WHERE c.expires_at <= excluded.claimed_at`,
+    // Values: key, token, now.
+    claimedBy: `SELECT 1 AS claimed FROM ${claims} WHERE key = ? AND token = ? AND expires_at > ?`,
     release: `DELETE FROM ${t} WHERE key = ? AND (? IS NULL OR lease_id = ?)`,
     releaseClaim: `DELETE FROM ${claims} WHERE key = ?`,
     // Not while the key is claimed: a claim and a receive of one key exclude each other (one index lookup).
-    // Values as the columns, then the key again.
+    // An expired claim no longer holds the key (as in RedisStore and MemoryStore). Values as the columns,
+    // then the key and now again.
     receive: `INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, received_at, updated_at,
         next_attempt_at, lease_id, lease_until)
       SELECT ?, ?, ?, ?, 'received', 1, ?, ?, ?, ?, ?
-      WHERE NOT EXISTS (SELECT 1 FROM ${claims} WHERE key = ?) ON CONFLICT (key) DO NOTHING`,
+      WHERE NOT EXISTS (SELECT 1 FROM ${claims} WHERE key = ? AND expires_at > ?) ON CONFLICT (key) DO NOTHING`,
     // One statement: the row goes from the contradicted copy to the service's record, never through absent.
     replace: `UPDATE ${t} SET record = ?, status = 'received', attempts = 1, last_error = NULL,
         next_attempt_at = ?, lease_id = ?, lease_until = ?, updated_at = ?

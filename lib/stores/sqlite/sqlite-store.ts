@@ -1,6 +1,7 @@
 import {
   checkKey as checkStoredKey,
   checkLeaseLimit,
+  claimTtlMs,
   inboxEntry,
   notMigrated,
   leaseMs as checkedLeaseMs,
@@ -83,8 +84,9 @@ export interface SqliteStoreOptions<D extends SqliteDatabase = SqliteDatabase> {
  * durable across restarts with no database server, shared by every process of the app on that machine.
  * Give it your own better-sqlite3 `Database`; ipn-kit loads no SQLite package.
  *
- * - As a plain store (at most once), `claim` inserts a row in `<table>_claims` (never in the inbox); the
- *   router's `ttlMs` does not apply: claims stay until you purge them (`purge(before)`).
+ * - As a plain store (at most once), `claim` inserts a row in `<table>_claims` (never in the inbox), which
+ *   holds the key for the router's `ttlMs`; then a resend is a new notification again. The row stays,
+ *   holding nothing, until `purge(before)`.
  * - As a durable inbox (`delivery: 'at-least-once'`), each notification is stored whole, and its delivery
  *   attempts are leased, settled and retried through the table.
  *
@@ -260,16 +262,21 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> extends SqlS
   }
 
   /**
-   * Inserts a row for `key` in `<table>_claims`, unless the key is claimed, or received in the inbox.
-   * `ttlMs` is not applied: purge old claims instead.
-   * @returns `true` when this call inserted the row (or an earlier call with the same `token` did).
+   * Inserts a row for `key` in `<table>_claims` that holds the key for `ttlMs`, unless the key is claimed,
+   * or received in the inbox; a claim whose `ttlMs` has run out is taken over, in the same statement (one
+   * writer at a time: of two at once, one wins). The row stays until `purge()`, holding nothing.
+   * @throws TypeError unless `ttlMs` is a positive number (a ttl above a century holds the key a century).
+   * @returns `true` when this call took the key (or an earlier call with the same `token` did, and its claim
+   * is live), `false` when another live claim holds it, or it was received.
    */
   async claim(key: string, ttlMs: number, token: string = randomUUID()): Promise<boolean> {
     splitKey(key);
+    const ms = claimTtlMs('SqliteStore', ttlMs);
     return this.#write(() => {
-      const values = [key, token, Date.now(), key];
+      const now = Date.now();
+      const values = [key, token, now, now + ms, key];
       if (Number(statementOf(this.#database, this.#sql.claim).run(...values).changes) === 1) return true;
-      return statementOf(this.#database, this.#sql.claimedBy).all(key, token).length === 1;
+      return statementOf(this.#database, this.#sql.claimedBy).all(key, token, now).length === 1;
     });
   }
 
@@ -280,7 +287,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> extends SqlS
     const json = JSON.stringify(record);
     return this.#write(() => {
       const now = Date.now();
-      const values = [key, transactionId, state, json, now, now, now, lease.id, now + ms, key];
+      const values = [key, transactionId, state, json, now, now, now, lease.id, now + ms, key, now];
       return Number(statementOf(this.#database, this.#sql.receive).run(...values).changes) === 1;
     });
   }
