@@ -132,6 +132,27 @@ describeWithService('MariaDB', 'MySQL: rolling deploy across version 7, an older
       return tables.at(-1)!;
     },
   );
+
+  // MySQL's DDL is no transaction: an older instance's claim between the move and the CHECK fails that
+  // ALTER (the version is not recorded), and the next migrate() moves it, still held by its token.
+  test('an older claim between the move and the CHECK: the ALTER fails, the next migrate() moves it', async () => {
+    const table = `ipn_test_rolling_${process.pid}_${randomUUID().slice(0, 6)}`;
+    tables.push(table);
+    await dialect.migrateTo(table, 6);
+    const [moved, between, after] = [newKey(), newKey(), newKey()];
+    await dialect.oldClaim(table, moved, 'first');
+    const steps = mysqlMigrations(table)[6]!.statements;
+    const check = steps.findIndex((statement) => statement.includes('ADD CONSTRAINT'));
+    for (const statement of steps.slice(0, check)) await pool.query(statement);
+    await dialect.oldClaim(table, between, 'between');
+    await expect(pool.query(steps[check]!)).rejects.toThrow(/no_claim_marker/);
+    const store = dialect.store(table);
+    await store.migrate();
+    expect(await store.claim(between, 60_000, randomUUID())).toBe(false);
+    expect(await store.claim(between, 60_000, 'between')).toBe(true);
+    expect(await store.claim(moved, 60_000, 'first')).toBe(true);
+    await expect(dialect.oldClaim(table, after, 'after')).rejects.toThrow(/no_claim_marker/);
+  });
 });
 
 describe('SQLite: rolling deploy across version 7, an older release', () => {
