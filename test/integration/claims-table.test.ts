@@ -31,6 +31,8 @@ interface Dialect {
   migrateTo(table: string, version: number): Promise<void>;
   /** A claim as ipn-kit before version 7 wrote it: a `delivered` row with the record `{}` in the inbox. */
   oldClaim(table: string, key: string, token: string): Promise<void>;
+  /** A release as ipn-kit before version 7 sent it (no lease): a DELETE of the key's inbox row. */
+  oldRelease(table: string, key: string): Promise<void>;
   /** The rows of `<table>_claims`: key and token. */
   claims(table: string): Promise<Array<{ key: string; token: string }>>;
   /** How many rows the inbox holds. */
@@ -207,6 +209,25 @@ function scenarios(d: () => Dialect, prefix: string): void {
     await store.migrate(); // again: nothing to move, nothing changed
     expect(await d().claims(table)).toEqual([{ key: claimed, token: 'token-of-0.x' }]);
   });
+
+  // A rolling deploy across version 7, at most once: an older instance claims a key and verifies it in the
+  // background; a newer instance's migrate() moves the claim; the older instance is stopped, and its close()
+  // releases every key still awaiting verification ("so that a resend or ipn.reconcile() can still deliver
+  // it") with its own release, a DELETE of the inbox row, which is gone. The claim stays in <table>_claims,
+  // and the resend, or a reconcile, is dropped as a duplicate: the payment is never delivered (a verification
+  // that gives up, or a failed lifecycle decision, ends the same way). KNOWN DEFECT, left open: no trigger or
+  // rule sees a DELETE that matches no row, so the fix is another design of the move (leave the markers for
+  // the older instances' release to delete?). test.failing until then: make it a test with the fix.
+  test.failing("an older instance's release, after version 7 moved its claim, frees the key", async () => {
+    const table = `${prefix}_${(count += 1)}_${randomUUID().slice(0, 6)}`;
+    await d().migrateTo(table, 6);
+    const key = newKey();
+    await d().oldClaim(table, key, randomUUID());
+    const store = d().store(table);
+    await store.migrate(); // a newer instance starts
+    await d().oldRelease(table, key); // the older one stops, releasing what it could not verify
+    expect(await store.claim(key, 60_000, randomUUID())).toBe(true); // the resend is delivered
+  });
 }
 
 describeWithService('PostgreSQL', 'PostgreSQL: claims in <table>_claims', () => {
@@ -240,6 +261,12 @@ describeWithService('PostgreSQL', 'PostgreSQL: claims in <table>_claims', () => 
          VALUES ($1, $2, $3, '{}'::jsonb, 'delivered', now(), $4) ON CONFLICT (key) DO NOTHING`,
         [key, id, state, token],
       );
+    },
+    async oldRelease(table, key) {
+      await pool.query(`DELETE FROM "${table}" WHERE key = $1 AND ($2::text IS NULL OR lease_id = $2)`, [
+        key,
+        null,
+      ]);
     },
     claims: async (table) =>
       (await pool.query(`SELECT key, token FROM "${table}_claims" ORDER BY key`)).rows as Array<{
@@ -327,6 +354,13 @@ describeWithService('MariaDB', 'MySQL: claims in <table>_claims', () => {
         [key, id, state, token],
       );
     },
+    async oldRelease(table, key) {
+      await pool.query(`DELETE FROM \`${table}\` WHERE \`key\` = ? AND (? IS NULL OR lease_id = ?)`, [
+        key,
+        null,
+        null,
+      ]);
+    },
     claims: async (table) =>
       (await pool.query(`SELECT \`key\`, token FROM \`${table}_claims\` ORDER BY \`key\``))[0] as Array<{
         key: string;
@@ -349,6 +383,26 @@ describeWithService('MariaDB', 'MySQL: claims in <table>_claims', () => {
     },
   };
   scenarios(() => dialect, prefix);
+
+  // MySQL's DDL is no transaction: an older instance's claim between the move and the CHECK fails that
+  // ALTER (the version is not recorded), and the next migrate() moves it, still held by its token.
+  test('an older claim between the move and the CHECK: that ALTER fails, the next migrate() moves it', async () => {
+    const table = `${prefix}_between_${randomUUID().slice(0, 6)}`;
+    await dialect.migrateTo(table, 6);
+    const [moved, between, after] = [newKey(), newKey(), newKey()];
+    await dialect.oldClaim(table, moved, 'first');
+    const steps = mysqlMigrations(table)[6]!.statements;
+    const check = steps.findIndex((statement) => statement.includes('ADD CONSTRAINT'));
+    for (const statement of steps.slice(0, check)) await pool.query(statement);
+    await dialect.oldClaim(table, between, 'between');
+    await expect(pool.query(steps[check]!)).rejects.toThrow(/no_claim_marker/);
+    const store = dialect.store(table);
+    await store.migrate();
+    expect(await store.claim(between, 60_000, randomUUID())).toBe(false);
+    expect(await store.claim(between, 60_000, 'between')).toBe(true);
+    expect(await store.claim(moved, 60_000, 'first')).toBe(true);
+    await expect(dialect.oldClaim(table, after, 'after')).rejects.toThrow(/no_claim_marker/);
+  });
 });
 
 describe('SQLite: claims in <table>_claims', () => {
@@ -376,6 +430,12 @@ describe('SQLite: claims in <table>_claims', () => {
           )
           .run(key, id, state, now, now, now, now, token);
       });
+    },
+    oldRelease(table, key) {
+      database
+        .prepare(`DELETE FROM "${table}" WHERE key = ? AND (? IS NULL OR lease_id = ?)`)
+        .run(key, null, null);
+      return Promise.resolve();
     },
     claims: (table) =>
       Promise.resolve(

@@ -84,6 +84,12 @@ describeWithService(
       ],
       ['SET LOCAL search_path', ['SET LOCAL search_path TO pg_catalog'], connected('')],
       ['RESET ALL', ['RESET ALL'], connected('')],
+      // Read before the SET LOCAL: its value is not taken for the session's when RESET ALL follows.
+      [
+        'SET LOCAL, then RESET ALL',
+        ["SET LOCAL statement_timeout = '1000'", "SET LOCAL TIME ZONE 'Asia/Tokyo'", 'RESET ALL'],
+        connected(''),
+      ],
       ['SET ROLE', [`SET ROLE ${role}`], connected('')],
       ['SET application_name', ["SET application_name = 'listener'"], connected('')],
       // Row-level security's setup: for the transaction alone, so nothing to undo, and no RESET ALL.

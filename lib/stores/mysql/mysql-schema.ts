@@ -12,6 +12,7 @@ import { mysqlLifecycleSql } from './mysql-lifecycle.js';
 import {
   msOf,
   mysqlAuditSql,
+  mysqlClaimsName,
   mysqlExpectationsSql,
   mysqlSchemaSql,
   mysqlTableNames,
@@ -35,6 +36,17 @@ function beside(table: string, suffix: string): Beside {
     database: parts[0],
     name,
     quoted: [...parts, name].map((part) => `\`${part}\``).join('.'),
+  };
+}
+
+/** `<table>_claims` beside the inbox: its name cut as {@link mysqlClaimsName} cuts it, never shared by two inboxes. */
+function claimsBeside(table: string): Beside {
+  const parts = mysqlClaimsName(table);
+  const name = parts.at(-1)!;
+  return {
+    database: parts.length > 1 ? parts[0] : undefined,
+    name,
+    quoted: parts.map((part) => `\`${part}\``).join('.'),
   };
 }
 
@@ -105,7 +117,7 @@ ON DUPLICATE KEY UPDATE name = name`),
  */
 function claimsSteps(table: string): MigrationStep[] {
   const inbox = beside(table, '');
-  const claims = beside(table, '_claims').quoted;
+  const claims = claimsBeside(table).quoted;
   const check = { name: distinctName(inbox.name, '_no_claim_marker', 64) };
   // An older ipn-kit's marker: `delivered`, the record `{}`, its token as lease_id (a delivered mark clears it).
   const marker = "m.record = '{}' AND m.status = 'delivered'";
@@ -188,7 +200,7 @@ export function mysqlMigrationList(table: string): readonly Migration[] {
     {
       version: 7,
       name: 'the claims table (at-most-once claims out of the inbox)',
-      tables: [beside(table, '_claims').name],
+      tables: [claimsBeside(table).name],
       steps: claimsSteps(table),
     },
   ]);

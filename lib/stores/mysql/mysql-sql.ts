@@ -1,4 +1,5 @@
 import { UTF8_TEXT } from './mysql-rows.js';
+import { distinctName } from '../schema-migrations.js';
 
 /** One part of a table name: an unquoted-style identifier, within MySQL's 64-character limit. */
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
@@ -261,12 +262,20 @@ export function mysqlInboxSql(table: string) {
 
 /**
  * The quoted claims table beside inbox `table`: `<table>_claims` (schema version 7), in the same database,
- * within 64 characters: one row per key claimed at most once, with its token and time.
+ * within 64 characters: one row per key claimed at most once, with its token and time. A name too long is
+ * cut as {@link distinctName} cuts it, not as the older side tables are: two inboxes whose names share their
+ * first 57 characters must not share their claims (a key claimed in one would be refused in the other).
  */
 export function mysqlClaimsTable(table: string): string {
+  return mysqlClaimsName(table)
+    .map((part) => `\`${part}\``)
+    .join('.');
+}
+
+/** {@link mysqlClaimsTable} unquoted, as its parts: `[database?, name]`. */
+export function mysqlClaimsName(table: string): string[] {
   const parts = mysqlTableNames(table).name.split('.');
-  const name = parts.pop() as string;
-  return [...parts, `${name.slice(0, 64 - '_claims'.length)}_claims`].map((part) => `\`${part}\``).join('.');
+  return [...parts.slice(0, -1), distinctName(parts.at(-1)!, '_claims', 64)];
 }
 
 /** The quoted audit table beside inbox `table`: `<table>_audit`, in the same database, within 64 characters. */

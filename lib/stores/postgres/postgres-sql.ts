@@ -56,10 +56,16 @@ function besideQuoted(quoted: string, suffix: string): string {
 
 /**
  * The quoted claims table beside inbox `table`: `<table>_claims` (schema version 7), one row per key claimed
- * at most once, with its token and time.
+ * at most once, with its token and time. A name too long for 63 bytes is cut as {@link distinctName} cuts
+ * it, not as the older side tables are: two inboxes whose names share their first 56 bytes must not share
+ * their claims (a key claimed in one would be a duplicate, even a refused receive, in the other).
  * @throws TypeError when `table` is not such a name.
  */
-export const claimsTable = (table: string): string => besideInbox(table, '_claims');
+export function claimsTable(table: string): string {
+  const parts = tableNames(table).name.split('.');
+  const name = distinctName(parts.pop()!, '_claims', 63);
+  return [...parts, name].map((part) => `"${part}"`).join('.');
+}
 
 /**
  * The quoted name `<table><suffix>` beside inbox `table` (a table or function of its set: `_expected`,
