@@ -82,18 +82,26 @@ describeWithService('MariaDB', 'app processes sharing one MySQL (MariaDB) throug
       const answers = await fire(pair, payloads, 20);
 
       expect(answers.flat()).toEqual(Array(100).fill(200));
-      for (const payload of payloads) {
-        await eventually(
-          `${keyOf(payload)} delivered`,
-          async () => (await entryOf(keyOf(payload)))?.status === 'delivered',
-        );
-      }
+      // At most once a claim is a row of <table>_claims (schema version 7), never an inbox entry.
+      const atMostOnce = delivery === 'at-most-once';
+      if (atMostOnce) await eventually('5 events', async () => (await total(pair)) >= 5);
+      else
+        for (const payload of payloads) {
+          await eventually(
+            `${keyOf(payload)} delivered`,
+            async () => (await entryOf(keyOf(payload)))?.status === 'delivered',
+          );
+        }
       expect(await total(pair)).toBe(5);
-      const [rows] = await pool.query<RowDataPacket[]>(
-        `SELECT COUNT(*) AS n FROM ${table} WHERE \`key\` IN (?)`,
-        [payloads.map(keyOf)],
-      );
-      expect(Number(rows[0]?.n)).toBe(5);
+      const count = async (of: string) => {
+        const [rows] = await pool.query<RowDataPacket[]>(
+          `SELECT COUNT(*) AS n FROM ${of} WHERE \`key\` IN (?)`,
+          [payloads.map(keyOf)],
+        );
+        return Number(rows[0]?.n);
+      };
+      expect(await count(table)).toBe(atMostOnce ? 0 : 5);
+      if (atMostOnce) expect(await count(`${table}_claims`)).toBe(5);
     },
   );
 
