@@ -321,6 +321,50 @@ describeWithService('PostgreSQL', 'PostgreSQL: claims in <table>_claims', () => 
     expect(await dialect.inboxRows(table)).toBe(0);
     await expect(dialect.oldClaim(table, newKey(), 'later')).rejects.toThrow(/ipn_kit_no_claim_marker/);
   });
+
+  test('a claim asked again by its token as it expires, while another takes it over, is not its own: one wins', async () => {
+    const table = `${prefix}_retake_${randomUUID().slice(0, 6)}`;
+    const store = new PostgresStore({ pool, table });
+    await store.migrate();
+    const [key, first, second] = [newKey(), randomUUID(), randomUUID()];
+    expect(await store.claim(key, 60_000, first)).toBe(true);
+    // The first claim runs out soon (by the database's clock); another instance holds the row's lock.
+    await pool.query(
+      `UPDATE "${table}_claims" SET expires_at = clock_timestamp() + interval '300 milliseconds'`,
+    );
+    const other = await pool.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query(`SELECT 1 FROM "${table}_claims" WHERE key = $1 FOR UPDATE`, [key]);
+      // The first claim's answer was lost: asked again while still live, it waits for the row's lock.
+      const again = store.claim(key, 60_000, first);
+      await eventually('the claim asked again waits for the row', async () => {
+        const { rows } = await pool.query(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
+          [`${table}_claims`],
+        );
+        return rows[0].n > 0;
+      });
+      await eventually('the first claim expires', async () => {
+        const { rows } = await pool.query(
+          `SELECT count(*)::int AS n FROM "${table}_claims" WHERE expires_at <= clock_timestamp()`,
+        );
+        return rows[0].n > 0;
+      });
+      // Then the other instance's claim (its now() past the expiry) takes the row over, as claim() does.
+      const taken = await other.query(
+        `UPDATE "${table}_claims" SET token = $2, claimed_at = clock_timestamp(),
+           expires_at = clock_timestamp() + interval '1 hour' WHERE key = $1 AND expires_at <= clock_timestamp()`,
+        [key, second],
+      );
+      expect(taken.rowCount).toBe(1);
+      await other.query('COMMIT');
+      expect(await again).toBe(false); // the key is the second token's now
+    } finally {
+      other.release();
+    }
+    expect(await store.claim(key, 60_000, second)).toBe(true);
+  });
 });
 
 describeWithService('MariaDB', 'MySQL: claims in <table>_claims', () => {

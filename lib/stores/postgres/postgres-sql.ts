@@ -264,18 +264,22 @@ export function inboxSql(table: string) {
     // expired (ttlMs): then it is taken over, in the same statement. Two at once after the expiry: the
     // second waits for the first's row lock, then finds the row live again and changes nothing. Its token
     // is kept, so that the same claim asked again (its answer was lost) is recognised as this caller's own:
-    // true, not a resend. Values: key, token, ttl ms.
+    // true, not a resend. Both are read from the row's latest version, which the conflict locks, never from
+    // the statement's snapshot: that one may predate another token's takeover the claim waited for (its
+    // now() before the expiry, the takeover's after), and would still show this token's claim live. The
+    // same token asked again keeps its claim's times. Values: key, token, ttl ms.
     claim: `WITH taken AS (
         INSERT INTO ${claims} AS c (key, token, claimed_at, expires_at)
         SELECT $1::text, $2::text, now(), now() + $3::double precision * interval '1 millisecond'
         WHERE NOT EXISTS (SELECT 1 FROM ${t} WHERE key = $1)
         ON CONFLICT (key) DO UPDATE
-          SET token = excluded.token, claimed_at = excluded.claimed_at, expires_at = excluded.expires_at
-          WHERE c.expires_at <= now()
+          SET token = excluded.token,
+            claimed_at = CASE WHEN c.expires_at <= now() THEN excluded.claimed_at ELSE c.claimed_at END,
+            expires_at = CASE WHEN c.expires_at <= now() THEN excluded.expires_at ELSE c.expires_at END
+          WHERE c.expires_at <= now() OR c.token = excluded.token
         RETURNING 1
       )
-      SELECT EXISTS (SELECT 1 FROM taken)
-        OR EXISTS (SELECT 1 FROM ${claims} WHERE key = $1 AND token = $2 AND expires_at > now()) AS claimed`,
+      SELECT EXISTS (SELECT 1 FROM taken) AS claimed`,
     release: `DELETE FROM ${t} WHERE key = $1 AND ($2::text IS NULL OR lease_id = $2)`,
     releaseClaim: `DELETE FROM ${claims} WHERE key = $1`,
     // Not while the key is claimed (at most once, by an instance in that mode): a duplicate, as when both
