@@ -428,6 +428,49 @@ describeWithService('MariaDB', 'MySQL: claims in <table>_claims', () => {
   };
   scenarios(() => dialect, prefix);
 
+  // As on PostgreSQL: a token's claim asked again as it expires, waiting for the row while another
+  // instance takes it over, is answered by the second statement, which reads the row as it is now.
+  test('a claim asked again by its token as it expires, while another takes it over, is not its own: one wins', async () => {
+    const table = `${prefix}_retake_${randomUUID().slice(0, 6)}`;
+    const store = new MysqlStore({ pool, table });
+    await store.migrate();
+    const [key, first, second] = [newKey(), randomUUID(), randomUUID()];
+    expect(await store.claim(key, 60_000, first)).toBe(true);
+    await pool.query(
+      `UPDATE \`${table}_claims\` SET expires_at = UTC_TIMESTAMP(3) + INTERVAL 300000 MICROSECOND`,
+    );
+    const other = await pool.getConnection();
+    try {
+      await other.query('BEGIN');
+      await other.query(`SELECT 1 FROM \`${table}_claims\` WHERE \`key\` = ? FOR UPDATE`, [key]);
+      const again = store.claim(key, 60_000, first);
+      await eventually('the claim asked again waits for the row', async () => {
+        const [rows] = await pool.query(
+          "SELECT COUNT(*) AS n FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT' AND INSTR(trx_query, ?) > 0",
+          [`${table}_claims`],
+        );
+        return Number((rows as Array<{ n: unknown }>)[0]!.n) > 0;
+      });
+      await eventually('the first claim expires', async () => {
+        const [rows] = await pool.query(
+          `SELECT COUNT(*) AS n FROM \`${table}_claims\` WHERE expires_at <= UTC_TIMESTAMP(3)`,
+        );
+        return Number((rows as Array<{ n: unknown }>)[0]!.n) > 0;
+      });
+      const [taken] = await other.query(
+        `UPDATE \`${table}_claims\` SET token = ?, claimed_at = UTC_TIMESTAMP(3),
+           expires_at = UTC_TIMESTAMP(3) + INTERVAL 1 HOUR WHERE \`key\` = ? AND expires_at <= UTC_TIMESTAMP(3)`,
+        [second, key],
+      );
+      expect((taken as { affectedRows: number }).affectedRows).toBe(1);
+      await other.query('COMMIT');
+      expect(await again).toBe(false);
+    } finally {
+      other.release();
+    }
+    expect(await store.claim(key, 60_000, second)).toBe(true);
+  });
+
   // MySQL's DDL is no transaction: an older instance's claim between the move and the CHECK fails that
   // ALTER (the version is not recorded), and the next migrate() moves it, still held by its token.
   test('an older claim between the move and the CHECK: that ALTER fails, the next migrate() moves it', async () => {
