@@ -361,10 +361,12 @@ describeWithService('PostgreSQL', 'PostgreSQL: claims in <table>_claims', () => 
       await other.query('COMMIT');
       expect(await again).toBe(false); // the key is the second token's now
     } finally {
+      // A failure above leaves the row locked: roll back before the connection goes back to the pool.
+      await other.query('ROLLBACK').catch(() => {});
       other.release();
     }
     expect(await store.claim(key, 60_000, second)).toBe(true);
-  });
+  }, 60_000);
 });
 
 describeWithService('MariaDB', 'MySQL: claims in <table>_claims', () => {
@@ -466,10 +468,12 @@ describeWithService('MariaDB', 'MySQL: claims in <table>_claims', () => {
       await other.query('COMMIT');
       expect(await again).toBe(false);
     } finally {
+      // A failure above leaves the row locked: roll back before the connection goes back to the pool.
+      await other.query('ROLLBACK').catch(() => {});
       other.release();
     }
     expect(await store.claim(key, 60_000, second)).toBe(true);
-  });
+  }, 60_000);
 
   // MySQL's DDL is no transaction: an older instance's claim between the move and the CHECK fails that
   // ALTER (the version is not recorded), and the next migrate() moves it, still held by its token.

@@ -39,10 +39,15 @@ function stress(stores: () => Store[], expire: () => Promise<void>, racesWithRec
       const results = await Promise.all(
         keys.map((key) => Promise.all(all.map((s) => outcome(s.claim(key, 60_000, randomUUID()))))),
       );
-      expect(results.map((r) => r.filter((v) => v === true).length)).toEqual(keys.map(() => 1));
-      expect(results.flat().filter((v) => typeof v === 'string')).toEqual([]);
+      // A claim that lost a lock race (MariaDB under load: a deadlock, or a lock wait cut short) fails as a
+      // store failure (503, resent): allowed, but never two winners, and one whenever no claim of it failed.
+      const failures = results.map((r) => r.filter((v): v is string => typeof v === 'string'));
+      expect(failures.flat().filter((f) => !/Deadlock|Lock wait timeout/.test(f))).toEqual([]);
+      const wins = results.map((r) => r.filter((v) => v === true).length);
+      const wrong = keys.filter((_, i) => wins[i]! > 1 || (wins[i] === 0 && failures[i]!.length === 0));
+      expect(wrong).toEqual([]);
     }
-  });
+  }, 60_000);
 
   /** How many of the claims (even instances) and receives (odd ones) of each key, all at once, were first. */
   const firsts = async (all: Store[], keys: string[]): Promise<number[]> => {
@@ -60,18 +65,26 @@ function stress(stores: () => Store[], expire: () => Promise<void>, racesWithRec
     return results.map((r) => r.filter((v) => v === true).length);
   };
 
-  raceTest('claims and receives of expired keys at once: at most one first per key', async () => {
-    const all = stores();
-    const keys = Array.from({ length: 8 }, newKey);
-    for (const key of keys) expect(await all[0]!.claim(key, 60_000, randomUUID())).toBe(true);
-    await expire();
-    expect((await firsts(all, keys)).every((n) => n <= 1)).toBe(true);
-  });
+  raceTest(
+    'claims and receives of expired keys at once: at most one first per key',
+    async () => {
+      const all = stores();
+      const keys = Array.from({ length: 8 }, newKey);
+      for (const key of keys) expect(await all[0]!.claim(key, 60_000, randomUUID())).toBe(true);
+      await expire();
+      expect((await firsts(all, keys)).every((n) => n <= 1)).toBe(true);
+    },
+    60_000,
+  );
 
-  raceTest('claims and receives of fresh keys at once: at most one first per key', async () => {
-    const keys = Array.from({ length: 8 }, newKey);
-    expect((await firsts(stores(), keys)).every((n) => n <= 1)).toBe(true);
-  });
+  raceTest(
+    'claims and receives of fresh keys at once: at most one first per key',
+    async () => {
+      const keys = Array.from({ length: 8 }, newKey);
+      expect((await firsts(stores(), keys)).every((n) => n <= 1)).toBe(true);
+    },
+    60_000,
+  );
 
   test('ttlMs edges', async () => {
     const [s] = stores();
@@ -84,7 +97,7 @@ function stress(stores: () => Store[], expire: () => Promise<void>, racesWithRec
     expect(await s!.claim(key, 1e20, token)).toBe(true);
     expect(await s!.claim(key, 1e20, token)).toBe(true);
     expect(await s!.claim(key, 1, randomUUID())).toBe(false);
-  });
+  }, 60_000);
 }
 
 describeWithService('PostgreSQL', 'PostgreSQL: claim ttl stress', () => {
