@@ -46,8 +46,9 @@ inbox of ipn-kit/mysql (MysqlStore), or with --redis-url the Redis inbox of ipn-
   --dry-run         replay: count what matches, replay nothing
   --rate N          replay: how many entries become due per second (default 20, as replayRate)
   --wait            replay: then print the progress until none waits (exit 1 if some went dead again)
-  --before DATE     purge: delete delivered entries delivered before DATE (2024-05-01, 2024-05-01T12:00Z);
-                    a resend of a purged notification is delivered again
+  --before DATE     purge: delete delivered entries delivered before DATE (2024-05-01, 2024-05-01T12:00Z),
+                    and at-most-once claims made before it (counted with them); a resend of a purged
+                    notification is delivered again
   --actor NAME      replay, purge: who is recorded in the audit trail (default: the OS user)
 replay and purge are recorded in the store's audit trail (who, when, what); audit lists it, newest first.
 replay only makes entries due again: your running app's recovery loop (delivery: 'at-least-once')

@@ -195,8 +195,9 @@ export interface DurableStore extends Store {
   /** Makes every `dead` entry due again now, attempts reset to 0. Resolves how many. */
   replayDead(): Promise<number>;
   /**
-   * Deletes `delivered` entries delivered before `before` (their resends are then new); given `'dead'`,
-   * the `dead` entries that went dead (were last updated) before `before` instead. Resolves how many. A
+   * Deletes `delivered` entries delivered before `before` (their resends are then new); the built-in SQL
+   * stores also delete the at-most-once claims made before it, counted with them. Given `'dead'`, the
+   * `dead` entries that went dead (were last updated) before `before` instead. Resolves how many. A
    * store that ignores `status` keeps its dead entries: the router's `retention.deadMs` then deletes none.
    */
   purge(before: Date, status?: PurgedStatus): Promise<number>;
