@@ -1,4 +1,6 @@
 import type { FinalState } from '../notification/schema.js';
+import { StoreError } from '../shared/errors.js';
+import { createBatcher } from './batcher.js';
 
 /**
  * What a transaction's lifecycle makes of one of its final notifications: `accepted` (deliver it as its
@@ -37,4 +39,61 @@ export interface LifecycleStore {
 /** The verdict recorded `state` makes of a notification in `state` asked about: one rule, for every store. */
 export function verdictOf(recorded: unknown, asked: FinalState): LifecycleVerdict {
   return asked === 'FAILED' && recorded === 'SUCCESSFUL' ? 'conflict' : 'accepted';
+}
+
+/** One lifecycle decision asked of a store: a transaction, the final state it comes in, the router's `ttlMs`. */
+export interface Decision {
+  transactionId: string;
+  state: FinalState;
+  ttlMs: number;
+}
+
+/**
+ * Records a batch of decisions of distinct transactions, each atomic for its transaction, and resolves one
+ * recorded state per decision, in order: the state kept before or after it (either is `SUCCESSFUL` for a
+ * `FAILED` exactly when a `SUCCESSFUL` was recorded before it).
+ */
+export type DecideMany = (decisions: Decision[]) => Promise<unknown[]>;
+
+/**
+ * A store's `decide` with group commit: the decisions that arrive while one batch runs go together as the
+ * next batch, one statement (or script) and one commit for all of them, as the receives and settlements do
+ * ({@link createBatcher}). Every delivery attempt asks for one, so one statement each would cost the
+ * database more than the rest of the attempt. Two decisions of one transaction never share a statement:
+ * the later one goes in a statement after it, decided on what the earlier one left. When a statement
+ * fails, every decision of its batch rejects (the attempts fail and are retried; a decision asked again
+ * answers from what is recorded then).
+ */
+export function batchedDecide(
+  decideMany: DecideMany,
+  stallMs: () => number,
+): (decision: Decision) => Promise<LifecycleVerdict> {
+  return createBatcher(
+    async (decisions: Decision[]) => {
+      const verdicts: LifecycleVerdict[] = [];
+      let pending = decisions.map((decision, index) => ({ decision, index }));
+      while (pending.length > 0) {
+        const seen = new Set<string>();
+        const now: typeof pending = [];
+        const later: typeof pending = [];
+        for (const item of pending) {
+          const { transactionId } = item.decision;
+          (seen.has(transactionId) ? later : now).push(item);
+          seen.add(transactionId);
+        }
+        const recorded = await decideMany(now.map(({ decision }) => decision));
+        if (recorded.length !== now.length) {
+          throw new StoreError(
+            `ipn-kit: a batch of ${now.length} lifecycle decisions resolved ${recorded.length} states`,
+          );
+        }
+        now.forEach(({ decision, index }, at) => {
+          verdicts[index] = verdictOf(recorded[at], decision.state);
+        });
+        pending = later;
+      }
+      return verdicts;
+    },
+    { stallMs },
+  );
 }

@@ -1,5 +1,11 @@
 import type { FinalState } from '../../notification/schema.js';
-import { verdictOf, type LifecycleStore, type LifecycleVerdict } from '../lifecycle-store.js';
+import { StoreError } from '../../shared/errors.js';
+import {
+  batchedDecide,
+  type Decision,
+  type LifecycleStore,
+  type LifecycleVerdict,
+} from '../lifecycle-store.js';
 import { statesTable, tableNames } from './postgres-sql.js';
 
 /** What the lifecycle runs its statement through: the store's own query (with its error messages). */
@@ -7,28 +13,45 @@ type Query = (text: string, values: unknown[]) => Promise<{ rows: unknown[] }>;
 
 /**
  * Each transaction's accepted final state in PostgreSQL, in `<table>_states` (made by `migrate()` and
- * `postgresSchemaSql()`), kept until you delete it. One statement per decision: `INSERT ... ON CONFLICT DO
- * UPDATE` takes the transaction's row lock (waiting for a concurrent decision's commit), so two instances'
- * decisions of one transaction take turns. A SUCCESSFUL is never overwritten.
+ * `postgresSchemaSql()`), kept until you delete it. The decisions that arrive together go as one statement
+ * ({@link batchedDecide}): `INSERT ... ON CONFLICT DO UPDATE` takes each transaction's row lock (waiting for
+ * a concurrent decision's commit), so two instances' decisions of one transaction take turns, and it takes
+ * them in the order of the transaction ids, so that two instances' batches never wait for each other in a
+ * circle. A SUCCESSFUL is never overwritten.
  * @inline
  */
 export class PostgresLifecycle implements LifecycleStore {
-  readonly #query: Query;
-  readonly #sql: string;
+  readonly #decide: (decision: Decision) => Promise<LifecycleVerdict>;
 
-  constructor(query: Query, table: string) {
-    this.#query = query;
+  constructor(query: Query, table: string, stallMs: () => number) {
     const t = statesTable(tableNames(table).quoted);
-    this.#sql = `INSERT INTO ${t} AS s (transaction_id, state) VALUES ($1, $2)
+    const sql = `INSERT INTO ${t} AS s (transaction_id, state)
+      SELECT u.transaction_id, u.state FROM unnest($1::text[], $2::text[]) AS u(transaction_id, state)
+      ORDER BY u.transaction_id
       ON CONFLICT (transaction_id) DO UPDATE SET decided_at = now(),
         state = CASE WHEN s.state = 'SUCCESSFUL' THEN s.state ELSE EXCLUDED.state END
-      RETURNING state`;
+      RETURNING transaction_id, state`;
+    this.#decide = batchedDecide(async (decisions) => {
+      const { rows } = await query(sql, [
+        decisions.map(({ transactionId }) => transactionId),
+        decisions.map(({ state }) => state),
+      ]);
+      const kept = new Map<unknown, unknown>();
+      for (const row of rows as Array<{ transaction_id: unknown; state: unknown }>) {
+        kept.set(row.transaction_id, row.state);
+      }
+      return decisions.map(({ transactionId }) => {
+        // Every row the statement upserts is returned: a missing one is a failure, never a guess.
+        if (!kept.has(transactionId)) {
+          throw new StoreError(`the lifecycle statement returned no state for ${transactionId}`);
+        }
+        return kept.get(transactionId);
+      });
+    }, stallMs);
   }
 
   /** `ttlMs` is not applied: rows stay, as the inbox's do. */
-  async decide(transactionId: string, state: FinalState): Promise<LifecycleVerdict> {
-    const { rows } = await this.#query(this.#sql, [transactionId, state]);
-    // The state kept is SUCCESSFUL, for a FAILED asked, only when a SUCCESSFUL was recorded before.
-    return verdictOf((rows[0] as { state?: unknown } | undefined)?.state, state);
+  decide(transactionId: string, state: FinalState, ttlMs: number): Promise<LifecycleVerdict> {
+    return this.#decide({ transactionId, state, ttlMs });
   }
 }

@@ -254,7 +254,11 @@ export class PostgresStore<
       (text, values) => this.#query(text, values, 'expectations'),
       this.table,
     );
-    this.lifecycle = new PostgresLifecycle((text, values) => this.#query(text, values), this.table);
+    this.lifecycle = new PostgresLifecycle(
+      (text, values) => this.#query(text, values),
+      this.table,
+      () => this.#stallMs,
+    );
     this.dialect = {
       owner: 'PostgresStore',
       sql: this.#sql,
