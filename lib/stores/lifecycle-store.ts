@@ -56,6 +56,24 @@ export interface Decision {
 export type DecideMany = (decisions: Decision[]) => Promise<unknown[]>;
 
 /**
+ * The state each decision left, in order, from the rows (`transaction_id`, `state`) its batch's statement
+ * wrote and read back, matched by exact transaction id. The statement writes a row for every decision, so
+ * a missing one is a failure (a StoreError), never a guess.
+ */
+export function statesOf(decisions: Decision[], rows: unknown[]): unknown[] {
+  const kept = new Map<unknown, unknown>();
+  for (const row of rows as Array<{ transaction_id: unknown; state: unknown }>) {
+    kept.set(row.transaction_id, row.state);
+  }
+  return decisions.map(({ transactionId }) => {
+    if (!kept.has(transactionId)) {
+      throw new StoreError(`the lifecycle statement returned no state for ${transactionId}`);
+    }
+    return kept.get(transactionId);
+  });
+}
+
+/**
  * A store's `decide` with group commit: the decisions that arrive while one batch runs go together as the
  * next batch, one statement (or script) and one commit for all of them, as the receives and settlements do
  * ({@link createBatcher}). Every delivery attempt asks for one, so one statement each would cost the

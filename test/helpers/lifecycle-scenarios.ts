@@ -1,4 +1,11 @@
-import { createStatusClient, ipnRouter, type IpnRouter, type Store } from '../../lib/index.js';
+import {
+  createStatusClient,
+  ipnRouter,
+  StoreError,
+  type IpnRouter,
+  type LifecycleStore,
+  type Store,
+} from '../../lib/index.js';
 import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
 import { quiet } from './quiet-logger.js';
 import { recordEvents } from './record-events.js';
@@ -221,5 +228,127 @@ export function lifecycleScenarios(
         expect(await check.lifecycle?.decide(id, 'FAILED', 60_000)).toBe('conflict');
       }
     });
+  });
+}
+
+/** A store's lifecycle whose statements (or scripts) that write the states are counted. */
+export interface CountedLifecycle {
+  /** The built-in stores' lifecycle: its decisions are promises. */
+  lifecycle: { decide(...args: Parameters<LifecycleStore['decide']>): Promise<'accepted' | 'conflict'> };
+  /** How many lifecycle writes it has sent so far (one per decision, unbatched). */
+  writes(): number;
+}
+
+/** What the batching scenarios need of a networked store. */
+export interface LifecycleBatchBackend {
+  /** A new store over the backend, its lifecycle writes counted. */
+  counted(): CountedLifecycle;
+  /**
+   * A counted lifecycle over a table (or prefix) of its own: `fail()` makes its statements fail (the
+   * states table renamed away), `mend()` undoes it.
+   */
+  breakable(): Promise<CountedLifecycle & { fail(): Promise<void>; mend(): Promise<void> }>;
+}
+
+/**
+ * Group commit of the lifecycle (`batchedDecide`): the decisions asked while one batch runs go together.
+ * The store's batcher sends the first decision at once and queues those asked before it ends, so the
+ * decisions asked in one go after it make the next batch: no timing involved.
+ */
+export function lifecycleBatchScenarios(backend: LifecycleBatchBackend) {
+  const ttl = 60_000;
+
+  test('decisions asked while one runs go together: fewer writes than decisions, each verdict right', async () => {
+    const { lifecycle, writes } = backend.counted();
+    const paid = Array.from({ length: 8 }, freshId);
+    for (const id of paid) expect(await lifecycle.decide(id, 'SUCCESSFUL', ttl)).toBe('accepted');
+    expect(writes()).toBe(paid.length); // one each, asked one after the other: the count sees them
+    const fresh = Array.from({ length: 12 }, freshId);
+    const stateOf = (index: number) => (index % 2 === 0 ? 'SUCCESSFUL' : 'FAILED');
+    const before = writes();
+
+    const first = lifecycle.decide(freshId(), 'FAILED', ttl);
+    const batch = [
+      ...paid.map((id) => lifecycle.decide(id, 'FAILED', ttl)),
+      ...fresh.map((id, index) => lifecycle.decide(id, stateOf(index), ttl)),
+    ];
+
+    expect(await first).toBe('accepted');
+    expect(await Promise.all(batch)).toEqual([...paid.map(() => 'conflict'), ...fresh.map(() => 'accepted')]);
+    expect(writes() - before).toBeLessThan(1 + batch.length);
+    // What the batch recorded: a FAILED after each SUCCESSFUL of it is a conflict, after a FAILED is not.
+    const check = backend.counted().lifecycle;
+    expect(await Promise.all(fresh.map((id) => check.decide(id, 'FAILED', ttl)))).toEqual(
+      fresh.map((_, index) => (stateOf(index) === 'SUCCESSFUL' ? 'conflict' : 'accepted')),
+    );
+  });
+
+  test('two decisions of one transaction queued together are decided in their order, and SUCCESSFUL is kept', async () => {
+    const { lifecycle, writes } = backend.counted();
+    const [paidFirst, failedFirst] = [freshId(), freshId()];
+    const others = Array.from({ length: 6 }, freshId);
+    const before = writes();
+
+    const verdicts = await Promise.all([
+      lifecycle.decide(freshId(), 'SUCCESSFUL', ttl), // the batch running while the others queue
+      lifecycle.decide(paidFirst, 'SUCCESSFUL', ttl),
+      lifecycle.decide(paidFirst, 'FAILED', ttl),
+      lifecycle.decide(failedFirst, 'FAILED', ttl),
+      lifecycle.decide(failedFirst, 'SUCCESSFUL', ttl),
+      ...others.map((id) => lifecycle.decide(id, 'SUCCESSFUL', ttl)),
+    ]);
+
+    // SUCCESSFUL then FAILED: the FAILED is a conflict; FAILED then SUCCESSFUL: both accepted.
+    expect(verdicts).toEqual([
+      'accepted',
+      'accepted',
+      'conflict',
+      'accepted',
+      'accepted',
+      ...others.map(() => 'accepted'),
+    ]);
+    expect(writes() - before).toBeLessThan(verdicts.length);
+    const check = backend.counted().lifecycle;
+    expect(await check.decide(paidFirst, 'FAILED', ttl)).toBe('conflict');
+    expect(await check.decide(failedFirst, 'FAILED', ttl)).toBe('conflict');
+  });
+
+  // Without the sort of mysql-lifecycle.ts (or the ORDER BY of postgres-lifecycle.ts), many of these
+  // decisions fail with a deadlock.
+  test('instances whose batches take one set of rows in different orders never deadlock: the rows go in id order', async () => {
+    const instances = Array.from({ length: 4 }, () => backend.counted().lifecycle);
+    for (let round = 0; round < 3; round += 1) {
+      const ids = Array.from({ length: 100 }, freshId);
+      const orders = [ids, [...ids].reverse(), [...ids.slice(50), ...ids.slice(0, 50)], [...ids].reverse()];
+      const results = await Promise.allSettled(
+        instances.flatMap((lifecycle, index) =>
+          orders[index]!.map((id) => lifecycle.decide(id, index === 3 ? 'SUCCESSFUL' : 'FAILED', ttl)),
+        ),
+      );
+      expect(results.filter(({ status }) => status === 'rejected')).toEqual([]);
+      const check = backend.counted().lifecycle;
+      expect(await Promise.all(ids.map((id) => check.decide(id, 'FAILED', ttl)))).toEqual(
+        ids.map(() => 'conflict'),
+      );
+    }
+  });
+
+  test('a batch whose statement fails rejects each of its decisions with a StoreError; the next decision works', async () => {
+    const { lifecycle, writes, fail, mend } = await backend.breakable();
+    await fail();
+    const ids = Array.from({ length: 10 }, freshId);
+    const before = writes();
+
+    const results = await Promise.allSettled(ids.map((id) => lifecycle.decide(id, 'SUCCESSFUL', ttl)));
+
+    for (const result of results) {
+      expect(result.status).toBe('rejected');
+      expect((result as PromiseRejectedResult).reason).toBeInstanceOf(StoreError);
+    }
+    expect(writes() - before).toBeLessThan(ids.length);
+    await mend();
+    expect(await lifecycle.decide(ids[1]!, 'SUCCESSFUL', ttl)).toBe('accepted');
+    expect(await lifecycle.decide(ids[1]!, 'FAILED', ttl)).toBe('conflict');
+    expect(await lifecycle.decide(ids[2]!, 'FAILED', ttl)).toBe('accepted');
   });
 }

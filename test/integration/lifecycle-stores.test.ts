@@ -10,7 +10,12 @@ import { MysqlStore } from '../../lib/mysql.js';
 import { PostgresStore } from '../../lib/postgres.js';
 import { RedisStore } from '../../lib/redis.js';
 import { SqliteStore } from '../../lib/sqlite.js';
-import { lifecycleScenarios } from '../helpers/lifecycle-scenarios.js';
+import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import {
+  lifecycleBatchScenarios,
+  lifecycleScenarios,
+  type CountedLifecycle,
+} from '../helpers/lifecycle-scenarios.js';
 import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers/services.js';
 
 /**
@@ -18,6 +23,39 @@ import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers
  * client (or pool) on the one database: what two app instances are.
  */
 const table = `ipn_test_lfc_${process.pid}_${randomUUID().slice(0, 6)}`;
+/** The inbox of the batch whose statement fails: its states table is renamed away and back. */
+const breakable = `${table}_b`;
+
+/** Calls `seen` with the first argument of each call of `target[method]`, through a wrapper put in its place. */
+function watch(target: object, method: string, seen: (first: unknown) => void): void {
+  const original = Reflect.get(target, method) as (...args: unknown[]) => unknown;
+  Reflect.set(target, method, (...args: unknown[]) => {
+    seen(args[0]);
+    return Reflect.apply(original, target, args);
+  });
+}
+
+/**
+ * The group-commit scenarios of a SQL store: `counted(on)` counts the writes of a store over the inbox
+ * `on`; the failing batch's table is `breakable`, made by `migrate`, its states table renamed away and back.
+ */
+function sqlBatchScenarios(
+  counted: (on?: string) => CountedLifecycle,
+  migrate: (on: string) => Promise<unknown>,
+  rename: (from: string, to: string) => Promise<unknown>,
+): void {
+  lifecycleBatchScenarios({
+    counted: () => counted(),
+    breakable: async () => {
+      await migrate(breakable);
+      return {
+        ...counted(breakable),
+        fail: () => rename(`${breakable}_states`, `${breakable}_away`).then(() => {}),
+        mend: () => rename(`${breakable}_away`, `${breakable}_states`).then(() => {}),
+      };
+    },
+  });
+}
 
 describeWithService('Redis', 'RedisStore', () => {
   const prefix = `ipn-kit-test:lifecycle:${process.pid}:${randomUUID().slice(0, 8)}:`;
@@ -36,6 +74,38 @@ describeWithService('Redis', 'RedisStore', () => {
       await Promise.all(clients.map((client) => client.quit()));
     },
   });
+  describe('group commit', () => {
+    /** A store over a client of its own whose lifecycle scripts (those with a state key) are counted. */
+    const counted = (under: string, refused: () => Error | undefined = () => undefined) => {
+      const client = new Redis(redisUrl());
+      client.on('error', () => {});
+      clients.push(client);
+      let writes = 0;
+      const call = (...args: [string, ...string[]]): Promise<unknown> => {
+        const decides = args.some((arg) => arg.startsWith(`${under}state:`));
+        writes += Number(decides);
+        const error = decides ? refused() : undefined;
+        return error ? Promise.reject(error) : client.call(...args);
+      };
+      return {
+        lifecycle: new RedisStore({ client: { call }, prefix: under }).lifecycle,
+        writes: () => writes,
+      };
+    };
+    lifecycleBatchScenarios({
+      counted: () => counted(prefix),
+      breakable: () => {
+        let failing = false;
+        const refused = () =>
+          failing ? new Error("READONLY You can't write against a read only replica.") : undefined;
+        return Promise.resolve({
+          ...counted(`${prefix}b:`, refused),
+          fail: () => Promise.resolve(void (failing = true)),
+          mend: () => Promise.resolve(void (failing = false)),
+        });
+      },
+    });
+  });
 });
 
 describeWithService('PostgreSQL', 'PostgresStore', () => {
@@ -49,11 +119,25 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
   lifecycleScenarios({
     store: () => new PostgresStore({ pool: pool(), table }),
     ready: () => new PostgresStore({ pool: pool(), table }).migrate(),
-    close: async () => {
-      await pools[0]?.query(`DROP TABLE IF EXISTS "${table}", "${table}_expected", "${table}_states"`);
-      await Promise.all(pools.map((made) => made.end()));
-    },
   });
+  describe('group commit', () => {
+    /** A store over a pool of its own, counting its statements on the states table. */
+    const counted = (on = table) => {
+      const made = pool();
+      let writes = 0;
+      watch(made, 'query', (text) => void (writes += Number(String(text).includes(`"${on}_states"`))));
+      return { lifecycle: new PostgresStore({ pool: made, table: on }).lifecycle, writes: () => writes };
+    };
+    sqlBatchScenarios(
+      counted,
+      (on) => new PostgresStore({ pool: pool(), table: on }).migrate(),
+      (from, to) => pools[0]!.query(`ALTER TABLE "${from}" RENAME TO "${to}"`),
+    );
+  });
+  afterAll(async () => {
+    await dropPostgresInboxes(pools[0]!, [table, breakable]);
+    await Promise.all(pools.map((made) => made.end()));
+  }, CLEANUP_TIMEOUT_MS);
 });
 
 describeWithService('MariaDB', 'MysqlStore', () => {
@@ -66,11 +150,37 @@ describeWithService('MariaDB', 'MysqlStore', () => {
   lifecycleScenarios({
     store: () => new MysqlStore({ pool: pool(), table }),
     ready: () => new MysqlStore({ pool: pool(), table }).migrate(),
-    close: async () => {
-      await pools[0]?.query(`DROP TABLE IF EXISTS \`${table}\`, \`${table}_expected\`, \`${table}_states\``);
-      await Promise.all(pools.map((made) => made.end()));
-    },
   });
+  describe('group commit', () => {
+    /** A store over a pool of its own, counting its INSERTs into the states table, on each connection. */
+    const counted = (on = table) => {
+      const made = pool();
+      let writes = 0;
+      const watched = new WeakSet<object>();
+      const getConnection = made.getConnection.bind(made);
+      Reflect.set(made, 'getConnection', async () => {
+        const connection = await getConnection();
+        if (!watched.has(connection)) {
+          watched.add(connection);
+          watch(connection, 'query', (sql) => {
+            const text = String(sql);
+            if (text.trimStart().startsWith('INSERT') && text.includes(`\`${on}_states\``)) writes += 1;
+          });
+        }
+        return connection;
+      });
+      return { lifecycle: new MysqlStore({ pool: made, table: on }).lifecycle, writes: () => writes };
+    };
+    sqlBatchScenarios(
+      counted,
+      (on) => new MysqlStore({ pool: pool(), table: on }).migrate(),
+      (from, to) => pools[0]!.query(`RENAME TABLE \`${from}\` TO \`${to}\``),
+    );
+  });
+  afterAll(async () => {
+    await dropMysqlInboxes(pools[0]!, [table, breakable]);
+    await Promise.all(pools.map((made) => made.end()));
+  }, CLEANUP_TIMEOUT_MS);
 });
 
 describe('SqliteStore', () => {

@@ -56,6 +56,12 @@ function recording(connection: Connection, refuse?: (args: string[]) => Error | 
   return { client, scripts, forget: () => void sent.splice(0) };
 }
 
+/** A proxy in front of a sharded Redis: it refuses a script of several keys. */
+const crossSlot = (args: string[]): Error | undefined =>
+  args[0]!.startsWith('EVAL') && Number(args[2]) > 1
+    ? new Error("CROSSSLOT Keys in request don't hash to the same slot")
+    : undefined;
+
 /** What a claim writes: its token. */
 const UUID = /^[0-9a-f-]{36}$/;
 
@@ -275,10 +281,6 @@ describeWithService('Redis', 'RedisStore', () => {
 
     test('a proxy that refuses a script of several keys (CROSSSLOT): each claim goes alone from then on, none lost', async () => {
       const connection = await open();
-      const crossSlot = (args: string[]): Error | undefined =>
-        args[0]!.startsWith('EVAL') && Number(args[2]) > 1
-          ? new Error("CROSSSLOT Keys in request don't hash to the same slot")
-          : undefined;
       const { client, scripts, forget } = recording(connection, crossSlot);
       const store = new RedisStore({ client, prefix });
       const keys = Array.from({ length: 10 }, () => uniqueKey());
@@ -290,6 +292,23 @@ describeWithService('Redis', 'RedisStore', () => {
       expect(await Promise.all(keys.map((key) => store.claim(key, 60_000)))).toEqual(keys.map(() => false));
       expect(scripts().every(([, , count]) => count === '1')).toBe(true);
       expect(scripts()).toHaveLength(10);
+    });
+
+    test('a proxy that refuses a script of several keys (CROSSSLOT): each lifecycle decision goes alone from then on, each verdict right', async () => {
+      const connection = await open();
+      const { client, scripts, forget } = recording(connection, crossSlot);
+      const { lifecycle } = new RedisStore({ client, prefix });
+      const ids = Array.from({ length: 6 }, () => `LFC.${(sequence += 1)}`);
+
+      // The first goes alone; the five asked while it runs go as one script, refused, then each alone.
+      const paid = await Promise.all(ids.map((id) => lifecycle.decide(id, 'SUCCESSFUL', 60_000)));
+
+      expect(paid).toEqual(ids.map(() => 'accepted'));
+      expect(scripts().some(([, , count]) => count === '5')).toBe(true);
+      forget();
+      const failed = await Promise.all(ids.map((id) => lifecycle.decide(id, 'FAILED', 60_000)));
+      expect(failed).toEqual(ids.map(() => 'conflict'));
+      expect(scripts().map(([, , count]) => count)).toEqual(ids.map(() => '1'));
     });
 
     test('a batch that fails rejects each of its claims with a StoreError; the next batch is sent', async () => {
@@ -435,5 +454,19 @@ describe('RedisStore construction', () => {
     const results = await Promise.all([1, 2, 3].map((n) => store.claim(`TX.${n}:SUCCESSFUL`, 1000)));
     expect(results).toEqual([true, true, true]);
     expect(sent.map((args) => args[2])).toEqual(['1', '1', '1']);
+  });
+
+  test('an ioredis Cluster is sent one script per lifecycle decision, as per claim: its state keys live in different slots', async () => {
+    const sent: unknown[][] = [];
+    const cluster = {
+      isCluster: true,
+      call: (...args: unknown[]) => (sent.push(args), Promise.resolve(['SUCCESSFUL'])),
+    };
+    const { lifecycle } = new RedisStore({ client: cluster });
+    const verdicts = await Promise.all([1, 2, 3].map((n) => lifecycle.decide(`TX.${n}`, 'FAILED', 1000)));
+    expect(verdicts).toEqual(['conflict', 'conflict', 'conflict']);
+    expect(sent.map((args) => args.slice(2, 4))).toEqual(
+      [1, 2, 3].map((n) => ['1', `ipn-kit:state:TX.${n}`]),
+    );
   });
 });

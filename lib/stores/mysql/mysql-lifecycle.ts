@@ -1,5 +1,5 @@
 import type { FinalState } from '../../notification/schema.js';
-import { verdictOf, type LifecycleStore, type LifecycleVerdict } from '../lifecycle-store.js';
+import { batchedDecide, type LifecycleStore, type LifecycleVerdict, statesOf } from '../lifecycle-store.js';
 import { rowsOf, type MysqlPoolConnection } from './mysql-pool.js';
 import { mysqlTableNames } from './mysql-sql.js';
 
@@ -34,35 +34,47 @@ export function mysqlLifecycleSql(table = 'ipn_inbox'): string {
 type InTransaction = <T>(work: (connection: MysqlPoolConnection) => Promise<T>) => Promise<T>;
 
 /**
- * Each transaction's accepted final state in MySQL, in `<table>_states`, kept until you delete it. A
- * decision is one transaction: the upsert takes the row's lock (waiting for a concurrent decision's
- * commit), and the read that follows sees the state it left, under that lock. A SUCCESSFUL is never
- * overwritten.
+ * Each transaction's accepted final state in MySQL, in `<table>_states`, kept until you delete it. The
+ * decisions that arrive together go as one transaction ({@link batchedDecide}): one upsert of all their
+ * rows takes each row's lock (waiting for a concurrent decision's commit), and the read that follows sees
+ * the states it left, under those locks. The rows go in the order of the transaction ids, so that two
+ * instances' batches take the locks in the same order and never wait for each other in a circle. A
+ * SUCCESSFUL is never overwritten.
  * @inline
  */
 export class MysqlLifecycle implements LifecycleStore {
-  readonly #transaction: InTransaction;
-  readonly #t: string;
+  readonly #decide: ReturnType<typeof batchedDecide>;
 
-  constructor(transaction: InTransaction, table: string) {
-    this.#transaction = transaction;
-    this.#t = statesTable(table);
+  constructor(transaction: InTransaction, table: string, stallMs: () => number) {
+    const t = statesTable(table);
+    this.#decide = batchedDecide(
+      (decisions) =>
+        transaction(async (connection) => {
+          // sort(): by UTF-16 code units, one order on every instance, whatever its locale.
+          const ids = decisions.map(({ transactionId }) => transactionId).sort();
+          const states = new Map(decisions.map(({ transactionId, state }) => [transactionId, state]));
+          await connection.query(
+            `INSERT INTO ${t} (transaction_id, state) VALUES ${ids.map(() => '(?, ?)').join(', ')}
+             ON DUPLICATE KEY UPDATE decided_at = CURRENT_TIMESTAMP(3),
+               state = IF(state = 'SUCCESSFUL', state, VALUES(state))`,
+            ids.flatMap((id) => [id, states.get(id)]),
+          );
+          const rows = rowsOf(
+            await connection.query(`SELECT transaction_id, state FROM ${t} WHERE transaction_id IN (?)`, [
+              ids,
+            ]),
+          );
+          // utf8mb4_bin: each row read carries its id exactly as written. (It pads: an id that differs from
+          // another by trailing spaces only is its row, read under the other id, so no state for it; the
+          // router's ids have no spaces.)
+          return statesOf(decisions, rows);
+        }),
+      stallMs,
+    );
   }
 
   /** `ttlMs` is not applied: rows stay, as the inbox's do. */
-  async decide(transactionId: string, state: FinalState): Promise<LifecycleVerdict> {
-    return this.#transaction(async (connection) => {
-      await connection.query(
-        `INSERT INTO ${this.#t} (transaction_id, state) VALUES (?, ?)
-         ON DUPLICATE KEY UPDATE decided_at = CURRENT_TIMESTAMP(3),
-           state = IF(state = 'SUCCESSFUL', state, VALUES(state))`,
-        [transactionId, state],
-      );
-      const [row] = rowsOf(
-        await connection.query(`SELECT state FROM ${this.#t} WHERE transaction_id = ?`, [transactionId]),
-      );
-      // The state kept is SUCCESSFUL, for a FAILED asked, only when a SUCCESSFUL was recorded before.
-      return verdictOf(row?.state, state);
-    });
+  decide(transactionId: string, state: FinalState, ttlMs: number): Promise<LifecycleVerdict> {
+    return this.#decide({ transactionId, state, ttlMs });
   }
 }

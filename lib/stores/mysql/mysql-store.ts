@@ -3,7 +3,7 @@ import { missingTable, SqlStore, type SqlDialect, type TableOf } from '../sql-st
 import { SqlAudit } from '../sql-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
 import { createHash, randomUUID } from 'node:crypto';
-import { createBatcher } from '../batcher.js';
+import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
 import { retriedAfterMigration, trackMigration } from '../postgres/postgres-migrations.js';
 import { openOrmTransaction } from '../orm-transaction.js';
 import { isTransactions, type Statement, type Transactions } from '../transactions.js';
@@ -197,7 +197,12 @@ export class MysqlStore<
       },
       this.table,
     );
-    this.lifecycle = new MysqlLifecycle((work) => this.#transaction(work), this.table);
+    // The stall of its receives' batches (createBatcher's default: MysqlStore has no useStoreTimeout).
+    this.lifecycle = new MysqlLifecycle(
+      (work) => this.#transaction(work),
+      this.table,
+      () => STALLED_BATCH_MS,
+    );
     const about =
       (of: TableOf) =>
       async (text: string, values: unknown[]): Promise<Array<Record<string, unknown>>> =>

@@ -1,10 +1,10 @@
 import type { FinalState } from '../../notification/schema.js';
-import { StoreError } from '../../shared/errors.js';
 import {
   batchedDecide,
   type Decision,
   type LifecycleStore,
   type LifecycleVerdict,
+  statesOf,
 } from '../lifecycle-store.js';
 import { statesTable, tableNames } from './postgres-sql.js';
 
@@ -36,17 +36,8 @@ export class PostgresLifecycle implements LifecycleStore {
         decisions.map(({ transactionId }) => transactionId),
         decisions.map(({ state }) => state),
       ]);
-      const kept = new Map<unknown, unknown>();
-      for (const row of rows as Array<{ transaction_id: unknown; state: unknown }>) {
-        kept.set(row.transaction_id, row.state);
-      }
-      return decisions.map(({ transactionId }) => {
-        // Every row the statement upserts is returned: a missing one is a failure, never a guess.
-        if (!kept.has(transactionId)) {
-          throw new StoreError(`the lifecycle statement returned no state for ${transactionId}`);
-        }
-        return kept.get(transactionId);
-      });
+      // Every row the statement upserts is returned: a missing one is a failure, never a guess.
+      return statesOf(decisions, rows);
     }, stallMs);
   }
 

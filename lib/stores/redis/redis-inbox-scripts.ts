@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+
 /**
  * The Lua scripts of `RedisStore`'s inbox (at least once). Each runs atomically in Redis. KEYS[1] is the
  * base of every key (`prefix + '{inbox}:'`: one hash tag, so a Redis Cluster keeps them in one slot):
@@ -11,6 +13,9 @@
  *
  * Times come from Redis's own clock (TIME), so instances whose clocks disagree still agree on leases.
  */
+
+/** A script's SHA1, as EVALSHA names it. */
+export const sha1 = (script: string): string => createHash('sha1').update(script).digest('hex');
 
 /** The header of the scripts that write: Redis's time in ms, with effects replication on Redis < 5. */
 const NOW = `if redis.replicate_commands then pcall(redis.replicate_commands) end

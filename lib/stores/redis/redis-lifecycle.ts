@@ -1,36 +1,87 @@
 import type { FinalState } from '../../notification/schema.js';
-import { verdictOf, type LifecycleStore, type LifecycleVerdict } from '../lifecycle-store.js';
+import { StoreError } from '../../shared/errors.js';
+import {
+  batchedDecide,
+  type Decision,
+  type LifecycleStore,
+  type LifecycleVerdict,
+  verdictOf,
+} from '../lifecycle-store.js';
+import { sha1 } from './redis-inbox-scripts.js';
 
-/** Sends one raw command (the `RedisStore`'s own sender, whichever client it is). */
-type Send = (args: string[]) => Promise<unknown>;
+/** What the lifecycle needs of its `RedisStore`: its scripts, sent as its claims are. */
+export interface RedisScripts {
+  /** Runs `script` by its SHA, or whole when Redis has not seen it; `args`: the number of keys, the keys, ARGV. */
+  script(script: string, sha: string, args: string[]): Promise<unknown>;
+  /** Whether a script may have several keys now: never to an ioredis `Cluster`, nor after a CROSSSLOT. */
+  severalKeys(): boolean;
+  /** `several()`, or, when Redis refused a script of several keys (CROSSSLOT), `each()`, from then on. */
+  severalOrEach<T>(several: () => Promise<T[]>, each: () => Promise<T[]>): Promise<T[]>;
+  /** How long a batch stuck on the connection holds its place (the routers' shortest `storeTimeoutMs`). */
+  stallMs(): number;
+}
 
 /**
- * Reads the state recorded and records the new one in one step (a SUCCESSFUL is never overwritten), for
- * `ttlMs`: answers what was recorded before, `''` for nothing.
+ * Reads the state recorded at each key and records the new one (KEYS: the keys; ARGV: each one's state, then
+ * its ttl in ms), a SUCCESSFUL never overwritten: answers what each held before, `''` for nothing, in order.
+ * Any key Redis refuses fails the script, so every decision of the batch (see `batchedDecide`).
  */
-const DECIDE = `local held = redis.call('GET', KEYS[1])
-local kept = ARGV[1]
-if held == 'SUCCESSFUL' then kept = held end
-redis.call('SET', KEYS[1], kept, 'PX', ARGV[2])
-return held or ''`;
+const DECIDE = `local held = {}
+for i, key in ipairs(KEYS) do
+  local was = redis.call('GET', key)
+  local kept = ARGV[2 * i - 1]
+  if was == 'SUCCESSFUL' then kept = was end
+  redis.call('SET', key, kept, 'PX', ARGV[2 * i])
+  held[i] = was or ''
+end
+return held`;
+const DECIDE_SHA = sha1(DECIDE);
 
 /**
  * Each transaction's accepted final state in Redis, under the store's prefix (`state:<id>`), kept the
- * router's `ttlMs` from its last decision. One script per decision: atomic across instances.
+ * router's `ttlMs` from its last decision. The decisions that arrive together go as one script
+ * ({@link batchedDecide}): atomic across instances. As the claims: one script per decision to an ioredis
+ * `Cluster` (the keys live in different slots unless the prefix has a hash tag), or after a proxy
+ * refused a script of several keys (CROSSSLOT).
  * @inline
  */
 export class RedisLifecycle implements LifecycleStore {
-  readonly #send: Send;
+  readonly #scripts: RedisScripts;
   readonly #prefix: string;
+  readonly #batched: (decision: Decision) => Promise<LifecycleVerdict>;
 
-  constructor(send: Send, prefix: string) {
-    this.#send = send;
+  constructor(scripts: RedisScripts, prefix: string) {
+    this.#scripts = scripts;
     this.#prefix = `${prefix}state:`;
+    this.#batched = batchedDecide(
+      (decisions) => {
+        const each = () => Promise.all(decisions.map(async (decision) => (await this.#run([decision]))[0]));
+        return decisions.length === 1
+          ? this.#run(decisions)
+          : scripts.severalOrEach(() => this.#run(decisions), each);
+      },
+      () => scripts.stallMs(),
+    );
   }
 
   async decide(transactionId: string, state: FinalState, ttlMs: number): Promise<LifecycleVerdict> {
-    const ms = String(Math.max(1, Math.ceil(ttlMs)));
-    const held = await this.#send(['EVAL', DECIDE, '1', this.#prefix + transactionId, state, ms]);
+    const decision = { transactionId, state, ttlMs };
+    if (this.#scripts.severalKeys()) return this.#batched(decision);
+    const [held] = await this.#run([decision]);
     return verdictOf(held, state);
+  }
+
+  /** One script for `decisions` (of distinct transactions): what each key held, in order. */
+  async #run(decisions: Decision[]): Promise<unknown[]> {
+    const args = [String(decisions.length)];
+    for (const { transactionId } of decisions) args.push(this.#prefix + transactionId);
+    for (const { state, ttlMs } of decisions) args.push(state, String(Math.max(1, Math.ceil(ttlMs))));
+    const reply = await this.#scripts.script(DECIDE, DECIDE_SHA, args);
+    if (!Array.isArray(reply) || reply.length !== decisions.length) {
+      throw new StoreError(
+        `RedisStore: unexpected reply to the lifecycle script: ${JSON.stringify(reply) ?? typeof reply}`,
+      );
+    }
+    return reply as unknown[];
   }
 }

@@ -1,7 +1,7 @@
 import { checkListOptions } from '../list-options.js';
 import { checkLeaseLimit, leaseMs, replayEveryDead } from '../store-core.js';
-import { createHash, randomUUID } from 'node:crypto';
-import { INBOX_SCRIPTS, type InboxScript } from './redis-inbox-scripts.js';
+import { randomUUID } from 'node:crypto';
+import { INBOX_SCRIPTS, sha1, type InboxScript } from './redis-inbox-scripts.js';
 import type {
   DeliveryStatus,
   DurableStore,
@@ -86,7 +86,6 @@ for i, key in ipairs(KEYS) do
   end
 end
 return claimed`;
-const sha1 = (script: string): string => createHash('sha1').update(script).digest('hex');
 const CLAIM_SHA = sha1(CLAIM_SCRIPT);
 const CLAIM_MANY_SHA = sha1(CLAIM_MANY_SCRIPT);
 const INBOX_SHAS = Object.fromEntries(
@@ -169,7 +168,16 @@ export class RedisStore implements DurableStore {
     }
     this.prefix = prefix;
     this.expectations = new RedisExpectations((args) => this.#command(args), prefix);
-    this.lifecycle = new RedisLifecycle((args) => this.#command(args), prefix);
+    this.lifecycle = new RedisLifecycle(
+      {
+        script: (script, sha, args) => this.#script(script, sha, args),
+        // The claims are batched exactly when the client is no Cluster.
+        severalKeys: () => this.#claims !== undefined && !this.#oneKeyPerScript,
+        severalOrEach: (several, each) => this.#severalOrEach(several, each),
+        stallMs: () => this.#stallMs,
+      },
+      prefix,
+    );
     this.audit = new RedisAudit((args) => this.#command(args), prefix);
     this.pauseSwitch = redisPauseSwitch((args) => this.#command(args), prefix);
     this.#claims =
@@ -221,22 +229,33 @@ export class RedisStore implements DurableStore {
    * answers as the first time).
    */
   async #claimMany(claims: Claim[]): Promise<unknown[]> {
-    if (claims.length === 1 || this.#oneKeyPerScript) {
-      return Promise.all(claims.map((claim) => this.#claimOne(claim)));
-    }
-    const args: string[] = [String(claims.length)];
-    for (const [key] of claims) args.push(key);
-    for (const [, token, ttl] of claims) args.push(token, ttl);
-    try {
+    const each = () => Promise.all(claims.map((claim) => this.#claimOne(claim)));
+    if (claims.length === 1) return each();
+    return this.#severalOrEach(async () => {
+      const args: string[] = [String(claims.length)];
+      for (const [key] of claims) args.push(key);
+      for (const [, token, ttl] of claims) args.push(token, ttl);
       const reply = await this.#script(CLAIM_MANY_SCRIPT, CLAIM_MANY_SHA, args);
       // Anything but one reply per claim is the claims' failure: each says what Redis answered.
       return Array.isArray(reply) && reply.length === claims.length
         ? (reply as unknown[])
         : claims.map(() => reply);
+    }, each);
+  }
+
+  /**
+   * `several()`, a script of several keys; once a proxy refused one (CROSSSLOT: a sharded Redis behind one
+   * address), `each()`, one script per key, from then on. A refused script ran nothing: its keys are sent
+   * again, each alone.
+   */
+  async #severalOrEach<T>(several: () => Promise<T[]>, each: () => Promise<T[]>): Promise<T[]> {
+    if (this.#oneKeyPerScript) return each();
+    try {
+      return await several();
     } catch (error) {
       if (!messageOf(error instanceof StoreError ? error.cause : error).startsWith('CROSSSLOT')) throw error;
       this.#oneKeyPerScript = true;
-      return Promise.all(claims.map((claim) => this.#claimOne(claim)));
+      return each();
     }
   }
 
