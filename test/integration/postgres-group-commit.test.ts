@@ -328,6 +328,31 @@ describeWithService('PostgreSQL', 'PostgresStore group commit: mixed, large and 
         expect(rows[0].n).toBe(0);
       },
     );
+
+    test('a lifecycle decision of a transaction id with a lone surrogate or a NUL fails alone, with a TypeError; the decisions batched with it are decided', async () => {
+      const { store, table } = await fresh();
+      const decide = (id: string, state: 'SUCCESSFUL' | 'FAILED') =>
+        store.lifecycle.decide(id, state, 60_000);
+      const outcomes = await Promise.allSettled([
+        decide('PAID.1', 'SUCCESSFUL'), // goes alone (no batch is running): the others queue behind it
+        decide('LONE\ud800.1', 'FAILED'),
+        decide('PAID.1', 'FAILED'),
+        decide('NUL\u0000.1', 'SUCCESSFUL'),
+        decide('INNOCENT.1', 'FAILED'),
+      ]);
+      expect(outcomes.map((o) => (o.status === 'fulfilled' ? o.value : o.status))).toEqual([
+        'accepted',
+        'rejected',
+        'conflict',
+        'rejected',
+        'accepted',
+      ]);
+      expect((outcomes[1] as PromiseRejectedResult).reason).toBeInstanceOf(TypeError);
+      expect((outcomes[3] as PromiseRejectedResult).reason).toBeInstanceOf(TypeError);
+      // Never recorded under another id (a lone surrogate reaches PostgreSQL as U+FFFD).
+      const { rows } = await pool.query(`SELECT transaction_id FROM "${table}_states" ORDER BY 1`);
+      expect(rows.map((row) => row.transaction_id)).toEqual(['INNOCENT.1', 'PAID.1']);
+    });
   });
   describe('two instances on one table (the documented multi-instance setup)', () => {
     test('overlapping resends batched in opposite orders by two instances: no batch fails (deadlock)', async () => {

@@ -6,6 +6,7 @@ import {
   type LifecycleVerdict,
   statesOf,
 } from '../lifecycle-store.js';
+import { checkKey } from './postgres-rows.js';
 import { statesTable, tableNames } from './postgres-sql.js';
 
 /** What the lifecycle runs its statement through: the store's own query (with its error messages). */
@@ -41,8 +42,13 @@ export class PostgresLifecycle implements LifecycleStore {
     }, stallMs);
   }
 
-  /** `ttlMs` is not applied: rows stay, as the inbox's do. */
-  decide(transactionId: string, state: FinalState, ttlMs: number): Promise<LifecycleVerdict> {
+  /**
+   * `ttlMs` is not applied: rows stay, as the inbox's do. A transaction id a `text` column cannot hold
+   * exactly (a NUL, a lone surrogate) rejects this decision with a TypeError before it is queued: sent, it
+   * would fail every decision of its batch.
+   */
+  async decide(transactionId: string, state: FinalState, ttlMs: number): Promise<LifecycleVerdict> {
+    checkKey(transactionId);
     return this.#decide({ transactionId, state, ttlMs });
   }
 }
