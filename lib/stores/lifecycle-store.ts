@@ -80,13 +80,15 @@ export function statesOf(decisions: Decision[], rows: unknown[]): unknown[] {
  * database more than the rest of the attempt. Two decisions of one transaction never share a statement:
  * the later one goes in a statement after it, decided on what the earlier one left. When a statement
  * fails, every decision of its batch rejects (the attempts fail and are retried; a decision asked again
- * answers from what is recorded then).
+ * answers from what is recorded then). `check` throws (a TypeError) for a transaction id the store cannot
+ * hold exactly; that decision alone rejects.
  */
 export function batchedDecide(
   decideMany: DecideMany,
   stallMs: () => number,
+  check: (transactionId: string) => unknown,
 ): (decision: Decision) => Promise<LifecycleVerdict> {
-  return createBatcher(
+  const queued = createBatcher(
     async (decisions: Decision[]) => {
       const verdicts: LifecycleVerdict[] = [];
       let pending = decisions.map((decision, index) => ({ decision, index }));
@@ -114,4 +116,10 @@ export function batchedDecide(
     },
     { stallMs },
   );
+  // An id the store cannot hold exactly fails its own decision, before it is queued: sent, it would fail
+  // every decision of its batch.
+  return async (decision) => {
+    check(decision.transactionId);
+    return queued(decision);
+  };
 }

@@ -176,6 +176,33 @@ describeWithService('MariaDB', 'MysqlStore', () => {
       (on) => new MysqlStore({ pool: pool(), table: on }).migrate(),
       (from, to) => pools[0]!.query(`RENAME TABLE \`${from}\` TO \`${to}\``),
     );
+    test('an id its states table cannot keep apart (a trailing space, over 255 characters) fails its own decision, not the ones batched with it', async () => {
+      const { lifecycle } = counted();
+      const id = `T${randomUUID()}`;
+      const first = lifecycle.decide(`${id}-0`, 'SUCCESSFUL', 60_000);
+      const batch = [
+        lifecycle.decide(id, 'SUCCESSFUL', 60_000),
+        lifecycle.decide(`${id} `, 'FAILED', 60_000),
+        lifecycle.decide(`${id}${'x'.repeat(255)}`, 'FAILED', 60_000),
+        lifecycle.decide(`${id}-1`, 'FAILED', 60_000),
+      ];
+      const allSettled = Promise.allSettled(batch); // handled at once: two of them reject
+      await expect(first).resolves.toBe('accepted');
+      const settled = await allSettled;
+      expect(settled.map((result) => (result.status === 'fulfilled' ? result.value : result.reason))).toEqual(
+        [
+          'accepted',
+          expect.objectContaining({
+            name: 'TypeError',
+            message: expect.stringContaining('end with a space'),
+          }),
+          expect.objectContaining({ name: 'TypeError', message: expect.stringContaining('at most 255') }),
+          'accepted',
+        ],
+      );
+      // The trailing-space FAILED was never sent: it would have been read as the SUCCESSFUL's row.
+      await expect(lifecycle.decide(`${id}-1`, 'FAILED', 60_000)).resolves.toBe('accepted');
+    });
   });
   afterAll(async () => {
     await dropMysqlInboxes(pools[0]!, [table, breakable]);

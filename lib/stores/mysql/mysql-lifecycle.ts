@@ -1,6 +1,7 @@
 import type { FinalState } from '../../notification/schema.js';
 import { batchedDecide, type LifecycleStore, type LifecycleVerdict, statesOf } from '../lifecycle-store.js';
 import { rowsOf, type MysqlPoolConnection } from './mysql-pool.js';
+import { checkKey } from './mysql-rows.js';
 import { mysqlTableNames } from './mysql-sql.js';
 
 const SUFFIX = '_states';
@@ -28,6 +29,20 @@ export function mysqlLifecycleSql(table = 'ipn_inbox'): string {
   decided_at DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
   PRIMARY KEY (transaction_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`;
+}
+
+/**
+ * Checks that `<table>_states` keeps `transactionId` as a row of its own: what the inbox's keys must be, and
+ * no trailing space, which MySQL's collations ignore when they compare (`'abc '` would be `'abc'`'s row).
+ * @throws TypeError for any other id.
+ */
+function checkId(transactionId: string): void {
+  checkKey(transactionId);
+  if (transactionId.endsWith(' ')) {
+    throw new TypeError(
+      `MysqlStore: a transaction id cannot end with a space, got ${JSON.stringify(transactionId)}`,
+    );
+  }
 }
 
 /** Runs work in a transaction on one connection of the pool (the store's own, with its error messages). */
@@ -64,12 +79,12 @@ export class MysqlLifecycle implements LifecycleStore {
               ids,
             ]),
           );
-          // utf8mb4_bin: each row read carries its id exactly as written. (It pads: an id that differs from
-          // another by trailing spaces only is its row, read under the other id, so no state for it; the
-          // router's ids have no spaces.)
+          // utf8mb4_bin: each row read carries its id exactly as written (checkId refused trailing spaces,
+          // which it ignores).
           return statesOf(decisions, rows);
         }),
       stallMs,
+      checkId,
     );
   }
 

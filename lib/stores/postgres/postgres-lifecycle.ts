@@ -32,14 +32,18 @@ export class PostgresLifecycle implements LifecycleStore {
       ON CONFLICT (transaction_id) DO UPDATE SET decided_at = now(),
         state = CASE WHEN s.state = 'SUCCESSFUL' THEN s.state ELSE EXCLUDED.state END
       RETURNING transaction_id, state`;
-    this.#decide = batchedDecide(async (decisions) => {
-      const { rows } = await query(sql, [
-        decisions.map(({ transactionId }) => transactionId),
-        decisions.map(({ state }) => state),
-      ]);
-      // Every row the statement upserts is returned: a missing one is a failure, never a guess.
-      return statesOf(decisions, rows);
-    }, stallMs);
+    this.#decide = batchedDecide(
+      async (decisions) => {
+        const { rows } = await query(sql, [
+          decisions.map(({ transactionId }) => transactionId),
+          decisions.map(({ state }) => state),
+        ]);
+        // Every row the statement upserts is returned: a missing one is a failure, never a guess.
+        return statesOf(decisions, rows);
+      },
+      stallMs,
+      checkKey,
+    );
   }
 
   /**
@@ -47,8 +51,7 @@ export class PostgresLifecycle implements LifecycleStore {
    * exactly (a NUL, a lone surrogate) rejects this decision with a TypeError before it is queued: sent, it
    * would fail every decision of its batch.
    */
-  async decide(transactionId: string, state: FinalState, ttlMs: number): Promise<LifecycleVerdict> {
-    checkKey(transactionId);
+  decide(transactionId: string, state: FinalState, ttlMs: number): Promise<LifecycleVerdict> {
     return this.#decide({ transactionId, state, ttlMs });
   }
 }

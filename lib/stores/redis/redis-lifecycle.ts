@@ -7,6 +7,7 @@ import {
   type LifecycleVerdict,
   verdictOf,
 } from '../lifecycle-store.js';
+import { checkKey } from '../store-core.js';
 import { sha1 } from './redis-inbox-scripts.js';
 
 /** What the lifecycle needs of its `RedisStore`: its scripts, sent as its claims are. */
@@ -37,6 +38,9 @@ end
 return held`;
 const DECIDE_SHA = sha1(DECIDE);
 
+/** A transaction id fails its own decision, not its batch's, when it is no string the key holds exactly. */
+const checkId = (transactionId: string): unknown => checkKey('RedisStore', transactionId);
+
 /**
  * Each transaction's accepted final state in Redis, under the store's prefix (`state:<id>`), kept the
  * router's `ttlMs` from its last decision. The decisions that arrive together go as one script
@@ -61,12 +65,14 @@ export class RedisLifecycle implements LifecycleStore {
           : scripts.severalOrEach(() => this.#run(decisions), each);
       },
       () => scripts.stallMs(),
+      checkId,
     );
   }
 
   async decide(transactionId: string, state: FinalState, ttlMs: number): Promise<LifecycleVerdict> {
     const decision = { transactionId, state, ttlMs };
     if (this.#scripts.severalKeys()) return this.#batched(decision);
+    checkId(transactionId);
     const [held] = await this.#run([decision]);
     return verdictOf(held, state);
   }

@@ -17,11 +17,33 @@ function fakeStore(reply: (states: unknown[], decisions: Decision[]) => unknown[
     });
     return reply(states, decisions);
   };
-  return { kept, calls, decide: batchedDecide(decideMany, () => 5_000) };
+  const check = (transactionId: string): void => {
+    if (transactionId === 'BAD') throw new TypeError('the store cannot hold BAD');
+  };
+  return { kept, calls, decide: batchedDecide(decideMany, () => 5_000, check) };
 }
 const ttlMs = 60_000;
 
 describe('batchedDecide (the lifecycle’s group commit)', () => {
+  test('an id the store cannot hold fails its own decision, never sent: the decisions queued with it are decided', async () => {
+    const { calls, decide } = fakeStore();
+    const first = decide({ transactionId: 'T0', state: 'SUCCESSFUL', ttlMs });
+    const batch = [
+      decide({ transactionId: 'A', state: 'SUCCESSFUL', ttlMs }),
+      decide({ transactionId: 'BAD', state: 'FAILED', ttlMs }),
+      decide({ transactionId: 'A', state: 'FAILED', ttlMs }),
+    ];
+    const allSettled = Promise.allSettled(batch); // handled at once: one of them rejects
+    await expect(first).resolves.toBe('accepted');
+    const settled = await allSettled;
+    expect(settled.map((result) => (result.status === 'fulfilled' ? result.value : result.reason))).toEqual([
+      'accepted',
+      new TypeError('the store cannot hold BAD'),
+      'conflict',
+    ]);
+    expect(calls.flat().some((decided) => decided.startsWith('BAD'))).toBe(false);
+  });
+
   test('decisions asked while one runs go together; two of one transaction go in separate calls, in the order asked', async () => {
     const { kept, calls, decide } = fakeStore();
     const first = decide({ transactionId: 'T0', state: 'SUCCESSFUL', ttlMs });
