@@ -74,3 +74,21 @@ export function createBatcher<I, O>(
       send();
     });
 }
+
+/**
+ * How long a store's batches may run before they stop holding their place: {@link STALLED_BATCH_MS} until a
+ * router tells the store its `storeTimeoutMs` (`Store.useStoreTimeout`; several routers on one store: the
+ * shortest wins). A batch stuck that long on its connection (a network partition) then gives up its place,
+ * so that the calls behind it are sent on their own instead of queueing until the router answers them 503.
+ */
+export class BatchStall {
+  #ms = STALLED_BATCH_MS;
+
+  /** The stall now, as {@link createBatcher}'s `stallMs` reads it for each batch. */
+  readonly ms = (): number => this.#ms;
+
+  /** Takes a router's `storeTimeoutMs` when it is shorter; ignores anything but a positive number. */
+  use(storeTimeoutMs: number): void {
+    if (Number.isFinite(storeTimeoutMs) && storeTimeoutMs > 0) this.#ms = Math.min(this.#ms, storeTimeoutMs);
+  }
+}

@@ -3,7 +3,7 @@ import { missingTable, SqlStore, type SqlDialect, type TableOf } from '../sql-st
 import { SqlAudit } from '../sql-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
 import { createHash, randomUUID } from 'node:crypto';
-import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
+import { BatchStall, createBatcher } from '../batcher.js';
 import { retriedAfterMigration, trackMigration } from '../postgres/postgres-migrations.js';
 import { openOrmTransaction } from '../orm-transaction.js';
 import { isTransactions, type Statement, type Transactions } from '../transactions.js';
@@ -162,8 +162,12 @@ export class MysqlStore<
   readonly #sql: MysqlInboxSql;
   /** @internal */
   protected readonly dialect: SqlDialect;
+  /** How long a batch stuck on its connection holds its place: the routers' shortest `storeTimeoutMs`. */
+  readonly #stall = new BatchStall();
   /** Receives that arrive together go as one statement (group commit). */
-  readonly #receives = createBatcher((batch: unknown[][]) => this.#receiveMany(batch));
+  readonly #receives = createBatcher((batch: unknown[][]) => this.#receiveMany(batch), {
+    stallMs: this.#stall.ms,
+  });
 
   /**
    * @throws TypeError when `pool` is not a mysql2 promise pool (`query` and `getConnection`), `transactions`
@@ -197,12 +201,7 @@ export class MysqlStore<
       },
       this.table,
     );
-    // The stall of its receives' batches (createBatcher's default: MysqlStore has no useStoreTimeout).
-    this.lifecycle = new MysqlLifecycle(
-      (work) => this.#transaction(work),
-      this.table,
-      () => STALLED_BATCH_MS,
-    );
+    this.lifecycle = new MysqlLifecycle((work) => this.#transaction(work), this.table, this.#stall.ms);
     const about =
       (of: TableOf) =>
       async (text: string, values: unknown[]): Promise<Array<Record<string, unknown>>> =>
@@ -477,6 +476,16 @@ export class MysqlStore<
 
   /** Does nothing: the pool is yours, and other parts of your app may still use it. End it yourself. */
   close(): void {}
+
+  /**
+   * The router's `storeTimeoutMs` (it calls this; several routers on one store: the shortest wins). A batch
+   * of receives or lifecycle decisions stuck that long on its connection (a network partition) gives up its
+   * place, so that the calls behind it are sent on their own instead of queueing until the router answers
+   * them 503.
+   */
+  useStoreTimeout(storeTimeoutMs: number): void {
+    this.#stall.use(storeTimeoutMs);
+  }
 
   /** One statement on the pool; a failure is a `StoreError`. */
   #query(text: string, values: unknown[], of: TableOf = 'inbox'): Promise<MysqlQueryResult> {

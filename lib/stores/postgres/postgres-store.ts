@@ -5,7 +5,7 @@ import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from 
 import { claimsTable, inboxSql, receivesJson, RESET, tableNames, type InboxSql } from './postgres-sql.js';
 import { postgresControlTable, postgresSchemaDialect } from './postgres-schema.js';
 import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
-import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
+import { BatchStall, createBatcher } from '../batcher.js';
 import {
   canConnect,
   explainPostgres,
@@ -189,10 +189,10 @@ export class PostgresStore<
    */
   #markFunction = true;
   /** How long a batch stuck on its connection holds its place: the routers' shortest `storeTimeoutMs`. */
-  #stallMs = STALLED_BATCH_MS;
+  readonly #stall = new BatchStall();
   /** Receives and `delivered` settlements that arrive together go as one statement (group commit). */
   readonly #writes = createBatcher((items: Write[]) => this.#writeMany(items), {
-    stallMs: () => this.#stallMs,
+    stallMs: this.#stall.ms,
   });
 
   /**
@@ -257,7 +257,7 @@ export class PostgresStore<
     this.lifecycle = new PostgresLifecycle(
       (text, values) => this.#query(text, values),
       this.table,
-      () => this.#stallMs,
+      this.#stall.ms,
     );
     this.dialect = {
       owner: 'PostgresStore',
@@ -480,9 +480,7 @@ export class PostgresStore<
    * receives behind it are sent on their own instead of queueing until the router answers them 503.
    */
   useStoreTimeout(storeTimeoutMs: number): void {
-    if (Number.isFinite(storeTimeoutMs) && storeTimeoutMs > 0) {
-      this.#stallMs = Math.min(this.#stallMs, storeTimeoutMs);
-    }
+    this.#stall.use(storeTimeoutMs);
   }
 
   /**

@@ -18,7 +18,7 @@ import { RedisLifecycle } from './redis-lifecycle.js';
 import { RedisAudit, redisPauseSwitch } from './redis-audit.js';
 import { checkPurge, redactEach } from '../redact-record.js';
 import { persistenceWarning, saveOf } from './redis-persistence.js';
-import { createBatcher, STALLED_BATCH_MS } from '../batcher.js';
+import { BatchStall, createBatcher } from '../batcher.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
 
 /**
@@ -150,7 +150,7 @@ export class RedisStore implements DurableStore {
   readonly #send: Send;
   readonly #client: object;
   /** How long a batch of claims stuck on the connection holds its place: the routers' shortest storeTimeoutMs. */
-  #stallMs = STALLED_BATCH_MS;
+  readonly #stall = new BatchStall();
   /**
    * Claims that arrive while one is on its way go together, as one script (one command, one reply), when
    * every key may be sent in one script: not to a Redis Cluster, whose keys live in different slots.
@@ -174,7 +174,7 @@ export class RedisStore implements DurableStore {
         // The claims are batched exactly when the client is no Cluster.
         severalKeys: () => this.#claims !== undefined && !this.#oneKeyPerScript,
         severalOrEach: (several, each) => this.#severalOrEach(several, each),
-        stallMs: () => this.#stallMs,
+        stallMs: this.#stall.ms,
       },
       prefix,
     );
@@ -183,7 +183,7 @@ export class RedisStore implements DurableStore {
     this.#claims =
       Reflect.get(client as object, 'isCluster') === true
         ? undefined
-        : createBatcher((claims: Claim[]) => this.#claimMany(claims), { stallMs: () => this.#stallMs });
+        : createBatcher((claims: Claim[]) => this.#claimMany(claims), { stallMs: this.#stall.ms });
   }
 
   /**
@@ -414,9 +414,7 @@ export class RedisStore implements DurableStore {
    * of claims stuck that long on the connection gives up its place, so that the claims behind it are sent.
    */
   useStoreTimeout(storeTimeoutMs: number): void {
-    if (Number.isFinite(storeTimeoutMs) && storeTimeoutMs > 0) {
-      this.#stallMs = Math.min(this.#stallMs, storeTimeoutMs);
-    }
+    this.#stall.use(storeTimeoutMs);
   }
 
   async #command(args: string[]): Promise<unknown> {
