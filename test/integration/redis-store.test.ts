@@ -311,6 +311,22 @@ describeWithService('Redis', 'RedisStore', () => {
       expect(scripts().map(([, , count]) => count)).toEqual(ids.map(() => '1'));
     });
 
+    test('a lifecycle decision with a shorter ttlMs never shortens how long a state is kept: a SUCCESSFUL stays for the longest ttlMs asked', async () => {
+      // Two routers on one store (or a deploy that lowers ttlMs): the SUCCESSFUL one accepted for an hour
+      // must not expire after the second's second, or a FAILED reaching the first after that is emitted as
+      // failed.
+      const connection = await open();
+      const { lifecycle } = new RedisStore({ client: connection.client, prefix });
+      const id = `LFC.${(sequence += 1)}`;
+      const hour = 3_600_000;
+      expect(await lifecycle.decide(id, 'SUCCESSFUL', hour)).toBe('accepted');
+      expect(await lifecycle.decide(id, 'FAILED', 1_000)).toBe('conflict');
+      expect(Number(await connection.raw(['PTTL', `${prefix}state:${id}`]))).toBeGreaterThan(hour - 60_000);
+      // A longer one still extends it.
+      expect(await lifecycle.decide(id, 'FAILED', 2 * hour)).toBe('conflict');
+      expect(Number(await connection.raw(['PTTL', `${prefix}state:${id}`]))).toBeGreaterThan(hour + 60_000);
+    });
+
     test('a batch that fails rejects each of its claims with a StoreError; the next batch is sent', async () => {
       const connection = await open();
       let failing = true;
