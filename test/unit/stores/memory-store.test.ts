@@ -21,6 +21,14 @@ describe('MemoryStore', () => {
     expect(store.claim('EFB.001158:SUCCESSFUL', DAY)).toBe(false);
   });
 
+  it("a lifecycle decision with a shorter ttlMs never cuts the time a SUCCESSFUL is kept (two routers' ttlMs on one store)", () => {
+    const { store, advance } = storeAt();
+    expect(store.lifecycle.decide('EFB.7', 'SUCCESSFUL', DAY)).toBe('accepted');
+    expect(store.lifecycle.decide('EFB.7', 'FAILED', 1_000)).toBe('conflict');
+    advance(60_000); // past the short ttlMs, well within the day the SUCCESSFUL was accepted for
+    expect(store.lifecycle.decide('EFB.7', 'FAILED', DAY)).toBe('conflict');
+  });
+
   it('checks its arguments as every store does: a bad lease, lease() limit or list() option is a TypeError', async () => {
     const store = new MemoryStore();
     const record = { transaction_id: 'EFB.1', state: 'SUCCESSFUL' };
