@@ -25,14 +25,20 @@ export interface RedisScripts {
 /**
  * Reads the state recorded at each key and records the new one (KEYS: the keys; ARGV: each one's state, then
  * its ttl in ms), a SUCCESSFUL never overwritten: answers what each held before, `''` for nothing, in order.
- * Any key Redis refuses fails the script, so every decision of the batch (see `batchedDecide`).
+ * A key keeps the longer of its ttl left and the new one: a decision with a shorter `ttlMs` (another router
+ * on the store) never cuts the time a state is kept. `%d`: a Lua number as a whole number (`tostring` would
+ * write a large one with an exponent, which `PX` refuses). Any key Redis refuses fails the script, so every
+ * decision of the batch (see `batchedDecide`).
  */
 const DECIDE = `local held = {}
 for i, key in ipairs(KEYS) do
   local was = redis.call('GET', key)
   local kept = ARGV[2 * i - 1]
   if was == 'SUCCESSFUL' then kept = was end
-  redis.call('SET', key, kept, 'PX', ARGV[2 * i])
+  local ttl = ARGV[2 * i]
+  local left = redis.call('PTTL', key)
+  if left > tonumber(ttl) then ttl = string.format('%d', left) end
+  redis.call('SET', key, kept, 'PX', ttl)
   held[i] = was or ''
 end
 return held`;
@@ -42,11 +48,11 @@ const DECIDE_SHA = sha1(DECIDE);
 const checkId = (transactionId: string): unknown => checkKey('RedisStore', transactionId);
 
 /**
- * Each transaction's accepted final state in Redis, under the store's prefix (`state:<id>`), kept the
- * router's `ttlMs` from its last decision. The decisions that arrive together go as one script
- * ({@link batchedDecide}): atomic across instances. As the claims: one script per decision to an ioredis
- * `Cluster` (the keys live in different slots unless the prefix has a hash tag), or after a proxy
- * refused a script of several keys (CROSSSLOT).
+ * Each transaction's accepted final state in Redis, under the store's prefix (`state:<id>`), kept at least
+ * the router's `ttlMs` from its last decision, and never less than an earlier decision left it. The
+ * decisions that arrive together go as one script ({@link batchedDecide}): atomic across instances. As
+ * the claims: one script per decision to an ioredis `Cluster` (the keys live in different slots unless the
+ * prefix has a hash tag), or after a proxy refused a script of several keys (CROSSSLOT).
  * @inline
  */
 export class RedisLifecycle implements LifecycleStore {

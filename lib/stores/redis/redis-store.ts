@@ -141,7 +141,7 @@ export class RedisStore implements DurableStore {
   readonly prefix: string;
   /** Where `ipn.expect()` keeps expected transactions: under `prefix + 'expected:'`, shared by every instance. */
   readonly expectations: RedisExpectations;
-  /** Each transaction's accepted final state: under `prefix + 'state:'`, kept the router's `ttlMs`. */
+  /** Each transaction's accepted final state: under `prefix + 'state:'`, kept at least the router's `ttlMs`. */
   readonly lifecycle: RedisLifecycle;
   /** Operator actions (replay, purge, pause): the list `prefix + 'audit'`, newest first. */
   readonly audit: RedisAudit;
