@@ -3,8 +3,8 @@ import { verdictOf, type LifecycleStore, type LifecycleVerdict } from '../lifecy
 
 /**
  * Each transaction's accepted final state in this process's memory: at most `maxEntries` transactions (the
- * oldest forgotten first), each kept `ttlMs` from its last decision. Synchronous, hence atomic in the one
- * process it serves.
+ * oldest forgotten first), each kept `ttlMs` from its last decision, and never less than an earlier one
+ * left it. Synchronous, hence atomic in the one process it serves.
  * @inline
  */
 export class MemoryLifecycle implements LifecycleStore {
@@ -25,7 +25,9 @@ export class MemoryLifecycle implements LifecycleStore {
     // A SUCCESSFUL is never overwritten by a FAILED; the record moves to the end (the newest).
     const kept: FinalState = recorded === 'SUCCESSFUL' ? 'SUCCESSFUL' : state;
     this.#states.delete(transactionId);
-    this.#states.set(transactionId, { state: kept, until: now + ttlMs });
+    // Never sooner than an earlier decision left it: a router with a shorter ttlMs never cuts the time.
+    const until = Math.max(now + ttlMs, recorded === undefined ? 0 : held!.until);
+    this.#states.set(transactionId, { state: kept, until });
     if (this.#states.size > this.#maxEntries) {
       const oldest = this.#states.keys().next();
       if (oldest.done !== true) this.#states.delete(oldest.value);
