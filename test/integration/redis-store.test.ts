@@ -327,6 +327,32 @@ describeWithService('Redis', 'RedisStore', () => {
       expect(Number(await connection.raw(['PTTL', `${prefix}state:${id}`]))).toBeGreaterThan(hour + 60_000);
     });
 
+    test('a state key Redis refuses (WRONGTYPE: not a string) fails its own lifecycle decision, not the ones batched with it', async () => {
+      const connection = await open();
+      const { lifecycle } = new RedisStore({ client: connection.client, prefix });
+      const [before, bad, after, first] = Array.from({ length: 4 }, () => `LFC.${(sequence += 1)}`);
+      await connection.raw(['HSET', `${prefix}state:${bad}`, 'field', 'value']);
+      // The first goes alone; the three asked while it runs go as one batch.
+      const running = lifecycle.decide(first!, 'SUCCESSFUL', 60_000);
+      const batch = Promise.allSettled([
+        lifecycle.decide(before!, 'FAILED', 60_000),
+        lifecycle.decide(bad!, 'FAILED', 60_000),
+        lifecycle.decide(after!, 'SUCCESSFUL', 60_000),
+      ]);
+      expect(await running).toBe('accepted');
+      const settled = await batch;
+      expect(settled.map((result) => (result.status === 'fulfilled' ? result.value : result.reason))).toEqual(
+        [
+          'accepted',
+          expect.objectContaining({ name: 'StoreError', message: expect.stringContaining('WRONGTYPE') }),
+          'accepted',
+        ],
+      );
+      expect(await connection.raw(['GET', `${prefix}state:${after}`])).toBe('SUCCESSFUL');
+      expect(await connection.raw(['TYPE', `${prefix}state:${bad}`])).toBe('hash'); // left as it was
+      await expect(lifecycle.decide(bad!, 'SUCCESSFUL', 60_000)).rejects.toThrow(StoreError); // alone too
+    });
+
     test('a batch that fails rejects each of its claims with a StoreError; the next batch is sent', async () => {
       const connection = await open();
       let failing = true;
