@@ -51,7 +51,8 @@ export interface Decision {
 /**
  * Records a batch of decisions of distinct transactions, each atomic for its transaction, and resolves one
  * recorded state per decision, in order: the state kept before or after it (either is `SUCCESSFUL` for a
- * `FAILED` exactly when a `SUCCESSFUL` was recorded before it).
+ * `FAILED` exactly when a `SUCCESSFUL` was recorded before it), or a {@link StoreError} for a decision the
+ * store refused alone (that decision rejects with it, the others of its batch do not).
  */
 export type DecideMany = (decisions: Decision[]) => Promise<unknown[]>;
 
@@ -81,7 +82,7 @@ export function statesOf(decisions: Decision[], rows: unknown[]): unknown[] {
  * the later one goes in a statement after it, decided on what the earlier one left. When a statement
  * fails, every decision of its batch rejects (the attempts fail and are retried; a decision asked again
  * answers from what is recorded then). `check` throws (a TypeError) for a transaction id the store cannot
- * hold exactly; that decision alone rejects.
+ * hold exactly, and `decideMany` may resolve a StoreError for one decision: that decision alone rejects.
  */
 export function batchedDecide(
   decideMany: DecideMany,
@@ -90,7 +91,7 @@ export function batchedDecide(
 ): (decision: Decision) => Promise<LifecycleVerdict> {
   const queued = createBatcher(
     async (decisions: Decision[]) => {
-      const verdicts: LifecycleVerdict[] = [];
+      const verdicts: Array<LifecycleVerdict | StoreError> = [];
       let pending = decisions.map((decision, index) => ({ decision, index }));
       while (pending.length > 0) {
         const seen = new Set<string>();
@@ -108,7 +109,8 @@ export function batchedDecide(
           );
         }
         now.forEach(({ decision, index }, at) => {
-          verdicts[index] = verdictOf(recorded[at], decision.state);
+          const state = recorded[at];
+          verdicts[index] = state instanceof StoreError ? state : verdictOf(state, decision.state);
         });
         pending = later;
       }
@@ -120,6 +122,8 @@ export function batchedDecide(
   // every decision of its batch.
   return async (decision) => {
     check(decision.transactionId);
-    return queued(decision);
+    const verdict = await queued(decision);
+    if (verdict instanceof StoreError) throw verdict;
+    return verdict;
   };
 }

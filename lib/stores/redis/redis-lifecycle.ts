@@ -27,22 +27,35 @@ export interface RedisScripts {
  * its ttl in ms), a SUCCESSFUL never overwritten: answers what each held before, `''` for nothing, in order.
  * A key keeps the longer of its ttl left and the new one: a decision with a shorter `ttlMs` (another router
  * on the store) never cuts the time a state is kept. `%d`: a Lua number as a whole number (`tostring` would
- * write a large one with an exponent, which `PX` refuses). Any key Redis refuses fails the script, so every
- * decision of the batch (see `batchedDecide`).
+ * write a large one with an exponent, which `PX` refuses). A key Redis refuses to read (WRONGTYPE: another
+ * type of value) is left as it is and answers its error after a NUL, which no state starts with: that
+ * decision alone fails (see {@link refusal}), not the others of its batch.
  */
 const DECIDE = `local held = {}
 for i, key in ipairs(KEYS) do
-  local was = redis.call('GET', key)
-  local kept = ARGV[2 * i - 1]
-  if was == 'SUCCESSFUL' then kept = was end
-  local ttl = ARGV[2 * i]
-  local left = redis.call('PTTL', key)
-  if left > tonumber(ttl) then ttl = string.format('%d', left) end
-  redis.call('SET', key, kept, 'PX', ttl)
-  held[i] = was or ''
+  local was = redis.pcall('GET', key)
+  if type(was) == 'table' and was.err then
+    held[i] = '\\0' .. was.err
+  else
+    local kept = ARGV[2 * i - 1]
+    if was == 'SUCCESSFUL' then kept = was end
+    local ttl = ARGV[2 * i]
+    local left = redis.call('PTTL', key)
+    if left > tonumber(ttl) then ttl = string.format('%d', left) end
+    redis.call('SET', key, kept, 'PX', ttl)
+    held[i] = was or ''
+  end
 end
 return held`;
 const DECIDE_SHA = sha1(DECIDE);
+
+/** What the script answers for a key it refused: its error after a NUL, as a StoreError; else `held`. */
+function refusal(held: unknown, transactionId: string): unknown {
+  if (typeof held !== 'string' || !held.startsWith('\0')) return held;
+  return new StoreError(
+    `RedisStore: the lifecycle state of ${transactionId} cannot be read: ${held.slice(1)}`,
+  );
+}
 
 /** A transaction id fails its own decision, not its batch's, when it is no string the key holds exactly. */
 const checkId = (transactionId: string): unknown => checkKey('RedisStore', transactionId);
@@ -80,10 +93,11 @@ export class RedisLifecycle implements LifecycleStore {
     if (this.#scripts.severalKeys()) return this.#batched(decision);
     checkId(transactionId);
     const [held] = await this.#run([decision]);
+    if (held instanceof StoreError) throw held;
     return verdictOf(held, state);
   }
 
-  /** One script for `decisions` (of distinct transactions): what each key held, in order. */
+  /** One script for `decisions` (of distinct transactions): what each key held, in order (or its refusal). */
   async #run(decisions: Decision[]): Promise<unknown[]> {
     const args = [String(decisions.length)];
     for (const { transactionId } of decisions) args.push(this.#prefix + transactionId);
@@ -94,6 +108,6 @@ export class RedisLifecycle implements LifecycleStore {
         `RedisStore: unexpected reply to the lifecycle script: ${JSON.stringify(reply) ?? typeof reply}`,
       );
     }
-    return reply as unknown[];
+    return reply.map((held, at) => refusal(held, decisions[at]!.transactionId));
   }
 }

@@ -44,6 +44,26 @@ describe('batchedDecide (the lifecycle’s group commit)', () => {
     expect(calls.flat().some((decided) => decided.startsWith('BAD'))).toBe(false);
   });
 
+  test('a StoreError decideMany resolves for one decision rejects that decision alone, never read as a state', async () => {
+    const refused = new StoreError('the store refused B alone');
+    const { decide } = fakeStore((states, decisions) =>
+      states.map((state, at) => (decisions[at]!.transactionId === 'B' ? refused : state)),
+    );
+    const first = decide({ transactionId: 'T0', state: 'SUCCESSFUL', ttlMs });
+    const batch = Promise.allSettled([
+      decide({ transactionId: 'A', state: 'FAILED', ttlMs }),
+      decide({ transactionId: 'B', state: 'FAILED', ttlMs }),
+      decide({ transactionId: 'C', state: 'SUCCESSFUL', ttlMs }),
+    ]);
+    await expect(first).resolves.toBe('accepted');
+    const settled = await batch;
+    expect(settled.map((result) => (result.status === 'fulfilled' ? result.value : result.reason))).toEqual([
+      'accepted',
+      refused,
+      'accepted',
+    ]);
+  });
+
   test('decisions asked while one runs go together; two of one transaction go in separate calls, in the order asked', async () => {
     const { kept, calls, decide } = fakeStore();
     const first = decide({ transactionId: 'T0', state: 'SUCCESSFUL', ttlMs });
