@@ -25,6 +25,22 @@ describe('BatchStall', () => {
   });
 });
 
+/**
+ * With storeTimeoutMs 200, a decision queued behind a stuck one is sent once the stuck batch gives up its
+ * place (after 200 ms, long before the default 5 s). `sent()`: how many batches reached a connection.
+ */
+async function expectStallEscape(store: MysqlStore | PostgresStore, sent: () => number): Promise<void> {
+  store.useStoreTimeout(200);
+  void store.lifecycle.decide('A', 'SUCCESSFUL', 60_000).catch(() => {});
+  await jest.advanceTimersByTimeAsync(1);
+  expect(sent()).toBe(1);
+  void store.lifecycle.decide('B', 'SUCCESSFUL', 60_000).catch(() => {});
+  await jest.advanceTimersByTimeAsync(100);
+  expect(sent()).toBe(1); // queued behind the stuck batch
+  await jest.advanceTimersByTimeAsync(150);
+  expect(sent()).toBe(2); // sent once the stuck one gave up its place
+}
+
 describe("a stuck lifecycle batch gives up its place after the router's storeTimeoutMs", () => {
   beforeEach(() => jest.useFakeTimers());
   afterEach(() => jest.useRealTimers());
@@ -46,16 +62,7 @@ describe("a stuck lifecycle batch gives up its place after the router's storeTim
         return Promise.resolve(connection);
       },
     };
-    const store = new MysqlStore({ pool: pool as never, table: 'ipn_stall' });
-    store.useStoreTimeout(200);
-    void store.lifecycle.decide('A', 'SUCCESSFUL', 60_000).catch(() => {});
-    await jest.advanceTimersByTimeAsync(1);
-    expect(connections).toBe(1);
-    void store.lifecycle.decide('B', 'SUCCESSFUL', 60_000).catch(() => {});
-    await jest.advanceTimersByTimeAsync(100);
-    expect(connections).toBe(1); // queued behind the stuck batch
-    await jest.advanceTimersByTimeAsync(150);
-    expect(connections).toBe(2); // sent once the stuck one gave up its place, long before 5 s
+    await expectStallEscape(new MysqlStore({ pool: pool as never, table: 'ipn_stall' }), () => connections);
   });
 
   test('PostgresStore', async () => {
@@ -66,15 +73,6 @@ describe("a stuck lifecycle batch gives up its place after the router's storeTim
         return hanging();
       },
     });
-    const store = new PostgresStore({ pool, table: 'ipn_stall' });
-    store.useStoreTimeout(200);
-    void store.lifecycle.decide('A', 'SUCCESSFUL', 60_000).catch(() => {});
-    await jest.advanceTimersByTimeAsync(1);
-    expect(sent).toBe(1);
-    void store.lifecycle.decide('B', 'SUCCESSFUL', 60_000).catch(() => {});
-    await jest.advanceTimersByTimeAsync(100);
-    expect(sent).toBe(1);
-    await jest.advanceTimersByTimeAsync(150);
-    expect(sent).toBe(2);
+    await expectStallEscape(new PostgresStore({ pool, table: 'ipn_stall' }), () => sent);
   });
 });
