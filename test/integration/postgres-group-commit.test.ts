@@ -11,7 +11,9 @@ import { until } from '../helpers/until.js';
 import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /** A group-commit statement: receives as a JSON array of rows, settlements as arrays. */
-const isBatch = (text: string): boolean => /jsonb_to_recordset|unnest/.test(text);
+/** A batch of receives or settlements (the lifecycle's decisions, batched too, are not the ones meant here). */
+const isBatch = (text: string): boolean =>
+  /jsonb_to_recordset|unnest/.test(text) && !/_states" AS s/.test(text);
 
 describeWithService('PostgreSQL', 'PostgresStore group commit', () => {
   let pool: Pool;
