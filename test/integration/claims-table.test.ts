@@ -1,8 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import { createPool, type Pool as MysqlPool } from 'mysql2/promise';
 import { Pool } from 'pg';
 import { MysqlStore, mysqlMigrations } from '../../lib/mysql.js';
@@ -12,6 +8,7 @@ import type { DurableStore } from '../../lib/index.js';
 import { CLEANUP_TIMEOUT_MS } from '../helpers/drop-inboxes.js';
 import { successfulPayload } from '../helpers/payloads.js';
 import { databaseUrl, describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
+import { suiteSqliteFile } from '../helpers/sqlite-file.js';
 
 /**
  * Schema version 7 (issue 34): a claim (at most once) is a row of `<table>_claims`, never of the inbox, so
@@ -499,12 +496,7 @@ describeWithService('MariaDB', 'MySQL: claims in <table>_claims', () => {
 });
 
 describe('SQLite: claims in <table>_claims', () => {
-  const folder = mkdtempSync(join(tmpdir(), 'ipn-kit-claims-'));
-  const database = new Database(join(folder, 'ipn.db'));
-  afterAll(() => {
-    database.close();
-    rmSync(folder, { recursive: true, force: true });
-  });
+  const database = suiteSqliteFile('ipn-kit-claims-');
   const dialect: Dialect = {
     store: (table) => new SqliteStore({ database, table }),
     migrateTo(table, version) {

@@ -1,8 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import Redis from 'ioredis';
 import { Pool } from 'pg';
 import { createPool, type Pool as MysqlPool } from 'mysql2/promise';
@@ -14,6 +10,7 @@ import { SqliteStore } from '../../lib/sqlite.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { postTo, refusingRouter } from '../helpers/refusing-router.js';
 import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
+import { suiteSqliteFile } from '../helpers/sqlite-file.js';
 
 // Delivered inbox entries expire in every store: a recovery pass (or a drain) deletes those delivered more
 // than ttlMs ago, at most once an hour per instance; undelivered and dead ones stay.
@@ -100,12 +97,7 @@ describeWithService('MariaDB', 'MysqlStore', () => {
 });
 
 describe('SqliteStore', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'ipn-kit-expiry-'));
-  const database = new Database(join(dir, 'ipn.db'));
-  afterAll(() => {
-    database.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const database = suiteSqliteFile('ipn-kit-expiry-');
   expiryScenario(
     () => new SqliteStore({ database }),
     () => new SqliteStore({ database }).migrate(),

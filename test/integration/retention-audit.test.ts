@@ -1,8 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import Redis from 'ioredis';
 import { createPool, type Pool as MysqlPool } from 'mysql2/promise';
 import { MysqlStore } from '../../lib/mysql.js';
@@ -18,6 +14,7 @@ import { quiet } from '../helpers/quiet-logger.js';
 import { postTo, refusingRouter } from '../helpers/refusing-router.js';
 import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
 import { checkRetentionOptions } from '../../lib/config/retention-options.js';
+import { suiteSqliteFile } from '../helpers/sqlite-file.js';
 
 // Retention: the recovery pass (or a drain) that deletes delivered entries after ttlMs also deletes dead
 // ones after retention.deadMs and blanks the customer's name and number after retention.personalDataMs.
@@ -206,12 +203,7 @@ describeWithService('MariaDB', 'MysqlStore', () => {
 });
 
 describe('SqliteStore', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'ipn-kit-retention-'));
-  const database = new Database(join(dir, 'ipn.db'));
-  afterAll(() => {
-    database.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const database = suiteSqliteFile('ipn-kit-retention-');
   const store = new SqliteStore({ database });
   retentionScenario(
     () => store,

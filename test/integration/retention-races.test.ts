@@ -1,8 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import Database from 'better-sqlite3';
 import Redis from 'ioredis';
 import { createPool, type Pool as MysqlPool } from 'mysql2/promise';
 import { MysqlStore } from '../../lib/mysql.js';
@@ -11,6 +7,7 @@ import { SqliteStore } from '../../lib/sqlite.js';
 import type { DurableStore } from '../../lib/stores/store.js';
 import { retentionPass } from '../../lib/delivery/retention.js';
 import { describeWithService, mysqlUrl, redisUrl } from '../helpers/services.js';
+import { suiteSqliteFile } from '../helpers/sqlite-file.js';
 
 // Retention must never blank what is still to deliver. The stores that blank in JavaScript (Redis, MySQL,
 // SQLite) read the candidates (delivered and dead entries) first, then write each one "only if unchanged":
@@ -148,12 +145,7 @@ describeWithService('MariaDB', 'MysqlStore', () => {
 });
 
 describe('SqliteStore', () => {
-  const dir = mkdtempSync(join(tmpdir(), 'ipn-kit-retrace-'));
-  const database = new Database(join(dir, 'ipn.db'));
-  afterAll(() => {
-    database.close();
-    rmSync(dir, { recursive: true, force: true });
-  });
+  const database = suiteSqliteFile('ipn-kit-retrace-');
 
   test('redact() never blanks an entry replayed between its read and its write', async () => {
     const plain = new SqliteStore({ database });
