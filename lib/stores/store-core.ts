@@ -26,6 +26,21 @@ export function checkKey(owner: string, key: string, maxLength = Infinity): stri
 }
 
 /**
+ * Checks a lease id or a claim token (`what`, for the message): a non-empty string that a store's column
+ * holds exactly, as {@link checkKey} says. `owner` names the store in the message.
+ * @throws TypeError for any other value.
+ */
+export function checkId(owner: string, id: unknown, what: string, maxLength = Infinity): string {
+  if (typeof id !== 'string' || id === '' || id.length > maxLength || UNSTORABLE.test(id)) {
+    const most = maxLength === Infinity ? '' : ` of at most ${maxLength} characters`;
+    throw new TypeError(
+      `${owner}: ${what} must be a non-empty string${most}, without a NUL or a lone surrogate, got ${JSON.stringify(id)}`,
+    );
+  }
+  return id;
+}
+
+/**
  * `transaction_id:state`, checked as {@link checkKey} does, split at the last `:` (a transaction id may
  * contain one; a state never does).
  * @throws TypeError for a key of another shape.

@@ -324,6 +324,27 @@ export function runOrmScenarios(fixturePath: string): void {
       for (const payload of payloads) await delivered(keyOf(payload));
       for (const payload of payloads) expect(await rows(payload.transaction_id)).toBe(1);
     });
+
+    test('at most once through the ORM alone: a claim is taken once, and the resend is a duplicate', async () => {
+      if (!orm.transactions.execute) {
+        console.warn(`${fixture.name}: no execute(): the store needs a pool beside the ORM`);
+        return;
+      }
+      // The claim is two statements (a lock, then the claim) run in one transaction of the ORM.
+      const ipn = ipnRouter({ store: new PostgresStore({ transactions: orm.transactions }), logger: quiet });
+      const recorder = recordEvents(ipn);
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      expect((await post(payload)).status).toBe(200);
+      await eventually('one successful', () => recorder.of('successful').length === 1);
+      expect(recorder.of('successful').map((n) => n.transaction_id)).toEqual([payload.transaction_id]);
+      expect(recorder.of('duplicate')).toHaveLength(1);
+      const claims = await ledger
+        .pool()
+        .query('SELECT key FROM ipn_inbox_claims WHERE key = $1', [keyOf(payload)]);
+      expect(claims.rows).toEqual([{ key: keyOf(payload) }]);
+    });
   });
 }
 

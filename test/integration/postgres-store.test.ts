@@ -176,6 +176,19 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
       expect(await store.claim(key, 1000, 'token-2')).toBe(false);
     });
 
+    test('a key and a token of quotes and backslashes are kept as they are (the claim sends them as literals)', async () => {
+      const store = await freshStore();
+      const key = `EFB.'; DROP TABLE x; --\\'\\:SUCCESSFUL`;
+      const token = `it's a \\ token \\'`;
+      expect(await store.claim(key, 1000, token)).toBe(true);
+      expect(await store.claim(key, 1000, token)).toBe(true);
+      expect(await store.claim(key, 1000, 'another')).toBe(false);
+      const { rows } = await poolA.query(`SELECT key, token FROM "${store.table}_claims"`);
+      expect(rows).toEqual([{ key, token }]);
+      for (const bad of ['', 'a\u0000b', '\ud800', 7 as unknown as string])
+        await expect(store.claim(uniqueKey(), 1000, bad)).rejects.toThrow(TypeError);
+    });
+
     test('50 concurrent claims of one key from two pools: exactly one answers true', async () => {
       const a = await freshStore();
       const b = new PostgresStore({ pool: poolB, table: a.table });

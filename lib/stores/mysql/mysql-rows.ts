@@ -1,9 +1,9 @@
 import {
   checkKey as checkStoredKey,
+  checkId as checkStoredId,
   leaseMs as checkedLeaseMs,
   splitKey as splitStoredKey,
   inboxEntry,
-  UNSTORABLE,
 } from '../store-core.js';
 import type { InboxEntry, Lease } from '../store.js';
 
@@ -17,14 +17,7 @@ export const checkKey = (key: string): string => checkStoredKey('MysqlStore', ke
 export const splitKey = (key: string): [string, string] => splitStoredKey('MysqlStore', key, MAX_ID);
 
 /** Checks a lease id or a claim token: a non-empty string that fits its column. */
-export function checkId(id: unknown, what: string): string {
-  if (typeof id !== 'string' || id === '' || id.length > MAX_ID || UNSTORABLE.test(id)) {
-    throw new TypeError(
-      `MysqlStore: ${what} must be a non-empty string of at most ${MAX_ID} characters, got ${JSON.stringify(id)}`,
-    );
-  }
-  return id;
-}
+export const checkId = (id: unknown, what: string): string => checkStoredId('MysqlStore', id, what, MAX_ID);
 
 /** The lease's length, checked, in whole milliseconds (at least 1). */
 export function leaseMs(lease: Lease): number {

@@ -1,5 +1,6 @@
 import {
   checkKey as checkStoredKey,
+  checkId,
   leaseMs as checkedLeaseMs,
   splitKey as splitStoredKey,
   inboxEntry,
@@ -40,6 +41,9 @@ export const checkKey = (key: string): string => checkStoredKey('PostgresStore',
 
 /** `transaction_id:state`, checked and split at the last `:`. */
 export const splitKey = (key: string): [string, string] => splitStoredKey('PostgresStore', key);
+
+/** A claim token, checked: a non-empty string a `text` column holds exactly (and a literal can carry). */
+export const checkToken = (token: unknown): string => checkId('PostgresStore', token, 'a claim token');
 
 /** The lease's length, checked, with an id a `text` column (and a batch's JSON) holds exactly. */
 export const leaseMs = (lease: Lease): number => checkedLeaseMs('PostgresStore', lease, true);

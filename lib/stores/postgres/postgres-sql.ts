@@ -86,6 +86,15 @@ const COLUMNS =
 /** `$n` milliseconds after the database's now. */
 const FROM_NOW = (n: number): string => `now() + $${n}::double precision * interval '1 millisecond'`;
 
+/**
+ * `text` as an escape string literal (`E'...'`, its quotes and backslashes doubled), which reads the same
+ * whatever `standard_conforming_strings` says. `text` holds no NUL (checked by the caller: PostgreSQL has
+ * no such character in text, and the protocol would end the query there).
+ */
+export function literal(text: string): string {
+  return `E'${text.replaceAll('\\', '\\\\').replaceAll("'", "''")}'`;
+}
+
 /** What a key or lease id may hold to stand in SQL as a literal as it is: no quote, no backslash. */
 const PLAIN = /^[A-Za-z0-9._:-]{1,200}$/;
 
@@ -169,12 +178,11 @@ export const restoreSession = (
  * What goes before the mark of a delivery through `db` whose listener changed a setting of the session:
  * {@link RESET}, then {@link restoreSession} of `settings` (the JSON {@link SESSION_SNAPSHOT} read before the
  * listener's first setting; none: the reset alone), as statements of one simple query, each ending with `; `.
- * The JSON stands in it as an escape string literal, which reads the same whatever `standard_conforming_strings` says.
+ * The JSON stands in it as a {@link literal}.
  */
 export function resetSession(settings: string | undefined): string {
   if (settings === undefined) return `${RESET}; `;
-  const literal = `E'${settings.replaceAll('\\', '\\\\').replaceAll("'", "\\'")}'`;
-  return `${RESET}; ${restoreSession(literal)}; `;
+  return `${RESET}; ${restoreSession(literal(settings))}; `;
 }
 
 /** A schema name as `quote_ident` gives it: what the ORM path's opening reads may stand in SQL as it is. */
@@ -267,11 +275,21 @@ export function inboxSql(table: string) {
     // true, not a resend. Both are read from the row's latest version, which the conflict locks, never from
     // the statement's snapshot: that one may predate another token's takeover the claim waited for (its
     // now() before the expiry, the takeover's after), and would still show this token's claim live. The
-    // same token asked again keeps its claim's times. Values: key, token, ttl ms.
-    claim: `WITH taken AS (
+    // same token asked again keeps its claim's times.
+    // A claim and a receive of one key (two instances in different delivery modes, as in a deploy that
+    // switches it) must not both be first, yet each reads the other's table in its own statement's
+    // snapshot, with no row in common to lock. So the claim first takes the inbox in SHARE mode, which
+    // waits for every transaction writing the inbox (a receive holds ROW EXCLUSIVE from before its snapshot
+    // until it commits) and holds off new ones until the claim commits; its statement's snapshot, taken
+    // after the lock, sees the receive that went first, and a receive that comes after sees the claim.
+    // SHARE does not conflict with itself: claims never wait for each other on it. Both statements go as
+    // one simple query (one round trip, one implicit transaction), the values as literals.
+    claim: (key: string, token: string, ttlMs: number) => `LOCK TABLE ${t} IN SHARE MODE;
+      WITH taken AS (
         INSERT INTO ${claims} AS c (key, token, claimed_at, expires_at)
-        SELECT $1::text, $2::text, now(), now() + $3::double precision * interval '1 millisecond'
-        WHERE NOT EXISTS (SELECT 1 FROM ${t} WHERE key = $1)
+        SELECT ${literal(key)}::text, ${literal(token)}::text, now(),
+          now() + ${literal(String(ttlMs))}::double precision * interval '1 millisecond'
+        WHERE NOT EXISTS (SELECT 1 FROM ${t} WHERE key = ${literal(key)})
         ON CONFLICT (key) DO UPDATE
           SET token = excluded.token,
             claimed_at = CASE WHEN c.expires_at <= now() THEN excluded.claimed_at ELSE c.claimed_at END,

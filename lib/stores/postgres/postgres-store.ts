@@ -1,7 +1,15 @@
 import { checkLeaseLimit, claimTtlMs, migrateWorded } from '../store-core.js';
 import { missingTable, SqlStore, type SqlDialect, type TableOf } from '../sql-store.js';
 import { randomUUID } from 'node:crypto';
-import { checkKey, leaseMs, settleQuery, splitKey, toEntry, toStoredJson } from './postgres-rows.js';
+import {
+  checkKey,
+  checkToken,
+  leaseMs,
+  settleQuery,
+  splitKey,
+  toEntry,
+  toStoredJson,
+} from './postgres-rows.js';
 import { claimsTable, inboxSql, receivesJson, RESET, tableNames, type InboxSql } from './postgres-sql.js';
 import { postgresControlTable, postgresSchemaDialect } from './postgres-schema.js';
 import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
@@ -316,16 +324,21 @@ export class PostgresStore<
    * in the same statement (two at once: one wins). The row stays until `purge()`, holding nothing.
    * @returns `true` when this call took the key (or an earlier call with the same `token` did, and its claim
    * is live), `false` when the key was claimed by another live claim, or received.
-   * @throws TypeError unless `ttlMs` is a positive number (a ttl above a century holds the key a century).
+   * @throws TypeError unless `ttlMs` is a positive number (a ttl above a century holds the key a century),
+   * or when `token` is not a string a `text` column holds exactly (no NUL, no lone surrogate).
    */
   async claim(key: string, ttlMs: number, token: string = randomUUID()): Promise<boolean> {
     splitKey(key);
-    const { rows } = await this.#query(
-      this.#sql.claim,
-      [key, token, claimTtlMs('PostgresStore', ttlMs)],
-      'claims',
-    );
-    return (rows[0] as { claimed?: unknown } | undefined)?.claimed === true;
+    const text = this.#sql.claim(key, checkToken(token), claimTtlMs('PostgresStore', ttlMs));
+    // Two statements (the lock, then the claim) as one simple query: pg answers with a result for each.
+    const answered: unknown = await this.#query(text, [], 'claims');
+    const rows: unknown = Reflect.get(Object(Array.isArray(answered) ? answered.at(-1) : answered), 'rows');
+    const claimed: unknown = Array.isArray(rows) ? Reflect.get(Object(rows[0]), 'claimed') : undefined;
+    if (typeof claimed !== 'boolean') {
+      // Never read as a resend: a notification dropped on an answer misread would be lost.
+      throw new StoreError(`PostgresStore: a claim on ${this.table} was answered without its row`);
+    }
+    return claimed;
   }
 
   /** Inserts `record` as `received`, attempts 1, leased to `lease` (until the database's now + `lease.ms`). */
@@ -520,7 +533,8 @@ export class PostgresStore<
 
 /**
  * A pool over your ORM: each query runs through `transactions.execute`, as one statement outside any
- * transaction. A statement of several (the migration's) runs in one transaction of the ORM, one by one.
+ * transaction. A text of several statements (the migration's, a claim's) runs in one transaction of the ORM,
+ * one by one, and answers with the last one's result.
  */
 function ormPool(transactions: Transactions): PgQueryable {
   const execute = transactions.execute!.bind(transactions);
@@ -530,11 +544,13 @@ function ormPool(transactions: Transactions): PgQueryable {
     async query(text, values = []) {
       const statements = values.length === 0 ? splitStatements(text) : [text];
       if (statements.length > 1) {
+        // As pg answers a simple query of several statements: the last one's result is the claim's.
+        let last: StatementResult = { rows: [], count: 0 };
         await transactions.transaction(async (tx) => {
           for (const one of statements)
-            await transactions.query(tx, { text: one, values: [], returns: 'count' });
+            last = await transactions.query(tx, { text: one, values: [], returns: returns(one) });
         });
-        return { rows: [], rowCount: 0 };
+        return { rows: last.rows, rowCount: last.count };
       }
       const { rows, count } = await execute({ text, values, returns: returns(text) });
       return { rows, rowCount: count };
