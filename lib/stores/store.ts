@@ -157,7 +157,10 @@ export interface DurableStore extends Store {
   release(key: string, leaseId?: string): Awaitable<void>;
   /**
    * Records a first delivery: inserts `record` under `key` with status `received`, attempts 1, leased to
-   * `lease`. Resolves `false`, changing nothing, when `key` is already there (a resend).
+   * `lease`. Resolves `false`, changing nothing, when `key` is already there (a resend), or a live claim
+   * ({@link Store.claim}, by a router at most once on the same store) holds it; and `claim` of a key the
+   * inbox holds resolves `false`: two instances in different delivery modes never both take a notification
+   * (`runStoreConformance`'s `claim-receive-exclusive`).
    */
   receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean>;
   /**

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { isDate, near } from './store-conformance-entries.js';
 import { atOnce, must, same, type Rule } from './store-conformance-kit.js';
 
@@ -24,6 +25,44 @@ export const RECEIVE_RULES: Rule[] = [
         await kit.store.settle(key, a.id, { status: 'delivered' }),
         `the first receive's lease did not settle ${key}`,
       );
+    },
+  },
+  {
+    // A router at most once claims; one at least once receives. Two instances in different modes on one
+    // store (a deploy that switches `delivery`) must not both take one notification.
+    name: 'claim-receive-exclusive',
+    needs: 'durable',
+    async run(kit) {
+      const claimed = kit.key('claim-receive-exclusive');
+      must(
+        await kit.store.claim(claimed, kit.longMs, randomUUID()),
+        `the first claim of ${claimed} resolved false`,
+      );
+      must(
+        !(await kit.store.receive(claimed, kit.record(claimed), kit.lease())),
+        `receive(${claimed}) of a key a live claim holds resolved true: an instance at least once would deliver again what one at most once delivered`,
+      );
+      const received = kit.key('claim-receive-exclusive');
+      must(
+        await kit.store.receive(received, kit.record(received), kit.lease()),
+        `receive(${received}) resolved false`,
+      );
+      must(
+        !(await kit.store.claim(received, kit.longMs, randomUUID())),
+        `claim(${received}) of a received key resolved true: an instance at most once would deliver again what the inbox holds`,
+      );
+      for (const key of [kit.key('claim-receive-exclusive'), kit.key('claim-receive-exclusive')]) {
+        const answers = await atOnce(kit.concurrency, (index) =>
+          index % 2 === 0
+            ? kit.at(index).claim(key, kit.longMs, randomUUID())
+            : kit.at(index).receive(key, kit.record(key), kit.lease()),
+        );
+        const firsts = answers.filter((answer) => answer === true).length;
+        must(
+          firsts === 1,
+          `${kit.concurrency} claims and receives of ${key} at once: ${firsts} resolved true, expected 1`,
+        );
+      }
     },
   },
   {

@@ -381,6 +381,78 @@ describeWithService('Redis', 'RedisStore', () => {
       expect(await store.claim(uniqueKey(), 60_000)).toBe(true);
     });
 
+    test('a claim and a receive of one key exclude each other, as in the SQL stores (instances in different delivery modes)', async () => {
+      const store = new RedisStore({ client: (await open()).client, prefix });
+      const lease = () => ({ id: `lease-${(sequence += 1)}`, ms: 60_000 });
+      const record = { transaction_id: 'TX', state: 'SUCCESSFUL' };
+      const [claimed, received, fresh, expiring] = [uniqueKey(), uniqueKey(), uniqueKey(), uniqueKey()];
+      expect(await store.claim(claimed, 60_000)).toBe(true);
+      expect(await store.receive(claimed, record, lease())).toBe(false);
+      expect(await store.receive(received, record, lease())).toBe(true);
+      // Together: one script for the lot; the received key is a duplicate, the fresh one is claimed.
+      expect(await Promise.all([received, fresh].map((key) => store.claim(key, 60_000)))).toEqual([
+        false,
+        true,
+      ]);
+      expect(await store.claim(received, 60_000)).toBe(false);
+      // An expired claim holds nothing.
+      expect(await store.claim(expiring, 20)).toBe(true);
+      await eventually('the claim expired and the key was received', () =>
+        store.receive(expiring, record, lease()),
+      );
+    });
+
+    test('two instances in different delivery modes deliver 20 concurrent copies once', async () => {
+      const own = `${prefix}modes:`; // an inbox of its own: the other tests leave entries received
+      async function instance(delivery: 'at-most-once' | 'at-least-once') {
+        const store = new RedisStore({ client: (await open()).client, prefix: own });
+        const ipn = ipnRouter({ store, delivery, logger: quiet, retryDelayMs: 20 });
+        const app = express();
+        app.use('/ipn', ipn);
+        const running = await listen(app);
+        servers.push(running);
+        return { store, recorder: recordEvents(ipn), url: running.url };
+      }
+      const a = await instance('at-most-once');
+      const b = await instance('at-least-once');
+      const payload = uniquePayload();
+
+      const statuses = await postCopies([b.url, a.url], payload, 20);
+
+      expect(statuses).toEqual(Array(20).fill(200));
+      const delivered = () => a.recorder.count('successful') + b.recorder.count('successful');
+      await eventually('one delivered', () => delivered() >= 1);
+      // The at-least-once instance delivers after its answer: wait until its inbox has nothing left to do.
+      await eventually('the inbox settled', async () => {
+        const counts = await b.store.countByStatus();
+        return counts.received === 0 && counts.failed === 0;
+      });
+      expect(delivered()).toBe(1);
+    });
+
+    test('a Redis that refuses a script naming a key of another slot (a Cluster): claims and receives no longer name one, none lost', async () => {
+      const connection = await open();
+      // A claim naming the key's inbox entry, or a receive naming the key's claim (its last argument).
+      const otherSlot = (args: string[]): Error | undefined =>
+        args[0]!.startsWith('EVAL') &&
+        (args.some((arg) => arg.startsWith(`${prefix}{inbox}:e:`)) ||
+          (args[3] === `${prefix}{inbox}:` && args.at(-1) === `${prefix}${args[4]}`))
+          ? new Error('ERR Script attempted to access keys that do not hash to the same slot')
+          : undefined;
+      let last: string;
+      const { client, scripts, forget } = recording(connection, otherSlot);
+      const store = new RedisStore({ client, prefix });
+      const record = { transaction_id: 'TX', state: 'SUCCESSFUL' };
+      last = uniqueKey();
+      expect(await store.claim(last, 60_000)).toBe(true);
+      expect(await store.claim(last, 60_000)).toBe(false);
+      last = uniqueKey();
+      expect(await store.receive(last, record, { id: 'lease', ms: 60_000 })).toBe(true);
+      forget();
+      expect(await store.receive(last, record, { id: 'lease', ms: 60_000 })).toBe(false);
+      expect(scripts()).toHaveLength(1); // no refusal: the receive named no claim
+    });
+
     test('two app instances, each with its own client, deliver 20 concurrent copies exactly once', async () => {
       async function instance() {
         const ipn = ipnRouter({
@@ -496,6 +568,8 @@ describe('RedisStore construction', () => {
     const results = await Promise.all([1, 2, 3].map((n) => store.claim(`TX.${n}:SUCCESSFUL`, 1000)));
     expect(results).toEqual([true, true, true]);
     expect(sent.map((args) => args[2])).toEqual(['1', '1', '1']);
+    // Nor does a claim name the key's inbox entry, which lives in another slot.
+    expect(sent.map((args) => args.at(-1))).toEqual(['', '', '']);
   });
 
   test('an ioredis Cluster is sent one script per lifecycle decision, as per claim: its state keys live in different slots', async () => {

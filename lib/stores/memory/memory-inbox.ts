@@ -63,6 +63,11 @@ export class MemoryInbox {
     return true;
   }
 
+  /** Whether the inbox has an entry of `key`, whatever its status. */
+  has(key: string): boolean {
+    return this.#entries.has(key);
+  }
+
   receive(key: string, record: Record<string, unknown>, lease: Lease): boolean {
     if (this.#entries.has(key)) return false;
     const now = new Date(this.#now());

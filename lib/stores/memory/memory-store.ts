@@ -118,10 +118,15 @@ export class MemoryStore implements DurableStore {
     return this.#evictions + this.#inbox.evictions;
   }
 
-  /** At least once: stores `record` as received, leased to `lease`; `false` when `key` is there already. */
+  /**
+   * At least once: stores `record` as received, leased to `lease`; `false` when `key` is there already, or a
+   * live claim holds it (a router at most once on this store): a claim and a receive of one key exclude each
+   * other, as in every store.
+   */
   receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
     return settled(() => {
       leaseMs('MemoryStore', lease);
+      if ((this.#expiries.get(key) ?? -Infinity) > this.#now()) return false;
       return this.#inbox.receive(key, record, lease);
     });
   }
@@ -176,6 +181,7 @@ export class MemoryStore implements DurableStore {
   }
 
   claim(key: string, ttlMs: number, token?: string): boolean {
+    if (this.#inbox.has(key)) return false; // received at least once, by a router in that mode: a resend
     const now = this.#now();
     const expiry = this.#expiries.get(key);
     if (expiry !== undefined && expiry > now) return token !== undefined && this.#tokens.get(key) === token;

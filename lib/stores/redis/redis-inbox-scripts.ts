@@ -42,12 +42,14 @@ end`;
 
 export const INBOX_SCRIPTS = {
   /**
-   * ARGV: key, record JSON, lease id, lease ms, custom_data in lower case (what `list` searches). 1 when
-   * stored, 0 when the key is there already.
+   * ARGV: key, record JSON, lease id, lease ms, custom_data in lower case (what `list` searches), the key's
+   * claim ('' when not looked at). 1 when stored, 0 when the key is there already, or a live claim holds it
+   * (at most once, by an instance in that mode: the receive is a duplicate, as in the SQL stores).
    */
   receive: `${NOW}
 local k = ARGV[1]
 local e = base .. 'e:' .. k
+if ARGV[6] ~= '' and redis.call('EXISTS', ARGV[6]) == 1 then return 0 end
 if redis.call('EXISTS', e) == 1 then return 0 end
 local held = now + tonumber(ARGV[4])
 redis.call('HMSET', e, 'key', k, 'record', ARGV[2], 'status', 'received', 'attempts', 1, 'last_error', '',

@@ -57,31 +57,41 @@ export interface RedisStoreOptions {
   prefix: string;
 }
 
-/** SET NX with this claim's token, or the token already there: atomic, as a script runs alone. */
-const CLAIM_SCRIPT = `if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+/**
+ * SET NX with this claim's token, or the token already there: atomic, as a script runs alone. Not while the
+ * key's inbox entry (ARGV[3]: its name; '' when not looked at) exists: a receive (at least once, by an
+ * instance in that mode) came first, and the claim is a duplicate, as in the SQL stores.
+ */
+const CLAIM_SCRIPT = `if ARGV[3] ~= '' and redis.call('EXISTS', ARGV[3]) == 1 then return 0 end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
 return 0`;
 /**
- * The claim script for many keys at once (KEYS: the keys; ARGV: each one's token, then its ttl), each claimed
- * as by {@link CLAIM_SCRIPT}: one reply of 1s and 0s, in order. A key Redis refuses (one holding a hash:
- * WRONGTYPE) gets Redis's error message as its reply, a failure of its claim alone, as if sent alone.
+ * The claim script for many keys at once (KEYS: the keys; ARGV: each one's token, ttl and inbox entry), each
+ * claimed as by {@link CLAIM_SCRIPT}: one reply of 1s and 0s, in order. A key Redis refuses (one holding a
+ * hash: WRONGTYPE) gets Redis's error message as its reply, a failure of its claim alone, as if sent alone.
  */
 const CLAIM_MANY_SCRIPT = `local claimed = {}
 for i, key in ipairs(KEYS) do
-  local token = ARGV[2 * i - 1]
-  local set = redis.pcall('SET', key, token, 'NX', 'PX', ARGV[2 * i])
-  if type(set) == 'table' and set.err then
-    claimed[i] = set.err
-  elseif set then
-    claimed[i] = 1
+  local token = ARGV[3 * i - 2]
+  local entry = ARGV[3 * i]
+  if entry ~= '' and redis.call('EXISTS', entry) == 1 then
+    claimed[i] = 0
   else
-    local held = redis.pcall('GET', key)
-    if type(held) == 'table' and held.err then
-      claimed[i] = held.err
-    elseif held == token then
+    local set = redis.pcall('SET', key, token, 'NX', 'PX', ARGV[3 * i - 1])
+    if type(set) == 'table' and set.err then
+      claimed[i] = set.err
+    elseif set then
       claimed[i] = 1
     else
-      claimed[i] = 0
+      local held = redis.pcall('GET', key)
+      if type(held) == 'table' and held.err then
+        claimed[i] = held.err
+      elseif held == token then
+        claimed[i] = 1
+      else
+        claimed[i] = 0
+      end
     end
   end
 end
@@ -95,8 +105,17 @@ const INBOX_SHAS = Object.fromEntries(
 /** Sends one raw command, whichever client it is. */
 export type Send = (args: string[]) => Promise<unknown>;
 
-/** One claim as sent: the prefixed key, its token, its ttl in whole milliseconds. */
-type Claim = [key: string, token: string, ttl: string];
+/** One claim as sent: the prefixed key, its token, its ttl in whole milliseconds, the key without prefix. */
+type Claim = [key: string, token: string, ttl: string, unprefixed: string];
+
+/**
+ * Whether Redis refused a script for the slots of its keys: a proxy or a Cluster refusing several keys
+ * (CROSSSLOT), or a Cluster node refusing a key the script names that is not in its declared keys' slot.
+ */
+function refusedSlots(error: unknown): boolean {
+  const message = messageOf(error instanceof StoreError ? error.cause : error);
+  return message.startsWith('CROSSSLOT') || /do not hash to the same slot|non local key/.test(message);
+}
 
 /**
  * A dedupe store in Redis, shared by every instance of your app: a claim is one small script (`SET key token
@@ -158,6 +177,13 @@ export class RedisStore implements DurableStore {
   readonly #claims: ((claim: Claim) => Promise<unknown>) | undefined;
   /** A proxy in front of a sharded Redis refused a script of several keys (CROSSSLOT): one key each. */
   #oneKeyPerScript = false;
+  /**
+   * Whether a claim looks at the key's inbox entry, and a receive at the key's claim: the other's key lives
+   * in another slot, so not on a Redis Cluster (an ioredis `Cluster`, or once Redis refused a script for
+   * its slots). There a claim and a receive of one key, by instances in different delivery modes, do not
+   * see each other.
+   */
+  #crossChecks = true;
 
   constructor(options: Partial<RedisStoreOptions> & Pick<RedisStoreOptions, 'client'>) {
     const { client, prefix = 'ipn-kit:' } = (options ?? {}) as Partial<RedisStoreOptions>;
@@ -180,18 +206,20 @@ export class RedisStore implements DurableStore {
     );
     this.audit = new RedisAudit((args) => this.#command(args), prefix);
     this.pauseSwitch = redisPauseSwitch((args) => this.#command(args), prefix);
-    this.#claims =
-      Reflect.get(client as object, 'isCluster') === true
-        ? undefined
-        : createBatcher((claims: Claim[]) => this.#claimMany(claims), { stallMs: this.#stall.ms });
+    const cluster = Reflect.get(client as object, 'isCluster') === true;
+    this.#crossChecks = !cluster;
+    this.#claims = cluster
+      ? undefined
+      : createBatcher((claims: Claim[]) => this.#claimMany(claims), { stallMs: this.#stall.ms });
   }
 
   /**
    * Claims `key` for `ttlMs` milliseconds: one script that runs `SET prefix+key token NX PX ttlMs`, and answers
    * true also when the key already holds this `token`. So a claim sent again after its answer was lost (a
    * connection reset after the write; ioredis resends unanswered commands by itself) is still this caller's.
+   * Not while the key's inbox entry exists (a receive, at least once, came first), except on a Cluster.
    * @returns `true` when this call (or an earlier one with the same token) set the key, `false` when another
-   * claim holds it.
+   * claim holds it, or the inbox has the key.
    */
   async claim(key: string, ttlMs: number, token: string = randomUUID()): Promise<boolean> {
     if (!Number.isFinite(ttlMs) || ttlMs <= 0) {
@@ -204,7 +232,7 @@ export class RedisStore implements DurableStore {
       );
     }
     // PX takes whole milliseconds; rounding up never shortens the dedupe window.
-    const claim: Claim = [this.prefix + key, token, String(Math.ceil(ttlMs))];
+    const claim: Claim = [this.prefix + key, token, String(Math.ceil(ttlMs)), key];
     const reply = await (this.#claims && !this.#oneKeyPerScript
       ? this.#claims(claim)
       : this.#claimOne(claim));
@@ -218,8 +246,31 @@ export class RedisStore implements DurableStore {
   }
 
   /** One claim, through {@link CLAIM_SCRIPT}: Redis's reply. */
-  #claimOne([key, token, ttl]: Claim): Promise<unknown> {
-    return this.#script(CLAIM_SCRIPT, CLAIM_SHA, ['1', key, token, ttl]);
+  #claimOne([key, token, ttl, unprefixed]: Claim): Promise<unknown> {
+    return this.#crossChecked(() =>
+      this.#script(CLAIM_SCRIPT, CLAIM_SHA, ['1', key, token, ttl, this.#entryOf(unprefixed)]),
+    );
+  }
+
+  /** The name of `key`'s inbox entry, for a claim to look at; '' when claims do not look (a Cluster). */
+  #entryOf(key: string): string {
+    return this.#crossChecks ? `${this.#base()}e:${key}` : '';
+  }
+
+  /**
+   * Runs `script` (a claim or a receive, which names the other's key while `#crossChecks` holds); once Redis
+   * refuses it for its slots (a Cluster), runs it again without, as every one from then on. A refused script
+   * ran nothing.
+   */
+  async #crossChecked<T>(script: () => Promise<T>): Promise<T> {
+    const checked = this.#crossChecks;
+    try {
+      return await script();
+    } catch (error) {
+      if (!checked || !refusedSlots(error)) throw error;
+      this.#crossChecks = false;
+      return script();
+    }
   }
 
   /**
@@ -234,7 +285,7 @@ export class RedisStore implements DurableStore {
     return this.#severalOrEach(async () => {
       const args: string[] = [String(claims.length)];
       for (const [key] of claims) args.push(key);
-      for (const [, token, ttl] of claims) args.push(token, ttl);
+      for (const [, token, ttl, unprefixed] of claims) args.push(token, ttl, this.#entryOf(unprefixed));
       const reply = await this.#script(CLAIM_MANY_SCRIPT, CLAIM_MANY_SHA, args);
       // Anything but one reply per claim is the claims' failure: each says what Redis answered.
       return Array.isArray(reply) && reply.length === claims.length
@@ -253,7 +304,7 @@ export class RedisStore implements DurableStore {
     try {
       return await several();
     } catch (error) {
-      if (!messageOf(error instanceof StoreError ? error.cause : error).startsWith('CROSSSLOT')) throw error;
+      if (!refusedSlots(error)) throw error;
       this.#oneKeyPerScript = true;
       return each();
     }
@@ -283,11 +334,15 @@ export class RedisStore implements DurableStore {
     return (await this.#inbox('replace', args)) === 1;
   }
 
-  /** At least once: stores `record` as received, leased to `lease`; `false` when `key` is there already. */
+  /**
+   * At least once: stores `record` as received, leased to `lease`; `false` when `key` is there already, or
+   * a live claim holds it (at most once, by an instance in that mode), except on a Cluster.
+   */
   async receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
     checkLease(lease);
     const args = [key, JSON.stringify(record), lease.id, lease.ms, searchText(record)];
-    const stored = await this.#inbox('receive', args);
+    const claim = () => (this.#crossChecks ? this.prefix + key : '');
+    const stored = await this.#crossChecked(() => this.#inbox('receive', [...args, claim()]));
     return stored === 1;
   }
 

@@ -21,6 +21,19 @@ describe('MemoryStore', () => {
     expect(store.claim('EFB.001158:SUCCESSFUL', DAY)).toBe(false);
   });
 
+  it('a claim and a receive of one key exclude each other (two routers in different delivery modes on one store)', async () => {
+    const { store, advance } = storeAt();
+    const record = { transaction_id: 'EFB.1', state: 'SUCCESSFUL' };
+    const lease = { id: 'lease', ms: 60_000 };
+    expect(store.claim('EFB.1:SUCCESSFUL', 1_000)).toBe(true);
+    expect(await store.receive('EFB.1:SUCCESSFUL', record, lease)).toBe(false);
+    advance(1_001); // the claim expired: it holds nothing
+    expect(await store.receive('EFB.1:SUCCESSFUL', record, lease)).toBe(true);
+    expect(await store.receive('EFB.2:SUCCESSFUL', { ...record, transaction_id: 'EFB.2' }, lease)).toBe(true);
+    expect(store.claim('EFB.2:SUCCESSFUL', 1_000)).toBe(false);
+    expect(store.claim('EFB.2:SUCCESSFUL', 1_000, 'a token')).toBe(false);
+  });
+
   it("a lifecycle decision with a shorter ttlMs never cuts the time a SUCCESSFUL is kept (two routers' ttlMs on one store)", () => {
     const { store, advance } = storeAt();
     expect(store.lifecycle.decide('EFB.7', 'SUCCESSFUL', DAY)).toBe('accepted');
