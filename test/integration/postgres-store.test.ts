@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { format, inspect } from 'node:util';
 import express from 'express';
 import { Pool } from 'pg';
-import { ipnRouter } from 'ipn-kit';
+import { ipnRouter, StoreError } from 'ipn-kit';
 import { PostgresStore, postgresSchemaSql } from 'ipn-kit/postgres';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
@@ -187,6 +187,33 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
       expect(rows).toEqual([{ key, token }]);
       for (const bad of ['', 'a\u0000b', '\ud800', 7 as unknown as string])
         await expect(store.claim(uniqueKey(), 1000, bad)).rejects.toThrow(TypeError);
+    });
+
+    test('a claim waits for a write of the inbox in progress at most storeTimeoutMs, then fails (503) and frees its connection', async () => {
+      const store = await freshStore();
+      store.useStoreTimeout(200);
+      const writer = await poolB.connect();
+      try {
+        await writer.query('BEGIN');
+        await writer.query(`LOCK TABLE "${store.table}" IN ROW EXCLUSIVE MODE`); // as a receive holds it
+        const key = uniqueKey();
+        const claimed = store.claim(key, 1000).then(
+          (answer) => answer,
+          (error: unknown) => error,
+        );
+        // The writer ends after 3 s at the latest; the claim must have given up long before.
+        const answer = await Promise.race([
+          claimed,
+          new Promise((resolve) => setTimeout(resolve, 3_000, 'waited')),
+        ]);
+        expect(answer).toBeInstanceOf(StoreError);
+        expect((answer as Error).message).toMatch(/lock timeout/);
+        await writer.query('COMMIT');
+        expect(await store.claim(key, 1000)).toBe(true);
+      } finally {
+        await writer.query('ROLLBACK').catch(() => undefined);
+        writer.release();
+      }
     });
 
     test('50 concurrent claims of one key from two pools: exactly one answers true', async () => {

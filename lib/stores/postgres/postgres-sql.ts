@@ -282,9 +282,14 @@ export function inboxSql(table: string) {
     // waits for every transaction writing the inbox (a receive holds ROW EXCLUSIVE from before its snapshot
     // until it commits) and holds off new ones until the claim commits; its statement's snapshot, taken
     // after the lock, sees the receive that went first, and a receive that comes after sees the claim.
-    // SHARE does not conflict with itself: claims never wait for each other on it. Both statements go as
-    // one simple query (one round trip, one implicit transaction), the values as literals.
-    claim: (key: string, token: string, ttlMs: number) => `LOCK TABLE ${t} IN SHARE MODE;
+    // SHARE does not conflict with itself: claims never wait for each other on it. The statements go as
+    // one simple query (one round trip, one implicit transaction), the values as literals. A claim waits
+    // for the lock at most `waitMs` (the router's storeTimeoutMs, which has answered 503 by then): one stuck
+    // behind a long write of the inbox fails, and gives its connection back to the pool.
+    claim: (key: string, token: string, ttlMs: number, waitMs: number) => `SET LOCAL lock_timeout = ${literal(
+      `${Math.max(1, Math.ceil(waitMs))}ms`,
+    )};
+      LOCK TABLE ${t} IN SHARE MODE;
       WITH taken AS (
         INSERT INTO ${claims} AS c (key, token, claimed_at, expires_at)
         SELECT ${literal(key)}::text, ${literal(token)}::text, now(),

@@ -329,8 +329,14 @@ export class PostgresStore<
    */
   async claim(key: string, ttlMs: number, token: string = randomUUID()): Promise<boolean> {
     splitKey(key);
-    const text = this.#sql.claim(key, checkToken(token), claimTtlMs('PostgresStore', ttlMs));
-    // Two statements (the lock, then the claim) as one simple query: pg answers with a result for each.
+    const text = this.#sql.claim(
+      key,
+      checkToken(token),
+      claimTtlMs('PostgresStore', ttlMs),
+      this.#stall.ms(),
+    );
+    // Three statements (the lock's timeout, the lock, the claim) as one simple query: pg answers with a
+    // result for each.
     const answered: unknown = await this.#query(text, [], 'claims');
     const rows: unknown = Reflect.get(Object(Array.isArray(answered) ? answered.at(-1) : answered), 'rows');
     const claimed: unknown = Array.isArray(rows) ? Reflect.get(Object(rows[0]), 'claimed') : undefined;
