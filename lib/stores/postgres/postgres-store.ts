@@ -544,11 +544,15 @@ function ormPool(transactions: Transactions): PgQueryable {
     async query(text, values = []) {
       const statements = values.length === 0 ? splitStatements(text) : [text];
       if (statements.length > 1) {
-        // As pg answers a simple query of several statements: the last one's result is the claim's.
+        // As pg answers a simple query of several statements: the last one's result is the claim's. Only
+        // the last is asked for rows: the others (the migration's `SELECT pg_advisory_xact_lock(...)`,
+        // a void) are run for their effect, as Prisma's $queryRawUnsafe cannot read a void column.
         let last: StatementResult = { rows: [], count: 0 };
         await transactions.transaction(async (tx) => {
-          for (const one of statements)
-            last = await transactions.query(tx, { text: one, values: [], returns: returns(one) });
+          for (const [index, one] of statements.entries()) {
+            const answer = index === statements.length - 1 ? returns(one) : 'count';
+            last = await transactions.query(tx, { text: one, values: [], returns: answer });
+          }
         });
         return { rows: last.rows, rowCount: last.count };
       }
