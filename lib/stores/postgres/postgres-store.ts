@@ -331,7 +331,9 @@ export class PostgresStore<
     splitKey(key);
     const text = this.#sql.claim(key, checkToken(token), claimTtlMs('PostgresStore', ttlMs));
     // Two statements (the lock, then the claim) as one simple query: pg answers with a result for each.
-    const answered: unknown = await this.#query(text, [], 'claims');
+    const answered: unknown = await this.#query(text, [], 'claims').catch((error: unknown) => {
+      throw claimRefused(error, this.table);
+    });
     const rows: unknown = Reflect.get(Object(Array.isArray(answered) ? answered.at(-1) : answered), 'rows');
     const claimed: unknown = Array.isArray(rows) ? Reflect.get(Object(rows[0]), 'claimed') : undefined;
     if (typeof claimed !== 'boolean') {
@@ -582,6 +584,26 @@ function markedInOrm(result: StatementResult, key: string, orm: string): 'delive
   throw new StoreError(
     `the transaction of ${orm} does not see the inbox entry ${key}: is ${orm} pointed at the same ` +
       "database and schema as the store's pool? (a search_path of its own, Prisma's ?schema= in its URL)",
+  );
+}
+
+/** PostgreSQL's "insufficient_privilege" error code. */
+const INSUFFICIENT_PRIVILEGE = '42501';
+
+/**
+ * A claim's failure, saying what the role needs when it was refused a privilege: PostgreSQL names only the
+ * table, and a role that could claim before the claim took its lock (SELECT on the inbox) is refused the
+ * `LOCK TABLE ... IN SHARE MODE`, which asks for more. `error` as it is for any other failure.
+ */
+function claimRefused(error: unknown, table: string): unknown {
+  if (!(error instanceof StoreError)) return error;
+  const cause: unknown = error.cause;
+  if (Reflect.get(Object(cause), 'code') !== INSUFFICIENT_PRIVILEGE) return error;
+  return new StoreError(
+    `${error.message}: a claim first takes ${table} in SHARE mode (LOCK TABLE), which needs UPDATE, DELETE ` +
+      `or TRUNCATE on it (SELECT and INSERT are not enough); then it writes ${claimsTable(table)}, which ` +
+      'needs SELECT, INSERT and UPDATE',
+    { cause },
   );
 }
 
