@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Pool } from 'pg';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { successfulPayload } from '../helpers/payloads.js';
-import { CLEANUP_TIMEOUT_MS } from '../helpers/drop-inboxes.js';
+import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 import { databaseUrl, describeWithService } from '../helpers/services.js';
 
 /**
@@ -38,8 +38,7 @@ describeWithService('PostgreSQL', 'PostgresStore: the claim lock, its gaps', () 
     );
   });
   afterAll(async () => {
-    await pool.query(`DROP TABLE IF EXISTS "${table}", "${table}_claims" CASCADE`);
-    await pool.query(`DROP FUNCTION IF EXISTS "${table}_slow"() CASCADE`);
+    await dropPostgresInboxes(pool, [table]); // its functions too: <table>_mark, <table>_slow
     await Promise.all([pool.end(), repeatable.end()]);
   }, CLEANUP_TIMEOUT_MS);
 
