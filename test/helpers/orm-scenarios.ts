@@ -345,6 +345,22 @@ export function runOrmScenarios(fixturePath: string): void {
         .query('SELECT key FROM ipn_inbox_claims WHERE key = $1', [keyOf(payload)]);
       expect(claims.rows).toEqual([{ key: keyOf(payload) }]);
     });
+
+    test('migrate() through the ORM alone makes a fresh inbox (each version several statements), then a claim on it', async () => {
+      if (!orm.transactions.execute) {
+        console.warn(`${fixture.name}: no execute(): the store needs a pool beside the ORM`);
+        return;
+      }
+      // The version's text starts with `SELECT pg_advisory_xact_lock(...)`, whose column is a void: asked
+      // for rows, Prisma's $queryRawUnsafe cannot read it. Only the last statement's rows are read.
+      const store = new PostgresStore({ transactions: orm.transactions, table: 'ipn_inbox_orm_alone' });
+      const first = await store.migrateSchema();
+      expect(first.from).toBe(0);
+      expect(await store.migrateSchema()).toEqual({ from: first.to, to: first.to, migrations: [] });
+      const key = keyOf(uniquePayload());
+      expect(await store.claim(key, 60_000, 'token')).toBe(true);
+      expect(await store.claim(key, 60_000, 'another')).toBe(false);
+    });
   });
 }
 

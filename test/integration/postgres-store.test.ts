@@ -216,6 +216,28 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
       }
     });
 
+    test('a role with SELECT and INSERT on the inbox is refused the lock of a claim: the error says what it needs', async () => {
+      const store = await freshStore();
+      const role = `ipn_claim_app_${process.pid}`;
+      await poolA.query(`CREATE ROLE ${role} NOLOGIN`);
+      const app = new Pool({ connectionString: databaseUrl(), max: 1, options: `-c role=${role}` });
+      app.on('error', () => {});
+      try {
+        await poolA.query(`GRANT SELECT, INSERT ON "${store.table}" TO ${role}`);
+        await poolA.query(`GRANT SELECT, INSERT, UPDATE ON "${store.table}_claims" TO ${role}`);
+        const claimer = new PostgresStore({ pool: app, table: store.table });
+        await expect(claimer.claim(uniqueKey(), 1000)).rejects.toThrow(
+          /permission denied for table .*in SHARE mode \(LOCK TABLE\), which needs UPDATE, DELETE or TRUNCATE on it/,
+        );
+        await poolA.query(`GRANT UPDATE ON "${store.table}" TO ${role}`);
+        expect(await claimer.claim(uniqueKey(), 1000)).toBe(true);
+      } finally {
+        await app.end();
+        await poolA.query(`REVOKE ALL ON "${store.table}", "${store.table}_claims" FROM ${role}`);
+        await poolA.query(`DROP ROLE ${role}`);
+      }
+    });
+
     test('50 concurrent claims of one key from two pools: exactly one answers true', async () => {
       const a = await freshStore();
       const b = new PostgresStore({ pool: poolB, table: a.table });

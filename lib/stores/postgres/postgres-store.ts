@@ -337,7 +337,9 @@ export class PostgresStore<
     );
     // Three statements (the lock's timeout, the lock, the claim) as one simple query: pg answers with a
     // result for each.
-    const answered: unknown = await this.#query(text, [], 'claims');
+    const answered: unknown = await this.#query(text, [], 'claims').catch((error: unknown) => {
+      throw claimRefused(error, this.table);
+    });
     const rows: unknown = Reflect.get(Object(Array.isArray(answered) ? answered.at(-1) : answered), 'rows');
     const claimed: unknown = Array.isArray(rows) ? Reflect.get(Object(rows[0]), 'claimed') : undefined;
     if (typeof claimed !== 'boolean') {
@@ -550,11 +552,15 @@ function ormPool(transactions: Transactions): PgQueryable {
     async query(text, values = []) {
       const statements = values.length === 0 ? splitStatements(text) : [text];
       if (statements.length > 1) {
-        // As pg answers a simple query of several statements: the last one's result is the claim's.
+        // As pg answers a simple query of several statements: the last one's result is the claim's. Only
+        // the last is asked for rows: the others (the migration's `SELECT pg_advisory_xact_lock(...)`,
+        // a void) are run for their effect, as Prisma's $queryRawUnsafe cannot read a void column.
         let last: StatementResult = { rows: [], count: 0 };
         await transactions.transaction(async (tx) => {
-          for (const one of statements)
-            last = await transactions.query(tx, { text: one, values: [], returns: returns(one) });
+          for (const [index, one] of statements.entries()) {
+            const answer = index === statements.length - 1 ? returns(one) : 'count';
+            last = await transactions.query(tx, { text: one, values: [], returns: answer });
+          }
         });
         return { rows: last.rows, rowCount: last.count };
       }
@@ -584,6 +590,26 @@ function markedInOrm(result: StatementResult, key: string, orm: string): 'delive
   throw new StoreError(
     `the transaction of ${orm} does not see the inbox entry ${key}: is ${orm} pointed at the same ` +
       "database and schema as the store's pool? (a search_path of its own, Prisma's ?schema= in its URL)",
+  );
+}
+
+/** PostgreSQL's "insufficient_privilege" error code. */
+const INSUFFICIENT_PRIVILEGE = '42501';
+
+/**
+ * A claim's failure, saying what the role needs when it was refused a privilege: PostgreSQL names only the
+ * table, and a role that could claim before the claim took its lock (SELECT on the inbox) is refused the
+ * `LOCK TABLE ... IN SHARE MODE`, which asks for more. `error` as it is for any other failure.
+ */
+function claimRefused(error: unknown, table: string): unknown {
+  if (!(error instanceof StoreError)) return error;
+  const cause: unknown = error.cause;
+  if (Reflect.get(Object(cause), 'code') !== INSUFFICIENT_PRIVILEGE) return error;
+  return new StoreError(
+    `${error.message}: a claim first takes ${table} in SHARE mode (LOCK TABLE), which needs UPDATE, DELETE ` +
+      `or TRUNCATE on it (SELECT and INSERT are not enough); then it writes ${claimsTable(table)}, which ` +
+      'needs SELECT, INSERT and UPDATE',
+    { cause },
   );
 }
 
