@@ -402,6 +402,30 @@ describeWithService('Redis', 'RedisStore', () => {
       );
     });
 
+    test('release(key) of a claim never forgets an entry an instance at least once received as the claim went', async () => {
+      const connection = await open();
+      const other = new RedisStore({ client: (await open()).client, prefix });
+      const record = { transaction_id: 'TX', state: 'SUCCESSFUL' };
+      const key = uniqueKey();
+      let received: boolean | undefined;
+      // The resend reaches the other instance the moment the claim is deleted.
+      const client = {
+        call: async (...args: string[]) => {
+          const reply = await connection.raw(args);
+          if (args[0] === 'DEL' && args[1] === `${prefix}${key}`)
+            received = await other.receive(key, record, { id: 'other', ms: 60_000 });
+          return reply;
+        },
+      };
+      const store = new RedisStore({ client, prefix });
+      expect(await store.claim(key, 60_000)).toBe(true);
+
+      await store.release(key);
+
+      expect(received).toBe(true);
+      expect(await other.get(key)).toMatchObject({ status: 'received' });
+    });
+
     test('two instances in different delivery modes deliver 20 concurrent copies once', async () => {
       const own = `${prefix}modes:`; // an inbox of its own: the other tests leave entries received
       async function instance(delivery: 'at-most-once' | 'at-least-once') {
