@@ -114,8 +114,10 @@ export abstract class SqlStore {
    */
   async release(key: string, leaseId?: string): Promise<void> {
     this.dialect.checkKey(key);
-    if (leaseId === undefined) await this.dialect.change(this.dialect.sql.releaseClaim, [key]);
     await this.dialect.change(this.dialect.sql.release, this.dialect.release(key, leaseId ?? null));
+    // The claim last: while it holds the key, no receive stores an entry (an instance at least once), which
+    // a delete after it would take from under that instance's lease.
+    if (leaseId === undefined) await this.dialect.change(this.dialect.sql.releaseClaim, [key]);
   }
 
   /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */
