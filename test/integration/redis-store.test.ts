@@ -426,6 +426,23 @@ describeWithService('Redis', 'RedisStore', () => {
       expect(await other.get(key)).toMatchObject({ status: 'received' });
     });
 
+    test('release(key) deletes the claim even when forgetting its inbox entry fails: the resend after a 503 is processed', async () => {
+      const connection = await open();
+      // Every inbox script refused (a Redis-compatible server that forbids undeclared keys refuses them all).
+      const inbox = (args: string[]): Error | undefined =>
+        args[0]!.startsWith('EVAL') && args[3] === `${prefix}{inbox}:`
+          ? new Error('ERR Error running script: script tried accessing undeclared key')
+          : undefined;
+      const { client } = recording(connection, inbox);
+      const store = new RedisStore({ client, prefix });
+      const key = uniqueKey();
+      expect(await store.claim(key, 60_000)).toBe(true);
+
+      await expect(store.release(key)).rejects.toThrow(StoreError);
+
+      expect(await store.claim(key, 60_000)).toBe(true);
+    });
+
     test('two instances in different delivery modes deliver 20 concurrent copies once', async () => {
       const own = `${prefix}modes:`; // an inbox of its own: the other tests leave entries received
       async function instance(delivery: 'at-most-once' | 'at-least-once') {

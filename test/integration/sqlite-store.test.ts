@@ -103,6 +103,18 @@ describe('SqliteStore', () => {
     ).toBe(!(await received));
   });
 
+  test('release(key) deletes the claim even when deleting its inbox entry fails: the resend after a 503 is processed', async () => {
+    const { store, database } = await newStore();
+    const key = 'TX.release-fails:SUCCESSFUL';
+    expect(await store.claim(key, 60_000, randomUUID())).toBe(true);
+    database.exec('ALTER TABLE ipn_inbox RENAME TO ipn_inbox_gone'); // the entry's delete fails
+
+    await expect(store.release(key)).rejects.toThrow(StoreError);
+
+    database.exec('ALTER TABLE ipn_inbox_gone RENAME TO ipn_inbox');
+    expect(await store.claim(key, 60_000, randomUUID())).toBe(true);
+  });
+
   test('clear TypeErrors for a wrong argument', () => {
     expect(() => new SqliteStore({ database: 'ipn.db' as never })).toThrow(
       /database must be an open better-sqlite3 Database \(new Database\('ipn.db'\)\)/,

@@ -330,10 +330,17 @@ export class RedisStore implements DurableStore {
   async release(key: string, leaseId?: string): Promise<void> {
     // An entry no lease holds keeps an empty lease_id: an empty id must not pass for its holder.
     if (leaseId === '') return;
-    await this.#inbox('forget', [key, leaseId ?? '']);
+    if (leaseId !== undefined) {
+      await this.#inbox('forget', [key, leaseId]);
+      return;
+    }
     // The claim last: while it holds the key, no receive stores an entry (an instance at least once), which
-    // a forget after it would delete under that instance's lease.
-    if (leaseId === undefined) await this.#command(['DEL', this.prefix + key]);
+    // a forget after it would delete under that instance's lease. Deleted even when the forget failed.
+    try {
+      await this.#inbox('forget', [key, '']);
+    } finally {
+      await this.#command(['DEL', this.prefix + key]);
+    }
   }
 
   /** Puts the service's `record` in place of the entry held by `leaseId`, atomically (see `DurableStore`). */
