@@ -114,8 +114,19 @@ export abstract class SqlStore {
    */
   async release(key: string, leaseId?: string): Promise<void> {
     this.dialect.checkKey(key);
-    if (leaseId === undefined) await this.dialect.change(this.dialect.sql.releaseClaim, [key]);
-    await this.dialect.change(this.dialect.sql.release, this.dialect.release(key, leaseId ?? null));
+    const entry = () =>
+      this.dialect.change(this.dialect.sql.release, this.dialect.release(key, leaseId ?? null));
+    if (leaseId !== undefined) {
+      await entry();
+      return;
+    }
+    // The claim last: while it holds the key, no receive stores an entry (an instance at least once), which
+    // a delete after it would take from under that instance's lease. Deleted even when the entry's failed.
+    try {
+      await entry();
+    } finally {
+      await this.dialect.change(this.dialect.sql.releaseClaim, [key]);
+    }
   }
 
   /** Entries matching every filter, oldest (or newest) first. @throws TypeError for a bad status, order, limit, offset. */

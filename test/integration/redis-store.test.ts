@@ -402,6 +402,47 @@ describeWithService('Redis', 'RedisStore', () => {
       );
     });
 
+    test('release(key) of a claim never forgets an entry an instance at least once received as the claim went', async () => {
+      const connection = await open();
+      const other = new RedisStore({ client: (await open()).client, prefix });
+      const record = { transaction_id: 'TX', state: 'SUCCESSFUL' };
+      const key = uniqueKey();
+      let received: boolean | undefined;
+      // The resend reaches the other instance the moment the claim is deleted.
+      const client = {
+        call: async (...args: string[]) => {
+          const reply = await connection.raw(args);
+          if (args[0] === 'DEL' && args[1] === `${prefix}${key}`)
+            received = await other.receive(key, record, { id: 'other', ms: 60_000 });
+          return reply;
+        },
+      };
+      const store = new RedisStore({ client, prefix });
+      expect(await store.claim(key, 60_000)).toBe(true);
+
+      await store.release(key);
+
+      expect(received).toBe(true);
+      expect(await other.get(key)).toMatchObject({ status: 'received' });
+    });
+
+    test('release(key) deletes the claim even when forgetting its inbox entry fails: the resend after a 503 is processed', async () => {
+      const connection = await open();
+      // Every inbox script refused (a Redis-compatible server that forbids undeclared keys refuses them all).
+      const inbox = (args: string[]): Error | undefined =>
+        args[0]!.startsWith('EVAL') && args[3] === `${prefix}{inbox}:`
+          ? new Error('ERR Error running script: script tried accessing undeclared key')
+          : undefined;
+      const { client } = recording(connection, inbox);
+      const store = new RedisStore({ client, prefix });
+      const key = uniqueKey();
+      expect(await store.claim(key, 60_000)).toBe(true);
+
+      await expect(store.release(key)).rejects.toThrow(StoreError);
+
+      expect(await store.claim(key, 60_000)).toBe(true);
+    });
+
     test('two instances in different delivery modes deliver 20 concurrent copies once', async () => {
       const own = `${prefix}modes:`; // an inbox of its own: the other tests leave entries received
       async function instance(delivery: 'at-most-once' | 'at-least-once') {
@@ -451,6 +492,46 @@ describeWithService('Redis', 'RedisStore', () => {
       forget();
       expect(await store.receive(last, record, { id: 'lease', ms: 60_000 })).toBe(false);
       expect(scripts()).toHaveLength(1); // no refusal: the receive named no claim
+    });
+
+    test('a Redis-compatible server that refuses a script naming a key it did not declare (Dragonfly by default): claims still answer, still batched, receives too', async () => {
+      const connection = await open();
+      // Dragonfly's own refusal of a script touching a key outside KEYS (its default lua flags).
+      const undeclared = (args: string[]): Error | undefined =>
+        args[0]!.startsWith('EVAL') &&
+        (args.some((arg) => arg.startsWith(`${prefix}{inbox}:e:`)) ||
+          (args[3] === `${prefix}{inbox}:` && args.at(-1) === `${prefix}${args[4]}`))
+          ? new Error(
+              'ERR Error running script (call to f_0123): @user_script:1: script tried accessing undeclared key',
+            )
+          : undefined;
+      const { client: refusing, scripts, forget } = recording(connection, undeclared);
+      // The first script's refusal comes late (a slow network): the claims behind it go on, together.
+      let first = true;
+      const client = {
+        call: (...args: string[]) => {
+          const sent = refusing.call(...args);
+          if (!first || !args[0]!.startsWith('EVAL')) return sent;
+          first = false;
+          return sent.catch(
+            (error: Error) => new Promise((_, reject) => setTimeout(() => reject(error), 200)),
+          );
+        },
+      };
+      const store = new RedisStore({ client, prefix });
+      store.useStoreTimeout(20);
+      const record = { transaction_id: 'TX', state: 'SUCCESSFUL' };
+      const keys = Array.from({ length: 10 }, () => uniqueKey());
+      // Several claims at once: the batch behind the first is refused too, then answered all the same.
+      expect(await Promise.all(keys.map((key) => store.claim(key, 60_000)))).toEqual(keys.map(() => true));
+      expect(await store.claim(keys[0]!, 60_000)).toBe(false);
+      const received = uniqueKey();
+      expect(await store.receive(received, record, { id: 'lease', ms: 60_000 })).toBe(true);
+      forget();
+      // From then on, claims made together still go as one script of several keys.
+      const more = Array.from({ length: 10 }, () => uniqueKey());
+      expect(await Promise.all(more.map((key) => store.claim(key, 60_000)))).toEqual(more.map(() => true));
+      expect(scripts().some(([, , count]) => Number(count) > 1)).toBe(true);
     });
 
     test('two app instances, each with its own client, deliver 20 concurrent copies exactly once', async () => {

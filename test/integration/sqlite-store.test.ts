@@ -85,6 +85,36 @@ describe('SqliteStore', () => {
     expect((expected as Error).message).toMatch(/ipn_inbox_expected does not exist/);
   });
 
+  test('release(key) of a claim never deletes an entry an instance at least once received as the claim went', async () => {
+    const { store, database } = await newStore();
+    const other = new SqliteStore({ database });
+    const key = 'TX.release-race:SUCCESSFUL';
+    expect(await store.claim(key, 60_000, randomUUID())).toBe(true);
+
+    // At most once, a claim undone (answered 503); the resend reaches an instance at least once meanwhile.
+    const releasing = store.release(key);
+    const received = other.receive(key, { transaction_id: 'TX.release-race', state: 'SUCCESSFUL' }, lease());
+    await releasing;
+
+    if (await received) expect(await other.get(key)).toMatchObject({ status: 'received' });
+    // Whatever it answered, the key is free once the release is done.
+    expect(
+      await other.receive(key, { transaction_id: 'TX.release-race', state: 'SUCCESSFUL' }, lease()),
+    ).toBe(!(await received));
+  });
+
+  test('release(key) deletes the claim even when deleting its inbox entry fails: the resend after a 503 is processed', async () => {
+    const { store, database } = await newStore();
+    const key = 'TX.release-fails:SUCCESSFUL';
+    expect(await store.claim(key, 60_000, randomUUID())).toBe(true);
+    database.exec('ALTER TABLE ipn_inbox RENAME TO ipn_inbox_gone'); // the entry's delete fails
+
+    await expect(store.release(key)).rejects.toThrow(StoreError);
+
+    database.exec('ALTER TABLE ipn_inbox_gone RENAME TO ipn_inbox');
+    expect(await store.claim(key, 60_000, randomUUID())).toBe(true);
+  });
+
   test('clear TypeErrors for a wrong argument', () => {
     expect(() => new SqliteStore({ database: 'ipn.db' as never })).toThrow(
       /database must be an open better-sqlite3 Database \(new Database\('ipn.db'\)\)/,

@@ -110,11 +110,21 @@ type Claim = [key: string, token: string, ttl: string, unprefixed: string];
 
 /**
  * Whether Redis refused a script for the slots of its keys: a proxy or a Cluster refusing several keys
- * (CROSSSLOT), or a Cluster node refusing a key the script names that is not in its declared keys' slot.
+ * (CROSSSLOT), or one refusing a key the script names without declaring it (see {@link refusedUndeclared}).
  */
 function refusedSlots(error: unknown): boolean {
   const message = messageOf(error instanceof StoreError ? error.cause : error);
-  return message.startsWith('CROSSSLOT') || /do not hash to the same slot|non local key/.test(message);
+  return message.startsWith('CROSSSLOT') || refusedUndeclared(error);
+}
+
+/**
+ * Whether Redis refused a script for a key it names but does not declare (the other key of a cross-check): a
+ * Cluster node, for a key not in its declared keys' slot or node, or a Redis-compatible server that forbids
+ * undeclared keys (Dragonfly, by default: "script tried accessing undeclared key").
+ */
+function refusedUndeclared(error: unknown): boolean {
+  const message = messageOf(error instanceof StoreError ? error.cause : error);
+  return /do not hash to the same slot|non local key|undeclared key/.test(message);
 }
 
 /**
@@ -258,16 +268,17 @@ export class RedisStore implements DurableStore {
   }
 
   /**
-   * Runs `script` (a claim or a receive, which names the other's key while `#crossChecks` holds); once Redis
-   * refuses it for its slots (a Cluster), runs it again without, as every one from then on. A refused script
-   * ran nothing.
+   * Runs `script` (a claim, a batch of claims or a receive, which names the other's key while `#crossChecks`
+   * holds); once Redis refuses it for that undeclared key (a Cluster, or Dragonfly), runs it again without, as
+   * every one from then on. A refused script ran nothing (a batch: nothing but claims it makes again, with
+   * their tokens, which answer as the first time).
    */
   async #crossChecked<T>(script: () => Promise<T>): Promise<T> {
     const checked = this.#crossChecks;
     try {
       return await script();
     } catch (error) {
-      if (!checked || !refusedSlots(error)) throw error;
+      if (!checked || !refusedUndeclared(error)) throw error;
       this.#crossChecks = false;
       return script();
     }
@@ -282,7 +293,8 @@ export class RedisStore implements DurableStore {
   async #claimMany(claims: Claim[]): Promise<unknown[]> {
     const each = () => Promise.all(claims.map((claim) => this.#claimOne(claim)));
     if (claims.length === 1) return each();
-    return this.#severalOrEach(async () => {
+    // A refusal of the inbox entries the batch names turns the cross-checks off, not the batching.
+    const several = async () => {
       const args: string[] = [String(claims.length)];
       for (const [key] of claims) args.push(key);
       for (const [, token, ttl, unprefixed] of claims) args.push(token, ttl, this.#entryOf(unprefixed));
@@ -291,7 +303,8 @@ export class RedisStore implements DurableStore {
       return Array.isArray(reply) && reply.length === claims.length
         ? (reply as unknown[])
         : claims.map(() => reply);
-    }, each);
+    };
+    return this.#severalOrEach(() => this.#crossChecked(several), each);
   }
 
   /**
@@ -317,8 +330,17 @@ export class RedisStore implements DurableStore {
   async release(key: string, leaseId?: string): Promise<void> {
     // An entry no lease holds keeps an empty lease_id: an empty id must not pass for its holder.
     if (leaseId === '') return;
-    if (leaseId === undefined) await this.#command(['DEL', this.prefix + key]);
-    await this.#inbox('forget', [key, leaseId ?? '']);
+    if (leaseId !== undefined) {
+      await this.#inbox('forget', [key, leaseId]);
+      return;
+    }
+    // The claim last: while it holds the key, no receive stores an entry (an instance at least once), which
+    // a forget after it would delete under that instance's lease. Deleted even when the forget failed.
+    try {
+      await this.#inbox('forget', [key, '']);
+    } finally {
+      await this.#command(['DEL', this.prefix + key]);
+    }
   }
 
   /** Puts the service's `record` in place of the entry held by `leaseId`, atomically (see `DurableStore`). */
