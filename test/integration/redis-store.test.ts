@@ -558,6 +558,27 @@ describeWithService('Redis', 'RedisStore', () => {
     });
   });
 
+  test('an ioredis client with a keyPrefix: a claim and a receive of one key still exclude each other', async () => {
+    const keyPrefix = `ipn-kit-test:keyprefix:${process.pid}:`;
+    const client = new Redis(redisUrl(), { keyPrefix });
+    client.on('error', () => {});
+    try {
+      const store = new RedisStore({ client, prefix: 'p:' });
+      const record = { transaction_id: 'TX', state: 'SUCCESSFUL' };
+      const lease = { id: 'lease', ms: 60_000 };
+      expect(await store.claim('TX.A:SUCCESSFUL', 60_000)).toBe(true);
+      expect(await store.receive('TX.A:SUCCESSFUL', record, lease)).toBe(false);
+      expect(await store.receive('TX.B:SUCCESSFUL', record, lease)).toBe(true);
+      expect(await store.claim('TX.B:SUCCESSFUL', 60_000)).toBe(false);
+    } finally {
+      // keys() answers full names; del() would prefix them again.
+      const plain = new Redis(redisUrl());
+      const keys = await plain.keys(`${keyPrefix}*`);
+      if (keys.length > 0) await plain.del(...keys);
+      await Promise.all([plain.quit(), client.quit()]);
+    }
+  });
+
   test('a node-redis client that was never connected: the claim rejects, saying to connect it', async () => {
     const client = createClient({ url: redisUrl() });
     const store = new RedisStore({ client });

@@ -194,6 +194,11 @@ export class RedisStore implements DurableStore {
    * see each other.
    */
   #crossChecks = true;
+  /**
+   * What the client puts before the keys a script declares (ioredis's `keyPrefix` option), and so before the
+   * other key a cross-check names, which it does not declare: '' for any other client.
+   */
+  readonly #keyPrefix: string;
 
   constructor(options: Partial<RedisStoreOptions> & Pick<RedisStoreOptions, 'client'>) {
     const { client, prefix = 'ipn-kit:' } = (options ?? {}) as Partial<RedisStoreOptions>;
@@ -218,6 +223,8 @@ export class RedisStore implements DurableStore {
     this.pauseSwitch = redisPauseSwitch((args) => this.#command(args), prefix);
     const cluster = Reflect.get(client as object, 'isCluster') === true;
     this.#crossChecks = !cluster;
+    const keyPrefix: unknown = Reflect.get(Object(Reflect.get(client as object, 'options')), 'keyPrefix');
+    this.#keyPrefix = typeof keyPrefix === 'string' ? keyPrefix : '';
     this.#claims = cluster
       ? undefined
       : createBatcher((claims: Claim[]) => this.#claimMany(claims), { stallMs: this.#stall.ms });
@@ -264,7 +271,7 @@ export class RedisStore implements DurableStore {
 
   /** The name of `key`'s inbox entry, for a claim to look at; '' when claims do not look (a Cluster). */
   #entryOf(key: string): string {
-    return this.#crossChecks ? `${this.#base()}e:${key}` : '';
+    return this.#crossChecks ? `${this.#keyPrefix}${this.#base()}e:${key}` : '';
   }
 
   /**
@@ -363,7 +370,7 @@ export class RedisStore implements DurableStore {
   async receive(key: string, record: Record<string, unknown>, lease: Lease): Promise<boolean> {
     checkLease(lease);
     const args = [key, JSON.stringify(record), lease.id, lease.ms, searchText(record)];
-    const claim = () => (this.#crossChecks ? this.prefix + key : '');
+    const claim = () => (this.#crossChecks ? this.#keyPrefix + this.prefix + key : '');
     const stored = await this.#crossChecked(() => this.#inbox('receive', [...args, claim()]));
     return stored === 1;
   }
