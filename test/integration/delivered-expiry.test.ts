@@ -70,7 +70,7 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
 
 describeWithService('Redis', 'RedisStore', () => {
   const prefix = `ipn-kit-test:expiry:${process.pid}:${randomUUID().slice(0, 8)}:`;
-  const client = new Redis(redisUrl());
+  const client = new Redis(redisUrl(), { lazyConnect: true });
   client.on('error', () => {});
   afterAll(async () => {
     const keys = await client.keys(`${prefix}*`);

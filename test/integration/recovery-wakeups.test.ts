@@ -262,7 +262,7 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
 });
 
 describeWithService('Redis', 'RedisStore', () => {
-  const client = new Redis(redisUrl());
+  const client = new Redis(redisUrl(), { lazyConnect: true });
   client.on('error', () => {});
   const prefixes: string[] = [];
   afterAll(async () => {

@@ -66,7 +66,7 @@ async function foreverScenario(store: DurableStore): Promise<void> {
 
 describeWithService('Redis', 'RedisStore', () => {
   const prefix = `ipn-kit-test:retrace:${process.pid}:${randomUUID().slice(0, 8)}:`;
-  const client = new Redis(redisUrl());
+  const client = new Redis(redisUrl(), { lazyConnect: true });
   client.on('error', () => {});
   afterAll(async () => {
     const keys = await client.keys(`${prefix}*`);

@@ -296,7 +296,7 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
 });
 
 describeWithService('Redis', 'RedisStore', () => {
-  const client = new Redis(redisUrl());
+  const client = new Redis(redisUrl(), { lazyConnect: true });
   const prefixes: string[] = [];
   afterAll(async () => {
     for (const prefix of prefixes) {
