@@ -62,6 +62,19 @@ const crossSlot = (args: string[]): Error | undefined =>
     ? new Error("CROSSSLOT Keys in request don't hash to the same slot")
     : undefined;
 
+/**
+ * A server that refuses, with `message`, a script naming the other key of a cross-check: a claim naming the
+ * key's inbox entry, or a receive naming the key's claim (its last argument).
+ */
+const refusingCrossChecks =
+  (prefix: string, message: string) =>
+  (args: string[]): Error | undefined =>
+    args[0]!.startsWith('EVAL') &&
+    (args.some((arg) => arg.startsWith(`${prefix}{inbox}:e:`)) ||
+      (args[3] === `${prefix}{inbox}:` && args.at(-1) === `${prefix}${args[4]}`))
+      ? new Error(message)
+      : undefined;
+
 /** What a claim writes: its token. */
 const UUID = /^[0-9a-f-]{36}$/;
 
@@ -473,38 +486,30 @@ describeWithService('Redis', 'RedisStore', () => {
 
     test('a Redis that refuses a script naming a key of another slot (a Cluster): claims and receives no longer name one, none lost', async () => {
       const connection = await open();
-      // A claim naming the key's inbox entry, or a receive naming the key's claim (its last argument).
-      const otherSlot = (args: string[]): Error | undefined =>
-        args[0]!.startsWith('EVAL') &&
-        (args.some((arg) => arg.startsWith(`${prefix}{inbox}:e:`)) ||
-          (args[3] === `${prefix}{inbox}:` && args.at(-1) === `${prefix}${args[4]}`))
-          ? new Error('ERR Script attempted to access keys that do not hash to the same slot')
-          : undefined;
-      let last: string;
+      const otherSlot = refusingCrossChecks(
+        prefix,
+        'ERR Script attempted to access keys that do not hash to the same slot',
+      );
       const { client, scripts, forget } = recording(connection, otherSlot);
       const store = new RedisStore({ client, prefix });
       const record = { transaction_id: 'TX', state: 'SUCCESSFUL' };
-      last = uniqueKey();
-      expect(await store.claim(last, 60_000)).toBe(true);
-      expect(await store.claim(last, 60_000)).toBe(false);
-      last = uniqueKey();
-      expect(await store.receive(last, record, { id: 'lease', ms: 60_000 })).toBe(true);
+      const claimed = uniqueKey();
+      expect(await store.claim(claimed, 60_000)).toBe(true);
+      expect(await store.claim(claimed, 60_000)).toBe(false);
+      const received = uniqueKey();
+      expect(await store.receive(received, record, { id: 'lease', ms: 60_000 })).toBe(true);
       forget();
-      expect(await store.receive(last, record, { id: 'lease', ms: 60_000 })).toBe(false);
+      expect(await store.receive(received, record, { id: 'lease', ms: 60_000 })).toBe(false);
       expect(scripts()).toHaveLength(1); // no refusal: the receive named no claim
     });
 
     test('a Redis-compatible server that refuses a script naming a key it did not declare (Dragonfly by default): claims still answer, still batched, receives too', async () => {
       const connection = await open();
       // Dragonfly's own refusal of a script touching a key outside KEYS (its default lua flags).
-      const undeclared = (args: string[]): Error | undefined =>
-        args[0]!.startsWith('EVAL') &&
-        (args.some((arg) => arg.startsWith(`${prefix}{inbox}:e:`)) ||
-          (args[3] === `${prefix}{inbox}:` && args.at(-1) === `${prefix}${args[4]}`))
-          ? new Error(
-              'ERR Error running script (call to f_0123): @user_script:1: script tried accessing undeclared key',
-            )
-          : undefined;
+      const undeclared = refusingCrossChecks(
+        prefix,
+        'ERR Error running script (call to f_0123): @user_script:1: script tried accessing undeclared key',
+      );
       const { client: refusing, scripts, forget } = recording(connection, undeclared);
       // The first script's refusal comes late (a slow network): the claims behind it go on, together.
       let first = true;
