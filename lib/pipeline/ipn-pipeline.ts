@@ -62,6 +62,7 @@ export function createIpnPipeline<C>(
   const { emit } = emitters;
   const secrets = options.secret === undefined ? undefined : [options.secret].flat();
   const tokenWarning = createUnmatchedTokenWarning(logger);
+  store.useLogger?.(logger);
   const delivery = createDelivery<C>(
     options,
     emitters,

@@ -1,4 +1,5 @@
 import type { IpnKitError } from '../shared/errors.js';
+import type { Logger } from '../observability/logger.js';
 import type { ExpectationStore } from './expectation-store.js';
 import type { LifecycleStore } from './lifecycle-store.js';
 
@@ -55,6 +56,12 @@ export interface Store {
    * the network does.
    */
   useStoreTimeout?(storeTimeoutMs: number): void;
+  /**
+   * Optional: told the router's logger when a router is created over this store (each router's, when several
+   * share it). A store warns there, once, when it stops doing something it did at its start because its
+   * server refused it: `RedisStore`, when a claim and a receive of one key stop looking at each other.
+   */
+  useLogger?(logger: Logger): void;
   /**
    * Optional: where `ipn.expect()` keeps expected transactions for the reconciliation sweep. `MemoryStore`,
    * `RedisStore` and `PostgresStore` have one; without it, `ipn.expect()` rejects.

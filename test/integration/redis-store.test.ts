@@ -492,9 +492,21 @@ describeWithService('Redis', 'RedisStore', () => {
       );
       const { client, scripts, forget } = recording(connection, otherSlot);
       const store = new RedisStore({ client, prefix });
+      // The router hands the store its logger, which hears once that the check is off.
+      const warned: string[] = [];
+      const ipn = ipnRouter({
+        store,
+        logger: { ...quiet, warn: (_fields, message) => warned.push(message) },
+      });
       const record = { transaction_id: 'TX', state: 'SUCCESSFUL' };
       const claimed = uniqueKey();
       expect(await store.claim(claimed, 60_000)).toBe(true);
+      expect(warned.filter((message) => message.startsWith('RedisStore'))).toEqual([
+        expect.stringMatching(
+          /^RedisStore: this server refused a script naming a key it does not declare, so .*a resend reaching an instance of the other mode is delivered again/,
+        ),
+      ]);
+      await ipn.close();
       expect(await store.claim(claimed, 60_000)).toBe(false);
       const received = uniqueKey();
       expect(await store.receive(received, record, { id: 'lease', ms: 60_000 })).toBe(true);
@@ -525,11 +537,14 @@ describeWithService('Redis', 'RedisStore', () => {
       };
       const store = new RedisStore({ client, prefix });
       store.useStoreTimeout(20);
+      const warned: unknown[] = [];
+      store.useLogger({ ...quiet, warn: (fields) => warned.push(fields) });
       const record = { transaction_id: 'TX', state: 'SUCCESSFUL' };
       const keys = Array.from({ length: 10 }, () => uniqueKey());
       // Several claims at once: the batch behind the first is refused too, then answered all the same.
       expect(await Promise.all(keys.map((key) => store.claim(key, 60_000)))).toEqual(keys.map(() => true));
       expect(await store.claim(keys[0]!, 60_000)).toBe(false);
+      expect(warned).toEqual([{ crossChecks: false, error: expect.stringMatching(/undeclared key$/) }]); // once, though two batches were refused
       const received = uniqueKey();
       expect(await store.receive(received, record, { id: 'lease', ms: 60_000 })).toBe(true);
       forget();

@@ -20,6 +20,7 @@ import { checkPurge, redactEach } from '../redact-record.js';
 import { persistenceWarning, saveOf } from './redis-persistence.js';
 import { BatchStall, createBatcher } from '../batcher.js';
 import { messageOf, StoreError } from '../../shared/errors.js';
+import type { Logger } from '../../observability/logger.js';
 
 /**
  * The part of an [ioredis](https://github.com/redis/ioredis) client (`new Redis()`, or a `Cluster`) that
@@ -199,6 +200,8 @@ export class RedisStore implements DurableStore {
    * other key a cross-check names, which it does not declare: '' for any other client.
    */
   readonly #keyPrefix: string;
+  /** The loggers of the routers over this store ({@link useLogger}), told when `#crossChecks` turns off. */
+  readonly #loggers = new Set<Logger>();
 
   constructor(options: Partial<RedisStoreOptions> & Pick<RedisStoreOptions, 'client'>) {
     const { client, prefix = 'ipn-kit:' } = (options ?? {}) as Partial<RedisStoreOptions>;
@@ -286,7 +289,17 @@ export class RedisStore implements DurableStore {
       return await script();
     } catch (error) {
       if (!checked || !refusedUndeclared(error)) throw error;
-      this.#crossChecks = false;
+      if (this.#crossChecks) {
+        this.#crossChecks = false;
+        const message =
+          'RedisStore: this server refused a script naming a key it does not declare, so from now on a ' +
+          'claim (at most once) and a receive (at least once) of one key do not look at each other. Only a ' +
+          'deploy that switches `delivery` while both modes share this Redis is affected: a resend reaching ' +
+          'an instance of the other mode is delivered again. Switch modes with every instance stopped, or ' +
+          'keep one mode (see docs/stores-and-delivery.md, "Claims apart from the inbox")';
+        for (const logger of this.#loggers)
+          logger.warn({ crossChecks: false, error: messageOf(error) }, message);
+      }
       return script();
     }
   }
@@ -488,6 +501,14 @@ export class RedisStore implements DurableStore {
     if (typeof info !== 'string') return undefined;
     const save = await this.#command(['CONFIG', 'GET', 'save']).then(saveOf, () => undefined);
     return persistenceWarning(info, save);
+  }
+
+  /**
+   * The router calls it with its logger: once Redis refuses the cross-check of a claim and a receive (a
+   * Cluster node, Dragonfly), each logger is warned, once.
+   */
+  useLogger(logger: Logger): void {
+    this.#loggers.add(logger);
   }
 
   /** Does nothing: the client is yours, and other parts of your app may still use it. Quit it yourself. */
