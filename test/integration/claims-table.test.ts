@@ -15,7 +15,8 @@ import { suiteSqliteFile } from '../helpers/sqlite-file.js';
  * no query of the inbox has to tell claims from notifications. A claim and a receive of one key still
  * exclude each other, as when both were rows of the inbox; a claim holds its key for its ttlMs, then is
  * taken over once; an older ipn-kit's claim, which writes its marker in the inbox, is refused; and
- * `migrate()` moves the markers an older ipn-kit wrote, giving them the router's default ttlMs.
+ * `migrate()` leaves the markers an older ipn-kit wrote in the inbox, for its release to delete: each holds
+ * its key until then, and is never shown as an entry.
  */
 
 type Store = DurableStore & { migrate(): Promise<void> };
@@ -28,7 +29,11 @@ interface Dialect {
   migrateTo(table: string, version: number): Promise<void>;
   /** A claim as ipn-kit before version 7 wrote it: a `delivered` row with the record `{}` in the inbox. */
   oldClaim(table: string, key: string, token: string): Promise<void>;
-  /** A release as ipn-kit before version 7 sent it (no lease): a DELETE of the key's inbox row. */
+  /**
+   * A release as ipn-kit before version 7 sent it: a DELETE of the key's inbox row (0.1.0, PostgreSQL:
+   * `DELETE FROM t WHERE key = $1`; MySQL and SQLite, never released before version 7: that, or with the
+   * lease when one is given, none here).
+   */
   oldRelease(table: string, key: string): Promise<void>;
   /** The rows of `<table>_claims`: key and token. */
   claims(table: string): Promise<Array<{ key: string; token: string }>>;
@@ -39,9 +44,6 @@ interface Dialect {
   /** Makes every claim of `table` expired, as its ttlMs running out would. */
   expireClaims(table: string): Promise<void>;
 }
-
-/** The router's default ttlMs: what a claim moved out of the inbox by version 7 is given. */
-const SEVEN_DAYS_MS = 7 * 24 * 60 * 60 * 1000;
 
 const lease = () => ({ id: randomUUID(), ms: 60_000 });
 const newKey = (): string => `EFB.${randomUUID().slice(0, 12)}:SUCCESSFUL`;
@@ -183,7 +185,7 @@ function scenarios(d: () => Dialect, prefix: string): void {
     expect(won).toEqual(keys.map(() => 1));
   });
 
-  test('migrate() moves the claims an older ipn-kit wrote to <table>_claims, each still held by its token', async () => {
+  test("migrate() leaves an older ipn-kit's claims in the inbox: each holds its key, and is never an entry", async () => {
     const table = `${prefix}_${(count += 1)}_${randomUUID().slice(0, 6)}`;
     await d().migrateTo(table, 6);
     const [claimed, received] = [newKey(), newKey()];
@@ -194,34 +196,61 @@ function scenarios(d: () => Dialect, prefix: string): void {
       /the table \S+_claims( \(the at-most-once claims\))? does not exist/,
     );
     await store.migrate();
-    expect(await d().claims(table)).toEqual([{ key: claimed, token: 'token-of-0.x' }]);
-    // An older claim had no ttl: moved, it holds its key the router's default ttlMs from when it was made.
-    expect(await d().lifetimes(table)).toEqual({ [claimed]: SEVEN_DAYS_MS });
-    expect(await d().inboxRows(table)).toBe(0);
+    expect(await d().claims(table)).toEqual([]);
+    expect(await d().inboxRows(table)).toBe(1);
+    // It holds its key: the service's resend is a duplicate, at most once and at least once.
     expect(await store.claim(claimed, 60_000, randomUUID())).toBe(false);
-    expect(await store.claim(claimed, 60_000, 'token-of-0.x')).toBe(true);
     expect(await store.receive(claimed, recordOf(claimed), lease())).toBe(false);
+    // It holds no notification: never listed, counted, got, replayed or leased.
     expect(await store.receive(received, recordOf(received), lease())).toBe(true);
     expect((await store.list()).map((entry) => entry.key)).toEqual([received]);
-    await store.migrate(); // again: nothing to move, nothing changed
-    expect(await d().claims(table)).toEqual([{ key: claimed, token: 'token-of-0.x' }]);
+    expect(await store.list({ status: 'delivered' })).toEqual([]);
+    expect(await store.list({ transactionId: claimed.slice(0, claimed.lastIndexOf(':')) })).toEqual([]);
+    expect(await store.countByStatus!()).toEqual({ received: 1, delivered: 0, failed: 0, dead: 0 });
+    expect(await store.get(claimed)).toBeUndefined();
+    expect(await store.replay(claimed)).toBe(false);
+    expect(await store.replay(claimed, 0, ['delivered'])).toBe(false);
+    expect(await store.replayDead()).toBe(0);
+    expect(await store.lease({ id: randomUUID(), ms: 60_000 }, 100)).toEqual([]);
+    expect(await store.redact!(new Date(Date.now() + 3_600_000))).toBe(0);
+    await store.migrate(); // again: nothing changed
+    expect(await d().inboxRows(table)).toBe(2);
+    expect(await d().claims(table)).toEqual([]);
+    expect(await store.claim(claimed, 60_000, randomUUID())).toBe(false);
+  });
+
+  test("release(key) and purge(before) delete an older ipn-kit's claim, as they did before version 7", async () => {
+    const table = `${prefix}_${(count += 1)}_${randomUUID().slice(0, 6)}`;
+    await d().migrateTo(table, 6);
+    const [released, purged] = [newKey(), newKey()];
+    await d().oldClaim(table, released, randomUUID());
+    await d().oldClaim(table, purged, randomUUID());
+    const store = d().store(table);
+    await store.migrate();
+    await store.release(released);
+    expect(await store.claim(released, 60_000, randomUUID())).toBe(true);
+    expect(await store.purge(new Date(Date.now() - 3_600_000))).toBe(0);
+    expect(await store.claim(purged, 60_000, randomUUID())).toBe(false);
+    expect(await store.purge(new Date(Date.now() + 3_600_000))).toBe(2); // the marker, and the claim above
+    expect(await d().inboxRows(table)).toBe(0);
+    expect(await store.receive(purged, recordOf(purged), lease())).toBe(true);
   });
 
   // A rolling deploy across version 7, at most once: an older instance claims a key and verifies it in the
-  // background; a newer instance's migrate() moves the claim; the older instance is stopped, and its close()
+  // background; a newer instance's migrate() runs version 7; the older instance is stopped, and its close()
   // releases every key still awaiting verification ("so that a resend or ipn.reconcile() can still deliver
-  // it") with its own release, a DELETE of the inbox row, which is gone. The claim stays in <table>_claims,
-  // and the resend, or a reconcile, is dropped as a duplicate: the payment is never delivered (a verification
-  // that gives up, or a failed lifecycle decision, ends the same way). KNOWN DEFECT, left open: no trigger or
-  // rule sees a DELETE that matches no row, so the fix is another design of the move (leave the markers for
-  // the older instances' release to delete?). test.failing until then: make it a test with the fix.
-  test.failing("an older instance's release, after version 7 moved its claim, frees the key", async () => {
+  // it") with its own release, a DELETE of the inbox row (a verification that gives up, or a failed
+  // lifecycle decision, releases the same way). Had version 7 moved the claim to <table>_claims, that DELETE
+  // would find no row, the claim would stay, and the resend, or a reconcile, would be dropped as a duplicate:
+  // the payment never delivered. Version 7 leaves the marker for that DELETE.
+  test("an older instance's release, after version 7 ran, frees the key", async () => {
     const table = `${prefix}_${(count += 1)}_${randomUUID().slice(0, 6)}`;
     await d().migrateTo(table, 6);
     const key = newKey();
     await d().oldClaim(table, key, randomUUID());
     const store = d().store(table);
     await store.migrate(); // a newer instance starts
+    expect(await store.claim(key, 60_000, randomUUID())).toBe(false); // still the older instance's
     await d().oldRelease(table, key); // the older one stops, releasing what it could not verify
     expect(await store.claim(key, 60_000, randomUUID())).toBe(true); // the resend is delivered
   });
@@ -260,10 +289,7 @@ describeWithService('PostgreSQL', 'PostgreSQL: claims in <table>_claims', () => 
       );
     },
     async oldRelease(table, key) {
-      await pool.query(`DELETE FROM "${table}" WHERE key = $1 AND ($2::text IS NULL OR lease_id = $2)`, [
-        key,
-        null,
-      ]);
+      await pool.query(`DELETE FROM "${table}" WHERE key = $1`, [key]); // 0.1.0's, as it was
     },
     claims: async (table) =>
       (await pool.query(`SELECT key, token FROM "${table}_claims" ORDER BY key`)).rows as Array<{
@@ -286,9 +312,9 @@ describeWithService('PostgreSQL', 'PostgreSQL: claims in <table>_claims', () => 
   };
   scenarios(() => dialect, prefix);
 
-  // The CHECK comes before the move, in the version's one transaction: a claim an older instance is making
-  // as the migration starts is either moved (it committed before the CHECK took the inbox's lock) or refused.
-  test("an older instance's claim in flight while migrate() runs version 7 is moved, never left behind", async () => {
+  // The CHECK takes the inbox's lock until the version commits: a claim an older instance is making as the
+  // migration starts is either kept (it committed first), holding its key until its release, or refused.
+  test("an older instance's claim in flight while migrate() runs version 7 is kept, and its release frees it", async () => {
     const table = `${prefix}_inflight_${randomUUID().slice(0, 6)}`;
     await dialect.migrateTo(table, 6);
     const key = newKey();
@@ -314,9 +340,13 @@ describeWithService('PostgreSQL', 'PostgreSQL: claims in <table>_claims', () => 
     } finally {
       old.release();
     }
-    expect(await dialect.claims(table)).toEqual([{ key, token: 'in-flight' }]);
-    expect(await dialect.inboxRows(table)).toBe(0);
+    const store = new PostgresStore({ pool, table });
+    expect(await dialect.claims(table)).toEqual([]);
+    expect(await store.claim(key, 60_000, randomUUID())).toBe(false);
+    expect(await store.list()).toEqual([]);
     await expect(dialect.oldClaim(table, newKey(), 'later')).rejects.toThrow(/ipn_kit_no_claim_marker/);
+    await dialect.oldRelease(table, key);
+    expect(await store.claim(key, 60_000, randomUUID())).toBe(true);
   });
 
   test('a claim asked again by its token as it expires, while another takes it over, is not its own: one wins', async () => {
@@ -474,13 +504,14 @@ describeWithService('MariaDB', 'MySQL: claims in <table>_claims', () => {
     expect(await store.claim(key, 60_000, second)).toBe(true);
   }, 60_000);
 
-  // MySQL's DDL is no transaction: an older instance's claim between the move and the CHECK fails that
-  // ALTER (the version is not recorded), and the next migrate() moves it, still held by its token.
-  test('an older claim between the move and the CHECK: that ALTER fails, the next migrate() moves it', async () => {
+  // MySQL's DDL is no transaction, and checks every row as it adds a CHECK: an older instance's claim between
+  // the marking of the claims left in the inbox and the CHECK fails that ALTER (the version is not
+  // recorded); the next migrate() marks it too. Each holds its key until the older instance releases it.
+  test('an older claim between the marking and the CHECK: that ALTER fails, the next migrate() keeps it', async () => {
     const table = `${prefix}_between_${randomUUID().slice(0, 6)}`;
     await dialect.migrateTo(table, 6);
-    const [moved, between, after] = [newKey(), newKey(), newKey()];
-    await dialect.oldClaim(table, moved, 'first');
+    const [first, between, after] = [newKey(), newKey(), newKey()];
+    await dialect.oldClaim(table, first, 'first');
     const steps = mysqlMigrations(table)[6]!.statements;
     const check = steps.findIndex((statement) => statement.includes('ADD CONSTRAINT'));
     for (const statement of steps.slice(0, check)) await pool.query(statement);
@@ -489,9 +520,13 @@ describeWithService('MariaDB', 'MySQL: claims in <table>_claims', () => {
     const store = dialect.store(table);
     await store.migrate();
     expect(await store.claim(between, 60_000, randomUUID())).toBe(false);
-    expect(await store.claim(between, 60_000, 'between')).toBe(true);
-    expect(await store.claim(moved, 60_000, 'first')).toBe(true);
+    expect(await store.claim(first, 60_000, randomUUID())).toBe(false);
+    expect(await store.list()).toEqual([]);
     await expect(dialect.oldClaim(table, after, 'after')).rejects.toThrow(/no_claim_marker/);
+    await dialect.oldRelease(table, between);
+    await dialect.oldRelease(table, first);
+    expect(await store.claim(between, 60_000, randomUUID())).toBe(true);
+    expect(await store.claim(first, 60_000, randomUUID())).toBe(true);
   });
 });
 

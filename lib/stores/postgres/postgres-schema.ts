@@ -1,8 +1,8 @@
 import {
   checkedMigrations,
+  olderClaim,
   distinctName,
   latestSql,
-  MOVED_CLAIM_TTL_MS,
   schemaMigrations,
   type Migration,
   type MigrationStep,
@@ -14,6 +14,7 @@ import { postgresExpectationsSql } from './postgres-expectations.js';
 import {
   besideInbox,
   claimsTable,
+  EMPTY_RECORD,
   markFunction,
   markFunctionSql,
   statesTable,
@@ -71,21 +72,20 @@ END $$`),
  * 7). An instance of an older ipn-kit, still running in a rolling deploy, claims a key as a row `delivered`
  * with the record `{}` and its token as `lease_id`, which no other write makes (a delivered mark clears the
  * lease): the CHECK fails its claim (a store failure: it answers 503, and the service resends to another
- * instance) rather than leave a row that the newer instances would read as a delivered entry. A receive
- * of an empty record (the store's API allows one; the router never makes one) is not such a row.
+ * instance) rather than take a key that a newer instance claimed in `<table>_claims`, which it does not
+ * look at (both would deliver). A receive of an empty record (the store's API allows one; the router never
+ * makes one) is not such a row. The markers there before the CHECK stay, `NOT VALID` (see claimsSteps).
  */
 const CLAIM_MARKER_CHECK = 'ipn_kit_no_claim_marker';
 
-/** Version 7's test of an older ipn-kit's claim marker, on a row of the inbox. */
-const MARKER = "record = '{}'::jsonb AND status = 'delivered'";
-
 /**
- * Version 7: claims move out of the inbox into `<table>_claims` (key, token, when, until when: a moved claim
- * expires {@link MOVED_CLAIM_TTL_MS} after it was made). The CHECK comes first
- * (`NOT VALID`: the rows there are not read again), so that no marker is added once the move has read
- * the inbox: it holds the inbox's lock until the version commits, and an older instance's claim waits for
- * it, then fails. The move is one statement (`DELETE ... RETURNING` into the insert), so a marker is
- * deleted only as it is copied. Each statement can run twice: a claim already moved is kept.
+ * Version 7: at-most-once claims are rows of `<table>_claims` (key, token, when, until when) from now on,
+ * and a CHECK refuses a new claim marker in the inbox (`NOT VALID`: the rows there are not read). The
+ * markers older instances wrote stay where they are (see {@link olderClaim}): an older instance, still
+ * running in a rolling deploy, releases a key by deleting its row of the inbox, which must then be
+ * there; each holds its key until then (or until purged), as before. The CHECK holds the inbox's lock
+ * until the version commits: an older instance's claim meanwhile waits for it, then fails (503, resent),
+ * and its release waits, then deletes its marker. Each statement can run twice.
  */
 function claimsSteps(table: string): MigrationStep[] {
   const { quoted, name } = tableNames(table);
@@ -105,16 +105,9 @@ function claimsSteps(table: string): MigrationStep[] {
     SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('${regclass}') AND conname = '${CLAIM_MARKER_CHECK}'
   ) THEN
     ALTER TABLE ${quoted} ADD CONSTRAINT ${CLAIM_MARKER_CHECK}
-      CHECK (NOT (${MARKER} AND lease_id IS NOT NULL)) NOT VALID;
+      CHECK (NOT ${olderClaim(EMPTY_RECORD)}) NOT VALID;
   END IF;
 END $$`),
-    statement(`WITH moved AS (
-  DELETE FROM ${quoted} WHERE ${MARKER}
-  RETURNING key, lease_id, coalesce(delivered_at, received_at) AS claimed_at
-)
-INSERT INTO ${claims} (key, token, claimed_at, expires_at)
-SELECT key, coalesce(lease_id, ''), claimed_at, claimed_at + ${MOVED_CLAIM_TTL_MS} * interval '1 millisecond' FROM moved
-ON CONFLICT (key) DO NOTHING`),
   ];
 }
 
