@@ -115,13 +115,6 @@ DO $$ BEGIN
       CHECK (NOT (record = '{}'::jsonb AND status = 'delivered' AND lease_id IS NOT NULL)) NOT VALID;
   END IF;
 END $$;
-WITH moved AS (
-  DELETE FROM "ipn_inbox" WHERE record = '{}'::jsonb AND status = 'delivered'
-  RETURNING key, lease_id, coalesce(delivered_at, received_at) AS claimed_at
-)
-INSERT INTO "ipn_inbox_claims" (key, token, claimed_at, expires_at)
-SELECT key, coalesce(lease_id, ''), claimed_at, claimed_at + 604800000 * interval '1 millisecond' FROM moved
-ON CONFLICT (key) DO NOTHING;
 CREATE TABLE IF NOT EXISTS "ipn_inbox_schema" (
   version integer PRIMARY KEY,
   name text NOT NULL,
