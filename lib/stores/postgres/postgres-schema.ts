@@ -17,6 +17,7 @@ import {
   EMPTY_RECORD,
   markFunction,
   markFunctionSql,
+  olderClaimFunction,
   statesTable,
   tableNames,
 } from './postgres-sql.js';
@@ -78,6 +79,9 @@ END $$`),
  */
 const CLAIM_MARKER_CHECK = 'ipn_kit_no_claim_marker';
 
+/** The trigger of version 7 that lets an older ipn-kit ask again about its claim (see claimsSteps). */
+const OLDER_CLAIM_TRIGGER = 'ipn_kit_older_claim';
+
 /**
  * Version 7: at-most-once claims are rows of `<table>_claims` (key, token, when, until when) from now on,
  * and a CHECK refuses a new claim marker in the inbox (`NOT VALID`: the rows there are not read). The
@@ -85,7 +89,12 @@ const CLAIM_MARKER_CHECK = 'ipn_kit_no_claim_marker';
  * running in a rolling deploy, releases a key by deleting its row of the inbox, which must then be
  * there; each holds its key until then (or until purged), as before. The CHECK holds the inbox's lock
  * until the version commits: an older instance's claim meanwhile waits for it, then fails (503, resent),
- * and its release waits, then deletes its marker. Each statement can run twice.
+ * and its release waits, then deletes its marker. An older instance asks again about a claim whose answer
+ * was lost, with the same statement and token, which the CHECK would refuse too (it comes before the key's
+ * conflict): the trigger `ipn_kit_older_claim` skips an older claim of a key the inbox has a row of, as
+ * its `ON CONFLICT (key) DO NOTHING` would, so that it finds its own marker by its token (and another's
+ * claim finds the key taken); an older claim of a key with no row goes on to the CHECK. Each statement can
+ * run twice.
  */
 function claimsSteps(table: string): MigrationStep[] {
   const { quoted, name } = tableNames(table);
@@ -106,6 +115,30 @@ function claimsSteps(table: string): MigrationStep[] {
   ) THEN
     ALTER TABLE ${quoted} ADD CONSTRAINT ${CLAIM_MARKER_CHECK}
       CHECK (NOT ${olderClaim(EMPTY_RECORD)}) NOT VALID;
+  END IF;
+END $$`),
+    // The key's row looked up in the table the trigger fires on (by its schema and name, whatever the
+    // session's search_path). Only an older ipn-kit's claim calls it: the WHEN passes over every other row.
+    // No `$1` in it: an ORM's raw query (Knex) reads one as a placeholder; %L quotes the key.
+    statement(`CREATE OR REPLACE FUNCTION ${olderClaimFunction(table)}() RETURNS trigger
+  LANGUAGE plpgsql AS $ipn_kit$
+DECLARE
+  held boolean;
+BEGIN
+  EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I WHERE key = %L)', TG_TABLE_SCHEMA, TG_TABLE_NAME, NEW.key)
+    INTO held;
+  IF held THEN
+    RETURN NULL;
+  END IF;
+  RETURN NEW;
+END $ipn_kit$`),
+    statement(`DO $$ BEGIN
+  IF NOT EXISTS (
+    SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass('${regclass}') AND tgname = '${OLDER_CLAIM_TRIGGER}'
+  ) THEN
+    CREATE TRIGGER ${OLDER_CLAIM_TRIGGER} BEFORE INSERT ON ${quoted} FOR EACH ROW
+      WHEN (NEW.status = 'delivered' AND NEW.lease_id IS NOT NULL AND NEW.record = '{}'::jsonb)
+      EXECUTE PROCEDURE ${olderClaimFunction(table)}();
   END IF;
 END $$`),
   ];
@@ -196,7 +229,9 @@ export function postgresMigrationList(table: string): readonly Migration[] {
     {
       version: 7,
       name: 'the claims table (at-most-once claims out of the inbox)',
-      tables: [claimsTable(table)],
+      // The function by its signature, as version 6's: a database without it (dropped, or at a version 7
+      // of an unreleased ipn-kit, which moved the older claims instead) has the versions run again.
+      tables: [claimsTable(table), `${olderClaimFunction(table)}()`],
       steps: claimsSteps(table),
     },
   ]);

@@ -242,6 +242,17 @@ export function markFunction(table: string): string {
   return [...parts, name].map((part) => `"${part}"`).join('.');
 }
 
+/**
+ * The quoted name of the function `<table>_older_claim` beside inbox `table` (schema version 7), cut as
+ * {@link markFunction} is: the trigger that lets an older ipn-kit ask again about a claim it made before
+ * version 7 (see `olderClaimTriggerSql` in postgres-schema.ts).
+ */
+export function olderClaimFunction(table: string): string {
+  const parts = tableNames(table).name.split('.');
+  const name = distinctName(parts.pop()!, '_older_claim', 63);
+  return [...parts, name].map((part) => `"${part}"`).join('.');
+}
+
 /** The `delivered` mark of the entry `key` held by lease `leaseId` (SQL expressions), in PL/pgSQL. */
 const markBody = (t: string, key: string, leaseId: string): string =>
   `UPDATE ${t} SET status = 'delivered', delivered_at = now(), ${END_LEASE}

@@ -58,15 +58,20 @@ SELECT 'sweep', coalesce(custom_data, ''), ${NOW_MS}, due_at FROM ${expected} WH
  * a table): a process of an older ipn-kit, still running on the file, fails its claim (a store failure: 503,
  * and the service resends) rather than take a key a newer process claimed in `<table>_claims`, which it
  * does not look at. The markers already there stay, for the older process to delete on release (triggers
- * look at the rows written, not at those there). Each statement can run twice.
+ * look at the rows written, not at those there), or to find again by its token. Each statement can run
+ * twice.
  */
 function claimsSteps(table: string): MigrationStep[] {
   const inbox = quoteTable(table);
   const claims = `"${table}_claims"`;
+  // An INSERT of a key the inbox has a row of is let through, to its ON CONFLICT (key) DO NOTHING: an older
+  // process asking again about its claim (a lost answer) then finds its own marker by its token.
   const refuse = (event: 'INSERT' | 'UPDATE'): MigrationStep =>
     statement(`CREATE TRIGGER IF NOT EXISTS "${table}_no_claim_marker_${event.toLowerCase()}"
 BEFORE ${event} ON ${inbox} FOR EACH ROW
-WHEN NEW.record = '{}' AND NEW.status = 'delivered' AND NEW.lease_id IS NOT NULL
+WHEN NEW.record = '{}' AND NEW.status = 'delivered' AND NEW.lease_id IS NOT NULL${
+      event === 'INSERT' ? `\n  AND NOT EXISTS (SELECT 1 FROM ${inbox} WHERE key = NEW.key)` : ''
+    }
 BEGIN
   SELECT RAISE(ABORT, 'ipn-kit: claims are in ${table}_claims since schema version 7, not in ${table}: an older ipn-kit runs on this file');
 END`);
