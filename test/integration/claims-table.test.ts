@@ -400,6 +400,44 @@ describeWithService('PostgreSQL', 'PostgreSQL: claims in <table>_claims', () => 
     expect(await store.claim(key, 60_000, randomUUID())).toBe(true);
   });
 
+  // A claim asked again while version 7 waits for the inbox's lock queues behind it, and runs once it has
+  // committed: with the CHECK and the trigger both there, it still finds its own marker.
+  test("an older instance's claim asked again while migrate() runs version 7 is still its own", async () => {
+    const table = `${prefix}_askwait_${randomUUID().slice(0, 6)}`;
+    await dialect.migrateTo(table, 6);
+    const [key, token, other] = [newKey(), randomUUID(), newKey()];
+    await dialect.oldClaim(table, key, token); // written; its answer lost
+    const writer = await pool.connect();
+    try {
+      // An older instance's receive in progress: its transaction holds the inbox until it commits.
+      await writer.query('BEGIN');
+      const [id, state] = [other.slice(0, other.lastIndexOf(':')), other.slice(other.lastIndexOf(':') + 1)];
+      await writer.query(
+        `INSERT INTO "${table}" (key, transaction_id, state, record, status, attempts)
+         VALUES ($1, $2, $3, $4::jsonb, 'received', 1)`,
+        [other, id, state, JSON.stringify(recordOf(other))],
+      );
+      const migrating = new PostgresStore({ pool, table }).migrate();
+      const waiting = async (text: string, n: number) =>
+        eventually(`${n} statement(s) wait for the inbox`, async () => {
+          const { rows } = await pool.query(
+            "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
+            [text],
+          );
+          return rows[0].n >= n;
+        });
+      await waiting(`${table}_claims`, 1);
+      const asked = dialect.oldClaimAsked(table, key, token);
+      await waiting(table, 2);
+      await writer.query('COMMIT');
+      await migrating;
+      expect(await asked).toBe(true);
+    } finally {
+      await writer.query('ROLLBACK').catch(() => {});
+      writer.release();
+    }
+  });
+
   // An unreleased ipn-kit's version 7 moved the older claims to <table>_claims, and had no trigger for an
   // older claim asked again: such a database (the same tables and CHECK) has the versions run again, which
   // adds the trigger and keeps the moved claims, held by their tokens until they expire.
