@@ -178,7 +178,8 @@ export function mysqlInboxSql(table: string) {
   const unclaimed = `NOT EXISTS (SELECT 1 FROM ${claims} AS c WHERE c.\`key\` = u.k AND c.expires_at > ${NOW})`;
   return {
     // A claim is a row of <table>_claims (schema version 7), never of the inbox: it is taken only while the
-    // inbox has no entry of the key (a receive of it came first: a resend), and the key's claim, if any, has
+    // inbox has no row of the key (a receive of it came first: a resend; or an older ipn-kit's claim, left
+    // there by version 7: see olderClaim), and the key's claim, if any, has
     // expired: then the update takes it over (each column set only then; expires_at last, as MySQL sets them
     // in order and a later one reads the earlier ones' new values). Two at once after the expiry: the second
     // waits for the first's row lock, then finds the row live and changes nothing. Its token is kept, so that

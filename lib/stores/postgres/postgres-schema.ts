@@ -1,8 +1,8 @@
 import {
   checkedMigrations,
-  olderClaim,
   distinctName,
   latestSql,
+  olderClaim,
   schemaMigrations,
   type Migration,
   type MigrationStep,

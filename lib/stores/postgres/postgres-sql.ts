@@ -245,7 +245,7 @@ export function markFunction(table: string): string {
 /**
  * The quoted name of the function `<table>_older_claim` beside inbox `table` (schema version 7), cut as
  * {@link markFunction} is: the trigger that lets an older ipn-kit ask again about a claim it made before
- * version 7 (see `olderClaimTriggerSql` in postgres-schema.ts).
+ * version 7 (see `claimsSteps` in postgres-schema.ts).
  */
 export function olderClaimFunction(table: string): string {
   const parts = tableNames(table).name.split('.');
@@ -285,7 +285,8 @@ export function inboxSql(table: string) {
   const mark = markFunction(table); // named once: markAndCommit runs for every delivery
   return {
     // A claim is a row of <table>_claims (schema version 7), never of the inbox: it is taken only while the
-    // inbox has no entry of the key (a receive of it came first: a resend), and the key's claim, if any, has
+    // inbox has no row of the key (a receive of it came first: a resend; or an older ipn-kit's claim, left
+    // there by version 7: see olderClaim), and the key's claim, if any, has
     // expired (ttlMs): then it is taken over, in the same statement. Two at once after the expiry: the
     // second waits for the first's row lock, then finds the row live again and changes nothing. Its token
     // is kept, so that the same claim asked again (its answer was lost) is recognised as this caller's own:

@@ -54,12 +54,12 @@ SELECT 'sweep', coalesce(custom_data, ''), ${NOW_MS}, due_at FROM ${expected} WH
 
 /**
  * Version 7: at-most-once claims are rows of `<table>_claims` (key, token, when, until when) from now on, and
- * two triggers refuse a new claim marker (an older ipn-kit's claim: see `olderClaim`) in the inbox (SQLite cannot add a CHECK to
- * a table): a process of an older ipn-kit, still running on the file, fails its claim (a store failure: 503,
- * and the service resends) rather than take a key a newer process claimed in `<table>_claims`, which it
- * does not look at. The markers already there stay, for the older process to delete on release (triggers
- * look at the rows written, not at those there), or to find again by its token. Each statement can run
- * twice.
+ * two triggers refuse a new claim marker (an older ipn-kit's claim: see `olderClaim`) in the inbox (SQLite
+ * cannot add a CHECK to a table): a process of an older ipn-kit, still running on the file, fails its claim
+ * (a store failure: 503, and the service resends) rather than take a key a newer process claimed in
+ * `<table>_claims`, which it does not look at. The markers already there stay, for the older process to
+ * delete on release (triggers look at the rows written, not at those there), or to find again by its
+ * token. Each statement can run twice.
  */
 function claimsSteps(table: string): MigrationStep[] {
   const inbox = quoteTable(table);

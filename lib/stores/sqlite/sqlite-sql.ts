@@ -61,7 +61,8 @@ export function sqliteInboxSql(table: string) {
   const claims = `"${table}_claims"`;
   return {
     // A claim is a row of <table>_claims (schema version 7), never of the inbox: it is taken only while the
-    // inbox has no entry of the key (a receive of it came first: a resend), and the key's claim, if any, has
+    // inbox has no row of the key (a receive of it came first: a resend; or an older ipn-kit's claim, left
+    // there by version 7: see olderClaim), and the key's claim, if any, has
     // expired: then it is taken over, in the same statement (one writer at a time). Its token is kept, so
     // that the same claim asked again is recognised (see Store.claim). Values: key, token, now, expiry, key.
     claim: `INSERT INTO ${claims} AS c (key, token, claimed_at, expires_at)
