@@ -115,13 +115,27 @@ DO $$ BEGIN
       CHECK (NOT (record = '{}'::jsonb AND status = 'delivered' AND lease_id IS NOT NULL)) NOT VALID;
   END IF;
 END $$;
-WITH moved AS (
-  DELETE FROM "ipn_inbox" WHERE record = '{}'::jsonb AND status = 'delivered'
-  RETURNING key, lease_id, coalesce(delivered_at, received_at) AS claimed_at
-)
-INSERT INTO "ipn_inbox_claims" (key, token, claimed_at, expires_at)
-SELECT key, coalesce(lease_id, ''), claimed_at, claimed_at + 604800000 * interval '1 millisecond' FROM moved
-ON CONFLICT (key) DO NOTHING;
+CREATE OR REPLACE FUNCTION "ipn_inbox_older_claim"() RETURNS trigger
+  LANGUAGE plpgsql AS $ipn_kit$
+DECLARE
+  held boolean;
+BEGIN
+  EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I WHERE key = %L)', TG_TABLE_SCHEMA, TG_TABLE_NAME, NEW.key)
+    INTO held;
+  IF held THEN
+    RETURN NULL;
+  END IF;
+  RETURN NEW;
+END $ipn_kit$;
+DO $$ BEGIN
+  IF NOT EXISTS (
+    SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass('"ipn_inbox"') AND tgname = 'ipn_kit_older_claim'
+  ) THEN
+    CREATE TRIGGER ipn_kit_older_claim BEFORE INSERT ON "ipn_inbox" FOR EACH ROW
+      WHEN (NEW.status = 'delivered' AND NEW.lease_id IS NOT NULL AND NEW.record = '{}'::jsonb)
+      EXECUTE PROCEDURE "ipn_inbox_older_claim"();
+  END IF;
+END $$;
 CREATE TABLE IF NOT EXISTS "ipn_inbox_schema" (
   version integer PRIMARY KEY,
   name text NOT NULL,

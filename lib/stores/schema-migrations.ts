@@ -1,12 +1,20 @@
 import { IpnKitError, StoreError } from '../shared/errors.js';
 
 /**
- * How long a claim that an older ipn-kit wrote in the inbox (before schema version 7, with no expiry) holds
- * its key once version 7 moves it to `<table>_claims`: from when it was made, the router's default `ttlMs`
- * (7 days). An older instance's claim was held until purged; this is the longest a claim of the router's
- * defaults holds.
+ * An older ipn-kit's claim in the inbox: before schema version 7 (ipn-kit 0.1.0, on PostgreSQL), an
+ * at-most-once claim was a row of the inbox, `delivered`, with the record `{}` and its token as `lease_id`,
+ * which no write of this ipn-kit makes (its delivered marks clear the lease). Version 7 leaves such rows where
+ * they are, for the older instance that made one to delete on release (its release is a `DELETE` of the
+ * key's row of the inbox: a row moved elsewhere would stay, and its key stay claimed for good, the
+ * service's resend dropped as a duplicate). Until then the row holds its key, as it did before: a claim
+ * finds the key's row in the inbox, a receive its primary key (a duplicate); `release(key)` and
+ * `purge(before)` delete it, as they delete delivered rows. It holds no notification: every read, count
+ * and replay of entries passes over it (`AND NOT ...`). `emptyRecord` is the dialect's test that the
+ * row's record is `{}`, in SQL.
  */
-export const MOVED_CLAIM_TTL_MS = 7 * 24 * 60 * 60 * 1000;
+export function olderClaim(emptyRecord: string): string {
+  return `(${emptyRecord} AND status = 'delivered' AND lease_id IS NOT NULL)`;
+}
 
 /**
  * One statement of a migration. `done`, where the dialect has no `IF NOT EXISTS` for the statement (MySQL's

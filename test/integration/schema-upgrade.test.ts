@@ -168,23 +168,30 @@ function scenarios(d: () => Dialect, prefix: string, fixtures: Array<{ file: str
       // (Columns a later version added, such as the expectations' account, are read as they were not there.)
       const columnsOf = (rows: Array<Record<string, unknown>>) =>
         new Set(rows.flatMap((row) => Object.keys(row)));
-      // (But the sweep's lock, a row of _expected in 0.1.0, is the row 'sweep' of _control since version 5,
-      // and a claim, a row of the inbox with an empty record in 0.1.0, a row of _claims since version 7.)
+      // (But the sweep's lock, a row of _expected in 0.1.0, is the row 'sweep' of _control since version 5.
+      // A claim, a row of the inbox with an empty record in 0.1.0, stays there for 0.1.0's release to delete;
+      // MySQL marks it in last_error, for version 7's CHECK to let it be.)
       const isLock = (row: Record<string, unknown>) => row.transaction_id === '';
       const isClaim = (row: Record<string, unknown>) => row.record === '{}' || isEmpty(row.record);
+      const unmarked = (name: string, row: Record<string, unknown>) =>
+        name === 'inbox' && isClaim(row)
+          ? Object.fromEntries(Object.entries(row).filter(([column]) => column !== 'last_error'))
+          : row;
       for (const [name, rows] of Object.entries(before)) {
         const kept = columnsOf(rows);
         const seen = (after[name] ?? []).map((row) =>
           Object.fromEntries(Object.entries(row).filter(([column]) => kept.has(column))),
         );
-        const moved = name === '_expected' ? isLock : name === 'inbox' ? isClaim : () => false;
-        expect(seen).toEqual(rows.filter((row) => !moved(row)));
+        const moved = name === '_expected' ? isLock : () => false;
+        expect(seen.map((row) => unmarked(name, row))).toEqual(
+          rows.filter((row) => !moved(row)).map((row) => unmarked(name, row)),
+        );
       }
-      expect((after.inbox ?? []).length).toBe(5);
+      expect((after.inbox ?? []).length).toBe(6);
       const claims = await dialect.rows(
         `SELECT ${dialect.quote('key')}, token FROM ${dialect.quote(`${table}_claims`)}`,
       );
-      expect(claims).toEqual([{ key: key(ID.claimed), token: 'claim-token' }]);
+      expect(claims).toEqual([]);
       const lock = (before._expected ?? []).find(isLock);
       expect(lock === undefined).toBe(!full);
       const control = await dialect.rows(
@@ -235,9 +242,8 @@ function scenarios(d: () => Dialect, prefix: string, fixtures: Array<{ file: str
       expect((await store.get(key(ID.later)))?.status).toBe('failed');
       expect((await store.get(key(ID.dead)))?.status).toBe('dead');
       expect((await store.get(key(ID.delivered)))?.status).toBe('delivered');
-      // The key 0.1.0 claimed is still claimed: by its own token (a claim asked again), not by another.
+      // The key 0.1.0 claimed is still claimed (until 0.1.0's release deletes its row), and no entry.
       expect(await store.claim(key(ID.claimed), 60_000, randomUUID())).toBe(false);
-      expect(await store.claim(key(ID.claimed), 60_000, 'claim-token')).toBe(true);
       expect(await store.get(key(ID.claimed))).toBeUndefined();
       expect((await store.list()).map((entry) => entry.key)).not.toContain(key(ID.claimed));
       if (full) {

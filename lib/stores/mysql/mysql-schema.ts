@@ -1,7 +1,7 @@
 import {
   checkedMigrations,
   distinctName,
-  MOVED_CLAIM_TTL_MS,
+  olderClaim,
   schemaMigrations,
   type Migration,
   type MigrationStep,
@@ -10,6 +10,7 @@ import {
 } from '../schema-migrations.js';
 import { mysqlLifecycleSql } from './mysql-lifecycle.js';
 import {
+  EMPTY_RECORD,
   msOf,
   mysqlAuditSql,
   mysqlClaimsName,
@@ -105,22 +106,29 @@ ON DUPLICATE KEY UPDATE name = name`),
 }
 
 /**
- * Version 7: claims move out of the inbox into `<table>_claims` (key, token, when), and a CHECK,
- * `<table>_no_claim_marker` (named within the database, as {@link sweepLockSteps}'), refuses a claim marker
- * (`delivered`, the record `{}`, a token as `lease_id`: no other write makes such a row) in the inbox from
- * now on: an instance of an older ipn-kit, still running in a rolling deploy, fails its claim (a store
- * failure: 503, and the service resends) rather than leave a row that the newer instances would read as a
- * delivered entry. The copy comes first, then the delete of the markers copied (a marker an older instance
- * adds in between stays, and fails the CHECK's `ALTER`: the next `migrate()` moves it and completes the
- * version). MySQL before 8.0.16 reads a CHECK and ignores it. Adding the CHECK rebuilds the inbox table
- * (writes to it wait meanwhile). Each statement can run twice.
+ * What version 7 writes in `last_error` of an older ipn-kit's claim it leaves in the inbox (see
+ * {@link olderClaim}), for the CHECK to let it be: MySQL has no `NOT VALID`, and checks every row as it adds
+ * a CHECK. An older ipn-kit's claim leaves `last_error` empty, which no version of it reads for a claim.
+ */
+const LEFT_FOR_RELEASE = "ipn-kit: an older instance's claim, left for it to release (schema version 7)";
+
+/**
+ * Version 7: at-most-once claims are rows of `<table>_claims` (key, token, when, until when) from now on,
+ * and a CHECK, `<table>_no_claim_marker` (named within the database, as {@link sweepLockSteps}'), refuses a
+ * new claim marker in the inbox: an instance of an older ipn-kit, still running in a rolling deploy, fails
+ * its claim (a store failure: 503, and the service resends) rather than take a key a newer instance
+ * claimed in `<table>_claims`, which it does not look at. The markers already there stay (see
+ * {@link olderClaim}), for the older instance to delete on release; they are marked first (`last_error`),
+ * and the CHECK lets a marked one be. An older instance's claim between the two is not marked, and fails the
+ * CHECK's `ALTER` (MySQL's DDL is no transaction): the next `migrate()` marks it and completes the version.
+ * MySQL before 8.0.16 reads a CHECK and ignores it. Adding the CHECK rebuilds the inbox table (writes to it
+ * wait meanwhile). Each statement can run twice.
  */
 function claimsSteps(table: string): MigrationStep[] {
   const inbox = beside(table, '');
   const claims = claimsBeside(table).quoted;
   const check = { name: distinctName(inbox.name, '_no_claim_marker', 64) };
-  // An older ipn-kit's marker: `delivered`, the record `{}`, its token as lease_id (a delivered mark clears it).
-  const marker = "m.record = '{}' AND m.status = 'delivered'";
+  const marker = olderClaim(EMPTY_RECORD);
   return [
     statement(`CREATE TABLE IF NOT EXISTS ${claims} (
   \`key\` VARCHAR(255) NOT NULL,
@@ -130,16 +138,12 @@ function claimsSteps(table: string): MigrationStep[] {
   PRIMARY KEY (\`key\`),
   KEY ipn_kit_claimed (claimed_at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin`),
-    statement(`INSERT INTO ${claims} (\`key\`, token, claimed_at, expires_at)
-SELECT m.\`key\`, COALESCE(m.lease_id, ''), COALESCE(m.delivered_at, m.received_at),
-  COALESCE(m.delivered_at, m.received_at) + INTERVAL ${MOVED_CLAIM_TTL_MS * 1000} MICROSECOND FROM ${inbox.quoted} AS m
-WHERE ${marker}
-ON DUPLICATE KEY UPDATE claimed_at = ${claims}.claimed_at`),
     statement(
-      `DELETE m FROM ${inbox.quoted} AS m JOIN ${claims} AS c ON c.\`key\` = m.\`key\` WHERE ${marker}`,
+      `UPDATE ${inbox.quoted} SET last_error = '${LEFT_FOR_RELEASE.replaceAll("'", "''")}' ` +
+        `WHERE ${marker} AND last_error IS NULL`,
     ),
     {
-      sql: `ALTER TABLE ${inbox.quoted} ADD CONSTRAINT \`${check.name}\` CHECK (NOT (record = '{}' AND status = 'delivered' AND lease_id IS NOT NULL))`,
+      sql: `ALTER TABLE ${inbox.quoted} ADD CONSTRAINT \`${check.name}\` CHECK (NOT (${marker} AND last_error IS NULL))`,
       done:
         `SELECT 1 FROM information_schema.table_constraints WHERE constraint_schema = ${databaseOf(inbox)} ` +
         `AND table_name = '${inbox.name}' AND constraint_name = '${check.name}'`,

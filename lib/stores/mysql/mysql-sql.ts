@@ -1,5 +1,5 @@
 import { UTF8_TEXT } from './mysql-rows.js';
-import { distinctName } from '../schema-migrations.js';
+import { distinctName, olderClaim } from '../schema-migrations.js';
 
 /** One part of a table name: an unquoted-style identifier, within MySQL's 64-character limit. */
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
@@ -156,6 +156,12 @@ const RECEIVED_ROW = `u.k, u.tid, u.st, u.rec, u.cd, 'received', 1, ${NOW}, ${NO
 /** Lease columns cleared when an attempt ends. */
 const END_LEASE = `lease_id = NULL, lease_until = NULL, updated_at = ${NOW}`;
 
+/** A row's record is `{}`: with {@link olderClaim}, an older ipn-kit's claim, which version 7 leaves in the inbox. */
+export const EMPTY_RECORD = "record = '{}'";
+
+/** Not an older ipn-kit's claim: every read, count and replay of entries has it (see {@link olderClaim}). */
+const ENTRY = `NOT ${olderClaim(EMPTY_RECORD)}`;
+
 /**
  * Every statement the store runs on `table`, with `?` for every value. Each compares times with the
  * database's `UTC_TIMESTAMP(3)`, so that instances whose clocks disagree still agree on what is due and
@@ -172,7 +178,8 @@ export function mysqlInboxSql(table: string) {
   const unclaimed = `NOT EXISTS (SELECT 1 FROM ${claims} AS c WHERE c.\`key\` = u.k AND c.expires_at > ${NOW})`;
   return {
     // A claim is a row of <table>_claims (schema version 7), never of the inbox: it is taken only while the
-    // inbox has no entry of the key (a receive of it came first: a resend), and the key's claim, if any, has
+    // inbox has no row of the key (a receive of it came first: a resend; or an older ipn-kit's claim, left
+    // there by version 7: see olderClaim), and the key's claim, if any, has
     // expired: then the update takes it over (each column set only then; expires_at last, as MySQL sets them
     // in order and a later one reads the earlier ones' new values). Two at once after the expiry: the second
     // waits for the first's row lock, then finds the row live and changes nothing. Its token is kept, so that
@@ -241,15 +248,17 @@ export function mysqlInboxSql(table: string) {
         AND (? IS NULL OR LOCATE(LOWER(${UTF8_TEXT} COLLATE utf8mb4_bin), LOWER(custom_data)) > 0)
         AND (? IS NULL OR received_at >= ${AT})
         AND (? IS NULL OR received_at < ${AT})
+        AND ${ENTRY}
       ORDER BY ${newest ? 'received_at DESC, `key` DESC' : 'received_at, `key`'}
       LIMIT ${limit} OFFSET ${offset}`,
     countByStatus: `SELECT status, COUNT(*) AS count FROM ${t}
-      WHERE ? IS NULL OR received_at >= ${AT} GROUP BY status`,
-    get: `SELECT ${COLUMNS} FROM ${t} WHERE \`key\` = ?`,
-    // A replay keeps a live lease (an attempt still running finishes first, alone).
+      WHERE (? IS NULL OR received_at >= ${AT}) AND ${ENTRY} GROUP BY status`,
+    get: `SELECT ${COLUMNS} FROM ${t} WHERE \`key\` = ? AND ${ENTRY}`,
+    // A replay keeps a live lease (an attempt still running finishes first, alone), and passes over an
+    // older ipn-kit's claim, which holds no notification to deliver.
     replay: `UPDATE ${t} SET status = 'received', attempts = 0,
         next_attempt_at = ${NOW} + INTERVAL (? * 1000) MICROSECOND, updated_at = ${NOW}
-      WHERE \`key\` = ? AND (? IS NULL OR FIND_IN_SET(status, ?) > 0)`,
+      WHERE \`key\` = ? AND (? IS NULL OR FIND_IN_SET(status, ?) > 0) AND ${ENTRY}`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ${AT}`,
     purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < ${AT}`,
     purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < ${AT}`,

@@ -2,7 +2,7 @@ import {
   checkedMigrations,
   distinctName,
   latestSql,
-  MOVED_CLAIM_TTL_MS,
+  olderClaim,
   schemaMigrations,
   type Migration,
   type MigrationStep,
@@ -14,8 +14,10 @@ import { postgresExpectationsSql } from './postgres-expectations.js';
 import {
   besideInbox,
   claimsTable,
+  EMPTY_RECORD,
   markFunction,
   markFunctionSql,
+  olderClaimFunction,
   statesTable,
   tableNames,
 } from './postgres-sql.js';
@@ -71,21 +73,28 @@ END $$`),
  * 7). An instance of an older ipn-kit, still running in a rolling deploy, claims a key as a row `delivered`
  * with the record `{}` and its token as `lease_id`, which no other write makes (a delivered mark clears the
  * lease): the CHECK fails its claim (a store failure: it answers 503, and the service resends to another
- * instance) rather than leave a row that the newer instances would read as a delivered entry. A receive
- * of an empty record (the store's API allows one; the router never makes one) is not such a row.
+ * instance) rather than take a key that a newer instance claimed in `<table>_claims`, which it does not
+ * look at (both would deliver). A receive of an empty record (the store's API allows one; the router never
+ * makes one) is not such a row. The markers there before the CHECK stay, `NOT VALID` (see claimsSteps).
  */
 const CLAIM_MARKER_CHECK = 'ipn_kit_no_claim_marker';
 
-/** Version 7's test of an older ipn-kit's claim marker, on a row of the inbox. */
-const MARKER = "record = '{}'::jsonb AND status = 'delivered'";
+/** The trigger of version 7 that lets an older ipn-kit ask again about its claim (see claimsSteps). */
+const OLDER_CLAIM_TRIGGER = 'ipn_kit_older_claim';
 
 /**
- * Version 7: claims move out of the inbox into `<table>_claims` (key, token, when, until when: a moved claim
- * expires {@link MOVED_CLAIM_TTL_MS} after it was made). The CHECK comes first
- * (`NOT VALID`: the rows there are not read again), so that no marker is added once the move has read
- * the inbox: it holds the inbox's lock until the version commits, and an older instance's claim waits for
- * it, then fails. The move is one statement (`DELETE ... RETURNING` into the insert), so a marker is
- * deleted only as it is copied. Each statement can run twice: a claim already moved is kept.
+ * Version 7: at-most-once claims are rows of `<table>_claims` (key, token, when, until when) from now on,
+ * and a CHECK refuses a new claim marker in the inbox (`NOT VALID`: the rows there are not read). The
+ * markers older instances wrote stay where they are (see {@link olderClaim}): an older instance, still
+ * running in a rolling deploy, releases a key by deleting its row of the inbox, which must then be
+ * there; each holds its key until then (or until purged), as before. The CHECK holds the inbox's lock
+ * until the version commits: an older instance's claim meanwhile waits for it, then fails (503, resent),
+ * and its release waits, then deletes its marker. An older instance asks again about a claim whose answer
+ * was lost, with the same statement and token, which the CHECK would refuse too (it comes before the key's
+ * conflict): the trigger `ipn_kit_older_claim` skips an older claim of a key the inbox has a row of, as
+ * its `ON CONFLICT (key) DO NOTHING` would, so that it finds its own marker by its token (and another's
+ * claim finds the key taken); an older claim of a key with no row goes on to the CHECK. Each statement can
+ * run twice.
  */
 function claimsSteps(table: string): MigrationStep[] {
   const { quoted, name } = tableNames(table);
@@ -105,16 +114,33 @@ function claimsSteps(table: string): MigrationStep[] {
     SELECT 1 FROM pg_constraint WHERE conrelid = to_regclass('${regclass}') AND conname = '${CLAIM_MARKER_CHECK}'
   ) THEN
     ALTER TABLE ${quoted} ADD CONSTRAINT ${CLAIM_MARKER_CHECK}
-      CHECK (NOT (${MARKER} AND lease_id IS NOT NULL)) NOT VALID;
+      CHECK (NOT ${olderClaim(EMPTY_RECORD)}) NOT VALID;
   END IF;
 END $$`),
-    statement(`WITH moved AS (
-  DELETE FROM ${quoted} WHERE ${MARKER}
-  RETURNING key, lease_id, coalesce(delivered_at, received_at) AS claimed_at
-)
-INSERT INTO ${claims} (key, token, claimed_at, expires_at)
-SELECT key, coalesce(lease_id, ''), claimed_at, claimed_at + ${MOVED_CLAIM_TTL_MS} * interval '1 millisecond' FROM moved
-ON CONFLICT (key) DO NOTHING`),
+    // The key's row looked up in the table the trigger fires on (by its schema and name, whatever the
+    // session's search_path). Only an older ipn-kit's claim calls it: the WHEN passes over every other row.
+    // No `$1` in it: an ORM's raw query (Knex) reads one as a placeholder; %L quotes the key.
+    statement(`CREATE OR REPLACE FUNCTION ${olderClaimFunction(table)}() RETURNS trigger
+  LANGUAGE plpgsql AS $ipn_kit$
+DECLARE
+  held boolean;
+BEGIN
+  EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I WHERE key = %L)', TG_TABLE_SCHEMA, TG_TABLE_NAME, NEW.key)
+    INTO held;
+  IF held THEN
+    RETURN NULL;
+  END IF;
+  RETURN NEW;
+END $ipn_kit$`),
+    statement(`DO $$ BEGIN
+  IF NOT EXISTS (
+    SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass('${regclass}') AND tgname = '${OLDER_CLAIM_TRIGGER}'
+  ) THEN
+    CREATE TRIGGER ${OLDER_CLAIM_TRIGGER} BEFORE INSERT ON ${quoted} FOR EACH ROW
+      WHEN (NEW.status = 'delivered' AND NEW.lease_id IS NOT NULL AND NEW.record = '{}'::jsonb)
+      EXECUTE PROCEDURE ${olderClaimFunction(table)}();
+  END IF;
+END $$`),
   ];
 }
 
@@ -203,7 +229,9 @@ export function postgresMigrationList(table: string): readonly Migration[] {
     {
       version: 7,
       name: 'the claims table (at-most-once claims out of the inbox)',
-      tables: [claimsTable(table)],
+      // The function by its signature, as version 6's: a database without it (dropped, or at a version 7
+      // of an unreleased ipn-kit, which moved the older claims instead) has the versions run again.
+      tables: [claimsTable(table), `${olderClaimFunction(table)}()`],
       steps: claimsSteps(table),
     },
   ]);

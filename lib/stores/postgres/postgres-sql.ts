@@ -1,5 +1,5 @@
 import { PERSONAL_FIELDS } from '../store.js';
-import { distinctName } from '../schema-migrations.js';
+import { distinctName, olderClaim } from '../schema-migrations.js';
 /** One part of a table name: an unquoted-style identifier, within PostgreSQL's 63-byte limit. */
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 
@@ -78,6 +78,12 @@ export function besideInbox(table: string, suffix: string): string {
 
 /** The customer's fields set to `""`, as a jsonb to merge: {@link PERSONAL_FIELDS} in PostgreSQL's dialect. */
 const BLANKS = `'${JSON.stringify(Object.fromEntries(PERSONAL_FIELDS.map((f) => [f, ''])))}'::jsonb`;
+
+/** A row's record is `{}`: with {@link olderClaim}, an older ipn-kit's claim, which version 7 leaves in the inbox. */
+export const EMPTY_RECORD = "record = '{}'::jsonb";
+
+/** Not an older ipn-kit's claim: every read, count and replay of entries has it (see {@link olderClaim}). */
+const ENTRY = `NOT ${olderClaim(EMPTY_RECORD)}`;
 
 /** The columns an `InboxEntry` is read from. */
 const COLUMNS =
@@ -236,6 +242,17 @@ export function markFunction(table: string): string {
   return [...parts, name].map((part) => `"${part}"`).join('.');
 }
 
+/**
+ * The quoted name of the function `<table>_older_claim` beside inbox `table` (schema version 7), cut as
+ * {@link markFunction} is: the trigger that lets an older ipn-kit ask again about a claim it made before
+ * version 7 (see `claimsSteps` in postgres-schema.ts).
+ */
+export function olderClaimFunction(table: string): string {
+  const parts = tableNames(table).name.split('.');
+  const name = distinctName(parts.pop()!, '_older_claim', 63);
+  return [...parts, name].map((part) => `"${part}"`).join('.');
+}
+
 /** The `delivered` mark of the entry `key` held by lease `leaseId` (SQL expressions), in PL/pgSQL. */
 const markBody = (t: string, key: string, leaseId: string): string =>
   `UPDATE ${t} SET status = 'delivered', delivered_at = now(), ${END_LEASE}
@@ -268,7 +285,8 @@ export function inboxSql(table: string) {
   const mark = markFunction(table); // named once: markAndCommit runs for every delivery
   return {
     // A claim is a row of <table>_claims (schema version 7), never of the inbox: it is taken only while the
-    // inbox has no entry of the key (a receive of it came first: a resend), and the key's claim, if any, has
+    // inbox has no row of the key (a receive of it came first: a resend; or an older ipn-kit's claim, left
+    // there by version 7: see olderClaim), and the key's claim, if any, has
     // expired (ttlMs): then it is taken over, in the same statement. Two at once after the expiry: the
     // second waits for the first's row lock, then finds the row live again and changes nothing. Its token
     // is kept, so that the same claim asked again (its answer was lost) is recognised as this caller's own:
@@ -426,14 +444,16 @@ export function inboxSql(table: string) {
         AND ($5::text IS NULL OR strpos(lower(coalesce(record->>'custom_data', record->>'ipn-kit:json')), lower($5)) > 0)
         AND ($6::timestamptz IS NULL OR received_at >= $6)
         AND ($7::timestamptz IS NULL OR received_at < $7)
+        AND ${ENTRY}
       ORDER BY ${newest ? 'received_at DESC, key DESC' : 'received_at, key'} LIMIT $1 OFFSET $2`,
     countByStatus: `SELECT status, count(*)::int AS count FROM ${t}
-      WHERE $1::timestamptz IS NULL OR received_at >= $1 GROUP BY status`,
-    get: `SELECT ${COLUMNS} FROM ${t} WHERE key = $1`,
-    // A replay keeps a live lease (an attempt still running finishes first, alone).
+      WHERE ($1::timestamptz IS NULL OR received_at >= $1) AND ${ENTRY} GROUP BY status`,
+    get: `SELECT ${COLUMNS} FROM ${t} WHERE key = $1 AND ${ENTRY}`,
+    // A replay keeps a live lease (an attempt still running finishes first, alone), and passes over an
+    // older ipn-kit's claim, which holds no notification to deliver.
     replay: `UPDATE ${t} SET status = 'received', attempts = 0,
         next_attempt_at = now() + $2::bigint * interval '1 millisecond', updated_at = now()
-      WHERE key = $1 AND ($3::text[] IS NULL OR status = ANY($3::text[]))`,
+      WHERE key = $1 AND ($3::text[] IS NULL OR status = ANY($3::text[])) AND ${ENTRY}`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < $1`,
     purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < $1`,
     purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < $1`,

@@ -1,7 +1,6 @@
 import {
   checkedMigrations,
   latestSql,
-  MOVED_CLAIM_TTL_MS,
   schemaMigrations,
   type Migration,
   type MigrationStep,
@@ -54,23 +53,25 @@ SELECT 'sweep', coalesce(custom_data, ''), ${NOW_MS}, due_at FROM ${expected} WH
 }
 
 /**
- * Version 7: claims move out of the inbox into `<table>_claims` (key, token, when, until when: a moved claim
- * expires {@link MOVED_CLAIM_TTL_MS} after it was made), and two triggers refuse
- * a claim marker (`delivered`, the record `{}`, a token as `lease_id`: no other write makes such a row) in
- * the inbox from now on (SQLite cannot add a CHECK to a table): a process of an older ipn-kit, still
- * running on the file, fails its claim (a store failure: 503, and the service
- * resends) rather than leave a row that the newer processes would read as a delivered entry. The version
- * runs in one transaction that holds the file's write lock, so no marker comes between the move and the
- * triggers. Each statement can run twice: a claim already moved is kept.
+ * Version 7: at-most-once claims are rows of `<table>_claims` (key, token, when, until when) from now on, and
+ * two triggers refuse a new claim marker (an older ipn-kit's claim: see `olderClaim`) in the inbox (SQLite
+ * cannot add a CHECK to a table): a process of an older ipn-kit, still running on the file, fails its claim
+ * (a store failure: 503, and the service resends) rather than take a key a newer process claimed in
+ * `<table>_claims`, which it does not look at. The markers already there stay, for the older process to
+ * delete on release (triggers look at the rows written, not at those there), or to find again by its
+ * token. Each statement can run twice.
  */
 function claimsSteps(table: string): MigrationStep[] {
-  const MARKER = "record = '{}' AND status = 'delivered'";
   const inbox = quoteTable(table);
   const claims = `"${table}_claims"`;
+  // An INSERT of a key the inbox has a row of is let through, to its ON CONFLICT (key) DO NOTHING: an older
+  // process asking again about its claim (a lost answer) then finds its own marker by its token.
   const refuse = (event: 'INSERT' | 'UPDATE'): MigrationStep =>
     statement(`CREATE TRIGGER IF NOT EXISTS "${table}_no_claim_marker_${event.toLowerCase()}"
 BEFORE ${event} ON ${inbox} FOR EACH ROW
-WHEN NEW.record = '{}' AND NEW.status = 'delivered' AND NEW.lease_id IS NOT NULL
+WHEN NEW.record = '{}' AND NEW.status = 'delivered' AND NEW.lease_id IS NOT NULL${
+      event === 'INSERT' ? `\n  AND NOT EXISTS (SELECT 1 FROM ${inbox} WHERE key = NEW.key)` : ''
+    }
 BEGIN
   SELECT RAISE(ABORT, 'ipn-kit: claims are in ${table}_claims since schema version 7, not in ${table}: an older ipn-kit runs on this file');
 END`);
@@ -82,10 +83,6 @@ END`);
   expires_at INTEGER NOT NULL
 )`),
     statement(`CREATE INDEX IF NOT EXISTS "${table}_claims_at_idx" ON ${claims} (claimed_at)`),
-    statement(`INSERT OR IGNORE INTO ${claims} (key, token, claimed_at, expires_at)
-SELECT key, coalesce(lease_id, ''), coalesce(delivered_at, received_at),
-  coalesce(delivered_at, received_at) + ${MOVED_CLAIM_TTL_MS} FROM ${inbox} WHERE ${MARKER}`),
-    statement(`DELETE FROM ${inbox} WHERE ${MARKER}`),
     refuse('INSERT'),
     refuse('UPDATE'),
   ];

@@ -1,3 +1,4 @@
+import { olderClaim } from '../schema-migrations.js';
 /** A table name: an identifier SQLite takes quoted as it is, short enough for its derived names. */
 const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
 
@@ -44,6 +45,12 @@ const COLUMNS =
 /** Lease columns cleared when an attempt ends (`?`: now). */
 const END_LEASE = 'lease_id = NULL, lease_until = NULL, updated_at = ?';
 
+/** A row's record is `{}`: with {@link olderClaim}, an older ipn-kit's claim, which version 7 leaves in the inbox. */
+const EMPTY_RECORD = "record = '{}'";
+
+/** Not an older ipn-kit's claim: every read, count and replay of entries has it (see {@link olderClaim}). */
+const ENTRY = `NOT ${olderClaim(EMPTY_RECORD)}`;
+
 /**
  * Every statement the store runs on `table`, with `?` for every value (in the order the store passes them;
  * a value used twice is passed twice). Each is one statement: SQLite runs it atomically, holding the
@@ -54,7 +61,8 @@ export function sqliteInboxSql(table: string) {
   const claims = `"${table}_claims"`;
   return {
     // A claim is a row of <table>_claims (schema version 7), never of the inbox: it is taken only while the
-    // inbox has no entry of the key (a receive of it came first: a resend), and the key's claim, if any, has
+    // inbox has no row of the key (a receive of it came first: a resend; or an older ipn-kit's claim, left
+    // there by version 7: see olderClaim), and the key's claim, if any, has
     // expired: then it is taken over, in the same statement (one writer at a time). Its token is kept, so
     // that the same claim asked again is recognised (see Store.claim). Values: key, token, now, expiry, key.
     claim: `INSERT INTO ${claims} AS c (key, token, claimed_at, expires_at)
@@ -98,13 +106,14 @@ export function sqliteInboxSql(table: string) {
         AND (? IS NULL OR instr(lower(coalesce(json_extract(record, '$.custom_data'), '')), lower(?)) > 0)
         AND (? IS NULL OR received_at >= ?)
         AND (? IS NULL OR received_at < ?)
+        AND ${ENTRY}
       ORDER BY ${newest ? 'received_at DESC, key DESC' : 'received_at, key'} LIMIT ? OFFSET ?`,
     countByStatus: `SELECT status, count(*) AS count FROM ${t}
-      WHERE ? IS NULL OR received_at >= ? GROUP BY status`,
-    get: `SELECT ${COLUMNS} FROM ${t} WHERE key = ?`,
-    // A replay keeps a live lease.
+      WHERE (? IS NULL OR received_at >= ?) AND ${ENTRY} GROUP BY status`,
+    get: `SELECT ${COLUMNS} FROM ${t} WHERE key = ? AND ${ENTRY}`,
+    // A replay keeps a live lease, and passes over an older ipn-kit's claim, which holds no notification.
     replay: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = ?, updated_at = ?
-      WHERE key = ? AND (? IS NULL OR instr(',' || ? || ',', ',' || status || ',') > 0)`,
+      WHERE key = ? AND (? IS NULL OR instr(',' || ? || ',', ',' || status || ',') > 0) AND ${ENTRY}`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ?`,
     purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < ?`,
     purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < ?`,

@@ -35,12 +35,14 @@ describeWithService('PostgreSQL', 'TypeORM synchronize across schema version 7',
     return dataSource.initialize();
   };
 
-  test('store.migrate() before initialize(): the claim is moved, and synchronize changes nothing', async () => {
+  test('store.migrate() before initialize(): synchronize changes nothing, and the claim holds until released', async () => {
     await atVersion6WithAClaim();
     const store = new PostgresStore({ pool: bare.pool(), table: 'ipn_inbox' });
     await store.migrate();
-    await initialize();
-    expect(await store.claim('EFB.7000001:SUCCESSFUL', 60_000, 'token')).toBe(true);
+    await initialize(); // the CHECK is there by its name (NOT VALID): synchronize leaves it, and the claim
+    expect(await store.claim('EFB.7000001:SUCCESSFUL', 60_000, 'another')).toBe(false);
+    await bare.pool().query(`DELETE FROM ipn_inbox WHERE key = 'EFB.7000001:SUCCESSFUL'`); // 0.1.0's release
+    expect(await store.claim('EFB.7000001:SUCCESSFUL', 60_000, 'another')).toBe(true);
   });
 
   test('initialize() first: synchronize adds the CHECK itself and fails on the claim', async () => {
