@@ -95,6 +95,31 @@ export function literal(text: string): string {
   return `E'${text.replaceAll('\\', '\\\\').replaceAll("'", "''")}'`;
 }
 
+/**
+ * `text` (a statement of {@link inboxSql} with `$n` parameters, none inside a literal of its own) with each
+ * `$n` replaced by its value as a literal: a string as a {@link literal} (typed by the statement's cast,
+ * or by the column it is compared with), a number as the literal of its digits, a string array as an
+ * `ARRAY[...]`, `null` as `NULL`. For a simple query, which takes no parameters. The text is scanned once:
+ * a `$n` inside a value stays as it is.
+ * @throws TypeError for a value of another kind, a number that is not finite, a string holding a NUL, or a
+ * `$n` with no value: a programmer error of the store's.
+ */
+export function inline(text: string, values: readonly unknown[]): string {
+  const one = (value: unknown): string => {
+    if (value === null) return 'NULL';
+    if (typeof value === 'number' && Number.isFinite(value)) return literal(String(value));
+    if (typeof value === 'string' && !value.includes('\0')) return literal(value);
+    throw new TypeError(`PostgresStore: a value cannot stand in a simple query (${typeof value})`);
+  };
+  return text.replace(/\$(\d+)/g, (placeholder, n: string) => {
+    if (Number(n) < 1 || Number(n) > values.length) {
+      throw new TypeError(`PostgresStore: ${placeholder} has no value (${values.length} given)`);
+    }
+    const value = values[Number(n) - 1];
+    return Array.isArray(value) ? `ARRAY[${value.map(one).join(', ')}]` : one(value);
+  });
+}
+
 /** What a key or lease id may hold to stand in SQL as a literal as it is: no quote, no backslash. */
 const PLAIN = /^[A-Za-z0-9._:-]{1,200}$/;
 
@@ -303,6 +328,13 @@ export function inboxSql(table: string) {
         RETURNING 1
       )
       SELECT EXISTS (SELECT 1 FROM taken) AS claimed`,
+    // Sent before each statement that inserts into the inbox (receive, receiveMany, receiveAndDeliverMany),
+    // in its transaction: a utility statement, it takes no snapshot, so the insert's snapshot comes after the
+    // lock. The insert would take ROW EXCLUSIVE anyway, but in its parse analysis, after its snapshot under
+    // REPEATABLE READ (a transaction's snapshot is its first): waiting there for a claim's SHARE lock, it
+    // would then not see that claim, and both would be first. Under READ COMMITTED it changes nothing (a
+    // statement takes a new snapshot to execute, after its lock); under SERIALIZABLE it spares the failure.
+    lockInbox: `LOCK TABLE ${t} IN ROW EXCLUSIVE MODE`,
     release: `DELETE FROM ${t} WHERE key = $1 AND ($2::text IS NULL OR lease_id = $2)`,
     releaseClaim: `DELETE FROM ${claims} WHERE key = $1`,
     // Not while the key is claimed (at most once, by an instance in that mode): a duplicate, as when both

@@ -10,7 +10,15 @@ import {
   toEntry,
   toStoredJson,
 } from './postgres-rows.js';
-import { claimsTable, inboxSql, receivesJson, RESET, tableNames, type InboxSql } from './postgres-sql.js';
+import {
+  claimsTable,
+  inboxSql,
+  inline,
+  receivesJson,
+  RESET,
+  tableNames,
+  type InboxSql,
+} from './postgres-sql.js';
 import { postgresControlTable, postgresSchemaDialect } from './postgres-schema.js';
 import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
 import { BatchStall, createBatcher } from '../batcher.js';
@@ -184,6 +192,8 @@ export class PostgresStore<
   /** Each transaction's accepted final state: the table `<table>_states`, made by `migrate()`. */
   readonly lifecycle: PostgresLifecycle;
   readonly #pool: PgQueryable;
+  /** The pool over the ORM alone (no `pool` given), which runs several statements in one of its transactions. */
+  readonly #ormPool: OrmPool | undefined;
   readonly #transactions: Transactions | undefined;
   /** `sessionSettings: 'restore'`: the ORM path sets back the session's own settings after its reset. */
   readonly #keepSettings: boolean;
@@ -221,7 +231,8 @@ export class PostgresStore<
         'PostgresStore: transactions must come from ipn-kit/orm (prismaTransactions(prisma), drizzleTransactions(db), ...), or be an object with transaction(work) and query(tx, statement)',
       );
     }
-    const pool = given?.pool ?? (transactions?.execute ? ormPool(transactions) : undefined);
+    this.#ormPool = given?.pool === undefined && transactions?.execute ? ormPool(transactions) : undefined;
+    const pool = given?.pool ?? this.#ormPool;
     if (typeof pool !== 'object' || pool === null || typeof Reflect.get(pool, 'query') !== 'function') {
       throw new TypeError(
         'PostgresStore: pool must be a pg Pool (new Pool() from the pg package), or an object with its query(text, values) method' +
@@ -368,7 +379,9 @@ export class PostgresStore<
       const [text, values] = item.receive
         ? [this.#sql.receive, item.receive]
         : [this.#sql.delivered, item.delivered];
-      return [(await this.#query(text, values)).rowCount === 1];
+      return [
+        (item.receive ? await this.#insert(text, values) : await this.#query(text, values)).rowCount === 1,
+      ];
     }
     const first = new Map<string, number>(); // each received key's first caller
     const settling: Array<[string, string]> = [];
@@ -385,7 +398,8 @@ export class PostgresStore<
           : this.#sql.receiveAndDeliverMany;
     const received = receives.length === 0 ? [] : [receivesJson(receives)];
     const values = settling.length === 0 ? received : [...received, ...transpose(settling)];
-    const { rows } = await this.#query(text, values);
+    const { rows } =
+      receives.length === 0 ? await this.#query(text, values) : await this.#insert(text, values);
     const done = new Set(
       (rows as Array<{ key: string; lease_id: string | null }>).map(
         (row) => `${row.lease_id ?? ''} ${row.key}`,
@@ -516,6 +530,24 @@ export class PostgresStore<
     );
   }
 
+  /**
+   * A statement that inserts into the inbox, after `LOCK TABLE <inbox> IN ROW EXCLUSIVE MODE` in the same
+   * transaction (see `lockInbox`), so that under REPEATABLE READ its snapshot sees a claim it waited for. On
+   * a pool, both go as one simple query (one round trip, one implicit transaction), the values as literals;
+   * through the ORM alone, as two statements in one of its transactions, the values as parameters (an ORM
+   * may read a `$1` or `?` inside a literal as a placeholder). Resolves the insert's result, never the lock's.
+   */
+  #insert(text: string, values: unknown[]): Promise<PgQueryResult> {
+    const lock = this.#sql.lockInbox;
+    const orm = this.#ormPool;
+    const attempt = orm
+      ? () => orm.inTransaction([lock, text], [[], values])
+      : async () => lastResult(await this.#pool.query(`${lock}; ${inline(text, values)}`, []), this.table);
+    return retriedAfterMigration(this.#pool, this.table, attempt, missing, (error) =>
+      this.#failure(error, 'inbox'),
+    );
+  }
+
   /** The `StoreError` of a failed query: the driver's error stays the cause (its `code`, such as 57P01). */
   #failure(error: unknown, of: TableOf): StoreError {
     if (missing(error)) {
@@ -544,30 +576,56 @@ export class PostgresStore<
  * transaction. A text of several statements (the migration's, a claim's) runs in one transaction of the ORM,
  * one by one, and answers with the last one's result.
  */
-function ormPool(transactions: Transactions): PgQueryable {
+function ormPool(transactions: Transactions): OrmPool {
   const execute = transactions.execute!.bind(transactions);
   const returns = (text: string): Statement['returns'] =>
     /^\s*(select|with)\b|\breturning\b/i.test(text) ? 'rows' : 'count';
+  const inTransaction = async (texts: string[], values: unknown[][]): Promise<PgQueryResult> => {
+    // As pg answers a simple query of several statements: the last one's result is the claim's. Only
+    // the last is asked for rows: the others (the migration's `SELECT pg_advisory_xact_lock(...)`,
+    // a void) are run for their effect, as Prisma's $queryRawUnsafe cannot read a void column.
+    let last: StatementResult = { rows: [], count: 0 };
+    await transactions.transaction(async (tx) => {
+      for (const [index, one] of texts.entries()) {
+        const answer = index === texts.length - 1 ? returns(one) : 'count';
+        last = await transactions.query(tx, { text: one, values: values[index] ?? [], returns: answer });
+      }
+    });
+    return { rows: last.rows, rowCount: last.count };
+  };
   return {
+    inTransaction,
     async query(text, values = []) {
       const statements = values.length === 0 ? splitStatements(text) : [text];
-      if (statements.length > 1) {
-        // As pg answers a simple query of several statements: the last one's result is the claim's. Only
-        // the last is asked for rows: the others (the migration's `SELECT pg_advisory_xact_lock(...)`,
-        // a void) are run for their effect, as Prisma's $queryRawUnsafe cannot read a void column.
-        let last: StatementResult = { rows: [], count: 0 };
-        await transactions.transaction(async (tx) => {
-          for (const [index, one] of statements.entries()) {
-            const answer = index === statements.length - 1 ? returns(one) : 'count';
-            last = await transactions.query(tx, { text: one, values: [], returns: answer });
-          }
-        });
-        return { rows: last.rows, rowCount: last.count };
-      }
+      if (statements.length > 1) return inTransaction(statements, []);
       const { rows, count } = await execute({ text, values, returns: returns(text) });
       return { rows, rowCount: count };
     },
   };
+}
+
+/**
+ * The pool over an ORM alone: `query` as a pool's, and `inTransaction`, which runs statements (`texts`, each
+ * with its `values`) one by one in one transaction of the ORM and resolves the last one's result.
+ */
+interface OrmPool extends PgQueryable {
+  inTransaction(texts: string[], values: unknown[][]): Promise<PgQueryResult>;
+}
+
+/**
+ * The insert's result of a simple query `LOCK ...; <insert>` (see `#insert`): pg answers one result per
+ * statement; a driver that gives only one gives the last. One without a count (the lock's, from a driver
+ * that gives the first) is refused: read as nothing inserted, every receive would be a duplicate, answered
+ * 200 and lost.
+ */
+function lastResult(answered: unknown, table: string): PgQueryResult {
+  const last: unknown = Array.isArray(answered) ? answered.at(-1) : answered;
+  const rows: unknown = Reflect.get(Object(last), 'rows');
+  const rowCount: unknown = Reflect.get(Object(last), 'rowCount');
+  if (!Array.isArray(rows) || typeof rowCount !== 'number') {
+    throw new StoreError(`PostgresStore: a receive on ${table} was answered without the insert's result`);
+  }
+  return { rows, rowCount };
 }
 
 /**
