@@ -56,8 +56,9 @@ describeWithService('PostgreSQL', 'PostgresStore: the claim lock, its gaps', () 
 
   // Under REPEATABLE READ, a statement's snapshot is its transaction's first, taken for its parse analysis,
   // before that analysis takes ROW EXCLUSIVE on the inbox: a bare insert would wait for the claim's lock,
-  // then run with a snapshot from before the claim, and not see it. So each receive first takes its lock
-  // in a LOCK TABLE of its own, which takes no snapshot. (READ COMMITTED takes a new snapshot to execute,
+  // then run with a snapshot from before the claim, and not see it. So a receive that finds its session
+  // not READ COMMITTED writes nothing, and goes again after a LOCK TABLE of its own, which takes no
+  // snapshot; so does every later receive of the store. (READ COMMITTED takes a new snapshot to execute,
   // after the lock.)
   test('REPEATABLE READ by default: a claim in flight, then a receive of its key: not both first', async () => {
     const claimer = new PostgresStore({ pool: repeatable, table });
@@ -65,6 +66,18 @@ describeWithService('PostgreSQL', 'PostgresStore: the claim lock, its gaps', () 
     const key = newKey();
     const claim = claimer.claim(key, 60_000, `slow-${randomUUID()}`);
     await sleep(150); // the claim holds the inbox in SHARE mode
+    const receive = receiver.receive(key, recordOf(key), lease());
+    expect(await Promise.all([claim, receive])).toEqual([true, false]);
+  });
+
+  test('REPEATABLE READ by default: a claim in flight, then a receive of its key by a store that has received before: not both first', async () => {
+    const claimer = new PostgresStore({ pool: repeatable, table });
+    const receiver = new PostgresStore({ pool: repeatable, table });
+    const before = newKey();
+    expect(await receiver.receive(before, recordOf(before), lease())).toBe(true);
+    const key = newKey();
+    const claim = claimer.claim(key, 60_000, `slow-${randomUUID()}`);
+    await sleep(150);
     const receive = receiver.receive(key, recordOf(key), lease());
     expect(await Promise.all([claim, receive])).toEqual([true, false]);
   });

@@ -351,11 +351,17 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
       expect((await store.list({ customDataContains: 'ORDER' })).map((e) => e.key)).toEqual([key]);
     });
 
+    // Under REPEATABLE READ a receive takes its lock first, in a simple query: its values go as literals.
+    const repeatable = '-c default_transaction_isolation=repeatable\\ read';
     test.each([
-      ['', {}],
-      ['standard_conforming_strings off', { options: '-c standard_conforming_strings=off' }],
+      ['under READ COMMITTED', {}],
+      ['under REPEATABLE READ (as literals)', { options: repeatable }],
+      [
+        'under REPEATABLE READ, standard_conforming_strings off',
+        { options: `${repeatable} -c standard_conforming_strings=off` },
+      ],
     ])(
-      'keys and records of quotes, backslashes, $1 and ? are kept as they are, alone and in a batch (a receive sends them as literals) %s',
+      'keys and records of quotes, backslashes, $1 and ? are kept as they are, alone and in a batch, %s',
       async (_what, settings) => {
         const store = await freshStore();
         const pool = new Pool({ connectionString: databaseUrl(), max: 2, ...settings });
@@ -380,11 +386,12 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
       },
     );
 
-    test('a role with SELECT and INSERT on the inbox and SELECT on its claims receives: the lock a receive takes first asks no more', async () => {
+    test('a role with SELECT and INSERT on the inbox and SELECT on its claims receives under REPEATABLE READ: the lock a receive takes first asks no more', async () => {
       const store = await freshStore();
       const role = `ipn_receive_app_${process.pid}`;
       await poolA.query(`CREATE ROLE ${role} NOLOGIN`);
-      const app = new Pool({ connectionString: databaseUrl(), max: 2, options: `-c role=${role}` });
+      const options = `-c role=${role} ${repeatable}`;
+      const app = new Pool({ connectionString: databaseUrl(), max: 2, options });
       app.on('error', () => {});
       try {
         await poolA.query(`GRANT SELECT, INSERT ON "${store.table}" TO ${role}`);

@@ -121,6 +121,9 @@ type DbOf<P, T> = T extends Transactions<unknown> ? never : PgClientOf<P>;
 /** One write of a batch: a receive's values (`receive`), or a `delivered` settlement's key and lease. */
 type Write = { receive: unknown[]; delivered?: never } | { receive?: never; delivered: [string, string] };
 
+/** A row of a statement that inserts into the inbox: a key received, or settled (`lease_id`); see `received`. */
+type Received = { key: string | null; lease_id: string | null };
+
 /** `[[key, lease], ...]` as `[[key, ...], [lease, ...]]`. */
 const transpose = (pairs: Array<[string, string]>): [string[], string[]] => [
   pairs.map(([key]) => key),
@@ -206,6 +209,11 @@ export class PostgresStore<
    * the mark goes as a `DO` block, as before it.
    */
   #markFunction = true;
+  /**
+   * Whether receives take their lock first (`locked`, after `lockInbox`): set once a receive found its
+   * session's isolation not READ COMMITTED (a partner's `default_transaction_isolation`), for good.
+   */
+  #lockFirst = false;
   /** How long a batch stuck on its connection holds its place: the routers' shortest `storeTimeoutMs`. */
   readonly #stall = new BatchStall();
   /** Receives and `delivered` settlements that arrive together go as one statement (group commit). */
@@ -376,12 +384,9 @@ export class PostgresStore<
   async #writeMany(items: Write[]): Promise<boolean[]> {
     if (items.length === 1) {
       const [item] = items as [Write];
-      const [text, values] = item.receive
-        ? [this.#sql.receive, item.receive]
-        : [this.#sql.delivered, item.delivered];
-      return [
-        (item.receive ? await this.#insert(text, values) : await this.#query(text, values)).rowCount === 1,
-      ];
+      if (item.delivered) return [(await this.#query(this.#sql.delivered, item.delivered)).rowCount === 1];
+      const rows = await this.#received('receive', item.receive);
+      return [rows.some((row) => row.key === item.receive[0])];
     }
     const first = new Map<string, number>(); // each received key's first caller
     const settling: Array<[string, string]> = [];
@@ -390,21 +395,13 @@ export class PostgresStore<
       if (item.delivered) settling.push(item.delivered);
     });
     const receives = [...first.values()].map((index) => items[index]!.receive!);
-    const text =
-      settling.length === 0
-        ? this.#sql.receiveMany
-        : receives.length === 0
-          ? this.#sql.deliveredMany
-          : this.#sql.receiveAndDeliverMany;
     const received = receives.length === 0 ? [] : [receivesJson(receives)];
     const values = settling.length === 0 ? received : [...received, ...transpose(settling)];
-    const { rows } =
-      receives.length === 0 ? await this.#query(text, values) : await this.#insert(text, values);
-    const done = new Set(
-      (rows as Array<{ key: string; lease_id: string | null }>).map(
-        (row) => `${row.lease_id ?? ''} ${row.key}`,
-      ),
-    );
+    const rows =
+      receives.length === 0
+        ? ((await this.#query(this.#sql.deliveredMany, values)).rows as Received[])
+        : await this.#received(settling.length === 0 ? 'receiveMany' : 'receiveAndDeliverMany', values);
+    const done = new Set(rows.map((row) => `${row.lease_id ?? ''} ${row.key}`));
     return items.map((item, index) =>
       item.receive
         ? first.get(item.receive[0] as string) === index && done.has(` ${item.receive[0] as string}`)
@@ -531,11 +528,30 @@ export class PostgresStore<
   }
 
   /**
+   * Runs the statement `kind` that inserts into the inbox, and resolves its rows (see `receiveStatements`).
+   * A receive that waited for a claim's lock must not run with a snapshot from before the claim, or both
+   * would be first. Under READ COMMITTED, PostgreSQL's default, its snapshot comes after its lock: it goes
+   * as it is, one parameterised statement. Under another isolation (a `default_transaction_isolation` of
+   * the partner's database or role) the statement finds it out itself, writes nothing and says so: it goes
+   * again after `LOCK TABLE <inbox> IN ROW EXCLUSIVE MODE`, and so does every later one of the store.
+   */
+  async #received(kind: 'receive' | 'receiveMany' | 'receiveAndDeliverMany', values: unknown[]) {
+    if (!this.#lockFirst) {
+      const rows = (await this.#query(this.#sql[kind], values)).rows as Received[];
+      // A key missing too: sent again after the lock (right, if slower) rather than read as a duplicate.
+      if (!rows.some((row) => row.key === null || row.key === undefined)) return rows;
+      this.#lockFirst = true; // nothing was written
+    }
+    return (await this.#insert(this.#sql.locked[kind], values)).rows as Received[];
+  }
+
+  /**
    * A statement that inserts into the inbox, after `LOCK TABLE <inbox> IN ROW EXCLUSIVE MODE` in the same
-   * transaction (see `lockInbox`), so that under REPEATABLE READ its snapshot sees a claim it waited for. On
-   * a pool, both go as one simple query (one round trip, one implicit transaction), the values as literals;
-   * through the ORM alone, as two statements in one of its transactions, the values as parameters (an ORM
-   * may read a `$1` or `?` inside a literal as a placeholder). Resolves the insert's result, never the lock's.
+   * transaction (see `lockInbox`): a utility statement that takes no snapshot, so that under REPEATABLE READ
+   * the insert's snapshot sees a claim it waited for. On a pool, both go as one simple query (one round
+   * trip, one implicit transaction), the values as literals; through the ORM alone, as two statements in one
+   * of its transactions, the values as parameters (an ORM may read a `$1` or `?` inside a literal as a
+   * placeholder). Resolves the insert's result, never the lock's.
    */
   #insert(text: string, values: unknown[]): Promise<PgQueryResult> {
     const lock = this.#sql.lockInbox;
