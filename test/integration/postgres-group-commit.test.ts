@@ -195,6 +195,35 @@ describeWithService('PostgreSQL', 'PostgresStore group commit: mixed, large and 
       expect((await store.get('NEW.1:SUCCESSFUL'))?.status).toBe('received');
     });
 
+    test('under REPEATABLE READ the combined statement writes nothing, goes again after its lock, and maps the same', async () => {
+      const repeatable = new Pool({
+        connectionString: databaseUrl(),
+        max: 4,
+        options: '-c default_transaction_isolation=repeatable\\ read',
+      });
+      repeatable.on('error', () => {});
+      try {
+        const { store, statements } = await fresh(repeatable);
+        const own = lease();
+        const held = lease();
+        await store.receive('HELD.1:SUCCESSFUL', {}, held); // goes alone: from then on, each after its lock
+        const results = await Promise.all([
+          opener(store, 'a'),
+          store.receive('NEW.1:SUCCESSFUL', { n: "it's \\ $1" }, own),
+          store.settle('NEW.1:SUCCESSFUL', own.id, { status: 'delivered' }),
+          store.settle('HELD.1:SUCCESSFUL', held.id, { status: 'delivered' }),
+        ]);
+        expect(results.slice(1)).toEqual([true, false, true]);
+        const locked = statements.filter((text) => text.startsWith('LOCK TABLE'));
+        expect(locked.some((text) => text.includes('WITH received AS'))).toBe(true);
+        expect((await store.get('NEW.1:SUCCESSFUL'))?.record).toEqual({ n: "it's \\ $1" });
+        expect((await store.get('NEW.1:SUCCESSFUL'))?.status).toBe('received');
+        expect((await store.get('HELD.1:SUCCESSFUL'))?.status).toBe('delivered');
+      } finally {
+        await repeatable.end();
+      }
+    });
+
     test('a key received twice plus its own settlement, ids with ":" inside, and a fresh key twice', async () => {
       const { store, combined } = await fresh();
       const held = lease();

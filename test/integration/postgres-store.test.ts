@@ -351,6 +351,65 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
       expect((await store.list({ customDataContains: 'ORDER' })).map((e) => e.key)).toEqual([key]);
     });
 
+    // Under REPEATABLE READ a receive takes its lock first, in a simple query: its values go as literals.
+    const repeatable = '-c default_transaction_isolation=repeatable\\ read';
+    test.each([
+      ['under READ COMMITTED', {}],
+      ['under REPEATABLE READ (as literals)', { options: repeatable }],
+      [
+        'under REPEATABLE READ, standard_conforming_strings off',
+        { options: `${repeatable} -c standard_conforming_strings=off` },
+      ],
+    ])(
+      'keys and records of quotes, backslashes, $1 and ? are kept as they are, alone and in a batch, %s',
+      async (_what, settings) => {
+        const store = await freshStore();
+        const pool = new Pool({ connectionString: databaseUrl(), max: 2, ...settings });
+        pool.on('error', () => {});
+        try {
+          const receiver = new PostgresStore({ pool, table: store.table });
+          const keys = [1, 2, 3, 4, 5].map((n) => `EFB.'; --\\'\\\\${n}$1?:SUCCESSFUL`);
+          const recordWith = (key: string) => ({
+            transaction_id: key.slice(0, key.lastIndexOf(':')),
+            custom_data: `it's \\ $1 ? E'\\x41' \u0000 \ud83d ${'🙂'}`,
+            nested: { quote: "'", backslash: '\\', dollar: '$2::text' },
+          });
+          // At once: the first two go alone, the rest as one batch (receiveMany).
+          const answers = await Promise.all(
+            keys.map((key) => receiver.receive(key, recordWith(key), lease())),
+          );
+          expect(answers).toEqual(keys.map(() => true));
+          for (const key of keys) expect((await store.get(key))?.record).toEqual(recordWith(key));
+        } finally {
+          await pool.end();
+        }
+      },
+    );
+
+    test('a role with SELECT and INSERT on the inbox and SELECT on its claims receives under REPEATABLE READ: the lock a receive takes first asks no more', async () => {
+      const store = await freshStore();
+      const role = `ipn_receive_app_${process.pid}`;
+      await poolA.query(`CREATE ROLE ${role} NOLOGIN`);
+      const options = `-c role=${role} ${repeatable}`;
+      const app = new Pool({ connectionString: databaseUrl(), max: 2, options });
+      app.on('error', () => {});
+      try {
+        await poolA.query(`GRANT SELECT, INSERT ON "${store.table}" TO ${role}`);
+        await poolA.query(`GRANT SELECT ON "${store.table}_claims" TO ${role}`);
+        const receiver = new PostgresStore({ pool: app, table: store.table });
+        const keys = [uniqueKey(), uniqueKey(), uniqueKey()];
+        expect(await Promise.all(keys.map((key) => receiver.receive(key, recordOf(key), lease())))).toEqual([
+          true,
+          true,
+          true,
+        ]);
+      } finally {
+        await app.end();
+        await poolA.query(`REVOKE ALL ON "${store.table}", "${store.table}_claims" FROM ${role}`);
+        await poolA.query(`DROP ROLE ${role}`);
+      }
+    });
+
     test('a stored record that only looks like an escaped one is read as itself', async () => {
       const store = await freshStore();
       const key = uniqueKey();

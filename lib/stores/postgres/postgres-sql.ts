@@ -101,6 +101,31 @@ export function literal(text: string): string {
   return `E'${text.replaceAll('\\', '\\\\').replaceAll("'", "''")}'`;
 }
 
+/**
+ * `text` (a statement of {@link inboxSql} with `$n` parameters, none inside a literal of its own) with each
+ * `$n` replaced by its value as a literal: a string as a {@link literal} (typed by the statement's cast,
+ * or by the column it is compared with), a number as the literal of its digits, a string array as an
+ * `ARRAY[...]`, `null` as `NULL`. For a simple query, which takes no parameters. The text is scanned once:
+ * a `$n` inside a value stays as it is.
+ * @throws TypeError for a value of another kind, a number that is not finite, a string holding a NUL, or a
+ * `$n` with no value: a programmer error of the store's.
+ */
+export function inline(text: string, values: readonly unknown[]): string {
+  const one = (value: unknown): string => {
+    if (value === null) return 'NULL';
+    if (typeof value === 'number' && Number.isFinite(value)) return literal(String(value));
+    if (typeof value === 'string' && !value.includes('\0')) return literal(value);
+    throw new TypeError(`PostgresStore: a value cannot stand in a simple query (${typeof value})`);
+  };
+  return text.replace(/\$(\d+)/g, (placeholder, n: string) => {
+    if (Number(n) < 1 || Number(n) > values.length) {
+      throw new TypeError(`PostgresStore: ${placeholder} has no value (${values.length} given)`);
+    }
+    const value = values[Number(n) - 1];
+    return Array.isArray(value) ? `ARRAY[${value.map(one).join(', ')}]` : one(value);
+  });
+}
+
 /** What a key or lease id may hold to stand in SQL as a literal as it is: no quote, no backslash. */
 const PLAIN = /^[A-Za-z0-9._:-]{1,200}$/;
 
@@ -204,12 +229,72 @@ const END_LEASE = 'lease_id = NULL, lease_until = NULL, updated_at = now()';
  */
 const receivedRows = (
   claims: string,
+  guard: string,
 ): string => `u.key, u.transaction_id, u.state, u.record, 'received', 1, u.lease_id,
         now() + u.ms * interval '1 millisecond'
       FROM jsonb_to_recordset($1::jsonb)
         AS u(key text, transaction_id text, state text, record jsonb, lease_id text, ms double precision)
-      WHERE NOT EXISTS (SELECT 1 FROM ${claims} AS c WHERE c.key = u.key AND c.expires_at > now())
+      WHERE ${guard}NOT EXISTS (SELECT 1 FROM ${claims} AS c WHERE c.key = u.key AND c.expires_at > now())
       ORDER BY u.key`;
+
+/**
+ * Whether the statement's transaction reads with a snapshot per statement (`READ COMMITTED`, which
+ * PostgreSQL also gives for `READ UNCOMMITTED`): then an insert's snapshot to execute comes after the
+ * ROW EXCLUSIVE lock its parse analysis took, hence after any claim it waited for. Under `REPEATABLE READ`
+ * or `SERIALIZABLE` its snapshot is the transaction's first, taken before that lock. Per statement, so a
+ * connection whose default differs (a role's, a pool's `options`) is seen as it is.
+ */
+const SNAPSHOT_PER_STATEMENT = `current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')`;
+
+/**
+ * The statements that insert into the inbox. `guarded` (the default path): each writes only under
+ * {@link SNAPSHOT_PER_STATEMENT}, and otherwise writes nothing at all and answers a row whose key is
+ * `NULL`: the store then sends it again unguarded, after `lockInbox` in the same transaction. Each answers
+ * the keys it received (`key`, `lease_id` NULL), and the settlements it made (`key`, `lease_id`).
+ */
+function receiveStatements(t: string, claims: string, guarded: boolean) {
+  const guard = guarded ? `${SNAPSHOT_PER_STATEMENT} AND ` : '';
+  const refused = guarded ? ` UNION ALL SELECT NULL, NULL WHERE NOT ${SNAPSHOT_PER_STATEMENT}` : '';
+  const rows = receivedRows(claims, guard);
+  const columns = 'key, transaction_id, state, record, status, attempts, lease_id, lease_until';
+  return {
+    // Not while the key is claimed (at most once, by an instance in that mode): a duplicate, as when both
+    // were rows of the inbox; an expired claim no longer holds the key (as in RedisStore and MemoryStore).
+    // The claim's primary key makes it one index lookup.
+    receive: `WITH stored AS (
+        INSERT INTO ${t} (${columns})
+        SELECT $1::text, $2::text, $3::text, $4::jsonb, 'received', 1, $5::text, ${FROM_NOW(6)}
+        WHERE ${guard}NOT EXISTS (SELECT 1 FROM ${claims} WHERE key = $1 AND expires_at > now())
+        ON CONFLICT (key) DO NOTHING RETURNING key
+      )
+      SELECT key, NULL AS lease_id FROM stored${refused}`,
+    // Group commit: many receives in one statement, given as one JSON array of rows ($1, see receivesJson):
+    // a record goes into it as its JSON text, where a text[] parameter would escape each of its quotes.
+    // Keys are unique within a batch (the store sees to it), and inserted in key order, so that two
+    // instances inserting overlapping batches (a burst resent to both) take the keys' locks in the same
+    // order, and never deadlock.
+    receiveMany: `WITH stored AS (
+        INSERT INTO ${t} (${columns})
+        SELECT ${rows}
+        ON CONFLICT (key) DO NOTHING RETURNING key
+      )
+      SELECT key, NULL AS lease_id FROM stored${refused}`,
+    // Group commit of both: receives ($1, as for receiveMany) and `delivered` settlements ($2, $3) that
+    // arrive together, as one statement and one commit. A settlement never meets its own receive here: an
+    // entry is leased, so settled, only once its receive has answered. Guarded, neither is written.
+    receiveAndDeliverMany: `WITH received AS (
+        INSERT INTO ${t} (${columns})
+        SELECT ${rows}
+        ON CONFLICT (key) DO NOTHING RETURNING key
+      ), delivered AS (
+        UPDATE ${t} AS inbox SET status = 'delivered', delivered_at = now(),
+          lease_id = NULL, lease_until = NULL, updated_at = now()
+        FROM unnest($2::text[], $3::text[]) AS u(key, lease_id)
+        WHERE ${guard}inbox.key = u.key AND inbox.lease_id = u.lease_id RETURNING inbox.key, u.lease_id
+      )
+      SELECT key, NULL AS lease_id FROM received UNION ALL SELECT key, lease_id FROM delivered${refused}`,
+  };
+}
 
 /**
  * A batch of receives (each: key, transaction id, state, the record's stored JSON text, lease id, lease ms)
@@ -281,7 +366,6 @@ export function markFunctionSql(table: string): string {
 export function inboxSql(table: string) {
   const t = tableNames(table).quoted;
   const claims = claimsTable(table);
-  const rows = receivedRows(claims);
   const mark = markFunction(table); // named once: markAndCommit runs for every delivery
   return {
     // A claim is a row of <table>_claims (schema version 7), never of the inbox: it is taken only while the
@@ -321,15 +405,17 @@ export function inboxSql(table: string) {
         RETURNING 1
       )
       SELECT EXISTS (SELECT 1 FROM taken) AS claimed`,
+    ...receiveStatements(t, claims, true),
+    // The same, unguarded: each sent after `lockInbox`, in its transaction, once a guarded one found its
+    // session not READ COMMITTED.
+    locked: receiveStatements(t, claims, false),
+    // Sent before a `locked` statement, in its transaction: a utility statement, it takes no snapshot, so the
+    // insert's snapshot comes after the lock. The insert would take ROW EXCLUSIVE anyway, but in its parse
+    // analysis, after its snapshot under REPEATABLE READ (a transaction's snapshot is its first): waiting
+    // there for a claim's SHARE lock, it would then not see that claim, and both would be first.
+    lockInbox: `LOCK TABLE ${t} IN ROW EXCLUSIVE MODE`,
     release: `DELETE FROM ${t} WHERE key = $1 AND ($2::text IS NULL OR lease_id = $2)`,
     releaseClaim: `DELETE FROM ${claims} WHERE key = $1`,
-    // Not while the key is claimed (at most once, by an instance in that mode): a duplicate, as when both
-    // were rows of the inbox; an expired claim no longer holds the key (as in RedisStore and MemoryStore).
-    // The claim's primary key makes it one index lookup.
-    receive: `INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
-      SELECT $1::text, $2::text, $3::text, $4::jsonb, 'received', 1, $5::text, ${FROM_NOW(6)}
-      WHERE NOT EXISTS (SELECT 1 FROM ${claims} WHERE key = $1 AND expires_at > now())
-      ON CONFLICT (key) DO NOTHING`,
     // SKIP LOCKED: a concurrent lease passes over the rows another one is taking instead of waiting for them,
     // and re-checks each row it locks, so no row is ever leased twice at once. RETURNING has no order of its
     // own: the outer SELECT gives the oldest first again.
@@ -353,14 +439,6 @@ export function inboxSql(table: string) {
           .join(', ')}
       )
       SELECT * FROM taken ORDER BY received_at, key`,
-    // Group commit: many receives in one statement, given as one JSON array of rows ($1, see receivesJson):
-    // a record goes into it as its JSON text, where a text[] parameter would escape each of its quotes.
-    // Keys are unique within a batch (the store sees to it), and inserted in key order, so that two
-    // instances inserting overlapping batches (a burst resent to both) take the keys' locks in the same
-    // order, and never deadlock.
-    receiveMany: `INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
-      SELECT ${rows}
-      ON CONFLICT (key) DO NOTHING RETURNING key`,
     delivered: `UPDATE ${t} SET status = 'delivered', delivered_at = now(), ${END_LEASE}
       WHERE key = $1 AND lease_id = $2`,
     // The mark inside an ORM's transaction: whether it marked the entry, and whether that transaction sees
@@ -397,20 +475,6 @@ export function inboxSql(table: string) {
       SELECT (SELECT count(*) FROM marked)::int AS marked, EXISTS (SELECT 1 FROM ${table} WHERE key = $1) AS seen,
         (SELECT rolled_back FROM ended) AS rolled_back, (SELECT settings FROM restored) AS restored`;
     },
-    // Group commit of both: receives ($1, as for receiveMany) and `delivered` settlements ($2, $3) that
-    // arrive together, as one statement and one commit. A settlement never meets its own receive here: an
-    // entry is leased, so settled, only once its receive has answered.
-    receiveAndDeliverMany: `WITH received AS (
-        INSERT INTO ${t} (key, transaction_id, state, record, status, attempts, lease_id, lease_until)
-        SELECT ${rows}
-        ON CONFLICT (key) DO NOTHING RETURNING key
-      ), delivered AS (
-        UPDATE ${t} AS inbox SET status = 'delivered', delivered_at = now(),
-          lease_id = NULL, lease_until = NULL, updated_at = now()
-        FROM unnest($2::text[], $3::text[]) AS u(key, lease_id)
-        WHERE inbox.key = u.key AND inbox.lease_id = u.lease_id RETURNING inbox.key, u.lease_id
-      )
-      SELECT key, NULL AS lease_id FROM received UNION ALL SELECT key, lease_id FROM delivered`,
     // The `delivered` mark and the COMMIT of a delivery transaction, as one simple query: one round trip
     // where two would do. Only for a key and lease id of plain characters (a
     // transaction id is, by the schema; a lease id is a UUID), which stand in it as literals; `undefined` for

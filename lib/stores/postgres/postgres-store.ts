@@ -10,7 +10,15 @@ import {
   toEntry,
   toStoredJson,
 } from './postgres-rows.js';
-import { claimsTable, inboxSql, receivesJson, RESET, tableNames, type InboxSql } from './postgres-sql.js';
+import {
+  claimsTable,
+  inboxSql,
+  inline,
+  receivesJson,
+  RESET,
+  tableNames,
+  type InboxSql,
+} from './postgres-sql.js';
 import { postgresControlTable, postgresSchemaDialect } from './postgres-schema.js';
 import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
 import { BatchStall, createBatcher } from '../batcher.js';
@@ -113,6 +121,9 @@ type DbOf<P, T> = T extends Transactions<unknown> ? never : PgClientOf<P>;
 /** One write of a batch: a receive's values (`receive`), or a `delivered` settlement's key and lease. */
 type Write = { receive: unknown[]; delivered?: never } | { receive?: never; delivered: [string, string] };
 
+/** A row of a statement that inserts into the inbox: a key received, or settled (`lease_id`); see `received`. */
+type Received = { key: string | null; lease_id: string | null };
+
 /** `[[key, lease], ...]` as `[[key, ...], [lease, ...]]`. */
 const transpose = (pairs: Array<[string, string]>): [string[], string[]] => [
   pairs.map(([key]) => key),
@@ -184,6 +195,8 @@ export class PostgresStore<
   /** Each transaction's accepted final state: the table `<table>_states`, made by `migrate()`. */
   readonly lifecycle: PostgresLifecycle;
   readonly #pool: PgQueryable;
+  /** The pool over the ORM alone (no `pool` given), which runs several statements in one of its transactions. */
+  readonly #ormPool: OrmPool | undefined;
   readonly #transactions: Transactions | undefined;
   /** `sessionSettings: 'restore'`: the ORM path sets back the session's own settings after its reset. */
   readonly #keepSettings: boolean;
@@ -196,6 +209,11 @@ export class PostgresStore<
    * the mark goes as a `DO` block, as before it.
    */
   #markFunction = true;
+  /**
+   * Whether receives take their lock first (`locked`, after `lockInbox`): set once a receive found its
+   * session's isolation not READ COMMITTED (a partner's `default_transaction_isolation`), for good.
+   */
+  #lockFirst = false;
   /** How long a batch stuck on its connection holds its place: the routers' shortest `storeTimeoutMs`. */
   readonly #stall = new BatchStall();
   /** Receives and `delivered` settlements that arrive together go as one statement (group commit). */
@@ -221,7 +239,8 @@ export class PostgresStore<
         'PostgresStore: transactions must come from ipn-kit/orm (prismaTransactions(prisma), drizzleTransactions(db), ...), or be an object with transaction(work) and query(tx, statement)',
       );
     }
-    const pool = given?.pool ?? (transactions?.execute ? ormPool(transactions) : undefined);
+    this.#ormPool = given?.pool === undefined && transactions?.execute ? ormPool(transactions) : undefined;
+    const pool = given?.pool ?? this.#ormPool;
     if (typeof pool !== 'object' || pool === null || typeof Reflect.get(pool, 'query') !== 'function') {
       throw new TypeError(
         'PostgresStore: pool must be a pg Pool (new Pool() from the pg package), or an object with its query(text, values) method' +
@@ -365,10 +384,9 @@ export class PostgresStore<
   async #writeMany(items: Write[]): Promise<boolean[]> {
     if (items.length === 1) {
       const [item] = items as [Write];
-      const [text, values] = item.receive
-        ? [this.#sql.receive, item.receive]
-        : [this.#sql.delivered, item.delivered];
-      return [(await this.#query(text, values)).rowCount === 1];
+      if (item.delivered) return [(await this.#query(this.#sql.delivered, item.delivered)).rowCount === 1];
+      const rows = await this.#received('receive', item.receive);
+      return [rows.some((row) => row.key === item.receive[0])];
     }
     const first = new Map<string, number>(); // each received key's first caller
     const settling: Array<[string, string]> = [];
@@ -377,20 +395,13 @@ export class PostgresStore<
       if (item.delivered) settling.push(item.delivered);
     });
     const receives = [...first.values()].map((index) => items[index]!.receive!);
-    const text =
-      settling.length === 0
-        ? this.#sql.receiveMany
-        : receives.length === 0
-          ? this.#sql.deliveredMany
-          : this.#sql.receiveAndDeliverMany;
     const received = receives.length === 0 ? [] : [receivesJson(receives)];
     const values = settling.length === 0 ? received : [...received, ...transpose(settling)];
-    const { rows } = await this.#query(text, values);
-    const done = new Set(
-      (rows as Array<{ key: string; lease_id: string | null }>).map(
-        (row) => `${row.lease_id ?? ''} ${row.key}`,
-      ),
-    );
+    const rows =
+      receives.length === 0
+        ? ((await this.#query(this.#sql.deliveredMany, values)).rows as Received[])
+        : await this.#received(settling.length === 0 ? 'receiveMany' : 'receiveAndDeliverMany', values);
+    const done = new Set(rows.map((row) => `${row.lease_id ?? ''} ${row.key}`));
     return items.map((item, index) =>
       item.receive
         ? first.get(item.receive[0] as string) === index && done.has(` ${item.receive[0] as string}`)
@@ -516,6 +527,43 @@ export class PostgresStore<
     );
   }
 
+  /**
+   * Runs the statement `kind` that inserts into the inbox, and resolves its rows (see `receiveStatements`).
+   * A receive that waited for a claim's lock must not run with a snapshot from before the claim, or both
+   * would be first. Under READ COMMITTED, PostgreSQL's default, its snapshot comes after its lock: it goes
+   * as it is, one parameterised statement. Under another isolation (a `default_transaction_isolation` of
+   * the partner's database or role) the statement finds it out itself, writes nothing and says so: it goes
+   * again after `LOCK TABLE <inbox> IN ROW EXCLUSIVE MODE`, and so does every later one of the store.
+   */
+  async #received(kind: 'receive' | 'receiveMany' | 'receiveAndDeliverMany', values: unknown[]) {
+    if (!this.#lockFirst) {
+      const rows = (await this.#query(this.#sql[kind], values)).rows as Received[];
+      // A key missing too: sent again after the lock (right, if slower) rather than read as a duplicate.
+      if (!rows.some((row) => row.key === null || row.key === undefined)) return rows;
+      this.#lockFirst = true; // nothing was written
+    }
+    return (await this.#insert(this.#sql.locked[kind], values)).rows as Received[];
+  }
+
+  /**
+   * A statement that inserts into the inbox, after `LOCK TABLE <inbox> IN ROW EXCLUSIVE MODE` in the same
+   * transaction (see `lockInbox`): a utility statement that takes no snapshot, so that under REPEATABLE READ
+   * the insert's snapshot sees a claim it waited for. On a pool, both go as one simple query (one round
+   * trip, one implicit transaction), the values as literals; through the ORM alone, as two statements in one
+   * of its transactions, the values as parameters (an ORM may read a `$1` or `?` inside a literal as a
+   * placeholder). Resolves the insert's result, never the lock's.
+   */
+  #insert(text: string, values: unknown[]): Promise<PgQueryResult> {
+    const lock = this.#sql.lockInbox;
+    const orm = this.#ormPool;
+    const attempt = orm
+      ? () => orm.inTransaction([lock, text], [[], values])
+      : async () => lastResult(await this.#pool.query(`${lock}; ${inline(text, values)}`, []), this.table);
+    return retriedAfterMigration(this.#pool, this.table, attempt, missing, (error) =>
+      this.#failure(error, 'inbox'),
+    );
+  }
+
   /** The `StoreError` of a failed query: the driver's error stays the cause (its `code`, such as 57P01). */
   #failure(error: unknown, of: TableOf): StoreError {
     if (missing(error)) {
@@ -544,30 +592,56 @@ export class PostgresStore<
  * transaction. A text of several statements (the migration's, a claim's) runs in one transaction of the ORM,
  * one by one, and answers with the last one's result.
  */
-function ormPool(transactions: Transactions): PgQueryable {
+function ormPool(transactions: Transactions): OrmPool {
   const execute = transactions.execute!.bind(transactions);
   const returns = (text: string): Statement['returns'] =>
     /^\s*(select|with)\b|\breturning\b/i.test(text) ? 'rows' : 'count';
+  const inTransaction = async (texts: string[], values: unknown[][]): Promise<PgQueryResult> => {
+    // As pg answers a simple query of several statements: the last one's result is the claim's. Only
+    // the last is asked for rows: the others (the migration's `SELECT pg_advisory_xact_lock(...)`,
+    // a void) are run for their effect, as Prisma's $queryRawUnsafe cannot read a void column.
+    let last: StatementResult = { rows: [], count: 0 };
+    await transactions.transaction(async (tx) => {
+      for (const [index, one] of texts.entries()) {
+        const answer = index === texts.length - 1 ? returns(one) : 'count';
+        last = await transactions.query(tx, { text: one, values: values[index] ?? [], returns: answer });
+      }
+    });
+    return { rows: last.rows, rowCount: last.count };
+  };
   return {
+    inTransaction,
     async query(text, values = []) {
       const statements = values.length === 0 ? splitStatements(text) : [text];
-      if (statements.length > 1) {
-        // As pg answers a simple query of several statements: the last one's result is the claim's. Only
-        // the last is asked for rows: the others (the migration's `SELECT pg_advisory_xact_lock(...)`,
-        // a void) are run for their effect, as Prisma's $queryRawUnsafe cannot read a void column.
-        let last: StatementResult = { rows: [], count: 0 };
-        await transactions.transaction(async (tx) => {
-          for (const [index, one] of statements.entries()) {
-            const answer = index === statements.length - 1 ? returns(one) : 'count';
-            last = await transactions.query(tx, { text: one, values: [], returns: answer });
-          }
-        });
-        return { rows: last.rows, rowCount: last.count };
-      }
+      if (statements.length > 1) return inTransaction(statements, []);
       const { rows, count } = await execute({ text, values, returns: returns(text) });
       return { rows, rowCount: count };
     },
   };
+}
+
+/**
+ * The pool over an ORM alone: `query` as a pool's, and `inTransaction`, which runs statements (`texts`, each
+ * with its `values`) one by one in one transaction of the ORM and resolves the last one's result.
+ */
+interface OrmPool extends PgQueryable {
+  inTransaction(texts: string[], values: unknown[][]): Promise<PgQueryResult>;
+}
+
+/**
+ * The insert's result of a simple query `LOCK ...; <insert>` (see `#insert`): pg answers one result per
+ * statement; a driver that gives only one gives the last. One without a count (the lock's, from a driver
+ * that gives the first) is refused: read as nothing inserted, every receive would be a duplicate, answered
+ * 200 and lost.
+ */
+function lastResult(answered: unknown, table: string): PgQueryResult {
+  const last: unknown = Array.isArray(answered) ? answered.at(-1) : answered;
+  const rows: unknown = Reflect.get(Object(last), 'rows');
+  const rowCount: unknown = Reflect.get(Object(last), 'rowCount');
+  if (!Array.isArray(rows) || typeof rowCount !== 'number') {
+    throw new StoreError(`PostgresStore: a receive on ${table} was answered without the insert's result`);
+  }
+  return { rows, rowCount };
 }
 
 /**
