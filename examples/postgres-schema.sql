@@ -120,8 +120,13 @@ CREATE OR REPLACE FUNCTION "ipn_inbox_older_claim"() RETURNS trigger
 DECLARE
   held boolean;
 BEGIN
-  EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I WHERE key = %L)', TG_TABLE_SCHEMA, TG_TABLE_NAME, NEW.key)
-    INTO held;
+  BEGIN
+    EXECUTE format('SELECT true FROM %I.%I WHERE key = %L FOR KEY SHARE', TG_TABLE_SCHEMA, TG_TABLE_NAME, NEW.key)
+      INTO held;
+  EXCEPTION WHEN insufficient_privilege THEN
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I WHERE key = %L)', TG_TABLE_SCHEMA, TG_TABLE_NAME, NEW.key)
+      INTO held;
+  END;
   IF held THEN
     RETURN NULL;
   END IF;

@@ -438,6 +438,84 @@ describeWithService('PostgreSQL', 'PostgreSQL: claims in <table>_claims', () => 
     }
   });
 
+  // An older instance releases a key (its DELETE of the marker) as another older instance's claim of it
+  // comes (the service's resend, a reconcile). Before version 7 that claim's ON CONFLICT waited for the
+  // DELETE, then took the key. The trigger's look-up must wait too: read in a snapshot, it saw the marker
+  // still there and skipped the claim, answered a duplicate (200) of a key nobody holds any more: lost.
+  test("an older instance's claim of a key an older release is deleting waits for it, and is never a duplicate", async () => {
+    const table = `${prefix}_releasing_${randomUUID().slice(0, 6)}`;
+    await dialect.migrateTo(table, 6);
+    const key = newKey();
+    await dialect.oldClaim(table, key, randomUUID());
+    const store = new PostgresStore({ pool, table });
+    await store.migrate();
+    const releasing = await pool.connect();
+    try {
+      await releasing.query('BEGIN');
+      await releasing.query(`DELETE FROM "${table}" WHERE key = $1`, [key]); // 0.1.0's release, in flight
+      let answer: unknown = 'pending';
+      const asked = dialect.oldClaimAsked(table, key, randomUUID()).then(
+        (claimed) => (answer = claimed),
+        (error: unknown) => (answer = error),
+      );
+      await eventually('the claim waits for the release, or is answered', async () => {
+        if (answer !== 'pending') return true;
+        const { rows } = await pool.query(
+          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0",
+          [`INSERT INTO "${table}"`],
+        );
+        return rows[0].n > 0;
+      });
+      expect(answer).toBe('pending'); // not answered (a duplicate) while the release is in flight
+      await releasing.query('COMMIT');
+      await asked;
+      // Refused (503, resent): after version 7 an older instance claims no key; a newer one takes it.
+      expect(String((answer as { message?: unknown }).message)).toMatch(/ipn_kit_no_claim_marker/);
+    } finally {
+      await releasing.query('ROLLBACK').catch(() => {});
+      releasing.release();
+    }
+    expect(await dialect.inboxRows(table)).toBe(0);
+    expect(await store.claim(key, 60_000, randomUUID())).toBe(true);
+  });
+
+  // The trigger's lock (FOR KEY SHARE) needs UPDATE on the inbox: an older instance that only ever claimed
+  // and released (at most once) may have run as a role with SELECT, INSERT and DELETE alone. It still finds
+  // its own claim asked again (the look-up reads, as a snapshot), rather than fail every claim.
+  test("an older instance's role without UPDATE on the inbox still finds its own claim asked again", async () => {
+    const table = `${prefix}_grants_${randomUUID().slice(0, 6)}`;
+    await dialect.migrateTo(table, 6);
+    const [key, token] = [newKey(), randomUUID()];
+    await dialect.oldClaim(table, key, token);
+    await new PostgresStore({ pool, table }).migrate();
+    const role = `ipn_older_claim_${process.pid}`;
+    await pool.query(`CREATE ROLE ${role} NOLOGIN`);
+    const older = new Pool({ connectionString: databaseUrl(), max: 1, options: `-c role=${role}` });
+    older.on('error', () => {});
+    try {
+      await pool.query(`GRANT SELECT, INSERT, DELETE ON "${table}" TO ${role}`);
+      const [id, state] = [key.slice(0, key.lastIndexOf(':')), key.slice(key.lastIndexOf(':') + 1)];
+      const asked = async (as: string) =>
+        (
+          await older.query(
+            `WITH inserted AS (
+               INSERT INTO "${table}" (key, transaction_id, state, record, status, delivered_at, lease_id)
+               VALUES ($1, $2, $3, '{}'::jsonb, 'delivered', now(), $4) ON CONFLICT (key) DO NOTHING RETURNING 1
+             )
+             SELECT EXISTS (SELECT 1 FROM inserted)
+               OR EXISTS (SELECT 1 FROM "${table}" WHERE key = $1 AND lease_id = $4 AND record = '{}'::jsonb) AS claimed`,
+            [key, id, state, as],
+          )
+        ).rows[0].claimed as boolean;
+      expect(await asked(token)).toBe(true);
+      expect(await asked(randomUUID())).toBe(false);
+    } finally {
+      await older.end();
+      await pool.query(`REVOKE ALL ON "${table}" FROM ${role}`);
+      await pool.query(`DROP ROLE ${role}`);
+    }
+  });
+
   // An unreleased ipn-kit's version 7 moved the older claims to <table>_claims, and had no trigger for an
   // older claim asked again: such a database (the same tables and CHECK) has the versions run again, which
   // adds the trigger and keeps the moved claims, held by their tokens until they expire.

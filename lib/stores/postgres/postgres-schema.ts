@@ -120,13 +120,22 @@ END $$`),
     // The key's row looked up in the table the trigger fires on (by its schema and name, whatever the
     // session's search_path). Only an older ipn-kit's claim calls it: the WHEN passes over every other row.
     // No `$1` in it: an ORM's raw query (Knex) reads one as a placeholder; %L quotes the key.
+    // Locked (FOR KEY SHARE), not read in a snapshot: a row a release is deleting is waited for, as the
+    // claim's ON CONFLICT would wait, then not found (the claim goes on to the CHECK: 503, resent), never
+    // seen still there (a duplicate, answered 200, of a key nobody holds once the release commits). A role
+    // without UPDATE on the inbox may not lock: it reads, as before.
     statement(`CREATE OR REPLACE FUNCTION ${olderClaimFunction(table)}() RETURNS trigger
   LANGUAGE plpgsql AS $ipn_kit$
 DECLARE
   held boolean;
 BEGIN
-  EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I WHERE key = %L)', TG_TABLE_SCHEMA, TG_TABLE_NAME, NEW.key)
-    INTO held;
+  BEGIN
+    EXECUTE format('SELECT true FROM %I.%I WHERE key = %L FOR KEY SHARE', TG_TABLE_SCHEMA, TG_TABLE_NAME, NEW.key)
+      INTO held;
+  EXCEPTION WHEN insufficient_privilege THEN
+    EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I.%I WHERE key = %L)', TG_TABLE_SCHEMA, TG_TABLE_NAME, NEW.key)
+      INTO held;
+  END;
   IF held THEN
     RETURN NULL;
   END IF;
