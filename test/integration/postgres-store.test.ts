@@ -410,6 +410,33 @@ describeWithService('PostgreSQL', 'PostgresStore', () => {
       }
     });
 
+    // A guarded receive that is not READ COMMITTED fails with division_by_zero, and goes again after its
+    // lock. The same code from elsewhere (a partner's trigger) is never read as a receive done: it goes
+    // again the same way, fails the same way, and the receive is refused (503, resent).
+    test('a division by zero of a trigger on the inbox fails the receive (READ COMMITTED, alone and in a batch), and stores nothing', async () => {
+      const store = await freshStore();
+      await poolA.query(
+        `CREATE FUNCTION "${store.table}_divide"() RETURNS trigger LANGUAGE plpgsql AS $$
+          BEGIN IF NEW.transaction_id LIKE 'DIV.%' THEN PERFORM 1 / 0; END IF; RETURN NEW; END $$`,
+      );
+      await poolA.query(
+        `CREATE TRIGGER divide BEFORE INSERT ON "${store.table}" FOR EACH ROW EXECUTE FUNCTION "${store.table}_divide"()`,
+      );
+      try {
+        const [alone, ...batch] = ['DIV.1:SUCCESSFUL', 'DIV.2:SUCCESSFUL', 'DIV.3:SUCCESSFUL'];
+        await expect(store.receive(alone, recordOf(alone), lease())).rejects.toBeInstanceOf(StoreError);
+        const answers = await Promise.allSettled(
+          batch.map((key) => store.receive(key, recordOf(key), lease())),
+        );
+        expect(answers.map((answer) => answer.status)).toEqual(['rejected', 'rejected']);
+        for (const key of [alone, ...batch]) expect(await store.get(key)).toBeUndefined();
+        const key = uniqueKey();
+        expect(await store.receive(key, recordOf(key), lease())).toBe(true);
+      } finally {
+        await poolA.query(`DROP FUNCTION "${store.table}_divide"() CASCADE`);
+      }
+    });
+
     test('a stored record that only looks like an escaped one is read as itself', async () => {
       const store = await freshStore();
       const key = uniqueKey();

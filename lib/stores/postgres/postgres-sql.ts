@@ -247,41 +247,51 @@ const receivedRows = (
 const SNAPSHOT_PER_STATEMENT = `current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')`;
 
 /**
- * The statements that insert into the inbox. `guarded` (the default path): each writes only under
- * {@link SNAPSHOT_PER_STATEMENT}, and otherwise writes nothing at all and answers a row whose key is
- * `NULL`: the store then sends it again unguarded, after `lockInbox` in the same transaction. Each answers
- * the keys it received (`key`, `lease_id` NULL), and the settlements it made (`key`, `lease_id`).
+ * The SQLSTATE (`division_by_zero`) a guarded statement of {@link receiveStatements} fails with when its
+ * session is not {@link SNAPSHOT_PER_STATEMENT}: it has then written nothing, and the store sends it again
+ * after its lock. Another failure with this code (a partner's trigger) only sends it again the same way,
+ * where it fails as it would have.
+ */
+export const NOT_READ_COMMITTED = '22012';
+
+/**
+ * A condition true under {@link SNAPSHOT_PER_STATEMENT} that fails the statement ({@link NOT_READ_COMMITTED})
+ * otherwise. Holding no column, PostgreSQL checks it once, before the first row (a one-time filter), at the
+ * cost of one `current_setting`: READ COMMITTED pays for nothing more. Not a constant, so never folded (and
+ * failed) when planned.
+ */
+const READ_COMMITTED_OR_FAIL = `1 / (CASE WHEN ${SNAPSHOT_PER_STATEMENT} THEN 1 ELSE 0 END) = 1`;
+
+/**
+ * The statements that insert into the inbox. `guarded` (the default path): each fails, having written
+ * nothing, unless {@link SNAPSHOT_PER_STATEMENT} (see {@link READ_COMMITTED_OR_FAIL}): the store then sends
+ * it again unguarded, after `lockInbox` in the same transaction. `receive` answers its count;
+ * `receiveMany` the keys it received; `receiveAndDeliverMany` those (`key`, `lease_id` NULL) and the
+ * settlements it made (`key`, `lease_id`).
  */
 function receiveStatements(t: string, claims: string, guarded: boolean) {
-  const guard = guarded ? `${SNAPSHOT_PER_STATEMENT} AND ` : '';
-  const refused = guarded ? ` UNION ALL SELECT NULL, NULL WHERE NOT ${SNAPSHOT_PER_STATEMENT}` : '';
+  const guard = guarded ? `${READ_COMMITTED_OR_FAIL} AND ` : '';
   const rows = receivedRows(claims, guard);
   const columns = 'key, transaction_id, state, record, status, attempts, lease_id, lease_until';
   return {
     // Not while the key is claimed (at most once, by an instance in that mode): a duplicate, as when both
     // were rows of the inbox; an expired claim no longer holds the key (as in RedisStore and MemoryStore).
     // The claim's primary key makes it one index lookup.
-    receive: `WITH stored AS (
-        INSERT INTO ${t} (${columns})
-        SELECT $1::text, $2::text, $3::text, $4::jsonb, 'received', 1, $5::text, ${FROM_NOW(6)}
-        WHERE ${guard}NOT EXISTS (SELECT 1 FROM ${claims} WHERE key = $1 AND expires_at > now())
-        ON CONFLICT (key) DO NOTHING RETURNING key
-      )
-      SELECT key, NULL AS lease_id FROM stored${refused}`,
+    receive: `INSERT INTO ${t} (${columns})
+      SELECT $1::text, $2::text, $3::text, $4::jsonb, 'received', 1, $5::text, ${FROM_NOW(6)}
+      WHERE ${guard}NOT EXISTS (SELECT 1 FROM ${claims} WHERE key = $1 AND expires_at > now())
+      ON CONFLICT (key) DO NOTHING`,
     // Group commit: many receives in one statement, given as one JSON array of rows ($1, see receivesJson):
     // a record goes into it as its JSON text, where a text[] parameter would escape each of its quotes.
     // Keys are unique within a batch (the store sees to it), and inserted in key order, so that two
     // instances inserting overlapping batches (a burst resent to both) take the keys' locks in the same
     // order, and never deadlock.
-    receiveMany: `WITH stored AS (
-        INSERT INTO ${t} (${columns})
-        SELECT ${rows}
-        ON CONFLICT (key) DO NOTHING RETURNING key
-      )
-      SELECT key, NULL AS lease_id FROM stored${refused}`,
+    receiveMany: `INSERT INTO ${t} (${columns})
+      SELECT ${rows}
+      ON CONFLICT (key) DO NOTHING RETURNING key`,
     // Group commit of both: receives ($1, as for receiveMany) and `delivered` settlements ($2, $3) that
     // arrive together, as one statement and one commit. A settlement never meets its own receive here: an
-    // entry is leased, so settled, only once its receive has answered. Guarded, neither is written.
+    // entry is leased, so settled, only once its receive has answered. Guarded, a failure writes neither.
     receiveAndDeliverMany: `WITH received AS (
         INSERT INTO ${t} (${columns})
         SELECT ${rows}
@@ -292,7 +302,7 @@ function receiveStatements(t: string, claims: string, guarded: boolean) {
         FROM unnest($2::text[], $3::text[]) AS u(key, lease_id)
         WHERE ${guard}inbox.key = u.key AND inbox.lease_id = u.lease_id RETURNING inbox.key, u.lease_id
       )
-      SELECT key, NULL AS lease_id FROM received UNION ALL SELECT key, lease_id FROM delivered${refused}`,
+      SELECT key, NULL AS lease_id FROM received UNION ALL SELECT key, lease_id FROM delivered`,
   };
 }
 

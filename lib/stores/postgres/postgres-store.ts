@@ -14,6 +14,7 @@ import {
   claimsTable,
   inboxSql,
   inline,
+  NOT_READ_COMMITTED,
   receivesJson,
   RESET,
   tableNames,
@@ -120,9 +121,6 @@ type DbOf<P, T> = T extends Transactions<unknown> ? never : PgClientOf<P>;
 
 /** One write of a batch: a receive's values (`receive`), or a `delivered` settlement's key and lease. */
 type Write = { receive: unknown[]; delivered?: never } | { receive?: never; delivered: [string, string] };
-
-/** A row of a statement that inserts into the inbox: a key received, or settled (`lease_id`); see `received`. */
-type Received = { key: string | null; lease_id: string | null };
 
 /** `[[key, lease], ...]` as `[[key, ...], [lease, ...]]`. */
 const transpose = (pairs: Array<[string, string]>): [string[], string[]] => [
@@ -385,8 +383,7 @@ export class PostgresStore<
     if (items.length === 1) {
       const [item] = items as [Write];
       if (item.delivered) return [(await this.#query(this.#sql.delivered, item.delivered)).rowCount === 1];
-      const rows = await this.#received('receive', item.receive);
-      return [rows.some((row) => row.key === item.receive[0])];
+      return [(await this.#received('receive', item.receive)).rowCount === 1];
     }
     const first = new Map<string, number>(); // each received key's first caller
     const settling: Array<[string, string]> = [];
@@ -397,11 +394,15 @@ export class PostgresStore<
     const receives = [...first.values()].map((index) => items[index]!.receive!);
     const received = receives.length === 0 ? [] : [receivesJson(receives)];
     const values = settling.length === 0 ? received : [...received, ...transpose(settling)];
-    const rows =
+    const { rows } =
       receives.length === 0
-        ? ((await this.#query(this.#sql.deliveredMany, values)).rows as Received[])
+        ? await this.#query(this.#sql.deliveredMany, values)
         : await this.#received(settling.length === 0 ? 'receiveMany' : 'receiveAndDeliverMany', values);
-    const done = new Set(rows.map((row) => `${row.lease_id ?? ''} ${row.key}`));
+    const done = new Set(
+      (rows as Array<{ key: string; lease_id: string | null }>).map(
+        (row) => `${row.lease_id ?? ''} ${row.key}`,
+      ),
+    );
     return items.map((item, index) =>
       item.receive
         ? first.get(item.receive[0] as string) === index && done.has(` ${item.receive[0] as string}`)
@@ -528,21 +529,27 @@ export class PostgresStore<
   }
 
   /**
-   * Runs the statement `kind` that inserts into the inbox, and resolves its rows (see `receiveStatements`).
+   * Runs the statement `kind` that inserts into the inbox, and resolves its result (see `receiveStatements`).
    * A receive that waited for a claim's lock must not run with a snapshot from before the claim, or both
    * would be first. Under READ COMMITTED, PostgreSQL's default, its snapshot comes after its lock: it goes
-   * as it is, one parameterised statement. Under another isolation (a `default_transaction_isolation` of
-   * the partner's database or role) the statement finds it out itself, writes nothing and says so: it goes
-   * again after `LOCK TABLE <inbox> IN ROW EXCLUSIVE MODE`, and so does every later one of the store.
+   * as it is, one parameterised statement, at the cost of a one-time filter. Under another isolation (a
+   * `default_transaction_isolation` of the partner's database or role) the statement finds it out itself
+   * and fails having written nothing (`NOT_READ_COMMITTED`, one error in PostgreSQL's log): it goes again
+   * after `LOCK TABLE <inbox> IN ROW EXCLUSIVE MODE`, and so does every later one of the store.
    */
-  async #received(kind: 'receive' | 'receiveMany' | 'receiveAndDeliverMany', values: unknown[]) {
+  async #received(
+    kind: 'receive' | 'receiveMany' | 'receiveAndDeliverMany',
+    values: unknown[],
+  ): Promise<PgQueryResult> {
     if (!this.#lockFirst) {
-      const rows = (await this.#query(this.#sql[kind], values)).rows as Received[];
-      // A key missing too: sent again after the lock (right, if slower) rather than read as a duplicate.
-      if (!rows.some((row) => row.key === null || row.key === undefined)) return rows;
-      this.#lockFirst = true; // nothing was written
+      try {
+        return await this.#query(this.#sql[kind], values);
+      } catch (error) {
+        if (codeOf(Reflect.get(Object(error), 'cause')) !== NOT_READ_COMMITTED) throw error;
+        this.#lockFirst = true; // the statement failed: nothing was written
+      }
     }
-    return (await this.#insert(this.#sql.locked[kind], values)).rows as Received[];
+    return this.#insert(this.#sql.locked[kind], values);
   }
 
   /**
@@ -687,11 +694,16 @@ function claimRefused(error: unknown, table: string): unknown {
   );
 }
 
+/** The `code` of a driver's error (PostgreSQL's SQLSTATE), if it has one. */
+function codeOf(error: unknown): unknown {
+  try {
+    return Reflect.get(Object(error), 'code');
+  } catch {
+    return undefined; // a revoked Proxy: a failure like any other
+  }
+}
+
 /** Whether a query failed because its table does not exist (PostgreSQL's `42P01`). */
 function missing(error: unknown): boolean {
-  try {
-    return Reflect.get(Object(error), 'code') === UNDEFINED_TABLE;
-  } catch {
-    return false; // a revoked Proxy: a failure like any other
-  }
+  return codeOf(error) === UNDEFINED_TABLE;
 }
