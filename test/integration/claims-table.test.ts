@@ -57,6 +57,14 @@ const lease = () => ({ id: randomUUID(), ms: 60_000 });
 const newKey = (): string => `EFB.${randomUUID().slice(0, 12)}:SUCCESSFUL`;
 const recordOf = (key: string) => successfulPayload({ transaction_id: key.slice(0, key.lastIndexOf(':')) });
 
+/** 0.1.0's claim statement on PostgreSQL, as it was (values: key, transaction id, state, token): `claimed`. */
+const olderClaimSql = (table: string): string => `WITH inserted AS (
+    INSERT INTO "${table}" (key, transaction_id, state, record, status, delivered_at, lease_id)
+    VALUES ($1, $2, $3, '{}'::jsonb, 'delivered', now(), $4) ON CONFLICT (key) DO NOTHING RETURNING 1
+  )
+  SELECT EXISTS (SELECT 1 FROM inserted)
+    OR EXISTS (SELECT 1 FROM "${table}" WHERE key = $1 AND lease_id = $4 AND record = '{}'::jsonb) AS claimed`;
+
 /**
  * The message `write` was refused with (`undefined`: it was not). Not `rejects.toThrow`: better-sqlite3's
  * native addon is loaded once per jest worker and throws the `SqliteError` of the first test file that
@@ -331,15 +339,7 @@ describeWithService('PostgreSQL', 'PostgreSQL: claims in <table>_claims', () => 
     async oldClaimAsked(table, key, token) {
       // 0.1.0's claim statement, as it was.
       const [id, state] = [key.slice(0, key.lastIndexOf(':')), key.slice(key.lastIndexOf(':') + 1)];
-      const { rows } = await pool.query(
-        `WITH inserted AS (
-           INSERT INTO "${table}" (key, transaction_id, state, record, status, delivered_at, lease_id)
-           VALUES ($1, $2, $3, '{}'::jsonb, 'delivered', now(), $4) ON CONFLICT (key) DO NOTHING RETURNING 1
-         )
-         SELECT EXISTS (SELECT 1 FROM inserted)
-           OR EXISTS (SELECT 1 FROM "${table}" WHERE key = $1 AND lease_id = $4 AND record = '{}'::jsonb) AS claimed`,
-        [key, id, state, token],
-      );
+      const { rows } = await pool.query(olderClaimSql(table), [key, id, state, token]);
       return (rows[0] as { claimed: boolean }).claimed;
     },
     claims: async (table) =>
@@ -496,17 +496,7 @@ describeWithService('PostgreSQL', 'PostgreSQL: claims in <table>_claims', () => 
       await pool.query(`GRANT SELECT, INSERT, DELETE ON "${table}" TO ${role}`);
       const [id, state] = [key.slice(0, key.lastIndexOf(':')), key.slice(key.lastIndexOf(':') + 1)];
       const asked = async (as: string) =>
-        (
-          await older.query(
-            `WITH inserted AS (
-               INSERT INTO "${table}" (key, transaction_id, state, record, status, delivered_at, lease_id)
-               VALUES ($1, $2, $3, '{}'::jsonb, 'delivered', now(), $4) ON CONFLICT (key) DO NOTHING RETURNING 1
-             )
-             SELECT EXISTS (SELECT 1 FROM inserted)
-               OR EXISTS (SELECT 1 FROM "${table}" WHERE key = $1 AND lease_id = $4 AND record = '{}'::jsonb) AS claimed`,
-            [key, id, state, as],
-          )
-        ).rows[0].claimed as boolean;
+        (await older.query(olderClaimSql(table), [key, id, state, as])).rows[0].claimed as boolean;
       expect(await asked(token)).toBe(true);
       expect(await asked(randomUUID())).toBe(false);
     } finally {
