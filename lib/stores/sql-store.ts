@@ -121,7 +121,9 @@ export abstract class SqlStore {
       return;
     }
     // The claim last: while it holds the key, no receive stores an entry (an instance at least once), which
-    // a delete after it would take from under that instance's lease. Deleted even when the entry's failed.
+    // a delete after it would take from under that instance's lease (except on MySQL under READ COMMITTED,
+    // where a receive in progress may not see the claim: docs/stores-and-delivery.md). Deleted even when the
+    // entry's failed.
     try {
       await entry();
     } finally {
