@@ -332,8 +332,13 @@ const MARK_SUFFIX = '_mark';
  * first's, whose marks would then find no lease in the other inbox and roll back every delivery.
  */
 export function markFunction(table: string): string {
+  return functionBeside(table, MARK_SUFFIX);
+}
+
+/** The quoted name of a function `<table><suffix>` in the inbox's schema, cut as {@link markFunction} says. */
+function functionBeside(table: string, suffix: string): string {
   const parts = tableNames(table).name.split('.');
-  const name = distinctName(parts.pop()!, MARK_SUFFIX, 63);
+  const name = distinctName(parts.pop()!, suffix, 63);
   return [...parts, name].map((part) => `"${part}"`).join('.');
 }
 
@@ -343,9 +348,7 @@ export function markFunction(table: string): string {
  * version 7 (see `claimsSteps` in postgres-schema.ts).
  */
 export function olderClaimFunction(table: string): string {
-  const parts = tableNames(table).name.split('.');
-  const name = distinctName(parts.pop()!, '_older_claim', 63);
-  return [...parts, name].map((part) => `"${part}"`).join('.');
+  return functionBeside(table, '_older_claim');
 }
 
 /** The `delivered` mark of the entry `key` held by lease `leaseId` (SQL expressions), in PL/pgSQL. */

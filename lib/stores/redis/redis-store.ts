@@ -114,8 +114,7 @@ type Claim = [key: string, token: string, ttl: string, unprefixed: string];
  * (CROSSSLOT), or one refusing a key the script names without declaring it (see {@link refusedUndeclared}).
  */
 function refusedSlots(error: unknown): boolean {
-  const message = messageOf(error instanceof StoreError ? error.cause : error);
-  return message.startsWith('CROSSSLOT') || refusedUndeclared(error);
+  return refusalOf(error).startsWith('CROSSSLOT') || refusedUndeclared(error);
 }
 
 /**
@@ -124,8 +123,12 @@ function refusedSlots(error: unknown): boolean {
  * undeclared keys (Dragonfly, by default: "script tried accessing undeclared key").
  */
 function refusedUndeclared(error: unknown): boolean {
-  const message = messageOf(error instanceof StoreError ? error.cause : error);
-  return /do not hash to the same slot|non local key|undeclared key/.test(message);
+  return /do not hash to the same slot|non local key|undeclared key/.test(refusalOf(error));
+}
+
+/** What Redis said of a refused script: the message of the client's error a `StoreError` wraps. */
+function refusalOf(error: unknown): string {
+  return messageOf(error instanceof StoreError ? error.cause : error);
 }
 
 /**
