@@ -9,7 +9,13 @@ import type { AlertMonitor } from '../observability/alerts.js';
 import { redactText } from '../observability/redact.js';
 import { takeTraceparent, traceAttempt, type AttemptSpan, type Parent } from '../observability/tracing.js';
 import type { Attempt as Context } from './safe-emitter.js';
-import type { DeliveryTransaction, DurableStore, InboxEntry, PauseSwitch } from '../stores/store.js';
+import type {
+  DeliveryTransaction,
+  DurableStore,
+  InboxEntry,
+  PauseSwitch,
+  RolledBack,
+} from '../stores/store.js';
 import { within } from '../shared/within.js';
 import { retentionPass } from './retention.js';
 import type { InboxDrain, Outcome } from './drain-result.js';
@@ -30,7 +36,7 @@ export type Driver = 'timers' | 'drain';
 type Attempt =
   | Exclude<Verdict, { kind: 'confirmed' }>
   | { kind: 'delivered' }
-  | { kind: 'failed'; error: IpnKitError }
+  | { kind: 'failed'; error: IpnKitError; final?: true } // final: dead at once, whatever maxAttempts says
   | { kind: 'conflict' };
 
 /**
@@ -364,7 +370,14 @@ export function createDurableDelivery<C>(
   ): Promise<Concluded> {
     const open = tx.current();
     if (result.kind !== 'delivered') {
-      await timed(tx.end(abandoned), 'rollback', key); // the listeners' writes vanish with the attempt
+      const rolledBack = await timed(tx.end(abandoned), 'rollback', key); // the listeners' writes vanish
+      if (rolledBack && result.kind === 'failed') {
+        // Not all of them: a listener committed the transaction itself. Dead at once, never retried.
+        const error = new DeliveryError(`${result.error.message}; ${rolledBack.landed}`, {
+          cause: result.error,
+        });
+        return { kind: 'failed', error, final: true };
+      }
       return result;
     }
     if (!open) {
@@ -435,7 +448,7 @@ export function createDurableDelivery<C>(
         : new VerificationError(n.transaction_id, attempts, result.reason);
     if (result.kind === 'failed') report(failure, n);
     alerts?.attempt(false, key, failure.message);
-    if (attempts >= options.maxAttempts) {
+    if (attempts >= options.maxAttempts || (result.kind === 'failed' && result.final)) {
       // Emitted by the instance that still held the lease, only: a replay may have taken it meanwhile.
       const dead = { status: 'dead', error: failure.message } as const;
       if (!(await timed(inbox.settle(key, leaseId, dead), 'settle', key))) return 'other';
@@ -746,9 +759,9 @@ interface TransactionHolder {
   current(): DeliveryTransaction | undefined;
   /**
    * Rolls back what was opened (`listeners`: an abandoned attempt's, which may still be running); one that
-   * opens later (the attempt timed out meanwhile) is rolled back at once.
+   * opens later (the attempt timed out meanwhile) is rolled back at once. `{ landed }`: see `rollback()`.
    */
-  end(listeners?: Promise<unknown>): Promise<void>;
+  end(listeners?: Promise<unknown>): Promise<void | RolledBack>;
 }
 
 const leaseId = (tx: TransactionHolder): string => tx.leaseId;
@@ -782,7 +795,7 @@ function holdTransaction(
     current: () => tx,
     async end(listeners) {
       ended = true;
-      await tx?.rollback(listeners);
+      return tx?.rollback(listeners);
     },
   };
 }

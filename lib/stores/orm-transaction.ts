@@ -6,8 +6,11 @@ import type { Statement, StatementResult, Transactions } from './transactions.js
 /** Runs one statement in the delivery's transaction (through the ORM's `tx`). */
 export type Run = (statement: Statement) => Promise<StatementResult>;
 
-/** What ends the ORM's transaction callback: commit (after the mark), or roll back. */
-type Decision = { commit: boolean };
+/**
+ * What ends the ORM's transaction callback: commit (after the mark), or roll back; `settled`: the
+ * listeners are done with `tx` (not an abandoned attempt's).
+ */
+type Decision = { commit: boolean; settled?: boolean };
 
 /** Thrown inside the ORM's callback so that the ORM rolls back: the attempt was not delivered. */
 class RolledBack extends DeliveryError {
@@ -32,14 +35,18 @@ class LeaseLost extends DeliveryError {
  * Not delivered: the callback throws at once (abandoned listeners' later uses of `tx` are refused, as every
  * use is once the attempt has ended), and the ORM rolls back.
  *
- * `explain` turns a database error into words a partner can act on (a dialect's detail, such as
- * PostgreSQL's aborted transaction); `undefined` keeps the ORM's message. `outcome` reads what the mark
- * came to (by default: one row changed, delivered; none, the lease was lost); it throws when the mark says
- * something is wrong that a lost lease would hide, and the ORM rolls back. `opening`, when given, runs in
- * the transaction before the listeners do (a statement, or statements through `run`), and `mark` may be
- * made from what it returned, running statements of its own first: how a dialect tells, at the mark, that a
- * listener ended the transaction through `tx` (a raw `ROLLBACK`), after which the mark would otherwise run
- * on its own and commit `delivered` with no ledger row. A `mark` that throws rolls back.
+ * `dialect` holds what a dialect adds, each optional. `explain` turns a database error into words a partner
+ * can act on (a dialect's detail, such as PostgreSQL's aborted transaction); `undefined` keeps the ORM's
+ * message. `outcome` reads what the mark came to (by default: one row changed, delivered; none, the lease
+ * was lost); it throws when the mark says something is wrong that a lost lease would hide, and the ORM
+ * rolls back. `opening` runs in the transaction before the listeners do (a statement, or statements
+ * through `run`), and `mark` may be made from what it returned, running statements of its own first: how a
+ * dialect tells, at the mark, that a listener ended the transaction through `tx` (a raw `ROLLBACK`), after
+ * which the mark would otherwise run on its own and commit `delivered` with no ledger row. A `mark` that
+ * throws rolls back. `landed`, from what `opening` returned, tells the same when the attempt is not
+ * delivered, before the ORM rolls back: `true` when a listener committed the transaction itself (a raw
+ * `COMMIT`), so its writes landed and a retry would write them again; `rollback()` then resolves
+ * `{ landed }`. Not asked for an abandoned attempt, whose listeners may still be using `tx`.
  *
  * Resolves once the ORM has opened the transaction; rejects (a `StoreError`) when it could not.
  */
@@ -47,11 +54,19 @@ export async function openOrmTransaction<Tx>(
   transactions: Transactions<Tx>,
   key: string,
   mark: Statement | ((opened: StatementResult, run: Run) => Statement | Promise<Statement>),
-  explain: (error: unknown) => string | undefined = () => undefined,
-  outcome: (result: StatementResult) => 'delivered' | 'lost' = ({ count }) =>
-    count === 1 ? 'delivered' : 'lost',
-  opening?: Statement | ((run: Run) => Promise<StatementResult>),
+  dialect: {
+    explain?: (error: unknown) => string | undefined;
+    outcome?: (result: StatementResult) => 'delivered' | 'lost';
+    opening?: Statement | ((run: Run) => Promise<StatementResult>);
+    landed?: (opened: StatementResult, run: Run) => Promise<boolean>;
+  } = {},
 ): Promise<DeliveryTransaction<Tx, never>> {
+  const {
+    explain = () => undefined,
+    outcome = ({ count }) => (count === 1 ? 'delivered' : 'lost'),
+    opening,
+    landed,
+  } = dialect;
   let state: TransactionState = 'idle';
   let decide!: (decision: Decision) => void;
   const decided = new Promise<Decision>((resolve) => (decide = resolve));
@@ -63,6 +78,7 @@ export async function openOrmTransaction<Tx>(
   // The listeners got the transaction: `finished`, settling at its end, has lost the race below, and an
   // error made for it there (a stack trace every delivery) would be waste.
   let begun = false;
+  let committedByListener = false; // a listener committed the transaction itself (`landed`)
   /** The ORM's callback: hands its transaction to the listeners, then ends as delivery decides. */
   const work = async (tx: Tx): Promise<void> => {
     runs += 1;
@@ -88,7 +104,11 @@ export async function openOrmTransaction<Tx>(
     const decision = await decided;
     // Rolled back at once, even while an abandoned attempt's listeners still run: their later uses of `tx`
     // are refused (refuseLateWrites, below), and a listener that hangs holds no lock and no connection.
-    if (!decision.commit) throw new RolledBack();
+    if (!decision.commit) {
+      // Not told (the check failed: an aborted transaction, a lost connection): rolled back, as before.
+      if (decision.settled && landed) committedByListener = await landed(opened, run).catch(() => false);
+      throw new RolledBack();
+    }
     const statement = typeof mark === 'function' ? await mark(opened, run) : mark;
     if (outcome(await run(statement)) === 'lost') throw new LeaseLost(key);
     marked = true;
@@ -156,9 +176,19 @@ export async function openOrmTransaction<Tx>(
     async rollback(listeners) {
       if (state !== 'open') return;
       state = 'ended';
-      decide({ commit: false });
+      decide({ commit: false, settled: listeners === undefined });
       // An abandoned attempt does not wait for the ROLLBACK: it may queue behind a listener's query.
-      if (listeners === undefined) await finished.catch(() => {});
+      if (listeners !== undefined) return;
+      await finished.catch(() => {});
+      if (committedByListener) {
+        return {
+          landed:
+            `a listener had committed the delivery transaction of ${key} itself (a raw COMMIT through tx, ` +
+            `in ${transactions.name}), so its writes landed and could not be rolled back: not retried, which ` +
+            'would write them again. Check them; replay the entry only if they are ' +
+            'not there. Never end the transaction through tx: throw from the listener, and ipn-kit rolls back',
+        };
+      }
     },
   };
 }

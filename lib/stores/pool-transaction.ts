@@ -144,7 +144,7 @@ export async function openPoolTransaction<C extends object>(
       return result;
     },
   };
-  const opened = await openOrmTransaction(transactions, key, mark, explain);
+  const opened = await openOrmTransaction(transactions, key, mark, { explain });
   return {
     tx: db,
     db,

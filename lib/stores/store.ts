@@ -310,6 +310,15 @@ export interface AuditLog {
 export type TransactionState = 'idle' | 'open' | 'ended';
 
 /**
+ * What {@link DeliveryTransaction.rollback} found when a listener had committed the transaction itself.
+ * @inline
+ */
+export interface RolledBack {
+  /** How the listeners' writes landed, in words for the entry's last error. */
+  landed: string;
+}
+
+/**
  * One delivery attempt's transaction (see {@link DurableStore.begin}).
  * @inline
  */
@@ -332,8 +341,11 @@ export interface DeliveryTransaction<Tx = unknown, Db = unknown> {
    * Rolls the transaction back. `listeners`, when given, is an attempt abandoned while its listeners may
    * still be running: it settles once they have, and the transaction must make sure that no write of
    * theirs lands (by closing its connection, or by rolling back only once they are done). Never rejects.
+   * Resolves `{ landed }` when there was nothing left to roll back because a listener had committed the
+   * transaction itself through `tx` (a raw `COMMIT`): its writes landed, `landed` says how, and delivery
+   * keeps the entry `dead` instead of retrying it, which would write them again.
    */
-  rollback(listeners?: Promise<unknown>): Promise<void>;
+  rollback(listeners?: Promise<unknown>): Promise<void | RolledBack>;
   /**
    * Optional: where to tell of a write through `tx` or `db` made once the attempt had ended (refused, it
    * never ran) whose refusal nothing awaited. Delivery calls it once the transaction is open, with a

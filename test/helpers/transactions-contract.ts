@@ -231,7 +231,7 @@ export function transactionsContract<Tx>(
       values: [key, 'lease-1'],
       returns: 'count',
     };
-    const transaction = await openOrmTransaction(orm.transactions, key, mark, explainPostgres);
+    const transaction = await openOrmTransaction(orm.transactions, key, mark, { explain: explainPostgres });
     await orm.credit(transaction.tx, n);
     await orm.transactions.query(transaction.tx, rows('SELECT 1 / 0')).catch(() => {}); // caught, and ignored
     await expect(transaction.commit()).rejects.toThrow(/PostgreSQL aborted the transaction/);

@@ -461,14 +461,12 @@ export class MysqlStore<
     if (this.#transactions) {
       // A listener may end the ORM's transaction through tx (a raw ROLLBACK): the mark checks it first.
       const checked = mysqlOrmMark(this.#transactions.name, key, mark);
-      const opened = openOrmTransaction(
-        this.#transactions,
-        key,
-        checked.mark,
-        explainMysql,
-        undefined,
-        checked.opening,
-      );
+      const { mark: checkedMark, opening, landed } = checked;
+      const opened = openOrmTransaction(this.#transactions, key, checkedMark, {
+        explain: explainMysql,
+        opening,
+        landed,
+      });
       return opened as Promise<Opened>;
     }
     return openPoolTransaction(this.#pool, key, mark) as Promise<Opened>;

@@ -284,24 +284,33 @@ export function mysqlOrmMark(
 ): {
   opening: (run: Run) => Promise<StatementResult>;
   mark: (opened: StatementResult, run: Run) => Promise<Statement>;
+  landed: (opened: StatementResult, run: Run) => Promise<boolean>;
 } {
   const savepoint = `ipn_kit_delivery_${randomBytes(6).toString('hex')}`;
+  /** Whether the savepoint is still there (released now): the transaction is the one the listeners wrote in. */
+  const released = async (run: Run): Promise<boolean> => {
+    try {
+      await run({ text: mysqlOrmSql.release(savepoint), values: [], returns: 'count' });
+      return true;
+    } catch (error) {
+      if (errnoOf(error) !== NO_SUCH_SAVEPOINT) throw error;
+      return false;
+    }
+  };
+  const endsSince = async (opened: StatementResult, run: Run) => {
+    const before = endsOf(opened);
+    const after = endsOf(await run({ text: mysqlOrmSql.ends, values: [], returns: 'rows' }));
+    return { commits: after.commits !== before.commits, rollbacks: after.rollbacks !== before.rollbacks };
+  };
   return {
     opening: async (run) => {
       await run({ text: mysqlOrmSql.savepoint(savepoint), values: [], returns: 'count' });
       return run({ text: mysqlOrmSql.ends, values: [], returns: 'rows' });
     },
     mark: async (opened, run) => {
-      try {
-        await run({ text: mysqlOrmSql.release(savepoint), values: [], returns: 'count' });
-        return mark;
-      } catch (error) {
-        if (errnoOf(error) !== NO_SUCH_SAVEPOINT) throw error;
-      }
-      const before = endsOf(opened);
-      const after = endsOf(await run({ text: mysqlOrmSql.ends, values: [], returns: 'rows' }));
-      const rolledBack = after.rollbacks !== before.rollbacks;
-      if (!rolledBack && after.commits !== before.commits) return mark; // a raw COMMIT: the writes landed
+      if (await released(run)) return mark;
+      const { commits, rollbacks: rolledBack } = await endsSince(opened, run);
+      if (!rolledBack && commits) return mark; // a raw COMMIT: the writes landed
       throw new DeliveryError(
         `a listener ended the delivery transaction of ${key} through tx (` +
           (rolledBack
@@ -314,5 +323,8 @@ export function mysqlOrmMark(
           'ipn-kit rolls back for you',
       );
     },
+    // A failed attempt: any COMMIT sent since the opening (then a ROLLBACK too, or not) may have landed
+    // writes that a retry would write again.
+    landed: async (opened, run) => !(await released(run)) && (await endsSince(opened, run)).commits,
   };
 }

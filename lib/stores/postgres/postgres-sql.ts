@@ -129,6 +129,13 @@ export function inline(text: string, values: readonly unknown[]): string {
 /** What a key or lease id may hold to stand in SQL as a literal as it is: no quote, no backslash. */
 const PLAIN = /^[A-Za-z0-9._:-]{1,200}$/;
 
+/**
+ * Where the delivery transaction whose id (`$1`) the ORM path's opening read stands, asked when its attempt
+ * failed: `committed` once a listener committed it through `tx` (a raw `COMMIT`), `aborted` after a raw
+ * `ROLLBACK`; still open, `in progress`, or the statement fails (an aborted transaction).
+ */
+export const TRANSACTION_STATUS = 'SELECT txid_status($1::bigint) AS status';
+
 /** The SQLSTATE `markAndCommit` raises when the lease was lost: ipn-kit's own ("IK": no class of PostgreSQL's). */
 export const LEASE_LOST = 'IK001';
 

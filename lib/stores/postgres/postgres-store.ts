@@ -17,6 +17,7 @@ import {
   NOT_READ_COMMITTED,
   receivesJson,
   RESET,
+  TRANSACTION_STATUS,
   tableNames,
   type InboxSql,
 } from './postgres-sql.js';
@@ -482,14 +483,20 @@ export class PostgresStore<
         };
       };
       const outcome = (result: StatementResult) => markedInOrm(result, key, this.#transactions!.name);
-      return openOrmTransaction(
-        this.#transactions,
-        key,
-        mark,
-        explainPostgres,
+      const landed = async ({ rows }: StatementResult, run: Run): Promise<boolean> => {
+        const asked: Statement = {
+          text: TRANSACTION_STATUS,
+          values: [String(rows[0]?.xid)],
+          returns: 'rows',
+        };
+        return (await run(asked)).rows[0]?.status === 'committed';
+      };
+      return openOrmTransaction(this.#transactions, key, mark, {
+        explain: explainPostgres,
         outcome,
         opening,
-      ) as Promise<Opened>;
+        landed,
+      }) as Promise<Opened>;
     }
     if (!canConnect(this.#pool)) return Promise.resolve(undefined);
     const statement: [string, unknown[]] = [this.#sql.delivered, [key, leaseId]];

@@ -210,29 +210,56 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
     );
 
     // A raw COMMIT through the ORM's transaction ends it early: the listener's credit commits on its own,
-    // then the listener fails, the attempt is retried, and the retry credits again. The pg path refuses such
-    // a statement (postgres-transaction.ts, CONTROL); the ORM paths do not.
-    test.failing(
-      'a listener that sends a raw COMMIT through tx, then throws: its credit is not committed (one row after the retry)',
-      async () => {
-        const ipn = router(false);
-        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
-          await orm.credit(tx, n);
-          if (attempt === 1) {
-            await raw(tx).catch(() => {});
-            throw new Error('the order service is down');
-          }
-        });
-        const { post } = await serve(ipn);
-        const payload = uniquePayload();
-        expect((await post(payload)).status).toBe(200);
-        await eventually(
-          'delivered',
-          async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
-        );
-        expect(await rows(payload.transaction_id)).toBe(1);
-      },
-    );
+    // then the listener fails. The pg path refuses such a statement (postgres-transaction.ts, CONTROL); the
+    // ORM paths cannot, so the failed attempt's rollback asks PostgreSQL where the transaction stands
+    // (txid_status): committed, the entry is kept dead at once. Retried, it was credited a second time.
+    test('a listener that sends a raw COMMIT through tx, then throws: its credit landed, so it is dead, never credited twice', async () => {
+      const ipn = router(false);
+      const payload = uniquePayload();
+      const key = ledger.keyOf(payload);
+      // Of this payment only: an entry an earlier test left due is taken up by this router too.
+      const dead: Array<{ attempts: number; lastError: string }> = [];
+      ipn.on('dead', (event) => void (event.key === key && dead.push(event)));
+      let attempts = 0;
+      ipn.on('successful', async (n: IpnNotification, { tx }) => {
+        if (n.transaction_id === payload.transaction_id) attempts += 1;
+        await orm.credit(tx, n);
+        await raw(tx).catch(() => {});
+        throw new Error('the order service is down');
+      });
+      const { post } = await serve(ipn);
+      expect((await post(payload)).status).toBe(200);
+      await eventually('dead', () => dead.length > 0); // emitted once the entry is dead
+      expect(await rows(payload.transaction_id)).toBe(1);
+      expect(attempts).toBe(1);
+      const entry = await ledger.entryOf(key);
+      expect(entry).toMatchObject({ status: 'dead', attempts: 1 });
+      expect(entry?.last_error).toMatch(
+        /^a listener of 'successful' failed: the order service is down; a listener had committed the delivery transaction of .+ itself \(a raw COMMIT through tx.* not retried/s,
+      );
+      expect(dead).toEqual([expect.objectContaining({ attempts: 1, lastError: entry?.last_error })]);
+    });
+
+    // A listener that fails after its own statement failed (the transaction aborted) is retried as before:
+    // the status cannot be asked in an aborted transaction, and nothing of it landed.
+    test('a listener whose statement fails, then throws: rolled back and retried, one row', async () => {
+      const ipn = router(false);
+      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+        await orm.credit(tx, n);
+        if (attempt === 1) {
+          await raw(tx, 'SELECT 1 / 0').catch(() => {});
+          throw new Error('not yet');
+        }
+      });
+      const { post } = await serve(ipn);
+      const payload = uniquePayload();
+      expect((await post(payload)).status).toBe(200);
+      await eventually(
+        'delivered',
+        async () => (await ledger.entryOf(ledger.keyOf(payload)))?.status === 'delivered',
+      );
+      expect(await rows(payload.transaction_id)).toBe(1);
+    });
 
     // Worse, before the mark checked its transaction: a raw ROLLBACK (a listener's own error handling)
     // undid the credit, then the `delivered` mark ran outside any transaction, committed on its own, and the

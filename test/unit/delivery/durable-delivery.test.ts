@@ -185,7 +185,11 @@ describe('createDurableDelivery: one attempt', () => {
 
 describe('createDurableDelivery: the delivery transaction', () => {
   /** A store transaction that records what was done with it. */
-  function transactional(commit: () => Promise<'delivered' | 'lost'>, state: 'idle' | 'open' = 'open') {
+  function transactional(
+    commit: () => Promise<'delivered' | 'lost'>,
+    state: 'idle' | 'open' = 'open',
+    rolledBack?: { landed: string },
+  ) {
     const done: string[] = [];
     const inbox = new MemoryInbox();
     const tx: DeliveryTransaction<string> = {
@@ -197,7 +201,7 @@ describe('createDurableDelivery: the delivery transaction', () => {
       },
       rollback: (listeners) => {
         done.push(listeners ? 'abandon' : 'rollback');
-        return Promise.resolve();
+        return Promise.resolve(rolledBack);
       },
     };
     Object.assign(inbox, { begin: () => Promise.resolve(tx) });
@@ -227,6 +231,25 @@ describe('createDurableDelivery: the delivery transaction', () => {
     expect(await durable.deliver(key, n, leaseId, 1)).toBe(false);
     expect(done).toEqual(['rollback']);
     expect(inbox.entries.get(key)?.status).toBe('failed');
+  });
+
+  test("a rollback that finds the listeners' writes committed by a listener: dead at once, never retried", async () => {
+    const landed = 'a listener had committed the delivery transaction itself';
+    const { inbox, done } = transactional(() => Promise.resolve('delivered'), 'open', { landed });
+    const { ipn, durable, received, of } = setup({ maxAttempts: 3 }, inbox);
+    const n = uniqueNotification();
+    const credited = jest.fn(() => Promise.reject(new Error('ledger down')));
+    ipn.on('successful', credited);
+    const { key, leaseId } = await received(n);
+    expect(await durable.deliver(key, n, leaseId, 1)).toBe(false);
+    expect(done).toEqual(['rollback']);
+    const lastError = `a listener of 'successful' failed: ledger down; ${landed}`;
+    expect(inbox.entries.get(key)).toMatchObject({ status: 'dead', lastError });
+    expect(of('dead')).toEqual([expect.objectContaining({ key, attempts: 1, lastError })]);
+    expect(of('error').map((event) => event.error.message)).toEqual([lastError]);
+    await jest.advanceTimersByTimeAsync(10_000);
+    await settle();
+    expect(credited).toHaveBeenCalledTimes(1);
   });
 
   test('a commit that fails is a failed attempt, its connection abandoned, and goes dead at maxAttempts', async () => {
