@@ -76,6 +76,47 @@ function refuseEnd(runner: TransactionRunner): () => void {
   };
 }
 
+/**
+ * Puts, as `manager.queryRunner`, the transaction's query runner with a `release()` that throws: what a
+ * listener reaches the runner by reads it there (`tx.queryRunner`, `tx.release()`, a nested transaction's
+ * manager, which is the same one, and its repositories and query builders; an entity subscriber's
+ * `event.queryRunner` is the runner itself). A released runner hands its connection back to the pool in the
+ * middle of the transaction: the credit stays there, uncommitted, and the next user of that connection
+ * commits it with its own work (the retry's transaction: a second credit). Not set on the runner itself, as
+ * `refuseEnd` does: `dataSource.destroy()` releases every connected runner, this one too (the driver lists
+ * the runners themselves), and must still do so while a listener hangs; the pool then closes that
+ * connection, which rolls the attempt back. Every other member is the runner's own, run on the runner
+ * itself, so TypeORM's code behind it sees its own object. Never taken back: the manager and the runner are
+ * this attempt's alone, and TypeORM releases the runner through its own reference to it.
+ */
+function refuseRelease(manager: object, runner: object): void {
+  /** Each method as handed out, the same one each time it is read. */
+  const methods = new Map<unknown, unknown>();
+  const release = (): Promise<void> =>
+    Promise.reject(
+      new TypeError(
+        "TypeORM: a listener cannot release the delivery's query runner (tx.queryRunner.release(), " +
+          'tx.release()): its connection would go back to the pool inside the transaction, with your writes ' +
+          'uncommitted there. ipn-kit ends the transaction, with the delivered mark, and TypeORM then ' +
+          'releases the runner.',
+      ),
+    );
+  const guarded = new Proxy(runner, {
+    get(target, property) {
+      if (property === 'release') return release;
+      const value: unknown = Reflect.get(target, property, target);
+      if (typeof value !== 'function' || property === 'constructor') return value;
+      let method = methods.get(value);
+      if (method === undefined) {
+        method = (value as (...args: unknown[]) => unknown).bind(target);
+        methods.set(value, method);
+      }
+      return method;
+    },
+  });
+  Reflect.set(manager, 'queryRunner', guarded);
+}
+
 async function run(runner: QueryRunner, statement: Statement): Promise<StatementResult> {
   const { records = [], affected } = await runner.query(statement.text, statement.values, true);
   return { rows: records, count: statement.returns === 'rows' ? records.length : (affected ?? 0) };
@@ -87,9 +128,9 @@ async function run(runner: QueryRunner, statement: Statement): Promise<Statement
  * `tx.query(...)`) commits together with ipn-kit's `delivered` mark, or not at all. A `tx.transaction(...)`
  * of theirs is a savepoint, as TypeORM makes it; `tx.queryRunner.commitTransaction()` and
  * `rollbackTransaction()` throw outside one (ipn-kit ends the transaction, with the mark: a listener rolls it
- * back by throwing). The store's statements run through the transaction's query
- * runner; with `execute`, through a query runner of their own, so the store may run through TypeORM alone.
- * TypeORM 0.3 and later.
+ * back by throwing), and `tx.queryRunner.release()` throws. The store's statements run through the
+ * transaction's query runner; with `execute`, through a query runner of their own, so the store may run
+ * through TypeORM alone. TypeORM 0.3 and later.
  *
  * @param dataSource your TypeORM `DataSource` (initialized before the first delivery).
  * @throws TypeError when `dataSource` is not a DataSource.
@@ -134,6 +175,7 @@ export function typeormTransactions<D extends DataSourceLike>(dataSource: D): Tr
       return source.transaction(async (manager) => {
         const runner = Reflect.get(manager, 'queryRunner') as TransactionRunner | undefined;
         const restore = runner === undefined ? () => {} : refuseEnd(runner);
+        if (runner !== undefined) refuseRelease(manager, runner);
         try {
           return await work(manager);
         } finally {

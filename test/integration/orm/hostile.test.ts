@@ -452,32 +452,81 @@ describeWithService('PostgreSQL', "hostile: TypeORM's query runner ends the deli
     await deliveredOnce(payload);
   });
 
-  // A released runner hands its connection back to the pool mid-transaction: the credit stays in an open
-  // transaction there, which the next user of that connection commits with its own work (here the retry's
-  // transaction: two rows). Refusing release() during the attempt, as commit/rollback are, would also refuse
-  // dataSource.destroy() while a listener hangs (its closePool releases every runner): not done yet.
-  test.failing(
-    'tx.queryRunner.release() in a listener: refused, the credit stays in the delivery transaction',
-    async () => {
-      const ipn = router();
-      const refusals: unknown[] = [];
-      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
-        await orm.credit(tx, n);
-        if (attempt === 1) await tx.queryRunner!.release().catch((error) => refusals.push(error));
-      });
-      const { post } = await serve(ipn);
-      const payload = uniquePayload();
+  /** Sessions with a transaction left open on this schema's ledger (other test files' ledgers are not it). */
+  const openOnLedger = async (): Promise<number> => {
+    const { rows } = await ledger.pool().query(
+      `SELECT count(DISTINCT a.pid)::int AS n FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+        WHERE l.relation = to_regclass($1) AND a.state LIKE 'idle in transaction%'`,
+      [`${ledger.schema}.ledger`],
+    );
+    return rows[0].n as number;
+  };
+
+  // A released runner hands its connection back to the pool mid-transaction: the credit stayed in an open
+  // transaction there, which the next user of that connection committed with its own work (here the retry's
+  // transaction: two rows). Refused now, through whichever way the listener reached the runner.
+  test('tx.queryRunner.release() in a listener: refused, the credit stays in the delivery transaction', async () => {
+    const ipn = router();
+    const refusals: unknown[] = [];
+    ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+      await orm.credit(tx, n);
+      if (attempt === 1) {
+        const refused = (error: unknown) => void refusals.push(error);
+        await tx.queryRunner!.release().catch(refused);
+        await tx.release().catch(refused);
+        await tx.transaction((inner) => inner.queryRunner!.release().catch(refused));
+      }
+    });
+    const { post } = await serve(ipn);
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await deliveredOnce(payload);
+    const refusal = expect.objectContaining({ name: 'TypeError' });
+    expect(refusals).toEqual([refusal, refusal, refusal]);
+    expect(String(refusals[0])).toContain('tx.queryRunner.release()');
+    expect(await openOnLedger()).toBe(0);
+  });
+
+  // destroy() releases every runner the driver holds, the attempt's too (PostgresDriver.closePool): the
+  // refusal is the listener's alone, so a shutdown while a listener hangs ends, and the closing pool's end of
+  // that connection rolls the attempt's credit back on the server.
+  test('dataSource.destroy() while a listener hangs: it ends, and the credit rolls back', async () => {
+    const own = await fixture.open(ledger.schema);
+    const ipn = ipnRouter({
+      store: new PostgresStore({ pool: ledger.pool(), transactions: own.transactions }),
+      delivery: 'at-least-once',
+      logger: quiet,
+      retryDelayMs: 20,
+      recoveryIntervalMs: 50,
+    });
+    let credited = false;
+    let unhang!: () => void;
+    const hang = new Promise<void>((resolve) => (unhang = resolve));
+    ipn.on('successful', async (n: IpnNotification, { tx }) => {
+      await own.credit(tx, n);
+      credited = true;
+      await hang;
+      throw new Error('the DataSource is gone');
+    });
+    const { post } = await serve(ipn);
+    const payload = uniquePayload();
+    try {
       expect((await post(payload)).status).toBe(200);
-      await deliveredOnce(payload);
-      expect(refusals).toEqual([expect.objectContaining({ name: 'TypeError' })]);
-      const { rows: open } = await ledger
-        .pool()
-        .query(
-          "SELECT count(*)::int AS n FROM pg_stat_activity WHERE state LIKE 'idle in transaction%' AND query LIKE '%ledger%'",
-        );
-      expect(open[0].n).toBe(0);
-    },
-  );
+      await eventually('the listener credited, then hangs', () => credited);
+      await eventually('its credit is in the open transaction', async () => (await openOnLedger()) === 1);
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        own.close(),
+        new Promise((_, reject) => {
+          timer = setTimeout(() => reject(new Error('dataSource.destroy() did not end')), 5_000);
+        }),
+      ]).finally(() => clearTimeout(timer));
+      await eventually('the attempt rolled back', async () => (await openOnLedger()) === 0, 5_000);
+      expect(await ledger.ledgerOf(payload.transaction_id)).toEqual([]);
+    } finally {
+      unhang();
+    }
+  });
 
   test("a nested transaction's own commit and rollback through the query runner still work (savepoints)", async () => {
     const ipn = router();
