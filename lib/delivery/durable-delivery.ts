@@ -373,10 +373,7 @@ export function createDurableDelivery<C>(
       const rolledBack = await timed(tx.end(abandoned), 'rollback', key); // the listeners' writes vanish
       if (rolledBack && result.kind === 'failed') {
         // Not all of them: a listener committed the transaction itself. Dead at once, never retried.
-        const error = new DeliveryError(`${result.error.message}; ${rolledBack.landed}`, {
-          cause: result.error,
-        });
-        return { kind: 'failed', error, final: true };
+        return landed(`${result.error.message}; ${rolledBack.landed}`, result.error);
       }
       return result;
     }
@@ -387,7 +384,9 @@ export function createDurableDelivery<C>(
     }
     const idle = open.state === 'idle'; // no listener wrote in it: the commit is the mark alone
     try {
-      return { kind: (await timed(open.commit(), 'commit', key)) === 'delivered' ? 'marked' : 'lost' };
+      const committed = await timed(open.commit(), 'commit', key);
+      if (typeof committed === 'object') return landed(committed.landed);
+      return { kind: committed === 'delivered' ? 'marked' : 'lost' };
     } catch (cause) {
       if (idle) throw cause; // the store's failure: the entry is taken up again once its lease runs out
       // A commit still on its way (it timed out) is not waited for: its connection is closed.
@@ -400,6 +399,11 @@ export function createDurableDelivery<C>(
       const error = cause instanceof IpnKitError ? cause : new DeliveryError(message, { cause });
       return { kind: 'failed', error };
     }
+  }
+
+  /** A listener's writes landed, or may have, outside the delivery's transaction: dead at once, never retried. */
+  function landed(message: string, cause?: IpnKitError): Concluded {
+    return { kind: 'failed', error: new DeliveryError(message, { cause }), final: true };
   }
 
   /** Settles the entry as the attempt concluded, through one store call guarded by the lease. */

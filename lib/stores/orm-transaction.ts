@@ -19,6 +19,23 @@ class RolledBack extends DeliveryError {
   }
 }
 
+/**
+ * Thrown by a dialect's `mark` (inside the ORM's callback, so the ORM rolls back what is left) when a
+ * listener ended the delivery's transaction itself in a way that landed its writes, or may have: neither
+ * marked delivered nor retried. `commit()` resolves it as `{ landed }`, as `rollback()` does after `landed`.
+ */
+export class Landed extends DeliveryError {
+  /** `how`: what the listener sent through `tx`, as the dialect can tell it. */
+  constructor(key: string, orm: string, how: string) {
+    super(
+      `a listener ended the delivery transaction of ${key} itself through tx (${how}, in ${orm}), so its ` +
+        'writes landed, or may have, outside it: neither retried, which could write them again, nor marked ' +
+        'delivered. Check them; replay the entry only if they are not there. Never end the transaction ' +
+        'through tx: throw from the listener, and ipn-kit rolls back',
+    );
+  }
+}
+
 /** Thrown inside the ORM's callback when the mark changed no row: another attempt holds the entry now. */
 class LeaseLost extends DeliveryError {
   constructor(key: string) {
@@ -43,10 +60,11 @@ class LeaseLost extends DeliveryError {
  * through `run`), and `mark` may be made from what it returned, running statements of its own first: how a
  * dialect tells, at the mark, that a listener ended the transaction through `tx` (a raw `ROLLBACK`), after
  * which the mark would otherwise run on its own and commit `delivered` with no ledger row. A `mark` that
- * throws rolls back. `landed`, from what `opening` returned, tells the same when the attempt is not
- * delivered, before the ORM rolls back: `true` when a listener committed the transaction itself (a raw
- * `COMMIT`), so its writes landed and a retry would write them again; `rollback()` then resolves
- * `{ landed }`. Not asked for an abandoned attempt, whose listeners may still be using `tx`.
+ * throws rolls back; one that throws {@link Landed} makes `commit()` resolve `{ landed }`. `landed`, from
+ * what `opening` returned, tells the same when the attempt is not delivered, before the ORM rolls back:
+ * what a listener sent (`'a raw COMMIT'`) when it committed the transaction itself, so its writes landed
+ * and a retry would write them again; `rollback()` then resolves `{ landed }`. Not asked for an abandoned
+ * attempt, whose listeners may still be using `tx`.
  *
  * Resolves once the ORM has opened the transaction; rejects (a `StoreError`) when it could not.
  */
@@ -58,7 +76,7 @@ export async function openOrmTransaction<Tx>(
     explain?: (error: unknown) => string | undefined;
     outcome?: (result: StatementResult) => 'delivered' | 'lost';
     opening?: Statement | ((run: Run) => Promise<StatementResult>);
-    landed?: (opened: StatementResult, run: Run) => Promise<boolean>;
+    landed?: (opened: StatementResult, run: Run) => Promise<string | undefined>;
   } = {},
 ): Promise<DeliveryTransaction<Tx, never>> {
   const {
@@ -78,7 +96,7 @@ export async function openOrmTransaction<Tx>(
   // The listeners got the transaction: `finished`, settling at its end, has lost the race below, and an
   // error made for it there (a stack trace every delivery) would be waste.
   let begun = false;
-  let committedByListener = false; // a listener committed the transaction itself (`landed`)
+  let landedBy: string | undefined; // what a listener committed the transaction with (`landed`)
   /** The ORM's callback: hands its transaction to the listeners, then ends as delivery decides. */
   const work = async (tx: Tx): Promise<void> => {
     runs += 1;
@@ -106,7 +124,7 @@ export async function openOrmTransaction<Tx>(
     // are refused (refuseLateWrites, below), and a listener that hangs holds no lock and no connection.
     if (!decision.commit) {
       // Not told (the check failed: an aborted transaction, a lost connection): rolled back, as before.
-      if (decision.settled && landed) committedByListener = await landed(opened, run).catch(() => false);
+      if (decision.settled && landed) landedBy = await landed(opened, run).catch(() => undefined);
       throw new RolledBack();
     }
     const statement = typeof mark === 'function' ? await mark(opened, run) : mark;
@@ -166,6 +184,7 @@ export async function openOrmTransaction<Tx>(
         return 'delivered';
       } catch (error) {
         if (error instanceof LeaseLost) return 'lost';
+        if (error instanceof Landed) return { landed: error.message };
         const why = explain(error) ?? messageOf(error);
         throw new DeliveryError(
           `the delivery transaction of ${key} did not commit in ${transactions.name}: ${why}`,
@@ -180,15 +199,7 @@ export async function openOrmTransaction<Tx>(
       // An abandoned attempt does not wait for the ROLLBACK: it may queue behind a listener's query.
       if (listeners !== undefined) return;
       await finished.catch(() => {});
-      if (committedByListener) {
-        return {
-          landed:
-            `a listener had committed the delivery transaction of ${key} itself (a raw COMMIT through tx, ` +
-            `in ${transactions.name}), so its writes landed and could not be rolled back: not retried, which ` +
-            'would write them again. Check them; replay the entry only if they are ' +
-            'not there. Never end the transaction through tx: throw from the listener, and ipn-kit rolls back',
-        };
-      }
+      if (landedBy !== undefined) return { landed: new Landed(key, transactions.name, landedBy).message };
     },
   };
 }

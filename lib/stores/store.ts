@@ -310,11 +310,12 @@ export interface AuditLog {
 export type TransactionState = 'idle' | 'open' | 'ended';
 
 /**
- * What {@link DeliveryTransaction.rollback} found when a listener had committed the transaction itself.
+ * What {@link DeliveryTransaction.commit} or {@link DeliveryTransaction.rollback} found when a listener had
+ * ended the transaction itself, its writes landed (or maybe landed) outside it.
  * @inline
  */
 export interface RolledBack {
-  /** How the listeners' writes landed, in words for the entry's last error. */
+  /** How, in words for the entry's last error. */
   landed: string;
 }
 
@@ -334,16 +335,18 @@ export interface DeliveryTransaction<Tx = unknown, Db = unknown> {
    * `'delivered'`; or `'lost'`, having rolled back, when the lease was lost (another attempt holds the
    * entry now: the listeners' writes must not land). Rejects when the outcome is unknown (the mark or the
    * commit failed, or its answer was lost): both writes landed or neither did, and the entry says which.
-   * Its message says what went wrong in words a partner can act on.
+   * Its message says what went wrong in words a partner can act on. Resolves `{ landed }`, having rolled
+   * back what was left, when a listener had ended the transaction itself in a way that landed its writes,
+   * or may have (see `rollback()`): neither marked delivered nor retried.
    */
-  commit(): Promise<'delivered' | 'lost'>;
+  commit(): Promise<'delivered' | 'lost' | RolledBack>;
   /**
    * Rolls the transaction back. `listeners`, when given, is an attempt abandoned while its listeners may
    * still be running: it settles once they have, and the transaction must make sure that no write of
    * theirs lands (by closing its connection, or by rolling back only once they are done). Never rejects.
-   * Resolves `{ landed }` when there was nothing left to roll back because a listener had committed the
-   * transaction itself through `tx` (a raw `COMMIT`): its writes landed, `landed` says how, and delivery
-   * keeps the entry `dead` instead of retrying it, which would write them again.
+   * Resolves `{ landed }` when a listener had committed the transaction itself through `tx` (a raw
+   * `COMMIT`), so that its writes landed: `landed` says how, and delivery keeps the entry `dead` instead of
+   * retrying it, which would write them again.
    */
   rollback(listeners?: Promise<unknown>): Promise<void | RolledBack>;
   /**

@@ -52,7 +52,10 @@ async function endThenWrite(kit: RuleKit, ending: Ending): Promise<void> {
   };
   if (ending === 'delivered') {
     const outcome = await opened.commit();
-    must(outcome === 'delivered', `commit() of ${key}, its lease holding, resolved ${String(outcome)}`);
+    must(
+      outcome === 'delivered',
+      `commit() of ${key}, its lease holding, resolved ${JSON.stringify(outcome)}`,
+    );
     await writeLate('once commit() had resolved');
   } else if (ending === 'failed') {
     const rolledBack = opened.rollback();

@@ -281,7 +281,7 @@ describeWithService('PostgreSQL', "transactional delivery: PostgresStore, delive
       return Object.assign(tx!, {
         commit: async () => {
           const committed = await commit();
-          commits.push(committed);
+          commits.push(typeof committed === 'string' ? committed : committed.landed);
           return committed;
         },
       });

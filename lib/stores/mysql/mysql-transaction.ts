@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { asSavepoint, splitStatements } from '../postgres/postgres-transaction.js';
-import { type Run } from '../orm-transaction.js';
+import { Landed, type Run } from '../orm-transaction.js';
 import { openPoolTransaction as openSeam, type PoolSide } from '../pool-transaction.js';
 import type { DeliveryTransaction } from '../store.js';
 import { mysqlOrmSql } from './mysql-sql.js';
@@ -255,27 +255,41 @@ export function explainMysql(error: unknown): string | undefined {
   return undefined;
 }
 
-/** A session's counts of `COMMIT` and `ROLLBACK` statements, from `SHOW SESSION STATUS`. */
-function endsOf({ rows }: StatementResult): { commits: number; rollbacks: number } {
-  const count = (name: string) =>
-    Number(rows.find((row) => String(row.Variable_name).toLowerCase() === name)?.Value);
-  return { commits: count('com_commit'), rollbacks: count('com_rollback') };
+/**
+ * A session's counts, from `SHOW SESSION STATUS` ({@link mysqlOrmSql}): of `COMMIT` and `ROLLBACK`
+ * statements, and of the statements that commit implicitly, added up.
+ */
+function endsOf({ rows }: StatementResult): { commits: number; rollbacks: number; implicit: number } {
+  let [commits, rollbacks, implicit] = [0, 0, 0];
+  for (const row of rows) {
+    const name = String(row.Variable_name).toLowerCase();
+    const value = Number(row.Value);
+    if (name === 'com_commit') commits = value;
+    else if (name === 'com_rollback') rollbacks = value;
+    else implicit += value;
+  }
+  return { commits, rollbacks, implicit };
 }
 
 /**
  * The ORM path's opening and mark on MySQL/MariaDB: what keeps a listener that ended the delivery's
- * transaction through `tx` from having `delivered` committed without its writes. The opening sets a
- * savepoint and reads the session's counts of `COMMIT` and `ROLLBACK` (see {@link mysqlOrmSql}); the mark
+ * transaction through `tx` from having `delivered` committed without its writes, or its writes committed
+ * twice. The opening sets a savepoint and reads the session's counts (see {@link mysqlOrmSql}); the mark
  * first releases the savepoint. Released: the transaction is the one the listeners wrote in, and `mark`
- * runs in it. Gone, after a raw `COMMIT` alone (the listeners' writes landed): `mark` runs, on its own, and
- * marking them delivered is right. Gone otherwise (a raw `ROLLBACK`, a deadlock the listener caught, a
- * statement that commits implicitly): nothing is marked, and the attempt fails with a `DeliveryError`
- * that says why, and is retried.
+ * runs in it. Gone, the counts since the opening say what ended it:
+ * - a raw `COMMIT` alone: the listeners' writes landed; `mark` runs, on its own, and marking them
+ *   delivered is right;
+ * - a raw `ROLLBACK` alone, or nothing counted (a deadlock or lock wait timeout the listener caught): they
+ *   were undone; nothing is marked, and the attempt fails with a `DeliveryError` that says why, and is
+ *   retried;
+ * - a statement that commits implicitly (DDL, `LOCK TABLES`, a raw `BEGIN`), or a `COMMIT` and a
+ *   `ROLLBACK`: they landed, or may have ({@link Landed}): neither marked nor retried, the entry is dead.
+ * `landed`, for an attempt that failed: the writes landed, or may have, when anything but a `ROLLBACK`
+ * was counted.
  *
- * Known gap: the counts cannot tell a statement that commits implicitly (DDL, `LOCK TABLES`, a raw
- * `BEGIN`: neither count moves) from a deadlock's rollback, nor a raw `COMMIT` then `ROLLBACK` from a
- * `ROLLBACK` then another transaction's `COMMIT`. Both are taken for a rollback, so the writes committed
- * before are written again by the retry (test/integration/mysql-orm.test.ts, `test.failing`).
+ * Known gap: a statement that commits implicitly and is not counted (one missing from the list, such as
+ * `INSTALL PLUGIN` or `LOAD INDEX`) is taken for a deadlock's rollback, so the writes it committed are
+ * written again by the retry.
  */
 export function mysqlOrmMark(
   orm: string,
@@ -284,7 +298,7 @@ export function mysqlOrmMark(
 ): {
   opening: (run: Run) => Promise<StatementResult>;
   mark: (opened: StatementResult, run: Run) => Promise<Statement>;
-  landed: (opened: StatementResult, run: Run) => Promise<boolean>;
+  landed: (opened: StatementResult, run: Run) => Promise<string | undefined>;
 } {
   const savepoint = `ipn_kit_delivery_${randomBytes(6).toString('hex')}`;
   /** Whether the savepoint is still there (released now): the transaction is the one the listeners wrote in. */
@@ -300,7 +314,12 @@ export function mysqlOrmMark(
   const endsSince = async (opened: StatementResult, run: Run) => {
     const before = endsOf(opened);
     const after = endsOf(await run({ text: mysqlOrmSql.ends, values: [], returns: 'rows' }));
-    return { commits: after.commits !== before.commits, rollbacks: after.rollbacks !== before.rollbacks };
+    const commits = after.commits !== before.commits;
+    const implicit = after.implicit !== before.implicit;
+    const how = implicit
+      ? 'a statement that commits implicitly (DDL, LOCK TABLES, a raw BEGIN)'
+      : 'a raw COMMIT';
+    return { commits, rollbacks: after.rollbacks !== before.rollbacks, implicit, how };
   };
   return {
     opening: async (run) => {
@@ -309,22 +328,25 @@ export function mysqlOrmMark(
     },
     mark: async (opened, run) => {
       if (await released(run)) return mark;
-      const { commits, rollbacks: rolledBack } = await endsSince(opened, run);
-      if (!rolledBack && commits) return mark; // a raw COMMIT: the writes landed
+      const { commits, rollbacks: rolledBack, implicit, how } = await endsSince(opened, run);
+      if (commits && !rolledBack && !implicit) return mark; // a raw COMMIT: the writes landed
+      if (commits || implicit) {
+        throw new Landed(key, orm, rolledBack ? `${how}, and a raw ROLLBACK` : how);
+      }
       throw new DeliveryError(
         `a listener ended the delivery transaction of ${key} through tx (` +
           (rolledBack
             ? `a raw ROLLBACK through ${orm}): its writes were undone`
             : `through ${orm}, without COMMIT or ROLLBACK: a deadlock or lock wait timeout the listener ` +
-              'caught, which rolled its writes back; or a statement that commits implicitly, such as DDL, ' +
-              'LOCK TABLES or a raw BEGIN, after which they landed and the retry writes them again: never send ' +
-              'one through tx)') +
+              'caught, which rolled its writes back)') +
           ', so it is not marked delivered; the attempt is retried. Throw from the listener instead: ' +
           'ipn-kit rolls back for you',
       );
     },
-    // A failed attempt: any COMMIT sent since the opening (then a ROLLBACK too, or not) may have landed
-    // writes that a retry would write again.
-    landed: async (opened, run) => !(await released(run)) && (await endsSince(opened, run)).commits,
+    landed: async (opened, run) => {
+      if (await released(run)) return undefined;
+      const { commits, implicit, how } = await endsSince(opened, run);
+      return commits || implicit ? how : undefined;
+    },
   };
 }

@@ -483,13 +483,13 @@ export class PostgresStore<
         };
       };
       const outcome = (result: StatementResult) => markedInOrm(result, key, this.#transactions!.name);
-      const landed = async ({ rows }: StatementResult, run: Run): Promise<boolean> => {
+      const landed = async ({ rows }: StatementResult, run: Run): Promise<string | undefined> => {
         const asked: Statement = {
           text: TRANSACTION_STATUS,
           values: [String(rows[0]?.xid)],
           returns: 'rows',
         };
-        return (await run(asked)).rows[0]?.status === 'committed';
+        return (await run(asked)).rows[0]?.status === 'committed' ? 'a raw COMMIT' : undefined;
       };
       return openOrmTransaction(this.#transactions, key, mark, {
         explain: explainPostgres,

@@ -186,7 +186,7 @@ describe('createDurableDelivery: one attempt', () => {
 describe('createDurableDelivery: the delivery transaction', () => {
   /** A store transaction that records what was done with it. */
   function transactional(
-    commit: () => Promise<'delivered' | 'lost'>,
+    commit: () => Promise<'delivered' | 'lost' | { landed: string }>,
     state: 'idle' | 'open' = 'open',
     rolledBack?: { landed: string },
   ) {
@@ -247,6 +247,24 @@ describe('createDurableDelivery: the delivery transaction', () => {
     expect(inbox.entries.get(key)).toMatchObject({ status: 'dead', lastError });
     expect(of('dead')).toEqual([expect.objectContaining({ key, attempts: 1, lastError })]);
     expect(of('error').map((event) => event.error.message)).toEqual([lastError]);
+    await jest.advanceTimersByTimeAsync(10_000);
+    await settle();
+    expect(credited).toHaveBeenCalledTimes(1);
+  });
+
+  test('a commit that finds the writes landed outside the transaction: dead at once, never retried', async () => {
+    const landed = 'a listener ended the delivery transaction itself';
+    const { inbox, done } = transactional(() => Promise.resolve({ landed }));
+    const { ipn, durable, received, of } = setup({ maxAttempts: 3 }, inbox);
+    const n = uniqueNotification();
+    const credited = jest.fn();
+    ipn.on('successful', credited);
+    const { key, leaseId } = await received(n);
+    expect(await durable.deliver(key, n, leaseId, 1)).toBe(false);
+    expect(done).toEqual(['commit']);
+    expect(inbox.entries.get(key)).toMatchObject({ status: 'dead', lastError: landed });
+    expect(of('dead')).toEqual([expect.objectContaining({ key, attempts: 1, lastError: landed })]);
+    expect(of('error').map((event) => event.error.message)).toEqual([landed]);
     await jest.advanceTimersByTimeAsync(10_000);
     await settle();
     expect(credited).toHaveBeenCalledTimes(1);
