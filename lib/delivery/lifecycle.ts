@@ -65,10 +65,14 @@ export function createLifecycle<C>(context: DeliveryContext<C>, statusSource: St
         : new StoreError(`the store failed to decide the lifecycle of ${key}: ${messageOf(cause)}`, {
             cause,
           });
-    const late = `the store's lifecycle decision of ${key} did not answer within ${options.storeTimeoutMs} ms (storeTimeoutMs)`;
+    // The message is written only when the time runs out: every delivery attempt asks for a decision.
+    const late = () =>
+      new StoreError(
+        `the store's lifecycle decision of ${key} did not answer within ${options.storeTimeoutMs} ms (storeTimeoutMs)`,
+      );
     try {
       const pending = started ?? Promise.resolve().then(() => decide(n));
-      return await within(pending, options.storeTimeoutMs, () => new StoreError(late));
+      return await within(pending, options.storeTimeoutMs, late);
     } catch (cause) {
       throw failed(cause);
     }

@@ -161,9 +161,14 @@ export async function openOrmTransaction<Tx>(
   ]);
   state = 'open';
 
+  let guarded: Tx | undefined;
   return {
     // Once the attempt has ended, every use of it by a listener is refused here, whatever the ORM would do.
-    tx: refuseLateWrites(tx, () => state === 'open', key),
+    // Made when first read: a store that hands out a guard of its own (a pool's client as `db`, every
+    // exactly-once delivery through PostgresStore or MysqlStore) never reads this one.
+    get tx() {
+      return (guarded ??= refuseLateWrites(tx, () => state === 'open', key));
+    },
     get state() {
       return state;
     },

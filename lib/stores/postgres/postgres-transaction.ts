@@ -454,6 +454,9 @@ function commentEnd(text: string, at: number): number | undefined {
   return text.length;
 }
 
+/** What {@link splitStatements} must scan for: a `;`, or the start of a comment (`--`, `/*`). */
+const MAY_SPLIT = /;|--|\/\*/;
+
 /**
  * The statements of a SQL text as PostgreSQL reads them, each with its comments left out (a space in their
  * place): split on the semicolons outside string literals, quoted identifiers, dollar quotes and comments.
@@ -461,6 +464,10 @@ function commentEnd(text: string, at: number): number | undefined {
  * literal is not. `backslashes`: read standard string literals as `standard_conforming_strings = off` does.
  */
 export function splitStatements(text: string, backslashes = false): string[] {
+  // A text with no `;` and no comment opener anywhere is one statement, itself, however it is read: the
+  // scan below would copy it whole. Every query a listener sends through `db` is read here (twice), and
+  // most are one plain statement: the scan, a few regular expressions per token, is then skipped.
+  if (!MAY_SPLIT.test(text)) return text.trim() === '' ? [] : [text];
   const statements: string[] = [];
   let current = '';
   for (let i = 0; i < text.length;) {

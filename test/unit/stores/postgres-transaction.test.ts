@@ -360,6 +360,18 @@ describeWithService('PostgreSQL', 'openTransaction', () => {
       ' SELECT $x$;$x$  \n', // comments are left out: a space in their place
       '   COMMIT',
     ]);
+    // No `;` and no comment opener: the text itself, read either way (the scan is skipped); blank: none.
+    for (const text of [
+      'INSERT INTO ledger (transaction_id, amount) VALUES ($1, $2)',
+      `SELECT 'it''s', "q""x", $x$ a $x$, E'\\'', '\\' AS y`,
+      "SELECT 'unterminated",
+    ]) {
+      expect(splitStatements(text)).toEqual([text]);
+      expect(splitStatements(text, true)).toEqual([text]);
+    }
+    expect(splitStatements(' \n ')).toEqual([]);
+    expect(splitStatements("SELECT ';' -- c")).toEqual(["SELECT ';'  "]);
+    expect(splitStatements('SELECT 1 /* c */')).toEqual(['SELECT 1  ']);
     expect(asSavepoint('SELECT 1', 0, 'k')).toBeUndefined();
     expect(asSavepoint('rollback to savepoint sp1', 1, 'k')).toBeUndefined(); // an ORM's own nested one
     expect(asSavepoint('ROLLBACK TRANSACTION TO sp1', 1, 'k')).toBeUndefined();
