@@ -347,8 +347,9 @@ const IMPLICIT_COMMITS = [
  * deadlock that InnoDB rolled back (after which the next statements run in a new transaction). The
  * session's counts of `COMMIT` and `ROLLBACK` statements and of {@link IMPLICIT_COMMITS} (`SHOW STATUS`
  * needs no privilege), read at the opening and again when the savepoint is gone, tell a raw `COMMIT` (the
- * writes landed) and an implicit commit from a rollback (see `mysqlOrmMark`). The savepoint's `name` is `ipn_kit_delivery_` and a suffix no listener can know: one that
- * rolled back to it through `tx` would undo its writes, and have them marked delivered.
+ * writes landed) and an implicit commit from a rollback (see `mysqlOrmMark`). The savepoint's `name` is
+ * `ipn_kit_delivery_` and a suffix no listener can know: one that rolled back to it through `tx` would undo
+ * its writes, and have them marked delivered.
  */
 export const mysqlOrmSql = {
   savepoint: (name: string) => `SAVEPOINT ${name}`,
