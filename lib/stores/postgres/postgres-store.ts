@@ -489,7 +489,15 @@ export class PostgresStore<
           values: [String(rows[0]?.xid)],
           returns: 'rows',
         };
-        return (await run(asked)).rows[0]?.status === 'committed';
+        const status = async () => (await run(asked)).rows[0]?.status;
+        // Not askable in an aborted transaction: the listener's own statement failed, maybe in one it began
+        // (a raw BEGIN) after committing the delivery's. Asked again after the ROLLBACK the ORM sends next
+        // anyway: the delivery's transaction then stands committed or aborted.
+        const found = await status().catch(async () => {
+          await run({ text: 'ROLLBACK', values: [], returns: 'count' });
+          return status();
+        });
+        return found === 'committed';
       };
       return openOrmTransaction(this.#transactions, key, mark, {
         explain: explainPostgres,

@@ -240,6 +240,33 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       expect(dead).toEqual([expect.objectContaining({ attempts: 1, lastError: entry?.last_error })]);
     });
 
+    // The same credit committed by a raw COMMIT, then a raw BEGIN (the session is in a transaction again),
+    // whose next statement fails: the listener throws that error. The status could not be asked in that
+    // aborted transaction, so the attempt was taken for a plain failure and retried: a second credit.
+    test('a raw COMMIT, a raw BEGIN, then a statement that fails and the listener throws its error: dead, never credited twice', async () => {
+      const ipn = router(false);
+      const payload = uniquePayload();
+      const key = ledger.keyOf(payload);
+      const dead: Array<{ attempts: number; lastError: string }> = [];
+      ipn.on('dead', (event) => void (event.key === key && dead.push(event)));
+      let attempts = 0;
+      ipn.on('successful', async (n: IpnNotification, { tx }) => {
+        if (n.transaction_id === payload.transaction_id) attempts += 1;
+        await orm.credit(tx, n);
+        await raw(tx);
+        await raw(tx, 'BEGIN');
+        await raw(tx, 'SELECT 1 / 0');
+      });
+      const { post } = await serve(ipn);
+      expect((await post(payload)).status).toBe(200);
+      await eventually('dead', () => dead.length > 0);
+      expect(await rows(payload.transaction_id)).toBe(1);
+      expect(attempts).toBe(1);
+      const entry = await ledger.entryOf(key);
+      expect(entry).toMatchObject({ status: 'dead', attempts: 1 });
+      expect(entry?.last_error).toMatch(/a listener had committed the delivery transaction of .+ itself/);
+    });
+
     // A listener that fails after its own statement failed (the transaction aborted) is retried as before:
     // the status cannot be asked in an aborted transaction, and nothing of it landed.
     test('a listener whose statement fails, then throws: rolled back and retried, one row', async () => {
