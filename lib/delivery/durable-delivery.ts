@@ -371,7 +371,8 @@ export function createDurableDelivery<C>(
     const open = tx.current();
     if (result.kind !== 'delivered') {
       const rolledBack = await timed(tx.end(abandoned), 'rollback', key); // the listeners' writes vanish
-      if (rolledBack && result.kind === 'failed') {
+      // Only its `landed` words count: a store of one's own may resolve what its driver gave (pg's result).
+      if (typeof rolledBack?.landed === 'string' && result.kind === 'failed') {
         // Not all of them: a listener committed the transaction itself. Dead at once, never retried.
         const error = new DeliveryError(`${result.error.message}; ${rolledBack.landed}`, {
           cause: result.error,

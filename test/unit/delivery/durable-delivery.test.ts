@@ -233,6 +233,24 @@ describe('createDurableDelivery: the delivery transaction', () => {
     expect(inbox.entries.get(key)?.status).toBe('failed');
   });
 
+  // rollback() resolved nothing until { landed } came; a store of one's own (in JavaScript) may well resolve
+  // what its driver gave, such as pg's result of ROLLBACK: not a landed commit, a failure retried as before.
+  test("a rollback that resolves something else (a driver's result of ROLLBACK): failed and retried, not dead", async () => {
+    const driverResult = { command: 'ROLLBACK', rowCount: null, rows: [] } as unknown as { landed: string };
+    const { inbox, done } = transactional(() => Promise.resolve('delivered'), 'open', driverResult);
+    const { ipn, durable, received, of } = setup({ maxAttempts: 3 }, inbox);
+    const n = uniqueNotification();
+    ipn.on('successful', () => Promise.reject(new Error('ledger down')));
+    const { key, leaseId } = await received(n);
+    expect(await durable.deliver(key, n, leaseId, 1)).toBe(false);
+    expect(done).toEqual(['rollback']);
+    expect(inbox.entries.get(key)).toMatchObject({
+      status: 'failed',
+      lastError: "a listener of 'successful' failed: ledger down",
+    });
+    expect(of('dead')).toEqual([]);
+  });
+
   test("a rollback that finds the listeners' writes committed by a listener: dead at once, never retried", async () => {
     const landed = 'a listener had committed the delivery transaction itself';
     const { inbox, done } = transactional(() => Promise.resolve('delivered'), 'open', { landed });
