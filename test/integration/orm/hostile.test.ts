@@ -267,6 +267,34 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       expect(entry?.last_error).toMatch(/a listener had committed the delivery transaction of .+ itself/);
     });
 
+    // The check for a landed commit keeps no plain failure dead, and misses no COMMIT a BEGIN followed.
+    test.each<[string, 'retried' | 'dead', string[]]>([
+      ['a raw ROLLBACK', 'retried', ['ROLLBACK']],
+      ['a savepoint rolled back to', 'retried', ['SAVEPOINT mine', 'ROLLBACK TO SAVEPOINT mine']],
+      ['a raw ROLLBACK, a raw BEGIN', 'retried', ['ROLLBACK', 'BEGIN']],
+      ['a raw COMMIT, a raw BEGIN', 'dead', ['COMMIT', 'BEGIN']],
+      ['COMMIT AND CHAIN', 'dead', ['COMMIT AND CHAIN']],
+    ])(
+      'a listener that credits, sends %s through tx, then throws: %s, one row',
+      async (_what, expected, statements) => {
+        const ipn = router(false);
+        const payload = uniquePayload();
+        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+          await orm.credit(tx, n);
+          if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
+          for (const statement of statements) await raw(tx, statement);
+          throw new Error('the order service is down');
+        });
+        const { post } = await serve(ipn);
+        expect((await post(payload)).status).toBe(200);
+        const status = expected === 'dead' ? 'dead' : 'delivered';
+        const key = ledger.keyOf(payload);
+        await eventually(status, async () => (await ledger.entryOf(key))?.status === status);
+        expect(await ledger.entryOf(key)).toMatchObject({ attempts: expected === 'dead' ? 1 : 2 });
+        expect(await rows(payload.transaction_id)).toBe(1);
+      },
+    );
+
     // A listener that fails after its own statement failed (the transaction aborted) is retried as before:
     // the status cannot be asked in an aborted transaction, and nothing of it landed.
     test('a listener whose statement fails, then throws: rolled back and retried, one row', async () => {
