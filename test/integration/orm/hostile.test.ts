@@ -542,6 +542,61 @@ describeWithService('PostgreSQL', "hostile: TypeORM's query runner ends the deli
     expect(await openOnLedger()).toBe(0);
   });
 
+  // The Proxy put as tx.queryRunner (refuseRelease) must leave alone what a listener legitimately does with
+  // the runner and what TypeORM does through it, and refuse release() however the listener reaches it.
+  test('what a listener does with tx.queryRunner, its repositories and query builders still works; release() is refused by each of them', async () => {
+    const { Ledger } = await import('../../fixtures/orm/typeorm.js');
+    const { PostgresQueryRunner } = await import('typeorm/driver/postgres/PostgresQueryRunner.js');
+    const ipn = router();
+    const checks: Record<string, unknown> = {};
+    const refusals: string[] = [];
+    ipn.on('successful', async (n: IpnNotification, { tx }) => {
+      const runner = tx.queryRunner!;
+      const repository = tx.getRepository(Ledger);
+      checks.instanceOf = runner instanceof PostgresQueryRunner;
+      checks.manager = runner.manager.queryRunner === runner; // tx itself is guarded (refuseLateWrites)
+      checks.connection = runner.connection === tx.connection;
+      checks.sameRunner = repository.queryRunner === runner && tx.queryRunner === runner;
+      checks.active = runner.isTransactionActive && !runner.isReleased;
+      runner.data = { tenant: 'a' };
+      (runner as Any).mine = 'set';
+      checks.set = runner.data.tenant === 'a' && (runner as Any).mine === 'set';
+      await repository.insert({ transactionId: n.transaction_id, orderId: String(n.custom_data) });
+      const qb = repository.createQueryBuilder('l').where('l.transactionId = :id', { id: n.transaction_id });
+      checks.queryBuilder = await qb.getCount();
+      checks.raw = await runner.query('SELECT count(*)::int AS n FROM ledger WHERE transaction_id = $1', [
+        n.transaction_id,
+      ]);
+      checks.nested = await tx.transaction(async (inner) => {
+        await inner.getRepository(Ledger).insert({ transactionId: `${n.transaction_id}-x`, orderId: 'x' });
+        return inner.createQueryBuilder(Ledger, 'l').where('l.orderId = :o', { o: 'x' }).getCount();
+      });
+      await tx.createQueryBuilder().delete().from(Ledger).where('order_id = :o', { o: 'x' }).execute();
+      const refused = (error: unknown) => void refusals.push((error as Error).name);
+      await repository.queryRunner!.release().catch(refused);
+      await (qb as Any).queryRunner.release().catch(refused);
+      await runner.manager.release().catch(refused);
+      await runner.manager.queryRunner!.release().catch(refused);
+    });
+    const { post } = await serve(ipn);
+    const payload = uniquePayload();
+    expect((await post(payload)).status).toBe(200);
+    await deliveredOnce(payload);
+    expect(checks).toEqual({
+      instanceOf: true,
+      manager: true,
+      connection: true,
+      sameRunner: true,
+      active: true,
+      set: true,
+      queryBuilder: 1,
+      raw: [{ n: 1 }],
+      nested: 1,
+    });
+    expect(refusals).toEqual(['TypeError', 'TypeError', 'TypeError', 'TypeError']);
+    expect(await openOnLedger()).toBe(0);
+  });
+
   // destroy() releases every runner the driver holds, the attempt's too (PostgresDriver.closePool): the
   // refusal is the listener's alone, so a shutdown while a listener hangs ends, and the closing pool's end of
   // that connection rolls the attempt's credit back on the server.
