@@ -46,7 +46,9 @@ class LeaseLost extends DeliveryError {
  * throws rolls back. `landed`, from what `opening` returned, tells the same when the attempt is not
  * delivered, before the ORM rolls back: `true` when a listener committed the transaction itself (a raw
  * `COMMIT`), so its writes landed and a retry would write them again; `rollback()` then resolves
- * `{ landed }`. Not asked for an abandoned attempt, whose listeners may still be using `tx`.
+ * `{ landed }`. When `landed` throws (the transaction cannot be asked through `tx` any more), `landedAfter`
+ * tells the same once the ORM's transaction has ended, through a connection of its own. Neither is asked
+ * for an abandoned attempt, whose listeners may still be using `tx`.
  *
  * Resolves once the ORM has opened the transaction; rejects (a `StoreError`) when it could not.
  */
@@ -59,6 +61,7 @@ export async function openOrmTransaction<Tx>(
     outcome?: (result: StatementResult) => 'delivered' | 'lost';
     opening?: Statement | ((run: Run) => Promise<StatementResult>);
     landed?: (opened: StatementResult, run: Run) => Promise<boolean>;
+    landedAfter?: (opened: StatementResult) => Promise<boolean>;
   } = {},
 ): Promise<DeliveryTransaction<Tx, never>> {
   const {
@@ -66,6 +69,7 @@ export async function openOrmTransaction<Tx>(
     outcome = ({ count }) => (count === 1 ? 'delivered' : 'lost'),
     opening,
     landed,
+    landedAfter,
   } = dialect;
   let state: TransactionState = 'idle';
   let decide!: (decision: Decision) => void;
@@ -78,7 +82,9 @@ export async function openOrmTransaction<Tx>(
   // The listeners got the transaction: `finished`, settling at its end, has lost the race below, and an
   // error made for it there (a stack trace every delivery) would be waste.
   let begun = false;
-  let committedByListener = false; // a listener committed the transaction itself (`landed`)
+  // A listener committed the transaction itself (`landed`); `undefined`: asked, and it could not tell.
+  let committedByListener: boolean | undefined = false;
+  let openedWith: StatementResult | undefined; // what `opening` returned, for `landedAfter`
   /** The ORM's callback: hands its transaction to the listeners, then ends as delivery decides. */
   const work = async (tx: Tx): Promise<void> => {
     runs += 1;
@@ -99,14 +105,16 @@ export async function openOrmTransaction<Tx>(
         : typeof opening === 'function'
           ? await opening(run)
           : await run(opening);
+    openedWith = opened;
     begun = true;
     handOut(tx);
     const decision = await decided;
     // Rolled back at once, even while an abandoned attempt's listeners still run: their later uses of `tx`
     // are refused (refuseLateWrites, below), and a listener that hangs holds no lock and no connection.
     if (!decision.commit) {
-      // Not told (the check failed: an aborted transaction, a lost connection): rolled back, as before.
-      if (decision.settled && landed) committedByListener = await landed(opened, run).catch(() => false);
+      // Not told (the check failed: a lost connection, a transaction the ORM closed on its own timeout):
+      // asked again once the ORM's transaction has ended (`landedAfter`), or rolled back, as before.
+      if (decision.settled && landed) committedByListener = await landed(opened, run).catch(() => undefined);
       throw new RolledBack();
     }
     const statement = typeof mark === 'function' ? await mark(opened, run) : mark;
@@ -180,6 +188,9 @@ export async function openOrmTransaction<Tx>(
       // An abandoned attempt does not wait for the ROLLBACK: it may queue behind a listener's query.
       if (listeners !== undefined) return;
       await finished.catch(() => {});
+      if (committedByListener === undefined && landedAfter && openedWith) {
+        committedByListener = await landedAfter(openedWith).catch(() => false);
+      }
       if (committedByListener) {
         return {
           landed:

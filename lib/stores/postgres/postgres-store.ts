@@ -499,11 +499,19 @@ export class PostgresStore<
         });
         return found === 'committed';
       };
+      // The ORM's transaction has ended (rolled back, or committed by a listener): the id's status is global,
+      // asked on the store's own connection when it could not be asked through tx (a Prisma transaction
+      // closed on its timeout refuses every query).
+      const landedAfter = async ({ rows }: StatementResult): Promise<boolean> => {
+        const asked = await this.#pool.query(TRANSACTION_STATUS, [String(rows[0]?.xid)]);
+        return (asked.rows[0] as { status?: unknown } | undefined)?.status === 'committed';
+      };
       return openOrmTransaction(this.#transactions, key, mark, {
         explain: explainPostgres,
         outcome,
         opening,
         landed,
+        landedAfter,
       }) as Promise<Opened>;
     }
     if (!canConnect(this.#pool)) return Promise.resolve(undefined);

@@ -395,6 +395,68 @@ describeWithService('PostgreSQL', 'hostile: a Prisma transaction timeout shorter
   });
 });
 
+describeWithService('PostgreSQL', 'hostile: a raw COMMIT, then a Prisma transaction timeout', () => {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { fixture } = require('../../fixtures/orm/prisma.js') as { fixture: OrmFixture<Any> };
+  const ledger = ledgerSchema('ipn_hostile_prisma_timeout_commit');
+  const serve = servedRouters();
+
+  // Prisma refuses every query of a transaction whose timeout ran out, the check's too: it could not tell
+  // that the listener's raw COMMIT had landed, and the retry credited a second time.
+  // And one that commits nothing is still retried: the transaction stands aborted.
+  test.each([
+    [true, false, 'dead'],
+    [true, true, 'dead'],
+    [false, false, 'delivered'],
+  ])(
+    'a listener that sends a raw COMMIT: %s, outlives the timeout, then throws (store with a pool: %s): %s, one row',
+    async (commit, withPool, expected) => {
+      const orm = await fixture.open(ledger.schema);
+      const { PrismaPg } = await import('@prisma/adapter-pg');
+      const { Pool } = await import('pg');
+      const { PrismaClient } = await import('../../fixtures/orm/prisma/generated/client.js');
+      const pool = new Pool({
+        connectionString: ledger.pool().options.connectionString,
+        options: `-c search_path=${ledger.schema}`,
+      });
+      const prisma = new PrismaClient({ adapter: new PrismaPg(pool, { schema: ledger.schema }) });
+      try {
+        const transactions = prismaTransactions(prisma, { timeout: 500 });
+        const ipn = ipnRouter({
+          store: new PostgresStore(withPool ? { pool: ledger.pool(), transactions } : { transactions }),
+          delivery: 'at-least-once',
+          logger: quiet,
+          retryDelayMs: 20,
+          recoveryIntervalMs: 50,
+          leaseMs: 10_000,
+        });
+        const payload = uniquePayload();
+        const key = ledger.keyOf(payload);
+        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+          await orm.credit(tx, n);
+          if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
+          if (commit) await tx.$executeRawUnsafe('COMMIT');
+          await new Promise((resolve) => setTimeout(resolve, 1_000));
+          throw new Error('the order service is down');
+        });
+        const { post } = await serve(ipn);
+        expect((await post(payload)).status).toBe(200);
+        await eventually('settled', async () =>
+          ['dead', 'delivered'].includes(String((await ledger.entryOf(key))?.status)),
+        );
+        expect(await ledger.ledgerOf(payload.transaction_id)).toHaveLength(1);
+        const attempts = expected === 'dead' ? 1 : 2;
+        expect(await ledger.entryOf(key)).toMatchObject({ status: expected, attempts });
+        await ipn.close();
+      } finally {
+        await prisma.$disconnect();
+        await pool.end();
+        await orm.close();
+      }
+    },
+  );
+});
+
 describeWithService(
   'PostgreSQL',
   'hostile: the store through an ORM alone whose pool has one connection',
