@@ -295,6 +295,31 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       },
     );
 
+    // The check cannot go through tx once its connection is gone: asked on the store's own connection after.
+    (name === 'Knex' ? test : test.skip)(
+      "a raw COMMIT, then the transaction's connection is lost, then a throw: dead, one row",
+      async () => {
+        const ipn = router(false);
+        const payload = uniquePayload();
+        const key = ledger.keyOf(payload);
+        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+          await orm.credit(tx, n);
+          if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
+          await raw(tx);
+          const { rows: pids } = (await raw(tx, 'SELECT pg_backend_pid() AS pid')) as Any;
+          await ledger.pool().query('SELECT pg_terminate_backend($1)', [pids[0].pid]);
+          throw new Error('the order service is down');
+        });
+        const { post } = await serve(ipn);
+        expect((await post(payload)).status).toBe(200);
+        await eventually('settled', async () =>
+          ['dead', 'delivered'].includes(String((await ledger.entryOf(key))?.status)),
+        );
+        expect(await rows(payload.transaction_id)).toBe(1);
+        expect(await ledger.entryOf(key)).toMatchObject({ status: 'dead', attempts: 1 });
+      },
+    );
+
     // A listener that fails after its own statement failed (the transaction aborted) is retried as before:
     // the status cannot be asked in an aborted transaction, and nothing of it landed.
     test('a listener whose statement fails, then throws: rolled back and retried, one row', async () => {
