@@ -316,7 +316,14 @@ export function createDurableDelivery<C>(
     metrics?.attempt();
     try {
       const { result, tx, abandoned } = await run(key, n, leaseId, attempts);
-      const concluded = await conclude(key, result, tx, abandoned);
+      // A landed commit found only after the rollback outran storeTimeoutMs: settled dead then, while this
+      // attempt's lease still holds the entry (a retry would write the listeners' writes again).
+      const late = (landed: Concluded): void =>
+        void settle(key, n, leaseId, attempts, driver, landed).catch((cause: unknown) => {
+          const message = `the store failed to record the delivery of ${key}: ${messageOf(cause)}`;
+          report(new StoreError(message, { cause }), n);
+        });
+      const concluded = await conclude(key, result, tx, abandoned, late);
       const outcome = await settle(key, n, leaseId, attempts, driver, concluded);
       span?.end(spanOutcome(outcome, concluded), failureOf(concluded));
       return outcome;
@@ -367,19 +374,30 @@ export function createDurableDelivery<C>(
     result: Attempt,
     tx: TransactionHolder,
     abandoned: Promise<unknown> | undefined,
+    late: (landed: Concluded) => void,
   ): Promise<Concluded> {
     const open = tx.current();
     if (result.kind !== 'delivered') {
-      const rolledBack = await timed(tx.end(abandoned), 'rollback', key); // the listeners' writes vanish
-      // Only its `landed` words count: a store of one's own may resolve what its driver gave (pg's result).
-      if (typeof rolledBack?.landed === 'string' && result.kind === 'failed') {
-        // Not all of them: a listener committed the transaction itself. Dead at once, never retried.
-        const error = new DeliveryError(`${result.error.message}; ${rolledBack.landed}`, {
-          cause: result.error,
-        });
+      /** Not all of them: a listener committed the transaction itself. Dead at once, never retried. */
+      const landedOf = (rolledBack: unknown): Concluded | undefined => {
+        const landed: unknown = Reflect.get(Object(rolledBack), 'landed');
+        // Only its `landed` words count: a store of one's own may resolve what its driver gave (pg's result).
+        if (typeof landed !== 'string' || result.kind !== 'failed') return undefined;
+        const error = new DeliveryError(`${result.error.message}; ${landed}`, { cause: result.error });
         return { kind: 'failed', error, final: true };
-      }
-      return result;
+      };
+      const ending = tx.end(abandoned); // the listeners' writes vanish
+      const rolledBack = await timed(ending, 'rollback', key).catch((cause: unknown) => {
+        ending.then(
+          (later) => {
+            const landed = landedOf(later);
+            if (landed) late(landed);
+          },
+          () => {},
+        );
+        throw cause;
+      });
+      return landedOf(rolledBack) ?? result;
     }
     if (!open) {
       // No transaction: the mark alone. Its failure is the store's, never a failed attempt.
