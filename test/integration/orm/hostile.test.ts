@@ -295,6 +295,34 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       },
     );
 
+    // Open (found in review, not fixed): after a raw ROLLBACK the session is in autocommit, so a credit
+    // written after it lands at once; the transaction stands aborted, and the attempt, whether the listener
+    // throws or resolves (the mark refuses an aborted transaction), is retried: a second credit. Nothing
+    // tells, from the transaction's id, that a write landed outside it.
+    (name === 'Knex' ? test.failing : test.skip).each([['throws'], ['resolves']])(
+      'a raw ROLLBACK, then the credit, then the listener %s: one row',
+      async (how) => {
+        const ipn = router(false);
+        const payload = uniquePayload();
+        const key = ledger.keyOf(payload);
+        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+          if (attempt === 1 && n.transaction_id === payload.transaction_id) {
+            await raw(tx, 'ROLLBACK');
+            await orm.credit(tx, n);
+            if (how === 'throws') throw new Error('the order service is down');
+            return;
+          }
+          await orm.credit(tx, n);
+        });
+        const { post } = await serve(ipn);
+        expect((await post(payload)).status).toBe(200);
+        await eventually('settled', async () =>
+          ['dead', 'delivered'].includes(String((await ledger.entryOf(key))?.status)),
+        );
+        expect(await rows(payload.transaction_id)).toBe(1);
+      },
+    );
+
     // The check cannot go through tx once its connection is gone: asked on the store's own connection after.
     (name === 'Knex' ? test : test.skip)(
       "a raw COMMIT, then the transaction's connection is lost, then a throw: dead, one row",
