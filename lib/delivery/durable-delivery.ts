@@ -316,7 +316,14 @@ export function createDurableDelivery<C>(
     metrics?.attempt();
     try {
       const { result, tx, abandoned } = await run(key, n, leaseId, attempts);
-      const concluded = await conclude(key, result, tx, abandoned);
+      // A landed commit found only after the rollback outran storeTimeoutMs: settled dead then, while this
+      // attempt's lease still holds the entry (a retry would write the listeners' writes again).
+      const late = (landed: Concluded): void =>
+        void settle(key, n, leaseId, attempts, driver, landed).catch((cause: unknown) => {
+          const message = `the store failed to record the delivery of ${key}: ${messageOf(cause)}`;
+          report(new StoreError(message, { cause }), n);
+        });
+      const concluded = await conclude(key, result, tx, abandoned, late);
       const outcome = await settle(key, n, leaseId, attempts, driver, concluded);
       span?.end(spanOutcome(outcome, concluded), failureOf(concluded));
       return outcome;
@@ -367,15 +374,28 @@ export function createDurableDelivery<C>(
     result: Attempt,
     tx: TransactionHolder,
     abandoned: Promise<unknown> | undefined,
+    late: (landed: Concluded) => void,
   ): Promise<Concluded> {
     const open = tx.current();
     if (result.kind !== 'delivered') {
-      const rolledBack = await timed(tx.end(abandoned), 'rollback', key); // the listeners' writes vanish
-      if (rolledBack && result.kind === 'failed') {
-        // Not all of them: a listener committed the transaction itself. Dead at once, never retried.
-        return landed(`${result.error.message}; ${rolledBack.landed}`, result.error);
-      }
-      return result;
+      /** Not all of them: a listener committed the transaction itself. Dead at once, never retried. */
+      const landedOf = (rolledBack: unknown): Concluded | undefined => {
+        const words = wordsOf(rolledBack);
+        if (words === undefined || result.kind !== 'failed') return undefined;
+        return landed(`${result.error.message}; ${words}`, result.error);
+      };
+      const ending = tx.end(abandoned); // the listeners' writes vanish
+      const rolledBack = await timed(ending, 'rollback', key).catch((cause: unknown) => {
+        ending.then(
+          (later) => {
+            const concluded = landedOf(later);
+            if (concluded) late(concluded);
+          },
+          () => {},
+        );
+        throw cause;
+      });
+      return landedOf(rolledBack) ?? result;
     }
     if (!open) {
       // No transaction: the mark alone. Its failure is the store's, never a failed attempt.
@@ -385,7 +405,8 @@ export function createDurableDelivery<C>(
     const idle = open.state === 'idle'; // no listener wrote in it: the commit is the mark alone
     try {
       const committed = await timed(open.commit(), 'commit', key);
-      if (typeof committed === 'object') return landed(committed.landed);
+      const words = wordsOf(committed);
+      if (words !== undefined) return landed(words);
       return { kind: committed === 'delivered' ? 'marked' : 'lost' };
     } catch (cause) {
       if (idle) throw cause; // the store's failure: the entry is taken up again once its lease runs out
@@ -802,6 +823,15 @@ function holdTransaction(
       return tx?.rollback(listeners);
     },
   };
+}
+
+/**
+ * The `landed` words of what `commit()` or `rollback()` resolved, if any: only a string there counts (a
+ * store of one's own may resolve what its driver gave, such as pg's result of `ROLLBACK`).
+ */
+function wordsOf(resolved: unknown): string | undefined {
+  const landed: unknown = Reflect.get(Object(resolved), 'landed');
+  return typeof landed === 'string' ? landed : undefined;
 }
 
 /** `error`, with what to do added when it says the database ended the delivery's connection. */

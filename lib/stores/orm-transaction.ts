@@ -63,8 +63,10 @@ class LeaseLost extends DeliveryError {
  * throws rolls back; one that throws {@link Landed} makes `commit()` resolve `{ landed }`. `landed`, from
  * what `opening` returned, tells the same when the attempt is not delivered, before the ORM rolls back:
  * what a listener sent (`'a raw COMMIT'`) when it committed the transaction itself, so its writes landed
- * and a retry would write them again; `rollback()` then resolves `{ landed }`. Not asked for an abandoned
- * attempt, whose listeners may still be using `tx`.
+ * and a retry would write them again; `rollback()` then resolves `{ landed }`. When `landed` throws (the
+ * transaction cannot be asked through `tx` any more), `landedAfter` tells the same once the ORM's
+ * transaction has ended, through a connection of its own. Neither is asked for an abandoned attempt, whose
+ * listeners may still be using `tx`.
  *
  * Resolves once the ORM has opened the transaction; rejects (a `StoreError`) when it could not.
  */
@@ -77,6 +79,7 @@ export async function openOrmTransaction<Tx>(
     outcome?: (result: StatementResult) => 'delivered' | 'lost';
     opening?: Statement | ((run: Run) => Promise<StatementResult>);
     landed?: (opened: StatementResult, run: Run) => Promise<string | undefined>;
+    landedAfter?: (opened: StatementResult) => Promise<string | undefined>;
   } = {},
 ): Promise<DeliveryTransaction<Tx, never>> {
   const {
@@ -84,6 +87,7 @@ export async function openOrmTransaction<Tx>(
     outcome = ({ count }) => (count === 1 ? 'delivered' : 'lost'),
     opening,
     landed,
+    landedAfter,
   } = dialect;
   let state: TransactionState = 'idle';
   let decide!: (decision: Decision) => void;
@@ -97,6 +101,8 @@ export async function openOrmTransaction<Tx>(
   // error made for it there (a stack trace every delivery) would be waste.
   let begun = false;
   let landedBy: string | undefined; // what a listener committed the transaction with (`landed`)
+  let untold = false; // `landed` could not tell: `landedAfter` is asked
+  let openedWith: StatementResult | undefined; // what `opening` returned, for `landedAfter`
   /** The ORM's callback: hands its transaction to the listeners, then ends as delivery decides. */
   const work = async (tx: Tx): Promise<void> => {
     runs += 1;
@@ -117,14 +123,18 @@ export async function openOrmTransaction<Tx>(
         : typeof opening === 'function'
           ? await opening(run)
           : await run(opening);
+    openedWith = opened;
     begun = true;
     handOut(tx);
     const decision = await decided;
     // Rolled back at once, even while an abandoned attempt's listeners still run: their later uses of `tx`
     // are refused (refuseLateWrites, below), and a listener that hangs holds no lock and no connection.
     if (!decision.commit) {
-      // Not told (the check failed: an aborted transaction, a lost connection): rolled back, as before.
-      if (decision.settled && landed) landedBy = await landed(opened, run).catch(() => undefined);
+      // Not told (the check failed: an aborted transaction, a lost connection, a transaction the ORM closed
+      // on its own timeout): asked again once the ORM's transaction has ended (`landedAfter`).
+      if (decision.settled && landed) {
+        landedBy = await landed(opened, run).catch(() => void (untold = true));
+      }
       throw new RolledBack();
     }
     const statement = typeof mark === 'function' ? await mark(opened, run) : mark;
@@ -204,6 +214,9 @@ export async function openOrmTransaction<Tx>(
       // An abandoned attempt does not wait for the ROLLBACK: it may queue behind a listener's query.
       if (listeners !== undefined) return;
       await finished.catch(() => {});
+      if (untold && landedAfter && openedWith) {
+        landedBy = await landedAfter(openedWith).catch(() => undefined);
+      }
       if (landedBy !== undefined) return { landed: new Landed(key, transactions.name, landedBy).message };
     },
   };

@@ -346,7 +346,8 @@ export interface DeliveryTransaction<Tx = unknown, Db = unknown> {
    * theirs lands (by closing its connection, or by rolling back only once they are done). Never rejects.
    * Resolves `{ landed }` when a listener had committed the transaction itself through `tx` (a raw
    * `COMMIT`), so that its writes landed: `landed` says how, and delivery keeps the entry `dead` instead of
-   * retrying it, which would write them again.
+   * retrying it, which would write them again. Anything else it resolves (a driver's answer to `ROLLBACK`)
+   * is ignored.
    */
   rollback(listeners?: Promise<unknown>): Promise<void | RolledBack>;
   /**

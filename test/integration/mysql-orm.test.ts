@@ -337,6 +337,37 @@ describe.each(ORMS)('%s on MySQL', (name, openOrm) => {
       },
     );
 
+    // The check for a landed commit must not keep a plain failure dead (retried, one row after the retry),
+    // nor miss a COMMIT that a raw BEGIN and a failed statement followed (dead at once, one row).
+    test.each<[string, 'retried' | 'dead', string[]]>([
+      ['a raw ROLLBACK', 'retried', ['ROLLBACK']],
+      ['a savepoint rolled back to', 'retried', ['SAVEPOINT mine', 'ROLLBACK TO SAVEPOINT mine']],
+      ['a statement that fails', 'retried', ['SELECT * FROM no_such_table_here']],
+      [
+        'a raw COMMIT, a raw BEGIN, a statement that fails',
+        'dead',
+        ['COMMIT', 'BEGIN', 'SELECT * FROM nope'],
+      ],
+    ])(
+      'a listener that credits, sends %s through tx, then throws: %s, one row',
+      async (_what, expected, statements) => {
+        const { ipn, post } = await serve(router());
+        const payload = uniquePayload();
+        ipn.on('successful', async (n, { tx, attempt }) => {
+          await orm.credit(tx, n);
+          if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
+          for (const statement of statements) await orm.raw(tx, statement).catch(() => {});
+          throw new Error('the order service is down');
+        });
+
+        expect((await post(payload)).status).toBe(200);
+        const status = expected === 'dead' ? 'dead' : 'delivered';
+        await eventually(status, async () => (await entryOf(keyOf(payload)))?.status === status);
+        expect(await entryOf(keyOf(payload))).toMatchObject({ attempts: expected === 'dead' ? 1 : 2 });
+        expect(await rowsOf(payload.transaction_id)).toBe(1);
+      },
+    );
+
     // A deadlock that a listener catches: InnoDB rolled the whole transaction back, the credit with it, and
     // the statements after it run in a new transaction, where the mark would commit with no ledger row.
     // Knex only: after a deadlock, Sequelize refuses the transaction's queries (the money is safe) but its

@@ -483,19 +483,31 @@ export class PostgresStore<
         };
       };
       const outcome = (result: StatementResult) => markedInOrm(result, key, this.#transactions!.name);
+      const committed = (status: unknown) => (status === 'committed' ? 'a raw COMMIT' : undefined);
       const landed = async ({ rows }: StatementResult, run: Run): Promise<string | undefined> => {
         const asked: Statement = {
           text: TRANSACTION_STATUS,
           values: [String(rows[0]?.xid)],
           returns: 'rows',
         };
-        return (await run(asked)).rows[0]?.status === 'committed' ? 'a raw COMMIT' : undefined;
+        // Not askable in an aborted transaction (the listener's own statement failed, maybe in one it began
+        // with a raw BEGIN after committing the delivery's): then asked by landedAfter, below.
+        return committed((await run(asked)).rows[0]?.status);
+      };
+      // Once the ORM's transaction has ended (rolled back, or committed by a listener), the delivery
+      // transaction's id stands committed or aborted: asked on the store's own connection when it could not
+      // be asked through tx (an aborted transaction; a Prisma transaction closed on its timeout refuses every
+      // query; a lost connection).
+      const landedAfter = async ({ rows }: StatementResult): Promise<string | undefined> => {
+        const asked = await this.#pool.query(TRANSACTION_STATUS, [String(rows[0]?.xid)]);
+        return committed((asked.rows[0] as { status?: unknown } | undefined)?.status);
       };
       return openOrmTransaction(this.#transactions, key, mark, {
         explain: explainPostgres,
         outcome,
         opening,
         landed,
+        landedAfter,
       }) as Promise<Opened>;
     }
     if (!canConnect(this.#pool)) return Promise.resolve(undefined);

@@ -205,7 +205,7 @@ describe('createDurableDelivery: the delivery transaction', () => {
       },
     };
     Object.assign(inbox, { begin: () => Promise.resolve(tx) });
-    return { inbox, done };
+    return { inbox, done, tx };
   }
 
   test('listeners get the transaction as tx, and the attempt commits it instead of settling', async () => {
@@ -231,6 +231,45 @@ describe('createDurableDelivery: the delivery transaction', () => {
     expect(await durable.deliver(key, n, leaseId, 1)).toBe(false);
     expect(done).toEqual(['rollback']);
     expect(inbox.entries.get(key)?.status).toBe('failed');
+  });
+
+  // rollback() resolved nothing until { landed } came; a store of one's own (in JavaScript) may well resolve
+  // what its driver gave, such as pg's result of ROLLBACK: not a landed commit, a failure retried as before.
+  test("a rollback that resolves something else (a driver's result of ROLLBACK): failed and retried, not dead", async () => {
+    const driverResult = { command: 'ROLLBACK', rowCount: null, rows: [] } as unknown as { landed: string };
+    const { inbox, done } = transactional(() => Promise.resolve('delivered'), 'open', driverResult);
+    const { ipn, durable, received, of } = setup({ maxAttempts: 3 }, inbox);
+    const n = uniqueNotification();
+    ipn.on('successful', () => Promise.reject(new Error('ledger down')));
+    const { key, leaseId } = await received(n);
+    expect(await durable.deliver(key, n, leaseId, 1)).toBe(false);
+    expect(done).toEqual(['rollback']);
+    expect(inbox.entries.get(key)).toMatchObject({
+      status: 'failed',
+      lastError: "a listener of 'successful' failed: ledger down",
+    });
+    expect(of('dead')).toEqual([]);
+  });
+
+  test('a rollback that outruns storeTimeoutMs, then finds a landed commit: the entry is settled dead then', async () => {
+    const { inbox, tx } = transactional(() => Promise.resolve('delivered'));
+    const landed = 'a listener had committed the delivery transaction itself';
+    let answer!: (value: { landed: string }) => void;
+    tx.rollback = () => new Promise((resolve) => (answer = resolve));
+    const { ipn, durable, received, of } = setup({ maxAttempts: 3 }, inbox);
+    const n = uniqueNotification();
+    ipn.on('successful', () => Promise.reject(new Error('ledger down')));
+    const { key, leaseId } = await received(n);
+    const attempt = durable.deliver(key, n, leaseId, 1);
+    await jest.advanceTimersByTimeAsync(500);
+    expect(await attempt).toBe(false);
+    expect(of('error')[0].error.message).toMatch('rollback');
+    expect(inbox.entries.get(key)?.status).not.toBe('dead'); // left to its lease, for now
+    answer({ landed });
+    await settle();
+    const lastError = `a listener of 'successful' failed: ledger down; ${landed}`;
+    expect(inbox.entries.get(key)).toMatchObject({ status: 'dead', lastError });
+    expect(of('dead')).toEqual([expect.objectContaining({ key, attempts: 1, lastError })]);
   });
 
   test("a rollback that finds the listeners' writes committed by a listener: dead at once, never retried", async () => {
