@@ -479,7 +479,7 @@ export function createDurableDelivery<C>(
       if (!(await timed(inbox.settle(key, leaseId, dead), 'settle', key))) return 'other';
       logger.error(
         { ...identify(n), attempts, event: 'dead' },
-        `IPN notification ${key} is dead after ${attempts} attempts`,
+        `IPN notification ${key} is dead after ${attempts} attempt${attempts === 1 ? '' : 's'}`,
       );
       emit('dead', { key, notification: toEvent(n), attempts, lastError: failure.message });
       return 'dead';

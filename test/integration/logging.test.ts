@@ -224,7 +224,7 @@ describe('the default logger (no logger option): loud by default', () => {
     expect(errors).toHaveLength(1);
     // The dead line stays: it is not an error event, and the app may have no dead listener.
     expect(printed).toEqual([
-      expect.stringMatching(/^\[ipn-kit\] ERROR IPN notification \S+ is dead after 1 attempts /),
+      expect.stringMatching(/^\[ipn-kit\] ERROR IPN notification \S+ is dead after 1 attempt /),
     ]);
     await ipn.close();
   });
