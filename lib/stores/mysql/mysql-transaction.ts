@@ -3,7 +3,7 @@ import { asSavepoint, splitStatements } from '../postgres/postgres-transaction.j
 import { Landed, type Run } from '../orm-transaction.js';
 import { openPoolTransaction as openSeam, type PoolSide } from '../pool-transaction.js';
 import type { DeliveryTransaction } from '../store.js';
-import { mysqlOrmSql } from './mysql-sql.js';
+import { mysqlOrmSql, NEVER_COMMITS } from './mysql-sql.js';
 import type { Statement, StatementResult } from '../transactions.js';
 import { DeliveryError, IpnKitError } from '../../shared/errors.js';
 import {
@@ -257,7 +257,8 @@ export function explainMysql(error: unknown): string | undefined {
 
 /**
  * A session's counts, from `SHOW SESSION STATUS` ({@link mysqlOrmSql}): of `COMMIT` and `ROLLBACK`
- * statements, and of the statements that commit implicitly, added up.
+ * statements, and of the statements that may commit implicitly (all others but {@link NEVER_COMMITS}),
+ * added up.
  */
 function endsOf({ rows }: StatementResult): { commits: number; rollbacks: number; implicit: number } {
   let [commits, rollbacks, implicit] = [0, 0, 0];
@@ -266,7 +267,7 @@ function endsOf({ rows }: StatementResult): { commits: number; rollbacks: number
     const value = Number(row.Value);
     if (name === 'com_commit') commits = value;
     else if (name === 'com_rollback') rollbacks = value;
-    else implicit += value;
+    else if (!NEVER_COMMITS.test(name) && Number.isFinite(value)) implicit += value;
   }
   return { commits, rollbacks, implicit };
 }
@@ -287,9 +288,10 @@ function endsOf({ rows }: StatementResult): { commits: number; rollbacks: number
  * `landed`, for an attempt that failed: the writes landed, or may have, when anything but a `ROLLBACK`
  * was counted.
  *
- * Known gap: a statement that commits implicitly and is not counted (one missing from the list, such as
- * `INSTALL PLUGIN` or `LOAD INDEX`) is taken for a deadlock's rollback, so the writes it committed are
- * written again by the retry.
+ * Known gaps: on MySQL 8, `CREATE TEMPORARY TABLE` counts as `Com_create_table`: with a deadlock the
+ * listener caught, the entry is kept dead though its writes were undone. After a raw `ROLLBACK` or a
+ * deadlock, the session autocommits: a write a listener sends after it (retrying its credit) lands at once,
+ * and the retry writes it again.
  */
 export function mysqlOrmMark(
   orm: string,
