@@ -369,59 +369,68 @@ describe.each(ORMS)('%s on MySQL', (name, openOrm) => {
     );
 
     // A deadlock that a listener catches: InnoDB rolled the whole transaction back, the credit with it, and
-    // the statements after it run in a new transaction, where the mark would commit with no ledger row.
+    // the session autocommits after it (MariaDB 10.11), where the mark would commit with no ledger row.
     // Knex only: after a deadlock, Sequelize refuses the transaction's queries (the money is safe) but its
     // connection is not given back, and sequelize.close() then hangs (found here, left as it is: not ipn-kit's).
+    // `thenCredits`: the listener credits again after the deadlock (its own retry of the statement).
+    const creditsAcrossDeadlock = (thenCredits: boolean) => async () => {
+      const locks = `${table}_locks`;
+      await pool.query(`CREATE TABLE ${locks} (id INT PRIMARY KEY)`);
+      await pool.query(`INSERT INTO ${locks} VALUES (1), (2)`);
+      const other = await pool.getConnection();
+      try {
+        const { ipn, post } = await serve(router());
+        const recorder = recordEvents(ipn);
+        const waits: Array<Promise<unknown>> = [];
+        ipn.on('successful', async (n, { tx, attempt }) => {
+          await orm.credit(tx, n);
+          if (attempt > 1) return;
+          await orm.raw(tx, `UPDATE ${locks} SET id = id WHERE id = 1`);
+          // Another session, heavier (InnoDB rolls back the lighter one), takes row 2 and waits for row 1.
+          await other.query('START TRANSACTION');
+          await other.query(`INSERT INTO ${locks} VALUES (10), (11), (12), (13), (14), (15), (16), (17)`);
+          await other.query(`UPDATE ${locks} SET id = id WHERE id = 2`);
+          waits.push(
+            other.query(`UPDATE ${locks} SET id = id WHERE id = 1`).then(() => other.query('ROLLBACK')),
+          );
+          await eventually('the other session waits for row 1', async () => {
+            const [rows] = await pool.query<RowDataPacket[]>(
+              "SELECT 1 FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id = ?",
+              [other.threadId],
+            );
+            return rows.length === 1;
+          });
+          const error = await orm
+            .raw(tx, `UPDATE ${locks} SET id = id WHERE id = 2`)
+            .catch((e: unknown) => e);
+          expect(String((error as Error)?.message)).toMatch(/deadlock/i);
+          if (thenCredits) await orm.credit(tx, n);
+        });
+        const payload = uniquePayload();
+
+        expect((await post(payload)).status).toBe(200);
+        await delivered(keyOf(payload));
+        await Promise.all(waits);
+
+        expect(await rowsOf(payload.transaction_id)).toBe(1);
+        expect(await entryOf(keyOf(payload))).toMatchObject({ attempts: 2 });
+        expect(recorder.of('error').map((event) => event.error.message)).toEqual([
+          expect.stringContaining('deadlock'),
+        ]);
+      } finally {
+        other.release();
+        await pool.query(`DROP TABLE IF EXISTS ${locks}`);
+      }
+    };
     (name === 'Knex' ? test : test.skip)(
       'a listener that credits, catches a deadlock that rolled it back, and resolves: never delivered without its row',
-      async () => {
-        const locks = `${table}_locks`;
-        await pool.query(`CREATE TABLE ${locks} (id INT PRIMARY KEY)`);
-        await pool.query(`INSERT INTO ${locks} VALUES (1), (2)`);
-        const other = await pool.getConnection();
-        try {
-          const { ipn, post } = await serve(router());
-          const recorder = recordEvents(ipn);
-          const waits: Array<Promise<unknown>> = [];
-          ipn.on('successful', async (n, { tx, attempt }) => {
-            await orm.credit(tx, n);
-            if (attempt > 1) return;
-            await orm.raw(tx, `UPDATE ${locks} SET id = id WHERE id = 1`);
-            // Another session, heavier (InnoDB rolls back the lighter one), takes row 2 and waits for row 1.
-            await other.query('START TRANSACTION');
-            await other.query(`INSERT INTO ${locks} VALUES (10), (11), (12), (13), (14), (15), (16), (17)`);
-            await other.query(`UPDATE ${locks} SET id = id WHERE id = 2`);
-            waits.push(
-              other.query(`UPDATE ${locks} SET id = id WHERE id = 1`).then(() => other.query('ROLLBACK')),
-            );
-            await eventually('the other session waits for row 1', async () => {
-              const [rows] = await pool.query<RowDataPacket[]>(
-                "SELECT 1 FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id = ?",
-                [other.threadId],
-              );
-              return rows.length === 1;
-            });
-            const error = await orm
-              .raw(tx, `UPDATE ${locks} SET id = id WHERE id = 2`)
-              .catch((e: unknown) => e);
-            expect(String((error as Error)?.message)).toMatch(/deadlock/i);
-          });
-          const payload = uniquePayload();
-
-          expect((await post(payload)).status).toBe(200);
-          await delivered(keyOf(payload));
-          await Promise.all(waits);
-
-          expect(await rowsOf(payload.transaction_id)).toBe(1);
-          expect(await entryOf(keyOf(payload))).toMatchObject({ attempts: 2 });
-          expect(recorder.of('error').map((event) => event.error.message)).toEqual([
-            expect.stringContaining('deadlock'),
-          ]);
-        } finally {
-          other.release();
-          await pool.query(`DROP TABLE IF EXISTS ${locks}`);
-        }
-      },
+      creditsAcrossDeadlock(false),
+    );
+    // Known gap: the credit sent after the deadlock autocommitted; the mark finds the savepoint gone and no
+    // count moved, takes it for a rollback, and the retry credits a second time (2 rows).
+    (name === 'Knex' ? test.failing : test.skip)(
+      'a listener that credits, catches a deadlock, credits again, and resolves: one ledger row',
+      creditsAcrossDeadlock(true),
     );
 
     /**
