@@ -493,6 +493,8 @@ describe.each(ORMS)('%s on MySQL', (name, openOrm) => {
       // Implicit commits whose counts the list named one by one missed (MariaDB 10.11): each was taken for a
       // deadlock's rollback, and the retry credited a second time (2 rows).
       ['CREATE SEQUENCE (an implicit commit)', (made) => [`CREATE SEQUENCE ${made}`]],
+      // It moves Com_create_sequence up and Com_create_table down (MariaDB 10.11): a sum of counts stays.
+      ['CREATE TEMPORARY SEQUENCE (an implicit commit)', (made) => [`CREATE TEMPORARY SEQUENCE ${made}`]],
       [
         'CREATE ROLE and DROP ROLE (implicit commits)',
         (made) => [`CREATE ROLE ${made}`, `DROP ROLE ${made}`],

@@ -256,20 +256,17 @@ export function explainMysql(error: unknown): string | undefined {
 }
 
 /**
- * A session's counts, from `SHOW SESSION STATUS` ({@link mysqlOrmSql}): of `COMMIT` and `ROLLBACK`
- * statements, and of the statements that may commit implicitly (all others but {@link NEVER_COMMITS}),
- * added up.
+ * A session's statement counts (`Com_*`, lower-cased), from `SHOW SESSION STATUS` ({@link mysqlOrmSql}).
+ * Kept as the server wrote them: a count can wrap (MariaDB takes 1 off `Com_create_table` for a `CREATE
+ * TEMPORARY SEQUENCE`, from 0 to 2^64 - 1), and as a number, or in a sum, it would hide the next moves.
  */
-function endsOf({ rows }: StatementResult): { commits: number; rollbacks: number; implicit: number } {
-  let [commits, rollbacks, implicit] = [0, 0, 0];
+function countsOf({ rows }: StatementResult): Map<string, string> {
+  const counts = new Map<string, string>();
   for (const row of rows) {
     const name = String(row.Variable_name).toLowerCase();
-    const value = Number(row.Value);
-    if (name === 'com_commit') commits = value;
-    else if (name === 'com_rollback') rollbacks = value;
-    else if (!NEVER_COMMITS.test(name) && Number.isFinite(value)) implicit += value;
+    if (name.startsWith('com_')) counts.set(name, String(row.Value));
   }
-  return { commits, rollbacks, implicit };
+  return counts;
 }
 
 /**
@@ -314,14 +311,19 @@ export function mysqlOrmMark(
     }
   };
   const endsSince = async (opened: StatementResult, run: Run) => {
-    const before = endsOf(opened);
-    const after = endsOf(await run({ text: mysqlOrmSql.ends, values: [], returns: 'rows' }));
-    const commits = after.commits !== before.commits;
-    const implicit = after.implicit !== before.implicit;
+    const before = countsOf(opened);
+    const after = countsOf(await run({ text: mysqlOrmSql.ends, values: [], returns: 'rows' }));
+    const moved = (name: string) => before.get(name) !== after.get(name);
+    const commits = moved('com_commit');
+    const rollbacks = moved('com_rollback');
+    // Any other count that moved, but those of the statements that never end a transaction.
+    const implicit = [...new Set([...before.keys(), ...after.keys()])].some(
+      (name) => name !== 'com_commit' && name !== 'com_rollback' && !NEVER_COMMITS.test(name) && moved(name),
+    );
     const how = implicit
       ? 'a statement that commits implicitly (DDL, LOCK TABLES, a raw BEGIN)'
       : 'a raw COMMIT';
-    return { commits, rollbacks: after.rollbacks !== before.rollbacks, implicit, how };
+    return { commits, rollbacks, implicit, how };
   };
   return {
     opening: async (run) => {
