@@ -69,7 +69,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
     });
     const serve = servedRouters();
     const rows = async (id: unknown): Promise<number> => (await ledger.ledgerOf(id)).length;
-    const router = (withoutPool: boolean) =>
+    const router = (withoutPool: boolean, times: { leaseMs?: number; storeTimeoutMs?: number } = {}) =>
       ipnRouter({
         store: withoutPool
           ? new PostgresStore({ transactions: orm.transactions })
@@ -78,6 +78,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
         logger: quiet,
         retryDelayMs: 20,
         recoveryIntervalMs: 50,
+        ...times,
       });
 
     test('through the ORM alone: 50 notifications at once, each posted twice, a fifth failing once: one row each, all delivered', async () => {
@@ -169,14 +170,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
         await ledger.pool().query('INSERT INTO orders (id) VALUES ($1)', [order]);
         const other = ledger.newPool(1);
         let outerSettled = false;
-        const ipn = ipnRouter({
-          store: new PostgresStore({ pool: ledger.pool(), transactions: orm.transactions }),
-          delivery: 'at-least-once',
-          logger: quiet,
-          retryDelayMs: 20,
-          recoveryIntervalMs: 50,
-          leaseMs: 1_000,
-        });
+        const ipn = router(false, { leaseMs: 1_000 });
         ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
           await orm.credit(tx, n);
           if (attempt === 1) {
@@ -352,15 +346,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
     (name === 'Knex' ? test : test.skip)(
       'a raw COMMIT, a query left running on tx, then a throw: the rollback outruns storeTimeoutMs, still dead, one row',
       async () => {
-        const ipn = ipnRouter({
-          store: new PostgresStore({ pool: ledger.pool(), transactions: orm.transactions }),
-          delivery: 'at-least-once',
-          logger: quiet,
-          retryDelayMs: 20,
-          recoveryIntervalMs: 50,
-          leaseMs: 3_000,
-          storeTimeoutMs: 300,
-        });
+        const ipn = router(false, { leaseMs: 3_000, storeTimeoutMs: 300 });
         const payload = uniquePayload();
         const key = ledger.keyOf(payload);
         ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
