@@ -36,6 +36,14 @@ export class Landed extends DeliveryError {
   }
 }
 
+/**
+ * `Landed`'s words for a listener that sent a raw `ROLLBACK` through `tx`, then resolved: the writes before
+ * it were undone, and any after it committed one by one, on their own (autocommit). A retry could write
+ * them again; nothing tells whether there were any.
+ */
+export const ROLLED_BACK =
+  'a raw ROLLBACK, then resolved: anything it wrote after the ROLLBACK committed on its own';
+
 /** Thrown inside the ORM's callback when the mark changed no row: another attempt holds the entry now. */
 class LeaseLost extends DeliveryError {
   constructor(key: string) {

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { asSavepoint, splitStatements } from '../postgres/postgres-transaction.js';
-import { Landed, type Run } from '../orm-transaction.js';
+import { Landed, ROLLED_BACK, type Run } from '../orm-transaction.js';
 import { openPoolTransaction as openSeam, type PoolSide } from '../pool-transaction.js';
 import type { DeliveryTransaction } from '../store.js';
 import { mysqlOrmSql, NEVER_COMMITS } from './mysql-sql.js';
@@ -277,18 +277,19 @@ function countsOf({ rows }: StatementResult): Map<string, string> {
  * runs in it. Gone, the counts since the opening say what ended it:
  * - a raw `COMMIT` alone: the listeners' writes landed; `mark` runs, on its own, and marking them
  *   delivered is right;
- * - a raw `ROLLBACK` alone, or nothing counted (a deadlock or lock wait timeout the listener caught): they
- *   were undone; nothing is marked, and the attempt fails with a `DeliveryError` that says why, and is
- *   retried;
+ * - nothing counted (a deadlock or lock wait timeout the listener caught): they were undone; nothing is
+ *   marked, and the attempt fails with a `DeliveryError` that says why, and is retried;
+ * - a raw `ROLLBACK` alone: the writes before it were undone, and any sent after it landed on its own
+ *   (autocommit): the listener resolved, as if it had written them ({@link Landed}, `ROLLED_BACK`): dead;
  * - a statement that commits implicitly (DDL, `LOCK TABLES`, a raw `BEGIN`), or a `COMMIT` and a
  *   `ROLLBACK`: they landed, or may have ({@link Landed}): neither marked nor retried, the entry is dead.
  * `landed`, for an attempt that failed: the writes landed, or may have, when anything but a `ROLLBACK`
  * was counted.
  *
  * Known gaps: on MySQL 8, `CREATE TEMPORARY TABLE` counts as `Com_create_table`: with a deadlock the
- * listener caught, the entry is kept dead though its writes were undone. After a raw `ROLLBACK` or a
- * deadlock, the session autocommits: a write a listener sends after it (retrying its credit) lands at once,
- * and the retry writes it again.
+ * listener caught, the entry is kept dead though its writes were undone. After a deadlock, or a raw
+ * `ROLLBACK` in a listener that then throws, the session autocommits: a write a listener sends after it
+ * (retrying its credit) lands at once, and the retry writes it again.
  */
 export function mysqlOrmMark(
   orm: string,
@@ -337,14 +338,14 @@ export function mysqlOrmMark(
       if (commits || implicit) {
         throw new Landed(key, orm, rolledBack ? `${how}, and a raw ROLLBACK` : how);
       }
+      // A raw ROLLBACK, then the listener resolved: MySQL autocommits after it, so a write sent since (a
+      // listener that retries its credit) has landed on its own, and a retry would write it again.
+      if (rolledBack) throw new Landed(key, orm, ROLLED_BACK);
       throw new DeliveryError(
-        `a listener ended the delivery transaction of ${key} through tx (` +
-          (rolledBack
-            ? `a raw ROLLBACK through ${orm}): its writes were undone`
-            : `through ${orm}, without COMMIT or ROLLBACK: a deadlock or lock wait timeout the listener ` +
-              'caught, which rolled its writes back)') +
-          ', so it is not marked delivered; the attempt is retried. Throw from the listener instead: ' +
-          'ipn-kit rolls back for you',
+        `a listener ended the delivery transaction of ${key} through tx (through ${orm}, without COMMIT ` +
+          'or ROLLBACK: a deadlock or lock wait timeout the listener caught, which rolled its writes back), ' +
+          'so it is not marked delivered; the attempt is retried. Throw from the listener instead: ipn-kit ' +
+          'rolls back for you',
       );
     },
     landed: async (opened, run) => {

@@ -31,7 +31,7 @@ import {
   splitStatements,
   type PgClientOf,
 } from './postgres-transaction.js';
-import { openOrmTransaction, type Run } from '../orm-transaction.js';
+import { Landed, openOrmTransaction, ROLLED_BACK, type Run } from '../orm-transaction.js';
 import { guardCheckouts } from '../guard-checkouts.js';
 import { isTransactions, type Statement, type StatementResult, type Transactions } from '../transactions.js';
 import { postgresExpectations } from './postgres-expectations.js';
@@ -40,7 +40,7 @@ import { PostgresAudit } from './postgres-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
 import { PostgresLifecycle } from './postgres-lifecycle.js';
 import { retriedAfterMigration, trackMigration } from './postgres-migrations.js';
-import { DeliveryError, messageOf, StoreError } from '../../shared/errors.js';
+import { messageOf, StoreError } from '../../shared/errors.js';
 import type {
   DeliveryTransaction,
   DurableStore,
@@ -678,13 +678,11 @@ function lastResult(answered: unknown, table: string): PgQueryResult {
  */
 function markedInOrm(result: StatementResult, key: string, orm: string): 'delivered' | 'lost' {
   const row = result.rows[0] ?? {};
-  if (row.rolled_back === true || row.rolled_back === 't') {
-    throw new DeliveryError(
-      `a listener ended the delivery transaction of ${key} through tx (a raw ROLLBACK through ${orm}): its ` +
-        'writes were undone, so it is not marked delivered; the attempt is retried. Throw from the listener ' +
-        'instead: ipn-kit rolls back for you',
-    );
-  }
+  // The mark ran, so the session is outside the delivery's transaction: a listener sent a raw ROLLBACK
+  // (PostgreSQL ends no transaction on its own: a failed statement or a deadlock leaves it aborted, and the
+  // mark would fail in it), then resolved. What it wrote after the ROLLBACK committed on its own: a retry
+  // would write it again (a listener that retries its credit after rolling back), so the entry is dead.
+  if (row.rolled_back === true || row.rolled_back === 't') throw new Landed(key, orm, ROLLED_BACK);
   if (Number(row.marked) === 1) return 'delivered';
   if (row.seen === true || row.seen === 't' || row.seen === 1) return 'lost';
   throw new StoreError(
