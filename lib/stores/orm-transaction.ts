@@ -73,8 +73,8 @@ class LeaseLost extends DeliveryError {
  * what a listener sent (`'a raw COMMIT'`) when it committed the transaction itself, so its writes landed
  * and a retry would write them again; `rollback()` then resolves `{ landed }`. When `landed` throws (the
  * transaction cannot be asked through `tx` any more), `landedAfter` tells the same once the ORM's
- * transaction has ended, through a connection of its own. Neither is asked for an abandoned attempt, whose
- * listeners may still be using `tx`.
+ * transaction has ended, through a connection of its own. For an abandoned attempt, whose listeners may
+ * still be using `tx`, only `landedAfter` is asked, at once: a transaction still open tells nothing.
  *
  * Resolves once the ORM has opened the transaction; rejects (a `StoreError`) when it could not.
  */
@@ -219,8 +219,15 @@ export async function openOrmTransaction<Tx>(
       if (state !== 'open') return;
       state = 'ended';
       decide({ commit: false, settled: listeners === undefined });
-      // An abandoned attempt does not wait for the ROLLBACK: it may queue behind a listener's query.
-      if (listeners !== undefined) return;
+      if (listeners !== undefined) {
+        // An abandoned attempt does not wait for the ROLLBACK: it may queue behind a listener's query. A
+        // COMMIT a listener has already sent through tx (its later uses are refused) is asked from outside,
+        // where the dialect can (`landedAfter`: the transaction stands committed; still open, it tells none).
+        if (!landedAfter || !openedWith) return;
+        const asked = await landedAfter(openedWith).catch(() => undefined);
+        if (asked !== undefined) return { landed: new Landed(key, transactions.name, asked).message };
+        return;
+      }
       await finished.catch(() => {});
       if (untold && landedAfter && openedWith) {
         landedBy = await landedAfter(openedWith).catch(() => undefined);

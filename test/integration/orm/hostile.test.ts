@@ -380,6 +380,49 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       },
     );
 
+    // A raw COMMIT, then the listener outlives leaseMs: the attempt is abandoned while it still runs, and
+    // was retried without asking whether the transaction had committed: a second credit. Now the
+    // transaction's status is asked on the store's pool at once (the listener's later uses of tx refused).
+    // The guard beside it: without the COMMIT the transaction is still open when asked, and the abandoned
+    // attempt is retried as before.
+    test.each([
+      ['a raw COMMIT, then the listener hangs past leaseMs: abandoned, dead, never credited twice', true],
+      ['the listener hangs past leaseMs: abandoned, rolled back and retried, one row', false],
+    ])('%s', async (_title, commits) => {
+      const ipn = router(false, { leaseMs: 1_000 });
+      const payload = uniquePayload();
+      const key = ledger.keyOf(payload);
+      let release!: () => void;
+      const hung = new Promise<void>((resolve) => (release = resolve));
+      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+        await orm.credit(tx, n);
+        if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
+        if (commits) await raw(tx);
+        await hung;
+      });
+      const { post } = await serve(ipn);
+      try {
+        expect((await post(payload)).status).toBe(200);
+        await eventually(
+          'settled',
+          async () => ['dead', 'delivered'].includes(String((await ledger.entryOf(key))?.status)),
+          10_000,
+        );
+        const entry = await ledger.entryOf(key);
+        expect(entry).toMatchObject(
+          commits ? { status: 'dead', attempts: 1 } : { status: 'delivered', attempts: 2 },
+        );
+        if (commits) {
+          expect(entry?.last_error).toMatch(
+            /did not settle within 900 ms \(leaseMs\); a listener ended the delivery transaction of .+ itself through tx \(a raw COMMIT/,
+          );
+        }
+        expect(await rows(payload.transaction_id)).toBe(1);
+      } finally {
+        release();
+      }
+    });
+
     // A listener that fails after its own statement failed (the transaction aborted) is retried as before:
     // the status cannot be asked in an aborted transaction, and nothing of it landed.
     test('a listener whose statement fails, then throws: rolled back and retried, one row', async () => {

@@ -83,3 +83,37 @@ describe('openOrmTransaction with a Transactions that breaks its contract', () =
     expect(statements).toEqual([`tx1: ${mark.text}`]); // never the mark alone, in the second run
   });
 });
+
+describe('openOrmTransaction: an abandoned attempt (its listeners may still run)', () => {
+  /** A transaction() that never ends (a listener's query holds the connection), and an opening. */
+  const held: Transactions<string> = {
+    name: 'held',
+    transaction(work) {
+      void work('tx').catch(() => {});
+      return new Promise<never>(() => {});
+    },
+    query: () => Promise.resolve({ rows: [{ xid: '42' }], count: 1 }),
+  };
+  const opening: Statement = { text: 'SELECT txid', values: [], returns: 'rows' };
+
+  test.each<[string, () => Promise<string | undefined>, unknown]>([
+    [
+      'committed: landed, without waiting for the ORM',
+      () => Promise.resolve('a raw COMMIT'),
+      { landed: expect.stringMatching(/itself through tx \(a raw COMMIT, in held\)/) },
+    ],
+    ['still open: nothing told', () => Promise.resolve(undefined), undefined],
+    ['not askable: nothing told', () => Promise.reject(new Error('pool gone')), undefined],
+  ])('landedAfter is asked at once, %s', async (_what, answer, expected) => {
+    const asked: unknown[] = [];
+    const opened = await openOrmTransaction(held, 'K:SUCCESSFUL', mark, {
+      opening,
+      landedAfter: (openedWith) => {
+        asked.push(openedWith.rows[0]);
+        return answer();
+      },
+    });
+    await expect(opened.rollback(new Promise(() => {}))).resolves.toEqual(expected);
+    expect(asked).toEqual([{ xid: '42' }]);
+  });
+});
