@@ -301,6 +301,33 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       );
     });
 
+    // A raw ROLLBACK, the credit (it lands at once), then a transaction of the listener's own (a raw BEGIN) in
+    // which a statement fails that it catches, and the listener resolves: the mark, its RESET first, fails in
+    // that aborted transaction, so the commit failed as a plain failure and the attempt was retried: the
+    // credit again on every attempt (8 rows), though the listener resolved after its ROLLBACK.
+    test('a raw ROLLBACK, the credit, a raw BEGIN, a statement that fails and is caught, then the listener resolves: dead, never credited twice', async () => {
+      const lastError = await deadAtOnce(async (n, tx) => {
+        await raw(tx, 'ROLLBACK');
+        await orm.credit(tx, n);
+        await raw(tx, 'BEGIN');
+        await raw(tx, 'SELECT 1 / 0').catch(() => {});
+      });
+      expect(lastError).toMatch(/\(a raw ROLLBACK, then resolved/);
+    });
+
+    // The same with a raw COMMIT after the credit: a listener that throws its error instead is kept dead (the
+    // failed attempt's rollback asks txid_status once the ORM's transaction has ended, test above); one that
+    // resolves took the commit path, which never asked: retried, the credit again on every attempt.
+    test('the credit, a raw COMMIT, a raw BEGIN, a statement that fails and is caught, then the listener resolves: dead, never credited twice', async () => {
+      const lastError = await deadAtOnce(async (n, tx) => {
+        await orm.credit(tx, n);
+        await raw(tx);
+        await raw(tx, 'BEGIN');
+        await raw(tx, 'SELECT 1 / 0').catch(() => {});
+      });
+      expect(lastError).toMatch(/itself through tx \(a raw COMMIT, in \w+\)/);
+    });
+
     // Open (found in review, not fixed): the same credit after a raw ROLLBACK, then a throw, is retried, and
     // credited a second time. Kept: a listener that rolls back in its own error handling, then throws, is a
     // common pattern whose retry is right; nothing about the transaction's id tells whether a write followed.
