@@ -434,6 +434,21 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       expect(await rows(payload.transaction_id)).toBe(1);
     });
 
+    // On PostgreSQL a COMMIT of a transaction that a failed statement aborted is a ROLLBACK: the mark finds the
+    // delivery's transaction aborted, and the entry is dead as after a raw ROLLBACK (a write after it would
+    // have committed on its own). Its last error said "a raw ROLLBACK" only, sending the listener's author
+    // looking for a statement the listener never sent.
+    test('a statement that fails and is caught, then a raw COMMIT, and the listener resolves: dead, its last error naming the COMMIT', async () => {
+      const lastError = await deadAtOnce(async (n, tx) => {
+        await orm.credit(tx, n);
+        await raw(tx, 'SELECT 1 / 0').catch(() => {});
+        await raw(tx).catch(() => {});
+      }, 0);
+      expect(lastError).toMatch(
+        /\(a raw ROLLBACK, then resolved \(or a COMMIT after a statement that failed/,
+      );
+    });
+
     // Worse, before the mark checked its transaction: a raw ROLLBACK (a listener's own error handling)
     // undid the credit, then the `delivered` mark ran outside any transaction, committed on its own, and the
     // entry was delivered with no ledger row. Then it was retried (a write after the ROLLBACK would have been
