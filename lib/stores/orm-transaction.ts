@@ -73,8 +73,10 @@ class LeaseLost extends DeliveryError {
  * what a listener sent (`'a raw COMMIT'`) when it committed the transaction itself, so its writes landed
  * and a retry would write them again; `rollback()` then resolves `{ landed }`. When `landed` throws (the
  * transaction cannot be asked through `tx` any more), `landedAfter` tells the same once the ORM's
- * transaction has ended, through a connection of its own. For an abandoned attempt, whose listeners may
- * still be using `tx`, only `landedAfter` is asked, at once: a transaction still open tells nothing.
+ * transaction has ended, through a connection of its own; so does it when the mark failed, and `commit()`
+ * then resolves `{ landed }` (the ORM never commits after a failed mark: a listener did). For an abandoned
+ * attempt, whose listeners may still be using `tx`, only `landedAfter` is asked, at once: a transaction
+ * still open tells nothing.
  *
  * Resolves once the ORM has opened the transaction; rejects (a `StoreError`) when it could not.
  */
@@ -105,6 +107,7 @@ export async function openOrmTransaction<Tx>(
 
   let runs = 0;
   let marked = false; // the mark ran in the ORM's transaction, and changed its one row
+  let marking = false; // the listeners resolved, and the mark began: a failure from here on is the mark's
   // The listeners got the transaction: `finished`, settling at its end, has lost the race below, and an
   // error made for it there (a stack trace every delivery) would be waste.
   let begun = false;
@@ -145,6 +148,7 @@ export async function openOrmTransaction<Tx>(
       }
       throw new RolledBack();
     }
+    marking = true;
     const statement = typeof mark === 'function' ? await mark(opened, run) : mark;
     if (outcome(await run(statement)) === 'lost') throw new LeaseLost(key);
     marked = true;
@@ -208,6 +212,14 @@ export async function openOrmTransaction<Tx>(
       } catch (error) {
         if (error instanceof LeaseLost) return 'lost';
         if (error instanceof Landed) return { landed: error.message };
+        // The mark failed before the ORM could commit (PostgreSQL: in a transaction a listener began with a
+        // raw BEGIN after committing the delivery's, whose statement it caught): asked, as for a rollback,
+        // once the ORM's transaction has ended. Committed, the listeners' writes landed, and a retry would
+        // write them again. (The ORM never commits after a failed mark: only a listener can have.)
+        if (marking && !marked && landedAfter && openedWith) {
+          const by = await landedAfter(openedWith).catch(() => undefined);
+          if (by !== undefined) return { landed: new Landed(key, transactions.name, by).message };
+        }
         const why = explain(error) ?? messageOf(error);
         throw new DeliveryError(
           `the delivery transaction of ${key} did not commit in ${transactions.name}: ${why}`,

@@ -31,7 +31,7 @@ import {
   splitStatements,
   type PgClientOf,
 } from './postgres-transaction.js';
-import { Landed, openOrmTransaction, ROLLED_BACK, type Run } from '../orm-transaction.js';
+import { Landed, openOrmTransaction, type Run } from '../orm-transaction.js';
 import { guardCheckouts } from '../guard-checkouts.js';
 import { isTransactions, type Statement, type StatementResult, type Transactions } from '../transactions.js';
 import { postgresExpectations } from './postgres-expectations.js';
@@ -671,6 +671,15 @@ function lastResult(answered: unknown, table: string): PgQueryResult {
 }
 
 /**
+ * `Landed`'s words after a raw `ROLLBACK` (`ROLLED_BACK` of orm-transaction.ts), as PostgreSQL ends a
+ * transaction: a `COMMIT` of one that a failed statement aborted rolls it back, so the listener may have
+ * sent no `ROLLBACK` at all.
+ */
+const ROLLED_BACK_POSTGRES =
+  'a raw ROLLBACK, then resolved (or a COMMIT after a statement that failed, which PostgreSQL makes a ' +
+  'ROLLBACK): anything it wrote after it committed on its own';
+
+/**
  * What the mark in an ORM's transaction came to (see `deliveredInOrm`): delivered, or the lease lost (the
  * entry is there, held by another attempt). Throws when that transaction does not see the entry at all: the
  * ORM is on another database or schema than the store's pool, and would otherwise drop every attempt as a
@@ -678,11 +687,12 @@ function lastResult(answered: unknown, table: string): PgQueryResult {
  */
 function markedInOrm(result: StatementResult, key: string, orm: string): 'delivered' | 'lost' {
   const row = result.rows[0] ?? {};
-  // The mark ran, so the session is outside the delivery's transaction: a listener sent a raw ROLLBACK
-  // (PostgreSQL ends no transaction on its own: a failed statement or a deadlock leaves it aborted, and the
-  // mark would fail in it), then resolved. What it wrote after the ROLLBACK committed on its own: a retry
-  // would write it again (a listener that retries its credit after rolling back), so the entry is dead.
-  if (row.rolled_back === true || row.rolled_back === 't') throw new Landed(key, orm, ROLLED_BACK);
+  // The mark ran, so the session is outside the delivery's transaction: a listener sent a raw ROLLBACK, or a
+  // COMMIT after a statement that failed (PostgreSQL ends no transaction on its own: a failed statement or a
+  // deadlock leaves it aborted, and the mark would fail in it), then resolved. What it wrote after that
+  // committed on its own: a retry would write it again (a listener that retries its credit after rolling
+  // back), so the entry is dead.
+  if (row.rolled_back === true || row.rolled_back === 't') throw new Landed(key, orm, ROLLED_BACK_POSTGRES);
   if (Number(row.marked) === 1) return 'delivered';
   if (row.seen === true || row.seen === 't' || row.seen === 1) return 'lost';
   throw new StoreError(

@@ -117,3 +117,61 @@ describe('openOrmTransaction: an abandoned attempt (its listeners may still run)
     expect(asked).toEqual([{ xid: '42' }]);
   });
 });
+
+describe('openOrmTransaction: a mark that fails', () => {
+  /** A transaction helper whose mark statement rejects (`mark`), or whose COMMIT does, after the mark (`commit`). */
+  const failing = (fails: 'mark' | 'commit'): Transactions<string> => ({
+    name: 'failing',
+    async transaction(work) {
+      const result = await work('tx');
+      if (fails === 'commit') throw new Error('the COMMIT failed (its answer lost)');
+      return result;
+    },
+    query: (_tx, statement) =>
+      fails === 'mark' && statement === mark
+        ? Promise.reject(new Error('current transaction is aborted'))
+        : Promise.resolve({ rows: [], count: 1 }),
+  });
+
+  // A listener committed the delivery's transaction through tx, then began one of its own whose statement
+  // failed: the mark fails in it. The failed commit asked nothing, and the retry wrote the writes again.
+  test('asked once the transaction has ended: committed (by a listener), commit() resolves { landed }', async () => {
+    const asked: unknown[] = [];
+    const opened = await openOrmTransaction(failing('mark'), 'K:SUCCESSFUL', mark, {
+      landedAfter: (openedWith) => {
+        asked.push(openedWith);
+        return Promise.resolve('a raw COMMIT');
+      },
+    });
+    await expect(opened.commit()).resolves.toEqual({
+      landed: expect.stringMatching(/of K:SUCCESSFUL itself through tx \(a raw COMMIT, in failing\)/),
+    });
+    expect(asked).toHaveLength(1);
+  });
+
+  test('not committed, or the question failed: commit() rejects, as before', async () => {
+    for (const answer of [Promise.resolve(undefined), Promise.reject(new Error('the pool is down'))]) {
+      answer.catch(() => {});
+      const opened = await openOrmTransaction(failing('mark'), 'K:SUCCESSFUL', mark, {
+        landedAfter: () => answer,
+      });
+      await expect(opened.commit()).rejects.toThrow(
+        /did not commit in failing: current transaction is aborted/,
+      );
+    }
+  });
+
+  // The mark ran and the ORM's COMMIT failed (its answer lost): the COMMIT may have landed, with the mark,
+  // which the entry read tells; a committed transaction must not be taken for a listener's.
+  test("a COMMIT of the ORM's own that failed after the mark ran: nothing asked, commit() rejects", async () => {
+    let asked = 0;
+    const opened = await openOrmTransaction(failing('commit'), 'K:SUCCESSFUL', mark, {
+      landedAfter: () => {
+        asked += 1;
+        return Promise.resolve('a raw COMMIT');
+      },
+    });
+    await expect(opened.commit()).rejects.toThrow(/the COMMIT failed/);
+    expect(asked).toBe(0);
+  });
+});
