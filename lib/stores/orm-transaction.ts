@@ -42,7 +42,7 @@ export class Landed extends DeliveryError {
  * them again; nothing tells whether there were any.
  */
 export const ROLLED_BACK =
-  'a raw ROLLBACK, then resolved: anything it wrote after the ROLLBACK committed on its own';
+  'a raw ROLLBACK, then resolved: anything it wrote after the ROLLBACK outside a transaction committed on its own';
 
 /** Thrown inside the ORM's callback when the mark changed no row: another attempt holds the entry now. */
 class LeaseLost extends DeliveryError {

@@ -288,7 +288,7 @@ describe.each(ORMS)('%s on MySQL', (name, openOrm) => {
         expect(await rowsOf(payload.transaction_id)).toBe(credited);
         expect(deadOf().map((event) => event.lastError)).toEqual([
           expect.stringMatching(
-            /^a listener ended the delivery transaction of .+ itself through tx \(a raw ROLLBACK, then resolved: anything it wrote after the ROLLBACK committed on its own, in \w+\)/,
+            /^a listener ended the delivery transaction of .+ itself through tx \(a raw ROLLBACK, then resolved: anything it wrote after the ROLLBACK outside a transaction committed on its own, in \w+\)/,
           ),
         ]);
       },

@@ -277,8 +277,9 @@ function countsOf({ rows }: StatementResult): Map<string, string> {
  * runs in it. Gone, the counts since the opening say what ended it:
  * - a raw `COMMIT` alone: the listeners' writes landed; `mark` runs, on its own, and marking them
  *   delivered is right;
- * - nothing counted (a deadlock or lock wait timeout the listener caught): they were undone; nothing is
- *   marked, and the attempt fails with a `DeliveryError` that says why, and is retried;
+ * - nothing counted (a deadlock the listener caught, or a lock wait timeout with
+ *   `innodb_rollback_on_timeout`): they were undone; nothing is marked, and the attempt fails with a
+ *   `DeliveryError` that says why, and is retried;
  * - a raw `ROLLBACK` alone: the writes before it were undone, and any sent after it landed on its own
  *   (autocommit): the listener resolved, as if it had written them ({@link Landed}, `ROLLED_BACK`): dead;
  * - a statement that commits implicitly (DDL, `LOCK TABLES`, a raw `BEGIN`), or a `COMMIT` and a
@@ -343,9 +344,9 @@ export function mysqlOrmMark(
       if (rolledBack) throw new Landed(key, orm, ROLLED_BACK);
       throw new DeliveryError(
         `a listener ended the delivery transaction of ${key} through tx (through ${orm}, without COMMIT ` +
-          'or ROLLBACK: a deadlock or lock wait timeout the listener caught, which rolled its writes back), ' +
-          'so it is not marked delivered; the attempt is retried. Throw from the listener instead: ipn-kit ' +
-          'rolls back for you',
+          'or ROLLBACK: a deadlock, or a lock wait timeout with innodb_rollback_on_timeout, that the ' +
+          'listener caught, which rolled its writes back), so it is not marked delivered; the attempt is ' +
+          'retried. Throw from the listener instead: ipn-kit rolls back for you',
       );
     },
     landed: async (opened, run) => {

@@ -677,7 +677,7 @@ function lastResult(answered: unknown, table: string): PgQueryResult {
  */
 const ROLLED_BACK_POSTGRES =
   'a raw ROLLBACK, then resolved (or a COMMIT after a statement that failed, which PostgreSQL makes a ' +
-  'ROLLBACK): anything it wrote after it committed on its own';
+  'ROLLBACK): anything it wrote after it outside a transaction committed on its own';
 
 /**
  * What the mark in an ORM's transaction came to (see `deliveredInOrm`): delivered, or the lease lost (the

@@ -297,7 +297,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
         await orm.credit(tx, n);
       });
       expect(lastError).toMatch(
-        /^a listener ended the delivery transaction of .+ itself through tx \(a raw ROLLBACK, then resolved \(or a COMMIT after a statement that failed, which PostgreSQL makes a ROLLBACK\): anything it wrote after it committed on its own, in \w+\), so its writes landed, or may have/,
+        /^a listener ended the delivery transaction of .+ itself through tx \(a raw ROLLBACK, then resolved \(or a COMMIT after a statement that failed, which PostgreSQL makes a ROLLBACK\): anything it wrote after it outside a transaction committed on its own, in \w+\), so its writes landed, or may have/,
       );
     });
 
