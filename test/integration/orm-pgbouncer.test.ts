@@ -8,6 +8,7 @@ import { DataTypes, Sequelize, type Transaction as SequelizeTransaction } from '
 import { DataSource, EntitySchema, type EntityManager } from 'typeorm';
 import { ipnRouter, type IpnNotification } from '../../lib/index.js';
 import { PostgresStore } from '../../lib/postgres.js';
+import { dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 import {
   drizzleTransactions,
   knexTransactions,
@@ -347,7 +348,7 @@ describeWithPgBouncer(
           opened ? [opened.pool] : [],
         );
         await watched(`${key}: dropping its tables`, () =>
-          direct.query(`DROP TABLE IF EXISTS ${table}, ${table}_expected, ${ledger}`),
+          dropPostgresInboxes(direct, [table]).then(() => direct.query(`DROP TABLE IF EXISTS ${ledger}`)),
         );
         if (schema) await direct.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
       });
@@ -562,7 +563,7 @@ describeWithPgBouncer(
       });
       afterAll(async () => {
         await db?.destroy();
-        await direct.query(`DROP TABLE IF EXISTS ${table}, ${table}_expected`);
+        await dropPostgresInboxes(direct, [table]);
         await direct.query(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
         await direct.query(`DROP OWNED BY ${role}`).catch(() => {});
         await direct.query(`DROP ROLE IF EXISTS ${role}`);
