@@ -59,6 +59,13 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
     const { fixture } = require(path) as { fixture: OrmFixture<unknown> };
     const ledger = ledgerSchema(`ipn_hostile_${name.toLowerCase()}`, [
       'CREATE TABLE orders (id text PRIMARY KEY, paid integer NOT NULL DEFAULT 0)',
+      // A COMMIT that takes the seconds inserted (a deferred trigger, as an audit or outbox trigger may be):
+      // in flight when an attempt is abandoned at 90% of leaseMs.
+      'CREATE TABLE slow_commit (seconds numeric)',
+      `CREATE FUNCTION slow_commit_wait() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN PERFORM pg_sleep(NEW.seconds); RETURN NULL; END $$`,
+      `CREATE CONSTRAINT TRIGGER slow_commit_wait AFTER INSERT ON slow_commit DEFERRABLE INITIALLY DEFERRED
+        FOR EACH ROW EXECUTE FUNCTION slow_commit_wait()`,
     ]);
     let orm: OpenedOrm<unknown>;
     beforeAll(async () => {
@@ -421,6 +428,73 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       } finally {
         release();
       }
+    });
+
+    // Found in review of the abandoned attempt's check (f7212a4): the COMMIT a listener sent through tx
+    // before the attempt was abandoned, still running when txid_status is asked (a deferred trigger; a
+    // COMMIT queued in the driver behind a slow query of the listener's), read 'in progress': the attempt
+    // was retried, and the COMMIT then landed: a second credit. Now the ORM's transaction's end is waited
+    // for, and the status asked again. `seconds`: how long the COMMIT runs; sent 800 ms before the
+    // abandonment at 90% of leaseMs.
+    const slowCommit = async (leaseMs: number, seconds: number) => {
+      const ipn = router(false, { leaseMs });
+      const payload = uniquePayload();
+      const key = ledger.keyOf(payload);
+      let release!: () => void;
+      const hung = new Promise<void>((resolve) => (release = resolve));
+      let committed = false;
+      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+        await orm.credit(tx, n);
+        if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
+        await raw(tx, `INSERT INTO slow_commit VALUES (${seconds})`);
+        await new Promise((resolve) => setTimeout(resolve, leaseMs * 0.9 - 800));
+        await raw(tx); // still running at the abandonment
+        committed = true;
+        await hung;
+      });
+      const { post } = await serve(ipn);
+      try {
+        expect((await post(payload)).status).toBe(200);
+        await eventually(
+          'settled, and the COMMIT ended',
+          async () =>
+            committed && ['dead', 'delivered'].includes(String((await ledger.entryOf(key))?.status)),
+          leaseMs + 10_000,
+        );
+        await new Promise((resolve) => setTimeout(resolve, 500)); // a retry under way ends
+        expect(await rows(payload.transaction_id)).toBe(1);
+        return await ledger.entryOf(key);
+      } finally {
+        release();
+      }
+    };
+
+    test('a raw COMMIT still running when the attempt is abandoned at leaseMs, ending before the lease does: dead, never credited twice', async () => {
+      const entry = await slowCommit(8_000, 1.2);
+      expect(entry).toMatchObject({ status: 'dead', attempts: 1 });
+      expect(entry?.last_error).toMatch(
+        /\(leaseMs\); a listener ended the delivery transaction .+ \(a raw COMMIT/,
+      );
+    });
+
+    // The guard beside it: a listener hung in its own query on tx (a lock wait) past leaseMs. The ORM's
+    // ROLLBACK waits behind that query, and so does the abandoned attempt's second ask; the entry is taken
+    // up again once its lease runs out, and credited once.
+    test('a listener hung in a query on tx past leaseMs: retried, one row', async () => {
+      const ipn = router(false, { leaseMs: 1_000, storeTimeoutMs: 3_000 });
+      const payload = uniquePayload();
+      const key = ledger.keyOf(payload);
+      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+        await orm.credit(tx, n);
+        if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
+        await raw(tx, 'SELECT pg_sleep(2)');
+      });
+      const { post } = await serve(ipn);
+      expect((await post(payload)).status).toBe(200);
+      await eventually('delivered', async () => (await ledger.entryOf(key))?.status === 'delivered', 10_000);
+      await new Promise((resolve) => setTimeout(resolve, 1_500)); // the first attempt's query ends
+      expect(await rows(payload.transaction_id)).toBe(1);
+      expect(await ledger.entryOf(key)).toMatchObject({ status: 'delivered' });
     });
 
     // A listener that fails after its own statement failed (the transaction aborted) is retried as before:
