@@ -75,8 +75,9 @@ class LeaseLost extends DeliveryError {
  * transaction cannot be asked through `tx` any more), `landedAfter` tells the same once the ORM's
  * transaction has ended, through a connection of its own; so does it when the mark failed, and `commit()`
  * then resolves `{ landed }` (the ORM never commits after a failed mark: a listener did). For an abandoned
- * attempt, whose listeners may still be using `tx`, only `landedAfter` is asked, at once: a transaction
- * still open tells nothing.
+ * attempt, whose listeners may still be using `tx`, only `landedAfter` is asked: at once, and when the
+ * transaction was still open (a `COMMIT` of a listener's may still be running), again once the ORM's
+ * transaction has ended.
  *
  * Resolves once the ORM has opened the transaction; rejects (a `StoreError`) when it could not.
  */
@@ -232,12 +233,18 @@ export async function openOrmTransaction<Tx>(
       state = 'ended';
       decide({ commit: false, settled: listeners === undefined });
       if (listeners !== undefined) {
-        // An abandoned attempt does not wait for the ROLLBACK: it may queue behind a listener's query. A
-        // COMMIT a listener has already sent through tx (its later uses are refused) is asked from outside,
-        // where the dialect can (`landedAfter`: the transaction stands committed; still open, it tells none).
+        // An abandoned attempt: a COMMIT a listener has already sent through tx (its later uses are refused)
+        // is asked from outside at once, where the dialect can (`landedAfter`: the transaction stands
+        // committed). Still open tells nothing yet: a COMMIT sent in time may still be running (a deferred
+        // trigger) or queued in the driver behind the listener's query, and land after the answer. So the
+        // transaction's end (the ORM's ROLLBACK, queued behind them) is waited for, and asked again: then
+        // final. The caller bounds the wait (storeTimeoutMs) and settles a `{ landed }` that comes later.
         if (!landedAfter || !openedWith) return;
         const asked = await landedAfter(openedWith).catch(() => undefined);
         if (asked !== undefined) return { landed: new Landed(key, transactions.name, asked).message };
+        await finished.catch(() => {});
+        const after = await landedAfter(openedWith).catch(() => undefined);
+        if (after !== undefined) return { landed: new Landed(key, transactions.name, after).message };
         return;
       }
       await finished.catch(() => {});

@@ -1,3 +1,4 @@
+import { DeliveryError } from '../../shared/errors.js';
 import { guardCheckouts } from '../guard-checkouts.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
 
@@ -117,23 +118,59 @@ function onOwnCheckout(db: object): Begin | undefined {
       client.release();
       return (session as DrizzleSession).transaction(work, config);
     }
-    const onClient = Object.create(session, { client: { value: client } }) as DrizzleSession;
+    let ended: 'work' | 'released' | undefined;
+    const guarded = refuseLateQueries(client, () => ended);
+    const onClient = Object.create(session, { client: { value: guarded } }) as DrizzleSession;
     let began = false;
     let failure: unknown;
     try {
       return await onClient.transaction((tx) => {
         began = true;
-        return work(tx);
+        const running = work(tx);
+        const end = () => void (ended ??= 'work');
+        running.then(end, end); // before Drizzle's own COMMIT or ROLLBACK, which awaits it after
+        return running;
       }, config);
     } catch (error) {
       failure = error ?? true;
       throw error;
     } finally {
+      ended = 'released';
       // Failed before the work began: the BEGIN did, on a connection whose state is unknown.
       const destroy = failure !== undefined && !began;
       client.release(destroy ? (failure instanceof Error ? failure : true) : undefined);
     }
   };
+}
+
+/**
+ * `client` as Drizzle's session of one delivery gets it: once the work has settled, only Drizzle's own
+ * `commit` or `rollback` runs on it, and nothing once it went back to the pool. A query builder a listener
+ * took from `tx` in time, and ran once its attempt was abandoned, went to this client: after the ROLLBACK,
+ * committed on its own, or in whatever transaction the client's next user had opened.
+ */
+function refuseLateQueries(client: object, ended: () => 'work' | 'released' | undefined): object {
+  const query: unknown = Reflect.get(client, 'query');
+  if (typeof query !== 'function') return client;
+  const refused = (...args: unknown[]): unknown => {
+    const state = ended();
+    const first: unknown = args[0];
+    const text: unknown = typeof first === 'string' ? first : Reflect.get(Object(first), 'text');
+    const ends = typeof text === 'string' && /^\s*(commit|rollback)\s*$/i.test(text); // harmless when late
+    if (state === 'released' || (state === 'work' && !ends)) {
+      return Promise.reject(
+        new DeliveryError(
+          "drizzleTransactions: a query through a delivery's transaction once it has ended (a query builder " +
+            'taken from tx in time, run after the attempt ended) was not made: await every write in the listener',
+        ),
+      );
+    }
+    return Reflect.apply(query, client, args) as unknown;
+  };
+  return new Proxy(client, {
+    get: (target, property) =>
+      property === 'query' ? refused : (Reflect.get(target, property, target) as unknown),
+  });
 }
 
 /** A value, in a few words, for an error message: `null`, `a Pool`. */

@@ -85,36 +85,75 @@ describe('openOrmTransaction with a Transactions that breaks its contract', () =
 });
 
 describe('openOrmTransaction: an abandoned attempt (its listeners may still run)', () => {
-  /** A transaction() that never ends (a listener's query holds the connection), and an opening. */
-  const held: Transactions<string> = {
-    name: 'held',
-    transaction(work) {
-      void work('tx').catch(() => {});
-      return new Promise<never>(() => {});
-    },
-    query: () => Promise.resolve({ rows: [{ xid: '42' }], count: 1 }),
+  /** A transaction() that ends only when `end()` is called (a listener's query holds the connection). */
+  const held = () => {
+    let end!: () => void;
+    const ended = new Promise<never>((_, reject) => (end = () => reject(new Error('rolled back'))));
+    const transactions: Transactions<string> = {
+      name: 'held',
+      transaction(work) {
+        void work('tx').catch(() => {});
+        return ended;
+      },
+      query: () => Promise.resolve({ rows: [{ xid: '42' }], count: 1 }),
+    };
+    return { transactions, end };
   };
   const opening: Statement = { text: 'SELECT txid', values: [], returns: 'rows' };
+  const landedWords = { landed: expect.stringMatching(/itself through tx \(a raw COMMIT, in held\)/) };
 
-  test.each<[string, () => Promise<string | undefined>, unknown]>([
-    [
-      'committed: landed, without waiting for the ORM',
-      () => Promise.resolve('a raw COMMIT'),
-      { landed: expect.stringMatching(/itself through tx \(a raw COMMIT, in held\)/) },
-    ],
-    ['still open: nothing told', () => Promise.resolve(undefined), undefined],
-    ['not askable: nothing told', () => Promise.reject(new Error('pool gone')), undefined],
-  ])('landedAfter is asked at once, %s', async (_what, answer, expected) => {
+  test.each<[string, Array<() => Promise<string | undefined>>, unknown]>([
+    ['committed: landed, without waiting for the ORM', [() => Promise.resolve('a raw COMMIT')], landedWords],
+  ])('landedAfter is asked at once, %s', async (_what, answers, expected) => {
     const asked: unknown[] = [];
-    const opened = await openOrmTransaction(held, 'K:SUCCESSFUL', mark, {
+    const { transactions } = held();
+    const opened = await openOrmTransaction(transactions, 'K:SUCCESSFUL', mark, {
       opening,
       landedAfter: (openedWith) => {
         asked.push(openedWith.rows[0]);
-        return answer();
+        return answers[asked.length - 1]!();
       },
     });
     await expect(opened.rollback(new Promise(() => {}))).resolves.toEqual(expected);
     expect(asked).toEqual([{ xid: '42' }]);
+  });
+
+  // Still open at once tells nothing yet: a COMMIT a listener sent in time may still be running, and land.
+  test.each<[string, Array<() => Promise<string | undefined>>, unknown]>([
+    [
+      "a COMMIT still running: landed, once the ORM's transaction ended",
+      [() => Promise.resolve(undefined), () => Promise.resolve('a raw COMMIT')],
+      landedWords,
+    ],
+    [
+      'still open, then rolled back: nothing told',
+      [() => Promise.resolve(undefined), () => Promise.resolve(undefined)],
+      undefined,
+    ],
+    [
+      'not askable: nothing told',
+      [() => Promise.reject(new Error('pool gone')), () => Promise.reject(new Error('pool gone'))],
+      undefined,
+    ],
+  ])('landedAfter is asked at once and again at the end, %s', async (_what, answers, expected) => {
+    const asked: unknown[] = [];
+    const { transactions, end } = held();
+    const opened = await openOrmTransaction(transactions, 'K:SUCCESSFUL', mark, {
+      opening,
+      landedAfter: (openedWith) => {
+        asked.push(openedWith.rows[0]);
+        return answers[asked.length - 1]!();
+      },
+    });
+    let told = false;
+    const rolledBack = opened.rollback(new Promise(() => {}));
+    void rolledBack.then(() => (told = true));
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    expect(told).toBe(false); // not before the ORM's transaction ended
+    expect(asked).toEqual([{ xid: '42' }]);
+    end();
+    await expect(rolledBack).resolves.toEqual(expected);
+    expect(asked).toEqual([{ xid: '42' }, { xid: '42' }]);
   });
 });
 
