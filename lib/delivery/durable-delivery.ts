@@ -385,7 +385,10 @@ export function createDurableDelivery<C>(
         return landed(`${result.error.message}; ${words}`, result.error);
       };
       const ending = tx.end(abandoned); // the listeners' writes vanish
-      const rolledBack = await timed(ending, 'rollback', key).catch((cause: unknown) => {
+      // An abandoned attempt's rollback may wait for a listener's query still running on tx (its COMMIT
+      // may be about to land): the words say so, rather than blame the store.
+      const call = abandoned ? "rollback (waiting for a listener's query still running on tx)" : 'rollback';
+      const rolledBack = await timed(ending, call, key).catch((cause: unknown) => {
         ending.then(
           (later) => {
             const concluded = landedOf(later);
