@@ -40,7 +40,7 @@ const plainUpdate = (table: string, key: string, lease: string): string =>
 
 /** The DO block's body as a function of the table's, created once: its plan is kept by the session. */
 const markFunction = (table: string): string =>
-  `CREATE FUNCTION "${table}_mark"(k text, l text) RETURNS void LANGUAGE plpgsql AS $f$ BEGIN ` +
+  `DROP FUNCTION IF EXISTS "${table}_mark"(text, text); CREATE FUNCTION "${table}_mark"(k text, l text) RETURNS void LANGUAGE plpgsql AS $f$ BEGIN ` +
   `UPDATE "${table}" SET status = 'delivered', delivered_at = now(), lease_id = NULL, lease_until = NULL, ` +
   "updated_at = now() WHERE key = k AND lease_id = l; IF NOT FOUND THEN RAISE EXCEPTION 'lost' " +
   "USING ERRCODE = 'IK001'; END IF; END $f$";

@@ -97,8 +97,9 @@ export async function openPostgres(url: string, table: string): Promise<BenchSer
     try {
       await pool.query(
         `DROP TABLE IF EXISTS "${table}", "${table}_expected", "${table}_states", "${table}_ledger", ` +
-          `"${table}_handwritten", "${table}_audit", "${table}_payloads", "${table}_control", "${table}_schema"; ` +
-          `DROP FUNCTION IF EXISTS "${table}_mark"(text, text); DROP SCHEMA IF EXISTS "${table}_gw" CASCADE`,
+          `"${table}_handwritten", "${table}_audit", "${table}_payloads", "${table}_control", "${table}_schema", ` +
+          `"${table}_claims"; DROP FUNCTION IF EXISTS "${table}_mark"(text, text); ` +
+          `DROP FUNCTION IF EXISTS "${table}_older_claim"(); DROP SCHEMA IF EXISTS "${table}_gw" CASCADE`,
       );
     } catch (error) {
       if (report) console.error(`bench: could not drop the table ${table}: ${String(error)}`);
