@@ -76,6 +76,19 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
     });
     const serve = servedRouters();
     const rows = async (id: unknown): Promise<number> => (await ledger.ledgerOf(id)).length;
+    /** Waits until the entry `key` is dead or delivered (`ms`: how long it may take). */
+    const settled = (key: string, ms?: number) =>
+      eventually(
+        'settled',
+        async () => ['dead', 'delivered'].includes(String((await ledger.entryOf(key))?.status)),
+        ms,
+      );
+    /** A promise a listener awaits to hang past leaseMs, and its release (for the test's `finally`). */
+    const gate = () => {
+      let release!: () => void;
+      const hung = new Promise<void>((resolve) => (release = resolve));
+      return { hung, release };
+    };
     const router = (withoutPool: boolean, times: { leaseMs?: number; storeTimeoutMs?: number } = {}) =>
       ipnRouter({
         store: withoutPool
@@ -360,9 +373,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
         });
         const { post } = await serve(ipn);
         expect((await post(payload)).status).toBe(200);
-        await eventually('settled', async () =>
-          ['dead', 'delivered'].includes(String((await ledger.entryOf(key))?.status)),
-        );
+        await settled(key);
         expect(await rows(payload.transaction_id)).toBe(1);
       },
     );
@@ -384,9 +395,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
         });
         const { post } = await serve(ipn);
         expect((await post(payload)).status).toBe(200);
-        await eventually('settled', async () =>
-          ['dead', 'delivered'].includes(String((await ledger.entryOf(key))?.status)),
-        );
+        await settled(key);
         expect(await rows(payload.transaction_id)).toBe(1);
         expect(await ledger.entryOf(key)).toMatchObject({ status: 'dead', attempts: 1 });
       },
@@ -410,11 +419,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
         });
         const { post } = await serve(ipn);
         expect((await post(payload)).status).toBe(200);
-        await eventually(
-          'settled',
-          async () => ['dead', 'delivered'].includes(String((await ledger.entryOf(key))?.status)),
-          10_000,
-        );
+        await settled(key, 10_000);
         expect(await rows(payload.transaction_id)).toBe(1);
         expect(await ledger.entryOf(key)).toMatchObject({ status: 'dead' });
       },
@@ -432,8 +437,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       const ipn = router(false, { leaseMs: 1_000 });
       const payload = uniquePayload();
       const key = ledger.keyOf(payload);
-      let release!: () => void;
-      const hung = new Promise<void>((resolve) => (release = resolve));
+      const { hung, release } = gate();
       ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
         await orm.credit(tx, n);
         if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
@@ -443,11 +447,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       const { post } = await serve(ipn);
       try {
         expect((await post(payload)).status).toBe(200);
-        await eventually(
-          'settled',
-          async () => ['dead', 'delivered'].includes(String((await ledger.entryOf(key))?.status)),
-          10_000,
-        );
+        await settled(key, 10_000);
         const entry = await ledger.entryOf(key);
         expect(entry).toMatchObject(
           commits ? { status: 'dead', attempts: 1 } : { status: 'delivered', attempts: 2 },
@@ -473,8 +473,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       const ipn = router(false, { leaseMs });
       const payload = uniquePayload();
       const key = ledger.keyOf(payload);
-      let release!: () => void;
-      const hung = new Promise<void>((resolve) => (release = resolve));
+      const { hung, release } = gate();
       let committed = false;
       ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
         await orm.credit(tx, n);
@@ -561,8 +560,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
         });
         const payload = uniquePayload();
         const key = ledger.keyOf(payload);
-        let release!: () => void;
-        const hung = new Promise<void>((resolve) => (release = resolve));
+        const { hung, release } = gate();
         ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
           await orm.credit(tx, n);
           if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
@@ -573,11 +571,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
         const { post } = await serve(ipn);
         try {
           expect((await post(payload)).status).toBe(200);
-          await eventually(
-            'settled',
-            async () => ['dead', 'delivered'].includes(String((await ledger.entryOf(key))?.status)),
-            10_000,
-          );
+          await settled(key, 10_000);
           await new Promise((resolve) => setTimeout(resolve, 500)); // a retry under way ends
           expect(await rows(payload.transaction_id)).toBe(1);
         } finally {
@@ -596,8 +590,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
         const ipn = router(false, { leaseMs: 1_000 });
         const payload = uniquePayload();
         const key = ledger.keyOf(payload);
-        let release!: () => void;
-        const hung = new Promise<void>((resolve) => (release = resolve));
+        const { hung, release } = gate();
         ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
           if (attempt > 1 || n.transaction_id !== payload.transaction_id) return orm.credit(tx, n);
           await raw(tx, 'ROLLBACK');
@@ -607,11 +600,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
         const { post } = await serve(ipn);
         try {
           expect((await post(payload)).status).toBe(200);
-          await eventually(
-            'settled',
-            async () => ['dead', 'delivered'].includes(String((await ledger.entryOf(key))?.status)),
-            10_000,
-          );
+          await settled(key, 10_000);
           expect(await rows(payload.transaction_id)).toBe(1);
         } finally {
           release();
