@@ -250,6 +250,12 @@ function scenarios(
     }
     healthy = true;
     await eventually('delivered', async () => (await store.get(keyOf(bare)))?.status === 'delivered');
+    // The entry is delivered before its attempt's span ends and reaches the exporter: waited for, as above.
+    await eventually('the delivered attempt span', () =>
+      spans('ipn.deliver', String(bare.transaction_id)).some(
+        (span) => span.attributes['ipn.outcome'] === 'delivered',
+      ),
+    );
     const retries = spans('ipn.deliver', String(bare.transaction_id));
     expect(retries.length).toBeGreaterThan(0);
     for (const retry of retries) expect(retry.links).toEqual([]);
