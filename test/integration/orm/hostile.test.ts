@@ -89,6 +89,20 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       const hung = new Promise<void>((resolve) => (release = resolve));
       return { hung, release };
     };
+    /**
+     * Every attempt credits; `payload`'s first attempt then runs `first` (through its `tx`): how a listener
+     * ends or outlives its transaction after its credit.
+     */
+    const onFirstAttempt = (
+      ipn: ReturnType<typeof ipnRouter>,
+      payload: Record<string, unknown>,
+      first: (n: IpnNotification, tx: Any) => Promise<void>,
+    ) =>
+      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+        await orm.credit(tx, n);
+        if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
+        await first(n, tx);
+      });
     const router = (withoutPool: boolean, times: { leaseMs?: number; storeTimeoutMs?: number } = {}) =>
       ipnRouter({
         store: withoutPool
@@ -292,9 +306,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       async (_what, expected, statements) => {
         const ipn = router(false);
         const payload = uniquePayload();
-        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
-          await orm.credit(tx, n);
-          if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
+        onFirstAttempt(ipn, payload, async (_n, tx) => {
           for (const statement of statements) await raw(tx, statement);
           throw new Error('the order service is down');
         });
@@ -385,9 +397,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
         const ipn = router(false);
         const payload = uniquePayload();
         const key = ledger.keyOf(payload);
-        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
-          await orm.credit(tx, n);
-          if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
+        onFirstAttempt(ipn, payload, async (_n, tx) => {
           await raw(tx);
           const { rows: pids } = (await raw(tx, 'SELECT pg_backend_pid() AS pid')) as Any;
           await ledger.pool().query('SELECT pg_terminate_backend($1)', [pids[0].pid]);
@@ -410,9 +420,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
         const ipn = router(false, { leaseMs: 3_000, storeTimeoutMs: 300 });
         const payload = uniquePayload();
         const key = ledger.keyOf(payload);
-        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
-          await orm.credit(tx, n);
-          if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
+        onFirstAttempt(ipn, payload, async (_n, tx) => {
           await raw(tx);
           void raw(tx, 'SELECT pg_sleep(1)').catch(() => {});
           throw new Error('the order service is down');
@@ -438,9 +446,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       const payload = uniquePayload();
       const key = ledger.keyOf(payload);
       const { hung, release } = gate();
-      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
-        await orm.credit(tx, n);
-        if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
+      onFirstAttempt(ipn, payload, async (_n, tx) => {
         if (commits) await raw(tx);
         await hung;
       });
@@ -475,9 +481,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       const key = ledger.keyOf(payload);
       const { hung, release } = gate();
       let committed = false;
-      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
-        await orm.credit(tx, n);
-        if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
+      onFirstAttempt(ipn, payload, async (_n, tx) => {
         await raw(tx, `INSERT INTO slow_commit VALUES (${seconds})`);
         await new Promise((resolve) => setTimeout(resolve, leaseMs * 0.9 - 800));
         await raw(tx); // still running at the abandonment
@@ -516,9 +520,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       const ipn = router(false, { leaseMs: 1_000, storeTimeoutMs: 3_000 });
       const payload = uniquePayload();
       const key = ledger.keyOf(payload);
-      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
-        await orm.credit(tx, n);
-        if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
+      onFirstAttempt(ipn, payload, async (_n, tx) => {
         await raw(tx, 'SELECT pg_sleep(2)');
       });
       const { post } = await serve(ipn);
@@ -561,9 +563,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
         const payload = uniquePayload();
         const key = ledger.keyOf(payload);
         const { hung, release } = gate();
-        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
-          await orm.credit(tx, n);
-          if (attempt > 1 || n.transaction_id !== payload.transaction_id) return;
+        onFirstAttempt(ipn, payload, async (_n, tx) => {
           await raw(tx);
           void pool.query('SELECT pg_sleep(2)').catch(() => {}); // the pool's only client, for 2 s
           await hung;
