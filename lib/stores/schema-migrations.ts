@@ -128,16 +128,45 @@ export function latestSql(migrations: readonly SchemaMigration[]): string {
   return migrations.map((migration) => migration.sql).join('');
 }
 
-/** Checks that `migrations` are numbered 1, 2, 3, ... in order: a slip in a dialect's list fails at once. */
-export function checkedMigrations(migrations: readonly Migration[]): readonly Migration[] {
-  migrations.forEach((migration, index) => {
-    if (migration.version !== index + 1) {
-      const message = `ipn-kit: schema version ${migration.version} listed at position ${index + 1}`;
-      throw new IpnKitError('IPN_INTERNAL', message);
-    }
-  });
-  return migrations;
+/**
+ * Each schema version's name, in order: a version means the same in every dialect (one that is another
+ * dialect's alone keeps its number there, with no tables and no steps: {@link NOT_HERE}).
+ */
+const VERSION_NAMES = [
+  'the inbox and its index of due entries',
+  'the expectations, lifecycle and audit tables',
+  'the control table (a pause for every instance)',
+  "the expectations' account (several API keys)",
+  "the sweep's lock in the control table",
+  'the delivered mark as a function (PostgreSQL)',
+  'the claims table (at-most-once claims out of the inbox)',
+];
+
+/** A version as a dialect lists it: its tables and steps (see {@link Migration}). */
+export type VersionParts = Pick<Migration, 'tables' | 'steps'>;
+
+/** A version of another dialect alone (version 6 is PostgreSQL's): its number kept, nothing to run. */
+export const NOT_HERE: VersionParts = { tables: [], steps: [] };
+
+/**
+ * A dialect's versions, numbered 1, 2, 3, ... in the order listed and named (`VERSION_NAMES`): a slip in a
+ * dialect's list (a version more or fewer) fails at once.
+ */
+export function numberedMigrations(versions: readonly VersionParts[]): readonly Migration[] {
+  if (versions.length !== VERSION_NAMES.length) {
+    const message = `ipn-kit: ${versions.length} schema versions listed, of ${VERSION_NAMES.length}`;
+    throw new IpnKitError('IPN_INTERNAL', message);
+  }
+  return versions.map(({ tables, steps }, index) => ({
+    version: index + 1,
+    name: VERSION_NAMES[index]!,
+    tables,
+    steps,
+  }));
 }
+
+/** One statement of a text that holds one (or ends with `;`). */
+export const statement = (sql: string): MigrationStep => ({ sql: sql.trim().replace(/;$/, '') });
 
 /**
  * Brings the table set of `dialect` to its latest version: reads the version the database is at, refuses a
