@@ -1,4 +1,4 @@
-import { checkLeaseLimit, claimTtlMs, migrateWorded } from '../store-core.js';
+import { checkLeaseLimit, claimTtlMs, migrateWorded, unknownSettlement } from '../store-core.js';
 import { missingTable, SqlStore, type SqlDialect, type TableOf } from '../sql-store.js';
 import { SqlAudit } from '../sql-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
@@ -431,9 +431,7 @@ export class MysqlStore<
       case 'dead':
         return [this.#sql.dead, [asUtf8Hex(errorText(settlement.error)), key, leaseId]];
       default:
-        throw new TypeError(
-          `MysqlStore.settle: status must be delivered, failed or dead, got ${String((settlement as { status?: unknown } | undefined)?.status)}`,
-        );
+        throw unknownSettlement('MysqlStore', settlement);
     }
   }
 

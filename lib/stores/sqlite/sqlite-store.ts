@@ -7,6 +7,8 @@ import {
   leaseMs as checkedLeaseMs,
   splitKey as splitStoredKey,
   migrateWorded,
+  unknownSettlement,
+  validDate,
 } from '../store-core.js';
 import { SqlStore, type SqlDialect } from '../sql-store.js';
 import { SqlAudit } from '../sql-audit.js';
@@ -395,21 +397,13 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> extends SqlS
       case 'delivered':
         return [this.#sql.delivered, [now, now, key, leaseId]];
       case 'failed': {
-        const { nextAttemptAt } = settlement;
-        if (!(nextAttemptAt instanceof Date) || Number.isNaN(nextAttemptAt.getTime())) {
-          throw new TypeError(
-            `SqliteStore.settle: nextAttemptAt must be a valid Date, got ${String(nextAttemptAt)}`,
-          );
-        }
-        const values = [String(settlement.error), nextAttemptAt.getTime(), now, key, leaseId];
-        return [this.#sql.failed, values];
+        const next = validDate('SqliteStore.settle: nextAttemptAt', settlement.nextAttemptAt).getTime();
+        return [this.#sql.failed, [String(settlement.error), next, now, key, leaseId]];
       }
       case 'dead':
         return [this.#sql.dead, [String(settlement.error), now, key, leaseId]];
       default:
-        throw new TypeError(
-          `SqliteStore.settle: status must be delivered, failed or dead, got ${String((settlement as { status?: unknown })?.status)}`,
-        );
+        throw unknownSettlement('SqliteStore', settlement);
     }
   }
 
