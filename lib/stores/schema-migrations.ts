@@ -1,4 +1,4 @@
-import { IpnKitError, StoreError } from '../shared/errors.js';
+import { IpnKitError, messageOf, StoreError } from '../shared/errors.js';
 
 /**
  * An older ipn-kit's claim in the inbox: before schema version 7 (ipn-kit 0.1.0, on PostgreSQL), an
@@ -167,6 +167,29 @@ export function numberedMigrations(versions: readonly VersionParts[]): readonly 
 
 /** One statement of a text that holds one (or ends with `;`). */
 export const statement = (sql: string): MigrationStep => ({ sql: sql.trim().replace(/;$/, '') });
+
+/**
+ * `migrate()`'s run ({@link runMigrations}), its failure worded: a `StoreError` as it is, anything else as
+ * what could not be made, the driver's message, then `hint` (what the database user needs, where the SQL is).
+ */
+export async function migrateWorded(
+  dialect: SchemaDialect,
+  options: MigrateOptions | undefined,
+  hint = '',
+): Promise<MigrationReport> {
+  try {
+    return await runMigrations(dialect, options);
+  } catch (error) {
+    if (error instanceof StoreError) throw error;
+    const { owner, table } = dialect;
+    throw new StoreError(
+      `${owner}.migrate: could not create the table ${table}: ${messageOf(error)}${hint}`,
+      {
+        cause: error,
+      },
+    );
+  }
+}
 
 /**
  * Brings the table set of `dialect` to its latest version: reads the version the database is at, refuses a

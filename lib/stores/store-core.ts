@@ -207,26 +207,3 @@ export function inboxEntry(value: unknown, read: RowReader): InboxEntry {
     leaseUntil: row.lease_until === null ? null : date(row.lease_until),
   };
 }
-
-/**
- * `migrate()`'s run, its failure worded: a `StoreError` as it is, anything else as what could not be made,
- * the driver's message, then `hint` (what the database user needs, where the SQL is).
- */
-export async function migrateWorded<R>(
-  owner: string,
-  table: string,
-  run: () => Promise<R>,
-  hint = '',
-): Promise<R> {
-  try {
-    return await run();
-  } catch (error) {
-    if (error instanceof StoreError) throw error;
-    throw new StoreError(
-      `${owner}.migrate: could not create the table ${table}: ${messageOf(error)}${hint}`,
-      {
-        cause: error,
-      },
-    );
-  }
-}

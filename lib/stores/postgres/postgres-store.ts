@@ -1,4 +1,4 @@
-import { checkLeaseLimit, claimTtlMs, migrateWorded } from '../store-core.js';
+import { checkLeaseLimit, claimTtlMs } from '../store-core.js';
 import { missingTable, SqlStore, type SqlDialect, type TableOf } from '../sql-store.js';
 import { randomUUID } from 'node:crypto';
 import {
@@ -22,7 +22,7 @@ import {
   type InboxSql,
 } from './postgres-sql.js';
 import { postgresControlTable, postgresSchemaDialect } from './postgres-schema.js';
-import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
+import { migrateWorded, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
 import { BatchStall, createBatcher } from '../batcher.js';
 import {
   canConnect,
@@ -330,7 +330,7 @@ export class PostgresStore<
       const dialect = postgresSchemaDialect(this.table, (text) => this.#pool.query(text));
       const hint =
         ' (the role needs CREATE on the schema; or create it with the SQL of postgresSchemaSql() in your migrations)';
-      report = await migrateWorded('PostgresStore', this.table, () => runMigrations(dialect, options), hint);
+      report = await migrateWorded(dialect, options, hint);
     });
     if (options?.dryRun !== true) this.#markFunction = true; // made by version 6, if it was missing
     return report!;

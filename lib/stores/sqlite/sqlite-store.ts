@@ -6,7 +6,6 @@ import {
   notMigrated,
   leaseMs as checkedLeaseMs,
   splitKey as splitStoredKey,
-  migrateWorded,
   unknownSettlement,
   validDate,
 } from '../store-core.js';
@@ -42,7 +41,7 @@ import type { SqlExpectations } from '../sql-expectations.js';
 import { SqliteLifecycle } from './sqlite-lifecycle.js';
 import { quoteTable, sqliteAuditTable, sqliteInboxSql, type SqliteInboxSql } from './sqlite-sql.js';
 import { sqliteSchemaDialect } from './sqlite-schema.js';
-import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
+import { migrateWorded, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
 
 /**
  * Options of {@link SqliteStore}.
@@ -260,7 +259,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> extends SqlS
       rows: (sql: string) => database.prepare(sql).all(),
     };
     const dialect = sqliteSchemaDialect(this.table, connection, (work) => this.#gate.run(work));
-    return migrateWorded('SqliteStore', this.table, () => runMigrations(dialect, options));
+    return migrateWorded(dialect, options);
   }
 
   /**
