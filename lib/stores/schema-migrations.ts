@@ -247,3 +247,21 @@ export function distinctName(name: string, suffix: string, limit: number): strin
   const tag = `_${(hash >>> 0).toString(16).padStart(8, '0')}${suffix}`;
   return `${name.slice(0, limit - tag.length)}${tag}`;
 }
+
+/**
+ * Checks `table` (`name` or `<schema>.name`, each part of letters, digits and underscores, not starting with
+ * a digit, at most `most` characters: the database's limit) and splits it at the `.`. `owner` names the
+ * store in the message.
+ * @throws TypeError when `table` is not such a name.
+ */
+export function tableParts(owner: string, table: unknown, most: number): string[] {
+  const parts = typeof table === 'string' ? table.split('.') : [];
+  const identifier = new RegExp(`^[A-Za-z_][A-Za-z0-9_]{0,${most - 1}}$`);
+  if (parts.length < 1 || parts.length > 2 || !parts.every((part) => identifier.test(part))) {
+    throw new TypeError(
+      `${owner}: table must be a name such as 'ipn_inbox' or 'app.ipn_inbox' (letters, digits and ` +
+        `underscores, at most ${most} per part, not starting with a digit), got ${JSON.stringify(table) ?? String(table)}`,
+    );
+  }
+  return parts;
+}
