@@ -278,12 +278,19 @@ export function mysqlClaimsName(table: string): string[] {
   return [...parts.slice(0, -1), distinctName(parts.at(-1)!, '_claims', 64)];
 }
 
-/** The quoted audit table beside inbox `table`: `<table>_audit`, in the same database, within 64 characters. */
-export function mysqlAuditTable(table: string): string {
-  const parts = mysqlTableNames(table).name.split('.');
-  const name = parts.pop() as string;
-  return [...parts, `${name.slice(0, 64 - '_audit'.length)}_audit`].map((part) => `\`${part}\``).join('.');
+/**
+ * The quoted table `<table><suffix>` beside inbox `table`, in the same database, its name cut to MySQL's 64
+ * characters. `owner` names the caller in the message of a bad name.
+ * @throws TypeError when `table` is not such a name.
+ */
+export function mysqlBeside(table: string, suffix: string, owner?: string): string {
+  const parts = mysqlTableNames(table, owner).name.split('.');
+  const name = parts.pop()!;
+  return [...parts, `${name.slice(0, 64 - suffix.length)}${suffix}`].map((part) => `\`${part}\``).join('.');
 }
+
+/** The quoted audit table beside inbox `table`: `<table>_audit`, in the same database, within 64 characters. */
+export const mysqlAuditTable = (table: string): string => mysqlBeside(table, '_audit');
 
 /**
  * The SQL that creates the audit table beside the inbox `table` (`<table>_audit`: one row per operator
