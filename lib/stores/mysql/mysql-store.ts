@@ -210,8 +210,8 @@ export class MysqlStore<
     this.audit = new SqlAudit({ write: audited, read: audited }, mysqlAuditTable(this.table));
     const control = mysqlControlTable(this.table);
     const controlled = about('control');
-    this.pauseSwitch = sqlPauseSwitch({
-      read: () => controlled(`SELECT value FROM ${control} WHERE name = 'paused'`, []),
+    this.pauseSwitch = sqlPauseSwitch(control, {
+      read: (text) => controlled(text, []),
       write: (value) =>
         controlled(
           `INSERT INTO ${control} (name, value, updated_ms) VALUES ('paused', ?, ?) ` +

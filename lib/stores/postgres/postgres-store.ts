@@ -264,10 +264,8 @@ export class PostgresStore<
     this.#sql = inboxSql(this.table);
     this.audit = new PostgresAudit((text, values) => this.#query(text, values, 'audit'), this.table);
     const control = postgresControlTable(this.table);
-    this.pauseSwitch = sqlPauseSwitch({
-      read: async () =>
-        (await this.#query(`SELECT value FROM ${control} WHERE name = 'paused'`, [], 'control'))
-          .rows as Array<Record<string, unknown>>,
+    this.pauseSwitch = sqlPauseSwitch(control, {
+      read: async (text) => (await this.#query(text, [], 'control')).rows,
       write: (value) =>
         this.#query(
           `INSERT INTO ${control} (name, value) VALUES ('paused', $1) ON CONFLICT (name) DO UPDATE ` +

@@ -198,11 +198,8 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> extends SqlS
       sqliteAuditTable(this.table),
     );
     const control = `"${this.table}_control"`;
-    this.pauseSwitch = sqlPauseSwitch({
-      read: async () =>
-        (await this.#read(`SELECT value FROM ${control} WHERE name = 'paused'`, [])) as Array<
-          Record<string, unknown>
-        >,
+    this.pauseSwitch = sqlPauseSwitch(control, {
+      read: (text) => this.#read(text, []),
       write: (value) =>
         this.#change(
           `INSERT INTO ${control} (name, value, updated_ms) VALUES ('paused', ?, ?) ` +
