@@ -30,28 +30,21 @@ interface Beside {
   quoted: string;
 }
 
+/** The table of `parts` (`[database?, name]`) as a {@link Beside}. */
+function besideOf(parts: string[]): Beside {
+  const quoted = parts.map((part) => `\`${part}\``).join('.');
+  return { database: parts.length > 1 ? parts[0] : undefined, name: parts.at(-1)!, quoted };
+}
+
 /** The table `<table><suffix>` beside the inbox (`''`: the inbox itself), within MySQL's 64 characters. */
 function beside(table: string, suffix: string): Beside {
   const parts = mysqlTableNames(table).name.split('.');
   const last = parts.pop() as string;
-  const name = suffix === '' ? last : `${last.slice(0, 64 - suffix.length)}${suffix}`;
-  return {
-    database: parts[0],
-    name,
-    quoted: [...parts, name].map((part) => `\`${part}\``).join('.'),
-  };
+  return besideOf([...parts, suffix === '' ? last : `${last.slice(0, 64 - suffix.length)}${suffix}`]);
 }
 
 /** `<table>_claims` beside the inbox: its name cut as {@link mysqlClaimsName} cuts it, never shared by two inboxes. */
-function claimsBeside(table: string): Beside {
-  const parts = mysqlClaimsName(table);
-  const name = parts.at(-1)!;
-  return {
-    database: parts.length > 1 ? parts[0] : undefined,
-    name,
-    quoted: parts.map((part) => `\`${part}\``).join('.'),
-  };
-}
+const claimsBeside = (table: string): Beside => besideOf(mysqlClaimsName(table));
 
 /** The database of `table` in SQL: the one it names, or the connection's. Names are checked identifiers. */
 const databaseOf = (table: Beside): string =>
