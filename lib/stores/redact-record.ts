@@ -1,4 +1,5 @@
 import { PERSONAL_FIELDS } from './store.js';
+import { validDate } from './store-core.js';
 
 /**
  * The record with the customer's name and number blanked (`""`), or `undefined` when there was nothing to
@@ -22,9 +23,7 @@ function hasPersonal(value: unknown): boolean {
  * that is no valid `Date`, a status other than `delivered` or `dead`.
  */
 export function checkPurge(store: string, before: unknown, status: unknown, method = 'purge'): void {
-  if (!(before instanceof Date) || Number.isNaN(before.getTime())) {
-    throw new TypeError(`${store}.${method}: before must be a valid Date, got ${String(before)}`);
-  }
+  validDate(`${store}.${method}: before`, before);
   if (status !== 'delivered' && status !== 'dead') {
     throw new TypeError(`${store}.${method}: status must be 'delivered' or 'dead', got ${String(status)}`);
   }

@@ -1,4 +1,4 @@
-import { IpnKitError, StoreError } from '../shared/errors.js';
+import { IpnKitError, messageOf, StoreError } from '../shared/errors.js';
 
 /**
  * An older ipn-kit's claim in the inbox: before schema version 7 (ipn-kit 0.1.0, on PostgreSQL), an
@@ -128,15 +128,67 @@ export function latestSql(migrations: readonly SchemaMigration[]): string {
   return migrations.map((migration) => migration.sql).join('');
 }
 
-/** Checks that `migrations` are numbered 1, 2, 3, ... in order: a slip in a dialect's list fails at once. */
-export function checkedMigrations(migrations: readonly Migration[]): readonly Migration[] {
-  migrations.forEach((migration, index) => {
-    if (migration.version !== index + 1) {
-      const message = `ipn-kit: schema version ${migration.version} listed at position ${index + 1}`;
-      throw new IpnKitError('IPN_INTERNAL', message);
-    }
-  });
-  return migrations;
+/**
+ * Each schema version's name, in order: a version means the same in every dialect (one that is another
+ * dialect's alone keeps its number there, with no tables and no steps: {@link NOT_HERE}).
+ */
+const VERSION_NAMES = [
+  'the inbox and its index of due entries',
+  'the expectations, lifecycle and audit tables',
+  'the control table (a pause for every instance)',
+  "the expectations' account (several API keys)",
+  "the sweep's lock in the control table",
+  'the delivered mark as a function (PostgreSQL)',
+  'the claims table (at-most-once claims out of the inbox)',
+];
+
+/** A version as a dialect lists it: its tables and steps (see {@link Migration}). */
+export type VersionParts = Pick<Migration, 'tables' | 'steps'>;
+
+/** A version of another dialect alone (version 6 is PostgreSQL's): its number kept, nothing to run. */
+export const NOT_HERE: VersionParts = { tables: [], steps: [] };
+
+/**
+ * A dialect's versions, numbered 1, 2, 3, ... in the order listed and named (`VERSION_NAMES`): a slip in a
+ * dialect's list (a version more or fewer) fails at once.
+ */
+export function numberedMigrations(versions: readonly VersionParts[]): readonly Migration[] {
+  if (versions.length !== VERSION_NAMES.length) {
+    const message = `ipn-kit: ${versions.length} schema versions listed, of ${VERSION_NAMES.length}`;
+    throw new IpnKitError('IPN_INTERNAL', message);
+  }
+  return versions.map(({ tables, steps }, index) => ({
+    version: index + 1,
+    name: VERSION_NAMES[index]!,
+    tables,
+    steps,
+  }));
+}
+
+/** One statement of a text that holds one (or ends with `;`). */
+export const statement = (sql: string): MigrationStep => ({ sql: sql.trim().replace(/;$/, '') });
+
+/**
+ * `migrate()`'s run ({@link runMigrations}), its failure worded: a `StoreError` as it is, anything else as
+ * what could not be made, the driver's message, then `hint` (what the database user needs, where the SQL is).
+ */
+export async function migrateWorded(
+  dialect: SchemaDialect,
+  options: MigrateOptions | undefined,
+  hint = '',
+): Promise<MigrationReport> {
+  try {
+    return await runMigrations(dialect, options);
+  } catch (error) {
+    if (error instanceof StoreError) throw error;
+    const { owner, table } = dialect;
+    throw new StoreError(
+      `${owner}.migrate: could not create the table ${table}: ${messageOf(error)}${hint}`,
+      {
+        cause: error,
+      },
+    );
+  }
 }
 
 /**
@@ -194,4 +246,22 @@ export function distinctName(name: string, suffix: string, limit: number): strin
   for (let i = 0; i < name.length; i += 1) hash = Math.imul(hash ^ name.charCodeAt(i), 0x01000193);
   const tag = `_${(hash >>> 0).toString(16).padStart(8, '0')}${suffix}`;
   return `${name.slice(0, limit - tag.length)}${tag}`;
+}
+
+/**
+ * Checks `table` (`name` or `<schema>.name`, each part of letters, digits and underscores, not starting with
+ * a digit, at most `most` characters: the database's limit) and splits it at the `.`. `owner` names the
+ * store in the message.
+ * @throws TypeError when `table` is not such a name.
+ */
+export function tableParts(owner: string, table: unknown, most: number): string[] {
+  const parts = typeof table === 'string' ? table.split('.') : [];
+  const identifier = new RegExp(`^[A-Za-z_][A-Za-z0-9_]{0,${most - 1}}$`);
+  if (parts.length < 1 || parts.length > 2 || !parts.every((part) => identifier.test(part))) {
+    throw new TypeError(
+      `${owner}: table must be a name such as 'ipn_inbox' or 'app.ipn_inbox' (letters, digits and ` +
+        `underscores, at most ${most} per part, not starting with a digit), got ${JSON.stringify(table) ?? String(table)}`,
+    );
+  }
+  return parts;
 }

@@ -94,6 +94,23 @@ export function checkLeaseLimit(owner: string, limit: number): void {
   }
 }
 
+/**
+ * `date`, checked: a valid `Date`. `what` names it in the message (`PostgresStore.settle: nextAttemptAt`).
+ * @throws TypeError for any other value.
+ */
+export function validDate(what: string, date: unknown): Date {
+  if (!(date instanceof Date) || Number.isNaN(date.getTime())) {
+    throw new TypeError(`${what} must be a valid Date, got ${String(date)}`);
+  }
+  return date;
+}
+
+/** The refusal of `settle()`'s `settlement` of a status other than delivered, failed or dead. */
+export function unknownSettlement(owner: string, settlement: unknown): TypeError {
+  const status: unknown = Reflect.get(Object(settlement), 'status');
+  return new TypeError(`${owner}.settle: status must be delivered, failed or dead, got ${String(status)}`);
+}
+
 /** `countByStatus()` from the rows of a `SELECT status, count(*) AS count ... GROUP BY status`. */
 export function statusCounts(rows: unknown[]): StatusCounts {
   const counts: StatusCounts = { received: 0, delivered: 0, failed: 0, dead: 0 };
@@ -189,27 +206,4 @@ export function inboxEntry(value: unknown, read: RowReader): InboxEntry {
     deliveredAt: row.delivered_at === null ? null : date(row.delivered_at),
     leaseUntil: row.lease_until === null ? null : date(row.lease_until),
   };
-}
-
-/**
- * `migrate()`'s run, its failure worded: a `StoreError` as it is, anything else as what could not be made,
- * the driver's message, then `hint` (what the database user needs, where the SQL is).
- */
-export async function migrateWorded<R>(
-  owner: string,
-  table: string,
-  run: () => Promise<R>,
-  hint = '',
-): Promise<R> {
-  try {
-    return await run();
-  } catch (error) {
-    if (error instanceof StoreError) throw error;
-    throw new StoreError(
-      `${owner}.migrate: could not create the table ${table}: ${messageOf(error)}${hint}`,
-      {
-        cause: error,
-      },
-    );
-  }
 }

@@ -1,3 +1,4 @@
+import { expectationValues } from '../expectation-store.js';
 import { SqlExpectations } from '../sql-expectations.js';
 import {
   affectedOf,
@@ -46,13 +47,10 @@ export function mysqlExpectations(run: ExpectationQueries, table: string): SqlEx
     read: async (text, values) => rowsOf(await run.query(text, values)),
     write: async (text, values) => affectedOf(await run.query(text, values)),
     put(e) {
+      // expectationValues' order, the custom data as the hex of its UTF-8 (see UTF8_TEXT)
       const values = [
         e.customData === undefined ? null : asUtf8Hex(e.customData),
-        e.amount ?? null,
-        e.expectedAt,
-        e.dueAt,
-        e.attempts,
-        e.account ?? null,
+        ...expectationValues(e).slice(2),
       ];
       // The values twice, for the insert and the update: VALUES() in ON DUPLICATE KEY UPDATE is deprecated in
       // MySQL 8, and its replacement (an alias) is not MariaDB's.

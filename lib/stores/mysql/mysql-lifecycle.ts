@@ -2,17 +2,10 @@ import type { FinalState } from '../../notification/schema.js';
 import { batchedDecide, type LifecycleStore, type LifecycleVerdict, statesOf } from '../lifecycle-store.js';
 import { rowsOf, type MysqlPoolConnection } from './mysql-pool.js';
 import { checkKey } from './mysql-rows.js';
-import { mysqlTableNames } from './mysql-sql.js';
-
-const SUFFIX = '_states';
+import { mysqlBeside } from './mysql-sql.js';
 
 /** The lifecycle table beside the inbox `table`: `<table>_states`, in the same database, quoted. */
-function statesTable(table: string, owner?: string): string {
-  const { quoted } = mysqlTableNames(table, owner);
-  const parts = quoted.split('.');
-  const name = (parts.pop() as string).slice(1, -1);
-  return [...parts, `\`${name.slice(0, 64 - SUFFIX.length)}${SUFFIX}\``].join('.');
-}
+const statesTable = (table: string, owner?: string): string => mysqlBeside(table, '_states', owner);
 
 /**
  * The SQL that creates the lifecycle table beside the inbox `table` (`<table>_states`: each transaction's

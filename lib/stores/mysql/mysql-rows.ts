@@ -4,6 +4,7 @@ import {
   leaseMs as checkedLeaseMs,
   splitKey as splitStoredKey,
   inboxEntry,
+  validDate,
 } from '../store-core.js';
 import type { InboxEntry, Lease } from '../store.js';
 
@@ -28,10 +29,7 @@ export function leaseMs(lease: Lease): number {
 
 /** A `Date` as milliseconds since the epoch, checked. */
 export function msOfDate(date: unknown, what: string): number {
-  if (!(date instanceof Date) || Number.isNaN(date.getTime())) {
-    throw new TypeError(`MysqlStore: ${what} must be a valid Date, got ${String(date)}`);
-  }
-  return date.getTime();
+  return validDate(`MysqlStore: ${what}`, date).getTime();
 }
 
 /** A character outside ASCII: inside a JSON string, since JSON's own syntax is all ASCII. */

@@ -1,5 +1,4 @@
 import {
-  checkedMigrations,
   distinctName,
   olderClaim,
   schemaMigrations,
@@ -7,6 +6,9 @@ import {
   type MigrationStep,
   type SchemaDialect,
   type SchemaMigration,
+  NOT_HERE,
+  numberedMigrations,
+  statement,
 } from '../schema-migrations.js';
 import { mysqlLifecycleSql } from './mysql-lifecycle.js';
 import {
@@ -28,28 +30,21 @@ interface Beside {
   quoted: string;
 }
 
+/** The table of `parts` (`[database?, name]`) as a {@link Beside}. */
+function besideOf(parts: string[]): Beside {
+  const quoted = parts.map((part) => `\`${part}\``).join('.');
+  return { database: parts.length > 1 ? parts[0] : undefined, name: parts.at(-1)!, quoted };
+}
+
 /** The table `<table><suffix>` beside the inbox (`''`: the inbox itself), within MySQL's 64 characters. */
 function beside(table: string, suffix: string): Beside {
   const parts = mysqlTableNames(table).name.split('.');
   const last = parts.pop() as string;
-  const name = suffix === '' ? last : `${last.slice(0, 64 - suffix.length)}${suffix}`;
-  return {
-    database: parts[0],
-    name,
-    quoted: [...parts, name].map((part) => `\`${part}\``).join('.'),
-  };
+  return besideOf([...parts, suffix === '' ? last : `${last.slice(0, 64 - suffix.length)}${suffix}`]);
 }
 
 /** `<table>_claims` beside the inbox: its name cut as {@link mysqlClaimsName} cuts it, never shared by two inboxes. */
-function claimsBeside(table: string): Beside {
-  const parts = mysqlClaimsName(table);
-  const name = parts.at(-1)!;
-  return {
-    database: parts.length > 1 ? parts[0] : undefined,
-    name,
-    quoted: parts.map((part) => `\`${part}\``).join('.'),
-  };
-}
+const claimsBeside = (table: string): Beside => besideOf(mysqlClaimsName(table));
 
 /** The database of `table` in SQL: the one it names, or the connection's. Names are checked identifiers. */
 const databaseOf = (table: Beside): string =>
@@ -69,9 +64,6 @@ export function addColumn(table: Beside, column: string, type: string): Migratio
       `AND table_name = '${table.name}' AND column_name = '${column}'`,
   };
 }
-
-/** One statement of a text that holds one. */
-const statement = (sql: string): MigrationStep => ({ sql: sql.trim().replace(/;$/, '') });
 
 /**
  * Version 5: the sweep's lock moves from a row of `<table>_expected` (`transaction_id = ''`, its owner in
@@ -154,25 +146,19 @@ function claimsSteps(table: string): MigrationStep[] {
 /**
  * Every version of the MySQL schema of the table set of inbox `table`, in order. A released version never
  * changes; a change of the schema is one more line at the end (`addColumn(...)` in a version of its own),
- * with the same number in every dialect.
+ * with the same number in every dialect, and its name in `VERSION_NAMES` (`numberedMigrations`).
  */
 export function mysqlMigrationList(table: string): readonly Migration[] {
-  return checkedMigrations([
+  return numberedMigrations([
+    // version 1
+    { tables: [beside(table, '').name], steps: [statement(mysqlSchemaSql(table))] },
+    // version 2
     {
-      version: 1,
-      name: 'the inbox and its index of due entries',
-      tables: [beside(table, '').name],
-      steps: [statement(mysqlSchemaSql(table))],
-    },
-    {
-      version: 2,
-      name: 'the expectations, lifecycle and audit tables',
       tables: ['_expected', '_states', '_audit'].map((suffix) => beside(table, suffix).name),
       steps: [mysqlExpectationsSql(table), mysqlLifecycleSql(table), mysqlAuditSql(table)].map(statement),
     },
+    // version 3
     {
-      version: 3,
-      name: 'the control table (a pause for every instance)',
       tables: [beside(table, '_control').name],
       steps: [
         statement(`CREATE TABLE IF NOT EXISTS ${mysqlControlTable(table)} (
@@ -182,31 +168,14 @@ export function mysqlMigrationList(table: string): readonly Migration[] {
 ) DEFAULT CHARSET = utf8mb4`),
       ],
     },
-    {
-      version: 4,
-      name: "the expectations' account (several API keys)",
-      tables: [],
-      steps: [addColumn(beside(table, '_expected'), 'account', 'VARCHAR(255) NULL')],
-    },
-    {
-      version: 5,
-      name: "the sweep's lock in the control table",
-      tables: [],
-      steps: sweepLockSteps(table),
-    },
-    {
-      version: 6,
-      name: 'the delivered mark as a function (PostgreSQL)',
-      // PostgreSQL's alone: here the number is kept, so that a version means the same in every dialect.
-      tables: [],
-      steps: [],
-    },
-    {
-      version: 7,
-      name: 'the claims table (at-most-once claims out of the inbox)',
-      tables: [claimsBeside(table).name],
-      steps: claimsSteps(table),
-    },
+    // version 4
+    { tables: [], steps: [addColumn(beside(table, '_expected'), 'account', 'VARCHAR(255) NULL')] },
+    // version 5
+    { tables: [], steps: sweepLockSteps(table) },
+    // version 6, PostgreSQL's alone: here the number is kept, so that a version means the same in every dialect
+    NOT_HERE,
+    // version 7
+    { tables: [claimsBeside(table).name], steps: claimsSteps(table) },
   ]);
 }
 

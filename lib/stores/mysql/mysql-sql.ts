@@ -1,8 +1,5 @@
 import { UTF8_TEXT } from './mysql-rows.js';
-import { distinctName, olderClaim } from '../schema-migrations.js';
-
-/** One part of a table name: an unquoted-style identifier, within MySQL's 64-character limit. */
-const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,63}$/;
+import { distinctName, olderClaim, tableParts } from '../schema-migrations.js';
 
 /** The expectations table's suffix: the inbox name is shortened so that the whole stays within 64. */
 const EXPECTED_SUFFIX = '_expected';
@@ -23,13 +20,7 @@ export interface MysqlTableNames {
  * @throws TypeError when `table` is not such a name.
  */
 export function mysqlTableNames(table: unknown, owner = 'MysqlStore'): MysqlTableNames {
-  const parts = typeof table === 'string' ? table.split('.') : [];
-  if (parts.length < 1 || parts.length > 2 || !parts.every((part) => IDENTIFIER.test(part))) {
-    throw new TypeError(
-      `${owner}: table must be a name such as 'ipn_inbox' or 'app.ipn_inbox' (letters, digits and ` +
-        `underscores, at most 64 per part, not starting with a digit), got ${JSON.stringify(table) ?? String(table)}`,
-    );
-  }
+  const parts = tableParts(owner, table, 64); // MySQL's 64 characters
   const quote = (part: string): string => `\`${part}\``;
   const name = parts[parts.length - 1]!;
   const expected = `${name.slice(0, 64 - EXPECTED_SUFFIX.length)}${EXPECTED_SUFFIX}`;
@@ -287,12 +278,19 @@ export function mysqlClaimsName(table: string): string[] {
   return [...parts.slice(0, -1), distinctName(parts.at(-1)!, '_claims', 64)];
 }
 
-/** The quoted audit table beside inbox `table`: `<table>_audit`, in the same database, within 64 characters. */
-export function mysqlAuditTable(table: string): string {
-  const parts = mysqlTableNames(table).name.split('.');
-  const name = parts.pop() as string;
-  return [...parts, `${name.slice(0, 64 - '_audit'.length)}_audit`].map((part) => `\`${part}\``).join('.');
+/**
+ * The quoted table `<table><suffix>` beside inbox `table`, in the same database, its name cut to MySQL's 64
+ * characters. `owner` names the caller in the message of a bad name.
+ * @throws TypeError when `table` is not such a name.
+ */
+export function mysqlBeside(table: string, suffix: string, owner?: string): string {
+  const parts = mysqlTableNames(table, owner).name.split('.');
+  const name = parts.pop()!;
+  return [...parts, `${name.slice(0, 64 - suffix.length)}${suffix}`].map((part) => `\`${part}\``).join('.');
 }
+
+/** The quoted audit table beside inbox `table`: `<table>_audit`, in the same database, within 64 characters. */
+export const mysqlAuditTable = (table: string): string => mysqlBeside(table, '_audit');
 
 /**
  * The SQL that creates the audit table beside the inbox `table` (`<table>_audit`: one row per operator

@@ -1,4 +1,4 @@
-import { checkLeaseLimit, claimTtlMs, migrateWorded } from '../store-core.js';
+import { checkLeaseLimit, claimTtlMs, unknownSettlement } from '../store-core.js';
 import { missingTable, SqlStore, type SqlDialect, type TableOf } from '../sql-store.js';
 import { SqlAudit } from '../sql-audit.js';
 import { sqlPauseSwitch } from '../sql-pause-switch.js';
@@ -56,7 +56,7 @@ import {
 } from './mysql-sql.js';
 import { explainMysql, mysqlOrmMark, openPoolTransaction } from './mysql-transaction.js';
 import { mysqlControlTable, mysqlSchemaDialect } from './mysql-schema.js';
-import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
+import { migrateWorded, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
 
 /**
  * Options of {@link MysqlStore}.
@@ -210,8 +210,8 @@ export class MysqlStore<
     this.audit = new SqlAudit({ write: audited, read: audited }, mysqlAuditTable(this.table));
     const control = mysqlControlTable(this.table);
     const controlled = about('control');
-    this.pauseSwitch = sqlPauseSwitch({
-      read: () => controlled(`SELECT value FROM ${control} WHERE name = 'paused'`, []),
+    this.pauseSwitch = sqlPauseSwitch(control, {
+      read: (text) => controlled(text, []),
       write: (value) =>
         controlled(
           `INSERT INTO ${control} (name, value, updated_ms) VALUES ('paused', ?, ?) ` +
@@ -268,7 +268,7 @@ export class MysqlStore<
       const dialect = mysqlSchemaDialect(this.table, (work) => this.#migrationLock(work));
       const hint =
         ' (the user needs CREATE on the database; or create it with the SQL of mysqlMigrations() in your migrations)';
-      report = await migrateWorded('MysqlStore', this.table, () => runMigrations(dialect, options), hint);
+      report = await migrateWorded(dialect, options, hint);
     });
     return report!;
   }
@@ -431,9 +431,7 @@ export class MysqlStore<
       case 'dead':
         return [this.#sql.dead, [asUtf8Hex(errorText(settlement.error)), key, leaseId]];
       default:
-        throw new TypeError(
-          `MysqlStore.settle: status must be delivered, failed or dead, got ${String((settlement as { status?: unknown } | undefined)?.status)}`,
-        );
+        throw unknownSettlement('MysqlStore', settlement);
     }
   }
 

@@ -1,18 +1,12 @@
 import { auditPage } from '../audit-page.js';
 import type { AuditEntry, AuditListOptions, AuditLog } from '../store.js';
-import { tableNames } from './postgres-sql.js';
+import { besideInbox } from './postgres-sql.js';
 
 /** What the audit log runs its queries through: the store's own query (with its error messages). */
 type Query = (text: string, values: unknown[]) => Promise<{ rows: unknown[]; rowCount: number | null }>;
 
-const SUFFIX = '_audit';
-
 /** The audit table beside inbox `table`: `<table>_audit`, in the same schema. */
-function auditTable(table: string): string {
-  const parts = tableNames(table).quoted.split('.');
-  const name = (parts.pop() as string).slice(1, -1);
-  return [...parts, `"${name.slice(0, 63 - SUFFIX.length)}${SUFFIX}"`].join('.');
-}
+const auditTable = (table: string): string => besideInbox(table, '_audit');
 
 /**
  * The SQL that creates the audit table beside the inbox `table` (`<table>_audit`: one row per operator

@@ -4,6 +4,8 @@ import {
   leaseMs as checkedLeaseMs,
   splitKey as splitStoredKey,
   inboxEntry,
+  unknownSettlement,
+  validDate,
 } from '../store-core.js';
 import type { InboxSql } from './postgres-sql.js';
 import type { InboxEntry, Lease, Settlement } from '../store.js';
@@ -19,20 +21,13 @@ export function settleQuery(
     case 'delivered':
       return [sql.delivered, [key, leaseId]];
     case 'failed': {
-      const { nextAttemptAt } = settlement;
-      if (!(nextAttemptAt instanceof Date) || Number.isNaN(nextAttemptAt.getTime())) {
-        throw new TypeError(
-          `PostgresStore.settle: nextAttemptAt must be a valid Date, got ${String(nextAttemptAt)}`,
-        );
-      }
-      return [sql.failed, [key, leaseId, String(settlement.error), nextAttemptAt]];
+      const next = validDate('PostgresStore.settle: nextAttemptAt', settlement.nextAttemptAt);
+      return [sql.failed, [key, leaseId, String(settlement.error), next]];
     }
     case 'dead':
       return [sql.dead, [key, leaseId, String(settlement.error)]];
     default:
-      throw new TypeError(
-        `PostgresStore.settle: status must be delivered, failed or dead, got ${String((settlement as { status: unknown }).status)}`,
-      );
+      throw unknownSettlement('PostgresStore', settlement);
   }
 }
 

@@ -1,5 +1,4 @@
 import {
-  checkedMigrations,
   distinctName,
   latestSql,
   olderClaim,
@@ -8,6 +7,8 @@ import {
   type MigrationStep,
   type SchemaDialect,
   type SchemaMigration,
+  numberedMigrations,
+  statement,
 } from '../schema-migrations.js';
 import { postgresAuditSql } from './postgres-audit.js';
 import { postgresExpectationsSql } from './postgres-expectations.js';
@@ -24,9 +25,6 @@ import {
 
 /** The first key of the migration's advisory lock: ipn-kit's own, so it does not meet an app's locks. */
 const MIGRATE_LOCK = 0x69706e6b; // 'ipnk'
-
-/** One statement of a text that holds one (or ends with `;`). */
-const statement = (sql: string): MigrationStep => ({ sql: sql.trim().replace(/;$/, '') });
 
 /**
  * A nullable column added to a table of the set, in a version of its own: `ALTER TABLE ... ADD COLUMN IF NOT
@@ -156,7 +154,7 @@ END $$`),
 /**
  * Every version of the PostgreSQL schema of the table set of inbox `table`, in order. A released version
  * never changes; a change of the schema is one more line at the end (`addColumn(...)` in a version of its
- * own), with the same number in every dialect.
+ * own), with the same number in every dialect, and its name in `VERSION_NAMES` (`numberedMigrations`).
  */
 export function postgresMigrationList(table: string): readonly Migration[] {
   const { quoted, dueIndex } = tableNames(table);
@@ -164,10 +162,9 @@ export function postgresMigrationList(table: string): readonly Migration[] {
   const states = statesTable(quoted);
   const audit = besideInbox(table, '_audit');
   const control = besideInbox(table, '_control');
-  return checkedMigrations([
+  return numberedMigrations([
+    // version 1
     {
-      version: 1,
-      name: 'the inbox and its index of due entries',
       tables: [quoted],
       steps: [
         statement(`CREATE TABLE IF NOT EXISTS ${quoted} (
@@ -189,9 +186,8 @@ export function postgresMigrationList(table: string): readonly Migration[] {
         statement(`CREATE INDEX IF NOT EXISTS ${dueIndex} ON ${quoted} (status, next_attempt_at)`),
       ],
     },
+    // version 2
     {
-      version: 2,
-      name: 'the expectations, lifecycle and audit tables',
       tables: [expected, states, audit],
       steps: [
         statement(postgresExpectationsSql(table)),
@@ -203,9 +199,8 @@ export function postgresMigrationList(table: string): readonly Migration[] {
         statement(postgresAuditSql(table)),
       ],
     },
+    // version 3
     {
-      version: 3,
-      name: 'the control table (a pause for every instance)',
       tables: [control],
       steps: [
         statement(`CREATE TABLE IF NOT EXISTS ${control} (
@@ -215,29 +210,19 @@ export function postgresMigrationList(table: string): readonly Migration[] {
 )`),
       ],
     },
+    // version 4
+    { tables: [], steps: [addColumn(expected, 'account', 'text')] },
+    // version 5
+    { tables: [], steps: sweepLockSteps(expected, control) },
+    // version 6
     {
-      version: 4,
-      name: "the expectations' account (several API keys)",
-      tables: [],
-      steps: [addColumn(expected, 'account', 'text')],
-    },
-    {
-      version: 5,
-      name: "the sweep's lock in the control table",
-      tables: [],
-      steps: sweepLockSteps(expected, control),
-    },
-    {
-      version: 6,
-      name: 'the delivered mark as a function (PostgreSQL)',
       // A function, not a table: checked by its signature (see `exists` below), so that a database whose
       // function was dropped has it made again by migrate().
       tables: [`${markFunction(table)}(text, text)`],
       steps: [statement(markFunctionSql(table))],
     },
+    // version 7
     {
-      version: 7,
-      name: 'the claims table (at-most-once claims out of the inbox)',
       // The function by its signature, as version 6's: a database without it (dropped, or at a version 7
       // of an unreleased ipn-kit, which moved the older claims instead) has the versions run again.
       tables: [claimsTable(table), `${olderClaimFunction(table)}()`],

@@ -1,8 +1,5 @@
 import { PERSONAL_FIELDS } from '../store.js';
-import { distinctName, olderClaim } from '../schema-migrations.js';
-/** One part of a table name: an unquoted-style identifier, within PostgreSQL's 63-byte limit. */
-const IDENTIFIER = /^[A-Za-z_][A-Za-z0-9_]{0,62}$/;
-
+import { distinctName, olderClaim, tableParts } from '../schema-migrations.js';
 /** Index names get this suffix; the table part is shortened so that the whole stays within 63 bytes. */
 const INDEX_SUFFIX = '_due_idx';
 
@@ -22,13 +19,7 @@ export interface TableNames {
  * @throws TypeError when `table` is not such a name.
  */
 export function tableNames(table: unknown, owner = 'PostgresStore'): TableNames {
-  const parts = typeof table === 'string' ? table.split('.') : [];
-  if (parts.length < 1 || parts.length > 2 || !parts.every((part) => IDENTIFIER.test(part))) {
-    throw new TypeError(
-      `${owner}: table must be a name such as 'ipn_inbox' or 'app.ipn_inbox' (letters, digits and ` +
-        `underscores, at most 63 per part, not starting with a digit), got ${JSON.stringify(table) ?? String(table)}`,
-    );
-  }
+  const parts = tableParts(owner, table, 63); // PostgreSQL's 63 bytes
   const name = parts[parts.length - 1]!;
   return {
     name: table as string,

@@ -1,4 +1,4 @@
-import { checkLeaseLimit, claimTtlMs, migrateWorded } from '../store-core.js';
+import { checkLeaseLimit, claimTtlMs } from '../store-core.js';
 import { missingTable, SqlStore, type SqlDialect, type TableOf } from '../sql-store.js';
 import { randomUUID } from 'node:crypto';
 import {
@@ -22,7 +22,7 @@ import {
   type InboxSql,
 } from './postgres-sql.js';
 import { postgresControlTable, postgresSchemaDialect } from './postgres-schema.js';
-import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
+import { migrateWorded, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
 import { BatchStall, createBatcher } from '../batcher.js';
 import {
   canConnect,
@@ -264,10 +264,8 @@ export class PostgresStore<
     this.#sql = inboxSql(this.table);
     this.audit = new PostgresAudit((text, values) => this.#query(text, values, 'audit'), this.table);
     const control = postgresControlTable(this.table);
-    this.pauseSwitch = sqlPauseSwitch({
-      read: async () =>
-        (await this.#query(`SELECT value FROM ${control} WHERE name = 'paused'`, [], 'control'))
-          .rows as Array<Record<string, unknown>>,
+    this.pauseSwitch = sqlPauseSwitch(control, {
+      read: async (text) => (await this.#query(text, [], 'control')).rows,
       write: (value) =>
         this.#query(
           `INSERT INTO ${control} (name, value) VALUES ('paused', $1) ON CONFLICT (name) DO UPDATE ` +
@@ -330,7 +328,7 @@ export class PostgresStore<
       const dialect = postgresSchemaDialect(this.table, (text) => this.#pool.query(text));
       const hint =
         ' (the role needs CREATE on the schema; or create it with the SQL of postgresSchemaSql() in your migrations)';
-      report = await migrateWorded('PostgresStore', this.table, () => runMigrations(dialect, options), hint);
+      report = await migrateWorded(dialect, options, hint);
     });
     if (options?.dryRun !== true) this.#markFunction = true; // made by version 6, if it was missing
     return report!;

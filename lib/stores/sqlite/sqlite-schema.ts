@@ -1,16 +1,15 @@
 import {
-  checkedMigrations,
   latestSql,
   schemaMigrations,
   type Migration,
   type MigrationStep,
   type SchemaDialect,
   type SchemaMigration,
+  NOT_HERE,
+  numberedMigrations,
+  statement,
 } from '../schema-migrations.js';
 import { quoteTable, sqliteAuditSql } from './sqlite-sql.js';
-
-/** One statement of a text that holds one (or ends with `;`). */
-const statement = (sql: string): MigrationStep => ({ sql: sql.trim().replace(/;$/, '') });
 
 /**
  * A nullable column added to a table of the set (`name`, unquoted), in a version of its own. SQLite has no
@@ -91,14 +90,13 @@ END`);
 /**
  * Every version of the SQLite schema of the table set of inbox `table`, in order. A released version never
  * changes; a change of the schema is one more line at the end (`addColumn(...)` in a version of its own),
- * with the same number in every dialect.
+ * with the same number in every dialect, and its name in `VERSION_NAMES` (`numberedMigrations`).
  */
 export function sqliteMigrationList(table: string): readonly Migration[] {
   const t = quoteTable(table);
-  return checkedMigrations([
+  return numberedMigrations([
+    // version 1
     {
-      version: 1,
-      name: 'the inbox and its index of due entries',
       tables: [table],
       steps: [
         statement(`CREATE TABLE IF NOT EXISTS ${t} (
@@ -119,9 +117,8 @@ export function sqliteMigrationList(table: string): readonly Migration[] {
         statement(`CREATE INDEX IF NOT EXISTS "${table}_due_idx" ON ${t} (status, next_attempt_at)`),
       ],
     },
+    // version 2
     {
-      version: 2,
-      name: 'the expectations, lifecycle and audit tables',
       tables: [`${table}_expected`, `${table}_states`, `${table}_audit`],
       steps: [
         statement(`CREATE TABLE IF NOT EXISTS "${table}_expected" (
@@ -140,9 +137,8 @@ export function sqliteMigrationList(table: string): readonly Migration[] {
         statement(sqliteAuditSql(table)),
       ],
     },
+    // version 3
     {
-      version: 3,
-      name: 'the control table (a pause for every instance)',
       tables: [`${table}_control`],
       steps: [
         statement(`CREATE TABLE IF NOT EXISTS "${table}_control" (
@@ -152,31 +148,14 @@ export function sqliteMigrationList(table: string): readonly Migration[] {
 )`),
       ],
     },
-    {
-      version: 4,
-      name: "the expectations' account (several API keys)",
-      tables: [],
-      steps: [addColumn(`${table}_expected`, 'account', 'TEXT')],
-    },
-    {
-      version: 5,
-      name: "the sweep's lock in the control table",
-      tables: [],
-      steps: sweepLockSteps(table),
-    },
-    {
-      version: 6,
-      name: 'the delivered mark as a function (PostgreSQL)',
-      // PostgreSQL's alone: here the number is kept, so that a version means the same in every dialect.
-      tables: [],
-      steps: [],
-    },
-    {
-      version: 7,
-      name: 'the claims table (at-most-once claims out of the inbox)',
-      tables: [`${table}_claims`],
-      steps: claimsSteps(table),
-    },
+    // version 4
+    { tables: [], steps: [addColumn(`${table}_expected`, 'account', 'TEXT')] },
+    // version 5
+    { tables: [], steps: sweepLockSteps(table) },
+    // version 6, PostgreSQL's alone: here the number is kept, so that a version means the same in every dialect
+    NOT_HERE,
+    // version 7
+    { tables: [`${table}_claims`], steps: claimsSteps(table) },
   ]);
 }
 

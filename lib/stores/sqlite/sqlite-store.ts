@@ -6,7 +6,8 @@ import {
   notMigrated,
   leaseMs as checkedLeaseMs,
   splitKey as splitStoredKey,
-  migrateWorded,
+  unknownSettlement,
+  validDate,
 } from '../store-core.js';
 import { SqlStore, type SqlDialect } from '../sql-store.js';
 import { SqlAudit } from '../sql-audit.js';
@@ -40,7 +41,7 @@ import type { SqlExpectations } from '../sql-expectations.js';
 import { SqliteLifecycle } from './sqlite-lifecycle.js';
 import { quoteTable, sqliteAuditTable, sqliteInboxSql, type SqliteInboxSql } from './sqlite-sql.js';
 import { sqliteSchemaDialect } from './sqlite-schema.js';
-import { runMigrations, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
+import { migrateWorded, type MigrateOptions, type MigrationReport } from '../schema-migrations.js';
 
 /**
  * Options of {@link SqliteStore}.
@@ -197,11 +198,8 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> extends SqlS
       sqliteAuditTable(this.table),
     );
     const control = `"${this.table}_control"`;
-    this.pauseSwitch = sqlPauseSwitch({
-      read: async () =>
-        (await this.#read(`SELECT value FROM ${control} WHERE name = 'paused'`, [])) as Array<
-          Record<string, unknown>
-        >,
+    this.pauseSwitch = sqlPauseSwitch(control, {
+      read: (text) => this.#read(text, []),
       write: (value) =>
         this.#change(
           `INSERT INTO ${control} (name, value, updated_ms) VALUES ('paused', ?, ?) ` +
@@ -258,7 +256,7 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> extends SqlS
       rows: (sql: string) => database.prepare(sql).all(),
     };
     const dialect = sqliteSchemaDialect(this.table, connection, (work) => this.#gate.run(work));
-    return migrateWorded('SqliteStore', this.table, () => runMigrations(dialect, options));
+    return migrateWorded(dialect, options);
   }
 
   /**
@@ -395,21 +393,13 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> extends SqlS
       case 'delivered':
         return [this.#sql.delivered, [now, now, key, leaseId]];
       case 'failed': {
-        const { nextAttemptAt } = settlement;
-        if (!(nextAttemptAt instanceof Date) || Number.isNaN(nextAttemptAt.getTime())) {
-          throw new TypeError(
-            `SqliteStore.settle: nextAttemptAt must be a valid Date, got ${String(nextAttemptAt)}`,
-          );
-        }
-        const values = [String(settlement.error), nextAttemptAt.getTime(), now, key, leaseId];
-        return [this.#sql.failed, values];
+        const next = validDate('SqliteStore.settle: nextAttemptAt', settlement.nextAttemptAt).getTime();
+        return [this.#sql.failed, [String(settlement.error), next, now, key, leaseId]];
       }
       case 'dead':
         return [this.#sql.dead, [String(settlement.error), now, key, leaseId]];
       default:
-        throw new TypeError(
-          `SqliteStore.settle: status must be delivered, failed or dead, got ${String((settlement as { status?: unknown })?.status)}`,
-        );
+        throw unknownSettlement('SqliteStore', settlement);
     }
   }
 
