@@ -725,6 +725,55 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
       },
     );
 
+    // The same prepared write, run once the attempt ended the ordinary way: delivered (run once the entry is),
+    // or failed (run once the retry has begun, on whatever connection the failed attempt's went back to). It
+    // is refused (Kysely, TypeORM and Drizzle in ipn-kit's words) and lands nowhere: one row.
+    for (const how of ['delivered', 'failed'] as const) {
+      test(`a write prepared through tx, run once the attempt was ${how}: refused, one row`, async () => {
+        const ipn = router(false);
+        const payload = uniquePayload();
+        const key = ledger.keyOf(payload);
+        let retried!: () => void;
+        const retry = new Promise<void>((resolve) => (retried = resolve));
+        let late: Promise<unknown> | undefined;
+        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+          if (n.transaction_id !== payload.transaction_id) return orm.credit(tx, n);
+          if (attempt > 1) {
+            retried();
+            await late?.catch(() => {});
+            return orm.credit(tx, n);
+          }
+          await orm.credit(tx, n);
+          const later = prepared(tx, n);
+          if (how === 'failed') {
+            late = retry.then(() => later());
+            late.catch(() => {}); // read below
+            throw new Error('not yet');
+          }
+          late = eventually(
+            'delivered',
+            async () => (await ledger.entryOf(key))?.status === 'delivered',
+          ).then(() => later());
+          late.catch(() => {}); // read below
+        });
+        const { post } = await serve(ipn);
+        expect((await post(payload)).status).toBe(200);
+        await eventually('delivered', async () => (await ledger.entryOf(key))?.status === 'delivered');
+        // Drizzle (0.44 and later) wraps the refusal as a failed query's cause.
+        const error = (await late!.then(
+          () => undefined,
+          (refusal: unknown) => refusal,
+        )) as { message?: string; cause?: { message?: string } } | undefined;
+        expect(error).toBeDefined();
+        if (['Kysely', 'TypeORM', 'Drizzle'].includes(name)) {
+          expect(`${error?.message} ${error?.cause?.message}`).toMatch(
+            /a query through a delivery's transaction once it has ended/,
+          );
+        }
+        expect(await rows(payload.transaction_id)).toBe(1);
+      });
+    }
+
     // A listener that fails after its own statement failed (the transaction aborted) is retried as before:
     // the status cannot be asked in an aborted transaction, and nothing of it landed.
     test('a listener whose statement fails, then throws: rolled back and retried, one row', async () => {
