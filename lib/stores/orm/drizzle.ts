@@ -1,6 +1,6 @@
-import { DeliveryError } from '../../shared/errors.js';
 import { guardCheckouts } from '../guard-checkouts.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
+import { LateQueryError } from './late-query.js';
 
 /**
  * What ipn-kit needs of a Drizzle database (`drizzle(pool)`): its transaction helper and `execute`. Written
@@ -158,12 +158,7 @@ function refuseLateQueries(client: object, ended: () => 'work' | 'released' | un
     const text: unknown = typeof first === 'string' ? first : Reflect.get(Object(first), 'text');
     const ends = typeof text === 'string' && /^\s*(commit|rollback)\s*$/i.test(text); // harmless when late
     if (state === 'released' || (state === 'work' && !ends)) {
-      return Promise.reject(
-        new DeliveryError(
-          "drizzleTransactions: a query through a delivery's transaction once it has ended (a query builder " +
-            'taken from tx in time, run after the attempt ended) was not made: await every write in the listener',
-        ),
-      );
+      return Promise.reject(new LateQueryError('drizzleTransactions'));
     }
     return Reflect.apply(query, client, args) as unknown;
   };

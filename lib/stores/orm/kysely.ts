@@ -1,5 +1,6 @@
 import { guardCheckouts } from '../guard-checkouts.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
+import { LateQueryError } from './late-query.js';
 
 /**
  * What ipn-kit needs of a Kysely instance (`new Kysely<Database>({ dialect })`): its transaction builder,
@@ -47,7 +48,12 @@ let queries = 0;
 /** What ipn-kit calls on an instance or a transaction, with the types it calls them with. */
 interface KyselyRunner {
   transaction(): { execute(callback: (trx: unknown) => Promise<unknown>): Promise<unknown> };
+  withPlugin(plugin: {
+    transformQuery(args: { node: unknown }): unknown;
+    transformResult(args: { result: unknown }): Promise<unknown>;
+  }): KyselyRunner;
   withoutPlugins(): KyselyRunner;
+  getExecutor(): { provideConnection(consumer: (connection: unknown) => Promise<unknown>): Promise<unknown> };
   executeQuery(query: ReturnType<typeof compiledQuery>): Promise<{
     rows: Array<Record<string, unknown>>;
     numAffectedRows?: bigint;
@@ -67,6 +73,67 @@ async function run(runner: KyselyRunner, statement: Statement): Promise<Statemen
   const changed = numAffectedRows ?? numUpdatedOrDeletedRows; // the second from a dialect older than 0.23
   const count = statement.returns === 'rows' || changed === undefined ? rows.length : Number(changed);
   return { rows, count };
+}
+
+/**
+ * `trx` as listeners get it: carrying a plugin whose `transformQuery` throws once `ended()`. Kysely calls it
+ * when a query builder (or a `sql` template run on the transaction) is compiled, which `execute()` does when
+ * it is called: a builder a listener took from `tx` in time and runs once its attempt has ended is refused,
+ * for good, in ipn-kit's words. While the transaction is open its connection refuses it too (below); once it
+ * has ended, Kysely 0.28 refuses it itself, and this whatever the version. ipn-kit's own statements (`run`)
+ * are compiled already, and run without plugins.
+ */
+function refuseLateBuilders(trx: KyselyRunner, ended: () => boolean): KyselyRunner {
+  return trx.withPlugin({
+    transformQuery: ({ node }) => {
+      if (ended()) throw new LateQueryError('kyselyTransactions');
+      return node;
+    },
+    transformResult: ({ result }) => Promise.resolve(result),
+  });
+}
+
+/**
+ * Guards the connection Kysely runs a transaction on (its `DatabaseConnection`, a `PostgresConnection`): once
+ * `state()` is `'ended'` (the work has settled), it runs only a COMMIT or ROLLBACK (Kysely's own, or a late
+ * one, harmless then), and is as it was once that has run, before Kysely gives it back to its pool. What the
+ * plugin above cannot see goes through it: a query a listener sent in time that waited in Kysely's queue of
+ * the transaction behind its own slow one (Kysely runs a transaction's queries one at a time; its ROLLBACK
+ * goes to the connection directly, ahead of it), or a builder of `tx.withoutPlugins()`. Either ran after the
+ * ROLLBACK, committed on its own. From `'released'` on (the transaction has ended however it did), it runs
+ * everything: the connection may be another transaction's by then.
+ */
+function refuseLateQueries(connection: object, state: () => 'open' | 'ended' | 'released'): void {
+  const executeQuery: unknown = Reflect.get(connection, 'executeQuery');
+  const streamQuery: unknown = Reflect.get(connection, 'streamQuery');
+  if (typeof executeQuery !== 'function' || typeof streamQuery !== 'function') return;
+  const own = ['executeQuery', 'streamQuery'].map(
+    (name) => [name, Object.getOwnPropertyDescriptor(connection, name)] as const,
+  );
+  let restored = false; // once only: by a second end, the connection may be another transaction's
+  const restore = () => {
+    if (restored) return;
+    restored = true;
+    for (const [name, descriptor] of own) {
+      if (descriptor === undefined) Reflect.deleteProperty(connection, name);
+      else Reflect.defineProperty(connection, name, descriptor);
+    }
+  };
+  const ends = (query: unknown) => /^\s*(commit|rollback)\b/i.test(String(Reflect.get(Object(query), 'sql')));
+  const guarded = {
+    executeQuery: (query: unknown): unknown => {
+      if (state() !== 'ended') return Reflect.apply(executeQuery, connection, [query]);
+      if (!ends(query)) return Promise.reject(new LateQueryError('kyselyTransactions'));
+      return (Reflect.apply(executeQuery, connection, [query]) as Promise<unknown>).finally(restore);
+    },
+    streamQuery: (...args: unknown[]): unknown => {
+      if (state() === 'ended') throw new LateQueryError('kyselyTransactions');
+      return Reflect.apply(streamQuery, connection, args);
+    },
+  };
+  for (const [name, method] of Object.entries(guarded)) {
+    Reflect.defineProperty(connection, name, { value: method, configurable: true, writable: true });
+  }
 }
 
 /** A value, in a few words, for an error message: `null`, `a Pool`. */
@@ -144,7 +211,26 @@ export function kyselyTransactions<Db extends KyselyDatabase>(
   return {
     name: 'Kysely',
     transaction: <T>(work: (tx: KyselyTransactionOf<Db>) => Promise<T>) =>
-      runner.transaction().execute((trx) => work(trx as KyselyTransactionOf<Db>)) as Promise<T>,
+      (async () => {
+        let state: 'open' | 'ended' | 'released' = 'open';
+        try {
+          return (await runner.transaction().execute(async (trx) => {
+            const transaction = trx as KyselyRunner;
+            const connection = await transaction.getExecutor().provideConnection((c) => Promise.resolve(c));
+            if (typeof connection === 'object' && connection !== null) {
+              refuseLateQueries(connection, () => state);
+            }
+            const running = work(
+              refuseLateBuilders(transaction, () => state !== 'open') as KyselyTransactionOf<Db>,
+            );
+            const end = () => void (state = 'ended');
+            running.then(end, end); // before Kysely's own COMMIT or ROLLBACK, which awaits it after
+            return running;
+          })) as T;
+        } finally {
+          state = 'released';
+        }
+      })(),
     query: (tx, statement) => run(tx as unknown as KyselyRunner, statement),
     execute: (statement) => run(runner, statement),
   };

@@ -1,6 +1,7 @@
 import { StoreError } from '../../shared/errors.js';
 import type { Statement, StatementResult, Transactions } from '../transactions.js';
 import { describeArgument } from './argument.js';
+import { LateQueryError } from './late-query.js';
 
 /**
  * The part of a TypeORM `DataSource` that the adapter calls; `manager` gives the type of the `EntityManager`
@@ -88,8 +89,14 @@ function refuseEnd(runner: TransactionRunner): () => void {
  * connection, which rolls the attempt back. Every other member is the runner's own, run on the runner
  * itself, so TypeORM's code behind it sees its own object. Never taken back: the manager and the runner are
  * this attempt's alone, and TypeORM releases the runner through its own reference to it.
+ *
+ * Once `ended()` (the work has settled), every method of it throws: a query builder a listener took from
+ * `tx` in time (`tx.createQueryBuilder()`, a repository) reads the runner from the manager when it runs, and
+ * one run once its attempt was abandoned went to the transaction's connection, behind the ROLLBACK TypeORM
+ * queued there after the listener's own query, and committed on its own. TypeORM's own COMMIT or ROLLBACK
+ * (and ipn-kit's mark, inside the work) go through the runner itself.
  */
-function refuseRelease(manager: object, runner: object): void {
+function guardRunner(manager: object, runner: object, ended: () => boolean): void {
   /** Each method as handed out, the same one each time it is read. */
   const methods = new Map<unknown, unknown>();
   const release = (): Promise<void> =>
@@ -108,7 +115,11 @@ function refuseRelease(manager: object, runner: object): void {
       if (typeof value !== 'function' || property === 'constructor') return value;
       let method = methods.get(value);
       if (method === undefined) {
-        method = (value as (...args: unknown[]) => unknown).bind(target);
+        const own = (value as (...args: unknown[]) => unknown).bind(target);
+        method = (...args: unknown[]): unknown => {
+          if (ended()) throw new LateQueryError('typeormTransactions');
+          return own(...args);
+        };
         methods.set(value, method);
       }
       return method;
@@ -175,10 +186,12 @@ export function typeormTransactions<D extends DataSourceLike>(dataSource: D): Tr
       return source.transaction(async (manager) => {
         const runner = Reflect.get(manager, 'queryRunner') as TransactionRunner | undefined;
         const restore = runner === undefined ? () => {} : refuseEnd(runner);
-        if (runner !== undefined) refuseRelease(manager, runner);
+        let ended = false;
+        if (runner !== undefined) guardRunner(manager, runner, () => ended);
         try {
           return await work(manager);
         } finally {
+          ended = true;
           restore(); // TypeORM's own commit or rollback follows
         }
       });
