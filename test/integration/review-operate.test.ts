@@ -1,0 +1,66 @@
+import { ipnRouter, MemoryStore } from '../../lib/index.js';
+import type { DeliveryStatus } from '../../lib/stores/store.js';
+import { uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
+import { servedRouters } from '../helpers/servers.js';
+import { eventually } from '../helpers/services.js';
+
+/** Findings of the hostile review of the operator features (pause, bulk replay, retention, CLI, admin). */
+
+jest.setTimeout(30_000);
+const serve = servedRouters();
+const keyOf = (payload: Record<string, unknown>) =>
+  `${String(payload.transaction_id)}:${String(payload.state)}`;
+
+/** A MemoryStore whose next replay once armed (the pause's put-back) waits for `release()`. */
+class HeldParkStore extends MemoryStore {
+  gate: Promise<void> | undefined;
+  letGo: () => void = () => {};
+  waiting = 0;
+  landed: Promise<boolean> | undefined;
+  arm(): void {
+    this.gate = new Promise<void>((resolve) => (this.letGo = resolve));
+  }
+  override replay(key: string, delayMs?: number, from?: readonly DeliveryStatus[]): Promise<boolean> {
+    const held = this.gate;
+    if (held === undefined) return super.replay(key, delayMs, from);
+    this.gate = undefined;
+    this.waiting += 1;
+    this.landed = held.then(() => super.replay(key, delayMs, from));
+    return this.landed;
+  }
+}
+
+describe('pause: the park of a paused attempt', () => {
+  test('a park whose put-back lands after its lease ended never makes a delivered entry due again (credited once)', async () => {
+    const store = new HeldParkStore();
+    const common = { store, delivery: 'at-least-once' as const, logger: quiet, recoveryIntervalMs: 20 };
+    // Instance a pauses the fleet, then takes a notification with a short lease; its put-back is slow.
+    const a = ipnRouter({ ...common, leaseMs: 200 });
+    const b = ipnRouter(common);
+    const credited: string[] = [];
+    a.on('successful', (n) => void credited.push(n.transaction_id));
+    b.on('successful', (n) => void credited.push(n.transaction_id));
+    const { post } = await serve(a);
+    await serve(b);
+    await a.pause();
+    store.arm();
+    const payload = uniquePayload();
+    const key = keyOf(payload);
+    expect((await post(payload)).status).toBe(200);
+    await eventually('a parks it (its put-back held)', () => store.waiting === 1);
+    // The operator resumes from instance b; a's lease runs out and b delivers the payment.
+    await b.resume();
+    await eventually('b delivered it', async () => (await store.get(key))?.status === 'delivered');
+    expect(credited).toEqual([String(payload.transaction_id)]);
+    // a's put-back lands now, after the lease it was written under ended.
+    store.letGo();
+    await store.landed;
+    await b.drain();
+    await eventually('settled', async () => {
+      const entry = await store.get(key);
+      return entry?.status === 'delivered' && entry.leaseUntil === null;
+    });
+    expect(credited).toEqual([String(payload.transaction_id)]);
+  });
+});
