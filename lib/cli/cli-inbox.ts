@@ -288,8 +288,8 @@ function plan(argv: string[]): Plan | 'help' {
       throw new UsageError(`--dead and --status ${status} contradict each other: give one`);
     const filter: ReplayFilter = {
       status: values.dead ? 'dead' : (status as DeliveryStatus | undefined),
-      since: values.since === undefined ? undefined : parseIsoDate(values.since),
-      until: values.until === undefined ? undefined : parseIsoDate(values.until),
+      since: values.since === undefined ? undefined : parseIsoDate(values.since, '--since'),
+      until: values.until === undefined ? undefined : parseIsoDate(values.until, '--until'),
       transactionIds: values.transaction,
       dryRun: values['dry-run'] === true,
     };

@@ -1,3 +1,4 @@
+import { runCli } from '../../lib/cli/run-cli.js';
 import { ipnRouter, MemoryStore } from '../../lib/index.js';
 import type { DeliveryStatus } from '../../lib/stores/store.js';
 import { uniquePayload } from '../helpers/payloads.js';
@@ -63,4 +64,29 @@ describe('pause: the park of a paused attempt', () => {
     });
     expect(credited).toEqual([String(payload.transaction_id)]);
   });
+});
+
+describe('ipn-kit inbox: a date that is no date', () => {
+  /** Runs `ipn-kit inbox ...args` (a usage error is found before any database is asked). */
+  async function inbox(args: string[]) {
+    const stderr: string[] = [];
+    const code = await runCli(['inbox', ...args], {
+      stdout: () => {},
+      stderr: (line) => stderr.push(line),
+      env: { DATABASE_URL: 'postgres://127.0.0.1:1/none' },
+    });
+    return { code, stderr: stderr.join('\n') };
+  }
+
+  test.each(['--since', '--until', '--before'])(
+    '%s 2026-02-31 is a usage error naming the option',
+    async (option) => {
+      const command = option === '--before' ? 'purge' : 'replay';
+      const { code, stderr } = await inbox([command, option, '2026-02-31']);
+      expect(code).toBe(2);
+      expect(stderr.split('\n')[0]).toBe(
+        `ipn-kit inbox: ${option} must be an ISO date such as 2024-05-01 or 2024-05-01T12:00:00Z, got '2026-02-31'`,
+      );
+    },
+  );
 });
