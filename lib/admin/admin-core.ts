@@ -234,10 +234,24 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       if (action === '/replay') {
         const key = form.get('key') ?? '';
         const link = `${base}/entry?key=${encodeURIComponent(key)}`;
-        const replayed = await ipn.inbox.replay(key);
-        return replayed
-          ? kept('replay', { key, replayed }, `Replayed ${key}: it is delivered again now.`, true, link)
-          : done(`No entry ${key} to replay.`, false);
+        // The entry as the operator confirmed it (its status and last change, from the confirmation page):
+        // the same form sent again (a refresh of the result page, a second tab) finds it changed and replays
+        // nothing, where it would have run a payment's listeners once more.
+        const seen = seenOf(form);
+        if (seen !== undefined) {
+          const now = await ipn.inbox.get(key);
+          if (now !== undefined && (now.status !== seen.status || now.updatedAt.getTime() !== seen.at)) {
+            return done(changedSince(key, seen.status, now.status), false, link);
+          }
+        }
+        const replayed = await ipn.inbox.replay(key, seen === undefined ? undefined : [seen.status]);
+        if (replayed) {
+          return kept('replay', { key, replayed }, `Replayed ${key}: it is delivered again now.`, true, link);
+        }
+        const now = seen === undefined ? undefined : await ipn.inbox.get(key);
+        return now === undefined
+          ? done(`No entry ${key} to replay.`, false)
+          : done(changedSince(key, seen!.status, now.status), false, link);
       }
       if (action === '/replay-dead') {
         const { replayed, keys } = await ipn.inbox.replayMatching({ status: 'dead' });
@@ -338,6 +352,15 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
 
   async function confirmationOf(query: URLSearchParams): Promise<Confirmation | undefined> {
     const action = query.get('action');
+    if (action === 'replay') {
+      const key = query.get('key') ?? '';
+      // The entry as the operator sees it now: the replay is done only if it is still so when confirmed.
+      const entry = await durable(() => ipn.inbox.get(key));
+      const seen: Record<string, string> =
+        entry === undefined ? {} : { was: entry.status, at: String(entry.updatedAt.getTime()) };
+      const what = entry === undefined ? '' : ` (${entry.status} now)`;
+      return { action, question: `Replay ${key}${what}? Its listeners run again.`, fields: { key, ...seen } };
+    }
     if (action === 'replay-filter') {
       // The count first (a dry run), so that the operator knows what the button does.
       const filter = replayFilterOf(query);
@@ -388,10 +411,6 @@ function staticConfirmationOf(query: URLSearchParams): Confirmation | undefined 
     };
   if (action === 'resume')
     return { action, question: 'Resume delivery? What arrived meanwhile is delivered now.', fields: {} };
-  if (action === 'replay') {
-    const key = query.get('key') ?? '';
-    return { action, question: `Replay ${key}? Its listeners run again.`, fields: { key } };
-  }
   if (action === 'replay-dead')
     return { action, question: 'Replay every dead entry? Their listeners run again.', fields: {} };
   if (action === 'purge') {
@@ -411,6 +430,22 @@ function staticConfirmationOf(query: URLSearchParams): Confirmation | undefined 
     };
   }
   return undefined;
+}
+
+/** The entry's status and last change as its replay's confirmation page saw them, when the form says. */
+function seenOf(form: URLSearchParams): { status: DeliveryStatus; at: number } | undefined {
+  const status = form.get('was') ?? '';
+  const at = Number(form.get('at'));
+  if (!STATUSES.has(status) || !Number.isSafeInteger(at)) return undefined;
+  return { status: status as DeliveryStatus, at };
+}
+
+/** Why a confirmed replay of `key` was not done: the entry changed since the confirmation page. */
+function changedSince(key: string, was: DeliveryStatus, now: DeliveryStatus): string {
+  return (
+    `${key} changed since you confirmed its replay (it was ${was}, it is ${now} now): nothing was replayed. ` +
+    'Open the entry to see where it stands, and replay it from there if it still must be.'
+  );
 }
 
 function filtersOf(query: URLSearchParams): ListOptions {

@@ -1,10 +1,14 @@
+import { Pool } from 'pg';
+import { adminFetchHandler } from '../../lib/admin.js';
 import { runCli } from '../../lib/cli/run-cli.js';
 import { ipnRouter, MemoryStore } from '../../lib/index.js';
+import { PostgresStore } from '../../lib/postgres.js';
 import type { DeliveryStatus } from '../../lib/stores/store.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { servedRouters } from '../helpers/servers.js';
-import { eventually } from '../helpers/services.js';
+import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
+import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /** Findings of the hostile review of the operator features (pause, bulk replay, retention, CLI, admin). */
 
@@ -89,4 +93,82 @@ describe('ipn-kit inbox: a date that is no date', () => {
       );
     },
   );
+});
+
+describeWithService('PostgreSQL', "the operator's page: one entry's replay", () => {
+  let pool: Pool;
+  const table = `review_operate_${process.pid}_${Date.now()}`;
+  beforeAll(() => void (pool = new Pool({ connectionString: databaseUrl() })));
+  afterAll(async () => {
+    await dropPostgresInboxes(pool, [table]);
+    await pool.end();
+  }, CLEANUP_TIMEOUT_MS);
+
+  test('the confirmed replay of a dead entry sent again (a refresh of the result page) is refused 409: credited once', async () => {
+    const store = new PostgresStore({ pool, table });
+    await store.migrate();
+    const ipn = ipnRouter({
+      store,
+      delivery: 'at-least-once',
+      logger: quiet,
+      maxAttempts: 1,
+      retryDelayMs: 5,
+    });
+    const credited: string[] = [];
+    let healthy = false;
+    ipn.on('successful', (n) => {
+      if (!healthy) throw new Error('ledger down');
+      credited.push(n.transaction_id);
+    });
+    const admin = adminFetchHandler({ ipn, authorize: () => ({ actor: 'ada' }) });
+    try {
+      const payload = uniquePayload();
+      const key = keyOf(payload);
+      const notify = new Request('http://shop.test/ipn', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(payload),
+      });
+      expect((await ipn.fetch(notify)).status).toBe(200);
+      await eventually('dead', async () => (await store.get(key))?.status === 'dead');
+      healthy = true;
+
+      // The operator opens the replay's confirmation and confirms: the form as the browser sends it.
+      const confirm = await admin(
+        new Request(`http://shop.test/confirm?action=replay&key=${encodeURIComponent(key)}`),
+      );
+      expect(confirm.status).toBe(200);
+      const cookie = (confirm.headers.get('set-cookie') ?? '').split(';')[0]!;
+      const form = new URLSearchParams(
+        [...(await confirm.text()).matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)"/g)].map(
+          ([, name, value]): [string, string] => [
+            name!,
+            value!.replace(/&#58;/g, ':').replace(/&amp;/g, '&'),
+          ],
+        ),
+      ).toString();
+      const send = () =>
+        admin(
+          new Request('http://shop.test/replay', {
+            method: 'POST',
+            headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
+            body: form,
+          }),
+        );
+      expect((await send()).status).toBe(200);
+      await eventually('delivered', async () => (await store.get(key))?.status === 'delivered');
+      expect(credited).toEqual([String(payload.transaction_id)]);
+
+      // The same form again (a refresh of the result page resubmits it; a second operator's tab): the entry is
+      // no longer what was confirmed, so nothing is replayed.
+      const again = await send();
+      expect(again.status).toBe(409);
+      expect(await again.text()).toContain('changed since');
+      await ipn.drain();
+      expect((await store.get(key))?.status).toBe('delivered');
+      expect(credited).toEqual([String(payload.transaction_id)]);
+    } finally {
+      await ipn.close();
+    }
+  });
 });
