@@ -95,6 +95,40 @@ describe('ipn-kit inbox: a date that is no date', () => {
   );
 });
 
+/**
+ * Opens the confirmation page `/confirm?<query>` of `admin` and resolves a function that posts its form as
+ * the browser does (again at each call: a refresh of the result page resubmits it).
+ */
+async function confirmed(admin: (request: Request) => Promise<Response>, query: string) {
+  const confirm = await admin(new Request(`http://shop.test/confirm?${query}`));
+  expect(confirm.status).toBe(200);
+  const cookie = (confirm.headers.get('set-cookie') ?? '').split(';')[0]!;
+  const page = await confirm.text();
+  const action = /<form method="post" action="([^"]+)"/.exec(page)![1]!;
+  const form = new URLSearchParams(
+    [...page.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)"/g)].map(
+      ([, name, value]): [string, string] => [name!, unescape(value!)],
+    ),
+  ).toString();
+  return () =>
+    admin(
+      new Request(`http://shop.test${action}`, {
+        method: 'POST',
+        headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
+        body: form,
+      }),
+    );
+}
+
+/** An attribute's text as the page escaped it. */
+const unescape = (text: string) =>
+  text
+    .replace(/&#(\d+);/g, (_, code: string) => String.fromCharCode(Number(code)))
+    .replace(/&quot;/g, '"')
+    .replace(/&lt;/g, '<')
+    .replace(/&gt;/g, '>')
+    .replace(/&amp;/g, '&');
+
 describeWithService('PostgreSQL', "the operator's page: one entry's replay", () => {
   let pool: Pool;
   const table = `review_operate_${process.pid}_${Date.now()}`;
@@ -134,27 +168,7 @@ describeWithService('PostgreSQL', "the operator's page: one entry's replay", () 
       healthy = true;
 
       // The operator opens the replay's confirmation and confirms: the form as the browser sends it.
-      const confirm = await admin(
-        new Request(`http://shop.test/confirm?action=replay&key=${encodeURIComponent(key)}`),
-      );
-      expect(confirm.status).toBe(200);
-      const cookie = (confirm.headers.get('set-cookie') ?? '').split(';')[0]!;
-      const form = new URLSearchParams(
-        [...(await confirm.text()).matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)"/g)].map(
-          ([, name, value]): [string, string] => [
-            name!,
-            value!.replace(/&#58;/g, ':').replace(/&amp;/g, '&'),
-          ],
-        ),
-      ).toString();
-      const send = () =>
-        admin(
-          new Request('http://shop.test/replay', {
-            method: 'POST',
-            headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
-            body: form,
-          }),
-        );
+      const send = await confirmed(admin, `action=replay&key=${encodeURIComponent(key)}`);
       expect((await send()).status).toBe(200);
       await eventually('delivered', async () => (await store.get(key))?.status === 'delivered');
       expect(credited).toEqual([String(payload.transaction_id)]);
@@ -171,4 +185,44 @@ describeWithService('PostgreSQL', "the operator's page: one entry's replay", () 
       await ipn.close();
     }
   });
+
+  // Open: "replay what this filter shows" with the status filter delivered, sent again by a refresh of its
+  // result page, runs every matched payment's listeners once more (the form names no moment or entries).
+  test.failing(
+    'the confirmed replay of what the filter "delivered" shows, sent again, replays nothing more',
+    async () => {
+      const store = new PostgresStore({ pool, table });
+      await store.migrate();
+      const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet, replayRate: 1000 });
+      const credited: string[] = [];
+      ipn.on('successful', (n) => void credited.push(n.transaction_id));
+      const admin = adminFetchHandler({ ipn, authorize: () => ({ actor: 'ada' }) });
+      try {
+        const payload = uniquePayload();
+        const id = String(payload.transaction_id);
+        const notify = new Request('http://shop.test/ipn', {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify(payload),
+        });
+        expect((await ipn.fetch(notify)).status).toBe(200);
+        await eventually('delivered', async () => (await store.get(keyOf(payload)))?.status === 'delivered');
+        // The operator replays it on purpose (say a listener's bug lost its effect): credited a second time.
+        const send = await confirmed(admin, `action=replay-filter&status=delivered&transaction=${id}`);
+        expect((await send()).status).toBe(200);
+        await eventually('replayed', () => credited.length === 2);
+        await eventually(
+          'delivered again',
+          async () => (await store.get(keyOf(payload)))?.status === 'delivered',
+        );
+        // A refresh of the result page sends the form again.
+        await send();
+        await ipn.drain();
+        await eventually('settled', async () => (await store.get(keyOf(payload)))?.status === 'delivered');
+        expect(credited).toEqual([id, id]);
+      } finally {
+        await ipn.close();
+      }
+    },
+  );
 });
