@@ -50,6 +50,8 @@ export interface AdminAnswer {
 /** The operator's page without its transport: a request in, an answer out. Never rejects. */
 export type AdminCore<Req> = (request: AdminRequest<Req>) => Promise<AdminAnswer>;
 
+/** How many of the newest audit entries are looked at for a bulk replay's confirmation already done. */
+const ONCE_LOOKED_AT = 200;
 const STATUSES: ReadonlySet<string> = new Set<DeliveryStatus>(['received', 'delivered', 'failed', 'dead']);
 const DAY = 24 * 60 * 60 * 1000;
 /** How many of the newest audit actions the main page looks through for the newest bulk replay. */
@@ -260,9 +262,20 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       }
       if (action === '/replay-filter') {
         const filter = replayFilterOf(form);
+        // Each confirmation is done once: the same form sent again (a refresh of the result page) finds its
+        // mark in the audit trail, where the status filter delivered would run every payment's listeners again.
+        const once = form.get('once') ?? undefined;
+        if (once !== undefined && (await doneAlready(once))) {
+          return done('This replay was done already (the form was sent again): nothing was replayed.', false);
+        }
         const { matched, replayed, keys } = await ipn.inbox.replayMatching(filter);
         const message = `Replayed ${replayed} of the ${matched} entries the filter showed: the list shows their progress.`;
-        return kept('replay-filter', { filter, matched, count: replayed, ...keptKeys(keys) }, message);
+        const mark = once === undefined ? {} : { once };
+        return kept(
+          'replay-filter',
+          { filter, matched, count: replayed, ...mark, ...keptKeys(keys) },
+          message,
+        );
       }
       if (action === '/pause') {
         await ipn.inbox.pause();
@@ -340,6 +353,12 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
     return { at: newest.at, actor: newest.actor, progress: await ipn.inbox.replayProgress(keys) };
   }
 
+  /** Whether a bulk replay confirmed with the mark `once` is among the newest actions of the audit trail. */
+  async function doneAlready(once: string): Promise<boolean> {
+    const actions = await ipn.inbox.actions({ limit: ONCE_LOOKED_AT });
+    return actions.some((entry) => entry.action === 'replay-filter' && entry.detail.once === once);
+  }
+
   /** `undefined` when the router has no durable inbox (at-most-once mode); other failures propagate. */
   async function durable<T>(read: () => Promise<T>): Promise<T | undefined> {
     try {
@@ -365,7 +384,8 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       // The count first (a dry run), so that the operator knows what the button does.
       const filter = replayFilterOf(query);
       const { matched } = await ipn.inbox.replayMatching({ ...filter, dryRun: true });
-      const fields = Object.fromEntries(keep(query, FILTERS));
+      // A mark of this confirmation: the replay it confirms is done once (see `doneAlready`).
+      const fields = { ...Object.fromEntries(keep(query, FILTERS)), once: newCsrfToken() };
       const what = `${matched} ${filter.status === undefined ? 'undelivered ' : ''}${matched === 1 ? 'entry' : 'entries'}`;
       const delivered =
         filter.status === undefined ? ' (delivered ones only with the status filter delivered)' : '';
