@@ -17,6 +17,7 @@ import {
   type ReplayFilter,
 } from '../delivery/bulk-replay.js';
 import { osActor } from './os-actor.js';
+import { endHold } from '../delivery/unexpected.js';
 
 const USAGE = `usage:
   ipn-kit inbox list [--status received|delivered|failed|dead] [--limit N] [--offset N] [--json]
@@ -395,6 +396,9 @@ function replay(key: string): Action {
       );
       return { code: 1 };
     }
+    // A kept unexpected notification still under its hold lease (a crash between its two writes): a replay
+    // keeps a live lease, so without this it would stay undelivered for the hold's hundred years.
+    await endHold(store, key);
     if (!(await store.replay(key))) {
       io.stderr(`ipn-kit inbox replay: '${key}' was deleted meanwhile`);
       return { code: 1 };

@@ -3,6 +3,8 @@ import { adminFetchHandler } from '../../lib/admin.js';
 import { runCli } from '../../lib/cli/run-cli.js';
 import { ipnRouter, MemoryStore } from '../../lib/index.js';
 import { PostgresStore } from '../../lib/postgres.js';
+import { HOLD_MS } from '../../lib/delivery/kept-unexpected.js';
+import { holdLeaseId } from '../../lib/delivery/unexpected.js';
 import type { DeliveryStatus } from '../../lib/stores/store.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
@@ -218,6 +220,45 @@ describeWithService('PostgreSQL', "the operator's page: one entry's replay", () 
       expect(credited).toEqual([id, id]);
       const replays = (await ipn.inbox.actions()).filter((entry) => entry.action === 'replay-filter');
       expect(replays).toHaveLength(1);
+    } finally {
+      await ipn.close();
+    }
+  });
+});
+
+describeWithService('PostgreSQL', 'ipn-kit inbox replay <key> of a kept unexpected notification', () => {
+  let pool: Pool;
+  const table = `review_operate_cli_${process.pid}_${Date.now()}`;
+  beforeAll(() => void (pool = new Pool({ connectionString: databaseUrl() })));
+  afterAll(async () => {
+    await dropPostgresInboxes(pool, [table]);
+    await pool.end();
+  }, CLEANUP_TIMEOUT_MS);
+
+  test('one still under its hold lease (a crash between its two writes) is made due, and delivered', async () => {
+    const store = new PostgresStore({ pool, table });
+    await store.migrate();
+    const payload = uniquePayload();
+    const key = keyOf(payload);
+    // Kept under its hold lease, then the process died before the second write (or before its status query
+    // answered): labelled "unexpected: not credited, check and replay", delivered only by a replay of its key.
+    expect(await store.receive(key, payload, { id: holdLeaseId(key), ms: HOLD_MS })).toBe(true);
+    const stdout: string[] = [];
+    const code = await runCli(['inbox', 'replay', key, '--table', table, '--actor', 'ada'], {
+      stdout: (line) => stdout.push(line),
+      stderr: (line) => stdout.push(line),
+      env: { DATABASE_URL: databaseUrl() },
+    });
+    expect(code).toBe(0);
+    expect(stdout.join('\n')).toContain('is due again');
+    // The app's recovery delivers it, as the command says.
+    const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet });
+    const credited: string[] = [];
+    ipn.on('successful', (n) => void credited.push(n.transaction_id));
+    try {
+      await ipn.drain();
+      await eventually('delivered', async () => (await store.get(key))?.status === 'delivered');
+      expect(credited).toEqual([String(payload.transaction_id)]);
     } finally {
       await ipn.close();
     }
