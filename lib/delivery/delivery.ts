@@ -501,8 +501,10 @@ export function createDelivery<C>(
       replay: async (key, from) => {
         const store = inbox();
         // A kept unexpected notification still under its hold lease (a crash between its two writes).
-        await unexpected.endHold(key);
-        const found = await store.replay(key, 0, from);
+        // Ending it makes it `failed` (from `received`): a replay from `received` may take it from there.
+        const ended = await unexpected.endHold(key);
+        const allowed = ended && from?.includes('received') ? [...from, 'failed' as const] : from;
+        const found = await store.replay(key, 0, allowed);
         if (found) recoverSoon();
         return found;
       },

@@ -224,6 +224,25 @@ describeWithService('PostgreSQL', "the operator's page: one entry's replay", () 
       await ipn.close();
     }
   });
+  test('the confirmed replay of a kept unexpected notification still under its hold is done, and delivered', async () => {
+    const store = new PostgresStore({ pool, table });
+    await store.migrate();
+    const payload = uniquePayload();
+    const key = keyOf(payload);
+    expect(await store.receive(key, payload, { id: holdLeaseId(key), ms: HOLD_MS })).toBe(true);
+    const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet });
+    const credited: string[] = [];
+    ipn.on('successful', (n) => void credited.push(n.transaction_id));
+    const admin = adminFetchHandler({ ipn, authorize: () => ({ actor: 'ada' }) });
+    try {
+      const send = await confirmed(admin, `action=replay&key=${encodeURIComponent(key)}`);
+      expect((await send()).status).toBe(200);
+      await eventually('delivered', async () => (await store.get(key))?.status === 'delivered');
+      expect(credited).toEqual([String(payload.transaction_id)]);
+    } finally {
+      await ipn.close();
+    }
+  });
 });
 
 describeWithService('PostgreSQL', 'ipn-kit inbox replay <key> of a kept unexpected notification', () => {
