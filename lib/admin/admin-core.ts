@@ -50,6 +50,8 @@ export interface AdminAnswer {
 /** The operator's page without its transport: a request in, an answer out. Never rejects. */
 export type AdminCore<Req> = (request: AdminRequest<Req>) => Promise<AdminAnswer>;
 
+/** How many of the newest audit entries are looked at for a bulk replay's confirmation already done. */
+const ONCE_LOOKED_AT = 200;
 const STATUSES: ReadonlySet<string> = new Set<DeliveryStatus>(['received', 'delivered', 'failed', 'dead']);
 const DAY = 24 * 60 * 60 * 1000;
 /** How many of the newest audit actions the main page looks through for the newest bulk replay. */
@@ -234,10 +236,24 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       if (action === '/replay') {
         const key = form.get('key') ?? '';
         const link = `${base}/entry?key=${encodeURIComponent(key)}`;
-        const replayed = await ipn.inbox.replay(key);
-        return replayed
-          ? kept('replay', { key, replayed }, `Replayed ${key}: it is delivered again now.`, true, link)
-          : done(`No entry ${key} to replay.`, false);
+        // The entry as the operator confirmed it (its status and last change, from the confirmation page):
+        // the same form sent again (a refresh of the result page, a second tab) finds it changed and replays
+        // nothing, where it would have run a payment's listeners once more.
+        const seen = seenOf(form);
+        if (seen !== undefined) {
+          const now = await ipn.inbox.get(key);
+          if (now !== undefined && (now.status !== seen.status || now.updatedAt.getTime() !== seen.at)) {
+            return done(changedSince(key, seen.status, now.status), false, link);
+          }
+        }
+        const replayed = await ipn.inbox.replay(key, seen === undefined ? undefined : [seen.status]);
+        if (replayed) {
+          return kept('replay', { key, replayed }, `Replayed ${key}: it is delivered again now.`, true, link);
+        }
+        const now = seen === undefined ? undefined : await ipn.inbox.get(key);
+        return now === undefined
+          ? done(`No entry ${key} to replay.`, false)
+          : done(changedSince(key, seen!.status, now.status), false, link);
       }
       if (action === '/replay-dead') {
         const { replayed, keys } = await ipn.inbox.replayMatching({ status: 'dead' });
@@ -246,9 +262,20 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       }
       if (action === '/replay-filter') {
         const filter = replayFilterOf(form);
+        // Each confirmation is done once: the same form sent again (a refresh of the result page) finds its
+        // mark in the audit trail, where the status filter delivered would run every payment's listeners again.
+        const once = form.get('once') ?? undefined;
+        if (once !== undefined && (await doneAlready(once))) {
+          return done('This replay was done already (the form was sent again): nothing was replayed.', false);
+        }
         const { matched, replayed, keys } = await ipn.inbox.replayMatching(filter);
         const message = `Replayed ${replayed} of the ${matched} entries the filter showed: the list shows their progress.`;
-        return kept('replay-filter', { filter, matched, count: replayed, ...keptKeys(keys) }, message);
+        const mark = once === undefined ? {} : { once };
+        return kept(
+          'replay-filter',
+          { filter, matched, count: replayed, ...mark, ...keptKeys(keys) },
+          message,
+        );
       }
       if (action === '/pause') {
         await ipn.inbox.pause();
@@ -326,6 +353,12 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
     return { at: newest.at, actor: newest.actor, progress: await ipn.inbox.replayProgress(keys) };
   }
 
+  /** Whether a bulk replay confirmed with the mark `once` is among the newest actions of the audit trail. */
+  async function doneAlready(once: string): Promise<boolean> {
+    const actions = await ipn.inbox.actions({ limit: ONCE_LOOKED_AT });
+    return actions.some((entry) => entry.action === 'replay-filter' && entry.detail.once === once);
+  }
+
   /** `undefined` when the router has no durable inbox (at-most-once mode); other failures propagate. */
   async function durable<T>(read: () => Promise<T>): Promise<T | undefined> {
     try {
@@ -338,11 +371,21 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
 
   async function confirmationOf(query: URLSearchParams): Promise<Confirmation | undefined> {
     const action = query.get('action');
+    if (action === 'replay') {
+      const key = query.get('key') ?? '';
+      // The entry as the operator sees it now: the replay is done only if it is still so when confirmed.
+      const entry = await durable(() => ipn.inbox.get(key));
+      const seen: Record<string, string> =
+        entry === undefined ? {} : { was: entry.status, at: String(entry.updatedAt.getTime()) };
+      const what = entry === undefined ? '' : ` (${entry.status} now)`;
+      return { action, question: `Replay ${key}${what}? Its listeners run again.`, fields: { key, ...seen } };
+    }
     if (action === 'replay-filter') {
       // The count first (a dry run), so that the operator knows what the button does.
       const filter = replayFilterOf(query);
       const { matched } = await ipn.inbox.replayMatching({ ...filter, dryRun: true });
-      const fields = Object.fromEntries(keep(query, FILTERS));
+      // A mark of this confirmation: the replay it confirms is done once (see `doneAlready`).
+      const fields = { ...Object.fromEntries(keep(query, FILTERS)), once: newCsrfToken() };
       const what = `${matched} ${filter.status === undefined ? 'undelivered ' : ''}${matched === 1 ? 'entry' : 'entries'}`;
       const delivered =
         filter.status === undefined ? ' (delivered ones only with the status filter delivered)' : '';
@@ -388,10 +431,6 @@ function staticConfirmationOf(query: URLSearchParams): Confirmation | undefined 
     };
   if (action === 'resume')
     return { action, question: 'Resume delivery? What arrived meanwhile is delivered now.', fields: {} };
-  if (action === 'replay') {
-    const key = query.get('key') ?? '';
-    return { action, question: `Replay ${key}? Its listeners run again.`, fields: { key } };
-  }
   if (action === 'replay-dead')
     return { action, question: 'Replay every dead entry? Their listeners run again.', fields: {} };
   if (action === 'purge') {
@@ -411,6 +450,22 @@ function staticConfirmationOf(query: URLSearchParams): Confirmation | undefined 
     };
   }
   return undefined;
+}
+
+/** The entry's status and last change as its replay's confirmation page saw them, when the form says. */
+function seenOf(form: URLSearchParams): { status: DeliveryStatus; at: number } | undefined {
+  const status = form.get('was') ?? '';
+  const at = Number(form.get('at'));
+  if (!STATUSES.has(status) || !Number.isSafeInteger(at)) return undefined;
+  return { status: status as DeliveryStatus, at };
+}
+
+/** Why a confirmed replay of `key` was not done: the entry changed since the confirmation page. */
+function changedSince(key: string, was: DeliveryStatus, now: DeliveryStatus): string {
+  return (
+    `${key} changed since you confirmed its replay (it was ${was}, it is ${now} now): nothing was replayed. ` +
+    'Open the entry to see where it stands, and replay it from there if it still must be.'
+  );
 }
 
 function filtersOf(query: URLSearchParams): ListOptions {

@@ -55,13 +55,13 @@ export function count(option: string, text: string, min: number): number {
 const ISO_DATE =
   /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?$/i;
 
-/** An ISO 8601 date (or date and time) that exists on the calendar, or a usage error. */
-export function parseIsoDate(text: string): Date {
+/** An ISO 8601 date (or date and time) that exists on the calendar, or a usage error naming `option`. */
+export function parseIsoDate(text: string, option = '--before'): Date {
   const match = ISO_DATE.exec(text.trim());
   const date = new Date(text.trim());
   if (match === null || Number.isNaN(date.getTime()) || !isOnCalendar(match)) {
     throw new UsageError(
-      `--before must be an ISO date such as 2024-05-01 or 2024-05-01T12:00:00Z, got '${text}'`,
+      `${option} must be an ISO date such as 2024-05-01 or 2024-05-01T12:00:00Z, got '${text}'`,
     );
   }
   return date;

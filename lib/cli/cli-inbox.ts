@@ -17,6 +17,7 @@ import {
   type ReplayFilter,
 } from '../delivery/bulk-replay.js';
 import { osActor } from './os-actor.js';
+import { endHold } from '../delivery/unexpected.js';
 
 const USAGE = `usage:
   ipn-kit inbox list [--status received|delivered|failed|dead] [--limit N] [--offset N] [--json]
@@ -288,8 +289,8 @@ function plan(argv: string[]): Plan | 'help' {
       throw new UsageError(`--dead and --status ${status} contradict each other: give one`);
     const filter: ReplayFilter = {
       status: values.dead ? 'dead' : (status as DeliveryStatus | undefined),
-      since: values.since === undefined ? undefined : parseIsoDate(values.since),
-      until: values.until === undefined ? undefined : parseIsoDate(values.until),
+      since: values.since === undefined ? undefined : parseIsoDate(values.since, '--since'),
+      until: values.until === undefined ? undefined : parseIsoDate(values.until, '--until'),
       transactionIds: values.transaction,
       dryRun: values['dry-run'] === true,
     };
@@ -395,6 +396,9 @@ function replay(key: string): Action {
       );
       return { code: 1 };
     }
+    // A kept unexpected notification still under its hold lease (a crash between its two writes): a replay
+    // keeps a live lease, so without this it would stay undelivered for the hold's hundred years.
+    await endHold(store, key);
     if (!(await store.replay(key))) {
       io.stderr(`ipn-kit inbox replay: '${key}' was deleted meanwhile`);
       return { code: 1 };

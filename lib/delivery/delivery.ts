@@ -15,6 +15,7 @@ import type { createStoreClaimer } from './store-claimer.js';
 import type {
   AuditEntry,
   AuditListOptions,
+  DeliveryStatus,
   DurableStore,
   InboxEntry,
   ListOptions,
@@ -89,8 +90,12 @@ export interface Inbox {
   countByStatus(receivedFrom?: Date): Promise<StatusCounts | undefined>;
   /** One entry by key (`transaction_id:state`). */
   get(key: string): Promise<InboxEntry | undefined>;
-  /** Delivers one entry again, whatever its status (attempts start over). `false` when there is none. */
-  replay(key: string): Promise<boolean>;
+  /**
+   * Delivers one entry again, whatever its status (attempts start over); given `from`, only if its status
+   * is still one of them, checked in the store's own write. `false` when there is none (or it is in another
+   * status).
+   */
+  replay(key: string, from?: readonly DeliveryStatus[]): Promise<boolean>;
   /** Delivers every dead entry again, paced by `replayRate`: `replayMatching({ status: 'dead' })`. Resolves how many. */
   replayDead(): Promise<number>;
   /**
@@ -493,11 +498,13 @@ export function createDelivery<C>(
         const store = inbox();
         return store.countByStatus ? store.countByStatus(receivedFrom) : undefined;
       },
-      replay: async (key) => {
+      replay: async (key, from) => {
         const store = inbox();
         // A kept unexpected notification still under its hold lease (a crash between its two writes).
-        await unexpected.endHold(key);
-        const found = await store.replay(key);
+        // Ending it makes it `failed` (from `received`): a replay from `received` may take it from there.
+        const ended = await unexpected.endHold(key);
+        const allowed = ended && from?.includes('received') ? [...from, 'failed' as const] : from;
+        const found = await store.replay(key, 0, allowed);
         if (found) recoverSoon();
         return found;
       },

@@ -10,6 +10,7 @@ import { redactText } from '../observability/redact.js';
 import { takeTraceparent, traceAttempt, type AttemptSpan, type Parent } from '../observability/tracing.js';
 import type { Attempt as Context } from './safe-emitter.js';
 import type {
+  DeliveryStatus,
   DeliveryTransaction,
   DurableStore,
   InboxEntry,
@@ -59,6 +60,8 @@ interface Look {
 }
 /** How old a reading of the store's pause switch may be before a delivery reads it again. */
 const PAUSE_READ_MS = 1_000;
+/** The statuses of an entry an attempt holds: what a paused attempt's put-back may change. */
+const UNSETTLED: readonly DeliveryStatus[] = ['received', 'failed'];
 /** How often one instance deletes the delivered entries older than `ttlMs` (the dedupe window). */
 export const EXPIRY_INTERVAL_MS = 60 * 60_000;
 
@@ -279,13 +282,15 @@ export function createDurableDelivery<C>(
    * saying so, due now (its lease ended), for the first pass after `resume()`. Attempts go back to 0 first,
    * while this attempt's lease still holds the entry (a replay keeps a live lease): no other pass can take it
    * up between the two writes, and nothing is written once the lease has ended (a replay landing after a
-   * pass delivered it would make a delivered entry due again: delivered twice). Resumed meanwhile, a pass is
+   * pass delivered it would make a delivered entry due again: delivered twice). The put-back itself only
+   * changes an entry still `received` or `failed`: one that lands late (a slow store, its lease ended
+   * meanwhile and another instance delivered the entry or gave it up) changes nothing. Resumed meanwhile, a pass is
    * asked for: the resume's own may have looked before the entry was due. A store failure is reported; the
    * entry then waits for its lease to run out, and is taken up all the same.
    */
   async function park(key: string, n: IpnNotification, leaseId: string, driver: Driver): Promise<void> {
     try {
-      await timed(inbox.replay(key), 'replay', key);
+      await timed(inbox.replay(key, 0, UNSETTLED), 'replay', key);
       const error = 'delivery paused (ipn.pause()): delivered on resume';
       await timed(
         inbox.settle(key, leaseId, { status: 'failed', error, nextAttemptAt: new Date() }),

@@ -25,6 +25,20 @@ export function holdLeaseId(key: string): string {
 }
 
 /**
+ * An operator's replay of `key` in `store`, when it is a kept unexpected notification still under its hold
+ * lease (a crash between its two writes, or before its status query answered): that lease ended, so that the
+ * store's `replay` makes it due (a replay keeps a live lease, and this one runs for a hundred years). Only
+ * the hold lease: a delivery's live lease is never broken. Resolves whether it ended one.
+ */
+export function endHold(store: DurableStore, key: string): Promise<boolean> {
+  return store.settle(key, holdLeaseId(key), {
+    status: 'failed',
+    error: `${UNEXPECTED_ERROR_PREFIX}replayed by an operator`,
+    nextAttemptAt: new Date(),
+  });
+}
+
+/**
  * What became of a notification of a transaction with no expectation (option `unexpected`): `go` on as
  * usual (confirmed by the service, left to `verify`, or `accept`), `held` (kept in the inbox, answered 200;
  * `after` is the work after the answer: the one status query, then the entry made due or `rejected`),
@@ -254,12 +268,6 @@ export function createUnexpectedScreen<C>(
      * between its two writes): that lease ended, so that the store's `replay` makes it due. Only the hold
      * lease: a delivery's live lease is never broken. Resolves whether it ended one.
      */
-    endHold: async (key: string): Promise<boolean> =>
-      durable !== undefined &&
-      durable.settle(key, holdLeaseId(key), {
-        status: 'failed',
-        error: `${UNEXPECTED_ERROR_PREFIX}replayed by an operator`,
-        nextAttemptAt: new Date(),
-      }),
+    endHold: async (key: string): Promise<boolean> => durable !== undefined && endHold(durable, key),
   };
 }
