@@ -136,26 +136,29 @@ function guardRunner(manager: object, runner: object, ended: () => boolean): voi
 }
 
 /**
- * Tells whether TypeORM is broadcasting `BeforeTransactionCommit` or `BeforeTransactionRollback` for
- * `runner` (its `commitTransaction()` and `rollbackTransaction()` do, before their COMMIT or ROLLBACK): the
- * DataSource's subscribers run then, with the delivery's manager as `event.manager`, whose `queryRunner` is
- * the guard above. What they send then goes into the transaction, ahead of its end, as it would have while
- * the listeners ran: refused, a subscriber's write failed the commit of every delivery, and one refused
- * before the ROLLBACK had TypeORM release the runner with its transaction still open (it swallows the
- * error), the failed attempt's credit in it, for the next user of that connection (the retry) to commit.
- * Set on the runner's own broadcaster, which is this attempt's alone.
+ * Tells whether TypeORM is broadcasting `BeforeTransactionCommit`, `BeforeTransactionRollback` or
+ * `AfterTransactionCommit` for `runner` (its `commitTransaction()` and `rollbackTransaction()` do, around
+ * their COMMIT or ROLLBACK): the DataSource's subscribers run then, with the delivery's manager as
+ * `event.manager`, whose `queryRunner` is the guard above. Before the end, what they send goes into the
+ * transaction, ahead of its end, as it would have while the listeners ran; after a COMMIT, on its own, once
+ * the attempt is delivered, which no retry writes again. Refused, a subscriber's write failed the commit of
+ * every delivery, and one refused before the ROLLBACK had TypeORM release the runner with its transaction
+ * still open (it swallows the error), the failed attempt's credit in it, for the next user of that
+ * connection (the retry) to commit. Not after a ROLLBACK: a write then lands on its own, and the retry
+ * writes it again. Set on the runner's own broadcaster, which is this attempt's alone.
  */
-function beforeTheEnd(runner: object): () => boolean {
+function subscribersRunning(runner: object): () => boolean {
   const broadcaster: unknown = Reflect.get(runner, 'broadcaster');
   const broadcast: unknown =
     typeof broadcaster === 'object' && broadcaster !== null
       ? Reflect.get(broadcaster, 'broadcast')
       : undefined;
   if (typeof broadcast !== 'function') return () => false;
+  const events = new Set(['BeforeTransactionCommit', 'BeforeTransactionRollback', 'AfterTransactionCommit']);
   let broadcasting = 0;
   const own = (args: unknown[]) => Reflect.apply(broadcast, broadcaster, args) as Promise<unknown>;
   Reflect.set(Object(broadcaster), 'broadcast', async (...args: unknown[]) => {
-    if (args[0] !== 'BeforeTransactionCommit' && args[0] !== 'BeforeTransactionRollback') return own(args);
+    if (!events.has(String(args[0]))) return own(args);
     broadcasting += 1;
     try {
       return await own(args);
@@ -226,7 +229,7 @@ export function typeormTransactions<D extends DataSourceLike>(dataSource: D): Tr
         const restore = runner === undefined ? () => {} : refuseEnd(runner);
         let settled = false;
         if (runner !== undefined) {
-          const subscribersRun = beforeTheEnd(runner);
+          const subscribersRun = subscribersRunning(runner);
           guardRunner(manager, runner, () => settled && !subscribersRun());
         }
         try {

@@ -1,7 +1,7 @@
 /**
  * A hostile review of merge fcbfe44 (late-builder): Kysely and TypeORM refuse a query builder a listener
  * took from `tx` in time and ran once its attempt ended. What that refusal does to a partner who does
- * nothing wrong: TypeORM subscribers of the transaction's events, run by TypeORM's own COMMIT and ROLLBACK
+ * nothing wrong: TypeORM subscribers of the transaction's events, run by TypeORM's own commit and rollback
  * once the work has settled, and an entity subscriber run by a late builder before it is refused.
  */
 import { ipnRouter, type IpnNotification } from 'ipn-kit';
@@ -95,6 +95,36 @@ describeWithService('PostgreSQL', 'late-builder review: TypeORM subscribers', ()
     expect((await ledger.entryOf(key))?.status).toBe('delivered');
     expect(await count('ledger', payload.transaction_id)).toBe(1);
     expect(await count('audit', payload.transaction_id, 'commit')).toBe(1);
+  });
+
+  // TypeORM broadcasts AfterTransactionCommit once its COMMIT has landed: a subscriber's write through
+  // event.manager (an outbox's dispatch, an audit row) runs then, on its own, as TypeORM makes it. Refused,
+  // it failed every delivery's commit after the fact (ipn-kit read the entry, delivered, and said nothing),
+  // and the subscriber's write never landed. Once the attempt is delivered, no retry can write it again.
+  test('a subscriber that writes through event.manager once TypeORM has committed: delivered, its write made', async () => {
+    let seen: string | undefined;
+    const dataSource = await open({
+      afterTransactionCommit: async (event) => {
+        if (seen !== undefined) await event.manager.query("INSERT INTO audit VALUES ($1, 'after')", [seen]);
+      },
+    });
+    const ipn = router(dataSource);
+    const payload = uniquePayload();
+    ipn.on('successful', async (n: IpnNotification, { tx }) => {
+      seen = n.transaction_id;
+      await credit(tx, n);
+    });
+    const { post } = await serve(ipn);
+    expect((await post(payload)).status).toBe(200);
+    const key = ledger.keyOf(payload);
+    await settled(key);
+    expect((await ledger.entryOf(key))?.status).toBe('delivered');
+    expect(await count('ledger', payload.transaction_id)).toBe(1);
+    await eventually(
+      'the audit row',
+      async () => (await count('audit', payload.transaction_id, 'after')) === 1,
+      5_000,
+    );
   });
 
   // The same for a rollback, and worse: TypeORM's rollbackTransaction() broadcasts BeforeTransactionRollback
