@@ -114,7 +114,7 @@ const guards = new WeakMap<object, { stage?: () => Stage }>();
  *
  * One guard per connection object, set the first time and reading the transaction now on it, never a
  * wrapper per transaction: a dialect that ends a transaction other than through `executeQuery` (Kysely's
- * PGlite dialect commits through PGlite's own API) and hands out one connection object never ran the COMMIT
+ * PGlite dialect, on its main branch, commits through PGlite's own API) and hands out one connection object never ran the COMMIT
  * that took a wrapper off, and each delivery wrapped the last one's: every query walked them all, until one
  * threw "Maximum call stack size exceeded".
  */
