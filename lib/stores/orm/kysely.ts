@@ -114,9 +114,9 @@ const guards = new WeakMap<object, { stage?: () => Stage }>();
  *
  * One guard per connection object, set the first time and reading the transaction now on it, never a
  * wrapper per transaction: a dialect that ends a transaction other than through `executeQuery` (Kysely's
- * PGlite dialect, on its main branch, commits through PGlite's own API) and hands out one connection object never ran the COMMIT
- * that took a wrapper off, and each delivery wrapped the last one's: every query walked them all, until one
- * threw "Maximum call stack size exceeded".
+ * PGlite dialect, on its main branch, commits through PGlite's own API) and hands out one connection
+ * object never ran the COMMIT that took a wrapper off, and each delivery wrapped the last one's: every query
+ * walked them all, until one threw "Maximum call stack size exceeded".
  */
 function refuseLateQueries(connection: object, stage: () => Stage): () => void {
   let guard = guards.get(connection);
