@@ -93,47 +93,61 @@ function refuseLateBuilders(trx: KyselyRunner, ended: () => boolean): KyselyRunn
   });
 }
 
+/** Where a transaction stands, as the guard of its connection reads it. */
+type Stage = 'open' | 'ended' | 'released';
+
 /**
- * Guards the connection Kysely runs a transaction on (its `DatabaseConnection`, a `PostgresConnection`): once
- * `state()` is `'ended'` (the work has settled), it runs only a COMMIT or ROLLBACK (Kysely's own, or a late
- * one, harmless then), and is as it was once that has run, before Kysely gives it back to its pool. What the
+ * Each connection object's guard, set on it once (its `executeQuery` and `streamQuery`, as own properties),
+ * and the stage of the transaction now on it, read by that guard; none between transactions.
+ */
+const guards = new WeakMap<object, { stage?: () => Stage }>();
+
+/**
+ * Guards the connection Kysely runs a transaction on (its `DatabaseConnection`, a `PostgresConnection`): while
+ * `stage()` is `'ended'` (the work has settled), it runs only a COMMIT or ROLLBACK (Kysely's own, or a late
+ * one, harmless then), and everything once that has run, before Kysely gives it back to its pool. What the
  * plugin above cannot see goes through it: a query a listener sent in time that waited in Kysely's queue of
  * the transaction behind its own slow one (Kysely runs a transaction's queries one at a time; its ROLLBACK
  * goes to the connection directly, ahead of it), or a builder of `tx.withoutPlugins()`. Either ran after the
- * ROLLBACK, committed on its own. From `'released'` on (the transaction has ended however it did), it runs
- * everything: the connection may be another transaction's by then.
+ * ROLLBACK, committed on its own. The returned function lets the connection go (once the transaction has
+ * ended however it did), unless another transaction has it by then.
+ *
+ * One guard per connection object, set the first time and reading the transaction now on it, never a
+ * wrapper per transaction: a dialect that ends a transaction other than through `executeQuery` (Kysely's
+ * PGlite dialect, on its main branch, commits through PGlite's own API) and hands out one connection
+ * object never ran the COMMIT that took a wrapper off, and each delivery wrapped the last one's: every query
+ * walked them all, until one threw "Maximum call stack size exceeded".
  */
-function refuseLateQueries(connection: object, state: () => 'open' | 'ended' | 'released'): void {
-  const executeQuery: unknown = Reflect.get(connection, 'executeQuery');
-  const streamQuery: unknown = Reflect.get(connection, 'streamQuery');
-  if (typeof executeQuery !== 'function' || typeof streamQuery !== 'function') return;
-  const own = ['executeQuery', 'streamQuery'].map(
-    (name) => [name, Object.getOwnPropertyDescriptor(connection, name)] as const,
-  );
-  let restored = false; // once only: by a second end, the connection may be another transaction's
-  const restore = () => {
-    if (restored) return;
-    restored = true;
-    for (const [name, descriptor] of own) {
-      if (descriptor === undefined) Reflect.deleteProperty(connection, name);
-      else Reflect.defineProperty(connection, name, descriptor);
+function refuseLateQueries(connection: object, stage: () => Stage): () => void {
+  let guard = guards.get(connection);
+  if (guard === undefined) {
+    const executeQuery: unknown = Reflect.get(connection, 'executeQuery');
+    const streamQuery: unknown = Reflect.get(connection, 'streamQuery');
+    if (typeof executeQuery !== 'function' || typeof streamQuery !== 'function') return () => {};
+    const own: { stage?: () => Stage } = {};
+    const ends = (query: unknown) =>
+      /^\s*(commit|rollback)\b/i.test(String(Reflect.get(Object(query), 'sql')));
+    const guarded = {
+      executeQuery: (query: unknown): unknown => {
+        const current = own.stage;
+        if (current?.() !== 'ended') return Reflect.apply(executeQuery, connection, [query]);
+        if (!ends(query)) return Promise.reject(new LateQueryError('kyselyTransactions'));
+        const done = () => void (own.stage === current && (own.stage = undefined));
+        return (Reflect.apply(executeQuery, connection, [query]) as Promise<unknown>).finally(done);
+      },
+      streamQuery: (...args: unknown[]): unknown => {
+        if (own.stage?.() === 'ended') throw new LateQueryError('kyselyTransactions');
+        return Reflect.apply(streamQuery, connection, args);
+      },
+    };
+    for (const [name, method] of Object.entries(guarded)) {
+      Reflect.defineProperty(connection, name, { value: method, configurable: true, writable: true }); // or not: frozen
     }
-  };
-  const ends = (query: unknown) => /^\s*(commit|rollback)\b/i.test(String(Reflect.get(Object(query), 'sql')));
-  const guarded = {
-    executeQuery: (query: unknown): unknown => {
-      if (state() !== 'ended') return Reflect.apply(executeQuery, connection, [query]);
-      if (!ends(query)) return Promise.reject(new LateQueryError('kyselyTransactions'));
-      return (Reflect.apply(executeQuery, connection, [query]) as Promise<unknown>).finally(restore);
-    },
-    streamQuery: (...args: unknown[]): unknown => {
-      if (state() === 'ended') throw new LateQueryError('kyselyTransactions');
-      return Reflect.apply(streamQuery, connection, args);
-    },
-  };
-  for (const [name, method] of Object.entries(guarded)) {
-    Reflect.defineProperty(connection, name, { value: method, configurable: true, writable: true });
+    guards.set(connection, (guard = own));
   }
+  const set = guard;
+  set.stage = stage;
+  return () => void (set.stage === stage && (set.stage = undefined));
 }
 
 /** A value, in a few words, for an error message: `null`, `a Pool`. */
@@ -212,13 +226,14 @@ export function kyselyTransactions<Db extends KyselyDatabase>(
     name: 'Kysely',
     transaction: <T>(work: (tx: KyselyTransactionOf<Db>) => Promise<T>) =>
       (async () => {
-        let state: 'open' | 'ended' | 'released' = 'open';
+        let state: Stage = 'open';
+        let release = () => {};
         try {
           return (await runner.transaction().execute(async (trx) => {
             const transaction = trx as KyselyRunner;
             const connection = await transaction.getExecutor().provideConnection((c) => Promise.resolve(c));
             if (typeof connection === 'object' && connection !== null) {
-              refuseLateQueries(connection, () => state);
+              release = refuseLateQueries(connection, () => state);
             }
             const running = work(
               refuseLateBuilders(transaction, () => state !== 'open') as KyselyTransactionOf<Db>,
@@ -229,6 +244,7 @@ export function kyselyTransactions<Db extends KyselyDatabase>(
           })) as T;
         } finally {
           state = 'released';
+          release();
         }
       })(),
     query: (tx, statement) => run(tx as unknown as KyselyRunner, statement),

@@ -90,11 +90,14 @@ function refuseEnd(runner: TransactionRunner): () => void {
  * itself, so TypeORM's code behind it sees its own object. Never taken back: the manager and the runner are
  * this attempt's alone, and TypeORM releases the runner through its own reference to it.
  *
- * Once `ended()` (the work has settled), every method of it throws: a query builder a listener took from
- * `tx` in time (`tx.createQueryBuilder()`, a repository) reads the runner from the manager when it runs, and
- * one run once its attempt was abandoned went to the transaction's connection, behind the ROLLBACK TypeORM
- * queued there after the listener's own query, and committed on its own. TypeORM's own COMMIT or ROLLBACK
- * (and ipn-kit's mark, inside the work) go through the runner itself.
+ * Once `ended()`, every member of it throws when read, and every method handed out before when called: a
+ * query builder a listener took from `tx` in time (`tx.createQueryBuilder()`, a repository) reads the runner
+ * from the manager when it runs, and one run once its attempt was abandoned went to the transaction's
+ * connection, behind the ROLLBACK TypeORM queued there after the listener's own query, and committed on its
+ * own. Members too, not only methods: an insert's builder reads the runner's `broadcaster` before its query,
+ * and an entity subscriber it runs gets the runner itself (`event.queryRunner`), whose write landed after
+ * the ROLLBACK while the insert was refused. TypeORM's own COMMIT or ROLLBACK (and ipn-kit's mark, inside
+ * the work) go through the runner itself.
  */
 function guardRunner(manager: object, runner: object, ended: () => boolean): void {
   /** Each method as handed out, the same one each time it is read. */
@@ -110,6 +113,10 @@ function guardRunner(manager: object, runner: object, ended: () => boolean): voi
     );
   const guarded = new Proxy(runner, {
     get(target, property) {
+      // `then` is read by promise resolution: an ended runner is not a thenable, not a refusal.
+      if (ended() && typeof property === 'string' && property !== 'then') {
+        throw new LateQueryError('typeormTransactions');
+      }
       if (property === 'release') return release;
       const value: unknown = Reflect.get(target, property, target);
       if (typeof value !== 'function' || property === 'constructor') return value;
@@ -126,6 +133,40 @@ function guardRunner(manager: object, runner: object, ended: () => boolean): voi
     },
   });
   Reflect.set(manager, 'queryRunner', guarded);
+}
+
+/**
+ * Tells whether TypeORM is broadcasting `BeforeTransactionCommit`, `BeforeTransactionRollback` or
+ * `AfterTransactionCommit` for `runner` (its `commitTransaction()` and `rollbackTransaction()` do, around
+ * their COMMIT or ROLLBACK): the DataSource's subscribers run then, with the delivery's manager as
+ * `event.manager`, whose `queryRunner` is the guard above. Before the end, what they send goes into the
+ * transaction, ahead of its end, as it would have while the listeners ran; after a COMMIT, on its own, once
+ * the attempt is delivered, which no retry writes again. Refused, a subscriber's write failed the commit of
+ * every delivery, and one refused before the ROLLBACK had TypeORM release the runner with its transaction
+ * still open (it swallows the error), the failed attempt's credit in it, for the next user of that
+ * connection (the retry) to commit. Not after a ROLLBACK: a write then lands on its own, and the retry
+ * writes it again. Set on the runner's own broadcaster, which is this attempt's alone.
+ */
+function subscribersRunning(runner: object): () => boolean {
+  const broadcaster: unknown = Reflect.get(runner, 'broadcaster');
+  const broadcast: unknown =
+    typeof broadcaster === 'object' && broadcaster !== null
+      ? Reflect.get(broadcaster, 'broadcast')
+      : undefined;
+  if (typeof broadcast !== 'function') return () => false;
+  const events = new Set(['BeforeTransactionCommit', 'BeforeTransactionRollback', 'AfterTransactionCommit']);
+  let broadcasting = 0;
+  const own = (args: unknown[]) => Reflect.apply(broadcast, broadcaster, args) as Promise<unknown>;
+  Reflect.set(Object(broadcaster), 'broadcast', async (...args: unknown[]) => {
+    if (!events.has(String(args[0]))) return own(args);
+    broadcasting += 1;
+    try {
+      return await own(args);
+    } finally {
+      broadcasting -= 1;
+    }
+  });
+  return () => broadcasting > 0;
 }
 
 async function run(runner: QueryRunner, statement: Statement): Promise<StatementResult> {
@@ -186,12 +227,15 @@ export function typeormTransactions<D extends DataSourceLike>(dataSource: D): Tr
       return source.transaction(async (manager) => {
         const runner = Reflect.get(manager, 'queryRunner') as TransactionRunner | undefined;
         const restore = runner === undefined ? () => {} : refuseEnd(runner);
-        let ended = false;
-        if (runner !== undefined) guardRunner(manager, runner, () => ended);
+        let settled = false;
+        if (runner !== undefined) {
+          const subscribersRun = subscribersRunning(runner);
+          guardRunner(manager, runner, () => settled && !subscribersRun());
+        }
         try {
           return await work(manager);
         } finally {
-          ended = true;
+          settled = true;
           restore(); // TypeORM's own commit or rollback follows
         }
       });

@@ -1,0 +1,84 @@
+/**
+ * kyselyTransactions over a dialect that ends its transactions through a method of its connection, not
+ * through `executeQuery('commit')`, and hands every user one connection object (as an embedded database's
+ * dialect does: Kysely's own PGlite dialect commits through PGlite's transaction API). No database: the
+ * connection answers every query with no rows.
+ */
+import {
+  CompiledQuery,
+  Kysely,
+  PostgresAdapter,
+  PostgresIntrospector,
+  PostgresQueryCompiler,
+  type DatabaseConnection,
+  type Dialect,
+  type Driver,
+  type QueryResult,
+} from 'kysely';
+import { kyselyTransactions } from '../../../../lib/orm.js';
+
+/** One connection for every user; what it was sent, in order. */
+class OneConnection implements DatabaseConnection {
+  readonly sent: string[] = [];
+  executeQuery<R>(query: CompiledQuery): Promise<QueryResult<R>> {
+    this.sent.push(query.sql);
+    return Promise.resolve({ rows: [] });
+  }
+  // eslint-disable-next-line require-yield
+  async *streamQuery<R>(): AsyncIterableIterator<QueryResult<R>> {
+    await Promise.resolve();
+    throw new TypeError('no streams here');
+  }
+  /** How the driver ends a transaction: not through `executeQuery`. */
+  end(how: 'commit' | 'rollback'): Promise<void> {
+    this.sent.push(`(${how})`);
+    return Promise.resolve();
+  }
+}
+
+const oneConnectionDialect = (connection: OneConnection): Dialect => {
+  const driver: Driver = {
+    init: () => Promise.resolve(),
+    acquireConnection: () => Promise.resolve(connection),
+    beginTransaction: async () => {
+      await connection.executeQuery(CompiledQuery.raw('begin'));
+    },
+    commitTransaction: () => connection.end('commit'),
+    rollbackTransaction: () => connection.end('rollback'),
+    releaseConnection: () => Promise.resolve(),
+    destroy: () => Promise.resolve(),
+  };
+  return {
+    createAdapter: () => new PostgresAdapter(),
+    createDriver: () => driver,
+    createIntrospector: (db) => new PostgresIntrospector(db),
+    createQueryCompiler: () => new PostgresQueryCompiler(),
+  };
+};
+
+describe('kyselyTransactions over a dialect that commits through its connection', () => {
+  // The connection's guard (kysely.ts) was put back only when Kysely's COMMIT or ROLLBACK ran through
+  // executeQuery. Here it never does: each delivery left its guard on the connection, the next one wrapped
+  // it again, and every query walked the chain, one more per delivery: after about 10,000 deliveries each
+  // one, and the partner's own queries, threw "Maximum call stack size exceeded" (the process crashed when
+  // it came from a promise's rejection).
+  test('after 20,000 deliveries, a delivery and the partner own queries still run', async () => {
+    const connection = new OneConnection();
+    const db = new Kysely<Record<string, never>>({ dialect: oneConnectionDialect(connection) });
+    const transactions = kyselyTransactions(db);
+    const select = CompiledQuery.raw('select 1');
+    for (let delivery = 0; delivery < 20_000; delivery += 1) {
+      await transactions
+        .transaction(async (tx) => {
+          await tx.executeQuery(select);
+          if (delivery % 7 === 3) throw new TypeError('a listener failed');
+        })
+        .catch((error: unknown) => {
+          if (!(error instanceof TypeError)) throw error;
+        });
+    }
+    await transactions.transaction((tx) => tx.executeQuery(select));
+    await expect(db.executeQuery(select)).resolves.toEqual({ rows: [] });
+    expect(connection.sent.slice(-4)).toEqual(['begin', 'select 1', '(commit)', 'select 1']);
+  });
+});
