@@ -615,6 +615,25 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
     // landed after the ROLLBACK, committed on its own): the retry credited again, 2 rows. Drizzle ran it
     // either way, on the connection once back in the pool. Now each adapter refuses it: Drizzle's client,
     // Kysely's transaction (a plugin), TypeORM's query runner (drizzle.ts, kysely.ts, typeorm.ts).
+    /**
+     * A first attempt that runs `first` and is abandoned at leaseMs (1 s) while it does; later attempts
+     * credit. Resolves once the entry is delivered, a second after it (the late write made, or refused),
+     * having found one ledger row.
+     */
+    const oneRowAfterAbandoned = async (first: (tx: Any, n: IpnNotification) => Promise<void>) => {
+      const ipn = router(false, { leaseMs: 1_000 });
+      const payload = uniquePayload();
+      const key = ledger.keyOf(payload);
+      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
+        if (attempt > 1 || n.transaction_id !== payload.transaction_id) return orm.credit(tx, n);
+        await first(tx, n);
+      });
+      const { post } = await serve(ipn);
+      expect((await post(payload)).status).toBe(200);
+      await eventually('delivered', async () => (await ledger.entryOf(key))?.status === 'delivered', 10_000);
+      await new Promise((resolve) => setTimeout(resolve, 1_000)); // the late write made, or refused
+      expect(await rows(payload.transaction_id)).toBe(1);
+    };
     const prepared = (tx: Any, n: IpnNotification): (() => PromiseLike<unknown>) => {
       const values = { transaction_id: n.transaction_id, order_id: String(n.custom_data), amount: n.amount };
       const camel = {
@@ -652,58 +671,30 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
         });
     };
     for (const inFlight of [true, false]) {
-      test(`a write prepared through tx, run once the attempt was abandoned at leaseMs (${inFlight ? "the ORM's ROLLBACK queued behind the listener's query" : 'the transaction ended'}): refused, one row`, async () => {
-        const ipn = router(false, { leaseMs: 1_000 });
-        const payload = uniquePayload();
-        const key = ledger.keyOf(payload);
-        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
-          if (attempt > 1 || n.transaction_id !== payload.transaction_id) return orm.credit(tx, n);
+      test(`a write prepared through tx, run once the attempt was abandoned at leaseMs (${inFlight ? "the ORM's ROLLBACK queued behind the listener's query" : 'the transaction ended'}): refused, one row`, () =>
+        oneRowAfterAbandoned(async (tx, n) => {
           const later = prepared(tx, n);
           if (inFlight) await raw(tx, 'SELECT pg_sleep(1.2)');
           else await new Promise((resolve) => setTimeout(resolve, 1_200));
           await later();
-        });
-        const { post } = await serve(ipn);
-        expect((await post(payload)).status).toBe(200);
-        await eventually(
-          'delivered',
-          async () => (await ledger.entryOf(key))?.status === 'delivered',
-          10_000,
-        );
-        await new Promise((resolve) => setTimeout(resolve, 1_000)); // the late write made, or refused
-        expect(await rows(payload.transaction_id)).toBe(1);
-      });
+        }));
     }
 
     // A write a listener sends in time, alongside a slow query of its own, rather than after it: Kysely runs
     // a transaction's queries one at a time, so the write waited behind the slow one, while Kysely's
     // ROLLBACK at leaseMs went to the connection directly, ahead of it: the write ran after the ROLLBACK,
     // committed on its own, and the retry credited again (2 rows). Refused now (kysely.ts), or rolled back.
-    test("a write sent through tx in time, waiting behind the listener's slow query when the attempt is abandoned at leaseMs: one row", async () => {
-      const ipn = router(false, { leaseMs: 1_000 });
-      const payload = uniquePayload();
-      const key = ledger.keyOf(payload);
-      ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
-        if (attempt > 1 || n.transaction_id !== payload.transaction_id) return orm.credit(tx, n);
+    test("a write sent through tx in time, waiting behind the listener's slow query when the attempt is abandoned at leaseMs: one row", () =>
+      oneRowAfterAbandoned(async (tx, n) => {
         await Promise.all([raw(tx, 'SELECT pg_sleep(1.2)'), prepared(tx, n)()]);
-      });
-      const { post } = await serve(ipn);
-      expect((await post(payload)).status).toBe(200);
-      await eventually('delivered', async () => (await ledger.entryOf(key))?.status === 'delivered', 10_000);
-      await new Promise((resolve) => setTimeout(resolve, 1_000)); // the late write made, or refused
-      expect(await rows(payload.transaction_id)).toBe(1);
-    });
+      }));
 
     // Kysely: a builder of tx.withoutPlugins() (taken in time) runs without the plugin that refuses a late
     // builder: its connection refuses it (kysely.ts).
     (name === 'Kysely' ? test : test.skip)(
       "a write prepared through tx.withoutPlugins(), run once the attempt was abandoned at leaseMs (the ORM's ROLLBACK queued behind the listener's query): refused, one row",
-      async () => {
-        const ipn = router(false, { leaseMs: 1_000 });
-        const payload = uniquePayload();
-        const key = ledger.keyOf(payload);
-        ipn.on('successful', async (n: IpnNotification, { tx, attempt }) => {
-          if (attempt > 1 || n.transaction_id !== payload.transaction_id) return orm.credit(tx, n);
+      () =>
+        oneRowAfterAbandoned(async (tx, n) => {
           const values = {
             transaction_id: n.transaction_id,
             order_id: String(n.custom_data),
@@ -712,17 +703,7 @@ describe.each(ORMS)('hostile: %s', (name, path, raw) => {
           const builder = (tx as KyselyTransaction<Any>).withoutPlugins().insertInto('ledger').values(values);
           await raw(tx, 'SELECT pg_sleep(1.2)');
           await builder.execute();
-        });
-        const { post } = await serve(ipn);
-        expect((await post(payload)).status).toBe(200);
-        await eventually(
-          'delivered',
-          async () => (await ledger.entryOf(key))?.status === 'delivered',
-          10_000,
-        );
-        await new Promise((resolve) => setTimeout(resolve, 1_000)); // the late write made, or refused
-        expect(await rows(payload.transaction_id)).toBe(1);
-      },
+        }),
     );
 
     // The same prepared write, run once the attempt ended the ordinary way: delivered (run once the entry is),
