@@ -16,6 +16,7 @@ import {
   type LatestReplay,
 } from './pages.js';
 import { auditPage } from './audit-page.js';
+import { replaysUnderWay } from './replays-under-way.js';
 import { UNKNOWN_ACTOR } from '../delivery/audit.js';
 
 /**
@@ -75,6 +76,7 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
   const { ipn, authorize, title, pageSize, logger } = resolved;
   const mask = createMasker(resolved.logCustomerData);
   const ring = createEventRing(ipn, resolved.recentEvents);
+  const underWay = replaysUnderWay(ipn);
 
   const core: AdminCore<Req> = async (req) => {
     const { base } = req;
@@ -232,6 +234,27 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
         return done(`${message} It could not be recorded in the audit trail: ${describe(error)}`, ok, link);
       }
     };
+    /** One entry's replay, if it is still as its confirmation page showed it (`seen`, when the form says). */
+    const replayOne = async (
+      key: string,
+      seen: { status: DeliveryStatus; at: number } | undefined,
+      link: string,
+    ): Promise<AdminAnswer> => {
+      if (seen !== undefined) {
+        const now = await ipn.inbox.get(key);
+        if (now !== undefined && (now.status !== seen.status || now.updatedAt.getTime() !== seen.at)) {
+          return done(changedSince(key, seen.status, now.status), false, link);
+        }
+      }
+      const replayed = await ipn.inbox.replay(key, seen === undefined ? undefined : [seen.status]);
+      if (replayed) {
+        return kept('replay', { key, replayed }, `Replayed ${key}: it is delivered again now.`, true, link);
+      }
+      const now = seen === undefined ? undefined : await ipn.inbox.get(key);
+      return now === undefined
+        ? done(`No entry ${key} to replay.`, false)
+        : done(changedSince(key, seen!.status, now.status), false, link);
+    };
     try {
       if (action === '/replay') {
         const key = form.get('key') ?? '';
@@ -240,20 +263,15 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
         // the same form sent again (a refresh of the result page, a second tab) finds it changed and replays
         // nothing, where it would have run a payment's listeners once more.
         const seen = seenOf(form);
-        if (seen !== undefined) {
-          const now = await ipn.inbox.get(key);
-          if (now !== undefined && (now.status !== seen.status || now.updatedAt.getTime() !== seen.at)) {
-            return done(changedSince(key, seen.status, now.status), false, link);
-          }
+        // The same form sent twice at once (a double click, two tabs): both would read the entry as confirmed
+        // before either replayed it. The second is refused while the first is under way.
+        const name = `key:${key}`;
+        if (!underWay.take(name)) return done(underWayAlready(key), false, link);
+        try {
+          return await replayOne(key, seen, link);
+        } finally {
+          underWay.end(name, false);
         }
-        const replayed = await ipn.inbox.replay(key, seen === undefined ? undefined : [seen.status]);
-        if (replayed) {
-          return kept('replay', { key, replayed }, `Replayed ${key}: it is delivered again now.`, true, link);
-        }
-        const now = seen === undefined ? undefined : await ipn.inbox.get(key);
-        return now === undefined
-          ? done(`No entry ${key} to replay.`, false)
-          : done(changedSince(key, seen!.status, now.status), false, link);
       }
       if (action === '/replay-dead') {
         const { replayed, keys } = await ipn.inbox.replayMatching({ status: 'dead' });
@@ -264,18 +282,26 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
         const filter = replayFilterOf(form);
         // Each confirmation is done once: the same form sent again (a refresh of the result page) finds its
         // mark in the audit trail, where the status filter delivered would run every payment's listeners again.
+        // The mark is taken here first (synchronously): the same form sent again while the first is still
+        // replaying (a second click, a resend after a proxy's timeout) finds it before the audit trail has it.
         const once = form.get('once') ?? undefined;
-        if (once !== undefined && (await doneAlready(once))) {
-          return done('This replay was done already (the form was sent again): nothing was replayed.', false);
+        const name = `once:${once}`;
+        if (once !== undefined && !underWay.take(name)) return done(DONE_ALREADY, false);
+        let replaying = false;
+        try {
+          if (once !== undefined && (await doneAlready(once))) return done(DONE_ALREADY, false);
+          replaying = true;
+          const { matched, replayed, keys } = await ipn.inbox.replayMatching(filter);
+          const message = `Replayed ${replayed} of the ${matched} entries the filter showed: the list shows their progress.`;
+          const mark = once === undefined ? {} : { once };
+          return await kept(
+            'replay-filter',
+            { filter, matched, count: replayed, ...mark, ...keptKeys(keys) },
+            message,
+          );
+        } finally {
+          if (once !== undefined) underWay.end(name, replaying);
         }
-        const { matched, replayed, keys } = await ipn.inbox.replayMatching(filter);
-        const message = `Replayed ${replayed} of the ${matched} entries the filter showed: the list shows their progress.`;
-        const mark = once === undefined ? {} : { once };
-        return kept(
-          'replay-filter',
-          { filter, matched, count: replayed, ...mark, ...keptKeys(keys) },
-          message,
-        );
       }
       if (action === '/pause') {
         await ipn.inbox.pause();
@@ -458,6 +484,18 @@ function seenOf(form: URLSearchParams): { status: DeliveryStatus; at: number } |
   const at = Number(form.get('at'));
   if (!STATUSES.has(status) || !Number.isSafeInteger(at)) return undefined;
   return { status: status as DeliveryStatus, at };
+}
+
+/** Why a bulk replay's confirmation sent again replayed nothing. */
+const DONE_ALREADY =
+  'This replay was done already, or is being done (the form was sent again): nothing more was replayed.';
+
+/** Why the second of one entry's replay sent twice at once was not done. */
+function underWayAlready(key: string): string {
+  return (
+    `A replay of ${key} is under way already (the form was sent twice): nothing more was replayed. ` +
+    'Open the entry to see where it stands.'
+  );
 }
 
 /** Why a confirmed replay of `key` was not done: the entry changed since the confirmation page. */

@@ -1,14 +1,59 @@
+import { adminFetchHandler } from '../../lib/admin.js';
 import { ipnRouter, MemoryStore } from '../../lib/index.js';
 import { HOLD_MS } from '../../lib/delivery/kept-unexpected.js';
 import { holdLeaseId } from '../../lib/delivery/unexpected.js';
+import type { DeliveryStatus, ListOptions, InboxEntry } from '../../lib/stores/store.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
+import { eventually } from '../helpers/services.js';
 
 /** Findings of the hostile review of review-operate's replay guards (the admin's replay, the paused put-back). */
 
 jest.setTimeout(30_000);
 const keyOf = (payload: Record<string, unknown>) =>
   `${String(payload.transaction_id)}:${String(payload.state)}`;
+
+/**
+ * Opens the confirmation page `/confirm?<query>` of `admin` and resolves a function that posts its form as
+ * the browser does (again at each call: a refresh of the result page, a second click, resubmits it).
+ */
+async function confirmed(admin: (request: Request) => Promise<Response>, query: string) {
+  const confirm = await admin(new Request(`http://shop.test/confirm?${query}`));
+  expect(confirm.status).toBe(200);
+  const cookie = (confirm.headers.get('set-cookie') ?? '').split(';')[0]!;
+  const page = await confirm.text();
+  const action = /<form method="post" action="([^"]+)"/.exec(page)![1]!;
+  const form = new URLSearchParams(
+    [...page.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)"/g)].map(
+      ([, name, value]): [string, string] => [name!, unescape(value!)],
+    ),
+  ).toString();
+  return () =>
+    admin(
+      new Request(`http://shop.test${action}`, {
+        method: 'POST',
+        headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
+        body: form,
+      }),
+    );
+}
+
+/** An attribute's text as the page escaped it. */
+const unescape = (text: string) =>
+  text
+    .replace(/&#(\d+);/g, (_, code: string) => String.fromCharCode(Number(code)))
+    .replace(/&quot;/g, '"')
+    .replace(/&lt;/g, '<')
+    .replace(/&gt;/g, '>')
+    .replace(/&amp;/g, '&');
+
+/** The notification request of `payload`, as the service sends it. */
+const notification = (payload: Record<string, unknown>) =>
+  new Request('http://shop.test/ipn', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(payload),
+  });
 
 describe('ipn.inbox.replay(key, from): a kept unexpected notification under its hold lease', () => {
   test('a replay refused by `from` leaves it held: never made due, never credited unconfirmed', async () => {
@@ -33,3 +78,135 @@ describe('ipn.inbox.replay(key, from): a kept unexpected notification under its 
     }
   });
 });
+
+/** A MemoryStore whose audit trail keeps its first action only once `letGo()` is called. */
+class SlowAuditStore extends MemoryStore {
+  recording = 0;
+  lists = 0;
+  letGo: () => void = () => {};
+  onList: (count: number) => void = () => {};
+  constructor() {
+    super();
+    const record = this.audit.record.bind(this.audit);
+    const gate = new Promise<void>((resolve) => (this.letGo = resolve));
+    let first = true;
+    this.audit.record = async (entry) => {
+      this.recording += 1;
+      if (first) {
+        first = false;
+        await gate;
+      }
+      return record(entry);
+    };
+  }
+  override list(options?: ListOptions): Promise<InboxEntry[]> {
+    this.lists += 1;
+    this.onList(this.lists);
+    return super.list(options);
+  }
+}
+
+describe("the operator's page: one bulk replay's form sent twice", () => {
+  test('sent again while the first is still being done (a second click, a resend after a timeout): replayed once', async () => {
+    const store = new SlowAuditStore();
+    const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet, recoveryIntervalMs: 20 });
+    const credited: string[] = [];
+    ipn.on('successful', (n) => void credited.push(n.transaction_id));
+    const admin = adminFetchHandler({ ipn, authorize: () => ({ actor: 'ada' }) });
+    try {
+      const payload = uniquePayload();
+      const id = String(payload.transaction_id);
+      const key = keyOf(payload);
+      expect((await ipn.fetch(notification(payload))).status).toBe(200);
+      await eventually('delivered', async () => (await store.get(key))?.status === 'delivered');
+      // The operator replays what the filter "delivered" shows, on purpose: credited a second time.
+      const send = await confirmed(admin, `action=replay-filter&status=delivered&transaction=${id}`);
+      const listed = store.lists;
+      const first = send();
+      // The first is done (replayed, delivered again) and is being kept in the audit trail (a slow store)...
+      await eventually('the first is being recorded', () => store.recording === 1);
+      await eventually(
+        'delivered again',
+        async () => credited.length === 2 && (await store.get(key))?.status === 'delivered',
+      );
+      // ... when the same form is sent again. The first's record lands as soon as the second lists the inbox.
+      store.onList = (count) => count > listed + 1 && store.letGo();
+      const second = await send();
+      store.letGo();
+      expect((await first).status).toBe(200);
+      expect(second.status).toBe(409);
+      await ipn.drain();
+      expect((await store.get(key))?.status).toBe('delivered');
+      expect(credited).toEqual([id, id]);
+    } finally {
+      store.letGo();
+      await ipn.close();
+    }
+  });
+});
+
+/**
+ * A MemoryStore that, armed, holds the first `get` until a second one comes (two requests read the entry
+ * at once), and holds the second `replay` until `redelivered()` (a slow write).
+ */
+class RacingStore extends MemoryStore {
+  armed = false;
+  #gets: (() => void)[] = [];
+  #replays = 0;
+  #replayGate: Promise<void> = new Promise((resolve) => (this.redelivered = resolve));
+  redelivered: () => void = () => {};
+  releaseGets(): void {
+    for (const go of this.#gets.splice(0)) go();
+  }
+  override async get(key: string): Promise<InboxEntry | undefined> {
+    if (this.armed && this.#gets.length < 1) {
+      await new Promise<void>((resolve) => this.#gets.push(resolve));
+    } else if (this.armed) this.releaseGets();
+    return super.get(key);
+  }
+  override async replay(key: string, delayMs?: number, from?: readonly DeliveryStatus[]): Promise<boolean> {
+    if (this.armed && ++this.#replays === 2) await this.#replayGate;
+    return super.replay(key, delayMs, from);
+  }
+}
+
+describe("the operator's page: one entry's replay confirmed in two tabs at once", () => {
+  test('of a delivered entry, both sent at once: replayed once (the second answers 409)', async () => {
+    const store = new RacingStore();
+    const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet, recoveryIntervalMs: 20 });
+    const credited: string[] = [];
+    ipn.on('successful', (n) => void credited.push(n.transaction_id));
+    const admin = adminFetchHandler({ ipn, authorize: () => ({ actor: 'ada' }) });
+    try {
+      const payload = uniquePayload();
+      const id = String(payload.transaction_id);
+      const key = keyOf(payload);
+      expect((await ipn.fetch(notification(payload))).status).toBe(200);
+      await eventually('delivered', async () => (await store.get(key))?.status === 'delivered');
+      // The operator replays it on purpose (a listener's bug lost its effect), from two tabs (or a double click).
+      const send = await confirmed(admin, `action=replay&key=${encodeURIComponent(key)}`);
+      store.armed = true;
+      const sent = [send(), send()];
+      for (const one of sent) void one.finally(() => store.releaseGets());
+      await eventually(
+        'delivered again',
+        async () => credited.length === 2 && (await super_get(store, key))?.status === 'delivered',
+      );
+      store.redelivered();
+      const statuses = (await Promise.all(sent)).map((answer) => answer.status);
+      expect(statuses.sort()).toEqual([200, 409]);
+      store.armed = false;
+      await ipn.drain();
+      expect((await store.get(key))?.status).toBe('delivered');
+      expect(credited).toEqual([id, id]);
+    } finally {
+      store.armed = false;
+      store.redelivered();
+      store.releaseGets();
+      await ipn.close();
+    }
+  });
+});
+
+/** The entry as the store keeps it, past `RacingStore`'s gate. */
+const super_get = (store: RacingStore, key: string) => MemoryStore.prototype.get.call(store, key);
