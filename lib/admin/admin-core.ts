@@ -51,8 +51,12 @@ export interface AdminAnswer {
 /** The operator's page without its transport: a request in, an answer out. Never rejects. */
 export type AdminCore<Req> = (request: AdminRequest<Req>) => Promise<AdminAnswer>;
 
-/** How many of the newest audit entries are looked at for a bulk replay's confirmation already done. */
+/** How many audit entries one read takes while looking for a bulk replay's confirmation already done. */
 const ONCE_LOOKED_AT = 200;
+/** How old a bulk replay's confirmation may be when sent: older, it is opened again (what it counted is stale). */
+const ONCE_VALID_MS = 24 * 60 * 60 * 1000;
+/** How far the store's clock (the audit trail's times) may be behind the page's, for that look. */
+const CLOCKS_APART_MS = 10 * 60_000;
 const STATUSES: ReadonlySet<string> = new Set<DeliveryStatus>(['received', 'delivered', 'failed', 'dead']);
 const DAY = 24 * 60 * 60 * 1000;
 /** How many of the newest audit actions the main page looks through for the newest bulk replay. */
@@ -286,6 +290,8 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
         // replaying (a second click, a resend after a proxy's timeout) finds it before the audit trail has it.
         const once = form.get('once') ?? undefined;
         const name = `once:${once}`;
+        const issued = once === undefined ? undefined : issuedOf(once);
+        if (issued !== undefined && !(Date.now() - issued <= ONCE_VALID_MS)) return done(TOO_OLD, false);
         if (once !== undefined && !underWay.take(name)) return done(DONE_ALREADY, false);
         let replaying = false;
         try {
@@ -379,10 +385,20 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
     return { at: newest.at, actor: newest.actor, progress: await ipn.inbox.replayProgress(keys) };
   }
 
-  /** Whether a bulk replay confirmed with the mark `once` is among the newest actions of the audit trail. */
+  /**
+   * Whether a bulk replay confirmed with the mark `once` is in the audit trail: every action kept since its
+   * confirmation page was made (its mark says when) is looked through, however many other operators' actions
+   * came meanwhile (a mark that says no time: the newest 200 only).
+   */
   async function doneAlready(once: string): Promise<boolean> {
-    const actions = await ipn.inbox.actions({ limit: ONCE_LOOKED_AT });
-    return actions.some((entry) => entry.action === 'replay-filter' && entry.detail.once === once);
+    const issued = issuedOf(once);
+    for (let offset = 0; ; offset += ONCE_LOOKED_AT) {
+      const actions = await ipn.inbox.actions({ limit: ONCE_LOOKED_AT, offset });
+      if (actions.some((entry) => entry.action === 'replay-filter' && entry.detail.once === once))
+        return true;
+      if (issued === undefined || actions.length < ONCE_LOOKED_AT) return false;
+      if (actions[actions.length - 1]!.at.getTime() < issued - CLOCKS_APART_MS) return false;
+    }
   }
 
   /** `undefined` when the router has no durable inbox (at-most-once mode); other failures propagate. */
@@ -411,7 +427,7 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       const filter = replayFilterOf(query);
       const { matched } = await ipn.inbox.replayMatching({ ...filter, dryRun: true });
       // A mark of this confirmation: the replay it confirms is done once (see `doneAlready`).
-      const fields = { ...Object.fromEntries(keep(query, FILTERS)), once: newCsrfToken() };
+      const fields = { ...Object.fromEntries(keep(query, FILTERS)), once: `${Date.now()}.${newCsrfToken()}` };
       const what = `${matched} ${filter.status === undefined ? 'undelivered ' : ''}${matched === 1 ? 'entry' : 'entries'}`;
       const delivered =
         filter.status === undefined ? ' (delivered ones only with the status filter delivered)' : '';
@@ -489,6 +505,17 @@ function seenOf(form: URLSearchParams): { status: DeliveryStatus; at: number } |
 /** Why a bulk replay's confirmation sent again replayed nothing. */
 const DONE_ALREADY =
   'This replay was done already, or is being done (the form was sent again): nothing more was replayed.';
+
+/** Why a bulk replay's confirmation sent a day or more after it was made replayed nothing. */
+const TOO_OLD =
+  'This confirmation is more than a day old: nothing was replayed. Open the list again, and confirm what ' +
+  'its filter shows now.';
+
+/** When a bulk replay's confirmation mark (`<ms>.<random>`) was made; `undefined` when it says no time. */
+function issuedOf(once: string): number | undefined {
+  const match = /^(\d{1,15})\./.exec(once);
+  return match === null ? undefined : Number(match[1]);
+}
 
 /** Why the second of one entry's replay sent twice at once was not done. */
 function underWayAlready(key: string): string {

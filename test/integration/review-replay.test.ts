@@ -15,9 +15,14 @@ const keyOf = (payload: Record<string, unknown>) =>
 
 /**
  * Opens the confirmation page `/confirm?<query>` of `admin` and resolves a function that posts its form as
- * the browser does (again at each call: a refresh of the result page, a second click, resubmits it).
+ * the browser does (again at each call: a refresh of the result page, a second click, resubmits it), to
+ * `admin` or to `to` (another instance's page, behind the same load balancer).
  */
-async function confirmed(admin: (request: Request) => Promise<Response>, query: string) {
+async function confirmed(
+  admin: (request: Request) => Promise<Response>,
+  query: string,
+  edit: (form: URLSearchParams) => void = () => {},
+) {
   const confirm = await admin(new Request(`http://shop.test/confirm?${query}`));
   expect(confirm.status).toBe(200);
   const cookie = (confirm.headers.get('set-cookie') ?? '').split(';')[0]!;
@@ -27,13 +32,14 @@ async function confirmed(admin: (request: Request) => Promise<Response>, query: 
     [...page.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)"/g)].map(
       ([, name, value]): [string, string] => [name!, unescape(value!)],
     ),
-  ).toString();
-  return () =>
-    admin(
+  );
+  edit(form);
+  return (to = admin) =>
+    to(
       new Request(`http://shop.test${action}`, {
         method: 'POST',
         headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
-        body: form,
+        body: form.toString(),
       }),
     );
 }
@@ -210,3 +216,75 @@ describe("the operator's page: one entry's replay confirmed in two tabs at once"
 
 /** The entry as the store keeps it, past `RacingStore`'s gate. */
 const super_get = (store: RacingStore, key: string) => MemoryStore.prototype.get.call(store, key);
+
+describe("the operator's page: one bulk replay's form sent again after many other actions", () => {
+  test('to another instance, after 250 other operator actions: replayed once (409)', async () => {
+    const store = new MemoryStore();
+    const common = { store, delivery: 'at-least-once' as const, logger: quiet, recoveryIntervalMs: 20 };
+    const a = ipnRouter(common);
+    const b = ipnRouter(common);
+    const credited: string[] = [];
+    for (const ipn of [a, b]) ipn.on('successful', (n) => void credited.push(n.transaction_id));
+    const adminA = adminFetchHandler({ ipn: a, authorize: () => ({ actor: 'ada' }) });
+    const adminB = adminFetchHandler({ ipn: b, authorize: () => ({ actor: 'ada' }) });
+    try {
+      const payload = uniquePayload();
+      const id = String(payload.transaction_id);
+      const key = keyOf(payload);
+      expect((await a.fetch(notification(payload))).status).toBe(200);
+      await eventually('delivered', async () => (await store.get(key))?.status === 'delivered');
+      const send = await confirmed(adminA, `action=replay-filter&status=delivered&transaction=${id}`);
+      expect((await send()).status).toBe(200);
+      await eventually(
+        'delivered again',
+        async () => credited.length === 2 && (await store.get(key))?.status === 'delivered',
+      );
+      // A busy day: other operators (or the CLI, or a script) replay entries one by one.
+      for (let i = 0; i < 250; i += 1) {
+        await a.inbox.recordAction({
+          action: 'replay',
+          actor: 'bob',
+          detail: { key: `other-${i}:SUCCESSFUL` },
+        });
+      }
+      // The same form sent again (the browser's history, "resend"), answered by the other instance.
+      const again = await send(adminB);
+      expect(again.status).toBe(409);
+      await b.drain();
+      await a.drain();
+      expect((await store.get(key))?.status).toBe('delivered');
+      expect(credited).toEqual([id, id]);
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+});
+
+describe("the operator's page: a bulk replay's confirmation a day old", () => {
+  test('is refused 409 (confirm again): nothing replayed', async () => {
+    const store = new MemoryStore();
+    const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet, backgroundWork: 'drain' });
+    const credited: string[] = [];
+    ipn.on('successful', (n) => void credited.push(n.transaction_id));
+    const admin = adminFetchHandler({ ipn, authorize: () => ({ actor: 'ada' }) });
+    try {
+      const payload = uniquePayload();
+      const id = String(payload.transaction_id);
+      expect((await ipn.fetch(notification(payload))).status).toBe(200);
+      await ipn.drain();
+      expect(credited).toEqual([id]);
+      const dayAgo = Date.now() - 25 * 60 * 60 * 1000;
+      const send = await confirmed(admin, `action=replay-filter&status=delivered&transaction=${id}`, (form) =>
+        form.set('once', form.get('once')!.replace(/^\d+/, String(dayAgo))),
+      );
+      const answer = await send();
+      expect(answer.status).toBe(409);
+      expect(await answer.text()).toContain('more than a day old');
+      await ipn.drain();
+      expect(credited).toEqual([id]);
+    } finally {
+      await ipn.close();
+    }
+  });
+});
