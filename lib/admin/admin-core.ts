@@ -528,7 +528,7 @@ function underWayAlready(key: string): string {
 /** Why a confirmed replay of `key` was not done: the entry changed since the confirmation page. */
 function changedSince(key: string, was: DeliveryStatus, now: DeliveryStatus): string {
   return (
-    `${key} changed since you confirmed its replay (it was ${was}, it is ${now} now): nothing was replayed. ` +
+    `${key} changed since you confirmed its replay (${was === now ? `it is ${now} still, but was attempted again or replayed meanwhile` : `it was ${was}, it is ${now} now`}): nothing was replayed. ` +
     'Open the entry to see where it stands, and replay it from there if it still must be.'
   );
 }

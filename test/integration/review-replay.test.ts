@@ -288,3 +288,34 @@ describe("the operator's page: a bulk replay's confirmation a day old", () => {
     }
   });
 });
+
+describe("the operator's page: one entry's replay of an entry changed in the same status", () => {
+  test('dead, replayed elsewhere and dead again: the 409 says it was attempted again, not "it was dead, it is dead now"', async () => {
+    const store = new MemoryStore();
+    const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet, backgroundWork: 'drain' });
+    const admin = adminFetchHandler({ ipn, authorize: () => ({ actor: 'ada' }) });
+    try {
+      const payload = uniquePayload();
+      const key = keyOf(payload);
+      const lease = { id: 'attempt-1', ms: 60_000 };
+      expect(await store.receive(key, payload, lease)).toBe(true);
+      expect(await store.settle(key, lease.id, { status: 'dead', error: 'ledger down' })).toBe(true);
+      const send = await confirmed(admin, `action=replay&key=${encodeURIComponent(key)}`);
+      // Meanwhile (a millisecond later at least: the page compares last changes to the millisecond) another
+      // operator replays it, and it goes dead again.
+      const confirmedAt = Date.now();
+      await eventually('a millisecond later', () => Date.now() > confirmedAt);
+      expect(await store.replay(key)).toBe(true);
+      const [taken] = await store.lease({ id: 'attempt-2', ms: 60_000 }, 10);
+      expect(taken?.key).toBe(key);
+      expect(await store.settle(key, 'attempt-2', { status: 'dead', error: 'ledger down' })).toBe(true);
+      const answer = await send();
+      expect(answer.status).toBe(409);
+      const text = await answer.text();
+      expect(text).toContain('is dead still, but was attempted again or replayed meanwhile');
+      expect(text).not.toContain('it was dead, it is dead now');
+    } finally {
+      await ipn.close();
+    }
+  });
+});
