@@ -5,6 +5,9 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import Redis from 'ioredis';
 import { createPool, type Pool } from 'mysql2/promise';
+import { Pool as PgPool } from 'pg';
+import { runCli } from '../../lib/cli/run-cli.js';
+import { PostgresStore } from '../../lib/postgres.js';
 import { adminFetchHandler } from '../../lib/admin.js';
 import { ipnRouter } from '../../lib/index.js';
 import { MysqlStore } from '../../lib/mysql.js';
@@ -13,8 +16,8 @@ import { SqliteStore } from '../../lib/sqlite.js';
 import type { DurableStore } from '../../lib/stores/store.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
-import { describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
-import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes } from '../helpers/drop-inboxes.js';
+import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
+import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
 /** The admin's replay guard (the entry's status and last change, read at the confirmation and at the POST) on each store. */
 
@@ -139,3 +142,37 @@ describeWithService('Redis', 'RedisStore', () => {
     expect((await store.get(key))?.status).toBe('delivered');
   });
 });
+
+describeWithService(
+  'PostgreSQL',
+  'ipn-kit inbox replay <key> of an entry under a live delivery lease',
+  () => {
+    let pool: PgPool;
+    const table = `review_replay_cli_${process.pid}_${Date.now()}`;
+    beforeAll(() => void (pool = new PgPool({ connectionString: databaseUrl() })));
+    afterAll(async () => {
+      await dropPostgresInboxes(pool, [table]);
+      await pool.end();
+    }, CLEANUP_TIMEOUT_MS);
+
+    test('keeps that lease: the attempt holding it settles it (its hold-ending write changes nothing)', async () => {
+      const store = new PostgresStore({ pool, table });
+      await store.migrate();
+      const payload = uniquePayload();
+      const key = keyOf(payload);
+      const lease = { id: randomUUID(), ms: 60_000 };
+      expect(await store.receive(key, payload, lease)).toBe(true);
+      const code = await runCli(['inbox', 'replay', key, '--table', table, '--actor', 'ada'], {
+        stdout: () => {},
+        stderr: () => {},
+        env: { DATABASE_URL: databaseUrl() },
+      });
+      expect(code).toBe(0);
+      const entry = await store.get(key);
+      expect(entry?.status).toBe('received');
+      expect(entry?.leaseUntil?.getTime()).toBeGreaterThan(Date.now());
+      expect(await store.settle(key, lease.id, { status: 'delivered' })).toBe(true);
+      expect((await store.get(key))?.status).toBe('delivered');
+    });
+  },
+);
