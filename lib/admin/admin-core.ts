@@ -16,6 +16,7 @@ import {
   type LatestReplay,
 } from './pages.js';
 import { auditPage } from './audit-page.js';
+import { replaysUnderWay } from './replays-under-way.js';
 import { UNKNOWN_ACTOR } from '../delivery/audit.js';
 
 /**
@@ -50,8 +51,12 @@ export interface AdminAnswer {
 /** The operator's page without its transport: a request in, an answer out. Never rejects. */
 export type AdminCore<Req> = (request: AdminRequest<Req>) => Promise<AdminAnswer>;
 
-/** How many of the newest audit entries are looked at for a bulk replay's confirmation already done. */
+/** How many audit entries one read takes while looking for a bulk replay's confirmation already done. */
 const ONCE_LOOKED_AT = 200;
+/** How old a bulk replay's confirmation may be when sent: older, it is opened again (what it counted is stale). */
+const ONCE_VALID_MS = 24 * 60 * 60 * 1000;
+/** How far the store's clock (the audit trail's times) may be behind the page's, for that look. */
+const CLOCKS_APART_MS = 10 * 60_000;
 const STATUSES: ReadonlySet<string> = new Set<DeliveryStatus>(['received', 'delivered', 'failed', 'dead']);
 const DAY = 24 * 60 * 60 * 1000;
 /** How many of the newest audit actions the main page looks through for the newest bulk replay. */
@@ -75,6 +80,7 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
   const { ipn, authorize, title, pageSize, logger } = resolved;
   const mask = createMasker(resolved.logCustomerData);
   const ring = createEventRing(ipn, resolved.recentEvents);
+  const underWay = replaysUnderWay(ipn);
 
   const core: AdminCore<Req> = async (req) => {
     const { base } = req;
@@ -232,6 +238,27 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
         return done(`${message} It could not be recorded in the audit trail: ${describe(error)}`, ok, link);
       }
     };
+    /** One entry's replay, if it is still as its confirmation page showed it (`seen`, when the form says). */
+    const replayOne = async (
+      key: string,
+      seen: { status: DeliveryStatus; at: number } | undefined,
+      link: string,
+    ): Promise<AdminAnswer> => {
+      if (seen !== undefined) {
+        const now = await ipn.inbox.get(key);
+        if (now !== undefined && (now.status !== seen.status || now.updatedAt.getTime() !== seen.at)) {
+          return done(changedSince(key, seen.status, now.status), false, link);
+        }
+      }
+      const replayed = await ipn.inbox.replay(key, seen === undefined ? undefined : [seen.status]);
+      if (replayed) {
+        return kept('replay', { key, replayed }, `Replayed ${key}: it is delivered again now.`, true, link);
+      }
+      const now = seen === undefined ? undefined : await ipn.inbox.get(key);
+      return now === undefined
+        ? done(`No entry ${key} to replay.`, false)
+        : done(changedSince(key, seen!.status, now.status), false, link);
+    };
     try {
       if (action === '/replay') {
         const key = form.get('key') ?? '';
@@ -240,20 +267,15 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
         // the same form sent again (a refresh of the result page, a second tab) finds it changed and replays
         // nothing, where it would have run a payment's listeners once more.
         const seen = seenOf(form);
-        if (seen !== undefined) {
-          const now = await ipn.inbox.get(key);
-          if (now !== undefined && (now.status !== seen.status || now.updatedAt.getTime() !== seen.at)) {
-            return done(changedSince(key, seen.status, now.status), false, link);
-          }
+        // The same form sent twice at once (a double click, two tabs): both would read the entry as confirmed
+        // before either replayed it. The second is refused while the first is under way.
+        const name = `key:${key}`;
+        if (!underWay.take(name)) return done(underWayAlready(key), false, link);
+        try {
+          return await replayOne(key, seen, link);
+        } finally {
+          underWay.end(name, false);
         }
-        const replayed = await ipn.inbox.replay(key, seen === undefined ? undefined : [seen.status]);
-        if (replayed) {
-          return kept('replay', { key, replayed }, `Replayed ${key}: it is delivered again now.`, true, link);
-        }
-        const now = seen === undefined ? undefined : await ipn.inbox.get(key);
-        return now === undefined
-          ? done(`No entry ${key} to replay.`, false)
-          : done(changedSince(key, seen!.status, now.status), false, link);
       }
       if (action === '/replay-dead') {
         const { replayed, keys } = await ipn.inbox.replayMatching({ status: 'dead' });
@@ -264,18 +286,28 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
         const filter = replayFilterOf(form);
         // Each confirmation is done once: the same form sent again (a refresh of the result page) finds its
         // mark in the audit trail, where the status filter delivered would run every payment's listeners again.
+        // The mark is taken here first (synchronously): the same form sent again while the first is still
+        // replaying (a second click, a resend after a proxy's timeout) finds it before the audit trail has it.
         const once = form.get('once') ?? undefined;
-        if (once !== undefined && (await doneAlready(once))) {
-          return done('This replay was done already (the form was sent again): nothing was replayed.', false);
+        const name = `once:${once}`;
+        const issued = once === undefined ? undefined : issuedOf(once);
+        if (issued !== undefined && !(Date.now() - issued <= ONCE_VALID_MS)) return done(TOO_OLD, false);
+        if (once !== undefined && !underWay.take(name)) return done(DONE_ALREADY, false);
+        let replaying = false;
+        try {
+          if (once !== undefined && (await doneAlready(once))) return done(DONE_ALREADY, false);
+          replaying = true;
+          const { matched, replayed, keys } = await ipn.inbox.replayMatching(filter);
+          const message = `Replayed ${replayed} of the ${matched} entries the filter showed: the list shows their progress.`;
+          const mark = once === undefined ? {} : { once };
+          return await kept(
+            'replay-filter',
+            { filter, matched, count: replayed, ...mark, ...keptKeys(keys) },
+            message,
+          );
+        } finally {
+          if (once !== undefined) underWay.end(name, replaying);
         }
-        const { matched, replayed, keys } = await ipn.inbox.replayMatching(filter);
-        const message = `Replayed ${replayed} of the ${matched} entries the filter showed: the list shows their progress.`;
-        const mark = once === undefined ? {} : { once };
-        return kept(
-          'replay-filter',
-          { filter, matched, count: replayed, ...mark, ...keptKeys(keys) },
-          message,
-        );
       }
       if (action === '/pause') {
         await ipn.inbox.pause();
@@ -353,10 +385,20 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
     return { at: newest.at, actor: newest.actor, progress: await ipn.inbox.replayProgress(keys) };
   }
 
-  /** Whether a bulk replay confirmed with the mark `once` is among the newest actions of the audit trail. */
+  /**
+   * Whether a bulk replay confirmed with the mark `once` is in the audit trail: every action kept since its
+   * confirmation page was made (its mark says when) is looked through, however many other operators' actions
+   * came meanwhile (a mark that says no time: the newest 200 only).
+   */
   async function doneAlready(once: string): Promise<boolean> {
-    const actions = await ipn.inbox.actions({ limit: ONCE_LOOKED_AT });
-    return actions.some((entry) => entry.action === 'replay-filter' && entry.detail.once === once);
+    const issued = issuedOf(once);
+    for (let offset = 0; ; offset += ONCE_LOOKED_AT) {
+      const actions = await ipn.inbox.actions({ limit: ONCE_LOOKED_AT, offset });
+      if (actions.some((entry) => entry.action === 'replay-filter' && entry.detail.once === once))
+        return true;
+      if (issued === undefined || actions.length < ONCE_LOOKED_AT) return false;
+      if (actions[actions.length - 1]!.at.getTime() < issued - CLOCKS_APART_MS) return false;
+    }
   }
 
   /** `undefined` when the router has no durable inbox (at-most-once mode); other failures propagate. */
@@ -385,7 +427,7 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       const filter = replayFilterOf(query);
       const { matched } = await ipn.inbox.replayMatching({ ...filter, dryRun: true });
       // A mark of this confirmation: the replay it confirms is done once (see `doneAlready`).
-      const fields = { ...Object.fromEntries(keep(query, FILTERS)), once: newCsrfToken() };
+      const fields = { ...Object.fromEntries(keep(query, FILTERS)), once: `${Date.now()}.${newCsrfToken()}` };
       const what = `${matched} ${filter.status === undefined ? 'undelivered ' : ''}${matched === 1 ? 'entry' : 'entries'}`;
       const delivered =
         filter.status === undefined ? ' (delivered ones only with the status filter delivered)' : '';
@@ -460,10 +502,33 @@ function seenOf(form: URLSearchParams): { status: DeliveryStatus; at: number } |
   return { status: status as DeliveryStatus, at };
 }
 
+/** Why a bulk replay's confirmation sent again replayed nothing. */
+const DONE_ALREADY =
+  'This replay was done already, or is being done (the form was sent again): nothing more was replayed.';
+
+/** Why a bulk replay's confirmation sent a day or more after it was made replayed nothing. */
+const TOO_OLD =
+  'This confirmation is more than a day old: nothing was replayed. Open the list again, and confirm what ' +
+  'its filter shows now.';
+
+/** When a bulk replay's confirmation mark (`<ms>.<random>`) was made; `undefined` when it says no time. */
+function issuedOf(once: string): number | undefined {
+  const match = /^(\d{1,15})\./.exec(once);
+  return match === null ? undefined : Number(match[1]);
+}
+
+/** Why the second of one entry's replay sent twice at once was not done. */
+function underWayAlready(key: string): string {
+  return (
+    `A replay of ${key} is under way already (the form was sent twice): nothing more was replayed. ` +
+    'Open the entry to see where it stands.'
+  );
+}
+
 /** Why a confirmed replay of `key` was not done: the entry changed since the confirmation page. */
 function changedSince(key: string, was: DeliveryStatus, now: DeliveryStatus): string {
   return (
-    `${key} changed since you confirmed its replay (it was ${was}, it is ${now} now): nothing was replayed. ` +
+    `${key} changed since you confirmed its replay (${was === now ? `it is ${now} still, but was attempted again or replayed meanwhile` : `it was ${was}, it is ${now} now`}): nothing was replayed. ` +
     'Open the entry to see where it stands, and replay it from there if it still must be.'
   );
 }

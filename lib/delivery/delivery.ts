@@ -500,10 +500,11 @@ export function createDelivery<C>(
       },
       replay: async (key, from) => {
         const store = inbox();
-        // A kept unexpected notification still under its hold lease (a crash between its two writes).
-        // Ending it makes it `failed` (from `received`): a replay from `received` may take it from there.
-        const ended = await unexpected.endHold(key);
-        const allowed = ended && from?.includes('received') ? [...from, 'failed' as const] : from;
+        // A kept unexpected notification still under its hold lease (a crash between its two writes) is
+        // `received`: its hold is ended only for a replay `from` allows there (ending it makes it due, `failed`,
+        // whatever the replay then does: a replay `from` refused would deliver it all the same, unconfirmed).
+        const ended = (from === undefined || from.includes('received')) && (await unexpected.endHold(key));
+        const allowed = ended && from !== undefined ? [...from, 'failed' as const] : from;
         const found = await store.replay(key, 0, allowed);
         if (found) recoverSoon();
         return found;

@@ -441,6 +441,8 @@ export class RedisStore implements DurableStore {
 
   /** Makes `key` due now, attempts 0, whatever its status; a live lease is kept. */
   async replay(key: string, delayMs = 0, from?: readonly DeliveryStatus[]): Promise<boolean> {
+    // No status allowed replays nothing (the script reads an empty list as "whatever its status").
+    if (from !== undefined && from.length === 0) return false;
     return (await this.#inbox('replay', [key, String(Math.round(delayMs)), (from ?? []).join(',')])) === 1;
   }
 
