@@ -18,38 +18,18 @@ import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
 import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { confirmed, keyOf, notification } from '../helpers/admin-forms.js';
 
 /** The admin's replay guard (the entry's status and last change, read at the confirmation and at the POST) on each store. */
 
 jest.setTimeout(30_000);
-const keyOf = (payload: Record<string, unknown>) =>
-  `${String(payload.transaction_id)}:${String(payload.state)}`;
 
-/** The confirmation page of one entry's replay, then its form posted as the browser does. */
+/** The confirmation page of one entry's replay (of a dead entry), then its form posted as the browser does. */
 async function confirmAndSend(admin: (request: Request) => Promise<Response>, key: string) {
-  const confirm = await admin(
-    new Request(`http://shop.test/confirm?action=replay&key=${encodeURIComponent(key)}`),
+  const send = await confirmed(admin, `action=replay&key=${encodeURIComponent(key)}`, (form) =>
+    expect(form.get('was')).toBe('dead'),
   );
-  expect(confirm.status).toBe(200);
-  const cookie = (confirm.headers.get('set-cookie') ?? '').split(';')[0]!;
-  const page = await confirm.text();
-  const action = /<form method="post" action="([^"]+)"/.exec(page)![1]!;
-  const form = new URLSearchParams(
-    [...page.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)"/g)].map(
-      ([, name, value]): [string, string] => [
-        name!,
-        value!.replace(/&#(\d+);/g, (_, c: string) => String.fromCharCode(Number(c))).replace(/&amp;/g, '&'),
-      ],
-    ),
-  );
-  expect(form.get('was')).toBe('dead');
-  return admin(
-    new Request(`http://shop.test${action}`, {
-      method: 'POST',
-      headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
-      body: form.toString(),
-    }),
-  );
+  return send();
 }
 
 /** A dead entry replayed from the operator's page over `store`: 200 (never a false 409), and delivered once. */
@@ -71,11 +51,7 @@ async function replaysDead(store: DurableStore): Promise<void> {
   try {
     const payload = uniquePayload();
     const key = keyOf(payload);
-    const notify = new Request('http://shop.test/ipn', {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(payload),
-    });
+    const notify = notification(payload);
     expect((await ipn.fetch(notify)).status).toBe(200);
     await eventually('dead', async () => (await store.get(key))?.status === 'dead');
     healthy = true;

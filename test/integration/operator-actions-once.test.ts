@@ -11,13 +11,12 @@ import { quiet } from '../helpers/quiet-logger.js';
 import { servedRouters } from '../helpers/servers.js';
 import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
 import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { confirmed, keyOf, notification } from '../helpers/admin-forms.js';
 
-/** Findings of the hostile review of the operator features (pause, bulk replay, retention, CLI, admin). */
+/** The operator's actions done once, and done: the paused put-back, a replay form sent again, the CLI's replay of a held notification. */
 
 jest.setTimeout(30_000);
 const serve = servedRouters();
-const keyOf = (payload: Record<string, unknown>) =>
-  `${String(payload.transaction_id)}:${String(payload.state)}`;
 
 /** A MemoryStore whose next replay once armed (the pause's put-back) waits for `release()`. */
 class HeldParkStore extends MemoryStore {
@@ -97,40 +96,6 @@ describe('ipn-kit inbox: a date that is no date', () => {
   );
 });
 
-/**
- * Opens the confirmation page `/confirm?<query>` of `admin` and resolves a function that posts its form as
- * the browser does (again at each call: a refresh of the result page resubmits it).
- */
-async function confirmed(admin: (request: Request) => Promise<Response>, query: string) {
-  const confirm = await admin(new Request(`http://shop.test/confirm?${query}`));
-  expect(confirm.status).toBe(200);
-  const cookie = (confirm.headers.get('set-cookie') ?? '').split(';')[0]!;
-  const page = await confirm.text();
-  const action = /<form method="post" action="([^"]+)"/.exec(page)![1]!;
-  const form = new URLSearchParams(
-    [...page.matchAll(/<input type="hidden" name="([^"]+)" value="([^"]*)"/g)].map(
-      ([, name, value]): [string, string] => [name!, unescape(value!)],
-    ),
-  ).toString();
-  return () =>
-    admin(
-      new Request(`http://shop.test${action}`, {
-        method: 'POST',
-        headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
-        body: form,
-      }),
-    );
-}
-
-/** An attribute's text as the page escaped it. */
-const unescape = (text: string) =>
-  text
-    .replace(/&#(\d+);/g, (_, code: string) => String.fromCharCode(Number(code)))
-    .replace(/&quot;/g, '"')
-    .replace(/&lt;/g, '<')
-    .replace(/&gt;/g, '>')
-    .replace(/&amp;/g, '&');
-
 describeWithService('PostgreSQL', "the operator's page: one entry's replay", () => {
   let pool: Pool;
   const table = `review_operate_${process.pid}_${Date.now()}`;
@@ -160,11 +125,7 @@ describeWithService('PostgreSQL', "the operator's page: one entry's replay", () 
     try {
       const payload = uniquePayload();
       const key = keyOf(payload);
-      const notify = new Request('http://shop.test/ipn', {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(payload),
-      });
+      const notify = notification(payload);
       expect((await ipn.fetch(notify)).status).toBe(200);
       await eventually('dead', async () => (await store.get(key))?.status === 'dead');
       healthy = true;
@@ -198,11 +159,7 @@ describeWithService('PostgreSQL', "the operator's page: one entry's replay", () 
     try {
       const payload = uniquePayload();
       const id = String(payload.transaction_id);
-      const notify = new Request('http://shop.test/ipn', {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(payload),
-      });
+      const notify = notification(payload);
       expect((await ipn.fetch(notify)).status).toBe(200);
       await eventually('delivered', async () => (await store.get(keyOf(payload)))?.status === 'delivered');
       // The operator replays it on purpose (say a listener's bug lost its effect): credited a second time.
