@@ -1,3 +1,10 @@
+import { adminFetchHandler } from '../../lib/admin.js';
+import { ipnRouter } from '../../lib/index.js';
+import type { DurableStore } from '../../lib/stores/store.js';
+import { uniquePayload } from './payloads.js';
+import { quiet } from './quiet-logger.js';
+import { eventually } from './services.js';
+
 /** The operator's page as a browser drives it, over `adminFetchHandler()`: confirmation pages and their forms. */
 
 /** The inbox key of a notification payload: `transaction_id:state`. */
@@ -51,3 +58,41 @@ const unescape = (text: string) =>
     .replace(/&lt;/g, '<')
     .replace(/&gt;/g, '>')
     .replace(/&amp;/g, '&');
+
+/**
+ * A router over `store` (at least once, `options` added) with one notification in it, `dead` (its listener
+ * failed its one attempt, then is made healthy) or `delivered`, and the operator's page over that router.
+ * `credited` lists each transaction id the listener credited. Close `ipn` when done.
+ */
+export async function pageWithEntry(
+  store: DurableStore,
+  status: 'dead' | 'delivered',
+  options: { retryDelayMs?: number } = {},
+) {
+  const ipn = ipnRouter({
+    store,
+    delivery: 'at-least-once',
+    logger: quiet,
+    recoveryIntervalMs: 20,
+    ...(status === 'dead' ? { maxAttempts: 1 } : {}),
+    ...options,
+  });
+  const credited: string[] = [];
+  let healthy = status === 'delivered';
+  ipn.on('successful', (n) => {
+    if (!healthy) throw new Error('ledger down');
+    credited.push(n.transaction_id);
+  });
+  const admin = adminFetchHandler({ ipn, authorize: () => ({ actor: 'ada' }) });
+  const payload = uniquePayload();
+  const key = keyOf(payload);
+  try {
+    expect((await ipn.fetch(notification(payload))).status).toBe(200);
+    await eventually(status, async () => (await store.get(key))?.status === status);
+  } catch (error) {
+    await ipn.close();
+    throw error;
+  }
+  healthy = true;
+  return { ipn, admin, payload, key, credited };
+}

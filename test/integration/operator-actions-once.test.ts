@@ -11,7 +11,7 @@ import { quiet } from '../helpers/quiet-logger.js';
 import { servedRouters } from '../helpers/servers.js';
 import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
 import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
-import { confirmed, keyOf, notification } from '../helpers/admin-forms.js';
+import { confirmed, keyOf, notification, pageWithEntry } from '../helpers/admin-forms.js';
 
 /** The operator's actions done once, and done: the paused put-back, a replay form sent again, the CLI's replay of a held notification. */
 
@@ -108,28 +108,8 @@ describeWithService('PostgreSQL', "the operator's page: one entry's replay", () 
   test('the confirmed replay of a dead entry sent again (a refresh of the result page) is refused 409: credited once', async () => {
     const store = new PostgresStore({ pool, table });
     await store.migrate();
-    const ipn = ipnRouter({
-      store,
-      delivery: 'at-least-once',
-      logger: quiet,
-      maxAttempts: 1,
-      retryDelayMs: 5,
-    });
-    const credited: string[] = [];
-    let healthy = false;
-    ipn.on('successful', (n) => {
-      if (!healthy) throw new Error('ledger down');
-      credited.push(n.transaction_id);
-    });
-    const admin = adminFetchHandler({ ipn, authorize: () => ({ actor: 'ada' }) });
+    const { ipn, admin, payload, key, credited } = await pageWithEntry(store, 'dead', { retryDelayMs: 5 });
     try {
-      const payload = uniquePayload();
-      const key = keyOf(payload);
-      const notify = notification(payload);
-      expect((await ipn.fetch(notify)).status).toBe(200);
-      await eventually('dead', async () => (await store.get(key))?.status === 'dead');
-      healthy = true;
-
       // The operator opens the replay's confirmation and confirms: the form as the browser sends it.
       const send = await confirmed(admin, `action=replay&key=${encodeURIComponent(key)}`);
       expect((await send()).status).toBe(200);

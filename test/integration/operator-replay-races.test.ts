@@ -6,7 +6,7 @@ import type { DeliveryStatus, ListOptions, InboxEntry } from '../../lib/stores/s
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { eventually } from '../helpers/services.js';
-import { confirmed, keyOf, notification } from '../helpers/admin-forms.js';
+import { confirmed, keyOf, notification, pageWithEntry } from '../helpers/admin-forms.js';
 
 /** The operator's replays done once: forms sent twice at once, or again much later; a held notification's replay. */
 
@@ -66,16 +66,9 @@ class SlowAuditStore extends MemoryStore {
 describe("the operator's page: one bulk replay's form sent twice", () => {
   test('sent again while the first is still being done (a second click, a resend after a timeout): replayed once', async () => {
     const store = new SlowAuditStore();
-    const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet, recoveryIntervalMs: 20 });
-    const credited: string[] = [];
-    ipn.on('successful', (n) => void credited.push(n.transaction_id));
-    const admin = adminFetchHandler({ ipn, authorize: () => ({ actor: 'ada' }) });
+    const { ipn, admin, payload, key, credited } = await pageWithEntry(store, 'delivered');
     try {
-      const payload = uniquePayload();
       const id = String(payload.transaction_id);
-      const key = keyOf(payload);
-      expect((await ipn.fetch(notification(payload))).status).toBe(200);
-      await eventually('delivered', async () => (await store.get(key))?.status === 'delivered');
       // The operator replays what the filter "delivered" shows, on purpose: credited a second time.
       const send = await confirmed(admin, `action=replay-filter&status=delivered&transaction=${id}`);
       const listed = store.lists;
@@ -130,16 +123,9 @@ class RacingStore extends MemoryStore {
 describe("the operator's page: one entry's replay confirmed in two tabs at once", () => {
   test('of a delivered entry, both sent at once: replayed once (the second answers 409)', async () => {
     const store = new RacingStore();
-    const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet, recoveryIntervalMs: 20 });
-    const credited: string[] = [];
-    ipn.on('successful', (n) => void credited.push(n.transaction_id));
-    const admin = adminFetchHandler({ ipn, authorize: () => ({ actor: 'ada' }) });
+    const { ipn, admin, payload, key, credited } = await pageWithEntry(store, 'delivered');
     try {
-      const payload = uniquePayload();
       const id = String(payload.transaction_id);
-      const key = keyOf(payload);
-      expect((await ipn.fetch(notification(payload))).status).toBe(200);
-      await eventually('delivered', async () => (await store.get(key))?.status === 'delivered');
       // The operator replays it on purpose (a listener's bug lost its effect), from two tabs (or a double click).
       const send = await confirmed(admin, `action=replay&key=${encodeURIComponent(key)}`);
       store.armed = true;

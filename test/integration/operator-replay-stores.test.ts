@@ -8,17 +8,14 @@ import { createPool, type Pool } from 'mysql2/promise';
 import { Pool as PgPool } from 'pg';
 import { runCli } from '../../lib/cli/run-cli.js';
 import { PostgresStore } from '../../lib/postgres.js';
-import { adminFetchHandler } from '../../lib/admin.js';
-import { ipnRouter } from '../../lib/index.js';
 import { MysqlStore } from '../../lib/mysql.js';
 import { RedisStore } from '../../lib/redis.js';
 import { SqliteStore } from '../../lib/sqlite.js';
 import type { DurableStore } from '../../lib/stores/store.js';
 import { uniquePayload } from '../helpers/payloads.js';
-import { quiet } from '../helpers/quiet-logger.js';
 import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
 import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
-import { confirmed, keyOf, notification } from '../helpers/admin-forms.js';
+import { confirmed, keyOf, pageWithEntry } from '../helpers/admin-forms.js';
 
 /** The admin's replay guard (the entry's status and last change, read at the confirmation and at the POST) on each store. */
 
@@ -34,27 +31,8 @@ async function confirmAndSend(admin: (request: Request) => Promise<Response>, ke
 
 /** A dead entry replayed from the operator's page over `store`: 200 (never a false 409), and delivered once. */
 async function replaysDead(store: DurableStore): Promise<void> {
-  const ipn = ipnRouter({
-    store,
-    delivery: 'at-least-once',
-    logger: quiet,
-    maxAttempts: 1,
-    recoveryIntervalMs: 20,
-  });
-  const credited: string[] = [];
-  let healthy = false;
-  ipn.on('successful', (n) => {
-    if (!healthy) throw new Error('ledger down');
-    credited.push(n.transaction_id);
-  });
-  const admin = adminFetchHandler({ ipn, authorize: () => ({ actor: 'ada' }) });
+  const { ipn, admin, payload, key, credited } = await pageWithEntry(store, 'dead');
   try {
-    const payload = uniquePayload();
-    const key = keyOf(payload);
-    const notify = notification(payload);
-    expect((await ipn.fetch(notify)).status).toBe(200);
-    await eventually('dead', async () => (await store.get(key))?.status === 'dead');
-    healthy = true;
     const answer = await confirmAndSend(admin, key);
     expect(answer.status).toBe(200);
     await eventually('delivered', async () => (await store.get(key))?.status === 'delivered');
