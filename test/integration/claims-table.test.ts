@@ -673,8 +673,8 @@ describeWithService('MariaDB', 'MySQL: claims in <table>_claims', () => {
       await other.query(`SELECT 1 FROM \`${table}_claims\` WHERE \`key\` = ? FOR UPDATE`, [key]);
       const again = store.claim(key, 60_000, first);
       await eventually('the claim asked again waits for the row', async () => {
-        // The processlist, not innodb_trx, whose trx_query MariaDB left empty for the waiting statement in one
-        // fresh-clone run: the claim's INSERT running while `other` holds the row is waiting for it.
+        // The processlist, not innodb_trx, which InnoDB refreshes only when nobody read it in the last 100 ms
+        // (see test/helpers/mysql-lock-wait.ts): the claim's INSERT running while `other` holds the row waits.
         const [rows] = await pool.query(
           "SELECT COUNT(*) AS n FROM information_schema.processlist WHERE id <> CONNECTION_ID() AND info LIKE 'INSERT INTO%' AND INSTR(info, ?) > 0",
           [`${table}_claims`],

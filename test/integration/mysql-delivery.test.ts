@@ -7,6 +7,7 @@ import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { servedRouters } from '../helpers/servers.js';
+import { waitsForRowLock } from '../helpers/mysql-lock-wait.js';
 import { describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
 
 jest.setTimeout(30_000);
@@ -290,12 +291,7 @@ describeWithService('MariaDB', "transactional delivery: MysqlStore, delivery: 'a
       expect((await post(payload)).status).toBe(200);
       await listenerHoldsOne;
       const waiting = other.query(`UPDATE ${locks} SET v = v + 1 WHERE id = 1`);
-      await eventually('the other transaction waits for row 1', async () => {
-        const [rows] = await pool.query<RowDataPacket[]>(
-          "SELECT COUNT(*) AS n FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'",
-        );
-        return Number(rows[0]?.n) > 0;
-      });
+      await waitsForRowLock(pool, other.threadId, 'the other transaction waits for row 1');
       otherWaits();
       await waiting;
       await other.query('ROLLBACK');

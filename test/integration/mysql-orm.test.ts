@@ -17,6 +17,7 @@ import {
 } from '../helpers/refused-payments.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { servedRouters } from '../helpers/servers.js';
+import { waitsForRowLock } from '../helpers/mysql-lock-wait.js';
 import { describeWithService, eventually, mysqlUrl } from '../helpers/services.js';
 import { runStoreConformance } from 'ipn-kit/testing';
 
@@ -405,13 +406,7 @@ describe.each(ORMS)('%s on MySQL', (name, openOrm) => {
           waits.push(
             other.query(`UPDATE ${locks} SET id = id WHERE id = 1`).then(() => other.query('ROLLBACK')),
           );
-          await eventually('the other session waits for row 1', async () => {
-            const [rows] = await pool.query<RowDataPacket[]>(
-              "SELECT 1 FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id = ?",
-              [other.threadId],
-            );
-            return rows.length === 1;
-          });
+          await waitsForRowLock(pool, other.threadId, 'the other session waits for row 1');
           const error = await orm
             .raw(tx, `UPDATE ${locks} SET id = id WHERE id = 2`)
             .catch((e: unknown) => e);
