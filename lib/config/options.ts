@@ -86,7 +86,8 @@ export interface Options<S extends StandardSchemaV1 | undefined = undefined> {
    * With several API keys (`createStatusClient({ apiKeys })`): the account whose key created a notified
    * transaction, from the notification (its `service_id`, say), for the status query of a notification with
    * no expectation naming one (`ipn.expect(id, { account })`: it wins). `undefined`, a throw or an account the
-   * client holds no key for (both warned of): each key is asked in turn until one finds it.
+   * client holds no key for (both warned of): each key is asked in turn until one finds it. A guess the
+   * service answers not found is not final either: the other keys are then asked (see `apiKeys`).
    * @default undefined (the expectation's account, else each key in turn)
    */
   accountOf: ((notification: IpnNotification) => string | undefined) | undefined;

@@ -7,7 +7,8 @@ import type { StatusSource } from '../status/verify-notification.js';
 
 // Several API keys (the status client's `apiKeys`): which account's key asks about a transaction. The
 // service answers "not found" to a key that did not create it, so the account is named where it is known
-// (the expectation's, or the router's `accountOf`); where it is not, the client asks with each key in turn.
+// (the expectation's, or the router's `accountOf`); where it is not, or its key says not found, the client
+// asks with each (other) key in turn.
 
 /** The accounts a router's status sources hold keys for: `undefined` when none holds several. */
 function accountsOf(sources: ReadonlyArray<StatusSource | undefined>): ReadonlyArray<readonly string[]> {

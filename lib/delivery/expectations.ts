@@ -39,7 +39,8 @@ export interface ExpectOptions {
   amount?: number;
   /**
    * With several API keys (`createStatusClient({ apiKeys })`): the account whose key created the
-   * transaction. The sweep and verification ask with that key only; without it, each key in turn.
+   * transaction. The sweep and verification ask with that key first (the others only after its not-found);
+   * without it, each key in turn.
    */
   account?: string;
 }

@@ -97,7 +97,7 @@ export function createReconcileSweep<C>(
     let record: IpnNotification;
     try {
       result.queried += 1;
-      // With several API keys, the key of the account that created it: another key would answer not found.
+      // With several API keys, the key of the account that created it first: another key answers not found.
       record = await (e.account === undefined
         ? source.getStatus(e.transactionId)
         : source.getStatus(e.transactionId, { account: e.account }));

@@ -48,8 +48,9 @@ export interface StatusQueryOptions {
    */
   since?: number | undefined;
   /**
-   * The account (of `apiKeys`) whose key created the transaction: only that key is used. Unset, each key is
-   * tried in turn until one finds it. An account the client does not hold rejects with a `TypeError`.
+   * The account (of `apiKeys`) whose key created the transaction: its key is asked first, and the other keys
+   * only after its not-found, each in turn. Unset, each key is tried in turn until one finds it. An account
+   * the client does not hold rejects with a `TypeError`.
    */
   account?: string | undefined;
   /**

@@ -43,8 +43,9 @@ export interface StatusClientOptions {
    * Several keys, one per account (the service issues one per currency zone): `{ zoneA: 'k1', zoneB: 'k2' }`,
    * or `(account) => key` with `accounts`. A transaction is queried with its account's key (named at
    * `ipn.expect(id, { account })`, by the router's `accountOf`, or `getStatus(id, { account })`); one whose
-   * account is unknown is asked with each key in turn until one finds it, and is "not found" only when
-   * every key says so. Each key has its own budget, cool-down and cache. Give this or `apiKey`.
+   * account is unknown, or not found under the account named (named wrongly: a find elsewhere is warned of),
+   * is asked with each (other) key in turn until one finds it, and is "not found" only when every key says
+   * so. Each key has its own budget, cool-down and cache. Give this or `apiKey`.
    * @default undefined
    */
   apiKeys: ApiKeys | undefined;
@@ -205,20 +206,22 @@ export function createStatusClient(
     guardOf(account).ask(id, () => withRetries(account, id), since);
 
   /**
-   * Asks with each key in turn (the one that last found the id first) until one finds it. A not-found is
-   * the answer only when every key said so: a key that could not tell (its budget spent, a block, an
-   * outage) makes the whole "can't tell yet", with its error.
+   * Asks with each key of `order` in turn until one finds it, and remembers that key as the id's. A
+   * not-found (`notFound`, if none answers) is the answer only when every key said so: a key that could not
+   * tell (its budget spent, a block, an outage) makes the whole "can't tell yet", with its error.
    */
-  async function askEach(id: string, since: number | undefined): Promise<StatusRecord> {
-    const known = owners.get(id);
-    const order = known === undefined ? accounts : [known, ...accounts.filter((a) => a !== known)];
-    let notFound: TransactionNotFoundError | undefined;
+  async function askIn(
+    order: readonly string[],
+    id: string,
+    since: number | undefined,
+    notFound?: TransactionNotFoundError,
+  ): Promise<{ record: StatusRecord; account: string }> {
     let failure: Error | undefined;
     for (const account of order) {
       try {
         const record = await askOne(account, id, since);
         if (!single) remember(owners, id, account, resolved.cacheSize);
-        return record;
+        return { record, account };
       } catch (error) {
         if (error instanceof TransactionNotFoundError) notFound = error;
         else
@@ -239,10 +242,62 @@ export function createStatusClient(
     throw notFound ?? new TransactionNotFoundError(id);
   }
 
-  /** One id, through the named account's key, or each key in turn; the not-found watch sees the outcome. */
-  async function ask(id: string, account: string | undefined, since?: number): Promise<StatusRecord> {
+  /** `first`, then the other accounts in their order. */
+  const startingWith = (first: string | undefined): readonly string[] =>
+    first === undefined ? accounts : [first, ...accounts.filter((a) => a !== first)];
+
+  /** Asks with each key in turn, the one that last found the id first. */
+  const askEach = async (id: string, since: number | undefined): Promise<StatusRecord> =>
+    (await askIn(startingWith(owners.get(id)), id, since)).record;
+
+  /**
+   * Asks with the named account's key (or the one that already found the id, if another). Its not-found is
+   * not final: the account may be named wrongly (a partner's mistake, a renamed account, a wrong
+   * `accountOf` guess), so each other key is then asked in turn, as for an id of unknown account, and a
+   * find under another account is warned of. Any other error of the first key is the answer: keys are
+   * asked again only for a not-found.
+   */
+  async function askNamed(id: string, account: string, since: number | undefined): Promise<StatusRecord> {
+    const order = startingWith(account);
+    const known = owners.get(id);
+    const first = known ?? account;
+    let found: { record: StatusRecord; account: string };
     try {
-      const record = await (account === undefined ? askEach(id, since) : askOne(account, id, since));
+      found = await askIn([first], id, since);
+    } catch (error) {
+      if (!(error instanceof TransactionNotFoundError)) throw error;
+      found = await askIn(
+        order.filter((a) => a !== first),
+        id,
+        since,
+        error,
+      );
+    }
+    if (found.account !== account)
+      logger.warn(
+        { transaction_id: id, account: found.account, named: account },
+        `transaction ${id} was found under account ${found.account}, not under ${account}, the account named ` +
+          'for it (the expectation, accountOf or the call): the account named is wrong',
+      );
+    return found.record;
+  }
+
+  /**
+   * One id, through the named account's key (only that key when `onlyNamed`, for `check()`), or each key in
+   * turn; the not-found watch sees the outcome.
+   */
+  async function ask(
+    id: string,
+    account: string | undefined,
+    since?: number,
+    onlyNamed = false,
+  ): Promise<StatusRecord> {
+    try {
+      const record = await (account === undefined
+        ? askEach(id, since)
+        : onlyNamed
+          ? askOne(account, id, since)
+          : askNamed(id, account, since));
       watch.found();
       return record;
     } catch (error) {
@@ -271,7 +326,7 @@ export function createStatusClient(
     check: (checkOptions) => {
       const refused = unknownAccount('check', checkOptions?.account);
       if (refused) return Promise.reject(refused);
-      return checkStatus((id) => ask(id, checkOptions?.account), checkOptions);
+      return checkStatus((id) => ask(id, checkOptions?.account, undefined, true), checkOptions);
     },
     accounts,
     stats: statsOf(guards),
