@@ -46,5 +46,6 @@ export {
   VerificationBusyError,
   VerificationError,
   DeliveryError,
+  PurgeWindowError,
 } from './shared/errors.js';
 export type { IpnKitErrorCode } from './shared/errors.js';

@@ -1,4 +1,4 @@
-import { IpnKitError, messageOf, StoreError } from '../shared/errors.js';
+import { IpnKitError, messageOf, PurgeWindowError, StoreError } from '../shared/errors.js';
 import type { DeliveryStatus, ListOptions } from '../stores/store.js';
 import { keptKeys, type ReplayFilter } from '../delivery/bulk-replay.js';
 import type { AdminOptions } from './admin-options.js';
@@ -321,11 +321,21 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       if (action === '/purge') {
         const before = dateOf(form.get('before'));
         if (!before) return done('Give the date before which delivered entries are purged.', false);
-        const count = await ipn.inbox.purge(before);
+        // Inside the dedupe window only when the operator ticked the box: ipn.inbox.purge refuses it else.
+        const inside = form.get(INSIDE_WINDOW) === 'yes';
+        let count: number;
+        try {
+          count = await ipn.inbox.purge(before, 'delivered', { insideDedupeWindow: inside });
+        } catch (error) {
+          if (!(error instanceof PurgeWindowError)) throw error;
+          const { dedupeWindowStart, ttlMs } = error;
+          throw new PurgeWindowError(before, dedupeWindowStart, ttlMs, INSIDE_WINDOW_ANYWAY);
+        }
         const day = before.toISOString().slice(0, 10);
+        const detail = { status: 'delivered', before: before.toISOString(), count };
         return kept(
           'purge',
-          { status: 'delivered', before: before.toISOString(), count },
+          inside ? { ...detail, insideDedupeWindow: true } : detail,
           `Purged ${count} delivered entries delivered before ${day}.`,
         );
       }
@@ -478,9 +488,12 @@ function staticConfirmationOf(query: URLSearchParams): Confirmation | undefined 
   if (action === 'purge') {
     return {
       action,
-      question: 'Purge delivered entries? Their resends will then be new notifications.',
+      question:
+        'Purge delivered entries? Their resends will then be new notifications, delivered (credited) again: ' +
+        'a date inside the dedupe window (ttlMs, 7 days by default) is refused unless you tick the box.',
       fields: {},
       input: { name: 'before', label: 'Delivered before', type: 'date' },
+      check: { name: INSIDE_WINDOW, label: INSIDE_WINDOW_LABEL },
     };
   }
   if (action === 'reconcile') {
@@ -501,6 +514,13 @@ function seenOf(form: URLSearchParams): { status: DeliveryStatus; at: number } |
   if (!STATUSES.has(status) || !Number.isSafeInteger(at)) return undefined;
   return { status: status as DeliveryStatus, at };
 }
+
+/** The purge's confirmation box: purge inside the dedupe window all the same. */
+const INSIDE_WINDOW = 'inside-dedupe-window';
+const INSIDE_WINDOW_LABEL =
+  'Purge inside the dedupe window all the same (the service can no longer resend these notifications)';
+/** How the operator asks for a purge inside the dedupe window, as the refusal says it. */
+const INSIDE_WINDOW_ANYWAY = `confirm again with the box "${INSIDE_WINDOW_LABEL}" ticked`;
 
 /** Why a bulk replay's confirmation sent again replayed nothing. */
 const DONE_ALREADY =

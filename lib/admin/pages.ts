@@ -324,16 +324,19 @@ export interface Confirmation {
   fields: Record<string, string>;
   /** A field the operator fills in on the confirmation page (the purge's date). */
   input?: { name: string; label: string; type: string };
+  /** A box the operator may tick on the confirmation page (the purge's inside the dedupe window), unticked. */
+  check?: { name: string; label: string };
 }
 
 /** The confirmation step of an action: a POST form carrying the CSRF token. */
 export function confirmPage(base: string, csrf: string, confirmation: Confirmation): Html {
-  const { action, question, fields, input } = confirmation;
+  const { action, question, fields, input, check } = confirmation;
   return html`<h1>${question}</h1>
     <form method="post" action="${base}/${action}" class="filters">
       <input type="hidden" name="csrf" value="${csrf}" />
       ${Object.entries(fields).map(([name, value]) => html`<input type="hidden" name="${name}" value="${value}" />`)}
       ${input ? html`<label>${input.label}<input type="${input.type}" name="${input.name}" required /></label>` : ''}
+      ${check ? html`<label><input type="checkbox" name="${check.name}" value="yes" />${check.label}</label>` : ''}
       <button type="submit" class="${action === 'purge' ? 'danger' : ''}" id="confirm">Confirm</button>
       <a class="button secondary" href="${base}/">Cancel</a>
     </form>`;

@@ -18,6 +18,8 @@ import {
 } from '../delivery/bulk-replay.js';
 import { osActor } from './os-actor.js';
 import { endHold } from '../delivery/unexpected.js';
+import { checkPurgeWindow } from '../delivery/retention.js';
+import { DEFAULT_TTL_MS } from '../config/retention-options.js';
 
 const USAGE = `usage:
   ipn-kit inbox list [--status received|delivered|failed|dead] [--limit N] [--offset N] [--json]
@@ -26,7 +28,8 @@ const USAGE = `usage:
   ipn-kit inbox replay --dead
   ipn-kit inbox replay [--status S] [--since DATE] [--until DATE] [--transaction ID]... [--rate N] [--dry-run]
                        [--wait]
-  ipn-kit inbox purge --before <ISO date> [--dead]
+  ipn-kit inbox purge --before <ISO date> [--ttl-ms N] [--inside-dedupe-window]
+  ipn-kit inbox purge --before <ISO date> --dead
   ipn-kit inbox audit [--limit N] [--offset N] [--json]
 
 Reads and repairs the PostgreSQL inbox of ipn-kit/postgres (PostgresStore), with --mysql-url the MySQL
@@ -49,7 +52,12 @@ inbox of ipn-kit/mysql (MysqlStore), or with --redis-url the Redis inbox of ipn-
   --wait            replay: then print the progress until none waits (exit 1 if some went dead again)
   --before DATE     purge: delete delivered entries delivered before DATE (2024-05-01, 2024-05-01T12:00Z),
                     and at-most-once claims made before it (counted with them); a resend of a purged
-                    notification is delivered again
+                    notification is delivered again, so a DATE inside the dedupe window (later than ttlMs
+                    ago) is refused (exit 1, nothing deleted)
+  --ttl-ms N        purge: the app's ttlMs, the dedupe window (default 604800000, 7 days, as the router's)
+  --inside-dedupe-window
+                    purge: delete delivered entries inside the dedupe window all the same (a resend of one
+                    is then delivered, credited, again): only once the service can no longer resend them
   --actor NAME      replay, purge: who is recorded in the audit trail (default: the OS user)
 replay and purge are recorded in the store's audit trail (who, when, what); audit lists it, newest first.
 replay only makes entries due again: your running app's recovery loop (delivery: 'at-least-once')
@@ -219,6 +227,8 @@ function plan(argv: string[]): Plan | 'help' {
       'dry-run': { type: 'boolean' },
       rate: { type: 'string' },
       wait: { type: 'boolean' },
+      'ttl-ms': { type: 'string' },
+      'inside-dedupe-window': { type: 'boolean' },
     },
   });
   if (values.help) return 'help';
@@ -245,7 +255,7 @@ function plan(argv: string[]): Plan | 'help' {
     list: [...where, 'status', 'limit', 'offset', 'json'],
     show: where,
     replay: [...where, 'dead', 'status', 'since', 'until', 'transaction', 'dry-run', 'rate', 'wait', 'actor'],
-    purge: [...where, 'before', 'dead', 'actor'],
+    purge: [...where, 'before', 'dead', 'actor', 'ttl-ms', 'inside-dedupe-window'],
     audit: [...where, 'limit', 'offset', 'json'],
   };
   const known = allowed[command];
@@ -305,7 +315,18 @@ function plan(argv: string[]): Plan | 'help' {
     throw new UsageError('purge needs --before <ISO date>: the entries delivered before it are deleted');
   }
   const purged = values.dead ? 'dead' : 'delivered';
-  return { table, redis, mysqlUrl, run: recorded(actor, purge(parseIsoDate(values.before), purged)) };
+  const windowed = ['ttl-ms', 'inside-dedupe-window'].filter((option) => option in values);
+  if (values.dead && windowed.length > 0) {
+    throw new UsageError(
+      `--dead purges dead entries, which the dedupe window does not limit: --${windowed.join(', --')} is for delivered ones`,
+    );
+  }
+  const window: PurgeWindow = {
+    ttlMs: count('--ttl-ms', values['ttl-ms'] ?? String(DEFAULT_TTL_MS), 1),
+    inside: values['inside-dedupe-window'] === true,
+  };
+  const run = recorded(actor, purge(parseIsoDate(values.before), purged, window));
+  return { table, redis, mysqlUrl, run };
 }
 
 function list(status: DeliveryStatus | undefined, limit: number, offset: number, json: boolean): Run {
@@ -479,15 +500,32 @@ function replayWhere(filter: ReplayFilter, rate: number, wait: boolean): Action 
 const RECOVERY =
   "the running app's recovery loop (delivery: 'at-least-once') delivers it; nothing is delivered by this command";
 
-function purge(before: Date, status: PurgedStatus): Action {
+/** The dedupe window a purge of delivered entries keeps out of: the app's `ttlMs`, and whether to go in. */
+interface PurgeWindow {
+  ttlMs: number;
+  inside: boolean;
+}
+
+/** How the refusal of a purge inside the dedupe window says to do it anyway. */
+const PURGE_ANYWAY =
+  'add --inside-dedupe-window (give --ttl-ms N if your app sets another ttlMs than the default 7 days)';
+
+function purge(before: Date, status: PurgedStatus, window: PurgeWindow): Action {
   return async (store, io, where) => {
+    // Thrown: the command's catch says it and exits 1, nothing deleted and nothing recorded.
+    checkPurgeWindow(before, status, window.ttlMs, window.inside, PURGE_ANYWAY);
     const purged = await store.purge(before, status);
     const how = status === 'dead' ? 'gone dead' : 'delivered';
     io.stdout(
       `deleted ${purged} ${status} ${purged === 1 ? 'entry' : 'entries'} ${how} before ${before.toISOString()} ` +
         `from ${where}`,
     );
-    const detail = { status, before: before.toISOString(), count: purged };
+    const detail = {
+      status,
+      before: before.toISOString(),
+      count: purged,
+      ...(window.inside && status === 'delivered' ? { insideDedupeWindow: true } : {}),
+    };
     return { code: 0, done: { action: 'purge', detail } };
   };
 }

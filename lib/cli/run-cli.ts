@@ -10,7 +10,7 @@ const USAGE = `usage:
   ipn-kit inbox list [--status received|delivered|failed|dead] [--limit N]
   ipn-kit inbox show <key>
   ipn-kit inbox replay <key> | --dead
-  ipn-kit inbox purge --before <ISO date> [--dead]
+  ipn-kit inbox purge --before <ISO date> [--ttl-ms N] [--inside-dedupe-window] | --dead
   ipn-kit inbox audit
   (inbox: PostgreSQL at DATABASE_URL, or Redis with --redis-url URL [--prefix P])
   ipn-kit migrate [--table NAME] [--dry-run] [--mysql-url URL | --sqlite FILE]

@@ -17,7 +17,12 @@ import {
 import { applyRenames, warnRenamed, type Renames } from './renamed-options.js';
 import type { AlertOptions } from '../observability/alert-event.js';
 import { checkAlertOptions } from './alert-option-checks.js';
-import { checkRetentionOptions, RETENTION_DEFAULTS, type RetentionOptions } from './retention-options.js';
+import {
+  checkRetentionOptions,
+  DEFAULT_TTL_MS,
+  RETENTION_DEFAULTS,
+  type RetentionOptions,
+} from './retention-options.js';
 
 /**
  * What `ipnRouter({ unexpected })` does with a notification no expectation is kept for, once expectations
@@ -281,7 +286,7 @@ const DEFAULTS: {
 } = {
   customData: undefined,
   store: undefined,
-  ttlMs: 7 * 24 * 60 * 60 * 1000,
+  ttlMs: DEFAULT_TTL_MS,
   limit: '100kb',
   storeTimeoutMs: 5_000,
   logger: defaultLogger,

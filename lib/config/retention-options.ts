@@ -3,6 +3,12 @@ import { checkDuration } from './option-checks.js';
 const DAY = 24 * 60 * 60 * 1000;
 
 /**
+ * The router's `ttlMs` default (7 days): the dedupe window. The CLI, which runs outside the app and does not
+ * know its `ttlMs`, takes it unless `--ttl-ms` says otherwise.
+ */
+export const DEFAULT_TTL_MS = 7 * DAY;
+
+/**
  * How long a durable inbox keeps what it no longer delivers (the router's `retention` option). Delivered
  * entries are kept `ttlMs` (the dedupe window: a resend within it is still a duplicate), then deleted.
  * @inline

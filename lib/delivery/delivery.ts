@@ -23,6 +23,7 @@ import type {
   StatusCounts,
 } from '../stores/store.js';
 import { listActions, recordAction, type AuditAction } from './audit.js';
+import { checkPurgeWindow } from './retention.js';
 import type { StatusRecord } from '../status/status-envelope.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
 import { createVerifyQueue } from './verify-queue.js';
@@ -121,9 +122,11 @@ export interface Inbox {
   isPaused(): boolean;
   /**
    * Deletes delivered entries delivered before `before` (given `'dead'`: dead entries gone dead before it).
-   * Resolves how many.
+   * Resolves how many. A purge of delivered entries whose `before` is later than `ttlMs` ago (inside the
+   * dedupe window: a resend of one would be delivered, and credited, a second time) rejects with a
+   * `PurgeWindowError` and deletes nothing, unless `options.insideDedupeWindow` asks for it.
    */
-  purge(before: Date, status?: PurgedStatus): Promise<number>;
+  purge(before: Date, status?: PurgedStatus, options?: PurgeOptions): Promise<number>;
   /**
    * Keeps one operator action in the store's audit log (see `lib/delivery/audit.ts`): resolves `false`
    * when the store keeps none. The CLI and the operator's page call it after each replay, purge, pause and
@@ -133,6 +136,24 @@ export interface Inbox {
   /** The operator actions the store's audit log keeps, newest first; `[]` when it keeps none. */
   actions(options?: AuditListOptions): Promise<AuditEntry[]>;
 }
+
+/**
+ * `ipn.inbox.purge()`'s options.
+ * @inline
+ */
+export interface PurgeOptions {
+  /**
+   * Purge delivered entries delivered inside the dedupe window (`before` later than `ttlMs` ago) all the
+   * same: a resend of one of them is then delivered, and credited, again. Only once the service can no
+   * longer resend them.
+   * @default false
+   */
+  insideDedupeWindow?: boolean;
+}
+
+/** How a caller of `ipn.inbox.purge()` asks for a purge inside the dedupe window. */
+const PURGE_ANYWAY =
+  "pass { insideDedupeWindow: true }: ipn.inbox.purge(before, 'delivered', { insideDedupeWindow: true })";
 
 /**
  * What happens to a notification once the router has accepted it: verification (with `verify`), then the
@@ -522,7 +543,12 @@ export function createDelivery<C>(
           }
         }),
       isPaused: () => durably?.isPaused() ?? false,
-      purge: async (before, status) => inbox().purge(before, status),
+      purge: async (before, status, purgeOptions) => {
+        const store = inbox();
+        const asked = purgeOptions?.insideDedupeWindow === true;
+        checkPurgeWindow(before, status, options.ttlMs, asked, PURGE_ANYWAY);
+        return store.purge(before, status);
+      },
       recordAction: async (action) => recordAction(inbox(), action),
       actions: async (options) => listActions(inbox(), options),
     } satisfies Inbox,

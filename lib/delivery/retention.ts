@@ -1,5 +1,30 @@
 import type { DurableStore } from '../stores/store.js';
 import type { RetentionOptions } from '../config/retention-options.js';
+import { PurgeWindowError } from '../shared/errors.js';
+
+/**
+ * Refuses (throws {@link PurgeWindowError}) a purge of delivered entries (and of the at-most-once claims
+ * purged with them) whose `before` is later than `now - ttlMs`: inside the dedupe window, a resend of one
+ * would be delivered, and credited, a second time. `before` at `now - ttlMs` (retention's own purge) or
+ * earlier is let through; so is a purge of dead entries, or one the caller asked for explicitly
+ * (`insideDedupeWindow`). `anyway` says, in the caller's words, how to ask for it. A `before` that is no
+ * date is left to the store's own check.
+ */
+export function checkPurgeWindow(
+  before: unknown,
+  status: unknown,
+  ttlMs: number,
+  insideDedupeWindow: boolean,
+  anyway: string,
+  now = Date.now(),
+): void {
+  if (insideDedupeWindow || (status !== undefined && status !== 'delivered')) return;
+  if (!(before instanceof Date) || Number.isNaN(before.getTime())) return;
+  const start = now - ttlMs;
+  if (before.getTime() <= start) return;
+  // A window reaching before the first Date (ttlMs up to Number.MAX_SAFE_INTEGER) starts at that Date.
+  throw new PurgeWindowError(before, new Date(Math.max(start, -8.64e15)), ttlMs, anyway);
+}
 
 /** What one retention pass did: how many entries it deleted, by status, and how many records it blanked. */
 export interface RetentionPass {

@@ -22,6 +22,7 @@ export type IpnKitErrorCode =
   | 'IPN_NOT_DURABLE'
   | 'IPN_VERIFY_BUSY'
   | 'IPN_NO_EXPECTATIONS'
+  | 'IPN_PURGE_INSIDE_DEDUPE_WINDOW'
   | StatusErrorCode;
 
 /**
@@ -335,4 +336,53 @@ export class DeliveryError extends IpnKitError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('IPN_DELIVERY_FAILED', message, options);
   }
+}
+
+/**
+ * A purge of delivered entries (`ipn.inbox.purge(before)`, the operator's page, `ipn-kit inbox purge`) was
+ * refused: `before` is later than `ttlMs` ago, inside the dedupe window. A delivered entry is what makes a
+ * resend a duplicate, and the service resends a notification until it gets a 200, possibly days later: a
+ * resend of a purged one would be delivered, and credited, a second time. Nothing was deleted. Purge before
+ * `dedupeWindowStart`, or ask for it explicitly (`{ insideDedupeWindow: true }`, the page's confirmation
+ * box, `--inside-dedupe-window`). Dead entries' purges are not refused.
+ */
+export class PurgeWindowError extends IpnKitError {
+  override name = 'PurgeWindowError' as const;
+  declare readonly code: 'IPN_PURGE_INSIDE_DEDUPE_WINDOW';
+  /** The purge's date. */
+  readonly before: Date;
+  /** Where the dedupe window starts (`ttlMs` ago): a purge before it, or at it, is not refused. */
+  readonly dedupeWindowStart: Date;
+  /** The dedupe window's length: the router's `ttlMs` (the CLI's `--ttl-ms`). */
+  readonly ttlMs: number;
+
+  /** `anyway`: how the caller asks for the purge explicitly, in its own words (an option, a box, a flag). */
+  constructor(before: Date, dedupeWindowStart: Date, ttlMs: number, anyway: string) {
+    super(
+      'IPN_PURGE_INSIDE_DEDUPE_WINDOW',
+      `refused to purge the delivered entries delivered before ${before.toISOString()}: that is inside the ` +
+        `dedupe window (ttlMs, ${durationText(ttlMs)}), which starts at ${dedupeWindowStart.toISOString()}. ` +
+        'A delivered entry is what makes a resend a duplicate, and the service resends a notification until ' +
+        'it gets a 200, possibly days later: a resend of a purged one would be delivered, and credited, a ' +
+        `second time. Nothing was deleted. Purge before ${dedupeWindowStart.toISOString()} or earlier, or, ` +
+        `once you know the service can no longer resend them, ${anyway}`,
+    );
+    this.before = before;
+    this.dedupeWindowStart = dedupeWindowStart;
+    this.ttlMs = ttlMs;
+  }
+}
+
+/** `7 days`, `36 hours`, `90 minutes`, or `1500 ms`: a duration as a person reads it. */
+function durationText(ms: number): string {
+  const units: Array<[number, string]> = [
+    [86_400_000, 'day'],
+    [3_600_000, 'hour'],
+    [60_000, 'minute'],
+    [1000, 'second'],
+  ];
+  for (const [size, unit] of units) {
+    if (ms >= size && ms % size === 0) return `${ms / size} ${unit}${ms === size ? '' : 's'}`;
+  }
+  return `${ms} ms`;
 }

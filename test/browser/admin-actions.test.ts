@@ -154,11 +154,12 @@ describeWithService('PostgreSQL', 'ipn-kit/admin actions on PostgreSQL', () => {
       const page = await context.newPage();
       await page.goto(`${server.url}/ops/`);
       await Promise.all([page.waitForURL(/confirm/), page.click('text=Purge delivered entries…')]);
-      const yesterday = new Date(Date.now() - 24 * 3600 * 1000).toISOString().slice(0, 10);
-      await page.fill('input[name=before]', yesterday);
+      // Before the dedupe window (ttlMs, 7 days): a later date is refused unless its box is ticked.
+      const eightDaysAgo = new Date(Date.now() - 8 * 24 * 3600 * 1000).toISOString().slice(0, 10);
+      await page.fill('input[name=before]', eightDaysAgo);
       await Promise.all([page.waitForURL(/purge/), page.click('#confirm')]);
       expect(await page.locator('#result').textContent()).toBe(
-        `Purged 1 delivered entries delivered before ${yesterday}.`,
+        `Purged 1 delivered entries delivered before ${eightDaysAgo}.`,
       );
       expect(await store.get(key(old))).toBeUndefined();
       expect(await store.get(key(recent[0]!))).toMatchObject({ status: 'delivered' });

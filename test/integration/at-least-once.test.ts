@@ -392,7 +392,9 @@ describe("ipnRouter({ delivery: 'at-least-once' })", () => {
         inbox.entries.get(keyOf(first))?.status === 'delivered',
       'replayed',
     );
-    expect(await ipn.inbox.purge(new Date(Date.now() + 1000))).toBe(2);
+    expect(
+      await ipn.inbox.purge(new Date(Date.now() + 1000), 'delivered', { insideDedupeWindow: true }),
+    ).toBe(2);
     expect(inbox.entries.size).toBe(0);
   });
 });

@@ -504,7 +504,8 @@ describeWithService('Redis', 'ipn-kit inbox --redis-url (the RedisStore inbox)',
     expect(replayed).toMatchObject({ code: 0, stdout: expect.stringContaining('1 dead entry is due again') });
     expect((await store.get('R.1:SUCCESSFUL'))?.status).toBe('received');
 
-    const purged = await onRedis(['purge', '--before', new Date(Date.now() + 60_000).toISOString()]);
+    const later = new Date(Date.now() + 60_000).toISOString();
+    const purged = await onRedis(['purge', '--before', later, '--inside-dedupe-window']);
     expect(purged).toMatchObject({ code: 0, stdout: expect.stringContaining('deleted 1 delivered entry') });
     expect(await store.get('R.2:SUCCESSFUL')).toBeUndefined();
   });
@@ -575,7 +576,8 @@ describeWithService('MariaDB', 'ipn-kit inbox --mysql-url (the MysqlStore inbox)
     expect(replayed).toMatchObject({ code: 0, stdout: expect.stringContaining('1 dead entry is due again') });
     expect((await store.get('M.1:SUCCESSFUL'))?.status).toBe('received');
 
-    const purged = await onMysql(['purge', '--before', new Date(Date.now() + 60_000).toISOString()]);
+    const later = new Date(Date.now() + 60_000).toISOString();
+    const purged = await onMysql(['purge', '--before', later, '--inside-dedupe-window']);
     expect(purged).toMatchObject({ code: 0, stdout: expect.stringContaining('deleted 1 delivered entry') });
     expect(await store.get('M.2:SUCCESSFUL')).toBeUndefined();
   });

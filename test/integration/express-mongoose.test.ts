@@ -167,7 +167,9 @@ describeWithService(
       await post(payload);
       await eventually('delivered', async () => (await ipn.inbox.get(key))?.status === 'delivered');
 
-      expect(await ipn.inbox.purge(new Date(Date.now() + 60_000))).toBe(1);
+      expect(
+        await ipn.inbox.purge(new Date(Date.now() + 60_000), 'delivered', { insideDedupeWindow: true }),
+      ).toBe(1);
       expect(await ipn.inbox.get(key)).toBeUndefined();
       await post(payload); // new again for the inbox: the listener runs a second time
       await eventually('delivered again', async () => (await ipn.inbox.get(key))?.status === 'delivered');

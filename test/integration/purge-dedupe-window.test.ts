@@ -1,0 +1,302 @@
+import { randomUUID } from 'node:crypto';
+import { Pool } from 'pg';
+import { ipnRouter, MemoryStore, PurgeWindowError, type IpnRouter } from '../../lib/index.js';
+import { PostgresStore } from '../../lib/postgres.js';
+import type { DurableStore } from '../../lib/stores/store.js';
+import { runCli } from '../../lib/cli/run-cli.js';
+import type { CliIo } from '../../lib/cli/cli-io.js';
+import { checkPurgeWindow, retentionPass } from '../../lib/delivery/retention.js';
+import { RETENTION_DEFAULTS } from '../../lib/config/retention-options.js';
+import { confirmed, keyOf, notification, pageWithEntry } from '../helpers/admin-forms.js';
+import { uniquePayload } from '../helpers/payloads.js';
+import { quiet } from '../helpers/quiet-logger.js';
+import { databaseUrl, describeWithService, eventually } from '../helpers/services.js';
+import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+
+// A purge of delivered entries inside the dedupe window (before later than ttlMs ago) deleted what makes a
+// resend a duplicate: the service resends until it gets a 200, days later, and the resend was credited
+// again. Each surface (ipn.inbox.purge, the operator's page, the CLI) now refuses it unless asked for.
+
+const DAY = 24 * 60 * 60 * 1000;
+const TTL = 7 * DAY;
+
+/** A router over `store`, at least once, whose listener lists each transaction id it credits. */
+async function router(store: DurableStore) {
+  const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet, recoveryIntervalMs: 20 });
+  const credited: string[] = [];
+  ipn.on('successful', (n) => {
+    credited.push(n.transaction_id);
+  });
+  const payload = uniquePayload();
+  expect((await ipn.fetch(notification(payload))).status).toBe(200);
+  await eventually('delivered', async () => (await store.get(keyOf(payload)))?.status === 'delivered');
+  return { ipn, credited, payload, key: keyOf(payload) };
+}
+
+/** What the router answers to a resend of `payload`. */
+async function resend(ipn: IpnRouter, payload: Record<string, unknown>) {
+  const answer = await ipn.fetch(notification(payload));
+  return { status: answer.status, body: await answer.json() };
+}
+
+/** Runs `ipn-kit inbox ...args` on DATABASE_URL, capturing its output. */
+async function cli(args: string[]) {
+  const stdout: string[] = [];
+  const stderr: string[] = [];
+  const io: CliIo = {
+    stdout: (line) => stdout.push(line),
+    stderr: (line) => stderr.push(line),
+    env: { DATABASE_URL: databaseUrl() },
+  };
+  const code = await runCli(['inbox', ...args], io);
+  return { code, stdout: stdout.join('\n'), stderr: stderr.join('\n') };
+}
+
+describe('the dedupe window of a purge (the rule)', () => {
+  const now = Date.UTC(2026, 10, 30);
+  const refused = (before: number, status?: string, inside = false) => {
+    try {
+      checkPurgeWindow(new Date(before), status, TTL, inside, 'do X', now);
+      return false;
+    } catch (error) {
+      expect(error).toBeInstanceOf(PurgeWindowError);
+      return true;
+    }
+  };
+
+  test('refuses a date later than now - ttlMs, lets the boundary (retention) and older through', () => {
+    expect(refused(now)).toBe(true);
+    expect(refused(now - TTL + 1)).toBe(true);
+    expect(refused(now - TTL)).toBe(false);
+    expect(refused(now - TTL - 1)).toBe(false);
+  });
+
+  test('dead purges and an explicit ask are not refused', () => {
+    expect(refused(now, 'dead')).toBe(false);
+    expect(refused(now, 'delivered', true)).toBe(false);
+    expect(refused(now, 'delivered')).toBe(true);
+  });
+
+  test('the refusal says why and how to do it anyway', () => {
+    let error: PurgeWindowError | undefined;
+    try {
+      checkPurgeWindow(new Date(now), undefined, TTL, false, 'do X', now);
+    } catch (thrown) {
+      error = thrown as PurgeWindowError;
+    }
+    expect(error).toMatchObject({
+      code: 'IPN_PURGE_INSIDE_DEDUPE_WINDOW',
+      before: new Date(now),
+      dedupeWindowStart: new Date(now - TTL),
+      ttlMs: TTL,
+    });
+    expect(error!.message).toContain('ttlMs, 7 days');
+    expect(error!.message).toContain('credited, a second time');
+    expect(error!.message).toMatch(/do X$/);
+  });
+
+  test('a ttlMs reaching before the first Date still refuses with a readable message', () => {
+    expect(() =>
+      checkPurgeWindow(new Date(now), 'delivered', Number.MAX_SAFE_INTEGER, false, 'do X', now),
+    ).toThrow(PurgeWindowError);
+  });
+});
+
+describe('ipn.inbox.purge on a MemoryStore', () => {
+  test('inside the dedupe window: refused, the entry stays, a resend is a duplicate', async () => {
+    const store = new MemoryStore();
+    const { ipn, credited, payload, key } = await router(store);
+    try {
+      await expect(ipn.inbox.purge(new Date())).rejects.toMatchObject({
+        name: 'PurgeWindowError',
+        code: 'IPN_PURGE_INSIDE_DEDUPE_WINDOW',
+        message: expect.stringContaining('insideDedupeWindow: true'),
+      });
+      await expect(ipn.inbox.purge(new Date(), 'delivered')).rejects.toThrow(PurgeWindowError);
+      expect(await store.get(key)).toMatchObject({ status: 'delivered' });
+      expect(await resend(ipn, payload)).toEqual({ status: 200, body: { ok: true, duplicate: true } });
+      expect(credited).toEqual([payload.transaction_id]);
+    } finally {
+      await ipn.close();
+    }
+  });
+
+  test('asked for explicitly, it purges (and a resend is then credited again, as the option says)', async () => {
+    const store = new MemoryStore();
+    const { ipn, credited, payload, key } = await router(store);
+    try {
+      const before = new Date(Date.now() + 60_000);
+      expect(await ipn.inbox.purge(before, 'delivered', { insideDedupeWindow: true })).toBe(1);
+      expect(await store.get(key)).toBeUndefined();
+      expect((await resend(ipn, payload)).body).toEqual({ ok: true });
+      await eventually('credited again', () => credited.length === 2);
+    } finally {
+      await ipn.close();
+    }
+  });
+
+  test('before now - ttlMs (or at it) is not refused, and keeps what is newer; dead purges are not refused', async () => {
+    const store = new MemoryStore();
+    const { ipn, key } = await router(store);
+    try {
+      expect(await ipn.inbox.purge(new Date(Date.now() - TTL))).toBe(0);
+      expect(await ipn.inbox.purge(new Date(Date.now() - TTL - DAY), 'delivered')).toBe(0);
+      expect(await store.get(key)).toMatchObject({ status: 'delivered' });
+      expect(await ipn.inbox.purge(new Date(Date.now() + 60_000), 'dead')).toBe(0);
+    } finally {
+      await ipn.close();
+    }
+  });
+});
+
+describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreSQL', () => {
+  let pool: Pool;
+  const tables: string[] = [];
+
+  async function freshStore(): Promise<PostgresStore> {
+    const table = `ipn_test_purge_window_${process.pid}_${randomUUID().slice(0, 8)}`;
+    tables.push(table);
+    const store = new PostgresStore({ pool, table });
+    await store.migrate();
+    return store;
+  }
+
+  /** Makes `key`'s delivery `days` old. */
+  async function deliveredAgo(store: PostgresStore, key: string, days: number) {
+    await pool.query(
+      `UPDATE "${store.table}" SET delivered_at = now() - make_interval(days => $2) WHERE key = $1`,
+      [key, days],
+    );
+  }
+
+  beforeAll(() => {
+    pool = new Pool({ connectionString: databaseUrl(), max: 4 });
+    pool.on('error', () => {});
+  });
+
+  afterAll(async () => {
+    await dropPostgresInboxes(pool, tables);
+    await pool.end();
+  }, CLEANUP_TIMEOUT_MS);
+
+  test('ipn.inbox.purge: refused inside, the row stays and a resend is a duplicate; before now - ttlMs it purges', async () => {
+    const store = await freshStore();
+    const { ipn, credited, payload, key } = await router(store);
+    try {
+      await expect(ipn.inbox.purge(new Date())).rejects.toThrow(PurgeWindowError);
+      expect(await store.get(key)).toMatchObject({ status: 'delivered' });
+      expect(await resend(ipn, payload)).toEqual({ status: 200, body: { ok: true, duplicate: true } });
+      expect(credited).toEqual([payload.transaction_id]);
+
+      await deliveredAgo(store, key, 8);
+      expect(await ipn.inbox.purge(new Date(Date.now() - TTL))).toBe(1);
+      expect(await store.get(key)).toBeUndefined();
+    } finally {
+      await ipn.close();
+    }
+  });
+
+  test("retention's own pass, at now - ttlMs, still deletes what is older", async () => {
+    const store = await freshStore();
+    const { ipn, key } = await router(store);
+    try {
+      await deliveredAgo(store, key, 8);
+      expect(await retentionPass(store, TTL, RETENTION_DEFAULTS)).toMatchObject({ delivered: 1 });
+      expect(await store.get(key)).toBeUndefined();
+    } finally {
+      await ipn.close();
+    }
+  });
+
+  test("the operator's page: refused (409, saying why and how), the row stays; the ticked box purges", async () => {
+    const store = await freshStore();
+    const { ipn, admin, payload, key, credited } = await pageWithEntry(store, 'delivered');
+    try {
+      const today = new Date().toISOString().slice(0, 10);
+      const confirm = await admin(new Request('http://shop.test/confirm?action=purge'));
+      expect(await confirm.text()).toContain('name="inside-dedupe-window"');
+
+      const send = await confirmed(admin, 'action=purge', (form) => form.set('before', today));
+      const refusedAnswer = await send();
+      expect(refusedAnswer.status).toBe(409);
+      const page = await refusedAnswer.text();
+      expect(page).toContain('IPN_PURGE_INSIDE_DEDUPE_WINDOW');
+      expect(page).toContain('credited, a second time');
+      expect(page).toContain('confirm again with the box');
+      expect(await store.get(key)).toMatchObject({ status: 'delivered' });
+      expect(await resend(ipn, payload)).toEqual({ status: 200, body: { ok: true, duplicate: true } });
+      expect(credited).toEqual([payload.transaction_id]);
+
+      const tomorrow = new Date(Date.now() + DAY).toISOString().slice(0, 10);
+      const ticked = await confirmed(admin, 'action=purge', (form) => {
+        form.set('before', tomorrow);
+        form.set('inside-dedupe-window', 'yes');
+      });
+      const done = await ticked();
+      expect(done.status).toBe(200);
+      expect(await done.text()).toContain('Purged 1 delivered entries');
+      expect(await store.get(key)).toBeUndefined();
+      const [audit] = await ipn.inbox.actions({ limit: 1 });
+      expect(audit).toMatchObject({ action: 'purge', detail: { insideDedupeWindow: true, count: 1 } });
+    } finally {
+      await ipn.close();
+    }
+  });
+
+  test('the CLI: refused (exit 1, saying why and how), nothing deleted, claims kept; the flag purges', async () => {
+    const store = await freshStore();
+    const { ipn, payload, key } = await router(store);
+    const claimed = `TX.${process.pid}.claim:SUCCESSFUL`;
+    expect(await store.claim(claimed, TTL, randomUUID())).toBe(true);
+    try {
+      const today = new Date().toISOString();
+      const refusedRun = await cli(['purge', '--before', today, '--table', store.table]);
+      expect(refusedRun.code).toBe(1);
+      expect(refusedRun.stderr).toContain('ipn-kit inbox purge: refused to purge');
+      expect(refusedRun.stderr).toContain('credited, a second time');
+      expect(refusedRun.stderr).toContain('add --inside-dedupe-window');
+      expect(await store.get(key)).toMatchObject({ status: 'delivered' });
+      expect(await store.claim(claimed, TTL, randomUUID())).toBe(false); // the claim still holds its key
+      expect(await resend(ipn, payload)).toEqual({ status: 200, body: { ok: true, duplicate: true } });
+      expect(await ipn.inbox.actions({ limit: 10 })).toEqual([]);
+
+      // A shorter ttlMs of the app's, said with --ttl-ms: eight days ago is outside its window of one day.
+      await deliveredAgo(store, key, 8);
+      const shorter = new Date(Date.now() - 2 * DAY).toISOString();
+      expect((await cli(['purge', '--before', shorter, '--table', store.table])).code).toBe(1);
+      const ttlRun = await cli([
+        'purge',
+        '--before',
+        shorter,
+        '--ttl-ms',
+        String(DAY),
+        '--table',
+        store.table,
+      ]);
+      expect(ttlRun).toMatchObject({ code: 0, stdout: expect.stringContaining('deleted 1 delivered entry') });
+      expect(await store.get(key)).toBeUndefined();
+
+      const forced = await cli([
+        'purge',
+        '--before',
+        today,
+        '--inside-dedupe-window',
+        '--table',
+        store.table,
+      ]);
+      expect(forced).toMatchObject({ code: 0, stdout: expect.stringContaining('deleted 1 delivered entry') });
+      expect(await store.claim(claimed, TTL, randomUUID())).toBe(true); // its claim went with it
+    } finally {
+      await ipn.close();
+    }
+  });
+
+  test('the CLI: --dead is not limited by the window, and takes no window option', async () => {
+    const store = await freshStore();
+    const now = new Date().toISOString();
+    expect((await cli(['purge', '--before', now, '--dead', '--table', store.table])).code).toBe(0);
+    const mixed = await cli(['purge', '--before', now, '--dead', '--inside-dedupe-window']);
+    expect(mixed.code).toBe(2);
+    expect(mixed.stderr).toContain('--dead purges dead entries, which the dedupe window does not limit');
+  });
+});
