@@ -135,6 +135,29 @@ describe('ipn.inbox.purge on a MemoryStore', () => {
     }
   });
 
+  // The rule left a `before` that is no Date to the store's own check, and MemoryStore has none: a number
+  // (a timestamp, from JavaScript) deleted every delivered entry, today's included, without the opt-in.
+  test('a before that is no valid Date, or a status no purge knows, is refused before any store deletes', async () => {
+    const store = new MemoryStore();
+    const { ipn, credited, payload, key } = await router(store);
+    try {
+      const later = Date.now() + 60_000;
+      for (const before of [later, new Date(later).toISOString(), new Date(Number.NaN)]) {
+        await expect(ipn.inbox.purge(before as unknown as Date)).rejects.toThrow(
+          /ipn\.inbox\.purge: before must be a valid Date/,
+        );
+      }
+      await expect(ipn.inbox.purge(new Date(later), 'received' as 'dead')).rejects.toThrow(
+        /status must be 'delivered' or 'dead'/,
+      );
+      expect(await store.get(key)).toMatchObject({ status: 'delivered' });
+      expect(await resend(ipn, payload)).toEqual({ status: 200, body: { ok: true, duplicate: true } });
+      expect(credited).toEqual([payload.transaction_id]);
+    } finally {
+      await ipn.close();
+    }
+  });
+
   test('before now - ttlMs (or at it) is not refused, and keeps what is newer; dead purges are not refused', async () => {
     const store = new MemoryStore();
     const { ipn, key } = await router(store);
