@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util';
 import type { CliIo } from './cli-io.js';
-import { messageOf } from '../shared/errors.js';
+import { messageOf, PurgeWindowError } from '../shared/errors.js';
 import { onMysql } from './cli-inbox-mysql.js';
 import { count, formatTable, parseIsoDate, UsageError } from './cli-inbox-text.js';
 import { mysqlTableNames } from '../stores/mysql/mysql-sql.js';
@@ -512,8 +512,15 @@ const PURGE_ANYWAY =
 
 function purge(before: Date, status: PurgedStatus, window: PurgeWindow): Action {
   return async (store, io, where) => {
-    // Thrown: the command's catch says it and exits 1, nothing deleted and nothing recorded.
-    checkPurgeWindow(before, status, window.ttlMs, window.inside, PURGE_ANYWAY);
+    // Thrown: the command's catch says it and exits 1, nothing deleted and nothing recorded. Asked for, the
+    // audit trail says insideDedupeWindow only of a purge that went inside the window.
+    let entered = false;
+    try {
+      checkPurgeWindow(before, status, window.ttlMs, false, PURGE_ANYWAY);
+    } catch (error) {
+      if (!window.inside || !(error instanceof PurgeWindowError)) throw error;
+      entered = true;
+    }
     const purged = await store.purge(before, status);
     const how = status === 'dead' ? 'gone dead' : 'delivered';
     io.stdout(
@@ -524,7 +531,7 @@ function purge(before: Date, status: PurgedStatus, window: PurgeWindow): Action 
       status,
       before: before.toISOString(),
       count: purged,
-      ...(window.inside && status === 'delivered' ? { insideDedupeWindow: true } : {}),
+      ...(entered ? { insideDedupeWindow: true } : {}),
     };
     return { code: 0, done: { action: 'purge', detail } };
   };

@@ -172,6 +172,30 @@ describe('ipn.inbox.purge on a MemoryStore', () => {
   });
 });
 
+// The audit trail said insideDedupeWindow for every purge whose box (or flag) was given, one well outside the
+// window included: who reads it for the purge that let a resend be credited twice was sent to a harmless one.
+describe("the audit trail's insideDedupeWindow", () => {
+  test("the operator's page: the box ticked for a date outside the window is not kept as inside", async () => {
+    const store = new MemoryStore();
+    const { ipn, admin } = await pageWithEntry(store, 'delivered');
+    try {
+      const ticked = await confirmed(admin, 'action=purge', (form) => {
+        form.set('before', '2020-01-01');
+        form.set('inside-dedupe-window', 'yes');
+      });
+      expect((await ticked()).status).toBe(200);
+      const [audit] = await ipn.inbox.actions({ limit: 1 });
+      expect(audit).toMatchObject({
+        action: 'purge',
+        detail: { before: '2020-01-01T00:00:00.000Z', count: 0 },
+      });
+      expect(audit!.detail).not.toHaveProperty('insideDedupeWindow');
+    } finally {
+      await ipn.close();
+    }
+  });
+});
+
 describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreSQL', () => {
   let pool: Pool;
   const tables: string[] = [];
@@ -309,6 +333,30 @@ describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreS
       ]);
       expect(forced).toMatchObject({ code: 0, stdout: expect.stringContaining('deleted 1 delivered entry') });
       expect(await store.claim(claimed, TTL, randomUUID())).toBe(true); // its claim went with it
+    } finally {
+      await ipn.close();
+    }
+  });
+
+  test('the CLI: --inside-dedupe-window for a date outside the window is not kept as inside', async () => {
+    const store = await freshStore();
+    const { ipn } = await router(store);
+    try {
+      const run = await cli([
+        'purge',
+        '--before',
+        '2020-01-01',
+        '--inside-dedupe-window',
+        '--table',
+        store.table,
+      ]);
+      expect(run.code).toBe(0);
+      const [audit] = await ipn.inbox.actions({ limit: 1 });
+      expect(audit).toMatchObject({
+        action: 'purge',
+        detail: { before: '2020-01-01T00:00:00.000Z', count: 0 },
+      });
+      expect(audit!.detail).not.toHaveProperty('insideDedupeWindow');
     } finally {
       await ipn.close();
     }
