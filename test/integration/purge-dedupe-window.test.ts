@@ -362,6 +362,56 @@ describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreS
     }
   });
 
+  // KNOWN, NOT FIXED (test.failing): the window is measured by the clock of the machine that purges, the
+  // deliveries are stamped by the database's (now(); UTC_TIMESTAMP(3) on MySQL, TIME on Redis). A CLI on a
+  // machine whose clock is ahead deletes entries that are still inside the window by the database's clock
+  // (as far inside as the skew). The fix reads the store's clock (a store method, every backend): too large
+  // for this review.
+  test.failing(
+    "the CLI's window is measured by the database's clock, which stamped the deliveries",
+    async () => {
+      const store = await freshStore();
+      const { ipn, key } = await router(store);
+      try {
+        await deliveredAgo(store, key, 6); // six days ago by the database's clock: inside the 7 days
+        const real = Date.now;
+        const ahead = jest.spyOn(Date, 'now').mockImplementation(() => real() + 2 * DAY); // this machine: +2 days
+        let run: Awaited<ReturnType<typeof cli>>;
+        try {
+          const before = new Date(Date.now() - TTL).toISOString(); // where this machine's window starts
+          run = await cli(['purge', '--before', before, '--table', store.table]);
+        } finally {
+          ahead.mockRestore();
+        }
+        expect(run.code).toBe(1);
+        expect(await store.get(key)).toMatchObject({ status: 'delivered' });
+      } finally {
+        await ipn.close();
+      }
+    },
+  );
+
+  // KNOWN, NOT FIXED (test.failing): the CLI does not know the app's ttlMs (--ttl-ms, default 7 days). An app
+  // at most once with ttlMs 30 days: a claim made 10 days ago still holds its key for 20 days (its expires_at
+  // says so), yet a purge before 8 days ago deletes it with the claims made before the date, and the resend
+  // is credited a second time. The store could keep a claim until its expires_at unless asked for
+  // (--inside-dedupe-window): a change of purge() in every SQL dialect.
+  test.failing(
+    'the CLI keeps an at-most-once claim that still holds its key (the app ttlMs longer than --ttl-ms)',
+    async () => {
+      const store = await freshStore();
+      const claimed = `TX.${process.pid}.live:SUCCESSFUL`;
+      expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(true); // the app's ttlMs: 30 days
+      await pool.query(
+        `UPDATE "${store.table}_claims" SET claimed_at = now() - make_interval(days => 10) WHERE key = $1`,
+        [claimed],
+      );
+      const before = new Date(Date.now() - 8 * DAY).toISOString();
+      expect((await cli(['purge', '--before', before, '--table', store.table])).code).toBe(0);
+      expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(false); // it holds its key 20 days more
+    },
+  );
+
   test('the CLI: --dead is not limited by the window, and takes no window option', async () => {
     const store = await freshStore();
     const now = new Date().toISOString();
