@@ -362,34 +362,29 @@ describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreS
     }
   });
 
-  // KNOWN, NOT FIXED (test.failing): the window is measured by the clock of the machine that purges, the
-  // deliveries are stamped by the database's (now(); UTC_TIMESTAMP(3) on MySQL, TIME on Redis). A CLI on a
-  // machine whose clock is ahead deletes entries that are still inside the window by the database's clock
-  // (as far inside as the skew). The fix reads the store's clock (a store method, every backend): too large
-  // for this review.
-  test.failing(
-    "the CLI's window is measured by the database's clock, which stamped the deliveries",
-    async () => {
-      const store = await freshStore();
-      const { ipn, key } = await router(store);
+  // The window was measured by the clock of the machine that purges, the deliveries stamped by the database's
+  // (now(); UTC_TIMESTAMP(3) on MySQL, TIME on Redis): a CLI on a machine whose clock is ahead deleted entries
+  // still inside the window by the database's clock (as far inside as the skew).
+  test("the CLI's window is measured by the database's clock, which stamped the deliveries", async () => {
+    const store = await freshStore();
+    const { ipn, key } = await router(store);
+    try {
+      await deliveredAgo(store, key, 6); // six days ago by the database's clock: inside the 7 days
+      const real = Date.now;
+      const ahead = jest.spyOn(Date, 'now').mockImplementation(() => real() + 2 * DAY); // this machine: +2 days
+      let run: Awaited<ReturnType<typeof cli>>;
       try {
-        await deliveredAgo(store, key, 6); // six days ago by the database's clock: inside the 7 days
-        const real = Date.now;
-        const ahead = jest.spyOn(Date, 'now').mockImplementation(() => real() + 2 * DAY); // this machine: +2 days
-        let run: Awaited<ReturnType<typeof cli>>;
-        try {
-          const before = new Date(Date.now() - TTL).toISOString(); // where this machine's window starts
-          run = await cli(['purge', '--before', before, '--table', store.table]);
-        } finally {
-          ahead.mockRestore();
-        }
-        expect(run.code).toBe(1);
-        expect(await store.get(key)).toMatchObject({ status: 'delivered' });
+        const before = new Date(Date.now() - TTL).toISOString(); // where this machine's window starts
+        run = await cli(['purge', '--before', before, '--table', store.table]);
       } finally {
-        await ipn.close();
+        ahead.mockRestore();
       }
-    },
-  );
+      expect(run.code).toBe(1);
+      expect(await store.get(key)).toMatchObject({ status: 'delivered' });
+    } finally {
+      await ipn.close();
+    }
+  });
 
   // KNOWN, NOT FIXED (test.failing): the CLI does not know the app's ttlMs (--ttl-ms, default 7 days). An app
   // at most once with ttlMs 30 days: a claim made 10 days ago still holds its key for 20 days (its expires_at
