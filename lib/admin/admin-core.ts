@@ -321,21 +321,27 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       if (action === '/purge') {
         const before = dateOf(form.get('before'));
         if (!before) return done('Give the date before which delivered entries are purged.', false);
-        // Inside the dedupe window only when the operator ticked the box: ipn.inbox.purge refuses it else.
+        // Inside the dedupe window only when the operator ticked the box: ipn.inbox.purge refuses it else. The
+        // audit trail says insideDedupeWindow only of a purge that went inside it (a refusal deletes nothing).
         const inside = form.get(INSIDE_WINDOW) === 'yes';
         let count: number;
+        let entered = false;
         try {
-          count = await ipn.inbox.purge(before, 'delivered', { insideDedupeWindow: inside });
+          count = await ipn.inbox.purge(before, 'delivered');
         } catch (error) {
           if (!(error instanceof PurgeWindowError)) throw error;
-          const { dedupeWindowStart, ttlMs } = error;
-          throw new PurgeWindowError(before, dedupeWindowStart, ttlMs, INSIDE_WINDOW_ANYWAY);
+          if (!inside) {
+            const { dedupeWindowStart, ttlMs } = error;
+            throw new PurgeWindowError(before, dedupeWindowStart, ttlMs, INSIDE_WINDOW_ANYWAY);
+          }
+          count = await ipn.inbox.purge(before, 'delivered', { insideDedupeWindow: true });
+          entered = true;
         }
         const day = before.toISOString().slice(0, 10);
         const detail = { status: 'delivered', before: before.toISOString(), count };
         return kept(
           'purge',
-          inside ? { ...detail, insideDedupeWindow: true } : detail,
+          entered ? { ...detail, insideDedupeWindow: true } : detail,
           `Purged ${count} delivered entries delivered before ${day}.`,
         );
       }

@@ -1,6 +1,12 @@
 import type { CliIo } from './cli-io.js';
 import { messageOf } from '../shared/errors.js';
-import type { MysqlPool, MysqlPoolConnection, MysqlQueryResult } from '../stores/mysql/mysql-pool.js';
+import {
+  rowsOf,
+  type MysqlPool,
+  type MysqlPoolConnection,
+  type MysqlQueryResult,
+} from '../stores/mysql/mysql-pool.js';
+import { msOf, NOW } from '../stores/mysql/mysql-sql.js';
 import { MysqlStore } from '../stores/mysql/mysql-store.js';
 import type { DurableStore } from '../stores/store.js';
 
@@ -75,7 +81,7 @@ export function boundedPool(pool: Pick<CliMysqlPool, 'getConnection'>, timeoutMs
 export async function onMysql(
   url: string,
   table: string,
-  run: (store: DurableStore, io: CliIo, where: string) => Promise<number>,
+  run: (store: DurableStore, io: CliIo, where: string, clock: () => Promise<number>) => Promise<number>,
   argv: string[],
   io: CliIo,
 ): Promise<number> {
@@ -99,7 +105,10 @@ export async function onMysql(
     return 2;
   }
   try {
-    return await run(new MysqlStore({ pool: boundedPool(pool, QUERY_TIMEOUT_MS), table }), io, table);
+    const bounded = boundedPool(pool, QUERY_TIMEOUT_MS);
+    // The database's clock, which stamps the deliveries: a purge's dedupe window is measured by it.
+    const clock = async () => Number(rowsOf(await bounded.query(`SELECT ${msOf(NOW)} AS ms`))[0]?.ms);
+    return await run(new MysqlStore({ pool: bounded, table }), io, table, clock);
   } catch (error) {
     io.stderr(`ipn-kit inbox ${argv[0] ?? ''}: ${messageOf(error)}`);
     return 1;

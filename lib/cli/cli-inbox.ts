@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util';
 import type { CliIo } from './cli-io.js';
-import { messageOf } from '../shared/errors.js';
+import { messageOf, PurgeWindowError, StoreError } from '../shared/errors.js';
 import { onMysql } from './cli-inbox-mysql.js';
 import { count, formatTable, parseIsoDate, UsageError } from './cli-inbox-text.js';
 import { mysqlTableNames } from '../stores/mysql/mysql-sql.js';
@@ -66,7 +66,14 @@ delivers them. The database is DATABASE_URL (postgres://user:password@host:5432/
 const STATUSES: readonly DeliveryStatus[] = ['received', 'delivered', 'failed', 'dead'];
 
 /** One run of a subcommand against the store (`where` names it in messages); resolves the exit code. */
-type Run = (store: DurableStore, io: CliIo, where: string) => Promise<number>;
+type Run = (store: DurableStore, io: CliIo, where: string, clock: Clock) => Promise<number>;
+
+/**
+ * The database's clock, in ms since the epoch: what stamped the deliveries (now(), UTC_TIMESTAMP(3), TIME),
+ * so what a purge's dedupe window is measured by. This machine's clock, ahead of it, let a purge through that
+ * deleted entries still inside the window by the database's.
+ */
+type Clock = () => Promise<number>;
 
 /** An ioredis client: what the CLI creates and disconnects. */
 interface RedisClient {
@@ -154,7 +161,11 @@ export async function inboxCommand(argv: string[], io: CliIo): Promise<number> {
     // A dropped idle connection: the query in flight reports it; without a listener it would crash the CLI.
   });
   try {
-    return await run(new PostgresStore({ pool, table }), io, table);
+    const clock = async () => {
+      const { rows } = await pool.query('SELECT now() AS now');
+      return new Date((rows[0] as { now: Date }).now).getTime();
+    };
+    return await run(new PostgresStore({ pool, table }), io, table, clock);
   } catch (error) {
     io.stderr(`ipn-kit inbox ${argv[0] ?? ''}: ${messageOf(error)}`);
     return 1;
@@ -183,7 +194,11 @@ async function onRedis(
   client.on('error', () => {});
   try {
     const where = `Redis (prefix ${redis.prefix})`;
-    return await run(new RedisStore({ client, prefix: redis.prefix }), io, where);
+    const clock = async () => {
+      const [seconds, micros] = (await client.call('TIME')) as [string, string];
+      return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+    };
+    return await run(new RedisStore({ client, prefix: redis.prefix }), io, where, clock);
   } catch (error) {
     io.stderr(`ipn-kit inbox ${argv[0] ?? ''}: ${messageOf(error)}`);
     return 1;
@@ -360,13 +375,14 @@ type Action = (
   store: DurableStore,
   io: CliIo,
   where: string,
+  clock: Clock,
 ) => Promise<{ code: number; done?: Done; follow?: () => Promise<number> }>;
 type Done = { action: string; detail: Record<string, unknown> };
 
 /** Runs `action`, then keeps it in the store's audit trail as `actor`'s: exit 1 when it could not be kept. */
 function recorded(actor: string, action: Action): Run {
-  return async (store, io, where) => {
-    const { code, done, follow } = await action(store, io, where);
+  return async (store, io, where, clock) => {
+    const { code, done, follow } = await action(store, io, where, clock);
     if (done === undefined) return code;
     let kept = code;
     try {
@@ -511,9 +527,18 @@ const PURGE_ANYWAY =
   'add --inside-dedupe-window (give --ttl-ms N if your app sets another ttlMs than the default 7 days)';
 
 function purge(before: Date, status: PurgedStatus, window: PurgeWindow): Action {
-  return async (store, io, where) => {
-    // Thrown: the command's catch says it and exits 1, nothing deleted and nothing recorded.
-    checkPurgeWindow(before, status, window.ttlMs, window.inside, PURGE_ANYWAY);
+  return async (store, io, where, clock) => {
+    // Thrown: the command's catch says it and exits 1, nothing deleted and nothing recorded. Asked for, the
+    // audit trail says insideDedupeWindow only of a purge that went inside the window.
+    let entered = false;
+    try {
+      const now = status === 'delivered' ? await clock() : Date.now();
+      if (!Number.isFinite(now)) throw new StoreError(`${where}: the database's clock answered no time`);
+      checkPurgeWindow(before, status, window.ttlMs, false, PURGE_ANYWAY, now);
+    } catch (error) {
+      if (!window.inside || !(error instanceof PurgeWindowError)) throw error;
+      entered = true;
+    }
     const purged = await store.purge(before, status);
     const how = status === 'dead' ? 'gone dead' : 'delivered';
     io.stdout(
@@ -524,7 +549,7 @@ function purge(before: Date, status: PurgedStatus, window: PurgeWindow): Action 
       status,
       before: before.toISOString(),
       count: purged,
-      ...(window.inside && status === 'delivered' ? { insideDedupeWindow: true } : {}),
+      ...(entered ? { insideDedupeWindow: true } : {}),
     };
     return { code: 0, done: { action: 'purge', detail } };
   };

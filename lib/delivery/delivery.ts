@@ -24,6 +24,7 @@ import type {
 } from '../stores/store.js';
 import { listActions, recordAction, type AuditAction } from './audit.js';
 import { checkPurgeWindow } from './retention.js';
+import { checkPurge } from '../stores/redact-record.js';
 import type { StatusRecord } from '../status/status-envelope.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
 import { createVerifyQueue } from './verify-queue.js';
@@ -546,6 +547,9 @@ export function createDelivery<C>(
       purge: async (before, status, purgeOptions) => {
         const store = inbox();
         const asked = purgeOptions?.insideDedupeWindow === true;
+        // Checked here, not left to the store: a store that does not check (MemoryStore, one of yours) took a
+        // number or a string for `before`, which the window's rule lets through, and deleted today's entries.
+        checkPurge('ipn.inbox', before, status ?? 'delivered');
         checkPurgeWindow(before, status, options.ttlMs, asked, PURGE_ANYWAY);
         return store.purge(before, status);
       },

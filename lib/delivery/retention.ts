@@ -8,7 +8,7 @@ import { PurgeWindowError } from '../shared/errors.js';
  * would be delivered, and credited, a second time. `before` at `now - ttlMs` (retention's own purge) or
  * earlier is let through; so is a purge of dead entries, or one the caller asked for explicitly
  * (`insideDedupeWindow`). `anyway` says, in the caller's words, how to ask for it. A `before` that is no
- * date is left to the store's own check.
+ * date is not refused here: check it first (`checkPurge`), as `ipn.inbox.purge` does.
  */
 export function checkPurgeWindow(
   before: unknown,

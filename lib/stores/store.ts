@@ -208,7 +208,9 @@ export interface DurableStore extends Store {
    * Deletes `delivered` entries delivered before `before` (their resends are then new); the built-in SQL
    * stores also delete the at-most-once claims made before it, counted with them. Given `'dead'`, the
    * `dead` entries that went dead (were last updated) before `before` instead. Resolves how many. A
-   * store that ignores `status` keeps its dead entries: the router's `retention.deadMs` then deletes none.
+   * store must not ignore `status`: given `'dead'`, it would delete delivered entries instead, and a purge
+   * of dead entries is not held out of the dedupe window (`ipn.inbox.purge(new Date(), 'dead')`, or
+   * `retention.deadMs` shorter than `ttlMs`, would delete what makes today's resends duplicates).
    */
   purge(before: Date, status?: PurgedStatus): Promise<number>;
   /**

@@ -15,6 +15,22 @@ import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
 
+const DAY = 24 * 60 * 60 * 1000;
+
+/**
+ * Runs `command` as on a machine whose clock is `ms` ahead of the database's (Date.now() shifted), then
+ * restores the clock. `before` is computed on that machine: its dedupe window's start, 7 days before its now.
+ */
+async function aheadBy<T>(ms: number, command: (before: string) => Promise<T>): Promise<T> {
+  const real = Date.now;
+  const ahead = jest.spyOn(Date, 'now').mockImplementation(() => real() + ms);
+  try {
+    return await command(new Date(Date.now() - 7 * DAY).toISOString());
+  } finally {
+    ahead.mockRestore();
+  }
+}
+
 /** Runs `ipn-kit inbox ...args` with DATABASE_URL set (unless `env` says otherwise), capturing its output. */
 async function inbox(
   args: string[],
@@ -510,6 +526,20 @@ describeWithService('Redis', 'ipn-kit inbox --redis-url (the RedisStore inbox)',
     expect(await store.get('R.2:SUCCESSFUL')).toBeUndefined();
   });
 
+  // The purge's window was measured by this machine's clock, the delivery stamped by Redis's (TIME): a
+  // machine two days ahead deleted an entry delivered six days ago, inside the 7 days, without the flag.
+  test("purge: the dedupe window is measured by Redis's clock, which stamped the delivery", async () => {
+    const lease = { id: randomUUID(), ms: 60_000 };
+    await store.receive('R.6:SUCCESSFUL', { transaction_id: 'R.6', amount: 6 }, lease);
+    await store.settle('R.6:SUCCESSFUL', lease.id, { status: 'delivered' });
+    await redis.zadd(`${prefix}done`, Date.now() - 6 * DAY, 'R.6:SUCCESSFUL'); // delivered six days ago
+
+    const run = await aheadBy(2 * DAY, (before) => onRedis(['purge', '--before', before]));
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain('refused to purge');
+    expect(await store.get('R.6:SUCCESSFUL')).toMatchObject({ status: 'delivered' });
+  });
+
   test('--table with --redis-url, or --prefix without it, is a usage error (exit 2)', async () => {
     expect((await onRedis(['list', '--table', 'x'])).code).toBe(2);
     expect((await inbox(['list', '--prefix', 'x'])).code).toBe(2);
@@ -590,6 +620,23 @@ describeWithService('MariaDB', 'ipn-kit inbox --mysql-url (the MysqlStore inbox)
 
     expect(code).toBe(1);
     expect(stderr).toMatch(/does not exist: run `await store.migrate\(\)`/);
+  });
+
+  // The purge's window was measured by this machine's clock, the delivery stamped by the database's
+  // (UTC_TIMESTAMP(3)): a machine two days ahead deleted an entry delivered six days ago, without the flag.
+  test("purge: the dedupe window is measured by the database's clock, which stamped the delivery", async () => {
+    const lease = { id: randomUUID(), ms: 60_000 };
+    await store.receive('M.6:SUCCESSFUL', { transaction_id: 'M.6', amount: 6 }, lease);
+    await store.settle('M.6:SUCCESSFUL', lease.id, { status: 'delivered' });
+    await pool.query(
+      `UPDATE \`${table}\` SET delivered_at = UTC_TIMESTAMP(3) - INTERVAL 6 DAY WHERE \`key\` = ?`,
+      ['M.6:SUCCESSFUL'],
+    );
+
+    const run = await aheadBy(2 * DAY, (before) => onMysql(['purge', '--before', before]));
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain('refused to purge');
+    expect(await store.get('M.6:SUCCESSFUL')).toMatchObject({ status: 'delivered' });
   });
 
   test('an unreachable MySQL exits 1 with the reason', async () => {

@@ -135,6 +135,29 @@ describe('ipn.inbox.purge on a MemoryStore', () => {
     }
   });
 
+  // The rule left a `before` that is no Date to the store's own check, and MemoryStore has none: a number
+  // (a timestamp, from JavaScript) deleted every delivered entry, today's included, without the opt-in.
+  test('a before that is no valid Date, or a status no purge knows, is refused before any store deletes', async () => {
+    const store = new MemoryStore();
+    const { ipn, credited, payload, key } = await router(store);
+    try {
+      const later = Date.now() + 60_000;
+      for (const before of [later, new Date(later).toISOString(), new Date(Number.NaN)]) {
+        await expect(ipn.inbox.purge(before as unknown as Date)).rejects.toThrow(
+          /ipn\.inbox\.purge: before must be a valid Date/,
+        );
+      }
+      await expect(ipn.inbox.purge(new Date(later), 'received' as 'dead')).rejects.toThrow(
+        /status must be 'delivered' or 'dead'/,
+      );
+      expect(await store.get(key)).toMatchObject({ status: 'delivered' });
+      expect(await resend(ipn, payload)).toEqual({ status: 200, body: { ok: true, duplicate: true } });
+      expect(credited).toEqual([payload.transaction_id]);
+    } finally {
+      await ipn.close();
+    }
+  });
+
   test('before now - ttlMs (or at it) is not refused, and keeps what is newer; dead purges are not refused', async () => {
     const store = new MemoryStore();
     const { ipn, key } = await router(store);
@@ -143,6 +166,30 @@ describe('ipn.inbox.purge on a MemoryStore', () => {
       expect(await ipn.inbox.purge(new Date(Date.now() - TTL - DAY), 'delivered')).toBe(0);
       expect(await store.get(key)).toMatchObject({ status: 'delivered' });
       expect(await ipn.inbox.purge(new Date(Date.now() + 60_000), 'dead')).toBe(0);
+    } finally {
+      await ipn.close();
+    }
+  });
+});
+
+// The audit trail said insideDedupeWindow for every purge whose box (or flag) was given, one well outside the
+// window included: who reads it for the purge that let a resend be credited twice was sent to a harmless one.
+describe("the audit trail's insideDedupeWindow", () => {
+  test("the operator's page: the box ticked for a date outside the window is not kept as inside", async () => {
+    const store = new MemoryStore();
+    const { ipn, admin } = await pageWithEntry(store, 'delivered');
+    try {
+      const ticked = await confirmed(admin, 'action=purge', (form) => {
+        form.set('before', '2020-01-01');
+        form.set('inside-dedupe-window', 'yes');
+      });
+      expect((await ticked()).status).toBe(200);
+      const [audit] = await ipn.inbox.actions({ limit: 1 });
+      expect(audit).toMatchObject({
+        action: 'purge',
+        detail: { before: '2020-01-01T00:00:00.000Z', count: 0 },
+      });
+      expect(audit!.detail).not.toHaveProperty('insideDedupeWindow');
     } finally {
       await ipn.close();
     }
@@ -290,6 +337,75 @@ describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreS
       await ipn.close();
     }
   });
+
+  test('the CLI: --inside-dedupe-window for a date outside the window is not kept as inside', async () => {
+    const store = await freshStore();
+    const { ipn } = await router(store);
+    try {
+      const run = await cli([
+        'purge',
+        '--before',
+        '2020-01-01',
+        '--inside-dedupe-window',
+        '--table',
+        store.table,
+      ]);
+      expect(run.code).toBe(0);
+      const [audit] = await ipn.inbox.actions({ limit: 1 });
+      expect(audit).toMatchObject({
+        action: 'purge',
+        detail: { before: '2020-01-01T00:00:00.000Z', count: 0 },
+      });
+      expect(audit!.detail).not.toHaveProperty('insideDedupeWindow');
+    } finally {
+      await ipn.close();
+    }
+  });
+
+  // The window was measured by the clock of the machine that purges, the deliveries stamped by the database's
+  // (now(); UTC_TIMESTAMP(3) on MySQL, TIME on Redis): a CLI on a machine whose clock is ahead deleted entries
+  // still inside the window by the database's clock (as far inside as the skew).
+  test("the CLI's window is measured by the database's clock, which stamped the deliveries", async () => {
+    const store = await freshStore();
+    const { ipn, key } = await router(store);
+    try {
+      await deliveredAgo(store, key, 6); // six days ago by the database's clock: inside the 7 days
+      const real = Date.now;
+      const ahead = jest.spyOn(Date, 'now').mockImplementation(() => real() + 2 * DAY); // this machine: +2 days
+      let run: Awaited<ReturnType<typeof cli>>;
+      try {
+        const before = new Date(Date.now() - TTL).toISOString(); // where this machine's window starts
+        run = await cli(['purge', '--before', before, '--table', store.table]);
+      } finally {
+        ahead.mockRestore();
+      }
+      expect(run.code).toBe(1);
+      expect(await store.get(key)).toMatchObject({ status: 'delivered' });
+    } finally {
+      await ipn.close();
+    }
+  });
+
+  // KNOWN, NOT FIXED (test.failing): the CLI does not know the app's ttlMs (--ttl-ms, default 7 days). An app
+  // at most once with ttlMs 30 days: a claim made 10 days ago still holds its key for 20 days (its expires_at
+  // says so), yet a purge before 8 days ago deletes it with the claims made before the date, and the resend
+  // is credited a second time. The store could keep a claim until its expires_at unless asked for
+  // (--inside-dedupe-window): a change of purge() in every SQL dialect.
+  test.failing(
+    'the CLI keeps an at-most-once claim that still holds its key (the app ttlMs longer than --ttl-ms)',
+    async () => {
+      const store = await freshStore();
+      const claimed = `TX.${process.pid}.live:SUCCESSFUL`;
+      expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(true); // the app's ttlMs: 30 days
+      await pool.query(
+        `UPDATE "${store.table}_claims" SET claimed_at = now() - make_interval(days => 10) WHERE key = $1`,
+        [claimed],
+      );
+      const before = new Date(Date.now() - 8 * DAY).toISOString();
+      expect((await cli(['purge', '--before', before, '--table', store.table])).code).toBe(0);
+      expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(false); // it holds its key 20 days more
+    },
+  );
 
   test('the CLI: --dead is not limited by the window, and takes no window option', async () => {
     const store = await freshStore();
