@@ -58,6 +58,25 @@ function keysSent() {
   return { sent, fetch, keysFor: (id: string) => sent.filter((s) => s.id === id).map((s) => s.key) };
 }
 
+/**
+ * Status requests as if the service held `id` under zone B's key too, as another transaction (FAILED, amount
+ * 100): zone B's answers are zone A's record so altered. The keys every request carried are kept.
+ */
+function collidingFetch(id: string) {
+  const keys: string[] = [];
+  const fetch: typeof globalThis.fetch = async (input, init) => {
+    const body = JSON.parse(init?.body as string) as { api_key: string; transaction_ids: string };
+    keys.push(body.api_key);
+    if (body.api_key !== KEYS.zoneB || body.transaction_ids !== id) return globalThis.fetch(input, init);
+    const zoneA = JSON.stringify({ ...body, api_key: KEYS.zoneA });
+    const answer = await globalThis.fetch(input, { ...init, body: zoneA });
+    const json = (await answer.json()) as { data: Record<string, unknown> };
+    json.data = { ...json.data, state: 'FAILED', amount: 100 };
+    return new Response(JSON.stringify(json), { headers: { 'content-type': 'application/json' } });
+  };
+  return { fetch, keys };
+}
+
 function client(options: Partial<StatusClientOptions> = {}, fetch?: typeof globalThis.fetch) {
   return createStatusClient({
     baseUrl: provider.statusBaseUrl,
@@ -332,21 +351,8 @@ describe('an account named wrongly (the expectation, accountOf, the call): its n
   });
 
   test("the account named is asked first even after another key found the id: that key's record never answers in its place", async () => {
-    // Should the service ever hold one id under two keys (two transactions), the key a query naming the
-    // other account once found (a forger's accountOf guess) must not answer for the account named.
     const id = await paymentOfZoneB('order-a', 'zoneA');
-    const keys: string[] = [];
-    const fetch: typeof globalThis.fetch = async (input, init) => {
-      const body = JSON.parse(init?.body as string) as { api_key: string; transaction_ids: string };
-      keys.push(body.api_key);
-      if (body.api_key !== KEYS.zoneB) return globalThis.fetch(input, init);
-      // Zone B's own transaction of that id: FAILED, another amount.
-      const zoneA = JSON.stringify({ ...body, api_key: KEYS.zoneA });
-      const answer = await globalThis.fetch(input, { ...init, body: zoneA });
-      const json = (await answer.json()) as { data: Record<string, unknown> };
-      json.data = { ...json.data, state: 'FAILED', amount: 100 };
-      return new Response(JSON.stringify(json), { headers: { 'content-type': 'application/json' } });
-    };
+    const { fetch, keys } = collidingFetch(id);
     const status = client({}, fetch);
     expect(await status.getStatus(id, { account: 'zoneB' })).toMatchObject({ state: 'FAILED', amount: 100 });
     expect(await status.getStatus(id, { account: 'zoneA' })).toMatchObject({
@@ -354,6 +360,36 @@ describe('an account named wrongly (the expectation, accountOf, the call): its n
       amount: 5000,
     });
     expect(keys).toEqual([KEYS.zoneB, KEYS.zoneA]);
+  });
+
+  test("a forged copy whose accountOf names the other zone never gets a genuine payment of the zone named verified on that zone's record", async () => {
+    const id = await paymentOfZoneB('order-a', 'zoneA');
+    const { fetch } = collidingFetch(id);
+    const ipn = ipnRouter({
+      store: new MemoryStore(),
+      verify: client({ minIntervalMs: 0 }, fetch),
+      accountOf: (n) => (n.custom_data.startsWith('b-') ? 'zoneB' : 'zoneA'),
+      logger: quiet,
+      verifyRetryDelayMs: 5,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    routers.push(ipn);
+    const recorder = recordEvents(ipn);
+    const running = await listen(ipn);
+    servers.push(running);
+    // A forger's FAILED copy, its custom_data naming zone B: zone B's key answers (and is remembered).
+    await provider.forge({
+      ipnUrl: `${running.url}/`,
+      transactionId: id,
+      state: 'FAILED',
+      customData: 'b-x',
+    });
+    await until(() => recorder.count('rejected') === 1, 'the forgery rejected');
+    // The genuine SUCCESSFUL copy, named zone A: verified on zone A's record, not rejected on zone B's.
+    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
+    await until(() => recorder.count('successful') + recorder.count('rejected') > 1, 'an outcome');
+    expect(recorder.count('rejected')).toBe(1);
+    expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, amount: 5000 }]);
   });
 
   test('an id no key created is not found once every key said so, one query per key; check({ account }) checks that key only', async () => {
