@@ -61,3 +61,34 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
     expect(recorder.count('successful')).toBe(0);
   });
 }
+
+test("an expectation the store cannot read where verification ends: the record is not delivered in the forgery's place, an error", async () => {
+  const { transactionId: id } = provider.initiate({
+    amount: 100,
+    ipnUrl: 'http://127.0.0.1:9/unused',
+    customData: 'order-a',
+    outcome: 'SUCCESSFUL',
+    deliver: false,
+  });
+  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+  const store = new MemoryStore();
+  // The check before the claim reads it; the read after verification fails.
+  const get = store.expectations.get.bind(store.expectations);
+  let reads = 0;
+  store.expectations.get = (transactionId) => {
+    if (transactionId === id && (reads += 1) > 1) throw new Error('the store is down');
+    return get(transactionId);
+  };
+  const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  ipn = ipnRouter({ store, verify, logger: quiet, verifyRetryDelayMs: 5, sweepIntervalMs: 2 ** 31 - 1 });
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  // The forged copy alters custom_data only, which the expectation does not hold.
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+  await until(() => recorder.count('error') + recorder.count('successful') > 0, 'an outcome');
+  await settle();
+  expect(recorder.count('successful')).toBe(0);
+  expect((recorder.of('error')[0] as { error: Error }).error.message).toMatch(/the store is down/);
+  expect(recorder.count('rejected')).toBe(1);
+});
