@@ -24,6 +24,7 @@ import { monotonicNow } from '../shared/clock.js';
 import { connectionHint } from '../shared/connection-hint.js';
 import { genuineRecord, verifyNotification, type Verdict } from '../status/verify-notification.js';
 import { accountOfNotification } from './accounts.js';
+import { expectationAllows } from './expectations.js';
 import { createLifecycle, type Lifecycle } from './lifecycle.js';
 import { CONFLICT_PREFIX } from './kept-unexpected.js';
 
@@ -461,7 +462,8 @@ export function createDurableDelivery<C>(
     }
     if (result.kind === 'rejected') {
       reject(result.event);
-      const genuine = genuineRecord(result.event);
+      const found = genuineRecord(result.event);
+      const genuine = found && (await expectationAllows(context, found)) ? found : undefined;
       if (!genuine) {
         // A genuine notification of this key can still come. Only while this attempt holds the entry:
         // another one may have put the service's own record there since.

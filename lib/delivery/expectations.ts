@@ -6,6 +6,7 @@ import { sameCustomData, type RejectedEvent, type VerifiedField } from '../statu
 import type { DeliveryContext } from './delivery-context.js';
 import { monotonicNow } from '../shared/clock.js';
 import { checkAccount } from './accounts.js';
+import { within } from '../shared/within.js';
 
 /**
  * The mark the first `ipn.expect()` leaves in the store's expectations: once there, every instance over the
@@ -75,6 +76,41 @@ export function contradictions(expectation: Expectation, record: IpnNotification
   if (expectation.customData !== undefined && !sameCustomData(expectation.customData, record.custom_data))
     fields.push('custom_data');
   return fields;
+}
+
+/**
+ * Whether the service's own record, about to be delivered in a forgery's place (`genuineRecord`), may be:
+ * not when the transaction's expectation (settled or not) contradicts it, as the sweep rejects such a record
+ * and the router the genuine copy itself (`rejected`), nor when that expectation cannot be read within
+ * `storeTimeoutMs` (`error`): never credited on a guess, and not lost (its key is released: the genuine copy,
+ * a resend, the sweep or `ipn.reconcile()` still comes to it).
+ */
+export async function expectationAllows<C>(
+  context: DeliveryContext<C>,
+  record: IpnNotification,
+): Promise<boolean> {
+  const { options, reject, report } = context;
+  const kept = options.store.expectations;
+  if (kept === undefined) return true;
+  const id = record.transaction_id;
+  let expectation: Expectation | undefined;
+  try {
+    const late = () => new StoreError(`the store did not read the expectation of ${id} in time`);
+    expectation = await within(
+      Promise.resolve().then(() => kept.get(id)),
+      options.storeTimeoutMs,
+      late,
+    );
+  } catch (cause) {
+    const message = `the store failed to read the expectation of ${id}: ${messageOf(cause)}: its record not delivered in a forgery's place`;
+    report(new StoreError(message, { cause }), record);
+    return false;
+  }
+  const mismatches = expectation === undefined ? [] : contradictions(expectation, record);
+  if (mismatches.length === 0) return true;
+  const message = `the service's record of ${id} contradicts its expectation in ${mismatches.join(', ')}: not credited`;
+  reject({ reason: 'mismatch', message, mismatches, notification: record, status: record });
+  return false;
 }
 
 /**

@@ -6,6 +6,7 @@ import type { IpnNotification } from '../notification/schema.js';
 import { monotonicNow } from '../shared/clock.js';
 import { traceAttempt, tracingActive, type Parent } from '../observability/tracing.js';
 import { accountOfNotification } from './accounts.js';
+import { expectationAllows } from './expectations.js';
 import type { Lifecycle } from './lifecycle.js';
 import {
   genuineRecord,
@@ -83,10 +84,12 @@ export function createVerifyQueue<C>(
       if (verdict.kind === 'confirmed') entry.verified = n;
       else {
         reject(verdict.event);
-        const genuine = genuineRecord(verdict.event);
+        const found = genuineRecord(verdict.event);
+        const genuine = found && (await expectationAllows(context, found)) ? found : undefined;
+        if (context.isClosed() || pending.get(key) !== entry) return 'other';
         if (genuine === undefined) {
           pending.delete(key);
-          void release(key); // no genuine notification of this key can exist
+          void release(key); // none of this key to deliver (a genuine copy is still checked when it comes)
           return 'other';
         }
         logger.warn(

@@ -251,23 +251,21 @@ export function createStatusClient(
     (await askIn(startingWith(owners.get(id)), id, since)).record;
 
   /**
-   * Asks with the named account's key (or the one that already found the id, if another). Its not-found is
-   * not final: the account may be named wrongly (a partner's mistake, a renamed account, a wrong
-   * `accountOf` guess), so each other key is then asked in turn, as for an id of unknown account, and a
-   * find under another account is warned of. Any other error of the first key is the answer: keys are
-   * asked again only for a not-found.
+   * Asks with the named account's key first, always: the key that last found the id (`owners`, learnt from
+   * any query, one whose account a forger chose included) never answers in its place. Its not-found is not
+   * final: the account may be named wrongly (a partner's mistake, a renamed account, a wrong `accountOf`
+   * guess), so each other key is then asked in turn (the one that last found the id first), as for an id of
+   * unknown account, and a find under another account is warned of. Any other error of the named key is
+   * the answer: keys are asked again only for a not-found.
    */
   async function askNamed(id: string, account: string, since: number | undefined): Promise<StatusRecord> {
-    const order = startingWith(account);
-    const known = owners.get(id);
-    const first = known ?? account;
     let found: { record: StatusRecord; account: string };
     try {
-      found = await askIn([first], id, since);
+      found = await askIn([account], id, since);
     } catch (error) {
       if (!(error instanceof TransactionNotFoundError)) throw error;
       found = await askIn(
-        order.filter((a) => a !== first),
+        startingWith(owners.get(id)).filter((a) => a !== account),
         id,
         since,
         error,

@@ -11,7 +11,7 @@ export interface Expectation {
   amount?: number | undefined;
   /**
    * The account (of the status client's `apiKeys`) whose key created the transaction: the sweep and
-   * verification ask with that key only. `undefined`: each key in turn.
+   * verification ask with that key first (the others only after its not-found). `undefined`: each key in turn.
    */
   account?: string | undefined;
   /** When `ipn.expect()` was called, in ms since the epoch. */

@@ -82,7 +82,7 @@ export const EXPECTATION_RULES: Rule[] = [
     },
   },
   {
-    // The account whose API key created the transaction: the sweep asks with that key only.
+    // The account whose API key created the transaction: the sweep asks with that key first.
     name: 'expectations-account',
     needs: 'expectations',
     async run(kit) {

@@ -58,6 +58,25 @@ function keysSent() {
   return { sent, fetch, keysFor: (id: string) => sent.filter((s) => s.id === id).map((s) => s.key) };
 }
 
+/**
+ * Status requests as if the service held `id` under zone B's key too, as another transaction (FAILED, amount
+ * 100): zone B's answers are zone A's record so altered. The keys every request carried are kept.
+ */
+function collidingFetch(id: string) {
+  const keys: string[] = [];
+  const fetch: typeof globalThis.fetch = async (input, init) => {
+    const body = JSON.parse(init?.body as string) as { api_key: string; transaction_ids: string };
+    keys.push(body.api_key);
+    if (body.api_key !== KEYS.zoneB || body.transaction_ids !== id) return globalThis.fetch(input, init);
+    const zoneA = JSON.stringify({ ...body, api_key: KEYS.zoneA });
+    const answer = await globalThis.fetch(input, { ...init, body: zoneA });
+    const json = (await answer.json()) as { data: Record<string, unknown> };
+    json.data = { ...json.data, state: 'FAILED', amount: 100 };
+    return new Response(JSON.stringify(json), { headers: { 'content-type': 'application/json' } });
+  };
+  return { fetch, keys };
+}
+
 function client(options: Partial<StatusClientOptions> = {}, fetch?: typeof globalThis.fetch) {
   return createStatusClient({
     baseUrl: provider.statusBaseUrl,
@@ -318,17 +337,59 @@ describe('an account named wrongly (the expectation, accountOf, the call): its n
     return { ipn, recorder, said, keysFor, sent, ipnUrl: `${running.url}/` };
   }
 
-  test('getStatus(id, { account: A }) of a zone-B id: A says not found, B is asked and answers, a warning; B is asked first next time', async () => {
+  test('getStatus(id, { account: A }) of a zone-B id: A says not found, B is asked and answers, a warning; asked again, both answer from their caches', async () => {
     const id = await paymentOfZoneB();
     const { fetch, keysFor } = keysSent();
     const { said, logger } = warnings();
-    const status = client({ logger, minIntervalMs: 0 }, fetch);
+    const status = client({ logger }, fetch);
     expect(await status.getStatus(id, { account: 'zoneA' })).toMatchObject({ state: 'SUCCESSFUL' });
     expect(keysFor(id)).toEqual([KEYS.zoneA, KEYS.zoneB]);
     expect(said.filter((line) => FOUND_ELSEWHERE.test(line))).toHaveLength(1);
-    // Zone B found it (its final answer cached): asked first, from its cache; zone A never again.
+    // Zone A's not-found is reused for minIntervalMs, zone B's final answer for good: no request.
     expect(await status.getStatus(id, { account: 'zoneA' })).toMatchObject({ state: 'SUCCESSFUL' });
     expect(keysFor(id)).toEqual([KEYS.zoneA, KEYS.zoneB]);
+  });
+
+  test("the account named is asked first even after another key found the id: that key's record never answers in its place", async () => {
+    const id = await paymentOfZoneB('order-a', 'zoneA');
+    const { fetch, keys } = collidingFetch(id);
+    const status = client({}, fetch);
+    expect(await status.getStatus(id, { account: 'zoneB' })).toMatchObject({ state: 'FAILED', amount: 100 });
+    expect(await status.getStatus(id, { account: 'zoneA' })).toMatchObject({
+      state: 'SUCCESSFUL',
+      amount: 5000,
+    });
+    expect(keys).toEqual([KEYS.zoneB, KEYS.zoneA]);
+  });
+
+  test("a forged copy whose accountOf names the other zone never gets a genuine payment of the zone named verified on that zone's record", async () => {
+    const id = await paymentOfZoneB('order-a', 'zoneA');
+    const { fetch } = collidingFetch(id);
+    const ipn = ipnRouter({
+      store: new MemoryStore(),
+      verify: client({ minIntervalMs: 0 }, fetch),
+      accountOf: (n) => (n.custom_data.startsWith('b-') ? 'zoneB' : 'zoneA'),
+      logger: quiet,
+      verifyRetryDelayMs: 5,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    routers.push(ipn);
+    const recorder = recordEvents(ipn);
+    const running = await listen(ipn);
+    servers.push(running);
+    // A forger's FAILED copy, its custom_data naming zone B: zone B's key answers (and is remembered).
+    await provider.forge({
+      ipnUrl: `${running.url}/`,
+      transactionId: id,
+      state: 'FAILED',
+      customData: 'b-x',
+    });
+    await until(() => recorder.count('rejected') === 1, 'the forgery rejected');
+    // The genuine SUCCESSFUL copy, named zone A: verified on zone A's record, not rejected on zone B's.
+    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
+    await until(() => recorder.count('successful') + recorder.count('rejected') > 1, 'an outcome');
+    expect(recorder.count('rejected')).toBe(1);
+    expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, amount: 5000 }]);
   });
 
   test('an id no key created is not found once every key said so, one query per key; check({ account }) checks that key only', async () => {

@@ -1,0 +1,94 @@
+import { createStatusClient, ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
+import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
+import { quiet } from '../helpers/quiet-logger.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { listen, settle, type Running } from '../helpers/servers.js';
+import { until } from '../helpers/until.js';
+
+// A copy the service contradicts in amount only is a forgery of a real payment, and the service's own record
+// is delivered in its place (genuineRecord). That record must match the transaction's expectation too, as
+// the sweep requires ("contradicts its expectation: not credited") and as the genuine copy itself must (it
+// is rejected with no query): else a forged copy matching the expectation got a contradicting record
+// credited. Found while reviewing the several-keys change (merge f79dd63), where a record found under
+// another account than the one named reaches the same path.
+
+let provider: FakeProvider;
+let running: Running | undefined;
+let ipn: IpnRouter | undefined;
+beforeEach(async () => {
+  provider = await createFakeProvider({ apiKey: 'k' });
+});
+afterEach(async () => {
+  await running?.close();
+  await ipn?.close();
+  await provider.close();
+});
+
+for (const delivery of ['at-most-once', 'at-least-once'] as const) {
+  test(`${delivery}: a forged copy matching its expectation never gets a service record contradicting that expectation credited`, async () => {
+    // The service's record says 100; the partner expects 5000 for this order.
+    const { transactionId: id } = provider.initiate({
+      amount: 100,
+      ipnUrl: 'http://127.0.0.1:9/unused',
+      customData: 'order-a',
+      outcome: 'SUCCESSFUL',
+      deliver: false,
+    });
+    await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+    const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    ipn = ipnRouter({
+      store: new MemoryStore(),
+      delivery,
+      verify,
+      logger: quiet,
+      verifyRetryDelayMs: 5,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    const recorder = recordEvents(ipn);
+    running = await listen(ipn);
+    await ipn.expect(id, { amount: 5000, customData: 'order-a' });
+    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, amount: 5000 });
+    // The forgery, then the service's record, which contradicts the expectation: neither credited.
+    await until(
+      () => recorder.count('rejected') + recorder.count('successful') >= 2,
+      'the forgery and its record decided',
+    );
+    await settle();
+    expect(recorder.of('rejected')).toMatchObject([
+      { reason: 'mismatch', mismatches: ['amount'], notification: { amount: 5000 } },
+      { reason: 'mismatch', mismatches: ['amount'], notification: { amount: 100 } },
+    ]);
+    expect(recorder.count('successful')).toBe(0);
+  });
+}
+
+test("an expectation the store cannot read where verification ends: the record is not delivered in the forgery's place, an error", async () => {
+  const { transactionId: id } = provider.initiate({
+    amount: 100,
+    ipnUrl: 'http://127.0.0.1:9/unused',
+    customData: 'order-a',
+    outcome: 'SUCCESSFUL',
+    deliver: false,
+  });
+  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+  const store = new MemoryStore();
+  // The check before the claim reads it; the read after verification fails.
+  const get = store.expectations.get.bind(store.expectations);
+  let reads = 0;
+  store.expectations.get = (transactionId) => {
+    if (transactionId === id && (reads += 1) > 1) throw new Error('the store is down');
+    return get(transactionId);
+  };
+  const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  ipn = ipnRouter({ store, verify, logger: quiet, verifyRetryDelayMs: 5, sweepIntervalMs: 2 ** 31 - 1 });
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  // The forged copy alters custom_data only, which the expectation does not hold.
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+  await until(() => recorder.count('error') + recorder.count('successful') > 0, 'an outcome');
+  await settle();
+  expect(recorder.count('successful')).toBe(0);
+  expect((recorder.of('error')[0] as { error: Error }).error.message).toMatch(/the store is down/);
+  expect(recorder.count('rejected')).toBe(1);
+});
