@@ -552,7 +552,14 @@ function purge(before: Date, status: PurgedStatus, window: PurgeWindow): Action 
     // The claims this purge deletes may hold their keys longer than --ttl-ms says: each one's expires_at knows.
     // Asked for, they go (clearing the claims left by an at-most-once crash), as before.
     if (status === 'delivered' && !window.inside) {
-      const live = await database.liveClaims(before);
+      const live = await database.liveClaims(before).catch((error: unknown) => {
+        throw new StoreError(
+          `${where}: could not count the at-most-once claims made before ${before.toISOString()}, so nothing ` +
+            'was purged (an inbox not yet migrated has no claims table: run `ipn-kit migrate`, or ' +
+            `\`await store.migrate()\`, once): ${messageOf(error)}`,
+          { cause: error },
+        );
+      });
       if (live.count > 0) {
         io.stderr(liveClaimsText(before, live));
         return { code: 1 }; // nothing deleted, nothing to keep in the audit trail
@@ -587,7 +594,7 @@ function liveClaimsText(before: Date, { count, until }: LiveClaims): string {
     `${until.toISOString()} by the database's clock: your app's ttlMs is longer than --ttl-ms), and a resend ` +
     `of ${one ? 'its notification' : 'their notifications'} would be delivered, and credited, again. Nothing ` +
     `was deleted. Purge again after ${until.toISOString()}, or, once you know the service can no longer ` +
-    'resend them, add --inside-dedupe-window'
+    `resend ${one ? 'it' : 'them'}, add --inside-dedupe-window`
   );
 }
 

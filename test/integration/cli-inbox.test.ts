@@ -401,6 +401,17 @@ describeWithService('PostgreSQL', 'ipn-kit inbox', () => {
 
     expect(code).toBe(1);
     expect(stderr).toMatch(/does not exist: run `await store.migrate\(\)`/);
+
+    // A purge counts the claims first: with no claims table it says so, and to migrate.
+    const purged = await inbox([
+      'purge',
+      '--before',
+      '2020-01-01',
+      '--table',
+      `ipn_test_cli_missing_${process.pid}`,
+    ]);
+    expect(purged.code).toBe(1);
+    expect(purged.stderr).toMatch(/nothing was purged .*run `ipn-kit migrate`/);
   });
 });
 
