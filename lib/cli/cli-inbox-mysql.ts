@@ -1,4 +1,4 @@
-import type { CliIo } from './cli-io.js';
+import { liveClaimsOf, type CliIo, type InboxDatabase } from './cli-io.js';
 import { messageOf } from '../shared/errors.js';
 import {
   rowsOf,
@@ -6,7 +6,7 @@ import {
   type MysqlPoolConnection,
   type MysqlQueryResult,
 } from '../stores/mysql/mysql-pool.js';
-import { msOf, NOW } from '../stores/mysql/mysql-sql.js';
+import { msOf, mysqlInboxSql, NOW } from '../stores/mysql/mysql-sql.js';
 import { MysqlStore } from '../stores/mysql/mysql-store.js';
 import type { DurableStore } from '../stores/store.js';
 
@@ -81,7 +81,7 @@ export function boundedPool(pool: Pick<CliMysqlPool, 'getConnection'>, timeoutMs
 export async function onMysql(
   url: string,
   table: string,
-  run: (store: DurableStore, io: CliIo, where: string, clock: () => Promise<number>) => Promise<number>,
+  run: (store: DurableStore, io: CliIo, where: string, database: InboxDatabase) => Promise<number>,
   argv: string[],
   io: CliIo,
 ): Promise<number> {
@@ -106,9 +106,15 @@ export async function onMysql(
   }
   try {
     const bounded = boundedPool(pool, QUERY_TIMEOUT_MS);
-    // The database's clock, which stamps the deliveries: a purge's dedupe window is measured by it.
-    const clock = async () => Number(rowsOf(await bounded.query(`SELECT ${msOf(NOW)} AS ms`))[0]?.ms);
-    return await run(new MysqlStore({ pool: bounded, table }), io, table, clock);
+    const database: InboxDatabase = {
+      // The database's clock, which stamps the deliveries: a purge's dedupe window is measured by it.
+      clock: async () => Number(rowsOf(await bounded.query(`SELECT ${msOf(NOW)} AS ms`))[0]?.ms),
+      liveClaims: async (before) => {
+        const [row] = rowsOf(await bounded.query(mysqlInboxSql(table).liveClaims, [before.getTime()]));
+        return liveClaimsOf(row?.count, row?.last_expires, table);
+      },
+    };
+    return await run(new MysqlStore({ pool: bounded, table }), io, table, database);
   } catch (error) {
     io.stderr(`ipn-kit inbox ${argv[0] ?? ''}: ${messageOf(error)}`);
     return 1;

@@ -1,10 +1,10 @@
 import { parseArgs } from 'node:util';
-import type { CliIo } from './cli-io.js';
+import { liveClaimsOf, type CliIo, type InboxDatabase, type LiveClaims } from './cli-io.js';
 import { messageOf, PurgeWindowError, StoreError } from '../shared/errors.js';
 import { onMysql } from './cli-inbox-mysql.js';
 import { count, formatTable, parseIsoDate, UsageError } from './cli-inbox-text.js';
 import { mysqlTableNames } from '../stores/mysql/mysql-sql.js';
-import { tableNames } from '../stores/postgres/postgres-sql.js';
+import { inboxSql, tableNames } from '../stores/postgres/postgres-sql.js';
 import { PostgresStore, type PgQueryable } from '../stores/postgres/postgres-store.js';
 import { RedisStore } from '../stores/redis/redis-store.js';
 import type { DeliveryStatus, DurableStore, PurgedStatus } from '../stores/store.js';
@@ -53,11 +53,13 @@ inbox of ipn-kit/mysql (MysqlStore), or with --redis-url the Redis inbox of ipn-
   --before DATE     purge: delete delivered entries delivered before DATE (2024-05-01, 2024-05-01T12:00Z),
                     and at-most-once claims made before it (counted with them); a resend of a purged
                     notification is delivered again, so a DATE inside the dedupe window (later than ttlMs
-                    ago) is refused (exit 1, nothing deleted)
+                    ago), or one that would delete a claim still holding its key (its expires_at, set by the
+                    app's ttlMs, not yet passed), is refused (exit 1, nothing deleted)
   --ttl-ms N        purge: the app's ttlMs, the dedupe window (default 604800000, 7 days, as the router's)
   --inside-dedupe-window
-                    purge: delete delivered entries inside the dedupe window all the same (a resend of one
-                    is then delivered, credited, again): only once the service can no longer resend them
+                    purge: delete delivered entries inside the dedupe window, and claims still holding their
+                    keys, all the same (a resend of one is then delivered, credited, again): only once the
+                    service can no longer resend them
   --actor NAME      replay, purge: who is recorded in the audit trail (default: the OS user)
 replay and purge are recorded in the store's audit trail (who, when, what); audit lists it, newest first.
 replay only makes entries due again: your running app's recovery loop (delivery: 'at-least-once')
@@ -65,15 +67,11 @@ delivers them. The database is DATABASE_URL (postgres://user:password@host:5432/
 
 const STATUSES: readonly DeliveryStatus[] = ['received', 'delivered', 'failed', 'dead'];
 
-/** One run of a subcommand against the store (`where` names it in messages); resolves the exit code. */
-type Run = (store: DurableStore, io: CliIo, where: string, clock: Clock) => Promise<number>;
-
 /**
- * The database's clock, in ms since the epoch: what stamped the deliveries (now(), UTC_TIMESTAMP(3), TIME),
- * so what a purge's dedupe window is measured by. This machine's clock, ahead of it, let a purge through that
- * deleted entries still inside the window by the database's.
+ * One run of a subcommand against the store (`where` names it in messages), with what it asks of the
+ * database itself; resolves the exit code.
  */
-type Clock = () => Promise<number>;
+type Run = (store: DurableStore, io: CliIo, where: string, database: InboxDatabase) => Promise<number>;
 
 /** An ioredis client: what the CLI creates and disconnects. */
 interface RedisClient {
@@ -161,11 +159,19 @@ export async function inboxCommand(argv: string[], io: CliIo): Promise<number> {
     // A dropped idle connection: the query in flight reports it; without a listener it would crash the CLI.
   });
   try {
-    const clock = async () => {
-      const { rows } = await pool.query('SELECT now() AS now');
-      return new Date((rows[0] as { now: Date }).now).getTime();
+    const database: InboxDatabase = {
+      clock: async () => {
+        const { rows } = await pool.query('SELECT now() AS now');
+        return new Date((rows[0] as { now: Date }).now).getTime();
+      },
+      liveClaims: async (before) => {
+        const { rows } = await pool.query(inboxSql(table).liveClaims, [before]);
+        const row = rows[0] as { count: unknown; last_expires: Date | null } | undefined;
+        const last = row?.last_expires;
+        return liveClaimsOf(row?.count, last == null ? null : new Date(last).getTime(), table);
+      },
     };
-    return await run(new PostgresStore({ pool, table }), io, table, clock);
+    return await run(new PostgresStore({ pool, table }), io, table, database);
   } catch (error) {
     io.stderr(`ipn-kit inbox ${argv[0] ?? ''}: ${messageOf(error)}`);
     return 1;
@@ -194,11 +200,15 @@ async function onRedis(
   client.on('error', () => {});
   try {
     const where = `Redis (prefix ${redis.prefix})`;
-    const clock = async () => {
-      const [seconds, micros] = (await client.call('TIME')) as [string, string];
-      return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+    const database: InboxDatabase = {
+      clock: async () => {
+        const [seconds, micros] = (await client.call('TIME')) as [string, string];
+        return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+      },
+      // A claim is a key with Redis's own expiry (PX ttlMs): gone when it no longer holds, never purged.
+      liveClaims: () => Promise.resolve({ count: 0, until: new Date(0) }),
     };
-    return await run(new RedisStore({ client, prefix: redis.prefix }), io, where, clock);
+    return await run(new RedisStore({ client, prefix: redis.prefix }), io, where, database);
   } catch (error) {
     io.stderr(`ipn-kit inbox ${argv[0] ?? ''}: ${messageOf(error)}`);
     return 1;
@@ -375,14 +385,14 @@ type Action = (
   store: DurableStore,
   io: CliIo,
   where: string,
-  clock: Clock,
+  database: InboxDatabase,
 ) => Promise<{ code: number; done?: Done; follow?: () => Promise<number> }>;
 type Done = { action: string; detail: Record<string, unknown> };
 
 /** Runs `action`, then keeps it in the store's audit trail as `actor`'s: exit 1 when it could not be kept. */
 function recorded(actor: string, action: Action): Run {
-  return async (store, io, where, clock) => {
-    const { code, done, follow } = await action(store, io, where, clock);
+  return async (store, io, where, database) => {
+    const { code, done, follow } = await action(store, io, where, database);
     if (done === undefined) return code;
     let kept = code;
     try {
@@ -527,17 +537,33 @@ const PURGE_ANYWAY =
   'add --inside-dedupe-window (give --ttl-ms N if your app sets another ttlMs than the default 7 days)';
 
 function purge(before: Date, status: PurgedStatus, window: PurgeWindow): Action {
-  return async (store, io, where, clock) => {
+  return async (store, io, where, database) => {
     // Thrown: the command's catch says it and exits 1, nothing deleted and nothing recorded. Asked for, the
     // audit trail says insideDedupeWindow only of a purge that went inside the window.
     let entered = false;
     try {
-      const now = status === 'delivered' ? await clock() : Date.now();
+      const now = status === 'delivered' ? await database.clock() : Date.now();
       if (!Number.isFinite(now)) throw new StoreError(`${where}: the database's clock answered no time`);
       checkPurgeWindow(before, status, window.ttlMs, false, PURGE_ANYWAY, now);
     } catch (error) {
       if (!window.inside || !(error instanceof PurgeWindowError)) throw error;
       entered = true;
+    }
+    // The claims this purge deletes may hold their keys longer than --ttl-ms says: each one's expires_at knows.
+    // Asked for, they go (clearing the claims left by an at-most-once crash), as before.
+    if (status === 'delivered' && !window.inside) {
+      const live = await database.liveClaims(before).catch((error: unknown) => {
+        throw new StoreError(
+          `${where}: could not count the at-most-once claims made before ${before.toISOString()}, so nothing ` +
+            'was purged (an inbox not yet migrated has no claims table: run `ipn-kit migrate`, or ' +
+            `\`await store.migrate()\`, once): ${messageOf(error)}`,
+          { cause: error },
+        );
+      });
+      if (live.count > 0) {
+        io.stderr(liveClaimsText(before, live));
+        return { code: 1 }; // nothing deleted, nothing to keep in the audit trail
+      }
     }
     const purged = await store.purge(before, status);
     const how = status === 'dead' ? 'gone dead' : 'delivered';
@@ -553,6 +579,23 @@ function purge(before: Date, status: PurgedStatus, window: PurgeWindow): Action 
     };
     return { code: 0, done: { action: 'purge', detail } };
   };
+}
+
+/**
+ * What refuses a purge of delivered entries that would delete `live` at-most-once claims still holding their
+ * key (until `until`, the last of them): the CLI does not know the app's `ttlMs` (`--ttl-ms` is 7 days unless
+ * given), but each claim's `expires_at`, set by it, does.
+ */
+function liveClaimsText(before: Date, { count, until }: LiveClaims): string {
+  const one = count === 1;
+  return (
+    `ipn-kit inbox purge: refused to purge before ${before.toISOString()}: ${count} at-most-once ` +
+    `${one ? 'claim' : 'claims'} made before it still ${one ? 'holds its key' : 'hold their keys'} (until ` +
+    `${until.toISOString()} by the database's clock: your app's ttlMs is longer than --ttl-ms), and a resend ` +
+    `of ${one ? 'its notification' : 'their notifications'} would be delivered, and credited, again. Nothing ` +
+    `was deleted. Purge again after ${until.toISOString()}, or, once you know the service can no longer ` +
+    `resend ${one ? 'it' : 'them'}, add --inside-dedupe-window`
+  );
 }
 
 /** Loads `pg` only now: ipn-kit does not depend on it, and the rest of the CLI works without it. */

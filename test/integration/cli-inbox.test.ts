@@ -11,6 +11,7 @@ import { PostgresStore } from 'ipn-kit/postgres';
 import { RedisStore } from 'ipn-kit/redis';
 import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers/services.js';
 import { ipnRouter } from '../../lib/index.js';
+import { listActions } from '../../lib/delivery/audit.js';
 import { uniquePayload } from '../helpers/payloads.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
@@ -400,6 +401,17 @@ describeWithService('PostgreSQL', 'ipn-kit inbox', () => {
 
     expect(code).toBe(1);
     expect(stderr).toMatch(/does not exist: run `await store.migrate\(\)`/);
+
+    // A purge counts the claims first: with no claims table it says so, and to migrate.
+    const purged = await inbox([
+      'purge',
+      '--before',
+      '2020-01-01',
+      '--table',
+      `ipn_test_cli_missing_${process.pid}`,
+    ]);
+    expect(purged.code).toBe(1);
+    expect(purged.stderr).toMatch(/nothing was purged .*run `ipn-kit migrate`/);
   });
 });
 
@@ -540,6 +552,15 @@ describeWithService('Redis', 'ipn-kit inbox --redis-url (the RedisStore inbox)',
     expect(await store.get('R.6:SUCCESSFUL')).toMatchObject({ status: 'delivered' });
   });
 
+  // Redis keeps a claim as a key with its own expiry (the app's ttlMs): a purge never deletes it, so a claim
+  // that still holds its key neither refuses the purge nor goes with it.
+  test('purge: a claim that still holds its key is kept, and does not refuse the purge', async () => {
+    expect(await store.claim('R.7:SUCCESSFUL', 30 * DAY, randomUUID())).toBe(true);
+    const run = await onRedis(['purge', '--before', new Date(Date.now() - 8 * DAY).toISOString()]);
+    expect(run.code).toBe(0);
+    expect(await store.claim('R.7:SUCCESSFUL', 30 * DAY, randomUUID())).toBe(false);
+  });
+
   test('--table with --redis-url, or --prefix without it, is a usage error (exit 2)', async () => {
     expect((await onRedis(['list', '--table', 'x'])).code).toBe(2);
     expect((await inbox(['list', '--prefix', 'x'])).code).toBe(2);
@@ -637,6 +658,32 @@ describeWithService('MariaDB', 'ipn-kit inbox --mysql-url (the MysqlStore inbox)
     expect(run.code).toBe(1);
     expect(run.stderr).toContain('refused to purge');
     expect(await store.get('M.6:SUCCESSFUL')).toMatchObject({ status: 'delivered' });
+  });
+
+  // The CLI does not know the app's ttlMs (--ttl-ms, 7 days by default): with an app's 30 days, a purge
+  // before 8 days ago deleted a claim made 10 days ago that still held its key, and its resend was credited
+  // again. The claims' expires_at, by the database's clock, now refuses it unless asked for.
+  test('purge: a claim that still holds its key (the app ttlMs longer than --ttl-ms) refuses it', async () => {
+    const claimed = 'M.7:SUCCESSFUL';
+    expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(true);
+    await pool.query(
+      `UPDATE \`${table}_claims\` SET claimed_at = UTC_TIMESTAMP(3) - INTERVAL 10 DAY,
+         expires_at = UTC_TIMESTAMP(3) + INTERVAL 20 DAY WHERE \`key\` = ?`,
+      [claimed],
+    );
+    const audited = (await listActions(store, { limit: 100 })).length;
+    const before = new Date(Date.now() - 8 * DAY).toISOString();
+
+    const refused = await onMysql(['purge', '--before', before]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain('1 at-most-once claim made before it still holds its key');
+    expect(refused.stderr).toContain('--inside-dedupe-window');
+    expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(false); // still held: a duplicate
+    expect(await listActions(store, { limit: 100 })).toHaveLength(audited); // nothing audited
+
+    const forced = await onMysql(['purge', '--before', before, '--inside-dedupe-window']);
+    expect(forced.code).toBe(0);
+    expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(true); // asked for: it went
   });
 
   test('an unreachable MySQL exits 1 with the reason', async () => {

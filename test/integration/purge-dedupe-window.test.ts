@@ -6,6 +6,7 @@ import type { DurableStore } from '../../lib/stores/store.js';
 import { runCli } from '../../lib/cli/run-cli.js';
 import type { CliIo } from '../../lib/cli/cli-io.js';
 import { checkPurgeWindow, retentionPass } from '../../lib/delivery/retention.js';
+import { listActions } from '../../lib/delivery/audit.js';
 import { RETENTION_DEFAULTS } from '../../lib/config/retention-options.js';
 import { confirmed, keyOf, notification, pageWithEntry } from '../helpers/admin-forms.js';
 import { uniquePayload } from '../helpers/payloads.js';
@@ -386,26 +387,56 @@ describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreS
     }
   });
 
-  // KNOWN, NOT FIXED (test.failing): the CLI does not know the app's ttlMs (--ttl-ms, default 7 days). An app
-  // at most once with ttlMs 30 days: a claim made 10 days ago still holds its key for 20 days (its expires_at
-  // says so), yet a purge before 8 days ago deletes it with the claims made before the date, and the resend
-  // is credited a second time. The store could keep a claim until its expires_at unless asked for
-  // (--inside-dedupe-window): a change of purge() in every SQL dialect.
-  test.failing(
-    'the CLI keeps an at-most-once claim that still holds its key (the app ttlMs longer than --ttl-ms)',
-    async () => {
-      const store = await freshStore();
-      const claimed = `TX.${process.pid}.live:SUCCESSFUL`;
-      expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(true); // the app's ttlMs: 30 days
-      await pool.query(
-        `UPDATE "${store.table}_claims" SET claimed_at = now() - make_interval(days => 10) WHERE key = $1`,
-        [claimed],
-      );
-      const before = new Date(Date.now() - 8 * DAY).toISOString();
-      expect((await cli(['purge', '--before', before, '--table', store.table])).code).toBe(0);
-      expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(false); // it holds its key 20 days more
-    },
-  );
+  // The CLI does not know the app's ttlMs (--ttl-ms, default 7 days). An app at most once with ttlMs 30 days:
+  // a claim made 10 days ago still holds its key for 20 days (its expires_at says so), yet a purge before 8
+  // days ago deleted it with the claims made before the date, and the resend was credited a second time. The
+  // CLI now counts those claims (by the database's clock) and refuses unless asked for.
+  test('the CLI keeps an at-most-once claim that still holds its key (the app ttlMs longer than --ttl-ms)', async () => {
+    const store = await freshStore();
+    const claimed = `TX.${process.pid}.live:SUCCESSFUL`;
+    expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(true); // the app's ttlMs: 30 days
+    await pool.query(
+      `UPDATE "${store.table}_claims" SET claimed_at = now() - make_interval(days => 10),
+         expires_at = now() - make_interval(days => 10) + make_interval(days => $2) WHERE key = $1`,
+      [claimed, 30],
+    );
+    const before = new Date(Date.now() - 8 * DAY).toISOString();
+    const lease = { id: randomUUID(), ms: 60_000 };
+    const key = `TX.${process.pid}.old:SUCCESSFUL`;
+    await store.receive(key, { transaction_id: `TX.${process.pid}.old` }, lease);
+    await store.settle(key, lease.id, { status: 'delivered' });
+    await deliveredAgo(store, key, 9); // outside the 7 days: purged but for the live claim
+    const audited = (await listActions(store, { limit: 100 })).length;
+
+    const refused = await cli(['purge', '--before', before, '--table', store.table]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain('1 at-most-once claim made before it still holds its key');
+    expect(refused.stderr).toContain('credited, again');
+    expect(refused.stderr).toContain('--inside-dedupe-window');
+    expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(false); // it holds its key 20 days more
+    expect(await store.get(key)).toMatchObject({ status: 'delivered' }); // nothing deleted
+    expect(await listActions(store, { limit: 100 })).toHaveLength(audited); // nothing audited
+
+    // Asked for, the live claim goes with the rest (an operator clearing claims after an at-most-once crash).
+    const forced = await cli(['purge', '--before', before, '--inside-dedupe-window', '--table', store.table]);
+    expect(forced).toMatchObject({ code: 0, stdout: expect.stringContaining('deleted 2 delivered entries') });
+    expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(true);
+    expect(await store.get(key)).toBeUndefined();
+  });
+
+  test('the CLI: an expired claim made before the date does not refuse the purge', async () => {
+    const store = await freshStore();
+    const expired = `TX.${process.pid}.gone:SUCCESSFUL`;
+    expect(await store.claim(expired, 9 * DAY, randomUUID())).toBe(true);
+    await pool.query(
+      `UPDATE "${store.table}_claims" SET claimed_at = now() - make_interval(days => 10),
+         expires_at = now() - make_interval(days => 1) WHERE key = $1`,
+      [expired],
+    );
+    const before = new Date(Date.now() - 8 * DAY).toISOString();
+    const run = await cli(['purge', '--before', before, '--table', store.table]);
+    expect(run).toMatchObject({ code: 0, stdout: expect.stringContaining('deleted 1 delivered entry') });
+  });
 
   test('the CLI: --dead is not limited by the window, and takes no window option', async () => {
     const store = await freshStore();

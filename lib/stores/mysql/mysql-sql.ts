@@ -252,6 +252,10 @@ export function mysqlInboxSql(table: string) {
       WHERE \`key\` = ? AND (? IS NULL OR FIND_IN_SET(status, ?) > 0) AND ${ENTRY}`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ${AT}`,
     purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < ${AT}`,
+    // The claims purgeClaims would delete that still hold their key (by the database's clock): the CLI refuses
+    // a purge that would delete one unless asked for, as a resend of it would be credited again.
+    liveClaims: `SELECT COUNT(*) AS count, ${msOf('MAX(expires_at)')} AS last_expires FROM ${claims}
+      WHERE claimed_at < ${AT} AND expires_at > ${NOW}`,
     purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < ${AT}`,
     // redact(): the records to blank (in JavaScript, one rule for every store), then each set only if unchanged
     // and still delivered or dead: a replay between the two (the entry received again) keeps its record whole.

@@ -531,6 +531,10 @@ export function inboxSql(table: string) {
       WHERE key = $1 AND ($3::text[] IS NULL OR status = ANY($3::text[])) AND ${ENTRY}`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < $1`,
     purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < $1`,
+    // The claims purgeClaims would delete that still hold their key (by the database's clock): the CLI refuses
+    // a purge that would delete one unless asked for, as a resend of it would be credited again.
+    liveClaims: `SELECT count(*)::int AS count, max(expires_at) AS last_expires FROM ${claims}
+      WHERE claimed_at < $1 AND expires_at > now()`,
     purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < $1`,
     // Only rows that still hold a name or a number: a second pass changes nothing and counts nothing.
     redact: `UPDATE ${t} SET record = record || ${BLANKS}
