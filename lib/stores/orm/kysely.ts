@@ -93,6 +93,57 @@ function refuseLateBuilders(trx: KyselyRunner, ended: () => boolean): KyselyRunn
   });
 }
 
+/** Kysely's methods of a `Transaction` that make another `Transaction` of the same transaction (0.27, 0.28). */
+const derivations = ['withPlugin', 'withoutPlugins', 'withSchema', 'withTables'];
+
+/** What a listener would do with each method {@link refuseOwnTransactions} refuses, and why not. */
+const outOfTransaction: Record<string, string> = {
+  startTransaction:
+    "begin a transaction of its own on the delivery's transaction (tx.startTransaction()): its BEGIN and " +
+    "COMMIT go to the delivery's connection, and its commit() would commit your writes without the " +
+    'delivered mark',
+  connection:
+    "take the delivery's connection out of its transaction (tx.connection()): a transaction begun on it " +
+    'would commit your writes without the delivered mark',
+};
+
+/**
+ * `trx` as listeners get it: its `startTransaction()` and `connection()` throw, and so do those of every
+ * `Transaction` it makes (`withPlugin`, `withoutPlugins`, `withSchema`, `withTables`: each a new object), as
+ * own properties of the object itself (Kysely's methods read its private fields: a Proxy would break them).
+ * Kysely 0.28 gives a `Transaction` its instance's `startTransaction()`: a controlled transaction on the
+ * delivery's connection, whose `BEGIN` only warns there, whose `commit()` commits the listener's writes
+ * without the `delivered` mark (and whose state is its own: a builder of its `withoutPlugins()` escapes the
+ * guards, and lands, late, in the next user's transaction). The retried attempt credits again. Kysely
+ * refuses `connection()` itself, without saying why; ipn-kit refuses it first, and says. ipn-kit's own
+ * statements take only `withoutPlugins()` of it, and its connection from the object Kysely handed it.
+ */
+function refuseOwnTransactions<T>(trx: T): T {
+  if (typeof trx !== 'object' || trx === null) return trx;
+  const own: Record<string, unknown> = {};
+  for (const [name, what] of Object.entries(outOfTransaction)) {
+    own[name] = () => {
+      throw new TypeError(
+        `kyselyTransactions: a listener cannot ${what}, so that the retried attempt writes them again. ` +
+          'Write through tx itself: ipn-kit commits it together with the delivered mark once every listener ' +
+          'has resolved. To roll it back, throw from the listener (a Kysely Transaction has no savepoint to ' +
+          'undo part of it).',
+      );
+    };
+  }
+  for (const name of derivations) {
+    const method: unknown = Reflect.get(trx, name);
+    if (typeof method === 'function') {
+      own[name] = (...args: unknown[]): unknown =>
+        refuseOwnTransactions(Reflect.apply(method, trx, args) as unknown);
+    }
+  }
+  for (const [name, value] of Object.entries(own)) {
+    Reflect.defineProperty(trx, name, { value, configurable: true, writable: true }); // or not: frozen
+  }
+  return trx;
+}
+
 /** Where a transaction stands, as the guard of its connection reads it. */
 type Stage = 'open' | 'ended' | 'released';
 
@@ -176,7 +227,9 @@ export interface KyselyTransactionsOptions {
  * Runs each delivery attempt in a Kysely transaction (`db.transaction().execute(...)`): listeners write
  * through their context's `tx`, Kysely's `Transaction` typed for your database interface, and ipn-kit's
  * `delivered` mark commits with their writes or rolls back with them. Kysely has no nested transaction:
- * `tx.transaction()` throws, as it does in any Kysely transaction.
+ * `tx.transaction()` throws, as it does in any Kysely transaction; `tx.startTransaction()` (a controlled
+ * transaction, Kysely 0.28) and `tx.connection()` throw too, and so do those of `tx.withoutPlugins()` and
+ * every other `Transaction` made of `tx`.
  *
  * It also gives the store `execute`, so that the store can run its own statements through Kysely alone.
  * ipn-kit's statements run without your plugins (`withoutPlugins()`), so that a `CamelCasePlugin` does not
@@ -236,7 +289,9 @@ export function kyselyTransactions<Db extends KyselyDatabase>(
               release = refuseLateQueries(connection, () => state);
             }
             const running = work(
-              refuseLateBuilders(transaction, () => state !== 'open') as KyselyTransactionOf<Db>,
+              refuseOwnTransactions(
+                refuseLateBuilders(transaction, () => state !== 'open'),
+              ) as KyselyTransactionOf<Db>,
             );
             const end = () => void (state = 'ended');
             running.then(end, end); // before Kysely's own COMMIT or ROLLBACK, which awaits it after

@@ -155,6 +155,66 @@ describeWithService('PostgreSQL', 'kyselyTransactions: the contract, over Postgr
     expect(await ledgerCount(t)).toBe(0);
   });
 
+  // Kysely 0.28 gives a Transaction its instance's startTransaction(): a controlled transaction on the
+  // delivery's connection (its BEGIN only warns there), whose commit() committed the listener's writes without
+  // the delivered mark, and whose writes after it landed on their own: the retry credited again.
+  test('tx.startTransaction() is refused, saying what to do instead; the listener’s writes roll back', async () => {
+    const t = id();
+    const thrown = transactions.transaction(async (tx) => {
+      await tx.insertInto('ledger').values({ transaction_id: t, order_id: 'o', amount: 1 }).execute();
+      const controlled = await tx.startTransaction().execute();
+      await controlled.commit().execute();
+    });
+    await expect(thrown).rejects.toThrow(TypeError);
+    await expect(thrown).rejects.toThrow(
+      /kyselyTransactions: a listener cannot begin a transaction of its own on the delivery's transaction \(tx\.startTransaction\(\)\).*Write through tx itself.*throw from the listener/s,
+    );
+    expect(await ledgerCount(t)).toBe(0);
+  });
+
+  test('tx.connection() is refused in the same words', async () => {
+    const thrown = transactions.transaction(async (tx) => {
+      await tx.selectNoFrom((eb) => eb.val(1).as('one')).execute();
+      tx.connection();
+    });
+    await expect(thrown).rejects.toThrow(
+      /kyselyTransactions: a listener cannot take the delivery's connection out of its transaction \(tx\.connection\(\)\).*Write through tx itself/s,
+    );
+  });
+
+  // Kysely's withPlugin, withoutPlugins, withSchema and withTables each make a new Transaction object.
+  test('a Transaction made of tx (withoutPlugins, withPlugin, withSchema, withTables, and of those) refuses too, and writes in the delivery', async () => {
+    const t = id();
+    const refusals: string[] = [];
+    await transactions.transaction(async (tx) => {
+      const derived = [
+        tx.withoutPlugins(),
+        tx.withPlugin(new CamelCasePlugin()),
+        tx.withSchema('public'),
+        tx.withTables<{ other: { id: string } }>(),
+        tx.withoutPlugins().withPlugin(new CamelCasePlugin()).withSchema('public').withoutPlugins(),
+      ];
+      for (const instance of derived) {
+        for (const take of [() => instance.startTransaction(), () => instance.connection()]) {
+          try {
+            take();
+          } catch (error) {
+            refusals.push(error instanceof TypeError ? error.message.split(':')[0]! : String(error));
+          }
+        }
+      }
+      await tx
+        .withoutPlugins()
+        .withPlugin(new CamelCasePlugin())
+        .insertInto('ledger')
+        .values({ transaction_id: t, order_id: 'o', amount: 1 })
+        .execute();
+      expect(await ledgerCount(t)).toBe(0); // in the delivery's transaction, not committed on its own
+    });
+    expect(refusals).toEqual(Array(10).fill('kyselyTransactions'));
+    expect(await ledgerCount(t)).toBe(1);
+  });
+
   test('ipn-kit’s statements skip the instance’s plugins: a CamelCasePlugin renames the listener’s columns, not the store’s', async () => {
     const camel = db.withPlugin(new CamelCasePlugin());
     const withCamel = kyselyTransactions(camel);

@@ -82,3 +82,49 @@ describe('kyselyTransactions over a dialect that commits through its connection'
     expect(connection.sent.slice(-4)).toEqual(['begin', 'select 1', '(commit)', 'select 1']);
   });
 });
+
+describe('kyselyTransactions: tx refuses a transaction of its own', () => {
+  // Kysely 0.28's Transaction has its instance's startTransaction(): a BEGIN and a COMMIT of its own on the
+  // delivery's connection, the COMMIT committing the listener's writes without the delivered mark. Each of
+  // withPlugin, withoutPlugins, withSchema and withTables makes a new Transaction object: refused there too.
+  test('tx.startTransaction() and tx.connection(), and those of every Transaction made of tx, throw a TypeError at once', async () => {
+    const connection = new OneConnection();
+    const db = new Kysely<Record<string, never>>({ dialect: oneConnectionDialect(connection) });
+    const refusals: unknown[] = [];
+    await kyselyTransactions(db).transaction(async (tx) => {
+      const made = [
+        tx,
+        tx.withoutPlugins(),
+        tx.withPlugin({
+          transformQuery: ({ node }) => node,
+          transformResult: ({ result }) => Promise.resolve(result),
+        }),
+        tx.withSchema('other'),
+        tx.withTables<{ other: { id: string } }>(),
+        tx.withSchema('other').withoutPlugins().withTables(),
+      ];
+      for (const instance of made) {
+        for (const take of [() => instance.startTransaction(), () => instance.connection()]) {
+          try {
+            take(); // begun, it would hold the delivery's connection until its commit()
+          } catch (error) {
+            refusals.push(error);
+          }
+        }
+      }
+      await tx.withoutPlugins().executeQuery(CompiledQuery.raw('select 1'));
+    });
+    expect(refusals).toHaveLength(12);
+    for (const refusal of refusals) {
+      expect(refusal).toBeInstanceOf(TypeError);
+      expect(refusal).toEqual(
+        expect.objectContaining({
+          message: expect.stringMatching(
+            /^kyselyTransactions: a listener cannot .*\(tx\.(startTransaction|connection)\(\)\).*Write through tx itself/s,
+          ),
+        }),
+      );
+    }
+    expect(connection.sent).toEqual(['begin', 'select 1', '(commit)']);
+  });
+});
