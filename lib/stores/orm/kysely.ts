@@ -93,8 +93,19 @@ function refuseLateBuilders(trx: KyselyRunner, ended: () => boolean): KyselyRunn
   });
 }
 
-/** Kysely's methods of a `Transaction` that make another `Transaction` of the same transaction (0.27, 0.28). */
-const derivations = ['withPlugin', 'withoutPlugins', 'withSchema', 'withTables'];
+/**
+ * Kysely's methods of a `Transaction` that make another `Transaction` of the same transaction (0.27 to 0.29;
+ * the last three since 0.29).
+ */
+const derivations = [
+  'withPlugin',
+  'withoutPlugins',
+  'withSchema',
+  'withTables',
+  '$extendTables',
+  '$omitTables',
+  '$pickTables',
+];
 
 /** What a listener would do with each method {@link refuseOwnTransactions} refuses, and why not. */
 const outOfTransaction: Record<string, string> = {
@@ -109,7 +120,8 @@ const outOfTransaction: Record<string, string> = {
 
 /**
  * `trx` as listeners get it: its `startTransaction()` and `connection()` throw, and so do those of every
- * `Transaction` it makes (`withPlugin`, `withoutPlugins`, `withSchema`, `withTables`: each a new object), as
+ * `Transaction` it makes (`withPlugin`, `withoutPlugins`, `withSchema`, `withTables`, and Kysely 0.29's
+ * `$extendTables`, `$omitTables`, `$pickTables`: each a new object), as
  * own properties of the object itself (Kysely's methods read its private fields: a Proxy would break them).
  * Kysely 0.28 gives a `Transaction` its instance's `startTransaction()`: a controlled transaction on the
  * delivery's connection, whose `BEGIN` only warns there, whose `commit()` commits the listener's writes

@@ -10,6 +10,7 @@ import {
   PostgresAdapter,
   PostgresIntrospector,
   PostgresQueryCompiler,
+  Transaction,
   type DatabaseConnection,
   type Dialect,
   type Driver,
@@ -122,6 +123,61 @@ describe('kyselyTransactions: tx refuses a transaction of its own', () => {
           message: expect.stringMatching(
             /^kyselyTransactions: a listener cannot .*\(tx\.(startTransaction|connection)\(\)\).*Write through tx itself/s,
           ),
+        }),
+      );
+    }
+    expect(connection.sent).toEqual(['begin', 'select 1', '(commit)']);
+  });
+});
+
+describe('kyselyTransactions over Kysely 0.29, whose Transaction has $extendTables, $omitTables, $pickTables', () => {
+  // Kysely 0.29 (in ipn-kit's peer range) adds three methods that each make a new Transaction of the same
+  // transaction; here as 0.29 writes them (`new Transaction({ ...this.#props })`, what withTables does) on
+  // 0.28's class. A Transaction made by one carried none of ipn-kit's refusals: on 0.28's class its
+  // startTransaction() began a controlled transaction on the delivery's connection; on 0.29 Kysely refuses
+  // it, without saying why or what to do.
+  const added = ['$extendTables', '$omitTables', '$pickTables'];
+  beforeAll(() => {
+    for (const name of added) {
+      Reflect.defineProperty(Transaction.prototype, name, {
+        value(this: Transaction<Record<string, never>>) {
+          return Reflect.apply(Transaction.prototype.withTables, this, []) as unknown;
+        },
+        configurable: true,
+        writable: true,
+      });
+    }
+  });
+  afterAll(() => {
+    for (const name of added) Reflect.deleteProperty(Transaction.prototype, name);
+  });
+
+  test('a Transaction made of tx by each of them (and of what it makes) refuses startTransaction() and connection()', async () => {
+    const connection = new OneConnection();
+    const db = new Kysely<Record<string, never>>({ dialect: oneConnectionDialect(connection) });
+    const refusals: unknown[] = [];
+    await kyselyTransactions(db).transaction(async (tx) => {
+      const made = added.flatMap((name) => {
+        const instance = Reflect.apply(Reflect.get(tx, name) as () => unknown, tx, []) as typeof tx;
+        return [instance, instance.withoutPlugins()];
+      });
+      for (const instance of made) {
+        for (const take of [() => instance.startTransaction(), () => instance.connection()]) {
+          try {
+            take();
+          } catch (error) {
+            refusals.push(error);
+          }
+        }
+      }
+      await made[0]!.executeQuery(CompiledQuery.raw('select 1')); // in the delivery's transaction
+    });
+    expect(refusals).toHaveLength(12);
+    for (const refusal of refusals) {
+      expect(refusal).toBeInstanceOf(TypeError);
+      expect(refusal).toEqual(
+        expect.objectContaining({
+          message: expect.stringMatching(/^kyselyTransactions: a listener cannot .*Write through tx itself/s),
         }),
       );
     }
