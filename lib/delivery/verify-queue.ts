@@ -31,6 +31,11 @@ interface Pending {
    * a retry only decides its lifecycle again (the store failed to): it is not verified (nor rejected) twice.
    */
   verified?: IpnNotification | undefined;
+  /**
+   * The service's own record to deliver in a forgery's place, once its expectation allows it: a retry after
+   * the store failed to read that expectation only reads it again (the forgery is not rejected twice).
+   */
+  found?: IpnNotification | undefined;
 }
 
 interface Retry {
@@ -78,16 +83,25 @@ export function createVerifyQueue<C>(
     const n = entry.notification;
     const key = keyOf(n);
     if (entry.verified === undefined) {
-      const verdict = await verifyNotification(source, n, entry);
-      if (context.isClosed() || pending.get(key) !== entry) return 'other';
-      if (verdict.kind === 'later') return later(entry, attempt, verdict);
-      if (verdict.kind === 'confirmed') entry.verified = n;
-      else {
-        reject(verdict.event);
-        const found = genuineRecord(verdict.event);
-        const genuine = found && (await expectationAllows(context, found)) ? found : undefined;
+      if (entry.found === undefined) {
+        const verdict = await verifyNotification(source, n, entry);
         if (context.isClosed() || pending.get(key) !== entry) return 'other';
-        if (genuine === undefined) {
+        if (verdict.kind === 'later') return later(entry, attempt, verdict);
+        if (verdict.kind === 'confirmed') entry.verified = n;
+        else {
+          reject(verdict.event);
+          entry.found = genuineRecord(verdict.event);
+        }
+      }
+      const found = entry.found;
+      if (entry.verified === undefined) {
+        const allowed = found && (await expectationAllows(context, found));
+        if (context.isClosed() || pending.get(key) !== entry) return 'other';
+        // The key kept, the expectation read again later: the genuine copy may have been answered as a
+        // duplicate of this key meanwhile, and is then nowhere else.
+        if (allowed instanceof StoreError)
+          return later(entry, attempt, { kind: 'later', reason: allowed, retryAfterMs: 0 });
+        if (!allowed || found === undefined) {
           pending.delete(key);
           void release(key); // none of this key to deliver (a genuine copy is still checked when it comes)
           return 'other';
@@ -96,7 +110,7 @@ export function createVerifyQueue<C>(
           { transaction_id: n.transaction_id, state: n.state },
           'delivered the service record instead',
         );
-        entry.verified = genuine;
+        entry.verified = found;
       }
     }
     return decideThenEmit(entry, entry.verified, attempt);
@@ -145,7 +159,7 @@ export function createVerifyQueue<C>(
     }
     pending.delete(key);
     void release(key); // so that a resend or ipn.reconcile() can still deliver it
-    if (verdict.reason instanceof StoreError) report(verdict.reason, n);
+    if (verdict.reason instanceof StoreError) report(verdict.reason, entry.found ?? n);
     else giveUp(n, verdict, attempt);
     return 'dead';
   }

@@ -90,5 +90,77 @@ test("an expectation the store cannot read where verification ends: the record i
   await settle();
   expect(recorder.count('successful')).toBe(0);
   expect((recorder.of('error')[0] as { error: Error }).error.message).toMatch(/the store is down/);
+  // After verifyAttempts reads, the error carries the service's record, for ipn.reconcile() later.
+  expect(recorder.of('error')).toMatchObject([{ notification: { custom_data: 'order-a' } }]);
   expect(recorder.count('rejected')).toBe(1);
 });
+
+// An expectation read that fails once, while the genuine copy was already answered as a duplicate of the
+// forgery's key: releasing that key lost the payment. Nothing else brings it back: the service got its 200,
+// and the forgery's claim settled the expectation (the sweep no longer asks about it). A read that fails is
+// retried as an unanswered verification is (at least once: the entry stays in the inbox, failed, and is
+// taken up again), and the record is credited once the store answers.
+for (const delivery of ['at-most-once', 'at-least-once'] as const) {
+  test(`${delivery}: an expectation the store fails to read once, the genuine copy answered as a duplicate meanwhile: the record is still credited`, async () => {
+    const { transactionId: id } = provider.initiate({
+      amount: 100,
+      ipnUrl: 'http://127.0.0.1:9/unused',
+      customData: 'order-a',
+      outcome: 'SUCCESSFUL',
+      deliver: false,
+    });
+    await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+    const store = new MemoryStore();
+    const get = store.expectations.get.bind(store.expectations);
+    let failures = 0;
+    store.expectations.get = (transactionId) => {
+      if (transactionId === id && failures > 0) {
+        failures -= 1;
+        throw new Error('the store is down');
+      }
+      return get(transactionId);
+    };
+    // Verification waits until the genuine copy has come.
+    let open = (): void => {};
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    const verify = {
+      getStatus: async (...args: Parameters<typeof client.getStatus>) => {
+        await gate;
+        return client.getStatus(...args);
+      },
+    };
+    ipn = ipnRouter({
+      store,
+      delivery,
+      verify,
+      logger: quiet,
+      verifyRetryDelayMs: 5,
+      retryDelayMs: 5,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    const recorder = recordEvents(ipn);
+    running = await listen(ipn);
+    await ipn.expect(id, { amount: 100 });
+    // The forged copy alters custom_data only, which the expectation does not hold.
+    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+    // The genuine copy, unaltered: a duplicate of the forgery's key.
+    expect(await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id })).toBe(200);
+    expect(recorder.count('duplicate')).toBe(1);
+    failures = 1;
+    open();
+    await until(() => recorder.count('successful') + recorder.count('error') > 0, 'an outcome');
+    await settle();
+    await ipn.sweep(); // the store answers again
+    expect(recorder.of('successful')).toMatchObject([
+      { transaction_id: id, amount: 100, custom_data: 'order-a' },
+    ]);
+    // Only the forgery rejected (at least once, by each attempt, as each verifies afresh); no error left.
+    expect(
+      recorder
+        .of('rejected')
+        .map((r: { notification: { custom_data: string } }) => r.notification.custom_data),
+    ).toEqual(delivery === 'at-most-once' ? ['order-forged'] : ['order-forged', 'order-forged']);
+    expect(recorder.count('error')).toBe(0);
+  });
+}
