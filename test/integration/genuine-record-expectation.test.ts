@@ -164,3 +164,42 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
     expect(recorder.count('error')).toBe(0);
   });
 }
+
+test('at-least-once: a forged copy kept in the inbox and taken up after a restart is checked the same way (its record contradicting the expectation is not credited)', async () => {
+  const { transactionId: id } = provider.initiate({
+    amount: 100,
+    ipnUrl: 'http://127.0.0.1:9/unused',
+    customData: 'order-a',
+    outcome: 'SUCCESSFUL',
+    deliver: false,
+  });
+  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+  const store = new MemoryStore();
+  const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  const settings = {
+    store,
+    delivery: 'at-least-once',
+    verify,
+    logger: quiet,
+    retryDelayMs: 5,
+    sweepIntervalMs: 2 ** 31 - 1,
+  } as const;
+  const first = ipnRouter(settings);
+  const served = await listen(first);
+  await first.expect(id, { amount: 5000 });
+  await first.inbox.pause(); // kept in the inbox, not attempted: the process stops
+  expect(await provider.forge({ ipnUrl: `${served.url}/`, transactionId: id, amount: 5000 })).toBe(200);
+  await served.close();
+  await first.close();
+  // The next process over the same store takes it up.
+  ipn = ipnRouter(settings);
+  const recorder = recordEvents(ipn);
+  await ipn.inbox.resume();
+  await until(() => recorder.count('rejected') >= 2, 'the forgery and its record rejected');
+  await settle();
+  expect(recorder.of('rejected')).toMatchObject([
+    { reason: 'mismatch', notification: { amount: 5000 } },
+    { reason: 'mismatch', notification: { amount: 100 } },
+  ]);
+  expect(recorder.count('successful')).toBe(0);
+});
