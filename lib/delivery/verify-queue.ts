@@ -36,6 +36,8 @@ interface Pending {
    * the store failed to read that expectation only reads it again (the forgery is not rejected twice).
    */
   found?: IpnNotification | undefined;
+  /** Settles the notification's expectation, once verification confirmed it (or its record in its place). */
+  settle?: (() => void) | undefined;
 }
 
 interface Retry {
@@ -135,6 +137,7 @@ export function createVerifyQueue<C>(
     }
     if (context.isClosed() || pending.get(key) !== entry) return 'other';
     pending.delete(key);
+    entry.settle?.();
     if (conflict) {
       await lifecycle.conflict(verified);
       return 'other';
@@ -197,9 +200,10 @@ export function createVerifyQueue<C>(
     /**
      * Verifies a notification just accepted, then emits it (or `rejected`, or `error`). Resolves when the
      * first attempt and its listeners have settled (a retry is scheduled for later); never rejects. Its
-     * span (when traced) is a child of `parent`, the request's.
+     * span (when traced) is a child of `parent`, the request's. `settle` settles its expectation once it is
+     * verified (or the service's record delivered in its place), never for a copy verification gave up on.
      */
-    start(n: IpnNotification, parent?: Parent): Promise<void> {
+    start(n: IpnNotification, parent?: Parent, settle?: () => void): Promise<void> {
       const key = keyOf(n);
       unreserve(key);
       if (context.isClosed()) {
@@ -210,7 +214,7 @@ export function createVerifyQueue<C>(
         return Promise.resolve();
       }
       const account = accountOfNotification(options.accountOf, n, logger);
-      const entry: Pending = { notification: n, arrivedAt: monotonicNow(), account };
+      const entry: Pending = { notification: n, arrivedAt: monotonicNow(), account, settle };
       pending.set(key, entry);
       if (!tracingActive()) return detach(verify(entry, 1));
       // The first verification and emission in a span (see `traceAttempt`); its retries make none.
