@@ -253,3 +253,62 @@ test('at-most-once: a forged copy matching its expectation that verification giv
   await settle();
   expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, custom_data: 'order-a' }]);
 });
+
+// The review of cf9245d: the record in a forgery's place is held to exactly what the router holds a genuine
+// copy to (the expectation's fields only, custom_data as the same JSON value), in either final state.
+for (const delivery of ['at-most-once', 'at-least-once'] as const) {
+  test(`${delivery}: a FAILED record contradicting its expectation is not delivered in a forged FAILED copy's place; one matching it in custom_data's JSON value only is`, async () => {
+    const failedId = provider.initiate({
+      amount: 100,
+      ipnUrl: 'http://127.0.0.1:9/unused',
+      customData: 'order-a',
+      outcome: 'FAILED',
+      deliver: false,
+    }).transactionId;
+    const paidId = provider.initiate({
+      amount: 100,
+      ipnUrl: 'http://127.0.0.1:9/unused',
+      customData: '{"orderId": "b", "n": 12.50}',
+      outcome: 'SUCCESSFUL',
+      deliver: false,
+    }).transactionId;
+    await until(
+      () =>
+        provider.transaction(failedId)?.state === 'FAILED' &&
+        provider.transaction(paidId)?.state === 'SUCCESSFUL',
+      'processing',
+    );
+    const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    ipn = ipnRouter({
+      store: new MemoryStore(),
+      delivery,
+      verify,
+      logger: quiet,
+      verifyRetryDelayMs: 5,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    const recorder = recordEvents(ipn);
+    running = await listen(ipn);
+    await ipn.expect(failedId, { amount: 5000 });
+    // custom_data only, as the same JSON value; the amount not held.
+    await ipn.expect(paidId, { customData: { n: 12.5, orderId: 'b' } });
+    await provider.forge({
+      ipnUrl: `${running.url}/`,
+      transactionId: failedId,
+      state: 'FAILED',
+      amount: 5000,
+    });
+    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: paidId, amount: 5000 });
+    await until(() => recorder.count('rejected') >= 3 && recorder.count('notification') >= 1, 'decided');
+    await settle();
+    expect(recorder.count('failed')).toBe(0);
+    expect(recorder.of('successful')).toMatchObject([{ transaction_id: paidId, amount: 100 }]);
+    expect(recorder.of('rejected')).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({
+          notification: expect.objectContaining({ transaction_id: failedId, amount: 100 }),
+        }),
+      ]),
+    );
+  });
+}
