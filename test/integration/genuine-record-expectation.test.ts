@@ -312,3 +312,32 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
     );
   });
 }
+
+for (const delivery of ['at-most-once', 'at-least-once'] as const) {
+  test(`${delivery}: a genuine copy that verification confirms costs no read of its expectation beyond the check before the claim`, async () => {
+    const { transactionId: id } = provider.initiate({
+      amount: 100,
+      ipnUrl: 'http://127.0.0.1:9/unused',
+      customData: 'order-a',
+      outcome: 'SUCCESSFUL',
+      deliver: false,
+    });
+    await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+    const store = new MemoryStore();
+    const get = store.expectations.get.bind(store.expectations);
+    let reads = 0;
+    store.expectations.get = (transactionId) => {
+      if (transactionId === id) reads += 1;
+      return get(transactionId);
+    };
+    const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    ipn = ipnRouter({ store, delivery, verify, logger: quiet, sweepIntervalMs: 2 ** 31 - 1 });
+    const recorder = recordEvents(ipn);
+    running = await listen(ipn);
+    await ipn.expect(id, { amount: 100, customData: 'order-a' });
+    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id }); // the genuine copy, unaltered
+    await until(() => recorder.count('successful') > 0, 'credited');
+    await settle();
+    expect(reads).toBe(1);
+  });
+}
