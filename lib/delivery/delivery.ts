@@ -397,10 +397,16 @@ export function createDelivery<C>(
    * Resolves when the first attempt has settled, listeners included (for a `waitUntil`); never rejects.
    * The attempt's span is a child of `parent`, the request's (when traced).
    */
-  function dispatch(n: IpnNotification, leaseId: string, conflict = false, parent?: Parent): Promise<void> {
+  function dispatch(
+    n: IpnNotification,
+    leaseId: string,
+    conflict = false,
+    parent?: Parent,
+    verified?: () => void,
+  ): Promise<void> {
     if (durably) return detach(durably.deliver(keyOf(n), n, leaseId, 1, driver, parent));
     if (conflict) return detach(lifecycle.conflict(n));
-    if (verifying) return verifying.start(n, parent);
+    if (verifying) return verifying.start(n, parent, verified);
     if (!tracingActive()) return context.emitNow(n);
     // At most once, the one attempt: its listeners run in its span; their failures are `error` events.
     return traceAttempt(n, keyOf(n), 1, parent, async (span) => {
@@ -469,6 +475,11 @@ export function createDelivery<C>(
 
     /** Runs after the answer: verification, then the events. */
     dispatch,
+    /**
+     * Whether a claimed notification is verified after the answer and kept only in memory meanwhile (at most
+     * once, `verify`): its expectation is then settled once verified (`dispatch`'s `verified`).
+     */
+    verifiesAfterClaim: verifying !== undefined,
 
     /**
      * Undoes a claim the router will not deliver (it closed meanwhile), so that the service's resend is

@@ -463,7 +463,12 @@ export function createDurableDelivery<C>(
     if (result.kind === 'rejected') {
       reject(result.event);
       const found = genuineRecord(result.event);
-      const genuine = found && (await expectationAllows(context, found)) ? found : undefined;
+      const allowed = found && (await expectationAllows(context, found));
+      // A failed attempt, retried (dead after maxAttempts, replayable), never the entry released: the genuine
+      // copy may have been answered as a duplicate of this key, and the inbox is then all that holds it.
+      if (allowed instanceof StoreError)
+        return settle(key, n, leaseId, attempts, driver, { kind: 'later', reason: allowed, retryAfterMs: 0 });
+      const genuine = allowed === true ? found : undefined;
       if (!genuine) {
         // A genuine notification of this key can still come. Only while this attempt holds the entry:
         // another one may have put the service's own record there since.

@@ -81,15 +81,17 @@ export function contradictions(expectation: Expectation, record: IpnNotification
 /**
  * Whether the service's own record, about to be delivered in a forgery's place (`genuineRecord`), may be:
  * not when the transaction's expectation (settled or not) contradicts it, as the sweep rejects such a record
- * and the router the genuine copy itself (`rejected`), nor when that expectation cannot be read within
- * `storeTimeoutMs` (`error`): never credited on a guess, and not lost (its key is released: the genuine copy,
- * a resend, the sweep or `ipn.reconcile()` still comes to it).
+ * and the router the genuine copy itself (`rejected`). An expectation the store cannot read within
+ * `storeTimeoutMs` is the `StoreError` resolved, for the caller to retry as an unanswered verification:
+ * never credited on a guess, and never its key released on it either, since the genuine copy may have been
+ * answered as a duplicate of the forgery's key meanwhile, and the forgery's claim settled the expectation
+ * (the sweep no longer asks about it): that key is all that is left of the payment.
  */
 export async function expectationAllows<C>(
   context: DeliveryContext<C>,
   record: IpnNotification,
-): Promise<boolean> {
-  const { options, reject, report } = context;
+): Promise<boolean | StoreError> {
+  const { options, reject } = context;
   const kept = options.store.expectations;
   if (kept === undefined) return true;
   const id = record.transaction_id;
@@ -103,8 +105,7 @@ export async function expectationAllows<C>(
     );
   } catch (cause) {
     const message = `the store failed to read the expectation of ${id}: ${messageOf(cause)}: its record not delivered in a forgery's place`;
-    report(new StoreError(message, { cause }), record);
-    return false;
+    return new StoreError(message, { cause });
   }
   const mismatches = expectation === undefined ? [] : contradictions(expectation, record);
   if (mismatches.length === 0) return true;

@@ -31,6 +31,13 @@ interface Pending {
    * a retry only decides its lifecycle again (the store failed to): it is not verified (nor rejected) twice.
    */
   verified?: IpnNotification | undefined;
+  /**
+   * The service's own record to deliver in a forgery's place, once its expectation allows it: a retry after
+   * the store failed to read that expectation only reads it again (the forgery is not rejected twice).
+   */
+  found?: IpnNotification | undefined;
+  /** Settles the notification's expectation, once verification confirmed it (or its record in its place). */
+  settle?: (() => void) | undefined;
 }
 
 interface Retry {
@@ -78,16 +85,25 @@ export function createVerifyQueue<C>(
     const n = entry.notification;
     const key = keyOf(n);
     if (entry.verified === undefined) {
-      const verdict = await verifyNotification(source, n, entry);
-      if (context.isClosed() || pending.get(key) !== entry) return 'other';
-      if (verdict.kind === 'later') return later(entry, attempt, verdict);
-      if (verdict.kind === 'confirmed') entry.verified = n;
-      else {
-        reject(verdict.event);
-        const found = genuineRecord(verdict.event);
-        const genuine = found && (await expectationAllows(context, found)) ? found : undefined;
+      if (entry.found === undefined) {
+        const verdict = await verifyNotification(source, n, entry);
         if (context.isClosed() || pending.get(key) !== entry) return 'other';
-        if (genuine === undefined) {
+        if (verdict.kind === 'later') return later(entry, attempt, verdict);
+        if (verdict.kind === 'confirmed') entry.verified = n;
+        else {
+          reject(verdict.event);
+          entry.found = genuineRecord(verdict.event);
+        }
+      }
+      const found = entry.found;
+      if (entry.verified === undefined) {
+        const allowed = found && (await expectationAllows(context, found));
+        if (context.isClosed() || pending.get(key) !== entry) return 'other';
+        // The key kept, the expectation read again later: the genuine copy may have been answered as a
+        // duplicate of this key meanwhile, and is then nowhere else.
+        if (allowed instanceof StoreError)
+          return later(entry, attempt, { kind: 'later', reason: allowed, retryAfterMs: 0 });
+        if (!allowed || found === undefined) {
           pending.delete(key);
           void release(key); // none of this key to deliver (a genuine copy is still checked when it comes)
           return 'other';
@@ -96,7 +112,7 @@ export function createVerifyQueue<C>(
           { transaction_id: n.transaction_id, state: n.state },
           'delivered the service record instead',
         );
-        entry.verified = genuine;
+        entry.verified = found;
       }
     }
     return decideThenEmit(entry, entry.verified, attempt);
@@ -121,6 +137,7 @@ export function createVerifyQueue<C>(
     }
     if (context.isClosed() || pending.get(key) !== entry) return 'other';
     pending.delete(key);
+    entry.settle?.();
     if (conflict) {
       await lifecycle.conflict(verified);
       return 'other';
@@ -145,7 +162,7 @@ export function createVerifyQueue<C>(
     }
     pending.delete(key);
     void release(key); // so that a resend or ipn.reconcile() can still deliver it
-    if (verdict.reason instanceof StoreError) report(verdict.reason, n);
+    if (verdict.reason instanceof StoreError) report(verdict.reason, entry.found ?? n);
     else giveUp(n, verdict, attempt);
     return 'dead';
   }
@@ -183,9 +200,10 @@ export function createVerifyQueue<C>(
     /**
      * Verifies a notification just accepted, then emits it (or `rejected`, or `error`). Resolves when the
      * first attempt and its listeners have settled (a retry is scheduled for later); never rejects. Its
-     * span (when traced) is a child of `parent`, the request's.
+     * span (when traced) is a child of `parent`, the request's. `settle` settles its expectation once it is
+     * verified (or the service's record delivered in its place), never for a copy verification gave up on.
      */
-    start(n: IpnNotification, parent?: Parent): Promise<void> {
+    start(n: IpnNotification, parent?: Parent, settle?: () => void): Promise<void> {
       const key = keyOf(n);
       unreserve(key);
       if (context.isClosed()) {
@@ -196,7 +214,7 @@ export function createVerifyQueue<C>(
         return Promise.resolve();
       }
       const account = accountOfNotification(options.accountOf, n, logger);
-      const entry: Pending = { notification: n, arrivedAt: monotonicNow(), account };
+      const entry: Pending = { notification: n, arrivedAt: monotonicNow(), account, settle };
       pending.set(key, entry);
       if (!tracingActive()) return detach(verify(entry, 1));
       // The first verification and emission in a span (see `traceAttempt`); its retries make none.

@@ -42,7 +42,13 @@ function outcomeOf(outcome: IpnOutcome): string {
  * a resend, or one of the reasons it is answered 503 and nothing stays claimed.
  */
 export type Admission =
-  | { kind: 'claimed'; leaseId: string; conflict?: boolean }
+  | {
+      kind: 'claimed';
+      leaseId: string;
+      conflict?: boolean;
+      /** Settles the notification's expectation once verification confirms it (at most once, `verify`). */
+      verified?: () => void;
+    }
   | { kind: 'duplicate' }
   | { kind: 'store-failed'; error: StoreError }
   | { kind: 'busy'; error: VerificationBusyError }
@@ -196,11 +202,11 @@ export function createIpnPipeline<C>(
           },
         };
       case 'claimed': {
-        const { leaseId, conflict } = admission;
+        const { leaseId, conflict, verified } = admission;
         return {
           status: 200,
           body: OK_BODY,
-          after: () => delivery.dispatch(notification, leaseId, conflict, span?.parent),
+          after: () => delivery.dispatch(notification, leaseId, conflict, span?.parent, verified),
         };
       }
     }
@@ -296,7 +302,11 @@ export function createIpnPipeline<C>(
       admission = admitting instanceof Promise ? await track(admitting) : admitting;
     }
     if (admission.kind === 'claimed') {
-      delivery.expectations.settle(notification, expected);
+      const settle = () => delivery.expectations.settle(notification, expected);
+      // Verified after the answer (at most once), only once verified: a forged copy matching the expectation
+      // that verification gives up on must leave it to the sweep (the genuine copy was maybe its duplicate).
+      if (delivery.verifiesAfterClaim) admission = { ...admission, verified: settle };
+      else settle();
       if (!isFinalState(notification.state)) {
         // Only `notification` is emitted for it: say so loudly, or a new success spelling is a lost payment.
         metrics?.unknownState();

@@ -90,5 +90,254 @@ test("an expectation the store cannot read where verification ends: the record i
   await settle();
   expect(recorder.count('successful')).toBe(0);
   expect((recorder.of('error')[0] as { error: Error }).error.message).toMatch(/the store is down/);
+  // After verifyAttempts reads, the error carries the service's record, for ipn.reconcile() later.
+  expect(recorder.of('error')).toMatchObject([{ notification: { custom_data: 'order-a' } }]);
   expect(recorder.count('rejected')).toBe(1);
 });
+
+// An expectation read that fails once, while the genuine copy was already answered as a duplicate of the
+// forgery's key: releasing that key lost the payment. Nothing else brings it back: the service got its 200,
+// and the forgery's claim settled the expectation (the sweep no longer asks about it). A read that fails is
+// retried as an unanswered verification is (at least once: the entry stays in the inbox, failed, and is
+// taken up again), and the record is credited once the store answers.
+for (const delivery of ['at-most-once', 'at-least-once'] as const) {
+  test(`${delivery}: an expectation the store fails to read once, the genuine copy answered as a duplicate meanwhile: the record is still credited`, async () => {
+    const { transactionId: id } = provider.initiate({
+      amount: 100,
+      ipnUrl: 'http://127.0.0.1:9/unused',
+      customData: 'order-a',
+      outcome: 'SUCCESSFUL',
+      deliver: false,
+    });
+    await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+    const store = new MemoryStore();
+    const get = store.expectations.get.bind(store.expectations);
+    let failures = 0;
+    store.expectations.get = (transactionId) => {
+      if (transactionId === id && failures > 0) {
+        failures -= 1;
+        throw new Error('the store is down');
+      }
+      return get(transactionId);
+    };
+    // Verification waits until the genuine copy has come.
+    let open = (): void => {};
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    const verify = {
+      getStatus: async (...args: Parameters<typeof client.getStatus>) => {
+        await gate;
+        return client.getStatus(...args);
+      },
+    };
+    ipn = ipnRouter({
+      store,
+      delivery,
+      verify,
+      logger: quiet,
+      verifyRetryDelayMs: 5,
+      retryDelayMs: 5,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    const recorder = recordEvents(ipn);
+    running = await listen(ipn);
+    await ipn.expect(id, { amount: 100 });
+    // The forged copy alters custom_data only, which the expectation does not hold.
+    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+    // The genuine copy, unaltered: a duplicate of the forgery's key.
+    expect(await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id })).toBe(200);
+    expect(recorder.count('duplicate')).toBe(1);
+    failures = 1;
+    open();
+    await until(() => recorder.count('successful') + recorder.count('error') > 0, 'an outcome');
+    await settle();
+    await ipn.sweep(); // the store answers again
+    expect(recorder.of('successful')).toMatchObject([
+      { transaction_id: id, amount: 100, custom_data: 'order-a' },
+    ]);
+    // Only the forgery rejected (at least once, by each attempt, as each verifies afresh); no error left.
+    expect(
+      recorder
+        .of('rejected')
+        .map((r: { notification: { custom_data: string } }) => r.notification.custom_data),
+    ).toEqual(delivery === 'at-most-once' ? ['order-forged'] : ['order-forged', 'order-forged']);
+    expect(recorder.count('error')).toBe(0);
+  });
+}
+
+test('at-least-once: a forged copy kept in the inbox and taken up after a restart is checked the same way (its record contradicting the expectation is not credited)', async () => {
+  const { transactionId: id } = provider.initiate({
+    amount: 100,
+    ipnUrl: 'http://127.0.0.1:9/unused',
+    customData: 'order-a',
+    outcome: 'SUCCESSFUL',
+    deliver: false,
+  });
+  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+  const store = new MemoryStore();
+  const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  const settings = {
+    store,
+    delivery: 'at-least-once',
+    verify,
+    logger: quiet,
+    retryDelayMs: 5,
+    sweepIntervalMs: 2 ** 31 - 1,
+  } as const;
+  const first = ipnRouter(settings);
+  const served = await listen(first);
+  await first.expect(id, { amount: 5000 });
+  await first.inbox.pause(); // kept in the inbox, not attempted: the process stops
+  expect(await provider.forge({ ipnUrl: `${served.url}/`, transactionId: id, amount: 5000 })).toBe(200);
+  await served.close();
+  await first.close();
+  // The next process over the same store takes it up.
+  ipn = ipnRouter(settings);
+  const recorder = recordEvents(ipn);
+  await ipn.inbox.resume();
+  await until(() => recorder.count('rejected') >= 2, 'the forgery and its record rejected');
+  await settle();
+  expect(recorder.of('rejected')).toMatchObject([
+    { reason: 'mismatch', notification: { amount: 5000 } },
+    { reason: 'mismatch', notification: { amount: 100 } },
+  ]);
+  expect(recorder.count('successful')).toBe(0);
+});
+
+// Older than cf9245d, found reviewing it: a copy that matched its expectation settled it at the claim, before
+// verification. A forged one that verification then did not confirm (here: the service unreachable for
+// verifyAttempts; also a forged SUCCESSFUL of a transaction still pending) had settled the expectation all the
+// same, so the sweep no longer asked about it: the genuine copy, answered meanwhile as a duplicate of the
+// forgery's key, was lost but for the `error` event. At most once with verify, it is settled once verified.
+// (At least once the forgery stays in the inbox, failed then dead, until a replay: nothing is lost there.)
+test('at-most-once: a forged copy matching its expectation that verification gives up on leaves the expectation to the sweep', async () => {
+  const { transactionId: id } = provider.initiate({
+    amount: 100,
+    ipnUrl: 'http://127.0.0.1:9/unused',
+    customData: 'order-a',
+    outcome: 'SUCCESSFUL',
+    deliver: false,
+  });
+  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  let down = true;
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  const verify = {
+    getStatus: async (...args: Parameters<typeof client.getStatus>) => {
+      await gate; // until the genuine copy has come
+      if (down) throw new Error('the service is down');
+      return client.getStatus(...args);
+    },
+  };
+  ipn = ipnRouter({
+    store: new MemoryStore(),
+    verify,
+    logger: quiet,
+    verifyAttempts: 2,
+    verifyRetryDelayMs: 5,
+    reconcileAfterMs: 1,
+    sweepIntervalMs: 2 ** 31 - 1,
+  });
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+  // The genuine copy, answered as a duplicate of the forgery's key while it is being verified.
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
+  expect(recorder.count('duplicate')).toBe(1);
+  open();
+  await until(() => recorder.count('error') > 0, 'verification given up');
+  down = false;
+  await ipn.sweep();
+  await settle();
+  expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, custom_data: 'order-a' }]);
+});
+
+// The review of cf9245d: the record in a forgery's place is held to exactly what the router holds a genuine
+// copy to (the expectation's fields only, custom_data as the same JSON value), in either final state.
+for (const delivery of ['at-most-once', 'at-least-once'] as const) {
+  test(`${delivery}: a FAILED record contradicting its expectation is not delivered in a forged FAILED copy's place; one matching it in custom_data's JSON value only is`, async () => {
+    const failedId = provider.initiate({
+      amount: 100,
+      ipnUrl: 'http://127.0.0.1:9/unused',
+      customData: 'order-a',
+      outcome: 'FAILED',
+      deliver: false,
+    }).transactionId;
+    const paidId = provider.initiate({
+      amount: 100,
+      ipnUrl: 'http://127.0.0.1:9/unused',
+      customData: '{"orderId": "b", "n": 12.50}',
+      outcome: 'SUCCESSFUL',
+      deliver: false,
+    }).transactionId;
+    await until(
+      () =>
+        provider.transaction(failedId)?.state === 'FAILED' &&
+        provider.transaction(paidId)?.state === 'SUCCESSFUL',
+      'processing',
+    );
+    const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    ipn = ipnRouter({
+      store: new MemoryStore(),
+      delivery,
+      verify,
+      logger: quiet,
+      verifyRetryDelayMs: 5,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    const recorder = recordEvents(ipn);
+    running = await listen(ipn);
+    await ipn.expect(failedId, { amount: 5000 });
+    // custom_data only, as the same JSON value; the amount not held.
+    await ipn.expect(paidId, { customData: { n: 12.5, orderId: 'b' } });
+    await provider.forge({
+      ipnUrl: `${running.url}/`,
+      transactionId: failedId,
+      state: 'FAILED',
+      amount: 5000,
+    });
+    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: paidId, amount: 5000 });
+    await until(() => recorder.count('rejected') >= 3 && recorder.count('notification') >= 1, 'decided');
+    await settle();
+    expect(recorder.count('failed')).toBe(0);
+    expect(recorder.of('successful')).toMatchObject([{ transaction_id: paidId, amount: 100 }]);
+    expect(recorder.of('rejected')).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({
+          notification: expect.objectContaining({ transaction_id: failedId, amount: 100 }),
+        }),
+      ]),
+    );
+  });
+}
+
+for (const delivery of ['at-most-once', 'at-least-once'] as const) {
+  test(`${delivery}: a genuine copy that verification confirms costs no read of its expectation beyond the check before the claim`, async () => {
+    const { transactionId: id } = provider.initiate({
+      amount: 100,
+      ipnUrl: 'http://127.0.0.1:9/unused',
+      customData: 'order-a',
+      outcome: 'SUCCESSFUL',
+      deliver: false,
+    });
+    await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+    const store = new MemoryStore();
+    const get = store.expectations.get.bind(store.expectations);
+    let reads = 0;
+    store.expectations.get = (transactionId) => {
+      if (transactionId === id) reads += 1;
+      return get(transactionId);
+    };
+    const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    ipn = ipnRouter({ store, delivery, verify, logger: quiet, sweepIntervalMs: 2 ** 31 - 1 });
+    const recorder = recordEvents(ipn);
+    running = await listen(ipn);
+    await ipn.expect(id, { amount: 100, customData: 'order-a' });
+    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id }); // the genuine copy, unaltered
+    await until(() => recorder.count('successful') > 0, 'credited');
+    await settle();
+    expect(reads).toBe(1);
+  });
+}
