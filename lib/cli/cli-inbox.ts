@@ -565,7 +565,11 @@ function purge(before: Date, status: PurgedStatus, window: PurgeWindow): Action 
         return { code: 1 }; // nothing deleted, nothing to keep in the audit trail
       }
     }
-    const purged = await store.purge(before, status);
+    // The count above is a warning, not a guard: a claim committed after it (its claimed_at is its transaction's
+    // start) would be deleted by a delete that did not check each claim itself.
+    const purged = window.inside
+      ? await store.purge(before, status, { insideDedupeWindow: true })
+      : await store.purge(before, status);
     const how = status === 'dead' ? 'gone dead' : 'delivered';
     io.stdout(
       `deleted ${purged} ${status} ${purged === 1 ? 'entry' : 'entries'} ${how} before ${before.toISOString()} ` +

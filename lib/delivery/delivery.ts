@@ -551,7 +551,10 @@ export function createDelivery<C>(
         // number or a string for `before`, which the window's rule lets through, and deleted today's entries.
         checkPurge('ipn.inbox', before, status ?? 'delivered');
         checkPurgeWindow(before, status, options.ttlMs, asked, PURGE_ANYWAY);
-        return store.purge(before, status);
+        // Not asked for, the store keeps the claims still holding their key (made under a longer ttlMs).
+        return asked
+          ? store.purge(before, status, { insideDedupeWindow: true })
+          : store.purge(before, status);
       },
       recordAction: async (action) => recordAction(inbox(), action),
       actions: async (options) => listActions(inbox(), options),

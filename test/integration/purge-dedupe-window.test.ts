@@ -424,6 +424,55 @@ describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreS
     expect(await store.get(key)).toBeUndefined();
   });
 
+  // The CLI counted the live claims, then deleted the claims made before the date in another statement: a claim
+  // committed between the two (a takeover, or a first claim, whose transaction began before the date: its
+  // now() is its transaction's start, and it may wait for the inbox's lock up to storeTimeoutMs) was deleted
+  // while it held its key. --ttl-ms as short as that wait: the CLI does not know the app's ttlMs.
+  test('the CLI: a claim committed between the count and the delete still holds its key', async () => {
+    const store = await freshStore();
+    const late = `TX.${process.pid}.late:SUCCESSFUL`;
+    const original = PostgresStore.prototype.purge;
+    // Between the CLI's count (none live) and its delete, a claim commits with a claimed_at before the date
+    // (its transaction's start) and holds its key 30 days: as one that had waited for the inbox's lock.
+    const purge = jest.spyOn(PostgresStore.prototype, 'purge').mockImplementationOnce(async function (
+      this: PostgresStore,
+      before,
+      status,
+    ) {
+      await pool.query(
+        `INSERT INTO "${store.table}_claims" (key, token, claimed_at, expires_at)
+           VALUES ($1, 'late', $2::timestamptz - interval '1 millisecond', now() + interval '30 days')`,
+        [late, before],
+      );
+      return original.call(this, before, status);
+    });
+    try {
+      const before = new Date(Date.now() - 60_000).toISOString();
+      const run = await cli(['purge', '--before', before, '--ttl-ms', '1000', '--table', store.table]);
+      expect(run.code).toBe(0);
+      expect(purge).toHaveBeenCalledTimes(1);
+    } finally {
+      purge.mockRestore();
+    }
+    expect(await store.claim(late, 30 * DAY, randomUUID())).toBe(false); // it holds its key 30 days
+  });
+
+  // retention's pass (and ipn.inbox.purge) deletes the claims made before now - ttlMs by claimed_at alone: a
+  // claim made under a longer ttlMs (an at-most-once deploy with ttlMs 30 days, since switched to at least once
+  // with 7 days, on the same inbox) still holding its key was deleted, and the resend was credited again.
+  test("retention's pass keeps a claim still holding its key (made under a longer, since-lowered ttlMs)", async () => {
+    const store = await freshStore();
+    const claimed = `TX.${process.pid}.lowered:SUCCESSFUL`;
+    expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(true);
+    await pool.query(
+      `UPDATE "${store.table}_claims" SET claimed_at = now() - make_interval(days => 10),
+         expires_at = now() + make_interval(days => 20) WHERE key = $1`,
+      [claimed],
+    );
+    await retentionPass(store, TTL, RETENTION_DEFAULTS);
+    expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(false); // it holds its key 20 days more
+  });
+
   test('the CLI: an expired claim made before the date does not refuse the purge', async () => {
     const store = await freshStore();
     const expired = `TX.${process.pid}.gone:SUCCESSFUL`;
