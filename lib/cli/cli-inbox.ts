@@ -550,8 +550,9 @@ function purge(before: Date, status: PurgedStatus, window: PurgeWindow): Action 
       entered = true;
     }
     // The claims this purge deletes may hold their keys longer than --ttl-ms says: each one's expires_at knows.
-    // Asked for, they go (clearing the claims left by an at-most-once crash), as before.
-    if (status === 'delivered' && !window.inside) {
+    // Asked for, they go (clearing the claims left by an at-most-once crash), and the purge went inside their
+    // window, whatever --ttl-ms says of the date: the audit trail says so.
+    if (status === 'delivered') {
       const live = await database.liveClaims(before).catch((error: unknown) => {
         throw new StoreError(
           `${where}: could not count the at-most-once claims made before ${before.toISOString()}, so nothing ` +
@@ -560,7 +561,8 @@ function purge(before: Date, status: PurgedStatus, window: PurgeWindow): Action 
           { cause: error },
         );
       });
-      if (live.count > 0) {
+      if (live.count > 0 && window.inside) entered = true;
+      else if (live.count > 0) {
         io.stderr(liveClaimsText(before, live));
         return { code: 1 }; // nothing deleted, nothing to keep in the audit trail
       }

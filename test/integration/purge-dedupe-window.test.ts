@@ -422,6 +422,10 @@ describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreS
     expect(forced).toMatchObject({ code: 0, stdout: expect.stringContaining('deleted 2 delivered entries') });
     expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(true);
     expect(await store.get(key)).toBeUndefined();
+    // The date is outside --ttl-ms's window, but the purge went inside the claim's: the audit trail says so,
+    // for whoever looks for the purge that let a resend be credited twice.
+    const [audit] = await listActions(store, { limit: 1 });
+    expect(audit).toMatchObject({ action: 'purge', detail: { insideDedupeWindow: true } });
   });
 
   // The CLI counted the live claims, then deleted the claims made before the date in another statement: a claim
