@@ -597,8 +597,9 @@ function liveClaimsText(before: Date, { count, until }: LiveClaims): string {
   return (
     `ipn-kit inbox purge: refused to purge before ${before.toISOString()}: ${count} at-most-once ` +
     `${one ? 'claim' : 'claims'} made before it still ${one ? 'holds its key' : 'hold their keys'} (until ` +
-    `${until.toISOString()} by the database's clock: your app's ttlMs is longer than --ttl-ms), and a resend ` +
-    `of ${one ? 'its notification' : 'their notifications'} would be delivered, and credited, again. Nothing ` +
+    `${until.toISOString()} by the database's clock: made under a longer ttlMs than --ttl-ms, your app's ` +
+    `now or earlier), and a resend of ${one ? 'its notification' : 'their notifications'} would be ` +
+    `delivered, and credited, again. Nothing ` +
     `was deleted. Purge again after ${until.toISOString()}, or, once you know the service can no longer ` +
     `resend ${one ? 'it' : 'them'}, add --inside-dedupe-window`
   );
