@@ -145,8 +145,9 @@ export interface Inbox {
 export interface PurgeOptions {
   /**
    * Purge delivered entries delivered inside the dedupe window (`before` later than `ttlMs` ago) all the
-   * same: a resend of one of them is then delivered, and credited, again. Only once the service can no
-   * longer resend them.
+   * same, and the at-most-once claims made before `before` that still hold their key (made under a longer
+   * `ttlMs`: the SQL stores keep them otherwise): a resend of one of them is then delivered, and credited,
+   * again. Only once the service can no longer resend them.
    * @default false
    */
   insideDedupeWindow?: boolean;
