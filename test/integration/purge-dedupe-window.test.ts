@@ -437,31 +437,59 @@ describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreS
   // while it held its key. --ttl-ms as short as that wait: the CLI does not know the app's ttlMs.
   test('the CLI: a claim committed between the count and the delete still holds its key', async () => {
     const store = await freshStore();
-    const late = `TX.${process.pid}.late:SUCCESSFUL`;
+    const key = `TX.${process.pid}.late:SUCCESSFUL`;
+    // A write of the inbox in progress: the claim waits for it (LOCK TABLE ... IN SHARE MODE), its now() fixed.
+    const writer = await pool.connect();
     const original = PostgresStore.prototype.purge;
-    // Between the CLI's count (none live) and its delete, a claim commits with a claimed_at before the date
-    // (its transaction's start) and holds its key 30 days: as one that had waited for the inbox's lock.
-    const purge = jest.spyOn(PostgresStore.prototype, 'purge').mockImplementationOnce(async function (
-      this: PostgresStore,
-      before,
-      status,
-    ) {
-      await pool.query(
-        `INSERT INTO "${store.table}_claims" (key, token, claimed_at, expires_at)
-           VALUES ($1, 'late', $2::timestamptz - interval '1 millisecond', now() + interval '30 days')`,
-        [late, before],
-      );
-      return original.call(this, before, status);
-    });
+    let purge: jest.SpyInstance | undefined;
     try {
-      const before = new Date(Date.now() - 60_000).toISOString();
-      const run = await cli(['purge', '--before', before, '--ttl-ms', '1000', '--table', store.table]);
+      await writer.query('BEGIN');
+      await writer.query(`LOCK TABLE "${store.table}" IN ROW EXCLUSIVE MODE`);
+      const claiming = store.claim(key, 30 * DAY, randomUUID()); // the app's ttlMs: 30 days
+      let began: Date | undefined;
+      await eventually('the claim waits for the inbox', async () => {
+        const { rows } = await pool.query(
+          `SELECT xact_start FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+          [`%${store.table}_claims%`],
+        );
+        began = (rows[0] as { xact_start: Date } | undefined)?.xact_start;
+        return began !== undefined;
+      });
+      // A date just after the claim's transaction began, outside a --ttl-ms of 1 ms by the database's clock.
+      const before = new Date(began!.getTime() + 1);
+      await eventually('the database is past the date', async () => {
+        const { rows } = await pool.query(`SELECT now() > $1::timestamptz + interval '5 ms' AS past`, [
+          before,
+        ]);
+        return (rows[0] as { past: boolean }).past;
+      });
+      // The CLI counted (the claim not yet committed: none live); before its delete, the write commits and
+      // the claim with it, made at its transaction's start: before the date.
+      purge = jest.spyOn(PostgresStore.prototype, 'purge').mockImplementationOnce(async function (
+        this: PostgresStore,
+        ...args
+      ) {
+        await writer.query('COMMIT');
+        expect(await claiming).toBe(true);
+        return original.apply(this, args);
+      });
+      const run = await cli([
+        'purge',
+        '--before',
+        before.toISOString(),
+        '--ttl-ms',
+        '1',
+        '--table',
+        store.table,
+      ]);
       expect(run.code).toBe(0);
       expect(purge).toHaveBeenCalledTimes(1);
     } finally {
-      purge.mockRestore();
+      purge?.mockRestore();
+      await writer.query('ROLLBACK').catch(() => {});
+      writer.release();
     }
-    expect(await store.claim(late, 30 * DAY, randomUUID())).toBe(false); // it holds its key 30 days
+    expect(await store.claim(key, 30 * DAY, randomUUID())).toBe(false); // it holds its key 30 days
   });
 
   // retention's pass (and ipn.inbox.purge) deletes the claims made before now - ttlMs by claimed_at alone: a
