@@ -550,8 +550,9 @@ function purge(before: Date, status: PurgedStatus, window: PurgeWindow): Action 
       entered = true;
     }
     // The claims this purge deletes may hold their keys longer than --ttl-ms says: each one's expires_at knows.
-    // Asked for, they go (clearing the claims left by an at-most-once crash), as before.
-    if (status === 'delivered' && !window.inside) {
+    // Asked for, they go (clearing the claims left by an at-most-once crash), and the purge went inside their
+    // window, whatever --ttl-ms says of the date: the audit trail says so.
+    if (status === 'delivered') {
       const live = await database.liveClaims(before).catch((error: unknown) => {
         throw new StoreError(
           `${where}: could not count the at-most-once claims made before ${before.toISOString()}, so nothing ` +
@@ -560,12 +561,17 @@ function purge(before: Date, status: PurgedStatus, window: PurgeWindow): Action 
           { cause: error },
         );
       });
-      if (live.count > 0) {
+      if (live.count > 0 && window.inside) entered = true;
+      else if (live.count > 0) {
         io.stderr(liveClaimsText(before, live));
         return { code: 1 }; // nothing deleted, nothing to keep in the audit trail
       }
     }
-    const purged = await store.purge(before, status);
+    // The count above is a warning, not a guard: a claim committed after it (its claimed_at is its transaction's
+    // start) would be deleted by a delete that did not check each claim itself.
+    const purged = window.inside
+      ? await store.purge(before, status, { insideDedupeWindow: true })
+      : await store.purge(before, status);
     const how = status === 'dead' ? 'gone dead' : 'delivered';
     io.stdout(
       `deleted ${purged} ${status} ${purged === 1 ? 'entry' : 'entries'} ${how} before ${before.toISOString()} ` +
@@ -591,8 +597,9 @@ function liveClaimsText(before: Date, { count, until }: LiveClaims): string {
   return (
     `ipn-kit inbox purge: refused to purge before ${before.toISOString()}: ${count} at-most-once ` +
     `${one ? 'claim' : 'claims'} made before it still ${one ? 'holds its key' : 'hold their keys'} (until ` +
-    `${until.toISOString()} by the database's clock: your app's ttlMs is longer than --ttl-ms), and a resend ` +
-    `of ${one ? 'its notification' : 'their notifications'} would be delivered, and credited, again. Nothing ` +
+    `${until.toISOString()} by the database's clock: made under a longer ttlMs than --ttl-ms, your app's ` +
+    `now or earlier), and a resend of ${one ? 'its notification' : 'their notifications'} would be ` +
+    `delivered, and credited, again. Nothing ` +
     `was deleted. Purge again after ${until.toISOString()}, or, once you know the service can no longer ` +
     `resend ${one ? 'it' : 'them'}, add --inside-dedupe-window`
   );

@@ -145,8 +145,9 @@ export interface Inbox {
 export interface PurgeOptions {
   /**
    * Purge delivered entries delivered inside the dedupe window (`before` later than `ttlMs` ago) all the
-   * same: a resend of one of them is then delivered, and credited, again. Only once the service can no
-   * longer resend them.
+   * same, and the at-most-once claims made before `before` that still hold their key (made under a longer
+   * `ttlMs`: the SQL stores keep them otherwise): a resend of one of them is then delivered, and credited,
+   * again. Only once the service can no longer resend them.
    * @default false
    */
   insideDedupeWindow?: boolean;
@@ -562,7 +563,10 @@ export function createDelivery<C>(
         // number or a string for `before`, which the window's rule lets through, and deleted today's entries.
         checkPurge('ipn.inbox', before, status ?? 'delivered');
         checkPurgeWindow(before, status, options.ttlMs, asked, PURGE_ANYWAY);
-        return store.purge(before, status);
+        // Not asked for, the store keeps the claims still holding their key (made under a longer ttlMs).
+        return asked
+          ? store.purge(before, status, { insideDedupeWindow: true })
+          : store.purge(before, status);
       },
       recordAction: async (action) => recordAction(inbox(), action),
       actions: async (options) => listActions(inbox(), options),

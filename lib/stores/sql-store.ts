@@ -3,7 +3,14 @@ import type { StoreError } from '../shared/errors.js';
 import { checkListOptions } from './list-options.js';
 import { checkPurge, redactEach } from './redact-record.js';
 import type { MigrateOptions, MigrationReport } from './schema-migrations.js';
-import type { DeliveryStatus, InboxEntry, ListOptions, PurgedStatus, StatusCounts } from './store.js';
+import type {
+  DeliveryStatus,
+  InboxEntry,
+  ListOptions,
+  PurgedStatus,
+  StatusCounts,
+  StorePurgeOptions,
+} from './store.js';
 
 /** Which of a SQL store's tables a statement is about, for the message of a missing one. */
 export type TableOf = 'inbox' | 'expectations' | 'audit' | 'control' | 'claims';
@@ -49,8 +56,10 @@ export interface SqlDialect {
     /** Deletes the claim of a key (`claim()`'s row in `<table>_claims`). */
     releaseClaim: string;
     purge: string;
-    /** Deletes the claims made before a time: `purge()`'s age rule for claims. */
+    /** Deletes the claims made before a time that no longer hold their key: `purge()`'s rule for claims. */
     purgeClaims: string;
+    /** Deletes the claims made before a time, those still holding their key too: `insideDedupeWindow`. */
+    purgeLiveClaims: string;
     purgeDead: string;
     /** PostgreSQL: `redact()` as one statement. */
     redact?: string;
@@ -165,15 +174,24 @@ export abstract class SqlStore {
   }
 
   /**
-   * Deletes `delivered` rows delivered before `before`, and the claims (`<table>_claims`) made before it;
-   * given `'dead'`, the dead rows last updated before it. Resolves how many (claims included).
+   * Deletes `delivered` rows delivered before `before`, and the claims (`<table>_claims`) made before it that
+   * no longer hold their key (all of them given `options.insideDedupeWindow`); given `'dead'`, the dead rows
+   * last updated before it. Resolves how many (claims included).
    */
-  async purge(before: Date, status: PurgedStatus = 'delivered'): Promise<number> {
+  async purge(
+    before: Date,
+    status: PurgedStatus = 'delivered',
+    options?: StorePurgeOptions,
+  ): Promise<number> {
     checkPurge(this.dialect.owner, before, status);
     const { sql } = this.dialect;
     const values = [this.dialect.time(before)];
     if (status === 'dead') return this.dialect.change(sql.purgeDead, values);
-    const claims = await this.dialect.change(sql.purgeClaims, values);
+    // A claim's expires_at, not `before`, says how long it holds its key: one made under a longer ttlMs than
+    // the caller's still does, and deleting it in the same statement that checks it leaves no gap for one
+    // committed after a check to go.
+    const live = options?.insideDedupeWindow === true;
+    const claims = await this.dialect.change(live ? sql.purgeLiveClaims : sql.purgeClaims, values);
     return claims + (await this.dialect.change(sql.purge, values));
   }
 

@@ -206,13 +206,15 @@ export interface DurableStore extends Store {
   replayDead(): Promise<number>;
   /**
    * Deletes `delivered` entries delivered before `before` (their resends are then new); the built-in SQL
-   * stores also delete the at-most-once claims made before it, counted with them. Given `'dead'`, the
+   * stores also delete the at-most-once claims made before it that no longer hold their key (their
+   * `expires_at` passed, by the database's clock), counted with them, and those still holding it too only
+   * given `options.insideDedupeWindow` (a resend of one is then credited again). Given `'dead'`, the
    * `dead` entries that went dead (were last updated) before `before` instead. Resolves how many. A
    * store must not ignore `status`: given `'dead'`, it would delete delivered entries instead, and a purge
    * of dead entries is not held out of the dedupe window (`ipn.inbox.purge(new Date(), 'dead')`, or
    * `retention.deadMs` shorter than `ttlMs`, would delete what makes today's resends duplicates).
    */
-  purge(before: Date, status?: PurgedStatus): Promise<number>;
+  purge(before: Date, status?: PurgedStatus, options?: StorePurgeOptions): Promise<number>;
   /**
    * Optional: blanks the customer's name and number (`customer_name` and `destination`, set to `""`) in the records of
    * `delivered` and `dead` entries received before `before`, keeping every other field (amounts, ids).
@@ -257,6 +259,20 @@ export interface DurableStore extends Store {
  * @inline
  */
 export type PurgedStatus = 'delivered' | 'dead';
+
+/**
+ * {@link DurableStore.purge}'s options.
+ * @inline
+ */
+export interface StorePurgeOptions {
+  /**
+   * Delete the at-most-once claims made before `before` that still hold their key as well (clearing the
+   * claims an at-most-once crash left): a resend of one is then credited again. A claim made under a longer
+   * `ttlMs` than the app's today holds its key until its own `expires_at`, which only this overrides.
+   * @default false
+   */
+  insideDedupeWindow?: boolean;
+}
 
 /**
  * The fields of a stored notification that name the customer (personal data): what

@@ -411,6 +411,9 @@ describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreS
     const refused = await cli(['purge', '--before', before, '--table', store.table]);
     expect(refused.code).toBe(1);
     expect(refused.stderr).toContain('1 at-most-once claim made before it still holds its key');
+    // Not necessarily the app's ttlMs today: a claim keeps the ttlMs it was made under (since lowered, or
+    // another deploy's on the same inbox), and --ttl-ms may well be the app's.
+    expect(refused.stderr).toContain("made under a longer ttlMs than --ttl-ms, your app's now or earlier");
     expect(refused.stderr).toContain('credited, again');
     expect(refused.stderr).toContain('--inside-dedupe-window');
     expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(false); // it holds its key 20 days more
@@ -422,6 +425,87 @@ describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreS
     expect(forced).toMatchObject({ code: 0, stdout: expect.stringContaining('deleted 2 delivered entries') });
     expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(true);
     expect(await store.get(key)).toBeUndefined();
+    // The date is outside --ttl-ms's window, but the purge went inside the claim's: the audit trail says so,
+    // for whoever looks for the purge that let a resend be credited twice.
+    const [audit] = await listActions(store, { limit: 1 });
+    expect(audit).toMatchObject({ action: 'purge', detail: { insideDedupeWindow: true } });
+  });
+
+  // The CLI counted the live claims, then deleted the claims made before the date in another statement: a claim
+  // committed between the two (a takeover, or a first claim, whose transaction began before the date: its
+  // now() is its transaction's start, and it may wait for the inbox's lock up to storeTimeoutMs) was deleted
+  // while it held its key. --ttl-ms as short as that wait: the CLI does not know the app's ttlMs.
+  test('the CLI: a claim committed between the count and the delete still holds its key', async () => {
+    const store = await freshStore();
+    const key = `TX.${process.pid}.late:SUCCESSFUL`;
+    // A write of the inbox in progress: the claim waits for it (LOCK TABLE ... IN SHARE MODE), its now() fixed.
+    const writer = await pool.connect();
+    const original = PostgresStore.prototype.purge;
+    let purge: jest.SpyInstance | undefined;
+    try {
+      await writer.query('BEGIN');
+      await writer.query(`LOCK TABLE "${store.table}" IN ROW EXCLUSIVE MODE`);
+      const claiming = store.claim(key, 30 * DAY, randomUUID()); // the app's ttlMs: 30 days
+      let began: Date | undefined;
+      await eventually('the claim waits for the inbox', async () => {
+        const { rows } = await pool.query(
+          `SELECT xact_start FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+          [`%${store.table}_claims%`],
+        );
+        began = (rows[0] as { xact_start: Date } | undefined)?.xact_start;
+        return began !== undefined;
+      });
+      // A date just after the claim's transaction began, outside a --ttl-ms of 1 ms by the database's clock.
+      const before = new Date(began!.getTime() + 1);
+      await eventually('the database is past the date', async () => {
+        const { rows } = await pool.query(`SELECT now() > $1::timestamptz + interval '5 ms' AS past`, [
+          before,
+        ]);
+        return (rows[0] as { past: boolean }).past;
+      });
+      // The CLI counted (the claim not yet committed: none live); before its delete, the write commits and
+      // the claim with it, made at its transaction's start: before the date.
+      purge = jest.spyOn(PostgresStore.prototype, 'purge').mockImplementationOnce(async function (
+        this: PostgresStore,
+        ...args
+      ) {
+        await writer.query('COMMIT');
+        expect(await claiming).toBe(true);
+        return original.apply(this, args);
+      });
+      const run = await cli([
+        'purge',
+        '--before',
+        before.toISOString(),
+        '--ttl-ms',
+        '1',
+        '--table',
+        store.table,
+      ]);
+      expect(run.code).toBe(0);
+      expect(purge).toHaveBeenCalledTimes(1);
+    } finally {
+      purge?.mockRestore();
+      await writer.query('ROLLBACK').catch(() => {});
+      writer.release();
+    }
+    expect(await store.claim(key, 30 * DAY, randomUUID())).toBe(false); // it holds its key 30 days
+  });
+
+  // retention's pass (and ipn.inbox.purge) deletes the claims made before now - ttlMs by claimed_at alone: a
+  // claim made under a longer ttlMs (an at-most-once deploy with ttlMs 30 days, since switched to at least once
+  // with 7 days, on the same inbox) still holding its key was deleted, and the resend was credited again.
+  test("retention's pass keeps a claim still holding its key (made under a longer, since-lowered ttlMs)", async () => {
+    const store = await freshStore();
+    const claimed = `TX.${process.pid}.lowered:SUCCESSFUL`;
+    expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(true);
+    await pool.query(
+      `UPDATE "${store.table}_claims" SET claimed_at = now() - make_interval(days => 10),
+         expires_at = now() + make_interval(days => 20) WHERE key = $1`,
+      [claimed],
+    );
+    await retentionPass(store, TTL, RETENTION_DEFAULTS);
+    expect(await store.claim(claimed, 30 * DAY, randomUUID())).toBe(false); // it holds its key 20 days more
   });
 
   test('the CLI: an expired claim made before the date does not refuse the purge', async () => {

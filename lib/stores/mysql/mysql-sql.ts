@@ -251,8 +251,9 @@ export function mysqlInboxSql(table: string) {
         next_attempt_at = ${NOW} + INTERVAL (? * 1000) MICROSECOND, updated_at = ${NOW}
       WHERE \`key\` = ? AND (? IS NULL OR FIND_IN_SET(status, ?) > 0) AND ${ENTRY}`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ${AT}`,
-    purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < ${AT}`,
-    // The claims purgeClaims would delete that still hold their key (by the database's clock): the CLI refuses
+    purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < ${AT} AND expires_at <= ${NOW}`,
+    purgeLiveClaims: `DELETE FROM ${claims} WHERE claimed_at < ${AT}`,
+    // The claims purgeLiveClaims would delete that still hold their key (by the database's clock): the CLI refuses
     // a purge that would delete one unless asked for, as a resend of it would be credited again.
     liveClaims: `SELECT COUNT(*) AS count, ${msOf('MAX(expires_at)')} AS last_expires FROM ${claims}
       WHERE claimed_at < ${AT} AND expires_at > ${NOW}`,

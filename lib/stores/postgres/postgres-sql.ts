@@ -530,8 +530,9 @@ export function inboxSql(table: string) {
         next_attempt_at = now() + $2::bigint * interval '1 millisecond', updated_at = now()
       WHERE key = $1 AND ($3::text[] IS NULL OR status = ANY($3::text[])) AND ${ENTRY}`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < $1`,
-    purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < $1`,
-    // The claims purgeClaims would delete that still hold their key (by the database's clock): the CLI refuses
+    purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < $1 AND expires_at <= now()`,
+    purgeLiveClaims: `DELETE FROM ${claims} WHERE claimed_at < $1`,
+    // The claims purgeLiveClaims would delete that still hold their key (by the database's clock): the CLI refuses
     // a purge that would delete one unless asked for, as a resend of it would be credited again.
     liveClaims: `SELECT count(*)::int AS count, max(expires_at) AS last_expires FROM ${claims}
       WHERE claimed_at < $1 AND expires_at > now()`,

@@ -115,7 +115,10 @@ export function sqliteInboxSql(table: string) {
     replay: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = ?, updated_at = ?
       WHERE key = ? AND (? IS NULL OR instr(',' || ? || ',', ',' || status || ',') > 0) AND ${ENTRY}`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ?`,
-    purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < ?`,
+    // Only those no longer holding their key, by this machine's clock in ms (as Date.now(), which stamped them).
+    purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < ?
+      AND expires_at <= CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)`,
+    purgeLiveClaims: `DELETE FROM ${claims} WHERE claimed_at < ?`,
     purgeDead: `DELETE FROM ${t} WHERE status = 'dead' AND updated_at < ?`,
     // redact(): the records to blank (in JavaScript, one rule for every store), then each set only if unchanged
     // and still delivered or dead: a replay between the two (the entry received again) keeps its record whole.
