@@ -41,7 +41,7 @@ import {
   tracingActive,
   type Parent,
 } from '../observability/tracing.js';
-import { createExpectations } from './expectations.js';
+import { createExpectations, type ExpectationHold } from './expectations.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
 import { createUnexpectedScreen } from './unexpected.js';
 import type { DrainResult } from './drain-result.js';
@@ -402,11 +402,11 @@ export function createDelivery<C>(
     leaseId: string,
     conflict = false,
     parent?: Parent,
-    verified?: () => void,
+    expectation?: ExpectationHold,
   ): Promise<void> {
     if (durably) return detach(durably.deliver(keyOf(n), n, leaseId, 1, driver, parent));
     if (conflict) return detach(lifecycle.conflict(n));
-    if (verifying) return verifying.start(n, parent, verified);
+    if (verifying) return verifying.start(n, parent, expectation);
     if (!tracingActive()) return context.emitNow(n);
     // At most once, the one attempt: its listeners run in its span; their failures are `error` events.
     return traceAttempt(n, keyOf(n), 1, parent, async (span) => {
@@ -477,7 +477,7 @@ export function createDelivery<C>(
     dispatch,
     /**
      * Whether a claimed notification is verified after the answer and kept only in memory meanwhile (at most
-     * once, `verify`): its expectation is then settled once verified (`dispatch`'s `verified`).
+     * once, `verify`): its expectation is then settled once verified (`dispatch`'s `expectation`).
      */
     verifiesAfterClaim: verifying !== undefined,
 

@@ -1,7 +1,7 @@
 import type { StandardSchemaV1 } from '../notification/standard-schema.js';
 import { toFieldIssues } from '../notification/custom-data.js';
 import { createDelivery, type Acceptance } from '../delivery/delivery.js';
-import { NO_EXPECTATION } from '../delivery/expectations.js';
+import { NO_EXPECTATION, type ExpectationHold } from '../delivery/expectations.js';
 import { identify, keyOf, type Emitters } from '../delivery/delivery-context.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { AlertMonitor } from '../observability/alerts.js';
@@ -46,8 +46,8 @@ export type Admission =
       kind: 'claimed';
       leaseId: string;
       conflict?: boolean;
-      /** Settles the notification's expectation once verification confirms it (at most once, `verify`). */
-      verified?: () => void;
+      /** Its expectation, settled once verification confirms it, due again if it gives up (at most once, `verify`). */
+      expectation?: ExpectationHold;
     }
   | { kind: 'duplicate' }
   | { kind: 'store-failed'; error: StoreError }
@@ -202,11 +202,11 @@ export function createIpnPipeline<C>(
           },
         };
       case 'claimed': {
-        const { leaseId, conflict, verified } = admission;
+        const { leaseId, conflict, expectation } = admission;
         return {
           status: 200,
           body: OK_BODY,
-          after: () => delivery.dispatch(notification, leaseId, conflict, span?.parent, verified),
+          after: () => delivery.dispatch(notification, leaseId, conflict, span?.parent, expectation),
         };
       }
     }
@@ -305,8 +305,10 @@ export function createIpnPipeline<C>(
       const settle = () => delivery.expectations.settle(notification, expected);
       // Verified after the answer (at most once), only once verified: a forged copy matching the expectation
       // that verification gives up on must leave it to the sweep (the genuine copy was maybe its duplicate).
-      if (delivery.verifiesAfterClaim) admission = { ...admission, verified: settle };
-      else settle();
+      if (delivery.verifiesAfterClaim) {
+        const reopen = () => delivery.expectations.reopen(notification, expected);
+        admission = { ...admission, expectation: { settle, reopen } };
+      } else settle();
       if (!isFinalState(notification.state)) {
         // Only `notification` is emitted for it: say so loudly, or a new success spelling is a lost payment.
         metrics?.unknownState();

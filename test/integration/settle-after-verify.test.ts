@@ -191,6 +191,90 @@ test.failing(
   },
 );
 
+// The sweep runs while a forged copy matching the expectation is being verified (the expectation was due: the
+// notification came late, or verification is retrying): the key is held, so the sweep's record is "already
+// handled", and the expectation is settled. Verification then gives up on the forgery and releases the key:
+// the genuine copy, answered meanwhile as its duplicate, is nowhere, and the sweep no longer asks.
+test('at-most-once verify: a sweep while a forged copy is verified, then given up on: the expectation is still left to the sweep', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  // Verification's queries time out (the sweep's, with no time limit, are answered).
+  const verify = {
+    getStatus: async () => {
+      await gate;
+      throw new Error('the service did not answer in time');
+    },
+  };
+  ipn = ipnRouter({
+    store,
+    verify,
+    statusClient: client,
+    logger: quiet,
+    verifyAttempts: 2,
+    verifyRetryDelayMs: 5,
+    reconcileAfterMs: 1,
+    sweepIntervalMs: 2 ** 31 - 1,
+  });
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id }); // the genuine copy
+  expect(recorder.count('duplicate')).toBe(1);
+  await ipn.sweep(); // the key is held by the forgery being verified
+  open();
+  await until(() => recorder.count('error') > 0, 'verification given up');
+  await settle();
+  expect(recorder.count('successful')).toBe(0);
+  expect(settledIn(store, id)).toBe(false);
+  // The sweep asks again, and delivers the service's record, once.
+  expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
+  await settle();
+  expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, custom_data: 'order-a' }]);
+  expect((await ipn.reconcile(id)).emitted).toBe(false);
+});
+
+test('at-most-once verify: a sweep while a forged copy is verified, then the router closed: the next process sweeps it', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  const verify = {
+    getStatus: async (...args: Parameters<typeof client.getStatus>) => {
+      await gate;
+      return client.getStatus(...args);
+    },
+  };
+  const settings = {
+    store,
+    verify,
+    statusClient: client,
+    logger: quiet,
+    reconcileAfterMs: 1,
+    sweepIntervalMs: 2 ** 31 - 1,
+  };
+  ipn = ipnRouter(settings);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id }); // the genuine copy, a duplicate
+  await ipn.sweep(); // the key is held by the forgery being verified
+  await running.close();
+  running = undefined;
+  await ipn.close({ timeoutMs: 1 });
+  open();
+  await settle();
+  ipn = ipnRouter(settings);
+  const recorder = recordEvents(ipn);
+  expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
+  await settle();
+  expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, custom_data: 'order-a' }]);
+});
+
 // 01864dd: a store that never answers the read: verifyAttempts reads, then one error, no unhandled rejection.
 for (const delivery of ['at-most-once', 'at-least-once'] as const) {
   test(`${delivery}: an expectation the store never reads where a record replaces a forgery: bounded reads, one rejected and one error per attempt budget`, async () => {
