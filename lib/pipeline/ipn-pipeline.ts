@@ -124,10 +124,16 @@ export function createIpnPipeline<C>(
 
   /**
    * Claims, unless the router closed meanwhile: then the claim is undone (the inbox keeps a stored one). At
-   * once when the store answers synchronously (MemoryStore), else a promise.
+   * once when the store answers synchronously (MemoryStore), else a promise. `expectation` goes with a claim
+   * that lands after storeTimeoutMs (answered 503, delivered late): settled as at any claim.
    */
-  function admit(n: IpnNotification, decide = true, traceparent?: string): Admission | Promise<Admission> {
-    const accepted = delivery.accept(n, decide, traceparent);
+  function admit(
+    n: IpnNotification,
+    decide = true,
+    traceparent?: string,
+    expectation?: ExpectationHold,
+  ): Admission | Promise<Admission> {
+    const accepted = delivery.accept(n, decide, traceparent, expectation);
     return accepted instanceof Promise ? accepted.then((done) => admitted(n, done)) : admitted(n, accepted);
   }
 
@@ -294,21 +300,22 @@ export function createIpnPipeline<C>(
       if (screened.kind !== 'go') return answer(screened, notification);
       if (closed) return unavailable('closed');
     }
+    const expectation: ExpectationHold = {
+      settle: () => delivery.expectations.settle(notification, expected),
+      reopen: () => delivery.expectations.reopen(notification, expected),
+    };
     let admission: Admission;
     if (expected.kind === 'error') admission = { kind: 'store-failed', error: expected.error };
     else {
-      const admitting = admit(notification, true, span?.traceparent);
+      const admitting = admit(notification, true, span?.traceparent, expectation);
       // Only a claim still under way is in flight for close() to wait for.
       admission = admitting instanceof Promise ? await track(admitting) : admitting;
     }
     if (admission.kind === 'claimed') {
-      const settle = () => delivery.expectations.settle(notification, expected);
       // Verified after the answer (at most once), only once verified: a forged copy matching the expectation
       // that verification gives up on must leave it to the sweep (the genuine copy was maybe its duplicate).
-      if (delivery.verifiesAfterClaim) {
-        const reopen = () => delivery.expectations.reopen(notification, expected);
-        admission = { ...admission, expectation: { settle, reopen } };
-      } else settle();
+      if (delivery.verifiesAfterClaim) admission = { ...admission, expectation };
+      else expectation.settle();
       if (!isFinalState(notification.state)) {
         // Only `notification` is emitted for it: say so loudly, or a new success spelling is a lost payment.
         metrics?.unknownState();

@@ -324,3 +324,46 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
     }
   });
 }
+
+// A claim that lands after storeTimeoutMs (answered 503, then delivered late: the service's resend is its
+// duplicate) is verified and credited, but its expectation was never settled: the admission was a store
+// failure. The sweep then asks about a credited payment, and delivers its record a second time once the
+// claim has expired (ttlMs shorter than the time to the sweep's query, or a claim store that lost it).
+for (const mode of MODES) {
+  test(`${mode}: a claim landing after storeTimeoutMs settles the expectation of the copy it credits`, async () => {
+    const id = await paid();
+    const store = new MemoryStore();
+    let open = (): void => {};
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let slow = true;
+    // At least once the inbox's receive is the claim.
+    const method = mode.startsWith('at-least-once') ? 'receive' : 'claim';
+    const original = (store[method] as (...args: unknown[]) => unknown).bind(store);
+    (store as unknown as Record<string, unknown>)[method] = (...args: unknown[]) => {
+      if (!slow || !String(args[0]).startsWith(id)) return original(...args);
+      slow = false;
+      return gate.then(() => original(...args));
+    };
+    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    ipn = ipnRouter({
+      store,
+      delivery: mode.startsWith('at-least-once') ? 'at-least-once' : 'at-most-once',
+      ...(mode.endsWith('verify') ? { verify: client } : { statusClient: client }),
+      logger: quiet,
+      storeTimeoutMs: 20,
+      retryDelayMs: 5,
+      reconcileAfterMs: 1,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    const recorder = recordEvents(ipn);
+    running = await listen(ipn);
+    await ipn.expect(id, { amount: 100 });
+    expect(await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id })).toBe(503);
+    open();
+    await until(() => recorder.count('successful') > 0, 'credited late');
+    await settle();
+    expect(settledIn(store, id)).toBe(true);
+    expect((await ipn.sweep()).queried).toBe(0);
+    expect(recorder.count('successful')).toBe(1);
+  });
+}
