@@ -367,3 +367,54 @@ for (const mode of MODES) {
     expect(recorder.count('successful')).toBe(1);
   });
 }
+
+test('at-most-once verify: a forged and the genuine copy at once: one claims, one credit, the expectation settled', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  ipn = routerOf('at-most-once verify', store, client);
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  const url = `${running.url}/`;
+  await Promise.all([
+    provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' }),
+    provider.forge({ ipnUrl: url, transactionId: id }),
+  ]);
+  await until(() => recorder.count('successful') > 0, 'credited');
+  await settle();
+  expect(recorder.count('duplicate')).toBe(1);
+  expect(settledIn(store, id)).toBe(true);
+  expect((await ipn.sweep()).queried).toBe(0);
+  expect(recorder.of('successful')).toMatchObject([{ custom_data: 'order-a' }]);
+});
+
+// At most once, the claim is in the store and verification in memory: a process that stops between the two
+// (no close()) leaves a claimed key nothing delivers. The expectation, unsettled since 6838fef, is the next
+// process's sweep's to ask about; but the sweep takes the held key for a delivered copy and settles it, so
+// the payment is lost (as it was before 6838fef, when the claim had settled it). Left failing: telling a
+// held key from a delivered one needs the claim store's help, and a sweep that does not settle on a held key
+// credits a second time wherever the claim expires before its next query. At most once's stated limit.
+test.failing(
+  'at-most-once verify: a process that stops between the claim and verification: the next process sweeps the payment',
+  async () => {
+    const id = await paid();
+    const store = new MemoryStore();
+    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    const never = { getStatus: () => new Promise<never>(() => {}) }; // the process stops before any answer
+    const stopped = routerOf('at-most-once verify', store, never);
+    const served = await listen(stopped);
+    try {
+      await stopped.expect(id, { amount: 100 });
+      expect(await provider.forge({ ipnUrl: `${served.url}/`, transactionId: id })).toBe(200);
+      ipn = routerOf('at-most-once verify', store, client); // the next process, over the same store
+      const recorder = recordEvents(ipn);
+      await ipn.sweep();
+      await settle();
+      expect(recorder.count('successful')).toBe(1);
+    } finally {
+      await served.close();
+      await stopped.close({ timeoutMs: 1 });
+    }
+  },
+);
