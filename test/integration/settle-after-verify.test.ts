@@ -1,3 +1,10 @@
+import { context, trace } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+} from '@opentelemetry/sdk-trace-base';
 import { createStatusClient, ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
 import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
 import { SETTLED_ATTEMPTS } from '../../lib/delivery/expectations.js';
@@ -418,3 +425,62 @@ test.failing(
     }
   },
 );
+
+// Traced, the first verification runs in its span (traceAttempt): the same settle, and the same reopen.
+describe('traced', () => {
+  const exporter = new InMemorySpanExporter();
+  beforeAll(() => {
+    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+    trace.setGlobalTracerProvider(
+      new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }),
+    );
+  });
+  afterAll(() => {
+    trace.disable();
+    context.disable();
+  });
+
+  test('at-most-once verify: a genuine copy settles its expectation; a forgery given up on after a sweep leaves it to the sweep', async () => {
+    const id = await paid();
+    const other = await paid();
+    const store = new MemoryStore();
+    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    let open = (): void => {};
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const verify = {
+      getStatus: async (...args: Parameters<typeof client.getStatus>) => {
+        if (args[0] !== other) return client.getStatus(...args);
+        await gate;
+        throw new Error('the service did not answer in time');
+      },
+    };
+    ipn = ipnRouter({
+      store,
+      verify,
+      statusClient: client,
+      logger: quiet,
+      verifyAttempts: 2,
+      verifyRetryDelayMs: 5,
+      reconcileAfterMs: 1,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    const recorder = recordEvents(ipn);
+    running = await listen(ipn);
+    await ipn.expect(id, { amount: 100 });
+    await ipn.expect(other, { amount: 100 });
+    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
+    await until(() => recorder.count('successful') > 0, 'credited');
+    await settle();
+    expect(settledIn(store, id)).toBe(true);
+    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: other, customData: 'order-forged' });
+    await ipn.sweep(); // the other's key is held by the forgery being verified
+    open();
+    await until(() => recorder.count('error') > 0, 'verification given up');
+    await settle();
+    expect(settledIn(store, other)).toBe(false);
+    expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
+    await settle();
+    expect(recorder.of('successful')).toMatchObject([{ transaction_id: id }, { transaction_id: other }]);
+    expect(exporter.getFinishedSpans().length).toBeGreaterThan(0);
+  });
+});
