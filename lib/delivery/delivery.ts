@@ -41,7 +41,7 @@ import {
   tracingActive,
   type Parent,
 } from '../observability/tracing.js';
-import { createExpectations } from './expectations.js';
+import { createExpectations, type ExpectationHold } from './expectations.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
 import { createUnexpectedScreen } from './unexpected.js';
 import type { DrainResult } from './drain-result.js';
@@ -325,19 +325,27 @@ export function createDelivery<C>(
     else if (durably) void durably.drain(monotonicNow());
   };
 
-  /** A claim answered 503, that went through after all: ours to deliver, or it would be lost. */
-  function deliverLate(n: IpnNotification, leaseId: string): void {
+  /**
+   * A claim answered 503, that went through after all: ours to deliver, or it would be lost. Its expectation
+   * is settled as at any claim (else the sweep asks about a credited payment, and credits it again once the
+   * claim has expired): now, or once verified.
+   */
+  function deliverLate(n: IpnNotification, leaseId: string, expectation?: ExpectationHold): void {
     logger.warn(identify(n), 'IPN claim landed after storeTimeoutMs: delivered late');
     // Verified first, and decided only once verified (the verification queue's part, as for any claim).
     if (durably || verifying) {
-      void dispatch(n, leaseId);
+      if (durably) expectation?.settle();
+      void dispatch(n, leaseId, false, undefined, expectation);
       return;
     }
     void detach(
       Promise.resolve()
         .then(() => lifecycle.decide(n))
         .then(
-          (verdict) => dispatch(n, leaseId, verdict === 'conflict'),
+          (verdict) => {
+            expectation?.settle(); // decided, as an admission is (a failed decision releases the key)
+            return dispatch(n, leaseId, verdict === 'conflict');
+          },
           (cause: unknown) => decisionFailed(n, cause),
         ),
     );
@@ -403,11 +411,11 @@ export function createDelivery<C>(
     leaseId: string,
     conflict = false,
     parent?: Parent,
-    verified?: () => void,
+    expectation?: ExpectationHold,
   ): Promise<void> {
     if (durably) return detach(durably.deliver(keyOf(n), n, leaseId, 1, driver, parent));
     if (conflict) return detach(lifecycle.conflict(n));
-    if (verifying) return verifying.start(n, parent, verified);
+    if (verifying) return verifying.start(n, parent, expectation);
     if (!tracingActive()) return context.emitNow(n);
     // At most once, the one attempt: its listeners run in its span; their failures are `error` events.
     return traceAttempt(n, keyOf(n), 1, parent, async (span) => {
@@ -455,9 +463,15 @@ export function createDelivery<C>(
      * (MemoryStore), else a promise; never rejects. At most once, the lifecycle decides it before the
      * answer, unless it is still to verify (then once verified), or `decide` is false (a claim only checked
      * for a resend, undone at once: an unexpected notification refused). `traceparent`, the request's span
-     * (when traced), is kept with the inbox entry.
+     * (when traced), is kept with the inbox entry. `expectation` is the caller's to settle once claimed, but
+     * for a claim that lands after storeTimeoutMs (answered 503): settled here then (see `deliverLate`).
      */
-    accept(n: IpnNotification, decide = true, traceparent?: string): Acceptance | Promise<Acceptance> {
+    accept(
+      n: IpnNotification,
+      decide = true,
+      traceparent?: string,
+      expectation?: ExpectationHold,
+    ): Acceptance | Promise<Acceptance> {
       const key = keyOf(n);
       // Past the bound, shed before claiming: nothing to release, and the service's resend is processed.
       if (verifying && !verifying.reserve(key)) return { claimed: shed(n), leaseId: '' };
@@ -466,7 +480,7 @@ export function createDelivery<C>(
       const receive =
         durable &&
         (() => durable.receive(key, keepTraceparent(toRecord(n), traceparent), { id: leaseId, ms: leaseMs }));
-      const claimed = claimer.claimNow(key, () => deliverLate(n, leaseId), receive);
+      const claimed = claimer.claimNow(key, () => deliverLate(n, leaseId, expectation), receive);
       const settled = (answer: boolean | StoreError): Acceptance | Promise<Acceptance> => {
         const accepted = acceptance(key, answer, leaseId);
         return decide && !verifying ? decided(n, accepted) : accepted;
@@ -478,7 +492,7 @@ export function createDelivery<C>(
     dispatch,
     /**
      * Whether a claimed notification is verified after the answer and kept only in memory meanwhile (at most
-     * once, `verify`): its expectation is then settled once verified (`dispatch`'s `verified`).
+     * once, `verify`): its expectation is then settled once verified (`dispatch`'s `expectation`).
      */
     verifiesAfterClaim: verifying !== undefined,
 

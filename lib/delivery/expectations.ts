@@ -55,6 +55,15 @@ export type ExpectationCheck =
   | { kind: 'mismatch'; event: RejectedEvent }
   | { kind: 'error'; error: StoreError };
 
+/**
+ * The expectation of a copy claimed before it is verified (at most once, `verify`): settled once verification
+ * confirms the copy (or delivers the service's record in its place), made due again when it gives the copy up.
+ */
+export interface ExpectationHold {
+  settle(): void;
+  reopen(): void;
+}
+
 /** The check of a notification no expectation is kept for. */
 export const NO_EXPECTATION: ExpectationCheck = Object.freeze({ kind: 'none' });
 
@@ -230,6 +239,29 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
       if (mismatches.length === 0) return { kind: 'match', expectation };
       const message = `the notification of ${n.transaction_id} contradicts its expectation in ${mismatches.join(', ')}: not credited`;
       return { kind: 'mismatch', event: { reason: 'mismatch', message, mismatches, notification: n } };
+    },
+
+    /**
+     * A copy that matched its expectation and claimed its key, which verification then gave up on (the key
+     * released): its expectation is due again now. A sweep meanwhile found that key held, took the copy for
+     * a delivered one and settled the expectation; the genuine copy, answered as its duplicate, is then
+     * nowhere but in the service's record, which the sweep delivers once it asks again.
+     */
+    reopen(n: IpnNotification, checked: ExpectationCheck): void {
+      if (!expectations || checked.kind !== 'match' || !settlesExpectation(n.state)) return;
+      if (isSettled(checked.expectation)) return;
+      const { expectation } = checked;
+      Promise.resolve()
+        .then(() => expectations.put({ ...expectation, dueAt: Date.now() }))
+        .catch((cause: unknown) =>
+          report(
+            new StoreError(
+              `the store failed to make the expectation of ${n.transaction_id} due again: ${messageOf(cause)}`,
+              { cause },
+            ),
+            n,
+          ),
+        );
     },
 
     /**

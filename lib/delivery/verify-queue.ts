@@ -6,7 +6,7 @@ import type { IpnNotification } from '../notification/schema.js';
 import { monotonicNow } from '../shared/clock.js';
 import { traceAttempt, tracingActive, type Parent } from '../observability/tracing.js';
 import { accountOfNotification } from './accounts.js';
-import { expectationAllows } from './expectations.js';
+import { expectationAllows, type ExpectationHold } from './expectations.js';
 import type { Lifecycle } from './lifecycle.js';
 import {
   genuineRecord,
@@ -36,8 +36,11 @@ interface Pending {
    * the store failed to read that expectation only reads it again (the forgery is not rejected twice).
    */
   found?: IpnNotification | undefined;
-  /** Settles the notification's expectation, once verification confirmed it (or its record in its place). */
-  settle?: (() => void) | undefined;
+  /**
+   * The notification's expectation: settled once verification confirmed it (or its record in its place),
+   * due again when verification gives it up (a sweep meanwhile took its held key for a delivered copy).
+   */
+  expectation?: ExpectationHold | undefined;
 }
 
 interface Retry {
@@ -137,7 +140,7 @@ export function createVerifyQueue<C>(
     }
     if (context.isClosed() || pending.get(key) !== entry) return 'other';
     pending.delete(key);
-    entry.settle?.();
+    entry.expectation?.settle();
     if (conflict) {
       await lifecycle.conflict(verified);
       return 'other';
@@ -162,6 +165,7 @@ export function createVerifyQueue<C>(
     }
     pending.delete(key);
     void release(key); // so that a resend or ipn.reconcile() can still deliver it
+    entry.expectation?.reopen(); // and the sweep
     if (verdict.reason instanceof StoreError) report(verdict.reason, entry.found ?? n);
     else giveUp(n, verdict, attempt);
     return 'dead';
@@ -200,10 +204,11 @@ export function createVerifyQueue<C>(
     /**
      * Verifies a notification just accepted, then emits it (or `rejected`, or `error`). Resolves when the
      * first attempt and its listeners have settled (a retry is scheduled for later); never rejects. Its
-     * span (when traced) is a child of `parent`, the request's. `settle` settles its expectation once it is
-     * verified (or the service's record delivered in its place), never for a copy verification gave up on.
+     * span (when traced) is a child of `parent`, the request's. `expectation` is settled once it is
+     * verified (or the service's record delivered in its place), never for a copy verification gave up on
+     * (made due again instead).
      */
-    start(n: IpnNotification, parent?: Parent, settle?: () => void): Promise<void> {
+    start(n: IpnNotification, parent?: Parent, expectation?: ExpectationHold): Promise<void> {
       const key = keyOf(n);
       unreserve(key);
       if (context.isClosed()) {
@@ -214,7 +219,7 @@ export function createVerifyQueue<C>(
         return Promise.resolve();
       }
       const account = accountOfNotification(options.accountOf, n, logger);
-      const entry: Pending = { notification: n, arrivedAt: monotonicNow(), account, settle };
+      const entry: Pending = { notification: n, arrivedAt: monotonicNow(), account, expectation };
       pending.set(key, entry);
       if (!tracingActive()) return detach(verify(entry, 1));
       // The first verification and emission in a span (see `traceAttempt`); its retries make none.
@@ -250,11 +255,12 @@ export function createVerifyQueue<C>(
     },
     /**
      * On shutdown: every notification still awaiting verification is reported (`error` with it) and its key
-     * released, so that the service's resend or a reconcile after the restart delivers it.
+     * released, so that the service's resend, a reconcile or the sweep after the restart delivers it.
      */
     close(): void {
-      for (const [key, { notification: n }] of pending) {
+      for (const [key, { notification: n, expectation }] of pending) {
         void release(key);
+        expectation?.reopen();
         report(
           new VerificationError(n.transaction_id, 0, 'the router was closed before it could verify it'),
           n,

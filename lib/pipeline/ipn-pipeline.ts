@@ -1,7 +1,7 @@
 import type { StandardSchemaV1 } from '../notification/standard-schema.js';
 import { toFieldIssues } from '../notification/custom-data.js';
 import { createDelivery, type Acceptance } from '../delivery/delivery.js';
-import { NO_EXPECTATION } from '../delivery/expectations.js';
+import { NO_EXPECTATION, type ExpectationHold } from '../delivery/expectations.js';
 import { identify, keyOf, type Emitters } from '../delivery/delivery-context.js';
 import type { Metrics } from '../observability/metrics.js';
 import type { AlertMonitor } from '../observability/alerts.js';
@@ -46,8 +46,8 @@ export type Admission =
       kind: 'claimed';
       leaseId: string;
       conflict?: boolean;
-      /** Settles the notification's expectation once verification confirms it (at most once, `verify`). */
-      verified?: () => void;
+      /** Its expectation, settled once verification confirms it, due again if it gives up (at most once, `verify`). */
+      expectation?: ExpectationHold;
     }
   | { kind: 'duplicate' }
   | { kind: 'store-failed'; error: StoreError }
@@ -124,10 +124,16 @@ export function createIpnPipeline<C>(
 
   /**
    * Claims, unless the router closed meanwhile: then the claim is undone (the inbox keeps a stored one). At
-   * once when the store answers synchronously (MemoryStore), else a promise.
+   * once when the store answers synchronously (MemoryStore), else a promise. `expectation` goes with a claim
+   * that lands after storeTimeoutMs (answered 503, delivered late): settled as at any claim.
    */
-  function admit(n: IpnNotification, decide = true, traceparent?: string): Admission | Promise<Admission> {
-    const accepted = delivery.accept(n, decide, traceparent);
+  function admit(
+    n: IpnNotification,
+    decide = true,
+    traceparent?: string,
+    expectation?: ExpectationHold,
+  ): Admission | Promise<Admission> {
+    const accepted = delivery.accept(n, decide, traceparent, expectation);
     return accepted instanceof Promise ? accepted.then((done) => admitted(n, done)) : admitted(n, accepted);
   }
 
@@ -202,11 +208,11 @@ export function createIpnPipeline<C>(
           },
         };
       case 'claimed': {
-        const { leaseId, conflict, verified } = admission;
+        const { leaseId, conflict, expectation } = admission;
         return {
           status: 200,
           body: OK_BODY,
-          after: () => delivery.dispatch(notification, leaseId, conflict, span?.parent, verified),
+          after: () => delivery.dispatch(notification, leaseId, conflict, span?.parent, expectation),
         };
       }
     }
@@ -294,19 +300,22 @@ export function createIpnPipeline<C>(
       if (screened.kind !== 'go') return answer(screened, notification);
       if (closed) return unavailable('closed');
     }
+    const expectation: ExpectationHold = {
+      settle: () => delivery.expectations.settle(notification, expected),
+      reopen: () => delivery.expectations.reopen(notification, expected),
+    };
     let admission: Admission;
     if (expected.kind === 'error') admission = { kind: 'store-failed', error: expected.error };
     else {
-      const admitting = admit(notification, true, span?.traceparent);
+      const admitting = admit(notification, true, span?.traceparent, expectation);
       // Only a claim still under way is in flight for close() to wait for.
       admission = admitting instanceof Promise ? await track(admitting) : admitting;
     }
     if (admission.kind === 'claimed') {
-      const settle = () => delivery.expectations.settle(notification, expected);
       // Verified after the answer (at most once), only once verified: a forged copy matching the expectation
       // that verification gives up on must leave it to the sweep (the genuine copy was maybe its duplicate).
-      if (delivery.verifiesAfterClaim) admission = { ...admission, verified: settle };
-      else settle();
+      if (delivery.verifiesAfterClaim) admission = { ...admission, expectation };
+      else expectation.settle();
       if (!isFinalState(notification.state)) {
         // Only `notification` is emitted for it: say so loudly, or a new success spelling is a lost payment.
         metrics?.unknownState();

@@ -1,0 +1,486 @@
+import { context, trace } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import {
+  BasicTracerProvider,
+  InMemorySpanExporter,
+  SimpleSpanProcessor,
+} from '@opentelemetry/sdk-trace-base';
+import { createStatusClient, ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
+import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
+import { SETTLED_ATTEMPTS } from '../../lib/delivery/expectations.js';
+import { quiet } from '../helpers/quiet-logger.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { listen, settle, type Running } from '../helpers/servers.js';
+import { until } from '../helpers/until.js';
+
+// The review of 6838fef (an expectation settled once its copy is verified, not at the claim, at most once
+// with verify) and 01864dd (an expectation unreadable where a record replaces a forgery is read again). Money
+// first: a genuine copy verified and emitted must leave its expectation settled (else the sweep asks, and a
+// record delivered once the claim is gone is a second credit), and a copy verification gives up on must leave
+// it to the sweep.
+
+let provider: FakeProvider;
+let running: Running | undefined;
+let ipn: IpnRouter | undefined;
+beforeEach(async () => {
+  provider = await createFakeProvider({ apiKey: 'k' });
+});
+afterEach(async () => {
+  await running?.close();
+  await ipn?.close();
+  await provider.close();
+});
+
+async function paid(): Promise<string> {
+  const { transactionId: id } = provider.initiate({
+    amount: 100,
+    ipnUrl: 'http://127.0.0.1:9/unused',
+    customData: 'order-a',
+    outcome: 'SUCCESSFUL',
+    deliver: false,
+  });
+  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+  return id;
+}
+
+const settledIn = (store: MemoryStore, id: string): boolean =>
+  (store.expectations.get(id)?.attempts ?? 0) >= SETTLED_ATTEMPTS;
+
+type Mode = 'at-most-once verify' | 'at-most-once statusClient' | 'at-least-once verify';
+const MODES: Mode[] = ['at-most-once verify', 'at-most-once statusClient', 'at-least-once verify'];
+
+function routerOf(mode: Mode, store: MemoryStore, source: { getStatus: any }) {
+  return ipnRouter({
+    store,
+    delivery: mode.startsWith('at-least-once') ? 'at-least-once' : 'at-most-once',
+    ...(mode.endsWith('verify') ? { verify: source as any } : { statusClient: source as any }),
+    logger: quiet,
+    verifyAttempts: 3,
+    verifyRetryDelayMs: 5,
+    retryDelayMs: 5,
+    reconcileAfterMs: 1,
+    sweepIntervalMs: 2 ** 31 - 1,
+  });
+}
+
+for (const mode of MODES) {
+  test(`${mode}: a genuine copy emitted once settles its expectation; the sweep then asks nothing and credits nothing`, async () => {
+    const id = await paid();
+    const store = new MemoryStore();
+    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    ipn = routerOf(mode, store, client);
+    const recorder = recordEvents(ipn);
+    running = await listen(ipn);
+    await ipn.expect(id, { amount: 100, customData: 'order-a' });
+    expect(await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id })).toBe(200);
+    await until(() => recorder.count('successful') > 0, 'credited');
+    await settle();
+    expect(settledIn(store, id)).toBe(true);
+    const swept = await ipn.sweep();
+    expect(swept).toMatchObject({ queried: 0, reconciled: 0 });
+    expect((await ipn.reconcile(id)).emitted).toBe(false);
+    await settle();
+    expect(recorder.count('successful')).toBe(1);
+  });
+}
+
+test('at-most-once verify: a genuine copy verified after a "can\'t tell" and a resend while pending settles its expectation once; one credit', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  let calls = 0;
+  const verify = {
+    getStatus: async (...args: Parameters<typeof client.getStatus>) => {
+      await gate;
+      if ((calls += 1) === 1) throw new Error('the service is down');
+      return client.getStatus(...args);
+    },
+  };
+  ipn = routerOf('at-most-once verify', store, verify);
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id }); // the service's resend
+  expect(recorder.count('duplicate')).toBe(1);
+  expect(settledIn(store, id)).toBe(false); // not before verification
+  open();
+  await until(() => recorder.count('successful') > 0, 'credited');
+  await settle();
+  expect(settledIn(store, id)).toBe(true);
+  expect((await ipn.sweep()).queried).toBe(0);
+  expect(recorder.count('successful')).toBe(1);
+  expect(recorder.count('error')).toBe(0);
+});
+
+test("at-most-once verify: the service's record delivered in a forged copy's place settles the expectation; the sweep credits nothing more", async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  ipn = routerOf('at-most-once verify', store, client);
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+  await until(() => recorder.count('successful') > 0, 'credited');
+  await settle();
+  expect(settledIn(store, id)).toBe(true);
+  expect((await ipn.sweep()).queried).toBe(0);
+  expect(recorder.of('successful')).toMatchObject([{ custom_data: 'order-a' }]);
+});
+
+test('at-most-once verify: a copy whose router closes mid-verification leaves the expectation unsettled (for the sweep)', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  const verify = {
+    getStatus: async (...args: Parameters<typeof client.getStatus>) => {
+      await gate;
+      return client.getStatus(...args);
+    },
+  };
+  ipn = routerOf('at-most-once verify', store, verify);
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
+  await running.close();
+  running = undefined;
+  await ipn.close({ timeoutMs: 1 }); // verification still waiting for the service
+  open();
+  ipn = undefined;
+  await settle();
+  expect(recorder.count('successful')).toBe(0);
+  expect(settledIn(store, id)).toBe(false);
+  // The next process over the same store: its sweep delivers it, once.
+  ipn = routerOf('at-most-once verify', store, client);
+  const next = recordEvents(ipn);
+  expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
+  await settle();
+  expect(next.count('successful')).toBe(1);
+});
+
+// expect() again while the first copy is being verified: the settle, now late, must not overwrite the newer
+// expectation with the older one (its fields, its due time). Left failing: since 6838fef the settle runs
+// after verification (seconds to minutes later, not at the claim), and it retires the expectation as read
+// before the claim, so a newer expect() of the same transaction meanwhile is replaced by the older one's
+// tombstone (here custom_data lost). No credit rides on it (the key is held; a resend is a duplicate), and
+// the fix (settling what the store holds then) costs a read per verified copy, which the test "costs no read
+// of its expectation beyond the check before the claim" forbids: a design decision, not this review's.
+test.failing(
+  'at-most-once verify: expect() again during verification is not overwritten by the late settle of the older one',
+  async () => {
+    const id = await paid();
+    const store = new MemoryStore();
+    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    let open = (): void => {};
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const verify = {
+      getStatus: async (...args: Parameters<typeof client.getStatus>) => {
+        await gate;
+        return client.getStatus(...args);
+      },
+    };
+    ipn = routerOf('at-most-once verify', store, verify);
+    const recorder = recordEvents(ipn);
+    running = await listen(ipn);
+    await ipn.expect(id, { amount: 100 });
+    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
+    await ipn.expect(id, { amount: 100, customData: 'order-a' });
+    open();
+    await until(() => recorder.count('successful') > 0, 'credited');
+    await settle();
+    expect(store.expectations.get(id)).toMatchObject({ customData: 'order-a' });
+  },
+);
+
+// The sweep runs while a forged copy matching the expectation is being verified (the expectation was due: the
+// notification came late, or verification is retrying): the key is held, so the sweep's record is "already
+// handled", and the expectation is settled. Verification then gives up on the forgery and releases the key:
+// the genuine copy, answered meanwhile as its duplicate, is nowhere, and the sweep no longer asks.
+test('at-most-once verify: a sweep while a forged copy is verified, then given up on: the expectation is still left to the sweep', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  // Verification's queries time out (the sweep's, with no time limit, are answered).
+  const verify = {
+    getStatus: async () => {
+      await gate;
+      throw new Error('the service did not answer in time');
+    },
+  };
+  ipn = ipnRouter({
+    store,
+    verify,
+    statusClient: client,
+    logger: quiet,
+    verifyAttempts: 2,
+    verifyRetryDelayMs: 5,
+    reconcileAfterMs: 1,
+    sweepIntervalMs: 2 ** 31 - 1,
+  });
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id }); // the genuine copy
+  expect(recorder.count('duplicate')).toBe(1);
+  await ipn.sweep(); // the key is held by the forgery being verified
+  open();
+  await until(() => recorder.count('error') > 0, 'verification given up');
+  await settle();
+  expect(recorder.count('successful')).toBe(0);
+  expect(settledIn(store, id)).toBe(false);
+  // The sweep asks again, and delivers the service's record, once.
+  expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
+  await settle();
+  expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, custom_data: 'order-a' }]);
+  expect((await ipn.reconcile(id)).emitted).toBe(false);
+});
+
+test('at-most-once verify: a sweep while a forged copy is verified, then the router closed: the next process sweeps it', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  const verify = {
+    getStatus: async (...args: Parameters<typeof client.getStatus>) => {
+      await gate;
+      return client.getStatus(...args);
+    },
+  };
+  const settings = {
+    store,
+    verify,
+    statusClient: client,
+    logger: quiet,
+    reconcileAfterMs: 1,
+    sweepIntervalMs: 2 ** 31 - 1,
+  };
+  ipn = ipnRouter(settings);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id }); // the genuine copy, a duplicate
+  await ipn.sweep(); // the key is held by the forgery being verified
+  await running.close();
+  running = undefined;
+  await ipn.close({ timeoutMs: 1 });
+  open();
+  await settle();
+  ipn = ipnRouter(settings);
+  const recorder = recordEvents(ipn);
+  expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
+  await settle();
+  expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, custom_data: 'order-a' }]);
+});
+
+// 01864dd: a store that never answers the read: verifyAttempts reads, then one error, no unhandled rejection.
+for (const delivery of ['at-most-once', 'at-least-once'] as const) {
+  test(`${delivery}: an expectation the store never reads where a record replaces a forgery: bounded reads, one rejected and one error per attempt budget`, async () => {
+    const id = await paid();
+    const store = new MemoryStore();
+    const get = store.expectations.get.bind(store.expectations);
+    let reads = 0;
+    store.expectations.get = (transactionId) => {
+      if (transactionId === id && (reads += 1) > 1) throw new Error('the store is down');
+      return get(transactionId);
+    };
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => void unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+      ipn = ipnRouter({
+        store,
+        delivery,
+        verify: client,
+        logger: quiet,
+        verifyAttempts: 4,
+        maxAttempts: 3,
+        verifyRetryDelayMs: 5,
+        retryDelayMs: 5,
+        sweepIntervalMs: 2 ** 31 - 1,
+      });
+      const recorder = recordEvents(ipn);
+      running = await listen(ipn);
+      await ipn.expect(id, { amount: 100 });
+      await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+      await until(() => recorder.count(delivery === 'at-most-once' ? 'error' : 'dead') > 0, 'given up');
+      await settle();
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(recorder.count('successful')).toBe(0);
+      if (delivery === 'at-most-once') {
+        expect(reads - 1).toBe(4); // verifyAttempts reads after the check before the claim
+        expect(recorder.count('rejected')).toBe(1);
+        expect(recorder.count('error')).toBe(1);
+      } else {
+        expect(reads - 1).toBe(3); // maxAttempts
+        expect(recorder.count('dead')).toBe(1);
+      }
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+}
+
+// A claim that lands after storeTimeoutMs (answered 503, then delivered late: the service's resend is its
+// duplicate) is verified and credited, but its expectation was never settled: the admission was a store
+// failure. The sweep then asks about a credited payment, and delivers its record a second time once the
+// claim has expired (ttlMs shorter than the time to the sweep's query, or a claim store that lost it).
+for (const mode of MODES) {
+  test(`${mode}: a claim landing after storeTimeoutMs settles the expectation of the copy it credits`, async () => {
+    const id = await paid();
+    const store = new MemoryStore();
+    let open = (): void => {};
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let slow = true;
+    // At least once the inbox's receive is the claim.
+    const method = mode.startsWith('at-least-once') ? 'receive' : 'claim';
+    const original = (store[method] as (...args: unknown[]) => unknown).bind(store);
+    (store as unknown as Record<string, unknown>)[method] = (...args: unknown[]) => {
+      if (!slow || !String(args[0]).startsWith(id)) return original(...args);
+      slow = false;
+      return gate.then(() => original(...args));
+    };
+    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    ipn = ipnRouter({
+      store,
+      delivery: mode.startsWith('at-least-once') ? 'at-least-once' : 'at-most-once',
+      ...(mode.endsWith('verify') ? { verify: client } : { statusClient: client }),
+      logger: quiet,
+      storeTimeoutMs: 20,
+      retryDelayMs: 5,
+      reconcileAfterMs: 1,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    const recorder = recordEvents(ipn);
+    running = await listen(ipn);
+    await ipn.expect(id, { amount: 100 });
+    expect(await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id })).toBe(503);
+    open();
+    await until(() => recorder.count('successful') > 0, 'credited late');
+    await settle();
+    expect(settledIn(store, id)).toBe(true);
+    expect((await ipn.sweep()).queried).toBe(0);
+    expect(recorder.count('successful')).toBe(1);
+  });
+}
+
+test('at-most-once verify: a forged and the genuine copy at once: one claims, one credit, the expectation settled', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  ipn = routerOf('at-most-once verify', store, client);
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  const url = `${running.url}/`;
+  await Promise.all([
+    provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' }),
+    provider.forge({ ipnUrl: url, transactionId: id }),
+  ]);
+  await until(() => recorder.count('successful') > 0, 'credited');
+  await settle();
+  expect(recorder.count('duplicate')).toBe(1);
+  expect(settledIn(store, id)).toBe(true);
+  expect((await ipn.sweep()).queried).toBe(0);
+  expect(recorder.of('successful')).toMatchObject([{ custom_data: 'order-a' }]);
+});
+
+// At most once, the claim is in the store and verification in memory: a process that stops between the two
+// (no close()) leaves a claimed key nothing delivers. The expectation, unsettled since 6838fef, is the next
+// process's sweep's to ask about; but the sweep takes the held key for a delivered copy and settles it, so
+// the payment is lost (as it was before 6838fef, when the claim had settled it). Left failing: telling a
+// held key from a delivered one needs the claim store's help, and a sweep that does not settle on a held key
+// credits a second time wherever the claim expires before its next query. At most once's stated limit.
+test.failing(
+  'at-most-once verify: a process that stops between the claim and verification: the next process sweeps the payment',
+  async () => {
+    const id = await paid();
+    const store = new MemoryStore();
+    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    const never = { getStatus: () => new Promise<never>(() => {}) }; // the process stops before any answer
+    const stopped = routerOf('at-most-once verify', store, never);
+    const served = await listen(stopped);
+    try {
+      await stopped.expect(id, { amount: 100 });
+      expect(await provider.forge({ ipnUrl: `${served.url}/`, transactionId: id })).toBe(200);
+      ipn = routerOf('at-most-once verify', store, client); // the next process, over the same store
+      const recorder = recordEvents(ipn);
+      await ipn.sweep();
+      await settle();
+      expect(recorder.count('successful')).toBe(1);
+    } finally {
+      await served.close();
+      await stopped.close({ timeoutMs: 1 });
+    }
+  },
+);
+
+// Traced, the first verification runs in its span (traceAttempt): the same settle, and the same reopen.
+describe('traced', () => {
+  const exporter = new InMemorySpanExporter();
+  beforeAll(() => {
+    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+    trace.setGlobalTracerProvider(
+      new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }),
+    );
+  });
+  afterAll(() => {
+    trace.disable();
+    context.disable();
+  });
+
+  test('at-most-once verify: a genuine copy settles its expectation; a forgery given up on after a sweep leaves it to the sweep', async () => {
+    const id = await paid();
+    const other = await paid();
+    const store = new MemoryStore();
+    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    let open = (): void => {};
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const verify = {
+      getStatus: async (...args: Parameters<typeof client.getStatus>) => {
+        if (args[0] !== other) return client.getStatus(...args);
+        await gate;
+        throw new Error('the service did not answer in time');
+      },
+    };
+    ipn = ipnRouter({
+      store,
+      verify,
+      statusClient: client,
+      logger: quiet,
+      verifyAttempts: 2,
+      verifyRetryDelayMs: 5,
+      reconcileAfterMs: 1,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    const recorder = recordEvents(ipn);
+    running = await listen(ipn);
+    await ipn.expect(id, { amount: 100 });
+    await ipn.expect(other, { amount: 100 });
+    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
+    await until(() => recorder.count('successful') > 0, 'credited');
+    await settle();
+    expect(settledIn(store, id)).toBe(true);
+    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: other, customData: 'order-forged' });
+    await ipn.sweep(); // the other's key is held by the forgery being verified
+    open();
+    await until(() => recorder.count('error') > 0, 'verification given up');
+    await settle();
+    expect(settledIn(store, other)).toBe(false);
+    expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
+    await settle();
+    expect(recorder.of('successful')).toMatchObject([{ transaction_id: id }, { transaction_id: other }]);
+    expect(exporter.getFinishedSpans().length).toBeGreaterThan(0);
+  });
+});
