@@ -1,0 +1,223 @@
+import { createStatusClient, ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
+import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
+import { SETTLED_ATTEMPTS } from '../../lib/delivery/expectations.js';
+import { quiet } from '../helpers/quiet-logger.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { listen, settle, type Running } from '../helpers/servers.js';
+import { until } from '../helpers/until.js';
+
+// A hostile review of 2840e53 (an expectation made due again when verification gives its copy up, or the
+// router closes over it) and 2352070 (a claim landing after storeTimeoutMs settles its expectation). Money
+// first: no second credit through the expectation made due again, no loss where it is not, no extra write on
+// the hot path, and every failure of that write reported (never an unhandled rejection).
+
+let provider: FakeProvider;
+let running: Running | undefined;
+let ipn: IpnRouter | undefined;
+let unhandled: unknown[];
+const onUnhandled = (reason: unknown) => void unhandled.push(reason);
+beforeEach(async () => {
+  provider = await createFakeProvider({ apiKey: 'k' });
+  unhandled = [];
+  process.on('unhandledRejection', onUnhandled);
+});
+afterEach(async () => {
+  process.off('unhandledRejection', onUnhandled);
+  await running?.close();
+  running = undefined;
+  await ipn?.close();
+  ipn = undefined;
+  await provider.close();
+});
+
+async function paid(): Promise<string> {
+  const { transactionId: id } = provider.initiate({
+    amount: 100,
+    ipnUrl: 'http://127.0.0.1:9/unused',
+    customData: 'order-a',
+    outcome: 'SUCCESSFUL',
+    deliver: false,
+  });
+  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+  return id;
+}
+
+const settledIn = (store: MemoryStore, id: string): boolean =>
+  (store.expectations.get(id)?.attempts ?? 0) >= SETTLED_ATTEMPTS;
+
+const client = () => createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+
+test('at-most-once verify: a forgery given up on after a sweep, then the genuine resend credited: the sweep credits nothing more', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  const genuine = client();
+  let failing = true;
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  const verify = {
+    getStatus: async (...args: Parameters<typeof genuine.getStatus>) => {
+      if (!failing) return genuine.getStatus(...args);
+      await gate;
+      throw new Error('the service did not answer in time');
+    },
+  };
+  ipn = ipnRouter({
+    store,
+    verify,
+    statusClient: genuine,
+    logger: quiet,
+    verifyAttempts: 2,
+    verifyRetryDelayMs: 5,
+    reconcileAfterMs: 1,
+    sweepIntervalMs: 2 ** 31 - 1,
+  });
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  const url = `${running.url}/`;
+  await ipn.expect(id, { amount: 100 });
+  await provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
+  await ipn.sweep(); // the key held by the forgery: settled on it
+  open();
+  await until(() => recorder.count('error') > 0, 'verification given up');
+  await settle();
+  failing = false;
+  expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the genuine resend
+  await until(() => recorder.count('successful') > 0, 'credited');
+  await settle();
+  await ipn.sweep();
+  await ipn.sweep();
+  await settle();
+  expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, custom_data: 'order-a' }]);
+  expect(unhandled).toEqual([]);
+});
+
+test('at-most-once verify: a normal verified copy makes one expectation write (the settle) and no release', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  const calls: string[] = [];
+  const put = store.expectations.put.bind(store.expectations);
+  store.expectations.put = (e) => {
+    calls.push(`put ${e.transactionId}`);
+    return put(e);
+  };
+  const release = store.release.bind(store);
+  store.release = (key) => {
+    calls.push(`release ${key}`);
+    return release(key);
+  };
+  ipn = ipnRouter({ store, verify: client(), logger: quiet, sweepIntervalMs: 2 ** 31 - 1 });
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  calls.length = 0;
+  expect(await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id })).toBe(200);
+  await until(() => recorder.count('successful') > 0, 'credited');
+  await settle();
+  expect(calls).toEqual([`put ${id}`]);
+  expect(settledIn(store, id)).toBe(true);
+});
+
+test('at-most-once verify: the write making the expectation due again fails: reported, never an unhandled rejection', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  const verify = {
+    getStatus: async () => {
+      await gate;
+      throw new Error('the service did not answer in time');
+    },
+  };
+  ipn = ipnRouter({
+    store,
+    verify,
+    statusClient: client(),
+    logger: quiet,
+    verifyAttempts: 2,
+    verifyRetryDelayMs: 5,
+    reconcileAfterMs: 1,
+    sweepIntervalMs: 2 ** 31 - 1,
+  });
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+  const down = store.expectations as unknown as Record<string, unknown>;
+  down.put = () => Promise.reject(new Error('the store is down'));
+  open();
+  await until(() => recorder.count('error') > 1, 'given up, and the write failed');
+  await settle();
+  const messages = recorder.of('error').map((e: { error: Error }) => e.error.message);
+  expect(messages.some((m: string) => m.includes('due again'))).toBe(true);
+  expect(unhandled).toEqual([]);
+});
+
+test('at-most-once verify: close() mid-verification over a store already down: reported, never an unhandled rejection', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  const verify = { getStatus: () => new Promise<never>(() => {}) };
+  ipn = ipnRouter({ store, verify, logger: quiet, sweepIntervalMs: 2 ** 31 - 1 });
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
+  await running.close();
+  running = undefined;
+  store.expectations.put = () => {
+    throw new Error('the store is closed');
+  };
+  (store as unknown as Record<string, unknown>).release = () =>
+    Promise.reject(new Error('the store is closed'));
+  await ipn.close({ timeoutMs: 1 });
+  ipn = undefined;
+  await settle();
+  const messages = recorder.of('error').map((e: { error: Error }) => e.error.message);
+  expect(messages.some((m: string) => m.includes('due again'))).toBe(true);
+  expect(messages.some((m: string) => m.includes('release'))).toBe(true);
+  expect(unhandled).toEqual([]);
+});
+
+// A claim that commits but whose answer comes after storeTimeoutMs (answered 503); a sweep meanwhile finds the
+// key held and settles the expectation on it; the service's resend is a duplicate; the router closes; then the
+// claim's answer lands: verification's start finds the router closed and releases the key. Nothing then
+// delivers the payment unless the expectation is made due again, as close() does for a copy being verified.
+test('at-most-once verify: a late claim landing after close() makes its expectation due again (the sweep settled it on the held key)', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  let slow = true;
+  const claim = store.claim.bind(store);
+  (store as unknown as Record<string, unknown>).claim = (key: string, ttlMs: number, token?: string) => {
+    const claimed = claim(key, ttlMs, token);
+    if (!slow || !key.startsWith(id)) return claimed;
+    slow = false;
+    return gate.then(() => claimed); // committed now, answered late
+  };
+  const settings = {
+    store,
+    verify: client(),
+    logger: quiet,
+    storeTimeoutMs: 20,
+    reconcileAfterMs: 1,
+    sweepIntervalMs: 2 ** 31 - 1,
+  };
+  ipn = ipnRouter(settings);
+  running = await listen(ipn);
+  const url = `${running.url}/`;
+  await ipn.expect(id, { amount: 100 });
+  expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
+  await ipn.sweep(); // the key held: the expectation settled on it
+  expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the resend, a duplicate
+  await running.close();
+  running = undefined;
+  await ipn.close({ timeoutMs: 1 });
+  open();
+  await settle();
+  expect(settledIn(store, id)).toBe(false);
+  ipn = ipnRouter(settings); // the next process over the same store
+  const recorder = recordEvents(ipn);
+  expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
+  await settle();
+  expect(recorder.count('successful')).toBe(1);
+});
