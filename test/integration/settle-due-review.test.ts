@@ -221,3 +221,42 @@ test('at-most-once verify: a late claim landing after close() makes its expectat
   await settle();
   expect(recorder.count('successful')).toBe(1);
 });
+
+// unexpected: 'reject' at most once claims an unexpected copy only to tell a resend, and undoes the claim (answered
+// 503, never credited). A claim that lands after storeTimeoutMs goes to deliverLate all the same: decided and
+// emitted, with no status query: a forged notification of a transaction nobody expected is credited.
+test("at-most-once, unexpected: 'reject': an unexpected forgery whose claim lands after storeTimeoutMs is not credited", async () => {
+  const expected = await paid();
+  const store = new MemoryStore();
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  let landed: Promise<boolean> | undefined;
+  const claim = store.claim.bind(store);
+  (store as unknown as Record<string, unknown>).claim = (key: string, ttlMs: number, token?: string) => {
+    if (landed !== undefined || !key.startsWith('FRG.777')) return claim(key, ttlMs, token);
+    landed = gate.then(() => claim(key, ttlMs, token));
+    return landed;
+  };
+  ipn = ipnRouter({
+    store,
+    statusClient: client(),
+    unexpected: 'reject',
+    logger: quiet,
+    storeTimeoutMs: 20,
+    sweepIntervalMs: 2 ** 31 - 1,
+  });
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(expected, { amount: 100 });
+  const forgery = { ipnUrl: `${running.url}/`, transactionId: 'FRG.777', amount: 900_000 };
+  expect(await provider.forge(forgery)).toBe(503);
+  open();
+  expect(await landed).toBe(true);
+  await settle();
+  expect(recorder.count('successful')).toBe(0);
+  // Undone as in time: the next copy is refused again (503), not answered as a duplicate.
+  expect(await provider.forge(forgery)).toBe(503);
+  await settle();
+  expect(recorder.count('successful')).toBe(0);
+  expect(recorder.count('duplicate')).toBe(0);
+});
