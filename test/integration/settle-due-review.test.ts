@@ -260,3 +260,50 @@ test("at-most-once, unexpected: 'reject': an unexpected forgery whose claim land
   expect(recorder.count('successful')).toBe(0);
   expect(recorder.count('duplicate')).toBe(0);
 });
+
+// The claim's answer lost (the store wrote it, then the connection reset): answered 503. At most once the
+// claimer asks again with the same token and delivers it late (settling its expectation, 2352070); at least
+// once the inbox's recovery delivers the stored entry, and the sweep finds it there. The service's resend is a
+// duplicate either way: one credit.
+for (const delivery of ['at-most-once', 'at-least-once'] as const) {
+  test(`${delivery}: a claim whose answer was lost after the write, and the service's resend: one credit, the sweep credits nothing more`, async () => {
+    const id = await paid();
+    const store = new MemoryStore();
+    const method = delivery === 'at-least-once' ? 'receive' : 'claim';
+    const original = (store[method] as (...args: unknown[]) => unknown).bind(store);
+    let lost = true;
+    (store as unknown as Record<string, unknown>)[method] = (...args: unknown[]) => {
+      if (!lost || !String(args[0]).startsWith(id)) return original(...args);
+      lost = false;
+      original(...args);
+      return Promise.reject(new Error('connection reset'));
+    };
+    ipn = ipnRouter({
+      store,
+      delivery,
+      statusClient: client(),
+      logger: quiet,
+      leaseMs: 20,
+      retryDelayMs: 5,
+      recoveryIntervalMs: 10,
+      reconcileAfterMs: 1,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    const recorder = recordEvents(ipn);
+    running = await listen(ipn);
+    await ipn.expect(id, { amount: 100 });
+    const url = `${running.url}/`;
+    expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
+    expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the resend, a duplicate
+    await until(() => recorder.count('successful') > 0, 'credited', 8_000);
+    await settle();
+    // At most once, delivered late and settled (2352070); at least once, settled by the sweep on the entry.
+    if (delivery === 'at-most-once') expect(settledIn(store, id)).toBe(true);
+    await ipn.sweep();
+    await settle();
+    expect(settledIn(store, id)).toBe(true);
+    await settle();
+    expect(recorder.count('successful')).toBe(1);
+    expect(unhandled).toEqual([]);
+  });
+}
