@@ -480,7 +480,10 @@ export function createDelivery<C>(
       const receive =
         durable &&
         (() => durable.receive(key, keepTraceparent(toRecord(n), traceparent), { id: leaseId, ms: leaseMs }));
-      const claimed = claimer.claimNow(key, () => deliverLate(n, leaseId, expectation), receive);
+      // A claim only checked for a resend (`decide` false: refused, answered 503) that lands late is undone
+      // as it would have been in time: delivered late, it would be credited unconfirmed.
+      const late = decide ? () => deliverLate(n, leaseId, expectation) : () => void context.release(key);
+      const claimed = claimer.claimNow(key, late, receive);
       const settled = (answer: boolean | StoreError): Acceptance | Promise<Acceptance> => {
         const accepted = acceptance(key, answer, leaseId);
         return decide && !verifying ? decided(n, accepted) : accepted;

@@ -212,8 +212,10 @@ export function createVerifyQueue<C>(
       const key = keyOf(n);
       unreserve(key);
       if (context.isClosed()) {
-        // Claimed as the router closed (a claim that landed late): released and reported, as on close.
+        // Claimed as the router closed (a claim that landed late): released, made due again and reported,
+        // as on close (a sweep may have settled its expectation on the held key meanwhile).
         void release(key);
+        expectation?.reopen();
         const why = 'the router was closed before it could verify it';
         report(new VerificationError(n.transaction_id, 0, why), n);
         return Promise.resolve();

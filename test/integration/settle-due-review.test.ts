@@ -1,0 +1,352 @@
+import { createStatusClient, ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
+import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
+import { SETTLED_ATTEMPTS } from '../../lib/delivery/expectations.js';
+import { quiet } from '../helpers/quiet-logger.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { listen, settle, type Running } from '../helpers/servers.js';
+import { until } from '../helpers/until.js';
+
+// A hostile review of 2840e53 (an expectation made due again when verification gives its copy up, or the
+// router closes over it) and 2352070 (a claim landing after storeTimeoutMs settles its expectation). Money
+// first: no second credit through the expectation made due again, no loss where it is not, no extra write on
+// the hot path, and every failure of that write reported (never an unhandled rejection).
+
+let provider: FakeProvider;
+let running: Running | undefined;
+let ipn: IpnRouter | undefined;
+let unhandled: unknown[];
+const onUnhandled = (reason: unknown) => void unhandled.push(reason);
+beforeEach(async () => {
+  provider = await createFakeProvider({ apiKey: 'k' });
+  unhandled = [];
+  process.on('unhandledRejection', onUnhandled);
+});
+afterEach(async () => {
+  process.off('unhandledRejection', onUnhandled);
+  await running?.close();
+  running = undefined;
+  await ipn?.close();
+  ipn = undefined;
+  await provider.close();
+});
+
+async function paid(): Promise<string> {
+  const { transactionId: id } = provider.initiate({
+    amount: 100,
+    ipnUrl: 'http://127.0.0.1:9/unused',
+    customData: 'order-a',
+    outcome: 'SUCCESSFUL',
+    deliver: false,
+  });
+  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+  return id;
+}
+
+const settledIn = (store: MemoryStore, id: string): boolean =>
+  (store.expectations.get(id)?.attempts ?? 0) >= SETTLED_ATTEMPTS;
+
+const client = () => createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+
+test('at-most-once verify: a forgery given up on after a sweep, then the genuine resend credited: the sweep credits nothing more', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  const genuine = client();
+  let failing = true;
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  const verify = {
+    getStatus: async (...args: Parameters<typeof genuine.getStatus>) => {
+      if (!failing) return genuine.getStatus(...args);
+      await gate;
+      throw new Error('the service did not answer in time');
+    },
+  };
+  ipn = ipnRouter({
+    store,
+    verify,
+    statusClient: genuine,
+    logger: quiet,
+    verifyAttempts: 2,
+    verifyRetryDelayMs: 5,
+    reconcileAfterMs: 1,
+    sweepIntervalMs: 2 ** 31 - 1,
+  });
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  const url = `${running.url}/`;
+  await ipn.expect(id, { amount: 100 });
+  await provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
+  await ipn.sweep(); // the key held by the forgery: settled on it
+  open();
+  await until(() => recorder.count('error') > 0, 'verification given up');
+  await settle();
+  failing = false;
+  expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the genuine resend
+  await until(() => recorder.count('successful') > 0, 'credited');
+  await settle();
+  await ipn.sweep();
+  await ipn.sweep();
+  await settle();
+  expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, custom_data: 'order-a' }]);
+  expect(unhandled).toEqual([]);
+});
+
+test('at-most-once verify: a normal verified copy makes one expectation write (the settle) and no release', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  const calls: string[] = [];
+  const put = store.expectations.put.bind(store.expectations);
+  store.expectations.put = (e) => {
+    calls.push(`put ${e.transactionId}`);
+    return put(e);
+  };
+  const release = store.release.bind(store);
+  store.release = (key) => {
+    calls.push(`release ${key}`);
+    return release(key);
+  };
+  ipn = ipnRouter({ store, verify: client(), logger: quiet, sweepIntervalMs: 2 ** 31 - 1 });
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  calls.length = 0;
+  expect(await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id })).toBe(200);
+  await until(() => recorder.count('successful') > 0, 'credited');
+  await settle();
+  expect(calls).toEqual([`put ${id}`]);
+  expect(settledIn(store, id)).toBe(true);
+});
+
+test('at-most-once verify: the write making the expectation due again fails: reported, never an unhandled rejection', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  const verify = {
+    getStatus: async () => {
+      await gate;
+      throw new Error('the service did not answer in time');
+    },
+  };
+  ipn = ipnRouter({
+    store,
+    verify,
+    statusClient: client(),
+    logger: quiet,
+    verifyAttempts: 2,
+    verifyRetryDelayMs: 5,
+    reconcileAfterMs: 1,
+    sweepIntervalMs: 2 ** 31 - 1,
+  });
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+  const down = store.expectations as unknown as Record<string, unknown>;
+  down.put = () => Promise.reject(new Error('the store is down'));
+  open();
+  await until(() => recorder.count('error') > 1, 'given up, and the write failed');
+  await settle();
+  const messages = recorder.of('error').map((e: { error: Error }) => e.error.message);
+  expect(messages.some((m: string) => m.includes('due again'))).toBe(true);
+  expect(unhandled).toEqual([]);
+});
+
+test('at-most-once verify: close() mid-verification over a store already down: reported, never an unhandled rejection', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  const verify = { getStatus: () => new Promise<never>(() => {}) };
+  ipn = ipnRouter({ store, verify, logger: quiet, sweepIntervalMs: 2 ** 31 - 1 });
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(id, { amount: 100 });
+  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
+  await running.close();
+  running = undefined;
+  store.expectations.put = () => {
+    throw new Error('the store is closed');
+  };
+  (store as unknown as Record<string, unknown>).release = () =>
+    Promise.reject(new Error('the store is closed'));
+  await ipn.close({ timeoutMs: 1 });
+  ipn = undefined;
+  await settle();
+  const messages = recorder.of('error').map((e: { error: Error }) => e.error.message);
+  expect(messages.some((m: string) => m.includes('due again'))).toBe(true);
+  expect(messages.some((m: string) => m.includes('release'))).toBe(true);
+  expect(unhandled).toEqual([]);
+});
+
+// A claim that commits but whose answer comes after storeTimeoutMs (answered 503); a sweep meanwhile finds the
+// key held and settles the expectation on it; the service's resend is a duplicate; the router closes; then the
+// claim's answer lands: verification's start finds the router closed and releases the key. Nothing then
+// delivers the payment unless the expectation is made due again, as close() does for a copy being verified.
+test('at-most-once verify: a late claim landing after close() makes its expectation due again (the sweep settled it on the held key)', async () => {
+  const id = await paid();
+  const store = new MemoryStore();
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  let slow = true;
+  const claim = store.claim.bind(store);
+  (store as unknown as Record<string, unknown>).claim = (key: string, ttlMs: number, token?: string) => {
+    const claimed = claim(key, ttlMs, token);
+    if (!slow || !key.startsWith(id)) return claimed;
+    slow = false;
+    return gate.then(() => claimed); // committed now, answered late
+  };
+  const settings = {
+    store,
+    verify: client(),
+    logger: quiet,
+    storeTimeoutMs: 20,
+    reconcileAfterMs: 1,
+    sweepIntervalMs: 2 ** 31 - 1,
+  };
+  ipn = ipnRouter(settings);
+  running = await listen(ipn);
+  const url = `${running.url}/`;
+  await ipn.expect(id, { amount: 100 });
+  expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
+  await ipn.sweep(); // the key held: the expectation settled on it
+  expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the resend, a duplicate
+  await running.close();
+  running = undefined;
+  await ipn.close({ timeoutMs: 1 });
+  open();
+  await settle();
+  expect(settledIn(store, id)).toBe(false);
+  ipn = ipnRouter(settings); // the next process over the same store
+  const recorder = recordEvents(ipn);
+  expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
+  await settle();
+  expect(recorder.count('successful')).toBe(1);
+});
+
+// unexpected: 'reject' at most once claims an unexpected copy only to tell a resend, and undoes the claim (answered
+// 503, never credited). A claim that lands after storeTimeoutMs goes to deliverLate all the same: decided and
+// emitted, with no status query: a forged notification of a transaction nobody expected is credited.
+test("at-most-once, unexpected: 'reject': an unexpected forgery whose claim lands after storeTimeoutMs is not credited", async () => {
+  const expected = await paid();
+  const store = new MemoryStore();
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  let landed: Promise<boolean> | undefined;
+  const claim = store.claim.bind(store);
+  (store as unknown as Record<string, unknown>).claim = (key: string, ttlMs: number, token?: string) => {
+    if (landed !== undefined || !key.startsWith('FRG.777')) return claim(key, ttlMs, token);
+    landed = gate.then(() => claim(key, ttlMs, token));
+    return landed;
+  };
+  ipn = ipnRouter({
+    store,
+    statusClient: client(),
+    unexpected: 'reject',
+    logger: quiet,
+    storeTimeoutMs: 20,
+    sweepIntervalMs: 2 ** 31 - 1,
+  });
+  const recorder = recordEvents(ipn);
+  running = await listen(ipn);
+  await ipn.expect(expected, { amount: 100 });
+  const forgery = { ipnUrl: `${running.url}/`, transactionId: 'FRG.777', amount: 900_000 };
+  expect(await provider.forge(forgery)).toBe(503);
+  open();
+  expect(await landed).toBe(true);
+  await settle();
+  expect(recorder.count('successful')).toBe(0);
+  // Undone as in time: the next copy is refused again (503), not answered as a duplicate.
+  expect(await provider.forge(forgery)).toBe(503);
+  await settle();
+  expect(recorder.count('successful')).toBe(0);
+  expect(recorder.count('duplicate')).toBe(0);
+});
+
+// The claim's answer lost (the store wrote it, then the connection reset): answered 503. At most once the
+// claimer asks again with the same token and delivers it late (settling its expectation, 2352070); at least
+// once the inbox's recovery delivers the stored entry, and the sweep finds it there. The service's resend is a
+// duplicate either way: one credit.
+for (const delivery of ['at-most-once', 'at-least-once'] as const) {
+  test(`${delivery}: a claim whose answer was lost after the write, and the service's resend: one credit, the sweep credits nothing more`, async () => {
+    const id = await paid();
+    const store = new MemoryStore();
+    const method = delivery === 'at-least-once' ? 'receive' : 'claim';
+    const original = (store[method] as (...args: unknown[]) => unknown).bind(store);
+    let lost = true;
+    (store as unknown as Record<string, unknown>)[method] = (...args: unknown[]) => {
+      if (!lost || !String(args[0]).startsWith(id)) return original(...args);
+      lost = false;
+      original(...args);
+      return Promise.reject(new Error('connection reset'));
+    };
+    ipn = ipnRouter({
+      store,
+      delivery,
+      statusClient: client(),
+      logger: quiet,
+      leaseMs: 20,
+      retryDelayMs: 5,
+      recoveryIntervalMs: 10,
+      reconcileAfterMs: 1,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    const recorder = recordEvents(ipn);
+    running = await listen(ipn);
+    await ipn.expect(id, { amount: 100 });
+    const url = `${running.url}/`;
+    expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
+    expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the resend, a duplicate
+    await until(() => recorder.count('successful') > 0, 'credited', 8_000);
+    await settle();
+    // At most once, delivered late and settled (2352070); at least once, settled by the sweep on the entry.
+    if (delivery === 'at-most-once') expect(settledIn(store, id)).toBe(true);
+    await ipn.sweep();
+    await settle();
+    expect(settledIn(store, id)).toBe(true);
+    await settle();
+    expect(recorder.count('successful')).toBe(1);
+    expect(unhandled).toEqual([]);
+  });
+}
+
+// reopen() writes the expectation as checked before the claim: an ipn.expect() of the same transaction made
+// while the copy was being verified (the amount corrected) is overwritten by the older one, live again, and the
+// sweep then rejects the genuine record (`mismatch`) instead of crediting it. Left failing: the fix reads what
+// the store holds before the write (a newer expectation kept, only made due), which costs a read on the
+// give-up path that the 01864dd test in settle-after-verify.test.ts counts ("verifyAttempts reads"); the same
+// design question as the late settle's test.failing there ("expect() again during verification").
+test.failing(
+  'at-most-once verify: expect() again during verification, then given up on: the sweep credits against the newer expectation',
+  async () => {
+    const id = await paid();
+    const store = new MemoryStore();
+    let open = (): void => {};
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const verify = {
+      getStatus: async () => {
+        await gate;
+        throw new Error('the service did not answer in time');
+      },
+    };
+    ipn = ipnRouter({
+      store,
+      verify,
+      statusClient: client(),
+      logger: quiet,
+      verifyAttempts: 2,
+      verifyRetryDelayMs: 5,
+      reconcileAfterMs: 1,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    const recorder = recordEvents(ipn);
+    running = await listen(ipn);
+    await ipn.expect(id, { amount: 50 }); // a wrong amount, corrected below
+    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, amount: 50 });
+    await ipn.expect(id, { amount: 100 });
+    open();
+    await until(() => recorder.count('error') > 0, 'verification given up');
+    await settle();
+    expect(await ipn.sweep()).toMatchObject({ reconciled: 1, rejected: 0 });
+    await settle();
+    expect(recorder.count('successful')).toBe(1);
+  },
+);
