@@ -1,9 +1,17 @@
-import { createStatusClient, ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
+import { ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
 import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { listen, settle, type Running } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
+import {
+  gatedVerify,
+  NO_SWEEP,
+  paid,
+  quietRouter,
+  statusClientOf,
+  watchedReads,
+} from '../helpers/verified-payments.js';
 
 // A copy the service contradicts in amount only is a forgery of a real payment, and the service's own record
 // is delivered in its place (genuineRecord). That record must match the transaction's expectation too, as
@@ -27,23 +35,9 @@ afterEach(async () => {
 for (const delivery of ['at-most-once', 'at-least-once'] as const) {
   test(`${delivery}: a forged copy matching its expectation never gets a service record contradicting that expectation credited`, async () => {
     // The service's record says 100; the partner expects 5000 for this order.
-    const { transactionId: id } = provider.initiate({
-      amount: 100,
-      ipnUrl: 'http://127.0.0.1:9/unused',
-      customData: 'order-a',
-      outcome: 'SUCCESSFUL',
-      deliver: false,
-    });
-    await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
-    const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-    ipn = ipnRouter({
-      store: new MemoryStore(),
-      delivery,
-      verify,
-      logger: quiet,
-      verifyRetryDelayMs: 5,
-      sweepIntervalMs: 2 ** 31 - 1,
-    });
+    const id = await paid(provider);
+    const verify = statusClientOf(provider);
+    ipn = quietRouter({ store: new MemoryStore(), delivery, verify, verifyRetryDelayMs: 5 });
     const recorder = recordEvents(ipn);
     running = await listen(ipn);
     await ipn.expect(id, { amount: 5000, customData: 'order-a' });
@@ -63,24 +57,12 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
 }
 
 test("an expectation the store cannot read where verification ends: the record is not delivered in the forgery's place, an error", async () => {
-  const { transactionId: id } = provider.initiate({
-    amount: 100,
-    ipnUrl: 'http://127.0.0.1:9/unused',
-    customData: 'order-a',
-    outcome: 'SUCCESSFUL',
-    deliver: false,
-  });
-  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+  const id = await paid(provider);
   const store = new MemoryStore();
   // The check before the claim reads it; the read after verification fails.
-  const get = store.expectations.get.bind(store.expectations);
-  let reads = 0;
-  store.expectations.get = (transactionId) => {
-    if (transactionId === id && (reads += 1) > 1) throw new Error('the store is down');
-    return get(transactionId);
-  };
-  const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-  ipn = ipnRouter({ store, verify, logger: quiet, verifyRetryDelayMs: 5, sweepIntervalMs: 2 ** 31 - 1 });
+  watchedReads(store, id, (read) => read > 1);
+  const verify = statusClientOf(provider);
+  ipn = quietRouter({ store, verify, verifyRetryDelayMs: 5 });
   const recorder = recordEvents(ipn);
   running = await listen(ipn);
   await ipn.expect(id, { amount: 100 });
@@ -102,43 +84,17 @@ test("an expectation the store cannot read where verification ends: the record i
 // taken up again), and the record is credited once the store answers.
 for (const delivery of ['at-most-once', 'at-least-once'] as const) {
   test(`${delivery}: an expectation the store fails to read once, the genuine copy answered as a duplicate meanwhile: the record is still credited`, async () => {
-    const { transactionId: id } = provider.initiate({
-      amount: 100,
-      ipnUrl: 'http://127.0.0.1:9/unused',
-      customData: 'order-a',
-      outcome: 'SUCCESSFUL',
-      deliver: false,
-    });
-    await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+    const id = await paid(provider);
     const store = new MemoryStore();
-    const get = store.expectations.get.bind(store.expectations);
     let failures = 0;
-    store.expectations.get = (transactionId) => {
-      if (transactionId === id && failures > 0) {
-        failures -= 1;
-        throw new Error('the store is down');
-      }
-      return get(transactionId);
-    };
-    // Verification waits until the genuine copy has come.
-    let open = (): void => {};
-    const gate = new Promise<void>((resolve) => (open = resolve));
-    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-    const verify = {
-      getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-        await gate;
-        return client.getStatus(...args);
-      },
-    };
-    ipn = ipnRouter({
-      store,
-      delivery,
-      verify,
-      logger: quiet,
-      verifyRetryDelayMs: 5,
-      retryDelayMs: 5,
-      sweepIntervalMs: 2 ** 31 - 1,
+    watchedReads(store, id, () => {
+      if (failures === 0) return false;
+      failures -= 1;
+      return true;
     });
+    // Verification waits until the genuine copy has come.
+    const { verify, open } = gatedVerify(statusClientOf(provider));
+    ipn = quietRouter({ store, delivery, verify, verifyRetryDelayMs: 5, retryDelayMs: 5 });
     const recorder = recordEvents(ipn);
     running = await listen(ipn);
     await ipn.expect(id, { amount: 100 });
@@ -166,23 +122,16 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
 }
 
 test('at-least-once: a forged copy kept in the inbox and taken up after a restart is checked the same way (its record contradicting the expectation is not credited)', async () => {
-  const { transactionId: id } = provider.initiate({
-    amount: 100,
-    ipnUrl: 'http://127.0.0.1:9/unused',
-    customData: 'order-a',
-    outcome: 'SUCCESSFUL',
-    deliver: false,
-  });
-  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+  const id = await paid(provider);
   const store = new MemoryStore();
-  const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  const verify = statusClientOf(provider);
   const settings = {
     store,
     delivery: 'at-least-once',
     verify,
     logger: quiet,
     retryDelayMs: 5,
-    sweepIntervalMs: 2 ** 31 - 1,
+    sweepIntervalMs: NO_SWEEP,
   } as const;
   const first = ipnRouter(settings);
   const served = await listen(first);
@@ -211,33 +160,22 @@ test('at-least-once: a forged copy kept in the inbox and taken up after a restar
 // forgery's key, was lost but for the `error` event. At most once with verify, it is settled once verified.
 // (At least once the forgery stays in the inbox, failed then dead, until a replay: nothing is lost there.)
 test('at-most-once: a forged copy matching its expectation that verification gives up on leaves the expectation to the sweep', async () => {
-  const { transactionId: id } = provider.initiate({
-    amount: 100,
-    ipnUrl: 'http://127.0.0.1:9/unused',
-    customData: 'order-a',
-    outcome: 'SUCCESSFUL',
-    deliver: false,
-  });
-  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  const id = await paid(provider);
+  const client = statusClientOf(provider);
   let down = true;
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
-  const verify = {
-    getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-      await gate; // until the genuine copy has come
+  // Held until the genuine copy has come.
+  const { verify, open } = gatedVerify(client, {
+    answer: (...args) => {
       if (down) throw new Error('the service is down');
       return client.getStatus(...args);
     },
-  };
-  ipn = ipnRouter({
+  });
+  ipn = quietRouter({
     store: new MemoryStore(),
     verify,
-    logger: quiet,
     verifyAttempts: 2,
     verifyRetryDelayMs: 5,
     reconcileAfterMs: 1,
-    sweepIntervalMs: 2 ** 31 - 1,
   });
   const recorder = recordEvents(ipn);
   running = await listen(ipn);
@@ -258,35 +196,10 @@ test('at-most-once: a forged copy matching its expectation that verification giv
 // copy to (the expectation's fields only, custom_data as the same JSON value), in either final state.
 for (const delivery of ['at-most-once', 'at-least-once'] as const) {
   test(`${delivery}: a FAILED record contradicting its expectation is not delivered in a forged FAILED copy's place; one matching it in custom_data's JSON value only is`, async () => {
-    const failedId = provider.initiate({
-      amount: 100,
-      ipnUrl: 'http://127.0.0.1:9/unused',
-      customData: 'order-a',
-      outcome: 'FAILED',
-      deliver: false,
-    }).transactionId;
-    const paidId = provider.initiate({
-      amount: 100,
-      ipnUrl: 'http://127.0.0.1:9/unused',
-      customData: '{"orderId": "b", "n": 12.50}',
-      outcome: 'SUCCESSFUL',
-      deliver: false,
-    }).transactionId;
-    await until(
-      () =>
-        provider.transaction(failedId)?.state === 'FAILED' &&
-        provider.transaction(paidId)?.state === 'SUCCESSFUL',
-      'processing',
-    );
-    const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-    ipn = ipnRouter({
-      store: new MemoryStore(),
-      delivery,
-      verify,
-      logger: quiet,
-      verifyRetryDelayMs: 5,
-      sweepIntervalMs: 2 ** 31 - 1,
-    });
+    const failedId = await paid(provider, { outcome: 'FAILED' });
+    const paidId = await paid(provider, { customData: '{"orderId": "b", "n": 12.50}' });
+    const verify = statusClientOf(provider);
+    ipn = quietRouter({ store: new MemoryStore(), delivery, verify, verifyRetryDelayMs: 5 });
     const recorder = recordEvents(ipn);
     running = await listen(ipn);
     await ipn.expect(failedId, { amount: 5000 });
@@ -315,29 +228,17 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
 
 for (const delivery of ['at-most-once', 'at-least-once'] as const) {
   test(`${delivery}: a genuine copy that verification confirms costs no read of its expectation beyond the check before the claim`, async () => {
-    const { transactionId: id } = provider.initiate({
-      amount: 100,
-      ipnUrl: 'http://127.0.0.1:9/unused',
-      customData: 'order-a',
-      outcome: 'SUCCESSFUL',
-      deliver: false,
-    });
-    await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+    const id = await paid(provider);
     const store = new MemoryStore();
-    const get = store.expectations.get.bind(store.expectations);
-    let reads = 0;
-    store.expectations.get = (transactionId) => {
-      if (transactionId === id) reads += 1;
-      return get(transactionId);
-    };
-    const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-    ipn = ipnRouter({ store, delivery, verify, logger: quiet, sweepIntervalMs: 2 ** 31 - 1 });
+    const watched = watchedReads(store, id);
+    const verify = statusClientOf(provider);
+    ipn = quietRouter({ store, delivery, verify });
     const recorder = recordEvents(ipn);
     running = await listen(ipn);
     await ipn.expect(id, { amount: 100, customData: 'order-a' });
     await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id }); // the genuine copy, unaltered
     await until(() => recorder.count('successful') > 0, 'credited');
     await settle();
-    expect(reads).toBe(1);
+    expect(watched.reads).toBe(1);
   });
 }

@@ -5,13 +5,23 @@ import {
   InMemorySpanExporter,
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
-import { createStatusClient, ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
+import { ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
 import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
-import { SETTLED_ATTEMPTS } from '../../lib/delivery/expectations.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { listen, settle, type Running } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
+import {
+  gatedVerify,
+  latch,
+  NO_SWEEP,
+  paid,
+  quietRouter,
+  settledIn,
+  statusClientOf,
+  timedOut,
+  watchedReads,
+} from '../helpers/verified-payments.js';
 
 // The review of 6838fef (an expectation settled once its copy is verified, not at the claim, at most once
 // with verify) and 01864dd (an expectation unreadable where a record replaces a forgery is read again). Money
@@ -31,43 +41,30 @@ afterEach(async () => {
   await provider.close();
 });
 
-async function paid(): Promise<string> {
-  const { transactionId: id } = provider.initiate({
-    amount: 100,
-    ipnUrl: 'http://127.0.0.1:9/unused',
-    customData: 'order-a',
-    outcome: 'SUCCESSFUL',
-    deliver: false,
-  });
-  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
-  return id;
-}
-
-const settledIn = (store: MemoryStore, id: string): boolean =>
-  (store.expectations.get(id)?.attempts ?? 0) >= SETTLED_ATTEMPTS;
-
 type Mode = 'at-most-once verify' | 'at-most-once statusClient' | 'at-least-once verify';
 const MODES: Mode[] = ['at-most-once verify', 'at-most-once statusClient', 'at-least-once verify'];
 
+const deliveryOf = (mode: Mode) => (mode.startsWith('at-least-once') ? 'at-least-once' : 'at-most-once');
+const sourceOf = (mode: Mode, source: { getStatus: any }) =>
+  mode.endsWith('verify') ? { verify: source as any } : { statusClient: source as any };
+
 function routerOf(mode: Mode, store: MemoryStore, source: { getStatus: any }) {
-  return ipnRouter({
+  return quietRouter({
     store,
-    delivery: mode.startsWith('at-least-once') ? 'at-least-once' : 'at-most-once',
-    ...(mode.endsWith('verify') ? { verify: source as any } : { statusClient: source as any }),
-    logger: quiet,
+    delivery: deliveryOf(mode),
+    ...sourceOf(mode, source),
     verifyAttempts: 3,
     verifyRetryDelayMs: 5,
     retryDelayMs: 5,
     reconcileAfterMs: 1,
-    sweepIntervalMs: 2 ** 31 - 1,
   });
 }
 
 for (const mode of MODES) {
   test(`${mode}: a genuine copy emitted once settles its expectation; the sweep then asks nothing and credits nothing`, async () => {
-    const id = await paid();
+    const id = await paid(provider);
     const store = new MemoryStore();
-    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    const client = statusClientOf(provider);
     ipn = routerOf(mode, store, client);
     const recorder = recordEvents(ipn);
     running = await listen(ipn);
@@ -85,19 +82,16 @@ for (const mode of MODES) {
 }
 
 test('at-most-once verify: a genuine copy verified after a "can\'t tell" and a resend while pending settles its expectation once; one credit', async () => {
-  const id = await paid();
+  const id = await paid(provider);
   const store = new MemoryStore();
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
+  const client = statusClientOf(provider);
   let calls = 0;
-  const verify = {
-    getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-      await gate;
+  const { verify, open } = gatedVerify(client, {
+    answer: (...args) => {
       if ((calls += 1) === 1) throw new Error('the service is down');
       return client.getStatus(...args);
     },
-  };
+  });
   ipn = routerOf('at-most-once verify', store, verify);
   const recorder = recordEvents(ipn);
   running = await listen(ipn);
@@ -116,9 +110,9 @@ test('at-most-once verify: a genuine copy verified after a "can\'t tell" and a r
 });
 
 test("at-most-once verify: the service's record delivered in a forged copy's place settles the expectation; the sweep credits nothing more", async () => {
-  const id = await paid();
+  const id = await paid(provider);
   const store = new MemoryStore();
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  const client = statusClientOf(provider);
   ipn = routerOf('at-most-once verify', store, client);
   const recorder = recordEvents(ipn);
   running = await listen(ipn);
@@ -132,17 +126,10 @@ test("at-most-once verify: the service's record delivered in a forged copy's pla
 });
 
 test('at-most-once verify: a copy whose router closes mid-verification leaves the expectation unsettled (for the sweep)', async () => {
-  const id = await paid();
+  const id = await paid(provider);
   const store = new MemoryStore();
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
-  const verify = {
-    getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-      await gate;
-      return client.getStatus(...args);
-    },
-  };
+  const client = statusClientOf(provider);
+  const { verify, open } = gatedVerify(client);
   ipn = routerOf('at-most-once verify', store, verify);
   const recorder = recordEvents(ipn);
   running = await listen(ipn);
@@ -174,17 +161,10 @@ test('at-most-once verify: a copy whose router closes mid-verification leaves th
 test.failing(
   'at-most-once verify: expect() again during verification is not overwritten by the late settle of the older one',
   async () => {
-    const id = await paid();
+    const id = await paid(provider);
     const store = new MemoryStore();
-    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-    let open = (): void => {};
-    const gate = new Promise<void>((resolve) => (open = resolve));
-    const verify = {
-      getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-        await gate;
-        return client.getStatus(...args);
-      },
-    };
+    const client = statusClientOf(provider);
+    const { verify, open } = gatedVerify(client);
     ipn = routerOf('at-most-once verify', store, verify);
     const recorder = recordEvents(ipn);
     running = await listen(ipn);
@@ -203,27 +183,18 @@ test.failing(
 // handled", and the expectation is settled. Verification then gives up on the forgery and releases the key:
 // the genuine copy, answered meanwhile as its duplicate, is nowhere, and the sweep no longer asks.
 test('at-most-once verify: a sweep while a forged copy is verified, then given up on: the expectation is still left to the sweep', async () => {
-  const id = await paid();
+  const id = await paid(provider);
   const store = new MemoryStore();
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
+  const client = statusClientOf(provider);
   // Verification's queries time out (the sweep's, with no time limit, are answered).
-  const verify = {
-    getStatus: async () => {
-      await gate;
-      throw new Error('the service did not answer in time');
-    },
-  };
-  ipn = ipnRouter({
+  const { verify, open } = gatedVerify(client, { answer: timedOut });
+  ipn = quietRouter({
     store,
     verify,
     statusClient: client,
-    logger: quiet,
     verifyAttempts: 2,
     verifyRetryDelayMs: 5,
     reconcileAfterMs: 1,
-    sweepIntervalMs: 2 ** 31 - 1,
   });
   const recorder = recordEvents(ipn);
   running = await listen(ipn);
@@ -245,24 +216,17 @@ test('at-most-once verify: a sweep while a forged copy is verified, then given u
 });
 
 test('at-most-once verify: a sweep while a forged copy is verified, then the router closed: the next process sweeps it', async () => {
-  const id = await paid();
+  const id = await paid(provider);
   const store = new MemoryStore();
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
-  const verify = {
-    getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-      await gate;
-      return client.getStatus(...args);
-    },
-  };
+  const client = statusClientOf(provider);
+  const { verify, open } = gatedVerify(client);
   const settings = {
     store,
     verify,
     statusClient: client,
     logger: quiet,
     reconcileAfterMs: 1,
-    sweepIntervalMs: 2 ** 31 - 1,
+    sweepIntervalMs: NO_SWEEP,
   };
   ipn = ipnRouter(settings);
   running = await listen(ipn);
@@ -285,29 +249,22 @@ test('at-most-once verify: a sweep while a forged copy is verified, then the rou
 // 01864dd: a store that never answers the read: verifyAttempts reads, then one error, no unhandled rejection.
 for (const delivery of ['at-most-once', 'at-least-once'] as const) {
   test(`${delivery}: an expectation the store never reads where a record replaces a forgery: bounded reads, one rejected and one error per attempt budget`, async () => {
-    const id = await paid();
+    const id = await paid(provider);
     const store = new MemoryStore();
-    const get = store.expectations.get.bind(store.expectations);
-    let reads = 0;
-    store.expectations.get = (transactionId) => {
-      if (transactionId === id && (reads += 1) > 1) throw new Error('the store is down');
-      return get(transactionId);
-    };
+    const watched = watchedReads(store, id, (read) => read > 1);
     const unhandled: unknown[] = [];
     const onUnhandled = (reason: unknown) => void unhandled.push(reason);
     process.on('unhandledRejection', onUnhandled);
     try {
-      const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-      ipn = ipnRouter({
+      const client = statusClientOf(provider);
+      ipn = quietRouter({
         store,
         delivery,
         verify: client,
-        logger: quiet,
         verifyAttempts: 4,
         maxAttempts: 3,
         verifyRetryDelayMs: 5,
         retryDelayMs: 5,
-        sweepIntervalMs: 2 ** 31 - 1,
       });
       const recorder = recordEvents(ipn);
       running = await listen(ipn);
@@ -318,11 +275,11 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
       await new Promise((resolve) => setTimeout(resolve, 50));
       expect(recorder.count('successful')).toBe(0);
       if (delivery === 'at-most-once') {
-        expect(reads - 1).toBe(4); // verifyAttempts reads after the check before the claim
+        expect(watched.reads - 1).toBe(4); // verifyAttempts reads after the check before the claim
         expect(recorder.count('rejected')).toBe(1);
         expect(recorder.count('error')).toBe(1);
       } else {
-        expect(reads - 1).toBe(3); // maxAttempts
+        expect(watched.reads - 1).toBe(3); // maxAttempts
         expect(recorder.count('dead')).toBe(1);
       }
       expect(unhandled).toEqual([]);
@@ -338,10 +295,9 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
 // claim has expired (ttlMs shorter than the time to the sweep's query, or a claim store that lost it).
 for (const mode of MODES) {
   test(`${mode}: a claim landing after storeTimeoutMs settles the expectation of the copy it credits`, async () => {
-    const id = await paid();
+    const id = await paid(provider);
     const store = new MemoryStore();
-    let open = (): void => {};
-    const gate = new Promise<void>((resolve) => (open = resolve));
+    const { gate, open } = latch();
     let slow = true;
     // At least once the inbox's receive is the claim.
     const method = mode.startsWith('at-least-once') ? 'receive' : 'claim';
@@ -351,16 +307,14 @@ for (const mode of MODES) {
       slow = false;
       return gate.then(() => original(...args));
     };
-    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-    ipn = ipnRouter({
+    const client = statusClientOf(provider);
+    ipn = quietRouter({
       store,
-      delivery: mode.startsWith('at-least-once') ? 'at-least-once' : 'at-most-once',
-      ...(mode.endsWith('verify') ? { verify: client } : { statusClient: client }),
-      logger: quiet,
+      delivery: deliveryOf(mode),
+      ...sourceOf(mode, client),
       storeTimeoutMs: 20,
       retryDelayMs: 5,
       reconcileAfterMs: 1,
-      sweepIntervalMs: 2 ** 31 - 1,
     });
     const recorder = recordEvents(ipn);
     running = await listen(ipn);
@@ -376,9 +330,9 @@ for (const mode of MODES) {
 }
 
 test('at-most-once verify: a forged and the genuine copy at once: one claims, one credit, the expectation settled', async () => {
-  const id = await paid();
+  const id = await paid(provider);
   const store = new MemoryStore();
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  const client = statusClientOf(provider);
   ipn = routerOf('at-most-once verify', store, client);
   const recorder = recordEvents(ipn);
   running = await listen(ipn);
@@ -405,9 +359,9 @@ test('at-most-once verify: a forged and the genuine copy at once: one claims, on
 test.failing(
   'at-most-once verify: a process that stops between the claim and verification: the next process sweeps the payment',
   async () => {
-    const id = await paid();
+    const id = await paid(provider);
     const store = new MemoryStore();
-    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    const client = statusClientOf(provider);
     const never = { getStatus: () => new Promise<never>(() => {}) }; // the process stops before any answer
     const stopped = routerOf('at-most-once verify', store, never);
     const served = await listen(stopped);
@@ -441,28 +395,21 @@ describe('traced', () => {
   });
 
   test('at-most-once verify: a genuine copy settles its expectation; a forgery given up on after a sweep leaves it to the sweep', async () => {
-    const id = await paid();
-    const other = await paid();
+    const id = await paid(provider);
+    const other = await paid(provider);
     const store = new MemoryStore();
-    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-    let open = (): void => {};
-    const gate = new Promise<void>((resolve) => (open = resolve));
-    const verify = {
-      getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-        if (args[0] !== other) return client.getStatus(...args);
-        await gate;
-        throw new Error('the service did not answer in time');
-      },
-    };
-    ipn = ipnRouter({
+    const client = statusClientOf(provider);
+    const { verify, open } = gatedVerify(client, {
+      answer: timedOut,
+      holds: (transactionId) => transactionId === other,
+    });
+    ipn = quietRouter({
       store,
       verify,
       statusClient: client,
-      logger: quiet,
       verifyAttempts: 2,
       verifyRetryDelayMs: 5,
       reconcileAfterMs: 1,
-      sweepIntervalMs: 2 ** 31 - 1,
     });
     const recorder = recordEvents(ipn);
     running = await listen(ipn);

@@ -1,0 +1,95 @@
+import { createStatusClient, ipnRouter, type MemoryStore, type Options, type StatusClient } from 'ipn-kit';
+import type { FakeProvider } from '../../lib/testing.js';
+import { SETTLED_ATTEMPTS } from '../../lib/delivery/expectations.js';
+import { quiet } from './quiet-logger.js';
+import { until } from './until.js';
+
+// The setup shared by the tests of expectations checked through verification (the fake payment service's
+// transactions, its status client, a verification held until the test opens it, a router that never sweeps
+// by itself).
+
+/** sweepIntervalMs for a router whose sweep runs only when a test calls ipn.sweep(). */
+export const NO_SWEEP = 2 ** 31 - 1;
+
+/**
+ * A transaction of `provider` (100, custom_data 'order-a', SUCCESSFUL unless told), not delivered by the
+ * service; resolves its id once the service has processed it.
+ */
+export async function paid(
+  provider: FakeProvider,
+  plan: { customData?: string; outcome?: 'SUCCESSFUL' | 'FAILED' } = {},
+): Promise<string> {
+  const outcome = plan.outcome ?? 'SUCCESSFUL';
+  const { transactionId: id } = provider.initiate({
+    amount: 100,
+    ipnUrl: 'http://127.0.0.1:9/unused',
+    customData: plan.customData ?? 'order-a',
+    outcome,
+    deliver: false,
+  });
+  await until(() => provider.transaction(id)?.state === outcome, 'processing');
+  return id;
+}
+
+/** The fake service's status client (api key 'k'), quiet. */
+export const statusClientOf = (provider: FakeProvider): StatusClient =>
+  createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+
+/** Whether `store` holds the expectation of `id` settled. */
+export const settledIn = (store: MemoryStore, id: string): boolean =>
+  (store.expectations.get(id)?.attempts ?? 0) >= SETTLED_ATTEMPTS;
+
+/** A promise `gate` that resolves once `open()` is called. */
+export function latch() {
+  let open = (): void => {};
+  const gate = new Promise<void>((resolve) => (open = resolve));
+  return { gate, open };
+}
+
+type GetStatus = StatusClient['getStatus'];
+
+/** A status query that fails as one the service did not answer in time. */
+export const timedOut = (): never => {
+  throw new Error('the service did not answer in time');
+};
+
+/**
+ * A `verify` whose queries wait until `open()`, then answer as `answer` does (by default the client's
+ * answer). A query `holds` does not hold is answered by the client at once.
+ */
+export function gatedVerify(
+  client: { getStatus: GetStatus },
+  options: {
+    answer?: (...args: Parameters<GetStatus>) => ReturnType<GetStatus>;
+    holds?: (id: string) => boolean;
+  } = {},
+) {
+  const { gate, open } = latch();
+  const answer = options.answer ?? ((...args: Parameters<GetStatus>) => client.getStatus(...args));
+  const verify = {
+    getStatus: async (...args: Parameters<GetStatus>) => {
+      if (options.holds !== undefined && !options.holds(args[0])) return client.getStatus(...args);
+      await gate;
+      return answer(...args);
+    },
+  };
+  return { verify, open };
+}
+
+/** A router with the quiet logger and no sweep of its own, then `options`. */
+export const quietRouter = (options: Partial<Options> & Pick<Options, 'store'>) =>
+  ipnRouter({ logger: quiet, sweepIntervalMs: NO_SWEEP, ...options });
+
+/**
+ * Counts the reads of `id`'s expectation in `store` (`reads`); a read `fails(read)` says fails, as a store
+ * that is down does.
+ */
+export function watchedReads(store: MemoryStore, id: string, fails: (read: number) => boolean = () => false) {
+  const get = store.expectations.get.bind(store.expectations);
+  const watched = { reads: 0 };
+  store.expectations.get = (transactionId) => {
+    if (transactionId === id && fails((watched.reads += 1))) throw new Error('the store is down');
+    return get(transactionId);
+  };
+  return watched;
+}
