@@ -1,10 +1,19 @@
-import { createStatusClient, ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
+import { ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
 import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
-import { SETTLED_ATTEMPTS } from '../../lib/delivery/expectations.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { listen, settle, type Running } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
+import {
+  gatedVerify,
+  latch,
+  NO_SWEEP,
+  paid,
+  quietRouter,
+  settledIn,
+  statusClientOf,
+  timedOut,
+} from '../helpers/verified-payments.js';
 
 // A hostile review of 2840e53 (an expectation made due again when verification gives its copy up, or the
 // router closes over it) and 2352070 (a claim landing after storeTimeoutMs settles its expectation). Money
@@ -30,46 +39,21 @@ afterEach(async () => {
   await provider.close();
 });
 
-async function paid(): Promise<string> {
-  const { transactionId: id } = provider.initiate({
-    amount: 100,
-    ipnUrl: 'http://127.0.0.1:9/unused',
-    customData: 'order-a',
-    outcome: 'SUCCESSFUL',
-    deliver: false,
-  });
-  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
-  return id;
-}
-
-const settledIn = (store: MemoryStore, id: string): boolean =>
-  (store.expectations.get(id)?.attempts ?? 0) >= SETTLED_ATTEMPTS;
-
-const client = () => createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+const client = () => statusClientOf(provider);
 
 test('at-most-once verify: a forgery given up on after a sweep, then the genuine resend credited: the sweep credits nothing more', async () => {
-  const id = await paid();
+  const id = await paid(provider);
   const store = new MemoryStore();
   const genuine = client();
   let failing = true;
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
-  const verify = {
-    getStatus: async (...args: Parameters<typeof genuine.getStatus>) => {
-      if (!failing) return genuine.getStatus(...args);
-      await gate;
-      throw new Error('the service did not answer in time');
-    },
-  };
-  ipn = ipnRouter({
+  const { verify, open } = gatedVerify(genuine, { answer: timedOut, holds: () => failing });
+  ipn = quietRouter({
     store,
     verify,
     statusClient: genuine,
-    logger: quiet,
     verifyAttempts: 2,
     verifyRetryDelayMs: 5,
     reconcileAfterMs: 1,
-    sweepIntervalMs: 2 ** 31 - 1,
   });
   const recorder = recordEvents(ipn);
   running = await listen(ipn);
@@ -92,7 +76,7 @@ test('at-most-once verify: a forgery given up on after a sweep, then the genuine
 });
 
 test('at-most-once verify: a normal verified copy makes one expectation write (the settle) and no release', async () => {
-  const id = await paid();
+  const id = await paid(provider);
   const store = new MemoryStore();
   const calls: string[] = [];
   const put = store.expectations.put.bind(store.expectations);
@@ -105,7 +89,7 @@ test('at-most-once verify: a normal verified copy makes one expectation write (t
     calls.push(`release ${key}`);
     return release(key);
   };
-  ipn = ipnRouter({ store, verify: client(), logger: quiet, sweepIntervalMs: 2 ** 31 - 1 });
+  ipn = quietRouter({ store, verify: client() });
   const recorder = recordEvents(ipn);
   running = await listen(ipn);
   await ipn.expect(id, { amount: 100 });
@@ -118,25 +102,16 @@ test('at-most-once verify: a normal verified copy makes one expectation write (t
 });
 
 test('at-most-once verify: the write making the expectation due again fails: reported, never an unhandled rejection', async () => {
-  const id = await paid();
+  const id = await paid(provider);
   const store = new MemoryStore();
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
-  const verify = {
-    getStatus: async () => {
-      await gate;
-      throw new Error('the service did not answer in time');
-    },
-  };
-  ipn = ipnRouter({
+  const { verify, open } = gatedVerify({ getStatus: timedOut });
+  ipn = quietRouter({
     store,
     verify,
     statusClient: client(),
-    logger: quiet,
     verifyAttempts: 2,
     verifyRetryDelayMs: 5,
     reconcileAfterMs: 1,
-    sweepIntervalMs: 2 ** 31 - 1,
   });
   const recorder = recordEvents(ipn);
   running = await listen(ipn);
@@ -153,10 +128,10 @@ test('at-most-once verify: the write making the expectation due again fails: rep
 });
 
 test('at-most-once verify: close() mid-verification over a store already down: reported, never an unhandled rejection', async () => {
-  const id = await paid();
+  const id = await paid(provider);
   const store = new MemoryStore();
   const verify = { getStatus: () => new Promise<never>(() => {}) };
-  ipn = ipnRouter({ store, verify, logger: quiet, sweepIntervalMs: 2 ** 31 - 1 });
+  ipn = quietRouter({ store, verify });
   const recorder = recordEvents(ipn);
   running = await listen(ipn);
   await ipn.expect(id, { amount: 100 });
@@ -182,10 +157,9 @@ test('at-most-once verify: close() mid-verification over a store already down: r
 // claim's answer lands: verification's start finds the router closed and releases the key. Nothing then
 // delivers the payment unless the expectation is made due again, as close() does for a copy being verified.
 test('at-most-once verify: a late claim landing after close() makes its expectation due again (the sweep settled it on the held key)', async () => {
-  const id = await paid();
+  const id = await paid(provider);
   const store = new MemoryStore();
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
+  const { gate, open } = latch();
   let slow = true;
   const claim = store.claim.bind(store);
   (store as unknown as Record<string, unknown>).claim = (key: string, ttlMs: number, token?: string) => {
@@ -200,7 +174,7 @@ test('at-most-once verify: a late claim landing after close() makes its expectat
     logger: quiet,
     storeTimeoutMs: 20,
     reconcileAfterMs: 1,
-    sweepIntervalMs: 2 ** 31 - 1,
+    sweepIntervalMs: NO_SWEEP,
   };
   ipn = ipnRouter(settings);
   running = await listen(ipn);
@@ -226,10 +200,9 @@ test('at-most-once verify: a late claim landing after close() makes its expectat
 // 503, never credited). A claim that lands after storeTimeoutMs goes to deliverLate all the same: decided and
 // emitted, with no status query: a forged notification of a transaction nobody expected is credited.
 test("at-most-once, unexpected: 'reject': an unexpected forgery whose claim lands after storeTimeoutMs is not credited", async () => {
-  const expected = await paid();
+  const expected = await paid(provider);
   const store = new MemoryStore();
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
+  const { gate, open } = latch();
   let landed: Promise<boolean> | undefined;
   const claim = store.claim.bind(store);
   (store as unknown as Record<string, unknown>).claim = (key: string, ttlMs: number, token?: string) => {
@@ -237,14 +210,7 @@ test("at-most-once, unexpected: 'reject': an unexpected forgery whose claim land
     landed = gate.then(() => claim(key, ttlMs, token));
     return landed;
   };
-  ipn = ipnRouter({
-    store,
-    statusClient: client(),
-    unexpected: 'reject',
-    logger: quiet,
-    storeTimeoutMs: 20,
-    sweepIntervalMs: 2 ** 31 - 1,
-  });
+  ipn = quietRouter({ store, statusClient: client(), unexpected: 'reject', storeTimeoutMs: 20 });
   const recorder = recordEvents(ipn);
   running = await listen(ipn);
   await ipn.expect(expected, { amount: 100 });
@@ -267,7 +233,7 @@ test("at-most-once, unexpected: 'reject': an unexpected forgery whose claim land
 // duplicate either way: one credit.
 for (const delivery of ['at-most-once', 'at-least-once'] as const) {
   test(`${delivery}: a claim whose answer was lost after the write, and the service's resend: one credit, the sweep credits nothing more`, async () => {
-    const id = await paid();
+    const id = await paid(provider);
     const store = new MemoryStore();
     const method = delivery === 'at-least-once' ? 'receive' : 'claim';
     const original = (store[method] as (...args: unknown[]) => unknown).bind(store);
@@ -278,16 +244,14 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
       original(...args);
       return Promise.reject(new Error('connection reset'));
     };
-    ipn = ipnRouter({
+    ipn = quietRouter({
       store,
       delivery,
       statusClient: client(),
-      logger: quiet,
       leaseMs: 20,
       retryDelayMs: 5,
       recoveryIntervalMs: 10,
       reconcileAfterMs: 1,
-      sweepIntervalMs: 2 ** 31 - 1,
     });
     const recorder = recordEvents(ipn);
     running = await listen(ipn);
@@ -317,25 +281,16 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
 test.failing(
   'at-most-once verify: expect() again during verification, then given up on: the sweep credits against the newer expectation',
   async () => {
-    const id = await paid();
+    const id = await paid(provider);
     const store = new MemoryStore();
-    let open = (): void => {};
-    const gate = new Promise<void>((resolve) => (open = resolve));
-    const verify = {
-      getStatus: async () => {
-        await gate;
-        throw new Error('the service did not answer in time');
-      },
-    };
-    ipn = ipnRouter({
+    const { verify, open } = gatedVerify({ getStatus: timedOut });
+    ipn = quietRouter({
       store,
       verify,
       statusClient: client(),
-      logger: quiet,
       verifyAttempts: 2,
       verifyRetryDelayMs: 5,
       reconcileAfterMs: 1,
-      sweepIntervalMs: 2 ** 31 - 1,
     });
     const recorder = recordEvents(ipn);
     running = await listen(ipn);
