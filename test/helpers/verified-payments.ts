@@ -1,7 +1,16 @@
-import { createStatusClient, ipnRouter, type MemoryStore, type Options, type StatusClient } from 'ipn-kit';
-import type { FakeProvider } from '../../lib/testing.js';
+import {
+  createStatusClient,
+  ipnRouter,
+  type IpnRouter,
+  type MemoryStore,
+  type Options,
+  type StatusClient,
+} from 'ipn-kit';
+import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
 import { SETTLED_ATTEMPTS } from '../../lib/delivery/expectations.js';
 import { quiet } from './quiet-logger.js';
+import { recordEvents } from './record-events.js';
+import { listen, type Running } from './servers.js';
 import { until } from './until.js';
 
 // The setup shared by the tests of expectations checked through verification (the fake payment service's
@@ -92,4 +101,52 @@ export function watchedReads(store: MemoryStore, id: string, fails: (read: numbe
     return get(transactionId);
   };
   return watched;
+}
+
+/** What a test of this file's session holds: the fake service, and the router and server it left running. */
+export interface Session {
+  provider: FakeProvider;
+  ipn: IpnRouter | undefined;
+  running: Running | undefined;
+  /** The unhandled rejections during the test (with `{ unhandled: true }`). */
+  unhandled: unknown[];
+  /** Serves `router` (as `ipn` and `running`, closed after the test); its recorder, and the url to post to. */
+  serve<R extends IpnRouter>(
+    router: R,
+  ): Promise<{ ipn: R; recorder: ReturnType<typeof recordEvents>; url: string }>;
+}
+
+/**
+ * For one test file: a fake payment service (api key 'k') before each test; after each, the server and the
+ * router the test left in `running` and `ipn` closed, then the service. With `unhandled`, the unhandled
+ * rejections during each test are collected.
+ */
+export function perTestService(options: { unhandled?: boolean } = {}): Session {
+  const onUnhandled = (reason: unknown) => void session.unhandled.push(reason);
+  const session: Session = {
+    provider: undefined as unknown as FakeProvider,
+    ipn: undefined,
+    running: undefined,
+    unhandled: [],
+    async serve(router) {
+      session.ipn = router;
+      const recorder = recordEvents(router);
+      session.running = await listen(router);
+      return { ipn: router, recorder, url: `${session.running.url}/` };
+    },
+  };
+  beforeEach(async () => {
+    session.provider = await createFakeProvider({ apiKey: 'k' });
+    session.unhandled = [];
+    if (options.unhandled === true) process.on('unhandledRejection', onUnhandled);
+  });
+  afterEach(async () => {
+    if (options.unhandled === true) process.off('unhandledRejection', onUnhandled);
+    await session.running?.close();
+    session.running = undefined;
+    await session.ipn?.close();
+    session.ipn = undefined;
+    await session.provider.close();
+  });
+  return session;
 }

@@ -1,14 +1,14 @@
-import { ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
-import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
+import { ipnRouter, MemoryStore } from 'ipn-kit';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
-import { listen, settle, type Running } from '../helpers/servers.js';
+import { listen, settle } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
 import {
   gatedVerify,
   latch,
   NO_SWEEP,
   paid,
+  perTestService,
   quietRouter,
   settledIn,
   statusClientOf,
@@ -20,63 +20,44 @@ import {
 // first: no second credit through the expectation made due again, no loss where it is not, no extra write on
 // the hot path, and every failure of that write reported (never an unhandled rejection).
 
-let provider: FakeProvider;
-let running: Running | undefined;
-let ipn: IpnRouter | undefined;
-let unhandled: unknown[];
-const onUnhandled = (reason: unknown) => void unhandled.push(reason);
-beforeEach(async () => {
-  provider = await createFakeProvider({ apiKey: 'k' });
-  unhandled = [];
-  process.on('unhandledRejection', onUnhandled);
-});
-afterEach(async () => {
-  process.off('unhandledRejection', onUnhandled);
-  await running?.close();
-  running = undefined;
-  await ipn?.close();
-  ipn = undefined;
-  await provider.close();
-});
-
-const client = () => statusClientOf(provider);
+const t = perTestService({ unhandled: true });
+const client = () => statusClientOf(t.provider);
 
 test('at-most-once verify: a forgery given up on after a sweep, then the genuine resend credited: the sweep credits nothing more', async () => {
-  const id = await paid(provider);
+  const id = await paid(t.provider);
   const store = new MemoryStore();
   const genuine = client();
   let failing = true;
   const { verify, open } = gatedVerify(genuine, { answer: timedOut, holds: () => failing });
-  ipn = quietRouter({
-    store,
-    verify,
-    statusClient: genuine,
-    verifyAttempts: 2,
-    verifyRetryDelayMs: 5,
-    reconcileAfterMs: 1,
-  });
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
-  const url = `${running.url}/`;
+  const { ipn, recorder, url } = await t.serve(
+    quietRouter({
+      store,
+      verify,
+      statusClient: genuine,
+      verifyAttempts: 2,
+      verifyRetryDelayMs: 5,
+      reconcileAfterMs: 1,
+    }),
+  );
   await ipn.expect(id, { amount: 100 });
-  await provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
+  await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
   await ipn.sweep(); // the key held by the forgery: settled on it
   open();
   await until(() => recorder.count('error') > 0, 'verification given up');
   await settle();
   failing = false;
-  expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the genuine resend
+  expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the genuine resend
   await until(() => recorder.count('successful') > 0, 'credited');
   await settle();
   await ipn.sweep();
   await ipn.sweep();
   await settle();
   expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, custom_data: 'order-a' }]);
-  expect(unhandled).toEqual([]);
+  expect(t.unhandled).toEqual([]);
 });
 
 test('at-most-once verify: a normal verified copy makes one expectation write (the settle) and no release', async () => {
-  const id = await paid(provider);
+  const id = await paid(t.provider);
   const store = new MemoryStore();
   const calls: string[] = [];
   const put = store.expectations.put.bind(store.expectations);
@@ -89,12 +70,10 @@ test('at-most-once verify: a normal verified copy makes one expectation write (t
     calls.push(`release ${key}`);
     return release(key);
   };
-  ipn = quietRouter({ store, verify: client() });
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
+  const { ipn, recorder, url } = await t.serve(quietRouter({ store, verify: client() }));
   await ipn.expect(id, { amount: 100 });
   calls.length = 0;
-  expect(await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id })).toBe(200);
+  expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200);
   await until(() => recorder.count('successful') > 0, 'credited');
   await settle();
   expect(calls).toEqual([`put ${id}`]);
@@ -102,21 +81,21 @@ test('at-most-once verify: a normal verified copy makes one expectation write (t
 });
 
 test('at-most-once verify: the write making the expectation due again fails: reported, never an unhandled rejection', async () => {
-  const id = await paid(provider);
+  const id = await paid(t.provider);
   const store = new MemoryStore();
   const { verify, open } = gatedVerify({ getStatus: timedOut });
-  ipn = quietRouter({
-    store,
-    verify,
-    statusClient: client(),
-    verifyAttempts: 2,
-    verifyRetryDelayMs: 5,
-    reconcileAfterMs: 1,
-  });
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
+  const { ipn, recorder, url } = await t.serve(
+    quietRouter({
+      store,
+      verify,
+      statusClient: client(),
+      verifyAttempts: 2,
+      verifyRetryDelayMs: 5,
+      reconcileAfterMs: 1,
+    }),
+  );
   await ipn.expect(id, { amount: 100 });
-  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+  await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
   const down = store.expectations as unknown as Record<string, unknown>;
   down.put = () => Promise.reject(new Error('the store is down'));
   open();
@@ -124,32 +103,30 @@ test('at-most-once verify: the write making the expectation due again fails: rep
   await settle();
   const messages = recorder.of('error').map((e: { error: Error }) => e.error.message);
   expect(messages.some((m: string) => m.includes('due again'))).toBe(true);
-  expect(unhandled).toEqual([]);
+  expect(t.unhandled).toEqual([]);
 });
 
 test('at-most-once verify: close() mid-verification over a store already down: reported, never an unhandled rejection', async () => {
-  const id = await paid(provider);
+  const id = await paid(t.provider);
   const store = new MemoryStore();
   const verify = { getStatus: () => new Promise<never>(() => {}) };
-  ipn = quietRouter({ store, verify });
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
+  const { ipn, recorder, url } = await t.serve(quietRouter({ store, verify }));
   await ipn.expect(id, { amount: 100 });
-  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
-  await running.close();
-  running = undefined;
+  await t.provider.forge({ ipnUrl: url, transactionId: id });
+  await t.running?.close();
+  t.running = undefined;
   store.expectations.put = () => {
     throw new Error('the store is closed');
   };
   (store as unknown as Record<string, unknown>).release = () =>
     Promise.reject(new Error('the store is closed'));
   await ipn.close({ timeoutMs: 1 });
-  ipn = undefined;
+  t.ipn = undefined;
   await settle();
   const messages = recorder.of('error').map((e: { error: Error }) => e.error.message);
   expect(messages.some((m: string) => m.includes('due again'))).toBe(true);
   expect(messages.some((m: string) => m.includes('release'))).toBe(true);
-  expect(unhandled).toEqual([]);
+  expect(t.unhandled).toEqual([]);
 });
 
 // A claim that commits but whose answer comes after storeTimeoutMs (answered 503); a sweep meanwhile finds the
@@ -157,7 +134,7 @@ test('at-most-once verify: close() mid-verification over a store already down: r
 // claim's answer lands: verification's start finds the router closed and releases the key. Nothing then
 // delivers the payment unless the expectation is made due again, as close() does for a copy being verified.
 test('at-most-once verify: a late claim landing after close() makes its expectation due again (the sweep settled it on the held key)', async () => {
-  const id = await paid(provider);
+  const id = await paid(t.provider);
   const store = new MemoryStore();
   const { gate, open } = latch();
   let slow = true;
@@ -176,22 +153,22 @@ test('at-most-once verify: a late claim landing after close() makes its expectat
     reconcileAfterMs: 1,
     sweepIntervalMs: NO_SWEEP,
   };
-  ipn = ipnRouter(settings);
-  running = await listen(ipn);
-  const url = `${running.url}/`;
+  const ipn = (t.ipn = ipnRouter(settings));
+  t.running = await listen(ipn);
+  const url = `${t.running.url}/`;
   await ipn.expect(id, { amount: 100 });
-  expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
+  expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
   await ipn.sweep(); // the key held: the expectation settled on it
-  expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the resend, a duplicate
-  await running.close();
-  running = undefined;
+  expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the resend, a duplicate
+  await t.running?.close();
+  t.running = undefined;
   await ipn.close({ timeoutMs: 1 });
   open();
   await settle();
   expect(settledIn(store, id)).toBe(false);
-  ipn = ipnRouter(settings); // the next process over the same store
-  const recorder = recordEvents(ipn);
-  expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
+  const next = (t.ipn = ipnRouter(settings)); // the next process over the same store
+  const recorder = recordEvents(next);
+  expect(await next.sweep()).toMatchObject({ reconciled: 1 });
   await settle();
   expect(recorder.count('successful')).toBe(1);
 });
@@ -200,7 +177,7 @@ test('at-most-once verify: a late claim landing after close() makes its expectat
 // 503, never credited). A claim that lands after storeTimeoutMs goes to deliverLate all the same: decided and
 // emitted, with no status query: a forged notification of a transaction nobody expected is credited.
 test("at-most-once, unexpected: 'reject': an unexpected forgery whose claim lands after storeTimeoutMs is not credited", async () => {
-  const expected = await paid(provider);
+  const expected = await paid(t.provider);
   const store = new MemoryStore();
   const { gate, open } = latch();
   let landed: Promise<boolean> | undefined;
@@ -210,18 +187,18 @@ test("at-most-once, unexpected: 'reject': an unexpected forgery whose claim land
     landed = gate.then(() => claim(key, ttlMs, token));
     return landed;
   };
-  ipn = quietRouter({ store, statusClient: client(), unexpected: 'reject', storeTimeoutMs: 20 });
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
+  const { ipn, recorder, url } = await t.serve(
+    quietRouter({ store, statusClient: client(), unexpected: 'reject', storeTimeoutMs: 20 }),
+  );
   await ipn.expect(expected, { amount: 100 });
-  const forgery = { ipnUrl: `${running.url}/`, transactionId: 'FRG.777', amount: 900_000 };
-  expect(await provider.forge(forgery)).toBe(503);
+  const forgery = { ipnUrl: url, transactionId: 'FRG.777', amount: 900_000 };
+  expect(await t.provider.forge(forgery)).toBe(503);
   open();
   expect(await landed).toBe(true);
   await settle();
   expect(recorder.count('successful')).toBe(0);
   // Undone as in time: the next copy is refused again (503), not answered as a duplicate.
-  expect(await provider.forge(forgery)).toBe(503);
+  expect(await t.provider.forge(forgery)).toBe(503);
   await settle();
   expect(recorder.count('successful')).toBe(0);
   expect(recorder.count('duplicate')).toBe(0);
@@ -233,7 +210,7 @@ test("at-most-once, unexpected: 'reject': an unexpected forgery whose claim land
 // duplicate either way: one credit.
 for (const delivery of ['at-most-once', 'at-least-once'] as const) {
   test(`${delivery}: a claim whose answer was lost after the write, and the service's resend: one credit, the sweep credits nothing more`, async () => {
-    const id = await paid(provider);
+    const id = await paid(t.provider);
     const store = new MemoryStore();
     const method = delivery === 'at-least-once' ? 'receive' : 'claim';
     const original = (store[method] as (...args: unknown[]) => unknown).bind(store);
@@ -244,21 +221,20 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
       original(...args);
       return Promise.reject(new Error('connection reset'));
     };
-    ipn = quietRouter({
-      store,
-      delivery,
-      statusClient: client(),
-      leaseMs: 20,
-      retryDelayMs: 5,
-      recoveryIntervalMs: 10,
-      reconcileAfterMs: 1,
-    });
-    const recorder = recordEvents(ipn);
-    running = await listen(ipn);
+    const { ipn, recorder, url } = await t.serve(
+      quietRouter({
+        store,
+        delivery,
+        statusClient: client(),
+        leaseMs: 20,
+        retryDelayMs: 5,
+        recoveryIntervalMs: 10,
+        reconcileAfterMs: 1,
+      }),
+    );
     await ipn.expect(id, { amount: 100 });
-    const url = `${running.url}/`;
-    expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
-    expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the resend, a duplicate
+    expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
+    expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the resend, a duplicate
     await until(() => recorder.count('successful') > 0, 'credited', 8_000);
     await settle();
     // At most once, delivered late and settled (2352070); at least once, settled by the sweep on the entry.
@@ -268,7 +244,7 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
     expect(settledIn(store, id)).toBe(true);
     await settle();
     expect(recorder.count('successful')).toBe(1);
-    expect(unhandled).toEqual([]);
+    expect(t.unhandled).toEqual([]);
   });
 }
 
@@ -281,21 +257,21 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
 test.failing(
   'at-most-once verify: expect() again during verification, then given up on: the sweep credits against the newer expectation',
   async () => {
-    const id = await paid(provider);
+    const id = await paid(t.provider);
     const store = new MemoryStore();
     const { verify, open } = gatedVerify({ getStatus: timedOut });
-    ipn = quietRouter({
-      store,
-      verify,
-      statusClient: client(),
-      verifyAttempts: 2,
-      verifyRetryDelayMs: 5,
-      reconcileAfterMs: 1,
-    });
-    const recorder = recordEvents(ipn);
-    running = await listen(ipn);
+    const { ipn, recorder, url } = await t.serve(
+      quietRouter({
+        store,
+        verify,
+        statusClient: client(),
+        verifyAttempts: 2,
+        verifyRetryDelayMs: 5,
+        reconcileAfterMs: 1,
+      }),
+    );
     await ipn.expect(id, { amount: 50 }); // a wrong amount, corrected below
-    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, amount: 50 });
+    await t.provider.forge({ ipnUrl: url, transactionId: id, amount: 50 });
     await ipn.expect(id, { amount: 100 });
     open();
     await until(() => recorder.count('error') > 0, 'verification given up');
