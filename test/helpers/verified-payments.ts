@@ -10,7 +10,7 @@ import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
 import { SETTLED_ATTEMPTS } from '../../lib/delivery/expectations.js';
 import { quiet } from './quiet-logger.js';
 import { recordEvents } from './record-events.js';
-import { listen, type Running } from './servers.js';
+import { listen, settle, type Running } from './servers.js';
 import { until } from './until.js';
 
 // The setup shared by the tests of expectations checked through verification (the fake payment service's
@@ -149,4 +149,15 @@ export function perTestService(options: { unhandled?: boolean } = {}): Session {
     await session.provider.close();
   });
   return session;
+}
+
+/** Resolves once `recorder` has seen a `name` event (`what` in the timeout's message), and the work after it settled. */
+export async function untilFirst(
+  recorder: ReturnType<typeof recordEvents>,
+  name: Parameters<ReturnType<typeof recordEvents>['count']>[0],
+  what: string,
+  timeoutMs?: number,
+): Promise<void> {
+  await until(() => recorder.count(name) > 0, what, timeoutMs);
+  await settle();
 }

@@ -10,6 +10,7 @@ import {
   perTestService,
   quietRouter,
   statusClientOf,
+  untilFirst,
   watchedReads,
 } from '../helpers/verified-payments.js';
 
@@ -222,8 +223,7 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
     const { ipn, recorder, url } = await t.serve(quietRouter({ store, delivery, verify }));
     await ipn.expect(id, { amount: 100, customData: 'order-a' });
     await t.provider.forge({ ipnUrl: url, transactionId: id }); // the genuine copy, unaltered
-    await until(() => recorder.count('successful') > 0, 'credited');
-    await settle();
+    await untilFirst(recorder, 'successful', 'credited');
     expect(watched.reads).toBe(1);
   });
 }

@@ -20,6 +20,7 @@ import {
   settledIn,
   statusClientOf,
   timedOut,
+  untilFirst,
   watchedReads,
 } from '../helpers/verified-payments.js';
 
@@ -57,8 +58,7 @@ for (const mode of MODES) {
     const { ipn, recorder, url } = await t.serve(routerOf(mode, store, client));
     await ipn.expect(id, { amount: 100, customData: 'order-a' });
     expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200);
-    await until(() => recorder.count('successful') > 0, 'credited');
-    await settle();
+    await untilFirst(recorder, 'successful', 'credited');
     expect(settledIn(store, id)).toBe(true);
     const swept = await ipn.sweep();
     expect(swept).toMatchObject({ queried: 0, reconciled: 0 });
@@ -86,8 +86,7 @@ test('at-most-once verify: a genuine copy verified after a "can\'t tell" and a r
   expect(recorder.count('duplicate')).toBe(1);
   expect(settledIn(store, id)).toBe(false); // not before verification
   open();
-  await until(() => recorder.count('successful') > 0, 'credited');
-  await settle();
+  await untilFirst(recorder, 'successful', 'credited');
   expect(settledIn(store, id)).toBe(true);
   expect((await ipn.sweep()).queried).toBe(0);
   expect(recorder.count('successful')).toBe(1);
@@ -101,8 +100,7 @@ test("at-most-once verify: the service's record delivered in a forged copy's pla
   const { ipn, recorder, url } = await t.serve(routerOf('at-most-once verify', store, client));
   await ipn.expect(id, { amount: 100 });
   await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
-  await until(() => recorder.count('successful') > 0, 'credited');
-  await settle();
+  await untilFirst(recorder, 'successful', 'credited');
   expect(settledIn(store, id)).toBe(true);
   expect((await ipn.sweep()).queried).toBe(0);
   expect(recorder.of('successful')).toMatchObject([{ custom_data: 'order-a' }]);
@@ -151,8 +149,7 @@ test.failing(
     await t.provider.forge({ ipnUrl: url, transactionId: id });
     await ipn.expect(id, { amount: 100, customData: 'order-a' });
     open();
-    await until(() => recorder.count('successful') > 0, 'credited');
-    await settle();
+    await untilFirst(recorder, 'successful', 'credited');
     expect(store.expectations.get(id)).toMatchObject({ customData: 'order-a' });
   },
 );
@@ -183,8 +180,7 @@ test('at-most-once verify: a sweep while a forged copy is verified, then given u
   expect(recorder.count('duplicate')).toBe(1);
   await ipn.sweep(); // the key is held by the forgery being verified
   open();
-  await until(() => recorder.count('error') > 0, 'verification given up');
-  await settle();
+  await untilFirst(recorder, 'error', 'verification given up');
   expect(recorder.count('successful')).toBe(0);
   expect(settledIn(store, id)).toBe(false);
   // The sweep asks again, and delivers the service's record, once.
@@ -301,8 +297,7 @@ for (const mode of MODES) {
     await ipn.expect(id, { amount: 100 });
     expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
     open();
-    await until(() => recorder.count('successful') > 0, 'credited late');
-    await settle();
+    await untilFirst(recorder, 'successful', 'credited late');
     expect(settledIn(store, id)).toBe(true);
     expect((await ipn.sweep()).queried).toBe(0);
     expect(recorder.count('successful')).toBe(1);
@@ -319,8 +314,7 @@ test('at-most-once verify: a forged and the genuine copy at once: one claims, on
     t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' }),
     t.provider.forge({ ipnUrl: url, transactionId: id }),
   ]);
-  await until(() => recorder.count('successful') > 0, 'credited');
-  await settle();
+  await untilFirst(recorder, 'successful', 'credited');
   expect(recorder.count('duplicate')).toBe(1);
   expect(settledIn(store, id)).toBe(true);
   expect((await ipn.sweep()).queried).toBe(0);
@@ -393,14 +387,12 @@ describe('traced', () => {
     await ipn.expect(id, { amount: 100 });
     await ipn.expect(other, { amount: 100 });
     await t.provider.forge({ ipnUrl: url, transactionId: id });
-    await until(() => recorder.count('successful') > 0, 'credited');
-    await settle();
+    await untilFirst(recorder, 'successful', 'credited');
     expect(settledIn(store, id)).toBe(true);
     await t.provider.forge({ ipnUrl: url, transactionId: other, customData: 'order-forged' });
     await ipn.sweep(); // the other's key is held by the forgery being verified
     open();
-    await until(() => recorder.count('error') > 0, 'verification given up');
-    await settle();
+    await untilFirst(recorder, 'error', 'verification given up');
     expect(settledIn(store, other)).toBe(false);
     expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
     await settle();

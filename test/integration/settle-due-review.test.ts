@@ -13,6 +13,7 @@ import {
   settledIn,
   statusClientOf,
   timedOut,
+  untilFirst,
 } from '../helpers/verified-payments.js';
 
 // A hostile review of 2840e53 (an expectation made due again when verification gives its copy up, or the
@@ -43,12 +44,10 @@ test('at-most-once verify: a forgery given up on after a sweep, then the genuine
   await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
   await ipn.sweep(); // the key held by the forgery: settled on it
   open();
-  await until(() => recorder.count('error') > 0, 'verification given up');
-  await settle();
+  await untilFirst(recorder, 'error', 'verification given up');
   failing = false;
   expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the genuine resend
-  await until(() => recorder.count('successful') > 0, 'credited');
-  await settle();
+  await untilFirst(recorder, 'successful', 'credited');
   await ipn.sweep();
   await ipn.sweep();
   await settle();
@@ -74,8 +73,7 @@ test('at-most-once verify: a normal verified copy makes one expectation write (t
   await ipn.expect(id, { amount: 100 });
   calls.length = 0;
   expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200);
-  await until(() => recorder.count('successful') > 0, 'credited');
-  await settle();
+  await untilFirst(recorder, 'successful', 'credited');
   expect(calls).toEqual([`put ${id}`]);
   expect(settledIn(store, id)).toBe(true);
 });
@@ -235,8 +233,7 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
     await ipn.expect(id, { amount: 100 });
     expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
     expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the resend, a duplicate
-    await until(() => recorder.count('successful') > 0, 'credited', 8_000);
-    await settle();
+    await untilFirst(recorder, 'successful', 'credited', 8_000);
     // At most once, delivered late and settled (2352070); at least once, settled by the sweep on the entry.
     if (delivery === 'at-most-once') expect(settledIn(store, id)).toBe(true);
     await ipn.sweep();
@@ -274,8 +271,7 @@ test.failing(
     await t.provider.forge({ ipnUrl: url, transactionId: id, amount: 50 });
     await ipn.expect(id, { amount: 100 });
     open();
-    await until(() => recorder.count('error') > 0, 'verification given up');
-    await settle();
+    await untilFirst(recorder, 'error', 'verification given up');
     expect(await ipn.sweep()).toMatchObject({ reconciled: 1, rejected: 0 });
     await settle();
     expect(recorder.count('successful')).toBe(1);
