@@ -161,3 +161,14 @@ export async function untilFirst(
   await until(() => recorder.count(name) > 0, what, timeoutMs);
   await settle();
 }
+
+/**
+ * A router whose verification (`verify`) gives up after two attempts, leaving the payment to the sweep,
+ * which asks `statusClient` and takes an expectation as due at once.
+ */
+export const givingUpRouter = (
+  store: MemoryStore,
+  verify: Options['verify'],
+  statusClient: Options['statusClient'],
+) =>
+  quietRouter({ store, verify, statusClient, verifyAttempts: 2, verifyRetryDelayMs: 5, reconcileAfterMs: 1 });

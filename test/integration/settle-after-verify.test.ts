@@ -12,6 +12,7 @@ import { listen, settle } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
 import {
   gatedVerify,
+  givingUpRouter,
   latch,
   NO_SWEEP,
   paid,
@@ -164,16 +165,7 @@ test('at-most-once verify: a sweep while a forged copy is verified, then given u
   const client = statusClientOf(t.provider);
   // Verification's queries time out (the sweep's, with no time limit, are answered).
   const { verify, open } = gatedVerify(client, { answer: timedOut });
-  const { ipn, recorder, url } = await t.serve(
-    quietRouter({
-      store,
-      verify,
-      statusClient: client,
-      verifyAttempts: 2,
-      verifyRetryDelayMs: 5,
-      reconcileAfterMs: 1,
-    }),
-  );
+  const { ipn, recorder, url } = await t.serve(givingUpRouter(store, verify, client));
   await ipn.expect(id, { amount: 100 });
   await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
   await t.provider.forge({ ipnUrl: url, transactionId: id }); // the genuine copy
@@ -374,16 +366,7 @@ describe('traced', () => {
       answer: timedOut,
       holds: (transactionId) => transactionId === other,
     });
-    const { ipn, recorder, url } = await t.serve(
-      quietRouter({
-        store,
-        verify,
-        statusClient: client,
-        verifyAttempts: 2,
-        verifyRetryDelayMs: 5,
-        reconcileAfterMs: 1,
-      }),
-    );
+    const { ipn, recorder, url } = await t.serve(givingUpRouter(store, verify, client));
     await ipn.expect(id, { amount: 100 });
     await ipn.expect(other, { amount: 100 });
     await t.provider.forge({ ipnUrl: url, transactionId: id });

@@ -5,6 +5,7 @@ import { listen, settle } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
 import {
   gatedVerify,
+  givingUpRouter,
   latch,
   NO_SWEEP,
   paid,
@@ -30,16 +31,7 @@ test('at-most-once verify: a forgery given up on after a sweep, then the genuine
   const genuine = client();
   let failing = true;
   const { verify, open } = gatedVerify(genuine, { answer: timedOut, holds: () => failing });
-  const { ipn, recorder, url } = await t.serve(
-    quietRouter({
-      store,
-      verify,
-      statusClient: genuine,
-      verifyAttempts: 2,
-      verifyRetryDelayMs: 5,
-      reconcileAfterMs: 1,
-    }),
-  );
+  const { ipn, recorder, url } = await t.serve(givingUpRouter(store, verify, genuine));
   await ipn.expect(id, { amount: 100 });
   await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
   await ipn.sweep(); // the key held by the forgery: settled on it
@@ -82,16 +74,7 @@ test('at-most-once verify: the write making the expectation due again fails: rep
   const id = await paid(t.provider);
   const store = new MemoryStore();
   const { verify, open } = gatedVerify({ getStatus: timedOut });
-  const { ipn, recorder, url } = await t.serve(
-    quietRouter({
-      store,
-      verify,
-      statusClient: client(),
-      verifyAttempts: 2,
-      verifyRetryDelayMs: 5,
-      reconcileAfterMs: 1,
-    }),
-  );
+  const { ipn, recorder, url } = await t.serve(givingUpRouter(store, verify, client()));
   await ipn.expect(id, { amount: 100 });
   await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
   const down = store.expectations as unknown as Record<string, unknown>;
@@ -257,16 +240,7 @@ test.failing(
     const id = await paid(t.provider);
     const store = new MemoryStore();
     const { verify, open } = gatedVerify({ getStatus: timedOut });
-    const { ipn, recorder, url } = await t.serve(
-      quietRouter({
-        store,
-        verify,
-        statusClient: client(),
-        verifyAttempts: 2,
-        verifyRetryDelayMs: 5,
-        reconcileAfterMs: 1,
-      }),
-    );
+    const { ipn, recorder, url } = await t.serve(givingUpRouter(store, verify, client()));
     await ipn.expect(id, { amount: 50 }); // a wrong amount, corrected below
     await t.provider.forge({ ipnUrl: url, transactionId: id, amount: 50 });
     await ipn.expect(id, { amount: 100 });
