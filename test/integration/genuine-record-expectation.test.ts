@@ -1,9 +1,18 @@
-import { createStatusClient, ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
-import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
+import { ipnRouter, MemoryStore } from 'ipn-kit';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
-import { listen, settle, type Running } from '../helpers/servers.js';
+import { listen, settle } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
+import {
+  gatedVerify,
+  NO_SWEEP,
+  paid,
+  perTestService,
+  quietRouter,
+  statusClientOf,
+  untilFirst,
+  watchedReads,
+} from '../helpers/verified-payments.js';
 
 // A copy the service contradicts in amount only is a forgery of a real payment, and the service's own record
 // is delivered in its place (genuineRecord). That record must match the transaction's expectation too, as
@@ -12,42 +21,17 @@ import { until } from '../helpers/until.js';
 // credited. Found while reviewing the several-keys change (merge f79dd63), where a record found under
 // another account than the one named reaches the same path.
 
-let provider: FakeProvider;
-let running: Running | undefined;
-let ipn: IpnRouter | undefined;
-beforeEach(async () => {
-  provider = await createFakeProvider({ apiKey: 'k' });
-});
-afterEach(async () => {
-  await running?.close();
-  await ipn?.close();
-  await provider.close();
-});
-
+const t = perTestService();
 for (const delivery of ['at-most-once', 'at-least-once'] as const) {
   test(`${delivery}: a forged copy matching its expectation never gets a service record contradicting that expectation credited`, async () => {
     // The service's record says 100; the partner expects 5000 for this order.
-    const { transactionId: id } = provider.initiate({
-      amount: 100,
-      ipnUrl: 'http://127.0.0.1:9/unused',
-      customData: 'order-a',
-      outcome: 'SUCCESSFUL',
-      deliver: false,
-    });
-    await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
-    const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-    ipn = ipnRouter({
-      store: new MemoryStore(),
-      delivery,
-      verify,
-      logger: quiet,
-      verifyRetryDelayMs: 5,
-      sweepIntervalMs: 2 ** 31 - 1,
-    });
-    const recorder = recordEvents(ipn);
-    running = await listen(ipn);
+    const id = await paid(t.provider);
+    const verify = statusClientOf(t.provider);
+    const { ipn, recorder, url } = await t.serve(
+      quietRouter({ store: new MemoryStore(), delivery, verify, verifyRetryDelayMs: 5 }),
+    );
     await ipn.expect(id, { amount: 5000, customData: 'order-a' });
-    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, amount: 5000 });
+    await t.provider.forge({ ipnUrl: url, transactionId: id, amount: 5000 });
     // The forgery, then the service's record, which contradicts the expectation: neither credited.
     await until(
       () => recorder.count('rejected') + recorder.count('successful') >= 2,
@@ -63,29 +47,15 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
 }
 
 test("an expectation the store cannot read where verification ends: the record is not delivered in the forgery's place, an error", async () => {
-  const { transactionId: id } = provider.initiate({
-    amount: 100,
-    ipnUrl: 'http://127.0.0.1:9/unused',
-    customData: 'order-a',
-    outcome: 'SUCCESSFUL',
-    deliver: false,
-  });
-  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+  const id = await paid(t.provider);
   const store = new MemoryStore();
   // The check before the claim reads it; the read after verification fails.
-  const get = store.expectations.get.bind(store.expectations);
-  let reads = 0;
-  store.expectations.get = (transactionId) => {
-    if (transactionId === id && (reads += 1) > 1) throw new Error('the store is down');
-    return get(transactionId);
-  };
-  const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-  ipn = ipnRouter({ store, verify, logger: quiet, verifyRetryDelayMs: 5, sweepIntervalMs: 2 ** 31 - 1 });
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
+  watchedReads(store, id, (read) => read > 1);
+  const verify = statusClientOf(t.provider);
+  const { ipn, recorder, url } = await t.serve(quietRouter({ store, verify, verifyRetryDelayMs: 5 }));
   await ipn.expect(id, { amount: 100 });
   // The forged copy alters custom_data only, which the expectation does not hold.
-  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+  await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
   await until(() => recorder.count('error') + recorder.count('successful') > 0, 'an outcome');
   await settle();
   expect(recorder.count('successful')).toBe(0);
@@ -102,50 +72,24 @@ test("an expectation the store cannot read where verification ends: the record i
 // taken up again), and the record is credited once the store answers.
 for (const delivery of ['at-most-once', 'at-least-once'] as const) {
   test(`${delivery}: an expectation the store fails to read once, the genuine copy answered as a duplicate meanwhile: the record is still credited`, async () => {
-    const { transactionId: id } = provider.initiate({
-      amount: 100,
-      ipnUrl: 'http://127.0.0.1:9/unused',
-      customData: 'order-a',
-      outcome: 'SUCCESSFUL',
-      deliver: false,
-    });
-    await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+    const id = await paid(t.provider);
     const store = new MemoryStore();
-    const get = store.expectations.get.bind(store.expectations);
     let failures = 0;
-    store.expectations.get = (transactionId) => {
-      if (transactionId === id && failures > 0) {
-        failures -= 1;
-        throw new Error('the store is down');
-      }
-      return get(transactionId);
-    };
-    // Verification waits until the genuine copy has come.
-    let open = (): void => {};
-    const gate = new Promise<void>((resolve) => (open = resolve));
-    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-    const verify = {
-      getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-        await gate;
-        return client.getStatus(...args);
-      },
-    };
-    ipn = ipnRouter({
-      store,
-      delivery,
-      verify,
-      logger: quiet,
-      verifyRetryDelayMs: 5,
-      retryDelayMs: 5,
-      sweepIntervalMs: 2 ** 31 - 1,
+    watchedReads(store, id, () => {
+      if (failures === 0) return false;
+      failures -= 1;
+      return true;
     });
-    const recorder = recordEvents(ipn);
-    running = await listen(ipn);
+    // Verification waits until the genuine copy has come.
+    const { verify, open } = gatedVerify(statusClientOf(t.provider));
+    const { ipn, recorder, url } = await t.serve(
+      quietRouter({ store, delivery, verify, verifyRetryDelayMs: 5, retryDelayMs: 5 }),
+    );
     await ipn.expect(id, { amount: 100 });
     // The forged copy alters custom_data only, which the expectation does not hold.
-    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+    await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
     // The genuine copy, unaltered: a duplicate of the forgery's key.
-    expect(await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id })).toBe(200);
+    expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200);
     expect(recorder.count('duplicate')).toBe(1);
     failures = 1;
     open();
@@ -166,33 +110,26 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
 }
 
 test('at-least-once: a forged copy kept in the inbox and taken up after a restart is checked the same way (its record contradicting the expectation is not credited)', async () => {
-  const { transactionId: id } = provider.initiate({
-    amount: 100,
-    ipnUrl: 'http://127.0.0.1:9/unused',
-    customData: 'order-a',
-    outcome: 'SUCCESSFUL',
-    deliver: false,
-  });
-  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+  const id = await paid(t.provider);
   const store = new MemoryStore();
-  const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  const verify = statusClientOf(t.provider);
   const settings = {
     store,
     delivery: 'at-least-once',
     verify,
     logger: quiet,
     retryDelayMs: 5,
-    sweepIntervalMs: 2 ** 31 - 1,
+    sweepIntervalMs: NO_SWEEP,
   } as const;
   const first = ipnRouter(settings);
   const served = await listen(first);
   await first.expect(id, { amount: 5000 });
   await first.inbox.pause(); // kept in the inbox, not attempted: the process stops
-  expect(await provider.forge({ ipnUrl: `${served.url}/`, transactionId: id, amount: 5000 })).toBe(200);
+  expect(await t.provider.forge({ ipnUrl: `${served.url}/`, transactionId: id, amount: 5000 })).toBe(200);
   await served.close();
   await first.close();
   // The next process over the same store takes it up.
-  ipn = ipnRouter(settings);
+  const ipn = (t.ipn = ipnRouter(settings));
   const recorder = recordEvents(ipn);
   await ipn.inbox.resume();
   await until(() => recorder.count('rejected') >= 2, 'the forgery and its record rejected');
@@ -211,40 +148,29 @@ test('at-least-once: a forged copy kept in the inbox and taken up after a restar
 // forgery's key, was lost but for the `error` event. At most once with verify, it is settled once verified.
 // (At least once the forgery stays in the inbox, failed then dead, until a replay: nothing is lost there.)
 test('at-most-once: a forged copy matching its expectation that verification gives up on leaves the expectation to the sweep', async () => {
-  const { transactionId: id } = provider.initiate({
-    amount: 100,
-    ipnUrl: 'http://127.0.0.1:9/unused',
-    customData: 'order-a',
-    outcome: 'SUCCESSFUL',
-    deliver: false,
-  });
-  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+  const id = await paid(t.provider);
+  const client = statusClientOf(t.provider);
   let down = true;
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
-  const verify = {
-    getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-      await gate; // until the genuine copy has come
+  // Held until the genuine copy has come.
+  const { verify, open } = gatedVerify(client, {
+    answer: (...args) => {
       if (down) throw new Error('the service is down');
       return client.getStatus(...args);
     },
-  };
-  ipn = ipnRouter({
-    store: new MemoryStore(),
-    verify,
-    logger: quiet,
-    verifyAttempts: 2,
-    verifyRetryDelayMs: 5,
-    reconcileAfterMs: 1,
-    sweepIntervalMs: 2 ** 31 - 1,
   });
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
+  const { ipn, recorder, url } = await t.serve(
+    quietRouter({
+      store: new MemoryStore(),
+      verify,
+      verifyAttempts: 2,
+      verifyRetryDelayMs: 5,
+      reconcileAfterMs: 1,
+    }),
+  );
   await ipn.expect(id, { amount: 100 });
-  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+  await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
   // The genuine copy, answered as a duplicate of the forgery's key while it is being verified.
-  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
+  await t.provider.forge({ ipnUrl: url, transactionId: id });
   expect(recorder.count('duplicate')).toBe(1);
   open();
   await until(() => recorder.count('error') > 0, 'verification given up');
@@ -258,47 +184,22 @@ test('at-most-once: a forged copy matching its expectation that verification giv
 // copy to (the expectation's fields only, custom_data as the same JSON value), in either final state.
 for (const delivery of ['at-most-once', 'at-least-once'] as const) {
   test(`${delivery}: a FAILED record contradicting its expectation is not delivered in a forged FAILED copy's place; one matching it in custom_data's JSON value only is`, async () => {
-    const failedId = provider.initiate({
-      amount: 100,
-      ipnUrl: 'http://127.0.0.1:9/unused',
-      customData: 'order-a',
-      outcome: 'FAILED',
-      deliver: false,
-    }).transactionId;
-    const paidId = provider.initiate({
-      amount: 100,
-      ipnUrl: 'http://127.0.0.1:9/unused',
-      customData: '{"orderId": "b", "n": 12.50}',
-      outcome: 'SUCCESSFUL',
-      deliver: false,
-    }).transactionId;
-    await until(
-      () =>
-        provider.transaction(failedId)?.state === 'FAILED' &&
-        provider.transaction(paidId)?.state === 'SUCCESSFUL',
-      'processing',
+    const failedId = await paid(t.provider, { outcome: 'FAILED' });
+    const paidId = await paid(t.provider, { customData: '{"orderId": "b", "n": 12.50}' });
+    const verify = statusClientOf(t.provider);
+    const { ipn, recorder, url } = await t.serve(
+      quietRouter({ store: new MemoryStore(), delivery, verify, verifyRetryDelayMs: 5 }),
     );
-    const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-    ipn = ipnRouter({
-      store: new MemoryStore(),
-      delivery,
-      verify,
-      logger: quiet,
-      verifyRetryDelayMs: 5,
-      sweepIntervalMs: 2 ** 31 - 1,
-    });
-    const recorder = recordEvents(ipn);
-    running = await listen(ipn);
     await ipn.expect(failedId, { amount: 5000 });
     // custom_data only, as the same JSON value; the amount not held.
     await ipn.expect(paidId, { customData: { n: 12.5, orderId: 'b' } });
-    await provider.forge({
-      ipnUrl: `${running.url}/`,
+    await t.provider.forge({
+      ipnUrl: url,
       transactionId: failedId,
       state: 'FAILED',
       amount: 5000,
     });
-    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: paidId, amount: 5000 });
+    await t.provider.forge({ ipnUrl: url, transactionId: paidId, amount: 5000 });
     await until(() => recorder.count('rejected') >= 3 && recorder.count('notification') >= 1, 'decided');
     await settle();
     expect(recorder.count('failed')).toBe(0);
@@ -315,29 +216,14 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
 
 for (const delivery of ['at-most-once', 'at-least-once'] as const) {
   test(`${delivery}: a genuine copy that verification confirms costs no read of its expectation beyond the check before the claim`, async () => {
-    const { transactionId: id } = provider.initiate({
-      amount: 100,
-      ipnUrl: 'http://127.0.0.1:9/unused',
-      customData: 'order-a',
-      outcome: 'SUCCESSFUL',
-      deliver: false,
-    });
-    await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+    const id = await paid(t.provider);
     const store = new MemoryStore();
-    const get = store.expectations.get.bind(store.expectations);
-    let reads = 0;
-    store.expectations.get = (transactionId) => {
-      if (transactionId === id) reads += 1;
-      return get(transactionId);
-    };
-    const verify = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-    ipn = ipnRouter({ store, delivery, verify, logger: quiet, sweepIntervalMs: 2 ** 31 - 1 });
-    const recorder = recordEvents(ipn);
-    running = await listen(ipn);
+    const watched = watchedReads(store, id);
+    const verify = statusClientOf(t.provider);
+    const { ipn, recorder, url } = await t.serve(quietRouter({ store, delivery, verify }));
     await ipn.expect(id, { amount: 100, customData: 'order-a' });
-    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id }); // the genuine copy, unaltered
-    await until(() => recorder.count('successful') > 0, 'credited');
-    await settle();
-    expect(reads).toBe(1);
+    await t.provider.forge({ ipnUrl: url, transactionId: id }); // the genuine copy, unaltered
+    await untilFirst(recorder, 'successful', 'credited');
+    expect(watched.reads).toBe(1);
   });
 }

@@ -40,6 +40,16 @@ async function resend(ipn: IpnRouter, payload: Record<string, unknown>) {
   return { status: answer.status, body: await answer.json() };
 }
 
+/** The entry of `key` still delivered, a resend of `payload` answered as a duplicate, the payment credited once. */
+async function expectStillADuplicate(
+  store: DurableStore,
+  { ipn, credited, payload, key }: Awaited<ReturnType<typeof router>>,
+) {
+  expect(await store.get(key)).toMatchObject({ status: 'delivered' });
+  expect(await resend(ipn, payload)).toEqual({ status: 200, body: { ok: true, duplicate: true } });
+  expect(credited).toEqual([payload.transaction_id]);
+}
+
 /** Runs `ipn-kit inbox ...args` on DATABASE_URL, capturing its output. */
 async function cli(args: string[]) {
   const stdout: string[] = [];
@@ -114,9 +124,7 @@ describe('ipn.inbox.purge on a MemoryStore', () => {
         message: expect.stringContaining('insideDedupeWindow: true'),
       });
       await expect(ipn.inbox.purge(new Date(), 'delivered')).rejects.toThrow(PurgeWindowError);
-      expect(await store.get(key)).toMatchObject({ status: 'delivered' });
-      expect(await resend(ipn, payload)).toEqual({ status: 200, body: { ok: true, duplicate: true } });
-      expect(credited).toEqual([payload.transaction_id]);
+      await expectStillADuplicate(store, { ipn, credited, payload, key });
     } finally {
       await ipn.close();
     }
@@ -151,9 +159,7 @@ describe('ipn.inbox.purge on a MemoryStore', () => {
       await expect(ipn.inbox.purge(new Date(later), 'received' as 'dead')).rejects.toThrow(
         /status must be 'delivered' or 'dead'/,
       );
-      expect(await store.get(key)).toMatchObject({ status: 'delivered' });
-      expect(await resend(ipn, payload)).toEqual({ status: 200, body: { ok: true, duplicate: true } });
-      expect(credited).toEqual([payload.transaction_id]);
+      await expectStillADuplicate(store, { ipn, credited, payload, key });
     } finally {
       await ipn.close();
     }
@@ -232,9 +238,7 @@ describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreS
     const { ipn, credited, payload, key } = await router(store);
     try {
       await expect(ipn.inbox.purge(new Date())).rejects.toThrow(PurgeWindowError);
-      expect(await store.get(key)).toMatchObject({ status: 'delivered' });
-      expect(await resend(ipn, payload)).toEqual({ status: 200, body: { ok: true, duplicate: true } });
-      expect(credited).toEqual([payload.transaction_id]);
+      await expectStillADuplicate(store, { ipn, credited, payload, key });
 
       await deliveredAgo(store, key, 8);
       expect(await ipn.inbox.purge(new Date(Date.now() - TTL))).toBe(1);
@@ -271,9 +275,7 @@ describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreS
       expect(page).toContain('IPN_PURGE_INSIDE_DEDUPE_WINDOW');
       expect(page).toContain('credited, a second time');
       expect(page).toContain('confirm again with the box');
-      expect(await store.get(key)).toMatchObject({ status: 'delivered' });
-      expect(await resend(ipn, payload)).toEqual({ status: 200, body: { ok: true, duplicate: true } });
-      expect(credited).toEqual([payload.transaction_id]);
+      await expectStillADuplicate(store, { ipn, credited, payload, key });
 
       const tomorrow = new Date(Date.now() + DAY).toISOString().slice(0, 10);
       const ticked = await confirmed(admin, 'action=purge', (form) => {

@@ -5,13 +5,25 @@ import {
   InMemorySpanExporter,
   SimpleSpanProcessor,
 } from '@opentelemetry/sdk-trace-base';
-import { createStatusClient, ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
-import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
-import { SETTLED_ATTEMPTS } from '../../lib/delivery/expectations.js';
+import { ipnRouter, MemoryStore } from 'ipn-kit';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
-import { listen, settle, type Running } from '../helpers/servers.js';
+import { listen, settle } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
+import {
+  gatedVerify,
+  givingUpRouter,
+  latch,
+  NO_SWEEP,
+  paid,
+  perTestService,
+  quietRouter,
+  settledIn,
+  statusClientOf,
+  timedOut,
+  untilFirst,
+  watchedReads,
+} from '../helpers/verified-payments.js';
 
 // The review of 6838fef (an expectation settled once its copy is verified, not at the claim, at most once
 // with verify) and 01864dd (an expectation unreadable where a record replaces a forgery is read again). Money
@@ -19,62 +31,35 @@ import { until } from '../helpers/until.js';
 // record delivered once the claim is gone is a second credit), and a copy verification gives up on must leave
 // it to the sweep.
 
-let provider: FakeProvider;
-let running: Running | undefined;
-let ipn: IpnRouter | undefined;
-beforeEach(async () => {
-  provider = await createFakeProvider({ apiKey: 'k' });
-});
-afterEach(async () => {
-  await running?.close();
-  await ipn?.close();
-  await provider.close();
-});
-
-async function paid(): Promise<string> {
-  const { transactionId: id } = provider.initiate({
-    amount: 100,
-    ipnUrl: 'http://127.0.0.1:9/unused',
-    customData: 'order-a',
-    outcome: 'SUCCESSFUL',
-    deliver: false,
-  });
-  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
-  return id;
-}
-
-const settledIn = (store: MemoryStore, id: string): boolean =>
-  (store.expectations.get(id)?.attempts ?? 0) >= SETTLED_ATTEMPTS;
-
+const t = perTestService();
 type Mode = 'at-most-once verify' | 'at-most-once statusClient' | 'at-least-once verify';
 const MODES: Mode[] = ['at-most-once verify', 'at-most-once statusClient', 'at-least-once verify'];
 
+const deliveryOf = (mode: Mode) => (mode.startsWith('at-least-once') ? 'at-least-once' : 'at-most-once');
+const sourceOf = (mode: Mode, source: { getStatus: any }) =>
+  mode.endsWith('verify') ? { verify: source as any } : { statusClient: source as any };
+
 function routerOf(mode: Mode, store: MemoryStore, source: { getStatus: any }) {
-  return ipnRouter({
+  return quietRouter({
     store,
-    delivery: mode.startsWith('at-least-once') ? 'at-least-once' : 'at-most-once',
-    ...(mode.endsWith('verify') ? { verify: source as any } : { statusClient: source as any }),
-    logger: quiet,
+    delivery: deliveryOf(mode),
+    ...sourceOf(mode, source),
     verifyAttempts: 3,
     verifyRetryDelayMs: 5,
     retryDelayMs: 5,
     reconcileAfterMs: 1,
-    sweepIntervalMs: 2 ** 31 - 1,
   });
 }
 
 for (const mode of MODES) {
   test(`${mode}: a genuine copy emitted once settles its expectation; the sweep then asks nothing and credits nothing`, async () => {
-    const id = await paid();
+    const id = await paid(t.provider);
     const store = new MemoryStore();
-    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-    ipn = routerOf(mode, store, client);
-    const recorder = recordEvents(ipn);
-    running = await listen(ipn);
+    const client = statusClientOf(t.provider);
+    const { ipn, recorder, url } = await t.serve(routerOf(mode, store, client));
     await ipn.expect(id, { amount: 100, customData: 'order-a' });
-    expect(await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id })).toBe(200);
-    await until(() => recorder.count('successful') > 0, 'credited');
-    await settle();
+    expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200);
+    await untilFirst(recorder, 'successful', 'credited');
     expect(settledIn(store, id)).toBe(true);
     const swept = await ipn.sweep();
     expect(swept).toMatchObject({ queried: 0, reconciled: 0 });
@@ -85,30 +70,24 @@ for (const mode of MODES) {
 }
 
 test('at-most-once verify: a genuine copy verified after a "can\'t tell" and a resend while pending settles its expectation once; one credit', async () => {
-  const id = await paid();
+  const id = await paid(t.provider);
   const store = new MemoryStore();
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
+  const client = statusClientOf(t.provider);
   let calls = 0;
-  const verify = {
-    getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-      await gate;
+  const { verify, open } = gatedVerify(client, {
+    answer: (...args) => {
       if ((calls += 1) === 1) throw new Error('the service is down');
       return client.getStatus(...args);
     },
-  };
-  ipn = routerOf('at-most-once verify', store, verify);
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
+  });
+  const { ipn, recorder, url } = await t.serve(routerOf('at-most-once verify', store, verify));
   await ipn.expect(id, { amount: 100 });
-  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
-  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id }); // the service's resend
+  await t.provider.forge({ ipnUrl: url, transactionId: id });
+  await t.provider.forge({ ipnUrl: url, transactionId: id }); // the service's resend
   expect(recorder.count('duplicate')).toBe(1);
   expect(settledIn(store, id)).toBe(false); // not before verification
   open();
-  await until(() => recorder.count('successful') > 0, 'credited');
-  await settle();
+  await untilFirst(recorder, 'successful', 'credited');
   expect(settledIn(store, id)).toBe(true);
   expect((await ipn.sweep()).queried).toBe(0);
   expect(recorder.count('successful')).toBe(1);
@@ -116,50 +95,38 @@ test('at-most-once verify: a genuine copy verified after a "can\'t tell" and a r
 });
 
 test("at-most-once verify: the service's record delivered in a forged copy's place settles the expectation; the sweep credits nothing more", async () => {
-  const id = await paid();
+  const id = await paid(t.provider);
   const store = new MemoryStore();
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-  ipn = routerOf('at-most-once verify', store, client);
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
+  const client = statusClientOf(t.provider);
+  const { ipn, recorder, url } = await t.serve(routerOf('at-most-once verify', store, client));
   await ipn.expect(id, { amount: 100 });
-  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
-  await until(() => recorder.count('successful') > 0, 'credited');
-  await settle();
+  await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
+  await untilFirst(recorder, 'successful', 'credited');
   expect(settledIn(store, id)).toBe(true);
   expect((await ipn.sweep()).queried).toBe(0);
   expect(recorder.of('successful')).toMatchObject([{ custom_data: 'order-a' }]);
 });
 
 test('at-most-once verify: a copy whose router closes mid-verification leaves the expectation unsettled (for the sweep)', async () => {
-  const id = await paid();
+  const id = await paid(t.provider);
   const store = new MemoryStore();
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
-  const verify = {
-    getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-      await gate;
-      return client.getStatus(...args);
-    },
-  };
-  ipn = routerOf('at-most-once verify', store, verify);
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
+  const client = statusClientOf(t.provider);
+  const { verify, open } = gatedVerify(client);
+  const { ipn, recorder, url } = await t.serve(routerOf('at-most-once verify', store, verify));
   await ipn.expect(id, { amount: 100 });
-  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
-  await running.close();
-  running = undefined;
+  await t.provider.forge({ ipnUrl: url, transactionId: id });
+  await t.running?.close();
+  t.running = undefined;
   await ipn.close({ timeoutMs: 1 }); // verification still waiting for the service
   open();
-  ipn = undefined;
+  t.ipn = undefined;
   await settle();
   expect(recorder.count('successful')).toBe(0);
   expect(settledIn(store, id)).toBe(false);
   // The next process over the same store: its sweep delivers it, once.
-  ipn = routerOf('at-most-once verify', store, client);
-  const next = recordEvents(ipn);
-  expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
+  const nextIpn = (t.ipn = routerOf('at-most-once verify', store, client));
+  const next = recordEvents(nextIpn);
+  expect(await nextIpn.sweep()).toMatchObject({ reconciled: 1 });
   await settle();
   expect(next.count('successful')).toBe(1);
 });
@@ -174,26 +141,16 @@ test('at-most-once verify: a copy whose router closes mid-verification leaves th
 test.failing(
   'at-most-once verify: expect() again during verification is not overwritten by the late settle of the older one',
   async () => {
-    const id = await paid();
+    const id = await paid(t.provider);
     const store = new MemoryStore();
-    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-    let open = (): void => {};
-    const gate = new Promise<void>((resolve) => (open = resolve));
-    const verify = {
-      getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-        await gate;
-        return client.getStatus(...args);
-      },
-    };
-    ipn = routerOf('at-most-once verify', store, verify);
-    const recorder = recordEvents(ipn);
-    running = await listen(ipn);
+    const client = statusClientOf(t.provider);
+    const { verify, open } = gatedVerify(client);
+    const { ipn, recorder, url } = await t.serve(routerOf('at-most-once verify', store, verify));
     await ipn.expect(id, { amount: 100 });
-    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
+    await t.provider.forge({ ipnUrl: url, transactionId: id });
     await ipn.expect(id, { amount: 100, customData: 'order-a' });
     open();
-    await until(() => recorder.count('successful') > 0, 'credited');
-    await settle();
+    await untilFirst(recorder, 'successful', 'credited');
     expect(store.expectations.get(id)).toMatchObject({ customData: 'order-a' });
   },
 );
@@ -203,38 +160,19 @@ test.failing(
 // handled", and the expectation is settled. Verification then gives up on the forgery and releases the key:
 // the genuine copy, answered meanwhile as its duplicate, is nowhere, and the sweep no longer asks.
 test('at-most-once verify: a sweep while a forged copy is verified, then given up on: the expectation is still left to the sweep', async () => {
-  const id = await paid();
+  const id = await paid(t.provider);
   const store = new MemoryStore();
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
+  const client = statusClientOf(t.provider);
   // Verification's queries time out (the sweep's, with no time limit, are answered).
-  const verify = {
-    getStatus: async () => {
-      await gate;
-      throw new Error('the service did not answer in time');
-    },
-  };
-  ipn = ipnRouter({
-    store,
-    verify,
-    statusClient: client,
-    logger: quiet,
-    verifyAttempts: 2,
-    verifyRetryDelayMs: 5,
-    reconcileAfterMs: 1,
-    sweepIntervalMs: 2 ** 31 - 1,
-  });
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
+  const { verify, open } = gatedVerify(client, { answer: timedOut });
+  const { ipn, recorder, url } = await t.serve(givingUpRouter(store, verify, client));
   await ipn.expect(id, { amount: 100 });
-  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
-  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id }); // the genuine copy
+  await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
+  await t.provider.forge({ ipnUrl: url, transactionId: id }); // the genuine copy
   expect(recorder.count('duplicate')).toBe(1);
   await ipn.sweep(); // the key is held by the forgery being verified
   open();
-  await until(() => recorder.count('error') > 0, 'verification given up');
-  await settle();
+  await untilFirst(recorder, 'error', 'verification given up');
   expect(recorder.count('successful')).toBe(0);
   expect(settledIn(store, id)).toBe(false);
   // The sweep asks again, and delivers the service's record, once.
@@ -245,39 +183,33 @@ test('at-most-once verify: a sweep while a forged copy is verified, then given u
 });
 
 test('at-most-once verify: a sweep while a forged copy is verified, then the router closed: the next process sweeps it', async () => {
-  const id = await paid();
+  const id = await paid(t.provider);
   const store = new MemoryStore();
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
-  const verify = {
-    getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-      await gate;
-      return client.getStatus(...args);
-    },
-  };
+  const client = statusClientOf(t.provider);
+  const { verify, open } = gatedVerify(client);
   const settings = {
     store,
     verify,
     statusClient: client,
     logger: quiet,
     reconcileAfterMs: 1,
-    sweepIntervalMs: 2 ** 31 - 1,
+    sweepIntervalMs: NO_SWEEP,
   };
-  ipn = ipnRouter(settings);
-  running = await listen(ipn);
+  const ipn = (t.ipn = ipnRouter(settings));
+  t.running = await listen(ipn);
+  const url = `${t.running.url}/`;
   await ipn.expect(id, { amount: 100 });
-  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
-  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id }); // the genuine copy, a duplicate
+  await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
+  await t.provider.forge({ ipnUrl: url, transactionId: id }); // the genuine copy, a duplicate
   await ipn.sweep(); // the key is held by the forgery being verified
-  await running.close();
-  running = undefined;
+  await t.running?.close();
+  t.running = undefined;
   await ipn.close({ timeoutMs: 1 });
   open();
   await settle();
-  ipn = ipnRouter(settings);
-  const recorder = recordEvents(ipn);
-  expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
+  const next = (t.ipn = ipnRouter(settings));
+  const recorder = recordEvents(next);
+  expect(await next.sweep()).toMatchObject({ reconciled: 1 });
   await settle();
   expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, custom_data: 'order-a' }]);
 });
@@ -285,44 +217,37 @@ test('at-most-once verify: a sweep while a forged copy is verified, then the rou
 // 01864dd: a store that never answers the read: verifyAttempts reads, then one error, no unhandled rejection.
 for (const delivery of ['at-most-once', 'at-least-once'] as const) {
   test(`${delivery}: an expectation the store never reads where a record replaces a forgery: bounded reads, one rejected and one error per attempt budget`, async () => {
-    const id = await paid();
+    const id = await paid(t.provider);
     const store = new MemoryStore();
-    const get = store.expectations.get.bind(store.expectations);
-    let reads = 0;
-    store.expectations.get = (transactionId) => {
-      if (transactionId === id && (reads += 1) > 1) throw new Error('the store is down');
-      return get(transactionId);
-    };
+    const watched = watchedReads(store, id, (read) => read > 1);
     const unhandled: unknown[] = [];
     const onUnhandled = (reason: unknown) => void unhandled.push(reason);
     process.on('unhandledRejection', onUnhandled);
     try {
-      const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-      ipn = ipnRouter({
-        store,
-        delivery,
-        verify: client,
-        logger: quiet,
-        verifyAttempts: 4,
-        maxAttempts: 3,
-        verifyRetryDelayMs: 5,
-        retryDelayMs: 5,
-        sweepIntervalMs: 2 ** 31 - 1,
-      });
-      const recorder = recordEvents(ipn);
-      running = await listen(ipn);
+      const client = statusClientOf(t.provider);
+      const { ipn, recorder, url } = await t.serve(
+        quietRouter({
+          store,
+          delivery,
+          verify: client,
+          verifyAttempts: 4,
+          maxAttempts: 3,
+          verifyRetryDelayMs: 5,
+          retryDelayMs: 5,
+        }),
+      );
       await ipn.expect(id, { amount: 100 });
-      await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+      await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
       await until(() => recorder.count(delivery === 'at-most-once' ? 'error' : 'dead') > 0, 'given up');
       await settle();
       await new Promise((resolve) => setTimeout(resolve, 50));
       expect(recorder.count('successful')).toBe(0);
       if (delivery === 'at-most-once') {
-        expect(reads - 1).toBe(4); // verifyAttempts reads after the check before the claim
+        expect(watched.reads - 1).toBe(4); // verifyAttempts reads after the check before the claim
         expect(recorder.count('rejected')).toBe(1);
         expect(recorder.count('error')).toBe(1);
       } else {
-        expect(reads - 1).toBe(3); // maxAttempts
+        expect(watched.reads - 1).toBe(3); // maxAttempts
         expect(recorder.count('dead')).toBe(1);
       }
       expect(unhandled).toEqual([]);
@@ -338,10 +263,9 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
 // claim has expired (ttlMs shorter than the time to the sweep's query, or a claim store that lost it).
 for (const mode of MODES) {
   test(`${mode}: a claim landing after storeTimeoutMs settles the expectation of the copy it credits`, async () => {
-    const id = await paid();
+    const id = await paid(t.provider);
     const store = new MemoryStore();
-    let open = (): void => {};
-    const gate = new Promise<void>((resolve) => (open = resolve));
+    const { gate, open } = latch();
     let slow = true;
     // At least once the inbox's receive is the claim.
     const method = mode.startsWith('at-least-once') ? 'receive' : 'claim';
@@ -351,24 +275,21 @@ for (const mode of MODES) {
       slow = false;
       return gate.then(() => original(...args));
     };
-    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-    ipn = ipnRouter({
-      store,
-      delivery: mode.startsWith('at-least-once') ? 'at-least-once' : 'at-most-once',
-      ...(mode.endsWith('verify') ? { verify: client } : { statusClient: client }),
-      logger: quiet,
-      storeTimeoutMs: 20,
-      retryDelayMs: 5,
-      reconcileAfterMs: 1,
-      sweepIntervalMs: 2 ** 31 - 1,
-    });
-    const recorder = recordEvents(ipn);
-    running = await listen(ipn);
+    const client = statusClientOf(t.provider);
+    const { ipn, recorder, url } = await t.serve(
+      quietRouter({
+        store,
+        delivery: deliveryOf(mode),
+        ...sourceOf(mode, client),
+        storeTimeoutMs: 20,
+        retryDelayMs: 5,
+        reconcileAfterMs: 1,
+      }),
+    );
     await ipn.expect(id, { amount: 100 });
-    expect(await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id })).toBe(503);
+    expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
     open();
-    await until(() => recorder.count('successful') > 0, 'credited late');
-    await settle();
+    await untilFirst(recorder, 'successful', 'credited late');
     expect(settledIn(store, id)).toBe(true);
     expect((await ipn.sweep()).queried).toBe(0);
     expect(recorder.count('successful')).toBe(1);
@@ -376,20 +297,16 @@ for (const mode of MODES) {
 }
 
 test('at-most-once verify: a forged and the genuine copy at once: one claims, one credit, the expectation settled', async () => {
-  const id = await paid();
+  const id = await paid(t.provider);
   const store = new MemoryStore();
-  const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-  ipn = routerOf('at-most-once verify', store, client);
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
+  const client = statusClientOf(t.provider);
+  const { ipn, recorder, url } = await t.serve(routerOf('at-most-once verify', store, client));
   await ipn.expect(id, { amount: 100 });
-  const url = `${running.url}/`;
   await Promise.all([
-    provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' }),
-    provider.forge({ ipnUrl: url, transactionId: id }),
+    t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' }),
+    t.provider.forge({ ipnUrl: url, transactionId: id }),
   ]);
-  await until(() => recorder.count('successful') > 0, 'credited');
-  await settle();
+  await untilFirst(recorder, 'successful', 'credited');
   expect(recorder.count('duplicate')).toBe(1);
   expect(settledIn(store, id)).toBe(true);
   expect((await ipn.sweep()).queried).toBe(0);
@@ -405,16 +322,16 @@ test('at-most-once verify: a forged and the genuine copy at once: one claims, on
 test.failing(
   'at-most-once verify: a process that stops between the claim and verification: the next process sweeps the payment',
   async () => {
-    const id = await paid();
+    const id = await paid(t.provider);
     const store = new MemoryStore();
-    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+    const client = statusClientOf(t.provider);
     const never = { getStatus: () => new Promise<never>(() => {}) }; // the process stops before any answer
     const stopped = routerOf('at-most-once verify', store, never);
     const served = await listen(stopped);
     try {
       await stopped.expect(id, { amount: 100 });
-      expect(await provider.forge({ ipnUrl: `${served.url}/`, transactionId: id })).toBe(200);
-      ipn = routerOf('at-most-once verify', store, client); // the next process, over the same store
+      expect(await t.provider.forge({ ipnUrl: `${served.url}/`, transactionId: id })).toBe(200);
+      const ipn = (t.ipn = routerOf('at-most-once verify', store, client)); // the next process, over the same store
       const recorder = recordEvents(ipn);
       await ipn.sweep();
       await settle();
@@ -441,42 +358,24 @@ describe('traced', () => {
   });
 
   test('at-most-once verify: a genuine copy settles its expectation; a forgery given up on after a sweep leaves it to the sweep', async () => {
-    const id = await paid();
-    const other = await paid();
+    const id = await paid(t.provider);
+    const other = await paid(t.provider);
     const store = new MemoryStore();
-    const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-    let open = (): void => {};
-    const gate = new Promise<void>((resolve) => (open = resolve));
-    const verify = {
-      getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-        if (args[0] !== other) return client.getStatus(...args);
-        await gate;
-        throw new Error('the service did not answer in time');
-      },
-    };
-    ipn = ipnRouter({
-      store,
-      verify,
-      statusClient: client,
-      logger: quiet,
-      verifyAttempts: 2,
-      verifyRetryDelayMs: 5,
-      reconcileAfterMs: 1,
-      sweepIntervalMs: 2 ** 31 - 1,
+    const client = statusClientOf(t.provider);
+    const { verify, open } = gatedVerify(client, {
+      answer: timedOut,
+      holds: (transactionId) => transactionId === other,
     });
-    const recorder = recordEvents(ipn);
-    running = await listen(ipn);
+    const { ipn, recorder, url } = await t.serve(givingUpRouter(store, verify, client));
     await ipn.expect(id, { amount: 100 });
     await ipn.expect(other, { amount: 100 });
-    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
-    await until(() => recorder.count('successful') > 0, 'credited');
-    await settle();
+    await t.provider.forge({ ipnUrl: url, transactionId: id });
+    await untilFirst(recorder, 'successful', 'credited');
     expect(settledIn(store, id)).toBe(true);
-    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: other, customData: 'order-forged' });
+    await t.provider.forge({ ipnUrl: url, transactionId: other, customData: 'order-forged' });
     await ipn.sweep(); // the other's key is held by the forgery being verified
     open();
-    await until(() => recorder.count('error') > 0, 'verification given up');
-    await settle();
+    await untilFirst(recorder, 'error', 'verification given up');
     expect(settledIn(store, other)).toBe(false);
     expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
     await settle();

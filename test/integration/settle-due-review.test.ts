@@ -1,98 +1,54 @@
-import { createStatusClient, ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
-import { createFakeProvider, type FakeProvider } from '../../lib/testing.js';
-import { SETTLED_ATTEMPTS } from '../../lib/delivery/expectations.js';
+import { ipnRouter, MemoryStore } from 'ipn-kit';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
-import { listen, settle, type Running } from '../helpers/servers.js';
+import { listen, settle } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
+import {
+  gatedVerify,
+  givingUpRouter,
+  latch,
+  NO_SWEEP,
+  paid,
+  perTestService,
+  quietRouter,
+  settledIn,
+  statusClientOf,
+  timedOut,
+  untilFirst,
+} from '../helpers/verified-payments.js';
 
 // A hostile review of 2840e53 (an expectation made due again when verification gives its copy up, or the
 // router closes over it) and 2352070 (a claim landing after storeTimeoutMs settles its expectation). Money
 // first: no second credit through the expectation made due again, no loss where it is not, no extra write on
 // the hot path, and every failure of that write reported (never an unhandled rejection).
 
-let provider: FakeProvider;
-let running: Running | undefined;
-let ipn: IpnRouter | undefined;
-let unhandled: unknown[];
-const onUnhandled = (reason: unknown) => void unhandled.push(reason);
-beforeEach(async () => {
-  provider = await createFakeProvider({ apiKey: 'k' });
-  unhandled = [];
-  process.on('unhandledRejection', onUnhandled);
-});
-afterEach(async () => {
-  process.off('unhandledRejection', onUnhandled);
-  await running?.close();
-  running = undefined;
-  await ipn?.close();
-  ipn = undefined;
-  await provider.close();
-});
-
-async function paid(): Promise<string> {
-  const { transactionId: id } = provider.initiate({
-    amount: 100,
-    ipnUrl: 'http://127.0.0.1:9/unused',
-    customData: 'order-a',
-    outcome: 'SUCCESSFUL',
-    deliver: false,
-  });
-  await until(() => provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
-  return id;
-}
-
-const settledIn = (store: MemoryStore, id: string): boolean =>
-  (store.expectations.get(id)?.attempts ?? 0) >= SETTLED_ATTEMPTS;
-
-const client = () => createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet });
+const t = perTestService({ unhandled: true });
+const client = () => statusClientOf(t.provider);
 
 test('at-most-once verify: a forgery given up on after a sweep, then the genuine resend credited: the sweep credits nothing more', async () => {
-  const id = await paid();
+  const id = await paid(t.provider);
   const store = new MemoryStore();
   const genuine = client();
   let failing = true;
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
-  const verify = {
-    getStatus: async (...args: Parameters<typeof genuine.getStatus>) => {
-      if (!failing) return genuine.getStatus(...args);
-      await gate;
-      throw new Error('the service did not answer in time');
-    },
-  };
-  ipn = ipnRouter({
-    store,
-    verify,
-    statusClient: genuine,
-    logger: quiet,
-    verifyAttempts: 2,
-    verifyRetryDelayMs: 5,
-    reconcileAfterMs: 1,
-    sweepIntervalMs: 2 ** 31 - 1,
-  });
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
-  const url = `${running.url}/`;
+  const { verify, open } = gatedVerify(genuine, { answer: timedOut, holds: () => failing });
+  const { ipn, recorder, url } = await t.serve(givingUpRouter(store, verify, genuine));
   await ipn.expect(id, { amount: 100 });
-  await provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
+  await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
   await ipn.sweep(); // the key held by the forgery: settled on it
   open();
-  await until(() => recorder.count('error') > 0, 'verification given up');
-  await settle();
+  await untilFirst(recorder, 'error', 'verification given up');
   failing = false;
-  expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the genuine resend
-  await until(() => recorder.count('successful') > 0, 'credited');
-  await settle();
+  expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the genuine resend
+  await untilFirst(recorder, 'successful', 'credited');
   await ipn.sweep();
   await ipn.sweep();
   await settle();
   expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, custom_data: 'order-a' }]);
-  expect(unhandled).toEqual([]);
+  expect(t.unhandled).toEqual([]);
 });
 
 test('at-most-once verify: a normal verified copy makes one expectation write (the settle) and no release', async () => {
-  const id = await paid();
+  const id = await paid(t.provider);
   const store = new MemoryStore();
   const calls: string[] = [];
   const put = store.expectations.put.bind(store.expectations);
@@ -105,43 +61,22 @@ test('at-most-once verify: a normal verified copy makes one expectation write (t
     calls.push(`release ${key}`);
     return release(key);
   };
-  ipn = ipnRouter({ store, verify: client(), logger: quiet, sweepIntervalMs: 2 ** 31 - 1 });
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
+  const { ipn, recorder, url } = await t.serve(quietRouter({ store, verify: client() }));
   await ipn.expect(id, { amount: 100 });
   calls.length = 0;
-  expect(await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id })).toBe(200);
-  await until(() => recorder.count('successful') > 0, 'credited');
-  await settle();
+  expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200);
+  await untilFirst(recorder, 'successful', 'credited');
   expect(calls).toEqual([`put ${id}`]);
   expect(settledIn(store, id)).toBe(true);
 });
 
 test('at-most-once verify: the write making the expectation due again fails: reported, never an unhandled rejection', async () => {
-  const id = await paid();
+  const id = await paid(t.provider);
   const store = new MemoryStore();
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
-  const verify = {
-    getStatus: async () => {
-      await gate;
-      throw new Error('the service did not answer in time');
-    },
-  };
-  ipn = ipnRouter({
-    store,
-    verify,
-    statusClient: client(),
-    logger: quiet,
-    verifyAttempts: 2,
-    verifyRetryDelayMs: 5,
-    reconcileAfterMs: 1,
-    sweepIntervalMs: 2 ** 31 - 1,
-  });
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
+  const { verify, open } = gatedVerify({ getStatus: timedOut });
+  const { ipn, recorder, url } = await t.serve(givingUpRouter(store, verify, client()));
   await ipn.expect(id, { amount: 100 });
-  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, customData: 'order-forged' });
+  await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-forged' });
   const down = store.expectations as unknown as Record<string, unknown>;
   down.put = () => Promise.reject(new Error('the store is down'));
   open();
@@ -149,32 +84,30 @@ test('at-most-once verify: the write making the expectation due again fails: rep
   await settle();
   const messages = recorder.of('error').map((e: { error: Error }) => e.error.message);
   expect(messages.some((m: string) => m.includes('due again'))).toBe(true);
-  expect(unhandled).toEqual([]);
+  expect(t.unhandled).toEqual([]);
 });
 
 test('at-most-once verify: close() mid-verification over a store already down: reported, never an unhandled rejection', async () => {
-  const id = await paid();
+  const id = await paid(t.provider);
   const store = new MemoryStore();
   const verify = { getStatus: () => new Promise<never>(() => {}) };
-  ipn = ipnRouter({ store, verify, logger: quiet, sweepIntervalMs: 2 ** 31 - 1 });
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
+  const { ipn, recorder, url } = await t.serve(quietRouter({ store, verify }));
   await ipn.expect(id, { amount: 100 });
-  await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id });
-  await running.close();
-  running = undefined;
+  await t.provider.forge({ ipnUrl: url, transactionId: id });
+  await t.running?.close();
+  t.running = undefined;
   store.expectations.put = () => {
     throw new Error('the store is closed');
   };
   (store as unknown as Record<string, unknown>).release = () =>
     Promise.reject(new Error('the store is closed'));
   await ipn.close({ timeoutMs: 1 });
-  ipn = undefined;
+  t.ipn = undefined;
   await settle();
   const messages = recorder.of('error').map((e: { error: Error }) => e.error.message);
   expect(messages.some((m: string) => m.includes('due again'))).toBe(true);
   expect(messages.some((m: string) => m.includes('release'))).toBe(true);
-  expect(unhandled).toEqual([]);
+  expect(t.unhandled).toEqual([]);
 });
 
 // A claim that commits but whose answer comes after storeTimeoutMs (answered 503); a sweep meanwhile finds the
@@ -182,10 +115,9 @@ test('at-most-once verify: close() mid-verification over a store already down: r
 // claim's answer lands: verification's start finds the router closed and releases the key. Nothing then
 // delivers the payment unless the expectation is made due again, as close() does for a copy being verified.
 test('at-most-once verify: a late claim landing after close() makes its expectation due again (the sweep settled it on the held key)', async () => {
-  const id = await paid();
+  const id = await paid(t.provider);
   const store = new MemoryStore();
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
+  const { gate, open } = latch();
   let slow = true;
   const claim = store.claim.bind(store);
   (store as unknown as Record<string, unknown>).claim = (key: string, ttlMs: number, token?: string) => {
@@ -200,24 +132,24 @@ test('at-most-once verify: a late claim landing after close() makes its expectat
     logger: quiet,
     storeTimeoutMs: 20,
     reconcileAfterMs: 1,
-    sweepIntervalMs: 2 ** 31 - 1,
+    sweepIntervalMs: NO_SWEEP,
   };
-  ipn = ipnRouter(settings);
-  running = await listen(ipn);
-  const url = `${running.url}/`;
+  const ipn = (t.ipn = ipnRouter(settings));
+  t.running = await listen(ipn);
+  const url = `${t.running.url}/`;
   await ipn.expect(id, { amount: 100 });
-  expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
+  expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
   await ipn.sweep(); // the key held: the expectation settled on it
-  expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the resend, a duplicate
-  await running.close();
-  running = undefined;
+  expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the resend, a duplicate
+  await t.running?.close();
+  t.running = undefined;
   await ipn.close({ timeoutMs: 1 });
   open();
   await settle();
   expect(settledIn(store, id)).toBe(false);
-  ipn = ipnRouter(settings); // the next process over the same store
-  const recorder = recordEvents(ipn);
-  expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
+  const next = (t.ipn = ipnRouter(settings)); // the next process over the same store
+  const recorder = recordEvents(next);
+  expect(await next.sweep()).toMatchObject({ reconciled: 1 });
   await settle();
   expect(recorder.count('successful')).toBe(1);
 });
@@ -226,10 +158,9 @@ test('at-most-once verify: a late claim landing after close() makes its expectat
 // 503, never credited). A claim that lands after storeTimeoutMs goes to deliverLate all the same: decided and
 // emitted, with no status query: a forged notification of a transaction nobody expected is credited.
 test("at-most-once, unexpected: 'reject': an unexpected forgery whose claim lands after storeTimeoutMs is not credited", async () => {
-  const expected = await paid();
+  const expected = await paid(t.provider);
   const store = new MemoryStore();
-  let open = (): void => {};
-  const gate = new Promise<void>((resolve) => (open = resolve));
+  const { gate, open } = latch();
   let landed: Promise<boolean> | undefined;
   const claim = store.claim.bind(store);
   (store as unknown as Record<string, unknown>).claim = (key: string, ttlMs: number, token?: string) => {
@@ -237,25 +168,18 @@ test("at-most-once, unexpected: 'reject': an unexpected forgery whose claim land
     landed = gate.then(() => claim(key, ttlMs, token));
     return landed;
   };
-  ipn = ipnRouter({
-    store,
-    statusClient: client(),
-    unexpected: 'reject',
-    logger: quiet,
-    storeTimeoutMs: 20,
-    sweepIntervalMs: 2 ** 31 - 1,
-  });
-  const recorder = recordEvents(ipn);
-  running = await listen(ipn);
+  const { ipn, recorder, url } = await t.serve(
+    quietRouter({ store, statusClient: client(), unexpected: 'reject', storeTimeoutMs: 20 }),
+  );
   await ipn.expect(expected, { amount: 100 });
-  const forgery = { ipnUrl: `${running.url}/`, transactionId: 'FRG.777', amount: 900_000 };
-  expect(await provider.forge(forgery)).toBe(503);
+  const forgery = { ipnUrl: url, transactionId: 'FRG.777', amount: 900_000 };
+  expect(await t.provider.forge(forgery)).toBe(503);
   open();
   expect(await landed).toBe(true);
   await settle();
   expect(recorder.count('successful')).toBe(0);
   // Undone as in time: the next copy is refused again (503), not answered as a duplicate.
-  expect(await provider.forge(forgery)).toBe(503);
+  expect(await t.provider.forge(forgery)).toBe(503);
   await settle();
   expect(recorder.count('successful')).toBe(0);
   expect(recorder.count('duplicate')).toBe(0);
@@ -267,7 +191,7 @@ test("at-most-once, unexpected: 'reject': an unexpected forgery whose claim land
 // duplicate either way: one credit.
 for (const delivery of ['at-most-once', 'at-least-once'] as const) {
   test(`${delivery}: a claim whose answer was lost after the write, and the service's resend: one credit, the sweep credits nothing more`, async () => {
-    const id = await paid();
+    const id = await paid(t.provider);
     const store = new MemoryStore();
     const method = delivery === 'at-least-once' ? 'receive' : 'claim';
     const original = (store[method] as (...args: unknown[]) => unknown).bind(store);
@@ -278,25 +202,21 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
       original(...args);
       return Promise.reject(new Error('connection reset'));
     };
-    ipn = ipnRouter({
-      store,
-      delivery,
-      statusClient: client(),
-      logger: quiet,
-      leaseMs: 20,
-      retryDelayMs: 5,
-      recoveryIntervalMs: 10,
-      reconcileAfterMs: 1,
-      sweepIntervalMs: 2 ** 31 - 1,
-    });
-    const recorder = recordEvents(ipn);
-    running = await listen(ipn);
+    const { ipn, recorder, url } = await t.serve(
+      quietRouter({
+        store,
+        delivery,
+        statusClient: client(),
+        leaseMs: 20,
+        retryDelayMs: 5,
+        recoveryIntervalMs: 10,
+        reconcileAfterMs: 1,
+      }),
+    );
     await ipn.expect(id, { amount: 100 });
-    const url = `${running.url}/`;
-    expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
-    expect(await provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the resend, a duplicate
-    await until(() => recorder.count('successful') > 0, 'credited', 8_000);
-    await settle();
+    expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
+    expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // the resend, a duplicate
+    await untilFirst(recorder, 'successful', 'credited', 8_000);
     // At most once, delivered late and settled (2352070); at least once, settled by the sweep on the entry.
     if (delivery === 'at-most-once') expect(settledIn(store, id)).toBe(true);
     await ipn.sweep();
@@ -304,7 +224,7 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
     expect(settledIn(store, id)).toBe(true);
     await settle();
     expect(recorder.count('successful')).toBe(1);
-    expect(unhandled).toEqual([]);
+    expect(t.unhandled).toEqual([]);
   });
 }
 
@@ -317,34 +237,15 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
 test.failing(
   'at-most-once verify: expect() again during verification, then given up on: the sweep credits against the newer expectation',
   async () => {
-    const id = await paid();
+    const id = await paid(t.provider);
     const store = new MemoryStore();
-    let open = (): void => {};
-    const gate = new Promise<void>((resolve) => (open = resolve));
-    const verify = {
-      getStatus: async () => {
-        await gate;
-        throw new Error('the service did not answer in time');
-      },
-    };
-    ipn = ipnRouter({
-      store,
-      verify,
-      statusClient: client(),
-      logger: quiet,
-      verifyAttempts: 2,
-      verifyRetryDelayMs: 5,
-      reconcileAfterMs: 1,
-      sweepIntervalMs: 2 ** 31 - 1,
-    });
-    const recorder = recordEvents(ipn);
-    running = await listen(ipn);
+    const { verify, open } = gatedVerify({ getStatus: timedOut });
+    const { ipn, recorder, url } = await t.serve(givingUpRouter(store, verify, client()));
     await ipn.expect(id, { amount: 50 }); // a wrong amount, corrected below
-    await provider.forge({ ipnUrl: `${running.url}/`, transactionId: id, amount: 50 });
+    await t.provider.forge({ ipnUrl: url, transactionId: id, amount: 50 });
     await ipn.expect(id, { amount: 100 });
     open();
-    await until(() => recorder.count('error') > 0, 'verification given up');
-    await settle();
+    await untilFirst(recorder, 'error', 'verification given up');
     expect(await ipn.sweep()).toMatchObject({ reconciled: 1, rejected: 0 });
     await settle();
     expect(recorder.count('successful')).toBe(1);

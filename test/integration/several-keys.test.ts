@@ -47,6 +47,15 @@ afterEach(async () => {
   await provider.close();
 });
 
+/** Serves `ipn` (closed after the test, as its server): its recorder, and the server. */
+async function serve(ipn: IpnRouter) {
+  routers.push(ipn);
+  const recorder = recordEvents(ipn);
+  const running = await listen(ipn);
+  servers.push(running);
+  return { recorder, running };
+}
+
 /** The keys every status request carried, in order, with the id it asked about. */
 function keysSent() {
   const sent: Array<{ key: string; id: string }> = [];
@@ -215,10 +224,7 @@ describe('the router with several keys', () => {
   test('a genuine payment of zone B, notified with no expectation, is verified with the keys in turn and emitted, not rejected', async () => {
     const { fetch, keysFor } = keysSent();
     const ipn = ipnRouter({ verify: client({}, fetch), logger: quiet, verifyRetryDelayMs: 5 });
-    routers.push(ipn);
-    const recorder = recordEvents(ipn);
-    const running = await listen(ipn);
-    servers.push(running);
+    const { recorder, running } = await serve(ipn);
     const { transactionId, delivered } = provider.initiate({
       amount: 5000,
       ipnUrl: `${running.url}/`,
@@ -243,10 +249,7 @@ describe('the router with several keys', () => {
         verifyRetryDelayMs: 5,
         sweepIntervalMs: 2 ** 31 - 1,
       });
-      routers.push(ipn);
-      const recorder = recordEvents(ipn);
-      const running = await listen(ipn);
-      servers.push(running);
+      const { recorder, running } = await serve(ipn);
       const transactionId = `ZB.${randomUUID().slice(0, 8)}`;
       await ipn.expect(transactionId, { amount: 800, customData: 'order-zb', account: 'zoneB' });
       provider.initiate({
@@ -271,10 +274,7 @@ describe('the router with several keys', () => {
       logger: quiet,
       verifyRetryDelayMs: 5,
     });
-    routers.push(ipn);
-    const recorder = recordEvents(ipn);
-    const running = await listen(ipn);
-    servers.push(running);
+    const { recorder, running } = await serve(ipn);
     const { transactionId } = provider.initiate({
       amount: 700,
       ipnUrl: `${running.url}/`,
@@ -330,10 +330,7 @@ describe('an account named wrongly (the expectation, accountOf, the call): its n
       sweepIntervalMs: 2 ** 31 - 1,
       ...(options.accountOf ? { accountOf: options.accountOf } : {}),
     });
-    routers.push(ipn);
-    const recorder = recordEvents(ipn);
-    const running = await listen(ipn);
-    servers.push(running);
+    const { recorder, running } = await serve(ipn);
     return { ipn, recorder, said, keysFor, sent, ipnUrl: `${running.url}/` };
   }
 
@@ -373,10 +370,7 @@ describe('an account named wrongly (the expectation, accountOf, the call): its n
       verifyRetryDelayMs: 5,
       sweepIntervalMs: 2 ** 31 - 1,
     });
-    routers.push(ipn);
-    const recorder = recordEvents(ipn);
-    const running = await listen(ipn);
-    servers.push(running);
+    const { recorder, running } = await serve(ipn);
     // A forger's FAILED copy, its custom_data naming zone B: zone B's key answers (and is remembered).
     await provider.forge({
       ipnUrl: `${running.url}/`,
@@ -578,10 +572,7 @@ function accountSuite(name: string, open: () => Promise<{ store: () => Store; cl
       sweepIntervalMs: 2 ** 31 - 1,
       ...(accountOf === undefined ? {} : { accountOf }),
     });
-    routers.push(ipn);
-    const recorder = recordEvents(ipn);
-    const running = await listen(ipn);
-    servers.push(running);
+    const { recorder, running } = await serve(ipn);
     return { ipn, recorder, said, url: `${running.url}/` };
   }
 
