@@ -164,11 +164,25 @@ export function createVerifyQueue<C>(
       return 'retried';
     }
     pending.delete(key);
-    void release(key); // so that a resend or ipn.reconcile() can still deliver it
-    entry.expectation?.reopen(); // and the sweep
+    letGo(key, entry.expectation);
     if (verdict.reason instanceof StoreError) report(verdict.reason, entry.found ?? n);
     else giveUp(n, verdict, attempt);
     return 'dead';
+  }
+
+  /**
+   * Releases `key` and makes its expectation due again (a sweep meanwhile may have taken its held key for a
+   * delivered copy and settled it): a resend, `ipn.reconcile()` or the sweep can still deliver it.
+   */
+  function letGo(key: string, expectation: ExpectationHold | undefined): void {
+    void release(key);
+    expectation?.reopen();
+  }
+
+  /** A notification the router closed over before verifying it: let go, and reported (`error` with it). */
+  function closedOver(key: string, n: IpnNotification, expectation: ExpectationHold | undefined): void {
+    letGo(key, expectation);
+    report(new VerificationError(n.transaction_id, 0, 'the router was closed before it could verify it'), n);
   }
 
   /** Runs a scheduled retry now: it is no longer scheduled. */
@@ -212,12 +226,7 @@ export function createVerifyQueue<C>(
       const key = keyOf(n);
       unreserve(key);
       if (context.isClosed()) {
-        // Claimed as the router closed (a claim that landed late): released, made due again and reported,
-        // as on close (a sweep may have settled its expectation on the held key meanwhile).
-        void release(key);
-        expectation?.reopen();
-        const why = 'the router was closed before it could verify it';
-        report(new VerificationError(n.transaction_id, 0, why), n);
+        closedOver(key, n, expectation); // claimed as the router closed (a claim that landed late)
         return Promise.resolve();
       }
       const account = accountOfNotification(options.accountOf, n, logger);
@@ -260,14 +269,7 @@ export function createVerifyQueue<C>(
      * released, so that the service's resend, a reconcile or the sweep after the restart delivers it.
      */
     close(): void {
-      for (const [key, { notification: n, expectation }] of pending) {
-        void release(key);
-        expectation?.reopen();
-        report(
-          new VerificationError(n.transaction_id, 0, 'the router was closed before it could verify it'),
-          n,
-        );
-      }
+      for (const [key, { notification: n, expectation }] of pending) closedOver(key, n, expectation);
       pending.clear();
     },
   };

@@ -300,10 +300,14 @@ export function createIpnPipeline<C>(
       if (screened.kind !== 'go') return answer(screened, notification);
       if (closed) return unavailable('closed');
     }
-    const expectation: ExpectationHold = {
-      settle: () => delivery.expectations.settle(notification, expected),
-      reopen: () => delivery.expectations.reopen(notification, expected),
-    };
+    // Only a notification that matched its expectation has one to settle (or make due again): no object else.
+    const expectation: ExpectationHold | undefined =
+      expected.kind === 'match'
+        ? {
+            settle: () => delivery.expectations.settle(notification, expected),
+            reopen: () => delivery.expectations.reopen(notification, expected),
+          }
+        : undefined;
     let admission: Admission;
     if (expected.kind === 'error') admission = { kind: 'store-failed', error: expected.error };
     else {
@@ -315,7 +319,7 @@ export function createIpnPipeline<C>(
       // Verified after the answer (at most once), only once verified: a forged copy matching the expectation
       // that verification gives up on must leave it to the sweep (the genuine copy was maybe its duplicate).
       if (delivery.verifiesAfterClaim) admission = { ...admission, expectation };
-      else expectation.settle();
+      else expectation?.settle();
       if (!isFinalState(notification.state)) {
         // Only `notification` is emitted for it: say so loudly, or a new success spelling is a lost payment.
         metrics?.unknownState();
