@@ -21,9 +21,16 @@ import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes
 const DAY = 24 * 60 * 60 * 1000;
 const TTL = 7 * DAY;
 
-/** A router over `store`, at least once, whose listener lists each transaction id it credits. */
+/** The routers of the test under way, closed after it. */
+const opened: IpnRouter[] = [];
+afterEach(async () => {
+  await Promise.all(opened.splice(0).map((ipn) => ipn.close()));
+});
+
+/** A router over `store`, at least once, whose listener lists each transaction id it credits; closed after the test. */
 async function router(store: DurableStore) {
   const ipn = ipnRouter({ store, delivery: 'at-least-once', logger: quiet, recoveryIntervalMs: 20 });
+  opened.push(ipn);
   const credited: string[] = [];
   ipn.on('successful', (n) => {
     credited.push(n.transaction_id);
@@ -117,31 +124,23 @@ describe('ipn.inbox.purge on a MemoryStore', () => {
   test('inside the dedupe window: refused, the entry stays, a resend is a duplicate', async () => {
     const store = new MemoryStore();
     const { ipn, credited, payload, key } = await router(store);
-    try {
-      await expect(ipn.inbox.purge(new Date())).rejects.toMatchObject({
-        name: 'PurgeWindowError',
-        code: 'IPN_PURGE_INSIDE_DEDUPE_WINDOW',
-        message: expect.stringContaining('insideDedupeWindow: true'),
-      });
-      await expect(ipn.inbox.purge(new Date(), 'delivered')).rejects.toThrow(PurgeWindowError);
-      await expectStillADuplicate(store, { ipn, credited, payload, key });
-    } finally {
-      await ipn.close();
-    }
+    await expect(ipn.inbox.purge(new Date())).rejects.toMatchObject({
+      name: 'PurgeWindowError',
+      code: 'IPN_PURGE_INSIDE_DEDUPE_WINDOW',
+      message: expect.stringContaining('insideDedupeWindow: true'),
+    });
+    await expect(ipn.inbox.purge(new Date(), 'delivered')).rejects.toThrow(PurgeWindowError);
+    await expectStillADuplicate(store, { ipn, credited, payload, key });
   });
 
   test('asked for explicitly, it purges (and a resend is then credited again, as the option says)', async () => {
     const store = new MemoryStore();
     const { ipn, credited, payload, key } = await router(store);
-    try {
-      const before = new Date(Date.now() + 60_000);
-      expect(await ipn.inbox.purge(before, 'delivered', { insideDedupeWindow: true })).toBe(1);
-      expect(await store.get(key)).toBeUndefined();
-      expect((await resend(ipn, payload)).body).toEqual({ ok: true });
-      await eventually('credited again', () => credited.length === 2);
-    } finally {
-      await ipn.close();
-    }
+    const before = new Date(Date.now() + 60_000);
+    expect(await ipn.inbox.purge(before, 'delivered', { insideDedupeWindow: true })).toBe(1);
+    expect(await store.get(key)).toBeUndefined();
+    expect((await resend(ipn, payload)).body).toEqual({ ok: true });
+    await eventually('credited again', () => credited.length === 2);
   });
 
   // The rule left a `before` that is no Date to the store's own check, and MemoryStore has none: a number
@@ -149,33 +148,25 @@ describe('ipn.inbox.purge on a MemoryStore', () => {
   test('a before that is no valid Date, or a status no purge knows, is refused before any store deletes', async () => {
     const store = new MemoryStore();
     const { ipn, credited, payload, key } = await router(store);
-    try {
-      const later = Date.now() + 60_000;
-      for (const before of [later, new Date(later).toISOString(), new Date(Number.NaN)]) {
-        await expect(ipn.inbox.purge(before as unknown as Date)).rejects.toThrow(
-          /ipn\.inbox\.purge: before must be a valid Date/,
-        );
-      }
-      await expect(ipn.inbox.purge(new Date(later), 'received' as 'dead')).rejects.toThrow(
-        /status must be 'delivered' or 'dead'/,
+    const later = Date.now() + 60_000;
+    for (const before of [later, new Date(later).toISOString(), new Date(Number.NaN)]) {
+      await expect(ipn.inbox.purge(before as unknown as Date)).rejects.toThrow(
+        /ipn\.inbox\.purge: before must be a valid Date/,
       );
-      await expectStillADuplicate(store, { ipn, credited, payload, key });
-    } finally {
-      await ipn.close();
     }
+    await expect(ipn.inbox.purge(new Date(later), 'received' as 'dead')).rejects.toThrow(
+      /status must be 'delivered' or 'dead'/,
+    );
+    await expectStillADuplicate(store, { ipn, credited, payload, key });
   });
 
   test('before now - ttlMs (or at it) is not refused, and keeps what is newer; dead purges are not refused', async () => {
     const store = new MemoryStore();
     const { ipn, key } = await router(store);
-    try {
-      expect(await ipn.inbox.purge(new Date(Date.now() - TTL))).toBe(0);
-      expect(await ipn.inbox.purge(new Date(Date.now() - TTL - DAY), 'delivered')).toBe(0);
-      expect(await store.get(key)).toMatchObject({ status: 'delivered' });
-      expect(await ipn.inbox.purge(new Date(Date.now() + 60_000), 'dead')).toBe(0);
-    } finally {
-      await ipn.close();
-    }
+    expect(await ipn.inbox.purge(new Date(Date.now() - TTL))).toBe(0);
+    expect(await ipn.inbox.purge(new Date(Date.now() - TTL - DAY), 'delivered')).toBe(0);
+    expect(await store.get(key)).toMatchObject({ status: 'delivered' });
+    expect(await ipn.inbox.purge(new Date(Date.now() + 60_000), 'dead')).toBe(0);
   });
 });
 
@@ -236,28 +227,20 @@ describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreS
   test('ipn.inbox.purge: refused inside, the row stays and a resend is a duplicate; before now - ttlMs it purges', async () => {
     const store = await freshStore();
     const { ipn, credited, payload, key } = await router(store);
-    try {
-      await expect(ipn.inbox.purge(new Date())).rejects.toThrow(PurgeWindowError);
-      await expectStillADuplicate(store, { ipn, credited, payload, key });
+    await expect(ipn.inbox.purge(new Date())).rejects.toThrow(PurgeWindowError);
+    await expectStillADuplicate(store, { ipn, credited, payload, key });
 
-      await deliveredAgo(store, key, 8);
-      expect(await ipn.inbox.purge(new Date(Date.now() - TTL))).toBe(1);
-      expect(await store.get(key)).toBeUndefined();
-    } finally {
-      await ipn.close();
-    }
+    await deliveredAgo(store, key, 8);
+    expect(await ipn.inbox.purge(new Date(Date.now() - TTL))).toBe(1);
+    expect(await store.get(key)).toBeUndefined();
   });
 
   test("retention's own pass, at now - ttlMs, still deletes what is older", async () => {
     const store = await freshStore();
-    const { ipn, key } = await router(store);
-    try {
-      await deliveredAgo(store, key, 8);
-      expect(await retentionPass(store, TTL, RETENTION_DEFAULTS)).toMatchObject({ delivered: 1 });
-      expect(await store.get(key)).toBeUndefined();
-    } finally {
-      await ipn.close();
-    }
+    const { key } = await router(store);
+    await deliveredAgo(store, key, 8);
+    expect(await retentionPass(store, TTL, RETENTION_DEFAULTS)).toMatchObject({ delivered: 1 });
+    expect(await store.get(key)).toBeUndefined();
   });
 
   test("the operator's page: refused (409, saying why and how), the row stays; the ticked box purges", async () => {
@@ -298,71 +281,48 @@ describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreS
     const { ipn, payload, key } = await router(store);
     const claimed = `TX.${process.pid}.claim:SUCCESSFUL`;
     expect(await store.claim(claimed, TTL, randomUUID())).toBe(true);
-    try {
-      const today = new Date().toISOString();
-      const refusedRun = await cli(['purge', '--before', today, '--table', store.table]);
-      expect(refusedRun.code).toBe(1);
-      expect(refusedRun.stderr).toContain('ipn-kit inbox purge: refused to purge');
-      expect(refusedRun.stderr).toContain('credited, a second time');
-      expect(refusedRun.stderr).toContain('add --inside-dedupe-window');
-      expect(await store.get(key)).toMatchObject({ status: 'delivered' });
-      expect(await store.claim(claimed, TTL, randomUUID())).toBe(false); // the claim still holds its key
-      expect(await resend(ipn, payload)).toEqual({ status: 200, body: { ok: true, duplicate: true } });
-      expect(await ipn.inbox.actions({ limit: 10 })).toEqual([]);
+    const today = new Date().toISOString();
+    const refusedRun = await cli(['purge', '--before', today, '--table', store.table]);
+    expect(refusedRun.code).toBe(1);
+    expect(refusedRun.stderr).toContain('ipn-kit inbox purge: refused to purge');
+    expect(refusedRun.stderr).toContain('credited, a second time');
+    expect(refusedRun.stderr).toContain('add --inside-dedupe-window');
+    expect(await store.get(key)).toMatchObject({ status: 'delivered' });
+    expect(await store.claim(claimed, TTL, randomUUID())).toBe(false); // the claim still holds its key
+    expect(await resend(ipn, payload)).toEqual({ status: 200, body: { ok: true, duplicate: true } });
+    expect(await ipn.inbox.actions({ limit: 10 })).toEqual([]);
 
-      // A shorter ttlMs of the app's, said with --ttl-ms: eight days ago is outside its window of one day.
-      await deliveredAgo(store, key, 8);
-      const shorter = new Date(Date.now() - 2 * DAY).toISOString();
-      expect((await cli(['purge', '--before', shorter, '--table', store.table])).code).toBe(1);
-      const ttlRun = await cli([
-        'purge',
-        '--before',
-        shorter,
-        '--ttl-ms',
-        String(DAY),
-        '--table',
-        store.table,
-      ]);
-      expect(ttlRun).toMatchObject({ code: 0, stdout: expect.stringContaining('deleted 1 delivered entry') });
-      expect(await store.get(key)).toBeUndefined();
+    // A shorter ttlMs of the app's, said with --ttl-ms: eight days ago is outside its window of one day.
+    await deliveredAgo(store, key, 8);
+    const shorter = new Date(Date.now() - 2 * DAY).toISOString();
+    expect((await cli(['purge', '--before', shorter, '--table', store.table])).code).toBe(1);
+    const ttlRun = await cli(['purge', '--before', shorter, '--ttl-ms', String(DAY), '--table', store.table]);
+    expect(ttlRun).toMatchObject({ code: 0, stdout: expect.stringContaining('deleted 1 delivered entry') });
+    expect(await store.get(key)).toBeUndefined();
 
-      const forced = await cli([
-        'purge',
-        '--before',
-        today,
-        '--inside-dedupe-window',
-        '--table',
-        store.table,
-      ]);
-      expect(forced).toMatchObject({ code: 0, stdout: expect.stringContaining('deleted 1 delivered entry') });
-      expect(await store.claim(claimed, TTL, randomUUID())).toBe(true); // its claim went with it
-    } finally {
-      await ipn.close();
-    }
+    const forced = await cli(['purge', '--before', today, '--inside-dedupe-window', '--table', store.table]);
+    expect(forced).toMatchObject({ code: 0, stdout: expect.stringContaining('deleted 1 delivered entry') });
+    expect(await store.claim(claimed, TTL, randomUUID())).toBe(true); // its claim went with it
   });
 
   test('the CLI: --inside-dedupe-window for a date outside the window is not kept as inside', async () => {
     const store = await freshStore();
     const { ipn } = await router(store);
-    try {
-      const run = await cli([
-        'purge',
-        '--before',
-        '2020-01-01',
-        '--inside-dedupe-window',
-        '--table',
-        store.table,
-      ]);
-      expect(run.code).toBe(0);
-      const [audit] = await ipn.inbox.actions({ limit: 1 });
-      expect(audit).toMatchObject({
-        action: 'purge',
-        detail: { before: '2020-01-01T00:00:00.000Z', count: 0 },
-      });
-      expect(audit!.detail).not.toHaveProperty('insideDedupeWindow');
-    } finally {
-      await ipn.close();
-    }
+    const run = await cli([
+      'purge',
+      '--before',
+      '2020-01-01',
+      '--inside-dedupe-window',
+      '--table',
+      store.table,
+    ]);
+    expect(run.code).toBe(0);
+    const [audit] = await ipn.inbox.actions({ limit: 1 });
+    expect(audit).toMatchObject({
+      action: 'purge',
+      detail: { before: '2020-01-01T00:00:00.000Z', count: 0 },
+    });
+    expect(audit!.detail).not.toHaveProperty('insideDedupeWindow');
   });
 
   // The window was measured by the clock of the machine that purges, the deliveries stamped by the database's
@@ -370,23 +330,19 @@ describeWithService('PostgreSQL', 'a purge inside the dedupe window, on PostgreS
   // still inside the window by the database's clock (as far inside as the skew).
   test("the CLI's window is measured by the database's clock, which stamped the deliveries", async () => {
     const store = await freshStore();
-    const { ipn, key } = await router(store);
+    const { key } = await router(store);
+    await deliveredAgo(store, key, 6); // six days ago by the database's clock: inside the 7 days
+    const real = Date.now;
+    const ahead = jest.spyOn(Date, 'now').mockImplementation(() => real() + 2 * DAY); // this machine: +2 days
+    let run: Awaited<ReturnType<typeof cli>>;
     try {
-      await deliveredAgo(store, key, 6); // six days ago by the database's clock: inside the 7 days
-      const real = Date.now;
-      const ahead = jest.spyOn(Date, 'now').mockImplementation(() => real() + 2 * DAY); // this machine: +2 days
-      let run: Awaited<ReturnType<typeof cli>>;
-      try {
-        const before = new Date(Date.now() - TTL).toISOString(); // where this machine's window starts
-        run = await cli(['purge', '--before', before, '--table', store.table]);
-      } finally {
-        ahead.mockRestore();
-      }
-      expect(run.code).toBe(1);
-      expect(await store.get(key)).toMatchObject({ status: 'delivered' });
+      const before = new Date(Date.now() - TTL).toISOString(); // where this machine's window starts
+      run = await cli(['purge', '--before', before, '--table', store.table]);
     } finally {
-      await ipn.close();
+      ahead.mockRestore();
     }
+    expect(run.code).toBe(1);
+    expect(await store.get(key)).toMatchObject({ status: 'delivered' });
   });
 
   // The CLI does not know the app's ttlMs (--ttl-ms, default 7 days). An app at most once with ttlMs 30 days:
