@@ -41,7 +41,7 @@ import {
   tracingActive,
   type Parent,
 } from '../observability/tracing.js';
-import { createExpectations, type ExpectationHold } from './expectations.js';
+import { createExpectations, expectationAllows, type ExpectationHold } from './expectations.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
 import { createUnexpectedScreen } from './unexpected.js';
 import type { DrainResult } from './drain-result.js';
@@ -74,8 +74,13 @@ export interface Acceptance {
 export interface ReconcileResult {
   /** The service's record, whatever its state. */
   record: StatusRecord;
-  /** Whether this call emitted the notification's events (false: not final yet, or already handled). */
+  /** Whether this call emitted the notification's events (false: not final yet, already handled, or rejected). */
   emitted: boolean;
+  /**
+   * Whether the record contradicts the transaction's expectation (`ipn.expect()`), as the sweep would find:
+   * not delivered, and a `rejected` event (reason `mismatch`) says where.
+   */
+  rejected: boolean;
 }
 
 /**
@@ -516,8 +521,12 @@ export function createDelivery<C>(
         );
       }
       const record = await statusSource.getStatus(transactionId);
-      if (!isFinalState(record.state)) return { record, emitted: false };
-      return { record, emitted: await deliverRecord(record) };
+      if (!isFinalState(record.state)) return { record, emitted: false, rejected: false };
+      // The service's record, like the sweep's, is credited only where the expectation allows it.
+      const allowed = await expectationAllows(context, record);
+      if (allowed instanceof StoreError) throw allowed;
+      if (!allowed) return { record, emitted: false, rejected: true };
+      return { record, emitted: await deliverRecord(record), rejected: false };
     },
 
     /** `ipn.expect()`: keeps the expectation, and starts this instance's sweep. */

@@ -1,4 +1,5 @@
 import { ipnRouter, MemoryStore } from 'ipn-kit';
+import { adminRouter } from 'ipn-kit/admin';
 import { quiet } from '../helpers/quiet-logger.js';
 import { recordEvents } from '../helpers/record-events.js';
 import { listen, settle } from '../helpers/servers.js';
@@ -227,3 +228,66 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
     expect(watched.reads).toBe(1);
   });
 }
+
+// ipn.reconcile() delivered the service's record without reading its expectation: the sweep rejects a record
+// that contradicts it ("contradicts its expectation: not credited"), but the operator's reconcile of the same
+// transaction credited it (expected 5000, the service's record 100: 100 credited). It is held to the same rule.
+for (const delivery of ['at-most-once', 'at-least-once'] as const) {
+  test(`${delivery}: ipn.reconcile() does not credit a record that contradicts its expectation; it credits one that matches`, async () => {
+    const contradicted = await paid(t.provider); // the service says 100
+    const matching = await paid(t.provider);
+    const verify = statusClientOf(t.provider);
+    const { ipn, recorder } = await t.serve(quietRouter({ store: new MemoryStore(), delivery, verify }));
+    await ipn.expect(contradicted, { amount: 5000 });
+    await ipn.expect(matching, { amount: 100, customData: 'order-a' });
+    await expect(ipn.reconcile(contradicted)).resolves.toMatchObject({ emitted: false, rejected: true });
+    await expect(ipn.reconcile(matching)).resolves.toMatchObject({ emitted: true, rejected: false });
+    await settle();
+    expect(recorder.of('rejected')).toMatchObject([
+      {
+        reason: 'mismatch',
+        mismatches: ['amount'],
+        notification: { transaction_id: contradicted, amount: 100 },
+      },
+    ]);
+    expect(recorder.of('successful')).toMatchObject([{ transaction_id: matching }]);
+  });
+}
+
+test('ipn.reconcile(): an expectation the store cannot read rejects with a StoreError and credits nothing', async () => {
+  const id = await paid(t.provider);
+  const store = new MemoryStore();
+  const verify = statusClientOf(t.provider);
+  const { ipn, recorder } = await t.serve(quietRouter({ store, verify }));
+  await ipn.expect(id, { amount: 100 });
+  watchedReads(store, id, () => true); // every read of it fails from now on
+  await expect(ipn.reconcile(id)).rejects.toMatchObject({
+    name: 'StoreError',
+    message: expect.stringMatching(/failed to read the expectation .*the store is down/),
+  });
+  await settle();
+  expect(recorder.count('successful')).toBe(0);
+});
+
+test("the operator page's reconcile says a record contradicting its expectation was not delivered", async () => {
+  const id = await paid(t.provider); // the service says 100
+  const verify = statusClientOf(t.provider);
+  const { ipn, recorder } = await t.serve(quietRouter({ store: new MemoryStore(), verify }));
+  await ipn.expect(id, { amount: 5000 });
+  const page = await listen(adminRouter({ ipn, authorize: () => true, logger: quiet }));
+  try {
+    const first = await fetch(`${page.url}/confirm?action=reconcile`);
+    const cookie = (first.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
+    const answer = await fetch(`${page.url}/reconcile`, {
+      method: 'POST',
+      headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
+      body: `csrf=${cookie.split('=')[1] ?? ''}&transaction=${encodeURIComponent(id)}`,
+    });
+    expect(answer.status).toBe(200);
+    expect(await answer.text()).toContain('the record contradicts its expectation');
+    expect(recorder.count('successful')).toBe(0);
+    expect(recorder.count('rejected')).toBe(1);
+  } finally {
+    await page.close();
+  }
+});
