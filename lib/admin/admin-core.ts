@@ -508,7 +508,7 @@ function staticConfirmationOf(query: URLSearchParams): Confirmation | undefined 
     const transaction = (query.get('transaction') ?? '').trim();
     return {
       action,
-      question: `Ask the service for ${transaction} and deliver it if final?`,
+      question: `Ask the service for ${transaction} and deliver it if final, unless it contradicts its expectation?`,
       fields: { transaction },
     };
   }
