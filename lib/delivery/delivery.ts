@@ -41,7 +41,15 @@ import {
   tracingActive,
   type Parent,
 } from '../observability/tracing.js';
-import { createExpectations, type ExpectationHold } from './expectations.js';
+import {
+  createExpectations,
+  isSettled,
+  recordAllowance,
+  retire,
+  settlesExpectation,
+  type ExpectationHold,
+} from './expectations.js';
+import type { Expectation } from '../stores/expectation-store.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
 import { createUnexpectedScreen } from './unexpected.js';
 import type { DrainResult } from './drain-result.js';
@@ -74,8 +82,13 @@ export interface Acceptance {
 export interface ReconcileResult {
   /** The service's record, whatever its state. */
   record: StatusRecord;
-  /** Whether this call emitted the notification's events (false: not final yet, or already handled). */
+  /** Whether this call emitted the notification's events (false: not final yet, already handled, or rejected). */
   emitted: boolean;
+  /**
+   * Whether the record contradicts the transaction's expectation (`ipn.expect()`), as the sweep would find:
+   * not delivered, and a `rejected` event (reason `mismatch`) says where.
+   */
+  rejected: boolean;
 }
 
 /**
@@ -456,6 +469,31 @@ export function createDelivery<C>(
     return settleReconciled(record, key, lease.id, by);
   }
 
+  /**
+   * `ipn.reconcile()`'s expectation, settled (kept for `ttlMs`, for late copies to be checked against, never
+   * asked about again). A store that fails or does not answer within `storeTimeoutMs` is an `error` event:
+   * the record was decided all the same, and the sweep asks about it again.
+   */
+  async function settleReconciledExpectation(
+    expectation: Expectation | undefined,
+    record: IpnNotification,
+  ): Promise<void> {
+    const kept = store.expectations;
+    if (kept === undefined || expectation === undefined || isSettled(expectation)) return;
+    const id = record.transaction_id;
+    const late = () => new StoreError(`the store did not settle the expectation of ${id} in time`);
+    try {
+      await within(
+        Promise.resolve().then(() => retire(kept, expectation, options.ttlMs)),
+        options.storeTimeoutMs,
+        late,
+      );
+    } catch (cause) {
+      const message = `the store failed to settle the expectation of ${id}: ${messageOf(cause)}`;
+      context.report(new StoreError(message, { cause }), record);
+    }
+  }
+
   return {
     /**
      * Claims (or, at-least-once, stores) a notification before the answer: `true` first, `false` a resend.
@@ -516,8 +554,17 @@ export function createDelivery<C>(
         );
       }
       const record = await statusSource.getStatus(transactionId);
-      if (!isFinalState(record.state)) return { record, emitted: false };
-      return { record, emitted: await deliverRecord(record) };
+      if (!isFinalState(record.state)) return { record, emitted: false, rejected: false };
+      // The service's record, like the sweep's, is credited only where the expectation allows it.
+      const allowance = await recordAllowance(context, record, "the service's record not delivered");
+      if (allowance instanceof StoreError) throw allowance;
+      const { allowed, expectation } = allowance;
+      const emitted = allowed && (await deliverRecord(record));
+      // And its expectation settled as the sweep settles it (a record rejected, or SUCCESSFUL; a FAILED keeps
+      // it): else the sweep asked again, rejected the record a second time, or reported the payment `stale`.
+      if (!allowed || settlesExpectation(record.state))
+        await settleReconciledExpectation(expectation, record);
+      return { record, emitted, rejected: !allowed };
     },
 
     /** `ipn.expect()`: keeps the expectation, and starts this instance's sweep. */

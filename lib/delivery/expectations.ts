@@ -100,9 +100,25 @@ export async function expectationAllows<C>(
   context: DeliveryContext<C>,
   record: IpnNotification,
 ): Promise<boolean | StoreError> {
+  const allowance = await recordAllowance(context, record);
+  return allowance instanceof StoreError ? allowance : allowance.allowed;
+}
+
+/** Whether the service's record may be delivered, and the expectation read to tell (none: `undefined`). */
+export type RecordAllowance = { allowed: boolean; expectation: Expectation | undefined } | StoreError;
+
+/**
+ * {@link expectationAllows}, with the expectation it read (`ipn.reconcile()` settles it, as the sweep does).
+ * `notDone` ends the `StoreError`'s message: what the caller does not do for want of the expectation.
+ */
+export async function recordAllowance<C>(
+  context: DeliveryContext<C>,
+  record: IpnNotification,
+  notDone = "its record not delivered in a forgery's place",
+): Promise<RecordAllowance> {
   const { options, reject } = context;
   const kept = options.store.expectations;
-  if (kept === undefined) return true;
+  if (kept === undefined) return { allowed: true, expectation: undefined };
   const id = record.transaction_id;
   let expectation: Expectation | undefined;
   try {
@@ -113,14 +129,14 @@ export async function expectationAllows<C>(
       late,
     );
   } catch (cause) {
-    const message = `the store failed to read the expectation of ${id}: ${messageOf(cause)}: its record not delivered in a forgery's place`;
+    const message = `the store failed to read the expectation of ${id}: ${messageOf(cause)}: ${notDone}`;
     return new StoreError(message, { cause });
   }
   const mismatches = expectation === undefined ? [] : contradictions(expectation, record);
-  if (mismatches.length === 0) return true;
+  if (mismatches.length === 0) return { allowed: true, expectation };
   const message = `the service's record of ${id} contradicts its expectation in ${mismatches.join(', ')}: not credited`;
   reject({ reason: 'mismatch', message, mismatches, notification: record, status: record });
-  return false;
+  return { allowed: false, expectation };
 }
 
 /**
