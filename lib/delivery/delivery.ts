@@ -176,6 +176,8 @@ export function createDelivery<C>(
     options.verify &&
     watched(traced(timeLimited(accountedOf(options.verify), options.verifyTimeoutMs)), alerts);
   const context = createDeliveryContext<C>({ ...options, verify }, emitters);
+  // A claim still running past its answer (503) may land while the router closes: close() waits for it.
+  claimer.track(context.write);
   const durable = options.delivery === 'at-least-once' ? (store as DurableStore) : undefined;
   // The status query is for notifications that never arrived: the sweep's client, not necessarily verify's.
   const statusSource = options.statusClient

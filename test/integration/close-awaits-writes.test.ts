@@ -6,6 +6,7 @@ import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes
 import { settle } from '../helpers/servers.js';
 import { databaseUrl, describeWithService } from '../helpers/services.js';
 import {
+  latch,
   paid,
   perTestService,
   quietRouter,
@@ -111,6 +112,43 @@ test('at-most-once verify: a write close() started that never answers holds it n
   await settle();
   const failed = recorder.of('error').map((e: { error: Error }) => e.error.message);
   expect(failed.some((m: string) => /store write/.test(m) && /still running after 50 ms/.test(m))).toBe(true);
+  expect(t.unhandled).toEqual([]);
+});
+
+// A claim that commits but answers after storeTimeoutMs (answered 503, delivered late) lands while the router
+// closes: the router closed, verification's start lets it go (its key released). A release after the store
+// closed is lost: the service's resend, after the 503, would be a duplicate of a payment nobody delivers.
+test('at-most-once verify: a claim landing late while close() runs is let go before the store closes: the resend is credited once', async () => {
+  const id = await paid(t.provider);
+  const data = new MemoryStore();
+  const store = pooled(data);
+  const { gate, open } = latch();
+  const claim = data.claim.bind(data);
+  let slow = true;
+  (data as unknown as Record<string, unknown>).claim = (key: string, ttlMs: number, token?: string) => {
+    const claimed = claim(key, ttlMs, token);
+    if (!slow || !key.startsWith(id)) return claimed;
+    slow = false;
+    return gate.then(() => claimed); // committed now, answered late
+  };
+  const settings = { verify: statusClientOf(t.provider), storeTimeoutMs: 20 };
+  const { ipn, recorder, url } = await t.serve(quietRouter({ store, ...settings }));
+  expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
+  await t.running?.close();
+  t.running = undefined;
+  const closed = ipn.close({ timeoutMs: 5_000 });
+  setTimeout(open, 50); // the claim's answer lands while close() runs
+  await closed;
+  t.ipn = undefined;
+  await settle();
+  expect(recorder.count('successful')).toBe(0);
+  const failed = recorder.of('error').map((e: { error: Error }) => e.error.message);
+  expect(failed.filter((m: string) => m.includes('the pool'))).toEqual([]);
+  const next = await t.serve(quietRouter({ store: pooled(data), ...settings }));
+  expect(await t.provider.forge({ ipnUrl: next.url, transactionId: id })).toBe(200);
+  await untilFirst(next.recorder, 'successful', 'credited');
+  expect(next.recorder.count('duplicate')).toBe(0);
+  expect(next.recorder.count('successful')).toBe(1);
   expect(t.unhandled).toEqual([]);
 });
 
