@@ -222,9 +222,9 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
           const error = new IpnKitError(
             'IPN_INTERNAL',
             `ipn.close(): ${left} store write(s) the router started itself (a key released, an expectation ` +
-              `settled or made due again) were still running after ${ms} ms (timeoutMs); the store is closed now: ` +
-              'a key not released stays claimed until ttlMs (a resend meanwhile is answered as a duplicate: ' +
-              'reconcile those payments), an expectation not made due waits for its due time',
+              `settled or made due again, a claim answered late) were still running after ${ms} ms (timeoutMs); ` +
+              'the store is closed now: a key not released stays claimed until ttlMs (a resend meanwhile is ' +
+              'answered as a duplicate: reconcile those payments), an expectation not made due waits for its due time',
           );
           resolved.logger.error({ writes: left }, error.message);
           emit('error', { error });
