@@ -189,6 +189,8 @@ export function createDelivery<C>(
     options.verify &&
     watched(traced(timeLimited(accountedOf(options.verify), options.verifyTimeoutMs)), alerts);
   const context = createDeliveryContext<C>({ ...options, verify }, emitters);
+  // A claim still running past its answer (503) may land while the router closes: close() waits for it.
+  claimer.track(context.write);
   const durable = options.delivery === 'at-least-once' ? (store as DurableStore) : undefined;
   // The status query is for notifications that never arrived: the sweep's client, not necessarily verify's.
   const statusSource = options.statusClient
@@ -351,16 +353,15 @@ export function createDelivery<C>(
       void dispatch(n, leaseId, false, undefined, expectation);
       return;
     }
+    // The decision is a store write nobody awaits: close() waits for it (its release, if it fails, too).
     void detach(
-      Promise.resolve()
-        .then(() => lifecycle.decide(n))
-        .then(
-          (verdict) => {
-            expectation?.settle(); // decided, as an admission is (a failed decision releases the key)
-            return dispatch(n, leaseId, verdict === 'conflict');
-          },
-          (cause: unknown) => decisionFailed(n, cause),
-        ),
+      context.write(Promise.resolve().then(() => lifecycle.decide(n))).then(
+        (verdict) => {
+          expectation?.settle(); // decided, as an admission is (a failed decision releases the key)
+          return dispatch(n, leaseId, verdict === 'conflict');
+        },
+        (cause: unknown) => decisionFailed(n, cause),
+      ),
     );
   }
 
@@ -461,7 +462,13 @@ export function createDelivery<C>(
     const lease = { id: randomUUID(), ms: leaseMs };
     const claimed = await claimer.claim(
       key,
-      () => void detach(settleReconciled(record, key, lease.id)),
+      // Landed late, at most once its decision is a store write nobody awaits: close() waits for it.
+      () =>
+        void detach(
+          durable
+            ? settleReconciled(record, key, lease.id)
+            : context.write(settleReconciled(record, key, lease.id)),
+        ),
       durable && (() => durable.receive(key, toRecord(record), lease)),
     );
     if (claimed instanceof StoreError) throw claimed;
@@ -648,11 +655,18 @@ export function createDelivery<C>(
       );
     },
 
+    /**
+     * `close()`'s last step before the store closes: the notifications still being verified are let go
+     * (their keys released, their expectations due again), the timers stopped. Those writes, and every other
+     * one started and awaited nowhere, are in {@link writes}, for `close()` to wait for.
+     */
     close(): void {
       verifying?.close();
       claimer.close();
       context.close();
     },
+    /** The store writes started and awaited nowhere (releases, expectations, late decisions). */
+    writes: context.writes,
   };
 }
 

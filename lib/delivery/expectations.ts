@@ -150,7 +150,7 @@ export function retire(store: ExpectationStore, e: Expectation, ttlMs: number): 
 
 /** The expectations of a router: `ipn.expect()`, the check of each notification, and settling. */
 export function createExpectations<C>(context: DeliveryContext<C>, store: Store) {
-  const { options, report } = context;
+  const { options, report, write } = context;
   const expectations: ExpectationStore | undefined = store.expectations;
   // A router that never uses expectations pays nothing for them: no read, no delete per notification.
   let active = options.statusClient !== undefined;
@@ -267,17 +267,20 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
       if (!expectations || checked.kind !== 'match' || !settlesExpectation(n.state)) return;
       if (isSettled(checked.expectation)) return;
       const { expectation } = checked;
-      Promise.resolve()
-        .then(() => expectations.put({ ...expectation, dueAt: Date.now() }))
-        .catch((cause: unknown) =>
-          report(
-            new StoreError(
-              `the store failed to make the expectation of ${n.transaction_id} due again: ${messageOf(cause)}`,
-              { cause },
+      // Awaited by nobody but close(): it runs there, as the router closes over a copy being verified.
+      void write(
+        Promise.resolve()
+          .then(() => expectations.put({ ...expectation, dueAt: Date.now() }))
+          .catch((cause: unknown) =>
+            report(
+              new StoreError(
+                `the store failed to make the expectation of ${n.transaction_id} due again: ${messageOf(cause)}`,
+                { cause },
+              ),
+              n,
             ),
-            n,
           ),
-        );
+      );
     },
 
     /**
@@ -289,17 +292,20 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
       if (!expectations || checked.kind !== 'match' || !settlesExpectation(n.state)) return;
       if (isSettled(checked.expectation)) return;
       const { expectation } = checked;
-      Promise.resolve()
-        .then(() => retire(expectations, expectation, options.ttlMs))
-        .catch((cause: unknown) =>
-          report(
-            new StoreError(
-              `the store failed to settle the expectation of ${n.transaction_id}: ${messageOf(cause)}`,
-              { cause },
+      // Awaited by nobody but close() (a copy verified, or a claim landed late, as the router closes).
+      void write(
+        Promise.resolve()
+          .then(() => retire(expectations, expectation, options.ttlMs))
+          .catch((cause: unknown) =>
+            report(
+              new StoreError(
+                `the store failed to settle the expectation of ${n.transaction_id}: ${messageOf(cause)}`,
+                { cause },
+              ),
+              n,
             ),
-            n,
           ),
-        );
+      );
     },
   };
 }
