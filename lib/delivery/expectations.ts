@@ -152,7 +152,7 @@ export function retire(store: ExpectationStore, e: Expectation, ttlMs: number): 
 export function createExpectations<C>(context: DeliveryContext<C>, store: Store) {
   const { options, report, write } = context;
   const expectations: ExpectationStore | undefined = store.expectations;
-  // A router that never uses expectations pays nothing for them: no read, no delete per notification.
+  // A router that never uses expectations pays one read of the mark per MARK_RECHECK_MS for them, no more.
   let active = options.statusClient !== undefined;
   /** This process called `ipn.expect()`. */
   let local = false;
@@ -221,10 +221,13 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
     },
 
     /**
-     * Whether {@link check} can find anything: `false` without a store of expectations, or until they are in
-     * use while the option `unexpected` is `'accept'`.
+     * Whether {@link check} can find anything: `false` without a store of expectations. With one, `check`
+     * reads only the mark of their use (at most every {@link MARK_RECHECK_MS}) until they are in use, on
+     * any instance: an expectation another instance kept is checked here too, whatever the option
+     * `unexpected` (with `'accept'`, a forged copy of an expected transaction was credited by an instance
+     * that had not called `ipn.expect()` itself).
      */
-    inUse: (): boolean => expectations !== undefined && (active || policed),
+    inUse: (): boolean => expectations !== undefined,
 
     /**
      * Whether expectations protect this router from forged notifications now: a `statusClient`, this
@@ -237,12 +240,13 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
      * when there is none while expectations are in use on this store (and `unexpected` is not `'accept'`).
      */
     async check(n: IpnNotification): Promise<ExpectationCheck> {
-      if (!expectations || !(active || policed)) return NO_EXPECTATION;
+      if (!expectations) return NO_EXPECTATION;
       let expectation: Expectation | undefined;
       let policing: boolean;
       try {
-        policing = policed && (await inUseAnywhere(expectations));
-        if (!active && !policing) return NO_EXPECTATION;
+        const anywhere = await inUseAnywhere(expectations);
+        policing = policed && anywhere;
+        if (!active && !anywhere) return NO_EXPECTATION;
         expectation = await expectations.get(n.transaction_id);
       } catch (cause) {
         const message = `the store failed to read the expectation of ${n.transaction_id}: ${messageOf(cause)}`;

@@ -325,18 +325,39 @@ describe('expectations and the sweep with MemoryStore', () => {
     await ipn.close();
   });
 
-  test("a router that uses no expectations (no statusClient, no expect(), unexpected: 'accept') never reads them", async () => {
+  // With unexpected: 'accept', a router that had not called ipn.expect() itself never read the store's
+  // expectations, so another instance's expectation went unchecked there: a forged copy contradicting it (an
+  // amount, a custom_data) was credited. It reads the mark of their use as every other router does.
+  test("unexpected: 'accept': another instance's expectation is checked too; a copy contradicting it is rejected, not credited", async () => {
     const store = new MemoryStore();
-    const reads = jest.spyOn(store.expectations, 'get').mockImplementation(() => {
-      throw new Error('must not be read');
-    });
+    const initiating = ipnRouter({ logger: quiet, store, unexpected: 'accept' });
+    const receiving = ipnRouter({ logger: quiet, store, unexpected: 'accept' });
+    const recorder = recordEvents(receiving);
+    const genuine = uniquePayload({ amount: 5000, custom_data: 'order-1' });
+    await initiating.expect(String(genuine.transaction_id), { amount: 5000, customData: 'order-1' });
+    const forged = { ...genuine, amount: 100 };
+    expect((await request(receiving).post('/').send(forged)).status).toBe(200);
+    expect((await request(receiving).post('/').send(genuine)).status).toBe(200);
+    // A transaction nobody expected is still accepted, as the option says.
+    expect((await request(receiving).post('/').send(uniquePayload())).status).toBe(200);
+    await settle();
+    expect(recorder.of('rejected')).toMatchObject([{ reason: 'mismatch', notification: { amount: 100 } }]);
+    expect(recorder.of('successful')).toMatchObject([{ amount: 5000 }, {}]);
+    expect(recorder.count('successful')).toBe(2);
+    await initiating.close();
+    await receiving.close();
+  });
+
+  test("unexpected: 'accept', with no expectation anywhere: only the mark of their use is read, once per interval", async () => {
+    const store = new MemoryStore();
+    const reads = jest.spyOn(store.expectations, 'get');
     const ipn = ipnRouter({ logger: quiet, store, unexpected: 'accept' });
     const recorder = recordEvents(ipn);
-    const answer = await request(ipn).post('/').send(uniquePayload());
+    for (let i = 0; i < 3; i += 1)
+      expect((await request(ipn).post('/').send(uniquePayload())).status).toBe(200);
     await settle();
-    expect(answer.status).toBe(200);
-    expect(recorder.names()).toEqual(['notification', 'successful']);
-    expect(reads).not.toHaveBeenCalled();
+    expect(recorder.names()).toEqual(Array(3).fill(['notification', 'successful']).flat());
+    expect(reads.mock.calls).toEqual([[IN_USE_MARK]]);
     await ipn.close();
   });
 
