@@ -14,6 +14,7 @@ import {
   type StatusCheckOptions,
 } from './status-check.js';
 import { waitFromMessage } from './wait-message.js';
+import { createFoundElsewhereWarning } from './found-elsewhere-warning.js';
 
 /**
  * Several API keys: `{ [account]: key }`, or a function giving the key of an account (then `accounts` names
@@ -188,6 +189,8 @@ export function createStatusClient(
   }
 
   const watch = createNotFoundWatch(logger, now);
+  // Throttled per pair of accounts: a partner naming the wrong one does so for every payment.
+  const foundElsewhere = createFoundElsewhereWarning(logger, { now });
 
   async function withRetries(account: string, transactionId: string): Promise<StatusRecord> {
     for (let attempt = 0; ; attempt += 1) {
@@ -271,12 +274,7 @@ export function createStatusClient(
         error,
       );
     }
-    if (found.account !== account)
-      logger.warn(
-        { transaction_id: id, account: found.account, named: account },
-        `transaction ${id} was found under account ${found.account}, not under ${account}, the account named ` +
-          'for it (the expectation, accountOf or the call): the account named is wrong',
-      );
+    if (found.account !== account) foundElsewhere(id, account, found.account);
     return found.record;
   }
 

@@ -347,6 +347,24 @@ describe('an account named wrongly (the expectation, accountOf, the call): its n
     expect(keysFor(id)).toEqual([KEYS.zoneA, KEYS.zoneB]);
   });
 
+  test('a partner naming the wrong account for every payment: one warning per pair of accounts, saying what to fix, not one per query', async () => {
+    const ids = await Promise.all(Array.from({ length: 8 }, (_, i) => paymentOfZoneB(`order-wrong-${i}`)));
+    const { said, logger } = warnings();
+    const status = client({ logger, maxQueriesPerMinute: 100 });
+    for (const id of ids)
+      expect(await status.getStatus(id, { account: 'zoneA' })).toMatchObject({ state: 'SUCCESSFUL' });
+    // A zone-A payment named zone B: another pair of accounts, its own first line.
+    const ofZoneA = await paymentOfZoneB('order-a-named-b', 'zoneA');
+    expect(await status.getStatus(ofZoneA, { account: 'zoneB' })).toMatchObject({ state: 'SUCCESSFUL' });
+    const lines = said.filter((line) => /found under account/.test(line));
+    expect(lines).toHaveLength(2);
+    expect(lines[0]).toMatch(FOUND_ELSEWHERE);
+    expect(lines[0]).toMatch(
+      /name account zoneB for such transactions \(in ipn\.expect\(id, \{ account \}\)/,
+    );
+    expect(lines[1]).toMatch(/found under account zoneA, not under zoneB/);
+  });
+
   test("the account named is asked first even after another key found the id: that key's record never answers in its place", async () => {
     const id = await paymentOfZoneB('order-a', 'zoneA');
     const { fetch, keys } = collidingFetch(id);
