@@ -23,7 +23,10 @@ const LOCK_MS = 5 * 60_000;
  * @inline
  */
 export interface SweepResult {
-  /** Status queries made. */
+  /**
+   * Status queries made: one per API key asked (with several keys, an expectation whose account's key said
+   * not found asks the next key too), none for a key whose budget or cool-down refused.
+   */
   queried: number;
   /** Expected transactions delivered from the service's record (their events emitted). */
   reconciled: number;
@@ -95,20 +98,26 @@ export function createReconcileSweep<C>(
       return false;
     }
     let record: IpnNotification;
+    // Each key asked is a status query made (with several keys, one not-found under the account named, then
+    // the next key): the client tells of each. A source that does not (one of your own) counts one per answer.
+    let asked = 0;
+    const onQuery = (): void => void (asked += 1);
     try {
-      result.queried += 1;
       // With several API keys, the key of the account that created it first: another key answers not found.
       record = await (e.account === undefined
-        ? source.getStatus(e.transactionId)
-        : source.getStatus(e.transactionId, { account: e.account }));
+        ? source.getStatus(e.transactionId, { onQuery })
+        : source.getStatus(e.transactionId, { account: e.account, onQuery }));
+      result.queried += Math.max(asked, 1);
     } catch (error) {
       if (error instanceof StatusRateLimitError) {
-        // Not an attempt: put it back for when the client may send again, and stop this pass.
-        result.queried -= 1;
+        // Not an attempt: put it back for when the client may send again, and stop this pass. The keys asked
+        // before one refused (the named one's not-found, then the next key's budget spent) made queries.
+        result.queried += asked;
         const dueAt = Date.now() + Math.max(error.retryAfterMs, MIN_RETRY_MS);
         await expectations.put({ ...e, attempts: e.attempts - 1, dueAt });
         return true;
       }
+      result.queried += Math.max(asked, 1);
       if (!last) return false; // already moved to its next due time
       result.stale += 1;
       await forget();

@@ -59,6 +59,13 @@ export interface StatusQueryOptions {
    * the client holds a key for it (else each key in turn); a status client itself ignores it.
    */
   accountGuess?: string | undefined;
+  /**
+   * Told of each key this call asks (its account: `'default'` with `apiKey`), in turn, once that key's guard
+   * let the query through, answered from its cache, or failed other than by refusing it
+   * (`StatusRateLimitError`): one call per key asked, none for a key whose budget or cool-down refused. The
+   * sweep counts its `queried` so. A throw of it is ignored.
+   */
+  onQuery?: ((account: string) => void) | undefined;
 }
 
 /** A cached answer, and when the request that got it was sent (on the guard's clock). */

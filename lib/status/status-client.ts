@@ -1,5 +1,10 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { messageOf, StatusQueryError, TransactionNotFoundError } from '../shared/errors.js';
+import {
+  messageOf,
+  StatusQueryError,
+  StatusRateLimitError,
+  TransactionNotFoundError,
+} from '../shared/errors.js';
 import { defaultLogger, guardLogger, type Logger } from '../observability/logger.js';
 import { createFleetGuard } from './fleet-guard.js';
 import { monotonicNow } from '../shared/clock.js';
@@ -14,6 +19,7 @@ import {
   type StatusCheckOptions,
 } from './status-check.js';
 import { waitFromMessage } from './wait-message.js';
+import { createFoundElsewhereWarning } from './found-elsewhere-warning.js';
 
 /**
  * Several API keys: `{ [account]: key }`, or a function giving the key of an account (then `accounts` names
@@ -188,6 +194,8 @@ export function createStatusClient(
   }
 
   const watch = createNotFoundWatch(logger, now);
+  // Throttled per pair of accounts: a partner naming the wrong one does so for every payment.
+  const foundElsewhere = createFoundElsewhereWarning(logger, { now });
 
   async function withRetries(account: string, transactionId: string): Promise<StatusRecord> {
     for (let attempt = 0; ; attempt += 1) {
@@ -208,21 +216,25 @@ export function createStatusClient(
   /**
    * Asks with each key of `order` in turn until one finds it, and remembers that key as the id's. A
    * not-found (`notFound`, if none answers) is the answer only when every key said so: a key that could not
-   * tell (its budget spent, a block, an outage) makes the whole "can't tell yet", with its error.
+   * tell (its budget spent, a block, an outage) makes the whole "can't tell yet", with its error. `asked` is
+   * told of each key asked (not of one its guard refused).
    */
   async function askIn(
     order: readonly string[],
     id: string,
     since: number | undefined,
+    asked: Asked,
     notFound?: TransactionNotFoundError,
   ): Promise<{ record: StatusRecord; account: string }> {
     let failure: Error | undefined;
     for (const account of order) {
       try {
         const record = await askOne(account, id, since);
+        tell(asked, account);
         if (!single) remember(owners, id, account, resolved.cacheSize);
         return { record, account };
       } catch (error) {
+        if (!(error instanceof StatusRateLimitError)) tell(asked, account);
         if (error instanceof TransactionNotFoundError) notFound = error;
         else
           failure ??=
@@ -247,8 +259,8 @@ export function createStatusClient(
     first === undefined ? accounts : [first, ...accounts.filter((a) => a !== first)];
 
   /** Asks with each key in turn, the one that last found the id first. */
-  const askEach = async (id: string, since: number | undefined): Promise<StatusRecord> =>
-    (await askIn(startingWith(owners.get(id)), id, since)).record;
+  const askEach = async (id: string, since: number | undefined, asked: Asked): Promise<StatusRecord> =>
+    (await askIn(startingWith(owners.get(id)), id, since, asked)).record;
 
   /**
    * Asks with the named account's key first, always: the key that last found the id (`owners`, learnt from
@@ -258,44 +270,46 @@ export function createStatusClient(
    * unknown account, and a find under another account is warned of. Any other error of the named key is
    * the answer: keys are asked again only for a not-found.
    */
-  async function askNamed(id: string, account: string, since: number | undefined): Promise<StatusRecord> {
+  async function askNamed(
+    id: string,
+    account: string,
+    since: number | undefined,
+    asked: Asked,
+  ): Promise<StatusRecord> {
     let found: { record: StatusRecord; account: string };
     try {
-      found = await askIn([account], id, since);
+      found = await askIn([account], id, since, asked);
     } catch (error) {
       if (!(error instanceof TransactionNotFoundError)) throw error;
       found = await askIn(
         startingWith(owners.get(id)).filter((a) => a !== account),
         id,
         since,
+        asked,
         error,
       );
     }
-    if (found.account !== account)
-      logger.warn(
-        { transaction_id: id, account: found.account, named: account },
-        `transaction ${id} was found under account ${found.account}, not under ${account}, the account named ` +
-          'for it (the expectation, accountOf or the call): the account named is wrong',
-      );
+    if (found.account !== account) foundElsewhere(id, account, found.account);
     return found.record;
   }
 
   /**
    * One id, through the named account's key (only that key when `onlyNamed`, for `check()`), or each key in
-   * turn; the not-found watch sees the outcome.
+   * turn; the not-found watch sees the outcome, `asked` each key asked.
    */
   async function ask(
     id: string,
     account: string | undefined,
     since?: number,
     onlyNamed = false,
+    asked?: Asked,
   ): Promise<StatusRecord> {
     try {
       const record = await (account === undefined
-        ? askEach(id, since)
+        ? askEach(id, since, asked)
         : onlyNamed
           ? askOne(account, id, since)
-          : askNamed(id, account, since));
+          : askNamed(id, account, since, asked));
       watch.found();
       return record;
     } catch (error) {
@@ -318,8 +332,10 @@ export function createStatusClient(
       }
       const since = typeof options?.since === 'number' ? options.since : undefined;
       const account = options?.account;
+      const onQuery = options?.onQuery;
+      const asked = typeof onQuery === 'function' ? onQuery : undefined;
       const refused = unknownAccount('getStatus', account);
-      return refused ? Promise.reject(refused) : ask(transactionId, account, since);
+      return refused ? Promise.reject(refused) : ask(transactionId, account, since, false, asked);
     },
     check: (checkOptions) => {
       const refused = unknownAccount('check', checkOptions?.account);
@@ -329,6 +345,18 @@ export function createStatusClient(
     accounts,
     stats: statsOf(guards),
   };
+}
+
+/** Who is told of each key a call asks (`StatusQueryOptions.onQuery`), if anyone. */
+type Asked = ((account: string) => void) | undefined;
+
+/** Tells `asked` of `account`; its throw is not the query's business. */
+function tell(asked: Asked, account: string): void {
+  try {
+    asked?.(account);
+  } catch {
+    // The caller's counting failed: the answer stands.
+  }
 }
 
 /** Keeps `id`'s owner, the oldest forgotten past `max`. */

@@ -343,8 +343,29 @@ describe('an account named wrongly (the expectation, accountOf, the call): its n
     expect(keysFor(id)).toEqual([KEYS.zoneA, KEYS.zoneB]);
     expect(said.filter((line) => FOUND_ELSEWHERE.test(line))).toHaveLength(1);
     // Zone A's not-found is reused for minIntervalMs, zone B's final answer for good: no request.
-    expect(await status.getStatus(id, { account: 'zoneA' })).toMatchObject({ state: 'SUCCESSFUL' });
+    const told: string[] = [];
+    const onQuery = (account: string) => void told.push(account);
+    expect(await status.getStatus(id, { account: 'zoneA', onQuery })).toMatchObject({ state: 'SUCCESSFUL' });
     expect(keysFor(id)).toEqual([KEYS.zoneA, KEYS.zoneB]);
+    expect(told).toEqual(['zoneA', 'zoneB']);
+  });
+
+  test('a partner naming the wrong account for every payment: one warning per pair of accounts, saying what to fix, not one per query', async () => {
+    const ids = await Promise.all(Array.from({ length: 8 }, (_, i) => paymentOfZoneB(`order-wrong-${i}`)));
+    const { said, logger } = warnings();
+    const status = client({ logger, maxQueriesPerMinute: 100 });
+    for (const id of ids)
+      expect(await status.getStatus(id, { account: 'zoneA' })).toMatchObject({ state: 'SUCCESSFUL' });
+    // A zone-A payment named zone B: another pair of accounts, its own first line.
+    const ofZoneA = await paymentOfZoneB('order-a-named-b', 'zoneA');
+    expect(await status.getStatus(ofZoneA, { account: 'zoneB' })).toMatchObject({ state: 'SUCCESSFUL' });
+    const lines = said.filter((line) => /found under account/.test(line));
+    expect(lines).toHaveLength(2);
+    expect(lines[0]).toMatch(FOUND_ELSEWHERE);
+    expect(lines[0]).toMatch(
+      /name account zoneB for such transactions \(in ipn\.expect\(id, \{ account \}\)/,
+    );
+    expect(lines[1]).toMatch(/found under account zoneA, not under zoneB/);
   });
 
   test("the account named is asked first even after another key found the id: that key's record never answers in its place", async () => {
@@ -466,12 +487,51 @@ describe('an account named wrongly (the expectation, accountOf, the call): its n
     const recorder = recordEvents(ipn);
     await ipn.expect(id, { amount: 5000, customData: 'order-swept', account: 'zoneA' });
     await new Promise((resolve) => setTimeout(resolve, 5));
-    expect(await ipn.sweep()).toMatchObject({ queried: 1, reconciled: 1, stale: 0 });
+    // One status query per key asked: zone A's not-found, then zone B's find.
+    expect(await ipn.sweep()).toMatchObject({ queried: 2, reconciled: 1, stale: 0 });
     await settle();
     expect(recorder.of('successful').map((n) => n.transaction_id)).toEqual([id]);
     expect(recorder.count('stale')).toBe(0);
     expect(keysFor(id)).toEqual([KEYS.zoneA, KEYS.zoneB]);
     expect(said.some((line) => FOUND_ELSEWHERE.test(line))).toBe(true);
+  });
+
+  test("the sweep counts the query zone A made when zone B's budget, next, is spent: the expectation is put back, nothing stale", async () => {
+    const id = await paymentOfZoneB('order-budget');
+    const { fetch, keysFor } = keysSent();
+    const status = client({ maxQueriesPerMinute: 1 }, fetch);
+    const ipn = ipnRouter({
+      store: new MemoryStore(),
+      statusClient: status,
+      logger: quiet,
+      reconcileAfterMs: 1,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    routers.push(ipn);
+    const recorder = recordEvents(ipn);
+    // Zone B's one request this minute, spent on another transaction.
+    const other = await paymentOfZoneB('order-other');
+    expect(await status.getStatus(other, { account: 'zoneB' })).toMatchObject({ state: 'SUCCESSFUL' });
+    await ipn.expect(id, { amount: 5000, customData: 'order-budget', account: 'zoneA' });
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    // Zone A is asked (a query made: not found), zone B refuses locally (none made): one status query.
+    expect(await ipn.sweep()).toMatchObject({
+      queried: 1,
+      reconciled: 0,
+      rejected: 0,
+      stale: 0,
+      swept: true,
+    });
+    expect(keysFor(id)).toEqual([KEYS.zoneA]);
+    await settle();
+    expect(recorder.count('stale') + recorder.count('successful') + recorder.count('rejected')).toBe(0);
+    // The client tells of zone A only: zone B refused.
+    const told: string[] = [];
+    const onQuery = (account: string) => void told.push(account);
+    await expect(status.getStatus(id, { account: 'zoneA', onQuery })).rejects.toBeInstanceOf(
+      StatusRateLimitError,
+    );
+    expect(told).toEqual(['zoneA']);
   });
 
   test('a forged notification of an id no key created, expected under zone A, is still rejected as not found, after each key said so each time', async () => {
@@ -652,7 +712,8 @@ function accountSuite(name: string, open: () => Promise<{ store: () => Store; cl
       const second = ipnRouter({ ...options, logger, store: store(), statusClient: renamed });
       routers.push(second);
       const recorder = recordEvents(second);
-      expect(await second.sweep()).toMatchObject({ queried: 1, reconciled: 1 });
+      // One status query per key asked: zone A's not-found, then zone B's find.
+      expect(await second.sweep()).toMatchObject({ queried: 2, reconciled: 1 });
       await settle();
       expect(recorder.of('successful').map((n) => n.transaction_id)).toEqual([id]);
       expect(keysFor(id)).toEqual([KEYS.zoneA, KEYS.zoneB]);
