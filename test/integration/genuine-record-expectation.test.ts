@@ -275,24 +275,13 @@ test("the operator page's reconcile says a record contradicting its expectation 
   const verify = statusClientOf(t.provider);
   const { ipn, recorder } = await t.serve(quietRouter({ store: new MemoryStore(), verify }));
   await ipn.expect(id, { amount: 5000 });
-  const page = await listen(adminRouter({ ipn, authorize: () => true, logger: quiet }));
-  try {
-    const first = await fetch(`${page.url}/confirm?action=reconcile&transaction=${encodeURIComponent(id)}`);
-    // The confirmation does not promise a delivery of whatever the service says.
-    expect(await first.text()).toContain('unless it contradicts its expectation');
-    const cookie = (first.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
-    const answer = await fetch(`${page.url}/reconcile`, {
-      method: 'POST',
-      headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
-      body: `csrf=${cookie.split('=')[1] ?? ''}&transaction=${encodeURIComponent(id)}`,
-    });
-    expect(answer.status).toBe(200);
-    expect(await answer.text()).toContain('the record contradicts its expectation');
-    expect(recorder.count('successful')).toBe(0);
-    expect(recorder.count('rejected')).toBe(1);
-  } finally {
-    await page.close();
-  }
+  const { status, text, confirmation } = await reconcileOnPage(ipn, id);
+  // The confirmation does not promise a delivery of whatever the service says.
+  expect(confirmation).toContain('unless it contradicts its expectation');
+  expect(status).toBe(200);
+  expect(text).toContain('the record contradicts its expectation');
+  expect(recorder.count('successful')).toBe(0);
+  expect(recorder.count('rejected')).toBe(1);
 });
 
 // The review of 31caf28: the sweep settles the expectation of a record it rejected or credited (kept for ttlMs
@@ -353,26 +342,15 @@ test('ipn.reconcile(): the expectation settled where the store then fails is an 
   store.expectations.put = () => {
     throw new Error('the store is down');
   };
-  const page = await listen(adminRouter({ ipn, authorize: () => true, logger: quiet }));
-  try {
-    const first = await fetch(`${page.url}/confirm?action=reconcile`);
-    const cookie = (first.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
-    const answer = await fetch(`${page.url}/reconcile`, {
-      method: 'POST',
-      headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
-      body: `csrf=${cookie.split('=')[1] ?? ''}&transaction=${encodeURIComponent(id)}`,
-    });
-    expect(answer.status).toBe(200);
-    expect(await answer.text()).toContain('the record contradicts its expectation');
-    await settle();
-    expect(recorder.count('rejected')).toBe(1);
-    expect(recorder.count('successful')).toBe(0);
-    expect(recorder.of('error')).toMatchObject([
-      { error: { name: 'StoreError', message: expect.stringMatching(/failed to settle the expectation/) } },
-    ]);
-  } finally {
-    await page.close();
-  }
+  const { status, text } = await reconcileOnPage(ipn, id);
+  expect(status).toBe(200);
+  expect(text).toContain('the record contradicts its expectation');
+  await settle();
+  expect(recorder.count('rejected')).toBe(1);
+  expect(recorder.count('successful')).toBe(0);
+  expect(recorder.of('error')).toMatchObject([
+    { error: { name: 'StoreError', message: expect.stringMatching(/failed to settle the expectation/) } },
+  ]);
 });
 
 test("ipn.reconcile()'s StoreError for an expectation it cannot read says what was not done, on the operator's page too", async () => {
@@ -382,23 +360,31 @@ test("ipn.reconcile()'s StoreError for an expectation it cannot read says what w
   const { ipn, recorder } = await t.serve(quietRouter({ store, verify }));
   await ipn.expect(id, { amount: 100 });
   watchedReads(store, id, () => true);
+  const { status, text } = await reconcileOnPage(ipn, id);
+  expect(status).toBe(409);
+  expect(text).toMatch(
+    /IPN_STORE_FAILED: the store failed to read the expectation of .*: the service&#39;s record not delivered/,
+  );
+  expect(text).not.toContain('forgery');
+  expect(recorder.count('successful')).toBe(0);
+});
+
+/** Reconciles `id` on an operator's page of `ipn` (the CSRF cookie from its confirmation first). */
+async function reconcileOnPage(
+  ipn: Parameters<typeof adminRouter>[0]['ipn'],
+  id: string,
+): Promise<{ status: number; text: string; confirmation: string }> {
   const page = await listen(adminRouter({ ipn, authorize: () => true, logger: quiet }));
   try {
-    const first = await fetch(`${page.url}/confirm?action=reconcile`);
+    const first = await fetch(`${page.url}/confirm?action=reconcile&transaction=${encodeURIComponent(id)}`);
     const cookie = (first.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
     const answer = await fetch(`${page.url}/reconcile`, {
       method: 'POST',
       headers: { cookie, 'content-type': 'application/x-www-form-urlencoded' },
       body: `csrf=${cookie.split('=')[1] ?? ''}&transaction=${encodeURIComponent(id)}`,
     });
-    expect(answer.status).toBe(409);
-    const text = await answer.text();
-    expect(text).toMatch(
-      /IPN_STORE_FAILED: the store failed to read the expectation of .*: the service&#39;s record not delivered/,
-    );
-    expect(text).not.toContain('forgery');
-    expect(recorder.count('successful')).toBe(0);
+    return { status: answer.status, text: await answer.text(), confirmation: await first.text() };
   } finally {
     await page.close();
   }
-});
+}
