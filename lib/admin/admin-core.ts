@@ -348,10 +348,12 @@ export function createAdminCore<Req>(resolved: AdminOptions<Req>): AdminCore<Req
       if (action === '/reconcile') {
         const id = (form.get('transaction') ?? '').trim();
         if (!id) return done('Give a transaction id.', false);
-        const { record, emitted } = await ipn.reconcile(id);
+        const { record, emitted, rejected } = await ipn.reconcile(id);
         const outcome = emitted
           ? 'its notification was delivered now'
-          : 'nothing was delivered (not final yet, or already handled)';
+          : rejected
+            ? 'nothing was delivered: the record contradicts its expectation (see the rejected event)'
+            : 'nothing was delivered (not final yet, or already handled)';
         return done(`The service says ${id} is ${String(record.state)}: ${outcome}.`);
       }
     } catch (error) {
@@ -506,7 +508,7 @@ function staticConfirmationOf(query: URLSearchParams): Confirmation | undefined 
     const transaction = (query.get('transaction') ?? '').trim();
     return {
       action,
-      question: `Ask the service for ${transaction} and deliver it if final?`,
+      question: `Ask the service for ${transaction} and deliver it if final, unless it contradicts its expectation?`,
       fields: { transaction },
     };
   }

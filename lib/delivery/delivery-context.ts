@@ -9,6 +9,7 @@ import type { IpnNotification } from '../notification/schema.js';
 import { loggableError } from '../observability/redact.js';
 import { isQuiet, rootStack } from '../observability/logger.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
+import { createPendingWrites } from './pending-writes.js';
 
 /** The router's emitters: fire-and-forget, fire-then-await-every-listener, and track what listeners start. */
 export interface Emitters<C> {
@@ -38,6 +39,8 @@ export function createDeliveryContext<C>(
 ) {
   const { store, logger, customData: schema } = options;
   const timers = new Set<NodeJS.Timeout>();
+  /** The store writes started here and awaited nowhere: `close()` waits for them before closing the store. */
+  const writes = createPendingWrites();
   let closed = false;
 
   const report = (error: IpnKitError, notification?: IpnNotification): void => {
@@ -64,6 +67,14 @@ export function createDeliveryContext<C>(
     report,
     toEvent,
     isClosed: () => closed,
+    /** The store writes started and awaited nowhere, which `close()` waits for (at most its `timeoutMs`). */
+    writes,
+    /**
+     * Counts a store write nobody awaits (a release, an expectation's settle or reopen, a late claim's
+     * decision) until it settles, so that `close()` waits for it before closing the store. The caller still
+     * handles its failure (reported, never an unhandled rejection).
+     */
+    write: <T>(pending: Promise<T>): Promise<T> => writes.add(pending),
 
     /** Runs `run` after `ms`, unless closed first; the timer never keeps the process alive. */
     after: (ms: number, run: () => unknown): void => {
@@ -96,13 +107,18 @@ export function createDeliveryContext<C>(
         },
       ),
 
-    /** Frees a key, so that a genuine resend (or a reconcile) of it is processed. Never rejects. */
+    /**
+     * Frees a key, so that a genuine resend (or a reconcile) of it is processed. Never rejects. Counted
+     * until it settles: `close()` waits for it (a release lost to a closed pool holds the key for `ttlMs`).
+     */
     release: (key: string): Promise<void> =>
-      Promise.resolve()
-        .then(() => store.release(key))
-        .catch((cause: unknown) =>
-          report(new StoreError(`the store failed to release ${key}: ${messageOf(cause)}`, { cause })),
-        ),
+      writes.add(
+        Promise.resolve()
+          .then(() => store.release(key))
+          .catch((cause: unknown) =>
+            report(new StoreError(`the store failed to release ${key}: ${messageOf(cause)}`, { cause })),
+          ),
+      ),
 
     /** Emits `rejected`: the service's record contradicts the notification. */
     reject: (event: RejectedEvent): void => {

@@ -41,7 +41,15 @@ import {
   tracingActive,
   type Parent,
 } from '../observability/tracing.js';
-import { createExpectations, type ExpectationHold } from './expectations.js';
+import {
+  createExpectations,
+  isSettled,
+  recordAllowance,
+  retire,
+  settlesExpectation,
+  type ExpectationHold,
+} from './expectations.js';
+import type { Expectation } from '../stores/expectation-store.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
 import { createUnexpectedScreen } from './unexpected.js';
 import type { DrainResult } from './drain-result.js';
@@ -74,8 +82,13 @@ export interface Acceptance {
 export interface ReconcileResult {
   /** The service's record, whatever its state. */
   record: StatusRecord;
-  /** Whether this call emitted the notification's events (false: not final yet, or already handled). */
+  /** Whether this call emitted the notification's events (false: not final yet, already handled, or rejected). */
   emitted: boolean;
+  /**
+   * Whether the record contradicts the transaction's expectation (`ipn.expect()`), as the sweep would find:
+   * not delivered, and a `rejected` event (reason `mismatch`) says where.
+   */
+  rejected: boolean;
 }
 
 /**
@@ -176,6 +189,8 @@ export function createDelivery<C>(
     options.verify &&
     watched(traced(timeLimited(accountedOf(options.verify), options.verifyTimeoutMs)), alerts);
   const context = createDeliveryContext<C>({ ...options, verify }, emitters);
+  // A claim still running past its answer (503) may land while the router closes: close() waits for it.
+  claimer.track(context.write);
   const durable = options.delivery === 'at-least-once' ? (store as DurableStore) : undefined;
   // The status query is for notifications that never arrived: the sweep's client, not necessarily verify's.
   const statusSource = options.statusClient
@@ -338,16 +353,15 @@ export function createDelivery<C>(
       void dispatch(n, leaseId, false, undefined, expectation);
       return;
     }
+    // The decision is a store write nobody awaits: close() waits for it (its release, if it fails, too).
     void detach(
-      Promise.resolve()
-        .then(() => lifecycle.decide(n))
-        .then(
-          (verdict) => {
-            expectation?.settle(); // decided, as an admission is (a failed decision releases the key)
-            return dispatch(n, leaseId, verdict === 'conflict');
-          },
-          (cause: unknown) => decisionFailed(n, cause),
-        ),
+      context.write(Promise.resolve().then(() => lifecycle.decide(n))).then(
+        (verdict) => {
+          expectation?.settle(); // decided, as an admission is (a failed decision releases the key)
+          return dispatch(n, leaseId, verdict === 'conflict');
+        },
+        (cause: unknown) => decisionFailed(n, cause),
+      ),
     );
   }
 
@@ -448,12 +462,43 @@ export function createDelivery<C>(
     const lease = { id: randomUUID(), ms: leaseMs };
     const claimed = await claimer.claim(
       key,
-      () => void detach(settleReconciled(record, key, lease.id)),
+      // Landed late, at most once its decision is a store write nobody awaits: close() waits for it.
+      () =>
+        void detach(
+          durable
+            ? settleReconciled(record, key, lease.id)
+            : context.write(settleReconciled(record, key, lease.id)),
+        ),
       durable && (() => durable.receive(key, toRecord(record), lease)),
     );
     if (claimed instanceof StoreError) throw claimed;
     if (!claimed) return false;
     return settleReconciled(record, key, lease.id, by);
+  }
+
+  /**
+   * `ipn.reconcile()`'s expectation, settled (kept for `ttlMs`, for late copies to be checked against, never
+   * asked about again). A store that fails or does not answer within `storeTimeoutMs` is an `error` event:
+   * the record was decided all the same, and the sweep asks about it again.
+   */
+  async function settleReconciledExpectation(
+    expectation: Expectation | undefined,
+    record: IpnNotification,
+  ): Promise<void> {
+    const kept = store.expectations;
+    if (kept === undefined || expectation === undefined || isSettled(expectation)) return;
+    const id = record.transaction_id;
+    const late = () => new StoreError(`the store did not settle the expectation of ${id} in time`);
+    try {
+      await within(
+        Promise.resolve().then(() => retire(kept, expectation, options.ttlMs)),
+        options.storeTimeoutMs,
+        late,
+      );
+    } catch (cause) {
+      const message = `the store failed to settle the expectation of ${id}: ${messageOf(cause)}`;
+      context.report(new StoreError(message, { cause }), record);
+    }
   }
 
   return {
@@ -516,8 +561,17 @@ export function createDelivery<C>(
         );
       }
       const record = await statusSource.getStatus(transactionId);
-      if (!isFinalState(record.state)) return { record, emitted: false };
-      return { record, emitted: await deliverRecord(record) };
+      if (!isFinalState(record.state)) return { record, emitted: false, rejected: false };
+      // The service's record, like the sweep's, is credited only where the expectation allows it.
+      const allowance = await recordAllowance(context, record, "the service's record not delivered");
+      if (allowance instanceof StoreError) throw allowance;
+      const { allowed, expectation } = allowance;
+      const emitted = allowed && (await deliverRecord(record));
+      // And its expectation settled as the sweep settles it (a record rejected, or SUCCESSFUL; a FAILED keeps
+      // it): else the sweep asked again, rejected the record a second time, or reported the payment `stale`.
+      if (!allowed || settlesExpectation(record.state))
+        await settleReconciledExpectation(expectation, record);
+      return { record, emitted, rejected: !allowed };
     },
 
     /** `ipn.expect()`: keeps the expectation, and starts this instance's sweep. */
@@ -601,11 +655,18 @@ export function createDelivery<C>(
       );
     },
 
+    /**
+     * `close()`'s last step before the store closes: the notifications still being verified are let go
+     * (their keys released, their expectations due again), the timers stopped. Those writes, and every other
+     * one started and awaited nowhere, are in {@link writes}, for `close()` to wait for.
+     */
     close(): void {
       verifying?.close();
       claimer.close();
       context.close();
     },
+    /** The store writes started and awaited nowhere (releases, expectations, late decisions). */
+    writes: context.writes,
   };
 }
 

@@ -324,11 +324,14 @@ export function createDurableDelivery<C>(
       const { result, tx, abandoned } = await run(key, n, leaseId, attempts);
       // A landed commit found only after the rollback outran storeTimeoutMs: settled dead then, while this
       // attempt's lease still holds the entry (a retry would write the listeners' writes again).
+      // A store write nobody awaits: close() waits for it.
       const late = (landed: Concluded): void =>
-        void settle(key, n, leaseId, attempts, driver, landed).catch((cause: unknown) => {
-          const message = `the store failed to record the delivery of ${key}: ${messageOf(cause)}`;
-          report(new StoreError(message, { cause }), n);
-        });
+        void context.write(
+          settle(key, n, leaseId, attempts, driver, landed).catch((cause: unknown) => {
+            const message = `the store failed to record the delivery of ${key}: ${messageOf(cause)}`;
+            report(new StoreError(message, { cause }), n);
+          }),
+        );
       const concluded = await conclude(key, result, tx, abandoned, late);
       const outcome = await settle(key, n, leaseId, attempts, driver, concluded);
       span?.end(spanOutcome(outcome, concluded), failureOf(concluded));

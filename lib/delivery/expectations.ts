@@ -102,9 +102,25 @@ export async function expectationAllows<C>(
   context: DeliveryContext<C>,
   record: IpnNotification,
 ): Promise<boolean | StoreError> {
+  const allowance = await recordAllowance(context, record);
+  return allowance instanceof StoreError ? allowance : allowance.allowed;
+}
+
+/** Whether the service's record may be delivered, and the expectation read to tell (none: `undefined`). */
+export type RecordAllowance = { allowed: boolean; expectation: Expectation | undefined } | StoreError;
+
+/**
+ * {@link expectationAllows}, with the expectation it read (`ipn.reconcile()` settles it, as the sweep does).
+ * `notDone` ends the `StoreError`'s message: what the caller does not do for want of the expectation.
+ */
+export async function recordAllowance<C>(
+  context: DeliveryContext<C>,
+  record: IpnNotification,
+  notDone = "its record not delivered in a forgery's place",
+): Promise<RecordAllowance> {
   const { options, reject } = context;
   const kept = options.store.expectations;
-  if (kept === undefined) return true;
+  if (kept === undefined) return { allowed: true, expectation: undefined };
   const id = record.transaction_id;
   let expectation: Expectation | undefined;
   try {
@@ -115,14 +131,14 @@ export async function expectationAllows<C>(
       late,
     );
   } catch (cause) {
-    const message = `the store failed to read the expectation of ${id}: ${messageOf(cause)}: its record not delivered in a forgery's place`;
+    const message = `the store failed to read the expectation of ${id}: ${messageOf(cause)}: ${notDone}`;
     return new StoreError(message, { cause });
   }
   const mismatches = expectation === undefined ? [] : contradictions(expectation, record);
-  if (mismatches.length === 0) return true;
+  if (mismatches.length === 0) return { allowed: true, expectation };
   const message = `the service's record of ${id} contradicts its expectation in ${mismatches.join(', ')}: not credited`;
   reject({ reason: 'mismatch', message, mismatches, notification: record, status: record });
-  return false;
+  return { allowed: false, expectation };
 }
 
 /**
@@ -156,7 +172,7 @@ function sameExpectation(a: Expectation, b: Expectation): boolean {
 
 /** The expectations of a router: `ipn.expect()`, the check of each notification, and settling. */
 export function createExpectations<C>(context: DeliveryContext<C>, store: Store) {
-  const { options, report } = context;
+  const { options, report, write } = context;
   const expectations: ExpectationStore | undefined = store.expectations;
   // A router that never uses expectations pays nothing for them: no read, no delete per notification.
   let active = options.statusClient !== undefined;
@@ -215,22 +231,27 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
         `the store did not read the expectation of ${id} within ${options.storeTimeoutMs} ms (storeTimeoutMs) to ${steps.read}`,
       );
     let reading = true;
-    within(
-      Promise.resolve().then(() => target.get(id)),
-      options.storeTimeoutMs,
-      late,
-    )
-      .then((held) => {
-        reading = false;
-        const write = held === undefined ? undefined : next(held);
-        if (write !== undefined) return target.put(write);
-      })
-      .catch((cause: unknown) => {
-        const message = reading
-          ? `the store failed to read the expectation of ${id} to ${steps.read}: ${messageOf(cause)}`
-          : `the store failed to ${steps.write}: ${messageOf(cause)}`;
-        report(cause instanceof StoreError ? cause : new StoreError(message, { cause }), n);
-      });
+    // Counted as one write, the read included, until the write after it settles: close() waits for the
+    // whole (it runs there, as the router closes over a copy being verified), else the write, one round
+    // trip after the read, runs into the pool the host ends once close() resolved.
+    void write(
+      within(
+        Promise.resolve().then(() => target.get(id)),
+        options.storeTimeoutMs,
+        late,
+      )
+        .then((held) => {
+          reading = false;
+          const rewritten = held === undefined ? undefined : next(held);
+          if (rewritten !== undefined) return target.put(rewritten);
+        })
+        .catch((cause: unknown) => {
+          const message = reading
+            ? `the store failed to read the expectation of ${id} to ${steps.read}: ${messageOf(cause)}`
+            : `the store failed to ${steps.write}: ${messageOf(cause)}`;
+          report(cause instanceof StoreError ? cause : new StoreError(message, { cause }), n);
+        }),
+    );
   }
 
   return {
@@ -351,17 +372,20 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
       if (!expectations || checked.kind !== 'match' || !settlesExpectation(n.state)) return;
       if (isSettled(checked.expectation)) return;
       const { expectation } = checked;
-      Promise.resolve()
-        .then(() => retire(expectations, expectation, options.ttlMs))
-        .catch((cause: unknown) =>
-          report(
-            new StoreError(
-              `the store failed to settle the expectation of ${n.transaction_id}: ${messageOf(cause)}`,
-              { cause },
+      // Awaited by nobody but close() (a copy verified, or a claim landed late, as the router closes).
+      void write(
+        Promise.resolve()
+          .then(() => retire(expectations, expectation, options.ttlMs))
+          .catch((cause: unknown) =>
+            report(
+              new StoreError(
+                `the store failed to settle the expectation of ${n.transaction_id}: ${messageOf(cause)}`,
+                { cause },
+              ),
+              n,
             ),
-            n,
           ),
-        );
+      );
     },
 
     /**

@@ -30,6 +30,8 @@ export function createStoreClaimer(store: Store, ttlMs: number, timeoutMs: numbe
 
   const timers = new Set<NodeJS.Timeout>();
   let closed = false;
+  /** Counts a claim still running past its answer (see {@link track}): `close()` waits for it. */
+  let tracking: ((pending: Promise<unknown>) => unknown) | undefined;
 
   /**
    * A claim whose answer never came (the store rejected: a connection reset, maybe after the write) is asked
@@ -41,7 +43,7 @@ export function createStoreClaimer(store: Store, ttlMs: number, timeoutMs: numbe
     const timer = setTimeout(
       () => {
         timers.delete(timer);
-        Promise.resolve()
+        const asked = Promise.resolve()
           .then(operation)
           .then(
             (claimed) => {
@@ -49,6 +51,8 @@ export function createStoreClaimer(store: Store, ttlMs: number, timeoutMs: numbe
             },
             () => askAgain(operation, late, attempt + 1),
           );
+        // Counted until it settled (its late delivery started): close() waits for it, and for what it starts.
+        tracking?.(asked);
       },
       LOST_ANSWER_DELAY_MS * 2 ** attempt,
     );
@@ -73,6 +77,10 @@ export function createStoreClaimer(store: Store, ttlMs: number, timeoutMs: numbe
     const answer = pending.then(checked, (error: unknown) => Promise.reject(asError(error)));
     return within(answer, timeoutMs, () => {
       timedOut = true;
+      // Still running past its answer (503): counted until it lands, so that close() waits for it and its
+      // late delivery (at most once with verify, its key released as the router closes). Not before: no
+      // write per claim on the hot path.
+      if (tracking) void tracking(pending.then(undefined, () => undefined));
       return new Error(`no answer within ${timeoutMs} ms`);
     });
   }
@@ -127,6 +135,14 @@ export function createStoreClaimer(store: Store, ttlMs: number, timeoutMs: numbe
       durable?: () => Awaitable<boolean>,
     ): Promise<boolean | StoreError> {
       return claimNow(key, late, durable);
+    },
+
+    /**
+     * Counts, through `add`, each claim still running past its answer (timed out, or asked again after a lost
+     * answer) until it lands and its late delivery started: `close()` waits for them before closing the store.
+     */
+    track(add: (pending: Promise<unknown>) => unknown): void {
+      tracking = add;
     },
 
     /** Stops asking again for lost answers. */

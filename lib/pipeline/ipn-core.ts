@@ -62,7 +62,9 @@ export interface CloseOptions {
   /**
    * How long to wait, in milliseconds, for the listeners of notifications already answered (and, at least
    * once, their bookkeeping, and the inbox batch a drain or recovery was running) before stopping the timers
-   * and closing the store; those still running then are reported as an `error` event. @default 10_000
+   * and closing the store; then, as long again at most, for the store writes the router started itself (a
+   * key released, an expectation written). Those still running then are reported as an `error` event.
+   * @default 10_000
    */
   timeoutMs?: number;
 }
@@ -188,28 +190,47 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
   const closeOnce = async (ms: number): Promise<void> => {
     alerts.close();
     disown();
-    await pipeline.close(async (background) => {
-      const still = await answered.settled(ms, background);
-      if (still.running > 0) {
-        const error = new IpnKitError(
-          'IPN_INTERNAL',
-          `ipn.close(): the listeners of ${still.running} notification(s) already answered were still running after ` +
-            `${ms} ms (timeoutMs); the store is closed now, so what they do next may fail: give close() a longer ` +
-            'timeoutMs, or make the listeners settle sooner',
-        );
-        resolved.logger.error({ running: still.running }, error.message);
-        emit('error', { error });
-      }
-      if (still.background) {
-        const error = new IpnKitError(
-          'IPN_INTERNAL',
-          `ipn.close(): the inbox batch a drain() or the recovery timer took up was still running after ${ms} ms ` +
-            '(timeoutMs); the store is closed now: its entries are taken up again once their lease runs out',
-        );
-        resolved.logger.error({}, error.message);
-        emit('error', { error });
-      }
-    });
+    await pipeline.close(
+      async (background) => {
+        const still = await answered.settled(ms, background);
+        if (still.running > 0) {
+          const error = new IpnKitError(
+            'IPN_INTERNAL',
+            `ipn.close(): the listeners of ${still.running} notification(s) already answered were still running after ` +
+              `${ms} ms (timeoutMs); the store is closed now, so what they do next may fail: give close() a longer ` +
+              'timeoutMs, or make the listeners settle sooner',
+          );
+          resolved.logger.error({ running: still.running }, error.message);
+          emit('error', { error });
+        }
+        if (still.background) {
+          const error = new IpnKitError(
+            'IPN_INTERNAL',
+            `ipn.close(): the inbox batch a drain() or the recovery timer took up was still running after ${ms} ms ` +
+              '(timeoutMs); the store is closed now: its entries are taken up again once their lease runs out',
+          );
+          resolved.logger.error({}, error.message);
+          emit('error', { error });
+        }
+      },
+      async (writes) => {
+        // The store writes the router started itself (the keys of notifications still being verified released,
+        // their expectations made due again, a late settle): waited for as the listeners are, before the store
+        // closes; a pool the host ends once close() resolved would lose them.
+        const left = await writes.settled(ms);
+        if (left > 0) {
+          const error = new IpnKitError(
+            'IPN_INTERNAL',
+            `ipn.close(): ${left} store write(s) the router started itself (a key released, an expectation ` +
+              `settled or made due again, a claim answered late) were still running after ${ms} ms (timeoutMs); ` +
+              'the store is closed now: a key not released stays claimed until ttlMs (a resend meanwhile is ' +
+              'answered as a duplicate: reconcile those payments), an expectation not made due waits for its due time',
+          );
+          resolved.logger.error({ writes: left }, error.message);
+          emit('error', { error });
+        }
+      },
+    );
   };
   const { reconcile, expect, sweep, inbox, protection } = pipeline;
   const drain = (drainOptions: DrainOptions = {}): Promise<DrainResult> => {

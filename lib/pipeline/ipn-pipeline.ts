@@ -17,6 +17,7 @@ import { matchesSecret } from '../authenticate/ipn-url.js';
 import type { ResolvedOptions } from '../config/options.js';
 import { isFinalState, parseNotification, type IpnNotification } from '../notification/schema.js';
 import { createStoreClaimer } from '../delivery/store-claimer.js';
+import type { PendingWrites } from '../delivery/pending-writes.js';
 import { within } from '../shared/within.js';
 import { isCloudflareWorkers } from '../shared/global-scope.js';
 import {
@@ -385,17 +386,26 @@ export function createIpnPipeline<C>(
     /**
      * Answers 503 from now on and takes up no new work (recovery, a drain, a sweep), waits for the claims in
      * flight (each bounded by `storeTimeoutMs`), then for `beforeStop` (the core's wait for the work after
-     * the answers given, and for `background`: the batch a drain or recovery is running), stops the timers,
-     * then closes the store, if it has a `close`, waiting for it at most
-     * `storeTimeoutMs`: a `close()` that never settles is reported (`error`), not waited on forever.
+     * the answers given, and for `background`: the batch a drain or recovery is running), stops the timers
+     * and lets go of the notifications still being verified, then waits for `beforeStoreClose` (the core's
+     * wait for `writes`, the store writes the router started and awaited nowhere, those letting go among
+     * them; without it, at most `storeTimeoutMs`), then closes the store, if it has a `close`, waiting for it
+     * at most `storeTimeoutMs`: a `close()` that never settles is reported (`error`), not waited on forever.
      */
-    close: async (beforeStop?: (background: Promise<void>) => Promise<void>): Promise<void> => {
+    close: async (
+      beforeStop?: (background: Promise<void>) => Promise<void>,
+      beforeStoreClose?: (writes: PendingWrites) => Promise<void>,
+    ): Promise<void> => {
       closed = true;
       // No new inbox batch, verification retry or sweep from now on; the ones running are waited for too.
       const background = delivery.stop();
       await Promise.allSettled([...inflight]);
       await beforeStop?.(background); // the work after the answers already given, while the store is still open
       delivery.close();
+      // A key released or an expectation made due again once the store closed is lost: the key stays
+      // claimed for ttlMs, and the service's resend is answered as a duplicate.
+      if (beforeStoreClose) await beforeStoreClose(delivery.writes);
+      else await delivery.writes.settled(storeTimeoutMs);
       try {
         const message = `the store's close() did not settle within ${storeTimeoutMs} ms (storeTimeoutMs)`;
         await within(

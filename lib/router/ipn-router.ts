@@ -149,8 +149,10 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
    * claims in flight, then for the listeners of the notifications already answered 200 (the service never
    * resends those) and for the inbox batch a drain or recovery was running, at most `timeoutMs` (default
    * 10 s; those still running then are reported as an `error` event), stops pending retries and recovery,
-   * and closes the store
-   * (when it has a `close`). Rejects only with a `TypeError` for a `timeoutMs` that is not a number of
+   * lets go of the notifications still being verified (their keys released, their expectations due again),
+   * waits for the store writes it started itself (at most `timeoutMs` again; those still running then are
+   * reported too), and closes the store (when it has a `close`): end your pool only once it resolved.
+   * Rejects only with a `TypeError` for a `timeoutMs` that is not a number of
    * milliseconds.
    *
    * @example

@@ -57,6 +57,30 @@ describe('createStoreClaimer', () => {
     expect(late).toHaveBeenCalledTimes(1);
   });
 
+  test('a claim still running past its answer is tracked until it lands, its late delivery started by then; one in time is not', async () => {
+    const { store, calls } = controlledStore();
+    const claimer = createStoreClaimer(store, TTL, TIMEOUT);
+    const tracked: Array<Promise<unknown>> = [];
+    claimer.track((pending) => tracked.push(pending));
+    const inTime = claimer.claim('EFB.9:SUCCESSFUL', () => {});
+    calls[0]!.answer(true);
+    await expect(inTime).resolves.toBe(true);
+    expect(tracked).toHaveLength(0); // no write per claim on the hot path
+    const late = jest.fn();
+    const claim = claimer.claim('EFB.10:SUCCESSFUL', late);
+    await jest.advanceTimersByTimeAsync(TIMEOUT);
+    await claim;
+    expect(tracked).toHaveLength(1);
+    let landed = false;
+    void tracked[0]!.then(() => (landed = true));
+    await jest.advanceTimersByTimeAsync(0);
+    expect(landed).toBe(false);
+    calls[1]!.answer(true);
+    await jest.advanceTimersByTimeAsync(0);
+    expect(landed).toBe(true);
+    expect(late).toHaveBeenCalledTimes(1);
+  });
+
   test('a claim that times out and is answered false later (another caller had it) delivers nothing', async () => {
     const { store, calls } = controlledStore();
     const claimer = createStoreClaimer(store, TTL, TIMEOUT);
