@@ -172,7 +172,7 @@ function sameExpectation(a: Expectation, b: Expectation): boolean {
 
 /** The expectations of a router: `ipn.expect()`, the check of each notification, and settling. */
 export function createExpectations<C>(context: DeliveryContext<C>, store: Store) {
-  const { options, report, write } = context;
+  const { options, reject, report, write } = context;
   const expectations: ExpectationStore | undefined = store.expectations;
   // A router that never uses expectations pays nothing for them: no read, no delete per notification.
   let active = options.statusClient !== undefined;
@@ -394,12 +394,14 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
      * transaction meanwhile is not overwritten by the expectation as checked. `verified` is what was
      * credited: the copy, or the service's record delivered in its place.
      *
-     * The expectation held (the one checked, or a newer one) is settled, with its own fields, unless
-     * `verified` contradicts it. Then it is left live and due now, for the sweep: its query finds the same
-     * record, rejects it (`rejected`, reason `mismatch`) and credits nothing more (the key is held, and the
-     * record contradicts it), so the operator learns that what was credited is not what the transaction is
-     * now expected to be; settled, that contradiction would pass in silence. Already settled (the sweep,
-     * which found the key held) or none held (deleted): nothing is written.
+     * The expectation held (the one checked, or a newer one) is settled, with its own fields. When
+     * `verified` contradicts it (an `ipn.expect()` made since, the amount "corrected" to another), that is
+     * said now, as it is: `rejected` (reason `mismatch`), its message saying the payment was credited, once,
+     * and nothing more will be; settled, that contradiction would pass in silence. It was left due for the
+     * sweep, whose query rejected the record as "not credited" (a listener marking the order unpaid, or an
+     * operator crediting it by hand, pays twice), or, the service unreachable then, reported the credited
+     * payment `stale` ("no final notification"). Already settled (the sweep, which found the key held) or
+     * none held (deleted): nothing is written.
      */
     settleLate(n: IpnNotification, checked: ExpectationCheck, verified: IpnNotification = n): void {
       if (!expectations || checked.kind !== 'match' || !settlesExpectation(n.state)) return;
@@ -407,7 +409,14 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
       const steps = { read: 'settle it', write: `settle the expectation of ${n.transaction_id}` };
       rewriteHeld(expectations, n, steps, (held) => {
         if (isSettled(held)) return undefined;
-        if (contradictions(held, verified).length > 0) return { ...held, dueAt: Date.now() };
+        const mismatches = contradictions(held, verified);
+        if (mismatches.length > 0) {
+          const message =
+            `the notification of ${n.transaction_id} was credited (accepted and delivered once), but contradicts ` +
+            `its expectation made since (ipn.expect() while it was verified) in ${mismatches.join(', ')}: ` +
+            'nothing more is credited; check the payment against the order';
+          reject({ reason: 'mismatch', message, mismatches, notification: verified });
+        }
         return retired(held, options.ttlMs);
       });
     },

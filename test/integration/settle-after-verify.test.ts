@@ -152,8 +152,9 @@ test('at-most-once verify: expect() again during verification is not overwritten
 });
 
 // The newer expectation contradicts the record verified and credited (the amount "corrected" to a wrong one):
-// not settled in silence, left live and due; the sweep's query rejects the record, and credits nothing more.
-test('at-most-once verify: expect() again during verification, contradicting the record credited: the sweep rejects it, no second credit', async () => {
+// not settled in silence: `rejected` at once (see below for its message), the newer expectation settled with
+// its own fields; the sweep asks nothing more, and credits nothing more.
+test('at-most-once verify: expect() again during verification, contradicting the record credited: rejected at once, no second credit', async () => {
   const id = await paid(t.provider);
   const store = new MemoryStore();
   const client = statusClientOf(t.provider);
@@ -163,14 +164,45 @@ test('at-most-once verify: expect() again during verification, contradicting the
   await t.provider.forge({ ipnUrl: url, transactionId: id });
   await ipn.expect(id, { amount: 50 });
   open();
-  await untilFirst(recorder, 'successful', 'credited');
-  expect(settledIn(store, id)).toBe(false);
+  await untilFirst(recorder, 'rejected', 'the contradiction said');
+  expect(settledIn(store, id)).toBe(true);
   expect(store.expectations.get(id)).toMatchObject({ amount: 50 });
-  expect(await ipn.sweep()).toMatchObject({ queried: 1, reconciled: 0, rejected: 1 });
+  expect(await ipn.sweep()).toMatchObject({ queried: 0, reconciled: 0, rejected: 0 });
   await settle();
   expect(recorder.of('rejected')).toMatchObject([{ reason: 'mismatch', mismatches: ['amount'] }]);
   expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, amount: 100 }]);
 });
+
+// The same, told accurately: the record was credited (its copy verified), so the `rejected` event must not
+// say "not credited" (a listener marking the order unpaid, or an operator crediting it by hand, pays twice),
+// and it must not wait for the sweep's query: the service unreachable by then, the sweep reported a payment
+// already credited as `stale` ("no final notification") after reconcileAttempts queries, and no `rejected`.
+for (const sweepAsks of ['answered', 'unreachable'] as const) {
+  test(`at-most-once verify: expect() again during verification, contradicting the record credited, the sweep's query ${sweepAsks}: one rejected saying it was credited, no stale`, async () => {
+    const id = await paid(t.provider);
+    const store = new MemoryStore();
+    const client = statusClientOf(t.provider);
+    const { verify, open } = gatedVerify(client);
+    const statusClient = sweepAsks === 'answered' ? client : { getStatus: timedOut };
+    const { ipn, recorder, url } = await t.serve(
+      quietRouter({ store, verify, statusClient, reconcileAfterMs: 1, reconcileAttempts: 1 }),
+    );
+    await ipn.expect(id, { amount: 100 });
+    await t.provider.forge({ ipnUrl: url, transactionId: id });
+    await ipn.expect(id, { amount: 50 });
+    open();
+    await untilFirst(recorder, 'successful', 'credited');
+    await ipn.sweep();
+    await settle();
+    expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, amount: 100 }]);
+    expect(recorder.count('stale')).toBe(0);
+    const rejected = recorder.of('rejected');
+    expect(rejected).toMatchObject([{ reason: 'mismatch', mismatches: ['amount'] }]);
+    expect(rejected[0].message).not.toMatch(/not credited/);
+    expect(rejected[0].message).toMatch(/credited/);
+    expect(recorder.count('error')).toBe(0);
+  });
+}
 
 // An expectation deleted while its copy is verified (by hand, or its store's bound) is not written back.
 test('at-most-once verify: an expectation deleted during verification is not written back by the late settle', async () => {
