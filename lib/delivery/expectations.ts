@@ -412,8 +412,8 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
         const mismatches = contradictions(held, verified);
         if (mismatches.length > 0) {
           const message =
-            `the notification of ${n.transaction_id} was credited (accepted and delivered once), but contradicts ` +
-            `its expectation made since (ipn.expect() while it was verified) in ${mismatches.join(', ')}: ` +
+            `the notification of ${n.transaction_id} was accepted and is credited once (delivered to your listeners), ` +
+            `but contradicts its expectation made since it was checked (ipn.expect() again) in ${mismatches.join(', ')}: ` +
             'nothing more is credited; check the payment against the order';
           reject({ reason: 'mismatch', message, mismatches, notification: verified });
         }
