@@ -26,6 +26,13 @@ const MARK_REFRESH_MS = 60 * 60_000;
  */
 export const SETTLED_ATTEMPTS = 1_000_000_000;
 
+/**
+ * `attempts` of an expectation settled because the service's record contradicted it (`rejected` by the sweep
+ * or `ipn.reconcile()`): settled as any, and never made due again by a copy that verification gives up on
+ * (that record would only be rejected a second time; see `reopen`).
+ */
+export const REJECTED_ATTEMPTS = SETTLED_ATTEMPTS + 1;
+
 /** Whether this expectation is kept only to recognise late copies (settled, given up on, or forgotten). */
 export const isSettled = (e: Expectation): boolean => e.attempts >= SETTLED_ATTEMPTS;
 
@@ -146,14 +153,19 @@ export async function recordAllowance<C>(
  * deleting it: a resend or a late first delivery is then still checked against it, never taken for an
  * unexpected one. The sweep deletes it when that time is due.
  */
-export function retire(store: ExpectationStore, e: Expectation, ttlMs: number): void | Promise<void> {
-  return store.put(retired(e, ttlMs));
+export function retire(
+  store: ExpectationStore,
+  e: Expectation,
+  ttlMs: number,
+  attempts: number = SETTLED_ATTEMPTS,
+): void | Promise<void> {
+  return store.put(retired(e, ttlMs, attempts));
 }
 
-/** `e` settled, kept for `ttlMs` from now (see {@link retire}). */
-const retired = (e: Expectation, ttlMs: number): Expectation => ({
+/** `e` settled, kept for `ttlMs` from now (see {@link retire}); `attempts` {@link REJECTED_ATTEMPTS} when rejected. */
+const retired = (e: Expectation, ttlMs: number, attempts: number = SETTLED_ATTEMPTS): Expectation => ({
   ...e,
-  attempts: SETTLED_ATTEMPTS,
+  attempts,
   dueAt: Math.min(Date.now() + ttlMs, NEVER),
 });
 
@@ -349,6 +361,9 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
         write: `make the expectation of ${n.transaction_id} due again`,
       };
       rewriteHeld(expectations, n, steps, (held) => {
+        // Settled as rejected (the service's record contradicts it): made due, the sweep would only reject
+        // that record a second time (a second `rejected`), never credit it.
+        if (held.attempts === REJECTED_ATTEMPTS) return undefined;
         const attempts = !isSettled(held)
           ? held.attempts
           : sameExpectation(held, expectation)

@@ -285,3 +285,30 @@ test('at-most-once verify: an expectation deleted during verification, then give
   expect(recorder.count('error')).toBe(1);
   expect(t.unhandled).toEqual([]);
 });
+
+// The reopen revives an expectation a sweep settled while the copy held its key, since that sweep took the
+// held key for a delivered copy. But the sweep (and ipn.reconcile()) also settles one whose record it
+// rejected: revived, the next sweep asked the service again and emitted a second `rejected` of the same
+// record (what 047d617 fixed for reconcile), never a credit. A rejected expectation stays settled.
+for (const by of ['the sweep', 'ipn.reconcile()'] as const) {
+  test(`at-most-once verify: ${by} rejects the record while a forgery matching the expectation holds the key, then the forgery is given up on: one rejected`, async () => {
+    const id = await paid(t.provider); // the record: 100, custom_data 'order-a'
+    const store = new MemoryStore();
+    const { verify, open } = gatedVerify({ getStatus: timedOut });
+    const { ipn, recorder, url } = await t.serve(givingUpRouter(store, verify, client()));
+    await ipn.expect(id, { amount: 100, customData: 'order-x' });
+    await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-x' });
+    await new Promise((resolve) => setTimeout(resolve, 5)); // due (reconcileAfterMs: 1)
+    if (by === 'the sweep') expect(await ipn.sweep()).toMatchObject({ queried: 1, rejected: 1 });
+    else expect(await ipn.reconcile(id)).toMatchObject({ emitted: false, rejected: true });
+    expect(settledIn(store, id)).toBe(true);
+    open();
+    await untilFirst(recorder, 'error', 'verification given up');
+    expect(settledIn(store, id)).toBe(true);
+    expect(await ipn.sweep()).toMatchObject({ queried: 0, rejected: 0 });
+    await settle();
+    expect(recorder.of('rejected')).toMatchObject([{ reason: 'mismatch', mismatches: ['custom_data'] }]);
+    expect(recorder.count('successful')).toBe(0);
+    expect(t.unhandled).toEqual([]);
+  });
+}
