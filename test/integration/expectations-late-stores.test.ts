@@ -211,6 +211,25 @@ for (const kind of kinds) {
       expect(recorder.count('successful')).toBe(1);
       expect(t.unhandled).toEqual([]);
     });
+
+    test(`${kind.name}: the sweep rejects the record while a matching forgery holds the key, the forgery given up on: it stays settled, one rejected`, async () => {
+      const id = await paid(t.provider); // the record: custom_data 'order-a'
+      const store = await kind.make();
+      const client = statusClientOf(t.provider);
+      const { verify, open } = gatedVerify(client, { answer: timedOut });
+      const { ipn, recorder, url } = await t.serve(givingUpRouter(store as never, verify, client));
+      await ipn.expect(id, { amount: 100, customData: 'order-x' });
+      await t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-x' });
+      expect(await ipn.sweep()).toMatchObject({ queried: 1, rejected: 1 });
+      open();
+      await untilFirst(recorder, 'error', 'verification given up');
+      await settle();
+      expect(await settledIn(store, id)).toBe(true);
+      expect(await ipn.sweep()).toMatchObject({ queried: 0, rejected: 0 });
+      expect(recorder.count('rejected')).toBe(1);
+      expect(recorder.count('successful')).toBe(0);
+      expect(t.unhandled).toEqual([]);
+    });
   };
   if (kind.service === undefined) describe(kind.name, suite);
   else describeWithService(kind.service, kind.name, suite);
