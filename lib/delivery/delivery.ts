@@ -45,7 +45,9 @@ import {
   createExpectations,
   isSettled,
   recordAllowance,
+  REJECTED_ATTEMPTS,
   retire,
+  SETTLED_ATTEMPTS,
   settlesExpectation,
   type ExpectationHold,
 } from './expectations.js';
@@ -484,6 +486,7 @@ export function createDelivery<C>(
   async function settleReconciledExpectation(
     expectation: Expectation | undefined,
     record: IpnNotification,
+    rejected: boolean,
   ): Promise<void> {
     const kept = store.expectations;
     if (kept === undefined || expectation === undefined || isSettled(expectation)) return;
@@ -491,7 +494,9 @@ export function createDelivery<C>(
     const late = () => new StoreError(`the store did not settle the expectation of ${id} in time`);
     try {
       await within(
-        Promise.resolve().then(() => retire(kept, expectation, options.ttlMs)),
+        Promise.resolve().then(() =>
+          retire(kept, expectation, options.ttlMs, rejected ? REJECTED_ATTEMPTS : SETTLED_ATTEMPTS),
+        ),
         options.storeTimeoutMs,
         late,
       );
@@ -570,7 +575,7 @@ export function createDelivery<C>(
       // And its expectation settled as the sweep settles it (a record rejected, or SUCCESSFUL; a FAILED keeps
       // it): else the sweep asked again, rejected the record a second time, or reported the payment `stale`.
       if (!allowed || settlesExpectation(record.state))
-        await settleReconciledExpectation(expectation, record);
+        await settleReconciledExpectation(expectation, record, !allowed);
       return { record, emitted, rejected: !allowed };
     },
 

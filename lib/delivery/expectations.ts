@@ -26,6 +26,13 @@ const MARK_REFRESH_MS = 60 * 60_000;
  */
 export const SETTLED_ATTEMPTS = 1_000_000_000;
 
+/**
+ * `attempts` of an expectation settled because the service's record contradicted it (`rejected` by the sweep
+ * or `ipn.reconcile()`): settled as any, and never made due again by a copy that verification gives up on
+ * (that record would only be rejected a second time; see `reopen`).
+ */
+export const REJECTED_ATTEMPTS = SETTLED_ATTEMPTS + 1;
+
 /** Whether this expectation is kept only to recognise late copies (settled, given up on, or forgotten). */
 export const isSettled = (e: Expectation): boolean => e.attempts >= SETTLED_ATTEMPTS;
 
@@ -56,11 +63,13 @@ export type ExpectationCheck =
   | { kind: 'error'; error: StoreError };
 
 /**
- * The expectation of a copy claimed before it is verified (at most once, `verify`): settled once verification
- * confirms the copy (or delivers the service's record in its place), made due again when it gives the copy up.
+ * The expectation of a copy claimed before it is verified (at most once, `verify`), or whose claim landed after
+ * `storeTimeoutMs`: settled once verification confirms the copy (`verified`: the service's record when
+ * delivered in its place) or the late claim lands, made due again when verification gives the copy up. Both
+ * act on what the store holds then (an `ipn.expect()` of the transaction may have replaced it meanwhile).
  */
 export interface ExpectationHold {
-  settle(): void;
+  settle(verified?: IpnNotification): void;
   reopen(): void;
 }
 
@@ -144,13 +153,38 @@ export async function recordAllowance<C>(
  * deleting it: a resend or a late first delivery is then still checked against it, never taken for an
  * unexpected one. The sweep deletes it when that time is due.
  */
-export function retire(store: ExpectationStore, e: Expectation, ttlMs: number): void | Promise<void> {
-  return store.put({ ...e, attempts: SETTLED_ATTEMPTS, dueAt: Math.min(Date.now() + ttlMs, NEVER) });
+export function retire(
+  store: ExpectationStore,
+  e: Expectation,
+  ttlMs: number,
+  attempts: number = SETTLED_ATTEMPTS,
+): void | Promise<void> {
+  return store.put(retired(e, ttlMs, attempts));
+}
+
+/** `e` settled, kept for `ttlMs` from now (see {@link retire}); `attempts` {@link REJECTED_ATTEMPTS} when rejected. */
+const retired = (e: Expectation, ttlMs: number, attempts: number = SETTLED_ATTEMPTS): Expectation => ({
+  ...e,
+  attempts,
+  dueAt: Math.min(Date.now() + ttlMs, NEVER),
+});
+
+/**
+ * Whether `a` and `b` are the same call of `ipn.expect()`: its time and fields. The sweep's attempts and due
+ * time (and a settlement) aside: another call of the same transaction, even with the same fields, is another.
+ */
+function sameExpectation(a: Expectation, b: Expectation): boolean {
+  return (
+    a.expectedAt === b.expectedAt &&
+    a.amount === b.amount &&
+    a.customData === b.customData &&
+    a.account === b.account
+  );
 }
 
 /** The expectations of a router: `ipn.expect()`, the check of each notification, and settling. */
 export function createExpectations<C>(context: DeliveryContext<C>, store: Store) {
-  const { options, report, write } = context;
+  const { options, reject, report, write } = context;
   const expectations: ExpectationStore | undefined = store.expectations;
   // A router that never uses expectations pays one read of the mark per MARK_RECHECK_MS for them, no more.
   let active = options.statusClient !== undefined;
@@ -183,6 +217,53 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
     lookedAt = monotonicNow();
     marked = mark !== undefined;
     return marked;
+  }
+
+  /**
+   * Reads the expectation of `n`'s transaction as the store holds it now, and writes what `next` makes of it
+   * (nothing when it returns `undefined`, or when none is held). A read or write that fails, or a read not
+   * answered within `storeTimeoutMs`, is reported (`error`), never an unhandled rejection: nothing is
+   * written then (the expectation stays as held, for the sweep).
+   *
+   * Not atomic: a store has no compare-and-set. An `ipn.expect()` of the transaction landing between the
+   * read and the write is overwritten by what `next` made of the one read. The write follows the read with
+   * nothing awaited in between, so that window is one round trip of the store (a read answered after
+   * `storeTimeoutMs` writes nothing: the window never grows past it), where it was the whole verification
+   * when the expectation as checked before the claim was written back.
+   */
+  function rewriteHeld(
+    target: ExpectationStore,
+    n: IpnNotification,
+    steps: { read: string; write: string },
+    next: (held: Expectation) => Expectation | undefined,
+  ): void {
+    const id = n.transaction_id;
+    const late = () =>
+      new StoreError(
+        `the store did not read the expectation of ${id} within ${options.storeTimeoutMs} ms (storeTimeoutMs) to ${steps.read}`,
+      );
+    let reading = true;
+    // Counted as one write, the read included, until the write after it settles: close() waits for the
+    // whole (it runs there, as the router closes over a copy being verified), else the write, one round
+    // trip after the read, runs into the pool the host ends once close() resolved.
+    void write(
+      within(
+        Promise.resolve().then(() => target.get(id)),
+        options.storeTimeoutMs,
+        late,
+      )
+        .then((held) => {
+          reading = false;
+          const rewritten = held === undefined ? undefined : next(held);
+          if (rewritten !== undefined) return target.put(rewritten);
+        })
+        .catch((cause: unknown) => {
+          const message = reading
+            ? `the store failed to read the expectation of ${id} to ${steps.read}: ${messageOf(cause)}`
+            : `the store failed to ${steps.write}: ${messageOf(cause)}`;
+          report(cause instanceof StoreError ? cause : new StoreError(message, { cause }), n);
+        }),
+    );
   }
 
   return {
@@ -266,31 +347,45 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
      * released): its expectation is due again now. A sweep meanwhile found that key held, took the copy for
      * a delivered one and settled the expectation; the genuine copy, answered as its duplicate, is then
      * nowhere but in the service's record, which the sweep delivers once it asks again.
+     *
+     * Verification ran for seconds to minutes after the check: what the store holds now is made due, not the
+     * expectation as checked then, so that an `ipn.expect()` of the transaction meanwhile (the amount
+     * corrected) keeps its own fields, and the sweep credits the record against it. Held settled, it is made
+     * live again whether it is the one checked or a newer one: while the copy held the key (every SUCCESSFUL
+     * copy of the transaction has that key), nothing but the sweep could have settled it, taking the held key
+     * for a delivered copy, so no credit was made of it; left settled, the payment would be lost. The sweep's
+     * record still goes through the same dedupe key. None held any more (deleted): nothing is written.
      */
     reopen(n: IpnNotification, checked: ExpectationCheck): void {
       if (!expectations || checked.kind !== 'match' || !settlesExpectation(n.state)) return;
-      if (isSettled(checked.expectation)) return;
       const { expectation } = checked;
-      // Awaited by nobody but close(): it runs there, as the router closes over a copy being verified.
-      void write(
-        Promise.resolve()
-          .then(() => expectations.put({ ...expectation, dueAt: Date.now() }))
-          .catch((cause: unknown) =>
-            report(
-              new StoreError(
-                `the store failed to make the expectation of ${n.transaction_id} due again: ${messageOf(cause)}`,
-                { cause },
-              ),
-              n,
-            ),
-          ),
-      );
+      if (isSettled(expectation)) return;
+      const steps = {
+        read: 'make it due again',
+        write: `make the expectation of ${n.transaction_id} due again`,
+      };
+      rewriteHeld(expectations, n, steps, (held) => {
+        // Settled as rejected (the service's record contradicts it): made due, the sweep would only reject
+        // that record a second time (a second `rejected`), never credit it.
+        if (held.attempts === REJECTED_ATTEMPTS) return undefined;
+        const attempts = !isSettled(held)
+          ? held.attempts
+          : sameExpectation(held, expectation)
+            ? expectation.attempts
+            : 0; // a newer one: its count before the sweep settled it is not known; it is asked about afresh
+        return { ...held, attempts, dueAt: Date.now() };
+      });
     },
 
     /**
      * A notification that matched its expectation was accepted: the expectation is settled when its state
      * ends it ({@link settlesExpectation}: `SUCCESSFUL`, not `FAILED`). Settled, it is kept for `ttlMs`
      * ({@link retire}), so that a resend is still recognised as expected.
+     *
+     * At the claim, within the request (no verification in between): the expectation as checked just before
+     * is written, with no read; an `ipn.expect()` landing between the check and this write (the claim's
+     * time) is overwritten, as it always was. Later (verified after the claim, or a claim landing after
+     * `storeTimeoutMs`), {@link settleLate}.
      */
     settle(n: IpnNotification, checked: ExpectationCheck): void {
       if (!expectations || checked.kind !== 'match' || !settlesExpectation(n.state)) return;
@@ -310,6 +405,39 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
             ),
           ),
       );
+    },
+
+    /**
+     * {@link settle}, seconds to minutes after the check (verification ran after the claim, or the claim
+     * landed after `storeTimeoutMs`): on what the store holds now, so that an `ipn.expect()` of the
+     * transaction meanwhile is not overwritten by the expectation as checked. `verified` is what was
+     * credited: the copy, or the service's record delivered in its place.
+     *
+     * The expectation held (the one checked, or a newer one) is settled, with its own fields. When
+     * `verified` contradicts it (an `ipn.expect()` made since, the amount "corrected" to another), that is
+     * said now, as it is: `rejected` (reason `mismatch`), its message saying the payment was credited, once,
+     * and nothing more will be; settled, that contradiction would pass in silence. It was left due for the
+     * sweep, whose query rejected the record as "not credited" (a listener marking the order unpaid, or an
+     * operator crediting it by hand, pays twice), or, the service unreachable then, reported the credited
+     * payment `stale` ("no final notification"). Already settled (the sweep, which found the key held) or
+     * none held (deleted): nothing is written.
+     */
+    settleLate(n: IpnNotification, checked: ExpectationCheck, verified: IpnNotification = n): void {
+      if (!expectations || checked.kind !== 'match' || !settlesExpectation(n.state)) return;
+      if (isSettled(checked.expectation)) return;
+      const steps = { read: 'settle it', write: `settle the expectation of ${n.transaction_id}` };
+      rewriteHeld(expectations, n, steps, (held) => {
+        if (isSettled(held)) return undefined;
+        const mismatches = contradictions(held, verified);
+        if (mismatches.length > 0) {
+          const message =
+            `the notification of ${n.transaction_id} was accepted and is credited once (delivered to your listeners), ` +
+            `but contradicts its expectation made since it was checked (ipn.expect() again) in ${mismatches.join(', ')}: ` +
+            'nothing more is credited; check the payment against the order';
+          reject({ reason: 'mismatch', message, mismatches, notification: verified });
+        }
+        return retired(held, options.ttlMs);
+      });
     },
   };
 }

@@ -5,7 +5,7 @@ import type { Expectation, ExpectationStore } from '../stores/expectation-store.
 import type { StatusSource } from '../status/verify-notification.js';
 import type { DeliveryContext } from './delivery-context.js';
 import type { StaleReason } from './events.js';
-import { contradictions, isSettled, retire, settlesExpectation } from './expectations.js';
+import { contradictions, isSettled, REJECTED_ATTEMPTS, retire, settlesExpectation } from './expectations.js';
 import { monotonicNow } from '../shared/clock.js';
 import type { Driver } from './durable-delivery.js';
 
@@ -135,7 +135,7 @@ export function createReconcileSweep<C>(
     const mismatches = contradictions(e, record);
     if (mismatches.length > 0) {
       result.rejected += 1;
-      await forget();
+      await retire(expectations, e, options.ttlMs, REJECTED_ATTEMPTS);
       const message = `the service's record of ${e.transactionId} contradicts its expectation in ${mismatches.join(', ')}: not credited`;
       reject({ reason: 'mismatch', message, mismatches, notification: record, status: record });
       return false;

@@ -140,7 +140,7 @@ export function createVerifyQueue<C>(
     }
     if (context.isClosed() || pending.get(key) !== entry) return 'other';
     pending.delete(key);
-    entry.expectation?.settle();
+    entry.expectation?.settle(verified);
     if (conflict) {
       await lifecycle.conflict(verified);
       return 'other';

@@ -302,10 +302,12 @@ export function createIpnPipeline<C>(
       if (closed) return unavailable('closed');
     }
     // Only a notification that matched its expectation has one to settle (or make due again): no object else.
+    // Settled late (verified after the claim, or a claim landing after storeTimeoutMs): on what the store
+    // holds then, one read more, so that an ipn.expect() made meanwhile is kept.
     const expectation: ExpectationHold | undefined =
       expected.kind === 'match'
         ? {
-            settle: () => delivery.expectations.settle(notification, expected),
+            settle: (verified) => delivery.expectations.settleLate(notification, expected, verified),
             reopen: () => delivery.expectations.reopen(notification, expected),
           }
         : undefined;
@@ -320,7 +322,9 @@ export function createIpnPipeline<C>(
       // Verified after the answer (at most once), only once verified: a forged copy matching the expectation
       // that verification gives up on must leave it to the sweep (the genuine copy was maybe its duplicate).
       if (delivery.verifiesAfterClaim) admission = { ...admission, expectation };
-      else expectation?.settle();
+      // At the claim, in this request: the expectation as just checked, written with no read (the hot path
+      // of every expected notification, at least once and at most once without verify).
+      else delivery.expectations.settle(notification, expected);
       if (!isFinalState(notification.state)) {
         // Only `notification` is emitted for it: say so loudly, or a new success spelling is a lost payment.
         metrics?.unknownState();

@@ -132,28 +132,134 @@ test('at-most-once verify: a copy whose router closes mid-verification leaves th
 });
 
 // expect() again while the first copy is being verified: the settle, now late, must not overwrite the newer
-// expectation with the older one (its fields, its due time). Left failing: since 6838fef the settle runs
-// after verification (seconds to minutes later, not at the claim), and it retires the expectation as read
-// before the claim, so a newer expect() of the same transaction meanwhile is replaced by the older one's
-// tombstone (here custom_data lost). No credit rides on it (the key is held; a resend is a duplicate), and
-// the fix (settling what the store holds then) costs a read per verified copy, which the test "costs no read
-// of its expectation beyond the check before the claim" forbids: a design decision, not this review's.
-test.failing(
-  'at-most-once verify: expect() again during verification is not overwritten by the late settle of the older one',
-  async () => {
+// expectation with the older one (its fields, its due time). Since 6838fef the settle runs after verification
+// (seconds to minutes later, not at the claim); it retired the expectation as read before the claim, so a
+// newer expect() of the same transaction meanwhile was replaced by the older one's tombstone (here custom_data
+// lost). It now settles what the store holds then: one read more per verified copy (see "costs no read of its
+// expectation beyond the check before the claim", genuine-record-expectation.test.ts).
+test('at-most-once verify: expect() again during verification is not overwritten by the late settle of the older one', async () => {
+  const id = await paid(t.provider);
+  const store = new MemoryStore();
+  const client = statusClientOf(t.provider);
+  const { verify, open } = gatedVerify(client);
+  const { ipn, recorder, url } = await t.serve(routerOf('at-most-once verify', store, verify));
+  await ipn.expect(id, { amount: 100 });
+  await t.provider.forge({ ipnUrl: url, transactionId: id });
+  await ipn.expect(id, { amount: 100, customData: 'order-a' });
+  open();
+  await untilFirst(recorder, 'successful', 'credited');
+  expect(store.expectations.get(id)).toMatchObject({ customData: 'order-a' });
+});
+
+// The newer expectation contradicts the record verified and credited (the amount "corrected" to a wrong one):
+// not settled in silence: `rejected` at once (see below for its message), the newer expectation settled with
+// its own fields; the sweep asks nothing more, and credits nothing more.
+test('at-most-once verify: expect() again during verification, contradicting the record credited: rejected at once, no second credit', async () => {
+  const id = await paid(t.provider);
+  const store = new MemoryStore();
+  const client = statusClientOf(t.provider);
+  const { verify, open } = gatedVerify(client);
+  const { ipn, recorder, url } = await t.serve(routerOf('at-most-once verify', store, verify));
+  await ipn.expect(id, { amount: 100 });
+  await t.provider.forge({ ipnUrl: url, transactionId: id });
+  await ipn.expect(id, { amount: 50 });
+  open();
+  await untilFirst(recorder, 'rejected', 'the contradiction said');
+  expect(settledIn(store, id)).toBe(true);
+  expect(store.expectations.get(id)).toMatchObject({ amount: 50 });
+  expect(await ipn.sweep()).toMatchObject({ queried: 0, reconciled: 0, rejected: 0 });
+  await settle();
+  expect(recorder.of('rejected')).toMatchObject([{ reason: 'mismatch', mismatches: ['amount'] }]);
+  expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, amount: 100 }]);
+});
+
+// The same, told accurately: the record was credited (its copy verified), so the `rejected` event must not
+// say "not credited" (a listener marking the order unpaid, or an operator crediting it by hand, pays twice),
+// and it must not wait for the sweep's query: the service unreachable by then, the sweep reported a payment
+// already credited as `stale` ("no final notification") after reconcileAttempts queries, and no `rejected`.
+for (const sweepAsks of ['answered', 'unreachable'] as const) {
+  test(`at-most-once verify: expect() again during verification, contradicting the record credited, the sweep's query ${sweepAsks}: one rejected saying it was credited, no stale`, async () => {
     const id = await paid(t.provider);
     const store = new MemoryStore();
     const client = statusClientOf(t.provider);
     const { verify, open } = gatedVerify(client);
-    const { ipn, recorder, url } = await t.serve(routerOf('at-most-once verify', store, verify));
+    const statusClient = sweepAsks === 'answered' ? client : { getStatus: timedOut };
+    const { ipn, recorder, url } = await t.serve(
+      quietRouter({ store, verify, statusClient, reconcileAfterMs: 1, reconcileAttempts: 1 }),
+    );
     await ipn.expect(id, { amount: 100 });
     await t.provider.forge({ ipnUrl: url, transactionId: id });
-    await ipn.expect(id, { amount: 100, customData: 'order-a' });
+    await ipn.expect(id, { amount: 50 });
     open();
     await untilFirst(recorder, 'successful', 'credited');
-    expect(store.expectations.get(id)).toMatchObject({ customData: 'order-a' });
-  },
-);
+    await ipn.sweep();
+    await settle();
+    expect(recorder.of('successful')).toMatchObject([{ transaction_id: id, amount: 100 }]);
+    expect(recorder.count('stale')).toBe(0);
+    const rejected = recorder.of('rejected');
+    expect(rejected).toMatchObject([{ reason: 'mismatch', mismatches: ['amount'] }]);
+    expect(rejected[0].message).not.toMatch(/not credited/);
+    expect(rejected[0].message).toMatch(/credited/);
+    expect(recorder.count('error')).toBe(0);
+  });
+}
+
+// An expectation deleted while its copy is verified (by hand, or its store's bound) is not written back.
+test('at-most-once verify: an expectation deleted during verification is not written back by the late settle', async () => {
+  const id = await paid(t.provider);
+  const store = new MemoryStore();
+  const client = statusClientOf(t.provider);
+  const { verify, open } = gatedVerify(client);
+  const { ipn, recorder, url } = await t.serve(routerOf('at-most-once verify', store, verify));
+  await ipn.expect(id, { amount: 100 });
+  await t.provider.forge({ ipnUrl: url, transactionId: id });
+  store.expectations.delete(id);
+  open();
+  await untilFirst(recorder, 'successful', 'credited');
+  expect(store.expectations.get(id)).toBeUndefined();
+  expect(recorder.count('error')).toBe(0);
+});
+
+// The late settle's read of the expectation fails, or is not answered within storeTimeoutMs: reported
+// (`error`), never an unhandled rejection; the credit stands, and the expectation is left as it was (the sweep
+// finds the key held and settles it).
+for (const how of ['fails', 'never answers'] as const) {
+  test(`at-most-once verify: the late settle's read of the expectation ${how}: reported, never an unhandled rejection`, async () => {
+    const id = await paid(t.provider);
+    const store = new MemoryStore();
+    const client = statusClientOf(t.provider);
+    const { verify, open } = gatedVerify(client);
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => void unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const { ipn, recorder, url } = await t.serve(
+        quietRouter({ store, verify, storeTimeoutMs: 50, reconcileAfterMs: 1 }),
+      );
+      await ipn.expect(id, { amount: 100 });
+      await t.provider.forge({ ipnUrl: url, transactionId: id });
+      const get = store.expectations.get.bind(store.expectations);
+      const held = store.expectations as unknown as Record<string, unknown>;
+      held.get = (transactionId: string) => {
+        if (transactionId !== id) return get(transactionId);
+        if (how === 'fails') throw new Error('the store is down');
+        return new Promise<never>(() => {});
+      };
+      open();
+      await until(() => recorder.count('error') > 0, 'the read reported');
+      await settle();
+      held.get = get;
+      const messages = recorder.of('error').map((e: { error: Error }) => e.error.message);
+      expect(messages).toEqual([expect.stringContaining(`the expectation of ${id}`)]);
+      expect(messages[0]).toContain(how === 'fails' ? 'the store is down' : 'storeTimeoutMs');
+      expect(recorder.count('successful')).toBe(1);
+      expect(settledIn(store, id)).toBe(false);
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+}
 
 // The sweep runs while a forged copy matching the expectation is being verified (the expectation was due: the
 // notification came late, or verification is retrying): the key is held, so the sweep's record is "already
@@ -215,6 +321,9 @@ test('at-most-once verify: a sweep while a forged copy is verified, then the rou
 });
 
 // 01864dd: a store that never answers the read: verifyAttempts reads, then one error, no unhandled rejection.
+// At most once, verification given up makes the expectation due again, on what the store holds then: one read
+// more, which fails too (reported as the second error). That read is what keeps an ipn.expect() made during
+// verification (settle-due-review.test.ts, "expect() again during verification"): money first.
 for (const delivery of ['at-most-once', 'at-least-once'] as const) {
   test(`${delivery}: an expectation the store never reads where a record replaces a forgery: bounded reads, one rejected and one error per attempt budget`, async () => {
     const id = await paid(t.provider);
@@ -243,9 +352,14 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
       await new Promise((resolve) => setTimeout(resolve, 50));
       expect(recorder.count('successful')).toBe(0);
       if (delivery === 'at-most-once') {
-        expect(watched.reads - 1).toBe(4); // verifyAttempts reads after the check before the claim
+        // verifyAttempts reads after the check before the claim, then the give-up's (to make it due again)
+        expect(watched.reads - 1).toBe(4 + 1);
         expect(recorder.count('rejected')).toBe(1);
-        expect(recorder.count('error')).toBe(1);
+        const messages = recorder.of('error').map((e: { error: Error }) => e.error.message);
+        expect(messages).toEqual([
+          expect.stringContaining("its record not delivered in a forgery's place"),
+          expect.stringContaining('to make it due again'),
+        ]);
       } else {
         expect(watched.reads - 1).toBe(3); // maxAttempts
         expect(recorder.count('dead')).toBe(1);
