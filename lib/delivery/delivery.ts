@@ -645,11 +645,11 @@ export function createDelivery<C>(
 
     /**
      * `close()`'s first step: the timers and `drain()` take up no new work from now on. Resolves once the
-     * inbox batch and the drain running now settled; never rejects.
+     * inbox batch, the drain and the sweep running now settled; never rejects.
      */
     stop(): Promise<void> {
       stopping = true;
-      return Promise.all([durably?.stop(), draining]).then(
+      return Promise.all([durably?.stop(), draining, sweeper?.stop()]).then(
         () => undefined,
         () => undefined,
       );

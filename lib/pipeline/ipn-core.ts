@@ -61,7 +61,7 @@ export interface IpnCore<C> {
 export interface CloseOptions {
   /**
    * How long to wait, in milliseconds, for the listeners of notifications already answered (and, at least
-   * once, their bookkeeping, and the inbox batch a drain or recovery was running) before stopping the timers
+   * once, their bookkeeping, and the inbox batch a drain or recovery was running, and the sweep's pass) before stopping the timers
    * and closing the store; then, as long again at most, for the store writes the router started itself (a
    * key released, an expectation written). Those still running then are reported as an `error` event.
    * @default 10_000
@@ -206,8 +206,9 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
         if (still.background) {
           const error = new IpnKitError(
             'IPN_INTERNAL',
-            `ipn.close(): the inbox batch a drain() or the recovery timer took up was still running after ${ms} ms ` +
-              '(timeoutMs); the store is closed now: its entries are taken up again once their lease runs out',
+            `ipn.close(): the inbox batch a drain() or the recovery timer took up, or the sweep's pass, was still ` +
+              `running after ${ms} ms (timeoutMs); the store is closed now: inbox entries are taken up again once ` +
+              'their lease runs out; a key the sweep claimed and did not deliver stays claimed until ttlMs (reconcile that payment)',
           );
           resolved.logger.error({}, error.message);
           emit('error', { error });

@@ -147,7 +147,7 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
    * Call it on shutdown. From now on the router answers 503 (the service resends to the instance that
    * replaces this one) and neither recovery nor `drain()` takes up another inbox entry; it waits for the
    * claims in flight, then for the listeners of the notifications already answered 200 (the service never
-   * resends those) and for the inbox batch a drain or recovery was running, at most `timeoutMs` (default
+   * resends those) and for the inbox batch a drain or recovery was running and the sweep's pass, at most `timeoutMs` (default
    * 10 s; those still running then are reported as an `error` event), stops pending retries and recovery,
    * lets go of the notifications still being verified (their keys released, their expectations due again),
    * waits for the store writes it started itself (at most `timeoutMs` again; those still running then are
