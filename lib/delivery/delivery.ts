@@ -662,7 +662,18 @@ export function createDelivery<C>(
      */
     close(): void {
       verifying?.close();
-      claimer.close();
+      // A claim whose answer was lost and still to be asked about again: asked now, and let go if it was
+      // ours (answered 503, the service resends it), else the key stayed claimed with nothing delivered.
+      claimer.close({
+        release: (key) => context.release(key),
+        unanswered: (key, cause) => {
+          const message =
+            `the store did not answer about the claim of ${key} (its answer lost, answered 503) as the router ` +
+            `closed: if it was written, the key stays claimed until ttlMs and the resend is answered as a ` +
+            `duplicate (reconcile that payment): ${messageOf(cause)}`;
+          context.report(new StoreError(message, { cause }));
+        },
+      });
       context.close();
     },
     /** The store writes started and awaited nowhere (releases, expectations, late decisions). */
