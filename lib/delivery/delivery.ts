@@ -353,14 +353,19 @@ export function createDelivery<C>(
       void dispatch(n, leaseId, false, undefined, expectation);
       return;
     }
-    // The decision is a store write nobody awaits: close() waits for it (its release, if it fails, too).
+    // The decision is a store write nobody awaits, and its listeners those of no request: close() waits for
+    // them (and for its release, if it fails).
     void detach(
-      context.write(Promise.resolve().then(() => lifecycle.decide(n))).then(
-        (verdict) => {
-          expectation?.settle(); // decided, as an admission is (a failed decision releases the key)
-          return dispatch(n, leaseId, verdict === 'conflict');
-        },
-        (cause: unknown) => decisionFailed(n, cause),
+      context.write(
+        Promise.resolve()
+          .then(() => lifecycle.decide(n))
+          .then(
+            (verdict) => {
+              expectation?.settle(); // decided, as an admission is (a failed decision releases the key)
+              return dispatch(n, leaseId, verdict === 'conflict');
+            },
+            (cause: unknown) => decisionFailed(n, cause),
+          ),
       ),
     );
   }
@@ -447,9 +452,10 @@ export function createDelivery<C>(
     if (durably) return durably.deliver(key, record, leaseId, 1, by);
     const acceptance = await decided(record, { claimed: true, leaseId });
     if (acceptance.claimed instanceof Error) throw acceptance.claimed;
-    // reconcile resolves at once, as before: listeners are not awaited
-    if (acceptance.conflict === true) void detach(lifecycle.conflict(record));
-    else void context.emitNow(record);
+    // reconcile resolves at once, as before: listeners are not awaited, but for close(): those of no request
+    // (the sweep's, a late claim's), they would run into the host's shutdown, the payment never sent again
+    if (acceptance.conflict === true) void context.write(detach(lifecycle.conflict(record)));
+    else void context.write(context.emitNow(record));
     return true;
   }
 

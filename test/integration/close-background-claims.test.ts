@@ -268,3 +268,67 @@ describeWithService('Redis', 'RedisStore over an ioredis client quit once close(
     return { store, end: async () => void (await client.quit()) };
   });
 });
+
+// The listeners of a notification answered 200 and delivered by a verification retry (its timer's, after the
+// first attempt gave up): close() waits for them as for any notification answered 200; the service never
+// resends it, so a listener cut short by the host's shutdown (its database ended) loses the payment.
+test('at-most-once verify: the listeners of a copy delivered by a verification retry are waited for by close()', async () => {
+  const id = await paid(t.provider);
+  const client = statusClientOf(t.provider);
+  let asked = 0;
+  // The first verification never answers (given up after verifyTimeoutMs); the retry is answered.
+  const verify = {
+    getStatus: (...args: Parameters<typeof client.getStatus>) =>
+      (asked += 1) === 1 ? new Promise<never>(() => {}) : client.getStatus(...args),
+  };
+  const settings = { verify, verifyTimeoutMs: 20, verifyRetryDelayMs: 30 };
+  const { ipn, url } = await t.serve(quietRouter({ store: new MemoryStore(), ...settings }));
+  const db = { ended: false, credited: 0, crediting: false };
+  const { gate, open } = latch();
+  ipn.on('successful', async () => {
+    db.crediting = true;
+    await gate; // the credit's own write, in the host's database
+    if (db.ended) throw new Error('Cannot use a pool after calling end on the pool');
+    db.credited += 1;
+  });
+  expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200);
+  await until(() => db.crediting, 'the retry crediting');
+  await t.running?.close();
+  t.running = undefined;
+  const closed = ipn.close({ timeoutMs: 5_000 });
+  setTimeout(open, 50); // the credit's write answers while close() runs
+  await closed;
+  t.ipn = undefined;
+  db.ended = true; // the host's shutdown: its database, once the router closed
+  open();
+  await settle();
+  expect(db.credited).toBe(1);
+  expect(t.unhandled).toEqual([]);
+});
+
+test('at-most-once: the listeners of a payment the sweep delivered are waited for by close()', async () => {
+  const id = await paid(t.provider);
+  const settings = { statusClient: statusClientOf(t.provider), reconcileAfterMs: 1, sweepIntervalMs: 20 };
+  const { ipn } = await t.serve(quietRouter({ store: new MemoryStore(), ...settings }));
+  const db = { ended: false, credited: 0, crediting: false };
+  const { gate, open } = latch();
+  ipn.on('successful', async () => {
+    db.crediting = true;
+    await gate; // the credit's own write, in the host's database
+    if (db.ended) throw new Error('Cannot use a pool after calling end on the pool');
+    db.credited += 1;
+  });
+  await ipn.expect(id, { amount: 100 });
+  await until(() => db.crediting, 'the sweep crediting');
+  await t.running?.close();
+  t.running = undefined;
+  const closed = ipn.close({ timeoutMs: 5_000 });
+  setTimeout(open, 50); // the credit's write answers while close() runs
+  await closed;
+  t.ipn = undefined;
+  db.ended = true; // the host's shutdown: its database, once the router closed
+  open();
+  await settle();
+  expect(db.credited).toBe(1);
+  expect(t.unhandled).toEqual([]);
+});
