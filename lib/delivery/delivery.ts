@@ -355,14 +355,19 @@ export function createDelivery<C>(
       void dispatch(n, leaseId, false, undefined, expectation);
       return;
     }
-    // The decision is a store write nobody awaits: close() waits for it (its release, if it fails, too).
+    // The decision is a store write nobody awaits, and its listeners those of no request: close() waits for
+    // them (and for its release, if it fails).
     void detach(
-      context.write(Promise.resolve().then(() => lifecycle.decide(n))).then(
-        (verdict) => {
-          expectation?.settle(); // decided, as an admission is (a failed decision releases the key)
-          return dispatch(n, leaseId, verdict === 'conflict');
-        },
-        (cause: unknown) => decisionFailed(n, cause),
+      context.write(
+        Promise.resolve()
+          .then(() => lifecycle.decide(n))
+          .then(
+            (verdict) => {
+              expectation?.settle(); // decided, as an admission is (a failed decision releases the key)
+              return dispatch(n, leaseId, verdict === 'conflict');
+            },
+            (cause: unknown) => decisionFailed(n, cause),
+          ),
       ),
     );
   }
@@ -449,9 +454,10 @@ export function createDelivery<C>(
     if (durably) return durably.deliver(key, record, leaseId, 1, by);
     const acceptance = await decided(record, { claimed: true, leaseId });
     if (acceptance.claimed instanceof Error) throw acceptance.claimed;
-    // reconcile resolves at once, as before: listeners are not awaited
-    if (acceptance.conflict === true) void detach(lifecycle.conflict(record));
-    else void context.emitNow(record);
+    // reconcile resolves at once, as before: listeners are not awaited, but for close(): those of no request
+    // (the sweep's, a late claim's), they would run into the host's shutdown, the payment never sent again
+    if (acceptance.conflict === true) void context.write(detach(lifecycle.conflict(record)));
+    else void context.write(context.emitNow(record));
     return true;
   }
 
@@ -650,11 +656,11 @@ export function createDelivery<C>(
 
     /**
      * `close()`'s first step: the timers and `drain()` take up no new work from now on. Resolves once the
-     * inbox batch and the drain running now settled; never rejects.
+     * inbox batch, the drain and the sweep running now settled; never rejects.
      */
     stop(): Promise<void> {
       stopping = true;
-      return Promise.all([durably?.stop(), draining]).then(
+      return Promise.all([durably?.stop(), draining, sweeper?.stop()]).then(
         () => undefined,
         () => undefined,
       );
@@ -667,7 +673,18 @@ export function createDelivery<C>(
      */
     close(): void {
       verifying?.close();
-      claimer.close();
+      // A claim whose answer was lost and still to be asked about again: asked now, and let go if it was
+      // ours (answered 503, the service resends it), else the key stayed claimed with nothing delivered.
+      claimer.close({
+        release: (key) => context.release(key),
+        unanswered: (key, cause) => {
+          const message =
+            `the store did not answer about the claim of ${key} (its answer lost, answered 503) as the router ` +
+            `closed: if it was written, the key stays claimed until ttlMs and the resend is answered as a ` +
+            `duplicate (reconcile that payment): ${messageOf(cause)}`;
+          context.report(new StoreError(message, { cause }));
+        },
+      });
       context.close();
     },
     /** The store writes started and awaited nowhere (releases, expectations, late decisions). */

@@ -65,6 +65,8 @@ export function createReconcileSweep<C>(
   let owner: string | undefined;
   const spacing = Math.max(options.reconcileAfterMs, MIN_QUERY_SPACING_MS);
   let started = false;
+  /** `close()` has begun: a pass takes up no further expectation (see `stop`). */
+  let stopping = false;
 
   function stale(e: Expectation, reason: StaleReason, detail: string, status?: IpnNotification): void {
     const message = `no final notification for expected transaction ${e.transactionId} after ${e.attempts} status queries: ${detail}`;
@@ -175,10 +177,12 @@ export function createReconcileSweep<C>(
     try {
       for (let first = true; ; first = false) {
         if (!first && until !== undefined && monotonicNow() >= until) return stopped;
+        if (stopping) return stopped;
         const now = Date.now();
         const due = await expectations.takeDue(now, now + spacing, BATCH);
         for (const e of due) {
-          if (context.isClosed()) return stopped;
+          // Left as taken: moved to its next due time, asked about then (by the next process).
+          if (stopping || context.isClosed()) return stopped;
           try {
             if (await settleOne(e, result, until === undefined ? 'timers' : 'drain')) return stopped;
           } catch (cause) {
@@ -224,6 +228,17 @@ export function createReconcileSweep<C>(
       if (started) return;
       context.every(options.sweepIntervalMs, run);
       started = true;
+    },
+    /**
+     * `close()`'s first step: no further expectation is taken up; resolves once the pass running (its timer's,
+     * or `ipn.sweep()`'s) settled, for `close()` to wait for (at most its `timeoutMs`) before it closes the
+     * store. A pass's delivery is a claim, then the lifecycle's decision: one that ran into the closed store
+     * left the key claimed for `ttlMs` with nothing delivered, the service's resend a duplicate (the payment
+     * lost). Never rejects.
+     */
+    stop(): Promise<void> {
+      stopping = true;
+      return (running ?? Promise.resolve()).then(() => undefined);
     },
   };
 }

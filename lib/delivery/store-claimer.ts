@@ -28,18 +28,23 @@ export function createStoreClaimer(store: Store, ttlMs: number, timeoutMs: numbe
     return attempt;
   }
 
-  const timers = new Set<NodeJS.Timeout>();
+  /** The lost answers waiting to be asked again: at `close()`, each is asked once more at once. */
+  const timers = new Map<NodeJS.Timeout, () => void>();
   let closed = false;
+  /** Given to `close()`: what becomes of a lost answer asked about a last time (see {@link LetGo}). */
+  let letGo: LetGo | undefined;
   /** Counts a claim still running past its answer (see {@link track}): `close()` waits for it. */
   let tracking: ((pending: Promise<unknown>) => unknown) | undefined;
 
   /**
    * A claim whose answer never came (the store rejected: a connection reset, maybe after the write) is asked
    * again in the background with the same token, until the store answers: `true` means it was this
-   * caller's, and `late` delivers it (the service's resend is then a duplicate); `false`, another's.
+   * caller's, and `late` delivers it (the service's resend is then a duplicate); `false`, another's. Once
+   * the router closes, it is asked a last time at once instead (see {@link askLast}).
    */
-  function askAgain(operation: () => Awaitable<boolean>, late: () => void, attempt = 0): void {
-    if (closed || attempt >= LOST_ANSWER_RETRIES) return;
+  function askAgain(key: string, operation: () => Awaitable<boolean>, late: () => void, attempt = 0): void {
+    if (attempt >= LOST_ANSWER_RETRIES) return;
+    if (closed) return askLast(key, operation);
     const timer = setTimeout(
       () => {
         timers.delete(timer);
@@ -49,7 +54,7 @@ export function createStoreClaimer(store: Store, ttlMs: number, timeoutMs: numbe
             (claimed) => {
               if (claimed === true) safely(late);
             },
-            () => askAgain(operation, late, attempt + 1),
+            () => askAgain(key, operation, late, attempt + 1),
           );
         // Counted until it settled (its late delivery started): close() waits for it, and for what it starts.
         tracking?.(asked);
@@ -57,7 +62,25 @@ export function createStoreClaimer(store: Store, ttlMs: number, timeoutMs: numbe
       LOST_ANSWER_DELAY_MS * 2 ** attempt,
     );
     timer.unref();
-    timers.add(timer);
+    timers.set(timer, () => askLast(key, operation));
+  }
+
+  /**
+   * A lost answer still to be asked about as the router closes: asked once more now, counted until settled
+   * (`close()` waits for it before the store closes). Found this caller's, the claim is let go rather than
+   * delivered (the request was answered 503: the service resends it, to the next process); dropped, it held
+   * the key for `ttlMs` with nothing delivered, and that resend was a duplicate. No answer still: reported.
+   */
+  function askLast(key: string, operation: () => Awaitable<boolean>): void {
+    if (letGo === undefined) return;
+    const { release, unanswered } = letGo;
+    const asked = Promise.resolve()
+      .then(operation)
+      .then(
+        (claimed) => (claimed === true ? release(key) : undefined),
+        (cause: unknown) => unanswered(key, cause),
+      );
+    tracking?.(asked);
   }
 
   /**
@@ -97,7 +120,7 @@ export function createStoreClaimer(store: Store, ttlMs: number, timeoutMs: numbe
   ): boolean | StoreError | Promise<boolean | StoreError> {
     const operation = durable ?? claimOf(key);
     // A durable store's receive needs no second asking: the stored entry is taken up by recovery.
-    const lost = durable ? undefined : () => askAgain(operation, late);
+    const lost = durable ? undefined : () => askAgain(key, operation, late);
     try {
       if (ready) {
         const claimed = operation();
@@ -145,13 +168,30 @@ export function createStoreClaimer(store: Store, ttlMs: number, timeoutMs: numbe
       tracking = add;
     },
 
-    /** Stops asking again for lost answers. */
-    close(): void {
+    /**
+     * Stops asking again for lost answers: each one still waiting for its timer (or failing again from now
+     * on) is asked a last time at once, and `lastly` decides what becomes of it (without it, dropped).
+     */
+    close(lastly?: LetGo): void {
       closed = true;
-      for (const timer of timers) clearTimeout(timer);
+      letGo = lastly;
+      const waiting = [...timers];
       timers.clear();
+      for (const [timer, last] of waiting) {
+        clearTimeout(timer);
+        last();
+      }
     },
   };
+}
+
+/**
+ * What `close()` makes of a claim whose answer was lost, asked about a last time: `release` undoes it when
+ * it was this caller's (never rejects), `unanswered` reports a store that still did not answer.
+ */
+export interface LetGo {
+  release: (key: string) => unknown;
+  unanswered: (key: string, cause: unknown) => void;
 }
 
 function claimFailed(key: string, cause: unknown): StoreError {

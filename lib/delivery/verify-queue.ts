@@ -67,7 +67,7 @@ export function createVerifyQueue<C>(
   source: StatusSource,
   lifecycle: Lifecycle<C>,
 ) {
-  const { options, after, detach, reject, release, report, emitNow, logger } = context;
+  const { options, after, detach, reject, release, report, emitNow, write, logger } = context;
   const max = options.maxPendingVerifications;
   /** Keys being verified, with the notification that claimed each. */
   const pending = new Map<string, Pending>();
@@ -145,7 +145,9 @@ export function createVerifyQueue<C>(
       await lifecycle.conflict(verified);
       return 'other';
     }
-    await emitNow(verified);
+    // A retry's listeners are those of no request (its timer's): close() waits for them as for the first
+    // attempt's (answered 200, never sent again: a listener cut short by the host's shutdown loses it).
+    await (attempt > 1 ? write(emitNow(verified)) : emitNow(verified));
     return 'delivered';
   }
 

@@ -61,9 +61,11 @@ export interface IpnCore<C> {
 export interface CloseOptions {
   /**
    * How long to wait, in milliseconds, for the listeners of notifications already answered (and, at least
-   * once, their bookkeeping, and the inbox batch a drain or recovery was running) before stopping the timers
-   * and closing the store; then, as long again at most, for the store writes the router started itself (a
-   * key released, an expectation written). Those still running then are reported as an `error` event.
+   * once, their bookkeeping, and the inbox batch a drain or recovery was running, and the sweep's pass)
+   * before stopping the timers and closing the store; then, as long again at most, for the store writes the
+   * router started itself (a key released, an expectation written) and the listeners of the notifications it
+   * delivered in the background (a verification retry, the sweep). Those still running then are reported as
+   * an `error` event.
    * @default 10_000
    */
   timeoutMs?: number;
@@ -207,7 +209,9 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
           const error = new IpnKitError(
             'IPN_INTERNAL',
             `ipn.close(): the inbox batch a drain() or the recovery timer took up was still running after ${ms} ms ` +
-              '(timeoutMs); the store is closed now: its entries are taken up again once their lease runs out',
+              "(timeoutMs), or the sweep's pass was; the store is closed now: its entries are taken up again once " +
+              'their lease runs out, and a key the sweep claimed and did not deliver stays claimed until ttlMs ' +
+              '(reconcile that payment)',
           );
           resolved.logger.error({}, error.message);
           emit('error', { error });
@@ -222,7 +226,8 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
           const error = new IpnKitError(
             'IPN_INTERNAL',
             `ipn.close(): ${left} store write(s) the router started itself (a key released, an expectation ` +
-              `settled or made due again, a claim answered late) were still running after ${ms} ms (timeoutMs); ` +
+              `settled or made due again, a claim answered late, the listeners of a notification delivered by a ` +
+              `verification retry or the sweep) were still running after ${ms} ms (timeoutMs); ` +
               'the store is closed now: a key not released stays claimed until ttlMs (a resend meanwhile is ' +
               'answered as a duplicate: reconcile those payments), an expectation not made due waits for its due time',
           );

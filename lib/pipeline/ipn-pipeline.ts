@@ -386,7 +386,8 @@ export function createIpnPipeline<C>(
     /**
      * Answers 503 from now on and takes up no new work (recovery, a drain, a sweep), waits for the claims in
      * flight (each bounded by `storeTimeoutMs`), then for `beforeStop` (the core's wait for the work after
-     * the answers given, and for `background`: the batch a drain or recovery is running), stops the timers
+     * the answers given, and for `background`: the batch a drain or recovery is running, the sweep's pass),
+     * stops the timers
      * and lets go of the notifications still being verified, then waits for `beforeStoreClose` (the core's
      * wait for `writes`, the store writes the router started and awaited nowhere, those letting go among
      * them; without it, at most `storeTimeoutMs`), then closes the store, if it has a `close`, waiting for it

@@ -147,10 +147,12 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
    * Call it on shutdown. From now on the router answers 503 (the service resends to the instance that
    * replaces this one) and neither recovery nor `drain()` takes up another inbox entry; it waits for the
    * claims in flight, then for the listeners of the notifications already answered 200 (the service never
-   * resends those) and for the inbox batch a drain or recovery was running, at most `timeoutMs` (default
+   * resends those) and for the inbox batch a drain or recovery was running and the sweep's pass, at most
+   * `timeoutMs` (default
    * 10 s; those still running then are reported as an `error` event), stops pending retries and recovery,
    * lets go of the notifications still being verified (their keys released, their expectations due again),
-   * waits for the store writes it started itself (at most `timeoutMs` again; those still running then are
+   * waits for the store writes it started itself and the listeners of what it delivered in the background
+   * (a verification retry, the sweep) (at most `timeoutMs` again; those still running then are
    * reported too), and closes the store (when it has a `close`): end your pool only once it resolved.
    * Rejects only with a `TypeError` for a `timeoutMs` that is not a number of
    * milliseconds.

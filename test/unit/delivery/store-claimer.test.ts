@@ -150,6 +150,53 @@ describe('createStoreClaimer', () => {
     expect(jest.getTimerCount()).toBe(0);
   });
 
+  test('close() asks a lost answer still waiting for its timer a last time at once: ours, it is released, not delivered', async () => {
+    const { store, calls } = controlledStore();
+    const claimer = createStoreClaimer(store, TTL, TIMEOUT);
+    const tracked: Array<Promise<unknown>> = [];
+    claimer.track((pending) => tracked.push(pending));
+    const late = jest.fn();
+    const claim = claimer.claim('EFB.12:SUCCESSFUL', late);
+    calls[0]!.fail(new Error('connection reset'));
+    await claim;
+    const release = jest.fn();
+    const unanswered = jest.fn();
+    claimer.close({ release, unanswered });
+    expect(jest.getTimerCount()).toBe(0);
+    await jest.advanceTimersByTimeAsync(0);
+    expect(calls).toHaveLength(2); // asked now, not after its wait
+    expect(calls[1]!.token).toBe(calls[0]!.token);
+    expect(tracked).toHaveLength(1); // close() waits for it
+    calls[1]!.answer(true);
+    await jest.advanceTimersByTimeAsync(60_000);
+    expect(release).toHaveBeenCalledWith('EFB.12:SUCCESSFUL');
+    expect(late).not.toHaveBeenCalled();
+    expect(unanswered).not.toHaveBeenCalled();
+    expect(calls).toHaveLength(2);
+  });
+
+  test("close(): a lost answer asked a last time that is another's is left alone; one still unanswered is reported", async () => {
+    const { store, calls } = controlledStore();
+    const claimer = createStoreClaimer(store, TTL, TIMEOUT);
+    for (const key of ['EFB.13:SUCCESSFUL', 'EFB.14:SUCCESSFUL']) {
+      const claim = claimer.claim(key, () => {});
+      calls[calls.length - 1]!.fail(new Error('connection reset'));
+      await claim;
+    }
+    const release = jest.fn();
+    const unanswered = jest.fn();
+    claimer.close({ release, unanswered });
+    await jest.advanceTimersByTimeAsync(0);
+    expect(calls.slice(2).map((call) => call.key)).toEqual(['EFB.13:SUCCESSFUL', 'EFB.14:SUCCESSFUL']);
+    calls[2]!.answer(false);
+    calls[3]!.fail(new Error('still down'));
+    await jest.advanceTimersByTimeAsync(60_000);
+    expect(release).not.toHaveBeenCalled();
+    expect(unanswered).toHaveBeenCalledTimes(1);
+    expect(unanswered.mock.calls[0]![0]).toBe('EFB.14:SUCCESSFUL');
+    expect(calls).toHaveLength(4); // never asked again
+  });
+
   test('a durable receive is never asked again: the stored entry is taken up by recovery', async () => {
     const { store } = controlledStore();
     const claimer = createStoreClaimer(store, TTL, TIMEOUT);

@@ -1,0 +1,334 @@
+import { randomUUID } from 'node:crypto';
+import Redis from 'ioredis';
+import { Pool } from 'pg';
+import { MemoryStore, type Store } from 'ipn-kit';
+import { RedisStore } from 'ipn-kit/redis';
+import { PostgresStore } from '../../lib/postgres.js';
+import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { settle } from '../helpers/servers.js';
+import { databaseUrl, describeWithService, redisUrl } from '../helpers/services.js';
+import { until } from '../helpers/until.js';
+import { latch, paid, perTestService, quietRouter, statusClientOf } from '../helpers/verified-payments.js';
+
+// ipn.close() at most once, the claims the router makes with nobody waiting for them: a sweep started by
+// its timer, and a claim whose answer was lost, to be asked again later. The host ends its pool once
+// close() resolved: a claim written whose delivery (the lifecycle's decision, or its release) runs into the
+// ended pool, or that nobody asks about again, leaves the key claimed for ttlMs with nothing delivered; the
+// service's resend is then a duplicate, and the payment is lost.
+
+const t = perTestService({ unhandled: true });
+
+/** What a test makes of the store's claims: `undefined` claims as the data does. */
+type Claim = (key: string, claim: () => boolean) => boolean | Promise<boolean> | undefined;
+
+/**
+ * `data` seen through a pool the host ends once `ipn.close()` resolved (the store's `close()` here): every
+ * call after it throws, the lifecycle's and the expectations' too. A claim started before that still lands
+ * (a query in flight on a checked-out connection); `claim` lets a test hold or lose its answer.
+ */
+function pooled(data: MemoryStore, claim: Claim = () => undefined): Store {
+  let ended = false;
+  const use = <T>(call: () => T): T => {
+    if (ended) throw new Error('Cannot use a pool after calling end on the pool');
+    return call();
+  };
+  const wrap = (target: object): object =>
+    new Proxy(target, {
+      get(on, name) {
+        const value: unknown = Reflect.get(on, name);
+        if (typeof value !== 'function') return value;
+        const method = value as (...args: unknown[]) => unknown;
+        return (...args: unknown[]) => use(() => method.apply(on, args));
+      },
+    });
+  const expectations = wrap(data.expectations);
+  const lifecycle = wrap(data.lifecycle);
+  const store = wrap(data);
+  return new Proxy(store, {
+    get(on, name) {
+      if (name === 'expectations') return expectations;
+      if (name === 'lifecycle') return lifecycle;
+      if (name === 'close') return () => void (ended = true);
+      if (name === 'claim')
+        return (key: string, ttlMs: number, token?: string) =>
+          use(() => {
+            const now = () => data.claim(key, ttlMs, token);
+            return claim(key, now) ?? now();
+          });
+      return Reflect.get(on, name);
+    },
+  }) as Store;
+}
+
+test('at-most-once: a sweep its timer started, claiming as close() runs, is waited for: the payment is credited once', async () => {
+  const id = await paid(t.provider);
+  const data = new MemoryStore();
+  const { gate, open } = latch();
+  let claiming = false;
+  // The sweep's claim is written, and answers once the test opens the gate (a query in flight).
+  const store = pooled(data, (key, claim) => {
+    if (!key.startsWith(id) || claiming) return undefined;
+    claiming = true;
+    const claimed = claim();
+    return gate.then(() => claimed);
+  });
+  const settings = { statusClient: statusClientOf(t.provider), reconcileAfterMs: 1, sweepIntervalMs: 20 };
+  const { ipn, recorder } = await t.serve(quietRouter({ store, ...settings }));
+  await ipn.expect(id, { amount: 100 });
+  await until(() => claiming, 'the sweep claiming');
+  await t.running?.close();
+  t.running = undefined;
+  const closed = ipn.close({ timeoutMs: 5_000 });
+  setTimeout(open, 50); // the claim answers while close() runs
+  await closed;
+  t.ipn = undefined;
+  await new Promise((resolve) => setTimeout(resolve, 60)); // the sweep, had close() not waited, goes on now
+  await settle();
+  const credited = recorder.count('successful');
+  // The next process over the same data: the service resends; credited once in all.
+  const next = await t.serve(quietRouter({ store: pooled(data), ...settings, sweepIntervalMs: 60_000 }));
+  expect(await t.provider.forge({ ipnUrl: next.url, transactionId: id })).toBe(200);
+  await until(() => next.recorder.count('successful') + next.recorder.count('duplicate') > 0, 'the resend');
+  await settle();
+  expect(credited + next.recorder.count('successful')).toBe(1);
+  const failed = recorder.of('error').map((e: { error: Error }) => e.error.message);
+  expect(failed.filter((m: string) => m.includes('the pool'))).toEqual([]);
+  expect(t.unhandled).toEqual([]);
+});
+
+test('at-most-once: a claim whose answer was lost, still to be asked again as close() runs, is not left claimed: the resend is credited once', async () => {
+  const id = await paid(t.provider);
+  const data = new MemoryStore();
+  let lost = false;
+  // The claim is written, and its answer lost (a connection reset after the commit): answered 503.
+  const store = pooled(data, (key, claim) => {
+    if (!key.startsWith(id) || lost) return undefined;
+    lost = true;
+    claim();
+    return Promise.reject(new Error('Connection terminated unexpectedly'));
+  });
+  const { ipn, recorder, url } = await t.serve(quietRouter({ store }));
+  expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
+  await t.running?.close();
+  t.running = undefined;
+  await ipn.close({ timeoutMs: 5_000 }); // before the claim is asked again (after 500 ms)
+  t.ipn = undefined;
+  await settle();
+  const credited = recorder.count('successful');
+  // The next process over the same data: the service's resend, after the 503.
+  const next = await t.serve(quietRouter({ store: pooled(data) }));
+  expect(await t.provider.forge({ ipnUrl: next.url, transactionId: id })).toBe(200);
+  await until(() => next.recorder.count('successful') + next.recorder.count('duplicate') > 0, 'the resend');
+  await settle();
+  expect(credited + next.recorder.count('successful')).toBe(1);
+  expect(t.unhandled).toEqual([]);
+});
+
+/** Closes the server and the router the test serves now (before their store's connection is ended). */
+async function closeServed(): Promise<void> {
+  await t.running?.close();
+  t.running = undefined;
+  await t.ipn?.close();
+  t.ipn = undefined;
+}
+
+/** A real store over a connection of its own, which the host ends (`end`) once `ipn.close()` resolved. */
+interface Connected {
+  store: Store;
+  end: () => Promise<void>;
+}
+
+/** `store`, whose claims of `id` go through `claim` first (the store's own claim, bound, as `claim`). */
+function claimsOf(
+  store: Store,
+  id: string,
+  hold: (claim: () => Promise<boolean>) => Promise<boolean>,
+): Store {
+  const own = store.claim.bind(store);
+  let first = true;
+  store.claim = (key: string, ttlMs: number, token: string) => {
+    const claim = async () => own(key, ttlMs, token);
+    if (!key.startsWith(id) || !first) return claim();
+    first = false;
+    return hold(claim);
+  };
+  return store;
+}
+
+/**
+ * The scenarios above, over a real store whose connection the host ends once close() resolved; `connect`
+ * opens the store of one test (`space`: its own table or prefix, as the fake service's ids start over).
+ */
+function overRealStore(connectTo: (space: string) => Promise<Connected>) {
+  let connect: () => Promise<Connected>;
+  beforeEach(() => {
+    const space = randomUUID().slice(0, 6);
+    connect = () => connectTo(space);
+  });
+
+  test('a sweep claiming as close() runs is waited for: credited once in all', async () => {
+    const id = await paid(t.provider);
+    const { gate, open } = latch();
+    let claiming = false;
+    const first = await connect();
+    // The sweep's claim is written, and its answer held until the test opens the gate.
+    const store = claimsOf(first.store, id, async (claim) => {
+      claiming = true;
+      const claimed = await claim();
+      await gate;
+      return claimed;
+    });
+    const settings = { statusClient: statusClientOf(t.provider), reconcileAfterMs: 1, sweepIntervalMs: 20 };
+    const { ipn, recorder } = await t.serve(quietRouter({ store, ...settings }));
+    await ipn.expect(id, { amount: 100 });
+    await until(() => claiming, 'the sweep claiming');
+    await t.running?.close();
+    t.running = undefined;
+    const closed = ipn.close({ timeoutMs: 5_000 });
+    setTimeout(open, 50);
+    await closed;
+    t.ipn = undefined;
+    await first.end(); // the host's shutdown: its connection, once the router closed
+    await new Promise((resolve) => setTimeout(resolve, 60));
+    await settle();
+    const credited = recorder.count('successful');
+    const again = await connect();
+    const next = await t.serve(quietRouter({ store: again.store, ...settings, sweepIntervalMs: 60_000 }));
+    expect(await t.provider.forge({ ipnUrl: next.url, transactionId: id })).toBe(200);
+    await until(() => next.recorder.count('successful') + next.recorder.count('duplicate') > 0, 'the resend');
+    await settle();
+    expect(credited + next.recorder.count('successful')).toBe(1);
+    await closeServed();
+    await again.end();
+    expect(t.unhandled).toEqual([]);
+  });
+
+  test('a claim whose answer was lost, still to be asked again as close() runs, is let go: the resend is credited once', async () => {
+    const id = await paid(t.provider);
+    const first = await connect();
+    // Written, and its answer lost (a connection reset after the commit): answered 503.
+    const store = claimsOf(first.store, id, async (claim) => {
+      await claim();
+      throw new Error('Connection terminated unexpectedly');
+    });
+    const { ipn, recorder, url } = await t.serve(quietRouter({ store }));
+    expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
+    await t.running?.close();
+    t.running = undefined;
+    await ipn.close({ timeoutMs: 5_000 });
+    t.ipn = undefined;
+    await first.end();
+    await settle();
+    const credited = recorder.count('successful');
+    const again = await connect();
+    const next = await t.serve(quietRouter({ store: again.store }));
+    expect(await t.provider.forge({ ipnUrl: next.url, transactionId: id })).toBe(200);
+    await until(() => next.recorder.count('successful') + next.recorder.count('duplicate') > 0, 'the resend');
+    await settle();
+    expect(credited + next.recorder.count('successful')).toBe(1);
+    await closeServed();
+    await again.end();
+    expect(t.unhandled).toEqual([]);
+  });
+}
+
+describeWithService('PostgreSQL', 'PostgresStore over a pg Pool ended once close() resolved', () => {
+  const tables = new Set<string>();
+  const pool = () => new Pool({ connectionString: databaseUrl(), max: 4 });
+  afterAll(async () => {
+    const cleanup = pool();
+    await dropPostgresInboxes(cleanup, [...tables]);
+    await cleanup.end();
+  }, CLEANUP_TIMEOUT_MS);
+
+  overRealStore(async (space) => {
+    const table = `ipn_test_cbc_${process.pid}_${space}`;
+    const made = pool();
+    const store = new PostgresStore({ pool: made, table });
+    if (!tables.has(table)) await store.migrate();
+    tables.add(table);
+    return { store, end: () => made.end() };
+  });
+});
+
+describeWithService('Redis', 'RedisStore over an ioredis client quit once close() resolved', () => {
+  const prefix = `ipn-test-cbc-${process.pid}-${randomUUID().slice(0, 6)}`;
+  afterAll(async () => {
+    const cleanup = new Redis(redisUrl());
+    const keys = await cleanup.keys(`${prefix}*`);
+    if (keys.length > 0) await cleanup.del(...keys);
+    await cleanup.quit();
+  }, CLEANUP_TIMEOUT_MS);
+
+  overRealStore(async (space) => {
+    const client = new Redis(redisUrl(), { lazyConnect: true });
+    client.on('error', () => {});
+    await client.connect();
+    const store = new RedisStore({ client, prefix: `${prefix}-${space}:` });
+    return { store, end: async () => void (await client.quit()) };
+  });
+});
+
+// The listeners of a notification answered 200 and delivered by a verification retry (its timer's, after the
+// first attempt gave up): close() waits for them as for any notification answered 200; the service never
+// resends it, so a listener cut short by the host's shutdown (its database ended) loses the payment.
+test('at-most-once verify: the listeners of a copy delivered by a verification retry are waited for by close()', async () => {
+  const id = await paid(t.provider);
+  const client = statusClientOf(t.provider);
+  let asked = 0;
+  // The first verification never answers (given up after verifyTimeoutMs); the retry is answered.
+  const verify = {
+    getStatus: (...args: Parameters<typeof client.getStatus>) =>
+      (asked += 1) === 1 ? new Promise<never>(() => {}) : client.getStatus(...args),
+  };
+  const settings = { verify, verifyTimeoutMs: 20, verifyRetryDelayMs: 30 };
+  const { ipn, url } = await t.serve(quietRouter({ store: new MemoryStore(), ...settings }));
+  const db = { ended: false, credited: 0, crediting: false };
+  const { gate, open } = latch();
+  ipn.on('successful', async () => {
+    db.crediting = true;
+    await gate; // the credit's own write, in the host's database
+    if (db.ended) throw new Error('Cannot use a pool after calling end on the pool');
+    db.credited += 1;
+  });
+  expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200);
+  await until(() => db.crediting, 'the retry crediting');
+  await t.running?.close();
+  t.running = undefined;
+  const closed = ipn.close({ timeoutMs: 5_000 });
+  setTimeout(open, 50); // the credit's write answers while close() runs
+  await closed;
+  t.ipn = undefined;
+  db.ended = true; // the host's shutdown: its database, once the router closed
+  open();
+  await settle();
+  expect(db.credited).toBe(1);
+  expect(t.unhandled).toEqual([]);
+});
+
+test('at-most-once: the listeners of a payment the sweep delivered are waited for by close()', async () => {
+  const id = await paid(t.provider);
+  const settings = { statusClient: statusClientOf(t.provider), reconcileAfterMs: 1, sweepIntervalMs: 20 };
+  const { ipn } = await t.serve(quietRouter({ store: new MemoryStore(), ...settings }));
+  const db = { ended: false, credited: 0, crediting: false };
+  const { gate, open } = latch();
+  ipn.on('successful', async () => {
+    db.crediting = true;
+    await gate; // the credit's own write, in the host's database
+    if (db.ended) throw new Error('Cannot use a pool after calling end on the pool');
+    db.credited += 1;
+  });
+  await ipn.expect(id, { amount: 100 });
+  await until(() => db.crediting, 'the sweep crediting');
+  await t.running?.close();
+  t.running = undefined;
+  const closed = ipn.close({ timeoutMs: 5_000 });
+  setTimeout(open, 50); // the credit's write answers while close() runs
+  await closed;
+  t.ipn = undefined;
+  db.ended = true; // the host's shutdown: its database, once the router closed
+  open();
+  await settle();
+  expect(db.credited).toBe(1);
+  expect(t.unhandled).toEqual([]);
+});
