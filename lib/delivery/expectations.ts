@@ -242,14 +242,27 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
     async check(n: IpnNotification): Promise<ExpectationCheck> {
       if (!expectations) return NO_EXPECTATION;
       let expectation: Expectation | undefined;
-      let policing: boolean;
+      let policing = false;
+      const id = n.transaction_id;
+      // Bounded as every store call before the answer: a read stuck behind a lock or a full pool is a 503
+      // after storeTimeoutMs (the service resends), never a request that hangs. A late read changes nothing.
+      let late: StoreError | undefined;
+      const timedOut = (): StoreError =>
+        (late = new StoreError(
+          `the store did not read the expectation of ${id} within ${options.storeTimeoutMs} ms (storeTimeoutMs)`,
+        ));
       try {
-        const anywhere = await inUseAnywhere(expectations);
-        policing = policed && anywhere;
-        if (!active && !anywhere) return NO_EXPECTATION;
-        expectation = await expectations.get(n.transaction_id);
+        const read = async (): Promise<boolean> => {
+          const anywhere = await inUseAnywhere(expectations);
+          policing = policed && anywhere;
+          if (!active && !anywhere) return false;
+          expectation = await expectations.get(id);
+          return true;
+        };
+        if (!(await within(read(), options.storeTimeoutMs, timedOut))) return NO_EXPECTATION;
       } catch (cause) {
-        const message = `the store failed to read the expectation of ${n.transaction_id}: ${messageOf(cause)}`;
+        if (late !== undefined && cause === late) return { kind: 'error', error: late };
+        const message = `the store failed to read the expectation of ${id}: ${messageOf(cause)}`;
         return { kind: 'error', error: new StoreError(message, { cause }) };
       }
       // The mark is no transaction's expectation: a notification naming it is as unexpected as any other.
