@@ -10,7 +10,12 @@ import {
   VerificationBusyError,
 } from '../shared/errors.js';
 import type { ResolvedOptions } from '../config/options.js';
-import { isFinalState, toRecord, type IpnNotification } from '../notification/schema.js';
+import {
+  ipnNotificationSchema,
+  isFinalState,
+  toRecord,
+  type IpnNotification,
+} from '../notification/schema.js';
 import type { createStoreClaimer } from './store-claimer.js';
 import type {
   AuditEntry,
@@ -26,7 +31,7 @@ import { listActions, recordAction, type AuditAction } from './audit.js';
 import { checkPurgeWindow } from './retention.js';
 import { checkPurge } from '../stores/redact-record.js';
 import type { StatusRecord } from '../status/status-envelope.js';
-import type { RejectedEvent } from '../status/verify-notification.js';
+import { mismatchesOf, type RejectedEvent } from '../status/verify-notification.js';
 import { createVerifyQueue } from './verify-queue.js';
 import type { StatusSource } from '../status/verify-notification.js';
 import { accounted } from './accounts.js';
@@ -54,6 +59,7 @@ import {
 import type { Expectation } from '../stores/expectation-store.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
 import { createUnexpectedScreen } from './unexpected.js';
+import { isKeptUnexpected } from './kept-unexpected.js';
 import type { DrainResult } from './drain-result.js';
 import {
   replayMatching,
@@ -84,7 +90,10 @@ export interface Acceptance {
 export interface ReconcileResult {
   /** The service's record, whatever its state. */
   record: StatusRecord;
-  /** Whether this call emitted the notification's events (false: not final yet, already handled, or rejected). */
+  /**
+   * Whether this call emitted the notification's events (false: not final yet, already handled, or
+   * rejected); at least once, also `true` when it made due a kept unexpected copy the record confirms.
+   */
   emitted: boolean;
   /**
    * Whether the record contradicts the transaction's expectation (`ipn.expect()`), as the sweep would find:
@@ -480,8 +489,46 @@ export function createDelivery<C>(
       durable && (() => durable.receive(key, toRecord(record), lease)),
     );
     if (claimed instanceof StoreError) throw claimed;
-    if (!claimed) return false;
+    if (!claimed) return durable ? deliverKept(durable, record, key) : false;
     return settleReconciled(record, key, lease.id, by);
+  }
+
+  /**
+   * At least once, the key of a final record the sweep or `ipn.reconcile()` found already in the inbox: when
+   * it is a kept unexpected notification (no expectation when it came, and its one status query refused or
+   * not made) and the record confirms it (state, amount, `custom_data`), it is made due, as an operator's
+   * replay of its key does: the sweep settled its expectation on the held key, and the payment stayed kept,
+   * never credited and never `stale`. A copy the record contradicts stays kept (`rejected` when it came).
+   */
+  async function deliverKept(held: DurableStore, record: IpnNotification, key: string): Promise<boolean> {
+    const bounded = <T>(pending: Promise<T>, what: string): Promise<T> =>
+      within(
+        pending,
+        options.storeTimeoutMs,
+        () =>
+          new StoreError(
+            `the store did not ${what} ${key} within ${options.storeTimeoutMs} ms (storeTimeoutMs)`,
+          ),
+      );
+    const entry = await bounded(
+      Promise.resolve().then(() => held.get(key)),
+      'read',
+    );
+    if (entry === undefined || !isKeptUnexpected(entry)) return false;
+    const kept = ipnNotificationSchema.safeParse(entry.record);
+    if (!kept.success || mismatchesOf(kept.data, record).length > 0) return false;
+    await bounded(unexpected.endHold(key), 'end the hold of');
+    const replayed = await bounded(
+      Promise.resolve().then(() => held.replay(key, 0, ['failed'])),
+      'make due',
+    );
+    if (!replayed) return false;
+    logger.info(
+      identify(record),
+      "kept unexpected notification confirmed by the service's record of its expected transaction: delivered",
+    );
+    recoverSoon();
+    return true;
   }
 
   /**

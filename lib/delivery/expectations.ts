@@ -210,10 +210,13 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
    * or the store holds the mark the first call leaves. Not seen yet, it is looked for again at most every
    * {@link MARK_RECHECK_MS}: a router that never uses expectations pays one read per interval.
    */
-  async function inUseAnywhere(target: ExpectationStore): Promise<boolean> {
+  async function inUseAnywhere(
+    target: ExpectationStore,
+    bounded: <T>(read: T | Promise<T>) => T | Promise<T>,
+  ): Promise<boolean> {
     if (local || marked) return true;
     if (monotonicNow() - lookedAt < MARK_RECHECK_MS) return false;
-    const mark = await target.get(IN_USE_MARK);
+    const mark = await bounded(target.get(IN_USE_MARK));
     lookedAt = monotonicNow();
     marked = mark !== undefined;
     return marked;
@@ -322,15 +325,27 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
      */
     async check(n: IpnNotification): Promise<ExpectationCheck> {
       if (!expectations) return NO_EXPECTATION;
+      const id = n.transaction_id;
+      // Each read bounded as every store call before the answer: one stuck behind a lock or a full pool is a
+      // 503 after storeTimeoutMs (the service resends), never a request that hangs; a late answer changes
+      // nothing. A store that answers at once (MemoryStore) makes no timer.
+      let late: StoreError | undefined;
+      const timedOut = (): StoreError =>
+        (late = new StoreError(
+          `the store did not read the expectation of ${id} within ${options.storeTimeoutMs} ms (storeTimeoutMs)`,
+        ));
+      const bounded = <T>(read: T | Promise<T>): T | Promise<T> =>
+        read instanceof Promise ? within(read, options.storeTimeoutMs, timedOut) : read;
       let expectation: Expectation | undefined;
       let policing: boolean;
       try {
-        const anywhere = await inUseAnywhere(expectations);
+        const anywhere = await inUseAnywhere(expectations, bounded);
         policing = policed && anywhere;
         if (!active && !anywhere) return NO_EXPECTATION;
-        expectation = await expectations.get(n.transaction_id);
+        expectation = await bounded(expectations.get(id));
       } catch (cause) {
-        const message = `the store failed to read the expectation of ${n.transaction_id}: ${messageOf(cause)}`;
+        if (late !== undefined && cause === late) return { kind: 'error', error: late };
+        const message = `the store failed to read the expectation of ${id}: ${messageOf(cause)}`;
         return { kind: 'error', error: new StoreError(message, { cause }) };
       }
       // The mark is no transaction's expectation: a notification naming it is as unexpected as any other.

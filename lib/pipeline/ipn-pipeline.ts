@@ -171,8 +171,19 @@ export function createIpnPipeline<C>(
     const admitting = admit(n, false);
     const admission = admitting instanceof Promise ? await track(admitting) : admitting;
     if (admission.kind !== 'claimed') return answer(admission, n);
-    await delivery.unclaim(n);
-    return unavailable('unexpected', () => delivery.rejectExpected(event));
+    // Bounded as the claim was: a store that does not answer the release must not hang the request. The
+    // release goes on (close() waits for it); until it lands, a resend is answered as a duplicate: said.
+    const message = `the store did not release ${keyOf(n)} within ${storeTimeoutMs} ms (storeTimeoutMs), refused as unexpected: until it does, a resend of it is answered as a duplicate`;
+    const late = await within(delivery.unclaim(n), storeTimeoutMs, () => new StoreError(message)).then(
+      () => undefined,
+      (error: StoreError) => error,
+    );
+    return unavailable('unexpected', () => {
+      delivery.rejectExpected(event);
+      if (late === undefined) return;
+      logger.error({ err: loggableError(late, n), ...identify(n) }, late.message);
+      emit('error', { error: late, notification: n });
+    });
   }
 
   /** The answer to an admitted notification, and the work after it (its first attempt a child of `span`). */

@@ -1,0 +1,174 @@
+import { randomUUID } from 'node:crypto';
+import { Pool } from 'pg';
+import { createStatusClient, ipnRouter, type IpnRouter } from 'ipn-kit';
+import { PostgresStore } from 'ipn-kit/postgres';
+import { createFakeProvider, type FakeProvider } from 'ipn-kit/testing';
+import { quiet } from '../helpers/quiet-logger.js';
+import { recordEvents } from '../helpers/record-events.js';
+import { listen, type Running } from '../helpers/servers.js';
+import { until } from '../helpers/until.js';
+import { databaseUrl, describeWithService } from '../helpers/services.js';
+import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+
+jest.setTimeout(30_000);
+
+/**
+ * At least once, with a status client: a genuine notification that arrives before its `ipn.expect()` (the
+ * service notified at once, or the expect() write was slow) is unexpected; when its one status query is
+ * refused (the client over its budget, a block), it is kept and not credited. Once expected, the sweep (or
+ * `ipn.reconcile()`) asks the service, finds the record matching, "delivers" it through the dedupe, finds
+ * the key held by that kept copy and settled the expectation: the payment stayed kept, never credited,
+ * never `stale`, though the guarantee says an expected transaction's payment is reconciled or reported. The
+ * kept copy the record confirms is now made due, as an operator's replay of its key would; one the record
+ * contradicts stays kept.
+ */
+describeWithService('PostgreSQL', 'a kept unexpected notification of a transaction expected later', () => {
+  const admin = new Pool({ connectionString: databaseUrl() });
+  const tables: string[] = [];
+  const servers: Running[] = [];
+  const routers: IpnRouter[] = [];
+  let provider: FakeProvider;
+  beforeAll(async () => {
+    provider = await createFakeProvider({ apiKey: 'test-key', resendIntervalMs: 30, resends: 3 });
+  });
+  afterEach(async () => {
+    provider.unblock();
+    await Promise.all(servers.splice(0).map((server) => server.close()));
+    await Promise.all(routers.splice(0).map((ipn) => ipn.close()));
+  });
+  afterAll(async () => {
+    await provider.close();
+    await dropPostgresInboxes(admin, tables);
+    await admin.end();
+  }, CLEANUP_TIMEOUT_MS);
+
+  async function instance() {
+    const table = `kus_${process.pid}_${randomUUID().slice(0, 8)}`;
+    tables.push(table);
+    await new PostgresStore({ pool: admin, table }).migrate();
+    const ipn = ipnRouter({
+      store: new PostgresStore({ pool: admin, table }),
+      delivery: 'at-least-once',
+      logger: quiet,
+      // Short waits for a test: the client's silence after the block, the sweep's first query.
+      statusClient: createStatusClient({
+        baseUrl: provider.statusBaseUrl,
+        apiKey: 'test-key',
+        blockCooldownMs: 20,
+        minIntervalMs: 10,
+      }),
+      reconcileAfterMs: 10,
+      recoveryIntervalMs: 50,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    routers.push(ipn);
+    const events = recordEvents(ipn);
+    const served = await listen(ipn);
+    servers.push(served);
+    // Expectations in use: this instance initiated a payment before.
+    await ipn.expect(`EXP.${randomUUID().slice(0, 8)}`, { amount: 1, customData: 'order-0' });
+    return { ipn, events, url: `${served.url}/` };
+  }
+
+  /** Its one status query refused (a block): kept, `rejected` (reason `unexpected`), not credited. */
+  async function keptWhileBlocked(events: ReturnType<typeof recordEvents>, post: () => Promise<unknown>) {
+    provider.block();
+    await post();
+    await until(() => events.count('rejected') > 0, 'the kept notification');
+    expect(events.of('rejected')).toEqual([expect.objectContaining({ reason: 'unexpected' })]);
+    provider.unblock();
+    await new Promise((resolve) => setTimeout(resolve, 50)); // past the client's silence after the block
+  }
+
+  test('the sweep that finds the record matching a kept copy delivers it, once', async () => {
+    const { ipn, events, url } = await instance();
+    const paid = provider.initiate({
+      amount: 5000,
+      ipnUrl: url,
+      customData: 'order-1',
+      outcome: 'SUCCESSFUL',
+    });
+    await keptWhileBlocked(events, () => paid.delivered);
+    const key = `${paid.transactionId}:SUCCESSFUL`;
+    expect(await ipn.inbox.get(key)).toMatchObject({ status: 'failed' });
+
+    await ipn.expect(paid.transactionId, { amount: 5000, customData: 'order-1' });
+    await new Promise((resolve) => setTimeout(resolve, 20)); // due (reconcileAfterMs)
+    expect(await ipn.sweep()).toMatchObject({ reconciled: 1, stale: 0 });
+    await until(() => events.count('successful') > 0, 'the credit');
+    let entry = await ipn.inbox.get(key);
+    for (let tries = 0; entry?.status !== 'delivered' && tries < 200; tries += 1) {
+      await new Promise((resolve) => setTimeout(resolve, 10)); // the attempt commits its mark after the event
+      entry = await ipn.inbox.get(key);
+    }
+    expect(entry).toMatchObject({ status: 'delivered' });
+
+    // Asked again, nothing more is credited.
+    expect(await ipn.sweep()).toMatchObject({ reconciled: 0 });
+    expect(await ipn.reconcile(paid.transactionId)).toMatchObject({ emitted: false });
+    await ipn.drain({ budgetMs: 500 });
+    expect(events.of('successful').map((n: { custom_data: string }) => n.custom_data)).toEqual(['order-1']);
+  });
+
+  // Open (not fixed here): a forged copy kept under a genuine payment's key, before that payment exists or
+  // is expected (transaction ids are a prefix and a sequence: the next ones are easy to guess), holds the key
+  // for good. The genuine notification is then answered as its duplicate, the sweep finds the key held and
+  // settles the expectation: the payment is never credited, and no event says so after the forgery's own
+  // `rejected`. The service's record should take the kept forgery's place (as verify's `replace` does for a
+  // forged copy that took the key first), which needs a store write that ends a kept entry by its key.
+  test.failing(
+    'a forged copy kept before its transaction exists does not make the genuine payment a duplicate',
+    async () => {
+      const { ipn, events, url } = await instance();
+      const id = `EFB.${Date.now()}`; // the next id the service will give
+      expect(await provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-3', amount: 1 })).toBe(
+        200,
+      );
+      await until(() => events.count('rejected') > 0, 'the kept forgery'); // the service: not found
+      const paid = provider.initiate({
+        transactionId: id,
+        amount: 5000,
+        ipnUrl: url,
+        customData: 'order-3',
+        outcome: 'SUCCESSFUL',
+        deliver: false,
+      });
+      await ipn.expect(paid.transactionId, { amount: 5000, customData: 'order-3' });
+      // The service's notification of it (its record as the status query gives it).
+      const genuine = { transaction_id: id, state: 'SUCCESSFUL', amount: 5000, custom_data: 'order-3' };
+      // Answered {"ok":true,"duplicate":true} on main: the key is the kept forgery's.
+      await fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(genuine),
+      });
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      await ipn.sweep();
+      await ipn.drain({ budgetMs: 500 });
+      expect(events.of('successful')).toEqual([expect.objectContaining({ amount: 5000 })]);
+    },
+  );
+
+  test('a kept copy the record contradicts (another amount) stays kept, not credited', async () => {
+    const { ipn, events, url } = await instance();
+    const paid = provider.initiate({
+      amount: 5000,
+      ipnUrl: url,
+      customData: 'order-2',
+      outcome: 'SUCCESSFUL',
+      deliver: false,
+    });
+    await keptWhileBlocked(events, () =>
+      provider.forge({ ipnUrl: url, transactionId: paid.transactionId, customData: 'order-2', amount: 50 }),
+    );
+    await ipn.expect(paid.transactionId, { amount: 5000, customData: 'order-2' });
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await ipn.sweep();
+    await ipn.drain({ budgetMs: 500 });
+    expect(events.count('successful')).toBe(0);
+    expect(await ipn.inbox.get(`${paid.transactionId}:SUCCESSFUL`)).toMatchObject({
+      status: 'failed',
+      record: expect.objectContaining({ amount: 50 }),
+    });
+  });
+});
