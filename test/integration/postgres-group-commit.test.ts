@@ -539,7 +539,7 @@ describeWithService(
       };
       const store = new PostgresStore({ pool: wrapped, table });
       await store.migrate();
-      const { delivered, post } = await serve(store, { storeTimeoutMs: 800 });
+      const { ipn, delivered, post } = await serve(store, { storeTimeoutMs: 800 });
       const payloads = Array.from({ length: 4 }, () => uniquePayload());
       partitioned = true;
       expect(await Promise.all(payloads.map((p) => post(p)))).toEqual(payloads.map(() => 503));
@@ -552,6 +552,8 @@ describeWithService(
       expect(await Promise.all(payloads.map((p) => post(p)))).toEqual(payloads.map(() => 200));
       await until(() => delivered.size === payloads.length, 'every payment delivered', 15_000);
       expect([...delivered.values()]).toEqual(payloads.map(() => 1));
+      // The stuck batch never answers: close() would wait its whole timeoutMs (10 s) for those late claims.
+      await ipn.close({ timeoutMs: 200 });
     }, 30_000);
 
     test('a batch that reaches PostgreSQL only after the stall escape: resends stored and delivered, the late insert changes nothing', async () => {
