@@ -106,4 +106,70 @@ describeWithService('PostgreSQL', 'a kept unexpected copy made due, the store fa
       expect(events.count('successful')).toBe(1);
     });
   }
+  // The comparison is the router's own (mismatchesOf): a copy spelled otherwise but naming the same payment
+  // (amount "5000.00", custom_data re-serialised, SUCCESS) is credited once, with those values; one whose
+  // custom_data names another value (a string for a number) stays kept.
+  test('a kept copy spelled otherwise is credited once as the payment the record names; another value stays kept', async () => {
+    const table = `kum_${process.pid}_${randomUUID().slice(0, 8)}`;
+    tables.push(table);
+    await new PostgresStore({ pool: admin, table }).migrate();
+    const ipn = ipnRouter({
+      store: new PostgresStore({ pool: admin, table }),
+      delivery: 'at-least-once',
+      logger: quiet,
+      unexpected: 'reject',
+      statusClient: createStatusClient({
+        baseUrl: provider.statusBaseUrl,
+        apiKey: 'test-key',
+        minIntervalMs: 0,
+      }),
+      reconcileAfterMs: 10,
+      recoveryIntervalMs: 50,
+      sweepIntervalMs: 2 ** 31 - 1,
+    });
+    routers.push(ipn);
+    const events = recordEvents(ipn);
+    const served = await listen(ipn);
+    servers.push(served);
+    const url = `${served.url}/`;
+    await ipn.expect(`EXP.${randomUUID().slice(0, 8)}`, { amount: 1, customData: 'order-0' });
+    const spelled = provider.initiate({
+      amount: 5000,
+      ipnUrl: url,
+      customData: '{"order":9,"sku":"x"}',
+      outcome: 'SUCCESSFUL',
+      deliver: false,
+    });
+    const other = provider.initiate({
+      amount: 5000,
+      ipnUrl: url,
+      customData: '{"order":10}',
+      outcome: 'SUCCESSFUL',
+      deliver: false,
+    });
+    expect(
+      await provider.forge({
+        ipnUrl: url,
+        transactionId: spelled.transactionId,
+        state: 'SUCCESS',
+        amount: '5000.00' as unknown as number,
+        customData: '{ "sku": "x", "order": 9.0 }',
+      }),
+    ).toBe(200);
+    expect(
+      await provider.forge({ ipnUrl: url, transactionId: other.transactionId, customData: '{"order":"10"}' }),
+    ).toBe(200);
+    for (let i = 0; i < 200 && events.count('rejected') < 2; i += 1)
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    expect(events.count('rejected')).toBe(2);
+    expect(await ipn.reconcile(spelled.transactionId)).toMatchObject({ emitted: true });
+    expect(await ipn.reconcile(other.transactionId)).toMatchObject({ emitted: false });
+    await ipn.drain({ budgetMs: 500 });
+    expect(await ipn.reconcile(spelled.transactionId)).toMatchObject({ emitted: false });
+    await ipn.drain({ budgetMs: 500 });
+    expect(events.of('successful')).toEqual([
+      expect.objectContaining({ transaction_id: spelled.transactionId, amount: 5000 }),
+    ]);
+    expect(await ipn.inbox.get(`${other.transactionId}:SUCCESSFUL`)).toMatchObject({ status: 'failed' });
+  });
 });
