@@ -32,6 +32,7 @@ import { checkPurgeWindow } from './retention.js';
 import { checkPurge } from '../stores/redact-record.js';
 import type { StatusRecord } from '../status/status-envelope.js';
 import { mismatchesOf, type RejectedEvent } from '../status/verify-notification.js';
+import { lackingFields } from '../status/status-envelope.js';
 import { createVerifyQueue } from './verify-queue.js';
 import type { StatusSource } from '../status/verify-notification.js';
 import { accounted } from './accounts.js';
@@ -84,6 +85,12 @@ export interface Acceptance {
 }
 
 /**
+ * What delivering the service's record resolves when its key is held by a kept unexpected copy and the record
+ * is partial (it lacks the amount or `custom_data`): it can neither confirm nor contradict that copy.
+ */
+const UNDECIDED = 'undecided' as const;
+
+/**
  * What `ipn.reconcile()` resolves.
  * @inline
  */
@@ -92,7 +99,9 @@ export interface ReconcileResult {
   record: StatusRecord;
   /**
    * Whether this call emitted the notification's events (false: not final yet, already handled, or
-   * rejected); at least once, also `true` when it made due a kept unexpected copy the record confirms.
+   * rejected); at least once, also `true` when it made due a kept unexpected copy the record confirms, and
+   * `false` (its expectation left for the sweep) when a partial record (no amount or `custom_data`) can
+   * neither confirm nor contradict that copy.
    */
   emitted: boolean;
   /**
@@ -474,7 +483,10 @@ export function createDelivery<C>(
    * Delivers a final record of the service as a notification, through the same dedupe: `true` when this
    * call emitted it, `false` when it was already handled. The service's own record needs no verification.
    */
-  async function deliverRecord(record: IpnNotification, by: Driver = driver): Promise<boolean> {
+  async function deliverRecord(
+    record: IpnNotification,
+    by: Driver = driver,
+  ): Promise<boolean | typeof UNDECIDED> {
     const key = keyOf(record);
     const lease = { id: randomUUID(), ms: leaseMs };
     const claimed = await claimer.claim(
@@ -499,8 +511,14 @@ export function createDelivery<C>(
    * not made) and the record confirms it (state, amount, `custom_data`), it is made due, as an operator's
    * replay of its key does: the sweep settled its expectation on the held key, and the payment stayed kept,
    * never credited and never `stale`. A copy the record contradicts stays kept (`rejected` when it came).
+   * A partial record (it lacks the amount or `custom_data`) neither confirms nor contradicts it, as for the
+   * router's own verification: {@link UNDECIDED}, so that its expectation is not settled on the held key.
    */
-  async function deliverKept(held: DurableStore, record: IpnNotification, key: string): Promise<boolean> {
+  async function deliverKept(
+    held: DurableStore,
+    record: IpnNotification,
+    key: string,
+  ): Promise<boolean | typeof UNDECIDED> {
     const bounded = <T>(pending: Promise<T>, what: string): Promise<T> =>
       within(
         pending,
@@ -516,7 +534,9 @@ export function createDelivery<C>(
     );
     if (entry === undefined || !isKeptUnexpected(entry)) return false;
     const kept = ipnNotificationSchema.safeParse(entry.record);
-    if (!kept.success || mismatchesOf(kept.data, record).length > 0) return false;
+    if (!kept.success) return false;
+    if (lackingFields(record).length > 0 || record.amount === null) return UNDECIDED;
+    if (mismatchesOf(kept.data, record).length > 0) return false;
     await bounded(unexpected.endHold(key), 'end the hold of');
     const replayed = await bounded(
       Promise.resolve().then(() => held.replay(key, 0, ['failed'])),
@@ -624,7 +644,10 @@ export function createDelivery<C>(
       const allowance = await recordAllowance(context, record, "the service's record not delivered");
       if (allowance instanceof StoreError) throw allowance;
       const { allowed, expectation } = allowance;
-      const emitted = allowed && (await deliverRecord(record));
+      const delivered = allowed && (await deliverRecord(record));
+      // A partial record of a kept copy's transaction decides nothing: its expectation stays, asked again.
+      if (delivered === UNDECIDED) return { record, emitted: false, rejected: false };
+      const emitted = delivered;
       // And its expectation settled as the sweep settles it (a record rejected, or SUCCESSFUL; a FAILED keeps
       // it): else the sweep asked again, rejected the record a second time, or reported the payment `stale`.
       if (!allowed || settlesExpectation(record.state))

@@ -140,7 +140,11 @@ export type StaleReason =
   | 'not_final'
   /** The service did not know the transaction at any query. */
   | 'not_found'
-  /** The status query failed at the last attempt (network, 5xx). */
+  /**
+   * The status query failed at the last attempt (network, 5xx), or its record lacked the amount or
+   * `custom_data` while a copy kept as unexpected (at least once) holds the transaction's key: a partial record
+   * neither confirms nor contradicts it (replay its key once checked).
+   */
   | 'unavailable'
   /** The router has no status client to ask (neither `statusClient` nor `verify`). */
   | 'no_status_client';

@@ -7,6 +7,7 @@ import type { DeliveryContext } from './delivery-context.js';
 import type { StaleReason } from './events.js';
 import { contradictions, isSettled, REJECTED_ATTEMPTS, retire, settlesExpectation } from './expectations.js';
 import { monotonicNow } from '../shared/clock.js';
+import { lackingFields } from '../status/status-envelope.js';
 import type { Driver } from './durable-delivery.js';
 
 /** The service's rule: at least 15 minutes between two status queries of one transaction. */
@@ -57,7 +58,7 @@ export function createReconcileSweep<C>(
   expectations: ExpectationStore,
   source: StatusSource | undefined,
   /** Delivers a final record; a `drain` pass leaves a failed attempt's retry to the store's next-attempt time. */
-  deliver: (record: IpnNotification, driver: Driver) => Promise<boolean>,
+  deliver: (record: IpnNotification, driver: Driver) => Promise<boolean | 'undecided'>,
 ) {
   const { options, emit, logger, reject, report } = context;
   // Made on first use, not while the router is built: a Worker builds it at global scope, where random
@@ -143,6 +144,18 @@ export function createReconcileSweep<C>(
       return false;
     }
     const emitted = await deliver(record, driver);
+    if (emitted === 'undecided') {
+      // A partial record and a copy kept as unexpected under its key: neither credited nor settled on the
+      // held key (the payment would stay kept, never `stale`); asked again, and reported at the bound.
+      if (!last) return false;
+      result.stale += 1;
+      await forget();
+      const lacking = lackingFields(record);
+      const fields = lacking.length > 0 ? lacking.join(' and ') : 'amount';
+      const detail = `the service's record lacks ${fields}: it neither confirms nor contradicts the notification kept as unexpected under its key (replay the key once checked)`;
+      stale(e, 'unavailable', detail, record);
+      return false;
+    }
     // The router's rule: a FAILED keeps the expectation, already moved to its next due time, so a forged
     // SUCCESSFUL is still checked against it and a later turn to SUCCESSFUL is found; forgotten at the bound.
     if (settlesExpectation(record.state)) {
