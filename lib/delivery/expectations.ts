@@ -173,7 +173,7 @@ const retired = (e: Expectation, ttlMs: number, attempts: number = SETTLED_ATTEM
  * Whether `a` and `b` are the same call of `ipn.expect()`: its time and fields. The sweep's attempts and due
  * time (and a settlement) aside: another call of the same transaction, even with the same fields, is another.
  */
-function sameExpectation(a: Expectation, b: Expectation): boolean {
+export function sameExpectation(a: Expectation, b: Expectation): boolean {
   return (
     a.expectedAt === b.expectedAt &&
     a.amount === b.amount &&
