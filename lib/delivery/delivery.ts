@@ -512,6 +512,22 @@ export function createDelivery<C>(
     }
   }
 
+  /** `ipn.reconcile()`, once a status source is known to be there. */
+  async function reconcileRecord(source: StatusSource, transactionId: string): Promise<ReconcileResult> {
+    const record = await source.getStatus(transactionId);
+    if (!isFinalState(record.state)) return { record, emitted: false, rejected: false };
+    // The service's record, like the sweep's, is credited only where the expectation allows it.
+    const allowance = await recordAllowance(context, record, "the service's record not delivered");
+    if (allowance instanceof StoreError) throw allowance;
+    const { allowed, expectation } = allowance;
+    const emitted = allowed && (await deliverRecord(record));
+    // And its expectation settled as the sweep settles it (a record rejected, or SUCCESSFUL; a FAILED keeps
+    // it): else the sweep asked again, rejected the record a second time, or reported the payment `stale`.
+    if (!allowed || settlesExpectation(record.state))
+      await settleReconciledExpectation(expectation, record, !allowed);
+    return { record, emitted, rejected: !allowed };
+  }
+
   return {
     /**
      * Claims (or, at-least-once, stores) a notification before the answer: `true` first, `false` a resend.
@@ -571,18 +587,10 @@ export function createDelivery<C>(
           'reconcile needs a status client: ipnRouter({ statusClient: createStatusClient({ baseUrl, apiKey }) })',
         );
       }
-      const record = await statusSource.getStatus(transactionId);
-      if (!isFinalState(record.state)) return { record, emitted: false, rejected: false };
-      // The service's record, like the sweep's, is credited only where the expectation allows it.
-      const allowance = await recordAllowance(context, record, "the service's record not delivered");
-      if (allowance instanceof StoreError) throw allowance;
-      const { allowed, expectation } = allowance;
-      const emitted = allowed && (await deliverRecord(record));
-      // And its expectation settled as the sweep settles it (a record rejected, or SUCCESSFUL; a FAILED keeps
-      // it): else the sweep asked again, rejected the record a second time, or reported the payment `stale`.
-      if (!allowed || settlesExpectation(record.state))
-        await settleReconciledExpectation(expectation, record, !allowed);
-      return { record, emitted, rejected: !allowed };
+      // Counted until it settles, as the sweep's pass is: close() waits for it (at most its timeoutMs). A
+      // claim landing as the router closes, decided once the host's pool ended, held the key for ttlMs with
+      // nothing delivered: the next process's sweep found it held and settled the expectation, unpaid.
+      return context.write(reconcileRecord(statusSource, transactionId));
     },
 
     /** `ipn.expect()`: keeps the expectation, and starts this instance's sweep. */
@@ -590,6 +598,7 @@ export function createDelivery<C>(
       await expectations.expect(...args);
       startSweeping();
     },
+
     /** The expectation check of an incoming notification, and its settling. */
     expectations,
     /** The option `unexpected`, for a notification with no expectation once they are in use. Never rejects. */

@@ -10,8 +10,8 @@ import { settle } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
 import { latch, paid, perTestService, quietRouter, statusClientOf } from '../helpers/verified-payments.js';
 
-// ipn.close() against the other work of the router that it did not wait for: the rest of a sweep's batch
-// that close() stopped. The host ends its pool once close()
+// ipn.close() against the other work of the router that it did not wait for: an ipn.reconcile() under way as
+// close() runs, and the rest of a sweep's batch that close() stopped. The host ends its pool once close()
 // resolved (here: the store's close()), and the next process takes over the same data.
 
 jest.setTimeout(60_000);
@@ -58,6 +58,43 @@ function pooled(data: MemoryStore, claim: Claim = () => undefined): Store {
     },
   }) as Store;
 }
+
+test('at-most-once: an ipn.reconcile() claiming as close() runs is waited for: the payment is credited once', async () => {
+  const id = await paid(t.provider);
+  const data = new MemoryStore();
+  const { gate, open } = latch();
+  let claiming = false;
+  // reconcile's claim is written, and answers once the test opens the gate (a query in flight).
+  const store = pooled(data, (key, claim) => {
+    if (!key.startsWith(id) || claiming) return undefined;
+    claiming = true;
+    const claimed = claim();
+    return gate.then(() => claimed);
+  });
+  const settings = { statusClient: statusClientOf(t.provider) };
+  const { ipn, recorder } = await t.serve(quietRouter({ store, ...settings }));
+  const reconciled = ipn.reconcile(id).then(
+    (result) => result.emitted,
+    (error: unknown) => error,
+  );
+  await until(() => claiming, 'the reconcile claiming');
+  await t.running?.close();
+  t.running = undefined;
+  const closed = ipn.close({ timeoutMs: 5_000 });
+  setTimeout(open, 50); // the claim answers while close() runs
+  await closed;
+  t.ipn = undefined;
+  await reconciled;
+  await settle();
+  const credited = recorder.count('successful');
+  // The next process over the same data: the service's notification, sent late; credited once in all.
+  const next = await t.serve(quietRouter({ store: pooled(data), ...settings }));
+  expect(await t.provider.forge({ ipnUrl: next.url, transactionId: id })).toBe(200);
+  await until(() => next.recorder.count('successful') + next.recorder.count('duplicate') > 0, 'the resend');
+  await settle();
+  expect(credited + next.recorder.count('successful')).toBe(1);
+  expect(t.unhandled).toEqual([]);
+});
 
 test("a sweep stopped by close() puts back the rest of its batch: the next process's sweep credits them at once", async () => {
   const first = await paid(t.provider);
