@@ -47,7 +47,6 @@ import {
   recordAllowance,
   REJECTED_ATTEMPTS,
   retire,
-  SETTLED_ATTEMPTS,
   settlesExpectation,
   type ExpectationHold,
 } from './expectations.js';
@@ -496,13 +495,15 @@ export function createDelivery<C>(
   ): Promise<void> {
     const kept = store.expectations;
     if (kept === undefined || expectation === undefined || isSettled(expectation)) return;
+    // Credited (or already handled): settled on what the store holds now, as a late settle is. The delivery
+    // ran the listeners (at least once), time for an ipn.expect() of the transaction: written over with the
+    // expectation read before, its fields were lost and its contradiction with the credit never said.
+    if (!rejected) return expectations.settleHeld(record, expectation);
     const id = record.transaction_id;
     const late = () => new StoreError(`the store did not settle the expectation of ${id} in time`);
     try {
       await within(
-        Promise.resolve().then(() =>
-          retire(kept, expectation, options.ttlMs, rejected ? REJECTED_ATTEMPTS : SETTLED_ATTEMPTS),
-        ),
+        Promise.resolve().then(() => retire(kept, expectation, options.ttlMs, REJECTED_ATTEMPTS)),
         options.storeTimeoutMs,
         late,
       );

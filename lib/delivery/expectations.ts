@@ -236,7 +236,7 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
     n: IpnNotification,
     steps: { read: string; write: string },
     next: (held: Expectation) => Expectation | undefined,
-  ): void {
+  ): Promise<void> {
     const id = n.transaction_id;
     const late = () =>
       new StoreError(
@@ -246,7 +246,7 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
     // Counted as one write, the read included, until the write after it settles: close() waits for the
     // whole (it runs there, as the router closes over a copy being verified), else the write, one round
     // trip after the read, runs into the pool the host ends once close() resolved.
-    void write(
+    return write(
       within(
         Promise.resolve().then(() => target.get(id)),
         options.storeTimeoutMs,
@@ -364,7 +364,7 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
         read: 'make it due again',
         write: `make the expectation of ${n.transaction_id} due again`,
       };
-      rewriteHeld(expectations, n, steps, (held) => {
+      void rewriteHeld(expectations, n, steps, (held) => {
         // Settled as rejected (the service's record contradicts it): made due, the sweep would only reject
         // that record a second time (a second `rejected`), never credit it.
         if (held.attempts === REJECTED_ATTEMPTS) return undefined;
@@ -423,23 +423,38 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
      * none held (deleted): nothing is written.
      */
     settleLate(n: IpnNotification, checked: ExpectationCheck, verified: IpnNotification = n): void {
-      if (!expectations || checked.kind !== 'match' || !settlesExpectation(n.state)) return;
-      if (isSettled(checked.expectation)) return;
-      const steps = { read: 'settle it', write: `settle the expectation of ${n.transaction_id}` };
-      rewriteHeld(expectations, n, steps, (held) => {
-        if (isSettled(held)) return undefined;
-        const mismatches = contradictions(held, verified);
-        if (mismatches.length > 0) {
-          const message =
-            `the notification of ${n.transaction_id} was accepted and is credited once (delivered to your listeners), ` +
-            `but contradicts its expectation made since it was checked (ipn.expect() again) in ${mismatches.join(', ')}: ` +
-            'nothing more is credited; check the payment against the order';
-          reject({ reason: 'mismatch', message, mismatches, notification: verified });
-        }
-        return retired(held, options.ttlMs);
-      });
+      if (checked.kind !== 'match') return;
+      void settleHeld(n, checked.expectation, verified);
     },
+
+    /**
+     * {@link settleLate}, resolved once written (never rejects: a failure is reported): `ipn.reconcile()`'s
+     * settle of the expectation it read before delivering the service's record, whose listeners ran
+     * meanwhile (at least once), time for an `ipn.expect()` of the transaction to replace it.
+     */
+    settleHeld,
   };
+
+  function settleHeld(
+    n: IpnNotification,
+    expectation: Expectation,
+    verified: IpnNotification = n,
+  ): Promise<void> {
+    if (!expectations || !settlesExpectation(n.state) || isSettled(expectation)) return Promise.resolve();
+    const steps = { read: 'settle it', write: `settle the expectation of ${n.transaction_id}` };
+    return rewriteHeld(expectations, n, steps, (held) => {
+      if (isSettled(held)) return undefined;
+      const mismatches = contradictions(held, verified);
+      if (mismatches.length > 0) {
+        const message =
+          `the notification of ${n.transaction_id} was accepted and is credited once (delivered to your listeners), ` +
+          `but contradicts its expectation made since it was checked (ipn.expect() again) in ${mismatches.join(', ')}: ` +
+          'nothing more is credited; check the payment against the order';
+        reject({ reason: 'mismatch', message, mismatches, notification: verified });
+      }
+      return retired(held, options.ttlMs);
+    });
+  }
 }
 
 /** What {@link createExpectations} returns. */

@@ -237,3 +237,30 @@ describeWithService('Redis', 'RedisStore over an ioredis client quit once close(
     return { store, end: async () => void (await client.quit()) };
   });
 });
+
+// ipn.reconcile() settles the expectation it read before delivering (3), where a late settle reads what the
+// store holds then (2): at least once, the delivery runs the listeners, seconds during which the partner may
+// call ipn.expect() again for the transaction (the amount corrected).
+test('at-least-once: an ipn.expect() made while ipn.reconcile() delivers is kept, and its contradiction said', async () => {
+  const id = await paid(t.provider);
+  const data = new MemoryStore();
+  const settings = { statusClient: statusClientOf(t.provider), delivery: 'at-least-once' as const };
+  const { ipn, recorder } = await t.serve(quietRouter({ store: data, ...settings }));
+  await ipn.expect(id, { amount: 100 });
+  const { gate, open } = latch();
+  let crediting = false;
+  ipn.on('successful', async () => {
+    crediting = true;
+    await gate;
+  });
+  const reconciled = ipn.reconcile(id);
+  await until(() => crediting, 'the listener crediting');
+  await ipn.expect(id, { amount: 200 }); // corrected while the record is credited
+  open();
+  await expect(reconciled).resolves.toMatchObject({ emitted: true, rejected: false });
+  await settle();
+  expect(data.expectations.get(id)).toMatchObject({ amount: 200 });
+  expect(data.expectations.get(id)?.attempts).toBeGreaterThanOrEqual(1_000_000_000);
+  expect(recorder.of('rejected')).toMatchObject([{ reason: 'mismatch', mismatches: ['amount'] }]);
+  expect(t.unhandled).toEqual([]);
+});
