@@ -1,11 +1,18 @@
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import Redis from 'ioredis';
 import { Pool } from 'pg';
+import { createPool } from 'mysql2/promise';
+import { MysqlStore } from 'ipn-kit/mysql';
+import { SqliteStore } from 'ipn-kit/sqlite';
 import { MemoryStore, type Store } from 'ipn-kit';
 import { RedisStore } from 'ipn-kit/redis';
 import { PostgresStore } from '../../lib/postgres.js';
-import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
-import { databaseUrl, describeWithService, redisUrl } from '../helpers/services.js';
+import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers/services.js';
 import { settle } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
 import { latch, paid, perTestService, quietRouter, statusClientOf } from '../helpers/verified-payments.js';
@@ -235,6 +242,37 @@ describeWithService('Redis', 'RedisStore over an ioredis client quit once close(
     await client.connect();
     const store = new RedisStore({ client, prefix: `${prefix}-${space}:` });
     return { store, end: async () => void (await client.quit()) };
+  });
+});
+
+describeWithService('MariaDB', 'MysqlStore over a mysql2 pool ended once close() resolved', () => {
+  const tables = new Set<string>();
+  const pool = () => createPool({ uri: mysqlUrl(), connectionLimit: 4 });
+  afterAll(async () => {
+    const cleanup = pool();
+    await dropMysqlInboxes(cleanup, [...tables]);
+    await cleanup.end();
+  }, CLEANUP_TIMEOUT_MS);
+
+  sweepStoppedOver(async (space) => {
+    const table = `ipn_test_ccb_${process.pid}_${space}`;
+    const made = pool();
+    const store = new MysqlStore({ pool: made, table });
+    if (!tables.has(table)) await store.migrate();
+    tables.add(table);
+    return { store, end: () => made.end() };
+  });
+});
+
+describe('SqliteStore over a database closed once close() resolved', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'ipn-ccb-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  sweepStoppedOver(async (space) => {
+    const database = new Database(join(dir, `${space}.db`));
+    const store = new SqliteStore({ database });
+    await store.migrate();
+    return { store, end: () => Promise.resolve(void database.close()) };
   });
 });
 
