@@ -518,14 +518,17 @@ export function createDelivery<C>(
     const record = await source.getStatus(transactionId);
     if (!isFinalState(record.state)) return { record, emitted: false, rejected: false };
     // The service's record, like the sweep's, is credited only where the expectation allows it.
-    const allowance = await recordAllowance(context, record, "the service's record not delivered");
+    const allowance = await recordAllowance(context, record, "the service's record not delivered", false);
     if (allowance instanceof StoreError) throw allowance;
-    const { allowed, expectation } = allowance;
+    const { allowed, expectation, rejection } = allowance;
     const emitted = allowed && (await deliverRecord(record));
     // And its expectation settled as the sweep settles it (a record rejected, or SUCCESSFUL; a FAILED keeps
     // it): else the sweep asked again, rejected the record a second time, or reported the payment `stale`.
     if (!allowed || settlesExpectation(record.state))
       await settleReconciledExpectation(expectation, record, !allowed);
+    // Said once written, as the sweep does: a listener that corrects the expectation (ipn.expect() again)
+    // was written over by the rejected one, never asked about again.
+    if (rejection !== undefined) context.reject(rejection);
     return { record, emitted, rejected: !allowed };
   }
 

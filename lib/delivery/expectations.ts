@@ -113,17 +113,24 @@ export async function expectationAllows<C>(
   return allowance instanceof StoreError ? allowance : allowance.allowed;
 }
 
-/** Whether the service's record may be delivered, and the expectation read to tell (none: `undefined`). */
-export type RecordAllowance = { allowed: boolean; expectation: Expectation | undefined } | StoreError;
+/**
+ * Whether the service's record may be delivered, and the expectation read to tell (none: `undefined`); not
+ * allowed, the `rejected` event that says why.
+ */
+export type RecordAllowance =
+  { allowed: boolean; expectation: Expectation | undefined; rejection?: RejectedEvent } | StoreError;
 
 /**
  * {@link expectationAllows}, with the expectation it read (`ipn.reconcile()` settles it, as the sweep does).
- * `notDone` ends the `StoreError`'s message: what the caller does not do for want of the expectation.
+ * `notDone` ends the `StoreError`'s message: what the caller does not do for want of the expectation. With
+ * `emits` false, the `rejected` event is the caller's to emit (`rejection`), once it wrote the expectation
+ * rejected, as the sweep does: a listener that corrects the expectation then is not written over.
  */
 export async function recordAllowance<C>(
   context: DeliveryContext<C>,
   record: IpnNotification,
   notDone = "its record not delivered in a forgery's place",
+  emits = true,
 ): Promise<RecordAllowance> {
   const { options, reject } = context;
   const kept = options.store.expectations;
@@ -144,8 +151,15 @@ export async function recordAllowance<C>(
   const mismatches = expectation === undefined ? [] : contradictions(expectation, record);
   if (mismatches.length === 0) return { allowed: true, expectation };
   const message = `the service's record of ${id} contradicts its expectation in ${mismatches.join(', ')}: not credited`;
-  reject({ reason: 'mismatch', message, mismatches, notification: record, status: record });
-  return { allowed: false, expectation };
+  const rejection: RejectedEvent = {
+    reason: 'mismatch',
+    message,
+    mismatches,
+    notification: record,
+    status: record,
+  };
+  if (emits) reject(rejection);
+  return { allowed: false, expectation, rejection };
 }
 
 /**

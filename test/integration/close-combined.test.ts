@@ -302,3 +302,26 @@ test('at-least-once: an ipn.expect() made while ipn.reconcile() delivers is kept
   expect(recorder.of('rejected')).toMatchObject([{ reason: 'mismatch', mismatches: ['amount'] }]);
   expect(t.unhandled).toEqual([]);
 });
+
+// The sweep writes a rejected expectation before it says so (`rejected`); ipn.reconcile() said it first,
+// then wrote the expectation it had read: a listener of `rejected` that corrects the expectation (the order's
+// amount was changed) saw its ipn.expect() written over, settled as rejected, never asked about again.
+test('ipn.reconcile(): an expectation corrected by a listener of its rejected event is kept, and the sweep credits it', async () => {
+  const id = await paid(t.provider);
+  const data = new MemoryStore();
+  const settings = { statusClient: statusClientOf(t.provider), reconcileAfterMs: 1 };
+  const { ipn, recorder } = await t.serve(quietRouter({ store: data, ...settings }));
+  await ipn.expect(id, { amount: 5_000 });
+  let corrected: Promise<void> | undefined;
+  ipn.on('rejected', () => {
+    corrected ??= ipn.expect(id, { amount: 100 }); // the order's amount, corrected
+  });
+  await expect(ipn.reconcile(id)).resolves.toMatchObject({ emitted: false, rejected: true });
+  await corrected;
+  await settle();
+  expect(data.expectations.get(id)).toMatchObject({ amount: 100, attempts: 0 });
+  await new Promise((resolve) => setTimeout(resolve, 5));
+  expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
+  expect(recorder.count('successful')).toBe(1);
+  expect(t.unhandled).toEqual([]);
+});
