@@ -143,6 +143,10 @@ export function createReconcileSweep<C>(
     }
     const mismatches = contradictions(e, record);
     if (mismatches.length > 0) {
+      // An ipn.expect() of the transaction made while the service was asked (the amount corrected) is not
+      // written over as rejected: it is due at its own time, and asked about against its own fields then.
+      const held = await expectations.get(e.transactionId);
+      if (held !== undefined && !isSettled(held) && !sameExpectation(held, e)) return false;
       result.rejected += 1;
       await retire(expectations, e, options.ttlMs, REJECTED_ATTEMPTS);
       const message = `the service's record of ${e.transactionId} contradicts its expectation in ${mismatches.join(', ')}: not credited`;

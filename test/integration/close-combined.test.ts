@@ -325,3 +325,38 @@ test('ipn.reconcile(): an expectation corrected by a listener of its rejected ev
   expect(recorder.count('successful')).toBe(1);
   expect(t.unhandled).toEqual([]);
 });
+
+// The sweep takes an expectation, asks the service (seconds), then writes what the record makes of it: an
+// ipn.expect() of the transaction made during that query (the amount corrected) was written over by the
+// expectation as taken, settled as rejected, and the payment it now matches never credited.
+test('the sweep: an expectation corrected while its status query runs is not written over as rejected; the next pass credits it', async () => {
+  const id = await paid(t.provider);
+  const data = new MemoryStore();
+  const client = statusClientOf(t.provider);
+  const { gate, open } = latch();
+  let querying = false;
+  const statusClient = {
+    getStatus: async (...args: Parameters<typeof client.getStatus>) => {
+      if (!querying) {
+        querying = true;
+        await gate;
+      }
+      return client.getStatus(...args);
+    },
+  };
+  const { ipn, recorder } = await t.serve(quietRouter({ store: data, statusClient, reconcileAfterMs: 1 }));
+  await ipn.expect(id, { amount: 5_000 });
+  await new Promise((resolve) => setTimeout(resolve, 5));
+  const swept = ipn.sweep();
+  await until(() => querying, 'the sweep querying');
+  await ipn.expect(id, { amount: 100 }); // the order's amount, corrected
+  open();
+  await swept;
+  await settle();
+  expect(data.expectations.get(id)).toMatchObject({ amount: 100 });
+  expect(recorder.count('rejected')).toBe(0);
+  await new Promise((resolve) => setTimeout(resolve, 5));
+  expect(await ipn.sweep()).toMatchObject({ reconciled: 1 });
+  expect(recorder.count('successful')).toBe(1);
+  expect(t.unhandled).toEqual([]);
+});
