@@ -236,8 +236,12 @@ export function createDelivery<C>(
   );
   const sweeper =
     expectations.store &&
-    createReconcileSweep(context, expectations.store, statusSource, (record, driver) =>
-      deliverRecord(record, driver),
+    createReconcileSweep(
+      context,
+      expectations.store,
+      statusSource,
+      (record, driver) => deliverRecord(record, driver),
+      (record, taken) => expectations.settleHeld(record, taken),
     );
   const sweep = () => sweeper?.sweep();
   /** `close()` has begun: the timers and `drain()` take up no new work (it would run into a closed store). */

@@ -65,6 +65,12 @@ export function createReconcileSweep<C>(
   source: StatusSource | undefined,
   /** Delivers a final record; a `drain` pass leaves a failed attempt's retry to the store's next-attempt time. */
   deliver: (record: IpnNotification, driver: Driver) => Promise<boolean>,
+  /**
+   * Settles the expectation of a record credited on what the store holds once it was delivered (its
+   * listeners ran meanwhile, at least once): an `ipn.expect()` made then keeps its fields, its contradiction
+   * said. Without it, the expectation as taken is written.
+   */
+  settleHeld?: (record: IpnNotification, taken: Expectation) => Promise<void>,
 ) {
   const { options, emit, logger, reject, report } = context;
   // Made on first use, not while the router is built: a Worker builds it at global scope, where random
@@ -157,7 +163,7 @@ export function createReconcileSweep<C>(
     // The router's rule: a FAILED keeps the expectation, already moved to its next due time, so a forged
     // SUCCESSFUL is still checked against it and a later turn to SUCCESSFUL is found; forgotten at the bound.
     if (settlesExpectation(record.state)) {
-      await forget();
+      await (settleHeld ? settleHeld(record, e) : forget());
     } else if (last) {
       await forget();
       logger.info(

@@ -360,3 +360,34 @@ test('the sweep: an expectation corrected while its status query runs is not wri
   expect(recorder.count('successful')).toBe(1);
   expect(t.unhandled).toEqual([]);
 });
+
+// The sweep credits the record, its listeners run (at least once), then it settles the expectation it took:
+// an ipn.expect() made meanwhile was written over, as a late settle no longer does.
+test('at-least-once: an ipn.expect() made while the sweep delivers is kept, and its contradiction said', async () => {
+  const id = await paid(t.provider);
+  const data = new MemoryStore();
+  const settings = {
+    statusClient: statusClientOf(t.provider),
+    delivery: 'at-least-once' as const,
+    reconcileAfterMs: 1,
+  };
+  const { ipn, recorder } = await t.serve(quietRouter({ store: data, ...settings }));
+  await ipn.expect(id, { amount: 100 });
+  const { gate, open } = latch();
+  let crediting = false;
+  ipn.on('successful', async () => {
+    crediting = true;
+    await gate;
+  });
+  await new Promise((resolve) => setTimeout(resolve, 5));
+  const swept = ipn.sweep();
+  await until(() => crediting, 'the listener crediting');
+  await ipn.expect(id, { amount: 200 }); // corrected while the record is credited
+  open();
+  await expect(swept).resolves.toMatchObject({ reconciled: 1 });
+  await settle();
+  expect(data.expectations.get(id)).toMatchObject({ amount: 200 });
+  expect(data.expectations.get(id)?.attempts).toBeGreaterThanOrEqual(1_000_000_000);
+  expect(recorder.of('rejected')).toMatchObject([{ reason: 'mismatch', mismatches: ['amount'] }]);
+  expect(t.unhandled).toEqual([]);
+});
