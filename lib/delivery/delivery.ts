@@ -53,7 +53,6 @@ import {
   recordAllowance,
   REJECTED_ATTEMPTS,
   retire,
-  SETTLED_ATTEMPTS,
   settlesExpectation,
   type ExpectationHold,
 } from './expectations.js';
@@ -255,8 +254,12 @@ export function createDelivery<C>(
   );
   const sweeper =
     expectations.store &&
-    createReconcileSweep(context, expectations.store, statusSource, (record, driver) =>
-      deliverRecord(record, driver),
+    createReconcileSweep(
+      context,
+      expectations.store,
+      statusSource,
+      (record, driver) => deliverRecord(record, driver),
+      (record, taken) => expectations.settleHeld(record, taken),
     );
   const sweep = () => sweeper?.sweep();
   /** `close()` has begun: the timers and `drain()` take up no new work (it would run into a closed store). */
@@ -563,13 +566,15 @@ export function createDelivery<C>(
   ): Promise<void> {
     const kept = store.expectations;
     if (kept === undefined || expectation === undefined || isSettled(expectation)) return;
+    // Credited (or already handled): settled on what the store holds now, as a late settle is. The delivery
+    // ran the listeners (at least once), time for an ipn.expect() of the transaction: written over with the
+    // expectation read before, its fields were lost and its contradiction with the credit never said.
+    if (!rejected) return expectations.settleHeld(record, expectation);
     const id = record.transaction_id;
     const late = () => new StoreError(`the store did not settle the expectation of ${id} in time`);
     try {
       await within(
-        Promise.resolve().then(() =>
-          retire(kept, expectation, options.ttlMs, rejected ? REJECTED_ATTEMPTS : SETTLED_ATTEMPTS),
-        ),
+        Promise.resolve().then(() => retire(kept, expectation, options.ttlMs, REJECTED_ATTEMPTS)),
         options.storeTimeoutMs,
         late,
       );
@@ -577,6 +582,28 @@ export function createDelivery<C>(
       const message = `the store failed to settle the expectation of ${id}: ${messageOf(cause)}`;
       context.report(new StoreError(message, { cause }), record);
     }
+  }
+
+  /** `ipn.reconcile()`, once a status source is known to be there. */
+  async function reconcileRecord(source: StatusSource, transactionId: string): Promise<ReconcileResult> {
+    const record = await source.getStatus(transactionId);
+    if (!isFinalState(record.state)) return { record, emitted: false, rejected: false };
+    // The service's record, like the sweep's, is credited only where the expectation allows it.
+    const allowance = await recordAllowance(context, record, "the service's record not delivered", false);
+    if (allowance instanceof StoreError) throw allowance;
+    const { allowed, expectation, rejection } = allowance;
+    const delivered = allowed && (await deliverRecord(record));
+    // A partial record of a kept copy's transaction decides nothing: its expectation stays, asked again.
+    if (delivered === UNDECIDED) return { record, emitted: false, rejected: false };
+    const emitted = delivered;
+    // And its expectation settled as the sweep settles it (a record rejected, or SUCCESSFUL; a FAILED keeps
+    // it): else the sweep asked again, rejected the record a second time, or reported the payment `stale`.
+    if (!allowed || settlesExpectation(record.state))
+      await settleReconciledExpectation(expectation, record, !allowed);
+    // Said once written, as the sweep does: a listener that corrects the expectation (ipn.expect() again)
+    // was written over by the rejected one, never asked about again.
+    if (rejection !== undefined) context.reject(rejection);
+    return { record, emitted, rejected: !allowed };
   }
 
   return {
@@ -638,21 +665,10 @@ export function createDelivery<C>(
           'reconcile needs a status client: ipnRouter({ statusClient: createStatusClient({ baseUrl, apiKey }) })',
         );
       }
-      const record = await statusSource.getStatus(transactionId);
-      if (!isFinalState(record.state)) return { record, emitted: false, rejected: false };
-      // The service's record, like the sweep's, is credited only where the expectation allows it.
-      const allowance = await recordAllowance(context, record, "the service's record not delivered");
-      if (allowance instanceof StoreError) throw allowance;
-      const { allowed, expectation } = allowance;
-      const delivered = allowed && (await deliverRecord(record));
-      // A partial record of a kept copy's transaction decides nothing: its expectation stays, asked again.
-      if (delivered === UNDECIDED) return { record, emitted: false, rejected: false };
-      const emitted = delivered;
-      // And its expectation settled as the sweep settles it (a record rejected, or SUCCESSFUL; a FAILED keeps
-      // it): else the sweep asked again, rejected the record a second time, or reported the payment `stale`.
-      if (!allowed || settlesExpectation(record.state))
-        await settleReconciledExpectation(expectation, record, !allowed);
-      return { record, emitted, rejected: !allowed };
+      // Counted until it settles, as the sweep's pass is: close() waits for it (at most its timeoutMs). A
+      // claim landing as the router closes, decided once the host's pool ended, held the key for ttlMs with
+      // nothing delivered: the next process's sweep found it held and settled the expectation, unpaid.
+      return context.write(reconcileRecord(statusSource, transactionId));
     },
 
     /** `ipn.expect()`: keeps the expectation, and starts this instance's sweep. */
@@ -660,6 +676,7 @@ export function createDelivery<C>(
       await expectations.expect(...args);
       startSweeping();
     },
+
     /** The expectation check of an incoming notification, and its settling. */
     expectations,
     /** The option `unexpected`, for a notification with no expectation once they are in use. Never rejects. */

@@ -113,17 +113,24 @@ export async function expectationAllows<C>(
   return allowance instanceof StoreError ? allowance : allowance.allowed;
 }
 
-/** Whether the service's record may be delivered, and the expectation read to tell (none: `undefined`). */
-export type RecordAllowance = { allowed: boolean; expectation: Expectation | undefined } | StoreError;
+/**
+ * Whether the service's record may be delivered, and the expectation read to tell (none: `undefined`); not
+ * allowed, the `rejected` event that says why.
+ */
+export type RecordAllowance =
+  { allowed: boolean; expectation: Expectation | undefined; rejection?: RejectedEvent } | StoreError;
 
 /**
  * {@link expectationAllows}, with the expectation it read (`ipn.reconcile()` settles it, as the sweep does).
- * `notDone` ends the `StoreError`'s message: what the caller does not do for want of the expectation.
+ * `notDone` ends the `StoreError`'s message: what the caller does not do for want of the expectation. With
+ * `emits` false, the `rejected` event is the caller's to emit (`rejection`), once it wrote the expectation
+ * rejected, as the sweep does: a listener that corrects the expectation then is not written over.
  */
 export async function recordAllowance<C>(
   context: DeliveryContext<C>,
   record: IpnNotification,
   notDone = "its record not delivered in a forgery's place",
+  emits = true,
 ): Promise<RecordAllowance> {
   const { options, reject } = context;
   const kept = options.store.expectations;
@@ -144,8 +151,15 @@ export async function recordAllowance<C>(
   const mismatches = expectation === undefined ? [] : contradictions(expectation, record);
   if (mismatches.length === 0) return { allowed: true, expectation };
   const message = `the service's record of ${id} contradicts its expectation in ${mismatches.join(', ')}: not credited`;
-  reject({ reason: 'mismatch', message, mismatches, notification: record, status: record });
-  return { allowed: false, expectation };
+  const rejection: RejectedEvent = {
+    reason: 'mismatch',
+    message,
+    mismatches,
+    notification: record,
+    status: record,
+  };
+  if (emits) reject(rejection);
+  return { allowed: false, expectation, rejection };
 }
 
 /**
@@ -173,7 +187,7 @@ const retired = (e: Expectation, ttlMs: number, attempts: number = SETTLED_ATTEM
  * Whether `a` and `b` are the same call of `ipn.expect()`: its time and fields. The sweep's attempts and due
  * time (and a settlement) aside: another call of the same transaction, even with the same fields, is another.
  */
-function sameExpectation(a: Expectation, b: Expectation): boolean {
+export function sameExpectation(a: Expectation, b: Expectation): boolean {
   return (
     a.expectedAt === b.expectedAt &&
     a.amount === b.amount &&
@@ -239,7 +253,7 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
     n: IpnNotification,
     steps: { read: string; write: string },
     next: (held: Expectation) => Expectation | undefined,
-  ): void {
+  ): Promise<void> {
     const id = n.transaction_id;
     const late = () =>
       new StoreError(
@@ -249,7 +263,7 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
     // Counted as one write, the read included, until the write after it settles: close() waits for the
     // whole (it runs there, as the router closes over a copy being verified), else the write, one round
     // trip after the read, runs into the pool the host ends once close() resolved.
-    void write(
+    return write(
       within(
         Promise.resolve().then(() => target.get(id)),
         options.storeTimeoutMs,
@@ -379,7 +393,7 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
         read: 'make it due again',
         write: `make the expectation of ${n.transaction_id} due again`,
       };
-      rewriteHeld(expectations, n, steps, (held) => {
+      void rewriteHeld(expectations, n, steps, (held) => {
         // Settled as rejected (the service's record contradicts it): made due, the sweep would only reject
         // that record a second time (a second `rejected`), never credit it.
         if (held.attempts === REJECTED_ATTEMPTS) return undefined;
@@ -438,23 +452,38 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
      * none held (deleted): nothing is written.
      */
     settleLate(n: IpnNotification, checked: ExpectationCheck, verified: IpnNotification = n): void {
-      if (!expectations || checked.kind !== 'match' || !settlesExpectation(n.state)) return;
-      if (isSettled(checked.expectation)) return;
-      const steps = { read: 'settle it', write: `settle the expectation of ${n.transaction_id}` };
-      rewriteHeld(expectations, n, steps, (held) => {
-        if (isSettled(held)) return undefined;
-        const mismatches = contradictions(held, verified);
-        if (mismatches.length > 0) {
-          const message =
-            `the notification of ${n.transaction_id} was accepted and is credited once (delivered to your listeners), ` +
-            `but contradicts its expectation made since it was checked (ipn.expect() again) in ${mismatches.join(', ')}: ` +
-            'nothing more is credited; check the payment against the order';
-          reject({ reason: 'mismatch', message, mismatches, notification: verified });
-        }
-        return retired(held, options.ttlMs);
-      });
+      if (checked.kind !== 'match') return;
+      void settleHeld(n, checked.expectation, verified);
     },
+
+    /**
+     * {@link settleLate}, resolved once written (never rejects: a failure is reported): `ipn.reconcile()`'s
+     * settle of the expectation it read before delivering the service's record, whose listeners ran
+     * meanwhile (at least once), time for an `ipn.expect()` of the transaction to replace it.
+     */
+    settleHeld,
   };
+
+  function settleHeld(
+    n: IpnNotification,
+    expectation: Expectation,
+    verified: IpnNotification = n,
+  ): Promise<void> {
+    if (!expectations || !settlesExpectation(n.state) || isSettled(expectation)) return Promise.resolve();
+    const steps = { read: 'settle it', write: `settle the expectation of ${n.transaction_id}` };
+    return rewriteHeld(expectations, n, steps, (held) => {
+      if (isSettled(held)) return undefined;
+      const mismatches = contradictions(held, verified);
+      if (mismatches.length > 0) {
+        const message =
+          `the notification of ${n.transaction_id} was accepted and is credited once (delivered to your listeners), ` +
+          `but contradicts its expectation made since it was checked (ipn.expect() again) in ${mismatches.join(', ')}: ` +
+          'nothing more is credited; check the payment against the order';
+        reject({ reason: 'mismatch', message, mismatches, notification: verified });
+      }
+      return retired(held, options.ttlMs);
+    });
+  }
 }
 
 /** What {@link createExpectations} returns. */

@@ -5,7 +5,14 @@ import type { Expectation, ExpectationStore } from '../stores/expectation-store.
 import type { StatusSource } from '../status/verify-notification.js';
 import type { DeliveryContext } from './delivery-context.js';
 import type { StaleReason } from './events.js';
-import { contradictions, isSettled, REJECTED_ATTEMPTS, retire, settlesExpectation } from './expectations.js';
+import {
+  contradictions,
+  isSettled,
+  REJECTED_ATTEMPTS,
+  retire,
+  sameExpectation,
+  settlesExpectation,
+} from './expectations.js';
 import { monotonicNow } from '../shared/clock.js';
 import { lackingFields } from '../status/status-envelope.js';
 import type { Driver } from './durable-delivery.js';
@@ -59,6 +66,12 @@ export function createReconcileSweep<C>(
   source: StatusSource | undefined,
   /** Delivers a final record; a `drain` pass leaves a failed attempt's retry to the store's next-attempt time. */
   deliver: (record: IpnNotification, driver: Driver) => Promise<boolean | 'undecided'>,
+  /**
+   * Settles the expectation of a record credited on what the store holds once it was delivered (its
+   * listeners ran meanwhile, at least once): an `ipn.expect()` made then keeps its fields, its contradiction
+   * said. Without it, the expectation as taken is written.
+   */
+  settleHeld?: (record: IpnNotification, taken: Expectation) => Promise<void>,
 ) {
   const { options, emit, logger, reject, report } = context;
   // Made on first use, not while the router is built: a Worker builds it at global scope, where random
@@ -137,6 +150,10 @@ export function createReconcileSweep<C>(
     }
     const mismatches = contradictions(e, record);
     if (mismatches.length > 0) {
+      // An ipn.expect() of the transaction made while the service was asked (the amount corrected) is not
+      // written over as rejected: it is due at its own time, and asked about against its own fields then.
+      const held = await expectations.get(e.transactionId);
+      if (held !== undefined && !isSettled(held) && !sameExpectation(held, e)) return false;
       result.rejected += 1;
       await retire(expectations, e, options.ttlMs, REJECTED_ATTEMPTS);
       const message = `the service's record of ${e.transactionId} contradicts its expectation in ${mismatches.join(', ')}: not credited`;
@@ -159,7 +176,7 @@ export function createReconcileSweep<C>(
     // The router's rule: a FAILED keeps the expectation, already moved to its next due time, so a forged
     // SUCCESSFUL is still checked against it and a later turn to SUCCESSFUL is found; forgotten at the bound.
     if (settlesExpectation(record.state)) {
-      await forget();
+      await (settleHeld ? settleHeld(record, e) : forget());
     } else if (last) {
       await forget();
       logger.info(
@@ -178,8 +195,32 @@ export function createReconcileSweep<C>(
   }
 
   /**
+   * The expectations of a batch taken that a pass stopped before asking about (`close()` began, or the
+   * status client's budget was spent): due again now, their attempt not counted. Left as taken, each waited
+   * for its next due time (15 minutes at least) with a query counted that was never made, so that
+   * `close()` at each deploy brought a payment nearer to `stale` unasked, and the next process's sweep did
+   * not find it. Read first, and put back only as taken: what was written since (settled by a late copy, an
+   * `ipn.expect()` again) is kept. A store that fails is reported; that one stays as taken.
+   */
+  async function putBack(rest: readonly Expectation[]): Promise<void> {
+    const now = Date.now();
+    for (const e of rest) {
+      try {
+        const held = await expectations.get(e.transactionId);
+        if (held === undefined || !sameExpectation(held, e)) continue;
+        if (held.attempts !== e.attempts || held.dueAt !== e.dueAt) continue;
+        await expectations.put({ ...held, attempts: held.attempts - 1, dueAt: now });
+      } catch (cause) {
+        const message = `the sweep failed to put back the expectation of ${e.transactionId} it did not ask about: ${messageOf(cause)}`;
+        report(new StoreError(message, { cause }));
+      }
+    }
+  }
+
+  /**
    * One pass; with `until` (monotonic), no new batch is taken after it (a batch taken is settled whole: taking
-   * moves its expectations to their next due time). `finished` is `false` when it stopped with more maybe due.
+   * moves its expectations to their next due time; stopped by `close()` or a budget spent, what it did not
+   * ask about is put back). `finished` is `false` when it stopped with more maybe due.
    */
   async function pass(until?: number): Promise<SweepPass> {
     const result: SweepResult = { queried: 0, reconciled: 0, rejected: 0, stale: 0, swept: false };
@@ -193,11 +234,16 @@ export function createReconcileSweep<C>(
         if (stopping) return stopped;
         const now = Date.now();
         const due = await expectations.takeDue(now, now + spacing, BATCH);
-        for (const e of due) {
-          // Left as taken: moved to its next due time, asked about then (by the next process).
-          if (stopping || context.isClosed()) return stopped;
+        for (const [index, e] of due.entries()) {
+          if (stopping || context.isClosed()) {
+            await putBack(due.slice(index));
+            return stopped;
+          }
           try {
-            if (await settleOne(e, result, until === undefined ? 'timers' : 'drain')) return stopped;
+            if (await settleOne(e, result, until === undefined ? 'timers' : 'drain')) {
+              await putBack(due.slice(index + 1));
+              return stopped;
+            }
           } catch (cause) {
             // A store or delivery failure: reported; the expectation stays, due again later.
             report(new StoreError(`the sweep failed for ${e.transactionId}: ${messageOf(cause)}`, { cause }));

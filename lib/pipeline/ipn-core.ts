@@ -63,8 +63,8 @@ export interface CloseOptions {
    * How long to wait, in milliseconds, for the listeners of notifications already answered (and, at least
    * once, their bookkeeping, and the inbox batch a drain or recovery was running, and the sweep's pass)
    * before stopping the timers and closing the store; then, as long again at most, for the store writes the
-   * router started itself (a key released, an expectation written) and the listeners of the notifications it
-   * delivered in the background (a verification retry, the sweep). Those still running then are reported as
+   * router started itself (a key released, an expectation written), an `ipn.reconcile()` under way, and the
+   * listeners of the notifications it delivered in the background (a verification retry, the sweep). Those still running then are reported as
    * an `error` event.
    * @default 10_000
    */
@@ -227,7 +227,7 @@ export function createIpnCore<S extends StandardSchemaV1 | undefined>(
             'IPN_INTERNAL',
             `ipn.close(): ${left} store write(s) the router started itself (a key released, an expectation ` +
               `settled or made due again, a claim answered late, the listeners of a notification delivered by a ` +
-              `verification retry or the sweep) were still running after ${ms} ms (timeoutMs); ` +
+              `verification retry or the sweep, an ipn.reconcile() under way) were still running after ${ms} ms (timeoutMs); ` +
               'the store is closed now: a key not released stays claimed until ttlMs (a resend meanwhile is ' +
               'answered as a duplicate: reconcile those payments), an expectation not made due waits for its due time',
           );
