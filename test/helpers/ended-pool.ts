@@ -6,7 +6,7 @@ import { RedisStore } from 'ipn-kit/redis';
 import { PostgresStore } from '../../lib/postgres.js';
 import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from './drop-inboxes.js';
 import { databaseUrl, redisUrl } from './services.js';
-import type { Session } from './verified-payments.js';
+import { latch, type Session } from './verified-payments.js';
 
 // The host's shutdown after ipn.close() resolved: the store's connection (its pool) ended, every call after
 // it failing as a pg Pool's does; for the tests of what close() waits for.
@@ -51,6 +51,22 @@ export function pooled(data: MemoryStore, claim: Claim = () => undefined): Store
       return Reflect.get(on, name);
     },
   }) as Store;
+}
+
+/**
+ * `pooled(data)`, whose first claim of a key of `id` is written and answers once `open()` is called (a query
+ * in flight); `claiming` once that claim began.
+ */
+export function firstClaimHeld(data: MemoryStore, id: string) {
+  const { gate, open } = latch();
+  const held = { claiming: false, open, store: undefined as unknown as Store };
+  held.store = pooled(data, (key, claim) => {
+    if (!key.startsWith(id) || held.claiming) return undefined;
+    held.claiming = true;
+    const claimed = claim();
+    return gate.then(() => claimed);
+  });
+  return held;
 }
 
 /**

@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { MemoryStore, type Store } from 'ipn-kit';
+import { MemoryStore, type IpnRouter, type Store } from 'ipn-kit';
 import {
   closeServed,
   closeWhileOpening,
+  firstClaimHeld,
   pooled,
   postgresConnections,
   redisConnections,
@@ -24,19 +25,13 @@ const t = perTestService({ unhandled: true });
 test('at-most-once: a sweep its timer started, claiming as close() runs, is waited for: the payment is credited once', async () => {
   const id = await paid(t.provider);
   const data = new MemoryStore();
-  const { gate, open } = latch();
-  let claiming = false;
   // The sweep's claim is written, and answers once the test opens the gate (a query in flight).
-  const store = pooled(data, (key, claim) => {
-    if (!key.startsWith(id) || claiming) return undefined;
-    claiming = true;
-    const claimed = claim();
-    return gate.then(() => claimed);
-  });
+  const held = firstClaimHeld(data, id);
+  const { store, open } = held;
   const settings = { statusClient: statusClientOf(t.provider), reconcileAfterMs: 1, sweepIntervalMs: 20 };
   const { ipn, recorder } = await t.serve(quietRouter({ store, ...settings }));
   await ipn.expect(id, { amount: 100 });
-  await until(() => claiming, 'the sweep claiming');
+  await until(() => held.claiming, 'the sweep claiming');
   await closeWhileOpening(t, ipn, open); // the claim answers while close() runs
   await new Promise((resolve) => setTimeout(resolve, 60)); // the sweep, had close() not waited, goes on now
   await settle();
@@ -177,6 +172,22 @@ describeWithService('Redis', 'RedisStore over an ioredis client quit once close(
   overRealStore(redisConnections('cbc'));
 });
 
+/**
+ * The host's listener of `successful` on `ipn`: `crediting` once it runs, its credit's own write (in the host's
+ * database, `db`) held until `open()`, and failing once `db.ended` (the host's shutdown).
+ */
+function creditedInHostDatabase(ipn: IpnRouter) {
+  const db = { ended: false, credited: 0, crediting: false };
+  const { gate, open } = latch();
+  ipn.on('successful', async () => {
+    db.crediting = true;
+    await gate; // the credit's own write, in the host's database
+    if (db.ended) throw new Error('Cannot use a pool after calling end on the pool');
+    db.credited += 1;
+  });
+  return { db, open };
+}
+
 // The listeners of a notification answered 200 and delivered by a verification retry (its timer's, after the
 // first attempt gave up): close() waits for them as for any notification answered 200; the service never
 // resends it, so a listener cut short by the host's shutdown (its database ended) loses the payment.
@@ -191,14 +202,7 @@ test('at-most-once verify: the listeners of a copy delivered by a verification r
   };
   const settings = { verify, verifyTimeoutMs: 20, verifyRetryDelayMs: 30 };
   const { ipn, url } = await t.serve(quietRouter({ store: new MemoryStore(), ...settings }));
-  const db = { ended: false, credited: 0, crediting: false };
-  const { gate, open } = latch();
-  ipn.on('successful', async () => {
-    db.crediting = true;
-    await gate; // the credit's own write, in the host's database
-    if (db.ended) throw new Error('Cannot use a pool after calling end on the pool');
-    db.credited += 1;
-  });
+  const { db, open } = creditedInHostDatabase(ipn);
   expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200);
   await until(() => db.crediting, 'the retry crediting');
   await closeWhileOpening(t, ipn, open); // the credit's write answers while close() runs
@@ -213,14 +217,7 @@ test('at-most-once: the listeners of a payment the sweep delivered are waited fo
   const id = await paid(t.provider);
   const settings = { statusClient: statusClientOf(t.provider), reconcileAfterMs: 1, sweepIntervalMs: 20 };
   const { ipn } = await t.serve(quietRouter({ store: new MemoryStore(), ...settings }));
-  const db = { ended: false, credited: 0, crediting: false };
-  const { gate, open } = latch();
-  ipn.on('successful', async () => {
-    db.crediting = true;
-    await gate; // the credit's own write, in the host's database
-    if (db.ended) throw new Error('Cannot use a pool after calling end on the pool');
-    db.credited += 1;
-  });
+  const { db, open } = creditedInHostDatabase(ipn);
   await ipn.expect(id, { amount: 100 });
   await until(() => db.crediting, 'the sweep crediting');
   await closeWhileOpening(t, ipn, open); // the credit's write answers while close() runs

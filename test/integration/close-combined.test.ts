@@ -11,6 +11,7 @@ import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes } from '../helpers/drop-inboxes.js
 import {
   closeServed,
   closeWhileOpening,
+  firstClaimHeld,
   pooled,
   postgresConnections,
   redisConnections,
@@ -55,22 +56,16 @@ function firstQueryHeld(id?: string) {
 test('at-most-once: an ipn.reconcile() claiming as close() runs is waited for: the payment is credited once', async () => {
   const id = await paid(t.provider);
   const data = new MemoryStore();
-  const { gate, open } = latch();
-  let claiming = false;
   // reconcile's claim is written, and answers once the test opens the gate (a query in flight).
-  const store = pooled(data, (key, claim) => {
-    if (!key.startsWith(id) || claiming) return undefined;
-    claiming = true;
-    const claimed = claim();
-    return gate.then(() => claimed);
-  });
+  const held = firstClaimHeld(data, id);
+  const { store, open } = held;
   const settings = { statusClient: statusClientOf(t.provider) };
   const { ipn, recorder } = await t.serve(quietRouter({ store, ...settings }));
   const reconciled = ipn.reconcile(id).then(
     (result) => result.emitted,
     (error: unknown) => error,
   );
-  await until(() => claiming, 'the reconcile claiming');
+  await until(() => held.claiming, 'the reconcile claiming');
   await closeWhileOpening(t, ipn, open); // the claim answers while close() runs
   await reconciled;
   await settle();
