@@ -105,3 +105,19 @@ export function servedRouters(): <R extends { close(): unknown }>(ipn: R) => Pro
     return { ipn, url: running.url, post };
   };
 }
+
+/**
+ * POSTs `body` as JSON to `url`: the answer's status and JSON body, or `'no answer'` and why, when none came
+ * within 10 s (far past a test's `storeTimeoutMs`: no answer by then is a hung request).
+ */
+export function answerWithin10s(url: string, body: unknown) {
+  return fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(10_000),
+  }).then(
+    async (response) => ({ status: response.status, body: await response.json() }),
+    (error: unknown) => ({ status: 'no answer', body: String(error) }),
+  );
+}

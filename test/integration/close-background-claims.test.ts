@@ -1,12 +1,16 @@
 import { randomUUID } from 'node:crypto';
-import Redis from 'ioredis';
-import { Pool } from 'pg';
-import { MemoryStore, type Store } from 'ipn-kit';
-import { RedisStore } from 'ipn-kit/redis';
-import { PostgresStore } from '../../lib/postgres.js';
-import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { MemoryStore, type IpnRouter, type Store } from 'ipn-kit';
+import {
+  closeServed,
+  closeWhileOpening,
+  firstClaimHeld,
+  pooled,
+  postgresConnections,
+  redisConnections,
+  type Connected,
+} from '../helpers/ended-pool.js';
 import { settle } from '../helpers/servers.js';
-import { databaseUrl, describeWithService, redisUrl } from '../helpers/services.js';
+import { describeWithService } from '../helpers/services.js';
 import { until } from '../helpers/until.js';
 import { latch, paid, perTestService, quietRouter, statusClientOf } from '../helpers/verified-payments.js';
 
@@ -18,70 +22,17 @@ import { latch, paid, perTestService, quietRouter, statusClientOf } from '../hel
 
 const t = perTestService({ unhandled: true });
 
-/** What a test makes of the store's claims: `undefined` claims as the data does. */
-type Claim = (key: string, claim: () => boolean) => boolean | Promise<boolean> | undefined;
-
-/**
- * `data` seen through a pool the host ends once `ipn.close()` resolved (the store's `close()` here): every
- * call after it throws, the lifecycle's and the expectations' too. A claim started before that still lands
- * (a query in flight on a checked-out connection); `claim` lets a test hold or lose its answer.
- */
-function pooled(data: MemoryStore, claim: Claim = () => undefined): Store {
-  let ended = false;
-  const use = <T>(call: () => T): T => {
-    if (ended) throw new Error('Cannot use a pool after calling end on the pool');
-    return call();
-  };
-  const wrap = (target: object): object =>
-    new Proxy(target, {
-      get(on, name) {
-        const value: unknown = Reflect.get(on, name);
-        if (typeof value !== 'function') return value;
-        const method = value as (...args: unknown[]) => unknown;
-        return (...args: unknown[]) => use(() => method.apply(on, args));
-      },
-    });
-  const expectations = wrap(data.expectations);
-  const lifecycle = wrap(data.lifecycle);
-  const store = wrap(data);
-  return new Proxy(store, {
-    get(on, name) {
-      if (name === 'expectations') return expectations;
-      if (name === 'lifecycle') return lifecycle;
-      if (name === 'close') return () => void (ended = true);
-      if (name === 'claim')
-        return (key: string, ttlMs: number, token?: string) =>
-          use(() => {
-            const now = () => data.claim(key, ttlMs, token);
-            return claim(key, now) ?? now();
-          });
-      return Reflect.get(on, name);
-    },
-  }) as Store;
-}
-
 test('at-most-once: a sweep its timer started, claiming as close() runs, is waited for: the payment is credited once', async () => {
   const id = await paid(t.provider);
   const data = new MemoryStore();
-  const { gate, open } = latch();
-  let claiming = false;
   // The sweep's claim is written, and answers once the test opens the gate (a query in flight).
-  const store = pooled(data, (key, claim) => {
-    if (!key.startsWith(id) || claiming) return undefined;
-    claiming = true;
-    const claimed = claim();
-    return gate.then(() => claimed);
-  });
+  const held = firstClaimHeld(data, id);
+  const { store, open } = held;
   const settings = { statusClient: statusClientOf(t.provider), reconcileAfterMs: 1, sweepIntervalMs: 20 };
   const { ipn, recorder } = await t.serve(quietRouter({ store, ...settings }));
   await ipn.expect(id, { amount: 100 });
-  await until(() => claiming, 'the sweep claiming');
-  await t.running?.close();
-  t.running = undefined;
-  const closed = ipn.close({ timeoutMs: 5_000 });
-  setTimeout(open, 50); // the claim answers while close() runs
-  await closed;
-  t.ipn = undefined;
+  await until(() => held.claiming, 'the sweep claiming');
+  await closeWhileOpening(t, ipn, open); // the claim answers while close() runs
   await new Promise((resolve) => setTimeout(resolve, 60)); // the sweep, had close() not waited, goes on now
   await settle();
   const credited = recorder.count('successful');
@@ -123,20 +74,6 @@ test('at-most-once: a claim whose answer was lost, still to be asked again as cl
   expect(credited + next.recorder.count('successful')).toBe(1);
   expect(t.unhandled).toEqual([]);
 });
-
-/** Closes the server and the router the test serves now (before their store's connection is ended). */
-async function closeServed(): Promise<void> {
-  await t.running?.close();
-  t.running = undefined;
-  await t.ipn?.close();
-  t.ipn = undefined;
-}
-
-/** A real store over a connection of its own, which the host ends (`end`) once `ipn.close()` resolved. */
-interface Connected {
-  store: Store;
-  end: () => Promise<void>;
-}
 
 /** `store`, whose claims of `id` go through `claim` first (the store's own claim, bound, as `claim`). */
 function claimsOf(
@@ -182,12 +119,7 @@ function overRealStore(connectTo: (space: string) => Promise<Connected>) {
     const { ipn, recorder } = await t.serve(quietRouter({ store, ...settings }));
     await ipn.expect(id, { amount: 100 });
     await until(() => claiming, 'the sweep claiming');
-    await t.running?.close();
-    t.running = undefined;
-    const closed = ipn.close({ timeoutMs: 5_000 });
-    setTimeout(open, 50);
-    await closed;
-    t.ipn = undefined;
+    await closeWhileOpening(t, ipn, open);
     await first.end(); // the host's shutdown: its connection, once the router closed
     await new Promise((resolve) => setTimeout(resolve, 60));
     await settle();
@@ -198,7 +130,7 @@ function overRealStore(connectTo: (space: string) => Promise<Connected>) {
     await until(() => next.recorder.count('successful') + next.recorder.count('duplicate') > 0, 'the resend');
     await settle();
     expect(credited + next.recorder.count('successful')).toBe(1);
-    await closeServed();
+    await closeServed(t);
     await again.end();
     expect(t.unhandled).toEqual([]);
   });
@@ -226,48 +158,35 @@ function overRealStore(connectTo: (space: string) => Promise<Connected>) {
     await until(() => next.recorder.count('successful') + next.recorder.count('duplicate') > 0, 'the resend');
     await settle();
     expect(credited + next.recorder.count('successful')).toBe(1);
-    await closeServed();
+    await closeServed(t);
     await again.end();
     expect(t.unhandled).toEqual([]);
   });
 }
 
 describeWithService('PostgreSQL', 'PostgresStore over a pg Pool ended once close() resolved', () => {
-  const tables = new Set<string>();
-  const pool = () => new Pool({ connectionString: databaseUrl(), max: 4 });
-  afterAll(async () => {
-    const cleanup = pool();
-    await dropPostgresInboxes(cleanup, [...tables]);
-    await cleanup.end();
-  }, CLEANUP_TIMEOUT_MS);
-
-  overRealStore(async (space) => {
-    const table = `ipn_test_cbc_${process.pid}_${space}`;
-    const made = pool();
-    const store = new PostgresStore({ pool: made, table });
-    if (!tables.has(table)) await store.migrate();
-    tables.add(table);
-    return { store, end: () => made.end() };
-  });
+  overRealStore(postgresConnections('cbc'));
 });
 
 describeWithService('Redis', 'RedisStore over an ioredis client quit once close() resolved', () => {
-  const prefix = `ipn-test-cbc-${process.pid}-${randomUUID().slice(0, 6)}`;
-  afterAll(async () => {
-    const cleanup = new Redis(redisUrl());
-    const keys = await cleanup.keys(`${prefix}*`);
-    if (keys.length > 0) await cleanup.del(...keys);
-    await cleanup.quit();
-  }, CLEANUP_TIMEOUT_MS);
-
-  overRealStore(async (space) => {
-    const client = new Redis(redisUrl(), { lazyConnect: true });
-    client.on('error', () => {});
-    await client.connect();
-    const store = new RedisStore({ client, prefix: `${prefix}-${space}:` });
-    return { store, end: async () => void (await client.quit()) };
-  });
+  overRealStore(redisConnections('cbc'));
 });
+
+/**
+ * The host's listener of `successful` on `ipn`: `crediting` once it runs, its credit's own write (in the host's
+ * database, `db`) held until `open()`, and failing once `db.ended` (the host's shutdown).
+ */
+function creditedInHostDatabase(ipn: IpnRouter) {
+  const db = { ended: false, credited: 0, crediting: false };
+  const { gate, open } = latch();
+  ipn.on('successful', async () => {
+    db.crediting = true;
+    await gate; // the credit's own write, in the host's database
+    if (db.ended) throw new Error('Cannot use a pool after calling end on the pool');
+    db.credited += 1;
+  });
+  return { db, open };
+}
 
 // The listeners of a notification answered 200 and delivered by a verification retry (its timer's, after the
 // first attempt gave up): close() waits for them as for any notification answered 200; the service never
@@ -283,22 +202,10 @@ test('at-most-once verify: the listeners of a copy delivered by a verification r
   };
   const settings = { verify, verifyTimeoutMs: 20, verifyRetryDelayMs: 30 };
   const { ipn, url } = await t.serve(quietRouter({ store: new MemoryStore(), ...settings }));
-  const db = { ended: false, credited: 0, crediting: false };
-  const { gate, open } = latch();
-  ipn.on('successful', async () => {
-    db.crediting = true;
-    await gate; // the credit's own write, in the host's database
-    if (db.ended) throw new Error('Cannot use a pool after calling end on the pool');
-    db.credited += 1;
-  });
+  const { db, open } = creditedInHostDatabase(ipn);
   expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200);
   await until(() => db.crediting, 'the retry crediting');
-  await t.running?.close();
-  t.running = undefined;
-  const closed = ipn.close({ timeoutMs: 5_000 });
-  setTimeout(open, 50); // the credit's write answers while close() runs
-  await closed;
-  t.ipn = undefined;
+  await closeWhileOpening(t, ipn, open); // the credit's write answers while close() runs
   db.ended = true; // the host's shutdown: its database, once the router closed
   open();
   await settle();
@@ -310,22 +217,10 @@ test('at-most-once: the listeners of a payment the sweep delivered are waited fo
   const id = await paid(t.provider);
   const settings = { statusClient: statusClientOf(t.provider), reconcileAfterMs: 1, sweepIntervalMs: 20 };
   const { ipn } = await t.serve(quietRouter({ store: new MemoryStore(), ...settings }));
-  const db = { ended: false, credited: 0, crediting: false };
-  const { gate, open } = latch();
-  ipn.on('successful', async () => {
-    db.crediting = true;
-    await gate; // the credit's own write, in the host's database
-    if (db.ended) throw new Error('Cannot use a pool after calling end on the pool');
-    db.credited += 1;
-  });
+  const { db, open } = creditedInHostDatabase(ipn);
   await ipn.expect(id, { amount: 100 });
   await until(() => db.crediting, 'the sweep crediting');
-  await t.running?.close();
-  t.running = undefined;
-  const closed = ipn.close({ timeoutMs: 5_000 });
-  setTimeout(open, 50); // the credit's write answers while close() runs
-  await closed;
-  t.ipn = undefined;
+  await closeWhileOpening(t, ipn, open); // the credit's write answers while close() runs
   db.ended = true; // the host's shutdown: its database, once the router closed
   open();
   await settle();

@@ -3,16 +3,21 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import Redis from 'ioredis';
-import { Pool } from 'pg';
 import { createPool } from 'mysql2/promise';
 import { MysqlStore } from 'ipn-kit/mysql';
 import { SqliteStore } from 'ipn-kit/sqlite';
-import { MemoryStore, type Store } from 'ipn-kit';
-import { RedisStore } from 'ipn-kit/redis';
-import { PostgresStore } from '../../lib/postgres.js';
-import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
-import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers/services.js';
+import { MemoryStore } from 'ipn-kit';
+import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes } from '../helpers/drop-inboxes.js';
+import {
+  closeServed,
+  closeWhileOpening,
+  firstClaimHeld,
+  pooled,
+  postgresConnections,
+  redisConnections,
+  type Connected,
+} from '../helpers/ended-pool.js';
+import { describeWithService, mysqlUrl } from '../helpers/services.js';
 import { settle } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
 import { latch, paid, perTestService, quietRouter, statusClientOf } from '../helpers/verified-payments.js';
@@ -25,72 +30,43 @@ jest.setTimeout(60_000);
 
 const t = perTestService({ unhandled: true });
 
-/** What a test makes of the store's claims: `undefined` claims as the data does. */
-type Claim = (key: string, claim: () => boolean) => boolean | Promise<boolean> | undefined;
-
 /**
- * `data` seen through a pool the host ends once `ipn.close()` resolved (the store's `close()` here): every
- * call after it throws. A claim started before that still lands; `claim` lets a test hold its answer.
+ * `t.provider`'s status client, whose first query (of `id`, or of any transaction) waits until `open()`;
+ * `querying` once it does.
  */
-function pooled(data: MemoryStore, claim: Claim = () => undefined): Store {
-  let ended = false;
-  const use = <T>(call: () => T): T => {
-    if (ended) throw new Error('Cannot use a pool after calling end on the pool');
-    return call();
-  };
-  const wrap = (target: object): object =>
-    new Proxy(target, {
-      get(on, name) {
-        const value: unknown = Reflect.get(on, name);
-        if (typeof value !== 'function') return value;
-        const method = value as (...args: unknown[]) => unknown;
-        return (...args: unknown[]) => use(() => method.apply(on, args));
+function firstQueryHeld(id?: string) {
+  const client = statusClientOf(t.provider);
+  const { gate, open } = latch();
+  const held = {
+    querying: false,
+    open,
+    statusClient: {
+      getStatus: async (...args: Parameters<typeof client.getStatus>) => {
+        if ((id === undefined || args[0] === id) && !held.querying) {
+          held.querying = true;
+          await gate;
+        }
+        return client.getStatus(...args);
       },
-    });
-  const expectations = wrap(data.expectations);
-  const lifecycle = wrap(data.lifecycle);
-  const store = wrap(data);
-  return new Proxy(store, {
-    get(on, name) {
-      if (name === 'expectations') return expectations;
-      if (name === 'lifecycle') return lifecycle;
-      if (name === 'close') return () => void (ended = true);
-      if (name === 'claim')
-        return (key: string, ttlMs: number, token?: string) =>
-          use(() => {
-            const now = () => data.claim(key, ttlMs, token);
-            return claim(key, now) ?? now();
-          });
-      return Reflect.get(on, name);
     },
-  }) as Store;
+  };
+  return held;
 }
 
 test('at-most-once: an ipn.reconcile() claiming as close() runs is waited for: the payment is credited once', async () => {
   const id = await paid(t.provider);
   const data = new MemoryStore();
-  const { gate, open } = latch();
-  let claiming = false;
   // reconcile's claim is written, and answers once the test opens the gate (a query in flight).
-  const store = pooled(data, (key, claim) => {
-    if (!key.startsWith(id) || claiming) return undefined;
-    claiming = true;
-    const claimed = claim();
-    return gate.then(() => claimed);
-  });
+  const held = firstClaimHeld(data, id);
+  const { store, open } = held;
   const settings = { statusClient: statusClientOf(t.provider) };
   const { ipn, recorder } = await t.serve(quietRouter({ store, ...settings }));
   const reconciled = ipn.reconcile(id).then(
     (result) => result.emitted,
     (error: unknown) => error,
   );
-  await until(() => claiming, 'the reconcile claiming');
-  await t.running?.close();
-  t.running = undefined;
-  const closed = ipn.close({ timeoutMs: 5_000 });
-  setTimeout(open, 50); // the claim answers while close() runs
-  await closed;
-  t.ipn = undefined;
+  await until(() => held.claiming, 'the reconcile claiming');
+  await closeWhileOpening(t, ipn, open); // the claim answers while close() runs
   await reconciled;
   await settle();
   const credited = recorder.count('successful');
@@ -107,32 +83,17 @@ test("a sweep stopped by close() puts back the rest of its batch: the next proce
   const first = await paid(t.provider);
   const second = await paid(t.provider);
   const data = new MemoryStore();
-  const client = statusClientOf(t.provider);
-  const { gate, open } = latch();
-  let querying = false;
   // The first expectation's query is in flight as close() runs.
-  const statusClient = {
-    getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-      if (args[0] === first && !querying) {
-        querying = true;
-        await gate;
-      }
-      return client.getStatus(...args);
-    },
-  };
+  const held = firstQueryHeld(first);
+  const { statusClient, open } = held;
   const settings = { statusClient, reconcileAfterMs: 1 };
   const { ipn } = await t.serve(quietRouter({ store: pooled(data), ...settings }));
   await ipn.expect(first, { amount: 100 });
   await ipn.expect(second, { amount: 100 });
   await new Promise((resolve) => setTimeout(resolve, 5)); // both due
   const swept = ipn.sweep();
-  await until(() => querying, 'the sweep querying');
-  await t.running?.close();
-  t.running = undefined;
-  const closed = ipn.close({ timeoutMs: 5_000 });
-  setTimeout(open, 50);
-  await closed;
-  t.ipn = undefined;
+  await until(() => held.querying, 'the sweep querying');
+  await closeWhileOpening(t, ipn, open);
   await swept;
   await settle();
   // Not asked about by the pass that close() stopped: due now, no status query counted against it.
@@ -145,38 +106,14 @@ test("a sweep stopped by close() puts back the rest of its batch: the next proce
   expect(t.unhandled).toEqual([]);
 });
 
-/** Closes the server and the router the test serves now (before their store's connection is ended). */
-async function closeServed(): Promise<void> {
-  await t.running?.close();
-  t.running = undefined;
-  await t.ipn?.close();
-  t.ipn = undefined;
-}
-
-/** A real store over a connection of its own, which the host ends (`end`) once `ipn.close()` resolved. */
-interface Connected {
-  store: Store;
-  end: () => Promise<void>;
-}
-
 /** The sweep stopped by close() over a real store (`connect`: the same data each time, a new connection). */
 function sweepStoppedOver(connectTo: (space: string) => Promise<Connected>) {
   test("a sweep stopped by close() puts back the rest of its batch: the next process's sweep credits it", async () => {
     const space = randomUUID().slice(0, 6);
     const first = await paid(t.provider);
     const second = await paid(t.provider);
-    const client = statusClientOf(t.provider);
-    const { gate, open } = latch();
-    let querying = false;
-    const statusClient = {
-      getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-        if (args[0] === first && !querying) {
-          querying = true;
-          await gate;
-        }
-        return client.getStatus(...args);
-      },
-    };
+    const held = firstQueryHeld(first);
+    const { statusClient, open } = held;
     const settings = { statusClient, reconcileAfterMs: 1 };
     const connected = await connectTo(space);
     const { ipn } = await t.serve(quietRouter({ store: connected.store, ...settings }));
@@ -184,13 +121,8 @@ function sweepStoppedOver(connectTo: (space: string) => Promise<Connected>) {
     await ipn.expect(second, { amount: 100 });
     await new Promise((resolve) => setTimeout(resolve, 5));
     const swept = ipn.sweep();
-    await until(() => querying, 'the sweep querying');
-    await t.running?.close();
-    t.running = undefined;
-    const closed = ipn.close({ timeoutMs: 5_000 });
-    setTimeout(open, 50);
-    await closed;
-    t.ipn = undefined;
+    await until(() => held.querying, 'the sweep querying');
+    await closeWhileOpening(t, ipn, open);
     await swept;
     await connected.end();
     await settle();
@@ -200,7 +132,7 @@ function sweepStoppedOver(connectTo: (space: string) => Promise<Connected>) {
       const result = await next.ipn.sweep();
       expect(result.reconciled).toBe(1);
       expect(next.recorder.of('successful')).toMatchObject([{ transaction_id: second }]);
-      await closeServed();
+      await closeServed(t);
     } finally {
       await again.end();
     }
@@ -209,40 +141,11 @@ function sweepStoppedOver(connectTo: (space: string) => Promise<Connected>) {
 }
 
 describeWithService('PostgreSQL', 'PostgresStore over a pg Pool ended once close() resolved', () => {
-  const tables = new Set<string>();
-  const pool = () => new Pool({ connectionString: databaseUrl(), max: 4 });
-  afterAll(async () => {
-    const cleanup = pool();
-    await dropPostgresInboxes(cleanup, [...tables]);
-    await cleanup.end();
-  }, CLEANUP_TIMEOUT_MS);
-
-  sweepStoppedOver(async (space) => {
-    const table = `ipn_test_ccb_${process.pid}_${space}`;
-    const made = pool();
-    const store = new PostgresStore({ pool: made, table });
-    if (!tables.has(table)) await store.migrate();
-    tables.add(table);
-    return { store, end: () => made.end() };
-  });
+  sweepStoppedOver(postgresConnections('ccb'));
 });
 
 describeWithService('Redis', 'RedisStore over an ioredis client quit once close() resolved', () => {
-  const prefix = `ipn-test-ccb-${process.pid}-${randomUUID().slice(0, 6)}`;
-  afterAll(async () => {
-    const cleanup = new Redis(redisUrl());
-    const keys = await cleanup.keys(`${prefix}*`);
-    if (keys.length > 0) await cleanup.del(...keys);
-    await cleanup.quit();
-  }, CLEANUP_TIMEOUT_MS);
-
-  sweepStoppedOver(async (space) => {
-    const client = new Redis(redisUrl(), { lazyConnect: true });
-    client.on('error', () => {});
-    await client.connect();
-    const store = new RedisStore({ client, prefix: `${prefix}-${space}:` });
-    return { store, end: async () => void (await client.quit()) };
-  });
+  sweepStoppedOver(redisConnections('ccb'));
 });
 
 describeWithService('MariaDB', 'MysqlStore over a mysql2 pool ended once close() resolved', () => {
@@ -332,23 +235,13 @@ test('ipn.reconcile(): an expectation corrected by a listener of its rejected ev
 test('the sweep: an expectation corrected while its status query runs is not written over as rejected; the next pass credits it', async () => {
   const id = await paid(t.provider);
   const data = new MemoryStore();
-  const client = statusClientOf(t.provider);
-  const { gate, open } = latch();
-  let querying = false;
-  const statusClient = {
-    getStatus: async (...args: Parameters<typeof client.getStatus>) => {
-      if (!querying) {
-        querying = true;
-        await gate;
-      }
-      return client.getStatus(...args);
-    },
-  };
+  const held = firstQueryHeld();
+  const { statusClient, open } = held;
   const { ipn, recorder } = await t.serve(quietRouter({ store: data, statusClient, reconcileAfterMs: 1 }));
   await ipn.expect(id, { amount: 5_000 });
   await new Promise((resolve) => setTimeout(resolve, 5));
   const swept = ipn.sweep();
-  await until(() => querying, 'the sweep querying');
+  await until(() => held.querying, 'the sweep querying');
   await ipn.expect(id, { amount: 100 }); // the order's amount, corrected
   open();
   await swept;

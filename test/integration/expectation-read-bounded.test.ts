@@ -1,14 +1,12 @@
-import { randomUUID } from 'node:crypto';
 import { Pool, type PoolClient } from 'pg';
-import { ipnRouter, type IpnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { uniquePayload } from '../helpers/payloads.js';
-import { quiet } from '../helpers/quiet-logger.js';
+import { postgresTables } from '../helpers/postgres-tables.js';
 import { recordEvents } from '../helpers/record-events.js';
-import { listen, type Running } from '../helpers/servers.js';
+import { answerWithin10s, servedRouters } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
 import { databaseUrl, describeWithService } from '../helpers/services.js';
-import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { quietRouter } from '../helpers/verified-payments.js';
 
 jest.setTimeout(30_000);
 
@@ -19,34 +17,19 @@ jest.setTimeout(30_000);
  * on the instance that called `ipn.expect()` and on every other one (which reads the mark of their use).
  */
 describeWithService('PostgreSQL', 'the expectation read before the claim', () => {
-  const admin = new Pool({ connectionString: databaseUrl() });
-  const tables: string[] = [];
-  const servers: Running[] = [];
-  const routers: IpnRouter[] = [];
+  const { admin, table: migrated } = postgresTables('erb');
+  const serve = servedRouters();
   const pools: Pool[] = [];
   afterEach(async () => {
-    await Promise.all(servers.splice(0).map((server) => server.close()));
-    await Promise.all(routers.splice(0).map((ipn) => ipn.close()));
     await Promise.all(pools.splice(0).map((pool) => pool.end()));
   });
-  afterAll(async () => {
-    await dropPostgresInboxes(admin, tables);
-    await admin.end();
-  }, CLEANUP_TIMEOUT_MS);
 
   async function instance(table: string) {
     const pool = new Pool({ connectionString: databaseUrl() });
     pools.push(pool);
-    const ipn = ipnRouter({
-      store: new PostgresStore({ pool, table }),
-      logger: quiet,
-      storeTimeoutMs: 300,
-      sweepIntervalMs: 2 ** 31 - 1,
-    });
-    routers.push(ipn);
-    const served = await listen(ipn);
-    servers.push(served);
-    return { ipn, url: served.url, events: recordEvents(ipn) };
+    const ipn = quietRouter({ store: new PostgresStore({ pool, table }), storeTimeoutMs: 300 });
+    const { url } = await serve(ipn);
+    return { ipn, url, events: recordEvents(ipn) };
   }
 
   /** POSTs `payload` while another session holds `<table>_expected` locked; the answer, or why none came. */
@@ -55,15 +38,7 @@ describeWithService('PostgreSQL', 'the expectation read before the claim', () =>
     try {
       await locker.query('BEGIN');
       await locker.query(`LOCK TABLE ${table}_expected IN ACCESS EXCLUSIVE MODE`);
-      const answer = await fetch(url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(payload),
-        signal: AbortSignal.timeout(10_000), // far past storeTimeoutMs: no answer by then is a hung request
-      }).then(
-        async (response) => ({ status: response.status, body: await response.json() }),
-        (error: unknown) => ({ status: 'no answer', body: String(error) }),
-      );
+      const answer = await answerWithin10s(url, payload);
       return answer;
     } finally {
       await locker.query('ROLLBACK');
@@ -74,9 +49,7 @@ describeWithService('PostgreSQL', 'the expectation read before the claim', () =>
   test.each(['the instance that expected it', 'another instance over the store'])(
     'a read stuck behind a lock is answered 503 store_unavailable, then the resend is credited once (%s)',
     async (which) => {
-      const table = `erb_${process.pid}_${randomUUID().slice(0, 8)}`;
-      tables.push(table);
-      await new PostgresStore({ pool: admin, table }).migrate();
+      const table = await migrated();
       const a = await instance(table);
       const b = which === 'the instance that expected it' ? a : await instance(table);
       const payload = uniquePayload();

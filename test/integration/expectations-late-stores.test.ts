@@ -53,49 +53,53 @@ interface Kind {
 const made: number[] = [0];
 const next = () => (made[0]! += 1);
 
+/**
+ * A SQL store's kind: its pool opened on first use, a migrated table `ipn_rl_<run>_<n>` a test; after the
+ * file, its tables dropped and its pool ended.
+ */
+function sqlKind<P extends { end(): Promise<void> }>(
+  service: Service,
+  name: string,
+  open: () => P,
+  storeOf: (pool: P, table: string) => PostgresStore | MysqlStore,
+  drop: (pool: P, tables: string[]) => Promise<void>,
+): Kind {
+  let pool: P | undefined;
+  const tables: string[] = [];
+  return {
+    service,
+    name,
+    async make() {
+      pool ??= open();
+      const table = `ipn_rl_${run}_${next()}`;
+      tables.push(table);
+      const store = storeOf(pool, table);
+      await store.migrate();
+      return store;
+    },
+    async end() {
+      if (!pool) return;
+      await drop(pool, tables);
+      await pool.end();
+    },
+  };
+}
+
 const kinds: Kind[] = [
-  (() => {
-    let pool: Pool | undefined;
-    const tables: string[] = [];
-    return {
-      service: 'PostgreSQL' as const,
-      name: 'PostgresStore',
-      async make() {
-        pool ??= new Pool({ connectionString: databaseUrl(), max: 4 });
-        const table = `ipn_rl_${run}_${next()}`;
-        tables.push(table);
-        const store = new PostgresStore({ pool, table });
-        await store.migrate();
-        return store;
-      },
-      async end() {
-        if (!pool) return;
-        await dropPostgresInboxes(pool, tables);
-        await pool.end();
-      },
-    };
-  })(),
-  (() => {
-    let pool: ReturnType<typeof createPool> | undefined;
-    const tables: string[] = [];
-    return {
-      service: 'MariaDB' as const,
-      name: 'MysqlStore',
-      async make() {
-        pool ??= createPool({ uri: mysqlUrl(), connectionLimit: 4 });
-        const table = `ipn_rl_${run}_${next()}`;
-        tables.push(table);
-        const store = new MysqlStore({ pool, table });
-        await store.migrate();
-        return store;
-      },
-      async end() {
-        if (!pool) return;
-        await dropMysqlInboxes(pool, tables);
-        await pool.end();
-      },
-    };
-  })(),
+  sqlKind(
+    'PostgreSQL',
+    'PostgresStore',
+    () => new Pool({ connectionString: databaseUrl(), max: 4 }),
+    (pool, table) => new PostgresStore({ pool, table }),
+    dropPostgresInboxes,
+  ),
+  sqlKind(
+    'MariaDB',
+    'MysqlStore',
+    () => createPool({ uri: mysqlUrl(), connectionLimit: 4 }),
+    (pool, table) => new MysqlStore({ pool, table }),
+    dropMysqlInboxes,
+  ),
   (() => {
     let redis: Redis | undefined;
     const prefix = `ipn-kit-test:late-expect:${run}:`;

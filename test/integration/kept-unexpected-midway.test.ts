@@ -1,43 +1,33 @@
-import { randomUUID } from 'node:crypto';
-import { Pool } from 'pg';
-import { createStatusClient, ipnRouter, type IpnRouter } from 'ipn-kit';
 import { PostgresStore, type PgQueryable } from 'ipn-kit/postgres';
-import { createFakeProvider, type FakeProvider } from 'ipn-kit/testing';
-import { quiet } from '../helpers/quiet-logger.js';
-import { recordEvents } from '../helpers/record-events.js';
-import { listen, type Running } from '../helpers/servers.js';
-import { databaseUrl, describeWithService } from '../helpers/services.js';
-import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { expectAnother, keptRouter, resendingService } from '../helpers/kept-unexpected.js';
+import { postgresTables } from '../helpers/postgres-tables.js';
+import { describeWithService } from '../helpers/services.js';
 
 jest.setTimeout(60_000);
 
 describeWithService('PostgreSQL', 'a kept unexpected copy made due, the store failing mid-way', () => {
-  const admin = new Pool({ connectionString: databaseUrl() });
-  const tables: string[] = [];
-  const servers: Running[] = [];
-  const routers: IpnRouter[] = [];
-  let provider: FakeProvider;
-  beforeAll(async () => {
-    provider = await createFakeProvider({ apiKey: 'test-key', resendIntervalMs: 30, resends: 3 });
-  });
-  afterEach(async () => {
-    await Promise.all(servers.splice(0).map((server) => server.close()));
-    await Promise.all(routers.splice(0).map((ipn) => ipn.close()));
-  });
-  afterAll(async () => {
-    await provider.close();
-    await dropPostgresInboxes(admin, tables);
-    await admin.end();
-  }, CLEANUP_TIMEOUT_MS);
+  const service = resendingService();
+  const { admin, table: migrated } = postgresTables('kum');
+
+  /** A router over `pool` (table `table`) that refuses what nobody expected, served; expectations in use. */
+  async function instance(pool: PgQueryable, table: string) {
+    const served = await service.serve(
+      keptRouter(
+        new PostgresStore({ pool, table }),
+        { baseUrl: service.provider.statusBaseUrl, minIntervalMs: 0 },
+        { unexpected: 'reject', recoveryIntervalMs: 50 },
+      ),
+    );
+    await expectAnother(served.ipn);
+    return served;
+  }
 
   for (const [name, markFails] of [
     ['marked kept', false],
     ['still under its hold lease', true],
   ] as const) {
     test(`${name}: its replay failing, it is delivered once all the same`, async () => {
-      const table = `kum_${process.pid}_${randomUUID().slice(0, 8)}`;
-      tables.push(table);
-      await new PostgresStore({ pool: admin, table }).migrate();
+      const table = await migrated();
       const failing = { mark: markFails, replay: false };
       const queryable: PgQueryable = {
         query(text: string, values?: unknown[]): ReturnType<PgQueryable['query']> {
@@ -55,28 +45,10 @@ describeWithService('PostgreSQL', 'a kept unexpected copy made due, the store fa
           return admin.query(text, values);
         },
       };
-      const ipn = ipnRouter({
-        store: new PostgresStore({ pool: queryable, table }),
-        delivery: 'at-least-once',
-        logger: quiet,
-        unexpected: 'reject',
-        statusClient: createStatusClient({
-          baseUrl: provider.statusBaseUrl,
-          apiKey: 'test-key',
-          minIntervalMs: 0,
-        }),
-        reconcileAfterMs: 10,
-        recoveryIntervalMs: 50,
-        sweepIntervalMs: 2 ** 31 - 1,
-      });
-      routers.push(ipn);
-      const events = recordEvents(ipn);
-      const served = await listen(ipn);
-      servers.push(served);
-      await ipn.expect(`EXP.${randomUUID().slice(0, 8)}`, { amount: 1, customData: 'order-0' });
-      const paid = provider.initiate({
+      const { ipn, events, url } = await instance(queryable, table);
+      const paid = service.provider.initiate({
         amount: 5000,
-        ipnUrl: `${served.url}/`,
+        ipnUrl: url,
         customData: 'order-9',
         outcome: 'SUCCESSFUL',
       });
@@ -110,37 +82,16 @@ describeWithService('PostgreSQL', 'a kept unexpected copy made due, the store fa
   // (amount "5000.00", custom_data re-serialised, SUCCESS) is credited once, with those values; one whose
   // custom_data names another value (a string for a number) stays kept.
   test('a kept copy spelled otherwise is credited once as the payment the record names; another value stays kept', async () => {
-    const table = `kum_${process.pid}_${randomUUID().slice(0, 8)}`;
-    tables.push(table);
-    await new PostgresStore({ pool: admin, table }).migrate();
-    const ipn = ipnRouter({
-      store: new PostgresStore({ pool: admin, table }),
-      delivery: 'at-least-once',
-      logger: quiet,
-      unexpected: 'reject',
-      statusClient: createStatusClient({
-        baseUrl: provider.statusBaseUrl,
-        apiKey: 'test-key',
-        minIntervalMs: 0,
-      }),
-      reconcileAfterMs: 10,
-      recoveryIntervalMs: 50,
-      sweepIntervalMs: 2 ** 31 - 1,
-    });
-    routers.push(ipn);
-    const events = recordEvents(ipn);
-    const served = await listen(ipn);
-    servers.push(served);
-    const url = `${served.url}/`;
-    await ipn.expect(`EXP.${randomUUID().slice(0, 8)}`, { amount: 1, customData: 'order-0' });
-    const spelled = provider.initiate({
+    const table = await migrated();
+    const { ipn, events, url } = await instance(admin, table);
+    const spelled = service.provider.initiate({
       amount: 5000,
       ipnUrl: url,
       customData: '{"order":9,"sku":"x"}',
       outcome: 'SUCCESSFUL',
       deliver: false,
     });
-    const other = provider.initiate({
+    const other = service.provider.initiate({
       amount: 5000,
       ipnUrl: url,
       customData: '{"order":10}',
@@ -148,7 +99,7 @@ describeWithService('PostgreSQL', 'a kept unexpected copy made due, the store fa
       deliver: false,
     });
     expect(
-      await provider.forge({
+      await service.provider.forge({
         ipnUrl: url,
         transactionId: spelled.transactionId,
         state: 'SUCCESS',
@@ -157,7 +108,11 @@ describeWithService('PostgreSQL', 'a kept unexpected copy made due, the store fa
       }),
     ).toBe(200);
     expect(
-      await provider.forge({ ipnUrl: url, transactionId: other.transactionId, customData: '{"order":"10"}' }),
+      await service.provider.forge({
+        ipnUrl: url,
+        transactionId: other.transactionId,
+        customData: '{"order":"10"}',
+      }),
     ).toBe(200);
     for (let i = 0; i < 200 && events.count('rejected') < 2; i += 1)
       await new Promise((resolve) => setTimeout(resolve, 10));

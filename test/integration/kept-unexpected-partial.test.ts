@@ -1,9 +1,7 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createStatusClient, ipnRouter, MemoryStore, type IpnRouter } from 'ipn-kit';
-import { quiet } from '../helpers/quiet-logger.js';
-import { recordEvents } from '../helpers/record-events.js';
-import { listen, type Running } from '../helpers/servers.js';
+import { MemoryStore } from 'ipn-kit';
+import { keptRouter, keptServer } from '../helpers/kept-unexpected.js';
 import { until } from '../helpers/until.js';
 
 jest.setTimeout(30_000);
@@ -17,8 +15,7 @@ jest.setTimeout(30_000);
  * key: the payment never credited, never `stale`, no event after its `rejected`.
  */
 describe('a kept unexpected copy and a partial record of its transaction', () => {
-  const servers: Running[] = [];
-  const routers: IpnRouter[] = [];
+  const serve = keptServer();
   let service: Server;
   let baseUrl: string;
   /** The fields the status answer leaves out. */
@@ -36,10 +33,6 @@ describe('a kept unexpected copy and a partial record of its transaction', () =>
     await new Promise<void>((resolve) => service.listen(0, '127.0.0.1', resolve));
     baseUrl = `http://127.0.0.1:${(service.address() as AddressInfo).port}/api_v1/transaction`;
   });
-  afterEach(async () => {
-    await Promise.all(servers.splice(0).map((server) => server.close()));
-    await Promise.all(routers.splice(0).map((ipn) => ipn.close()));
-  });
   afterAll(async () => {
     await new Promise((resolve) => service.close(resolve));
   });
@@ -51,26 +44,15 @@ describe('a kept unexpected copy and a partial record of its transaction', () =>
     'a record lacking %s neither credits nor drops it: stale at the last query, never settled on the kept key',
     async (lacking, expectation) => {
       omit = [lacking];
-      const ipn = ipnRouter({
-        store: new MemoryStore(),
-        delivery: 'at-least-once',
-        logger: quiet,
-        unexpected: 'reject',
-        statusClient: createStatusClient({ baseUrl, apiKey: 'test-key', minIntervalMs: 0 }),
-        reconcileAfterMs: 10,
-        reconcileAttempts: 1,
-        sweepIntervalMs: 2 ** 31 - 1,
-      });
-      routers.push(ipn);
-      const events = recordEvents(ipn);
-      const served = await listen(ipn);
-      servers.push(served);
+      const { ipn, events, post } = await serve(
+        keptRouter(
+          new MemoryStore(),
+          { baseUrl, minIntervalMs: 0 },
+          { unexpected: 'reject', reconcileAttempts: 1 },
+        ),
+      );
       await ipn.expect('EXP.1', { amount: 1, customData: 'order-0' });
-      const answer = await fetch(served.url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(record),
-      });
+      const answer = await post(record);
       expect(answer.status).toBe(200);
       await until(() => events.count('rejected') > 0, 'the kept copy');
       await ipn.expect(record.transaction_id, expectation);
@@ -88,25 +70,11 @@ describe('a kept unexpected copy and a partial record of its transaction', () =>
 
   test('reconcile() on a partial record leaves the expectation; the whole record then credits the kept copy once', async () => {
     omit = ['custom_data'];
-    const ipn = ipnRouter({
-      store: new MemoryStore(),
-      delivery: 'at-least-once',
-      logger: quiet,
-      unexpected: 'reject',
-      statusClient: createStatusClient({ baseUrl, apiKey: 'test-key', minIntervalMs: 0 }),
-      reconcileAfterMs: 10,
-      sweepIntervalMs: 2 ** 31 - 1,
-    });
-    routers.push(ipn);
-    const events = recordEvents(ipn);
-    const served = await listen(ipn);
-    servers.push(served);
+    const { ipn, events, post } = await serve(
+      keptRouter(new MemoryStore(), { baseUrl, minIntervalMs: 0 }, { unexpected: 'reject' }),
+    );
     await ipn.expect('EXP.1', { amount: 1, customData: 'order-0' });
-    await fetch(served.url, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify(record),
-    });
+    await post(record);
     await until(() => events.count('rejected') > 0, 'the kept copy');
     await ipn.expect(record.transaction_id, { amount: 5000 });
     expect(await ipn.reconcile(record.transaction_id)).toMatchObject({ emitted: false, rejected: false });

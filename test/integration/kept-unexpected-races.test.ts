@@ -1,13 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import Redis from 'ioredis';
 import { Pool } from 'pg';
-import { createStatusClient, ipnRouter, type IpnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { RedisStore } from 'ipn-kit/redis';
-import { createFakeProvider, type FakeProvider } from 'ipn-kit/testing';
-import { quiet } from '../helpers/quiet-logger.js';
-import { recordEvents } from '../helpers/record-events.js';
-import { listen, type Running } from '../helpers/servers.js';
+import { expectAnother, keptRouter, resendingService } from '../helpers/kept-unexpected.js';
 import { until } from '../helpers/until.js';
 import { databaseUrl, describeWithService, redisUrl } from '../helpers/services.js';
 import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
@@ -22,41 +18,16 @@ type Store = PostgresStore | RedisStore;
  */
 function races(service: 'PostgreSQL' | 'Redis', makeStore: () => Promise<() => Store>) {
   describeWithService(service, `kept unexpected copy, races (${service})`, () => {
-    const servers: Running[] = [];
-    const routers: IpnRouter[] = [];
-    let provider: FakeProvider;
-    beforeAll(async () => {
-      provider = await createFakeProvider({ apiKey: 'test-key', resendIntervalMs: 30, resends: 3 });
-    });
-    afterEach(async () => {
-      provider.unblock();
-      await Promise.all(servers.splice(0).map((server) => server.close()));
-      await Promise.all(routers.splice(0).map((ipn) => ipn.close()));
-    });
-    afterAll(async () => {
-      await provider.close();
-    }, CLEANUP_TIMEOUT_MS);
+    const service = resendingService();
 
     async function instance(store: () => Store) {
-      const ipn = ipnRouter({
-        store: store(),
-        delivery: 'at-least-once',
-        logger: quiet,
-        statusClient: createStatusClient({
-          baseUrl: provider.statusBaseUrl,
-          apiKey: 'test-key',
-          blockCooldownMs: 20,
-          minIntervalMs: 0,
-        }),
-        reconcileAfterMs: 10,
-        recoveryIntervalMs: 50,
-        sweepIntervalMs: 2 ** 31 - 1,
-      });
-      routers.push(ipn);
-      const events = recordEvents(ipn);
-      const served = await listen(ipn);
-      servers.push(served);
-      return { ipn, events, url: `${served.url}/` };
+      return service.serve(
+        keptRouter(
+          store(),
+          { baseUrl: service.provider.statusBaseUrl, blockCooldownMs: 20, minIntervalMs: 0 },
+          { recoveryIntervalMs: 50 },
+        ),
+      );
     }
 
     for (const round of [1, 2]) {
@@ -64,17 +35,17 @@ function races(service: 'PostgreSQL' | 'Redis', makeStore: () => Promise<() => S
         const store = await makeStore();
         const a = await instance(store);
         const b = await instance(store);
-        await a.ipn.expect(`EXP.${randomUUID().slice(0, 8)}`, { amount: 1, customData: 'order-0' });
-        const paid = provider.initiate({
+        await expectAnother(a.ipn);
+        const paid = service.provider.initiate({
           amount: 5000,
           ipnUrl: a.url,
           customData: '{"order": 7, "sku": "x"}',
           outcome: 'SUCCESSFUL',
         });
-        provider.block();
+        service.provider.block();
         await paid.delivered;
         await until(() => a.events.count('rejected') > 0, 'the kept notification');
-        provider.unblock();
+        service.provider.unblock();
         await new Promise((resolve) => setTimeout(resolve, 50));
         const key = `${paid.transactionId}:SUCCESSFUL`;
         expect(await a.ipn.inbox.get(key)).toMatchObject({ status: 'failed' });

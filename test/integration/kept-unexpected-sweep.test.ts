@@ -1,14 +1,8 @@
-import { randomUUID } from 'node:crypto';
-import { Pool } from 'pg';
-import { createStatusClient, ipnRouter, type IpnRouter } from 'ipn-kit';
 import { PostgresStore } from 'ipn-kit/postgres';
-import { createFakeProvider, type FakeProvider } from 'ipn-kit/testing';
-import { quiet } from '../helpers/quiet-logger.js';
-import { recordEvents } from '../helpers/record-events.js';
-import { listen, type Running } from '../helpers/servers.js';
+import { expectAnother, keptRouter, resendingService, type Kept } from '../helpers/kept-unexpected.js';
+import { postgresTables } from '../helpers/postgres-tables.js';
 import { until } from '../helpers/until.js';
-import { databaseUrl, describeWithService } from '../helpers/services.js';
-import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { describeWithService } from '../helpers/services.js';
 
 jest.setTimeout(30_000);
 
@@ -23,66 +17,37 @@ jest.setTimeout(30_000);
  * contradicts stays kept.
  */
 describeWithService('PostgreSQL', 'a kept unexpected notification of a transaction expected later', () => {
-  const admin = new Pool({ connectionString: databaseUrl() });
-  const tables: string[] = [];
-  const servers: Running[] = [];
-  const routers: IpnRouter[] = [];
-  let provider: FakeProvider;
-  beforeAll(async () => {
-    provider = await createFakeProvider({ apiKey: 'test-key', resendIntervalMs: 30, resends: 3 });
-  });
-  afterEach(async () => {
-    provider.unblock();
-    await Promise.all(servers.splice(0).map((server) => server.close()));
-    await Promise.all(routers.splice(0).map((ipn) => ipn.close()));
-  });
-  afterAll(async () => {
-    await provider.close();
-    await dropPostgresInboxes(admin, tables);
-    await admin.end();
-  }, CLEANUP_TIMEOUT_MS);
+  const service = resendingService();
+  const { admin, table: migrated } = postgresTables('kus');
 
   async function instance() {
-    const table = `kus_${process.pid}_${randomUUID().slice(0, 8)}`;
-    tables.push(table);
-    await new PostgresStore({ pool: admin, table }).migrate();
-    const ipn = ipnRouter({
-      store: new PostgresStore({ pool: admin, table }),
-      delivery: 'at-least-once',
-      logger: quiet,
-      // Short waits for a test: the client's silence after the block, the sweep's first query.
-      statusClient: createStatusClient({
-        baseUrl: provider.statusBaseUrl,
-        apiKey: 'test-key',
-        blockCooldownMs: 20,
-        minIntervalMs: 10,
-      }),
-      reconcileAfterMs: 10,
-      recoveryIntervalMs: 50,
-      sweepIntervalMs: 2 ** 31 - 1,
-    });
-    routers.push(ipn);
-    const events = recordEvents(ipn);
-    const served = await listen(ipn);
-    servers.push(served);
+    const table = await migrated();
+    const { ipn, events, url } = await service.serve(
+      keptRouter(
+        new PostgresStore({ pool: admin, table }),
+        // Short waits for a test: the client's silence after the block, the sweep's first query.
+        { baseUrl: service.provider.statusBaseUrl, blockCooldownMs: 20, minIntervalMs: 10 },
+        { recoveryIntervalMs: 50 },
+      ),
+    );
     // Expectations in use: this instance initiated a payment before.
-    await ipn.expect(`EXP.${randomUUID().slice(0, 8)}`, { amount: 1, customData: 'order-0' });
-    return { ipn, events, url: `${served.url}/` };
+    await expectAnother(ipn);
+    return { ipn, events, url };
   }
 
   /** Its one status query refused (a block): kept, `rejected` (reason `unexpected`), not credited. */
-  async function keptWhileBlocked(events: ReturnType<typeof recordEvents>, post: () => Promise<unknown>) {
-    provider.block();
+  async function keptWhileBlocked(events: Kept['events'], post: () => Promise<unknown>) {
+    service.provider.block();
     await post();
     await until(() => events.count('rejected') > 0, 'the kept notification');
     expect(events.of('rejected')).toEqual([expect.objectContaining({ reason: 'unexpected' })]);
-    provider.unblock();
+    service.provider.unblock();
     await new Promise((resolve) => setTimeout(resolve, 50)); // past the client's silence after the block
   }
 
   test('the sweep that finds the record matching a kept copy delivers it, once', async () => {
     const { ipn, events, url } = await instance();
-    const paid = provider.initiate({
+    const paid = service.provider.initiate({
       amount: 5000,
       ipnUrl: url,
       customData: 'order-1',
@@ -121,11 +86,11 @@ describeWithService('PostgreSQL', 'a kept unexpected notification of a transacti
     async () => {
       const { ipn, events, url } = await instance();
       const id = `EFB.${Date.now()}`; // the next id the service will give
-      expect(await provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-3', amount: 1 })).toBe(
-        200,
-      );
+      expect(
+        await service.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-3', amount: 1 }),
+      ).toBe(200);
       await until(() => events.count('rejected') > 0, 'the kept forgery'); // the service: not found
-      const paid = provider.initiate({
+      const paid = service.provider.initiate({
         transactionId: id,
         amount: 5000,
         ipnUrl: url,
@@ -151,7 +116,7 @@ describeWithService('PostgreSQL', 'a kept unexpected notification of a transacti
 
   test('a kept copy the record contradicts (another amount) stays kept, not credited', async () => {
     const { ipn, events, url } = await instance();
-    const paid = provider.initiate({
+    const paid = service.provider.initiate({
       amount: 5000,
       ipnUrl: url,
       customData: 'order-2',
@@ -159,7 +124,12 @@ describeWithService('PostgreSQL', 'a kept unexpected notification of a transacti
       deliver: false,
     });
     await keptWhileBlocked(events, () =>
-      provider.forge({ ipnUrl: url, transactionId: paid.transactionId, customData: 'order-2', amount: 50 }),
+      service.provider.forge({
+        ipnUrl: url,
+        transactionId: paid.transactionId,
+        customData: 'order-2',
+        amount: 50,
+      }),
     );
     await ipn.expect(paid.transactionId, { amount: 5000, customData: 'order-2' });
     await new Promise((resolve) => setTimeout(resolve, 20));

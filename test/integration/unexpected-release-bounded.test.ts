@@ -1,14 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import { Pool, type PoolClient } from 'pg';
-import { ipnRouter, type IpnRouter } from 'ipn-kit';
+import type { Pool, PoolClient } from 'pg';
 import { PostgresStore, type PgQueryable } from 'ipn-kit/postgres';
 import { uniquePayload } from '../helpers/payloads.js';
-import { quiet } from '../helpers/quiet-logger.js';
+import { postgresTables } from '../helpers/postgres-tables.js';
 import { recordEvents } from '../helpers/record-events.js';
-import { listen, type Running } from '../helpers/servers.js';
+import { answerWithin10s, servedRouters } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
-import { databaseUrl, describeWithService } from '../helpers/services.js';
-import { CLEANUP_TIMEOUT_MS, dropPostgresInboxes } from '../helpers/drop-inboxes.js';
+import { describeWithService } from '../helpers/services.js';
+import { quietRouter } from '../helpers/verified-payments.js';
 
 jest.setTimeout(30_000);
 
@@ -21,18 +20,8 @@ jest.setTimeout(30_000);
  * key is still held (a resend meanwhile is a duplicate); the release lands once the store answers.
  */
 describeWithService('PostgreSQL', 'the release of a refused unexpected notification', () => {
-  const admin = new Pool({ connectionString: databaseUrl() });
-  const tables: string[] = [];
-  const servers: Running[] = [];
-  const routers: IpnRouter[] = [];
-  afterEach(async () => {
-    await Promise.all(servers.splice(0).map((server) => server.close()));
-    await Promise.all(routers.splice(0).map((ipn) => ipn.close()));
-  });
-  afterAll(async () => {
-    await dropPostgresInboxes(admin, tables);
-    await admin.end();
-  }, CLEANUP_TIMEOUT_MS);
+  const { admin, table: migrated } = postgresTables('urb');
+  const serve = servedRouters();
 
   /**
    * The pool, but a release of a claim (its DELETE) finds its row locked by another session first (an
@@ -58,32 +47,17 @@ describeWithService('PostgreSQL', 'the release of a refused unexpected notificat
   }
 
   test('a release that does not answer is a 503 unexpected after storeTimeoutMs, rejected and an error; the resend is credited once it lands', async () => {
-    const table = `urb_${process.pid}_${randomUUID().slice(0, 8)}`;
-    tables.push(table);
-    await new PostgresStore({ pool: admin, table }).migrate();
+    const table = await migrated();
     const releases = lockingReleases(admin, `"${table}_claims"`);
-    const ipn = ipnRouter({
+    const ipn = quietRouter({
       store: new PostgresStore({ pool: releases.queryable, table }),
-      logger: quiet,
       storeTimeoutMs: 300,
-      sweepIntervalMs: 2 ** 31 - 1,
     });
-    routers.push(ipn);
     const events = recordEvents(ipn);
-    const served = await listen(ipn);
-    servers.push(served);
+    const served = await serve(ipn);
     await ipn.expect(`EXP.${randomUUID().slice(0, 8)}`, { amount: 5000, customData: 'order-1' });
     const payload = uniquePayload(); // a transaction nobody expected (yet)
-    const post = () =>
-      fetch(served.url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(payload),
-        signal: AbortSignal.timeout(10_000), // far past storeTimeoutMs: no answer by then is a hung request
-      }).then(
-        async (response) => ({ status: response.status, body: await response.json() }),
-        (error: unknown) => ({ status: 'no answer', body: String(error) }),
-      );
+    const post = () => answerWithin10s(served.url, payload);
 
     try {
       const answer = await post();
