@@ -69,6 +69,21 @@ for (const mode of MODES) {
   });
 }
 
+/**
+ * At most once, verification held at a gate: a paid transaction (100, order-a) expected at 100, and a copy of
+ * it claimed and waiting to be verified (`open()` lets verification go on).
+ */
+async function copyUnderVerification() {
+  const id = await paid(t.provider);
+  const store = new MemoryStore();
+  const client = statusClientOf(t.provider);
+  const { verify, open } = gatedVerify(client);
+  const served = await t.serve(routerOf('at-most-once verify', store, verify));
+  await served.ipn.expect(id, { amount: 100 });
+  await t.provider.forge({ ipnUrl: served.url, transactionId: id });
+  return { id, store, client, open, ...served };
+}
+
 test('at-most-once verify: a genuine copy verified after a "can\'t tell" and a resend while pending settles its expectation once; one credit', async () => {
   const id = await paid(t.provider);
   const store = new MemoryStore();
@@ -108,13 +123,7 @@ test("at-most-once verify: the service's record delivered in a forged copy's pla
 });
 
 test('at-most-once verify: a copy whose router closes mid-verification leaves the expectation unsettled (for the sweep)', async () => {
-  const id = await paid(t.provider);
-  const store = new MemoryStore();
-  const client = statusClientOf(t.provider);
-  const { verify, open } = gatedVerify(client);
-  const { ipn, recorder, url } = await t.serve(routerOf('at-most-once verify', store, verify));
-  await ipn.expect(id, { amount: 100 });
-  await t.provider.forge({ ipnUrl: url, transactionId: id });
+  const { id, store, client, open, ipn, recorder } = await copyUnderVerification();
   await t.running?.close();
   t.running = undefined;
   await ipn.close({ timeoutMs: 1 }); // verification still waiting for the service
@@ -138,13 +147,7 @@ test('at-most-once verify: a copy whose router closes mid-verification leaves th
 // lost). It now settles what the store holds then: one read more per verified copy (see "costs no read of its
 // expectation beyond the check before the claim", genuine-record-expectation.test.ts).
 test('at-most-once verify: expect() again during verification is not overwritten by the late settle of the older one', async () => {
-  const id = await paid(t.provider);
-  const store = new MemoryStore();
-  const client = statusClientOf(t.provider);
-  const { verify, open } = gatedVerify(client);
-  const { ipn, recorder, url } = await t.serve(routerOf('at-most-once verify', store, verify));
-  await ipn.expect(id, { amount: 100 });
-  await t.provider.forge({ ipnUrl: url, transactionId: id });
+  const { id, store, open, ipn, recorder } = await copyUnderVerification();
   await ipn.expect(id, { amount: 100, customData: 'order-a' });
   open();
   await untilFirst(recorder, 'successful', 'credited');
@@ -155,13 +158,7 @@ test('at-most-once verify: expect() again during verification is not overwritten
 // not settled in silence: `rejected` at once (see below for its message), the newer expectation settled with
 // its own fields; the sweep asks nothing more, and credits nothing more.
 test('at-most-once verify: expect() again during verification, contradicting the record credited: rejected at once, no second credit', async () => {
-  const id = await paid(t.provider);
-  const store = new MemoryStore();
-  const client = statusClientOf(t.provider);
-  const { verify, open } = gatedVerify(client);
-  const { ipn, recorder, url } = await t.serve(routerOf('at-most-once verify', store, verify));
-  await ipn.expect(id, { amount: 100 });
-  await t.provider.forge({ ipnUrl: url, transactionId: id });
+  const { id, store, open, ipn, recorder } = await copyUnderVerification();
   await ipn.expect(id, { amount: 50 });
   open();
   await untilFirst(recorder, 'rejected', 'the contradiction said');
@@ -206,13 +203,7 @@ for (const sweepAsks of ['answered', 'unreachable'] as const) {
 
 // An expectation deleted while its copy is verified (by hand, or its store's bound) is not written back.
 test('at-most-once verify: an expectation deleted during verification is not written back by the late settle', async () => {
-  const id = await paid(t.provider);
-  const store = new MemoryStore();
-  const client = statusClientOf(t.provider);
-  const { verify, open } = gatedVerify(client);
-  const { ipn, recorder, url } = await t.serve(routerOf('at-most-once verify', store, verify));
-  await ipn.expect(id, { amount: 100 });
-  await t.provider.forge({ ipnUrl: url, transactionId: id });
+  const { id, store, open, recorder } = await copyUnderVerification();
   store.expectations.delete(id);
   open();
   await untilFirst(recorder, 'successful', 'credited');
