@@ -10,6 +10,7 @@ import { loggableError } from '../observability/redact.js';
 import { isQuiet, rootStack } from '../observability/logger.js';
 import type { RejectedEvent } from '../status/verify-notification.js';
 import { createPendingWrites } from './pending-writes.js';
+import { within } from '../shared/within.js';
 
 /** The router's emitters: fire-and-forget, fire-then-await-every-listener, and track what listeners start. */
 export interface Emitters<C> {
@@ -67,6 +68,22 @@ export function createDeliveryContext<C>(
     report,
     toEvent,
     isClosed: () => closed,
+    /**
+     * A store call bounded by `storeTimeoutMs`: past it, rejects with a `StoreError` saying the store did not
+     * `what` in time (the call goes on; its late answer changes nothing here). A value already there (a store
+     * that answers at once, as MemoryStore does) makes no timer.
+     */
+    bounded: <T>(pending: T | Promise<T>, what: string): T | Promise<T> =>
+      pending instanceof Promise
+        ? within(
+            pending,
+            options.storeTimeoutMs,
+            () =>
+              new StoreError(
+                `the store did not ${what} within ${options.storeTimeoutMs} ms (storeTimeoutMs)`,
+              ),
+          )
+        : pending,
     /** The store writes started and awaited nowhere, which `close()` waits for (at most its `timeoutMs`). */
     writes,
     /**

@@ -522,28 +522,20 @@ export function createDelivery<C>(
     record: IpnNotification,
     key: string,
   ): Promise<boolean | typeof UNDECIDED> {
-    const bounded = <T>(pending: Promise<T>, what: string): Promise<T> =>
-      within(
-        pending,
-        options.storeTimeoutMs,
-        () =>
-          new StoreError(
-            `the store did not ${what} ${key} within ${options.storeTimeoutMs} ms (storeTimeoutMs)`,
-          ),
-      );
+    const { bounded } = context;
     const entry = await bounded(
       Promise.resolve().then(() => held.get(key)),
-      'read',
+      `read ${key}`,
     );
     if (entry === undefined || !isKeptUnexpected(entry)) return false;
     const kept = ipnNotificationSchema.safeParse(entry.record);
     if (!kept.success) return false;
     if (lackingFields(record).length > 0 || record.amount === null) return UNDECIDED;
     if (mismatchesOf(kept.data, record).length > 0) return false;
-    await bounded(unexpected.endHold(key), 'end the hold of');
+    await bounded(unexpected.endHold(key), `end the hold of ${key}`);
     const replayed = await bounded(
       Promise.resolve().then(() => held.replay(key, 0, ['failed'])),
-      'make due',
+      `make due ${key}`,
     );
     if (!replayed) return false;
     logger.info(
@@ -571,12 +563,10 @@ export function createDelivery<C>(
     // expectation read before, its fields were lost and its contradiction with the credit never said.
     if (!rejected) return expectations.settleHeld(record, expectation);
     const id = record.transaction_id;
-    const late = () => new StoreError(`the store did not settle the expectation of ${id} in time`);
     try {
-      await within(
+      await context.bounded(
         Promise.resolve().then(() => retire(kept, expectation, options.ttlMs, REJECTED_ATTEMPTS)),
-        options.storeTimeoutMs,
-        late,
+        `settle the expectation of ${id}`,
       );
     } catch (cause) {
       const message = `the store failed to settle the expectation of ${id}: ${messageOf(cause)}`;

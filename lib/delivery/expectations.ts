@@ -138,11 +138,9 @@ export async function recordAllowance<C>(
   const id = record.transaction_id;
   let expectation: Expectation | undefined;
   try {
-    const late = () => new StoreError(`the store did not read the expectation of ${id} in time`);
-    expectation = await within(
+    expectation = await context.bounded(
       Promise.resolve().then(() => kept.get(id)),
-      options.storeTimeoutMs,
-      late,
+      `read the expectation of ${id}`,
     );
   } catch (cause) {
     const message = `the store failed to read the expectation of ${id}: ${messageOf(cause)}: ${notDone}`;
@@ -198,7 +196,7 @@ export function sameExpectation(a: Expectation, b: Expectation): boolean {
 
 /** The expectations of a router: `ipn.expect()`, the check of each notification, and settling. */
 export function createExpectations<C>(context: DeliveryContext<C>, store: Store) {
-  const { options, reject, report, write } = context;
+  const { options, bounded, reject, report, write } = context;
   const expectations: ExpectationStore | undefined = store.expectations;
   // A router that never uses expectations pays one read of the mark per MARK_RECHECK_MS for them, no more.
   let active = options.statusClient !== undefined;
@@ -255,19 +253,16 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
     next: (held: Expectation) => Expectation | undefined,
   ): Promise<void> {
     const id = n.transaction_id;
-    const late = () =>
-      new StoreError(
-        `the store did not read the expectation of ${id} within ${options.storeTimeoutMs} ms (storeTimeoutMs) to ${steps.read}`,
-      );
     let reading = true;
     // Counted as one write, the read included, until the write after it settles: close() waits for the
     // whole (it runs there, as the router closes over a copy being verified), else the write, one round
     // trip after the read, runs into the pool the host ends once close() resolved.
     return write(
-      within(
-        Promise.resolve().then(() => target.get(id)),
-        options.storeTimeoutMs,
-        late,
+      Promise.resolve(
+        bounded(
+          Promise.resolve().then(() => target.get(id)),
+          `read the expectation of ${id} to ${steps.read}`,
+        ),
       )
         .then((held) => {
           reading = false;
