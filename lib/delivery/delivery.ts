@@ -370,10 +370,17 @@ export function createDelivery<C>(
    */
   function deliverLate(n: IpnNotification, leaseId: string, expectation?: ExpectationHold): void {
     logger.warn(identify(n), 'IPN claim landed after storeTimeoutMs: delivered late');
-    // Verified first, and decided only once verified (the verification queue's part, as for any claim).
-    if (durably || verifying) {
-      if (durably) expectation?.settle();
-      void dispatch(n, leaseId, false, undefined, expectation);
+    // Its request was answered 503: no answered work of a request waits for this delivery's listeners, so
+    // close() does (counted as a store write), or the host's shutdown cuts them short once it resolved.
+    if (durably) {
+      expectation?.settle();
+      void context.write(dispatch(n, leaseId));
+      return;
+    }
+    // Verified first, and decided only once verified (the verification queue's part, as for any claim); let
+    // go by close() while it is still being verified, its listeners waited for once verified.
+    if (verifying) {
+      void verifying.start(n, undefined, expectation, true);
       return;
     }
     // The decision is a store write nobody awaits, and its listeners those of no request: close() waits for

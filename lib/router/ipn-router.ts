@@ -152,7 +152,8 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
    * 10 s; those still running then are reported as an `error` event), stops pending retries and recovery,
    * lets go of the notifications still being verified (their keys released, their expectations due again),
    * waits for the store writes it started itself and the listeners of what it delivered in the background
-   * (a verification retry, the sweep) (at most `timeoutMs` again; those still running then are
+   * (a verification retry, the sweep, a claim that landed after `storeTimeoutMs`) (at most `timeoutMs`
+   * again; those still running then are
    * reported too), and closes the store (when it has a `close`): end your pool only once it resolved.
    * Rejects only with a `TypeError` for a `timeoutMs` that is not a number of
    * milliseconds.
