@@ -656,6 +656,16 @@ export function createDelivery<C>(
     },
 
     async reconcile(transactionId: string): Promise<ReconcileResult> {
+      // Once close() began, as a POST is answered 503: nothing asked, claimed nor written. Let through, its
+      // claim and listeners ran into the store the host closes (a key held for ttlMs with nothing delivered,
+      // a credit cut short): the payment is the next process's to reconcile, or its sweep's.
+      if (stopping) {
+        throw new IpnKitError(
+          'IPN_CLOSED',
+          `ipn.reconcile(): the router is closed (ipn.close() was called), nothing was asked nor claimed for ` +
+            `${String(transactionId)}: reconcile it from the instance that replaces this one`,
+        );
+      }
       if (statusSource === undefined) {
         throw new IpnKitError(
           'IPN_NO_STATUS_CLIENT',
