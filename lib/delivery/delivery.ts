@@ -370,10 +370,17 @@ export function createDelivery<C>(
    */
   function deliverLate(n: IpnNotification, leaseId: string, expectation?: ExpectationHold): void {
     logger.warn(identify(n), 'IPN claim landed after storeTimeoutMs: delivered late');
-    // Verified first, and decided only once verified (the verification queue's part, as for any claim).
-    if (durably || verifying) {
-      if (durably) expectation?.settle();
-      void dispatch(n, leaseId, false, undefined, expectation);
+    // Its request was answered 503: no answered work of a request waits for this delivery's listeners, so
+    // close() does (counted as a store write), or the host's shutdown cuts them short once it resolved.
+    if (durably) {
+      expectation?.settle();
+      void context.write(dispatch(n, leaseId));
+      return;
+    }
+    // Verified first, and decided only once verified (the verification queue's part, as for any claim); let
+    // go by close() while it is still being verified, its listeners waited for once verified.
+    if (verifying) {
+      void verifying.start(n, undefined, expectation, true);
       return;
     }
     // The decision is a store write nobody awaits, and its listeners those of no request: close() waits for
@@ -649,6 +656,16 @@ export function createDelivery<C>(
     },
 
     async reconcile(transactionId: string): Promise<ReconcileResult> {
+      // Once close() began, as a POST is answered 503: nothing asked, claimed nor written. Let through, its
+      // claim and listeners ran into the store the host closes (a key held for ttlMs with nothing delivered,
+      // a credit cut short): the payment is the next process's to reconcile, or its sweep's.
+      if (stopping) {
+        throw new IpnKitError(
+          'IPN_CLOSED',
+          `ipn.reconcile(): the router is closed (ipn.close() was called), nothing was asked nor claimed for ` +
+            `${String(transactionId)}: reconcile it from the instance that replaces this one`,
+        );
+      }
       if (statusSource === undefined) {
         throw new IpnKitError(
           'IPN_NO_STATUS_CLIENT',

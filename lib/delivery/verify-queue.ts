@@ -41,6 +41,11 @@ interface Pending {
    * due again when verification gives it up (a sweep meanwhile took its held key for a delivered copy).
    */
   expectation?: ExpectationHold | undefined;
+  /**
+   * Claimed with no request whose answered work `close()` waits for (a claim that landed after
+   * storeTimeoutMs, its request answered 503): its first attempt's listeners are counted as a retry's are.
+   */
+  unanswered?: boolean | undefined;
 }
 
 interface Retry {
@@ -145,9 +150,10 @@ export function createVerifyQueue<C>(
       await lifecycle.conflict(verified);
       return 'other';
     }
-    // A retry's listeners are those of no request (its timer's): close() waits for them as for the first
-    // attempt's (answered 200, never sent again: a listener cut short by the host's shutdown loses it).
-    await (attempt > 1 ? write(emitNow(verified)) : emitNow(verified));
+    // A retry's listeners are those of no request (its timer's), nor are a late claim's (its request was
+    // answered 503): close() waits for them as for a first attempt's answered 200 (never sent again, or a
+    // duplicate of the key now claimed: a listener cut short by the host's shutdown loses the payment).
+    await (attempt > 1 || entry.unanswered === true ? write(emitNow(verified)) : emitNow(verified));
     return 'delivered';
   }
 
@@ -222,9 +228,15 @@ export function createVerifyQueue<C>(
      * first attempt and its listeners have settled (a retry is scheduled for later); never rejects. Its
      * span (when traced) is a child of `parent`, the request's. `expectation` is settled once it is
      * verified (or the service's record delivered in its place), never for a copy verification gave up on
-     * (made due again instead).
+     * (made due again instead). `unanswered`: claimed with no request's answered work to wait for its
+     * listeners (a claim that landed after storeTimeoutMs): `close()` waits for them instead.
      */
-    start(n: IpnNotification, parent?: Parent, expectation?: ExpectationHold): Promise<void> {
+    start(
+      n: IpnNotification,
+      parent?: Parent,
+      expectation?: ExpectationHold,
+      unanswered = false,
+    ): Promise<void> {
       const key = keyOf(n);
       unreserve(key);
       if (context.isClosed()) {
@@ -232,7 +244,7 @@ export function createVerifyQueue<C>(
         return Promise.resolve();
       }
       const account = accountOfNotification(options.accountOf, n, logger);
-      const entry: Pending = { notification: n, arrivedAt: monotonicNow(), account, expectation };
+      const entry: Pending = { notification: n, arrivedAt: monotonicNow(), account, expectation, unanswered };
       pending.set(key, entry);
       if (!tracingActive()) return detach(verify(entry, 1));
       // The first verification and emission in a span (see `traceAttempt`); its retries make none.

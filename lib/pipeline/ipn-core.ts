@@ -64,7 +64,8 @@ export interface CloseOptions {
    * once, their bookkeeping, and the inbox batch a drain or recovery was running, and the sweep's pass)
    * before stopping the timers and closing the store; then, as long again at most, for the store writes the
    * router started itself (a key released, an expectation written), an `ipn.reconcile()` under way, and the
-   * listeners of the notifications it delivered in the background (a verification retry, the sweep). Those still running then are reported as
+   * listeners of the notifications it delivered in the background (a verification retry, the sweep, a claim
+   * that landed after `storeTimeoutMs`). Those still running then are reported as
    * an `error` event.
    * @default 10_000
    */

@@ -52,7 +52,8 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
    * For a notification that never arrived: asks the service (through the `verify` client's guard) and, when
    * the state is final, delivers the record as a notification, dedupe included (if the notification comes
    * later, it is a resend). Rejects with a `StatusError`, a `StoreError`, or an `IpnKitError` with code
-   * `IPN_NO_STATUS_CLIENT` when the router has no `verify` client.
+   * `IPN_NO_STATUS_CLIENT` when the router has no `verify` client, or `IPN_CLOSED` once `close()` was
+   * called (nothing asked, claimed nor written).
    */
   reconcile(transactionId: string): Promise<ReconcileResult>;
   /**
@@ -152,8 +153,10 @@ export interface IpnRouter<C = undefined, X = ListenerContext> extends IpnEmitte
    * 10 s; those still running then are reported as an `error` event), stops pending retries and recovery,
    * lets go of the notifications still being verified (their keys released, their expectations due again),
    * waits for the store writes it started itself and the listeners of what it delivered in the background
-   * (a verification retry, the sweep) (at most `timeoutMs` again; those still running then are
-   * reported too), and closes the store (when it has a `close`): end your pool only once it resolved.
+   * (a verification retry, the sweep, a claim that landed after `storeTimeoutMs`) (at most `timeoutMs`
+   * again; those still running then are
+   * reported too), and closes the store (when it has a `close`): end your pool only once it resolved. An
+   * `ipn.reconcile()` called once `close()` was rejects with code `IPN_CLOSED`.
    * Rejects only with a `TypeError` for a `timeoutMs` that is not a number of
    * milliseconds.
    *

@@ -75,16 +75,21 @@ test('at-most-once: a claim whose answer was lost, still to be asked again as cl
   expect(t.unhandled).toEqual([]);
 });
 
-/** `store`, whose claims of `id` go through `claim` first (the store's own claim, bound, as `claim`). */
+/**
+ * `store`, whose first claim of `id` goes through `hold` (the store's own claim, bound, as `claim`); at least
+ * once (`method` 'receive'), its first receive of `id`.
+ */
 function claimsOf(
   store: Store,
   id: string,
   hold: (claim: () => Promise<boolean>) => Promise<boolean>,
+  method: 'claim' | 'receive' = 'claim',
 ): Store {
-  const own = store.claim.bind(store);
+  const target = store as unknown as Record<string, (key: string, ...rest: unknown[]) => Promise<boolean>>;
+  const own = (target[method] as (typeof target)[string]).bind(store);
   let first = true;
-  store.claim = (key: string, ttlMs: number, token: string) => {
-    const claim = async () => own(key, ttlMs, token);
+  target[method] = (key: string, ...rest: unknown[]) => {
+    const claim = async () => own(key, ...rest);
     if (!key.startsWith(id) || !first) return claim();
     first = false;
     return hold(claim);
@@ -160,6 +165,84 @@ function overRealStore(connectTo: (space: string) => Promise<Connected>) {
     expect(credited + next.recorder.count('successful')).toBe(1);
     await closeServed(t);
     await again.end();
+    expect(t.unhandled).toEqual([]);
+  });
+  // A claim that commits but answers after storeTimeoutMs (answered 503) is delivered late, with no request
+  // whose answered work close() waits for: decided (verified first, with verify), then credited by the host's listener. close() must wait
+  // for that listener as for any notification it delivered in the background: cut short by the host's
+  // shutdown, the credit is lost, and the key stays claimed: the service's resend is a duplicate.
+  test.each(['at-most-once verify', 'at-most-once'])(
+    '%s: a claim landing after storeTimeoutMs, being credited as close() runs, is waited for: credited once in all',
+    async (mode) => {
+      const id = await paid(t.provider);
+      const answered = latch();
+      const first = await connect();
+      // The claim is written, and its answer held until the test opens the gate (after the 503).
+      const store = claimsOf(first.store, id, async (claim) => {
+        const claimed = await claim();
+        await answered.gate;
+        return claimed;
+      });
+      const verify = mode === 'at-most-once verify' ? { verify: statusClientOf(t.provider) } : {};
+      const settings = { ...verify, storeTimeoutMs: 300 };
+      const { ipn, url } = await t.serve(quietRouter({ store, ...settings }));
+      const { db, open } = creditedInHostDatabase(ipn);
+      expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
+      answered.open(); // the claim lands late: verified, then credited
+      await until(() => db.crediting, 'the late claim crediting');
+      await closeWhileOpening(t, ipn, open); // the credit's write answers while close() runs
+      db.ended = true; // the host's shutdown: its database and the store's pool, once the router closed
+      await first.end();
+      open();
+      await settle();
+      // The next process over the same table: the service's resend, after the 503.
+      const again = await connect();
+      const next = await t.serve(quietRouter({ store: again.store, ...settings }));
+      expect(await t.provider.forge({ ipnUrl: next.url, transactionId: id })).toBe(200);
+      await until(
+        () => next.recorder.count('successful') + next.recorder.count('duplicate') > 0,
+        'the resend',
+      );
+      await settle();
+      expect(db.credited + next.recorder.count('successful')).toBe(1);
+      await closeServed(t);
+      await again.end();
+      expect(t.unhandled).toEqual([]);
+    },
+  );
+
+  // At least once the entry stays in the inbox, so nothing is lost; but its listener, cut short by the
+  // host's shutdown, is run again by the next process (a second credit for a listener that is not
+  // idempotent): close() waits for it as for a notification answered 200.
+  test('at-least-once: a receive landing after storeTimeoutMs, being credited as close() runs, is waited for', async () => {
+    const id = await paid(t.provider);
+    const answered = latch();
+    const first = await connect();
+    // The entry is written, and its answer held until the test opens the gate (after the 503).
+    const store = claimsOf(
+      first.store,
+      id,
+      async (receive) => {
+        const received = await receive();
+        await answered.gate;
+        return received;
+      },
+      'receive',
+    );
+    const settings = { delivery: 'at-least-once' as const, storeTimeoutMs: 300 };
+    const { ipn, recorder, url } = await t.serve(quietRouter({ store, ...settings }));
+    const { db, open } = creditedInHostDatabase(ipn);
+    expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(503);
+    answered.open(); // the entry's receive lands late: delivered now
+    await until(() => db.crediting, 'the late entry crediting');
+    await closeWhileOpening(t, ipn, open); // the credit's write answers while close() runs
+    db.ended = true; // the host's shutdown: its database and the store's pool, once the router closed
+    await first.end();
+    open();
+    await settle();
+    expect(db.credited).toBe(1);
+    const failed = recorder.of('error').map((e: { error: Error }) => e.error.message);
+    expect(failed.filter((m: string) => m.includes('pool'))).toEqual([]);
     expect(t.unhandled).toEqual([]);
   });
 }

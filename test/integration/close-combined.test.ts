@@ -6,7 +6,7 @@ import Database from 'better-sqlite3';
 import { createPool } from 'mysql2/promise';
 import { MysqlStore } from 'ipn-kit/mysql';
 import { SqliteStore } from 'ipn-kit/sqlite';
-import { MemoryStore } from 'ipn-kit';
+import { IpnKitError, MemoryStore, type Store } from 'ipn-kit';
 import { CLEANUP_TIMEOUT_MS, dropMysqlInboxes } from '../helpers/drop-inboxes.js';
 import {
   closeServed,
@@ -76,6 +76,72 @@ test('at-most-once: an ipn.reconcile() claiming as close() runs is waited for: t
   await until(() => next.recorder.count('successful') + next.recorder.count('duplicate') > 0, 'the resend');
   await settle();
   expect(credited + next.recorder.count('successful')).toBe(1);
+  expect(t.unhandled).toEqual([]);
+});
+
+/** `data`, whose every call (its own, its expectations' and its lifecycle's) is named in `calls` first. */
+function callsOf(data: MemoryStore, calls: string[]): Store {
+  const watch = <T extends object>(target: T, prefix: string): T =>
+    new Proxy(target, {
+      get(on, name) {
+        const value: unknown = Reflect.get(on, name);
+        if (typeof value !== 'function') return value;
+        const method = value as (...args: unknown[]) => unknown;
+        return (...args: unknown[]) => {
+          calls.push(`${prefix}${String(name)}`);
+          return method.apply(on, args);
+        };
+      },
+    });
+  const expectations = watch(data.expectations, 'expectations.');
+  const lifecycle = watch(data.lifecycle, 'lifecycle.');
+  return new Proxy(watch(data, ''), {
+    get(on, name) {
+      if (name === 'expectations') return expectations;
+      if (name === 'lifecycle') return lifecycle;
+      return Reflect.get(on, name);
+    },
+  });
+}
+
+// Once close() was called, a POST is answered 503 and nothing is claimed. An ipn.reconcile() called then
+// asked the service, claimed the key and ran the listeners with nobody left to wait for them, into the store
+// the host ends once close() resolved: the key held for ttlMs with nothing credited, or a credit cut short.
+test('ipn.reconcile() once close() was called (running, then resolved) rejects IPN_CLOSED: nothing asked, claimed nor written', async () => {
+  const id = await paid(t.provider);
+  const data = new MemoryStore();
+  const calls: string[] = [];
+  const client = statusClientOf(t.provider);
+  let asked = 0;
+  const statusClient = {
+    getStatus: (...args: Parameters<typeof client.getStatus>) => {
+      asked += 1;
+      return client.getStatus(...args);
+    },
+  };
+  const { ipn, recorder } = await t.serve(quietRouter({ store: callsOf(data, calls), statusClient }));
+  await ipn.expect(id, { amount: 100 });
+  await t.running?.close();
+  t.running = undefined;
+  calls.length = 0;
+  const closing = ipn.close();
+  const whileClosing = ipn.reconcile(id);
+  await closing;
+  t.ipn = undefined;
+  const afterClose = ipn.reconcile(id);
+  for (const refused of [whileClosing, afterClose]) {
+    await expect(refused).rejects.toBeInstanceOf(IpnKitError);
+    await expect(refused).rejects.toMatchObject({ code: 'IPN_CLOSED' });
+  }
+  await settle();
+  expect(asked).toBe(0);
+  expect(calls.filter((call) => call !== 'close')).toEqual([]);
+  expect(recorder.count('successful')).toBe(0);
+  // The next process over the same data: the key was never claimed, the expectation never settled.
+  const next = await t.serve(quietRouter({ store: data, statusClient: client }));
+  expect((await next.ipn.reconcile(id)).emitted).toBe(true);
+  await settle();
+  expect(next.recorder.count('successful')).toBe(1);
   expect(t.unhandled).toEqual([]);
 });
 
