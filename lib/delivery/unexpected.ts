@@ -29,12 +29,18 @@ export function holdLeaseId(key: string): string {
  * lease (a crash between its two writes, or before its status query answered): that lease ended, so that the
  * store's `replay` makes it due (a replay keeps a live lease, and this one runs for a hundred years). Only
  * the hold lease: a delivery's live lease is never broken. Resolves whether it ended one.
+ *
+ * With `due` false (the service's record contradicts the copy, and is to take its place by `replayWith`),
+ * the hold ends into a kept copy instead, never due: the copy is never delivered between the two writes,
+ * nor after them when the second one fails.
  */
-export function endHold(store: DurableStore, key: string): Promise<boolean> {
+export function endHold(store: DurableStore, key: string, due = true): Promise<boolean> {
   return store.settle(key, holdLeaseId(key), {
     status: 'failed',
-    error: `${UNEXPECTED_ERROR_PREFIX}replayed by an operator`,
-    nextAttemptAt: new Date(),
+    error: due
+      ? `${UNEXPECTED_ERROR_PREFIX}replayed by an operator`
+      : `${UNEXPECTED_ERROR_PREFIX}contradicted by the service's record, which takes its place`,
+    nextAttemptAt: new Date(due ? Date.now() : Date.now() + HOLD_MS),
   });
 }
 
@@ -266,8 +272,10 @@ export function createUnexpectedScreen<C>(
     /**
      * An operator's `replay(key)` of a kept unexpected notification still under its hold lease (a crash
      * between its two writes): that lease ended, so that the store's `replay` makes it due. Only the hold
-     * lease: a delivery's live lease is never broken. Resolves whether it ended one.
+     * lease: a delivery's live lease is never broken. Resolves whether it ended one. `due` false: ended into
+     * a kept copy, never due (see {@link endHold}).
      */
-    endHold: async (key: string): Promise<boolean> => durable !== undefined && endHold(durable, key),
+    endHold: async (key: string, due = true): Promise<boolean> =>
+      durable !== undefined && endHold(durable, key, due),
   };
 }
