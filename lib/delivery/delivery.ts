@@ -567,7 +567,7 @@ export function createDelivery<C>(
   ): Promise<boolean> {
     const replayWith = held.replayWith?.bind(held);
     if (replayWith === undefined) {
-      const message = `the service's record of ${key} contradicts the unexpected copy kept under its key (${contradicted.join(', ')}), and the store has no replayWith() to put the record in its place: the copy stays kept and the payment is not credited; check the copy and the service's record, then replay ${key} once the genuine record is in place`;
+      const message = `the service's record of ${key} contradicts the unexpected copy kept under its key (${contradicted.join(', ')}), and the store has no replayWith() to put the record in its place: the copy stays kept and the payment is not credited (a replay of ${key} would deliver the copy, not the record: credit the payment from the service's record yourself, or give the store replayWith())`;
       context.report(new StoreError(message), record);
       return false;
     }
