@@ -1,5 +1,5 @@
 import type { InboxEntry } from '../stores/store.js';
-import { delivered, take } from './store-conformance-entries.js';
+import { dead, delivered, take } from './store-conformance-entries.js';
 import { atOnce, must, same, type Rule } from './store-conformance-kit.js';
 
 /**
@@ -121,6 +121,11 @@ export const REPLACE_RULES: Rule[] = [
       same(entry.record, genuine, `the record of ${key} after replayWith`);
       same(entry.status, 'received', `status of ${key} after replayWith`);
       same(entry.attempts, 0, `attempts of ${key} after replayWith`);
+      // What an operator's search by custom_data finds (a column or an index of it, where the store has one).
+      const found = async (text: string) =>
+        (await kit.store.list({ customDataContains: text })).some((listed) => listed.key === key);
+      must(await found('genuine'), `list({ customDataContains }) does not find ${key} by its new record`);
+      must(!(await found('forged')), `list({ customDataContains }) finds ${key} by the record it replaced`);
       const taken = await take(kit, key); // due now, not in a century
       same(taken.entry.record, genuine, `the record lease() gave of ${key} after replayWith`);
       must(
@@ -145,6 +150,30 @@ export const REPLACE_RULES: Rule[] = [
       );
       same((await kit.entry(done)).status, 'delivered', `status of ${done} after a replayWith from failed`);
       same((await kit.entry(done)).record, record, `the record of ${done} after a refused replayWith`);
+      // Nor from a dead entry (given up on, or a conflict kept), nor a received one (due already).
+      const gone = kit.key('replay-with-dead');
+      const goneRecord = (await dead(kit, gone)).record;
+      must(
+        !(await replayWith(gone, kit.record(gone, { amount: 1 }), ['failed'])),
+        `replayWith(${gone}, [failed]) of a dead entry resolved true`,
+      );
+      same((await kit.entry(gone)).record, goneRecord, `the record of ${gone} after a refused replayWith`);
+      same((await kit.entry(gone)).status, 'dead', `status of ${gone} after a replayWith from failed`);
+      // Never under a live lease, whatever the status: a failed entry's retry holds it (its attempt runs on
+      // the record it leased).
+      const retried = kit.key('replay-with-retried');
+      const retriedRecord = (await kit.failed(retried, -1000)).record;
+      const retry = await take(kit, retried);
+      const leasedStatus = (await kit.entry(retried)).status;
+      must(
+        !(await replayWith(retried, kit.record(retried, { amount: 1 }), [leasedStatus])),
+        `replayWith(${retried}, [${leasedStatus}]) of a failed entry under a live lease resolved true`,
+      );
+      same((await kit.entry(retried)).record, retriedRecord, `the record of ${retried} under its lease`);
+      must(
+        await kit.store.settle(retried, retry.id, { status: 'delivered' }),
+        `the retry's lease did not settle ${retried} after a refused replayWith`,
+      );
       const unknown = kit.key('replay-with-unknown');
       must(
         !(await replayWith(unknown, kit.record(unknown), ['failed'])),
@@ -169,6 +198,31 @@ export const REPLACE_RULES: Rule[] = [
         (await kit.entry(twice)).record,
         records[winners[0]!],
         `record of ${twice} (the one replayWith that resolved true)`,
+      );
+      // One write: read while it runs, the entry is never due with the kept copy's record (a lease then, or
+      // the record's write failing after, would deliver the forgery), only kept or replaced.
+      const racing = kit.key('replay-with-atomic');
+      const forged = kit.record(racing, { custom_data: 'forged', amount: 1 });
+      const kept = await kit.failed(racing, century, forged);
+      const replacing = replayWith(racing, kit.record(racing, { custom_data: 'genuine' }), ['failed']);
+      let finished = false;
+      const settled = replacing.finally(() => (finished = true));
+      settled.catch(() => undefined); // awaited below; a rejection is the rule's failure, never unhandled
+      const reads: Array<Promise<InboxEntry | undefined>> = [];
+      for (let index = 0; index < 200 && (index < 20 || !finished); index += 1) {
+        reads.push(kit.store.get(racing));
+        if (index % 20 === 19) await new Promise((resolve) => setImmediate(resolve));
+      }
+      must(await settled, `replayWith(${racing}, [failed]) of a kept entry resolved false`);
+      const due = (await Promise.all(reads)).filter(
+        (read) =>
+          read !== undefined &&
+          read.record['custom_data'] === 'forged' &&
+          (read.status !== kept.status || read.nextAttemptAt.getTime() < kept.nextAttemptAt.getTime()),
+      ).length;
+      must(
+        due === 0,
+        `get(${racing}) found it with the kept copy's record, made due, ${due} times while replayWith() ran: the record and the due time must change in one write`,
       );
     },
   },
