@@ -119,14 +119,18 @@ export function createUnexpectedScreen<C>(
     return { confirmed: false, detail, status, mismatches };
   }
 
-  /** The `rejected` event of one nothing confirmed. */
-  function rejection(n: IpnNotification, confirmation: Confirmation & { confirmed: false }): RejectedEvent {
+  /** The `rejected` event of one nothing confirmed; `fate`, what became of it, when not the usual. */
+  function rejection(
+    n: IpnNotification,
+    confirmation: Confirmation & { confirmed: false },
+    fate?: string,
+  ): RejectedEvent {
     const kept = durable
       ? 'kept in the inbox: replay its key once checked'
       : 'not kept (at most once): answered 503, so that the service resends it; ipn.expect() it once checked';
     const message =
       `the notification of ${n.transaction_id} has no expectation, while expectations are in use, and ` +
-      `${confirmation.detail}: not credited, ${kept}`;
+      `${confirmation.detail}: ${fate ?? `not credited, ${kept}`}`;
     return {
       reason: 'unexpected',
       message,
@@ -212,11 +216,21 @@ export function createUnexpectedScreen<C>(
       return;
     }
     if (!ended) {
-      // An operator's replay ended the hold first: the replay delivers it, once; nothing more to do here.
+      // Its hold was ended first: by an operator's replay (which delivers it, once), or by the sweep or
+      // ipn.reconcile() on the service's record (which confirmed it, or, contradicting it, took its place).
       context.logger.info(
         { transaction_id: n.transaction_id, state: n.state },
-        'unexpected notification replayed by an operator while its status query ran: delivered by the replay',
+        "unexpected notification's hold ended while its status query ran (an operator's replay of its key, or the service's record found by the sweep or ipn.reconcile()): left to that",
       );
+      // A copy the service's record contradicts is said, as it would have been had the query answered first:
+      // a forgery replaced by the record had no `rejected` event at all (the record's confirmation cannot
+      // contradict it, so a copy that is credited as it came is never called rejected here).
+      if (!confirmation.confirmed && confirmation.mismatches.length > 0) {
+        const fate =
+          "its hold was ended meanwhile: an operator's replay of its key delivers it as it came; the sweep or " +
+          "ipn.reconcile() put the service's record in its place";
+        context.reject(rejection(n, confirmation, fate));
+      }
       return;
     }
     if (!confirmation.confirmed) return context.reject(rejection(n, confirmation));
