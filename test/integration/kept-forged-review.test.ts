@@ -95,3 +95,84 @@ describe('a forgery replaced while its own status query runs (MemoryStore)', () 
     ]);
   });
 });
+
+/**
+ * `close()` while the service's record is being written in a kept forgery's place (`replayWith` still
+ * running): the store is closed only once that write has settled (by `ipn.reconcile()` and by the sweep).
+ */
+describe("close() while the record's write in a kept forgery's place runs (MemoryStore)", () => {
+  const serve = keptServer();
+
+  class GatedStore extends MemoryStore {
+    pending = 0;
+    calls = 0;
+    closedUnderWrite = false;
+    closed = false;
+    gate: Promise<void> = Promise.resolve();
+    open: () => void = () => {};
+    hold(): void {
+      this.gate = new Promise<void>((resolve) => (this.open = resolve));
+    }
+    override async replayWith(...args: Parameters<MemoryStore['replayWith']>): Promise<boolean> {
+      this.pending += 1;
+      this.calls += 1;
+      try {
+        await this.gate;
+        return await super.replayWith(...args);
+      } finally {
+        this.pending -= 1;
+      }
+    }
+    close(): void {
+      this.closedUnderWrite ||= this.pending > 0;
+      this.closed = true;
+    }
+  }
+
+  for (const by of ['reconcile', 'sweep'] as const) {
+    test(`by ${by}: the store is closed after the write, which lands`, async () => {
+      const id = `EFC.${randomUUID().slice(0, 8)}`;
+      const service: { known?: IpnNotification } = {};
+      const source: StatusSource = {
+        getStatus(transactionId) {
+          if (transactionId !== id || service.known === undefined)
+            return Promise.reject(new TransactionNotFoundError(transactionId));
+          return Promise.resolve(service.known);
+        },
+      };
+      const store = new GatedStore();
+      const { ipn, events, post } = await serve(
+        ipnRouter({
+          store,
+          delivery: 'at-least-once',
+          logger: recordingLogger(),
+          statusClient: source,
+          reconcileAfterMs: 10,
+          sweepIntervalMs: NO_SWEEP,
+        }),
+      );
+      await expectAnother(ipn);
+      const forged = { transaction_id: id, state: 'SUCCESSFUL', amount: 1, custom_data: 'order-8' };
+      expect((await post(forged)).status).toBe(200);
+      await until(() => events.count('rejected') > 0, 'the kept forgery'); // the service: not found
+      service.known = ipnNotificationSchema.parse({ ...forged, amount: 5000 });
+      await ipn.expect(id, { amount: 5000, customData: 'order-8' });
+      const dueAt = Date.now() + 20;
+      store.hold();
+      await until(() => Date.now() >= dueAt, 'the expectation due (reconcileAfterMs: 10)');
+      const asking = by === 'reconcile' ? ipn.reconcile(id) : ipn.sweep();
+      asking.catch(() => undefined);
+      await until(() => store.calls > 0, 'the replayWith call', 4_000);
+      const closing = ipn.close({ timeoutMs: 5_000 });
+      setImmediate(() => store.open());
+      await closing;
+      await asking;
+      expect(store.closedUnderWrite).toBe(false);
+      expect(store.closed).toBe(true);
+      expect(await store.get(`${id}:SUCCESSFUL`)).toMatchObject({
+        status: 'received',
+        record: expect.objectContaining({ amount: 5000 }),
+      });
+    });
+  }
+});
