@@ -98,7 +98,8 @@ export interface ReconcileResult {
   record: StatusRecord;
   /**
    * Whether this call emitted the notification's events (false: not final yet, already handled, or
-   * rejected); at least once, also `true` when it made due a kept unexpected copy the record confirms, and
+   * rejected); at least once, also `true` when it made due a kept unexpected copy the record confirms, or
+   * put the record in the place of one it contradicts (a forgery kept before its transaction existed), and
    * `false` (its expectation left for the sweep) when a partial record (no amount or `custom_data`) can
    * neither confirm nor contradict that copy.
    */
