@@ -445,9 +445,19 @@ function replay(key: string): Action {
     }
     // A kept unexpected notification still under its hold lease (a crash between its two writes): a replay
     // keeps a live lease, so without this it would stay undelivered for the hold's hundred years.
-    await endHold(store, key);
-    if (!(await store.replay(key))) {
-      io.stderr(`ipn-kit inbox replay: '${key}' was deleted meanwhile`);
+    const ended = await endHold(store, key);
+    // Only the entry as it was read (its hold just ended: `failed`), checked in the store's own write, as the
+    // operator's page does: a kept copy that the sweep or ipn.reconcile() delivered meanwhile (the service's
+    // record confirming it, or put in its place) was delivered a second time, its payment credited twice.
+    const from: DeliveryStatus[] = ended ? [entry.status, 'failed'] : [entry.status];
+    if (!(await store.replay(key, 0, from))) {
+      const now = await store.get(key);
+      io.stderr(
+        now === undefined
+          ? `ipn-kit inbox replay: '${key}' was deleted meanwhile`
+          : `ipn-kit inbox replay: '${key}' changed meanwhile (it was ${entry.status}, it is ${now.status} now): ` +
+              'nothing replayed; check it again, and replay it again if it is still to deliver',
+      );
       return { code: 1 };
     }
     io.stdout(`${key} is due again (was ${entry.status}): ${RECOVERY}`);

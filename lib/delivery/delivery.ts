@@ -31,7 +31,7 @@ import { listActions, recordAction, type AuditAction } from './audit.js';
 import { checkPurgeWindow } from './retention.js';
 import { checkPurge } from '../stores/redact-record.js';
 import type { StatusRecord } from '../status/status-envelope.js';
-import { mismatchesOf, type RejectedEvent } from '../status/verify-notification.js';
+import { mismatchesOf, type RejectedEvent, type VerifiedField } from '../status/verify-notification.js';
 import { lackingFields } from '../status/status-envelope.js';
 import { createVerifyQueue } from './verify-queue.js';
 import type { StatusSource } from '../status/verify-notification.js';
@@ -98,7 +98,8 @@ export interface ReconcileResult {
   record: StatusRecord;
   /**
    * Whether this call emitted the notification's events (false: not final yet, already handled, or
-   * rejected); at least once, also `true` when it made due a kept unexpected copy the record confirms, and
+   * rejected); at least once, also `true` when it made due a kept unexpected copy the record confirms, or
+   * put the record in the place of one it contradicts (a forgery kept before its transaction existed), and
    * `false` (its expectation left for the sweep) when a partial record (no amount or `custom_data`) can
    * neither confirm nor contradict that copy.
    */
@@ -520,9 +521,10 @@ export function createDelivery<C>(
    * it is a kept unexpected notification (no expectation when it came, and its one status query refused or
    * not made) and the record confirms it (state, amount, `custom_data`), it is made due, as an operator's
    * replay of its key does: the sweep settled its expectation on the held key, and the payment stayed kept,
-   * never credited and never `stale`. A copy the record contradicts stays kept (`rejected` when it came).
-   * A partial record (it lacks the amount or `custom_data`) neither confirms nor contradicts it, as for the
-   * router's own verification: {@link UNDECIDED}, so that its expectation is not settled on the held key.
+   * never credited and never `stale`. A copy the record contradicts (a forgery kept before its transaction
+   * existed: `rejected` when it came) is replaced by the record, see {@link replaceKept}. A partial record
+   * (it lacks the amount or `custom_data`) neither confirms nor contradicts it, as for the router's own
+   * verification: {@link UNDECIDED}, so that its expectation is not settled on the held key.
    */
   async function deliverKept(
     held: DurableStore,
@@ -538,7 +540,8 @@ export function createDelivery<C>(
     const kept = ipnNotificationSchema.safeParse(entry.record);
     if (!kept.success) return false;
     if (lackingFields(record).length > 0 || record.amount === null) return UNDECIDED;
-    if (mismatchesOf(kept.data, record).length > 0) return false;
+    const contradicted = mismatchesOf(kept.data, record);
+    if (contradicted.length > 0) return replaceKept(held, record, key, kept.data, contradicted);
     await bounded(unexpected.endHold(key), `end the hold of ${key}`);
     const replayed = await bounded(
       Promise.resolve().then(() => held.replay(key, 0, ['failed'])),
@@ -548,6 +551,47 @@ export function createDelivery<C>(
     logger.info(
       identify(record),
       "kept unexpected notification confirmed by the service's record of its expected transaction: delivered",
+    );
+    recoverSoon();
+    return true;
+  }
+
+  /**
+   * At least once, a kept unexpected copy of `key` that the service's record contradicts: a forgery posted
+   * before its transaction existed (transaction ids are a sequence: the next one is easy to guess), which
+   * held the key when the genuine notification came (answered as its duplicate). The record, already allowed
+   * by the transaction's expectation, takes the copy's place and is made due in one store write
+   * (`replayWith`, only while the entry is still `failed`, and not leased), as an operator's replay does:
+   * credited once, by recovery, never the forgery. Under its hold lease still, the hold ends first into a
+   * kept copy, never due. Two instances at once: one write wins, the other resolves `false`. A store
+   * without `replayWith` leaves the copy kept: reported (`error`), and `false`.
+   */
+  async function replaceKept(
+    held: DurableStore,
+    record: IpnNotification,
+    key: string,
+    kept: IpnNotification,
+    contradicted: readonly VerifiedField[],
+  ): Promise<boolean> {
+    const replayWith = held.replayWith?.bind(held);
+    if (replayWith === undefined) {
+      const message = `the service's record of ${key} contradicts the unexpected copy kept under its key (${contradicted.join(', ')}), and the store has no replayWith() to put the record in its place: the copy stays kept and the payment is not credited (a replay of ${key} would deliver the copy, not the record: credit the payment from the service's record yourself, or give the store replayWith())`;
+      context.report(new StoreError(message), record);
+      return false;
+    }
+    const { bounded } = context;
+    await bounded(unexpected.endHold(key, false), `end the hold of ${key}`);
+    const replaced = await bounded(
+      Promise.resolve().then(() => replayWith(key, toRecord(record), ['failed'])),
+      `replace kept ${key}`,
+    );
+    if (!replaced) return false;
+    const fields = Object.fromEntries(
+      contradicted.map((field) => [field, { kept: kept[field], record: record[field] }]),
+    );
+    logger.warn(
+      { ...identify(record), contradicted: fields },
+      "kept unexpected notification contradicted by the service's record of its expected transaction (a forgery kept before the payment existed): replaced by the record, delivered",
     );
     recoverSoon();
     return true;

@@ -29,12 +29,18 @@ export function holdLeaseId(key: string): string {
  * lease (a crash between its two writes, or before its status query answered): that lease ended, so that the
  * store's `replay` makes it due (a replay keeps a live lease, and this one runs for a hundred years). Only
  * the hold lease: a delivery's live lease is never broken. Resolves whether it ended one.
+ *
+ * With `due` false (the service's record contradicts the copy, and is to take its place by `replayWith`),
+ * the hold ends into a kept copy instead, never due: the copy is never delivered between the two writes,
+ * nor after them when the second one fails.
  */
-export function endHold(store: DurableStore, key: string): Promise<boolean> {
+export function endHold(store: DurableStore, key: string, due = true): Promise<boolean> {
   return store.settle(key, holdLeaseId(key), {
     status: 'failed',
-    error: `${UNEXPECTED_ERROR_PREFIX}replayed by an operator`,
-    nextAttemptAt: new Date(),
+    error: due
+      ? `${UNEXPECTED_ERROR_PREFIX}replayed by an operator`
+      : `${UNEXPECTED_ERROR_PREFIX}contradicted by the service's record, which takes its place`,
+    nextAttemptAt: new Date(due ? Date.now() : Date.now() + HOLD_MS),
   });
 }
 
@@ -113,14 +119,18 @@ export function createUnexpectedScreen<C>(
     return { confirmed: false, detail, status, mismatches };
   }
 
-  /** The `rejected` event of one nothing confirmed. */
-  function rejection(n: IpnNotification, confirmation: Confirmation & { confirmed: false }): RejectedEvent {
+  /** The `rejected` event of one nothing confirmed; `fate`, what became of it, when not the usual. */
+  function rejection(
+    n: IpnNotification,
+    confirmation: Confirmation & { confirmed: false },
+    fate?: string,
+  ): RejectedEvent {
     const kept = durable
       ? 'kept in the inbox: replay its key once checked'
       : 'not kept (at most once): answered 503, so that the service resends it; ipn.expect() it once checked';
     const message =
       `the notification of ${n.transaction_id} has no expectation, while expectations are in use, and ` +
-      `${confirmation.detail}: not credited, ${kept}`;
+      `${confirmation.detail}: ${fate ?? `not credited, ${kept}`}`;
     return {
       reason: 'unexpected',
       message,
@@ -206,11 +216,21 @@ export function createUnexpectedScreen<C>(
       return;
     }
     if (!ended) {
-      // An operator's replay ended the hold first: the replay delivers it, once; nothing more to do here.
+      // Its hold was ended first: by an operator's replay (which delivers it, once), or by the sweep or
+      // ipn.reconcile() on the service's record (which confirmed it, or, contradicting it, took its place).
       context.logger.info(
         { transaction_id: n.transaction_id, state: n.state },
-        'unexpected notification replayed by an operator while its status query ran: delivered by the replay',
+        "unexpected notification's hold ended while its status query ran (an operator's replay of its key, or the service's record found by the sweep or ipn.reconcile()): left to that",
       );
+      // A copy the service's record contradicts is said, as it would have been had the query answered first:
+      // a forgery replaced by the record had no `rejected` event at all (the record's confirmation cannot
+      // contradict it, so a copy that is credited as it came is never called rejected here).
+      if (!confirmation.confirmed && confirmation.mismatches.length > 0) {
+        const fate =
+          "its hold was ended meanwhile: an operator's replay of its key delivers it as it came; the sweep or " +
+          "ipn.reconcile() put the service's record in its place";
+        context.reject(rejection(n, confirmation, fate));
+      }
       return;
     }
     if (!confirmation.confirmed) return context.reject(rejection(n, confirmation));
@@ -266,8 +286,10 @@ export function createUnexpectedScreen<C>(
     /**
      * An operator's `replay(key)` of a kept unexpected notification still under its hold lease (a crash
      * between its two writes): that lease ended, so that the store's `replay` makes it due. Only the hold
-     * lease: a delivery's live lease is never broken. Resolves whether it ended one.
+     * lease: a delivery's live lease is never broken. Resolves whether it ended one. `due` false: ended into
+     * a kept copy, never due (see {@link endHold}).
      */
-    endHold: async (key: string): Promise<boolean> => durable !== undefined && endHold(durable, key),
+    endHold: async (key: string, due = true): Promise<boolean> =>
+      durable !== undefined && endHold(durable, key, due),
   };
 }

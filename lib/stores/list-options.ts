@@ -1,6 +1,12 @@
 import type { DeliveryStatus, ListOptions } from './store.js';
 
-const STATUSES: ReadonlySet<string> = new Set<DeliveryStatus>(['received', 'delivered', 'failed', 'dead']);
+/** Every status an inbox entry can have. */
+export const STATUSES: ReadonlySet<string> = new Set<DeliveryStatus>([
+  'received',
+  'delivered',
+  'failed',
+  'dead',
+]);
 
 /**
  * `list()`'s options checked and with their defaults (limit 100, offset 0, oldest first), the same for

@@ -1,4 +1,4 @@
-import { notMigrated, replayEveryDead, statusCounts } from './store-core.js';
+import { checkReplayWith, notMigrated, replayEveryDead, statusCounts } from './store-core.js';
 import type { StoreError } from '../shared/errors.js';
 import { checkListOptions } from './list-options.js';
 import { checkPurge, redactEach } from './redact-record.js';
@@ -52,6 +52,8 @@ export interface SqlDialect {
     get: string;
     countByStatus: string;
     replay: string;
+    /** `replay` from some statuses with the record replaced, only while no live lease holds the entry. */
+    replayWith: string;
     release: string;
     /** Deletes the claim of a key (`claim()`'s row in `<table>_claims`). */
     releaseClaim: string;
@@ -85,6 +87,8 @@ export interface SqlDialect {
   countByStatus(receivedFrom: Date | undefined): unknown[];
   /** The values of `replay()`'s statement. */
   replay(key: string, delayMs: number, statuses: readonly DeliveryStatus[] | undefined): unknown[];
+  /** The values of `replayWith()`'s statement: `statuses` joined by commas (PostgreSQL: an array). */
+  replayWith(key: string, record: Record<string, unknown>, statuses: readonly DeliveryStatus[]): unknown[];
   /** A blanked record as it is stored (with `redactable`). */
   stored?(record: Record<string, unknown>): string;
 }
@@ -166,6 +170,21 @@ export abstract class SqlStore {
   async replay(key: string, delayMs = 0, from?: readonly DeliveryStatus[]): Promise<boolean> {
     const values = this.dialect.replay(key, delayMs, from);
     return (await this.dialect.change(this.dialect.sql.replay, values)) === 1;
+  }
+
+  /**
+   * `replay(key, 0, from)` with `record` (the service's own) in place of the entry's, in one statement: only
+   * while its status is one of `from` and no live lease holds it (see `DurableStore.replayWith`).
+   */
+  async replayWith(
+    key: string,
+    record: Record<string, unknown>,
+    from: readonly DeliveryStatus[],
+  ): Promise<boolean> {
+    this.dialect.checkKey(key);
+    checkReplayWith(this.dialect.owner, record, from);
+    const values = this.dialect.replayWith(key, record, from);
+    return (await this.dialect.change(this.dialect.sql.replayWith, values)) === 1;
   }
 
   /** `replay()` for every `dead` entry; resolves how many. */

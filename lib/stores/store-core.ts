@@ -1,4 +1,5 @@
 import { messageOf, StoreError } from '../shared/errors.js';
+import { STATUSES } from './list-options.js';
 import type { DeliveryStatus, DurableStore, InboxEntry, Lease, StatusCounts } from './store.js';
 
 /**
@@ -157,6 +158,27 @@ export async function replayEveryDead(store: Pick<DurableStore, 'list' | 'replay
   let replayed = 0;
   for (const key of keys) if (await store.replay(key, 0, ['dead'])) replayed += 1;
   return replayed;
+}
+
+/**
+ * `DurableStore.replayWith()`'s arguments, checked alike by every built-in store: `record` an object, `from`
+ * a non-empty list of statuses (an empty one would match nothing, and "any status" is never wanted here).
+ * Resolves `from` joined by commas, as the SQL and Lua statements take it.
+ * @throws TypeError for any other.
+ */
+export function checkReplayWith(owner: string, record: unknown, from: unknown): string {
+  if (record === null || typeof record !== 'object' || Array.isArray(record))
+    throw new TypeError(`${owner}.replayWith: record must be an object, got ${typeof record}`);
+  if (
+    !Array.isArray(from) ||
+    from.length === 0 ||
+    !from.every((status) => typeof status === 'string' && STATUSES.has(status))
+  ) {
+    throw new TypeError(
+      `${owner}.replayWith: from must list some of ${[...STATUSES].join(', ')}, got ${JSON.stringify(from)}`,
+    );
+  }
+  return from.join(',');
 }
 
 /**

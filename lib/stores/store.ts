@@ -202,6 +202,23 @@ export interface DurableStore extends Store {
    * `false` when there is none, it is in another status, or only a `claim` row without a record.
    */
   replay(key: string, delayMs?: number, from?: readonly DeliveryStatus[]): Promise<boolean>;
+  /**
+   * Optional: `replay(key, 0, from)` with `record` (the service's own record) put in place of the entry's in
+   * the same atomic write: the record replaced, status `received`, attempts reset to 0, due now, only while
+   * its status is one of `from` and no live lease holds it (an attempt running on the old record is never
+   * changed under it). `false`, changing nothing, when there is no entry, it is in another status or leased,
+   * or only a `claim` row without a record. The router calls it when the service's record of an expected
+   * transaction contradicts the kept unexpected copy (`failed`, never due) that holds its key, a forgery
+   * kept before the payment existed: the genuine record takes its place and is delivered, once. Every
+   * built-in store has it; a store without it leaves such a copy kept (the router reports it as an `error`),
+   * and the genuine payment is then credited by an operator only. Never an extra argument of `replay`: a
+   * store that ignored it would deliver the forged copy.
+   */
+  replayWith?(
+    key: string,
+    record: Record<string, unknown>,
+    from: readonly DeliveryStatus[],
+  ): Promise<boolean>;
   /** Makes every `dead` entry due again now, attempts reset to 0. Resolves how many. */
   replayDead(): Promise<number>;
   /**

@@ -62,7 +62,8 @@ export type Needs =
   | 'redact'
   | 'audit'
   | 'pauseSwitch'
-  | 'lateWrite';
+  | 'lateWrite'
+  | 'replayWith';
 
 /**
  * How the `late-write` rule writes as a listener would, through what a delivery attempt hands its listeners

@@ -212,6 +212,8 @@ function notApplicable(rule: Rule, store: AnyStore, options: Resolved): string |
   if (rule.needs === 'audit' && store.audit === undefined) return 'the store has no audit log (optional)';
   if (rule.needs === 'pauseSwitch' && store.pauseSwitch === undefined)
     return 'the store has no pause switch (optional: ipn.pause() then holds one instance)';
+  if (rule.needs === 'replayWith' && typeof store.replayWith !== 'function')
+    return 'the store has no replayWith() (optional: a forged copy kept as unexpected then stays kept)';
   if (rule.needs === 'lateWrite' && typeof store.begin !== 'function')
     return 'the store has no begin() (optional: no transactional delivery)';
   if (rule.needs === 'lateWrite' && options.lateWrite === undefined)

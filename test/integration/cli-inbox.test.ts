@@ -9,7 +9,7 @@ import { boundedPool, cliMysqlPoolConfig } from '../../lib/cli/cli-inbox-mysql.j
 import { MysqlStore } from 'ipn-kit/mysql';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { RedisStore } from 'ipn-kit/redis';
-import { databaseUrl, describeWithService, mysqlUrl, redisUrl } from '../helpers/services.js';
+import { databaseUrl, describeWithService, eventually, mysqlUrl, redisUrl } from '../helpers/services.js';
 import { ipnRouter } from '../../lib/index.js';
 import { listActions } from '../../lib/delivery/audit.js';
 import { uniquePayload } from '../helpers/payloads.js';
@@ -223,6 +223,49 @@ describeWithService('PostgreSQL', 'ipn-kit inbox', () => {
     expect(stdout).toContain(`${key} is due again (was dead)`);
     expect(stdout).toContain('recovery loop');
     expect(await store.get(key)).toMatchObject({ status: 'received', attempts: 0, leaseUntil: null });
+  });
+
+  // The operator checks a kept unexpected copy (`failed`, never due) and replays it; meanwhile the sweep or
+  // ipn.reconcile() put the service's record in its place (a forgery kept before its transaction existed, or a
+  // copy the record confirms) and the app delivered it. The replay must not run that payment's listeners again:
+  // only the entry as the command read it is replayed, as the operator's page does.
+  test('replay <key> of a kept copy the app delivered meanwhile replays nothing: the payment is not credited twice', async () => {
+    const store = await freshStore();
+    sequence += 1;
+    const id = `TX.${process.pid}.${String(sequence).padStart(4, '0')}`;
+    const key = `${id}:SUCCESSFUL`;
+    const held = lease();
+    const forged = { transaction_id: id, state: 'SUCCESSFUL', amount: 1, custom_data: 'order-9' };
+    await store.receive(key, forged, held);
+    const century = new Date(Date.now() + 100 * 365 * DAY);
+    const error =
+      'unexpected: the notification has no expectation: kept and not credited, replay its key once checked';
+    await store.settle(key, held.id, { status: 'failed', error, nextAttemptAt: century });
+    // The record's write and its delivery, landing while the command runs (held until it waits for the row).
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query(
+        `UPDATE "${store.table}" SET record = $2::jsonb, status = 'delivered', delivered_at = now() WHERE key = $1`,
+        [key, JSON.stringify({ ...forged, amount: 5000 })],
+      );
+      const replaying = inbox(['replay', key, '--table', store.table]);
+      await eventually('the replay waits for the row', async () => {
+        const { rows } = await pool.query<{ waiting: number }>(
+          `SELECT count(*)::int AS waiting FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+          [`%${store.table}%`],
+        );
+        return rows[0]!.waiting > 0;
+      });
+      await client.query('COMMIT');
+      const { code, stderr } = await replaying;
+      expect(await store.get(key)).toMatchObject({ status: 'delivered', record: { amount: 5000 } });
+      expect(code).toBe(1);
+      expect(stderr).toContain(`'${key}' changed meanwhile (it was failed, it is delivered now)`);
+    } finally {
+      await client.query('ROLLBACK').catch(() => undefined);
+      client.release();
+    }
   });
 
   test('replay of a missing key, or of a key claimed in at-most-once mode, exits 1 and changes nothing', async () => {

@@ -1,7 +1,7 @@
 import { PostgresStore, type PgQueryable } from 'ipn-kit/postgres';
 import { expectAnother, keptRouter, resendingService } from '../helpers/kept-unexpected.js';
 import { postgresTables } from '../helpers/postgres-tables.js';
-import { describeWithService } from '../helpers/services.js';
+import { describeWithService, eventually } from '../helpers/services.js';
 
 jest.setTimeout(60_000);
 
@@ -78,10 +78,77 @@ describeWithService('PostgreSQL', 'a kept unexpected copy made due, the store fa
       expect(events.count('successful')).toBe(1);
     });
   }
+  // A forgery (amount 50) kept under the key of a payment of 5000: the service's record takes its place in
+  // one write (replayWith), after the hold, if any, is ended into a kept copy, never due. That write failing
+  // once, the forgery is never delivered meanwhile; asked again, the record is credited once.
+  for (const [name, markFails] of [
+    ['marked kept', false],
+    ['still under its hold lease', true],
+  ] as const) {
+    test(`a forgery ${name}: the record's write in its place failing, the forgery is never delivered, the record once`, async () => {
+      const table = await migrated();
+      const failing = { mark: markFails, replayWith: false };
+      const queryable: PgQueryable = {
+        query(text: string, values?: unknown[]): ReturnType<PgQueryable['query']> {
+          if (
+            failing.mark &&
+            (values ?? []).some((v) => typeof v === 'string' && v.startsWith('unexpected: the notification'))
+          ) {
+            failing.mark = false;
+            return Promise.reject(new Error('connection reset (mark)'));
+          }
+          if (failing.replayWith && /SET record = \$2::jsonb, status = 'received', attempts = 0/.test(text)) {
+            failing.replayWith = false;
+            return Promise.reject(new Error('connection reset (replayWith)'));
+          }
+          return admin.query(text, values);
+        },
+      };
+      const { ipn, events, url } = await instance(queryable, table);
+      const paid = service.provider.initiate({
+        amount: 5000,
+        ipnUrl: url,
+        customData: 'order-11',
+        outcome: 'SUCCESSFUL',
+        deliver: false,
+      });
+      const forged = { ipnUrl: url, transactionId: paid.transactionId, customData: 'order-11', amount: 50 };
+      expect(await service.provider.forge(forged)).toBe(200);
+      const key = `${paid.transactionId}:SUCCESSFUL`;
+      await eventually('the forgery is kept', async () => (await ipn.inbox.get(key)) !== undefined);
+      await eventually('the forgery is rejected', () => events.count('rejected') > 0);
+      expect(await ipn.inbox.get(key)).toMatchObject({ status: markFails ? 'received' : 'failed' });
+      await ipn.expect(paid.transactionId, { amount: 5000, customData: 'order-11' });
+
+      failing.replayWith = true;
+      const first = await ipn.reconcile(paid.transactionId).then(
+        (r) => r.emitted,
+        (e: unknown) => e,
+      );
+      expect(String(first)).toMatch(/connection reset \(replayWith\)/);
+      // Asked again (drain's sweep pass, or this reconcile): the record takes the copy's place, credited once.
+      await ipn.drain({ budgetMs: 500 });
+      await ipn.reconcile(paid.transactionId);
+      await eventually('the record is delivered', async () => {
+        await ipn.drain({ budgetMs: 100 });
+        return (await ipn.inbox.get(key))?.status === 'delivered';
+      });
+      expect(await ipn.reconcile(paid.transactionId)).toMatchObject({ emitted: false });
+      await ipn.drain({ budgetMs: 500 });
+      // Never the forgery: its 50 was never delivered, between the two writes or after the failed one.
+      expect(events.of('successful')).toEqual([expect.objectContaining({ amount: 5000 })]);
+      expect(await ipn.inbox.get(key)).toMatchObject({
+        status: 'delivered',
+        record: expect.objectContaining({ amount: 5000 }),
+      });
+    });
+  }
+
   // The comparison is the router's own (mismatchesOf): a copy spelled otherwise but naming the same payment
   // (amount "5000.00", custom_data re-serialised, SUCCESS) is credited once, with those values; one whose
-  // custom_data names another value (a string for a number) stays kept.
-  test('a kept copy spelled otherwise is credited once as the payment the record names; another value stays kept', async () => {
+  // custom_data names another value (a string for a number) is contradicted: the service's record takes its
+  // place, and is credited once with the record's values, never the copy's.
+  test("a kept copy spelled otherwise is credited once as the payment the record names; another value is replaced by the record's", async () => {
     const table = await migrated();
     const { ipn, events, url } = await instance(admin, table);
     const spelled = service.provider.initiate({
@@ -118,13 +185,22 @@ describeWithService('PostgreSQL', 'a kept unexpected copy made due, the store fa
       await new Promise((resolve) => setTimeout(resolve, 10));
     expect(events.count('rejected')).toBe(2);
     expect(await ipn.reconcile(spelled.transactionId)).toMatchObject({ emitted: true });
-    expect(await ipn.reconcile(other.transactionId)).toMatchObject({ emitted: false });
+    expect(await ipn.reconcile(other.transactionId)).toMatchObject({ emitted: true });
     await ipn.drain({ budgetMs: 500 });
     expect(await ipn.reconcile(spelled.transactionId)).toMatchObject({ emitted: false });
+    expect(await ipn.reconcile(other.transactionId)).toMatchObject({ emitted: false });
     await ipn.drain({ budgetMs: 500 });
-    expect(events.of('successful')).toEqual([
-      expect.objectContaining({ transaction_id: spelled.transactionId, amount: 5000 }),
-    ]);
-    expect(await ipn.inbox.get(`${other.transactionId}:SUCCESSFUL`)).toMatchObject({ status: 'failed' });
+    const credited = events.of('successful') as Array<{ transaction_id: string }>;
+    expect(credited).toHaveLength(2);
+    expect(credited).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ transaction_id: spelled.transactionId, amount: 5000 }),
+        expect.objectContaining({ transaction_id: other.transactionId, custom_data: '{"order":10}' }),
+      ]),
+    );
+    expect(await ipn.inbox.get(`${other.transactionId}:SUCCESSFUL`)).toMatchObject({
+      status: 'delivered',
+      record: expect.objectContaining({ custom_data: '{"order":10}' }),
+    });
   });
 });

@@ -2,7 +2,7 @@ import { PostgresStore } from 'ipn-kit/postgres';
 import { expectAnother, keptRouter, resendingService, type Kept } from '../helpers/kept-unexpected.js';
 import { postgresTables } from '../helpers/postgres-tables.js';
 import { until } from '../helpers/until.js';
-import { describeWithService } from '../helpers/services.js';
+import { describeWithService, eventually } from '../helpers/services.js';
 
 jest.setTimeout(30_000);
 
@@ -14,7 +14,8 @@ jest.setTimeout(30_000);
  * the key held by that kept copy and settled the expectation: the payment stayed kept, never credited,
  * never `stale`, though the guarantee says an expected transaction's payment is reconciled or reported. The
  * kept copy the record confirms is now made due, as an operator's replay of its key would; one the record
- * contradicts stays kept.
+ * contradicts (a forgery) is replaced by the record, which is made due in the same write: the genuine
+ * payment is credited once, never the forgery.
  */
 describeWithService('PostgreSQL', 'a kept unexpected notification of a transaction expected later', () => {
   const service = resendingService();
@@ -75,46 +76,45 @@ describeWithService('PostgreSQL', 'a kept unexpected notification of a transacti
     expect(events.of('successful').map((n: { custom_data: string }) => n.custom_data)).toEqual(['order-1']);
   });
 
-  // Open (not fixed here): a forged copy kept under a genuine payment's key, before that payment exists or
-  // is expected (transaction ids are a prefix and a sequence: the next ones are easy to guess), holds the key
-  // for good. The genuine notification is then answered as its duplicate, the sweep finds the key held and
-  // settles the expectation: the payment is never credited, and no event says so after the forgery's own
-  // `rejected`. The service's record should take the kept forgery's place (as verify's `replace` does for a
-  // forged copy that took the key first), which needs a store write that ends a kept entry by its key.
-  test.failing(
-    'a forged copy kept before its transaction exists does not make the genuine payment a duplicate',
-    async () => {
-      const { ipn, events, url } = await instance();
-      const id = `EFB.${Date.now()}`; // the next id the service will give
-      expect(
-        await service.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-3', amount: 1 }),
-      ).toBe(200);
-      await until(() => events.count('rejected') > 0, 'the kept forgery'); // the service: not found
-      const paid = service.provider.initiate({
-        transactionId: id,
-        amount: 5000,
-        ipnUrl: url,
-        customData: 'order-3',
-        outcome: 'SUCCESSFUL',
-        deliver: false,
-      });
-      await ipn.expect(paid.transactionId, { amount: 5000, customData: 'order-3' });
-      // The service's notification of it (its record as the status query gives it).
-      const genuine = { transaction_id: id, state: 'SUCCESSFUL', amount: 5000, custom_data: 'order-3' };
-      // Answered {"ok":true,"duplicate":true} on main: the key is the kept forgery's.
-      await fetch(url, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify(genuine),
-      });
-      await new Promise((resolve) => setTimeout(resolve, 20));
-      await ipn.sweep();
-      await ipn.drain({ budgetMs: 500 });
-      expect(events.of('successful')).toEqual([expect.objectContaining({ amount: 5000 })]);
-    },
-  );
+  // A forged copy kept under a genuine payment's key before that payment exists or is expected (transaction
+  // ids are a prefix and a sequence: the next ones are easy to guess) held the key for good: the genuine
+  // notification was answered as its duplicate, and the sweep found the key held and settled the expectation.
+  // The service's record now takes the kept forgery's place (`replayWith`) and is credited, once.
+  test('a forged copy kept before its transaction exists does not make the genuine payment a duplicate', async () => {
+    const { ipn, events, url } = await instance();
+    const id = `EFB.${Date.now()}`; // the next id the service will give
+    expect(
+      await service.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-3', amount: 1 }),
+    ).toBe(200);
+    await until(() => events.count('rejected') > 0, 'the kept forgery'); // the service: not found
+    const paid = service.provider.initiate({
+      transactionId: id,
+      amount: 5000,
+      ipnUrl: url,
+      customData: 'order-3',
+      outcome: 'SUCCESSFUL',
+      deliver: false,
+    });
+    await ipn.expect(paid.transactionId, { amount: 5000, customData: 'order-3' });
+    // The service's notification of it (its record as the status query gives it): a duplicate of the key.
+    const genuine = { transaction_id: id, state: 'SUCCESSFUL', amount: 5000, custom_data: 'order-3' };
+    await fetch(url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(genuine),
+    });
+    await new Promise((resolve) => setTimeout(resolve, 20)); // due (reconcileAfterMs)
+    expect(await ipn.sweep()).toMatchObject({ reconciled: 1, stale: 0 });
+    await until(() => events.count('successful') > 0, 'the credit');
+    await ipn.drain({ budgetMs: 500 });
+    expect(events.of('successful')).toEqual([expect.objectContaining({ amount: 5000 })]);
+    expect(await ipn.inbox.get(`${id}:SUCCESSFUL`)).toMatchObject({
+      status: 'delivered',
+      record: expect.objectContaining({ amount: 5000, custom_data: 'order-3' }),
+    });
+  });
 
-  test('a kept copy the record contradicts (another amount) stays kept, not credited', async () => {
+  test("a kept copy the record contradicts (another amount) is replaced by the service's record, credited once", async () => {
     const { ipn, events, url } = await instance();
     const paid = service.provider.initiate({
       amount: 5000,
@@ -131,14 +131,28 @@ describeWithService('PostgreSQL', 'a kept unexpected notification of a transacti
         amount: 50,
       }),
     );
+    const key = `${paid.transactionId}:SUCCESSFUL`;
     await ipn.expect(paid.transactionId, { amount: 5000, customData: 'order-2' });
-    await new Promise((resolve) => setTimeout(resolve, 20));
-    await ipn.sweep();
-    await ipn.drain({ budgetMs: 500 });
-    expect(events.count('successful')).toBe(0);
-    expect(await ipn.inbox.get(`${paid.transactionId}:SUCCESSFUL`)).toMatchObject({
-      status: 'failed',
-      record: expect.objectContaining({ amount: 50 }),
+    await new Promise((resolve) => setTimeout(resolve, 20)); // due (reconcileAfterMs)
+    expect(await ipn.sweep()).toMatchObject({ reconciled: 1, stale: 0 });
+    await until(() => events.count('successful') > 0, 'the credit');
+    // The attempt commits its mark after the event.
+    await eventually(
+      'the entry is delivered',
+      async () => (await ipn.inbox.get(key))?.status === 'delivered',
+    );
+    // The service's record, never the forged 50.
+    expect(await ipn.inbox.get(key)).toMatchObject({
+      status: 'delivered',
+      record: expect.objectContaining({ amount: 5000, custom_data: 'order-2' }),
     });
+
+    // Asked again, nothing more is credited.
+    expect(await ipn.sweep()).toMatchObject({ reconciled: 0 });
+    expect(await ipn.reconcile(paid.transactionId)).toMatchObject({ emitted: false });
+    await ipn.drain({ budgetMs: 500 });
+    expect(events.of('successful')).toEqual([
+      expect.objectContaining({ amount: 5000, custom_data: 'order-2' }),
+    ]);
   });
 });

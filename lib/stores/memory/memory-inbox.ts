@@ -163,6 +163,26 @@ export class MemoryInbox {
     return true;
   }
 
+  /**
+   * `replay(key, 0, from)` with `record` in place of the entry's, in one step: only while its status is one of
+   * `from` and no live lease holds it (as `lease` sees one).
+   */
+  replayWith(key: string, record: Record<string, unknown>, from: readonly DeliveryStatus[]): boolean {
+    const entry = this.#entries.get(key);
+    if (entry === undefined || !from.includes(entry.status)) return false;
+    const now = new Date(this.#now());
+    if (entry.leaseUntil !== null && entry.leaseUntil.getTime() >= now.getTime()) return false;
+    Object.assign(entry, {
+      record: structuredClone(record),
+      status: 'received',
+      attempts: 0,
+      nextAttemptAt: now,
+      updatedAt: now,
+    });
+    this.#pending.add(key);
+    return true;
+  }
+
   purge(before: Date, status: PurgedStatus = 'delivered'): number {
     let count = 0;
     for (const entry of [...this.#entries.values()]) {

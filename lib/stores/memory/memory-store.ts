@@ -1,4 +1,4 @@
-import { checkLeaseLimit, leaseMs, replayEveryDead } from '../store-core.js';
+import { checkLeaseLimit, checkReplayWith, leaseMs, replayEveryDead } from '../store-core.js';
 import { checkListOptions } from '../list-options.js';
 import { MemoryInbox } from './memory-inbox.js';
 import { IpnKitError, messageOf, StoreError } from '../../shared/errors.js';
@@ -163,6 +163,18 @@ export class MemoryStore implements DurableStore {
   /** Makes `key` due now, attempts 0, whatever its status. */
   replay(key: string, delayMs?: number, from?: readonly DeliveryStatus[]): Promise<boolean> {
     return settled(() => this.#inbox.replay(key, delayMs, from));
+  }
+
+  /** `replay(key, 0, from)` with the service's `record` in place, atomically (see `DurableStore.replayWith`). */
+  replayWith(
+    key: string,
+    record: Record<string, unknown>,
+    from: readonly DeliveryStatus[],
+  ): Promise<boolean> {
+    return settled(() => {
+      checkReplayWith('MemoryStore', record, from);
+      return this.#inbox.replayWith(key, record, from);
+    });
   }
 
   /** Replays every dead entry; resolves how many. */

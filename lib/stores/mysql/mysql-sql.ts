@@ -250,6 +250,11 @@ export function mysqlInboxSql(table: string) {
     replay: `UPDATE ${t} SET status = 'received', attempts = 0,
         next_attempt_at = ${NOW} + INTERVAL (? * 1000) MICROSECOND, updated_at = ${NOW}
       WHERE \`key\` = ? AND (? IS NULL OR FIND_IN_SET(status, ?) > 0) AND ${ENTRY}`,
+    // The service's record in place of a kept copy's, made due in the same write: never under a live lease.
+    replayWith: `UPDATE ${t} SET record = ?, custom_data = ${UTF8_TEXT}, status = 'received', attempts = 0,
+        next_attempt_at = ${NOW}, updated_at = ${NOW}
+      WHERE \`key\` = ? AND FIND_IN_SET(status, ?) > 0 AND (lease_until IS NULL OR lease_until < ${NOW})
+        AND ${ENTRY}`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ${AT}`,
     purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < ${AT} AND expires_at <= ${NOW}`,
     purgeLiveClaims: `DELETE FROM ${claims} WHERE claimed_at < ${AT}`,

@@ -247,6 +247,7 @@ export class MysqlStore<
         const statuses = from === undefined ? null : from.join(',');
         return [Math.round(delayMs), key, statuses, statuses];
       },
+      replayWith: (key, record, from) => [toStoredJson(record), customDataOf(record), key, from.join(',')],
       stored: toStoredJson,
     };
   }

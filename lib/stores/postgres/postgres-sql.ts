@@ -529,6 +529,11 @@ export function inboxSql(table: string) {
     replay: `UPDATE ${t} SET status = 'received', attempts = 0,
         next_attempt_at = now() + $2::bigint * interval '1 millisecond', updated_at = now()
       WHERE key = $1 AND ($3::text[] IS NULL OR status = ANY($3::text[])) AND ${ENTRY}`,
+    // The service's record in place of a kept copy's, made due in the same write: never under a live lease.
+    replayWith: `UPDATE ${t} SET record = $2::jsonb, status = 'received', attempts = 0,
+        next_attempt_at = now(), updated_at = now()
+      WHERE key = $1 AND status = ANY($3::text[]) AND (lease_until IS NULL OR lease_until < now())
+        AND ${ENTRY}`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < $1`,
     purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < $1 AND expires_at <= now()`,
     purgeLiveClaims: `DELETE FROM ${claims} WHERE claimed_at < $1`,

@@ -306,6 +306,7 @@ export class PostgresStore<
       ],
       countByStatus: (receivedFrom) => [receivedFrom ?? null],
       replay: (key, delayMs, from) => [key, Math.round(delayMs), from === undefined ? null : [...from]],
+      replayWith: (key, record, from) => [key, toStoredJson(record), [...from]],
     };
   }
 

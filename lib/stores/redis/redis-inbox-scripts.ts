@@ -105,6 +105,28 @@ return 1`,
 ${REPLAY_ONE}
 return replay(ARGV[1], tonumber(ARGV[2]) or 0, ARGV[3])`,
 
+  /**
+   * ARGV: key, record JSON, the statuses it may be in (comma-separated), custom_data in lower case. The
+   * service's record in place of the entry's, made due now, attempts 0, in one step: only while its status is
+   * one of those and no live lease holds it. 1 when done, 0 when there is no entry, or it is in another
+   * status, or leased.
+   */
+  replayWith: `${NOW}
+local k = ARGV[1]
+local e = base .. 'e:' .. k
+if redis.call('EXISTS', e) == 0 then return 0 end
+if not string.find(',' .. ARGV[3] .. ',', ',' .. redis.call('HGET', e, 'status') .. ',', 1, true) then
+  return 0
+end
+local held = tonumber(redis.call('HGET', e, 'lease_until'))
+if held and held > now then return 0 end
+redis.call('HMSET', e, 'record', ARGV[2], 'search', ARGV[4], 'status', 'received', 'attempts', 0,
+  'next_attempt_at', now, 'updated_at', now)
+redis.call('ZADD', base .. 'due', now, k)
+redis.call('ZREM', base .. 'done', k)
+redis.call('SREM', base .. 'dead', k)
+return 1`,
+
   /** ARGV: before (ms). Deletes entries delivered before it; how many. */
   purge: `local base = KEYS[1]
 local keys = redis.call('ZRANGEBYSCORE', base .. 'done', '-inf', '(' .. ARGV[1])

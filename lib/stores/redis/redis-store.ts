@@ -1,5 +1,5 @@
 import { checkListOptions } from '../list-options.js';
-import { checkLeaseLimit, leaseMs, replayEveryDead } from '../store-core.js';
+import { checkLeaseLimit, checkReplayWith, leaseMs, replayEveryDead } from '../store-core.js';
 import { randomUUID } from 'node:crypto';
 import { INBOX_SCRIPTS, sha1, type InboxScript } from './redis-inbox-scripts.js';
 import type {
@@ -444,6 +444,17 @@ export class RedisStore implements DurableStore {
     // No status allowed replays nothing (the script reads an empty list as "whatever its status").
     if (from !== undefined && from.length === 0) return false;
     return (await this.#inbox('replay', [key, String(Math.round(delayMs)), (from ?? []).join(',')])) === 1;
+  }
+
+  /** `replay(key, 0, from)` with the service's `record` in place, atomically (see `DurableStore.replayWith`). */
+  async replayWith(
+    key: string,
+    record: Record<string, unknown>,
+    from: readonly DeliveryStatus[],
+  ): Promise<boolean> {
+    const statuses = checkReplayWith('RedisStore', record, from);
+    const args = [key, JSON.stringify(record), statuses, searchText(record)];
+    return (await this.#inbox('replayWith', args)) === 1;
   }
 
   /** Replays every dead entry; resolves how many. */

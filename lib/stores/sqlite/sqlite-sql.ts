@@ -114,6 +114,11 @@ export function sqliteInboxSql(table: string) {
     // A replay keeps a live lease, and passes over an older ipn-kit's claim, which holds no notification.
     replay: `UPDATE ${t} SET status = 'received', attempts = 0, next_attempt_at = ?, updated_at = ?
       WHERE key = ? AND (? IS NULL OR instr(',' || ? || ',', ',' || status || ',') > 0) AND ${ENTRY}`,
+    // The service's record in place of a kept copy's, made due in the same write: never under a live lease.
+    replayWith: `UPDATE ${t} SET record = ?, status = 'received', attempts = 0, next_attempt_at = ?,
+        updated_at = ?
+      WHERE key = ? AND instr(',' || ? || ',', ',' || status || ',') > 0
+        AND (lease_until IS NULL OR lease_until < ?) AND ${ENTRY}`,
     purge: `DELETE FROM ${t} WHERE status = 'delivered' AND delivered_at < ?`,
     // Only those no longer holding their key, by this machine's clock in ms (as Date.now(), which stamped them).
     purgeClaims: `DELETE FROM ${claims} WHERE claimed_at < ?

@@ -235,6 +235,10 @@ export class SqliteStore<D extends SqliteDatabase = SqliteDatabase> extends SqlS
         const statuses = from === undefined ? null : from.join(',');
         return [now + Math.round(delayMs), now, key, statuses, statuses];
       },
+      replayWith: (key, record, from) => {
+        const now = Date.now();
+        return [JSON.stringify(record), now, now, key, from.join(','), now];
+      },
       stored: (record) => JSON.stringify(record),
     };
   }

@@ -62,6 +62,19 @@ describe('MemoryStore', () => {
     expect(await store.list()).toEqual([]); // nothing was stored by the refused calls
   });
 
+  it('checks replayWith() arguments as every store does: no status to replay from, or an unknown one, is a TypeError', async () => {
+    const store = new MemoryStore();
+    const record = { transaction_id: 'EFB.1', state: 'SUCCESSFUL' };
+    expect(await store.receive('EFB.1:SUCCESSFUL', record, { id: 'l', ms: 1000 })).toBe(true);
+    await expect(store.replayWith('EFB.1:SUCCESSFUL', record, [])).rejects.toThrow(
+      /MemoryStore\.replayWith: from must list some of received, delivered, failed, dead/,
+    );
+    await expect(store.replayWith('EFB.1:SUCCESSFUL', record, ['gone' as never])).rejects.toThrow(TypeError);
+    await expect(store.replayWith('EFB.1:SUCCESSFUL', null as never, ['received'])).rejects.toThrow(
+      /MemoryStore\.replayWith: record must be an object/,
+    );
+  });
+
   it('keeps different keys independent', () => {
     const store = new MemoryStore();
     expect(store.claim('EFB.001158:SUCCESSFUL', DAY)).toBe(true);
