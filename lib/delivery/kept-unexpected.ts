@@ -59,3 +59,19 @@ export function labelOf(entry: InboxEntry, now: number = Date.now()): string | u
   if (isKeptUnexpected(entry, now)) return KEPT_UNEXPECTED_LABEL;
   return isConflict(entry) ? CONFLICT_LABEL : undefined;
 }
+
+/**
+ * Starts the `lastError` of an inbox entry gone `dead` because verification never confirmed it (the service
+ * unreachable, the status client's guard refusing, a state not final yet, a not-found not asked again): the
+ * message of a `VerificationError`. A listener's own failure never starts with it (see `durable-delivery.ts`).
+ */
+export const UNVERIFIED_PREFIX = 'could not verify the notification of ';
+
+/**
+ * Whether `entry` went `dead` unverified: its last attempt stopped at verification, before any listener, so
+ * that making it due again is one more retry. Not an entry dead because a listener failed, ended its
+ * transaction itself, or a process died mid-attempt (it may hold a credit), nor a conflict.
+ */
+export function isDeadUnverified(entry: InboxEntry): boolean {
+  return entry.status === 'dead' && (entry.lastError ?? '').startsWith(UNVERIFIED_PREFIX);
+}
