@@ -59,7 +59,7 @@ import {
 import type { Expectation } from '../stores/expectation-store.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
 import { createUnexpectedScreen } from './unexpected.js';
-import { isDeadUnverified, isKeptUnexpected } from './kept-unexpected.js';
+import { isKeptUnexpected, isUnverified } from './kept-unexpected.js';
 import type { DrainResult } from './drain-result.js';
 import {
   replayMatching,
@@ -515,7 +515,7 @@ export function createDelivery<C>(
 
   /**
    * At least once, the key of a final record the sweep or `ipn.reconcile()` found already in the inbox: an
-   * entry dead unverified is made due again ({@link redeemed}: verification confirms it against this record
+   * entry unverified (dead, or retried) is made due again ({@link redeemed}: verification confirms it against this record
    * now, or delivers the service's record in its place), `true`; else {@link deliverKept}. A partial record
    * (no amount or `custom_data`) would not let verification decide either: {@link UNDECIDED}, nothing made
    * due, so that the sweep asks again and reports the payment `stale` at its bound.
@@ -530,7 +530,7 @@ export function createDelivery<C>(
         Promise.resolve().then(() => held.get(key)),
         `read ${key}`,
       );
-      if (entry !== undefined && isDeadUnverified(entry)) {
+      if (entry !== undefined && isUnverified(entry)) {
         if (lackingFields(record).length > 0 || record.amount === null) return UNDECIDED;
         const made = await redeemed(held, key, entry);
         if (made instanceof StoreError) throw made;
@@ -542,9 +542,9 @@ export function createDelivery<C>(
 
   /**
    * At least once with `verify`, a copy of `key` arrived (a resend, the service's genuine notification, the
-   * sweep's record) while its inbox entry holds it: an entry dead unverified (verification never confirmed
-   * it: a forged copy that took the key first, of a transaction still pending or not issued yet) is made due
-   * again, attempts from 0, so that verification runs again: it then confirms the copy held, or delivers the
+   * sweep's record) while its inbox entry holds it: an entry unverified (verification never confirmed it: a
+   * forged copy that took the key first, of a transaction still pending or not issued yet), dead or still
+   * retried, is made due again, attempts from 0, so that verification runs again: it then confirms the copy held, or delivers the
    * service's record in its place (`replace`), or rejects it. Without this, the genuine payment of that key
    * was answered as a duplicate of the dead forgery, and never credited. Any other entry is left as it is (a
    * listener's failure may hold a credit). Whether it was made due, or a `StoreError` when the store failed
@@ -562,12 +562,16 @@ export function createDelivery<C>(
           Promise.resolve().then(() => held.get(key)),
           `read ${key}`,
         ));
-      if (entry === undefined || !isDeadUnverified(entry)) return false;
+      if (entry === undefined || !isUnverified(entry)) return false;
+      // Retried meanwhile (`failed`), its wait is kept (the status client's guard may not answer sooner) and
+      // its attempts start over: the copy that came is not lost to the attempts left before `dead`.
+      const { status } = entry;
+      const wait = status === 'failed' ? Math.max(0, entry.nextAttemptAt.getTime() - Date.now()) : 0;
       const replayed = await context.bounded(
-        Promise.resolve().then(() => held.replay(key, 0, ['dead'])),
+        Promise.resolve().then(() => held.replay(key, wait, [status])),
         `make due ${key}`,
       );
-      if (replayed) {
+      if (replayed && status === 'dead') {
         logger.info(
           { key, event: 'redeemed' },
           `a copy of ${key} arrived while its entry was dead unverified: made due again, to verify it anew`,
@@ -698,7 +702,7 @@ export function createDelivery<C>(
       const late = decide ? () => deliverLate(n, leaseId, expectation) : () => void context.release(key);
       const claimed = claimer.claimNow(key, late, receive);
       const settled = (answer: boolean | StoreError): Acceptance | Promise<Acceptance> => {
-        // At least once with verify, a copy of a key whose entry went dead unverified makes it due again.
+        // At least once with verify, a copy of a key whose entry is unverified (dead, or retried) makes it due again.
         if (answer === false && durable && verify)
           // Answered as a duplicate all the same (200): the entry, durable and due, is decided by the
           // service's record, whatever this copy says; a store that failed to tell is a 503.

@@ -157,6 +157,7 @@ export function createDurableDelivery<C>(
       const verdict = await verifyNotification(options.verify, n, {
         arrivedAt: now,
         notFoundAt: attempts > 1 ? now : undefined,
+        freshPending: true,
         account: accountOfNotification(options.accountOf, n, logger),
       });
       if (verdict.kind !== 'confirmed') return verdict;
@@ -495,18 +496,18 @@ export function createDurableDelivery<C>(
       result.kind === 'failed'
         ? withHint(result.error)
         : new VerificationError(n.transaction_id, attempts, result.reason);
+    // Unverified (a `later`), its last error is the VerificationError's, by which a copy arriving for its key
+    // makes it due again, attempts from 0 (see `isUnverified`); a failed attempt's (a listener's message,
+    // which may say anything) never starts as that one does: such an entry may hold a credit.
+    const said =
+      result.kind === 'failed' && failure.message.startsWith(UNVERIFIED_PREFIX)
+        ? `failed: ${failure.message}`
+        : failure.message;
     if (result.kind === 'failed') report(failure, n);
     alerts?.attempt(false, key, failure.message);
     if (attempts >= options.maxAttempts || (result.kind === 'failed' && result.final)) {
-      // Emitted by the instance that still held the lease, only: a replay may have taken it meanwhile. Dead
-      // unverified (a `later`), its last error is the VerificationError's, which a copy arriving for its key
-      // makes due again (see `isDeadUnverified`); a failed attempt's (a listener's message, which may say
-      // anything) never starts as that one does: such an entry may hold a credit, and is never re-run.
-      const error =
-        result.kind === 'failed' && failure.message.startsWith(UNVERIFIED_PREFIX)
-          ? `failed: ${failure.message}`
-          : failure.message;
-      const dead = { status: 'dead', error } as const;
+      // Emitted by the instance that still held the lease, only: a replay may have taken it meanwhile.
+      const dead = { status: 'dead', error: said } as const;
       if (!(await timed(inbox.settle(key, leaseId, dead), 'settle', key))) return 'other';
       if (result.kind === 'later') unconfirmed?.(n);
       logger.error(
@@ -522,7 +523,7 @@ export function createDurableDelivery<C>(
     const backoff = Math.min(options.retryDelayMs * 2 ** (attempts - 1), MAX_RETRY_DELAY);
     const delay = result.kind === 'later' ? Math.max(backoff, result.retryAfterMs) : backoff;
     const nextAttemptAt = new Date(Date.now() + delay);
-    const failed = { status: 'failed', error: failure.message, nextAttemptAt } as const;
+    const failed = { status: 'failed', error: said, nextAttemptAt } as const;
     const settled = await timed(inbox.settle(key, leaseId, failed), 'settle', key);
     if (driver === 'timers' && settled) wake(key, delay);
     return settled ? 'retried' : 'other';

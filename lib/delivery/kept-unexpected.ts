@@ -61,17 +61,22 @@ export function labelOf(entry: InboxEntry, now: number = Date.now()): string | u
 }
 
 /**
- * Starts the `lastError` of an inbox entry gone `dead` because verification never confirmed it (the service
- * unreachable, the status client's guard refusing, a state not final yet, a not-found not asked again): the
- * message of a `VerificationError`. A listener's own failure never starts with it (see `durable-delivery.ts`).
+ * Starts the `lastError` of an inbox entry whose last attempt verification could not decide (the service
+ * unreachable, the status client's guard refusing, a state not final yet, a not-found not asked again),
+ * retried (`failed`) or given up on (`dead`): the message of a `VerificationError`. Another failed attempt's
+ * (a listener's message, which may say anything) never starts with it (see `durable-delivery.ts`).
  */
 export const UNVERIFIED_PREFIX = 'could not verify the notification of ';
 
 /**
- * Whether `entry` went `dead` unverified: its last attempt stopped at verification, before any listener, so
- * that making it due again is one more retry. Not an entry dead because a listener failed, ended its
- * transaction itself, or a process died mid-attempt (it may hold a credit), nor a conflict.
+ * Whether `entry` is unverified: `failed` or `dead` with its last attempt stopped at verification, before
+ * any listener, so that making it due again (its attempts from 0) is one more retry. Not an entry whose
+ * last attempt a listener failed, nor one dead because a listener ended its transaction itself or a process
+ * died mid-attempt (it may hold a credit), nor a conflict, nor a kept unexpected notification.
  */
-export function isDeadUnverified(entry: InboxEntry): boolean {
-  return entry.status === 'dead' && (entry.lastError ?? '').startsWith(UNVERIFIED_PREFIX);
+export function isUnverified(entry: InboxEntry): boolean {
+  return (
+    (entry.status === 'dead' || entry.status === 'failed') &&
+    (entry.lastError ?? '').startsWith(UNVERIFIED_PREFIX)
+  );
 }

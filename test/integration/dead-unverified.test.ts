@@ -79,6 +79,76 @@ describe('at least once, with verify: a forgery dead unverified', () => {
   test('a forged SUCCESSFUL of a pending transaction, dead as not final, does not make the genuine one a duplicate', () =>
     pendingForgedDead(new MemoryStore()));
 
+  test('made due again, the forgery is verified on an answer newer than the PENDING cached before', async () => {
+    const id = pending();
+    // A PENDING answer reused for 300 ms (production: 15 minutes); retries far quicker than that.
+    const verify = createStatusClient({
+      baseUrl: t.provider.statusBaseUrl,
+      apiKey: 'k',
+      minIntervalMs: 300,
+      logger: quiet,
+    });
+    const { ipn, recorder, url } = await t.serve(
+      quietRouter({
+        store: new MemoryStore(),
+        delivery: 'at-least-once',
+        verify,
+        maxAttempts: 2,
+        retryDelayMs: 5,
+      }),
+    );
+    ipn.on('successful', () => {});
+    expect(await t.provider.forge({ ipnUrl: url, transactionId: id, amount: 1 })).toBe(200);
+    await untilFirst(recorder, 'dead', 'the forgery given up on (not final)');
+
+    t.provider.setState(id, 'SUCCESSFUL'); // the customer pays
+    expect(await genuine(url, id)).toBe(200);
+    // Without a newer answer: both attempts made due again read the cached PENDING, dead again, not credited.
+    await until(() => recorder.count('successful') > 0, 'the payment credited');
+    await drained(ipn);
+    expect(recorder.of('successful')).toEqual([expect.objectContaining({ amount: 5000 })]);
+  });
+
+  test('a copy arriving while the forgery is retried gives it its attempts again', async () => {
+    const id = pending();
+    const client = clientOf();
+    let down = false; // the service's status API unreachable
+    let calls = 0;
+    const verify = {
+      getStatus: (...args: Parameters<typeof client.getStatus>) => {
+        calls += 1;
+        if (down) throw new Error('the status API is unreachable');
+        return client.getStatus(...args);
+      },
+    };
+    const store = new MemoryStore();
+    const { ipn, recorder, url } = await t.serve(
+      quietRouter({ store, delivery: 'at-least-once', verify, maxAttempts: 3, retryDelayMs: 100 }),
+    );
+    ipn.on('successful', () => {});
+    const key = `${id}:SUCCESSFUL`;
+    const settledAfter = (attempts: number) => async () => {
+      const entry = await store.get(key);
+      return entry !== undefined && entry.attempts >= attempts && entry.status !== 'received';
+    };
+    expect(await t.provider.forge({ ipnUrl: url, transactionId: id, amount: 1 })).toBe(200);
+    await eventually('the first attempt (PENDING)', settledAfter(1));
+    down = true;
+    await eventually('the second attempt (unreachable): one left', settledAfter(2));
+
+    t.provider.setState(id, 'SUCCESSFUL'); // the customer pays; the service notifies
+    expect(await genuine(url, id)).toBe(200);
+    const before = calls;
+    await until(() => calls > before, 'the next attempt, still unreachable');
+    await eventually('that attempt settled', async () => (await store.get(key))?.status !== 'received');
+    down = false;
+    // Without it: that attempt was the last, dead, and the genuine copy (answered as a duplicate) lost.
+    await until(() => recorder.count('successful') > 0, 'the payment credited');
+    await drained(ipn);
+    expect(recorder.of('successful')).toEqual([expect.objectContaining({ amount: 5000 })]);
+    expect(recorder.count('dead')).toBe(0);
+  });
+
   test('ipn.reconcile() of a transaction whose forged copy is dead unverified credits the payment', async () => {
     const id = pending();
     const { ipn, recorder, url } = await t.serve(
@@ -127,6 +197,43 @@ describe('at least once, with verify: a forgery dead unverified', () => {
     expect(entry?.lastError).toMatch(/minIntervalMs|interval|too soon/i);
     // Its next attempt no sooner than the guard allows (15 minutes), not retryDelayMs's 10 ms.
     expect(entry!.nextAttemptAt.getTime() - Date.now()).toBeGreaterThan(10 * 60_000);
+    expect(recorder.count('dead')).toBe(0);
+  });
+
+  test('a forged SUCCESSFUL of the next id, then its genuine notification: credited once, when the guard allows', async () => {
+    // A not-found asked again no sooner than 300 ms (production: 15 minutes).
+    const verify = createStatusClient({
+      baseUrl: t.provider.statusBaseUrl,
+      apiKey: 'k',
+      minIntervalMs: 300,
+      logger: quiet,
+    });
+    const store = new MemoryStore();
+    const { ipn, recorder, url } = await t.serve(
+      quietRouter({ store, delivery: 'at-least-once', verify, maxAttempts: 3, retryDelayMs: 5 }),
+    );
+    ipn.on('successful', () => {});
+    const id = 'EFB.900005';
+    expect(await t.provider.forge({ ipnUrl: url, transactionId: id, amount: 1 })).toBe(200);
+    // Its second attempt, the not-found asked again too soon, refused by the guard; then the service issues it.
+    await eventually('the second attempt, refused', async () => {
+      const entry = await store.get(`${id}:SUCCESSFUL`);
+      return entry !== undefined && entry.attempts >= 2 && entry.status !== 'received';
+    });
+    t.provider.initiate({
+      transactionId: id,
+      amount: 5000,
+      ipnUrl: url,
+      customData: 'order-5',
+      outcome: 'SUCCESSFUL',
+      deliver: false,
+    });
+    await until(() => t.provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+    expect(await genuine(url, id)).toBe(200);
+    // On main: dead within 15 ms (three attempts, two refused by the guard), the genuine copy its duplicate.
+    await until(() => recorder.count('successful') > 0, 'the payment credited');
+    await drained(ipn);
+    expect(recorder.of('successful')).toEqual([expect.objectContaining({ amount: 5000 })]);
     expect(recorder.count('dead')).toBe(0);
   });
 });
