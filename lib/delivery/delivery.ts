@@ -567,11 +567,26 @@ export function createDelivery<C>(
       // its attempts start over: the copy that came is not lost to the attempts left before `dead`.
       const { status } = entry;
       const wait = status === 'failed' ? Math.max(0, entry.nextAttemptAt.getTime() - Date.now()) : 0;
-      const replayed = await context.bounded(
+      let replayed = await context.bounded(
         Promise.resolve().then(() => held.replay(key, wait, [status])),
         `make due ${key}`,
       );
-      if (replayed && status === 'dead') {
+      let revived = replayed && status === 'dead';
+      // Retried when read, its attempt then settled it dead unverified (its last): made due all the same.
+      if (!replayed && status === 'failed') {
+        const now = await context.bounded(
+          Promise.resolve().then(() => held.get(key)),
+          `read ${key}`,
+        );
+        if (now?.status === 'dead' && isUnverified(now)) {
+          replayed = await context.bounded(
+            Promise.resolve().then(() => held.replay(key, 0, ['dead'])),
+            `make due ${key}`,
+          );
+          revived = replayed;
+        }
+      }
+      if (revived) {
         logger.info(
           { key, event: 'redeemed' },
           `a copy of ${key} arrived while its entry was dead unverified: made due again, to verify it anew`,

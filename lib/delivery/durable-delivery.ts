@@ -438,6 +438,22 @@ export function createDurableDelivery<C>(
     }
   }
 
+  /**
+   * Whether an entry this attempt just settled dead unverified was made due again by a copy of its key during
+   * the attempt (its attempts put back to 0: a lease counts 1 or more), and is now due again. A store that
+   * fails to tell leaves it dead (reported), as it was.
+   */
+  async function redeemedMeanwhile(key: string): Promise<boolean> {
+    try {
+      const entry = await timed(inbox.get(key), 'get', key);
+      if (entry?.status !== 'dead' || entry.attempts !== 0) return false;
+      return await timed(inbox.replay(key, 0, ['dead']), 'replay', key);
+    } catch (cause) {
+      report(new StoreError(`the store failed to read ${key} once dead: ${messageOf(cause)}`, { cause }));
+      return false;
+    }
+  }
+
   /** A listener's writes landed, or may have, outside the delivery's transaction: dead at once, never retried. */
   function landed(message: string, cause?: IpnKitError): Concluded {
     return { kind: 'failed', error: new DeliveryError(message, { cause }), final: true };
@@ -509,6 +525,13 @@ export function createDurableDelivery<C>(
       // Emitted by the instance that still held the lease, only: a replay may have taken it meanwhile.
       const dead = { status: 'dead', error: said } as const;
       if (!(await timed(inbox.settle(key, leaseId, dead), 'settle', key))) return 'other';
+      // A copy of the key that came during this attempt made the entry due again (attempts 0, this
+      // attempt's live lease kept), and this settle wrote `dead` over it: made due again now, else the
+      // genuine copy, answered as a duplicate, is lost to this attempt's verdict.
+      if (result.kind === 'later' && (await redeemedMeanwhile(key))) {
+        if (driver === 'timers') wake(key, 0);
+        return 'retried';
+      }
       if (result.kind === 'later') unconfirmed?.(n);
       logger.error(
         { ...identify(n), attempts, event: 'dead' },
