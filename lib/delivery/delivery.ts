@@ -59,7 +59,7 @@ import {
 import type { Expectation } from '../stores/expectation-store.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
 import { createUnexpectedScreen } from './unexpected.js';
-import { isKeptUnexpected } from './kept-unexpected.js';
+import { isKeptUnexpected, isUnverified } from './kept-unexpected.js';
 import type { DrainResult } from './drain-result.js';
 import {
   replayMatching,
@@ -99,7 +99,8 @@ export interface ReconcileResult {
   /**
    * Whether this call emitted the notification's events (false: not final yet, already handled, or
    * rejected); at least once, also `true` when it made due a kept unexpected copy the record confirms, or
-   * put the record in the place of one it contradicts (a forgery kept before its transaction existed), and
+   * put the record in the place of one it contradicts (a forgery kept before its transaction existed), or
+   * (with `verify`) made due an entry dead unverified under its key, verified anew against the record, and
    * `false` (its expectation left for the sweep) when a partial record (no amount or `custom_data`) can
    * neither confirm nor contradict that copy.
    */
@@ -217,7 +218,12 @@ export function createDelivery<C>(
     ? watched(traced(accountedOf(options.statusClient)), alerts)
     : verify;
   const lifecycle = createLifecycle(context, statusSource);
-  const durably = durable && createDurableDelivery(context, durable, metrics, lifecycle, alerts);
+  const expectations = createExpectations(context, store);
+  // At least once, an expected copy's expectation is settled at its claim, before verification: made due
+  // again when verification gives the copy up (dead unverified) or rejects it, so that the sweep asks.
+  const durably =
+    durable &&
+    createDurableDelivery(context, durable, metrics, lifecycle, alerts, (n) => expectations.reopen(n));
   const verifying = verify && !durable ? createVerifyQueue(context, verify, lifecycle) : undefined;
   const { detach, after } = context;
   const shedWarning = createLogThrottle({ everyMs: 60_000 });
@@ -239,7 +245,6 @@ export function createDelivery<C>(
     }
     return error;
   }
-  const expectations = createExpectations(context, store);
   // At least once, the query is the work after the 200; at most once, the answer waits for it, briefly: a
   // slower answer is cached by the client (single flight), and the service's resend is confirmed from it.
   const unexpected = createUnexpectedScreen(
@@ -512,8 +517,95 @@ export function createDelivery<C>(
       durable && (() => durable.receive(key, toRecord(record), lease)),
     );
     if (claimed instanceof StoreError) throw claimed;
-    if (!claimed) return durable ? deliverKept(durable, record, key) : false;
+    if (!claimed) return durable ? deliverHeld(durable, record, key) : false;
     return settleReconciled(record, key, lease.id, by);
+  }
+
+  /**
+   * At least once, the key of a final record the sweep or `ipn.reconcile()` found already in the inbox: an
+   * entry unverified (dead, or retried) is made due again ({@link redeemed}: verification confirms it against this record
+   * now, or delivers the service's record in its place), `true`; else {@link deliverKept}. A partial record
+   * (no amount or `custom_data`) would not let verification decide either: {@link UNDECIDED}, nothing made
+   * due, so that the sweep asks again and reports the payment `stale` at its bound.
+   */
+  async function deliverHeld(
+    held: DurableStore,
+    record: IpnNotification,
+    key: string,
+  ): Promise<boolean | typeof UNDECIDED> {
+    if (verify) {
+      const entry = await context.bounded(
+        Promise.resolve().then(() => held.get(key)),
+        `read ${key}`,
+      );
+      if (entry !== undefined && isUnverified(entry)) {
+        if (lackingFields(record).length > 0 || record.amount === null) return UNDECIDED;
+        const made = await redeemed(held, key, entry);
+        if (made instanceof StoreError) throw made;
+        if (made) return true;
+      }
+    }
+    return deliverKept(held, record, key);
+  }
+
+  /**
+   * At least once with `verify`, a copy of `key` arrived (a resend, the service's genuine notification, the
+   * sweep's record) while its inbox entry holds it: an entry unverified (verification never confirmed it: a
+   * forged copy that took the key first, of a transaction still pending or not issued yet), dead or still
+   * retried, is made due again, attempts from 0, so that verification runs again: it then confirms the copy held, or delivers the
+   * service's record in its place (`replace`), or rejects it. Without this, the genuine payment of that key
+   * was answered as a duplicate of the dead forgery, and never credited. Any other entry is left as it is (a
+   * listener's failure may hold a credit). Whether it was made due, or a `StoreError` when the store failed
+   * (the copy is then answered 503, so that the service resends it). One read, on this path only.
+   */
+  async function redeemed(
+    held: DurableStore,
+    key: string,
+    known?: InboxEntry,
+  ): Promise<boolean | StoreError> {
+    try {
+      const entry =
+        known ??
+        (await context.bounded(
+          Promise.resolve().then(() => held.get(key)),
+          `read ${key}`,
+        ));
+      if (entry === undefined || !isUnverified(entry)) return false;
+      // Retried meanwhile (`failed`), its wait is kept (the status client's guard may not answer sooner) and
+      // its attempts start over: the copy that came is not lost to the attempts left before `dead`.
+      const { status } = entry;
+      const wait = status === 'failed' ? Math.max(0, entry.nextAttemptAt.getTime() - Date.now()) : 0;
+      let replayed = await context.bounded(
+        Promise.resolve().then(() => held.replay(key, wait, [status])),
+        `make due ${key}`,
+      );
+      let revived = replayed && status === 'dead';
+      // Retried when read, its attempt then settled it dead unverified (its last): made due all the same.
+      if (!replayed && status === 'failed') {
+        const now = await context.bounded(
+          Promise.resolve().then(() => held.get(key)),
+          `read ${key}`,
+        );
+        if (now?.status === 'dead' && isUnverified(now)) {
+          replayed = await context.bounded(
+            Promise.resolve().then(() => held.replay(key, 0, ['dead'])),
+            `make due ${key}`,
+          );
+          revived = replayed;
+        }
+      }
+      if (revived) {
+        logger.info(
+          { key, event: 'redeemed' },
+          `a copy of ${key} arrived while its entry was dead unverified: made due again, to verify it anew`,
+        );
+        recoverSoon();
+      }
+      return replayed;
+    } catch (cause) {
+      const message = `the store failed to read ${key}, held by another copy: ${messageOf(cause)}`;
+      return cause instanceof StoreError ? cause : new StoreError(message, { cause });
+    }
   }
 
   /**
@@ -676,6 +768,13 @@ export function createDelivery<C>(
       const late = decide ? () => deliverLate(n, leaseId, expectation) : () => void context.release(key);
       const claimed = claimer.claimNow(key, late, receive);
       const settled = (answer: boolean | StoreError): Acceptance | Promise<Acceptance> => {
+        // At least once with verify, a copy of a key whose entry is unverified (dead, or retried) makes it due again.
+        if (answer === false && durable && verify)
+          // Answered as a duplicate all the same (200): the entry, durable and due, is decided by the
+          // service's record, whatever this copy says; a store that failed to tell is a 503.
+          return redeemed(durable, key).then((made) =>
+            acceptance(key, made instanceof StoreError ? made : false, leaseId),
+          );
         const accepted = acceptance(key, answer, leaseId);
         return decide && !verifying ? decided(n, accepted) : accepted;
       };

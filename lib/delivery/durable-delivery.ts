@@ -26,7 +26,7 @@ import { genuineRecord, verifyNotification, type Verdict } from '../status/verif
 import { accountOfNotification } from './accounts.js';
 import { expectationAllows } from './expectations.js';
 import { createLifecycle, type Lifecycle } from './lifecycle.js';
-import { CONFLICT_PREFIX } from './kept-unexpected.js';
+import { CONFLICT_PREFIX, UNVERIFIED_PREFIX } from './kept-unexpected.js';
 
 /**
  * Who drives an attempt: the router's `timers` schedule the next attempt of a failed one; a `drain` leaves it
@@ -70,6 +70,8 @@ export const EXPIRY_INTERVAL_MS = 60 * 60_000;
  * At-least-once: the notification was stored before the 200; each attempt verifies it (with `verify`),
  * awaits every listener, and records the outcome: delivered, failed (retried with backoff), dead after
  * `maxAttempts`. Entries left due or abandoned (a retry, a replay, a crash) are taken up by `recover`.
+ * `unconfirmed` is told of a notification verification gave up on (dead unverified) or rejected without a
+ * record to deliver in its place (its key released): its expectation, settled at the claim, is due again.
  */
 export function createDurableDelivery<C>(
   context: DeliveryContext<C>,
@@ -77,6 +79,7 @@ export function createDurableDelivery<C>(
   metrics?: Metrics,
   lifecycle: Lifecycle<C> = createLifecycle(context, undefined),
   alerts?: AlertMonitor,
+  unconfirmed?: (n: IpnNotification) => void,
 ) {
   const { options, logger, emit, emitAndWait, toEvent, report, reject, after } = context;
   let leasedOnce = false; // a recovery pass has leased: the store is ready
@@ -154,6 +157,7 @@ export function createDurableDelivery<C>(
       const verdict = await verifyNotification(options.verify, n, {
         arrivedAt: now,
         notFoundAt: attempts > 1 ? now : undefined,
+        freshPending: true,
         account: accountOfNotification(options.accountOf, n, logger),
       });
       if (verdict.kind !== 'confirmed') return verdict;
@@ -434,6 +438,22 @@ export function createDurableDelivery<C>(
     }
   }
 
+  /**
+   * Whether an entry this attempt just settled dead unverified was made due again by a copy of its key during
+   * the attempt (its attempts put back to 0: a lease counts 1 or more), and is now due again. A store that
+   * fails to tell leaves it dead (reported), as it was.
+   */
+  async function redeemedMeanwhile(key: string): Promise<boolean> {
+    try {
+      const entry = await timed(inbox.get(key), 'get', key);
+      if (entry?.status !== 'dead' || entry.attempts !== 0) return false;
+      return await timed(inbox.replay(key, 0, ['dead']), 'replay', key);
+    } catch (cause) {
+      report(new StoreError(`the store failed to read ${key} once dead: ${messageOf(cause)}`, { cause }));
+      return false;
+    }
+  }
+
   /** A listener's writes landed, or may have, outside the delivery's transaction: dead at once, never retried. */
   function landed(message: string, cause?: IpnKitError): Concluded {
     return { kind: 'failed', error: new DeliveryError(message, { cause }), final: true };
@@ -474,8 +494,11 @@ export function createDurableDelivery<C>(
       const genuine = allowed === true ? found : undefined;
       if (!genuine) {
         // A genuine notification of this key can still come. Only while this attempt holds the entry:
-        // another one may have put the service's own record there since.
+        // another one may have put the service's own record there since. Its expectation, settled at the
+        // claim, is due again (as the at-most-once queue's `letGo`): the genuine copy may have been answered
+        // as a duplicate of this key meanwhile, and only the sweep's query finds it then.
         await timed(inbox.release(key, leaseId), 'release', key);
+        unconfirmed?.(n);
         return 'other';
       }
       // The genuine copy came already, answered as a duplicate of the forgery: the service's own record
@@ -489,12 +512,27 @@ export function createDurableDelivery<C>(
       result.kind === 'failed'
         ? withHint(result.error)
         : new VerificationError(n.transaction_id, attempts, result.reason);
+    // Unverified (a `later`), its last error is the VerificationError's, by which a copy arriving for its key
+    // makes it due again, attempts from 0 (see `isUnverified`); a failed attempt's (a listener's message,
+    // which may say anything) never starts as that one does: such an entry may hold a credit.
+    const said =
+      result.kind === 'failed' && failure.message.startsWith(UNVERIFIED_PREFIX)
+        ? `failed: ${failure.message}`
+        : failure.message;
     if (result.kind === 'failed') report(failure, n);
     alerts?.attempt(false, key, failure.message);
     if (attempts >= options.maxAttempts || (result.kind === 'failed' && result.final)) {
       // Emitted by the instance that still held the lease, only: a replay may have taken it meanwhile.
-      const dead = { status: 'dead', error: failure.message } as const;
+      const dead = { status: 'dead', error: said } as const;
       if (!(await timed(inbox.settle(key, leaseId, dead), 'settle', key))) return 'other';
+      // A copy of the key that came during this attempt made the entry due again (attempts 0, this
+      // attempt's live lease kept), and this settle wrote `dead` over it: made due again now, else the
+      // genuine copy, answered as a duplicate, is lost to this attempt's verdict.
+      if (result.kind === 'later' && (await redeemedMeanwhile(key))) {
+        if (driver === 'timers') wake(key, 0);
+        return 'retried';
+      }
+      if (result.kind === 'later') unconfirmed?.(n);
       logger.error(
         { ...identify(n), attempts, event: 'dead' },
         `IPN notification ${key} is dead after ${attempts} attempt${attempts === 1 ? '' : 's'}`,
@@ -502,9 +540,13 @@ export function createDurableDelivery<C>(
       emit('dead', { key, notification: toEvent(n), attempts, lastError: failure.message });
       return 'dead';
     }
-    const delay = Math.min(options.retryDelayMs * 2 ** (attempts - 1), MAX_RETRY_DELAY);
+    // Never sooner than the verdict's `retryAfterMs` (the status client's guard: its budget, a block's
+    // cool-down, a newer answer asked for too soon), as the at-most-once queue waits: an attempt before it
+    // is refused again, and spends one of `maxAttempts` on a query never sent.
+    const backoff = Math.min(options.retryDelayMs * 2 ** (attempts - 1), MAX_RETRY_DELAY);
+    const delay = result.kind === 'later' ? Math.max(backoff, result.retryAfterMs) : backoff;
     const nextAttemptAt = new Date(Date.now() + delay);
-    const failed = { status: 'failed', error: failure.message, nextAttemptAt } as const;
+    const failed = { status: 'failed', error: said, nextAttemptAt } as const;
     const settled = await timed(inbox.settle(key, leaseId, failed), 'settle', key);
     if (driver === 'timers' && settled) wake(key, delay);
     return settled ? 'retried' : 'other';

@@ -379,11 +379,17 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
      * copy of the transaction has that key), nothing but the sweep could have settled it, taking the held key
      * for a delivered copy, so no credit was made of it; left settled, the payment would be lost. The sweep's
      * record still goes through the same dedupe key. None held any more (deleted): nothing is written.
+     *
+     * Without `checked` (at least once with `verify`: the inbox entry went dead unverified, or was rejected
+     * and its key released, in an attempt of recovery that knows nothing of the check before its claim),
+     * whatever is held is made due, settled or not: while that entry held the key of the transaction's
+     * `SUCCESSFUL`, nothing of this inbox credited it. A settled one is asked about afresh (attempts 0).
      */
-    reopen(n: IpnNotification, checked: ExpectationCheck): void {
-      if (!expectations || checked.kind !== 'match' || !settlesExpectation(n.state)) return;
-      const { expectation } = checked;
-      if (isSettled(expectation)) return;
+    reopen(n: IpnNotification, checked?: ExpectationCheck): void {
+      if (!expectations || !settlesExpectation(n.state)) return;
+      if (checked !== undefined && checked.kind !== 'match') return;
+      const expectation = checked?.expectation;
+      if (expectation !== undefined && isSettled(expectation)) return;
       const steps = {
         read: 'make it due again',
         write: `make the expectation of ${n.transaction_id} due again`,
@@ -394,7 +400,7 @@ export function createExpectations<C>(context: DeliveryContext<C>, store: Store)
         if (held.attempts === REJECTED_ATTEMPTS) return undefined;
         const attempts = !isSettled(held)
           ? held.attempts
-          : sameExpectation(held, expectation)
+          : expectation !== undefined && sameExpectation(held, expectation)
             ? expectation.attempts
             : 0; // a newer one: its count before the sweep settled it is not known; it is asked about afresh
         return { ...held, attempts, dueAt: Date.now() };

@@ -59,3 +59,24 @@ export function labelOf(entry: InboxEntry, now: number = Date.now()): string | u
   if (isKeptUnexpected(entry, now)) return KEPT_UNEXPECTED_LABEL;
   return isConflict(entry) ? CONFLICT_LABEL : undefined;
 }
+
+/**
+ * Starts the `lastError` of an inbox entry whose last attempt verification could not decide (the service
+ * unreachable, the status client's guard refusing, a state not final yet, a not-found not asked again),
+ * retried (`failed`) or given up on (`dead`): the message of a `VerificationError`. Another failed attempt's
+ * (a listener's message, which may say anything) never starts with it (see `durable-delivery.ts`).
+ */
+export const UNVERIFIED_PREFIX = 'could not verify the notification of ';
+
+/**
+ * Whether `entry` is unverified: `failed` or `dead` with its last attempt stopped at verification, before
+ * any listener, so that making it due again (its attempts from 0) is one more retry. Not an entry whose
+ * last attempt a listener failed, nor one dead because a listener ended its transaction itself or a process
+ * died mid-attempt (it may hold a credit), nor a conflict, nor a kept unexpected notification.
+ */
+export function isUnverified(entry: InboxEntry): boolean {
+  return (
+    (entry.status === 'dead' || entry.status === 'failed') &&
+    (entry.lastError ?? '').startsWith(UNVERIFIED_PREFIX)
+  );
+}

@@ -26,6 +26,13 @@ export interface VerifyContext {
    * account, when there is one, wins over it).
    */
   account?: string | undefined;
+  /**
+   * A non-final answer older than `arrivedAt` is asked for again too (`since`, within the guard's rules), as
+   * a not-found is: at least once, where each attempt may be the last before `dead`, so that one is never
+   * given up on a non-final answer cached before it began (a copy that made a dead entry due again is then
+   * verified on a newer answer, its wait the guard's `retryAfterMs`).
+   */
+  freshPending?: boolean;
 }
 
 /** The fields a notification must share with the service's own record to be believed. */
@@ -181,7 +188,9 @@ export async function verifyNotification(
   const id = notification.transaction_id;
   const { account } = context;
   let answer = await answerOf(source, id, undefined, account);
-  if (mayBeStale(answer, notification)) {
+  const pendingStale =
+    context.freshPending === true && 'record' in answer && !isFinalState(answer.record.state);
+  if (pendingStale || mayBeStale(answer, notification)) {
     const since =
       'notFound' in answer && context.notFoundAt !== undefined ? context.notFoundAt : context.arrivedAt;
     if (Number.isFinite(since)) answer = await answerOf(source, id, since, account);

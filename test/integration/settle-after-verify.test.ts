@@ -314,7 +314,8 @@ test('at-most-once verify: a sweep while a forged copy is verified, then the rou
 // 01864dd: a store that never answers the read: verifyAttempts reads, then one error, no unhandled rejection.
 // At most once, verification given up makes the expectation due again, on what the store holds then: one read
 // more, which fails too (reported as the second error). That read is what keeps an ipn.expect() made during
-// verification (settle-due-review.test.ts, "expect() again during verification"): money first.
+// verification (settle-due-review.test.ts, "expect() again during verification"): money first. At least once
+// the same: the entry dead unverified makes its expectation (settled at the claim) due again.
 for (const delivery of ['at-most-once', 'at-least-once'] as const) {
   test(`${delivery}: an expectation the store never reads where a record replaces a forgery: bounded reads, one rejected and one error per attempt budget`, async () => {
     const id = await paid(t.provider);
@@ -352,7 +353,8 @@ for (const delivery of ['at-most-once', 'at-least-once'] as const) {
           expect.stringContaining('to make it due again'),
         ]);
       } else {
-        expect(watched.reads - 1).toBe(3); // maxAttempts
+        // maxAttempts reads, then the give-up's (dead unverified: its expectation made due again)
+        expect(watched.reads - 1).toBe(3 + 1);
         expect(recorder.count('dead')).toBe(1);
       }
       expect(unhandled).toEqual([]);
