@@ -402,6 +402,58 @@ describe('attempts that hold', () => {
     });
   }
 
+  test('at most once, verify: a forged SUCCESSFUL of a pending transaction, then its genuine FAILED: failed once, no conflict', async () => {
+    const id = pending('order-6');
+    const { ipn, recorder, url } = await t.serve(
+      quietRouter({ store: new MemoryStore(), verify: clientOf(), verifyRetryDelayMs: 5 }),
+    );
+    ipn.on('failed', () => {});
+    expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // right amount and order
+    await until(() => t.provider.statusQueriesFor(id) > 0, 'the forgery verified');
+    t.provider.setState(id, 'FAILED'); // the customer's payment failed
+    expect(await genuine(url, id, 'FAILED')).toBe(200);
+    await untilFirst(recorder, 'failed', 'the genuine FAILED');
+    await until(() => recorder.count('rejected') > 0, 'the forgery rejected');
+    await settle();
+    expect(recorder.of('rejected')).toEqual([
+      expect.objectContaining({ reason: 'mismatch', mismatches: ['state'] }),
+    ]);
+    expect(recorder.count('successful') + recorder.count('conflict')).toBe(0);
+    expect(recorder.count('failed')).toBe(1);
+  });
+
+  test('at least once, verify: a forged FAILED of the next id, then its genuine SUCCESSFUL: credited once, no conflict', async () => {
+    const { ipn, recorder, url } = await t.serve(
+      quietRouter({
+        store: new MemoryStore(),
+        delivery: 'at-least-once',
+        verify: clientOf(),
+        retryDelayMs: 5,
+      }),
+    );
+    ipn.on('successful', () => {});
+    ipn.on('failed', () => {});
+    const id = 'EFB.900006';
+    expect(
+      await t.provider.forge({ ipnUrl: url, transactionId: id, state: 'FAILED', customData: 'order-7' }),
+    ).toBe(200);
+    t.provider.initiate({
+      transactionId: id,
+      amount: 5000,
+      ipnUrl: url,
+      customData: 'order-7',
+      outcome: 'SUCCESSFUL',
+      deliver: false,
+    });
+    await until(() => t.provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
+    expect(await genuine(url, id)).toBe(200);
+    await untilFirst(recorder, 'successful', 'the credit');
+    await until(() => recorder.count('rejected') > 0, 'the forgery rejected');
+    await drained(ipn);
+    expect(recorder.of('successful')).toEqual([expect.objectContaining({ amount: 5000 })]);
+    expect(recorder.count('failed') + recorder.count('conflict')).toBe(0);
+  });
+
   test('at least once, status client: a forged FAILED kept under the next id leaves the genuine SUCCESSFUL credited', async () => {
     const { ipn, recorder, url } = await t.serve(
       quietRouter({ store: new MemoryStore(), delivery: 'at-least-once', statusClient: clientOf() }),
