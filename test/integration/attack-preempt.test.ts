@@ -1,9 +1,4 @@
-import { createStatusClient, MemoryStore, type IpnRouter, type Store } from 'ipn-kit';
-import Redis from 'ioredis';
-import { PostgresStore } from 'ipn-kit/postgres';
-import { RedisStore } from 'ipn-kit/redis';
-import { postgresTables } from '../helpers/postgres-tables.js';
-import { describeWithService, redisUrl } from '../helpers/services.js';
+import { createStatusClient, MemoryStore, type IpnRouter } from 'ipn-kit';
 import { quiet } from '../helpers/quiet-logger.js';
 import { settle } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
@@ -48,162 +43,9 @@ async function drained(ipn: IpnRouter): Promise<void> {
   await settle();
 }
 
-/**
- * At least once with verify over `store`: a forged SUCCESSFUL of `id` before the service issued it, given up
- * on (dead), then the genuine payment of that id; resolves once it should have been credited, and asserts it.
- */
-async function nextIdForgedDead(store: Store, id: string): Promise<void> {
-  // The status client as in production (a not-found asked again only after 15 minutes).
-  const verify = createStatusClient({ baseUrl: t.provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-  const { ipn, recorder, url } = await t.serve(
-    quietRouter({ store, delivery: 'at-least-once', verify, maxAttempts: 3, retryDelayMs: 5 }),
-  );
-  ipn.on('successful', () => {});
-  expect(await t.provider.forge({ ipnUrl: url, transactionId: id, amount: 1 })).toBe(200);
-  await untilFirst(recorder, 'dead', 'the forgery given up on (its not-found not asked again)');
-
-  t.provider.initiate({
-    transactionId: id,
-    amount: 5000,
-    ipnUrl: url,
-    customData: 'order-4',
-    outcome: 'SUCCESSFUL',
-    deliver: false,
-  });
-  await until(() => t.provider.transaction(id)?.state === 'SUCCESSFUL', 'processing');
-  expect(await genuine(url, id)).toBe(200);
-  await drained(ipn);
-  // On main: no `successful`; the genuine copy was a `duplicate` of the dead forgery.
-  expect(recorder.of('successful')).toEqual([expect.objectContaining({ amount: 5000 })]);
-}
-
-describe('at least once, with verify', () => {
-  // LOST: the customer's payment (5000), never credited, and its arrival leaves nothing but a `duplicate`.
-  // A forged SUCCESSFUL of a transaction still PENDING (the customer knows its id and is slow to pay) is
-  // verified at each attempt; `not_final` is a `later` (lib/status/verify-notification.ts:213), counted as a
-  // failed attempt, and after maxAttempts the entry is marked dead (lib/delivery/durable-delivery.ts:494-503)
-  // and keeps the key. At most once the same forgery is rejected (`not_final`) and its key released
-  // (lib/delivery/verify-queue.ts:202); at least once the dead forgery holds `id:SUCCESSFUL` until an
-  // operator replays it: the MemoryInbox (lib/stores/memory/memory-inbox.ts:72) and every store's
-  // `receive` answer false for a dead entry, so the service's genuine notification, posted once the customer
-  // paid, is answered {"duplicate":true} and never delivered. The service stops resending after that 200.
-  // Fix: when a copy arrives for a key whose entry is dead (or failed) and was never delivered, and its
-  // record differs from the stored one, do not answer it as a plain duplicate: make the entry due again (a
-  // replay: verification then confirms the genuine copy, or puts the service's record in the forgery's place
-  // through `replace`), or `replace` the stored record by the new copy; bounded by the status client's cache.
-  test.failing(
-    'a forged SUCCESSFUL of a pending transaction, dead as not final, does not make the genuine one a duplicate',
-    async () => {
-      const id = pending();
-      const { ipn, recorder, url } = await t.serve(
-        quietRouter({
-          store: new MemoryStore(),
-          delivery: 'at-least-once',
-          verify: clientOf(),
-          maxAttempts: 2,
-          retryDelayMs: 5,
-        }),
-      );
-      ipn.on('successful', () => {});
-      expect(await t.provider.forge({ ipnUrl: url, transactionId: id, amount: 1 })).toBe(200);
-      await untilFirst(recorder, 'dead', 'the forgery given up on (not final)');
-      expect(recorder.count('successful')).toBe(0);
-
-      t.provider.setState(id, 'SUCCESSFUL'); // the customer pays
-      expect(await genuine(url, id)).toBe(200);
-      await drained(ipn);
-      // Nor does the operator's reconcile() of the order left pending bring it back: the key is the dead
-      // forgery's (on main: { emitted: false }).
-      await ipn.reconcile(id);
-      await drained(ipn);
-      // On main: no `successful`; the genuine copy was a `duplicate` of the dead forgery.
-      expect(recorder.of('successful')).toEqual([expect.objectContaining({ amount: 5000 })]);
-    },
-  );
-
-  // LOST: the same with a forged copy of the NEXT id (no knowledge of any transaction needed). Its first
-  // query answers not found, which verification believes only when asked again after `notFoundAt`; the
-  // status client refuses that second ask for minIntervalMs (15 minutes, reason `interval`, with its
-  // `retryAfterMs`), and at least once that wait is ignored: the next attempt comes after retryDelayMs
-  // doubling (lib/delivery/durable-delivery.ts:505, `retryAfterMs` of the `later` verdict unused), so a
-  // partner with retryDelayMs under about 7 s (or maxAttempts lowered) spends every attempt on a refusal
-  // and the forgery goes dead holding `id:SUCCESSFUL` (durable-delivery.ts:494). A forger can also spend the
-  // status budget with a flood of forged ids: every attempt then refused, dead as well. The genuine
-  // notification, whenever the service issues that id, is answered as a duplicate of the dead entry.
-  // Fix: as above; and at least once, schedule a verification's next attempt no sooner than its verdict's
-  // `retryAfterMs` (as the at-most-once queue does), and do not count a refusal by the local guard (nothing
-  // was asked) as an attempt toward `dead`.
-  test.failing(
-    'a forged SUCCESSFUL of the next id, dead while its not-found cannot be asked again, does not make the genuine one a duplicate',
-    () => nextIdForgedDead(new MemoryStore(), 'EFB.900004'),
-  );
-
-  // LOST, silently: the same, with the transaction expected (ipn.expect()) and the forged copy matching its
-  // expectation (the customer-forger knows the amount and the order). At least once with verify, the
-  // expectation is settled at the claim, before verification (lib/pipeline/ipn-pipeline.ts:335-338:
-  // `verifiesAfterClaim` is true only for the at-most-once verify queue, lib/delivery/delivery.ts:640), so
-  // the sweep never asks about the transaction again and never says `stale`: once the forged copy is dead
-  // (not final) the genuine notification is a duplicate and nothing reconciles or reports the payment.
-  // Fix: at least once with verify, settle the expectation only once an attempt is confirmed (as the verify
-  // queue does with `expectation.settle(verified)`), and make it due again when the entry goes dead or is
-  // released unconfirmed; plus the fix above.
-  test.failing(
-    'expected, a forged copy matching the expectation, dead as not final: the payment is credited or reported',
-    async () => {
-      const id = pending();
-      const store = new MemoryStore();
-      const { ipn, recorder, url } = await t.serve(
-        quietRouter({
-          store,
-          delivery: 'at-least-once',
-          verify: clientOf(),
-          maxAttempts: 2,
-          retryDelayMs: 5,
-          reconcileAfterMs: 1,
-        }),
-      );
-      ipn.on('successful', () => {});
-      await ipn.expect(id, { amount: 5000, customData: 'order-1' });
-      expect(await t.provider.forge({ ipnUrl: url, transactionId: id })).toBe(200); // matches: 5000, order-1
-      await untilFirst(recorder, 'dead', 'the forgery given up on (not final)');
-
-      t.provider.setState(id, 'SUCCESSFUL');
-      expect(await genuine(url, id)).toBe(200);
-      await drained(ipn);
-      await drained(ipn);
-      // On main: neither; only the dead forgery and a duplicate.
-      expect(recorder.count('successful') + recorder.count('stale')).toBeGreaterThan(0);
-    },
-  );
-});
-
-describeWithService('PostgreSQL', 'at least once, with verify, on PostgreSQL', () => {
-  const { admin, table } = postgresTables('apre');
-  // The same loss as on MemoryStore (the PostgresStore's receive inserts nothing for a key it holds, dead).
-  test.failing(
-    'a forged SUCCESSFUL of the next id, dead, does not make the genuine one a duplicate',
-    async () =>
-      nextIdForgedDead(new PostgresStore({ pool: admin, table: await table() }), `EFB.${Date.now()}`),
-  );
-});
-
-describeWithService('Redis', 'at least once, with verify, on Redis', () => {
-  let client: Redis;
-  const prefix = `ipn-kit-test:attack-preempt:${process.pid}:${Date.now()}:`;
-  beforeAll(() => {
-    client = new Redis(redisUrl());
-    client.on('error', () => {});
-  });
-  afterAll(async () => {
-    const keys = await client.keys(`${prefix}*`);
-    if (keys.length > 0) await client.del(...keys);
-    await client.quit();
-  });
-  // The same loss as on MemoryStore and PostgreSQL.
-  test.failing('a forged SUCCESSFUL of the next id, dead, does not make the genuine one a duplicate', () =>
-    nextIdForgedDead(new RedisStore({ client, prefix }), `EFB.${Date.now()}`),
-  );
-});
+// At least once with `verify`, a forgery given up on (dead unverified) under the genuine payment's key, of a
+// pending transaction or of the next id, on MemoryStore, PostgreSQL and Redis, expected or not: fixed, and
+// tested in dead-unverified.test.ts (and dead-unverified-race.test.ts), not repeated here.
 
 describe('at most once, with verify', () => {
   // LOST, silently: the customer's payment. A forged SUCCESSFUL (another amount) of a transaction still
@@ -292,43 +134,29 @@ describe('at least once, expectations in use, no status client', () => {
 });
 
 describe('at least once, status client, a transaction nobody expected', () => {
-  // LOST: a genuine payment whose ipn.expect() was lost (the write failed, a MemoryStore restarted), which
-  // the guarantee says is "never credited unconfirmed, and never lost": one status query confirms it. A
-  // forged copy of it (another amount) posted while it is still PENDING is kept as unexpected (the service
-  // reports PENDING) under `id:SUCCESSFUL`; the genuine notification, unexpected too, is kept through the same
-  // `receive` (lib/delivery/unexpected.ts:234 then 160), finds the forgery there and is answered as its
-  // duplicate: never stored, never queried, never credited. With no expectation no sweep ever asks, and
-  // ipn.reconcile(id) finds the kept copy contradicted by the record (the forgery's amount), so it is not
-  // made due: { emitted: false }. The only trace is the forgery's own `rejected`; replaying its key would
-  // deliver the forged record (amount 1), not the payment. Distinct from kept-unexpected-sweep's open case:
-  // no expectation, so a fix in the sweep does not reach it.
-  // Fix: in `hold`, a key already held by a kept unexpected entry (failed, lastError `unexpected:`, never
-  // delivered) whose record differs from the new copy is not a duplicate: the new copy is queried too, and
-  // when the service confirms it, it takes the kept entry's place (`replace` through the hold lease) and is
-  // made due; and `reconcile()` / the sweep put the service's record in the place of a kept copy it
-  // contradicts in amount or custom_data only (as verify's `genuineRecord` path does).
-  test.failing(
-    'a forged copy kept under a pending id does not make its genuine notification a duplicate',
-    async () => {
-      const id = pending('order-5');
-      const { ipn, recorder, url } = await t.serve(
-        quietRouter({ store: new MemoryStore(), delivery: 'at-least-once', statusClient: clientOf() }),
-      );
-      ipn.on('successful', () => {});
-      await expectAnother(ipn);
-      expect(await t.provider.forge({ ipnUrl: url, transactionId: id, amount: 1 })).toBe(200);
-      await untilFirst(recorder, 'rejected', 'the kept forgery (the service reports PENDING)');
+  // A genuine payment whose ipn.expect() was lost (the write failed, a MemoryStore restarted): a forged copy
+  // of it (another amount) posted while it is still PENDING is kept as unexpected under `id:SUCCESSFUL`; the
+  // genuine notification is then answered as its duplicate (lib/delivery/unexpected.ts, `hold`'s receive).
+  // ipn.reconcile(id) now puts the service's record in the kept forgery's place (`replayWith`): credited
+  // once, the forgery never.
+  test('a forged copy kept under a pending id: reconcile() credits the genuine payment in its place', async () => {
+    const id = pending('order-5');
+    const { ipn, recorder, url } = await t.serve(
+      quietRouter({ store: new MemoryStore(), delivery: 'at-least-once', statusClient: clientOf() }),
+    );
+    ipn.on('successful', () => {});
+    await expectAnother(ipn);
+    expect(await t.provider.forge({ ipnUrl: url, transactionId: id, amount: 1 })).toBe(200);
+    await untilFirst(recorder, 'rejected', 'the kept forgery (the service reports PENDING)');
 
-      t.provider.setState(id, 'SUCCESSFUL'); // the customer pays
-      await new Promise((resolve) => setTimeout(resolve, 20)); // past the client's 10 ms between two queries
-      expect(await genuine(url, id)).toBe(200);
-      await drained(ipn);
-      await ipn.reconcile(id); // on main: { emitted: false }
-      await drained(ipn);
-      // On main: no `successful`; the genuine copy was a `duplicate` of the kept forgery.
-      expect(recorder.of('successful')).toEqual([expect.objectContaining({ amount: 5000 })]);
-    },
-  );
+    t.provider.setState(id, 'SUCCESSFUL'); // the customer pays
+    await new Promise((resolve) => setTimeout(resolve, 20)); // past the client's 10 ms between two queries
+    expect(await genuine(url, id)).toBe(200);
+    await drained(ipn);
+    expect(await ipn.reconcile(id)).toMatchObject({ emitted: true });
+    await drained(ipn);
+    expect(recorder.of('successful')).toEqual([expect.objectContaining({ amount: 5000 })]);
+  });
 });
 
 describe('attempts that hold', () => {
