@@ -522,6 +522,20 @@ export function createDelivery<C>(
   }
 
   /**
+   * A store call on the path of the service's record (the sweep's, `ipn.reconcile()`'s) to a key already in
+   * the inbox: bounded by `storeTimeoutMs`, and its every failure a `StoreError` (with the store's error as
+   * `cause`), as `ipn.reconcile()` documents: a store's own plain `Error` went out of it as it was.
+   */
+  async function stored<T>(call: () => T | Promise<T>, what: string): Promise<T> {
+    try {
+      return await context.bounded(Promise.resolve().then(call), what);
+    } catch (cause) {
+      if (cause instanceof StoreError) throw cause;
+      throw new StoreError(`the store failed to ${what}: ${messageOf(cause)}`, { cause });
+    }
+  }
+
+  /**
    * At least once, the key of a final record the sweep or `ipn.reconcile()` found already in the inbox: an
    * entry unverified (dead, or retried) is made due again ({@link redeemed}: verification confirms it against this record
    * now, or delivers the service's record in its place), `true`; else {@link deliverKept}. A partial record
@@ -534,10 +548,7 @@ export function createDelivery<C>(
     key: string,
   ): Promise<boolean | typeof UNDECIDED> {
     if (verify) {
-      const entry = await context.bounded(
-        Promise.resolve().then(() => held.get(key)),
-        `read ${key}`,
-      );
+      const entry = await stored(() => held.get(key), `read ${key}`);
       if (entry !== undefined && isUnverified(entry)) {
         if (lackingFields(record).length > 0 || record.amount === null) return UNDECIDED;
         const made = await redeemed(held, key, entry);
@@ -623,22 +634,15 @@ export function createDelivery<C>(
     record: IpnNotification,
     key: string,
   ): Promise<boolean | typeof UNDECIDED> {
-    const { bounded } = context;
-    const entry = await bounded(
-      Promise.resolve().then(() => held.get(key)),
-      `read ${key}`,
-    );
+    const entry = await stored(() => held.get(key), `read ${key}`);
     if (entry === undefined || !isKeptUnexpected(entry)) return false;
     const kept = ipnNotificationSchema.safeParse(entry.record);
     if (!kept.success) return false;
     if (lackingFields(record).length > 0 || record.amount === null) return UNDECIDED;
     const contradicted = mismatchesOf(kept.data, record);
     if (contradicted.length > 0) return replaceKept(held, record, key, kept.data, contradicted);
-    await bounded(unexpected.endHold(key), `end the hold of ${key}`);
-    const replayed = await bounded(
-      Promise.resolve().then(() => held.replay(key, 0, ['failed'])),
-      `make due ${key}`,
-    );
+    await stored(() => unexpected.endHold(key), `end the hold of ${key}`);
+    const replayed = await stored(() => held.replay(key, 0, ['failed']), `make due ${key}`);
     if (!replayed) return false;
     logger.info(
       identify(record),
@@ -671,12 +675,8 @@ export function createDelivery<C>(
       context.report(new StoreError(message), record);
       return false;
     }
-    const { bounded } = context;
-    await bounded(unexpected.endHold(key, false), `end the hold of ${key}`);
-    const replaced = await bounded(
-      Promise.resolve().then(() => replayWith(key, toRecord(record), ['failed'])),
-      `replace kept ${key}`,
-    );
+    await stored(() => unexpected.endHold(key, false), `end the hold of ${key}`);
+    const replaced = await stored(() => replayWith(key, toRecord(record), ['failed']), `replace kept ${key}`);
     if (!replaced) return false;
     const fields = Object.fromEntries(
       contradicted.map((field) => [field, { kept: kept[field], record: record[field] }]),
