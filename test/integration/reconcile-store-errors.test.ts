@@ -13,6 +13,7 @@ import { expectAnother, keptServer } from '../helpers/kept-unexpected.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { until } from '../helpers/until.js';
 import { NO_SWEEP } from '../helpers/verified-payments.js';
+import { KEPT_CONTRADICTED_LABEL, labelOf } from '../../lib/delivery/kept-unexpected.js';
 
 // ipn.reconcile() documents its rejections as StatusError, StoreError or IpnKitError: a store's plain Error on
 // the path of a key already in the inbox (its entry read, a kept copy's hold ended or replaced) is a
@@ -67,17 +68,24 @@ for (const how of ['verify', 'statusClient'] as const) {
   });
 }
 
-test("a kept forgery whose replacement by the service's record fails rejects with a StoreError", async () => {
+test("a kept forgery whose replacement by the service's record fails: a StoreError, and labelled not to replay", async () => {
   const id = `RSF.${randomUUID().slice(0, 8)}`;
   const service: { known?: IpnNotification } = {};
+  // The forgery's own status query is slow: the copy is still under its hold lease when the record comes.
+  let answer: (record: IpnNotification) => void = () => {};
+  const forgeryQuery = new Promise<IpnNotification>((resolve) => (answer = resolve));
+  let queries = 0;
+  const known = sourceOf(id, service);
+  const source: StatusSource = {
+    getStatus: (transactionId, options) =>
+      transactionId === id && (queries += 1) === 1 ? forgeryQuery : known.getStatus(transactionId, options),
+  };
   const store = new MemoryStore();
-  const { ipn, events, post } = await serve(
-    routerOf(store, { statusClient: sourceOf(id, service), unexpected: 'verify' }),
-  );
+  const { ipn, events, post } = await serve(routerOf(store, { statusClient: source, unexpected: 'verify' }));
   ipn.on('error', () => {});
   await expectAnother(ipn);
   expect((await post({ ...toJson(recordOf(id, 1)) })).status).toBe(200);
-  await until(() => events.count('rejected') > 0, 'the forgery kept');
+  await until(() => queries === 1, "the forgery's status query");
   service.known = recordOf(id, 5000);
   await ipn.expect(id, { amount: 5000, customData: 'order-r' });
   store.replayWith = () => Promise.reject(down);
@@ -88,6 +96,18 @@ test("a kept forgery whose replacement by the service's record fails rejects wit
   expect(failure).toBeInstanceOf(StoreError);
   expect(failure).toMatchObject({ cause: down });
   expect(events.count('successful')).toBe(0);
+  // Left kept, the forgery: the operator's page and the CLI say not to replay it (a replay delivers it).
+  const kept = await ipn.inbox.get(`${id}:SUCCESSFUL`);
+  expect(kept).toMatchObject({ status: 'failed', record: expect.objectContaining({ amount: 1 }) });
+  expect(kept?.lastError).toMatch(/do not replay this copy/);
+  expect(kept && labelOf(kept)).toBe(KEPT_CONTRADICTED_LABEL);
+  // As they say, ipn.reconcile() puts the record in its place once the store writes again.
+  store.replayWith = MemoryStore.prototype.replayWith.bind(store);
+  expect(await ipn.reconcile(id)).toMatchObject({ emitted: true });
+  await until(() => events.count('successful') > 0, 'the credit');
+  expect(events.of('successful')).toEqual([expect.objectContaining({ amount: 5000 })]);
+  answer(recordOf(id, 5000)); // the forgery's query answers at last: its hold was ended meanwhile
+  await until(() => events.count('rejected') > 0, "the forgery's rejection");
 });
 
 function toJson(n: IpnNotification): Record<string, unknown> {
