@@ -90,6 +90,13 @@ export interface Acceptance {
 const UNDECIDED = 'undecided' as const;
 
 /**
+ * What delivering the service's record resolves when a copy of its notification was already in the inbox,
+ * held (kept as unexpected, or unverified), and was made due again or replaced by the record: the
+ * notification did arrive, which the sweep's log says (it said it never had).
+ */
+const HELD = 'held' as const;
+
+/**
  * What `ipn.reconcile()` resolves.
  * @inline
  */
@@ -497,12 +504,13 @@ export function createDelivery<C>(
 
   /**
    * Delivers a final record of the service as a notification, through the same dedupe: `true` when this
-   * call emitted it, `false` when it was already handled. The service's own record needs no verification.
+   * call emitted it, `false` when it was already handled, {@link HELD} when it made due (or replaced) a copy
+   * held under its key. The service's own record needs no verification.
    */
   async function deliverRecord(
     record: IpnNotification,
     by: Driver = driver,
-  ): Promise<boolean | typeof UNDECIDED> {
+  ): Promise<boolean | typeof UNDECIDED | typeof HELD> {
     const key = keyOf(record);
     const lease = { id: randomUUID(), ms: leaseMs };
     const claimed = await claimer.claim(
@@ -517,7 +525,11 @@ export function createDelivery<C>(
       durable && (() => durable.receive(key, toRecord(record), lease)),
     );
     if (claimed instanceof StoreError) throw claimed;
-    if (!claimed) return durable ? deliverHeld(durable, record, key) : false;
+    if (!claimed) {
+      if (!durable) return false;
+      const made = await deliverHeld(durable, record, key);
+      return made === true ? HELD : made;
+    }
     return settleReconciled(record, key, lease.id, by);
   }
 
@@ -728,7 +740,7 @@ export function createDelivery<C>(
     const delivered = allowed && (await deliverRecord(record));
     // A partial record of a kept copy's transaction decides nothing: its expectation stays, asked again.
     if (delivered === UNDECIDED) return { record, emitted: false, rejected: false };
-    const emitted = delivered;
+    const emitted = delivered !== false;
     // And its expectation settled as the sweep settles it (a record rejected, or SUCCESSFUL; a FAILED keeps
     // it): else the sweep asked again, rejected the record a second time, or reported the payment `stale`.
     if (!allowed || settlesExpectation(record.state))
