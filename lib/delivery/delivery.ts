@@ -90,6 +90,13 @@ export interface Acceptance {
 const UNDECIDED = 'undecided' as const;
 
 /**
+ * What delivering the service's record resolves when a copy of its notification was already in the inbox,
+ * held (kept as unexpected, or unverified), and was made due again or replaced by the record: the
+ * notification did arrive, which the sweep's log says (it said it never had).
+ */
+const HELD = 'held' as const;
+
+/**
  * What `ipn.reconcile()` resolves.
  * @inline
  */
@@ -497,12 +504,13 @@ export function createDelivery<C>(
 
   /**
    * Delivers a final record of the service as a notification, through the same dedupe: `true` when this
-   * call emitted it, `false` when it was already handled. The service's own record needs no verification.
+   * call emitted it, `false` when it was already handled, {@link HELD} when it made due (or replaced) a copy
+   * held under its key. The service's own record needs no verification.
    */
   async function deliverRecord(
     record: IpnNotification,
     by: Driver = driver,
-  ): Promise<boolean | typeof UNDECIDED> {
+  ): Promise<boolean | typeof UNDECIDED | typeof HELD> {
     const key = keyOf(record);
     const lease = { id: randomUUID(), ms: leaseMs };
     const claimed = await claimer.claim(
@@ -517,8 +525,26 @@ export function createDelivery<C>(
       durable && (() => durable.receive(key, toRecord(record), lease)),
     );
     if (claimed instanceof StoreError) throw claimed;
-    if (!claimed) return durable ? deliverHeld(durable, record, key) : false;
+    if (!claimed) {
+      if (!durable) return false;
+      const made = await deliverHeld(durable, record, key);
+      return made === true ? HELD : made;
+    }
     return settleReconciled(record, key, lease.id, by);
+  }
+
+  /**
+   * A store call on the path of the service's record (the sweep's, `ipn.reconcile()`'s) to a key already in
+   * the inbox: bounded by `storeTimeoutMs`, and its every failure a `StoreError` (with the store's error as
+   * `cause`), as `ipn.reconcile()` documents: a store's own plain `Error` went out of it as it was.
+   */
+  async function stored<T>(call: () => T | Promise<T>, what: string): Promise<T> {
+    try {
+      return await context.bounded(Promise.resolve().then(call), what);
+    } catch (cause) {
+      if (cause instanceof StoreError) throw cause;
+      throw new StoreError(`the store failed to ${what}: ${messageOf(cause)}`, { cause });
+    }
   }
 
   /**
@@ -534,10 +560,7 @@ export function createDelivery<C>(
     key: string,
   ): Promise<boolean | typeof UNDECIDED> {
     if (verify) {
-      const entry = await context.bounded(
-        Promise.resolve().then(() => held.get(key)),
-        `read ${key}`,
-      );
+      const entry = await stored(() => held.get(key), `read ${key}`);
       if (entry !== undefined && isUnverified(entry)) {
         if (lackingFields(record).length > 0 || record.amount === null) return UNDECIDED;
         const made = await redeemed(held, key, entry);
@@ -623,22 +646,15 @@ export function createDelivery<C>(
     record: IpnNotification,
     key: string,
   ): Promise<boolean | typeof UNDECIDED> {
-    const { bounded } = context;
-    const entry = await bounded(
-      Promise.resolve().then(() => held.get(key)),
-      `read ${key}`,
-    );
+    const entry = await stored(() => held.get(key), `read ${key}`);
     if (entry === undefined || !isKeptUnexpected(entry)) return false;
     const kept = ipnNotificationSchema.safeParse(entry.record);
     if (!kept.success) return false;
     if (lackingFields(record).length > 0 || record.amount === null) return UNDECIDED;
     const contradicted = mismatchesOf(kept.data, record);
     if (contradicted.length > 0) return replaceKept(held, record, key, kept.data, contradicted);
-    await bounded(unexpected.endHold(key), `end the hold of ${key}`);
-    const replayed = await bounded(
-      Promise.resolve().then(() => held.replay(key, 0, ['failed'])),
-      `make due ${key}`,
-    );
+    await stored(() => unexpected.endHold(key), `end the hold of ${key}`);
+    const replayed = await stored(() => held.replay(key, 0, ['failed']), `make due ${key}`);
     if (!replayed) return false;
     logger.info(
       identify(record),
@@ -671,12 +687,8 @@ export function createDelivery<C>(
       context.report(new StoreError(message), record);
       return false;
     }
-    const { bounded } = context;
-    await bounded(unexpected.endHold(key, false), `end the hold of ${key}`);
-    const replaced = await bounded(
-      Promise.resolve().then(() => replayWith(key, toRecord(record), ['failed'])),
-      `replace kept ${key}`,
-    );
+    await stored(() => unexpected.endHold(key, false), `end the hold of ${key}`);
+    const replaced = await stored(() => replayWith(key, toRecord(record), ['failed']), `replace kept ${key}`);
     if (!replaced) return false;
     const fields = Object.fromEntries(
       contradicted.map((field) => [field, { kept: kept[field], record: record[field] }]),
@@ -728,7 +740,7 @@ export function createDelivery<C>(
     const delivered = allowed && (await deliverRecord(record));
     // A partial record of a kept copy's transaction decides nothing: its expectation stays, asked again.
     if (delivered === UNDECIDED) return { record, emitted: false, rejected: false };
-    const emitted = delivered;
+    const emitted = delivered !== false;
     // And its expectation settled as the sweep settles it (a record rejected, or SUCCESSFUL; a FAILED keeps
     // it): else the sweep asked again, rejected the record a second time, or reported the payment `stale`.
     if (!allowed || settlesExpectation(record.state))

@@ -19,6 +19,17 @@ export const UNEXPECTED_ERROR_PREFIX = 'unexpected: ';
 export const KEPT_UNEXPECTED_LABEL = 'unexpected: not credited, check and replay';
 
 /**
+ * Starts the `lastError` of a kept unexpected copy the service's record contradicts (a forgery kept before
+ * its transaction existed), whose hold was ended for the record to take its place (`replayWith`): left so when
+ * that second write failed. A replay of its key would deliver the forgery, not the record.
+ */
+export const CONTRADICTED_ERROR_PREFIX = `${UNEXPECTED_ERROR_PREFIX}contradicted by the service's record`;
+
+/** What the operator's page and `ipn-kit inbox list` show for such a copy: never replay it. */
+export const KEPT_CONTRADICTED_LABEL =
+  "unexpected: contradicted by the service's record, do not replay (a forgery): the sweep or ipn.reconcile() credits the record";
+
+/**
  * Whether `entry` is an unexpected notification kept and not credited, that only an operator's `replay`
  * (or the service's confirmation) delivers: marked kept (`failed`, `lastError` starting `unexpected: `,
  * never due), or still under the hold lease it was received with (its status query still running, or a
@@ -53,10 +64,15 @@ export function isConflict(entry: InboxEntry): boolean {
 
 /**
  * The label the operator's page and `ipn-kit inbox list` show beside an entry's status, for an entry that
- * is not what its status alone says: a kept unexpected notification, or a conflict. Else `undefined`.
+ * is not what its status alone says: a kept unexpected notification (one the service's record contradicts,
+ * left kept by a failed write of the record in its place, is labelled not to be replayed), or a conflict.
+ * Else `undefined`.
  */
 export function labelOf(entry: InboxEntry, now: number = Date.now()): string | undefined {
-  if (isKeptUnexpected(entry, now)) return KEPT_UNEXPECTED_LABEL;
+  if (isKeptUnexpected(entry, now))
+    return (entry.lastError ?? '').startsWith(CONTRADICTED_ERROR_PREFIX)
+      ? KEPT_CONTRADICTED_LABEL
+      : KEPT_UNEXPECTED_LABEL;
   return isConflict(entry) ? CONFLICT_LABEL : undefined;
 }
 

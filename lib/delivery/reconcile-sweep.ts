@@ -64,8 +64,11 @@ export function createReconcileSweep<C>(
   context: DeliveryContext<C>,
   expectations: ExpectationStore,
   source: StatusSource | undefined,
-  /** Delivers a final record; a `drain` pass leaves a failed attempt's retry to the store's next-attempt time. */
-  deliver: (record: IpnNotification, driver: Driver) => Promise<boolean | 'undecided'>,
+  /**
+   * Delivers a final record; a `drain` pass leaves a failed attempt's retry to the store's next-attempt time.
+   * `'held'`: a copy of the notification was in the inbox, held, and was made due or replaced by the record.
+   */
+  deliver: (record: IpnNotification, driver: Driver) => Promise<boolean | 'undecided' | 'held'>,
   /**
    * Settles the expectation of a record credited on what the store holds once it was delivered (its
    * listeners ran meanwhile, at least once): an `ipn.expect()` made then keeps its fields, its contradiction
@@ -188,7 +191,9 @@ export function createReconcileSweep<C>(
       result.reconciled += 1;
       logger.info(
         { transaction_id: e.transactionId, state: record.state },
-        'expected transaction reconciled through the status query: its notification never arrived',
+        emitted === 'held'
+          ? "expected transaction reconciled through the status query: its notification had arrived and was held under its key (kept as unexpected, or unverified): made due again, or replaced by the service's record where that contradicts it"
+          : 'expected transaction reconciled through the status query: its notification never arrived',
       );
     }
     return false;

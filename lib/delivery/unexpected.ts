@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { messageOf, StatusRateLimitError, StoreError, TransactionNotFoundError } from '../shared/errors.js';
 import { isFinalState, toRecord, type IpnNotification } from '../notification/schema.js';
 import type { DurableStore } from '../stores/store.js';
-import { HOLD_MS, UNEXPECTED_ERROR_PREFIX } from './kept-unexpected.js';
+import { CONTRADICTED_ERROR_PREFIX, HOLD_MS, UNEXPECTED_ERROR_PREFIX } from './kept-unexpected.js';
 import { lackingFields, type StatusRecord } from '../status/status-envelope.js';
 import {
   mismatchesOf,
@@ -39,7 +39,7 @@ export function endHold(store: DurableStore, key: string, due = true): Promise<b
     status: 'failed',
     error: due
       ? `${UNEXPECTED_ERROR_PREFIX}replayed by an operator`
-      : `${UNEXPECTED_ERROR_PREFIX}contradicted by the service's record, which takes its place`,
+      : `${CONTRADICTED_ERROR_PREFIX}, which takes its place: do not replay this copy (a replay delivers it, the forgery, not the record); the sweep or ipn.reconcile() of its transaction puts the record in its place`,
     nextAttemptAt: new Date(due ? Date.now() : Date.now() + HOLD_MS),
   });
 }

@@ -82,6 +82,26 @@ export type Verdict =
    */
   | { kind: 'later'; reason: unknown; retryAfterMs: number; pending?: StatusRecord; notFoundAt?: number };
 
+/**
+ * The longest wait a refused status query's `retryAfterMs` sets before the next verification attempt: a day,
+ * the longest `Retry-After` the status client itself obeys (`MAX_RETRY_AFTER` in `status-client.ts`), so that
+ * no wait of the built-in client's guard is cut short (an attempt before it is refused again, and spends one
+ * of the attempts on a query never sent), while a custom source's larger one (a typo, seconds taken for ms)
+ * cannot put verification off for weeks, nor past the largest date (an invalid `nextAttemptAt`).
+ */
+const MAX_RETRY_AFTER_MS = 24 * 60 * 60_000;
+
+/**
+ * A refusal's `retryAfterMs` as verification waits for it, read once here for the at-least-once retries and
+ * the at-most-once queue alike: one that is not a finite number of at least 0 (`NaN`, `Infinity`, negative,
+ * from a custom source) is 0, the retry's usual backoff; one over {@link MAX_RETRY_AFTER_MS} is that.
+ */
+function retryWaitOf(error: StatusRateLimitError): number {
+  const ms: unknown = error.retryAfterMs;
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) return 0;
+  return Math.min(ms, MAX_RETRY_AFTER_MS);
+}
+
 /** The fields where the notification and the service's record disagree. */
 export function mismatchesOf(notification: IpnNotification, status: StatusRecord): VerifiedField[] {
   const fields: VerifiedField[] = [];
@@ -208,7 +228,7 @@ export async function verifyNotification(
   }
   if ('error' in answer) {
     const { error } = answer;
-    const retryAfterMs = error instanceof StatusRateLimitError ? error.retryAfterMs : 0;
+    const retryAfterMs = error instanceof StatusRateLimitError ? retryWaitOf(error) : 0;
     // A bug in a custom source is not a reason to believe the notification either: try later, then report.
     return {
       kind: 'later',

@@ -2,7 +2,7 @@ import { createDurableDelivery } from '../../../lib/delivery/durable-delivery.js
 import { keyOf } from '../../../lib/delivery/delivery-context.js';
 import type { Options } from '../../../lib/config/options.js';
 import type { DeliveryTransaction } from '../../../lib/stores/store.js';
-import { TransactionNotFoundError } from '../../../lib/shared/errors.js';
+import { StatusRateLimitError, TransactionNotFoundError } from '../../../lib/shared/errors.js';
 import type { IpnNotification } from '../../../lib/notification/schema.js';
 import { MemoryInbox } from '../../helpers/memory-inbox.js';
 import { deliveryHarness, uniqueNotification } from '../../helpers/delivery-context.js';
@@ -181,6 +181,29 @@ describe('createDurableDelivery: one attempt', () => {
     expect(credited).not.toHaveBeenCalled();
     expect(inbox.entries.get(key)).toBeUndefined();
   });
+});
+
+describe("createDurableDelivery: a refusal's retryAfterMs", () => {
+  // A custom source's refusal that says NaN, Infinity or a negative wait: the usual backoff (NaN and Infinity
+  // were an invalid nextAttemptAt); a huge one: a day, the longest the status client itself obeys.
+  for (const [said, waited] of [
+    [Number.NaN, 1_000],
+    [Number.POSITIVE_INFINITY, 1_000],
+    [-5, 1_000],
+    [1e300, 24 * 60 * 60_000],
+  ] as const) {
+    test(`${said} puts the next attempt ${waited} ms later`, async () => {
+      const n = uniqueNotification();
+      const getStatus = () => Promise.reject(new StatusRateLimitError(n.transaction_id, 'budget', said));
+      const { inbox, durable, received } = setup({ verify: { getStatus } });
+      const { key, leaseId } = await received(n);
+      const now = Date.now();
+      expect(await durable.deliver(key, n, leaseId, 1, 'drain')).toBe(false);
+      const entry = inbox.entries.get(key);
+      expect(entry?.status).toBe('failed');
+      expect(entry?.nextAttemptAt.getTime()).toBe(now + waited);
+    });
+  }
 });
 
 describe('createDurableDelivery: the delivery transaction', () => {

@@ -110,6 +110,32 @@ describe('createVerifyQueue', () => {
     expect(source.getStatus).toHaveBeenCalledTimes(2);
   });
 
+  // A custom source's refusal that says NaN, Infinity or a negative wait: the usual backoff (a NaN or an
+  // Infinity was a timer that fired at once); a huge one: a day, the longest the status client itself obeys.
+  for (const [said, waited] of [
+    [Number.NaN, 1_000],
+    [Number.POSITIVE_INFINITY, 1_000],
+    [-5, 1_000],
+    [1e300, 24 * 60 * 60_000],
+  ] as const) {
+    test(`a rate limit's retryAfterMs of ${said} is waited for as ${waited} ms`, async () => {
+      const n = uniqueNotification();
+      let asked = 0;
+      const { accept, source, credited } = setup(() =>
+        (asked += 1) === 1
+          ? Promise.reject(new StatusRateLimitError(n.transaction_id, 'budget', said))
+          : Promise.resolve(n),
+      );
+      await accept(n);
+      await jest.advanceTimersByTimeAsync(waited - 1);
+      expect(source.getStatus).toHaveBeenCalledTimes(1);
+      await jest.advanceTimersByTimeAsync(1);
+      await settle();
+      expect(source.getStatus).toHaveBeenCalledTimes(2);
+      expect(credited).toEqual([n]);
+    });
+  }
+
   test('a transaction the service does not know, twice, is rejected as not_found and its key released', async () => {
     const n = uniqueNotification();
     const { accept, of, release, credited } = setup(() =>
