@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { messageOf, StatusRateLimitError, StoreError, TransactionNotFoundError } from '../shared/errors.js';
 import { isFinalState, type IpnNotification } from '../notification/schema.js';
 import type { Expectation, ExpectationStore } from '../stores/expectation-store.js';
-import type { StatusSource } from '../status/verify-notification.js';
+import { retryWaitOf, type StatusSource } from '../status/verify-notification.js';
 import type { DeliveryContext } from './delivery-context.js';
 import type { StaleReason } from './events.js';
 import {
@@ -132,7 +132,7 @@ export function createReconcileSweep<C>(
         // Not an attempt: put it back for when the client may send again, and stop this pass. The keys asked
         // before one refused (the named one's not-found, then the next key's budget spent) made queries.
         result.queried += asked;
-        const dueAt = Date.now() + Math.max(error.retryAfterMs, MIN_RETRY_MS);
+        const dueAt = Date.now() + Math.max(retryWaitOf(error), MIN_RETRY_MS);
         await expectations.put({ ...e, attempts: e.attempts - 1, dueAt });
         return true;
       }

@@ -92,11 +92,11 @@ export type Verdict =
 const MAX_RETRY_AFTER_MS = 24 * 60 * 60_000;
 
 /**
- * A refusal's `retryAfterMs` as verification waits for it, read once here for the at-least-once retries and
- * the at-most-once queue alike: one that is not a finite number of at least 0 (`NaN`, `Infinity`, negative,
+ * A refusal's `retryAfterMs` as verification waits for it, read once here for the at-least-once retries, the
+ * at-most-once queue and the sweep alike: one that is not a finite number of at least 0 (`NaN`, `Infinity`, negative,
  * from a custom source) is 0, the retry's usual backoff; one over {@link MAX_RETRY_AFTER_MS} is that.
  */
-function retryWaitOf(error: StatusRateLimitError): number {
+export function retryWaitOf(error: StatusRateLimitError): number {
   const ms: unknown = error.retryAfterMs;
   if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) return 0;
   return Math.min(ms, MAX_RETRY_AFTER_MS);

@@ -172,6 +172,26 @@ describe('createReconcileSweep', () => {
     expect(expectations.get(a.transaction_id)).toMatchObject({ attempts: 0, dueAt: NOW + 30_000 });
   });
 
+  test.each([
+    ['NaN', Number.NaN, 1_000],
+    ['Infinity', Number.POSITIVE_INFINITY, 1_000],
+    ['negative', -5, 1_000],
+    ['over a day', 10 * 24 * 60 * 60_000, 24 * 60 * 60_000],
+  ])(
+    "a custom source's rate limit with retryAfterMs %s puts the expectation back at a valid time",
+    async (_, retryAfterMs, wait) => {
+      const n = uniqueNotification();
+      const {
+        sweeper,
+        expect: expecting,
+        expectations,
+      } = setup((id) => Promise.reject(new StatusRateLimitError(id, 'budget', retryAfterMs)));
+      expecting(n);
+      await sweeper.sweep();
+      expect(expectations.get(n.transaction_id)).toMatchObject({ attempts: 0, dueAt: NOW + wait });
+    },
+  );
+
   test('more due expectations than one batch (20) are all settled in one pass', async () => {
     const all = Array.from({ length: 45 }, () => uniqueNotification());
     const byId = new Map(all.map((n) => [n.transaction_id, n]));
