@@ -619,7 +619,8 @@ export function createDelivery<C>(
    * id before the genuine notification came) is not dropped as a plain duplicate. It is screened as a new
    * one would be, by the one status query (`unexpected: 'verify'` with a status client; the client's guard
    * bounds a flood of copies): confirmed, the service's record takes the kept copy's place, or confirms it,
-   * and is made due ({@link deliverKept}), answered 200; otherwise the copy is `unconfirmed` (503 and its
+   * and is made due ({@link deliverKept}), answered 200; otherwise (unless the kept copy matches it in
+   * state, amount and `custom_data`: then a duplicate, nothing of it lost) the copy is `unconfirmed` (503 and its
    * `rejected` event: the key stays the kept copy's, never credited, and the service resends this one, to
    * be confirmed later or credited once expected). A store that fails is a 503. An identical record, or an
    * entry that is not kept unexpected, is a duplicate. One read; a write only once confirmed.
@@ -642,6 +643,9 @@ export function createDelivery<C>(
     const kept = entry && keptOther(entry, n);
     if (!entry || !kept) return { kind: 'duplicate' };
     const checked = await unexpected.recheck(n);
+    // Unconfirmed, a copy the kept one matches in state, amount and `custom_data` (the service's resend,
+    // another informational field changed) loses nothing as a duplicate: the kept copy holds what it says.
+    if (!checked.confirmed && mismatchesOf(kept, n).length === 0) return { kind: 'duplicate' };
     if (!checked.confirmed) return { kind: 'unconfirmed', event: checked.event };
     const record = checked.status;
     if (mismatchesOf(kept, record).length > 0 && held.replayWith === undefined) {

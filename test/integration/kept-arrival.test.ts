@@ -307,3 +307,31 @@ async function eventuallyDelivered(routers: IpnRouter[], key: string): Promise<v
   }
   throw new Error(`${key} was never delivered`);
 }
+
+describe("unexpected: 'reject', a copy differing from the kept one", () => {
+  test('in amount: answered 503, never kept; in an informational field only: a duplicate', async () => {
+    const store = new MemoryStore();
+    const { ipn, recorder, url } = await t.serve(
+      quietRouter({ store, delivery: 'at-least-once', unexpected: 'reject' }),
+    );
+    await expectAnother(ipn);
+    const id = 'EFR.900001';
+    const kept = { transaction_id: id, state: 'SUCCESSFUL', amount: 1, custom_data: 'order-4' };
+    const post = (body: unknown) =>
+      fetch(url, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      });
+    expect((await post(kept)).status).toBe(200);
+    await untilFirst(recorder, 'rejected', 'the kept copy');
+    expect((await post({ ...kept, customer_name: 'Another Name' })).status).toBe(200);
+    expect(recorder.count('duplicate')).toBe(1);
+    const other = await post({ ...kept, amount: 5000 });
+    expect(other.status).toBe(503);
+    expect(await other.json()).toMatchObject({ error: 'unexpected' });
+    await settle();
+    expect(recorder.of('rejected')).toHaveLength(2);
+    expect((await ipn.inbox.get(`${id}:SUCCESSFUL`))?.record).toEqual(expect.objectContaining({ amount: 1 }));
+  });
+});
