@@ -42,6 +42,7 @@ import type { AlertMonitor } from '../observability/alerts.js';
 import { createLogThrottle } from '../observability/log-throttle.js';
 import {
   keepTraceparent,
+  takeTraceparent,
   traceAttempt,
   traceStatusQuery,
   tracingActive,
@@ -58,7 +59,7 @@ import {
 } from './expectations.js';
 import type { Expectation } from '../stores/expectation-store.js';
 import { createReconcileSweep } from './reconcile-sweep.js';
-import { createUnexpectedScreen } from './unexpected.js';
+import { createUnexpectedScreen, type Screened } from './unexpected.js';
 import { isKeptUnexpected, isUnverified } from './kept-unexpected.js';
 import type { DrainResult } from './drain-result.js';
 import {
@@ -81,6 +82,12 @@ export interface Acceptance {
   leaseId: string;
   /** At most once: the claimed notification contradicts its transaction's accepted state (`conflict`). */
   conflict?: boolean;
+  /**
+   * At least once, not claimed (`claimed` false), yet this copy took the place of the kept unexpected copy
+   * that held its key (see `arrivedHeld`): made due in the inbox, delivered by recovery, its expectation
+   * settled. Answered 200, not as a duplicate.
+   */
+  taken?: boolean;
 }
 
 /**
@@ -572,6 +579,123 @@ export function createDelivery<C>(
   }
 
   /**
+   * At least once, a copy `n` of `key` arrived (at a claim, with `verify`, or matching its expectation) while
+   * the inbox entry holds its key: with `verify`, an entry unverified is made due again ({@link redeemed});
+   * with `expectation` (the copy matched it: expected copies are credited without a status query), an entry
+   * that is a kept unexpected copy with another record (a forgery kept before the genuine notification came,
+   * then `ipn.expect()`) is taken over by this copy ({@link replaceKept}: it takes the kept copy's place and
+   * is made due, in one store write), its expectation settled: `'taken'`. An identical record is a resend of
+   * the kept copy, left as it is. One read; a store that fails, or has no `replayWith()` to take a kept
+   * forgery's place with, is a `StoreError` (answered 503: the service resends it, and nothing answered 200
+   * is dropped).
+   */
+  async function arrivedHeld(
+    held: DurableStore,
+    n: IpnNotification,
+    key: string,
+    expectation: ExpectationHold | undefined,
+  ): Promise<boolean | 'taken' | StoreError> {
+    let entry: InboxEntry | undefined;
+    try {
+      entry = await context.bounded(
+        Promise.resolve().then(() => held.get(key)),
+        `read ${key}`,
+      );
+    } catch (cause) {
+      const message = `the store failed to read ${key}, held by another copy: ${messageOf(cause)}`;
+      return cause instanceof StoreError ? cause : new StoreError(message, { cause });
+    }
+    if (entry === undefined) return false;
+    if (verify && isUnverified(entry)) return redeemed(held, key, entry);
+    const kept = expectation && keptOther(entry, n);
+    if (!kept) return false;
+    try {
+      if (held.replayWith === undefined) {
+        const message = `the expected notification of ${key} arrived while an unexpected copy with another record is kept under its key, and the store has no replayWith() to put it in that copy's place: answered 503, so that the service resends it (give the store replayWith(), or credit the payment yourself)`;
+        return new StoreError(message);
+      }
+      const taken = await replaceKept(held, n, key, kept, mismatchesOf(kept, n), 'its expected copy');
+      // Its expectation settled as at a claim: else the sweep reported a credited payment `stale`.
+      if (taken) expectation.settle();
+      return taken && 'taken';
+    } catch (cause) {
+      const message = `the store failed to put the expected copy of ${key} in the place of the unexpected copy kept there: ${messageOf(cause)}`;
+      return cause instanceof StoreError ? cause : new StoreError(message, { cause });
+    }
+  }
+
+  /**
+   * The copy kept in `entry` when it is a kept unexpected one (under its hold lease, or marked kept) whose
+   * record differs from `n`'s (its `traceparent` aside): else `undefined`, and an identical record is a
+   * resend of the kept copy.
+   */
+  function keptOther(entry: InboxEntry, n: IpnNotification): IpnNotification | undefined {
+    if (!isKeptUnexpected(entry)) return undefined;
+    const kept = ipnNotificationSchema.safeParse(entry.record);
+    if (!kept.success) return undefined;
+    return canonical(toRecord(kept.data)) === canonical(toRecord(n)) ? undefined : kept.data;
+  }
+
+  /**
+   * At least once, a copy of a transaction with no expectation (option `unexpected`), kept by the screen,
+   * found its key held: a kept unexpected copy with another record (a forgery kept under a pending or next
+   * id before the genuine notification came) is not dropped as a plain duplicate. It is screened as a new
+   * one would be, by the one status query (`unexpected: 'verify'` with a status client; the client's guard
+   * bounds a flood of copies): confirmed, the service's record takes the kept copy's place, or confirms it,
+   * and is made due ({@link deliverKept}), answered 200; otherwise (unless the kept copy matches it in
+   * state, amount and `custom_data`: then a duplicate, nothing of it lost) the copy is `unconfirmed` (503 and its
+   * `rejected` event: the key stays the kept copy's, never credited, and the service resends this one, to
+   * be confirmed later or credited once expected). A store that fails is a 503. An identical record, or an
+   * entry that is not kept unexpected, is a duplicate. One read; a write only once confirmed.
+   */
+  async function screenHeld(held: DurableStore, n: IpnNotification): Promise<Screened> {
+    const key = keyOf(n);
+    const failed = (what: string) => (cause: unknown) =>
+      cause instanceof StoreError
+        ? cause
+        : new StoreError(`the store failed to ${what} ${key}: ${messageOf(cause)}`, { cause });
+    let entry: InboxEntry | undefined;
+    try {
+      entry = await context.bounded(
+        Promise.resolve().then(() => held.get(key)),
+        `read ${key}`,
+      );
+    } catch (cause) {
+      return { kind: 'store-failed', error: failed('read')(cause) };
+    }
+    const kept = entry && keptOther(entry, n);
+    if (!entry || !kept) return { kind: 'duplicate' };
+    const checked = await unexpected.recheck(n);
+    // Unconfirmed, a copy the kept one matches in state, amount and `custom_data` (the service's resend,
+    // another informational field changed) loses nothing as a duplicate: the kept copy holds what it says.
+    if (!checked.confirmed && mismatchesOf(kept, n).length === 0) return { kind: 'duplicate' };
+    if (!checked.confirmed) return { kind: 'unconfirmed', event: checked.event };
+    const record = checked.status;
+    if (mismatchesOf(kept, record).length > 0 && held.replayWith === undefined) {
+      const message = `the service confirmed the notification of ${key}, but an unexpected copy with another record is kept under its key, and the store has no replayWith() to put the record in its place: answered 503, so that the service resends it (give the store replayWith(), or credit the payment yourself)`;
+      return { kind: 'store-failed', error: new StoreError(message) };
+    }
+    let delivered: boolean | typeof UNDECIDED;
+    try {
+      delivered = await deliverKept(held, record, key, entry);
+    } catch (cause) {
+      return { kind: 'store-failed', error: failed('put the confirmed record in the place of kept')(cause) };
+    }
+    // Not kept any more (taken up meanwhile: by another instance, the sweep or a replay): a duplicate.
+    if (delivered !== true) return { kind: 'duplicate' };
+    return {
+      kind: 'held',
+      after: () =>
+        Promise.resolve().then(() =>
+          logger.info(
+            identify(n),
+            "a copy of a key held by a kept unexpected copy was confirmed by the status query: the service's record is delivered",
+          ),
+        ),
+    };
+  }
+
+  /**
    * At least once with `verify`, a copy of `key` arrived (a resend, the service's genuine notification, the
    * sweep's record) while its inbox entry holds it: an entry unverified (verification never confirmed it: a
    * forged copy that took the key first, of a transaction still pending or not issued yet), dead or still
@@ -645,8 +769,10 @@ export function createDelivery<C>(
     held: DurableStore,
     record: IpnNotification,
     key: string,
+    known?: InboxEntry,
   ): Promise<boolean | typeof UNDECIDED> {
-    const entry = await stored(() => held.get(key), `read ${key}`);
+    // Read before by the caller (a copy arriving): its writes check the status they expect all the same.
+    const entry = known ?? (await stored(() => held.get(key), `read ${key}`));
     if (entry === undefined || !isKeptUnexpected(entry)) return false;
     const kept = ipnNotificationSchema.safeParse(entry.record);
     if (!kept.success) return false;
@@ -680,6 +806,7 @@ export function createDelivery<C>(
     key: string,
     kept: IpnNotification,
     contradicted: readonly VerifiedField[],
+    by = "the service's record of its expected transaction",
   ): Promise<boolean> {
     const replayWith = held.replayWith?.bind(held);
     if (replayWith === undefined) {
@@ -695,7 +822,7 @@ export function createDelivery<C>(
     );
     logger.warn(
       { ...identify(record), contradicted: fields },
-      "kept unexpected notification contradicted by the service's record of its expected transaction (a forgery kept before the payment existed): replaced by the record, delivered",
+      `kept unexpected notification contradicted by ${by} (a forgery kept before the payment existed): replaced by it, delivered`,
     );
     recoverSoon();
     return true;
@@ -780,13 +907,16 @@ export function createDelivery<C>(
       const late = decide ? () => deliverLate(n, leaseId, expectation) : () => void context.release(key);
       const claimed = claimer.claimNow(key, late, receive);
       const settled = (answer: boolean | StoreError): Acceptance | Promise<Acceptance> => {
-        // At least once with verify, a copy of a key whose entry is unverified (dead, or retried) makes it due again.
-        if (answer === false && durable && verify)
-          // Answered as a duplicate all the same (200): the entry, durable and due, is decided by the
-          // service's record, whatever this copy says; a store that failed to tell is a 503.
-          return redeemed(durable, key).then((made) =>
-            acceptance(key, made instanceof StoreError ? made : false, leaseId),
-          );
+        // At least once with verify, a copy of a key whose entry is unverified (dead, or retried) makes it
+        // due again; an expected copy (it matched its expectation) of a key a kept unexpected copy holds
+        // takes its place. One read, on the duplicate path only, and only then.
+        if (answer === false && durable && (verify || expectation !== undefined))
+          // Made due again, answered as a duplicate all the same (200): the entry, durable and due, is
+          // decided by the service's record, whatever this copy says; a store that failed to tell is a 503.
+          return arrivedHeld(durable, n, key, expectation).then((made) => ({
+            ...acceptance(key, made instanceof StoreError ? made : false, leaseId),
+            ...(made === 'taken' ? { taken: true } : {}),
+          }));
         const accepted = acceptance(key, answer, leaseId);
         return decide && !verifying ? decided(n, accepted) : accepted;
       };
@@ -842,7 +972,11 @@ export function createDelivery<C>(
     /** The expectation check of an incoming notification, and its settling. */
     expectations,
     /** The option `unexpected`, for a notification with no expectation once they are in use. Never rejects. */
-    screenUnexpected: (n: IpnNotification) => unexpected.screen(n),
+    screenUnexpected: async (n: IpnNotification): Promise<Screened> => {
+      const screened = await unexpected.screen(n);
+      // At least once, its key held: by a kept unexpected copy with another record, it is screened anew.
+      return screened.kind === 'duplicate' && durable ? screenHeld(durable, n) : screened;
+    },
     /** Emits `rejected` for a notification its expectation contradicts (made without any status query). */
     rejectExpected: (event: RejectedEvent) => context.reject(event),
     start,
@@ -1000,4 +1134,14 @@ function timeLimited(source: StatusSource, ms: number, option = 'verifyTimeoutMs
         },
       ),
   };
+}
+
+/** `record` as JSON with its keys sorted (the kept `traceparent` aside): two copies compared as records. */
+function canonical(record: Record<string, unknown>): string {
+  const { record: plain } = takeTraceparent(record);
+  return JSON.stringify(plain, (_key, value: unknown) =>
+    value !== null && typeof value === 'object' && !Array.isArray(value)
+      ? Object.fromEntries(Object.entries(value).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+      : value,
+  );
 }

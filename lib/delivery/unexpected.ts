@@ -49,18 +49,21 @@ export function endHold(store: DurableStore, key: string, due = true): Promise<b
  * usual (confirmed by the service, left to `verify`, or `accept`), `held` (kept in the inbox, answered 200;
  * `after` is the work after the answer: the one status query, then the entry made due or `rejected`),
  * `refused` (not kept: answered 503, so that the service resends it), a `duplicate` of one already there,
- * or a store failure (503).
+ * or a store failure (503). At least once, `unconfirmed`: its key is held by a kept unexpected copy whose
+ * record differs, and nothing confirmed this one (answered 503 with its `rejected` event, never kept: the
+ * service resends it; see {@link createUnexpectedScreen}'s `recheck`).
  */
 export type Screened =
   | { kind: 'go' }
   | { kind: 'held'; after: () => Promise<void> }
   | { kind: 'refused'; event: RejectedEvent }
+  | { kind: 'unconfirmed'; event: RejectedEvent }
   | { kind: 'duplicate' }
   | { kind: 'store-failed'; error: StoreError };
 
 /** What the one status query of an unexpected notification came to. */
 type Confirmation =
-  | { confirmed: true }
+  | { confirmed: true; status: StatusRecord }
   | { confirmed: false; detail: string; status?: StatusRecord; mismatches: VerifiedField[] };
 
 /**
@@ -114,7 +117,7 @@ export function createUnexpectedScreen<C>(
       return { confirmed: false, detail, status, mismatches: [] };
     }
     const mismatches = mismatchesOf(n, status);
-    if (mismatches.length === 0) return { confirmed: true };
+    if (mismatches.length === 0) return { confirmed: true, status };
     const detail = `the service's record differs in ${mismatches.join(', ')}`;
     return { confirmed: false, detail, status, mismatches };
   }
@@ -282,6 +285,44 @@ export function createUnexpectedScreen<C>(
         return { kind: 'go' };
       }
       return { kind: 'refused', event: rejection(n, confirmation) };
+    },
+    /**
+     * At least once, a copy of a transaction with no expectation whose key a kept unexpected copy holds, with
+     * another record (a forgery kept before the genuine notification came, or the genuine one kept before a
+     * forgery): screened as a new one would be, by the one status query (through the client's guard: a flood
+     * of copies asks at most what the guard lets through), only under `unexpected: 'verify'` with a status
+     * client, before the answer (bounded by `storeTimeoutMs`). Confirmed, the service's record, to take the kept copy's place (or confirm it); else the
+     * `rejected` event of a copy answered 503, never kept (the key is the kept copy's): the service resends
+     * it, to be confirmed later, or credited once expected (`ipn.expect()`).
+     */
+    async recheck(
+      n: IpnNotification,
+    ): Promise<{ confirmed: true; status: StatusRecord } | { confirmed: false; event: RejectedEvent }> {
+      const policy = options.unexpected;
+      // Before the answer: bounded as at most once (storeTimeoutMs), not by verifyTimeoutMs; the query goes
+      // on, and the client's cache answers the service's resend (one query, shared by the copies in flight).
+      const { storeTimeoutMs } = options;
+      const late = `the status query did not answer within ${storeTimeoutMs} ms (storeTimeoutMs)`;
+      const confirmation: Confirmation =
+        policy === 'verify' && statusClient !== undefined
+          ? await within(confirm(n), storeTimeoutMs, () => new Error(late)).catch((): Confirmation => ({
+              confirmed: false,
+              detail: late,
+              mismatches: [],
+            }))
+          : {
+              confirmed: false,
+              detail:
+                policy === 'verify'
+                  ? 'the router has no status client to ask'
+                  : "no status query was made (unexpected: 'reject')",
+              mismatches: [],
+            };
+      if (confirmation.confirmed) return confirmation;
+      const fate =
+        'its key is held by another copy kept unexpected, with another record: not kept nor credited, answered ' +
+        '503 so that the service resends it (ipn.expect() it once checked, or ipn.reconcile() it)';
+      return { confirmed: false, event: rejection(n, confirmation, fate) };
     },
     /**
      * An operator's `replay(key)` of a kept unexpected notification still under its hold lease (a crash

@@ -51,6 +51,8 @@ export type Admission =
       expectation?: ExpectationHold;
     }
   | { kind: 'duplicate' }
+  /** At least once: not claimed, yet it took the place of the kept unexpected copy holding its key (due). */
+  | { kind: 'taken' }
   | { kind: 'store-failed'; error: StoreError }
   | { kind: 'busy'; error: VerificationBusyError }
   | { kind: 'closed' };
@@ -140,11 +142,11 @@ export function createIpnPipeline<C>(
 
   function admitted(
     n: IpnNotification,
-    { claimed, leaseId, conflict }: Acceptance,
+    { claimed, leaseId, conflict, taken }: Acceptance,
   ): Admission | Promise<Admission> {
     if (claimed instanceof StoreError) return { kind: 'store-failed', error: claimed };
     if (claimed instanceof VerificationBusyError) return { kind: 'busy', error: claimed };
-    if (!claimed) return { kind: 'duplicate' };
+    if (!claimed) return taken === true ? { kind: 'taken' } : { kind: 'duplicate' };
     if (!closed) return { kind: 'claimed', leaseId, conflict };
     return unclaim(n);
   }
@@ -218,6 +220,17 @@ export function createIpnPipeline<C>(
             }
             emit('duplicate', notification);
           },
+        };
+      case 'taken':
+        // Made due in the inbox, in the kept copy's place: recovery delivers it (its expectation settled).
+        return {
+          status: 200,
+          body: OK_BODY,
+          after: () =>
+            logger.info(
+              { transaction_id: notification.transaction_id, state: notification.state },
+              'IPN took the place of an unexpected copy kept under its key (another record): delivered',
+            ),
         };
       case 'claimed': {
         const { leaseId, conflict, expectation } = admission;
@@ -309,6 +322,12 @@ export function createIpnPipeline<C>(
       const screened = await track(delivery.screenUnexpected(notification));
       if (screened.kind === 'held') return { status: 200, body: OK_BODY, after: screened.after };
       if (screened.kind === 'refused') return refuse(notification, screened.event);
+      // At least once, its key held by a kept copy with another record, and nothing confirmed this one: never
+      // kept (the key is the kept copy's), answered 503 so that the service resends it.
+      if (screened.kind === 'unconfirmed') {
+        const { event } = screened;
+        return unavailable('unexpected', () => delivery.rejectExpected(event));
+      }
       if (screened.kind !== 'go') return answer(screened, notification);
       if (closed) return unavailable('closed');
     }
