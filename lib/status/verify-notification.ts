@@ -92,14 +92,24 @@ export type Verdict =
 const MAX_RETRY_AFTER_MS = 24 * 60 * 60_000;
 
 /**
+ * Past a refusal's wait, how much longer the retry waits: the guard measures its wait on the monotonic clock
+ * (`monotonicNow()`, fractional), the retry is due by the wall clock (`Date.now()`, or the database's, in
+ * whole milliseconds) and a timer may fire a millisecond early; a retry due at the wait to the millisecond
+ * was refused again, an attempt spent on a query never sent (two attempts: dead, the payment not credited).
+ */
+const RETRY_AFTER_MARGIN_MS = 25;
+
+/**
  * A refusal's `retryAfterMs` as verification waits for it, read once here for the at-least-once retries, the
- * at-most-once queue and the sweep alike: one that is not a finite number of at least 0 (`NaN`, `Infinity`, negative,
- * from a custom source) is 0, the retry's usual backoff; one over {@link MAX_RETRY_AFTER_MS} is that.
+ * at-most-once queue and the sweep alike, in whole milliseconds: one that is not a finite number of at least
+ * 0 (`NaN`, `Infinity`, negative, from a custom source) is 0, the retry's usual backoff; a wait is rounded
+ * up and {@link RETRY_AFTER_MARGIN_MS} added, so that the retry is not refused again; one over
+ * {@link MAX_RETRY_AFTER_MS} is that.
  */
 export function retryWaitOf(error: StatusRateLimitError): number {
   const ms: unknown = error.retryAfterMs;
-  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) return 0;
-  return Math.min(ms, MAX_RETRY_AFTER_MS);
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms <= 0) return 0;
+  return Math.min(Math.ceil(ms) + RETRY_AFTER_MARGIN_MS, MAX_RETRY_AFTER_MS);
 }
 
 /** The fields where the notification and the service's record disagree. */

@@ -186,10 +186,11 @@ describe('verifyNotification', () => {
   it.each([['budget' as const], ['blocked' as const]])(
     'decides later after a StatusRateLimitError (%s), with its retryAfterMs',
     async (reason) => {
-      const refusal = new StatusRateLimitError(ID, reason, 42_000);
+      const refusal = new StatusRateLimitError(ID, reason, 41_999.2);
       const verdict = later(await verifyNotification(source(refusal), read()));
       expect(verdict.reason).toBe(refusal);
-      expect(verdict.retryAfterMs).toBe(42_000);
+      // Rounded up, plus 25 ms: a retry at the wait to the millisecond was refused again.
+      expect(verdict.retryAfterMs).toBe(42_025);
       expect(verdict.pending).toBeUndefined();
     },
   );
@@ -249,7 +250,7 @@ describe('verifyNotification: an answer older than the notification never condem
     const verdict = await verifyNotification(inTurn(read({ state: 'FAILED' }), wait), read(), {
       arrivedAt: 5_000,
     });
-    expect(later(verdict)).toMatchObject({ reason: wait, retryAfterMs: 30_000 });
+    expect(later(verdict)).toMatchObject({ reason: wait, retryAfterMs: 30_025 });
   });
 
   it.each<[string, Record<string, unknown>, Record<string, unknown>]>([
