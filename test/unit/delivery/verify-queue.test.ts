@@ -245,3 +245,46 @@ describe('createVerifyQueue', () => {
     expect(queue.size()).toBe(0);
   });
 });
+
+describe('createVerifyQueue: undecided (a refused claim of a key whose fate is not decided here)', () => {
+  test('while another copy is being verified, or claimed about to be: undecided; once it is credited: a duplicate', async () => {
+    let answer: (n: IpnNotification) => void = () => {};
+    const n = uniqueNotification();
+    const { queue, accept, credited } = setup(() => new Promise<IpnNotification>((r) => (answer = r)));
+    const key = keyOf(n);
+    // Claimed by another request, not started yet: this request's claim refused.
+    expect(queue.reserve(key)).toBe(true);
+    expect(queue.reserve(key)).toBe(true);
+    expect(queue.undecided(key)).toBe(true);
+    queue.unreserve(key);
+    queue.unreserve(key);
+    void accept(n); // the first copy, being verified
+    expect(queue.reserve(key)).toBe(true);
+    expect(queue.undecided(key)).toBe(true);
+    queue.unreserve(key);
+    answer(n);
+    await settle();
+    expect(credited).toEqual([n]);
+    expect(queue.reserve(key)).toBe(true);
+    expect(queue.undecided(key)).toBe(false); // credited: a plain duplicate
+    queue.unreserve(key);
+  });
+
+  test('let go while a copy of its key was being claimed: that copy is undecided, even once the release landed', async () => {
+    const n = uniqueNotification();
+    const { queue, release } = setup(unreachable, { verifyAttempts: 1 });
+    const key = keyOf(n);
+    expect(queue.reserve(key)).toBe(true); // the first copy
+    expect(queue.reserve(key)).toBe(true); // the second copy, its claim in flight
+    // The first copy claimed, given up at once, its key released while the second copy's claim is in
+    // flight: the store may have refused that claim before the release landed.
+    await queue.start(n);
+    await settle();
+    expect(release).toHaveBeenCalledWith(key);
+    expect(queue.undecided(key)).toBe(true);
+    queue.unreserve(key); // the second request answered (503)
+    expect(queue.reserve(key)).toBe(true); // a copy after that: a refused claim of it is a plain duplicate
+    expect(queue.undecided(key)).toBe(false);
+    queue.unreserve(key);
+  });
+});
