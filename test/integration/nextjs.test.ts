@@ -253,7 +253,10 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
     await until(() => lines('credit order-pages-1').length === 1, 'the credit line', 20_000);
     const bad = await post('/api/legacy-ipn', '[1]');
 
-    expect(report.statuses).toEqual([200, 200]);
+    // The resend: a duplicate (200), or 503 when it came while the first copy was still being verified.
+    expect(report.statuses).toHaveLength(2);
+    expect(report.statuses[0]).toBe(200);
+    expect([200, 503]).toContain(report.statuses[1]);
     expect(bad.status).toBe(400);
     expect(await bad.json()).toMatchObject({ error: 'not_an_object' });
     await until(() => lines('invalid 400 not_an_object').length === 1, 'the invalid line', 20_000);
