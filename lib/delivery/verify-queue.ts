@@ -113,7 +113,10 @@ export function createVerifyQueue<C>(
     const key = keyOf(n);
     if (entry.verified === undefined) {
       if (entry.found === undefined) {
-        const verdict = await verifyNotification(source, n, entry);
+        // Never given up (not_final) on a PENDING cached before it arrived (a forgery of its key's, say).
+        const { arrivedAt, notFoundAt, account } = entry;
+        const history = { arrivedAt, notFoundAt, account, freshPending: true };
+        const verdict = await verifyNotification(source, n, history);
         if (context.isClosed() || pending.get(key) !== entry) return 'other';
         if (verdict.kind === 'later') return later(entry, attempt, verdict);
         if (verdict.kind === 'confirmed') entry.verified = n;

@@ -6,8 +6,7 @@ import { lackingFields, type StatusRecord } from './status-envelope.js';
 
 /**
  * What `verify` needs of a status client: `createStatusClient()` gives one. A source of your own may ignore
- * `options`; then a not-found, non-final or contradicting answer is simply asked for again at once (two
- * queries in the attempt).
+ * `options`; then a not-found or contradicting answer is simply asked for again on the next attempt.
  */
 export interface StatusSource {
   /** The service's record of `transactionId`; rejects with `TransactionNotFoundError` when it has none. */
@@ -29,9 +28,11 @@ export interface VerifyContext {
   account?: string | undefined;
   /**
    * A non-final answer older than `arrivedAt` is asked for again too (`since`, within the guard's rules), as
-   * a not-found is: at least once, where each attempt may be the last before `dead`, so that one is never
-   * given up on a non-final answer cached before it began (a copy that made a dead entry due again is then
-   * verified on a newer answer, its wait the guard's `retryAfterMs`).
+   * a not-found is, so that a copy is never given up (`dead` at least once, `not_final` at most once) on a
+   * non-final answer cached before it arrived or its attempt began: at least once, a copy that made a dead
+   * entry due again; at most once, the genuine copy that came after a forgery of its pending transaction
+   * cached PENDING. It is then verified on a newer answer, its wait the guard's `retryAfterMs` (a refusal is
+   * a `later` with no `pending`: given up on it, the copy is reported, never rejected `not_final`).
    */
   freshPending?: boolean;
 }
@@ -177,19 +178,15 @@ async function answerOf(source: StatusSource, id: string, since?: number, accoun
 
 /**
  * Whether an answer would wrongly condemn the notification if it were stale: not found (the transaction may
- * be younger than the answer), FAILED for a notification that says SUCCESSFUL (a late operator
- * confirmation moves a transaction from FAILED to SUCCESSFUL), or a state not final yet (the customer may
- * have paid since: the last attempt gives the notification up, `not_final`, on it). Such an answer is asked
- * for again when it is older than the notification: a copy that arrived after a cached PENDING is never
- * given up on that PENDING (the guard refusing to ask again so soon is a `later`, not a verdict). Any other
- * difference is final: a paid transaction does not become FAILED, nor change its amount or `custom_data`,
- * so a forged copy of it is rejected at once, at no cost.
+ * be younger than the answer), or FAILED for a notification that says SUCCESSFUL (a late operator
+ * confirmation moves a transaction from FAILED to SUCCESSFUL). Such an answer is asked for again when it
+ * is older than the notification. Any other difference is final: a paid transaction does not become
+ * FAILED, nor change its amount or `custom_data`, so a forged copy of it is rejected at once, at no cost.
  */
 function mayBeStale(answer: Answer, n: IpnNotification): boolean {
   if ('notFound' in answer) return true;
   if (!('record' in answer)) return false;
   const { record } = answer;
-  if (!isFinalState(record.state)) return true;
   return record.state === 'FAILED' && n.state === 'SUCCESSFUL' && lackingFields(record).length === 0;
 }
 
@@ -199,10 +196,9 @@ function mayBeStale(answer: Answer, n: IpnNotification): boolean {
  *
  * - an answer that lacks the amount or `custom_data` (a partial record) can neither confirm nor contradict:
  *   `later`, like an unreachable service;
- * - an answer that may be stale (not found, FAILED for a SUCCESSFUL notification, or not final) is used only
- *   when it is newer than the notification (`context.arrivedAt`): a cached one is asked again, within the
- *   guard's rules (a FAILED that became SUCCESSFUL, an id a forger asked about before it existed, a PENDING
- *   cached before the genuine copy of the payment arrived);
+ * - an answer that may be stale (not found, or FAILED for a SUCCESSFUL notification) is used only when it is
+ *   newer than the notification (`context.arrivedAt`): a cached one is asked again, within the guard's
+ *   rules (a FAILED that became SUCCESSFUL, an id a forger asked about before it existed);
  * - a not-found is believed only when the service says it again after `context.notFoundAt`: the first one
  *   is `later` (with `notFoundAt`), in case the service's replicas lag.
  */

@@ -215,6 +215,29 @@ describe('createVerifyQueue', () => {
     expect(credited).toEqual([]);
   });
 
+  test('a PENDING cached before the copy arrived never rejects it not_final: a newer one is asked for, and a refusal is reported', async () => {
+    const n = uniqueNotification();
+    // The client's cache holds a PENDING older than the copy (a forgery of its key's asked first): a call
+    // that needs a newer one is refused, as the guard does within minIntervalMs.
+    const { accept, of, source, credited } = setup((id, options) =>
+      options?.since === undefined
+        ? Promise.resolve({ ...n, state: 'PENDING' })
+        : Promise.reject(new StatusRateLimitError(id, 'interval', 500)),
+    );
+    await accept(n);
+    await jest.advanceTimersByTimeAsync(3_000);
+    await settle();
+    expect(source.getStatus).toHaveBeenCalledWith(
+      n.transaction_id,
+      expect.objectContaining({ since: expect.any(Number) }),
+    );
+    expect(of('rejected')).toEqual([]); // on main: not_final, on the cached PENDING
+    expect(of('error')).toEqual([
+      expect.objectContaining({ error: expect.any(VerificationError), notification: n }),
+    ]);
+    expect(credited).toEqual([]);
+  });
+
   test('close() reports and releases every pending verification; its late answer emits nothing', async () => {
     const n = uniqueNotification();
     let answer: ((record: IpnNotification) => void) | undefined;

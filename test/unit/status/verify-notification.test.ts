@@ -303,7 +303,7 @@ describe('sameCustomData', () => {
   });
 });
 
-describe('verifyNotification: a non-final answer cached before the notification arrived never gives it up', () => {
+describe('verifyNotification (freshPending): a non-final answer cached before the notification arrived never gives it up', () => {
   const MINUTES_15 = 15 * 60_000;
 
   /**
@@ -333,7 +333,7 @@ describe('verifyNotification: a non-final answer cached before the notification 
 
   it('a PENDING asked after the notification arrived is its verdict (later, pending), from the cache on retries', async () => {
     const { clock, service, statusSource } = guarded();
-    const context = { arrivedAt: 900 };
+    const context = { arrivedAt: 900, freshPending: true }; // as the at-most-once verify queue asks
     expect(later(await verifyNotification(statusSource, read(), context)).pending?.state).toBe('PENDING');
     clock.now = 60_000; // a retry: the same answer, not asked again
     expect(later(await verifyNotification(statusSource, read(), context)).pending?.state).toBe('PENDING');
@@ -342,10 +342,11 @@ describe('verifyNotification: a non-final answer cached before the notification 
 
   it('a PENDING cached before the notification arrived is no verdict: asked again once the guard allows, it confirms it', async () => {
     const { clock, service, statusSource } = guarded();
-    await verifyNotification(statusSource, read({ amount: 1 }), { arrivedAt: 900 }); // a forgery: PENDING cached
+    const forgery = { arrivedAt: 900, freshPending: true };
+    await verifyNotification(statusSource, read({ amount: 1 }), forgery); // PENDING, cached
     service.state = 'SUCCESSFUL'; // the customer pays; the genuine copy arrives
     clock.now = 2_000;
-    const context = { arrivedAt: 2_000 };
+    const context = { arrivedAt: 2_000, freshPending: true };
     const refused = later(await verifyNotification(statusSource, read(), context));
     // Not the cached PENDING (on which the last attempt would reject it, not_final): the guard's wait.
     expect(refused.pending).toBeUndefined();
