@@ -66,14 +66,11 @@ export function describeFramework(name: string, mount: (ipn: IpnRouter) => Promi
       const { transactionId, delivered } = paid;
       const report = await delivered;
       await until(() => recorder.count('successful') === 1, 'the verified payment', 20_000);
-      // A resend that comes while the first copy is still being verified is answered 503 (the service would
-      // resend it later); one that comes after, 200 as a duplicate.
-      const undecided = report.statuses.filter((status) => status === 503).length;
-      await until(() => recorder.count('duplicate') === 2 - undecided, 'both resends', 20_000);
+      await until(() => recorder.count('duplicate') === 2, 'both resends', 20_000);
 
-      expect(report.statuses).toHaveLength(3);
-      expect(report.statuses[0]).toBe(200);
-      expect(report.statuses.slice(1).every((status) => status === 200 || status === 503)).toBe(true);
+      // A resend that comes while the first copy is still being verified is answered 503, and sent again
+      // until it is answered 200, as a duplicate.
+      expect(report.statuses.join()).toMatch(/^200(,(503,)*200){2}$/);
       expect(recorder.of('successful')).toEqual([
         expect.objectContaining({ transaction_id: transactionId, custom_data: 'order-1', amount: 5000 }),
       ]);
