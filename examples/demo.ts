@@ -28,13 +28,16 @@ const API_KEY = 'demo-api-key';
  * Starts the partner's shop on a free loopback port, and ipn-kit's fake payment service beside it; creates
  * one order per planned payment, lets the service notify them (resends, concurrent resends, a FAILED then
  * SUCCESSFUL), then a forged notification and a malformed request; the shop verifies each notification with
- * the service's status query. Then shuts down and returns what the shop ended with.
+ * the service's status query (a copy that comes meanwhile is answered 503, and the service resends it). Then
+ * shuts down and returns what the shop ended with.
  *
  * @example
  * const { orders, counts } = await runDemo();
  */
 export async function runDemo(payments: readonly PlannedPayment[] = PAYMENTS): Promise<DemoSummary> {
-  const provider = await createFakeProvider({ apiKey: API_KEY, resendIntervalMs: 20 });
+  // A copy that comes while its first copy is being verified is answered 503 and resent, every 20 ms here:
+  // up to 50 times (a second), so a slow verification on a busy machine still ends with the copy's 200.
+  const provider = await createFakeProvider({ apiKey: API_KEY, resendIntervalMs: 20, resends: 50 });
   // Short waits for a demo: the forged id is rejected once the service says "not found" twice, 200 ms apart.
   const client = createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: API_KEY, minIntervalMs: 200 });
   const partner = createPartnerApp({ verify: client, verifyRetryDelayMs: 100 });

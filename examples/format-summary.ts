@@ -29,6 +29,18 @@ export function formatSummary({
 
   const tally = (status: string) => orders.filter((order) => order.status === status).length;
   const credits = orders.reduce((sum, order) => sum + order.credits, 0);
+  // With `verify`, a copy that comes while the first copy of its notification is being verified is answered
+  // 503; the service sends such a copy again, unless another copy sent at the same moment was answered 200.
+  const sentAgain = service.posts - service.notifications - service.resends;
+  const notSentAgain = service.putOff - sentAgain;
+  const putOff =
+    service.putOff === 0
+      ? []
+      : [
+          `${service.putOff} of their POSTs came while the first copy of their notification was still being verified, and were`,
+          `answered 503 (verification_pending): ${sentAgain} of them were sent again (the service resends until answered 200),`,
+          `${notSentAgain} not (copies sent at once, one of which was answered 200); ${service.posts} POSTs in all.`,
+        ];
   const lines = [
     `ipn-kit demo: ${payments.length} payments notified to a partner shop on loopback`,
     '',
@@ -37,12 +49,19 @@ export function formatSummary({
     `Orders: ${tally('paid')} paid, ${tally('failed')} failed, ${tally('pending')} pending; ${credits} credits in all`,
     '',
     `The service sent ${service.notifications + service.resends} notifications: ${service.notifications} distinct, ${service.resends} resends of them;`,
+    ...putOff,
     `a stranger sent 1 forged SUCCESSFUL for ${service.forgedOrderId} and 1 malformed request.`,
     'The partner app, verifying each notification with the status query, saw:',
     ...table(
       [
         ['Received', String(counts.received), 'notifications handled, each exactly once'],
-        ['Duplicates', String(counts.duplicates), 'resends dropped, concurrent copies included'],
+        [
+          'Duplicates',
+          String(counts.duplicates),
+          notSentAgain === 0
+            ? 'resends dropped, concurrent copies included'
+            : `resends dropped, concurrent copies included: all ${service.resends} but the ${notSentAgain} answered 503 and not sent again`,
+        ],
         [
           'Invalid',
           String(counts.invalid),

@@ -83,6 +83,19 @@ export interface ServiceReport {
   notifications: number;
   /** Extra copies of notifications already sent (the partner should drop each as a duplicate). */
   resends: number;
+  /**
+   * Every POST sent for the payments: one per copy, plus one per copy sent again after a non-200 answer (the
+   * service resends a notification until it is answered 200).
+   */
+  posts: number;
+  /**
+   * The POSTs answered 503 (`verification_pending`): copies that came while the first copy of their
+   * notification was still being verified. A copy sent one after another is sent again (one more POST); a
+   * copy sent at once with others is not when one of them was answered 200, which ends that delivery.
+   */
+  putOff: number;
+  /** Every answer to those POSTs that was neither 200 nor 503: none expected. */
+  otherAnswers: number[];
   /** The HTTP status the partner answered to the malformed request (400 expected). */
   malformedStatus: number;
   /** The HTTP status the partner answered to the forged notification (200: it must not tell a forger). */
@@ -103,7 +116,16 @@ export async function playPaymentService(
   ipnUrl: string,
   payments: readonly PlannedPayment[] = PAYMENTS,
 ): Promise<ServiceReport> {
-  const report = { notifications: 0, resends: 0, malformedStatus: 0, forgedStatus: 0, forgedOrderId: '' };
+  const report: ServiceReport = {
+    notifications: 0,
+    resends: 0,
+    posts: 0,
+    putOff: 0,
+    otherAnswers: [],
+    malformedStatus: 0,
+    forgedStatus: 0,
+    forgedOrderId: '',
+  };
   for (const [index, payment] of payments.entries()) {
     const extra = payment.copies - 1;
     const { delivered } = provider.initiate({
@@ -118,10 +140,20 @@ export async function playPaymentService(
       duplicates: payment.concurrent ? 0 : extra,
       customerName: CUSTOMERS[index % CUSTOMERS.length],
     });
-    const { acknowledged } = await delivered;
+    const { acknowledged, attempts, statuses } = await delivered;
     if (!acknowledged) throw new Error(`the partner never acknowledged ${payment.transactionId}`);
     report.notifications += payment.states.length;
     report.resends += payment.states.length * extra;
+    report.posts += attempts;
+    report.putOff += statuses.filter((status) => status === 503).length;
+    report.otherAnswers.push(...statuses.filter((status) => status !== 200 && status !== 503));
+    // Each copy sent one after another is resent until answered 200: the demo says they all were.
+    const acknowledgedCopies = statuses.filter((status) => status === 200).length;
+    if (!payment.concurrent && acknowledgedCopies !== payment.states.length * payment.copies) {
+      throw new Error(
+        `a copy of ${payment.transactionId} was never acknowledged (answers: ${statuses.join(', ')})`,
+      );
+    }
   }
   // Someone who learned the IPN address claims an unpaid order was paid.
   const victim = payments.find((payment) => !payment.states.includes('SUCCESSFUL'));

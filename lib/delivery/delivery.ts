@@ -88,6 +88,11 @@ export interface Acceptance {
    * settled. Answered 200, not as a duplicate.
    */
   taken?: boolean;
+  /**
+   * At most once with `verify`: not claimed (`claimed` false), and another copy of its key is being verified
+   * on this instance, its fate not decided: not a plain duplicate (see the verify queue's `undecided`).
+   */
+  undecided?: boolean;
 }
 
 /**
@@ -467,8 +472,10 @@ export function createDelivery<C>(
 
   /** What a claim came to; a verification slot reserved for a notification not claimed is given back. */
   function acceptance(key: string, claimed: boolean | StoreError, leaseId: string): Acceptance {
+    // Asked before its own reservation is given back: a release since it reserved the key counts.
+    const undecided = claimed === false && verifying?.undecided(key) === true;
     if (claimed !== true) verifying?.unreserve(key);
-    return { claimed, leaseId };
+    return undecided ? { claimed, leaseId, undecided } : { claimed, leaseId };
   }
 
   /**

@@ -79,13 +79,32 @@ export function createVerifyQueue<C>(
   /** Keys reserved by requests not answered yet, with how many requests hold each. */
   const reserved = new Map<string, number>();
   let reservations = 0;
+  /** Keys this queue is releasing (nothing credited), until the store answered the release. */
+  const releasing = new Set<string>();
+  /**
+   * Keys released by this queue (nothing credited) while a request held a reservation of them (the release
+   * sent during the reservation, or still in flight when it began): that request's claim may have been
+   * refused before the release landed, and its copy is then a duplicate of nothing credited. Kept until the
+   * key's last reservation is given back, so never more than the reservations.
+   */
+  const letGoWhileClaimed = new Set<string>();
 
   const unreserve = (key: string): void => {
     const count = reserved.get(key);
     if (count === undefined) return;
     reservations -= 1;
     if (count > 1) reserved.set(key, count - 1);
-    else reserved.delete(key);
+    else {
+      reserved.delete(key);
+      letGoWhileClaimed.delete(key);
+    }
+  };
+
+  /** Releases `key` (nothing of it credited): a request claiming it meanwhile is told (see `undecided`). */
+  const releaseKey = (key: string): void => {
+    if (reserved.has(key)) letGoWhileClaimed.add(key);
+    releasing.add(key);
+    void release(key).finally(() => releasing.delete(key));
   };
 
   /** One verification attempt, then its emission, retry or end: resolves what it came to (for `drain`). */
@@ -94,7 +113,10 @@ export function createVerifyQueue<C>(
     const key = keyOf(n);
     if (entry.verified === undefined) {
       if (entry.found === undefined) {
-        const verdict = await verifyNotification(source, n, entry);
+        // Never given up (not_final) on a PENDING cached before it arrived (a forgery of its key's, say).
+        const { arrivedAt, notFoundAt, account } = entry;
+        const history = { arrivedAt, notFoundAt, account, freshPending: true };
+        const verdict = await verifyNotification(source, n, history);
         if (context.isClosed() || pending.get(key) !== entry) return 'other';
         if (verdict.kind === 'later') return later(entry, attempt, verdict);
         if (verdict.kind === 'confirmed') entry.verified = n;
@@ -113,7 +135,7 @@ export function createVerifyQueue<C>(
           return later(entry, attempt, { kind: 'later', reason: allowed, retryAfterMs: 0 });
         if (!allowed || found === undefined) {
           pending.delete(key);
-          void release(key); // none of this key to deliver (a genuine copy is still checked when it comes)
+          releaseKey(key); // none of this key to deliver (a genuine copy is still checked when it comes)
           return 'other';
         }
         logger.warn(
@@ -183,7 +205,7 @@ export function createVerifyQueue<C>(
    * delivered copy and settled it): a resend, `ipn.reconcile()` or the sweep can still deliver it.
    */
   function letGo(key: string, expectation: ExpectationHold | undefined): void {
-    void release(key);
+    releaseKey(key);
     expectation?.reopen();
   }
 
@@ -217,10 +239,24 @@ export function createVerifyQueue<C>(
       if (pending.size + reservations >= max) return false;
       reservations += 1;
       reserved.set(key, (reserved.get(key) ?? 0) + 1);
+      if (releasing.has(key)) letGoWhileClaimed.add(key);
       return true;
     },
     /** Gives back a place {@link reserve} held, for a request that claimed nothing (a resend, a store error). */
     unreserve,
+    /**
+     * Whether a copy of `key` whose claim was refused (the key held), by a request that still holds its
+     * reservation, must not be answered as a plain duplicate: another copy of the key is being verified here
+     * (or claimed, about to be), or was let go since this request reserved it. Its fate is not decided: if it
+     * is given up (`not_final`, unreachable), a copy answered 200 would be lost, since the service stops
+     * resending. The router answers it 503 instead, so that the service resends it once it is decided. Only
+     * this instance's copies are known: another instance over the same store answers its copy as a duplicate.
+     */
+    undecided(key: string): boolean {
+      return (
+        pending.has(key) || (reserved.get(key) ?? 0) > 1 || releasing.has(key) || letGoWhileClaimed.has(key)
+      );
+    },
     /** How many notifications are being verified, or reserved. */
     size: (): number => pending.size + reservations,
     /**

@@ -38,12 +38,14 @@ export const DUPLICATE_BODY: Record<string, unknown> = Object.freeze({ ok: true,
 const RETRY_AFTER_SECONDS = '30';
 
 /** Why a notification is answered 503: nothing was claimed, so the service's resend is processed. */
-export type Unavailable = 'closed' | 'store_unavailable' | 'verification_busy' | 'unexpected';
+export type Unavailable =
+  'closed' | 'store_unavailable' | 'verification_busy' | 'verification_pending' | 'unexpected';
 
 const UNAVAILABLE_MESSAGES: Readonly<Record<Unavailable, string>> = {
   closed: 'the IPN router is closed (the app is shutting down): resend it later',
   store_unavailable: 'the store did not record the notification in time: resend it later',
   verification_busy: 'too many notifications are being verified: resend it later',
+  verification_pending: 'another copy of this notification is being verified: resend it later',
   unexpected: 'this transaction is not expected here yet: resend it later',
 };
 

@@ -53,6 +53,8 @@ export type Admission =
   | { kind: 'duplicate' }
   /** At least once: not claimed, yet it took the place of the kept unexpected copy holding its key (due). */
   | { kind: 'taken' }
+  /** At most once with `verify`: another copy of its key is being verified here, its fate not decided. */
+  | { kind: 'undecided' }
   | { kind: 'store-failed'; error: StoreError }
   | { kind: 'busy'; error: VerificationBusyError }
   | { kind: 'closed' };
@@ -142,11 +144,14 @@ export function createIpnPipeline<C>(
 
   function admitted(
     n: IpnNotification,
-    { claimed, leaseId, conflict, taken }: Acceptance,
+    { claimed, leaseId, conflict, taken, undecided }: Acceptance,
   ): Admission | Promise<Admission> {
     if (claimed instanceof StoreError) return { kind: 'store-failed', error: claimed };
     if (claimed instanceof VerificationBusyError) return { kind: 'busy', error: claimed };
-    if (!claimed) return taken === true ? { kind: 'taken' } : { kind: 'duplicate' };
+    if (!claimed) {
+      if (taken === true) return { kind: 'taken' };
+      return undecided === true ? { kind: 'undecided' } : { kind: 'duplicate' };
+    }
     if (!closed) return { kind: 'claimed', leaseId, conflict };
     return unclaim(n);
   }
@@ -207,6 +212,18 @@ export function createIpnPipeline<C>(
         return unavailable('verification_busy', () =>
           emit('error', { error: admission.error, notification }),
         );
+      case 'undecided':
+        // Not a duplicate of anything credited yet: were the other copy given up (not final, unreachable),
+        // a 200 here would lose the payment. 503: the service resends it once that copy is decided (credited:
+        // the resend is a duplicate; given up: the resend is claimed and verified itself).
+        return unavailable('verification_pending', () => {
+          if (!isQuiet(logger.debug)) {
+            logger.debug(
+              { transaction_id: notification.transaction_id, state: notification.state },
+              'IPN copy answered 503: another copy of it is being verified',
+            );
+          }
+        });
       case 'duplicate':
         return {
           status: 200,

@@ -28,9 +28,11 @@ export interface VerifyContext {
   account?: string | undefined;
   /**
    * A non-final answer older than `arrivedAt` is asked for again too (`since`, within the guard's rules), as
-   * a not-found is: at least once, where each attempt may be the last before `dead`, so that one is never
-   * given up on a non-final answer cached before it began (a copy that made a dead entry due again is then
-   * verified on a newer answer, its wait the guard's `retryAfterMs`).
+   * a not-found is, so that a copy is never given up (`dead` at least once, `not_final` at most once) on a
+   * non-final answer cached before it arrived or its attempt began: at least once, a copy that made a dead
+   * entry due again; at most once, the genuine copy that came after a forgery of its pending transaction
+   * cached PENDING. It is then verified on a newer answer, its wait the guard's `retryAfterMs` (a refusal is
+   * a `later` with no `pending`: given up on it, the copy is reported, never rejected `not_final`).
    */
   freshPending?: boolean;
 }

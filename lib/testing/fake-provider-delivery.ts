@@ -12,7 +12,7 @@ import { styleNotification, type NotificationStyle } from './fake-provider-style
 export interface DeliveryReport {
   /**
    * Every POST sent for the transaction: the first delivery (each `concurrent` copy counts), its resends,
-   * the `duplicates`, and the notification sent first when `outOfOrder`.
+   * the `duplicates` and theirs, and the notification sent first when `outOfOrder` (and its resends).
    */
   attempts: number;
   /** The HTTP status of each POST, in the order the answers came; `0` for a network error or a timeout. */
@@ -173,7 +173,9 @@ export async function deliverUntilAcknowledged(delivery: Delivery, copies = 1): 
 
 /**
  * Notifies a processed transaction as `plan` says: the opposite state first when `outOfOrder`, then the real
- * one (`concurrent` copies at once, resent until acknowledged), then `duplicates` one after another.
+ * one (`concurrent` copies at once, resent until acknowledged), then `duplicates` one after another, each
+ * resent until acknowledged too (as the service resends every notification it got no 200 for: a duplicate
+ * answered 503 is resent after `resendIntervalMs`, `resends` times at most).
  */
 export async function deliverTransaction(
   transaction: FakeTransaction,
@@ -192,7 +194,7 @@ export async function deliverTransaction(
   report.acknowledged = await deliverUntilAcknowledged(real, plan.concurrent ?? 1);
   for (let copy = 0; copy < (plan.duplicates ?? 0) && report.acknowledged; copy += 1) {
     if (context.signal.aborted) break;
-    await sendOnce(real);
+    await deliverUntilAcknowledged(real, 1);
   }
   return report;
 }

@@ -31,7 +31,12 @@ export interface InitiateOptions {
   deliver?: boolean;
   /** Copies of the first delivery sent at once, as when the service retries before you answered. @default 1 */
   concurrent?: number;
-  /** Extra copies sent one after another once the notification was acknowledged. @default 0 */
+  /**
+   * Extra copies sent one after another once the notification was acknowledged, each resent until it is
+   * answered 200 too (every `resendIntervalMs`, `resends` times at most), as the service does: a copy your
+   * endpoint answers 503 (`verification_pending` with `verify`, at most once) is sent again, so the POSTs
+   * can outnumber `1 + duplicates`. @default 0
+   */
   duplicates?: number;
   /** Notify the opposite final state first (delivered until acknowledged), then the real one. @default false */
   outOfOrder?: boolean;

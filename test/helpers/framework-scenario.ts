@@ -68,7 +68,9 @@ export function describeFramework(name: string, mount: (ipn: IpnRouter) => Promi
       await until(() => recorder.count('successful') === 1, 'the verified payment', 20_000);
       await until(() => recorder.count('duplicate') === 2, 'both resends', 20_000);
 
-      expect(report.statuses).toEqual([200, 200, 200]);
+      // A resend that comes while the first copy is still being verified is answered 503, and sent again
+      // until it is answered 200, as a duplicate.
+      expect(report.statuses.join()).toMatch(/^200(,(503,)*200){2}$/);
       expect(recorder.of('successful')).toEqual([
         expect.objectContaining({ transaction_id: transactionId, custom_data: 'order-1', amount: 5000 }),
       ]);

@@ -47,42 +47,10 @@ async function drained(ipn: IpnRouter): Promise<void> {
 // pending transaction or of the next id, on MemoryStore, PostgreSQL and Redis, expected or not: fixed, and
 // tested in dead-unverified.test.ts (and dead-unverified-race.test.ts), not repeated here.
 
-describe('at most once, with verify', () => {
-  // LOST, silently: the customer's payment. A forged SUCCESSFUL (another amount) of a transaction still
-  // PENDING takes the key and is verified; its first query answers PENDING, which the status client reuses
-  // for minIntervalMs (15 minutes: lib/status/query-guard.ts:137) and verification does not ask again for a
-  // newer one (`mayBeStale` only covers not-found and FAILED, lib/status/verify-notification.ts:157-162). The
-  // customer pays; the service's genuine notification arrives while the forgery is still being verified and
-  // is answered as its duplicate (200: the service stops resending). The retries (10 s doubling, 6 attempts:
-  // about 5 minutes, all inside those 15) each get the cached PENDING, so verification ends `rejected`
-  // (not_final) and releases the key (lib/delivery/verify-queue.ts:202): the genuine copy is gone, and the
-  // only event naming the transaction is the forgery's `rejected`. Nothing reconciles it without
-  // expectations. Fix: never end in not_final on an answer older than the last copy of the key that arrived
-  // (a duplicate noted while its key is verified moves `arrivedAt`, and a non-final answer older than it is
-  // asked again with `since`, retried after the client's `interval` wait), or treat a duplicate of a key under
-  // verification as a reason to keep the key until a fresh answer decides.
-  test.failing(
-    'the genuine SUCCESSFUL answered as a duplicate of a forgery being verified is credited once the forgery is given up',
-    async () => {
-      const id = pending();
-      // The status client as in production: a PENDING answer is reused for 15 minutes.
-      const verify = createStatusClient({ baseUrl: t.provider.statusBaseUrl, apiKey: 'k', logger: quiet });
-      const { recorder, url } = await t.serve(
-        quietRouter({ store: new MemoryStore(), verify, verifyAttempts: 3, verifyRetryDelayMs: 20 }),
-      );
-      expect(await t.provider.forge({ ipnUrl: url, transactionId: id, amount: 1 })).toBe(200);
-      await until(() => t.provider.statusQueriesFor(id) > 0, "the forgery's first status query");
-
-      t.provider.setState(id, 'SUCCESSFUL'); // the customer pays; the service notifies
-      expect(await genuine(url, id)).toBe(200);
-      expect(recorder.count('duplicate')).toBe(1); // the forgery holds the key
-      await untilFirst(recorder, 'rejected', 'the forgery given up on');
-      expect(recorder.of('rejected')).toEqual([expect.objectContaining({ reason: 'not_final' })]);
-      // On main: nothing more; the payment is not credited and no event says so.
-      expect(recorder.of('successful')).toEqual([expect.objectContaining({ amount: 5000 })]);
-    },
-  );
-});
+// At most once with `verify`, the genuine SUCCESSFUL arriving while a forgery of its pending transaction is
+// verified (answered as its duplicate, then lost when the forgery was given up on the cached PENDING): fixed
+// (answered 503 verification_pending, resent, and never given up on a PENDING cached before it arrived), and
+// tested in verify-undecided-copy.test.ts, not repeated here.
 
 // The two losses of a forged copy kept as unexpected holding the key when the genuine copy arrives (no
 // status client, the copy expected; a status client, nobody expecting it) are fixed: their tests, under the
@@ -149,7 +117,12 @@ describe('attempts that hold', () => {
         genuine(url, id),
         t.provider.forge({ ipnUrl: url, transactionId: id, customData: 'order-other' }),
       ]);
-      expect([first, second]).toEqual([200, 200]);
+      // At most once, the copy that comes while the other is still being verified may be answered 503 (its
+      // fate not decided: the service resends it).
+      expect(first === 200 || second === 200).toBe(true);
+      const other = delivery === 'at-most-once' ? [200, 503] : [200];
+      expect(other).toContain(first);
+      expect(other).toContain(second);
       await untilFirst(recorder, 'successful', 'the credit');
       await drained(ipn);
       // Whichever took the key, the service's record is what is credited, once.

@@ -376,6 +376,30 @@ describe('notifications', () => {
     expect(receiver.maxInFlight()).toBe(1);
   });
 
+  test('a duplicate answered otherwise than 200 is resent until acknowledged, as the service does', async () => {
+    // The first copy 200; the first duplicate 503 twice (a copy met while the first is verified), then 200;
+    // the second duplicate 500 once, then 200.
+    await start({}, [200, 503, 503, 200, 500, 200]);
+    const tx = provider.initiate({ ...plan, ipnUrl: ipnUrl(), duplicates: 2 });
+
+    expect(await tx.delivered).toEqual({
+      attempts: 6,
+      statuses: [200, 503, 503, 200, 500, 200],
+      acknowledged: true,
+    });
+    expect(receiver.bodies.map((body) => body.transaction_id)).toEqual(Array(6).fill(tx.transactionId));
+    expect(receiver.maxInFlight()).toBe(1);
+    expect(provider.stats).toMatchObject({ notificationsSent: 6, answers: { 200: 3, 500: 1, 503: 2 } });
+  });
+
+  test('a duplicate is resent `resends` times at most, then the next duplicate is sent', async () => {
+    await start({ resends: 1 }, [200, 503, 503, 200]);
+    const tx = provider.initiate({ ...plan, ipnUrl: ipnUrl(), duplicates: 2 });
+
+    // The real notification was acknowledged: the duplicate the endpoint never acknowledged does not undo it.
+    expect(await tx.delivered).toEqual({ attempts: 4, statuses: [200, 503, 503, 200], acknowledged: true });
+  });
+
   test('outOfOrder notifies the opposite final state first, then the real one', async () => {
     await start();
     const tx = provider.initiate({ ...plan, ipnUrl: ipnUrl(), outOfOrder: true });

@@ -53,7 +53,9 @@ describe('ipn.metrics()', () => {
     const post = await serve(ipn);
 
     await post(genuine);
-    await post(genuine); // a resend
+    // A resend, once the first copy is credited (while it is being verified, a resend is answered 503).
+    await until(() => ipn.metrics().emitted.SUCCESSFUL === 1, 'the first copy credited');
+    await post(genuine);
     await post(failed);
     await post(uniquePayload()); // forged: unknown to the service
     await post('{"transaction_id":', 'application/json'); // malformed

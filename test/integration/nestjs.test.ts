@@ -117,7 +117,9 @@ describe('the NestJS example on NestJS 12, through a real server', () => {
       20_000,
     );
 
-    expect(report.statuses).toEqual([200, 200, 200]);
+    // A resend that comes while the first copy is still being verified (`verify`) is answered 503, and sent
+    // again until it is answered 200, as a duplicate.
+    expect(report.statuses.join()).toMatch(/^200(,(503,)*200){2}$/);
     expect(events().filter((line) => line.event === 'successful')).toEqual([
       expect.objectContaining({ transaction_id: paid.transactionId, custom_data: 'nest-order-1' }),
     ]);

@@ -172,7 +172,9 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
     await provider.initiate({ amount: 10, ipnUrl, customData: 'order-next-2', outcome: 'FAILED' }).delivered;
     await until(() => lines('failed order-next-2').length === 1, 'the failed line', 20_000);
 
-    expect(report.statuses).toEqual([200, 200, 200]);
+    // A resend that came while the first copy was still being verified was answered 503, then sent again
+    // until answered 200.
+    expect(report.statuses.join()).toMatch(/^200(,(503,)*200){2}$/);
     expect(lines('credit order-next-1')).toEqual([`credit order-next-1: 5000 (${paid.transactionId})`]);
     expect(provider.statusQueriesFor(paid.transactionId)).toBe(1);
   });
@@ -253,7 +255,9 @@ describeNext('a Next.js app (production build, next start) receiving notificatio
     await until(() => lines('credit order-pages-1').length === 1, 'the credit line', 20_000);
     const bad = await post('/api/legacy-ipn', '[1]');
 
-    expect(report.statuses).toEqual([200, 200]);
+    // The resend: a duplicate (200), after 503s when it came while the first copy was still being verified
+    // (the service sends it again until it is answered 200).
+    expect(report.statuses.join()).toMatch(/^200,(503,)*200$/);
     expect(bad.status).toBe(400);
     expect(await bad.json()).toMatchObject({ error: 'not_an_object' });
     await until(() => lines('invalid 400 not_an_object').length === 1, 'the invalid line', 20_000);

@@ -36,7 +36,7 @@ test('a paid order is credited once, a forged one never', async () => {
     outcome: 'SUCCESSFUL',
     duplicates: 2,
   });
-  await paid.delivered; // answered 200, then resent twice
+  await paid.delivered; // answered 200, then resent twice (each copy until answered 200)
   await provider.forge({ ipnUrl, customData: 'order-2' }); // an id the service never processed
   while (credited.length + rejected.length < 2) await new Promise((resolve) => setTimeout(resolve, 10));
 

@@ -168,13 +168,19 @@ describe('ipnRouter({ verify })', () => {
     const open = fake.hold();
 
     await post({ ...genuine, custom_data: 'forged-order' });
-    const resend = await post(genuine); // a duplicate of the key, answered 200
-    expect(await resend.json()).toEqual({ ok: true, duplicate: true });
+    // Its key is held by the forgery, whose fate is not decided: 503, so that the service resends it.
+    const early = await post(genuine);
+    expect(early.status).toBe(503);
+    expect(await early.json()).toMatchObject({ error: 'verification_pending' });
     open();
 
     await until(() => recorder.count('successful') === 1, 'the successful event');
     expect(recorder.count('rejected')).toBe(1);
     expect(recorder.of('successful')[0].custom_data).toBe(genuine.custom_data);
+    // The service's resend, once the key is credited (the service's record in the forgery's place).
+    const resend = await post(genuine);
+    expect(await resend.json()).toEqual({ ok: true, duplicate: true });
+    expect(recorder.count('successful')).toBe(1);
   });
 
   test('a burst of resends costs one status query and emits one event', async () => {

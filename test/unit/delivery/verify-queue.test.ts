@@ -216,6 +216,29 @@ describe('createVerifyQueue', () => {
     expect(credited).toEqual([]);
   });
 
+  test('a PENDING cached before the copy arrived never rejects it not_final: a newer one is asked for, and a refusal is reported', async () => {
+    const n = uniqueNotification();
+    // The client's cache holds a PENDING older than the copy (a forgery of its key's asked first): a call
+    // that needs a newer one is refused, as the guard does within minIntervalMs.
+    const { accept, of, source, credited } = setup((id, options) =>
+      options?.since === undefined
+        ? Promise.resolve({ ...n, state: 'PENDING' })
+        : Promise.reject(new StatusRateLimitError(id, 'interval', 500)),
+    );
+    await accept(n);
+    await jest.advanceTimersByTimeAsync(3_000);
+    await settle();
+    expect(source.getStatus).toHaveBeenCalledWith(
+      n.transaction_id,
+      expect.objectContaining({ since: expect.any(Number) }),
+    );
+    expect(of('rejected')).toEqual([]); // on main: not_final, on the cached PENDING
+    expect(of('error')).toEqual([
+      expect.objectContaining({ error: expect.any(VerificationError), notification: n }),
+    ]);
+    expect(credited).toEqual([]);
+  });
+
   test('close() reports and releases every pending verification; its late answer emits nothing', async () => {
     const n = uniqueNotification();
     let answer: ((record: IpnNotification) => void) | undefined;
@@ -244,5 +267,48 @@ describe('createVerifyQueue', () => {
     expect(release).toHaveBeenCalledWith(keyOf(n));
     expect(of('error')).toHaveLength(1);
     expect(queue.size()).toBe(0);
+  });
+});
+
+describe('createVerifyQueue: undecided (a refused claim of a key whose fate is not decided here)', () => {
+  test('while another copy is being verified, or claimed about to be: undecided; once it is credited: a duplicate', async () => {
+    let answer: (n: IpnNotification) => void = () => {};
+    const n = uniqueNotification();
+    const { queue, accept, credited } = setup(() => new Promise<IpnNotification>((r) => (answer = r)));
+    const key = keyOf(n);
+    // Claimed by another request, not started yet: this request's claim refused.
+    expect(queue.reserve(key)).toBe(true);
+    expect(queue.reserve(key)).toBe(true);
+    expect(queue.undecided(key)).toBe(true);
+    queue.unreserve(key);
+    queue.unreserve(key);
+    void accept(n); // the first copy, being verified
+    expect(queue.reserve(key)).toBe(true);
+    expect(queue.undecided(key)).toBe(true);
+    queue.unreserve(key);
+    answer(n);
+    await settle();
+    expect(credited).toEqual([n]);
+    expect(queue.reserve(key)).toBe(true);
+    expect(queue.undecided(key)).toBe(false); // credited: a plain duplicate
+    queue.unreserve(key);
+  });
+
+  test('let go while a copy of its key was being claimed: that copy is undecided, even once the release landed', async () => {
+    const n = uniqueNotification();
+    const { queue, release } = setup(unreachable, { verifyAttempts: 1 });
+    const key = keyOf(n);
+    expect(queue.reserve(key)).toBe(true); // the first copy
+    expect(queue.reserve(key)).toBe(true); // the second copy, its claim in flight
+    // The first copy claimed, given up at once, its key released while the second copy's claim is in
+    // flight: the store may have refused that claim before the release landed.
+    await queue.start(n);
+    await settle();
+    expect(release).toHaveBeenCalledWith(key);
+    expect(queue.undecided(key)).toBe(true);
+    queue.unreserve(key); // the second request answered (503)
+    expect(queue.reserve(key)).toBe(true); // a copy after that: a refused claim of it is a plain duplicate
+    expect(queue.undecided(key)).toBe(false);
+    queue.unreserve(key);
   });
 });

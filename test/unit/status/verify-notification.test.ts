@@ -7,6 +7,7 @@ import { ipnNotificationSchema } from '../../../lib/notification/schema.js';
 import type { IpnNotification } from '../../../lib/notification/schema.js';
 import type { StatusRecord } from '../../../lib/status/status-envelope.js';
 import { parseStatusAnswer } from '../../../lib/status/status-envelope.js';
+import { createQueryGuard } from '../../../lib/status/query-guard.js';
 import {
   genuineRecord,
   mismatchesOf,
@@ -300,5 +301,65 @@ describe('sameCustomData', () => {
     ['{"id":12345678901234567891}', '{"id":12345678901234567890}'],
   ])('tells %s from %s', (a, b) => {
     expect(sameCustomData(a, b)).toBe(false);
+  });
+});
+
+describe('verifyNotification (freshPending): a non-final answer cached before the notification arrived never gives it up', () => {
+  const MINUTES_15 = 15 * 60_000;
+
+  /**
+   * The status client's guard on a clock the test moves (`clock.now`), over a service whose state the test
+   * sets (`service.state`); `service.queries` counts the requests it got.
+   */
+  function guarded() {
+    const clock = { now: 1_000 };
+    const service = { state: 'PENDING', queries: 0 };
+    const guard = createQueryGuard({
+      maxQueriesPerMinute: 100,
+      minIntervalMs: MINUTES_15,
+      blockCooldownMs: 0,
+      cacheSize: 10,
+      now: () => clock.now,
+    });
+    const query = (): Promise<StatusRecord> => {
+      guard.permit(ID);
+      service.queries += 1;
+      return Promise.resolve(read({ state: service.state }));
+    };
+    const statusSource: StatusSource = {
+      getStatus: (id, options) => guard.ask(id, query, options?.since),
+    };
+    return { clock, service, statusSource };
+  }
+
+  it('a PENDING asked after the notification arrived is its verdict (later, pending), from the cache on retries', async () => {
+    const { clock, service, statusSource } = guarded();
+    const context = { arrivedAt: 900, freshPending: true }; // as the at-most-once verify queue asks
+    expect(later(await verifyNotification(statusSource, read(), context)).pending?.state).toBe('PENDING');
+    clock.now = 60_000; // a retry: the same answer, not asked again
+    expect(later(await verifyNotification(statusSource, read(), context)).pending?.state).toBe('PENDING');
+    expect(service.queries).toBe(1);
+  });
+
+  it('a PENDING cached before the notification arrived is no verdict: asked again once the guard allows, it confirms it', async () => {
+    const { clock, service, statusSource } = guarded();
+    const forgery = { arrivedAt: 900, freshPending: true };
+    await verifyNotification(statusSource, read({ amount: 1 }), forgery); // PENDING, cached
+    service.state = 'SUCCESSFUL'; // the customer pays; the genuine copy arrives
+    clock.now = 2_000;
+    const context = { arrivedAt: 2_000, freshPending: true };
+    const refused = later(await verifyNotification(statusSource, read(), context));
+    // Not the cached PENDING (on which the last attempt would reject it, not_final): the guard's wait.
+    expect(refused.pending).toBeUndefined();
+    expect(refused.reason).toBeInstanceOf(StatusRateLimitError);
+    expect(refused).toMatchObject({
+      reason: { reason: 'interval' },
+      retryAfterMs: 1_000 + MINUTES_15 - 2_000,
+    });
+    expect(service.queries).toBe(1);
+
+    clock.now = 1_000 + MINUTES_15; // retried no sooner than that wait
+    expect(await verifyNotification(statusSource, read(), context)).toMatchObject({ kind: 'confirmed' });
+    expect(service.queries).toBe(2);
   });
 });
