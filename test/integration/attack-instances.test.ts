@@ -47,7 +47,7 @@ function prng(seed: number): () => number {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-type Mode = 'verify' | 'expect' | 'both';
+type Mode = 'verify' | 'expect' | 'both' | 'reject';
 
 interface Credit {
   by: 'A' | 'B';
@@ -94,6 +94,7 @@ function routerOptions(mode: Mode, store: Store): Partial<Options> & Pick<Option
     storeTimeoutMs: 3_000,
     ...(mode !== 'expect' ? { verify: client() } : {}),
     ...(mode !== 'verify' ? { statusClient: client() } : {}),
+    ...(mode === 'reject' ? { unexpected: 'reject' as const } : {}),
   };
 }
 
@@ -142,6 +143,8 @@ async function attack(rig: Rig, mode: Mode, seed: number) {
     const recorder = recordEvents(ipn);
     ipn.on('successful', async (n, context) => {
       await sleep(Math.floor(random() * 30)); // a credit takes a while: close() may cut one short
+      // Now and then the host's database has a hiccup: the listener fails, before crediting (retried).
+      if (FLAKY && random() < 0.15) throw new Error('attack: the ledger is briefly unavailable');
       credits.push({ by: name, id: n.transaction_id, amount: n.amount, custom_data: n.custom_data });
       if (rig.ledger)
         await rig.ledger.credit(
@@ -302,11 +305,19 @@ function violations(result: Awaited<ReturnType<typeof attack>>, seed: number, mo
     if (rows.length !== 1) broken.push(`ledger rows ${rows.length}: ${JSON.stringify(rows)}`);
   } else if (credits.length !== 1)
     broken.push(`listener calls ${credits.length}: ${JSON.stringify(credits)}`);
-  if (result.dueLater) {
+  // Dead after its attempts, its last a listener's failure (ATTACK_FLAKY): reported by a `dead` event, for
+  // the operator's replay of dead entries (a listener's failure may hold a credit: never made due by itself).
+  const listenerDead = entry?.status === 'dead' && (entry.lastError ?? '').startsWith('a listener of ');
+  if (result.dueLater || (listenerDead && credits.length === 0 && (rows?.length ?? 0) === 0)) {
     appendFileSync(`/tmp/attack-instances-due-later-${SEED}.log`, `${mode} ${seed}\n`);
     return [];
   }
   if (entry?.status !== 'delivered') broken.push(`entry ${entry?.status ?? 'missing'}`);
+  // Every `error` explained: the only ones expected are the listener failures ATTACK_FLAKY injects.
+  const unexplained = result.errors.filter(
+    (error) => !error.includes('attack: the ledger is briefly unavailable'),
+  );
+  if (unexplained.length > 0) broken.push(`unexplained errors: ${JSON.stringify(unexplained)}`);
   appendFileSync(
     `/tmp/attack-instances-errors-${SEED}.log`,
     result.errors.map((e) => `${mode} ${seed} ${e}\n`).join(''),
@@ -319,6 +330,7 @@ function violations(result: Awaited<ReturnType<typeof attack>>, seed: number, mo
   return broken;
 }
 
+const FLAKY = process.env.ATTACK_FLAKY === '1';
 const ITERATIONS = Number(process.env.ATTACK_ITERATIONS ?? 12);
 
 describeWithService('PostgreSQL', 'two instances over one PostgreSQL inbox', () => {
@@ -350,7 +362,7 @@ describeWithService('PostgreSQL', 'two instances over one PostgreSQL inbox', () 
           .rows as Array<{ order_id: string; amount: string }>,
     },
   };
-  for (const mode of ['verify', 'expect', 'both'] as const) {
+  for (const mode of ['verify', 'expect', 'both', 'reject'] as const) {
     test(`${mode}: ${ITERATIONS} interleavings credit the genuine payment exactly once`, async () => {
       const broken: string[] = [];
       for (let i = 0; i < ITERATIONS; i += 1) {
@@ -385,7 +397,7 @@ describeWithService('Redis', 'two instances over one Redis inbox', () => {
       return Promise.resolve();
     },
   };
-  for (const mode of ['verify', 'expect', 'both'] as const) {
+  for (const mode of ['verify', 'expect', 'both', 'reject'] as const) {
     test(`${mode}: ${ITERATIONS} interleavings credit the genuine payment exactly once`, async () => {
       const broken: string[] = [];
       for (let i = 0; i < ITERATIONS; i += 1) {
@@ -488,7 +500,7 @@ describeWithService('MariaDB', 'two instances over one MariaDB inbox', () => {
       },
     },
   };
-  for (const mode of ['verify', 'expect', 'both'] as const) {
+  for (const mode of ['verify', 'expect', 'both', 'reject'] as const) {
     test(`${mode}: ${ITERATIONS} interleavings credit the genuine payment exactly once`, async () => {
       const broken: string[] = [];
       for (let i = 0; i < ITERATIONS; i += 1) {
