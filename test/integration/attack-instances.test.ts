@@ -415,13 +415,14 @@ describeWithService('PostgreSQL', "the sweep refused by the status client's guar
   const { admin, table } = postgresTables('atk_inst_due');
 
   // BROKEN: a refused sweep query's expectation is never put back on PostgreSQL. The status client's guard
-  // measures its waits on `performance.now()` (lib/status/query-guard.ts:216), so a StatusRateLimitError's
-  // retryAfterMs is fractional; the sweep puts the expectation back with `dueAt = Date.now() +
+  // measures its waits on `performance.timeOrigin + performance.now()` (lib/shared/clock.ts:7), so the
+  // refusal's wait (`blockedUntil - time`, lib/status/query-guard.ts:203), a StatusRateLimitError's
+  // retryAfterMs, is fractional; the sweep puts the expectation back with `dueAt = Date.now() +
   // Math.max(error.retryAfterMs, MIN_RETRY_MS)` (lib/delivery/reconcile-sweep.ts:132), a fractional number
   // that PostgreSQL refuses for the `bigint` column due_at ("invalid input syntax for type bigint"). The pass
   // fails with an `error` event ("the sweep failed for ...") and the claim's spent attempt is never given
-  // back: every pass while the service blocks us (15 minutes by default) burns one of reconcileAttempts of
-  // a payment that was never asked about, so it is reported `stale` and forgotten early. Fix: round the due
+  // back: each query the guard refuses (a block lasts 15 minutes by default) burns one of reconcileAttempts
+  // of a payment that was never asked about, so it can be reported `stale` and forgotten early. Fix: round the due
   // time (`Math.ceil`) where it is computed (reconcile-sweep.ts:132), and have the SQL stores' `put` take
   // whole milliseconds (Math.ceil in sql-expectations.ts's values) so no other caller can hit it.
   test.failing('a query refused locally puts its expectation back, no error', async () => {
