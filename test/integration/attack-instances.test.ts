@@ -585,3 +585,61 @@ describeWithService(
     );
   },
 );
+
+describeWithService('PostgreSQL', 'at most once with verify, two instances over one PostgreSQL store', () => {
+  const { admin, table } = postgresTables('atk_inst_amo');
+
+  // LOST, silently: the customer's payment, across instances. A forged SUCCESSFUL (another amount) of a
+  // transaction still PENDING is claimed by instance A and verified there, in A's memory
+  // (lib/delivery/verify-queue.ts); its first query answers PENDING, which A's status client reuses for
+  // minIntervalMs (15 minutes). The customer pays; the service's genuine notification reaches instance B,
+  // whose claim finds the key held (A's forgery) and answers 200 as a duplicate: the service stops
+  // resending. A's retries all get the cached PENDING, verification ends `rejected` (not_final) and A
+  // releases the key: the genuine copy is gone, and the only event naming the transaction is the forgery's
+  // `rejected`, on A. This is attack-preempt.test.ts's open at-most-once case, but the fix it proposes (a
+  // duplicate noted while its key is verified moves `arrivedAt`, so a PENDING older than it is asked again)
+  // cannot work here: B's duplicate never reaches A's queue. Fix: the duplicate's arrival must be written
+  // where A reads it (the store's claim: a `touched_at` the duplicate's claim attempt sets, which A's
+  // give-up reads before releasing and then asks with `since`), or at most once with verify a forgery's
+  // give-up must not release the key silently (the sweep's expectation made due, as `letGo` does, and with
+  // no expectation an `error`/`dead`-like event naming the transaction to reconcile).
+  test.failing(
+    'the genuine copy answered as a duplicate on B while A verifies a forgery is credited',
+    async () => {
+      const id = pendingTransaction('order-amo');
+      const shared = await table(); // one claims table, each instance its own store object
+      const routers = [0, 1].map(() =>
+        ipnRouter({
+          store: new PostgresStore({ pool: admin, table: shared }),
+          logger: quiet,
+          sweepIntervalMs: NO_SWEEP,
+          // Each instance its own status client, as in production (a PENDING is reused for 15 minutes).
+          verify: createStatusClient({ baseUrl: provider.statusBaseUrl, apiKey: 'k', logger: quiet }),
+          verifyAttempts: 3,
+          verifyRetryDelayMs: 20,
+        }),
+      );
+      const [a, b] = routers as [IpnRouter, IpnRouter];
+      const onA = recordEvents(a);
+      const onB = recordEvents(b);
+      const running = await Promise.all(routers.map((ipn) => listen(ipn)));
+      try {
+        expect(await provider.forge({ ipnUrl: `${running[0]!.url}/`, transactionId: id, amount: 1 })).toBe(
+          200,
+        );
+        await until(() => provider.statusQueriesFor(id) > 0, "the forgery's first status query, on A");
+        provider.setState(id, 'SUCCESSFUL'); // the customer pays; the service notifies, through B
+        expect(await provider.forge({ ipnUrl: `${running[1]!.url}/`, transactionId: id })).toBe(200);
+        expect(onB.count('duplicate')).toBe(1);
+        await until(() => onA.count('rejected') > 0, 'the forgery given up on, on A', 8_000);
+        await settle();
+        expect(onA.of('rejected')).toEqual([expect.objectContaining({ reason: 'not_final' })]);
+        const credited = [...onA.of('successful'), ...onB.of('successful')] as Array<{ amount: number }>;
+        expect(credited.map((event) => event.amount)).toEqual([5000]);
+      } finally {
+        await Promise.all(running.map((server) => server.close()));
+        await Promise.all(routers.map((ipn) => ipn.close()));
+      }
+    },
+  );
+});
