@@ -50,15 +50,17 @@ export interface ExpectationStore {
 
 /**
  * An expectation's values in the column order of the SQL stores' `put` (`transaction_id, custom_data, amount,
- * expected_at, due_at, attempts, account`), an absent field as `null`.
+ * expected_at, due_at, attempts, account`), an absent field as `null`. The times in whole milliseconds (rounded
+ * up): the columns are integers, and PostgreSQL refuses a fractional one (a wait measured on the monotonic
+ * clock, a fractional option).
  */
 export function expectationValues(e: Expectation): unknown[] {
   return [
     e.transactionId,
     e.customData ?? null,
     e.amount ?? null,
-    e.expectedAt,
-    e.dueAt,
+    Math.ceil(e.expectedAt),
+    Math.ceil(e.dueAt),
     e.attempts,
     e.account ?? null,
   ];

@@ -414,18 +414,13 @@ describeWithService('Redis', 'two instances over one Redis inbox', () => {
 describeWithService('PostgreSQL', "the sweep refused by the status client's guard, on PostgreSQL", () => {
   const { admin, table } = postgresTables('atk_inst_due');
 
-  // BROKEN: a refused sweep query's expectation is never put back on PostgreSQL. The status client's guard
-  // measures its waits on `performance.timeOrigin + performance.now()` (lib/shared/clock.ts:7), so the
-  // refusal's wait (`blockedUntil - time`, lib/status/query-guard.ts:203), a StatusRateLimitError's
-  // retryAfterMs, is fractional; the sweep puts the expectation back with `dueAt = Date.now() +
-  // Math.max(error.retryAfterMs, MIN_RETRY_MS)` (lib/delivery/reconcile-sweep.ts:132), a fractional number
-  // that PostgreSQL refuses for the `bigint` column due_at ("invalid input syntax for type bigint"). The pass
-  // fails with an `error` event ("the sweep failed for ...") and the claim's spent attempt is never given
-  // back: each query the guard refuses (a block lasts 15 minutes by default) burns one of reconcileAttempts
-  // of a payment that was never asked about, so it can be reported `stale` and forgotten early. Fix: round the due
-  // time (`Math.ceil`) where it is computed (reconcile-sweep.ts:132), and have the SQL stores' `put` take
-  // whole milliseconds (Math.ceil in sql-expectations.ts's values) so no other caller can hit it.
-  test.failing('a query refused locally puts its expectation back, no error', async () => {
+  // A refused sweep query's expectation is put back on PostgreSQL. The status client's guard measures its
+  // waits on `performance.timeOrigin + performance.now()` (lib/shared/clock.ts), so a refusal's retryAfterMs
+  // is fractional; the sweep's due time was then fractional too, which PostgreSQL refuses for the `bigint`
+  // column due_at ("invalid input syntax for type bigint"): an `error` event, and an attempt of
+  // reconcileAttempts spent with no query. The wait is rounded up where verification reads it (retryWaitOf),
+  // and the SQL stores write whole milliseconds (expectationValues).
+  test('a query refused locally puts its expectation back, no error', async () => {
     const store = new PostgresStore({ pool: admin, table: await table() });
     const ipn = ipnRouter({
       store,
