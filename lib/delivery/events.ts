@@ -143,7 +143,7 @@ export type StaleReason =
   /**
    * The status query failed at the last attempt (network, 5xx), or its record lacked the amount or
    * `custom_data` while a copy kept as unexpected (at least once) holds the transaction's key: a partial record
-   * neither confirms nor contradicts it (replay its key once checked).
+   * neither confirms nor contradicts it (once checked, `ipn.inbox.replay(key, ['failed'])`).
    */
   | 'unavailable'
   /** The router has no status client to ask (neither `statusClient` nor `verify`). */

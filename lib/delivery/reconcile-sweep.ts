@@ -172,7 +172,7 @@ export function createReconcileSweep<C>(
       await forget();
       const lacking = lackingFields(record);
       const fields = lacking.length > 0 ? lacking.join(' and ') : 'amount';
-      const detail = `the service's record lacks ${fields}: it neither confirms nor contradicts the notification kept as unexpected under its key (replay the key once checked)`;
+      const detail = `the service's record lacks ${fields}: it neither confirms nor contradicts the notification kept as unexpected under its key (once checked, ipn.inbox.replay(key, ['failed']))`;
       stale(e, 'unavailable', detail, record);
       return false;
     }

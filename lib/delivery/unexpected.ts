@@ -129,7 +129,7 @@ export function createUnexpectedScreen<C>(
     fate?: string,
   ): RejectedEvent {
     const kept = durable
-      ? 'kept in the inbox: replay its key once checked'
+      ? "kept in the inbox: once checked, ipn.inbox.replay(key, ['failed']) (only while it is still kept: the sweep may have credited it since)"
       : 'not kept (at most once): answered 503, so that the service resends it; ipn.expect() it once checked';
     const message =
       `the notification of ${n.transaction_id} has no expectation, while expectations are in use, and ` +
@@ -202,7 +202,10 @@ export function createUnexpectedScreen<C>(
       status: 'failed' as const,
       error: confirmed
         ? `${UNEXPECTED_ERROR_PREFIX}confirmed by the status query: released for delivery`
-        : keptError(n, `${confirmation.detail}; kept and not credited, replay its key once checked`),
+        : keptError(
+            n,
+            `${confirmation.detail}; kept and not credited; once checked, ipn.inbox.replay(key, ['failed'])`,
+          ),
       nextAttemptAt: new Date(confirmed ? Date.now() : Date.now() + HOLD_MS),
     };
     const what = confirmed ? 'make due' : 'mark as kept';
@@ -268,7 +271,7 @@ export function createUnexpectedScreen<C>(
           n,
           durable,
           () => Promise.resolve(context.reject(event)),
-          `${confirmation.detail}; kept and not credited, replay its key once checked`,
+          `${confirmation.detail}; kept and not credited; once checked, ipn.inbox.replay(key, ['failed'])`,
         );
       }
       let confirmation: Confirmation = {

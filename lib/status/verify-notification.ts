@@ -68,7 +68,7 @@ export interface RejectedEvent {
   /** What the status query answered, when it found the transaction. */
   status?: StatusRecord;
   /**
-   * For `unexpected`, at least once: its inbox key, for `ipn.inbox.replay(key)` once checked. Absent when
+   * For `unexpected`, at least once: its inbox key, for `ipn.inbox.replay(key, ['failed'])` once checked (`['failed']`: only while it is still kept, for the sweep may have credited it since). Absent when
    * it was not kept (at most once: answered 503, so that the service resends it).
    */
   key?: string;

@@ -516,68 +516,62 @@ describeWithService(
   () => {
     const ledger = ledgerSchema('atk_inst_op');
 
-    // CREDITED TWICE (exactly-once ledger, two rows): the genuine payment. A copy of a transaction still
-    // PENDING, with no expectation yet (the app's ipn.expect() slow, or a forger's identical copy), is kept on
-    // instance A: its `rejected` event (reason `unexpected`) gives the operator its `key` and says "kept in the
-    // inbox: replay its key once checked" (lib/delivery/unexpected.ts, `rejection`; docs/options-and-events.md
-    // `key`: "for ipn.inbox.replay(key) once checked"). The customer pays, the expect() lands, and instance B's
-    // sweep confirms the kept copy against the service's record and delivers it (delivery.ts `deliverKept`).
-    // The operator then does what the event said: checks the service (paid, same amount and order) and calls
-    // `ipn.inbox.replay(key)` on A, which "delivers one entry again, whatever its status" (delivery.ts, `Inbox.
-    // replay`, no `from`): the delivered entry is credited a second time. The CLI was fixed for this race
-    // (its replay only from the status it read, commit 1400104); the API the event and the docs point the
-    // operator to was not. Fix: the event's advice and the docs name `ipn.inbox.replay(key, ['failed'])`
-    // (what a kept copy is), or `Inbox.replay(key)` without `from` refuses a `delivered` entry unless asked
-    // for (`['delivered']`), as purge refuses inside the dedupe window unless asked.
-    test.failing(
-      'the replay the `rejected` event advises, after the sweep credited the kept copy, credits nothing more',
-      async () => {
-        const order = 'order-op';
-        const id = pendingTransaction(order);
-        const routers = ['A', 'B'].map(() => {
-          // Each instance its own pool (ended with the schema), as two processes have.
-          const ipn = ipnRouter(routerOptions('expect', new PostgresStore({ pool: ledger.newPool(3) })));
-          ipn.on('successful', async (n, context) => {
-            await (context as unknown as { db: Pool }).db.query(
-              'INSERT INTO ledger (transaction_id, order_id, amount) VALUES ($1, $2, $3)',
-              [n.transaction_id, n.custom_data, n.amount],
-            );
-          });
-          return ipn;
-        });
-        const [a, b] = routers as [IpnRouter, IpnRouter];
-        const events = recordEvents(a);
-        const running = await Promise.all(routers.map((ipn) => listen(ipn)));
-        try {
-          await a.expect(`EXP.op-${process.pid}`, { amount: 1, customData: 'order-0' }); // expectations in use
-          expect(await provider.forge({ ipnUrl: `${running[0]!.url}/`, transactionId: id })).toBe(200);
-          await until(
-            () => events.count('rejected') > 0,
-            'the kept copy rejected (the service reports PENDING)',
+    // A copy of a transaction still PENDING, with no expectation yet (the app's ipn.expect() slow, or a
+    // forger's identical copy), is kept on instance A: its `rejected` event (reason `unexpected`) gives the
+    // operator its `key`. The customer pays, the expect() lands, and instance B's sweep confirms the kept copy
+    // and delivers it. The operator then does what the event says: checks the service (paid, same amount and
+    // order) and replays the key. The event and the docs said `ipn.inbox.replay(key)`, which delivers an entry
+    // again whatever its status: the delivered entry was credited a second time (two ledger rows). They say
+    // `ipn.inbox.replay(key, ['failed'])` now: a replay only while the copy is still kept.
+    test('the replay the `rejected` event advises, after the sweep credited the kept copy, credits nothing more', async () => {
+      const order = 'order-op';
+      const id = pendingTransaction(order);
+      const routers = ['A', 'B'].map(() => {
+        // Each instance its own pool (ended with the schema), as two processes have.
+        const ipn = ipnRouter(routerOptions('expect', new PostgresStore({ pool: ledger.newPool(3) })));
+        ipn.on('successful', async (n, context) => {
+          await (context as unknown as { db: Pool }).db.query(
+            'INSERT INTO ledger (transaction_id, order_id, amount) VALUES ($1, $2, $3)',
+            [n.transaction_id, n.custom_data, n.amount],
           );
-          const [{ key }] = events.of('rejected') as [{ key: string }];
+        });
+        return ipn;
+      });
+      const [a, b] = routers as [IpnRouter, IpnRouter];
+      const events = recordEvents(a);
+      const running = await Promise.all(routers.map((ipn) => listen(ipn)));
+      try {
+        await a.expect(`EXP.op-${process.pid}`, { amount: 1, customData: 'order-0' }); // expectations in use
+        expect(await provider.forge({ ipnUrl: `${running[0]!.url}/`, transactionId: id })).toBe(200);
+        await until(
+          () => events.count('rejected') > 0,
+          'the kept copy rejected (the service reports PENDING)',
+        );
+        const [{ key }] = events.of('rejected') as [{ key: string }];
 
-          provider.setState(id, 'SUCCESSFUL'); // the customer pays; the app's expect() lands
-          await b.expect(id, { amount: 5000, customData: order });
-          expect(await provider.forge({ ipnUrl: `${running[1]!.url}/`, transactionId: id })).toBe(200); // a duplicate
-          await sleep(20); // past each client's 10 ms between two queries of one id
-          expect(await b.sweep()).toMatchObject({ reconciled: 1 });
-          await b.drain({ budgetMs: 2_000 });
-          expect(await ledger.ledgerOf(id)).toEqual([{ order_id: order }]); // credited once, by B's sweep
+        provider.setState(id, 'SUCCESSFUL'); // the customer pays; the app's expect() lands
+        await b.expect(id, { amount: 5000, customData: order });
+        expect(await provider.forge({ ipnUrl: `${running[1]!.url}/`, transactionId: id })).toBe(200); // a duplicate
+        await sleep(20); // past each client's 10 ms between two queries of one id
+        await b.sweep(); // or the copy's arrival on B, once expected, makes the kept copy due
+        await b.drain({ budgetMs: 2_000 });
+        await a.drain({ budgetMs: 2_000 });
+        expect(await ledger.ledgerOf(id)).toEqual([{ order_id: order }]); // credited once
 
-          // The operator, on the event: the service says paid, 5000, order-op, as the kept copy does.
-          const record = provider.transaction(id)!;
-          expect([record.state, record.amount, record.customData]).toEqual(['SUCCESSFUL', 5000, order]);
-          await a.inbox.replay(key);
-          await a.drain({ budgetMs: 2_000 });
-          await b.drain({ budgetMs: 2_000 });
-          expect(await ledger.ledgerOf(id)).toEqual([{ order_id: order }]);
-        } finally {
-          await Promise.all(running.map((server) => server.close()));
-          await Promise.all(routers.map((ipn) => ipn.close()));
-        }
-      },
-    );
+        // The operator, on the event: the service says paid, 5000, order-op, as the kept copy does.
+        const record = provider.transaction(id)!;
+        expect([record.state, record.amount, record.customData]).toEqual(['SUCCESSFUL', 5000, order]);
+        const [{ message }] = events.of('rejected') as [{ message: string }];
+        expect(message).toContain("ipn.inbox.replay(key, ['failed'])"); // the advice, followed
+        expect(await a.inbox.replay(key, ['failed'])).toBe(false);
+        await a.drain({ budgetMs: 2_000 });
+        await b.drain({ budgetMs: 2_000 });
+        expect(await ledger.ledgerOf(id)).toEqual([{ order_id: order }]);
+      } finally {
+        await Promise.all(running.map((server) => server.close()));
+        await Promise.all(routers.map((ipn) => ipn.close()));
+      }
+    });
   },
 );
 
