@@ -148,7 +148,8 @@ export interface Inbox {
   /**
    * Delivers one entry again, whatever its status (attempts start over); given `from`, only if its status
    * is still one of them, checked in the store's own write. `false` when there is none (or it is in another
-   * status).
+   * status). A kept unexpected notification still under its hold lease (`received`: its write marking it
+   * kept failed) counts as `failed`, as one marked kept is: `['failed']` delivers either.
    */
   replay(key: string, from?: readonly DeliveryStatus[]): Promise<boolean>;
   /** Delivers every dead entry again, paced by `replayRate`: `replayMatching({ status: 'dead' })`. Resolves how many. */
@@ -1009,7 +1010,11 @@ export function createDelivery<C>(
         // A kept unexpected notification still under its hold lease (a crash between its two writes) is
         // `received`: its hold is ended only for a replay `from` allows there (ending it makes it due, `failed`,
         // whatever the replay then does: a replay `from` refused would deliver it all the same, unconfirmed).
-        const ended = (from === undefined || from.includes('received')) && (await unexpected.endHold(key));
+        // Such a copy is kept as one marked `failed` is: `from` with `failed` (the advice its `rejected` event
+        // and `lastError` give, `['failed']`) ends it too, else that advice did nothing and it stayed kept.
+        const ended =
+          (from === undefined || from.includes('received') || from.includes('failed')) &&
+          (await unexpected.endHold(key));
         const allowed = ended && from !== undefined ? [...from, 'failed' as const] : from;
         const found = await store.replay(key, 0, allowed);
         if (found) recoverSoon();
