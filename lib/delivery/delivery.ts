@@ -119,7 +119,8 @@ export interface ReconcileResult {
    * Whether this call emitted the notification's events (false: not final yet, already handled, or
    * rejected); at least once, also `true` when it made due a kept unexpected copy the record confirms, or
    * put the record in the place of one it contradicts (a forgery kept before its transaction existed), or
-   * (with `verify`) made due an entry dead unverified under its key, verified anew against the record, and
+   * (with `verify`) made due again an entry dead or retried unverified under its key (a retried one keeps its
+   * retry's wait, its attempts from 0), verified anew against the record, and
    * `false` (its expectation left for the sweep) when a partial record (no amount or `custom_data`) can
    * neither confirm nor contradict that copy.
    */
