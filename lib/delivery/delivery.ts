@@ -119,7 +119,8 @@ export interface ReconcileResult {
    * Whether this call emitted the notification's events (false: not final yet, already handled, or
    * rejected); at least once, also `true` when it made due a kept unexpected copy the record confirms, or
    * put the record in the place of one it contradicts (a forgery kept before its transaction existed), or
-   * (with `verify`) made due an entry dead unverified under its key, verified anew against the record, and
+   * (with `verify`) made due again an entry dead or retried unverified under its key (a retried one keeps its
+   * retry's wait, its attempts from 0), verified anew against the record, and
    * `false` (its expectation left for the sweep) when a partial record (no amount or `custom_data`) can
    * neither confirm nor contradict that copy.
    */
@@ -148,7 +149,8 @@ export interface Inbox {
   /**
    * Delivers one entry again, whatever its status (attempts start over); given `from`, only if its status
    * is still one of them, checked in the store's own write. `false` when there is none (or it is in another
-   * status).
+   * status). A kept unexpected notification still under its hold lease (`received`: its write marking it
+   * kept failed) counts as `failed`, as one marked kept is: `['failed']` delivers either.
    */
   replay(key: string, from?: readonly DeliveryStatus[]): Promise<boolean>;
   /** Delivers every dead entry again, paced by `replayRate`: `replayMatching({ status: 'dead' })`. Resolves how many. */
@@ -1009,7 +1011,11 @@ export function createDelivery<C>(
         // A kept unexpected notification still under its hold lease (a crash between its two writes) is
         // `received`: its hold is ended only for a replay `from` allows there (ending it makes it due, `failed`,
         // whatever the replay then does: a replay `from` refused would deliver it all the same, unconfirmed).
-        const ended = (from === undefined || from.includes('received')) && (await unexpected.endHold(key));
+        // Such a copy is kept as one marked `failed` is: `from` with `failed` (the advice its `rejected` event
+        // and `lastError` give, `['failed']`) ends it too, else that advice did nothing and it stayed kept.
+        const ended =
+          (from === undefined || from.includes('received') || from.includes('failed')) &&
+          (await unexpected.endHold(key));
         const allowed = ended && from !== undefined ? [...from, 'failed' as const] : from;
         const found = await store.replay(key, 0, allowed);
         if (found) recoverSoon();

@@ -200,7 +200,11 @@ export interface IpnEvents<C = undefined, X = ListenerContext> {
   failed: (notification: Notification<C> & { state: 'FAILED' }, context: X) => unknown;
   /** Every first delivery, whatever its state (before `successful` / `failed`); other states are never success. */
   notification: (notification: Notification<C>, context: X) => unknown;
-  /** A resend of a notification already handled (same `transaction_id` and `state`): dropped. */
+  /**
+   * A copy of a notification already in hand (same `transaction_id` and `state`): dropped. Handled, or (at
+   * least once) still in the inbox: kept unexpected, or, with `verify`, dead or retried unverified, which
+   * the copy made due again (the entry's own events follow): not a sign that the payment was credited.
+   */
   duplicate: (notification: IpnNotification) => unknown;
   /** A rejected request. */
   invalid: (event: InvalidEvent) => unknown;
