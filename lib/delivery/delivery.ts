@@ -563,6 +563,10 @@ export function createDelivery<C>(
     }
   }
 
+  /** {@link stored}, resolving its `StoreError` instead of rejecting with it (a copy's answer is then a 503). */
+  const storedOr = <T>(call: () => T | Promise<T>, what: string): Promise<T | StoreError> =>
+    stored(call, what).catch((error: StoreError) => error);
+
   /**
    * At least once, the key of a final record the sweep or `ipn.reconcile()` found already in the inbox: an
    * entry unverified (dead, or retried) is made due again ({@link redeemed}: verification confirms it against this record
@@ -604,17 +608,8 @@ export function createDelivery<C>(
     key: string,
     expectation: ExpectationHold | undefined,
   ): Promise<boolean | 'taken' | StoreError> {
-    let entry: InboxEntry | undefined;
-    try {
-      entry = await context.bounded(
-        Promise.resolve().then(() => held.get(key)),
-        `read ${key}`,
-      );
-    } catch (cause) {
-      const message = `the store failed to read ${key}, held by another copy: ${messageOf(cause)}`;
-      return cause instanceof StoreError ? cause : new StoreError(message, { cause });
-    }
-    if (entry === undefined) return false;
+    const entry = await storedOr(() => held.get(key), `read ${key}, held by another copy`);
+    if (entry instanceof StoreError || entry === undefined) return entry ?? false;
     if (verify && isUnverified(entry)) return redeemed(held, key, entry);
     const kept = expectation && keptOther(entry, n);
     if (!kept) return false;
@@ -663,15 +658,8 @@ export function createDelivery<C>(
       cause instanceof StoreError
         ? cause
         : new StoreError(`the store failed to ${what} ${key}: ${messageOf(cause)}`, { cause });
-    let entry: InboxEntry | undefined;
-    try {
-      entry = await context.bounded(
-        Promise.resolve().then(() => held.get(key)),
-        `read ${key}`,
-      );
-    } catch (cause) {
-      return { kind: 'store-failed', error: failed('read')(cause) };
-    }
+    const entry = await storedOr(() => held.get(key), `read ${key}`);
+    if (entry instanceof StoreError) return { kind: 'store-failed', error: entry };
     const kept = entry && keptOther(entry, n);
     if (!entry || !kept) return { kind: 'duplicate' };
     const checked = await unexpected.recheck(n);
@@ -720,33 +708,19 @@ export function createDelivery<C>(
     known?: InboxEntry,
   ): Promise<boolean | StoreError> {
     try {
-      const entry =
-        known ??
-        (await context.bounded(
-          Promise.resolve().then(() => held.get(key)),
-          `read ${key}`,
-        ));
+      const entry = known ?? (await stored(() => held.get(key), `read ${key}`));
       if (entry === undefined || !isUnverified(entry)) return false;
       // Retried meanwhile (`failed`), its wait is kept (the status client's guard may not answer sooner) and
       // its attempts start over: the copy that came is not lost to the attempts left before `dead`.
       const { status } = entry;
       const wait = status === 'failed' ? Math.max(0, entry.nextAttemptAt.getTime() - Date.now()) : 0;
-      let replayed = await context.bounded(
-        Promise.resolve().then(() => held.replay(key, wait, [status])),
-        `make due ${key}`,
-      );
+      let replayed = await stored(() => held.replay(key, wait, [status]), `make due ${key}`);
       let revived = replayed && status === 'dead';
       // Retried when read, its attempt then settled it dead unverified (its last): made due all the same.
       if (!replayed && status === 'failed') {
-        const now = await context.bounded(
-          Promise.resolve().then(() => held.get(key)),
-          `read ${key}`,
-        );
+        const now = await stored(() => held.get(key), `read ${key}`);
         if (now?.status === 'dead' && isUnverified(now)) {
-          replayed = await context.bounded(
-            Promise.resolve().then(() => held.replay(key, 0, ['dead'])),
-            `make due ${key}`,
-          );
+          replayed = await stored(() => held.replay(key, 0, ['dead']), `make due ${key}`);
           revived = replayed;
         }
       }
