@@ -172,3 +172,40 @@ export const givingUpRouter = (
   statusClient: Options['statusClient'],
 ) =>
   quietRouter({ store, verify, statusClient, verifyAttempts: 2, verifyRetryDelayMs: 5, reconcileAfterMs: 1 });
+
+/**
+ * The steps of the tests that forge notifications of the per-test service `t`'s transactions: its status
+ * client, a transaction left pending, the service's own notification, and the router's own work run now.
+ */
+export function forgedPayments(t: Session) {
+  return {
+    /** A status client of the fake service that may ask one transaction again after `minIntervalMs`. */
+    clientOf: (minIntervalMs = 10): StatusClient =>
+      createStatusClient({ baseUrl: t.provider.statusBaseUrl, apiKey: 'k', minIntervalMs, logger: quiet }),
+
+    /** A transaction of the fake service the customer has not paid yet: its status query answers PENDING. */
+    pending(customData = 'order-1', amount = 5000): string {
+      const { transactionId } = t.provider.initiate({
+        amount,
+        ipnUrl: 'http://127.0.0.1:9/unused',
+        customData,
+        outcome: 'SUCCESSFUL',
+        deliver: false,
+      });
+      t.provider.setState(transactionId, 'PENDING'); // set while processing: it stays, until the test pays it
+      return transactionId;
+    },
+
+    /** POSTs the service's genuine notification of `id` (its stored record); resolves the answer's status. */
+    genuine: (url: string, id: string, state = 'SUCCESSFUL'): Promise<number> =>
+      t.provider.forge({ ipnUrl: url, transactionId: id, state }),
+
+    drained,
+  };
+}
+
+/** Everything `ipn` does by itself, now: recovery, retries, one sweep pass. */
+export async function drained(ipn: IpnRouter): Promise<void> {
+  await ipn.drain({ budgetMs: 1_000 });
+  await settle();
+}

@@ -1,8 +1,13 @@
-import { createStatusClient, MemoryStore, type IpnRouter } from 'ipn-kit';
-import { quiet } from '../helpers/quiet-logger.js';
+import { MemoryStore } from 'ipn-kit';
 import { settle } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
-import { NO_SWEEP, perTestService, quietRouter, untilFirst } from '../helpers/verified-payments.js';
+import {
+  NO_SWEEP,
+  forgedPayments,
+  perTestService,
+  quietRouter,
+  untilFirst,
+} from '../helpers/verified-payments.js';
 import { expectAnother } from '../helpers/kept-unexpected.js';
 
 // A forger pre-empting a genuine payment's dedupe key (`transaction_id:state`): forged copies posted for a
@@ -14,34 +19,7 @@ import { expectAnother } from '../helpers/kept-unexpected.js';
 jest.setTimeout(20_000);
 
 const t = perTestService();
-
-/** A status client of the fake service that may ask one transaction again after 10 ms (a test's 15 minutes). */
-const clientOf = () =>
-  createStatusClient({ baseUrl: t.provider.statusBaseUrl, apiKey: 'k', minIntervalMs: 10, logger: quiet });
-
-/** A transaction of the fake service the customer has not paid yet: its status query answers PENDING. */
-function pending(customData = 'order-1', amount = 5000): string {
-  const { transactionId } = t.provider.initiate({
-    amount,
-    ipnUrl: 'http://127.0.0.1:9/unused',
-    customData,
-    outcome: 'SUCCESSFUL',
-    deliver: false,
-  });
-  t.provider.setState(transactionId, 'PENDING'); // set while processing: it stays, until the test pays it
-  return transactionId;
-}
-
-/** POSTs the service's genuine notification of `id` (its stored record, as the service would send it). */
-async function genuine(url: string, id: string, state = 'SUCCESSFUL'): Promise<number> {
-  return t.provider.forge({ ipnUrl: url, transactionId: id, state });
-}
-
-/** Everything the router does by itself, now: recovery, retries, one sweep pass. */
-async function drained(ipn: IpnRouter): Promise<void> {
-  await ipn.drain({ budgetMs: 1_000 });
-  await settle();
-}
+const { clientOf, pending, genuine, drained } = forgedPayments(t);
 
 // At least once with `verify`, a forgery given up on (dead unverified) under the genuine payment's key, of a
 // pending transaction or of the next id, on MemoryStore, PostgreSQL and Redis, expected or not: fixed, and

@@ -1,13 +1,12 @@
-import { createStatusClient, MemoryStore, type IpnRouter, type Store } from 'ipn-kit';
+import { createStatusClient, MemoryStore, type Store } from 'ipn-kit';
 import Redis from 'ioredis';
 import { PostgresStore } from 'ipn-kit/postgres';
 import { RedisStore } from 'ipn-kit/redis';
 import { postgresTables } from '../helpers/postgres-tables.js';
 import { describeWithService, eventually, redisUrl } from '../helpers/services.js';
 import { quiet } from '../helpers/quiet-logger.js';
-import { settle } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
-import { perTestService, quietRouter, untilFirst } from '../helpers/verified-payments.js';
+import { forgedPayments, perTestService, quietRouter, untilFirst } from '../helpers/verified-payments.js';
 
 // At least once with `verify`, a forged copy that took a payment's key first (`transaction_id:state`: the
 // next id, or a pending one) and that verification never confirmed goes dead holding that key. A copy of the
@@ -20,34 +19,7 @@ import { perTestService, quietRouter, untilFirst } from '../helpers/verified-pay
 jest.setTimeout(20_000);
 
 const t = perTestService();
-
-/** A status client of the fake service that may ask one transaction again after 10 ms (a test's 15 minutes). */
-const clientOf = () =>
-  createStatusClient({ baseUrl: t.provider.statusBaseUrl, apiKey: 'k', minIntervalMs: 10, logger: quiet });
-
-/** A transaction of the fake service the customer has not paid yet: its status query answers PENDING. */
-function pending(customData = 'order-1', amount = 5000): string {
-  const { transactionId } = t.provider.initiate({
-    amount,
-    ipnUrl: 'http://127.0.0.1:9/unused',
-    customData,
-    outcome: 'SUCCESSFUL',
-    deliver: false,
-  });
-  t.provider.setState(transactionId, 'PENDING'); // set while processing: it stays, until the test pays it
-  return transactionId;
-}
-
-/** POSTs the service's genuine notification of `id` (its stored record, as the service would send it). */
-async function genuine(url: string, id: string, state = 'SUCCESSFUL'): Promise<number> {
-  return t.provider.forge({ ipnUrl: url, transactionId: id, state });
-}
-
-/** Everything the router does by itself, now: recovery, retries, one sweep pass. */
-async function drained(ipn: IpnRouter): Promise<void> {
-  await ipn.drain({ budgetMs: 1_000 });
-  await settle();
-}
+const { clientOf, pending, genuine, drained } = forgedPayments(t);
 
 /**
  * At least once with verify over `store`: a forged SUCCESSFUL (amount 1) of a transaction still pending,

@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import {
-  createStatusClient,
   ipnNotificationSchema,
   ipnRouter,
   MemoryStore,
@@ -18,7 +17,13 @@ import { describeWithService, redisUrl } from '../helpers/services.js';
 import { quiet } from '../helpers/quiet-logger.js';
 import { settle } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
-import { NO_SWEEP, perTestService, quietRouter, untilFirst } from '../helpers/verified-payments.js';
+import {
+  NO_SWEEP,
+  forgedPayments,
+  perTestService,
+  quietRouter,
+  untilFirst,
+} from '../helpers/verified-payments.js';
 import { expectAnother, keptServer } from '../helpers/kept-unexpected.js';
 
 // A copy arriving for a key held by a kept unexpected copy (a forgery kept under a pending or the next id)
@@ -30,33 +35,7 @@ import { expectAnother, keptServer } from '../helpers/kept-unexpected.js';
 jest.setTimeout(20_000);
 
 const t = perTestService();
-
-/** A status client of the fake service that may ask one transaction again after `minIntervalMs`. */
-const clientOf = (minIntervalMs = 10) =>
-  createStatusClient({ baseUrl: t.provider.statusBaseUrl, apiKey: 'k', minIntervalMs, logger: quiet });
-
-/** A transaction of the fake service the customer has not paid yet: its status query answers PENDING. */
-function pending(customData = 'order-1', amount = 5000): string {
-  const { transactionId } = t.provider.initiate({
-    amount,
-    ipnUrl: 'http://127.0.0.1:9/unused',
-    customData,
-    outcome: 'SUCCESSFUL',
-    deliver: false,
-  });
-  t.provider.setState(transactionId, 'PENDING');
-  return transactionId;
-}
-
-/** POSTs the service's genuine notification of `id` (its stored record, as the service would send it). */
-const genuine = (url: string, id: string, state = 'SUCCESSFUL'): Promise<number> =>
-  t.provider.forge({ ipnUrl: url, transactionId: id, state });
-
-/** Everything the router does by itself, now: recovery, retries, one sweep pass. */
-async function drained(ipn: IpnRouter): Promise<void> {
-  await ipn.drain({ budgetMs: 1_000 });
-  await settle();
-}
+const { clientOf, pending, genuine, drained } = forgedPayments(t);
 
 /**
  * Status client, no expectation for the payment: a forged copy (amount 1) of a pending transaction kept as

@@ -1,8 +1,13 @@
-import { createStatusClient, MemoryStore, type StatusClient } from 'ipn-kit';
-import { quiet } from '../helpers/quiet-logger.js';
+import { MemoryStore, type StatusClient } from 'ipn-kit';
 import { settle } from '../helpers/servers.js';
 import { until } from '../helpers/until.js';
-import { latch, perTestService, quietRouter, untilFirst } from '../helpers/verified-payments.js';
+import {
+  latch,
+  forgedPayments,
+  perTestService,
+  quietRouter,
+  untilFirst,
+} from '../helpers/verified-payments.js';
 
 // At most once with `verify`: a copy that arrives while another copy of its key is being verified on this
 // instance is not answered as a plain duplicate (200: the service would stop resending it), since that other
@@ -14,18 +19,10 @@ import { latch, perTestService, quietRouter, untilFirst } from '../helpers/verif
 jest.setTimeout(20_000);
 
 const t = perTestService();
+const { clientOf, pending, genuine } = forgedPayments(t);
 
 /** How long the status client reuses a non-final answer here: the test's 15 minutes (minIntervalMs). */
 const INTERVAL_MS = 3_000;
-
-/** The fake service's status client, reusing a PENDING answer for {@link INTERVAL_MS}. */
-const clientOf = (): StatusClient =>
-  createStatusClient({
-    baseUrl: t.provider.statusBaseUrl,
-    apiKey: 'k',
-    minIntervalMs: INTERVAL_MS,
-    logger: quiet,
-  });
 
 /**
  * A `verify` over `client` whose answers (already taken, and cached by the client) are handed on only once
@@ -43,26 +40,9 @@ function heldAfterAnswer(client: StatusClient) {
   return { verify, open };
 }
 
-/** A transaction of the fake service the customer has not paid yet: its status query answers PENDING. */
-function pending(customData = 'order-1', amount = 5000): string {
-  const { transactionId } = t.provider.initiate({
-    amount,
-    ipnUrl: 'http://127.0.0.1:9/unused',
-    customData,
-    outcome: 'SUCCESSFUL',
-    deliver: false,
-  });
-  t.provider.setState(transactionId, 'PENDING'); // it stays so until the test pays it
-  return transactionId;
-}
-
-/** POSTs the service's genuine notification of `id` (its stored record); resolves the answer's status. */
-const genuine = (url: string, id: string): Promise<number> =>
-  t.provider.forge({ ipnUrl: url, transactionId: id, state: 'SUCCESSFUL' });
-
 test('the genuine SUCCESSFUL arriving while a forgery of its pending transaction is verified is answered 503, then credited once the forgery is given up', async () => {
   const id = pending();
-  const { verify, open } = heldAfterAnswer(clientOf());
+  const { verify, open } = heldAfterAnswer(clientOf(INTERVAL_MS));
   const { recorder, url } = await t.serve(
     quietRouter({ store: new MemoryStore(), verify, verifyAttempts: 3, verifyRetryDelayMs: 20 }),
   );
@@ -91,7 +71,7 @@ test('the genuine SUCCESSFUL arriving while a forgery of its pending transaction
 test('a genuine resend while the genuine copy is being verified is answered 503, then a duplicate: credited once', async () => {
   const id = pending('order-2', 700);
   t.provider.setState(id, 'SUCCESSFUL'); // paid
-  const { verify, open } = heldAfterAnswer(clientOf());
+  const { verify, open } = heldAfterAnswer(clientOf(INTERVAL_MS));
   const { ipn, recorder, url } = await t.serve(quietRouter({ store: new MemoryStore(), verify }));
   ipn.on('successful', () => {});
   expect(await genuine(url, id)).toBe(200);
