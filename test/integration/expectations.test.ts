@@ -272,8 +272,10 @@ function suite(backend: Backend): void {
     expect(await ipn.sweep()).toMatchObject({ queried: 0, stale: 0 });
     refuse = false;
     at(34);
-    expect(await ipn.sweep()).toMatchObject({ queried: 0 }); // due again at 35
-    at(35);
+    expect(await ipn.sweep()).toMatchObject({ queried: 0 }); // due again at 35, and 25 ms (the retry's margin)
+    jest.setSystemTime(T0 + 35 * MINUTE + 24);
+    expect(await ipn.sweep()).toMatchObject({ queried: 0 });
+    jest.setSystemTime(T0 + 35 * MINUTE + 25);
     expect(await ipn.sweep()).toMatchObject({ queried: 1, reconciled: 1 });
     await settle();
     expect(recorder.names()).toEqual(['notification', 'successful']);

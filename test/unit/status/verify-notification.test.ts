@@ -354,7 +354,7 @@ describe('verifyNotification (freshPending): a non-final answer cached before th
     expect(refused.reason).toBeInstanceOf(StatusRateLimitError);
     expect(refused).toMatchObject({
       reason: { reason: 'interval' },
-      retryAfterMs: 1_000 + MINUTES_15 - 2_000,
+      retryAfterMs: 1_000 + MINUTES_15 - 2_000 + 25, // the guard's wait, and the retry's 25 ms margin
     });
     expect(service.queries).toBe(1);
 
