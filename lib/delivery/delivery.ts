@@ -563,6 +563,16 @@ export function createDelivery<C>(
     }
   }
 
+  /**
+   * The error of a store with no `replayWith()`, when a copy kept as unexpected under `key` is to give its
+   * place to `what` (the service's record, or an expected copy): nothing else puts it there, and a replay of
+   * the key would deliver the kept copy. `then`: what becomes of it (a 503, or the copy left kept).
+   */
+  const withoutReplayWith = (key: string, what: string, then: string): StoreError =>
+    new StoreError(
+      `an unexpected copy with another record is kept under ${key}, and the store has no replayWith() to put ${what} in its place: ${then} (give the store replayWith(), or credit the payment yourself; a replay of ${key} would deliver the kept copy)`,
+    );
+
   /** {@link stored}, resolving its `StoreError` instead of rejecting with it (a copy's answer is then a 503). */
   const storedOr = <T>(call: () => T | Promise<T>, what: string): Promise<T | StoreError> =>
     stored(call, what).catch((error: StoreError) => error);
@@ -614,10 +624,8 @@ export function createDelivery<C>(
     const kept = expectation && keptOther(entry, n);
     if (!kept) return false;
     try {
-      if (held.replayWith === undefined) {
-        const message = `the expected notification of ${key} arrived while an unexpected copy with another record is kept under its key, and the store has no replayWith() to put it in that copy's place: answered 503, so that the service resends it (give the store replayWith(), or credit the payment yourself)`;
-        return new StoreError(message);
-      }
+      if (held.replayWith === undefined)
+        return withoutReplayWith(key, 'its expected copy', 'answered 503, so that the service resends it');
       const taken = await replaceKept(held, n, key, kept, mismatchesOf(kept, n), 'its expected copy');
       // Its expectation settled as at a claim: else the sweep reported a credited payment `stale`.
       if (taken) expectation.settle();
@@ -669,8 +677,12 @@ export function createDelivery<C>(
     if (!checked.confirmed) return { kind: 'unconfirmed', event: checked.event };
     const record = checked.status;
     if (mismatchesOf(kept, record).length > 0 && held.replayWith === undefined) {
-      const message = `the service confirmed the notification of ${key}, but an unexpected copy with another record is kept under its key, and the store has no replayWith() to put the record in its place: answered 503, so that the service resends it (give the store replayWith(), or credit the payment yourself)`;
-      return { kind: 'store-failed', error: new StoreError(message) };
+      const error = withoutReplayWith(
+        key,
+        "the service's record",
+        'answered 503, so that the service resends it',
+      );
+      return { kind: 'store-failed', error };
     }
     let delivered: boolean | typeof UNDECIDED;
     try {
@@ -793,8 +805,8 @@ export function createDelivery<C>(
   ): Promise<boolean> {
     const replayWith = held.replayWith?.bind(held);
     if (replayWith === undefined) {
-      const message = `the service's record of ${key} contradicts the unexpected copy kept under its key (${contradicted.join(', ')}), and the store has no replayWith() to put the record in its place: the copy stays kept and the payment is not credited (a replay of ${key} would deliver the copy, not the record: credit the payment from the service's record yourself, or give the store replayWith())`;
-      context.report(new StoreError(message), record);
+      const then = `it contradicts the record (${contradicted.join(', ')}); it stays kept, the payment not credited`;
+      context.report(withoutReplayWith(key, "the service's record", then), record);
       return false;
     }
     await stored(() => unexpected.endHold(key, false), `end the hold of ${key}`);
